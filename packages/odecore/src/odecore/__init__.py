@@ -1,0 +1,105 @@
+"""odecore: ODE solvers for PyTorch.
+
+Two ways in:
+
+* :func:`odeint`, torchdiffeq's signature (``method`` by name, ``options`` dict);
+* :func:`solve`, the structured form: a solver built from a Butcher tableau, a
+  step-size controller and a :class:`SaveAt`, returning a :class:`Solution` with
+  statistics and a status.
+"""
+
+from ._controllers import (
+    AbstractController,
+    Adaptation,
+    ConstantStepSize,
+    PIDController,
+    rms_norm,
+)
+from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
+from ._odeint import (
+    ADAPTIVE_METHODS,
+    ADAPTIVE_OPTIONS,
+    FIXED_METHODS,
+    FIXED_OPTIONS,
+    odeint,
+)
+from ._solve import SaveAt, Solution, Stats, solve
+from ._solvers import (
+    AbstractExplicitRK,
+    AbstractSolver,
+    Bosh3,
+    Dopri5,
+    Dopri8,
+    Euler,
+    Heun,
+    HeunEuler,
+    Midpoint,
+    Ralston,
+    RK4,
+    RK4ThreeEighths,
+    StepResult,
+    Tsit5,
+)
+from ._tableau import (
+    BOSH3_TABLEAU,
+    DOPRI5_TABLEAU,
+    DOPRI8_TABLEAU,
+    EULER_TABLEAU,
+    HEUN_EULER_TABLEAU,
+    HEUN_TABLEAU,
+    MIDPOINT_TABLEAU,
+    RALSTON_TABLEAU,
+    RK4_38_TABLEAU,
+    RK4_TABLEAU,
+    TSIT5_TABLEAU,
+    ButcherTableau,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADAPTIVE_METHODS",
+    "ADAPTIVE_OPTIONS",
+    "BOSH3_TABLEAU",
+    "DOPRI5_TABLEAU",
+    "DOPRI8_TABLEAU",
+    "EULER_TABLEAU",
+    "FIXED_METHODS",
+    "FIXED_OPTIONS",
+    "HEUN_EULER_TABLEAU",
+    "HEUN_TABLEAU",
+    "MIDPOINT_TABLEAU",
+    "RALSTON_TABLEAU",
+    "RK4_38_TABLEAU",
+    "RK4_TABLEAU",
+    "TSIT5_TABLEAU",
+    "AbstractController",
+    "AbstractExplicitRK",
+    "AbstractSolver",
+    "Adaptation",
+    "Bosh3",
+    "ButcherTableau",
+    "ConfigurationError",
+    "ConstantStepSize",
+    "Dopri5",
+    "Dopri8",
+    "Euler",
+    "Heun",
+    "HeunEuler",
+    "Midpoint",
+    "OdeCoreError",
+    "PIDController",
+    "RK4",
+    "RK4ThreeEighths",
+    "Ralston",
+    "SaveAt",
+    "Solution",
+    "SolverError",
+    "Stats",
+    "Status",
+    "StepResult",
+    "Tsit5",
+    "odeint",
+    "rms_norm",
+    "solve",
+]

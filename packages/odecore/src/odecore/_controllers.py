@@ -1,0 +1,270 @@
+"""Step-size controllers: which step to try next, and whether to accept the last one."""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, final
+
+import torch
+from torch import Tensor
+
+from ._errors import ConfigurationError
+from ._solvers import AbstractSolver, Field, StepResult
+
+Norm = Callable[[Tensor], Tensor]
+"""Maps the scaled error ``y_err / (atol + rtol * max(|y0|, |y1|))`` to a scalar."""
+
+
+def rms_norm(x: Tensor) -> Tensor:
+    """Root mean square over every element: the default error norm.
+
+    Example:
+        >>> import torch
+        >>> rms_norm(torch.tensor([3.0, 4.0, 0.0, 0.0]))
+        tensor(2.5000)
+    """
+    if x.numel() == 0:
+        return x.new_zeros(())
+    return torch.linalg.vector_norm(x) / math.sqrt(x.numel())
+
+
+class Adaptation(NamedTuple):
+    """A controller's verdict on one step.
+
+    Attributes:
+        accept: whether the step is kept.
+        dt: the step size to try next (from the end of an accepted step, or again
+            from its start after a rejection).
+        state: the controller's state to pass to the next call.
+        finite: ``False`` when the step produced a non-finite state or error.
+    """
+
+    accept: bool
+    dt: float
+    state: Any
+    finite: bool = True
+
+
+class AbstractController(abc.ABC):
+    """Chooses step sizes. ``init`` picks the first, ``adapt`` judges each step."""
+
+    @abc.abstractmethod
+    def init(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        solver: AbstractSolver,
+        dt0: float | None,
+    ) -> tuple[float, Any]:
+        """Return the first step size to try and the controller's initial state."""
+
+    @abc.abstractmethod
+    def adapt(
+        self,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        step: StepResult,
+        solver: AbstractSolver,
+        state: Any,
+    ) -> Adaptation:
+        """Judge the step from ``t0`` to ``t1`` and propose the next step size."""
+
+
+@final
+@dataclass(frozen=True)
+class ConstantStepSize(AbstractController):
+    """Fixed steps of size ``dt0`` (the last one before each stop may be shorter).
+
+    The solve must be given ``dt0``; :func:`odecore.odeint` computes it from its
+    ``step_size`` or ``n_steps`` option.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1), t0=0.0, t1=1.0,
+        ...                     solver=odecore.RK4(), controller=odecore.ConstantStepSize(),
+        ...                     dt0=0.25)
+        >>> sol.stats.n_accepted
+        4
+    """
+
+    def init(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        solver: AbstractSolver,
+        dt0: float | None,
+    ) -> tuple[float, Any]:
+        if dt0 is None:
+            raise ConfigurationError(
+                "`ConstantStepSize()` needs a step size: pass `dt0=` to solve() (or the "
+                "`step_size` / `n_steps` option to odeint)."
+            )
+        return dt0, dt0
+
+    def adapt(
+        self,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        step: StepResult,
+        solver: AbstractSolver,
+        state: Any,
+    ) -> Adaptation:
+        return Adaptation(accept=True, dt=state, state=state)
+
+
+@final
+@dataclass(frozen=True)
+class PIDController(AbstractController):
+    """Adaptive step sizes from the embedded error estimate, with PI(D) control.
+
+    The error ratio of a step is ``norm(y_err / (atol + rtol * max(|y0|, |y1|)))``;
+    a step is accepted when it is at most 1. The next step is
+    ``dt * safety * r_n**(-(pcoeff + icoeff + dcoeff) / k) * r_{n-1}**((pcoeff + 2 dcoeff) / k)
+    * r_{n-2}**(-dcoeff / k)`` with ``k`` the solver's order, clipped to
+    ``[factor_min, factor_max] * dt``; after a rejection the step never grows.
+    The defaults ``pcoeff=0.2, icoeff=0.65`` are Hairer's PI controller of
+    DOPRI5 (exponents 0.17 and 0.04 for order 5); ``pcoeff=0, icoeff=1`` is
+    the classic integral controller that torchdiffeq uses.
+
+    The first step, unless given, is chosen by Hairer's rule from ``f(t0, y0)`` and
+    one more evaluation.
+
+    Args:
+        rtol: relative tolerance, positive.
+        atol: absolute tolerance, positive.
+        pcoeff: proportional coefficient.
+        icoeff: integral coefficient.
+        dcoeff: derivative coefficient.
+        safety: factor applied to every proposal, in ``(0, 1]``.
+        factor_min: the largest shrink of one step, in ``(0, 1)``.
+        factor_max: the largest growth of one step, ``> 1``.
+        dt_max: an upper bound on the step size.
+        norm: the error norm; default :func:`odecore.rms_norm` over the whole state
+            (the batch is one system with one step size).
+
+    Raises:
+        ValueError: if a tolerance or factor is out of range.
+
+    Example:
+        >>> import torch, odecore
+        >>> c = odecore.PIDController(rtol=1e-6, atol=1e-8)
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(3), t0=0.0, t1=2.0,
+        ...                     solver=odecore.Dopri5(), controller=c)
+        >>> sol.stats.n_accepted > 0
+        True
+    """
+
+    rtol: float = 1e-7
+    atol: float = 1e-9
+    pcoeff: float = 0.2
+    icoeff: float = 0.65
+    dcoeff: float = 0.0
+    safety: float = 0.9
+    factor_min: float = 0.2
+    factor_max: float = 10.0
+    dt_max: float = math.inf
+    norm: Norm | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"`{name}` must be a positive number, got {value!r}.")
+        if not 0 < self.safety <= 1:
+            raise ConfigurationError(f"`safety` must be in (0, 1], got {self.safety!r}.")
+        if not 0 < self.factor_min < 1:
+            raise ConfigurationError(f"`factor_min` must be in (0, 1), got {self.factor_min!r}.")
+        if not self.factor_max > 1:
+            raise ConfigurationError(f"`factor_max` must be > 1, got {self.factor_max!r}.")
+        if not self.dt_max > 0:
+            raise ConfigurationError(f"`dt_max` must be positive, got {self.dt_max!r}.")
+        if self.icoeff + self.pcoeff + self.dcoeff <= 0:
+            raise ConfigurationError(
+                "`pcoeff + icoeff + dcoeff` must be positive, got "
+                f"{self.pcoeff + self.icoeff + self.dcoeff!r}."
+            )
+
+    def _ratio(self, y_err: Tensor, y0: Tensor, y1: Tensor) -> float:
+        with torch.no_grad():
+            scale = self.atol + self.rtol * torch.maximum(y0.abs(), y1.abs())
+            return float((self.norm or rms_norm)(y_err / scale))
+
+    def init(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        solver: AbstractSolver,
+        dt0: float | None,
+    ) -> tuple[float, Any]:
+        if not solver.adaptive:
+            raise ConfigurationError(
+                f"`{type(solver).__name__}()` has no error estimate, so `PIDController` "
+                "cannot adapt its steps; use `ConstantStepSize()` with `dt0`, or an "
+                "embedded pair such as `Dopri5()`."
+            )
+        state = (1.0, 1.0)  # previous two error ratios
+        if dt0 is not None:
+            return min(dt0, self.dt_max), state
+        norm = self.norm or rms_norm
+        with torch.no_grad():
+            scale = self.atol + self.rtol * y0.abs()
+            d0 = float(norm(y0 / scale))
+            d1 = float(norm(f0 / scale))
+            h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 or not math.isfinite(d0 / d1) else 0.01 * d0 / d1
+            h0 = min(h0, abs(t1 - t0))
+            f1 = f(t0 + h0, y0 + h0 * f0)
+            d2 = float(norm((f1 - f0) / scale)) / h0
+        if not math.isfinite(d2):
+            return min(h0, self.dt_max), state
+        if max(d1, d2) <= 1e-15:
+            h1 = max(1e-6, h0 * 1e-3)
+        else:
+            h1 = (0.01 / max(d1, d2)) ** (1.0 / (solver.order + 1))
+        return min(100 * h0, h1, self.dt_max), state
+
+    def adapt(
+        self,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        step: StepResult,
+        solver: AbstractSolver,
+        state: Any,
+    ) -> Adaptation:
+        if step.y_err is None:
+            raise ConfigurationError(
+                f"`{type(solver).__name__}()` returned no error estimate; PIDController "
+                "needs an embedded pair."
+            )
+        dt = t1 - t0
+        ratio = self._ratio(step.y_err, y0, step.y1)
+        if not math.isfinite(ratio):
+            return Adaptation(accept=False, dt=dt * self.factor_min, state=state, finite=False)
+        prev1, prev2 = state
+        k = solver.order
+        r = max(ratio, 1e-10)
+        factor = (
+            self.safety
+            * r ** (-(self.pcoeff + self.icoeff + self.dcoeff) / k)
+            * prev1 ** ((self.pcoeff + 2 * self.dcoeff) / k)
+            * prev2 ** (-self.dcoeff / k)
+        )
+        accept = ratio <= 1.0
+        factor = min(max(factor, self.factor_min), self.factor_max if accept else 1.0)
+        dt_next = min(dt * factor, self.dt_max)
+        new_state = (max(ratio, 1e-4), prev1) if accept else state
+        return Adaptation(accept=accept, dt=dt_next, state=new_state)

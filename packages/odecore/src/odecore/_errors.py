@@ -1,0 +1,66 @@
+"""Exceptions and run-time statuses of odecore."""
+
+from __future__ import annotations
+
+import enum
+
+
+class OdeCoreError(Exception):
+    """Base class of every exception raised by odecore."""
+
+
+class ConfigurationError(OdeCoreError, ValueError):
+    """An argument or a combination of arguments is invalid.
+
+    Subclasses :class:`ValueError`, so ``except ValueError`` catches it.
+    """
+
+
+class SolverError(OdeCoreError, RuntimeError):
+    """A solve started but could not reach its end time.
+
+    The message says at which time and why: the step size underflowed, the step
+    budget (``max_steps`` / ``max_num_steps``) ran out, or the state became
+    non-finite.
+
+    Attributes:
+        status: the :class:`Status` that ended the solve.
+        t: the time (in the caller's direction of integration) that was reached.
+    """
+
+    def __init__(self, message: str, *, status: Status, t: float) -> None:
+        super().__init__(message)
+        self.status = status
+        self.t = t
+
+
+class Status(enum.IntEnum):
+    """How a solve ended. ``Status.SUCCESS`` is ``0``; everything else is a failure.
+
+    ``str(status)`` reads as a sentence that says what to do about it.
+    """
+
+    SUCCESS = 0
+    MAX_STEPS_REACHED = 1
+    DT_UNDERFLOW = 2
+    NONFINITE = 3
+
+    def __str__(self) -> str:
+        return _STATUS_MESSAGES[self]
+
+
+_STATUS_MESSAGES = {
+    Status.SUCCESS: "the solve reached its end time",
+    Status.MAX_STEPS_REACHED: (
+        "maximum number of steps reached; increase `max_steps` (`max_num_steps` in "
+        "odeint options) or loosen the tolerances"
+    ),
+    Status.DT_UNDERFLOW: (
+        "the step size underflowed; the problem may be stiff or singular here: try "
+        "looser tolerances or an implicit scipy method"
+    ),
+    Status.NONFINITE: (
+        "the state or its derivative became non-finite (NaN or inf); check the vector "
+        "field, or use smaller steps"
+    ),
+}

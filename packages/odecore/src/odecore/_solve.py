@@ -1,0 +1,434 @@
+"""``solve``: the one entry point that runs a solver, a controller and a SaveAt."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+import torch
+from torch import Tensor
+
+from ._controllers import AbstractController, ConstantStepSize, PIDController, rms_norm
+from ._errors import ConfigurationError, SolverError, Status
+from ._solvers import AbstractSolver
+
+State = Union[Tensor, tuple[Tensor, ...]]
+VectorField = Callable[[Tensor, State], State]
+"""The user's vector field ``f(t, y)``: ``t`` a 0-dim tensor, ``y`` like ``y0``."""
+
+Times = Union[Sequence[float], Tensor]
+
+_EPS = 2.220446049250313e-16
+_SNAP = 1e-7  # a step that ends within _SNAP * dt of a stop lands on it
+
+
+def _as_floats(name: str, value: Times | None) -> list[float]:
+    if value is None:
+        return []
+    if isinstance(value, Tensor):
+        if value.dim() > 1:
+            raise ConfigurationError(f"`{name}` must be 1-D, got shape {tuple(value.shape)}.")
+        values = value.detach().reshape(-1).tolist()
+    else:
+        values = [float(v) for v in value]
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigurationError(f"`{name}` must hold finite times, got {values}.")
+    return [float(v) for v in values]
+
+
+@dataclass(frozen=True)
+class SaveAt:
+    """Which times a solve returns.
+
+    Args:
+        ts: output times, monotone in the direction of integration and within
+            ``[t0, t1]``. Values between step ends come from the solver's dense
+            output, not from extra steps.
+        t1: also return the state at the end time (ignored when ``ts`` is given
+            and already ends there).
+
+    Raises:
+        ValueError: if neither ``ts`` nor ``t1`` asks for anything.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1), t0=0.0, t1=1.0,
+        ...                     solver=odecore.Tsit5(),
+        ...                     saveat=odecore.SaveAt(ts=[0.0, 0.5, 1.0]))
+        >>> sol.ys.shape
+        torch.Size([3, 1])
+    """
+
+    ts: Times | None = None
+    t1: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ts is None and not self.t1:
+            raise ConfigurationError("`SaveAt()` saves nothing; pass `ts=` or `t1=True`.")
+
+
+@dataclass
+class Stats:
+    """Counts of one solve.
+
+    Attributes:
+        nfe: evaluations of the vector field, forward.
+        n_steps: steps attempted (accepted plus rejected).
+        n_accepted: accepted steps.
+        n_rejected: rejected steps.
+    """
+
+    nfe: int = 0
+    n_steps: int = 0
+    n_accepted: int = 0
+    n_rejected: int = 0
+
+
+@dataclass
+class Solution:
+    """The result of :func:`solve`.
+
+    Attributes:
+        ts: the output times, a 1-D tensor in the time dtype.
+        ys: the states at ``ts`` stacked on a new first dimension (a tuple of such
+            tensors for a tuple state). After a failure with ``throw=False`` the
+            times not reached hold NaN.
+        stats: function evaluations and step counts.
+        status: :class:`Status` of the solve; ``Status.SUCCESS`` (0) when it reached ``t1``.
+        t_final: the last time reached.
+    """
+
+    ts: Tensor
+    ys: State
+    stats: Stats = field(default_factory=Stats)
+    status: Status = Status.SUCCESS
+    t_final: float = math.nan
+
+
+class _Field:
+    """The vector field as a solver sees it: float time, flat tensor state.
+
+    Counts evaluations, maps reversed time back, unpacks tuple states, checks the
+    shape of what ``f`` returns, and evaluates one-sided limits at jump times.
+    """
+
+    def __init__(
+        self,
+        f: VectorField,
+        direction: float,
+        time_dtype: torch.dtype,
+        device: torch.device,
+        unpack: Callable[[Tensor], State] | None,
+        pack: Callable[[State], Tensor] | None,
+        shape: torch.Size,
+    ) -> None:
+        self.f = f
+        self.direction = direction
+        self.time_dtype = time_dtype
+        self.device = device
+        self.unpack = unpack
+        self.pack = pack
+        self.shape = shape
+        self.nfe = 0
+        self.left_limit_at: float | None = None  # the step ends on a jump here
+        self.right_limit_at: float | None = None  # the step starts on a jump here
+        self.checked = False
+
+    def time(self, t: float) -> Tensor:
+        tt = torch.tensor(self.direction * t, dtype=self.time_dtype, device=self.device)
+        if t == self.left_limit_at:
+            tt = torch.nextafter(tt, torch.full_like(tt, -self.direction * math.inf))
+        elif t == self.right_limit_at:
+            tt = torch.nextafter(tt, torch.full_like(tt, self.direction * math.inf))
+        return tt
+
+    def __call__(self, t: float, y: Tensor) -> Tensor:
+        self.nfe += 1
+        out = self.f(self.time(t), y if self.unpack is None else self.unpack(y))
+        if self.pack is not None:
+            out = self.pack(out)  # type: ignore[arg-type]
+        if not self.checked:
+            self._check(out)
+        return out if self.direction > 0 else -out
+
+    def _check(self, out: object) -> None:
+        if not isinstance(out, Tensor):
+            raise TypeError(f"`func` must return a Tensor, got {type(out).__name__}.")
+        if out.shape != self.shape:
+            raise ValueError(
+                f"`func` returned shape {tuple(out.shape)}, but the state `y0` has shape "
+                f"{tuple(self.shape)}; the vector field must return dy/dt of the same shape."
+            )
+        self.checked = True
+
+
+def _packing(y0: tuple[Tensor, ...]) -> tuple[Tensor, Callable[[Tensor], State], Callable[[State], Tensor]]:
+    shapes = [y.shape for y in y0]
+    sizes = [y.numel() for y in y0]
+    dtype, device = y0[0].dtype, y0[0].device
+    for i, y in enumerate(y0):
+        if y.dtype != dtype or y.device != device:
+            raise TypeError(
+                f"`y0[{i}]` has dtype {y.dtype} on {y.device}, but `y0[0]` has {dtype} on "
+                f"{device}; every tensor of a tuple state needs the same dtype and device."
+            )
+
+    def pack(ys: State) -> Tensor:
+        if not isinstance(ys, tuple) or len(ys) != len(shapes):
+            raise TypeError(
+                f"`func` must return a tuple of {len(shapes)} tensors for a tuple state, "
+                f"got {type(ys).__name__}."
+            )
+        for i, (y, shape) in enumerate(zip(ys, shapes)):
+            if not isinstance(y, Tensor) or y.shape != shape:
+                got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+                raise ValueError(
+                    f"`func` returned {got} for component {i} of the state, expected "
+                    f"shape {tuple(shape)}."
+                )
+        return torch.cat([y.reshape(-1) for y in ys])
+
+    def unpack(flat: Tensor) -> State:
+        return tuple(p.view(s) for p, s in zip(torch.split(flat, sizes), shapes))
+
+    return pack(y0), unpack, pack
+
+
+def _mixed_norm(sizes: list[int]) -> Callable[[Tensor], Tensor]:
+    def norm(x: Tensor) -> Tensor:
+        return torch.stack([rms_norm(p) for p in torch.split(x, sizes)]).max()
+
+    return norm
+
+
+def _check_y0(y0: Tensor, name: str) -> None:
+    if not isinstance(y0, Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(y0).__name__}.")
+    if not y0.is_floating_point():
+        raise TypeError(
+            f"`{name}` has dtype {y0.dtype}; solve() needs a floating dtype. Cast with "
+            f"{name}.float() or {name}.double()."
+        )
+    if not bool(torch.isfinite(y0).all()):
+        raise ValueError(f"`{name}` holds non-finite values (NaN or inf).")
+
+
+def solve(
+    f: VectorField,
+    y0: State,
+    *,
+    t0: float,
+    t1: float,
+    solver: AbstractSolver,
+    controller: AbstractController | None = None,
+    saveat: SaveAt | None = None,
+    dt0: float | None = None,
+    jump_ts: Times | None = None,
+    step_ts: Times | None = None,
+    max_steps: int = 100_000,
+    throw: bool = True,
+) -> Solution:
+    """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1``.
+
+    The whole state, batch included, is one system with one step size. Gradients
+    flow by backpropagation through the steps (exact for the discrete scheme).
+
+    Args:
+        f: the vector field ``f(t, y)``. ``t`` is a 0-dim tensor in ``y0``'s dtype and
+            device; ``y`` and the return value have ``y0``'s structure and shapes.
+        y0: the initial state, a floating tensor of any shape or a tuple of them.
+        t0: the start time.
+        t1: the end time; ``t1 < t0`` integrates backward in time.
+        solver: the one-step method, e.g. :class:`Dopri5` or :class:`RK4`.
+        controller: the step-size controller. Default: :class:`PIDController` for
+            solvers with an error estimate, :class:`ConstantStepSize` for the rest.
+        saveat: which times to return; default ``SaveAt(t1=True)``.
+        dt0: the first step size (adaptive) or the step size (constant), positive;
+            its sign follows the direction of integration.
+        jump_ts: times where ``f`` is discontinuous in ``t``. A step ends exactly on
+            each; the stages next to a jump see ``f``'s one-sided limit, and no stage
+            is reused across it.
+        step_ts: times on which a step must end (no restart).
+        max_steps: the most steps (accepted and rejected) before the solve fails.
+        throw: raise :class:`SolverError` on failure; with ``False`` the failure is
+            reported in ``Solution.status``.
+
+    Returns:
+        A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.
+
+    Raises:
+        TypeError: if ``y0`` is not a floating tensor (or tuple of them) or ``f``
+            returns something else.
+        ValueError: for invalid times, tolerances, shapes, or a non-finite ``y0``.
+        SolverError: if the solve cannot reach ``t1`` and ``throw`` is true.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(2, 3), t0=0.0, t1=1.0,
+        ...                     solver=odecore.Dopri5())
+        >>> sol.ys.shape, sol.stats.nfe > 0
+        (torch.Size([1, 2, 3]), True)
+    """
+    # --- validate and normalise ------------------------------------------------------
+    if not isinstance(solver, AbstractSolver):
+        raise TypeError(f"`solver` must be an odecore solver such as Dopri5(), got {solver!r}.")
+    if controller is None:
+        controller = PIDController() if solver.adaptive else ConstantStepSize()
+    if not isinstance(controller, AbstractController):
+        raise TypeError(
+            f"`controller` must be an odecore controller such as PIDController(), got {controller!r}."
+        )
+    if saveat is None:
+        saveat = SaveAt(t1=True)
+    t0, t1 = float(t0), float(t1)
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise ConfigurationError(f"`t0` and `t1` must be finite, got {t0} and {t1}.")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigurationError(f"`max_steps` must be a positive integer, got {max_steps!r}.")
+    if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
+        raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
+
+    is_tuple = isinstance(y0, tuple)
+    if is_tuple:
+        if len(y0) == 0:
+            raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
+        for i, y in enumerate(y0):
+            _check_y0(y, f"y0[{i}]")
+        flat0, unpack, pack = _packing(y0)  # type: ignore[arg-type]
+        sizes = [y.numel() for y in y0]  # type: ignore[union-attr]
+        if isinstance(controller, PIDController) and controller.norm is None:
+            controller = replace(controller, norm=_mixed_norm(sizes))
+        elif isinstance(controller, PIDController) and controller.norm is not None:
+            user_norm = controller.norm
+            controller = replace(controller, norm=lambda x: user_norm(unpack(x)))  # type: ignore[arg-type]
+    else:
+        _check_y0(y0, "y0")  # type: ignore[arg-type]
+        flat0, unpack, pack = y0, None, None  # type: ignore[assignment]
+
+    direction = 1.0 if t1 >= t0 else -1.0
+    out_ts = _as_floats("saveat.ts", saveat.ts)
+    for a, b in zip(out_ts, out_ts[1:]):
+        if (b - a) * direction < 0:
+            raise ConfigurationError(
+                f"`saveat.ts` must be monotone in the direction of integration "
+                f"({'increasing' if direction > 0 else 'decreasing'}), got {out_ts}."
+            )
+    lo, hi = min(t0, t1), max(t0, t1)
+    if out_ts and not (lo <= min(out_ts) and max(out_ts) <= hi):
+        raise ConfigurationError(f"`saveat.ts` must lie within [{lo}, {hi}], got {out_ts}.")
+    if saveat.t1 and (not out_ts or out_ts[-1] != t1):
+        out_ts.append(t1)
+
+    # Work in tau = direction * t, which always increases.
+    s0, s1 = direction * t0, direction * t1
+    taus = [direction * t for t in out_ts]
+    jumps = sorted({direction * t for t in _as_floats("jump_ts", jump_ts)})
+    jumps = [s for s in jumps if s0 < s < s1]
+    stops = sorted(set(jumps) | {direction * t for t in _as_floats("step_ts", step_ts)} | {s1})
+    stops = [s for s in stops if s0 < s <= s1]
+    jump_set = set(jumps)
+
+    time_dtype = flat0.dtype
+    fe = _Field(f, direction, time_dtype, flat0.device, unpack, pack, flat0.shape)
+    stats = Stats()
+    status = Status.SUCCESS
+    ys: list[Tensor | None] = [None] * len(taus)
+
+    out_i = 0
+    while out_i < len(taus) and taus[out_i] == s0:
+        ys[out_i] = flat0
+        out_i += 1
+
+    s = s0
+    y = flat0
+    finite_flags: list[tuple[float, Tensor]] = []
+    if s0 < s1:
+        f0 = solver.init(fe, s, y)
+        if not bool(torch.isfinite(f0).all()):
+            raise SolverError(
+                f"`func` returned non-finite values at t = {t0!r} for the initial state: "
+                f"{Status.NONFINITE}.",
+                status=Status.NONFINITE,
+                t=t0,
+            )
+        dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
+        constant = isinstance(controller, ConstantStepSize)
+        span = s1 - s0
+        stop_i = 0
+        while s < s1:
+            if stats.n_steps >= max_steps:
+                status = Status.MAX_STEPS_REACHED
+                break
+            while stops[stop_i] <= s:
+                stop_i += 1
+            target = stops[stop_i]
+            s_next = s + dt
+            if s_next >= target - _SNAP * dt:
+                s_next = target
+            if not (s_next - s > 8 * _EPS * max(abs(s), span)):
+                status = Status.DT_UNDERFLOW
+                break
+            fe.left_limit_at = s_next if s_next in jump_set else None
+            fe.right_limit_at = s if s in jump_set else None
+            step = solver.step(fe, s, s_next, y, f0)
+            stats.n_steps += 1
+            verdict = controller.adapt(s, s_next, y, step, solver, cstate)
+            cstate = verdict.state
+            if verdict.accept:
+                stats.n_accepted += 1
+                while out_i < len(taus) and taus[out_i] <= s_next:
+                    ys[out_i] = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i])
+                    out_i += 1
+                if constant:
+                    finite_flags.append((s_next, torch.isfinite(step.y1).all()))
+                s, y = s_next, step.y1
+                if step.f1 is not None and s not in jump_set:
+                    f0 = step.f1
+                elif s < s1:
+                    fe.left_limit_at = None
+                    fe.right_limit_at = s if s in jump_set else None
+                    f0 = solver.init(fe, s, y)
+            else:
+                stats.n_rejected += 1
+                if not verdict.finite and verdict.dt <= 8 * _EPS * max(abs(s), span):
+                    status = Status.NONFINITE
+                    break
+            if verdict.accept and s_next == target and verdict.dt < dt:
+                # A step shortened to land on a stop says little about the step size.
+                dt = max(verdict.dt, dt)
+            else:
+                dt = verdict.dt
+        if constant and finite_flags and status == Status.SUCCESS:
+            flags = torch.stack([flag for _, flag in finite_flags])
+            if not bool(flags.all()):
+                first = int((~flags).nonzero()[0])
+                s = finite_flags[first][0]
+                status = Status.NONFINITE
+    stats.nfe = fe.nfe
+
+    t_reached = direction * s
+    if status != Status.SUCCESS and throw:
+        raise SolverError(
+            f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}.",
+            status=status,
+            t=t_reached,
+        )
+    nan = torch.full_like(flat0, math.nan)
+    stacked = torch.stack([nan if v is None else v for v in ys]) if ys else flat0.new_empty((0, *flat0.shape))
+    if status == Status.NONFINITE:
+        stacked = torch.stack(
+            [nan if v is None or direction * out_ts[i] > direction * t_reached else v for i, v in enumerate(ys)]
+        )
+    result: State = stacked
+    if unpack is not None:
+        sizes = [y.numel() for y in y0]  # type: ignore[union-attr]
+        shapes = [y.shape for y in y0]  # type: ignore[union-attr]
+        result = tuple(
+            p.reshape(len(out_ts), *shape)
+            for p, shape in zip(torch.split(stacked, sizes, dim=1), shapes)
+        )
+    ts = torch.tensor(out_ts, dtype=time_dtype, device=flat0.device)
+    return Solution(ts=ts, ys=result, stats=stats, status=status, t_final=t_reached)
