@@ -25,6 +25,7 @@ from ._odeint import (
 )
 from ._solve import SaveAt, Solution, Stats, solve
 from ._solvers import (
+    RK4,
     AbstractExplicitRK,
     AbstractSolver,
     Bosh3,
@@ -35,7 +36,6 @@ from ._solvers import (
     HeunEuler,
     Midpoint,
     Ralston,
-    RK4,
     RK4ThreeEighths,
     StepResult,
     Tsit5,
@@ -70,6 +70,7 @@ __all__ = [
     "HEUN_TABLEAU",
     "MIDPOINT_TABLEAU",
     "RALSTON_TABLEAU",
+    "RK4",
     "RK4_38_TABLEAU",
     "RK4_TABLEAU",
     "TSIT5_TABLEAU",
@@ -89,7 +90,6 @@ __all__ = [
     "Midpoint",
     "OdeCoreError",
     "PIDController",
-    "RK4",
     "RK4ThreeEighths",
     "Ralston",
     "SaveAt",

@@ -14,8 +14,11 @@ from torch import Tensor
 from ._errors import ConfigurationError
 from ._solvers import AbstractSolver, Field, StepResult
 
-Norm = Callable[[Tensor], Tensor]
-"""Maps the scaled error ``y_err / (atol + rtol * max(|y0|, |y1|))`` to a scalar."""
+Norm = Callable[[Any], Tensor]
+"""Maps the scaled error ``y_err / (atol + rtol * max(|y0|, |y1|))`` to a 0-dim tensor.
+
+It receives a tensor, or for a tuple state a tuple of tensors shaped like the state.
+"""
 
 
 def rms_norm(x: Tensor) -> Tensor:
@@ -28,7 +31,8 @@ def rms_norm(x: Tensor) -> Tensor:
     """
     if x.numel() == 0:
         return x.new_zeros(())
-    return torch.linalg.vector_norm(x) / math.sqrt(x.numel())
+    norm: Tensor = torch.linalg.vector_norm(x)
+    return norm / math.sqrt(x.numel())
 
 
 class Adaptation(NamedTuple):

@@ -6,6 +6,7 @@ controller objects; it holds no solver logic.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from ._controllers import ConstantStepSize, PIDController
 from ._errors import ConfigurationError
 from ._solve import SaveAt, State, VectorField, solve
 from ._solvers import (
+    RK4,
     AbstractSolver,
     Bosh3,
     Dopri5,
@@ -25,7 +27,6 @@ from ._solvers import (
     HeunEuler,
     Midpoint,
     Ralston,
-    RK4,
     RK4ThreeEighths,
     Tsit5,
 )
@@ -85,7 +86,7 @@ def _check_t(t: Tensor) -> list[float]:
     ts = t.detach().tolist()
     if not all(math.isfinite(x) for x in ts):
         raise ValueError(f"`t` must hold finite times, got {ts}.")
-    diffs = [b - a for a, b in zip(ts, ts[1:])]
+    diffs = [b - a for a, b in itertools.pairwise(ts)]
     if diffs and not (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)):
         raise ValueError(f"`t` must be strictly increasing or strictly decreasing, got {ts}.")
     return [float(x) for x in ts]
@@ -164,8 +165,7 @@ def odeint(
     unknown = sorted(set(opts) - set(known))
     if unknown:
         raise ConfigurationError(
-            f"Unknown option(s) {unknown} for method {method!r}; known options: "
-            f"{', '.join(known)}."
+            f"Unknown option(s) {unknown} for method {method!r}; known options: {', '.join(known)}."
         )
     rtol = _positive("rtol", rtol)
     atol = _positive("atol", atol)
@@ -230,5 +230,3 @@ def _times(value: Any) -> list[float]:
     if isinstance(value, Tensor):
         return [float(v) for v in value.detach().reshape(-1).tolist()]
     return [float(v) for v in value]
-
-

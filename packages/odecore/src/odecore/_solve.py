@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Union
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -15,11 +15,11 @@ from ._controllers import AbstractController, ConstantStepSize, PIDController, r
 from ._errors import ConfigurationError, SolverError, Status
 from ._solvers import AbstractSolver
 
-State = Union[Tensor, tuple[Tensor, ...]]
+State = Tensor | tuple[Tensor, ...]
 VectorField = Callable[[Tensor, State], State]
 """The user's vector field ``f(t, y)``: ``t`` a 0-dim tensor, ``y`` like ``y0``."""
 
-Times = Union[Sequence[float], Tensor]
+Times = Sequence[float] | Tensor
 
 _EPS = 2.220446049250313e-16
 _SNAP = 1e-7  # a step that ends within _SNAP * dt of a stop lands on it
@@ -147,11 +147,11 @@ class _Field:
 
     def __call__(self, t: float, y: Tensor) -> Tensor:
         self.nfe += 1
-        out = self.f(self.time(t), y if self.unpack is None else self.unpack(y))
-        if self.pack is not None:
-            out = self.pack(out)  # type: ignore[arg-type]
+        raw = self.f(self.time(t), y if self.unpack is None else self.unpack(y))
+        out = self.pack(raw) if self.pack is not None else raw
         if not self.checked:
             self._check(out)
+        out = cast(Tensor, out)  # checked on the first call
         return out if self.direction > 0 else -out
 
     def _check(self, out: object) -> None:
@@ -165,7 +165,9 @@ class _Field:
         self.checked = True
 
 
-def _packing(y0: tuple[Tensor, ...]) -> tuple[Tensor, Callable[[Tensor], State], Callable[[State], Tensor]]:
+def _packing(
+    y0: tuple[Tensor, ...],
+) -> tuple[Tensor, Callable[[Tensor], State], Callable[[State], Tensor]]:
     shapes = [y.shape for y in y0]
     sizes = [y.numel() for y in y0]
     dtype, device = y0[0].dtype, y0[0].device
@@ -279,7 +281,8 @@ def solve(
         controller = PIDController() if solver.adaptive else ConstantStepSize()
     if not isinstance(controller, AbstractController):
         raise TypeError(
-            f"`controller` must be an odecore controller such as PIDController(), got {controller!r}."
+            "`controller` must be an odecore controller such as PIDController(), "
+            f"got {controller!r}."
         )
     if saveat is None:
         saveat = SaveAt(t1=True)
@@ -291,26 +294,28 @@ def solve(
     if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
         raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
 
-    is_tuple = isinstance(y0, tuple)
-    if is_tuple:
+    unpack: Callable[[Tensor], State] | None = None
+    pack: Callable[[State], Tensor] | None = None
+    if isinstance(y0, tuple):
         if len(y0) == 0:
             raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
         for i, y in enumerate(y0):
             _check_y0(y, f"y0[{i}]")
-        flat0, unpack, pack = _packing(y0)  # type: ignore[arg-type]
-        sizes = [y.numel() for y in y0]  # type: ignore[union-attr]
+        flat0, unpack, pack = _packing(y0)
+        sizes = [y.numel() for y in y0]
         if isinstance(controller, PIDController) and controller.norm is None:
             controller = replace(controller, norm=_mixed_norm(sizes))
         elif isinstance(controller, PIDController) and controller.norm is not None:
             user_norm = controller.norm
-            controller = replace(controller, norm=lambda x: user_norm(unpack(x)))  # type: ignore[arg-type]
+            unpack_ = unpack
+            controller = replace(controller, norm=lambda x: user_norm(unpack_(x)))
     else:
-        _check_y0(y0, "y0")  # type: ignore[arg-type]
-        flat0, unpack, pack = y0, None, None  # type: ignore[assignment]
+        _check_y0(y0, "y0")
+        flat0 = y0
 
     direction = 1.0 if t1 >= t0 else -1.0
     out_ts = _as_floats("saveat.ts", saveat.ts)
-    for a, b in zip(out_ts, out_ts[1:]):
+    for a, b in itertools.pairwise(out_ts):
         if (b - a) * direction < 0:
             raise ConfigurationError(
                 f"`saveat.ts` must be monotone in the direction of integration "
@@ -417,15 +422,22 @@ def solve(
             t=t_reached,
         )
     nan = torch.full_like(flat0, math.nan)
-    stacked = torch.stack([nan if v is None else v for v in ys]) if ys else flat0.new_empty((0, *flat0.shape))
+    stacked = (
+        torch.stack([nan if v is None else v for v in ys])
+        if ys
+        else flat0.new_empty((0, *flat0.shape))
+    )
     if status == Status.NONFINITE:
         stacked = torch.stack(
-            [nan if v is None or direction * out_ts[i] > direction * t_reached else v for i, v in enumerate(ys)]
+            [
+                nan if v is None or direction * out_ts[i] > direction * t_reached else v
+                for i, v in enumerate(ys)
+            ]
         )
     result: State = stacked
-    if unpack is not None:
-        sizes = [y.numel() for y in y0]  # type: ignore[union-attr]
-        shapes = [y.shape for y in y0]  # type: ignore[union-attr]
+    if isinstance(y0, tuple):
+        sizes = [y.numel() for y in y0]
+        shapes = [y.shape for y in y0]
         result = tuple(
             p.reshape(len(out_ts), *shape)
             for p, shape in zip(torch.split(stacked, sizes, dim=1), shapes)

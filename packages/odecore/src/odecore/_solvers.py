@@ -132,7 +132,12 @@ class AbstractExplicitRK(AbstractSolver):
         return _combine(y0, t1 - t0, weights, step.ks)
 
 
-def _combine(y0: Tensor, h: float, weights: tuple[float, ...] | list[float], ks: list[Tensor] | tuple[Tensor, ...]) -> Tensor:
+def _combine(
+    y0: Tensor,
+    h: float,
+    weights: tuple[float, ...] | list[float],
+    ks: list[Tensor] | tuple[Tensor, ...],
+) -> Tensor:
     """``y0 + h * sum_i w_i k_i`` skipping zero weights, without in-place writes."""
     out = y0
     for w, k in zip(weights, ks):

@@ -206,7 +206,9 @@ def _rows(rows: Sequence[Sequence[Fraction | int | str]]) -> tuple[tuple[float, 
     return tuple(_floats(r) for r in rows)
 
 
-def _err(b: Sequence[Fraction | int | str], bhat: Sequence[Fraction | int | str]) -> tuple[float, ...]:
+def _err(
+    b: Sequence[Fraction | int | str], bhat: Sequence[Fraction | int | str]
+) -> tuple[float, ...]:
     return tuple(float(Fraction(x) - Fraction(y)) for x, y in zip(b, bhat))
 
 
@@ -221,9 +223,7 @@ MIDPOINT_TABLEAU = ButcherTableau(c=(0.0, 0.5), a=((), (0.5,)), b=(0.0, 1.0))
 HEUN_TABLEAU = ButcherTableau(c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5))
 """Heun's method (explicit trapezoidal rule): order 2, two stages."""
 
-RALSTON_TABLEAU = ButcherTableau(
-    c=(0.0, 2 / 3), a=((), (2 / 3,)), b=(0.25, 0.75)
-)
+RALSTON_TABLEAU = ButcherTableau(c=(0.0, 2 / 3), a=((), (2 / 3,)), b=(0.25, 0.75))
 """Ralston's second-order method (minimum error bound): order 2, two stages."""
 
 RK4_TABLEAU = ButcherTableau(
@@ -242,9 +242,7 @@ RK4_38_TABLEAU = ButcherTableau(
 
 # --- embedded pairs -----------------------------------------------------------------
 
-HEUN_EULER_TABLEAU = ButcherTableau(
-    c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5), b_err=(-0.5, 0.5)
-)
+HEUN_EULER_TABLEAU = ButcherTableau(c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5), b_err=(-0.5, 0.5))
 """Heun-Euler 2(1): Heun's method with forward Euler as the embedded estimate."""
 
 _BS_B = [_f("2/9"), _f("1/3"), _f("4/9"), _f("0")]
@@ -301,7 +299,7 @@ _TS5_A_TAIL = (  # a_ij for j >= 2; a_i1 = c_i - sum of the rest
     (0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774),
 )
 _TS5_A = tuple(
-    (() if i == 0 else (_TS5_C[i] - math.fsum(tail),) + tail) for i, tail in enumerate(_TS5_A_TAIL)
+    (() if i == 0 else (_TS5_C[i] - math.fsum(tail), *tail)) for i, tail in enumerate(_TS5_A_TAIL)
 )
 _TS5_B = _TS5_A[-1] + (0.0,)
 TSIT5_TABLEAU = ButcherTableau(
@@ -380,13 +378,13 @@ def _exact_rows(rows: Sequence[Sequence[str]], c: Sequence[str]) -> tuple[tuple[
     sums miss ``c_i`` by up to 1e-18 in exact arithmetic; the first entry absorbs
     the difference, keeping the tableau consistent to rounding.
     """
-    out = []
+    out: list[tuple[float, ...]] = []
     for row, ci in zip(rows, c):
         if not row:
             out.append(())
             continue
         tail = [Fraction(x) for x in row[1:]]
-        out.append((float(Fraction(ci) - sum(tail, Fraction(0))),) + tuple(float(x) for x in tail))
+        out.append((float(Fraction(ci) - sum(tail, Fraction(0))), *tuple(float(x) for x in tail)))
     return tuple(out)
 
 

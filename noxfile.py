@@ -1,0 +1,118 @@
+"""Every check of the monorepo, one nox session per concern.
+
+``nox`` runs the default sessions (what CI runs); ``nox -l`` lists them all.
+Each package's tests run in a virtual environment holding that package and the
+packages below it only, so an accidental upward import fails there.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import nox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - nox runs on the project's Python 3.11
+    import tomli as tomllib
+
+ROOT = pathlib.Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+# Bottom layer first. A package is tested once packages/<name>/ exists.
+LAYERS = ["odecore", "odelayers", "contnet", "odebench"]
+PACKAGES = [name for name in LAYERS if (ROOT / "packages" / name / "pyproject.toml").exists()]
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", "torchdiffeq>=0.2.3"]
+
+nox.options.sessions = ["lint", "tests", "layers", "typecheck", "docs", "examples"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+
+def _install_packages(session: nox.Session, upto: str | None = None) -> None:
+    """Install the packages from the bottom layer up to ``upto`` (all by default)."""
+    names = PACKAGES if upto is None else PACKAGES[: PACKAGES.index(upto) + 1]
+    session.install(*CONSTRAINTS, *(str(ROOT / "packages" / name) for name in names))
+
+
+@nox.session(python="3.11")
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """Install one package (and the layers below it) alone, then run its tests and doctests."""
+    _install_packages(session, upto=package)
+    session.install(*CONSTRAINTS, *TEST_DEPS)
+    # pytest exits with 5 when it collects no test; nox treats that as a failure.
+    session.run(
+        "pytest",
+        f"tests/{package}",
+        "--doctest-modules",
+        "--pyargs",
+        package,
+        *session.posargs,
+    )
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """Ruff: lint rules and formatting."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def layers(session: nox.Session) -> None:
+    """Check the import-linter contracts (layers, light libraries) over the existing packages."""
+    _install_packages(session)
+    session.install("import-linter>=2.0")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    present = [name for name in config["root_packages"] if name in PACKAGES]
+    lines = [
+        "[importlinter]",
+        "root_packages =",
+        *(f"    {name}" for name in present),
+        f"include_external_packages = {config['include_external_packages']}",
+    ]
+    for i, contract in enumerate(config["contracts"]):
+        lines += ["", f"[importlinter:contract:{i}]"]
+        for key, value in contract.items():
+            if isinstance(value, list):
+                if key in ("layers", "source_modules"):
+                    value = [v for v in value if v in present]
+                lines.append(f"{key} =")
+                lines += [f"    {v}" for v in value]
+            else:
+                lines.append(f"{key} = {value}")
+    path = pathlib.Path(session.create_tmp()) / "importlinter.ini"
+    path.write_text("\n".join(lines) + "\n")
+    session.run("lint-imports", str(path), "--no-cache")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on every package's src/."""
+    _install_packages(session)
+    session.install(*CONSTRAINTS, "mypy>=1.10")
+    session.run("mypy", *(f"packages/{name}/src" for name in PACKAGES))
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx site with warnings as errors, then run the doctests of the guides."""
+    _install_packages(session)
+    session.install(*CONSTRAINTS, "sphinx>=7", "myst-parser>=2", "pytest>=8")
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    session.run("pytest", "--doctest-glob=*.md", "docs", "-p", "no:cacheprovider")
+
+
+@nox.session(python="3.11")
+def examples(session: nox.Session) -> None:
+    """Run every example in its smoke mode (a few seconds each)."""
+    _install_packages(session)
+    session.install(*CONSTRAINTS, "matplotlib>=3.7")
+    out = session.create_tmp()
+    scripts = sorted((ROOT / "examples").glob("*.py"))
+    if not scripts:
+        session.error("no examples found under examples/")
+    for script in scripts:
+        session.run("python", str(script), "--smoke", "--out", out)
