@@ -56,8 +56,8 @@ _STATUS_MESSAGES = {
         "odeint options) or loosen the tolerances"
     ),
     Status.DT_UNDERFLOW: (
-        "the step size underflowed; the problem may be stiff or singular here: try "
-        "looser tolerances or an implicit scipy method"
+        "the step size underflowed; the problem may be stiff, or the solution may blow "
+        "up here: check the vector field or loosen the tolerances"
     ),
     Status.NONFINITE: (
         "the state or its derivative became non-finite (NaN or inf); check the vector "

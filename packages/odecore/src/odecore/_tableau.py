@@ -101,7 +101,7 @@ class ButcherTableau:
 
     @property
     def fsal(self) -> bool:
-        """First same as last: the last stage is ``f(t1, y1)``, the next step's first.
+        """Whether the last stage is ``f(t1, y1)``, the next step's first (first same as last).
 
         Derived from the coefficients: the last row of ``a`` equals ``b`` and
         ``c[-1] == 1``.

@@ -1,0 +1,332 @@
+"""Sphinx configuration of the continuous-depth documentation site.
+
+Build (warnings are errors) and run the examples of the pages::
+
+    sphinx-build -W --keep-going -b html docs docs/_build/html
+    pytest --doctest-glob="*.md" docs
+
+The examples of the docstrings run with the package's tests
+(``pytest --doctest-modules --pyargs odecore``).
+
+At build time this file also writes the table of schemes
+(``docs/_generated/odecore_schemes.md``) from the tableaus themselves, so that
+the page never disagrees with the code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+GENERATED = DOCS / "_generated"
+
+# The packages of the monorepo, lowest layer first. Only the ones that exist are
+# documented.
+PACKAGES = ["odecore", "odelayers", "contnet", "odebench"]
+
+# Use the installed packages; fall back to the sources under packages/*/src.
+for _name in PACKAGES:
+    _src = ROOT / "packages" / _name / "src"
+    if importlib.util.find_spec(_name) is None and (_src / _name).is_dir():
+        sys.path.insert(0, str(_src))
+
+PUBLISHED = [name for name in PACKAGES if importlib.util.find_spec(name) is not None]
+
+# -- Project ---------------------------------------------------------------------------
+
+project = "continuous-depth"
+author = "the continuous-depth contributors"
+copyright = "the continuous-depth contributors"
+
+# -- General ---------------------------------------------------------------------------
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+]
+
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
+root_doc = "index"
+
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_heading_anchors = 3
+
+html_theme = "alabaster"
+html_title = "continuous-depth"
+
+# -- autodoc + napoleon ----------------------------------------------------------------
+
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_member_order = "bysource"
+autodoc_class_signature = "mixed"
+autodoc_default_options = {"exclude-members": "__init__, __new__, __post_init__"}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+napoleon_attr_annotations = True
+
+# -- Cross references ------------------------------------------------------------------
+#
+# No intersphinx (the build runs offline), so references to types outside this
+# project cannot resolve. They, and only they, are listed here (Sphinx itself
+# resolves the built-ins and ``typing.Any``).
+
+nitpicky = True
+nitpick_ignore = [
+    ("py:class", "abc.ABC"),
+    ("py:class", "collections.abc.Callable"),
+    ("py:class", "collections.abc.Mapping"),
+    ("py:class", "collections.abc.Sequence"),
+]
+nitpick_ignore_regex = [
+    # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...
+    (r"py:(class|obj|data)", r"torch\.[\w.]+"),
+]
+
+
+_PRIVATE_NAME = re.compile(r"\b(?P<package>\w+)\._\w+\.(?P<name>\w+)")
+
+
+def _public_types(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """Write ``:type: odecore._solve.Stats`` (napoleon's attribute types) as ``odecore.Stats``.
+
+    Public objects are defined in private modules and re-exported under the
+    package; the pages should name them the way users import them.
+    """
+
+    def public(match: re.Match[str]) -> str:
+        if match["package"] not in PUBLISHED:
+            return match[0]
+        return f"{match['package']}.{match['name']}"
+
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(":type"):
+            lines[i] = _PRIVATE_NAME.sub(public, line)
+
+
+def _private_attr_doc(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """Module-level constants re-exported by a package take the docstring of their definition.
+
+    ``odecore.DOPRI5_TABLEAU`` is documented where it is defined, in
+    ``odecore._tableau``; autodoc only looks in ``odecore/__init__.py``.
+    """
+    if what != "data":
+        return
+    from sphinx.pycode import ModuleAnalyzer
+
+    package, _, attr = name.rpartition(".")
+    if package not in PUBLISHED:
+        return
+    for modname in sorted(sys.modules):
+        if not modname.startswith(package + "._"):
+            continue
+        module = sys.modules[modname]
+        if getattr(module, attr, None) is not obj:
+            continue
+        docs = ModuleAnalyzer.for_module(modname).find_attr_docs()
+        # Without a docstring of its own, autodoc would show the docstring of its type.
+        lines[:] = list(docs.get(("", attr), []))
+        return
+
+
+_INITIAL = re.compile(r"^(\s+)([A-Z])\. ")
+
+
+def _escape_initials(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """Keep ``L. Euler, ...`` in a ``References:`` section from becoming a list item "L.".
+
+    reST reads a line that starts with a capital letter and a full stop as an
+    enumerated list; the author's initial would vanish from the page. Runs before
+    napoleon, on the Google-style text.
+    """
+    in_references = False
+    for i, line in enumerate(lines):
+        if line.strip() == "References:":
+            in_references = True
+        elif line and not line[0].isspace():
+            in_references = False
+        elif in_references:
+            lines[i] = _INITIAL.sub(r"\1\2\\. ", line)
+
+
+# -- The table of schemes, generated from the tableaus ---------------------------------
+#
+# The order of the method comes from the solver class; the order of the embedded
+# estimate and of the dense output are computed here from the Butcher order
+# conditions (one per rooted tree), and the class's order is checked the same way.
+
+_ORDER_TOL = 1e-10
+
+
+@functools.cache
+def _trees(n: int) -> list[tuple[Any, ...]]:
+    """Rooted trees with ``n`` nodes, each a sorted tuple of its subtrees."""
+    if n == 1:
+        return [()]
+    return sorted({new for tree in _trees(n - 1) for new in _grow(tree)})
+
+
+def _grow(tree: tuple[Any, ...]) -> Any:
+    """Every tree made from ``tree`` by adding one leaf."""
+    yield tuple(sorted((*tree, ())))
+    for i, child in enumerate(tree):
+        for new in _grow(child):
+            yield tuple(sorted((*tree[:i], new, *tree[i + 1 :])))
+
+
+def _size(tree: tuple[Any, ...]) -> int:
+    return 1 + sum(_size(child) for child in tree)
+
+
+def _density(tree: tuple[Any, ...]) -> int:
+    return _size(tree) * math.prod(_density(child) for child in tree)
+
+
+def _stage_weights(tree: tuple[Any, ...], a: list[list[float]]) -> list[float]:
+    """The elementary weights ``Phi_i(tree)`` of every stage ``i``."""
+    s = len(a)
+    out = [1.0] * s
+    for child in tree:
+        inner = _stage_weights(child, a)
+        out = [out[i] * math.fsum(a[i][j] * inner[j] for j in range(s)) for i in range(s)]
+    return out
+
+
+def _order(
+    a: list[list[float]], weights: Any, limit: int, thetas: tuple[float, ...] = (1.0,)
+) -> int:
+    """Largest ``p <= limit`` such that ``weights`` meet every order condition up to ``p``.
+
+    ``weights(theta)`` gives the stage weights of the (continuous) solution at
+    ``theta`` of the step; the conditions are ``sum_i b_i(theta) Phi_i(t) =
+    theta**|t| / gamma(t)``, checked at each of ``thetas``.
+    """
+    for p in range(1, limit + 1):
+        for tree in _trees(p):
+            phi = _stage_weights(tree, a)
+            for theta in thetas:
+                b = weights(theta)
+                lhs = math.fsum(bi * x for bi, x in zip(b, phi))
+                if abs(lhs - theta**p / _density(tree)) > _ORDER_TOL:
+                    return p - 1
+    return limit
+
+
+def _fixed(values: tuple[float, ...]) -> Any:
+    return lambda theta: values
+
+
+def _references(cls: type) -> str:
+    """The ``References:`` section of a class docstring, on one line."""
+    lines = inspect.getdoc(cls).splitlines()  # type: ignore[union-attr]
+    try:
+        start = lines.index("References:") + 1
+    except ValueError:
+        return ""
+    out = []
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            break
+        out.append(line.strip())
+    return " ".join(x for x in out if x)
+
+
+def _schemes_table() -> tuple[str, list[str]]:
+    import odecore
+
+    rows = [
+        "| Method | Class | Order | Error estimate | Stages | Evaluations per step "
+        "| FSAL | Step size | Dense output | Reference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    methods = [*odecore.FIXED_METHODS.items(), *odecore.ADAPTIVE_METHODS.items()]
+    problems = []
+    for method, cls in methods:
+        tab = cls.tableau
+        s = tab.stages
+        a = [list(row) + [0.0] * (s - len(row)) for row in tab.a]
+        order = _order(a, _fixed(tab.b), cls.order + 1)
+        if order != cls.order:
+            problems.append(
+                f"{cls.__name__}.order is {cls.order}, but its tableau has order {order}"
+            )
+        if tab.b_err is None:
+            estimate = "none"
+        else:
+            b_hat = tuple(b - e for b, e in zip(tab.b, tab.b_err))
+            estimate = f"order {_order(a, _fixed(b_hat), cls.order)}"
+        if tab.dense is None:
+            extra = s - 1
+            dense = f"sub-step, order {cls.order}, +{extra} per output time"
+        else:
+            dense_rows = tab.dense
+
+            def continuous(theta: float, rows: Any = dense_rows) -> tuple[float, ...]:
+                return tuple(
+                    math.fsum(c * theta ** (j + 1) for j, c in enumerate(row)) for row in rows
+                )
+
+            degree = max(len(row) for row in dense_rows)
+            dense_order = _order(a, continuous, cls.order, (0.2, 0.5, 0.7, 1.0))
+            dense = f"free, degree {degree}, order {dense_order}"
+        reference = _references(cls) or "—"
+        rows.append(
+            f"| `{method}` | {{py:class}}`~odecore.{cls.__name__}` | {cls.order} "
+            f"| {estimate} | {s} | {tab.evaluations_per_step} | {'yes' if tab.fsal else 'no'} "
+            f"| {'adaptive' if tab.adaptive else 'fixed'} | {dense} | {reference} |"
+        )
+    return "\n".join(rows) + "\n", problems
+
+
+def _write_generated(app: Any) -> None:
+    from sphinx.util import logging
+
+    logger = logging.getLogger(__name__)
+    GENERATED.mkdir(exist_ok=True)
+    if "odecore" not in PUBLISHED:
+        return
+    text, problems = _schemes_table()
+    for problem in problems:
+        logger.warning("schemes table: %s", problem)
+    header = "<!-- Generated by docs/conf.py from the tableaus; do not edit. -->\n\n"
+    path = GENERATED / "odecore_schemes.md"
+    if not path.exists() or path.read_text(encoding="utf-8") != header + text:
+        path.write_text(header + text, encoding="utf-8")
+
+
+def _check_all_documented(app: Any, env: Any) -> None:
+    """Every name in a package's ``__all__`` has an entry in the API reference."""
+    from sphinx.util import logging
+
+    logger = logging.getLogger(__name__)
+    documented = set(env.domains["py"].objects)
+    for name in PUBLISHED:
+        package = importlib.import_module(name)
+        missing = [x for x in package.__all__ if f"{name}.{x}" not in documented]
+        if missing:
+            logger.warning("%s.__all__ has names the API reference lacks: %s", name, missing)
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", _write_generated)
+    app.connect("autodoc-process-docstring", _private_attr_doc, priority=200)
+    app.connect("autodoc-process-docstring", _escape_initials, priority=100)
+    app.connect("env-check-consistency", _check_all_documented)
+    app.connect("autodoc-process-docstring", _public_types, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
