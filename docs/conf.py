@@ -271,10 +271,14 @@ def _schemes_table() -> tuple[str, list[str]]:
         else:
             b_hat = tuple(b - e for b, e in zip(tab.b, tab.b_err))
             estimate = f"order {_order(a, _fixed(b_hat), cls.order)}"
-        if tab.dense is None:
-            extra = s - 1
-            dense = f"sub-step, order {cls.order}, +{extra} per output time"
+        solver = cls()
+        if solver.dense_kind == "hermite":
+            m = max(0, math.ceil((cls.order - 3) / 2))
+            per_node = s - 1 if tab.fsal else s
+            extra = m * per_node + (0 if tab.fsal else 1)
+            dense = f"Hermite, degree {2 * m + 3}, {m} sub-step(s), +{extra} per step with outputs"
         else:
+            assert tab.dense is not None
             dense_rows = tab.dense
 
             def continuous(theta: float, rows: Any = dense_rows) -> tuple[float, ...]:
@@ -284,7 +288,12 @@ def _schemes_table() -> tuple[str, list[str]]:
 
             degree = max(len(row) for row in dense_rows)
             dense_order = _order(a, continuous, cls.order, (0.2, 0.5, 0.7, 1.0))
-            dense = f"free, degree {degree}, order {dense_order}"
+            if dense_order != tab.dense_order:
+                problems.append(
+                    f"{cls.__name__}: tableau.dense_order is {tab.dense_order}, but its "
+                    f"extension has order {dense_order}"
+                )
+            dense = f"free polynomial, degree {degree}, order {dense_order}"
         reference = _references(cls) or "—"
         rows.append(
             f"| `{method}` | {{py:class}}`~odecore.{cls.__name__}` | {cls.order} "

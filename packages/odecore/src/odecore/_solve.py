@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -206,6 +207,40 @@ def _mixed_norm(sizes: list[int]) -> Callable[[Tensor], Tensor]:
     return norm
 
 
+def _tiny(s: float, span: float) -> float:
+    """Step sizes at or below this are lost in the rounding of ``s``."""
+    return 8 * _EPS * max(abs(s), span)
+
+
+def _merge_stops(
+    s0: float, s1: float, jumps: set[float], steps: set[float]
+) -> tuple[list[float], set[float]]:
+    """Sorted times in ``(s0, s1]`` on which steps must end, and those that are jumps.
+
+    Stops closer together than rounding (e.g. ``0.1 * 6`` and ``0.6``) are merged,
+    keeping a jump's own value; stops within rounding of ``s0`` or ``s1`` merge into
+    them, so jumps at either end are kept (the first and last stages see the limit
+    from inside the interval).
+    """
+    tol = _tiny(max(abs(s0), abs(s1)), s1 - s0)
+    candidates = sorted(
+        [(t, t in jumps) for t in (jumps | steps) if s0 - tol <= t <= s1 + tol]
+        + [(s0, False), (s1, False)]
+    )
+    merged: list[tuple[float, bool]] = []
+    for t, is_jump in candidates:
+        if merged and t - merged[-1][0] <= tol:
+            prev, prev_jump = merged[-1]
+            keep = prev if prev in (s0, s1) or (prev_jump and not is_jump) else t
+            if t in (s0, s1):
+                keep = t
+            merged[-1] = (keep, prev_jump or is_jump)
+        else:
+            merged.append((t, is_jump))
+    jump_set = {t for t, is_jump in merged if is_jump}
+    return [t for t, _ in merged if t > s0], jump_set
+
+
 def _check_y0(y0: Tensor, name: str) -> None:
     if not isinstance(y0, Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(y0).__name__}.")
@@ -330,11 +365,9 @@ def solve(
     # Work in tau = direction * t, which always increases.
     s0, s1 = direction * t0, direction * t1
     taus = [direction * t for t in out_ts]
-    jumps = sorted({direction * t for t in _as_floats("jump_ts", jump_ts)})
-    jumps = [s for s in jumps if s0 < s < s1]
-    stops = sorted(set(jumps) | {direction * t for t in _as_floats("step_ts", step_ts)} | {s1})
-    stops = [s for s in stops if s0 < s <= s1]
-    jump_set = set(jumps)
+    jumps = {direction * t for t in _as_floats("jump_ts", jump_ts)}
+    steps = {direction * t for t in _as_floats("step_ts", step_ts)}
+    stops, jump_set = _merge_stops(s0, s1, jumps, steps)
 
     time_dtype = flat0.dtype
     fe = _Field(f, direction, time_dtype, flat0.device, unpack, pack, flat0.shape)
@@ -351,6 +384,7 @@ def solve(
     y = flat0
     finite_flags: list[tuple[float, Tensor]] = []
     if s0 < s1:
+        fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
         if not bool(torch.isfinite(f0).all()):
             status = Status.NONFINITE
@@ -368,7 +402,7 @@ def solve(
             s_next = s + dt
             if s_next >= target - _SNAP * dt:
                 s_next = target
-            if not (s_next - s > 8 * _EPS * max(abs(s), span)):
+            if dt <= _tiny(s, span):
                 status = Status.DT_UNDERFLOW
                 break
             fe.left_limit_at = s_next if s_next in jump_set else None
@@ -379,9 +413,11 @@ def solve(
             cstate = verdict.state
             if verdict.accept:
                 stats.n_accepted += 1
-                while out_i < len(taus) and taus[out_i] <= s_next:
-                    ys[out_i] = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i])
-                    out_i += 1
+                out_j = bisect.bisect_right(taus, s_next, lo=out_i)
+                if out_j > out_i:
+                    values = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i:out_j])
+                    ys[out_i:out_j] = values
+                    out_i = out_j
                 # Checked once at the end: no host sync per step.
                 finite_flags.append((s_next, torch.isfinite(step.y1).all()))
                 s, y = s_next, step.y1
@@ -393,7 +429,7 @@ def solve(
                     f0 = solver.init(fe, s, y)
             else:
                 stats.n_rejected += 1
-                if not verdict.finite and verdict.dt <= 8 * _EPS * max(abs(s), span):
+                if not verdict.finite and verdict.dt <= _tiny(s, span):
                     status = Status.NONFINITE
                     break
             if verdict.accept and s_next == target and verdict.dt < dt:
@@ -405,7 +441,7 @@ def solve(
             flags = torch.stack([flag for _, flag in finite_flags])
             if not bool(flags.all()):
                 first = int((~flags).nonzero()[0])
-                s = finite_flags[first][0]
+                s = finite_flags[first - 1][0] if first > 0 else s0
                 status = Status.NONFINITE
     stats.nfe = fe.nfe
 

@@ -52,6 +52,7 @@ class ButcherTableau:
     b: tuple[float, ...]
     b_err: tuple[float, ...] | None = None
     dense: tuple[tuple[float, ...], ...] | None = None
+    dense_order: int | None = None
 
     def __post_init__(self) -> None:
         s = len(self.c)
@@ -84,6 +85,8 @@ class ButcherTableau:
                     "`b_err` must sum to 0 (it is `b` minus another set of weights that "
                     f"sums to 1), got {math.fsum(self.b_err)!r}."
                 )
+        if (self.dense is None) != (self.dense_order is None):
+            raise ValueError("`dense` and `dense_order` must be given together.")
         if self.dense is not None:
             if len(self.dense) != s:
                 raise ValueError(f"`dense` must have {s} rows, got {len(self.dense)}.")
@@ -252,6 +255,7 @@ BOSH3_TABLEAU = ButcherTableau(
     b=_floats(_BS_B),
     b_err=_err(_BS_B, ["7/24", "1/4", "1/3", "1/8"]),
     dense=_hermite_dense(_BS_B),
+    dense_order=3,
 )
 """Bogacki-Shampine 3(2): four stages, FSAL, cubic Hermite dense output."""
 
@@ -285,6 +289,7 @@ DOPRI5_TABLEAU = ButcherTableau(
     b=_floats(_DP5_B),
     b_err=_err(_DP5_B, _DP5_BHAT),
     dense=_shampine_dense(_DP5_B, _DP5_D),
+    dense_order=4,
 )
 """Dormand-Prince 5(4): seven stages, FSAL, Shampine's fourth-order dense output."""
 
@@ -326,6 +331,7 @@ TSIT5_TABLEAU = ButcherTableau(
         (0.0, -27.896526289197286, 65.09189467479366, -34.87065786149661),
         (0.0, 1.5, -4.0, 2.5),
     ),
+    dense_order=4,
 )
 """Tsitouras 5(4): seven stages, FSAL, a free fourth-order dense output."""
 
@@ -396,6 +402,6 @@ DOPRI8_TABLEAU = ButcherTableau(
 )
 """Prince-Dormand 8(7), RK8(7)13M: thirteen stages, eighth order with a seventh-order estimate.
 
-It has no free continuous extension of matching order, so output times inside a
-step are computed by a sub-step (eighth order, see :class:`odecore.AbstractExplicitRK`).
+It has no free continuous extension, so output times inside a step are read off a
+Hermite interpolant of sub-step values (see :class:`odecore.AbstractExplicitRK`).
 """

@@ -1,0 +1,546 @@
+"""Every error path: wrong arguments raise at once, failed solves raise SolverError."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import odecore
+import pytest
+import torch
+from odecore import SolverError, Status
+
+F64 = torch.float64
+T01 = torch.tensor([0.0, 1.0], dtype=F64)
+
+
+def decay(t, y):
+    return -y
+
+
+def odeint(y0=None, t=None, **kwargs):
+    """``odecore.odeint`` on y' = -y with defaults for what a test does not vary."""
+    func = kwargs.pop("func", decay)
+    y0 = torch.ones(3, dtype=F64) if y0 is None else y0
+    return odecore.odeint(func, y0, T01 if t is None else t, **kwargs)
+
+
+# --- y0 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_y0_must_be_floating(dtype):
+    y0 = torch.ones(3, dtype=dtype)
+    match = rf"`y0` has dtype {re.escape(str(dtype))}; the solver needs a floating dtype"
+    with pytest.raises(TypeError, match=match):
+        odeint(y0)
+
+
+def test_y0_must_be_a_tensor():
+    with pytest.raises(TypeError, match=r"`y0` must be a torch\.Tensor, got list"):
+        odeint([1.0, 2.0])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_y0_must_be_finite(bad):
+    y0 = torch.tensor([1.0, bad, 0.0], dtype=F64)
+    with pytest.raises(ValueError, match=r"`y0` holds non-finite values \(NaN or inf\)"):
+        odeint(y0)
+
+
+def test_tuple_y0_components_must_be_finite():
+    y0 = (torch.ones(2, dtype=F64), torch.tensor([0.0, math.nan], dtype=F64))
+    with pytest.raises(ValueError, match=r"`y0\[1\]` holds non-finite values"):
+        odeint(y0, func=lambda t, y: y)
+
+
+def test_tuple_y0_components_must_be_floating():
+    y0 = (torch.ones(2, dtype=F64), torch.ones(2, dtype=torch.int64))
+    with pytest.raises(TypeError, match=r"`y0\[1\]` has dtype torch\.int64"):
+        odeint(y0, func=lambda t, y: y)
+
+
+def test_tuple_y0_components_must_share_dtype():
+    y0 = (torch.ones(2, dtype=F64), torch.ones(2, dtype=torch.float32))
+    with pytest.raises(
+        TypeError,
+        match=r"`y0\[1\]` has dtype torch\.float32 on cpu, but `y0\[0\]` has torch\.float64 "
+        r"on cpu; every tensor of a tuple state needs the same dtype and device",
+    ):
+        odeint(y0, func=lambda t, y: y)
+
+
+def test_empty_tuple_y0():
+    with pytest.raises(ValueError, match=r"`y0` is an empty tuple"):
+        odeint((), func=lambda t, y: y)
+
+
+# --- t -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("t", "match"),
+    [
+        (torch.zeros(2, 2, dtype=F64), r"`t` must be a non-empty 1-D tensor, got shape \(2, 2\)"),
+        (torch.tensor(1.0, dtype=F64), r"`t` must be a non-empty 1-D tensor, got shape \(\)"),
+        (torch.zeros(0, dtype=F64), r"`t` must be a non-empty 1-D tensor, got shape \(0,\)"),
+    ],
+    ids=["2-d", "0-d", "empty"],
+)
+def test_t_must_be_1d(t, match):
+    with pytest.raises(ValueError, match=match):
+        odeint(t=t)
+
+
+def test_t_must_be_a_tensor():
+    with pytest.raises(TypeError, match=r"`t` must be a 1-D torch\.Tensor of times, got list"):
+        odeint(t=[0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[0.0, 1.0, 0.5], [0.0, 1.0, 1.0, 2.0], [0.0, 0.0], [1.0, 0.0, 0.5], [2.0, 1.0, 1.0]],
+    ids=["zigzag", "repeated", "repeated-start", "down-up", "repeated-backward"],
+)
+@pytest.mark.parametrize("method", ["dopri5", "rk4"])
+def test_t_must_be_strictly_monotone(values, method):
+    with pytest.raises(ValueError, match=r"`t` must be strictly increasing or strictly decreasing"):
+        odeint(t=torch.tensor(values, dtype=F64), method=method)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])
+def test_t_must_be_finite(bad):
+    with pytest.raises(ValueError, match=r"`t` must hold finite times"):
+        odeint(t=torch.tensor([0.0, bad, 2.0], dtype=F64))
+
+
+# --- tolerances, method, options ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rtol", "atol"])
+@pytest.mark.parametrize("value", [0.0, -1e-6, math.nan, math.inf])
+def test_tolerances_must_be_positive(name, value):
+    with pytest.raises(ValueError, match=rf"`{name}` must be a positive number, got {value!r}"):
+        odeint(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["rtol", "atol"])
+def test_tolerances_must_be_numbers(name):
+    with pytest.raises(TypeError, match=rf"`{name}` must be a number, got str"):
+        odeint(**{name: "1e-6"})
+
+
+def test_unknown_method():
+    with pytest.raises(
+        ValueError, match=r"Unknown `method` 'RK4'; known methods: adaptive_heun, bosh3, "
+    ):
+        odeint(method="RK4")
+
+
+def test_method_must_be_a_string():
+    with pytest.raises(TypeError, match=r"`method` must be a string, got ABCMeta"):
+        odeint(method=odecore.RK4)
+
+
+def test_unknown_option():
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown option\(s\) \['atol', 'stepsize'\] for method 'rk4'; known options: "
+        r"step_size, n_steps, jump_t, step_t, max_num_steps",
+    ):
+        odeint(method="rk4", options={"stepsize": 0.1, "atol": 1e-3})
+
+
+def test_step_size_and_n_steps_together():
+    with pytest.raises(
+        ValueError, match=r"Give one of the options `step_size` and `n_steps`, not both"
+    ):
+        odeint(method="rk4", options={"step_size": 0.1, "n_steps": 10})
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "4"], ids=repr)
+def test_n_steps_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match=r"`n_steps` must be a positive integer, got "):
+        odeint(method="euler", options={"n_steps": value})
+
+
+@pytest.mark.parametrize(("method", "name"), [("rk4", "step_size"), ("dopri5", "first_step")])
+@pytest.mark.parametrize("value", [0.0, -0.1, math.nan])
+def test_step_options_must_be_positive(method, name, value):
+    with pytest.raises(ValueError, match=rf"`{name}` must be a positive number"):
+        odeint(method=method, options={name: value})
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True], ids=repr)
+def test_max_num_steps_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match=r"`max_num_steps` must be a positive integer"):
+        odeint(options={"max_num_steps": value})
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [
+        ("safety", 2.0, r"`safety` must be in \(0, 1\]"),
+        ("ifactor", 0.5, r"`factor_max` must be > 1"),
+        ("dfactor", 1.5, r"`factor_min` must be in \(0, 1\)"),
+        ("max_step", -1.0, r"`dt_max` must be positive"),
+    ],
+)
+def test_controller_options_validated(option, value, match):
+    with pytest.raises(ValueError, match=match):
+        odeint(options={option: value})
+
+
+@pytest.mark.parametrize(("name", "value"), [("jump_t", [0.5, math.nan]), ("step_t", [math.inf])])
+def test_jump_and_step_times_must_be_finite(name, value):
+    with pytest.raises(ValueError, match=rf"`{name[:4]}_ts` must hold finite times"):
+        odeint(options={name: value})
+
+
+# --- solve() arguments ------------------------------------------------------------------------
+
+
+def solve(**kwargs):
+    args = {
+        "f": decay,
+        "y0": torch.ones(2, dtype=F64),
+        "t0": 0.0,
+        "t1": 1.0,
+        "solver": odecore.Dopri5(),
+    }
+    args.update(kwargs)
+    return odecore.solve(**args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"solver": "dopri5"}, TypeError, r"`solver` must be an odecore solver"),
+        ({"controller": "pid"}, TypeError, r"`controller` must be an odecore controller"),
+        ({"t1": math.inf}, ValueError, r"`t0` and `t1` must be finite"),
+        ({"t0": math.nan}, ValueError, r"`t0` and `t1` must be finite"),
+        ({"max_steps": 0}, ValueError, r"`max_steps` must be a positive integer, got 0"),
+        ({"dt0": 0.0}, ValueError, r"`dt0` must be a non-zero finite number, got 0\.0"),
+        ({"dt0": math.inf}, ValueError, r"`dt0` must be a non-zero finite number"),
+        (
+            {"saveat": odecore.SaveAt(ts=[0.0, 2.0])},
+            ValueError,
+            r"`saveat\.ts` must lie within \[0\.0, 1\.0\]",
+        ),
+        (
+            {"saveat": odecore.SaveAt(ts=[0.5, 0.2])},
+            ValueError,
+            r"`saveat\.ts` must be monotone in the direction of integration \(increasing\)",
+        ),
+        (
+            {"t0": 1.0, "t1": 0.0, "saveat": odecore.SaveAt(ts=[0.2, 0.5])},
+            ValueError,
+            r"`saveat\.ts` must be monotone in the direction of integration \(decreasing\)",
+        ),
+        (
+            {"saveat": odecore.SaveAt(ts=torch.zeros(2, 2))},
+            ValueError,
+            r"`saveat\.ts` must be 1-D, got shape \(2, 2\)",
+        ),
+    ],
+    ids=[
+        "solver",
+        "controller",
+        "t1-inf",
+        "t0-nan",
+        "max_steps",
+        "dt0-zero",
+        "dt0-inf",
+        "saveat-outside",
+        "saveat-order",
+        "saveat-order-backward",
+        "saveat-2d",
+    ],
+)
+def test_solve_argument_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        solve(**kwargs)
+
+
+def test_saveat_must_save_something():
+    with pytest.raises(ValueError, match=r"`SaveAt\(\)` saves nothing; pass `ts=` or `t1=True`"):
+        odecore.SaveAt()
+
+
+def test_configuration_errors_are_odecore_errors():
+    with pytest.raises(odecore.OdeCoreError):
+        solve(max_steps=-1)
+
+
+# --- what func returns ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rk4", "euler"])
+def test_func_returning_wrong_shape(method):
+    with pytest.raises(
+        ValueError,
+        match=r"`func` returned shape \(2,\), but the state `y0` has shape \(3,\)",
+    ):
+        odeint(func=lambda t, y: y[:2], method=method)
+
+
+def test_func_returning_broadcastable_shape_is_still_wrong():
+    with pytest.raises(ValueError, match=r"`func` returned shape \(1, 3\)"):
+        odeint(func=lambda t, y: -y[None])
+
+
+def test_func_returning_non_tensor():
+    with pytest.raises(TypeError, match=r"`func` must return a Tensor, got list"):
+        odeint(func=lambda t, y: [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("func", "error", "match"),
+    [
+        (
+            lambda t, s: s[0],
+            TypeError,
+            r"`func` must return a tuple of 2 tensors for a tuple state, got Tensor",
+        ),
+        (
+            lambda t, s: (s[0], s[1], s[1]),
+            TypeError,
+            r"`func` must return a tuple of 2 tensors for a tuple state, got tuple",
+        ),
+        (
+            lambda t, s: [s[0], s[1]],
+            TypeError,
+            r"`func` must return a tuple of 2 tensors for a tuple state, got list",
+        ),
+        (
+            lambda t, s: (s[0], s[0]),
+            ValueError,
+            r"`func` returned \(3,\) for component 1 of the state, expected shape \(2,\)",
+        ),
+        (
+            lambda t, s: (s[0], 1.0),
+            ValueError,
+            r"`func` returned float for component 1 of the state",
+        ),
+    ],
+    ids=["tensor", "three", "list", "shape", "float"],
+)
+def test_func_returning_wrong_tuple_structure(func, error, match):
+    y0 = (torch.ones(3, dtype=F64), torch.ones(2, dtype=F64))
+    with pytest.raises(error, match=match):
+        odeint(y0, func=func)
+
+
+# --- SolverError ----------------------------------------------------------------------------------
+
+
+def assert_says_where(err: SolverError, status: Status, t1: float) -> None:
+    assert err.status is status
+    assert isinstance(err, RuntimeError) and isinstance(err, odecore.OdeCoreError)
+    assert f"stopped at t = {err.t!r} before reaching t1 = {t1!r}" in str(err)
+    assert str(status) in str(err)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "dopri8", "adaptive_heun"])
+def test_max_num_steps_exhausted_adaptive(method):
+    t = torch.tensor([0.0, 100.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"maximum number of steps reached") as info:
+        odeint(t=t, method=method, options={"max_num_steps": 20})
+    assert_says_where(info.value, Status.MAX_STEPS_REACHED, 100.0)
+    assert 0.0 < info.value.t < 100.0
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler"])
+def test_max_num_steps_exhausted_fixed(method):
+    with pytest.raises(SolverError, match=r"maximum number of steps reached") as info:
+        odeint(method=method, options={"n_steps": 100, "max_num_steps": 10})
+    assert_says_where(info.value, Status.MAX_STEPS_REACHED, 1.0)
+    assert info.value.t == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "dopri8", "adaptive_heun"])
+def test_step_size_underflow(method):
+    # y' = y^2 from y(0) = 1 blows up at t = 1.
+    t = torch.tensor([0.0, 2.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"the step size underflowed") as info:
+        odeint(
+            torch.ones(1, dtype=F64), t, func=lambda t, y: y**2, method=method, rtol=1e-4, atol=1e-4
+        )
+    assert_says_where(info.value, Status.DT_UNDERFLOW, 2.0)
+    assert info.value.t == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "heun"])
+def test_blow_up_with_fixed_steps_is_nonfinite(method):
+    # Fixed steps cannot underflow: the state overflows and the solve reports it.
+    t = torch.tensor([0.0, 2.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"became non-finite") as info:
+        odeint(
+            torch.ones(1, dtype=F64),
+            t,
+            func=lambda t, y: y**2,
+            method=method,
+            options={"step_size": 0.01},
+        )
+    assert_says_where(info.value, Status.NONFINITE, 2.0)
+    assert 1.0 <= info.value.t < 2.0
+
+
+def nan_after(t_bad: float, direction: float = 1.0):
+    def field(t, y):
+        past = (t - t_bad) * direction > 0
+        return torch.where(past, torch.full_like(y, math.nan), -y)
+
+    return field
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "dopri8", "adaptive_heun"])
+def test_nonfinite_state_adaptive(method):
+    t = torch.tensor([0.0, 2.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"became non-finite") as info:
+        odeint(t=t, func=nan_after(0.5), method=method)
+    assert_says_where(info.value, Status.NONFINITE, 2.0)
+    # The solve got as close to the bad region as the step size allows.
+    assert info.value.t == pytest.approx(0.5, abs=1e-6)
+    assert info.value.t <= 0.5
+
+
+@pytest.mark.parametrize(("method", "reached"), [("rk4", 0.5), ("euler", 0.6), ("midpoint", 0.5)])
+def test_nonfinite_state_fixed(method, reached):
+    # The last finite time is reported, as for adaptive solves: for rk4 the start of
+    # the step that has a stage past 0.5, for Euler the start of the one after (its
+    # only stage is at the step's start).
+    t = torch.tensor([0.0, 2.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"became non-finite") as info:
+        odeint(t=t, func=nan_after(0.5), method=method, options={"step_size": 0.1})
+    assert_says_where(info.value, Status.NONFINITE, 2.0)
+    assert info.value.t == pytest.approx(reached)
+
+
+@pytest.mark.parametrize(("method", "options"), [("dopri5", {}), ("rk4", {"step_size": 0.1})])
+def test_nonfinite_state_backward_reports_caller_time(method, options):
+    t = torch.tensor([0.0, -2.0], dtype=F64)
+    with pytest.raises(SolverError, match=r"became non-finite") as info:
+        odeint(t=t, func=nan_after(-0.5, direction=-1.0), method=method, options=options)
+    assert_says_where(info.value, Status.NONFINITE, -2.0)
+    assert -0.7 < info.value.t <= -0.5 + 1e-9
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rk4"])
+def test_nonfinite_derivative_at_start(method):
+    field = CountingField(lambda t, y: y * math.inf)
+    with pytest.raises(SolverError, match=r"became non-finite") as info:
+        odeint(func=field, method=method)
+    assert_says_where(info.value, Status.NONFINITE, 1.0)
+    assert info.value.t == 0.0
+    assert field.nfe == 1  # no step is tried
+
+
+def test_nonfinite_derivative_at_start_throw_false():
+    sol = odecore.solve(
+        lambda t, y: y * math.inf,
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=1.0,
+        solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(ts=[0.0, 0.5, 1.0]),
+        throw=False,
+    )
+    assert sol.status is Status.NONFINITE
+    assert sol.t_final == 0.0
+    assert sol.stats.n_steps == 0
+    assert torch.equal(sol.ys[0], torch.ones(2, dtype=F64))
+    assert torch.isnan(sol.ys[1:]).all()
+
+
+class CountingField:
+    def __init__(self, f):
+        self.f = f
+        self.nfe = 0
+
+    def __call__(self, t, y):
+        self.nfe += 1
+        return self.f(t, y)
+
+
+# --- throw=False ------------------------------------------------------------------------------
+
+TS = [0.0, 0.25, 0.5, 0.75, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("solver", "dt0", "reached"),
+    [(odecore.Dopri5(), None, 0.5), (odecore.Tsit5(), None, 0.5), (odecore.RK4(), 0.1, 0.5)],
+    ids=["dopri5", "tsit5", "rk4"],
+)
+def test_throw_false_nonfinite(solver, dt0, reached):
+    sol = odecore.solve(
+        nan_after(0.5),
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=2.0,
+        solver=solver,
+        dt0=dt0,
+        saveat=odecore.SaveAt(ts=TS),
+        throw=False,
+    )
+    assert sol.status == Status.NONFINITE
+    assert sol.status != 0
+    assert sol.t_final == pytest.approx(reached, abs=1e-6)
+    assert sol.ys.shape == (len(TS), 2)
+    # Reached times hold the solution, the others NaN.
+    for i, t in enumerate(TS):
+        if t <= sol.t_final:
+            expected = torch.full((2,), math.exp(-t), dtype=F64)
+            torch.testing.assert_close(sol.ys[i], expected, rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.isnan(sol.ys[i]).all()
+
+
+def test_throw_false_underflow():
+    sol = odecore.solve(
+        lambda t, y: y**2,
+        torch.ones(1, dtype=F64),
+        t0=0.0,
+        t1=2.0,
+        solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(ts=[0.0, 0.5, 0.9, 1.5, 2.0]),
+        throw=False,
+    )
+    assert sol.status == Status.DT_UNDERFLOW
+    assert sol.t_final == pytest.approx(1.0, abs=1e-3)
+    expected = torch.tensor([1.0, 2.0, 10.0], dtype=F64)  # 1 / (1 - t)
+    torch.testing.assert_close(sol.ys[:3, 0], expected, rtol=1e-5, atol=0)
+    assert torch.isnan(sol.ys[3:]).all()
+
+
+def test_throw_false_max_steps_tuple_state():
+    sol = odecore.solve(
+        lambda t, s: (-s[0], s[1]),
+        (torch.ones(2, dtype=F64), torch.ones(3, dtype=F64)),
+        t0=0.0,
+        t1=10.0,
+        solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(ts=[0.0, 5.0, 10.0]),
+        max_steps=5,
+        throw=False,
+    )
+    assert sol.status == Status.MAX_STEPS_REACHED
+    assert sol.stats.n_steps == 5
+    assert isinstance(sol.ys, tuple)
+    assert sol.ys[0].shape == (3, 2) and sol.ys[1].shape == (3, 3)
+    assert torch.equal(sol.ys[0][0], torch.ones(2, dtype=F64))
+    assert torch.isnan(sol.ys[0][1:]).all() and torch.isnan(sol.ys[1][1:]).all()
+
+
+def test_successful_solve_status():
+    sol = solve()
+    assert sol.status is Status.SUCCESS
+    assert sol.status == 0
+    assert sol.t_final == 1.0
+    assert str(Status.SUCCESS) == "the solve reached its end time"
+
+
+@pytest.mark.parametrize("status", list(Status), ids=lambda s: s.name)
+def test_every_status_reads_as_a_sentence(status):
+    assert len(str(status)) > 20

@@ -1,0 +1,169 @@
+"""Gradients by backpropagation through the solver steps (float64 gradcheck)."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from torch.autograd import gradcheck
+from torch.func import functional_call
+
+F64 = torch.float64
+
+# Adaptive methods with the step sequence pinned: the first step and the cap are the
+# same, and the tolerance is loose enough that no step is rejected or shortened. Then
+# the steps do not depend on the inputs, and finite differences see the same
+# discrete scheme that backpropagation differentiates. (With free steps, a
+# perturbation may change an accepted step, which backpropagation does not see.)
+PINNED = {
+    "dopri5": {"first_step": 0.15, "max_step": 0.15},
+    "tsit5": {"first_step": 0.15, "max_step": 0.15},
+    "bosh3": {"first_step": 0.1, "max_step": 0.1},
+    "dopri8": {"first_step": 0.3, "max_step": 0.3},
+    "adaptive_heun": {"first_step": 0.05, "max_step": 0.05},
+}
+FIXED = {
+    "rk4": {"step_size": 0.15},
+    "euler": {"n_steps": 7},
+    "midpoint": {"step_size": 0.13},
+    "rk4_38": {"n_steps": 5},
+}
+METHODS = {**FIXED, **PINNED}
+
+
+def odeint(func, y0, t, method):
+    return odecore.odeint(func, y0, t, rtol=1e-3, atol=1e-3, method=method, options=METHODS[method])
+
+
+class Field(torch.nn.Module):
+    """A small nonlinear, time-dependent vector field with parameters."""
+
+    def __init__(self, dim: int = 3) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim, dtype=F64)
+
+    def forward(self, t, y):
+        return torch.tanh(self.lin(y)) * torch.cos(t) - 0.1 * y
+
+
+@pytest.fixture
+def field():
+    torch.manual_seed(1)
+    return Field()
+
+
+T_GRID = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+T_DENSE = torch.tensor([0.0, 0.13, 0.377, 0.61, 0.8, 1.0], dtype=F64)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_gradcheck_y0(method, field):
+    y0 = torch.randn(2, 3, dtype=F64, requires_grad=True)
+    assert gradcheck(lambda y: odeint(field, y, T_GRID, method), (y0,))
+    assert gradcheck(lambda y: odeint(field, y, T_GRID, method), (y0,), fast_mode=True)
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "dopri5", "tsit5"])
+def test_gradcheck_parameters(method, field):
+    y0 = torch.randn(3, dtype=F64)
+    names = [name for name, _ in field.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_(True) for p in field.parameters())
+
+    def solve(*values):
+        def func(t, y):
+            return functional_call(field, dict(zip(names, values)), (t, y))
+
+        return odeint(func, y0, T_GRID, method)
+
+    assert gradcheck(solve, params, fast_mode=True)
+
+
+@pytest.mark.parametrize("method", ["rk4", "midpoint", "dopri5", "tsit5", "bosh3", "dopri8"])
+def test_gradcheck_through_dense_output(method, field):
+    # Output times inside steps: polynomial dense output (dopri5, tsit5, bosh3) or a
+    # sub-step (rk4, midpoint, dopri8); both are differentiable.
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    assert gradcheck(lambda y: odeint(field, y, T_DENSE, method), (y0,), fast_mode=True)
+
+
+@pytest.mark.parametrize("method", ["rk4", "dopri5"])
+def test_gradcheck_backward_in_time(method, field):
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    assert gradcheck(lambda y: odeint(field, y, T_DENSE.flip(0), method), (y0,), fast_mode=True)
+
+
+@pytest.mark.parametrize("method", ["rk4", "dopri5"])
+def test_gradcheck_tuple_state(method):
+    q0 = torch.randn(2, dtype=F64, requires_grad=True)
+    p0 = torch.randn(2, dtype=F64, requires_grad=True)
+
+    def pendulum(t, state):
+        q, p = state
+        return p, -torch.sin(q)
+
+    assert gradcheck(
+        lambda q, p: odeint(pendulum, (q, p), T_DENSE, method), (q0, p0), fast_mode=True
+    )
+
+
+@pytest.mark.parametrize("method", ["rk4", "dopri5"])
+def test_gradcheck_through_jumps(method):
+    # A time-dependent rate with a jump: y' = c(t) y, c = a for t < 0.4 and 2a after.
+    a0 = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, -2.0], dtype=F64, requires_grad=True)
+
+    def solve(a, y):
+        def func(t, s):
+            return torch.where(t < 0.4, a, 2 * a) * s
+
+        return odecore.odeint(
+            func,
+            y,
+            T_DENSE,
+            rtol=1e-3,
+            atol=1e-3,
+            method=method,
+            options={**METHODS[method], "jump_t": [0.4]},
+        )
+
+    assert gradcheck(solve, (a0, y0))
+
+
+# --- against the analytic gradient, with free (unpinned) adaptive steps ------------------------
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "bosh3", "dopri8"])
+def test_gradient_matches_analytic_at_dense_times(method):
+    # y' = a y: y(t) = y0 exp(a t), dy(t)/da = t y(t), dy(t)/dy0 = exp(a t). The
+    # gradient of the discrete solution is that of the exact one to the tolerance.
+    a = torch.tensor(-0.8, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    t = torch.linspace(0.0, 2.0, 41, dtype=F64)
+    ys = odecore.odeint(lambda t, y: a * y, y0, t, rtol=1e-10, atol=1e-10, method=method)
+    weights = torch.linspace(1.0, 2.0, len(t), dtype=F64)[:, None]
+    (weights * ys).sum().backward()
+    exact = torch.exp(a.detach() * t)[:, None]
+    d_a = (weights * t[:, None] * 1.5 * exact).sum()
+    d_y0 = (weights * exact).sum()
+    assert a.grad.item() == pytest.approx(d_a.item(), rel=1e-7)
+    assert y0.grad.item() == pytest.approx(d_y0.item(), rel=1e-7)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5"])
+def test_gradient_of_final_state_matches_analytic(method):
+    a = torch.tensor(0.5, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([2.0], dtype=F64)
+    T = 1.7
+    yT = odecore.odeint(lambda t, y: a * y, y0, torch.tensor([0.0, T], dtype=F64), method=method)
+    yT[-1].sum().backward()
+    assert a.grad.item() == pytest.approx(T * 2.0 * math.exp(0.5 * T), rel=1e-6)
+
+
+def test_no_graph_without_requires_grad(field):
+    with torch.no_grad():
+        ys = odeint(field, torch.randn(3, dtype=F64), T_DENSE, "dopri5")
+    assert not ys.requires_grad
+    ys = odeint(field, torch.randn(3, dtype=F64), T_DENSE, "dopri5")
+    assert ys.requires_grad  # through the module's parameters
