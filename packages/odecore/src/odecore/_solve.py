@@ -253,6 +253,108 @@ def _check_y0(y0: Tensor, name: str) -> None:
         raise ValueError(f"`{name}` holds non-finite values (NaN or inf).")
 
 
+@dataclass
+class _Run:
+    ys: list[Tensor | None]
+    stats: Stats
+    status: Status
+    s_reached: float
+
+
+def _integrate(
+    fe: _Field,
+    solver: AbstractSolver,
+    controller: AbstractController,
+    flat0: Tensor,
+    s0: float,
+    s1: float,
+    taus: list[float],
+    stops: list[float],
+    jump_set: set[float],
+    dt0: float | None,
+    max_steps: int,
+) -> _Run:
+    """The step loop, in increasing time ``s``: step, judge, save, repeat.
+
+    Returns the states at ``taus`` (``None`` where not reached), the statistics, the
+    status and the last time reached. Failures are statuses, never exceptions.
+    """
+    stats = Stats()
+    status = Status.SUCCESS
+    ys: list[Tensor | None] = [None] * len(taus)
+
+    out_i = 0
+    while out_i < len(taus) and taus[out_i] == s0:
+        ys[out_i] = flat0
+        out_i += 1
+
+    s = s0
+    y = flat0
+    finite_flags: list[tuple[float, Tensor]] = []
+    if s0 < s1:
+        fe.right_limit_at = s0 if s0 in jump_set else None
+        f0 = solver.init(fe, s, y)
+        if not bool(torch.isfinite(f0).all()):
+            status = Status.NONFINITE
+    if s0 < s1 and status == Status.SUCCESS:
+        dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
+        span = s1 - s0
+        stop_i = 0
+        while s < s1:
+            if stats.n_steps >= max_steps:
+                status = Status.MAX_STEPS_REACHED
+                break
+            while stops[stop_i] <= s:
+                stop_i += 1
+            target = stops[stop_i]
+            s_next = s + dt
+            if s_next >= target - _SNAP * dt:
+                s_next = target
+            if dt <= _tiny(s, span):
+                status = Status.DT_UNDERFLOW
+                break
+            fe.left_limit_at = s_next if s_next in jump_set else None
+            fe.right_limit_at = s if s in jump_set else None
+            step = solver.step(fe, s, s_next, y, f0)
+            stats.n_steps += 1
+            verdict = controller.adapt(s, s_next, y, step, solver, cstate)
+            cstate = verdict.state
+            if verdict.accept:
+                stats.n_accepted += 1
+                out_j = bisect.bisect_right(taus, s_next, lo=out_i)
+                if out_j > out_i:
+                    values = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i:out_j])
+                    ys[out_i:out_j] = values
+                    out_i = out_j
+                # Checked once at the end: no host sync per step.
+                finite_flags.append((s_next, torch.isfinite(step.y1).all()))
+                s, y = s_next, step.y1
+                if step.f1 is not None and s not in jump_set:
+                    f0 = step.f1
+                elif s < s1:
+                    fe.left_limit_at = None
+                    fe.right_limit_at = s if s in jump_set else None
+                    f0 = solver.init(fe, s, y)
+            else:
+                stats.n_rejected += 1
+                if not verdict.finite and verdict.dt <= _tiny(s, span):
+                    status = Status.NONFINITE
+                    break
+            if verdict.accept and s_next == target and verdict.dt < dt:
+                # A step shortened to land on a stop says little about the step size.
+                dt = max(verdict.dt, dt)
+            else:
+                dt = verdict.dt
+        if finite_flags and status == Status.SUCCESS:
+            flags = torch.stack([flag for _, flag in finite_flags])
+            if not bool(flags.all()):
+                first = int((~flags).nonzero()[0])
+                s = finite_flags[first - 1][0] if first > 0 else s0
+                status = Status.NONFINITE
+    stats.nfe = fe.nfe
+    return _Run(ys=ys, stats=stats, status=status, s_reached=s)
+
+
 def solve(
     f: VectorField,
     y0: State,
@@ -369,81 +471,10 @@ def solve(
     steps = {direction * t for t in _as_floats("step_ts", step_ts)}
     stops, jump_set = _merge_stops(s0, s1, jumps, steps)
 
+    fe = _Field(f, direction, flat0.dtype, flat0.device, unpack, pack, flat0.shape)
+    run = _integrate(fe, solver, controller, flat0, s0, s1, taus, stops, jump_set, dt0, max_steps)
+    ys, stats, status, s = run.ys, run.stats, run.status, run.s_reached
     time_dtype = flat0.dtype
-    fe = _Field(f, direction, time_dtype, flat0.device, unpack, pack, flat0.shape)
-    stats = Stats()
-    status = Status.SUCCESS
-    ys: list[Tensor | None] = [None] * len(taus)
-
-    out_i = 0
-    while out_i < len(taus) and taus[out_i] == s0:
-        ys[out_i] = flat0
-        out_i += 1
-
-    s = s0
-    y = flat0
-    finite_flags: list[tuple[float, Tensor]] = []
-    if s0 < s1:
-        fe.right_limit_at = s0 if s0 in jump_set else None
-        f0 = solver.init(fe, s, y)
-        if not bool(torch.isfinite(f0).all()):
-            status = Status.NONFINITE
-    if s0 < s1 and status == Status.SUCCESS:
-        dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
-        span = s1 - s0
-        stop_i = 0
-        while s < s1:
-            if stats.n_steps >= max_steps:
-                status = Status.MAX_STEPS_REACHED
-                break
-            while stops[stop_i] <= s:
-                stop_i += 1
-            target = stops[stop_i]
-            s_next = s + dt
-            if s_next >= target - _SNAP * dt:
-                s_next = target
-            if dt <= _tiny(s, span):
-                status = Status.DT_UNDERFLOW
-                break
-            fe.left_limit_at = s_next if s_next in jump_set else None
-            fe.right_limit_at = s if s in jump_set else None
-            step = solver.step(fe, s, s_next, y, f0)
-            stats.n_steps += 1
-            verdict = controller.adapt(s, s_next, y, step, solver, cstate)
-            cstate = verdict.state
-            if verdict.accept:
-                stats.n_accepted += 1
-                out_j = bisect.bisect_right(taus, s_next, lo=out_i)
-                if out_j > out_i:
-                    values = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i:out_j])
-                    ys[out_i:out_j] = values
-                    out_i = out_j
-                # Checked once at the end: no host sync per step.
-                finite_flags.append((s_next, torch.isfinite(step.y1).all()))
-                s, y = s_next, step.y1
-                if step.f1 is not None and s not in jump_set:
-                    f0 = step.f1
-                elif s < s1:
-                    fe.left_limit_at = None
-                    fe.right_limit_at = s if s in jump_set else None
-                    f0 = solver.init(fe, s, y)
-            else:
-                stats.n_rejected += 1
-                if not verdict.finite and verdict.dt <= _tiny(s, span):
-                    status = Status.NONFINITE
-                    break
-            if verdict.accept and s_next == target and verdict.dt < dt:
-                # A step shortened to land on a stop says little about the step size.
-                dt = max(verdict.dt, dt)
-            else:
-                dt = verdict.dt
-        if finite_flags and status == Status.SUCCESS:
-            flags = torch.stack([flag for _, flag in finite_flags])
-            if not bool(flags.all()):
-                first = int((~flags).nonzero()[0])
-                s = finite_flags[first - 1][0] if first > 0 else s0
-                status = Status.NONFINITE
-    stats.nfe = fe.nfe
 
     t_reached = direction * s
     if status != Status.SUCCESS and throw:
