@@ -55,7 +55,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """Ruff: lint rules and formatting."""
-    session.install("ruff>=0.6")
+    session.install(*CONSTRAINTS, "ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -64,7 +64,7 @@ def lint(session: nox.Session) -> None:
 def layers(session: nox.Session) -> None:
     """Check the import-linter contracts (layers, light libraries) over the existing packages."""
     _install_packages(session)
-    session.install("import-linter>=2.0")
+    session.install(*CONSTRAINTS, "import-linter")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     present = [name for name in config["root_packages"] if name in PACKAGES]
     lines = [
@@ -92,7 +92,7 @@ def layers(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on every package's src/."""
     _install_packages(session)
-    session.install(*CONSTRAINTS, "mypy>=1.10")
+    session.install(*CONSTRAINTS, "mypy")
     session.run("mypy", *(f"packages/{name}/src" for name in PACKAGES))
 
 
@@ -100,7 +100,7 @@ def typecheck(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors, then run the doctests of the guides."""
     _install_packages(session)
-    session.install(*CONSTRAINTS, "sphinx>=7", "myst-parser>=2", "pytest>=8")
+    session.install(*CONSTRAINTS, "sphinx", "myst-parser", "pytest>=8", "numpy")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
     session.run("pytest", "--doctest-glob=*.md", "docs", "-p", "no:cacheprovider")
 
