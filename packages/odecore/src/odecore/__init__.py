@@ -16,14 +16,16 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
+from ._gradients import AbstractGradient, Adjoint, Autograd, Stats
 from ._odeint import (
     ADAPTIVE_METHODS,
     ADAPTIVE_OPTIONS,
     FIXED_METHODS,
     FIXED_OPTIONS,
     odeint,
+    odeint_adjoint,
 )
-from ._solve import SaveAt, Solution, Stats, solve
+from ._solve import SaveAt, Solution, solve
 from ._solvers import (
     RK4,
     AbstractExplicitRK,
@@ -76,8 +78,11 @@ __all__ = [
     "TSIT5_TABLEAU",
     "AbstractController",
     "AbstractExplicitRK",
+    "AbstractGradient",
     "AbstractSolver",
     "Adaptation",
+    "Adjoint",
+    "Autograd",
     "Bosh3",
     "ButcherTableau",
     "ConfigurationError",
@@ -100,6 +105,7 @@ __all__ = [
     "StepResult",
     "Tsit5",
     "odeint",
+    "odeint_adjoint",
     "rms_norm",
     "solve",
 ]

@@ -7,13 +7,20 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
 
 import torch
 from torch import Tensor
 
 from ._controllers import AbstractController, ConstantStepSize, PIDController, rms_norm
 from ._errors import ConfigurationError, SolverError, Status
+from ._gradients import (
+    AbstractGradient,
+    Autograd,
+    FlatField,
+    LoopResult,
+    Problem,
+    Stats,
+)
 from ._solvers import AbstractSolver
 
 State = Tensor | tuple[Tensor, ...]
@@ -72,23 +79,6 @@ class SaveAt:
 
 
 @dataclass
-class Stats:
-    """Counts of one solve.
-
-    Attributes:
-        nfe: evaluations of the vector field, forward.
-        n_steps: steps attempted (accepted plus rejected).
-        n_accepted: accepted steps.
-        n_rejected: rejected steps.
-    """
-
-    nfe: int = 0
-    n_steps: int = 0
-    n_accepted: int = 0
-    n_rejected: int = 0
-
-
-@dataclass
 class Solution:
     """The result of :func:`solve`.
 
@@ -110,29 +100,18 @@ class Solution:
 
 
 class _Field:
-    """The vector field as a solver sees it: float time, flat tensor state.
+    """The vector field as a solver sees it: float time that increases, flat state.
 
-    Counts evaluations, maps reversed time back, unpacks tuple states, checks the
-    shape of what ``f`` returns, and evaluates one-sided limits at jump times.
+    Counts evaluations, maps reversed time back, checks the shape of what ``f``
+    returns, and evaluates one-sided limits at jump times.
     """
 
-    def __init__(
-        self,
-        f: VectorField,
-        direction: float,
-        time_dtype: torch.dtype,
-        device: torch.device,
-        unpack: Callable[[Tensor], State] | None,
-        pack: Callable[[State], Tensor] | None,
-        shape: torch.Size,
-    ) -> None:
+    def __init__(self, f: FlatField, direction: float, y0: Tensor) -> None:
         self.f = f
         self.direction = direction
-        self.time_dtype = time_dtype
-        self.device = device
-        self.unpack = unpack
-        self.pack = pack
-        self.shape = shape
+        self.time_dtype = y0.dtype
+        self.device = y0.device
+        self.shape = y0.shape
         self.nfe = 0
         self.left_limit_at: float | None = None  # the step ends on a jump here
         self.right_limit_at: float | None = None  # the step starts on a jump here
@@ -148,11 +127,9 @@ class _Field:
 
     def __call__(self, t: float, y: Tensor) -> Tensor:
         self.nfe += 1
-        raw = self.f(self.time(t), y if self.unpack is None else self.unpack(y))
-        out = self.pack(raw) if self.pack is not None else raw
+        out = self.f(self.time(t), y)
         if not self.checked:
             self._check(out)
-        out = cast(Tensor, out)  # checked on the first call
         return out if self.direction > 0 else -out
 
     def _check(self, out: object) -> None:
@@ -369,11 +346,13 @@ def solve(
     step_ts: Times | None = None,
     max_steps: int = 100_000,
     throw: bool = True,
+    gradient: AbstractGradient | None = None,
 ) -> Solution:
     """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1``.
 
     The whole state, batch included, is one system with one step size. Gradients
-    flow by backpropagation through the steps (exact for the discrete scheme).
+    flow by backpropagation through the steps (exact for the discrete scheme), or
+    by the continuous adjoint with ``gradient=Adjoint()``.
 
     Args:
         f: the vector field ``f(t, y)``. ``t`` is a 0-dim tensor in ``y0``'s dtype and
@@ -394,6 +373,8 @@ def solve(
         max_steps: the most steps (accepted and rejected) before the solve fails.
         throw: raise :class:`SolverError` on failure; with ``False`` the failure is
             reported in ``Solution.status``.
+        gradient: how the solve is differentiated: :class:`Autograd` (the default,
+            backpropagation through the steps) or :class:`Adjoint`.
 
     Returns:
         A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.
@@ -431,24 +412,27 @@ def solve(
     if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
         raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
 
-    unpack: Callable[[Tensor], State] | None = None
-    pack: Callable[[State], Tensor] | None = None
+    f_flat: FlatField
     if isinstance(y0, tuple):
         if len(y0) == 0:
             raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
         for i, y in enumerate(y0):
             _check_y0(y, f"y0[{i}]")
         flat0, unpack, pack = _packing(y0)
+
+        def f_flat(t: Tensor, y: Tensor) -> Tensor:
+            return pack(f(t, unpack(y)))
+
         sizes = [y.numel() for y in y0]
         if isinstance(controller, PIDController) and controller.norm is None:
             controller = replace(controller, norm=_mixed_norm(sizes))
         elif isinstance(controller, PIDController) and controller.norm is not None:
             user_norm = controller.norm
-            unpack_ = unpack
-            controller = replace(controller, norm=lambda x: user_norm(unpack_(x)))
+            controller = replace(controller, norm=lambda x: user_norm(unpack(x)))
     else:
         _check_y0(y0, "y0")
         flat0 = y0
+        f_flat = f  # type: ignore[assignment]
 
     direction = 1.0 if t1 >= t0 else -1.0
     out_ts = _as_floats("saveat.ts", saveat.ts)
@@ -464,19 +448,58 @@ def solve(
     if saveat.t1 and (not out_ts or out_ts[-1] != t1):
         out_ts.append(t1)
 
-    # Work in tau = direction * t, which always increases.
-    s0, s1 = direction * t0, direction * t1
-    taus = [direction * t for t in out_ts]
-    jumps = {direction * t for t in _as_floats("jump_ts", jump_ts)}
-    steps = {direction * t for t in _as_floats("step_ts", step_ts)}
-    stops, jump_set = _merge_stops(s0, s1, jumps, steps)
+    jumps = _as_floats("jump_ts", jump_ts)
+    steps = _as_floats("step_ts", step_ts)
 
-    fe = _Field(f, direction, flat0.dtype, flat0.device, unpack, pack, flat0.shape)
-    run = _integrate(fe, solver, controller, flat0, s0, s1, taus, stops, jump_set, dt0, max_steps)
-    ys, stats, status, s = run.ys, run.stats, run.status, run.s_reached
+    def loop(
+        field: FlatField,
+        y_start: Tensor,
+        t_start: float,
+        t_end: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+    ) -> LoopResult:
+        # Work in tau = direction * t, which always increases.
+        direction = 1.0 if t_end >= t_start else -1.0
+        s0, s1 = direction * t_start, direction * t_end
+        stops, jump_set = _merge_stops(
+            s0, s1, {direction * t for t in jumps}, {direction * t for t in steps}
+        )
+        fe = _Field(field, direction, y_start)
+        run = _integrate(
+            fe, solver, controller, y_start, s0, s1, [direction * t for t in ts], stops,
+            jump_set, dt0, max_steps,
+        )  # fmt: skip
+        return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached)
+
+    if gradient is None:
+        gradient = Autograd()
+    if not isinstance(gradient, AbstractGradient):
+        raise TypeError(
+            f"`gradient` must be an odecore gradient method such as Adjoint(), got {gradient!r}."
+        )
+    ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
+    if ts_tensor is not None and ts_tensor.numel() != len(out_ts):
+        ts_tensor = None  # t1 was appended: no single tensor holds every output time
+    problem = Problem(
+        f=f_flat,
+        y0=flat0,
+        t0=t0,
+        t1=t1,
+        ts=out_ts,
+        ts_tensor=ts_tensor,
+        solver=solver,
+        controller=controller,
+        dt0=dt0,
+        module=f if isinstance(f, torch.nn.Module) else None,
+    )
+    run = gradient.run(loop, problem)
+    ys, stats, status, t_reached = run.ys, run.stats, run.status, run.t_final
     time_dtype = flat0.dtype
+    direction = 1.0 if t1 >= t0 else -1.0
 
-    t_reached = direction * s
     if status != Status.SUCCESS and throw:
         raise SolverError(
             f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}.",

@@ -1,0 +1,321 @@
+"""The continuous adjoint: gradients against backprop, finite differences and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+
+F64 = torch.float64
+
+
+class MLPField(torch.nn.Module):
+    """A small smooth time-dependent field with parameters."""
+
+    def __init__(self, dim: int = 3, hidden: int = 8) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, dim)
+        ).to(F64)
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(y) * torch.cos(t)
+
+
+def gradients(loss_fn, tensors):
+    for x in tensors:
+        x.grad = None
+    loss_fn().backward()
+    return [x.grad.clone() if x.grad is not None else None for x in tensors]
+
+
+@pytest.mark.parametrize("method", ["dopri5", "tsit5", "dopri8"])
+def test_adjoint_matches_backprop(method):
+    field = MLPField()
+    y0 = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 0.4, 1.1, 2.0], dtype=F64)
+    tensors = [y0, *field.parameters()]
+    kw = {"rtol": 1e-11, "atol": 1e-11, "method": method}
+    back = gradients(lambda: (odecore.odeint(field, y0, t, **kw) ** 2).sum(), tensors)
+    adj = gradients(lambda: (odecore.odeint_adjoint(field, y0, t, **kw) ** 2).sum(), tensors)
+    for g_back, g_adj in zip(back, adj):
+        torch.testing.assert_close(g_adj, g_back, rtol=1e-7, atol=1e-8)
+
+
+def test_adjoint_closed_form():
+    # y' = a y: dy(T)/da = T y0 exp(aT), dy(T)/dy0 = exp(aT), dy(T)/dT = a y(T).
+    a = torch.nn.Parameter(torch.tensor(-0.7, dtype=F64))
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 2.0], dtype=F64, requires_grad=True)
+    ys = odecore.odeint_adjoint(
+        lambda t, y: a * y, y0, t, rtol=1e-12, atol=1e-12, adjoint_params=(a,)
+    )
+    ys[-1].sum().backward()
+    e = math.exp(-0.7 * 2.0)
+    assert a.grad.item() == pytest.approx(2.0 * 1.5 * e, rel=1e-9)
+    assert y0.grad.item() == pytest.approx(e, rel=1e-9)
+    assert t.grad[1].item() == pytest.approx(-0.7 * 1.5 * e, rel=1e-9)
+    assert t.grad[0].item() == pytest.approx(0.7 * 1.5 * e, rel=1e-9)  # -a y0 Phi
+
+
+def test_time_gradients_match_finite_differences():
+    field = MLPField()
+    y0 = torch.randn(2, 3, dtype=F64)
+    t = torch.tensor([0.1, 0.5, 1.3, 2.0], dtype=F64, requires_grad=True)
+    tol = {"rtol": 1e-12, "atol": 1e-12}
+    ys = odecore.odeint_adjoint(field, y0, t, **tol)
+    (ys**2).sum().backward()
+
+    def loss(times):
+        return (odecore.odeint(field, y0, times, **tol) ** 2).sum().item()
+
+    eps = 1e-6
+    for i in range(len(t)):
+        up, down = t.detach().clone(), t.detach().clone()
+        up[i] += eps
+        down[i] -= eps
+        fd = (loss(up) - loss(down)) / (2 * eps)
+        assert t.grad[i].item() == pytest.approx(fd, rel=1e-6, abs=1e-7)
+
+
+def test_tuple_state():
+    # The harmonic oscillator as (q, p) with a learnable frequency.
+    w = torch.nn.Parameter(torch.tensor(1.3, dtype=F64))
+    q0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    p0 = torch.tensor([0.0, 0.2], dtype=F64, requires_grad=True)
+    t = torch.linspace(0.0, 3.0, 4, dtype=F64)
+
+    def field(t, state):
+        q, p = state
+        return p, -(w**2) * q
+
+    tensors = [q0, p0, w]
+    kw = {"rtol": 1e-11, "atol": 1e-11}
+
+    def back_loss():
+        q, p = odecore.odeint(field, (q0, p0), t, **kw)
+        return (q**2).sum() + p.sum()
+
+    def adj_loss():
+        q, p = odecore.odeint_adjoint(field, (q0, p0), t, adjoint_params=(w,), **kw)
+        assert isinstance(q, torch.Tensor) and q.shape == (4, 2)
+        return (q**2).sum() + p.sum()
+
+    for g_back, g_adj in zip(gradients(back_loss, tensors), gradients(adj_loss, tensors)):
+        torch.testing.assert_close(g_adj, g_back, rtol=1e-7, atol=1e-8)
+
+
+def test_backward_in_time():
+    field = MLPField()
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    t = torch.tensor([1.0, 0.2, -0.5], dtype=F64)
+    tensors = [y0, *field.parameters()]
+    kw = {"rtol": 1e-11, "atol": 1e-11}
+    back = gradients(lambda: odecore.odeint(field, y0, t, **kw).sum(), tensors)
+    adj = gradients(lambda: odecore.odeint_adjoint(field, y0, t, **kw).sum(), tensors)
+    for g_back, g_adj in zip(back, adj):
+        torch.testing.assert_close(g_adj, g_back, rtol=1e-7, atol=1e-8)
+
+
+def test_gradcheck_fixed_step():
+    # rk4 with 64 steps: the adjoint's continuous gradient equals the discrete one to
+    # O(h^4), well inside gradcheck's tolerances.
+    scale = torch.tensor([[0.3, -1.0], [1.0, -0.2]], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+
+    def fn(y0, w):
+        return odecore.odeint_adjoint(
+            lambda t, y: torch.tanh(y @ w.T) * (1 + t),
+            y0,
+            t,
+            method="rk4",
+            options={"n_steps": 64},
+            adjoint_params=(w,),
+        )
+
+    y0 = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(fn, (y0, scale), atol=1e-6, rtol=1e-4)
+
+
+def test_seminorm_saves_backward_evaluations():
+    field = MLPField(hidden=32)
+    y0 = torch.randn(8, 3, dtype=F64, requires_grad=True)
+    results = {}
+    for norm in ("default", "seminorm"):
+        sol = odecore.solve(
+            field,
+            y0,
+            t0=0.0,
+            t1=3.0,
+            solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-8, atol=1e-8),
+            gradient=odecore.Adjoint(seminorm=norm == "seminorm"),
+        )
+        grads = gradients(lambda sol=sol: sol.ys.sum(), [y0, *field.parameters()])
+        results[norm] = (sol.stats.nfe_backward, grads)
+    assert 0 < results["seminorm"][0] < results["default"][0]
+    for a, b in zip(results["default"][1], results["seminorm"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def piecewise_constant_problem(n_pieces: int):
+    """y' = W(t) y with W constant on each of n_pieces intervals of [0, 1]."""
+    weights = torch.nn.Parameter(0.5 * torch.randn(n_pieces, 2, 2, dtype=F64))
+    jumps = torch.arange(1, n_pieces, dtype=F64) / n_pieces
+
+    def field(t, y):
+        k = torch.bucketize(t, jumps, right=True)
+        return y @ weights[k].T
+
+    return field, weights, jumps
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4"])
+def test_piecewise_constant_weights_at_n_steps_equal_pieces(method):
+    # The continuous-in-depth paper's failure case: N_t = M steps over M constant
+    # pieces. With the backward solve restarting at every jump, the adjoint gradient
+    # agrees with backpropagation through the same scheme to the scheme's accuracy.
+    m = 8
+    field, weights, jumps = piecewise_constant_problem(m)
+    y0 = torch.randn(5, 2, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    opts = {"n_steps": m, "jump_t": jumps}
+    back = gradients(
+        lambda: odecore.odeint(field, y0, t, method=method, options=opts)[-1].sum(),
+        [weights, y0],
+    )
+    exact = gradients(
+        lambda: odecore.odeint_adjoint(
+            field,
+            y0,
+            t,
+            rtol=1e-12,
+            atol=1e-12,
+            options={"jump_t": jumps},
+            adjoint_params=(weights,),
+        )[-1].sum(),
+        [weights, y0],
+    )
+    adj = gradients(
+        lambda: odecore.odeint_adjoint(
+            field, y0, t, method=method, options=opts, adjoint_params=(weights,)
+        )[-1].sum(),
+        [weights, y0],
+    )
+    order = {"euler": 1, "rk4": 4}[method]
+    tol = 3 * (1 / m) ** order
+    # Both discrete gradients approximate the exact one to the scheme's order ...
+    for g_back, g_adj, g_exact in zip(back, adj, exact):
+        assert (g_back - g_exact).abs().max() < tol * g_exact.abs().max()
+        assert (g_adj - g_exact).abs().max() < tol * g_exact.abs().max()
+    # ... and for RK4 they agree with each other far better than 1e-3.
+    if method == "rk4":
+        for g_back, g_adj in zip(back, adj):
+            torch.testing.assert_close(g_adj, g_back, rtol=1e-3, atol=1e-4)
+
+
+def test_piecewise_constant_without_jump_t_is_wrong():
+    # Without jump_t the last stage of each RK4 step sees the next piece's weights,
+    # forward and backward: the gradient is off at O(1), not O(h^4).
+    m = 8
+    field, weights, jumps = piecewise_constant_problem(m)
+    y0 = torch.randn(5, 2, dtype=F64)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    exact = gradients(
+        lambda: odecore.odeint_adjoint(
+            field,
+            y0,
+            t,
+            rtol=1e-12,
+            atol=1e-12,
+            options={"jump_t": jumps},
+            adjoint_params=(weights,),
+        )[-1].sum(),
+        [weights],
+    )[0]
+    wrong = gradients(
+        lambda: odecore.odeint_adjoint(
+            field, y0, t, method="rk4", options={"n_steps": m}, adjoint_params=(weights,)
+        )[-1].sum(),
+        [weights],
+    )[0]
+    assert (wrong - exact).abs().max() > 1e-2 * exact.abs().max()
+
+
+def test_backward_statistics_and_failure():
+    field = MLPField()
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        field,
+        y0,
+        t0=0.0,
+        t1=1.0,
+        solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-3, atol=1e-3),
+        gradient=odecore.Adjoint(controller=odecore.PIDController(rtol=1e-13, atol=1e-13)),
+        max_steps=30,
+    )
+    assert sol.stats.nfe_backward == 0
+    with pytest.raises(odecore.SolverError, match=r"adjoint's backward solve stopped at t = "):
+        sol.ys.sum().backward()
+
+
+def test_backward_nfe_is_counted():
+    field = MLPField()
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=1.0, solver=odecore.Tsit5(), gradient=odecore.Adjoint()
+    )
+    sol.ys.sum().backward()
+    assert sol.stats.nfe_backward > 0
+    assert y0.grad is not None
+
+
+def graph_size(tensor: torch.Tensor) -> int:
+    seen, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_adjoint_graph_does_not_grow_with_steps(adjoint):
+    # Backprop records every stage of every step; the adjoint one node per solve.
+    field = MLPField()
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    solve = odecore.odeint_adjoint if adjoint else odecore.odeint
+    sizes = [
+        graph_size(solve(field, y0, t, method="rk4", options={"n_steps": n})) for n in (10, 100)
+    ]
+    if adjoint:
+        assert sizes[0] == sizes[1]
+    else:
+        assert sizes[1] > 5 * sizes[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"adjoint_method": "rk5"}, ValueError, r"Unknown `adjoint_method` 'rk5'"),
+        ({"adjoint_options": {"bogus": 1}}, ValueError, r"Unknown adjoint_option\(s\) \['bogus'\]"),
+        ({"adjoint_rtol": -1.0}, ValueError, r"`adjoint_rtol` must be a positive number"),
+        (
+            {"adjoint_method": "rk4", "adjoint_options": {"norm": "seminorm"}},
+            ValueError,
+            r"needs an adaptive `adjoint_method`",
+        ),
+        ({"adjoint_params": [1.0]}, TypeError, r"`params\[0\]` must be a Tensor"),
+    ],
+)
+def test_adjoint_argument_errors(kwargs, error, match):
+    y0 = torch.ones(2, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    with pytest.raises(error, match=match):
+        odecore.odeint_adjoint(lambda t, y: -y, y0, t, **kwargs)
