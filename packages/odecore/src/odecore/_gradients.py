@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import torch
 from torch import Tensor
@@ -52,20 +52,39 @@ class LoopResult:
         stats: the loop's counts.
         status: how the loop ended.
         t_final: the last time reached, in the caller's time.
+        step_ends: the end of every accepted step, in the caller's time.
     """
 
     ys: list[Tensor | None]
     stats: Stats
     status: Status
     t_final: float
+    step_ends: list[float] = field(default_factory=list)
 
 
-Loop = Callable[
-    [FlatField, Tensor, float, float, Sequence[float], AbstractSolver, AbstractController, Any],
-    LoopResult,
-]
-"""``loop(f, y0, t0, t1, ts, solver, controller, dt0)`` runs one solve (jump and step
-times are those of the call being differentiated) and never raises for a failed solve."""
+class Loop(Protocol):
+    """The solve loop as gradient methods receive it.
+
+    ``loop(f, y0, t0, t1, ts, solver, controller, dt0)`` runs one solve from ``t0`` to
+    ``t1`` with outputs at ``ts``; the jump and step times are those of the call
+    being differentiated, plus ``step_ts``; ``on_step(t, y)`` sees every accepted
+    step. It never raises for a failed solve: the status says.
+    """
+
+    def __call__(
+        self,
+        f: FlatField,
+        y0: Tensor,
+        t0: float,
+        t1: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+        *,
+        step_ts: Sequence[float] = (),
+        on_step: Callable[[float, Tensor], None] | None = None,
+    ) -> LoopResult: ...
 
 
 @dataclass

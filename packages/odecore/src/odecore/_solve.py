@@ -17,6 +17,7 @@ from ._gradients import (
     AbstractGradient,
     Autograd,
     FlatField,
+    Loop,
     LoopResult,
     Problem,
     Stats,
@@ -250,11 +251,13 @@ def _integrate(
     jump_set: set[float],
     dt0: float | None,
     max_steps: int,
+    on_step: Callable[[float, Tensor], None],
 ) -> _Run:
     """The step loop, in increasing time ``s``: step, judge, save, repeat.
 
     Returns the states at ``taus`` (``None`` where not reached), the statistics, the
     status and the last time reached. Failures are statuses, never exceptions.
+    ``on_step(s, y)`` is called after every accepted step.
     """
     stats = Stats()
     status = Status.SUCCESS
@@ -305,6 +308,7 @@ def _integrate(
                     out_i = out_j
                 # Checked once at the end: no host sync per step.
                 finite_flags.append((s_next, torch.isfinite(step.y1).all()))
+                on_step(s_next, step.y1)
                 s, y = s_next, step.y1
                 if step.f1 is not None and s not in jump_set:
                     f0 = step.f1
@@ -330,6 +334,48 @@ def _integrate(
                 status = Status.NONFINITE
     stats.nfe = fe.nfe
     return _Run(ys=ys, stats=stats, status=status, s_reached=s)
+
+
+def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
+    """The solve loop over these jump and step times, as gradient methods call it."""
+
+    def loop(
+        f: FlatField,
+        y0: Tensor,
+        t0: float,
+        t1: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+        *,
+        step_ts: Sequence[float] = (),
+        on_step: Callable[[float, Tensor], None] | None = None,
+    ) -> LoopResult:
+        # Work in tau = direction * t, which always increases.
+        direction = 1.0 if t1 >= t0 else -1.0
+        s0, s1 = direction * t0, direction * t1
+        stops, jump_set = _merge_stops(
+            s0,
+            s1,
+            {direction * t for t in jumps},
+            {direction * t for t in (*steps, *step_ts)},
+        )
+        fe = _Field(f, direction, y0)
+        step_ends: list[float] = []
+
+        def record(s: float, y: Tensor) -> None:
+            step_ends.append(direction * s)
+            if on_step is not None:
+                on_step(direction * s, y)
+
+        run = _integrate(
+            fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
+            jump_set, dt0, max_steps, record,
+        )  # fmt: skip
+        return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached, step_ends)
+
+    return loop
 
 
 def solve(
@@ -451,28 +497,7 @@ def solve(
     jumps = _as_floats("jump_ts", jump_ts)
     steps = _as_floats("step_ts", step_ts)
 
-    def loop(
-        field: FlatField,
-        y_start: Tensor,
-        t_start: float,
-        t_end: float,
-        ts: Sequence[float],
-        solver: AbstractSolver,
-        controller: AbstractController,
-        dt0: float | None,
-    ) -> LoopResult:
-        # Work in tau = direction * t, which always increases.
-        direction = 1.0 if t_end >= t_start else -1.0
-        s0, s1 = direction * t_start, direction * t_end
-        stops, jump_set = _merge_stops(
-            s0, s1, {direction * t for t in jumps}, {direction * t for t in steps}
-        )
-        fe = _Field(field, direction, y_start)
-        run = _integrate(
-            fe, solver, controller, y_start, s0, s1, [direction * t for t in ts], stops,
-            jump_set, dt0, max_steps,
-        )  # fmt: skip
-        return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached)
+    loop = _make_loop(jumps, steps, max_steps)
 
     if gradient is None:
         gradient = Autograd()
