@@ -27,6 +27,7 @@ EXPECTED_ALL = [
     "BOSH3_TABLEAU",
     "Bosh3",
     "ButcherTableau",
+    "Checkpoint",
     "ConfigurationError",
     "ConstantStepSize",
     "DOPRI5_TABLEAU",

@@ -16,7 +16,7 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
-from ._gradients import AbstractGradient, Adjoint, Autograd, Stats
+from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
 from ._odeint import (
     ADAPTIVE_METHODS,
     ADAPTIVE_OPTIONS,
@@ -85,6 +85,7 @@ __all__ = [
     "Autograd",
     "Bosh3",
     "ButcherTableau",
+    "Checkpoint",
     "ConfigurationError",
     "ConstantStepSize",
     "Dopri5",

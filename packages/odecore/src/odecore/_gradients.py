@@ -7,6 +7,7 @@ it never imports the module that defines the loop.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, final
@@ -14,7 +15,7 @@ from typing import Any, Protocol, final
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, PIDController, rms_norm
+from ._controllers import AbstractController, Adaptation, PIDController, rms_norm
 from ._errors import ConfigurationError, SolverError, Status
 from ._solvers import AbstractSolver
 
@@ -194,15 +195,7 @@ class Adjoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        if self.params is not None:
-            params = tuple(self.params)
-        elif p.module is not None:
-            params = tuple(q for q in p.module.parameters() if q.requires_grad)
-        else:
-            params = ()
-        for i, q in enumerate(params):
-            if not isinstance(q, Tensor):
-                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+        params = _parameters(self.params, p)
         with torch.no_grad():
             result = loop(p.f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
         if result.status != Status.SUCCESS or not p.ts:
@@ -212,6 +205,20 @@ class Adjoint(AbstractGradient):
         spec = _AdjointSpec(self, loop, p, result.stats, len(params))
         ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
         return replace(result, ys=list(ys.unbind(0)))
+
+
+def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[Tensor, ...]:
+    """The tensors to differentiate besides ``y0``: given, or the module's parameters."""
+    if given is not None:
+        params = tuple(given)
+    elif p.module is not None:
+        params = tuple(q for q in p.module.parameters() if q.requires_grad)
+    else:
+        params = ()
+    for i, q in enumerate(params):
+        if not isinstance(q, Tensor):
+            raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+    return params
 
 
 @dataclass
@@ -317,3 +324,173 @@ def _adjoint_backward(
 
 def _time(t: float, like: Tensor) -> Tensor:
     return torch.tensor(t, dtype=like.dtype, device=like.device)
+
+
+@final
+@dataclass(frozen=True)
+class Checkpoint(AbstractGradient):
+    """Backpropagation that stores the state at some steps and recomputes the rest.
+
+    The forward solve keeps no graph; it records the accepted steps and the state
+    at the start of every segment of ``every`` steps. The backward pass replays each
+    segment, last first, with the same steps, then backpropagates through it. The
+    gradient is exactly :class:`Autograd`'s (to rounding) — the exact gradient of the
+    discrete scheme, however rough the vector field — while the graph of only one
+    segment is alive at a time: memory grows like ``every`` plus the number of
+    segments, ``O(sqrt(steps))`` with the default. The price is one more forward
+    solve, counted in ``Stats.nfe_backward``.
+
+    Args:
+        every: steps per segment; default ``ceil(sqrt(accepted steps))``.
+        params: the tensors to differentiate besides ``y0``; default the parameters
+            of the vector field when it is an ``nn.Module``. Tensors that the field
+            closes over are differentiated only if listed here.
+
+    Raises:
+        ValueError: if ``every`` is not a positive integer.
+
+    Example:
+        >>> import torch, odecore
+        >>> field = torch.nn.Linear(2, 2)
+        >>> y0 = torch.ones(2)
+        >>> sol = odecore.solve(lambda t, y: field(y), y0, t0=0.0, t1=1.0,
+        ...                     solver=odecore.RK4(), dt0=0.01,
+        ...                     gradient=odecore.Checkpoint(params=tuple(field.parameters())))
+        >>> sol.ys[-1].sum().backward()
+        >>> field.weight.grad.shape, sol.stats.nfe_backward == sol.stats.nfe
+        (torch.Size([2, 2]), True)
+    """
+
+    every: int | None = None
+    params: Sequence[Tensor] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.every is not None and (
+            isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1
+        ):
+            raise ConfigurationError(f"`every` must be a positive integer, got {self.every!r}.")
+
+    def run(self, loop: Loop, problem: Problem) -> LoopResult:
+        p = problem
+        params = _parameters(self.params, p)
+        states: list[Tensor] = []
+        with torch.no_grad():
+            result = loop(
+                p.f,
+                p.y0,
+                p.t0,
+                p.t1,
+                p.ts,
+                p.solver,
+                p.controller,
+                p.dt0,
+                on_step=lambda t, y: states.append(y),
+            )
+        if result.status != Status.SUCCESS or not p.ts:
+            return result
+        n = len(result.step_ends)
+        every = self.every or max(1, math.ceil(math.sqrt(n)))
+        # Segment k covers steps [k * every, (k + 1) * every); it starts from the state
+        # at the end of the step before it (y0 for the first).
+        starts = [p.y0] + [states[k * every - 1] for k in range(1, math.ceil(n / every))]
+        states.clear()  # only the segment starts are kept
+        forward = torch.stack([y for y in result.ys if y is not None])
+        spec = _CheckpointSpec(loop, p, result.stats, result.step_ends, starts, every)
+        ys = _CheckpointFunction.apply(spec, forward, p.y0, *params)  # type: ignore[no-untyped-call]
+        return replace(result, ys=list(ys.unbind(0)))
+
+
+@dataclass
+class _CheckpointSpec:
+    loop: Loop
+    problem: Problem
+    stats: Stats
+    step_ends: list[float]
+    starts: list[Tensor]
+    every: int
+
+
+class _Replay(AbstractController):
+    """Accepts every step and proposes an infinite one: steps land on the given stops."""
+
+    def init(
+        self,
+        f: Any,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        solver: AbstractSolver,
+        dt0: float | None,
+    ) -> tuple[float, Any]:
+        return math.inf, None
+
+    def adapt(
+        self, t0: float, t1: float, y0: Tensor, step: Any, solver: AbstractSolver, state: Any
+    ) -> Adaptation:
+        return Adaptation(accept=True, dt=math.inf, state=None)
+
+
+class _CheckpointFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, spec: _CheckpointSpec, forward: Tensor, y0: Tensor, *params: Tensor
+    ) -> Tensor:
+        ctx.spec = spec
+        ctx.save_for_backward(*params)
+        return forward.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        spec: _CheckpointSpec = ctx.spec
+        params = tuple(ctx.saved_tensors)
+        p = spec.problem
+        sign = 1.0 if p.t1 >= p.t0 else -1.0
+        ends = spec.step_ends
+        carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
+        grad_params: list[Tensor | None] = [None] * len(params)
+        nfe = 0
+        for k in range(len(spec.starts) - 1, -1, -1):
+            first, last = k * spec.every, min((k + 1) * spec.every, len(ends)) - 1
+            t_a = p.t0 if k == 0 else ends[first - 1]
+            t_b = ends[last]
+            # Output times in (t_a, t_b], and t_a itself for the first segment.
+            idx = [
+                i
+                for i, t in enumerate(p.ts)
+                if sign * t_a < sign * t <= sign * t_b or (k == 0 and t == p.t0)
+            ]
+            with torch.enable_grad():
+                y_a = spec.starts[k].detach().requires_grad_(True)
+                run = spec.loop(
+                    p.f,
+                    y_a,
+                    t_a,
+                    t_b,
+                    [p.ts[i] for i in idx] + [t_b],
+                    p.solver,
+                    _Replay(),
+                    None,
+                    step_ts=ends[first : last + 1],
+                )
+                nfe += run.stats.nfe
+                outputs = [y for y in run.ys if y is not None]
+                if len(outputs) != len(idx) + 1 or run.step_ends != ends[first : last + 1]:
+                    raise SolverError(
+                        "the checkpointed replay did not retrace the forward steps between "
+                        f"t = {t_a!r} and t = {t_b!r}: {run.status}.",
+                        status=run.status,
+                        t=run.t_final,
+                    )
+                grad_outputs = [grad_ys[i] for i in idx]
+                grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
+                grads = torch.autograd.grad(
+                    outputs, (y_a, *params), grad_outputs, allow_unused=True
+                )
+            carry = grads[0]
+            for j, g in enumerate(grads[1:]):
+                previous = grad_params[j]
+                if g is not None:
+                    grad_params[j] = g if previous is None else previous + g
+        spec.stats.nfe_backward += nfe
+        return (None, None, carry, *grad_params)

@@ -1,0 +1,125 @@
+"""Checkpointing: backprop's exact discrete gradients with one segment's graph at a time."""
+
+from __future__ import annotations
+
+import odecore
+import pytest
+import torch
+
+F64 = torch.float64
+
+
+class Field(torch.nn.Module):
+    def __init__(self, activation: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(3, 16), activation, torch.nn.Linear(16, 3)
+        ).to(F64)
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(y) * (1 + 0.5 * torch.sin(3 * t))
+
+
+def solve_and_grad(field, y0, gradient, solver, ts, **kwargs):
+    tensors = [y0, *field.parameters()]
+    for x in tensors:
+        x.grad = None
+    sol = odecore.solve(
+        field,
+        y0,
+        t0=float(ts[0]),
+        t1=float(ts[-1]),
+        solver=solver,
+        saveat=odecore.SaveAt(ts=ts),
+        gradient=gradient,
+        **kwargs,
+    )
+    (sol.ys**2).sum().backward()
+    return sol, [x.grad.clone() for x in tensors]
+
+
+CASES = [
+    (odecore.Dopri5(), {}, [0.0, 0.5, 1.0, 2.0]),
+    (odecore.Tsit5(), {}, [2.0, 1.3, -1.0]),
+    (odecore.Dopri8(), {}, [0.0, 0.7, 2.0]),
+    (odecore.RK4(), {"dt0": 0.05}, [0.0, 0.33, 1.0, 2.0]),
+    (odecore.Euler(), {"dt0": 0.01, "jump_ts": [0.25, 0.5]}, [0.0, 1.0]),
+    (odecore.Dopri5(), {"jump_ts": [0.3, 0.6]}, [0.0, 0.45, 1.0]),
+]
+
+
+@pytest.mark.parametrize("every", [None, 1, 3, 10_000])
+@pytest.mark.parametrize("activation", [torch.nn.Tanh, torch.nn.ReLU])
+@pytest.mark.parametrize(("solver", "kwargs", "ts"), CASES)
+def test_checkpoint_equals_backprop(solver, kwargs, ts, activation, every):
+    torch.manual_seed(0)
+    field = Field(activation())
+    y0 = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    ts = torch.tensor(ts, dtype=F64)
+    sol_b, back = solve_and_grad(field, y0, odecore.Autograd(), solver, ts, **kwargs)
+    sol_c, check = solve_and_grad(field, y0, odecore.Checkpoint(every=every), solver, ts, **kwargs)
+    torch.testing.assert_close(sol_c.ys, sol_b.ys, rtol=0, atol=0)
+    for g_back, g_check in zip(back, check):
+        torch.testing.assert_close(g_check, g_back, rtol=1e-12, atol=1e-13)
+    # The replay costs at most one more forward solve: the accepted steps again
+    # (no rejections, no first-step search), FSAL reuse lost across segments.
+    stages = solver.tableau.stages
+    assert sol_c.stats.n_accepted * (stages - 1) <= sol_c.stats.nfe_backward
+    assert sol_c.stats.nfe_backward <= 2 * sol_c.stats.nfe
+
+
+def test_tuple_state():
+    w = torch.nn.Parameter(torch.tensor(1.3, dtype=F64))
+
+    def field(t, state):
+        q, p = state
+        return p, -(w**2) * torch.sin(q)
+
+    q0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    p0 = torch.tensor([0.0, 0.2], dtype=F64, requires_grad=True)
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Checkpoint(params=(w,))):
+        for x in (q0, p0, w):
+            x.grad = None
+        sol = odecore.solve(
+            field, (q0, p0), t0=0.0, t1=3.0, solver=odecore.Tsit5(), gradient=gradient
+        )
+        (sol.ys[0] ** 2).sum().add(sol.ys[1].sum()).backward()
+        grads.append([x.grad.clone() for x in (q0, p0, w)])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13)
+
+
+def graph_size(tensor: torch.Tensor) -> int:
+    seen, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return len(seen)
+
+
+def test_forward_keeps_no_graph_of_the_steps():
+    field = Field(torch.nn.Tanh())
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    sizes = []
+    for dt0 in (0.1, 0.01):
+        sol = odecore.solve(
+            field,
+            y0,
+            t0=0.0,
+            t1=1.0,
+            solver=odecore.RK4(),
+            dt0=dt0,
+            gradient=odecore.Checkpoint(),
+        )
+        sizes.append(graph_size(sol.ys))
+    assert sizes[0] == sizes[1]
+
+
+@pytest.mark.parametrize("every", [0, -1, 2.5, True])
+def test_every_must_be_a_positive_integer(every):
+    with pytest.raises(ValueError, match=r"`every` must be a positive integer"):
+        odecore.Checkpoint(every=every)
