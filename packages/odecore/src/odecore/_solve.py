@@ -119,7 +119,7 @@ class _Field:
         self.checked = False
 
     def time(self, t: float) -> Tensor:
-        tt = torch.tensor(self.direction * t, dtype=self.time_dtype, device=self.device)
+        tt = torch.scalar_tensor(self.direction * t, dtype=self.time_dtype, device=self.device)
         if t == self.left_limit_at:
             tt = torch.nextafter(tt, torch.full_like(tt, -self.direction * math.inf))
         elif t == self.right_limit_at:

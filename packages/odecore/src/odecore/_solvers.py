@@ -169,7 +169,8 @@ class AbstractExplicitRK(AbstractSolver):
             y1, f1 = _combine(y0, h, tab.b, ks), None
         y_err = None
         if tab.b_err is not None:
-            y_err = _combine(None, h, tab.b_err, ks)
+            with torch.no_grad():  # step-size control only: no graph, no saved tensors
+                y_err = _combine(None, h, tab.b_err, ks)
         return StepResult(y1=y1, y_err=y_err, ks=tuple(ks), f1=f1)
 
     def interpolate(
