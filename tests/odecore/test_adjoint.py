@@ -319,3 +319,40 @@ def test_adjoint_argument_errors(kwargs, error, match):
     t = torch.tensor([0.0, 1.0], dtype=F64)
     with pytest.raises(error, match=match):
         odecore.odeint_adjoint(lambda t, y: -y, y0, t, **kwargs)
+
+
+class VanDerPol(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mu = torch.nn.Parameter(torch.tensor(5.0))
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, v = y[..., 0], y[..., 1]
+        return torch.stack([v, self.mu * (1 - x**2) * v - x], dim=-1)
+
+
+def test_van_der_pol_adjoint_is_right_or_says_why():
+    # mu = 5 on [0, 5]: integrating the state backward is unstable. The adjoint must
+    # either give backprop's gradient within 1e-3 or raise SolverError; the
+    # checkpoint method gives backprop's gradient.
+    field = VanDerPol()
+    y0 = torch.randn(64, 2)
+    control = odecore.PIDController(rtol=1e-6, atol=1e-6)
+
+    def mu_gradient(gradient):
+        field.mu.grad = None
+        sol = odecore.solve(
+            field, y0, t0=0.0, t1=5.0, solver=odecore.Dopri5(), controller=control,
+            gradient=gradient,
+        )  # fmt: skip
+        sol.ys[-1].pow(2).sum().backward()
+        return field.mu.grad.item()
+
+    reference = mu_gradient(odecore.Autograd())
+    assert mu_gradient(odecore.Checkpoint()) == pytest.approx(reference, rel=1e-5)
+    try:
+        adjoint = mu_gradient(odecore.Adjoint())
+    except odecore.SolverError as error:
+        assert "adjoint's backward solve stopped at t = " in str(error)
+    else:
+        assert adjoint == pytest.approx(reference, rel=1e-3)
