@@ -20,8 +20,9 @@ class SolverError(OdeCoreError, RuntimeError):
     """A solve started but could not reach its end time.
 
     The message says at which time and why: the step size underflowed, the step
-    budget (``max_steps`` / ``max_num_steps``) ran out, or the state became
-    non-finite.
+    budget (``max_steps`` / ``max_num_steps``) ran out, the state became
+    non-finite, or a backend (``odeint``'s ``scipy:`` methods) failed, in its own
+    words.
 
     Attributes:
         status: the :class:`Status` that ended the solve.
@@ -44,6 +45,7 @@ class Status(enum.IntEnum):
     MAX_STEPS_REACHED = 1
     DT_UNDERFLOW = 2
     NONFINITE = 3
+    BACKEND_FAILED = 4
 
     def __str__(self) -> str:
         return _STATUS_MESSAGES[self]
@@ -62,5 +64,9 @@ _STATUS_MESSAGES = {
     Status.NONFINITE: (
         "the state or its derivative became non-finite (NaN or inf); check the vector "
         "field, or use smaller steps"
+    ),
+    Status.BACKEND_FAILED: (
+        "the backend's solver failed (its own message follows); loosen the tolerances "
+        "or try another method"
     ),
 }

@@ -54,6 +54,8 @@ class LoopResult:
         status: how the loop ended.
         t_final: the last time reached, in the caller's time.
         step_ends: the end of every accepted step, in the caller's time.
+        message: a backend's own account of a failure (scipy's message), a sentence;
+            empty for odecore's loop, whose status says it all.
     """
 
     ys: list[Tensor | None]
@@ -61,6 +63,7 @@ class LoopResult:
     status: Status
     t_final: float
     step_ends: list[float] = field(default_factory=list)
+    message: str = ""
 
 
 class Loop(Protocol):
@@ -305,7 +308,8 @@ def _adjoint_backward(
             if res.status != Status.SUCCESS or res.ys[-1] is None:
                 raise SolverError(
                     f"the adjoint's backward solve stopped at t = {res.t_final!r} before "
-                    f"reaching t = {t_to!r}: {res.status}.",
+                    f"reaching t = {t_to!r}: {res.status}."
+                    + (f" {res.message}" if res.message else ""),
                     status=res.status,
                     t=res.t_final,
                 )

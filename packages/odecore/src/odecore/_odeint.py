@@ -1,7 +1,8 @@
 """``odeint``: torchdiffeq's call signature over :func:`odecore.solve`.
 
 This module only translates a method name and an options dict into solver and
-controller objects; it holds no solver logic.
+controller objects; it holds no solver logic. Methods of the ``scipy:`` and
+``torchdiffeq:`` families go to the backends of ``_backends``.
 """
 
 from __future__ import annotations
@@ -9,15 +10,25 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import Tensor
 
+from ._backends import (
+    SCIPY_METHODS,
+    SCIPY_PREFIX,
+    TORCHDIFFEQ_PREFIX,
+    ScipySolver,
+    make_loop,
+    scipy_integrate,
+    torchdiffeq_odeint,
+    torchdiffeq_odeint_adjoint,
+)
 from ._controllers import ConstantStepSize, PIDController
 from ._errors import ConfigurationError
-from ._gradients import Adjoint
-from ._solve import SaveAt, State, VectorField, solve
+from ._gradients import AbstractGradient, Adjoint
+from ._solve import SaveAt, State, VectorField, _check_y0, _make_loop, _solve
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -69,15 +80,40 @@ ADAPTIVE_OPTIONS = (
 )
 """Options accepted by adaptive methods."""
 
+_SCIPY_OPTIONS = ("first_step", "max_step", *_COMMON_OPTIONS)
+_LSODA_OPTIONS = ("first_step", "max_step", "min_step", *_COMMON_OPTIONS)
+
 
 def _solver_for(method: str, name: str = "") -> AbstractSolver:
     if not isinstance(method, str):
         raise TypeError(f"`{name}method` must be a string, got {type(method).__name__}.")
+    if method.startswith(SCIPY_PREFIX) and method.removeprefix(SCIPY_PREFIX) in SCIPY_METHODS:
+        scipy_integrate(method)  # fail now, with the fix, if SciPy is missing
+        return ScipySolver(method.removeprefix(SCIPY_PREFIX))
     cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method)
     if cls is None:
         known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS]))
-        raise ConfigurationError(f"Unknown `{name}method` {method!r}; known methods: {known}.")
+        scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
+        raise ConfigurationError(
+            f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "
+            f"solvers); {TORCHDIFFEQ_PREFIX}<name> (any torchdiffeq method)."
+        )
     return cls()
+
+
+def _delegated(method: object) -> bool:
+    """Whether ``method`` names a torchdiffeq method, which torchdiffeq runs whole."""
+    return isinstance(method, str) and method.startswith(TORCHDIFFEQ_PREFIX)
+
+
+def _check_state(y0: State) -> None:
+    if isinstance(y0, tuple):
+        if len(y0) == 0:
+            raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
+        for i, y in enumerate(y0):
+            _check_y0(y, f"y0[{i}]")
+    else:
+        _check_y0(y0, "y0")
 
 
 def _check_t(t: Tensor) -> list[float]:
@@ -117,7 +153,11 @@ def odeint(
     """Solve ``dy/dt = func(t, y)`` and return the solution at every time in ``t``.
 
     The signature and meaning are torchdiffeq's, so switching is a change of import.
-    Gradients flow by backpropagation through the solver's steps.
+    Gradients flow by backpropagation through the solver's steps — except with
+    ``scipy:`` methods, whose steps autograd cannot see: there they come from the
+    continuous adjoint, as with :func:`odeint_adjoint`, and reach ``y0``, ``t`` and
+    the parameters of ``func`` when it is an ``nn.Module`` (not tensors it merely
+    closes over; pass those to :func:`odeint_adjoint` as ``adjoint_params``).
 
     Args:
         func: the vector field ``func(t, y)``; ``t`` is a 0-dim tensor in ``y0``'s
@@ -130,14 +170,22 @@ def odeint(
         atol: absolute tolerance of adaptive methods.
         method: one of ``euler``, ``midpoint``, ``heun``, ``ralston``, ``rk4``
             (RK4-classic), ``rk4_38`` (fixed step) or ``adaptive_heun``, ``bosh3``,
-            ``dopri5``, ``tsit5``, ``dopri8`` (adaptive).
+            ``dopri5``, ``tsit5``, ``dopri8`` (adaptive); or a backend:
+            ``scipy:LSODA``, ``scipy:BDF``, ``scipy:Radau`` (stiff problems),
+            ``scipy:RK45``, ``scipy:DOP853``, ``scipy:RK23`` — SciPy's ``solve_ivp``
+            solvers take the steps (needs ``pip install odecore[scipy]``) — or
+            ``torchdiffeq:<name>`` for any torchdiffeq method, which hands the whole
+            call to ``torchdiffeq.odeint`` (needs ``pip install odecore[torchdiffeq]``).
         options: for fixed-step methods ``step_size`` or ``n_steps`` (uniform steps
             over the whole span; the default is one step per interval of ``t``);
             for adaptive ones ``first_step``, ``safety``, ``ifactor`` (largest growth),
             ``dfactor`` (largest shrink), ``pcoeff``, ``icoeff``, ``dcoeff``, ``max_step``
             and ``norm`` (a callable on the scaled error, structured like ``y0``);
             for both ``jump_t`` (discontinuities of ``func`` in time), ``step_t``
-            (times to step on) and ``max_num_steps``.
+            (times to step on) and ``max_num_steps``. ``scipy:`` methods take
+            ``first_step``, ``max_step``, ``jump_t`` and ``step_t`` (scipy restarts
+            at each), ``max_num_steps`` (accepted steps), and for LSODA ``min_step``;
+            ``torchdiffeq:`` methods pass ``options`` to torchdiffeq unchanged.
 
     Returns:
         The solution at each time of ``t`` stacked on a new first dimension: a
@@ -148,7 +196,10 @@ def odeint(
         ValueError: for an unknown method or option, bad times, tolerances,
             shapes, or a non-finite ``y0``.
         SolverError: if the solve cannot finish (step size underflow, step budget
-            exhausted, non-finite state); it says at which ``t``.
+            exhausted, non-finite state, a failure of scipy's solver in its own
+            words); it says at which ``t``.
+        ImportError: for a ``scipy:`` or ``torchdiffeq:`` method whose package is
+            not installed; the message names the extra to install.
 
     Example:
         >>> import torch, odecore
@@ -158,23 +209,24 @@ def odeint(
         torch.Size([5, 3])
         >>> torch.allclose(ys[:, 0], torch.exp(-t))
         True
+        >>> stiff = odecore.odeint(lambda t, y: -1e4 * (y - torch.cos(t)), torch.ones(1), t,
+        ...                        rtol=1e-6, atol=1e-8, method="scipy:LSODA")
+        >>> stiff.dtype, torch.allclose(stiff[:, 0], torch.cos(t), atol=1e-3)
+        (torch.float32, True)
     """
     ts = _check_t(t)
+    if _delegated(method):
+        _check_state(y0)
+        rtol, atol = _positive("rtol", rtol), _positive("atol", atol)
+        return torchdiffeq_odeint(  # type: ignore[no-any-return]
+            func, y0, t, rtol=rtol, atol=atol, method=method, options=options
+        )
     config = _configure(method, options, rtol, atol, ts)
-    sol = solve(
-        func,
-        y0,
-        t0=ts[0],
-        t1=ts[-1],
-        solver=config.solver,
-        controller=config.controller,
-        saveat=SaveAt(ts=t),
-        dt0=config.dt0,
-        jump_ts=config.jump_ts,
-        step_ts=config.step_ts,
-        max_steps=config.max_steps,
-    )
-    return sol.ys
+    gradient = None
+    if isinstance(config.solver, ScipySolver):
+        # No graph runs through scipy: the gradient is always the adjoint's.
+        gradient = Adjoint(solver=config.solver, controller=config.controller, dt0=config.dt0)
+    return _run(func, y0, t, ts, config, gradient)
 
 
 def odeint_adjoint(
@@ -206,14 +258,20 @@ def odeint_adjoint(
         t: 1-D tensor of times, strictly monotone.
         rtol: relative tolerance of the forward solve.
         atol: absolute tolerance of the forward solve.
-        method: the forward method, as for :func:`odeint`.
+        method: the forward method, as for :func:`odeint`. With ``torchdiffeq:<name>``
+            the whole call, ``adjoint_*`` arguments included, goes to
+            ``torchdiffeq.odeint_adjoint``.
         options: the forward options, as for :func:`odeint`.
         adjoint_rtol: relative tolerance of the backward solve; default ``rtol``.
         adjoint_atol: absolute tolerance of the backward solve; default ``atol``.
-        adjoint_method: the backward method; default ``method``.
+        adjoint_method: the backward method; default ``method``. A ``scipy:`` method
+            has scipy integrate the backward system, with vector-Jacobian products
+            from torch; odecore's and scipy's methods mix freely, torchdiffeq's go
+            only with torchdiffeq's.
         adjoint_options: the backward options (default: ``options`` when the method
             is the same); ``{"norm": "seminorm"}`` measures the backward error on
-            the state and its adjoint only (Kidger et al. 2021), which saves steps.
+            the state and its adjoint only (Kidger et al. 2021), which saves steps
+            (not with ``scipy:`` methods, whose norm is their own).
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
             the parameters of ``func`` that require gradients.
 
@@ -225,6 +283,7 @@ def odeint_adjoint(
             arguments alike.
         SolverError: if the forward solve, or in ``backward()`` the adjoint solve,
             cannot finish.
+        ImportError: as :func:`odeint`, for a backend that is not installed.
 
     Example:
         >>> import torch, odecore
@@ -236,6 +295,38 @@ def odeint_adjoint(
         True
     """
     ts = _check_t(t)
+    if _delegated(method):
+        if adjoint_method is not None and not _delegated(adjoint_method):
+            raise ConfigurationError(
+                f"`adjoint_method` must be a torchdiffeq method too when `method` is one "
+                f"(torchdiffeq runs both passes), got {adjoint_method!r}; use "
+                f"'{TORCHDIFFEQ_PREFIX}<name>' or leave it out."
+            )
+        _check_state(y0)
+        rtol, atol = _positive("rtol", rtol), _positive("atol", atol)
+        if adjoint_rtol is not None:
+            adjoint_rtol = _positive("adjoint_rtol", adjoint_rtol)
+        if adjoint_atol is not None:
+            adjoint_atol = _positive("adjoint_atol", adjoint_atol)
+        return torchdiffeq_odeint_adjoint(  # type: ignore[no-any-return]
+            func,
+            y0,
+            t,
+            rtol=rtol,
+            atol=atol,
+            method=method,
+            options=options,
+            adjoint_rtol=adjoint_rtol,
+            adjoint_atol=adjoint_atol,
+            adjoint_method=adjoint_method,
+            adjoint_options=adjoint_options,
+            adjoint_params=adjoint_params,
+        )
+    if _delegated(adjoint_method):
+        raise ConfigurationError(
+            f"`adjoint_method` {adjoint_method!r} needs a torchdiffeq `method` as well "
+            f"(torchdiffeq runs both passes), got {method!r}."
+        )
     config = _configure(method, options, rtol, atol, ts)
     back_method = method if adjoint_method is None else adjoint_method
     back_opts = dict(adjoint_options or (options if back_method == method else None) or {})
@@ -250,6 +341,12 @@ def odeint_adjoint(
         ts,
         name="adjoint_",
     )
+    if seminorm and isinstance(back.solver, ScipySolver):
+        raise ConfigurationError(
+            "`adjoint_options={'norm': 'seminorm'}` is not available with SciPy's methods, "
+            f"whose error norm covers the whole backward state; got `adjoint_method` "
+            f"{back_method!r}."
+        )
     if seminorm and not isinstance(back.controller, PIDController):
         raise ConfigurationError(
             "`adjoint_options={'norm': 'seminorm'}` needs an adaptive `adjoint_method`, got "
@@ -264,7 +361,22 @@ def odeint_adjoint(
         seminorm=seminorm,
         params=adjoint_params,
     )
-    sol = solve(
+    return _run(func, y0, t, ts, config, gradient)
+
+
+def _run(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    ts: list[float],
+    config: _Config,
+    gradient: AbstractGradient | None,
+) -> State:
+    """``solve`` at the times ``t``; with the scipy loop if a scipy method takes part."""
+    scipy = isinstance(config.solver, ScipySolver) or (
+        isinstance(gradient, Adjoint) and isinstance(gradient.solver, ScipySolver)
+    )
+    sol = _solve(
         func,
         y0,
         t0=ts[0],
@@ -276,7 +388,9 @@ def odeint_adjoint(
         jump_ts=config.jump_ts,
         step_ts=config.step_ts,
         max_steps=config.max_steps,
+        throw=True,
         gradient=gradient,
+        make_loop=make_loop if scipy else _make_loop,
     )
     return sol.ys
 
@@ -303,7 +417,11 @@ def _configure(
     solver = _solver_for(method, name)
     opts = dict(options or {})
     adaptive = method in ADAPTIVE_METHODS
-    known = ADAPTIVE_OPTIONS if adaptive else FIXED_OPTIONS
+    known: tuple[str, ...]
+    if isinstance(solver, ScipySolver):
+        known = _LSODA_OPTIONS if method == f"{SCIPY_PREFIX}LSODA" else _SCIPY_OPTIONS
+    else:
+        known = ADAPTIVE_OPTIONS if adaptive else FIXED_OPTIONS
     unknown = sorted(set(opts) - set(known))
     if unknown:
         raise ConfigurationError(
@@ -318,6 +436,15 @@ def _configure(
     span = abs(ts[-1] - ts[0])
 
     dt0: float | None
+    if isinstance(solver, ScipySolver):
+        max_step = _positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
+        controller: PIDController | ConstantStepSize = PIDController(
+            rtol=rtol, atol=atol, dt_max=max_step
+        )
+        dt0 = _positive("first_step", opts["first_step"]) if "first_step" in opts else None
+        if "min_step" in opts:
+            solver = replace(solver, min_step=_positive("min_step", opts["min_step"]))
+        return _Config(solver, controller, dt0, opts.get("jump_t"), opts.get("step_t"), max_steps)
     if adaptive:
         kwargs: dict[str, Any] = {"rtol": rtol, "atol": atol}
         for option, field in (
@@ -332,7 +459,7 @@ def _configure(
         ):
             if option in opts:
                 kwargs[field] = opts[option]
-        controller: PIDController | ConstantStepSize = PIDController(**kwargs)
+        controller = PIDController(**kwargs)
         dt0 = _positive("first_step", opts["first_step"]) if "first_step" in opts else None
     else:
         controller = ConstantStepSize()

@@ -438,6 +438,51 @@ def solve(
         >>> sol.ys.shape, sol.stats.nfe > 0
         (torch.Size([1, 2, 3]), True)
     """
+    return _solve(
+        f,
+        y0,
+        t0=t0,
+        t1=t1,
+        solver=solver,
+        controller=controller,
+        saveat=saveat,
+        dt0=dt0,
+        jump_ts=jump_ts,
+        step_ts=step_ts,
+        max_steps=max_steps,
+        throw=throw,
+        gradient=gradient,
+        make_loop=_make_loop,
+    )
+
+
+LoopFactory = Callable[[list[float], list[float], int], Loop]
+"""Builds the solve loop from the jump times, the step times and the step budget."""
+
+
+def _solve(
+    f: VectorField,
+    y0: State,
+    *,
+    t0: float,
+    t1: float,
+    solver: AbstractSolver,
+    controller: AbstractController | None,
+    saveat: SaveAt | None,
+    dt0: float | None,
+    jump_ts: Times | None,
+    step_ts: Times | None,
+    max_steps: int,
+    throw: bool,
+    gradient: AbstractGradient | None,
+    make_loop: LoopFactory,
+) -> Solution:
+    """:func:`solve`, with the solve loop built by ``make_loop``.
+
+    The hook for backends (``odeint``'s ``scipy:`` methods): they bring their own
+    loop, and share everything else — validation, packing of tuple states, the
+    gradient method, NaN outputs after a failure and ``throw``.
+    """
     # --- validate and normalise ------------------------------------------------------
     if not isinstance(solver, AbstractSolver):
         raise TypeError(f"`solver` must be an odecore solver such as Dopri5(), got {solver!r}.")
@@ -497,7 +542,7 @@ def solve(
     jumps = _as_floats("jump_ts", jump_ts)
     steps = _as_floats("step_ts", step_ts)
 
-    loop = _make_loop(jumps, steps, max_steps)
+    loop = make_loop(jumps, steps, max_steps)
 
     if gradient is None:
         gradient = Autograd()
@@ -527,7 +572,8 @@ def solve(
 
     if status != Status.SUCCESS and throw:
         raise SolverError(
-            f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}.",
+            f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}."
+            + (f" {run.message}" if run.message else ""),
             status=status,
             t=t_reached,
         )

@@ -1,0 +1,559 @@
+"""Backends: other libraries' solvers behind :func:`odecore.odeint`'s method names.
+
+* ``scipy:<name>`` — one of :mod:`scipy.integrate`'s solvers takes the steps. It
+  runs inside a solve loop with the signature of odecore's own (``Loop``), so a
+  gradient method receives it like any loop; the facade pairs it with
+  :class:`~odecore.Adjoint`, whose backward system scipy then integrates too.
+* ``torchdiffeq:<name>`` — the whole call goes to torchdiffeq.
+
+SciPy, NumPy and torchdiffeq are optional: they are imported when such a method is
+used, never when odecore is.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ClassVar, NoReturn, TypeVar, final
+
+import torch
+from torch import Tensor
+
+from ._controllers import AbstractController, PIDController
+from ._errors import ConfigurationError, Status
+from ._gradients import FlatField, Loop, LoopResult, Stats
+from ._solve import _make_loop, _merge_stops
+from ._solvers import (
+    AbstractSolver,
+    Field,
+    StepResult,
+    _hermite_basis,
+    _hermite_weights,
+    _interior_nodes,
+)
+
+Array = Any
+"""A 1-D float64 ``numpy.ndarray``, as scipy passes states; numpy stays optional."""
+
+_T = TypeVar("_T")
+
+SCIPY_PREFIX = "scipy:"
+TORCHDIFFEQ_PREFIX = "torchdiffeq:"
+
+SCIPY_METHODS = ("BDF", "DOP853", "LSODA", "RK23", "RK45", "Radau")
+"""The ``scipy.integrate`` solvers that ``method="scipy:<name>"`` can name."""
+
+# Outputs between step ends. RK23's dense output (cubic Hermite) and BDF's and
+# LSODA's (their history polynomials) have the order of the method, and are used
+# as they are. The others' are of a lower order than their steps (RK45's has order
+# 4, DOP853's 7, Radau's collocation polynomial 3), 10-100x less accurate at tight
+# tolerances. For the explicit pairs, outputs come from a Hermite interpolant on
+# sub-steps of the method itself, of the order given here, as for odecore's own
+# solvers. Radau is for stiff problems, where derivative data would amplify the
+# error by the stiffness: each output is reached by a step of its own from the
+# start of the step it falls in.
+_HERMITE_ORDER = {"RK45": 5, "DOP853": 8}
+_SUBSTEP = ("Radau",)
+
+
+def scipy_integrate(method: str) -> ModuleType:
+    """``scipy.integrate``, or an ``ImportError`` that says how to install it."""
+    try:
+        import scipy.integrate  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError as error:
+        raise ImportError(
+            f"method {method!r} needs SciPy, an optional dependency of odecore; install it "
+            "with `pip install odecore[scipy]`."
+        ) from error
+    module: ModuleType = scipy.integrate
+    return module
+
+
+def torchdiffeq_module(method: str) -> ModuleType:
+    """The ``torchdiffeq`` package, or an ``ImportError`` that says how to install it."""
+    try:
+        import torchdiffeq  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError as error:
+        raise ImportError(
+            f"method {method!r} needs torchdiffeq, an optional dependency of odecore; "
+            "install it with `pip install odecore[torchdiffeq]`."
+        ) from error
+    module: ModuleType = torchdiffeq
+    return module
+
+
+# --- scipy ----------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True)
+class ScipySolver(AbstractSolver):
+    """Which of scipy's solvers takes the steps, for the loop of :func:`make_loop`.
+
+    Configuration only, not a one-step method: odecore's own loop cannot step it
+    (``init``, ``step`` and ``interpolate`` raise). The loop takes the tolerances and
+    the largest step from the controller, a :class:`PIDController`, and the first
+    step from ``dt0``.
+
+    Args:
+        method: the name of the ``scipy.integrate`` solver, one of ``SCIPY_METHODS``.
+        min_step: LSODA's smallest step size (0: none).
+    """
+
+    method: str
+    min_step: float = 0.0
+    # There is no single order: LSODA and BDF change theirs as they go. Nothing
+    # reads it (the step-size control is scipy's).
+    order: ClassVar[int] = 0
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def _not_a_stepper(self) -> NoReturn:
+        raise ConfigurationError(
+            f"{self!r} is run by scipy through odeint(method='scipy:{self.method}'); "
+            "odecore's own loop cannot step it."
+        )
+
+    def init(self, f: Field, t0: float, y0: Tensor) -> Tensor:
+        self._not_a_stepper()
+
+    def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
+        self._not_a_stepper()
+
+    def interpolate(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+    ) -> list[Tensor]:
+        self._not_a_stepper()
+
+
+def make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
+    """odecore's solve loop, except that a :class:`ScipySolver` has scipy take the steps.
+
+    The scipy loop keeps the loop's contract: outputs at ``ts`` (``None`` where not
+    reached), a status instead of an exception when the solve fails (with scipy's
+    message), ``on_step`` after every accepted step. It restarts scipy at every
+    jump and step time, so each piece between them is a smooth problem of its own.
+    """
+    native = _make_loop(jumps, steps, max_steps)
+
+    def loop(
+        f: FlatField,
+        y0: Tensor,
+        t0: float,
+        t1: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+        *,
+        step_ts: Sequence[float] = (),
+        on_step: Callable[[float, Tensor], None] | None = None,
+    ) -> LoopResult:
+        if not isinstance(solver, ScipySolver):
+            return native(
+                f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts, on_step=on_step
+            )
+        run = _ScipyRun(f, y0, solver, controller, dt0, max_steps)
+        return run.solve(t0, t1, list(ts), jumps, [*steps, *step_ts], on_step)
+
+    return loop
+
+
+class _NumpyField:
+    """The vector field as scipy calls it: float time, float64 vector in and out.
+
+    ``f`` sees tensors in ``y0``'s shape, dtype and device, and a 0-dim time tensor
+    in the same dtype. Counts evaluations, checks the shape of the first result,
+    notes non-finite results, and evaluates one-sided limits at jumps: on a piece
+    that starts (ends) on a jump, times at or before (after) it are moved to the
+    neighbouring floating-point number inside the piece.
+    """
+
+    def __init__(self, f: FlatField, y0: Tensor) -> None:
+        self.f = f
+        self.shape = y0.shape
+        self.dtype = y0.dtype
+        self.device = y0.device
+        self.nfe = 0
+        self.nonfinite = False
+        self.checked = False
+        self.direction = 1.0
+        self.lo: float | None = None  # the earliest time f may see on this piece
+        self.hi: float | None = None  # the latest
+
+    def piece(self, a: float, b: float, a_jump: bool, b_jump: bool) -> None:
+        """Integrate from ``a`` to ``b`` next; ``a_jump``/``b_jump``: ends on jumps."""
+        self.direction = 1.0 if b >= a else -1.0
+        self.lo = self._inside(a, b) if a_jump else None
+        self.hi = self._inside(b, a) if b_jump else None
+
+    def _inside(self, t: float, towards: float) -> float:
+        tt = torch.scalar_tensor(t, dtype=self.dtype)
+        return float(torch.nextafter(tt, torch.scalar_tensor(towards, dtype=self.dtype)))
+
+    def time(self, t: float) -> Tensor:
+        d = self.direction
+        if self.lo is not None and d * (t - self.lo) < 0:
+            t = self.lo
+        if self.hi is not None and d * (t - self.hi) > 0:
+            t = self.hi
+        return torch.scalar_tensor(t, dtype=self.dtype, device=self.device)
+
+    def tensor(self, y: Array) -> Tensor:
+        # A copy: scipy (LSODA) reuses its arrays.
+        return torch.tensor(y, dtype=self.dtype, device=self.device).view(self.shape)
+
+    def __call__(self, t: float, y: Array) -> Array:
+        import numpy as np
+
+        self.nfe += 1
+        if not math.isfinite(t):
+            self.nonfinite = True
+            raise _NonFiniteTimeError
+        out = self.f(self.time(t), self.tensor(y))
+        if not self.checked:
+            self._check(out)
+        values = out.detach().reshape(-1).to("cpu", torch.float64).numpy().copy()
+        if not np.isfinite(values).all():
+            self.nonfinite = True
+        return values
+
+    def _check(self, out: object) -> None:
+        if not isinstance(out, Tensor):
+            raise TypeError(f"`func` must return a Tensor, got {type(out).__name__}.")
+        if out.shape != self.shape:
+            raise ValueError(
+                f"`func` returned shape {tuple(out.shape)}, but the state `y0` has shape "
+                f"{tuple(self.shape)}; the vector field must return dy/dt of the same shape."
+            )
+        self.checked = True
+
+
+@dataclass
+class _Failure:
+    status: Status
+    message: str = ""
+
+
+class _NonFiniteTimeError(Exception):
+    """scipy asked for the derivative at a NaN time: its step size is NaN."""
+
+
+class _ScipyRun:
+    """One solve by a scipy solver, piece by piece between jumps and step times."""
+
+    def __init__(
+        self,
+        f: FlatField,
+        y0: Tensor,
+        solver: ScipySolver,
+        controller: AbstractController,
+        dt0: float | None,
+        max_steps: int,
+    ) -> None:
+        if not isinstance(controller, PIDController):
+            raise ConfigurationError(
+                f"`scipy:{solver.method}` takes its tolerances from a PIDController, got "
+                f"{type(controller).__name__}."
+            )
+        self.cls = getattr(scipy_integrate(f"{SCIPY_PREFIX}{solver.method}"), solver.method)
+        self.method = solver.method
+        self.options: dict[str, float] = {"rtol": controller.rtol, "atol": controller.atol}
+        if math.isfinite(controller.dt_max):
+            self.options["max_step"] = controller.dt_max
+        if solver.min_step > 0:
+            self.options["min_step"] = solver.min_step
+        self.first_step = None if dt0 is None else abs(dt0)
+        self.max_steps = max_steps
+        self.y0 = y0
+        self.field = _NumpyField(f, y0)
+
+    def _start(self, t0: float, y0: Array, t1: float, first_step: float | None) -> Any:
+        if first_step is not None:
+            first_step = min(first_step, abs(t1 - t0))
+        return self.cls(self.field, t0, y0, t1, first_step=first_step, **self.options)
+
+    def solve(
+        self,
+        t0: float,
+        t1: float,
+        ts: list[float],
+        jumps: list[float],
+        steps: list[float],
+        on_step: Callable[[float, Tensor], None] | None,
+    ) -> LoopResult:
+        d = 1.0 if t1 >= t0 else -1.0
+        stops, jump_set = _merge_stops(
+            d * t0, d * t1, {d * t for t in jumps}, {d * t for t in steps}
+        )
+        stats = Stats()
+        ys: list[Tensor | None] = [None] * len(ts)
+        out_i = 0
+        while out_i < len(ts) and ts[out_i] == t0:
+            ys[out_i] = self.y0
+            out_i += 1
+        step_ends: list[float] = []
+        failure: _Failure | None = None
+        y = self.y0.detach().reshape(-1).to("cpu", torch.float64).numpy().copy()
+        t, s = t0, d * t0
+        first_step = self.first_step
+        for s_next in stops:
+            a, b = d * s, d * s_next
+            self.field.piece(a, b, s in jump_set, s_next in jump_set)
+            self.field.nonfinite = False
+            started = self._guarded(self._start, a, y, b, first_step)
+            if isinstance(started, _Failure):
+                failure = started
+                break
+            solver = started
+            first_step = None  # scipy chooses the first step after a restart
+            while solver.status == "running":
+                if stats.n_steps >= self.max_steps:
+                    failure = _Failure(Status.MAX_STEPS_REACHED)
+                    break
+                t_old, y_old = float(solver.t), solver.y.copy()
+                f_old = solver.f.copy() if self.method in _HERMITE_ORDER else None
+                self.field.nonfinite = False
+                message = self._guarded(self._step, solver)
+                if isinstance(message, _Failure):
+                    failure = message
+                    break
+                if solver.status == "failed":
+                    failure = self._failure(message)
+                    break
+                stats.n_steps += 1
+                stats.n_accepted += 1
+                t_new = b if solver.status == "finished" else float(solver.t)
+                y_new = solver.y.copy()
+                if not _finite(y_new):
+                    failure = _Failure(Status.NONFINITE)
+                    break
+                t = t_new
+                out_j = out_i
+                while out_j < len(ts) and d * ts[out_j] <= d * t_new:
+                    out_j += 1
+                if out_j > out_i:
+                    values = self._outputs(
+                        solver, t_old, y_old, f_old, t_new, y_new, ts[out_i:out_j]
+                    )
+                    ys[out_i:out_j] = [self.field.tensor(v) for v in values]
+                    out_i = out_j
+                step_ends.append(t_new)
+                if on_step is not None:
+                    on_step(t_new, self.field.tensor(y_new))
+                y = y_new
+            if failure is not None:
+                break
+            s = s_next
+        stats.nfe = self.field.nfe
+        if failure is None:
+            return LoopResult(ys, stats, Status.SUCCESS, t, step_ends)
+        return LoopResult(ys, stats, failure.status, t, step_ends, failure.message)
+
+    def _guarded(self, action: Callable[..., _T], *args: Any) -> _T | _Failure:
+        """``action(*args)``, or the failure when scipy cannot go on with non-finite values.
+
+        With a NaN derivative at the start, scipy's first step size is NaN, and its
+        step loop would go on forever at NaN times; BDF and Radau factorise
+        matrices of NaN before they notice. Both become ``Status.NONFINITE``.
+        """
+        import numpy as np
+
+        try:
+            return action(*args)
+        except _NonFiniteTimeError:
+            return _Failure(Status.NONFINITE, f"scipy's {self.method} took a step of size NaN.")
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as error:
+            if not self.field.nonfinite:
+                raise
+            return _Failure(Status.NONFINITE, f"scipy's {self.method} raised: {error}")
+
+    def _step(self, solver: Any) -> str | None:
+        """``solver.step()``; for LSODA, with the reason for a failure in the message.
+
+        LSODA says why it failed only in a warning ("lsoda: Repeated error test
+        failures ..."); its message is "Unexpected istate in LSODA.". The warning's
+        text becomes the message; any other warning is passed on.
+        """
+        if self.method != "LSODA":
+            message: str | None = solver.step()
+            return message
+        with warnings.catch_warnings(record=True) as caught:
+            message = solver.step()
+        said = []
+        for w in caught:
+            text = str(w.message)
+            if solver.status == "failed" and text.startswith("lsoda:"):
+                said.append(text.removeprefix("lsoda:").strip())
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return " ".join(said) if said else message
+
+    def _failure(self, message: str | None) -> _Failure:
+        said = f"scipy's {self.method} says: {message}" if message else ""
+        if self.field.nonfinite:
+            return _Failure(Status.NONFINITE, said)
+        if message and "step size is less than spacing" in message:
+            return _Failure(Status.DT_UNDERFLOW, said)
+        return _Failure(Status.BACKEND_FAILED, said)
+
+    def _outputs(
+        self,
+        solver: Any,
+        t_old: float,
+        y_old: Array,
+        f_old: Array | None,
+        t_new: float,
+        y_new: Array,
+        taus: list[float],
+    ) -> list[Array]:
+        """The solution at ``taus`` (in ``(t_old, t_new]``) of the step just taken."""
+        inside = [tau for tau in taus if tau != t_new]
+        values: dict[float, Array] = {}
+        order = _HERMITE_ORDER.get(self.method)
+        if inside and order is not None and f_old is not None:
+            hermite = self._hermite(order, t_old, y_old, f_old, t_new, y_new, solver.f)
+            if hermite is not None:
+                values = {tau: hermite(tau) for tau in inside}
+        elif inside and self.method in _SUBSTEP:
+            for tau in inside:
+                reached = self._substep(t_old, y_old, tau)
+                if reached is not None:
+                    values[tau] = reached[0]
+        missing = [tau for tau in inside if tau not in values]
+        if missing:
+            dense = solver.dense_output()
+            values.update({tau: dense(tau) for tau in missing})
+        return [y_new if tau == t_new else values[tau] for tau in taus]
+
+    def _substep(self, t_old: float, y_old: Array, tau: float) -> tuple[Array, Array] | None:
+        """The state and derivative at ``tau``, by a fresh solver from ``(t_old, y_old)``.
+
+        Its first step lands on ``tau``; a step shorter than one the solver
+        accepted is nearly always accepted too. ``None`` if it fails.
+        """
+
+        def run() -> Any:
+            sub = self._start(t_old, y_old, tau, abs(tau - t_old))
+            while sub.status == "running":
+                sub.step()
+            return sub
+
+        sub = self._guarded(run)
+        if isinstance(sub, _Failure) or sub.status != "finished":
+            return None
+        return sub.y, sub.f
+
+    def _hermite(
+        self,
+        order: int,
+        t_old: float,
+        y_old: Array,
+        f_old: Array,
+        t_new: float,
+        y_new: Array,
+        f_new: Array,
+    ) -> Callable[[float], Array] | None:
+        """Hermite interpolant of the step on sub-steps of the method itself.
+
+        Values and derivatives at the step ends and at ``m`` equally spaced interior
+        nodes, each reached by a fresh solver from ``(t_old, y_old)`` whose first
+        step lands on it: error ``O(h**(2m + 4))``, at least the method's own local
+        error (see ``AbstractExplicitRK``). ``None`` if a sub-step fails, and the
+        solver's own dense output stands in.
+        """
+        h = t_new - t_old
+        nodes, matrix = _hermite_basis(_interior_nodes(order))
+        ys, fs = [y_old], [f_old]
+        for theta in nodes[1:-1]:
+            reached = self._substep(t_old, y_old, t_old + theta * h)
+            if reached is None:
+                return None
+            ys.append(reached[0])
+            fs.append(reached[1])
+        ys.append(y_new)
+        fs.append(f_new)
+        n = len(ys)
+
+        def value(tau: float) -> Array:
+            w = _hermite_weights(matrix, (tau - t_old) / h)
+            out = w[0] * ys[0]
+            for j in range(1, n):
+                out = out + w[j] * ys[j]
+            for j in range(n):
+                out = out + (h * w[n + j]) * fs[j]
+            return out
+
+        return value
+
+
+def _finite(y: Array) -> bool:
+    import numpy as np
+
+    return bool(np.isfinite(y).all())
+
+
+# --- torchdiffeq ----------------------------------------------------------------------
+
+
+def torchdiffeq_odeint(
+    func: Any,
+    y0: Any,
+    t: Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    method: str,
+    options: Mapping[str, Any] | None,
+) -> Any:
+    """``torchdiffeq.odeint`` with ``method`` (``"torchdiffeq:<name>"``) and the rest as given."""
+    tdq = torchdiffeq_module(method)
+    name = method.removeprefix(TORCHDIFFEQ_PREFIX)
+    return tdq.odeint(func, y0, t, rtol=rtol, atol=atol, method=name, options=options)
+
+
+def torchdiffeq_odeint_adjoint(
+    func: Any,
+    y0: Any,
+    t: Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    method: str,
+    options: Mapping[str, Any] | None,
+    adjoint_rtol: float | None,
+    adjoint_atol: float | None,
+    adjoint_method: str | None,
+    adjoint_options: Mapping[str, Any] | None,
+    adjoint_params: Sequence[Tensor] | None,
+) -> Any:
+    """``torchdiffeq.odeint_adjoint``: both methods ``"torchdiffeq:<name>"`` (or no adjoint one)."""
+    tdq = torchdiffeq_module(method)
+    return tdq.odeint_adjoint(
+        func,
+        y0,
+        t,
+        rtol=rtol,
+        atol=atol,
+        method=method.removeprefix(TORCHDIFFEQ_PREFIX),
+        options=options,
+        adjoint_rtol=adjoint_rtol,
+        adjoint_atol=adjoint_atol,
+        adjoint_method=(
+            None if adjoint_method is None else adjoint_method.removeprefix(TORCHDIFFEQ_PREFIX)
+        ),
+        adjoint_options=adjoint_options,
+        adjoint_params=adjoint_params,
+    )
