@@ -100,9 +100,36 @@ def typecheck(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors, then run the doctests of the guides."""
     _install_packages(session)
-    session.install(*CONSTRAINTS, "sphinx", "myst-parser", "pytest>=8", "numpy")
+    # The guide's examples run the scipy: and torchdiffeq: backends too.
+    session.install(
+        *CONSTRAINTS,
+        "sphinx",
+        "myst-parser",
+        "pytest>=8",
+        "numpy",
+        "scipy>=1.10",
+        "torchdiffeq>=0.2.3",
+    )
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
     session.run("pytest", "--doctest-glob=*.md", "docs", "-p", "no:cacheprovider")
+
+
+@nox.session(python="3.11", default=False)
+def bench(session: nox.Session) -> None:
+    """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json.
+
+    Not a default session: the full run takes several minutes and measures the
+    machine, not the code. Installs odecore, odebench and torchdiffeq (the peer it
+    compares against) with the constraints. Arguments after ``--`` go to the command,
+    e.g. ``nox -s bench -- --quick`` or ``nox -s bench -- --threads 4 --repeats 9``.
+    """
+    _install_packages(session)
+    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3")
+    out = ROOT / "bench-results"
+    out.mkdir(exist_ok=True)
+    session.run(
+        "odebench", "perf", "solvers", "--json", str(out / "solvers.json"), *session.posargs
+    )
 
 
 @nox.session(python="3.11")

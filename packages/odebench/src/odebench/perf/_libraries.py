@@ -1,0 +1,362 @@
+"""The libraries under test, behind one small interface.
+
+Each adapter solves ``dy/dt = field(t, y)`` from ``y0`` at ``t0`` to ``t1`` with a
+:class:`Method` and a gradient mode, and returns ``y(t1)``. The peers (torchdiffeq,
+torchode, torchdyn) are imported only when the benchmark runs, and only if they import
+cleanly; a peer that cannot do a method or mode says why (:meth:`Library.unsupported`).
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import odecore
+import torch
+from torch import Tensor, nn
+
+MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint")
+"""How a solve runs: ``forward`` (no gradient), or forward plus backward with a gradient method."""
+
+GRADIENT_MODES = MODES[1:]
+
+PEERS = ("torchdiffeq", "torchode", "torchdyn")
+LIBRARIES = ("odecore", *PEERS)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A solver configuration: ``dopri5`` at a tolerance, or ``rk4`` with a number of steps.
+
+    Attributes:
+        name: ``"dopri5"`` or ``"rk4"``.
+        rtol: relative tolerance (adaptive methods).
+        atol: absolute tolerance (adaptive methods).
+        n_steps: number of uniform steps over the span (fixed-step methods).
+    """
+
+    name: str
+    rtol: float | None = None
+    atol: float | None = None
+    n_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name == "dopri5":
+            if self.rtol is None or self.atol is None:
+                raise ValueError("`dopri5` needs `rtol` and `atol`.")
+        elif self.name == "rk4":
+            if self.n_steps is None or self.n_steps < 1:
+                raise ValueError(f"`rk4` needs a positive `n_steps`, got {self.n_steps!r}.")
+        else:
+            raise ValueError(f"Unknown method {self.name!r}; the benchmark knows dopri5 and rk4.")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.name == "dopri5"
+
+    @property
+    def label(self) -> str:
+        """A short name for tables and JSON: ``dopri5@1e-06`` or ``rk4x100``."""
+        if self.adaptive:
+            if self.rtol == self.atol:
+                return f"dopri5@{self.rtol:g}"
+            return f"dopri5@{self.rtol:g}/{self.atol:g}"
+        return f"rk4x{self.n_steps}"
+
+
+class UnsupportedError(Exception):
+    """A library cannot run this method or gradient mode; the message says why."""
+
+
+class Library(abc.ABC):
+    """One ODE library as the benchmark drives it."""
+
+    name: str = ""
+    version: str = ""
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        """Why this library cannot run ``method`` with ``mode``; ``None`` if it can."""
+        if mode == "adjoint_seminorm" and not method.adaptive:
+            return "seminorm applies to adaptive methods only"
+        return None
+
+    @abc.abstractmethod
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        """``y(t1)``, with the graph (or the adjoint's hook) that ``mode`` asks for.
+
+        In mode ``forward`` the caller runs this under ``torch.no_grad()``.
+        """
+
+
+def _times(t0: float, t1: float, like: Tensor) -> Tensor:
+    return torch.tensor([t0, t1], dtype=like.dtype, device=like.device)
+
+
+def _last(ys: Any) -> Tensor:
+    if not isinstance(ys, Tensor):  # pragma: no cover - every state here is a tensor
+        raise TypeError(f"expected a tensor solution, got {type(ys).__name__}")
+    return ys[-1]
+
+
+class OdecoreLibrary(Library):
+    """odecore through torchdiffeq's signature (``odeint``, ``odeint_adjoint``) and ``solve``."""
+
+    def __init__(self) -> None:
+        self.name = "odecore"
+        self.version = str(getattr(odecore, "__version__", "unknown"))
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        if mode == "checkpoint" and getattr(odecore, "Checkpoint", None) is None:
+            return f"odecore {self.version} has no Checkpoint gradient method"
+        return super().unsupported(method, mode)
+
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        t = _times(t0, t1, y0)
+        kwargs: dict[str, Any] = {"method": method.name}
+        if method.adaptive:
+            kwargs.update(rtol=method.rtol, atol=method.atol)
+        else:
+            kwargs["options"] = {"n_steps": method.n_steps}
+        if mode in ("forward", "backprop"):
+            return _last(odecore.odeint(field, y0, t, **kwargs))
+        if mode == "adjoint":
+            return _last(odecore.odeint_adjoint(field, y0, t, **kwargs))
+        if mode == "adjoint_seminorm":
+            kwargs["adjoint_options"] = {"norm": "seminorm"}
+            return _last(odecore.odeint_adjoint(field, y0, t, **kwargs))
+        if mode == "checkpoint":
+            checkpoint = getattr(odecore, "Checkpoint", None)
+            if checkpoint is None:
+                raise UnsupportedError(f"odecore {self.version} has no Checkpoint gradient method")
+            if method.adaptive:
+                assert method.rtol is not None and method.atol is not None
+                sol = odecore.solve(
+                    field,
+                    y0,
+                    t0=t0,
+                    t1=t1,
+                    solver=odecore.Dopri5(),
+                    controller=odecore.PIDController(rtol=method.rtol, atol=method.atol),
+                    gradient=checkpoint(),
+                )
+            else:
+                assert method.n_steps is not None
+                sol = odecore.solve(
+                    field,
+                    y0,
+                    t0=t0,
+                    t1=t1,
+                    solver=odecore.RK4(),
+                    dt0=(t1 - t0) / method.n_steps,
+                    gradient=checkpoint(),
+                )
+            return _last(sol.ys)
+        raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
+
+
+class TorchdiffeqLibrary(Library):
+    """torchdiffeq's ``odeint`` and ``odeint_adjoint``. Its ``rk4`` is Kutta's 3/8 rule."""
+
+    def __init__(self, module: Any) -> None:
+        self.name = "torchdiffeq"
+        self.version = str(getattr(module, "__version__", "unknown"))
+        self.module = module
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        if mode == "checkpoint":
+            return "torchdiffeq has no checkpointing gradient method"
+        return super().unsupported(method, mode)
+
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        t = _times(t0, t1, y0)
+        kwargs: dict[str, Any] = {"method": method.name}
+        if method.adaptive:
+            kwargs.update(rtol=method.rtol, atol=method.atol)
+        else:
+            n = method.n_steps
+            assert n is not None
+
+            def grid(func: Any, y: Tensor, tt: Tensor) -> Tensor:
+                # Exactly n uniform steps between the ends torchdiffeq asks about (in the
+                # adjoint's backward solve those are negated, reversed times).
+                return torch.linspace(float(tt[0]), float(tt[-1]), n + 1, dtype=tt.dtype)
+
+            kwargs["options"] = {"grid_constructor": grid}
+        if mode in ("forward", "backprop"):
+            return _last(self.module.odeint(field, y0, t, **kwargs))
+        if mode == "adjoint":
+            return _last(self.module.odeint_adjoint(field, y0, t, **kwargs))
+        if mode == "adjoint_seminorm":
+            kwargs["adjoint_options"] = {"norm": "seminorm"}
+            return _last(self.module.odeint_adjoint(field, y0, t, **kwargs))
+        raise UnsupportedError(f"torchdiffeq cannot run mode {mode!r}")
+
+
+class _FlatField(nn.Module):
+    """torchode's view of a field: time of shape ``(batch,)``, state ``(batch, features)``."""
+
+    def __init__(self, field: nn.Module, shape: torch.Size) -> None:
+        super().__init__()
+        self.field = field
+        self.shape = shape
+
+    def forward(self, t: Tensor, y: Tensor) -> Tensor:
+        tt = t.reshape(-1)[0] if isinstance(t, Tensor) and t.dim() > 0 else t
+        out: Tensor = self.field(tt, y.reshape(self.shape))
+        return out.reshape(y.shape)
+
+
+class TorchodeLibrary(Library):
+    """torchode: ``AutoDiffAdjoint`` (backprop) and ``JointBacksolveAdjoint`` (adjoint).
+
+    torchode steps every sample with its own step size; the whole batch is still
+    evaluated together, so one call of the field counts as one evaluation.
+    """
+
+    def __init__(self, module: Any) -> None:
+        self.name = "torchode"
+        self.version = str(getattr(module, "__version__", "unknown"))
+        self.module = module
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        if not method.adaptive:
+            return "torchode has no rk4"
+        if mode == "checkpoint":
+            return "torchode has no checkpointing gradient method"
+        if mode == "adjoint_seminorm":
+            return "torchode's adjoint has no seminorm option"
+        return super().unsupported(method, mode)
+
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        reason = self.unsupported(method, mode)
+        if reason is not None:
+            raise UnsupportedError(reason)
+        to = self.module
+        batch = y0.shape[0]
+        term = to.ODETerm(_FlatField(field, y0.shape))
+        step = to.Dopri5(term=term)
+        controller = to.IntegralController(atol=method.atol, rtol=method.rtol, term=term)
+        t_eval = _times(t0, t1, y0).expand(batch, 2)
+        problem = to.InitialValueProblem(y0=y0.reshape(batch, -1), t_eval=t_eval)
+        if mode in ("forward", "backprop"):
+            solver = to.AutoDiffAdjoint(step, controller)
+        else:
+            solver = to.JointBacksolveAdjoint(term, step, controller)
+        sol = solver.solve(problem)
+        return sol.ys[:, -1].reshape(y0.shape)  # type: ignore[no-any-return]
+
+
+class TorchdynLibrary(Library):
+    """torchdyn's ``NeuralODE`` with ``sensitivity="autograd"`` or ``"adjoint"``."""
+
+    def __init__(self, module: Any) -> None:
+        self.name = "torchdyn"
+        self.version = str(getattr(module, "__version__", "unknown"))
+        self.module = module
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        if mode == "checkpoint":
+            return "torchdyn has no checkpointing gradient method"
+        return super().unsupported(method, mode)
+
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        reason = self.unsupported(method, mode)
+        if reason is not None:
+            raise UnsupportedError(reason)
+        neural_ode = importlib.import_module("torchdyn.core").NeuralODE
+        if method.adaptive:
+            t_span = _times(t0, t1, y0)
+            tol: dict[str, Any] = {
+                "atol": method.atol,
+                "rtol": method.rtol,
+                "atol_adjoint": method.atol,
+                "rtol_adjoint": method.rtol,
+            }
+        else:
+            assert method.n_steps is not None
+            t_span = torch.linspace(t0, t1, method.n_steps + 1, dtype=y0.dtype)
+            tol = {}
+        sensitivity = "autograd" if mode in ("forward", "backprop") else "adjoint"
+        model = neural_ode(
+            field,
+            solver=method.name,
+            solver_adjoint=method.name,
+            sensitivity=sensitivity,
+            seminorm=mode == "adjoint_seminorm",
+            return_t_eval=False,
+            **tol,
+        )
+        return model(y0, t_span)[-1]  # type: ignore[no-any-return]
+
+
+def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[str, str]]:
+    """The libraries that import cleanly, and why each of the others does not.
+
+    ``odecore`` always comes first. A peer is skipped if it is not installed or if
+    importing it raises anything at all (torchdyn imports torchvision, which fails
+    when it does not match torch).
+
+    Args:
+        names: the libraries to try; default all of :data:`LIBRARIES`.
+
+    Returns:
+        The available libraries, and a dict ``{name: reason}`` of the unavailable ones.
+
+    Raises:
+        ValueError: for a name that is not in :data:`LIBRARIES`.
+    """
+    wanted = list(LIBRARIES if names is None else names)
+    unknown = [n for n in wanted if n not in LIBRARIES]
+    if unknown:
+        raise ValueError(f"Unknown libraries {unknown}; known libraries: {', '.join(LIBRARIES)}.")
+    available: list[Library] = []
+    missing: dict[str, str] = {}
+    for name in LIBRARIES:
+        if name not in wanted:
+            continue
+        if name == "odecore":
+            available.append(OdecoreLibrary())
+            continue
+        try:
+            module = importlib.import_module(name)
+            if name == "torchdyn":
+                importlib.import_module("torchdyn.core")
+        except ImportError as exc:
+            missing[name] = f"not installed ({type(exc).__name__}: {_first_line(exc)})"
+            continue
+        except Exception as exc:  # a broken install must not stop the benchmark
+            missing[name] = f"import failed ({type(exc).__name__}: {_first_line(exc)})"
+            continue
+        peer: Library
+        if name == "torchdiffeq":
+            peer = TorchdiffeqLibrary(module)
+        elif name == "torchode":
+            peer = TorchodeLibrary(module)
+        else:
+            peer = TorchdynLibrary(module)
+        available.append(peer)
+    return available, missing
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def describe_error(exc: BaseException) -> str:
+    """``TypeName: first line of the message``, short enough for a table note."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"

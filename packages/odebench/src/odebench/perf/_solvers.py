@@ -1,0 +1,537 @@
+"""``odebench perf solvers``: the solver benchmark, from configuration to the JSON document."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ._gradcheck import GradcheckSizes, gradient_check
+from ._libraries import GRADIENT_MODES, MODES, Library, Method, describe_error, discover
+from ._problems import (
+    PROBLEMS,
+    CountingField,
+    Problem,
+    Sizes,
+    make_problem,
+    max_abs_error,
+    reference_solution,
+)
+from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
+from ._timing import Observation, evaluation_times, loss_weight, run_once
+
+SCHEMA_VERSION = 1
+
+FULL_METHODS = (
+    Method("dopri5", rtol=1e-3, atol=1e-3),
+    Method("dopri5", rtol=1e-6, atol=1e-6),
+    Method("rk4", n_steps=100),
+)
+# rk4 needs 40 steps for Van der Pol on [0, 5] to stay stable (h |lambda| < 2.8).
+QUICK_METHODS = (Method("dopri5", rtol=1e-3, atol=1e-3), Method("rk4", n_steps=40))
+
+# Figures of the ``results`` list and their units. ``{mode}`` is each gradient mode.
+FIGURE_UNITS: dict[str, str] = {
+    "forward_time_s": "s",
+    "nfe_forward": "evaluations",
+    "error": "max abs error at t1",
+    "forward_overhead": "ratio",
+    "forward_cost_per_eval_us": "us",
+}
+for _mode in GRADIENT_MODES:
+    FIGURE_UNITS[f"{_mode}_time_s"] = "s"
+    FIGURE_UNITS[f"{_mode}_nfe_backward"] = "evaluations"
+    FIGURE_UNITS[f"{_mode}_overhead"] = "ratio"
+    if _mode != "backprop":
+        FIGURE_UNITS[f"{_mode}_grad_diff"] = "relative"
+
+# Figures compared as odecore / peer in ``ratios``.
+RATIO_FIGURES = (
+    "forward_time_s",
+    "nfe_forward",
+    "error",
+    "forward_overhead",
+    "forward_cost_per_eval_us",
+    "backprop_time_s",
+    "adjoint_time_s",
+    "adjoint_nfe_backward",
+    "adjoint_seminorm_time_s",
+    "adjoint_seminorm_nfe_backward",
+)
+
+
+@dataclass(frozen=True)
+class SolversConfig:
+    """What ``odebench perf solvers`` runs.
+
+    Args:
+        quick: smaller problems, fewer methods and step counts, one repetition, no
+            warm-up: every code path in well under a minute.
+        repeats: timed repetitions per library and configuration (default 5, quick 1).
+            A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
+        threads: ``torch.set_num_threads`` for the run and every child process.
+        problems: the problems to run (default all of ``PROBLEMS``).
+        libraries: the libraries to try (default odecore and every peer that imports).
+        memory: measure peak memory in child processes.
+        gradients: check gradients against finite differences.
+        cell_budget_s: seconds of timed runs one (problem, method, mode) may take
+            across all libraries; the repetitions are cut to fit, down to the warm-up
+            run alone. Default 20 (quick: no limit, one run).
+        seed: the seed of the problems' parameters and initial states.
+    """
+
+    quick: bool = False
+    repeats: int | None = None
+    threads: int = 2
+    problems: tuple[str, ...] | None = None
+    libraries: tuple[str, ...] | None = None
+    memory: bool = True
+    gradients: bool = True
+    cell_budget_s: float = 20.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.repeats is not None and (isinstance(self.repeats, bool) or self.repeats < 1):
+            raise ValueError(f"`repeats` must be a positive integer, got {self.repeats!r}.")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"`threads` must be a positive integer, got {self.threads!r}.")
+        if self.problems is not None:
+            unknown = [p for p in self.problems if p not in PROBLEMS]
+            if unknown:
+                raise ValueError(
+                    f"Unknown problems {unknown}; known problems: {', '.join(PROBLEMS)}."
+                )
+
+    @property
+    def n_repeats(self) -> int:
+        return self.repeats if self.repeats is not None else (1 if self.quick else 5)
+
+    @property
+    def methods(self) -> tuple[Method, ...]:
+        return QUICK_METHODS if self.quick else FULL_METHODS
+
+    @property
+    def sizes(self) -> Sizes:
+        return Sizes.quick() if self.quick else Sizes()
+
+    @property
+    def memory_steps(self) -> tuple[int, ...]:
+        return (10, 100) if self.quick else (10, 100, 1000)
+
+
+def _load_average() -> float | None:
+    """The one-minute load average of the machine (other processes slow the timings)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def _environment(
+    config: SolversConfig,
+    libraries: list[Library],
+    missing: dict[str, str],
+    load_start: float | None,
+    date: str,
+) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "date": date,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "libraries": {lib.name: lib.version for lib in libraries},
+        "unavailable": dict(missing),
+        "quick": config.quick,
+        "repeats": config.n_repeats,
+        "cell_budget_s": None if config.quick else config.cell_budget_s,
+        "dtype": "float32 (gradient check: float64)",
+        "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else None,
+        "load_average_start": load_start,
+        "load_average_end": _load_average(),
+    }
+
+
+@dataclass
+class _Cell:
+    """Observations of one (problem, method, mode) for every library."""
+
+    observations: dict[str, list[Observation]]
+    failures: dict[str, str]
+    notes: dict[str, str]
+
+
+def _measure_cell(
+    libraries: list[Library],
+    problem: Problem,
+    counter: CountingField,
+    method: Method,
+    mode: str,
+    weight: torch.Tensor,
+    config: SolversConfig,
+) -> _Cell:
+    """Warm up, then time every library in interleaved rounds (A B A B ...)."""
+    obs: dict[str, list[Observation]] = {lib.name: [] for lib in libraries}
+    failures: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    by_name = {lib.name: lib for lib in libraries}
+
+    def attempt(lib: Library) -> Observation | None:
+        try:
+            return run_once(lib, problem, counter, method, mode, weight)
+        except Exception as exc:
+            failures[lib.name] = describe_error(exc)
+            return None
+
+    repeats = config.n_repeats
+    if config.quick:
+        warm: dict[str, Observation] = {}
+    else:
+        warm = {}
+        for lib in libraries:
+            o = attempt(lib)
+            if o is not None:
+                warm[lib.name] = o
+        round_s = sum(o.time_s for o in warm.values())
+        if round_s > 0:
+            affordable = math.floor(config.cell_budget_s / round_s)
+            if affordable < 1:
+                for name, o in warm.items():
+                    obs[name].append(o)
+                    notes[name] = (
+                        f"1 run (the warm-up): one round takes {round_s:.1f} s, over the "
+                        f"{config.cell_budget_s:g} s budget"
+                    )
+                return _Cell(obs, failures, notes)
+            if affordable < repeats:
+                for name in warm:
+                    notes[name] = f"{affordable} runs instead of {repeats} to fit the time budget"
+                repeats = affordable
+    names = [lib.name for lib in libraries if lib.name not in failures]
+    for _, name in interleaved(names, repeats):
+        if name in failures:
+            continue
+        o = attempt(by_name[name])
+        if o is not None:
+            obs[name].append(o)
+    return _Cell(obs, failures, notes)
+
+
+def _grad_diff(o: Observation | None, reference: Observation | None) -> float | None:
+    if o is None or reference is None or o.gradient is None or reference.gradient is None:
+        return None
+    den = float(reference.gradient.norm())
+    if den == 0.0:
+        return None
+    return float((o.gradient - reference.gradient).norm()) / den
+
+
+def run_solvers(
+    config: SolversConfig | None = None, *, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Run the solver benchmark and return its JSON document (see :mod:`odebench.perf`).
+
+    Args:
+        config: what to run; default the full benchmark.
+        log: called with a line of progress now and then (default: silent).
+
+    Returns:
+        The document: ``environment``, ``problems``, ``results``, ``ratios``,
+        ``memory``, ``gradients`` and ``notes``.
+    """
+    config = config or SolversConfig()
+    say = log or (lambda _: None)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _run(config, say)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    started = time.perf_counter()
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    load_start = _load_average()
+    libraries, missing = discover(config.libraries)
+    peers = [lib.name for lib in libraries if lib.name != "odecore"]
+    notes = _general_notes(config)
+    for name, reason in missing.items():
+        notes.append(f"{name} is left out: {reason}.")
+    if not any(lib.name == "odecore" for lib in libraries):
+        notes.append("odecore is not among the libraries: no ratios.")
+    results: list[dict[str, Any]] = []
+    ratios: list[dict[str, Any]] = []
+    problems_out: list[dict[str, Any]] = []
+
+    def add(
+        problem: str,
+        method: str,
+        library: str,
+        figure: str,
+        value: Any,
+        note: str | None = None,
+        supported: bool = True,
+    ) -> None:
+        value = finite(value)
+        if value is None and note is None:
+            note = "not measured"
+        results.append(
+            {
+                "problem": problem,
+                "method": method,
+                "library": library,
+                "figure": figure,
+                "value": value,
+                "unit": FIGURE_UNITS[figure],
+                "note": note,
+                "supported": supported,
+            }
+        )
+
+    say(f"libraries: {', '.join(f'{lib.name} {lib.version}' for lib in libraries)}")
+    for name, reason in missing.items():
+        say(f"left out: {name} ({reason})")
+
+    for pname in config.problems or PROBLEMS:
+        problem = make_problem(pname, config.sizes, seed=config.seed)
+        counter = CountingField(problem.field)
+        weight = loss_weight(problem)
+        reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
+        if config.quick:
+            eval_s, vjp_s = evaluation_times(counter, problem, block_s=0.005, blocks=3)
+        else:
+            eval_s, vjp_s = evaluation_times(counter, problem)
+        say(
+            f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
+            f"with its VJP {vjp_s * 1e6:.0f} us"
+        )
+        problems_out.append(
+            {
+                "name": pname,
+                "description": problem.description,
+                "state_shape": list(problem.y0.shape),
+                "n_parameters": problem.n_parameters,
+                "t0": problem.t0,
+                "t1": problem.t1,
+                "eval_time_s": eval_s,
+                "eval_vjp_time_s": vjp_s,
+                "reference": reference_note,
+            }
+        )
+        for method in config.methods:
+            medians: dict[tuple[str, str], float | None] = {}
+            backprop_obs: dict[str, Observation] = {}
+            for mode in MODES:
+                runnable = [lib for lib in libraries if lib.unsupported(method, mode) is None]
+                for lib in libraries:
+                    why = lib.unsupported(method, mode)
+                    if why is not None:
+                        for figure in _mode_figures(mode):
+                            add(pname, method.label, lib.name, figure, None, why, False)
+                            medians[(lib.name, figure)] = None
+                if not runnable:
+                    continue
+                t0 = time.perf_counter()
+                cell = _measure_cell(runnable, problem, counter, method, mode, weight, config)
+                say(
+                    f"  {pname} {method.label} {mode}: "
+                    + ", ".join(_summary(lib.name, cell) for lib in runnable)
+                    + f" ({time.perf_counter() - t0:.1f} s)"
+                )
+                for lib in runnable:
+                    values = _cell_figures(
+                        lib.name, cell, mode, eval_s, vjp_s, reference, backprop_obs
+                    )
+                    for figure, (value, note) in values.items():
+                        add(pname, method.label, lib.name, figure, value, note)
+                        medians[(lib.name, figure)] = finite(value)
+                    if mode == "backprop" and cell.observations[lib.name]:
+                        backprop_obs[lib.name] = cell.observations[lib.name][-1]
+            if any(lib.name == "odecore" for lib in libraries):
+                for peer in peers:
+                    for figure in RATIO_FIGURES:
+                        ours, theirs = medians.get(("odecore", figure)), medians.get((peer, figure))
+                        value = ratio(ours, theirs)
+                        note = None
+                        if value is None:
+                            note = (
+                                "odecore's figure is missing"
+                                if ours is None
+                                else f"{peer}'s figure is missing"
+                                if theirs is None
+                                else f"{peer}'s figure is zero"
+                            )
+                        ratios.append(
+                            {
+                                "problem": pname,
+                                "method": method.label,
+                                "figure": figure,
+                                "library": "odecore",
+                                "peer": peer,
+                                "value": value,
+                                "note": note,
+                            }
+                        )
+
+    memory: list[dict[str, Any]] = []
+    if config.memory:
+        from ._memory import measure_memory  # not at import time: the child runs it as __main__
+
+        say(f"memory: rk4 with {', '.join(map(str, config.memory_steps))} steps, fresh processes")
+        memory = measure_memory(
+            libraries,
+            config.memory_steps,
+            threads=config.threads,
+            batch=config.sizes.mlp_batch,
+            log=say,
+            # As many children at once as the cores hold without sharing: oversubscribed
+            # torch threads wait for each other and would slow the run manyfold.
+            workers=max(1, (os.cpu_count() or 1) // config.threads),
+        )
+    else:
+        notes.append("Memory was not measured (--no-memory).")
+    gradients: list[dict[str, Any]] = []
+    if config.gradients:
+        say("gradient check against finite differences (float64)")
+        sizes = GradcheckSizes.quick() if config.quick else GradcheckSizes()
+        gradients = gradient_check(libraries, sizes=sizes, log=say, seed=config.seed)
+    else:
+        notes.append("Gradients were not checked against finite differences (--no-gradients).")
+    environment = _environment(config, libraries, missing, load_start, date)
+    environment["wall_time_s"] = time.perf_counter() - started
+    if load_start is not None and load_start >= 1.0:
+        notes.append(
+            f"The machine's one-minute load average was {load_start:.2f} when the run "
+            "started: other processes may have been busy and slowed the timings, the more "
+            "so with several torch threads. (The load average at the end counts this run's "
+            "own threads.)"
+        )
+    return {
+        "environment": environment,
+        "problems": problems_out,
+        "results": results,
+        "ratios": ratios,
+        "memory": memory,
+        "gradients": gradients,
+        "notes": notes,
+    }
+
+
+def _mode_figures(mode: str) -> list[str]:
+    if mode == "forward":
+        return [
+            "forward_time_s",
+            "nfe_forward",
+            "error",
+            "forward_overhead",
+            "forward_cost_per_eval_us",
+        ]
+    figures = [f"{mode}_time_s", f"{mode}_nfe_backward", f"{mode}_overhead"]
+    if mode != "backprop":
+        figures.append(f"{mode}_grad_diff")
+    return figures
+
+
+def _summary(name: str, cell: _Cell) -> str:
+    if name in cell.failures:
+        return f"{name} failed ({cell.failures[name]})"
+    times = median(o.time_s for o in cell.observations[name])
+    if times is None:
+        return f"{name} -"
+    return f"{name} {times * 1e3:.1f} ms"
+
+
+def _cell_figures(
+    name: str,
+    cell: _Cell,
+    mode: str,
+    eval_s: float,
+    vjp_s: float,
+    reference: torch.Tensor,
+    backprop_obs: dict[str, Observation],
+) -> dict[str, tuple[float | None, str | None]]:
+    """The figures of one library in one cell, each ``(value, note)``."""
+    obs = cell.observations[name]
+    figures = _mode_figures(mode)
+    if name in cell.failures and not obs:
+        return {f: (None, f"failed: {cell.failures[name]}") for f in figures}
+    if not obs:
+        return {f: (None, "no run") for f in figures}
+    note = cell.notes.get(name)
+    t = median(o.time_s for o in obs)
+    nfe_f = median(o.nfe_forward for o in obs)
+    nfe_b = median(o.nfe_backward for o in obs)
+    nfe_note = None
+    if len({o.nfe_forward for o in obs}) > 1 or len({o.nfe_backward for o in obs}) > 1:
+        nfe_note = "evaluations varied between runs; median shown"
+    if mode == "forward":
+        finite_y1 = bool(torch.isfinite(obs[-1].y1).all())
+        error = max_abs_error(obs[-1].y1, reference) if finite_y1 else None
+        return {
+            "forward_time_s": (t, note),
+            "nfe_forward": (nfe_f, nfe_note),
+            "error": (error, None if finite_y1 else "the solution holds NaN or inf"),
+            "forward_overhead": (overhead_factor(t, [(nfe_f, eval_s)]), note),
+            "forward_cost_per_eval_us": (_us(cost_per_evaluation(t, nfe_f, eval_s)), note),
+        }
+    if mode == "backprop":
+        overhead = overhead_factor(t, [(nfe_f, vjp_s)])
+    else:
+        overhead = overhead_factor(t, [(nfe_f, eval_s), (nfe_b, vjp_s)])
+    gradient = obs[-1].gradient
+    if gradient is not None and not bool(torch.isfinite(gradient).all()):
+        note = "the gradient holds NaN or inf" + (f"; {note}" if note else "")
+    out: dict[str, tuple[float | None, str | None]] = {
+        f"{mode}_time_s": (t, note),
+        f"{mode}_nfe_backward": (nfe_b, nfe_note),
+        f"{mode}_overhead": (overhead, note),
+    }
+    if mode != "backprop":
+        diff = _grad_diff(obs[-1], backprop_obs.get(name))
+        out[f"{mode}_grad_diff"] = (
+            diff,
+            None if diff is not None else "no backprop gradient of this library to compare",
+        )
+        if obs[-1].gradient is not None and not bool(torch.isfinite(obs[-1].gradient).all()):
+            out[f"{mode}_grad_diff"] = (None, "the gradient holds NaN or inf")
+    return out
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def _general_notes(config: SolversConfig) -> list[str]:
+    return [
+        "Times are medians over interleaved repetitions (A B A B ...) after one warm-up run "
+        "per library" + (" (quick mode: one run, no warm-up)." if config.quick else "."),
+        "ratios are odecore / peer: below 1 means odecore is faster, needs fewer "
+        "evaluations or is more accurate.",
+        "forward_overhead = forward time / (NFE x time of one evaluation alone); "
+        "backprop_overhead = time / (NFE x time of one evaluation with its VJP); "
+        "adjoint and checkpoint overhead = time / (NFE forward x evaluation + "
+        "NFE backward x evaluation with VJP). The physical limit is 1.0.",
+        "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
+        "solver's own time per evaluation.",
+        "error is the largest absolute difference at t1 from the problem's reference "
+        "(exact for the linear system, a float64 dopri8 solve otherwise).",
+        "{mode}_grad_diff = |g - g_backprop| / |g_backprop| against the same library's "
+        "backprop gradient of the same solve configuration (for y0 and all parameters).",
+        "rk4 is each library's own: RK4-classic in odecore, Kutta's 3/8 rule in "
+        "torchdiffeq; both take 4 evaluations per step.",
+        "NFE counts calls of the vector field through one wrapper module, whichever "
+        "library calls it; a backward-pass evaluation (with its VJP) counts as one.",
+    ]

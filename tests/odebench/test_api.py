@@ -1,0 +1,52 @@
+"""odebench's public API, and its use of odecore through odecore's public API only."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+from pathlib import Path
+
+import odebench
+import odebench.perf
+
+SRC = Path(odebench.__file__).resolve().parent
+
+
+def test_all_snapshot():
+    # Changing the public API is a decision: update these lists in the same change.
+    assert odebench.__all__ == ["main"]
+    assert sorted(odebench.perf.__all__) == ["SolversConfig", "format_report", "run_solvers"]
+
+
+def test_version_matches_the_distribution():
+    assert odebench.__version__ == importlib.metadata.version("odebench")
+
+
+def test_public_objects_have_docstrings():
+    public = [getattr(odebench.perf, name) for name in odebench.perf.__all__]
+    for obj in (odebench, odebench.perf, odebench.main, *public):
+        assert (obj.__doc__ or "").strip(), obj
+
+
+def test_odecore_is_used_through_its_public_api_only():
+    offences = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("odecore"):
+                offences.append(f"{path.name}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                offences += [
+                    f"{path.name}:{node.lineno}: import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("odecore.")
+                ]
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "odecore"
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                offences.append(f"{path.name}:{node.lineno}: odecore.{node.attr}")
+    assert offences == []

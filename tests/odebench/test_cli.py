@@ -1,0 +1,205 @@
+"""The command line: a smoke test of ``odebench perf solvers --quick``, and its errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import odebench
+import pytest
+from odebench import main
+from odebench.perf._libraries import GRADIENT_MODES
+from odebench.perf._problems import PROBLEMS
+from odebench.perf._solvers import FIGURE_UNITS, QUICK_METHODS, RATIO_FIGURES, _mode_figures
+
+ROW_SECTIONS = ("results", "ratios", "memory", "gradients")
+
+
+def _env() -> dict[str, str]:
+    """This process's environment, with the odebench under test first on the path."""
+    env = dict(os.environ)
+    src = str(Path(odebench.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """``python -m odebench perf solvers --quick --json PATH``, run once for the module.
+
+    One torch thread, so that another busy process on a two-core machine cannot stall
+    the run; the timings themselves are never asserted on.
+    """
+    path = tmp_path_factory.mktemp("bench") / "out" / "solvers.json"
+    cmd = [
+        sys.executable, "-m", "odebench", "perf", "solvers", "--quick", "--threads", "1",
+        "--json", str(path),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+def test_quick_run_prints_the_tables(quick_run):
+    proc, _ = quick_run
+    for heading in ("Problems", "Speed", "Ratios odecore / peer", "Peak memory", "Gradient error"):
+        assert heading in proc.stdout
+    assert "mlp" in proc.stdout and "torchdiffeq" in proc.stdout
+    assert "wrote" in proc.stderr  # progress goes to stderr, tables to stdout
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_documented_structure(quick_run):
+    _, doc = quick_run
+    assert set(doc) == {
+        "environment", "problems", "results", "ratios", "memory", "gradients", "notes",
+    }  # fmt: skip
+    env = doc["environment"]
+    for key in ("date", "torch", "threads", "libraries", "unavailable", "python", "quick"):
+        assert key in env
+    assert env["threads"] == 1 and env["quick"] is True
+    assert "odecore" in env["libraries"] and "torchdiffeq" in env["libraries"]
+    assert [p["name"] for p in doc["problems"]] == list(PROBLEMS)
+    assert all(p["eval_time_s"] > 0 and p["eval_vjp_time_s"] > 0 for p in doc["problems"])
+    assert doc["notes"] and all(isinstance(n, str) and n for n in doc["notes"])
+
+
+@pytest.mark.slow
+def test_every_figure_is_a_finite_number_or_null_with_a_note(quick_run):
+    _, doc = quick_run
+    for section in ROW_SECTIONS:
+        assert doc[section], section
+        for row in doc[section]:
+            value = row["value"]
+            if value is None:
+                assert isinstance(row["note"], str) and row["note"], row
+            else:
+                assert isinstance(value, (int, float)) and not isinstance(value, bool), row
+                assert math.isfinite(value), row
+
+
+@pytest.mark.slow
+def test_results_cover_every_problem_method_library_and_figure(quick_run):
+    _, doc = quick_run
+    libraries = list(doc["environment"]["libraries"])
+    seen = {(r["problem"], r["method"], r["library"], r["figure"]) for r in doc["results"]}
+    expected = {
+        (p, m.label, lib, f)
+        for p in PROBLEMS
+        for m in QUICK_METHODS
+        for lib in libraries
+        for mode in ("forward", *GRADIENT_MODES)
+        for f in _mode_figures(mode)
+    }
+    assert seen == expected
+    assert len(seen) == len(doc["results"])  # one row each
+    assert all(r["unit"] == FIGURE_UNITS[r["figure"]] for r in doc["results"])
+    # what must have been measured: odecore's forward solve and backprop of the MLP
+    values = {(r["problem"], r["method"], r["library"], r["figure"]): r for r in doc["results"]}
+    for method in QUICK_METHODS:
+        for figure in ("forward_time_s", "nfe_forward", "error", "backprop_time_s"):
+            assert values[("mlp", method.label, "odecore", figure)]["value"] is not None
+
+
+@pytest.mark.slow
+def test_ratios_compare_odecore_with_each_peer(quick_run):
+    _, doc = quick_run
+    peers = [name for name in doc["environment"]["libraries"] if name != "odecore"]
+    keys = {(r["problem"], r["method"], r["peer"], r["figure"]) for r in doc["ratios"]}
+    assert keys == {
+        (p, m.label, peer, f) for p in PROBLEMS for m in QUICK_METHODS for peer in peers
+        for f in RATIO_FIGURES
+    }  # fmt: skip
+    nfe = [r for r in doc["ratios"] if r["figure"] == "nfe_forward" and r["problem"] == "mlp"]
+    assert all(r["value"] is not None and r["value"] > 0 for r in nfe)
+
+
+@pytest.mark.slow
+def test_memory_rows_and_backprop_growth(quick_run):
+    _, doc = quick_run
+    rows = {
+        (r["library"], r["gradient"], r["n_steps"], r["figure"]): r["value"] for r in doc["memory"]
+    }
+    assert {r["n_steps"] for r in doc["memory"]} == {10, 100, None}
+    for gradient in ("backprop", "adjoint"):
+        assert rows[("odecore", gradient, 10, "peak_delta_mib")] is not None
+        assert rows[("odecore", gradient, 100, "nfe_forward")] == 400
+    # Backprop keeps every step's activations: ten times the steps, clearly more memory.
+    assert (
+        rows[("odecore", "backprop", 100, "peak_delta_mib")]
+        > rows[("odecore", "backprop", 10, "peak_delta_mib")]
+    )
+
+
+@pytest.mark.slow
+def test_gradient_check_rows(quick_run):
+    _, doc = quick_run
+    problems = {r["problem"] for r in doc["gradients"]}
+    assert problems == {"conv_relu", "conv_softplus"}
+    figures = {
+        (r["problem"], r["library"], r["gradient"], r["figure"]): r["value"]
+        for r in doc["gradients"]
+    }
+    for problem in problems:
+        assert figures[(problem, "finite differences", "-", "fd_resolution")] is not None
+        assert figures[(problem, "odecore", "backprop", "grad_abs_error")] is not None
+        assert figures[(problem, "odecore", "adjoint", "nfe_backward")] > 0
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["perf", "solvers", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--quick", "--json", "--threads", "--repeats"):
+        assert option in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"odebench {odebench.__version__}"
+
+
+@pytest.mark.parametrize("argv", [[], ["perf"]])
+def test_missing_command_prints_help(argv, capsys):
+    assert main(argv) == 2
+    assert "usage: odebench" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["perf", "solvers", "--threads", "0"], "expected a positive integer, got 0"),
+        (["perf", "solvers", "--repeats", "two"], "expected a positive integer, got 'two'"),
+        (["perf", "solvers", "--problems", "mlp,spiral"], "Unknown problems ['spiral']"),
+        (["perf", "solvers", "--libraries", "jax"], "--libraries: unknown ['jax']"),
+        (["perf", "gpus"], "invalid choice: 'gpus'"),
+    ],
+)
+def test_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_json_path_that_is_a_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["perf", "solvers", "--json", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_module_entry_point_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "odebench", "--help"], capture_output=True, text=True, env=_env()
+    )
+    assert proc.returncode == 0
+    assert "perf" in proc.stdout

@@ -1,0 +1,108 @@
+"""The library adapters: methods, availability, and agreement on a problem with a known answer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from odebench.perf._libraries import (
+    GRADIENT_MODES,
+    Method,
+    OdecoreLibrary,
+    describe_error,
+    discover,
+)
+from odebench.perf._problems import CountingField, Sizes, make_problem, max_abs_error
+
+SMALL = Sizes.quick()
+
+
+def test_method_labels():
+    assert Method("dopri5", rtol=1e-6, atol=1e-6).label == "dopri5@1e-06"
+    assert Method("dopri5", rtol=1e-3, atol=1e-5).label == "dopri5@0.001/1e-05"
+    assert Method("rk4", n_steps=100).label == "rk4x100"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"name": "dopri5"}, "`dopri5` needs `rtol` and `atol`"),
+        ({"name": "rk4"}, "`rk4` needs a positive `n_steps`, got None"),
+        ({"name": "rk4", "n_steps": 0}, "`rk4` needs a positive `n_steps`, got 0"),
+        ({"name": "euler", "n_steps": 3}, "Unknown method 'euler'"),
+    ],
+)
+def test_method_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Method(**kwargs)
+
+
+def test_discover_finds_odecore_and_torchdiffeq():
+    libraries, missing = discover(["odecore", "torchdiffeq"])
+    assert [lib.name for lib in libraries] == ["odecore", "torchdiffeq"]
+    assert missing == {}
+
+
+def test_discover_reports_unavailable_peers_without_raising():
+    libraries, missing = discover()
+    names = [lib.name for lib in libraries]
+    assert names[0] == "odecore"
+    assert set(names) | set(missing) == {"odecore", "torchdiffeq", "torchode", "torchdyn"}
+    assert all(isinstance(reason, str) and reason for reason in missing.values())
+
+
+def test_discover_rejects_unknown_names():
+    with pytest.raises(ValueError, match=r"Unknown libraries \['jax'\]"):
+        discover(["jax"])
+
+
+def test_unsupported_combinations_say_why():
+    odecore_lib = OdecoreLibrary()
+    rk4 = Method("rk4", n_steps=10)
+    assert odecore_lib.unsupported(rk4, "adjoint_seminorm") == (
+        "seminorm applies to adaptive methods only"
+    )
+    assert odecore_lib.unsupported(rk4, "backprop") is None
+    (tdq,), _ = discover(["torchdiffeq"])
+    assert tdq.unsupported(rk4, "checkpoint") == "torchdiffeq has no checkpointing gradient method"
+
+
+def _libraries():
+    libraries, _ = discover(["odecore", "torchdiffeq"])
+    return libraries
+
+
+@pytest.mark.parametrize("library", _libraries(), ids=lambda lib: lib.name)
+@pytest.mark.parametrize(
+    "method",
+    [Method("dopri5", rtol=1e-7, atol=1e-9), Method("rk4", n_steps=50)],
+    ids=lambda m: m.label,
+)
+def test_every_library_solves_the_linear_system(library, method):
+    problem = make_problem("linear", SMALL, dtype=torch.float64)
+    counter = CountingField(problem.field)
+    with torch.no_grad():
+        y1 = library.solve(counter, problem.y0, problem.t0, problem.t1, method, "forward")
+    assert max_abs_error(y1, problem.exact) < 1e-6
+    if not method.adaptive:
+        assert counter.nfe == 4 * method.n_steps  # exactly n steps of 4 stages
+
+
+@pytest.mark.parametrize("library", _libraries(), ids=lambda lib: lib.name)
+@pytest.mark.parametrize("mode", GRADIENT_MODES)
+def test_gradient_modes_give_the_exact_gradient(library, mode):
+    # y' = A y, L = sum(w * y(1)): dL/dy0 = expm(A)^T w, rows of y0 being states.
+    method = Method("dopri5", rtol=1e-9, atol=1e-9)
+    if library.unsupported(method, mode) is not None:
+        pytest.skip(library.unsupported(method, mode))
+    problem = make_problem("linear", SMALL, dtype=torch.float64)
+    w = torch.randn(problem.y0.shape, dtype=torch.float64)
+    y0 = problem.y0.clone().requires_grad_(True)
+    y1 = library.solve(CountingField(problem.field), y0, 0.0, 1.0, method, mode)
+    (w * y1).sum().backward()
+    expm = torch.linalg.matrix_exp(problem.field.a.detach())
+    torch.testing.assert_close(y0.grad, w @ expm, rtol=1e-6, atol=1e-7)
+
+
+def test_describe_error_keeps_the_first_line():
+    assert describe_error(ValueError("bad\nmore")) == "ValueError: bad"
+    assert describe_error(RuntimeError("x" * 500)).endswith("...")

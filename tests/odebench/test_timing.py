@@ -1,0 +1,117 @@
+"""Timed runs and the figures made from them (no assertion on how long anything takes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from odebench.perf._libraries import Method, OdecoreLibrary
+from odebench.perf._problems import CountingField, Sizes, make_problem
+from odebench.perf._solvers import _Cell, _cell_figures, _mode_figures
+from odebench.perf._timing import Observation, evaluation_times, loss_weight, run_once
+
+SMALL = Sizes.quick()
+Y1 = torch.zeros(2)
+
+
+def test_run_once_forward_counts_and_keeps_no_graph():
+    problem = make_problem("mlp", SMALL)
+    counter = CountingField(problem.field)
+    obs = run_once(
+        OdecoreLibrary(), problem, counter, Method("rk4", n_steps=5), "forward",
+        loss_weight(problem),
+    )  # fmt: skip
+    assert obs.nfe_forward == 20
+    assert obs.nfe_backward == 0
+    assert obs.gradient is None
+    assert not obs.y1.requires_grad
+    assert obs.time_s > 0
+
+
+def test_run_once_backprop_fills_the_gradient():
+    problem = make_problem("mlp", SMALL)
+    counter = CountingField(problem.field)
+    obs = run_once(
+        OdecoreLibrary(), problem, counter, Method("rk4", n_steps=5), "backprop",
+        loss_weight(problem),
+    )  # fmt: skip
+    assert (obs.nfe_forward, obs.nfe_backward) == (20, 0)
+    assert obs.gradient is not None
+    assert obs.gradient.numel() == problem.y0.numel() + problem.n_parameters
+    assert bool(torch.isfinite(obs.gradient).all())
+
+
+def test_run_once_adjoint_counts_the_backward_pass():
+    problem = make_problem("mlp", SMALL)
+    counter = CountingField(problem.field)
+    weight = loss_weight(problem)
+    lib = OdecoreLibrary()
+    rk4 = Method("rk4", n_steps=5)
+    back = run_once(lib, problem, counter, rk4, "backprop", weight)
+    adj = run_once(lib, problem, counter, rk4, "adjoint", weight)
+    assert adj.nfe_forward == 20
+    assert adj.nfe_backward >= 20  # 5 backward rk4 steps of the augmented system, at least
+    torch.testing.assert_close(adj.gradient, back.gradient, rtol=1e-3, atol=1e-5)
+
+
+def test_evaluation_times_are_positive_and_reset_the_count():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field)
+    eval_s, vjp_s = evaluation_times(counter, problem, block_s=0.001, blocks=2)
+    assert eval_s > 0 and vjp_s > 0
+    assert counter.nfe == 0
+
+
+def _cell(*observations, name="odecore", failures=None, notes=None):
+    return _Cell({name: list(observations)}, failures or {}, notes or {})
+
+
+def test_forward_figures_are_medians_and_overheads():
+    cell = _cell(
+        Observation(0.3, 10, 0, Y1), Observation(0.1, 10, 0, Y1), Observation(0.2, 10, 0, Y1)
+    )
+    figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["forward_time_s"] == (0.2, None)
+    assert figures["nfe_forward"] == (10, None)
+    assert figures["forward_overhead"][0] == pytest.approx(0.2 / (10 * 0.01))
+    assert figures["forward_cost_per_eval_us"][0] == pytest.approx((0.2 - 0.1) / 10 * 1e6)
+    assert figures["error"] == (0.0, None)
+
+
+def test_backprop_overhead_uses_the_evaluation_with_its_vjp():
+    cell = _cell(Observation(0.8, 10, 0, Y1, torch.ones(3)))
+    figures = _cell_figures("odecore", cell, "backprop", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["backprop_overhead"][0] == pytest.approx(0.8 / (10 * 0.04))
+    assert figures["backprop_nfe_backward"] == (0, None)
+
+
+def test_adjoint_overhead_counts_both_passes_and_compares_gradients():
+    backprop = Observation(0.5, 10, 0, Y1, torch.tensor([1.0, 0.0]))
+    cell = _cell(Observation(1.0, 10, 20, Y1, torch.tensor([1.0, 0.1])))
+    figures = _cell_figures(
+        "odecore", cell, "adjoint", 0.01, 0.04, torch.zeros(2), {"odecore": backprop}
+    )
+    assert figures["adjoint_overhead"][0] == pytest.approx(1.0 / (10 * 0.01 + 20 * 0.04))
+    assert figures["adjoint_nfe_backward"] == (20, None)
+    assert figures["adjoint_grad_diff"][0] == pytest.approx(0.1)
+
+
+def test_failed_and_non_finite_runs_become_notes():
+    failed = _Cell({"odecore": []}, {"odecore": "SolverError: boom"}, {})
+    figures = _cell_figures("odecore", failed, "adjoint", 0.01, 0.04, torch.zeros(2), {})
+    assert set(figures) == set(_mode_figures("adjoint"))
+    assert all(v is None and note == "failed: SolverError: boom" for v, note in figures.values())
+
+    nan = _cell(Observation(0.1, 4, 0, torch.tensor([float("nan"), 0.0])))
+    figures = _cell_figures("odecore", nan, "forward", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["error"] == (None, "the solution holds NaN or inf")
+
+    bad = _cell(Observation(0.1, 4, 8, Y1, torch.tensor([float("inf")])))
+    figures = _cell_figures("odecore", bad, "adjoint", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["adjoint_grad_diff"] == (None, "the gradient holds NaN or inf")
+    assert figures["adjoint_time_s"][1] == "the gradient holds NaN or inf"
+
+
+def test_varying_counts_are_noted():
+    cell = _cell(Observation(0.1, 10, 0, Y1), Observation(0.1, 12, 0, Y1))
+    figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["nfe_forward"] == (11, "evaluations varied between runs; median shown")
