@@ -231,6 +231,33 @@ def _check_y0(y0: Tensor, name: str) -> None:
         raise ValueError(f"`{name}` holds non-finite values (NaN or inf).")
 
 
+class _Flags:
+    """A growable boolean record in chunks of one preallocated tensor each."""
+
+    _CHUNK = 1024
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.chunks: list[Tensor] = []
+        self.times: list[float] = []
+
+    def append(self, t: float, flag: Tensor) -> None:
+        i = len(self.times) % self._CHUNK
+        if i == 0:
+            self.chunks.append(torch.ones(self._CHUNK, dtype=torch.bool, device=self.device))
+        self.chunks[-1][i].copy_(flag)
+        self.times.append(t)
+
+    def first_false(self) -> int | None:
+        """Index of the first false flag, or ``None``; one host sync."""
+        if not self.chunks:
+            return None
+        flags = torch.cat(self.chunks)[: len(self.times)]
+        if bool(flags.all()):
+            return None
+        return int((~flags).nonzero()[0])
+
+
 @dataclass
 class _Run:
     ys: list[Tensor | None]
@@ -270,7 +297,10 @@ def _integrate(
 
     s = s0
     y = flat0
-    finite_flags: list[tuple[float, Tensor]] = []
+    # Finiteness of every accepted step, written into preallocated chunks and read
+    # once at the end: no host sync per step, and no thousands of tiny tensors (which
+    # fragment the heap enough to make memory grow with the number of steps).
+    finite = _Flags(flat0.device)
     if s0 < s1:
         fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
@@ -307,7 +337,7 @@ def _integrate(
                     ys[out_i:out_j] = values
                     out_i = out_j
                 # Checked once at the end: no host sync per step.
-                finite_flags.append((s_next, torch.isfinite(step.y1).all()))
+                finite.append(s_next, torch.isfinite(step.y1).all())
                 on_step(s_next, step.y1)
                 s, y = s_next, step.y1
                 if step.f1 is not None and s not in jump_set:
@@ -326,12 +356,10 @@ def _integrate(
                 dt = max(verdict.dt, dt)
             else:
                 dt = verdict.dt
-        if finite_flags and status == Status.SUCCESS:
-            flags = torch.stack([flag for _, flag in finite_flags])
-            if not bool(flags.all()):
-                first = int((~flags).nonzero()[0])
-                s = finite_flags[first - 1][0] if first > 0 else s0
-                status = Status.NONFINITE
+        first = finite.first_false() if status == Status.SUCCESS else None
+        if first is not None:
+            s = finite.times[first - 1] if first > 0 else s0
+            status = Status.NONFINITE
     stats.nfe = fe.nfe
     return _Run(ys=ys, stats=stats, status=status, s_reached=s)
 
