@@ -239,6 +239,7 @@ class _AdjointFunction(torch.autograd.Function):
         ctx: Any, spec: _AdjointSpec, forward: Tensor, y0: Tensor, ts: Tensor, *params: Tensor
     ) -> Tensor:
         ctx.spec = spec
+        ctx.ts_dtype = ts.dtype
         ctx.save_for_backward(forward, *params)
         return forward.clone()
 
@@ -246,14 +247,23 @@ class _AdjointFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         spec: _AdjointSpec = ctx.spec
         forward, *params = ctx.saved_tensors
-        grads = _adjoint_backward(spec, forward, tuple(params), grad_ys)
+        need_ts = bool(ctx.needs_input_grad[3])
+        grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
+        if grad_ts is not None:
+            grad_ts = grad_ts.to(ctx.ts_dtype)
         return (None, None, grad_y0, grad_ts, *grad_params)
 
 
 def _adjoint_backward(
-    spec: _AdjointSpec, forward: Tensor, params: tuple[Tensor, ...], grad_ys: Tensor
-) -> tuple[Tensor, Tensor, tuple[Tensor | None, ...]]:
+    spec: _AdjointSpec,
+    forward: Tensor,
+    params: tuple[Tensor, ...],
+    grad_ys: Tensor,
+    need_ts: bool,
+) -> tuple[Tensor, Tensor | None, tuple[Tensor | None, ...]]:
+    """The adjoint's backward pass; the time gradients (an evaluation per output
+    time) only when ``need_ts``."""
     p, method = spec.problem, spec.method
     n = p.y0.numel()
     sizes = [q.numel() for q in params]
@@ -294,7 +304,7 @@ def _adjoint_backward(
         for i in range(len(ts) - 1, -1, -1):
             y_i = forward[i]
             gy = grad_ys[i]
-            if i > 0 or ts[0] != p.t0:
+            if need_ts and (i > 0 or ts[0] != p.t0):
                 grad_ts[i] = (gy * p.f(_time(ts[i], y_i), y_i)).sum()
                 nfe += 1
             a = a + gy
@@ -315,7 +325,7 @@ def _adjoint_backward(
                 )
             z = res.ys[-1]
             a, g = z[n : 2 * n].view(shape), z[2 * n :]
-        if ts[0] == p.t0:
+        if need_ts and ts[0] == p.t0:
             f0 = p.f(_time(p.t0, p.y0), p.y0)
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
@@ -323,7 +333,7 @@ def _adjoint_backward(
     grad_params = tuple(
         chunk.view_as(q).to(q.dtype) for chunk, q in zip(torch.split(g, sizes), params)
     )
-    return a, grad_ts, grad_params
+    return a, grad_ts if need_ts else None, grad_params
 
 
 def _time(t: float, like: Tensor) -> Tensor:
