@@ -7,6 +7,7 @@ import math
 import odecore
 import pytest
 import torch
+from graphs import graph_size
 
 F64 = torch.float64
 
@@ -172,6 +173,22 @@ def piecewise_constant_problem(n_pieces: int):
     return field, weights, jumps
 
 
+def exact_piecewise_gradients(field, weights, jumps, y0, t, wrt):
+    """Gradients of sum(y(t1)) by a tight adjoint that restarts at every jump."""
+    return gradients(
+        lambda: odecore.odeint_adjoint(
+            field,
+            y0,
+            t,
+            rtol=1e-12,
+            atol=1e-12,
+            options={"jump_t": jumps},
+            adjoint_params=(weights,),
+        )[-1].sum(),
+        wrt,
+    )
+
+
 @pytest.mark.parametrize("method", ["euler", "rk4"])
 def test_piecewise_constant_weights_at_n_steps_equal_pieces(method):
     # The continuous-in-depth paper's failure case: N_t = M steps over M constant
@@ -186,18 +203,7 @@ def test_piecewise_constant_weights_at_n_steps_equal_pieces(method):
         lambda: odecore.odeint(field, y0, t, method=method, options=opts)[-1].sum(),
         [weights, y0],
     )
-    exact = gradients(
-        lambda: odecore.odeint_adjoint(
-            field,
-            y0,
-            t,
-            rtol=1e-12,
-            atol=1e-12,
-            options={"jump_t": jumps},
-            adjoint_params=(weights,),
-        )[-1].sum(),
-        [weights, y0],
-    )
+    exact = exact_piecewise_gradients(field, weights, jumps, y0, t, [weights, y0])
     adj = gradients(
         lambda: odecore.odeint_adjoint(
             field, y0, t, method=method, options=opts, adjoint_params=(weights,)
@@ -223,18 +229,7 @@ def test_piecewise_constant_without_jump_t_is_wrong():
     field, weights, jumps = piecewise_constant_problem(m)
     y0 = torch.randn(5, 2, dtype=F64)
     t = torch.tensor([0.0, 1.0], dtype=F64)
-    exact = gradients(
-        lambda: odecore.odeint_adjoint(
-            field,
-            y0,
-            t,
-            rtol=1e-12,
-            atol=1e-12,
-            options={"jump_t": jumps},
-            adjoint_params=(weights,),
-        )[-1].sum(),
-        [weights],
-    )[0]
+    exact = exact_piecewise_gradients(field, weights, jumps, y0, t, [weights])[0]
     wrong = gradients(
         lambda: odecore.odeint_adjoint(
             field, y0, t, method="rk4", options={"n_steps": m}, adjoint_params=(weights,)
@@ -271,17 +266,6 @@ def test_backward_nfe_is_counted():
     sol.ys.sum().backward()
     assert sol.stats.nfe_backward > 0
     assert y0.grad is not None
-
-
-def graph_size(tensor: torch.Tensor) -> int:
-    seen, stack = set(), [tensor.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return len(seen)
 
 
 @pytest.mark.parametrize("adjoint", [False, True])

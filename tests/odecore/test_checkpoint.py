@@ -5,6 +5,7 @@ from __future__ import annotations
 import odecore
 import pytest
 import torch
+from graphs import graph_size
 
 F64 = torch.float64
 
@@ -88,17 +89,6 @@ def test_tuple_state():
         grads.append([x.grad.clone() for x in (q0, p0, w)])
     for a, b in zip(*grads):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13)
-
-
-def graph_size(tensor: torch.Tensor) -> int:
-    seen, stack = set(), [tensor.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return len(seen)
 
 
 def test_forward_keeps_no_graph_of_the_steps():

@@ -161,18 +161,25 @@ class OdecoreLibrary(Library):
         raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
 
 
-class TorchdiffeqLibrary(Library):
-    """torchdiffeq's ``odeint`` and ``odeint_adjoint``. Its ``rk4`` is Kutta's 3/8 rule."""
+class _PeerLibrary(Library):
+    """A peer library, imported by the caller: named, versioned, no checkpointing."""
 
-    def __init__(self, module: Any) -> None:
-        self.name = "torchdiffeq"
+    def __init__(self, name: str, module: Any) -> None:
+        self.name = name
         self.version = str(getattr(module, "__version__", "unknown"))
         self.module = module
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         if mode == "checkpoint":
-            return "torchdiffeq has no checkpointing gradient method"
+            return f"{self.name} has no checkpointing gradient method"
         return super().unsupported(method, mode)
+
+
+class TorchdiffeqLibrary(_PeerLibrary):
+    """torchdiffeq's ``odeint`` and ``odeint_adjoint``. Its ``rk4`` is Kutta's 3/8 rule."""
+
+    def __init__(self, module: Any) -> None:
+        super().__init__("torchdiffeq", module)
 
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
@@ -215,7 +222,7 @@ class _FlatField(nn.Module):
         return out.reshape(y.shape)
 
 
-class TorchodeLibrary(Library):
+class TorchodeLibrary(_PeerLibrary):
     """torchode: ``AutoDiffAdjoint`` (backprop) and ``JointBacksolveAdjoint`` (adjoint).
 
     torchode steps every sample with its own step size; the whole batch is still
@@ -223,15 +230,11 @@ class TorchodeLibrary(Library):
     """
 
     def __init__(self, module: Any) -> None:
-        self.name = "torchode"
-        self.version = str(getattr(module, "__version__", "unknown"))
-        self.module = module
+        super().__init__("torchode", module)
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         if not method.adaptive:
             return "torchode has no rk4"
-        if mode == "checkpoint":
-            return "torchode has no checkpointing gradient method"
         if mode == "adjoint_seminorm":
             return "torchode's adjoint has no seminorm option"
         return super().unsupported(method, mode)
@@ -257,18 +260,11 @@ class TorchodeLibrary(Library):
         return sol.ys[:, -1].reshape(y0.shape)  # type: ignore[no-any-return]
 
 
-class TorchdynLibrary(Library):
+class TorchdynLibrary(_PeerLibrary):
     """torchdyn's ``NeuralODE`` with ``sensitivity="autograd"`` or ``"adjoint"``."""
 
     def __init__(self, module: Any) -> None:
-        self.name = "torchdyn"
-        self.version = str(getattr(module, "__version__", "unknown"))
-        self.module = module
-
-    def unsupported(self, method: Method, mode: str) -> str | None:
-        if mode == "checkpoint":
-            return "torchdyn has no checkpointing gradient method"
-        return super().unsupported(method, mode)
+        super().__init__("torchdyn", module)
 
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
