@@ -199,10 +199,10 @@ class PIDController(AbstractController):
                 f"{self.pcoeff + self.icoeff + self.dcoeff!r}."
             )
 
-    def _ratio(self, y_err: Tensor, y0: Tensor, y1: Tensor) -> float:
+    def _ratio(self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor) -> float:
         with torch.no_grad():
-            scale = self.atol + self.rtol * torch.maximum(y0.abs(), y1.abs())
-            return float((self.norm or rms_norm)(y_err / scale))
+            scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
+            return float((self.norm or rms_norm)(torch.div(y_err, scale, out=scale)))
 
     def init(
         self,
@@ -220,7 +220,9 @@ class PIDController(AbstractController):
                 "cannot adapt its steps; use `ConstantStepSize()` with `dt0`, or an "
                 "embedded pair such as `Dopri5()`."
             )
-        state = (1.0, 1.0)  # previous two error ratios
+        # The previous two error ratios, and |y| of the last state measured (the start
+        # of the next step is the end of the last accepted one, or its start again).
+        state = (1.0, 1.0, y0, y0.detach().abs())
         if dt0 is not None:
             return min(dt0, self.dt_max), state
         norm = self.norm or rms_norm
@@ -255,10 +257,13 @@ class PIDController(AbstractController):
                 "needs an embedded pair."
             )
         dt = t1 - t0
-        ratio = self._ratio(step.y_err, y0, step.y1)
+        prev1, prev2, last_y, last_abs = state
+        with torch.no_grad():
+            abs_y0 = last_abs if y0 is last_y else y0.abs()
+            abs_y1 = step.y1.detach().abs()
+        ratio = self._ratio(step.y_err, abs_y0, abs_y1)
         if not math.isfinite(ratio):
             return Adaptation(accept=False, dt=dt * self.factor_min, state=state, finite=False)
-        prev1, prev2 = state
         k = solver.order
         r = max(ratio, 1e-10)
         factor = (
@@ -270,5 +275,8 @@ class PIDController(AbstractController):
         accept = ratio <= 1.0
         factor = min(max(factor, self.factor_min), self.factor_max if accept else 1.0)
         dt_next = min(dt * factor, self.dt_max)
-        new_state = (max(ratio, 1e-4), prev1) if accept else state
+        if accept:
+            new_state = (max(ratio, 1e-4), prev1, step.y1, abs_y1)
+        else:
+            new_state = (prev1, prev2, y0, abs_y0)
         return Adaptation(accept=accept, dt=dt_next, state=new_state)

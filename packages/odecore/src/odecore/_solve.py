@@ -227,32 +227,56 @@ def _check_y0(y0: Tensor, name: str) -> None:
             f"`{name}` has dtype {y0.dtype}; the solver needs a floating dtype. Cast with "
             f"{name}.float() or {name}.double()."
         )
-    if not bool(torch.isfinite(y0).all()):
+    if not _all_finite(y0):
         raise ValueError(f"`{name}` holds non-finite values (NaN or inf).")
 
 
-class _Flags:
-    """A growable boolean record in chunks of one preallocated tensor each."""
+def _extremes(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The smallest and largest element, both finite exactly when every element is.
+
+    One pass over ``x`` and no host sync: several times cheaper than
+    ``torch.isfinite(x).all()``, and unlike a sum it cannot overflow.
+    """
+    if x.numel() == 0:
+        zero = x.new_zeros(())
+        return zero, zero
+    return torch.aminmax(x)
+
+
+def _all_finite(x: Tensor) -> bool:
+    """Whether every element of ``x`` is finite (one host sync)."""
+    low, high = _extremes(x.detach())
+    return math.isfinite(float(low)) and math.isfinite(float(high))
+
+
+class _FiniteRecord:
+    """A record of each accepted state's extremes, in chunks of one preallocated tensor.
+
+    Read once at the end: no host sync per step, and no thousands of tiny tensors
+    (which fragment the heap enough to make memory grow with the number of steps).
+    """
 
     _CHUNK = 1024
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, like: Tensor) -> None:
+        self.like = like
         self.chunks: list[Tensor] = []
         self.times: list[float] = []
 
-    def append(self, t: float, flag: Tensor) -> None:
+    def append(self, t: float, y: Tensor) -> None:
         i = len(self.times) % self._CHUNK
         if i == 0:
-            self.chunks.append(torch.ones(self._CHUNK, dtype=torch.bool, device=self.device))
-        self.chunks[-1][i].copy_(flag)
+            self.chunks.append(self.like.new_zeros((self._CHUNK, 2)))
+        row = self.chunks[-1][i]
+        if y.numel():
+            torch.aminmax(y.detach(), out=(row[0], row[1]))
         self.times.append(t)
 
     def first_false(self) -> int | None:
-        """Index of the first false flag, or ``None``; one host sync."""
+        """Index of the first state with a non-finite element, or ``None``; one host sync."""
         if not self.chunks:
             return None
-        flags = torch.cat(self.chunks)[: len(self.times)]
+        flags = torch.isfinite(torch.cat(self.chunks)[: len(self.times)]).all(dim=1)
         if bool(flags.all()):
             return None
         return int((~flags).nonzero()[0])
@@ -297,14 +321,11 @@ def _integrate(
 
     s = s0
     y = flat0
-    # Finiteness of every accepted step, written into preallocated chunks and read
-    # once at the end: no host sync per step, and no thousands of tiny tensors (which
-    # fragment the heap enough to make memory grow with the number of steps).
-    finite = _Flags(flat0.device)
+    finite = _FiniteRecord(flat0)  # finiteness of every accepted step, read at the end
     if s0 < s1:
         fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
-        if not bool(torch.isfinite(f0).all()):
+        if not _all_finite(f0):
             status = Status.NONFINITE
     if s0 < s1 and status == Status.SUCCESS:
         dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
@@ -336,8 +357,7 @@ def _integrate(
                     values = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i:out_j])
                     ys[out_i:out_j] = values
                     out_i = out_j
-                # Checked once at the end: no host sync per step.
-                finite.append(s_next, torch.isfinite(step.y1).all())
+                finite.append(s_next, step.y1)  # checked once at the end
                 on_step(s_next, step.y1)
                 s, y = s_next, step.y1
                 if step.f1 is not None and s not in jump_set:

@@ -268,13 +268,18 @@ def _combine(
     weights: Sequence[float],
     ks: Sequence[Tensor],
 ) -> Tensor:
-    """``y0 + h * sum_i w_i k_i`` (``y0 = None``: zero) skipping zero weights, out of place."""
-    out = y0
-    for w, k in zip(weights, ks):
-        if w != 0.0:
-            out = k * (h * w) if out is None else out.add(k, alpha=h * w)
-    if out is None:
-        return torch.zeros_like(ks[0])
+    """``y0 + h * sum_i w_i k_i`` (``y0 = None``: zero), skipping zero weights.
+
+    The inputs are left alone; the sum accumulates in place in the one new tensor
+    (autograd records each in-place add, so gradients still flow).
+    """
+    terms = [(w, k) for w, k in zip(weights, ks) if w != 0.0]
+    if not terms:
+        return torch.zeros_like(ks[0]) if y0 is None else y0
+    (w, k), rest = terms[0], terms[1:]
+    out = k * (h * w) if y0 is None else y0.add(k, alpha=h * w)
+    for w, k in rest:
+        out.add_(k, alpha=h * w)
     return out
 
 
