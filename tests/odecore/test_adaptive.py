@@ -163,6 +163,16 @@ class CountingModule(torch.nn.Module):
         self.rejected += 1
 
 
+def test_torchdiffeq_dopri5_error_estimate_is_two_thirds_of_ours():
+    # Why odecore takes a few more steps at the same tolerance (docs, "Tolerances and
+    # the PI controller"): the same stages, an error estimate 2/3 as large.
+    from torchdiffeq._impl import dopri5
+
+    theirs = dopri5._DORMAND_PRINCE_SHAMPINE_TABLEAU.c_error.double()
+    ours = torch.tensor(odecore.Dopri5.tableau.b_err, dtype=torch.float64)
+    torch.testing.assert_close(theirs, ours * 2 / 3, rtol=1e-13, atol=1e-16)
+
+
 @pytest.mark.parametrize("tol", [1e-6, 1e-8, 1e-10])
 @pytest.mark.parametrize("prob", PROBLEMS, ids=repr)
 def test_dopri5_cost_close_to_torchdiffeq(prob, tol):
@@ -177,13 +187,13 @@ def test_dopri5_cost_close_to_torchdiffeq(prob, tol):
         solver=odecore.Dopri5(),
         controller=odecore.PIDController(rtol=tol, atol=tol),
     )
-    # Accepted steps within 20% either way. (odecore uses Hairer's error estimate and
-    # PI controller, torchdiffeq another embedded formula and an I controller; odecore
-    # takes about 15% more, smaller steps.)
+    # Accepted steps within 20% either way. odecore measures the error with Dormand
+    # and Prince's embedded formula, torchdiffeq with one whose estimate is exactly 2/3
+    # as large: a 1.5x stricter test, so about 1.5**(1/5) = 8% more, smaller steps.
     assert 0.8 <= sol.stats.n_accepted / counter.accepted <= 1.2
-    # NFE at most 20% more. It may be far fewer: torchdiffeq's I controller rejects
-    # more steps (e.g. 4 of 13 on `decay` at 1e-6, where odecore rejects none).
-    assert sol.stats.nfe <= 1.2 * counter.nfe
+    # NFE at most 15% more (0.85 to 1.11 here). It may be fewer: torchdiffeq's I
+    # controller rejects more steps (e.g. 16 on `vdp` at 1e-10, odecore 2).
+    assert sol.stats.nfe <= 1.15 * counter.nfe
     assert sol.stats.nfe == 6 * sol.stats.n_steps + 2  # FSAL: f0 and the initial-step probe
 
 
@@ -288,10 +298,11 @@ def errors_at_step_ends_and_dense_times(prob, method, tol, interpolation="auto")
 )
 def test_dense_output_no_worse_than_step_ends(method, tol, prob):
     # Interpolation of the method's own order adds an error no larger than a step's,
-    # so the worst error over 200 output times is that at the step ends (the max may
-    # sit between two step ends, hence the 10%).
+    # so the worst error over 200 output times is about that at the step ends. (The
+    # global error itself swings between step ends, e.g. on the pendulum, hence 20%;
+    # the free fourth-order extensions exceed it by up to 10x.)
     err_ends, err_dense = errors_at_step_ends_and_dense_times(prob, method, tol)
-    assert err_dense <= 1.1 * err_ends, (err_dense, err_ends)
+    assert err_dense <= 1.2 * err_ends, (err_dense, err_ends)
 
 
 @pytest.mark.parametrize("prob", PROBLEMS, ids=repr)

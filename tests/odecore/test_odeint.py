@@ -133,7 +133,8 @@ def test_options_dict_is_not_mutated():
 def test_tensor_tolerances_accepted():
     t = torch.tensor([0.0, 1.0], dtype=torch.float64)
     y0 = torch.ones(1, dtype=torch.float64)
-    a = odecore.odeint(lambda t, y: -y, y0, t, rtol=torch.tensor(1e-6), atol=torch.tensor(1e-8))
+    rtol, atol = torch.tensor(1e-6, dtype=torch.float64), torch.tensor(1e-8, dtype=torch.float64)
+    a = odecore.odeint(lambda t, y: -y, y0, t, rtol=rtol, atol=atol)
     b = odecore.odeint(lambda t, y: -y, y0, t, rtol=1e-6, atol=1e-8)
     assert torch.equal(a, b)
 
