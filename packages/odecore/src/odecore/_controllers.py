@@ -205,9 +205,13 @@ class PIDController(AbstractController):
             )
 
     def _ratio(self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor) -> float:
-        with torch.no_grad():
-            scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
-            return float((self.norm or rms_norm)(torch.div(y_err, scale, out=scale)))
+        """The error ratio; ``y_err`` holds no graph, the arguments are not changed."""
+        scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
+        scaled = torch.div(y_err, scale, out=scale)
+        if self.norm is None:  # rms_norm, with the division on the host
+            n = scaled.numel()
+            return float(torch.linalg.vector_norm(scaled)) / math.sqrt(n) if n else 0.0
+        return float(self.norm(scaled))
 
     def init(
         self,
@@ -263,9 +267,8 @@ class PIDController(AbstractController):
             )
         dt = t1 - t0
         prev1, prev2, last_y, last_abs = state
-        with torch.no_grad():
-            abs_y0 = last_abs if y0 is last_y else y0.abs()
-            abs_y1 = step.y1.detach().abs()
+        abs_y0 = last_abs if y0 is last_y else y0.detach().abs()
+        abs_y1 = step.y1.detach().abs()
         ratio = self._ratio(step.y_err, abs_y0, abs_y1)
         if not math.isfinite(ratio):
             return Adaptation(accept=False, dt=dt * self.factor_min, state=state, finite=False)

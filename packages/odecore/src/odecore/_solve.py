@@ -276,7 +276,8 @@ class _FiniteRecord:
         """Index of the first state with a non-finite element, or ``None``; one host sync."""
         if not self.chunks:
             return None
-        flags = torch.isfinite(torch.cat(self.chunks)[: len(self.times)]).all(dim=1)
+        record = self.chunks[0] if len(self.chunks) == 1 else torch.cat(self.chunks)
+        flags = torch.isfinite(record[: len(self.times)]).all(dim=1)
         if bool(flags.all()):
             return None
         return int((~flags).nonzero()[0])
@@ -625,18 +626,21 @@ def _solve(
             status=status,
             t=t_reached,
         )
-    nan = torch.full_like(flat0, math.nan)
-    stacked = (
-        torch.stack([nan if v is None else v for v in ys])
-        if ys
-        else flat0.new_empty((0, *flat0.shape))
-    )
-    if status == Status.NONFINITE:
+
+    def reached(i: int, v: Tensor | None) -> bool:
+        if v is None:
+            return False
+        return status != Status.NONFINITE or direction * out_ts[i] <= direction * t_reached
+
+    done = [v for i, v in enumerate(ys) if reached(i, v) and v is not None]
+    if not ys:
+        stacked = flat0.new_empty((0, *flat0.shape))
+    elif len(done) == len(ys):
+        stacked = torch.stack(done)
+    else:  # a failure with throw=False: NaN where the solve did not get to
+        nan = torch.full_like(flat0, math.nan)
         stacked = torch.stack(
-            [
-                nan if v is None or direction * out_ts[i] > direction * t_reached else v
-                for i, v in enumerate(ys)
-            ]
+            [v if v is not None and reached(i, v) else nan for i, v in enumerate(ys)]
         )
     result: State = stacked
     if isinstance(y0, tuple):

@@ -155,22 +155,24 @@ class AbstractExplicitRK(AbstractSolver):
         return "hermite"
 
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
-        tab = self.tableau
+        plan = _plan(self.tableau)
         h = t1 - t0
         ks = [f0]
         yi = y0
-        for i in range(1, tab.stages):
-            yi = _combine(y0, h, tab.a[i], ks)
-            ti = t1 if tab.c[i] == 1.0 else t0 + tab.c[i] * h
-            ks.append(f(ti, yi))
-        if tab.fsal:
+        for c, terms in plan.stages:
+            yi = _combine_terms(y0, h, terms, ks)
+            ks.append(f(t1 if c == 1.0 else t0 + c * h, yi))
+        if plan.fsal:
             y1, f1 = yi, ks[-1]
         else:
-            y1, f1 = _combine(y0, h, tab.b, ks), None
+            y1, f1 = _combine_terms(y0, h, plan.b, ks), None
         y_err = None
-        if tab.b_err is not None:
-            with torch.no_grad():  # step-size control only: no graph, no saved tensors
-                y_err = _combine(None, h, tab.b_err, ks)
+        if plan.err is not None:
+            if torch.is_grad_enabled():
+                with torch.no_grad():  # step-size control only: no graph, no saved tensors
+                    y_err = _combine_terms(None, h, plan.err, ks)
+            else:
+                y_err = _combine_terms(None, h, plan.err, ks)
         return StepResult(y1=y1, y_err=y_err, ks=tuple(ks), f1=f1)
 
     def interpolate(
@@ -262,25 +264,61 @@ def _hermite_weights(matrix: tuple[tuple[float, ...], ...], theta: float) -> lis
     return [math.fsum(powers[k] * matrix[k][j] for k in range(n)) for j in range(n)]
 
 
+Terms = tuple[tuple[int, float], ...]
+"""The non-zero weights of a linear combination of stages, as ``(index, weight)``."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A tableau's coefficients as the step loop reads them, zeros dropped.
+
+    ``stages[i]`` is ``(c, terms)`` for stage ``i + 1``; ``b`` and ``err`` give ``y1``
+    and the error estimate.
+    """
+
+    stages: tuple[tuple[float, Terms], ...]
+    b: Terms
+    err: Terms | None
+    fsal: bool
+
+
+def _terms(weights: Sequence[float]) -> Terms:
+    return tuple((i, w) for i, w in enumerate(weights) if w != 0.0)
+
+
+@functools.cache
+def _plan(tab: ButcherTableau) -> _Plan:
+    return _Plan(
+        stages=tuple((tab.c[i], _terms(tab.a[i])) for i in range(1, tab.stages)),
+        b=_terms(tab.b),
+        err=None if tab.b_err is None else _terms(tab.b_err),
+        fsal=tab.fsal,
+    )
+
+
+def _combine_terms(y0: Tensor | None, h: float, terms: Terms, ks: Sequence[Tensor]) -> Tensor:
+    """``y0 + h * sum_i w_i k_i`` over ``terms`` (``y0 = None``: zero).
+
+    The inputs are left alone; the sum accumulates in place in the one new tensor
+    (autograd records each in-place add, so gradients still flow).
+    """
+    if not terms:
+        return torch.zeros_like(ks[0]) if y0 is None else y0
+    (i, w), rest = terms[0], terms[1:]
+    out = ks[i] * (h * w) if y0 is None else y0.add(ks[i], alpha=h * w)
+    for i, w in rest:
+        out.add_(ks[i], alpha=h * w)
+    return out
+
+
 def _combine(
     y0: Tensor | None,
     h: float,
     weights: Sequence[float],
     ks: Sequence[Tensor],
 ) -> Tensor:
-    """``y0 + h * sum_i w_i k_i`` (``y0 = None``: zero), skipping zero weights.
-
-    The inputs are left alone; the sum accumulates in place in the one new tensor
-    (autograd records each in-place add, so gradients still flow).
-    """
-    terms = [(w, k) for w, k in zip(weights, ks) if w != 0.0]
-    if not terms:
-        return torch.zeros_like(ks[0]) if y0 is None else y0
-    (w, k), rest = terms[0], terms[1:]
-    out = k * (h * w) if y0 is None else y0.add(k, alpha=h * w)
-    for w, k in rest:
-        out.add_(k, alpha=h * w)
-    return out
+    """``y0 + h * sum_i w_i k_i`` (``y0 = None``: zero), skipping zero weights."""
+    return _combine_terms(y0, h, _terms(weights), ks)
 
 
 # --- fixed-step schemes -------------------------------------------------------------
