@@ -108,6 +108,39 @@ def test_tuple_state():
         torch.testing.assert_close(g_adj, g_back, rtol=1e-7, atol=1e-8)
 
 
+@pytest.mark.parametrize("seminorm", [False, True])
+def test_tuple_state_through_solve(seminorm):
+    # solve() gives a tuple state a norm of its own (the largest per-tensor RMS); the
+    # backward solve of the state, its adjoint and the parameter gradients must
+    # measure its parts with it, not apply it to the longer augmented vector.
+    w = torch.nn.Parameter(torch.tensor(1.3, dtype=F64))
+    q0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    p0 = torch.tensor([0.0, 0.2, 0.1], dtype=F64, requires_grad=True)
+
+    def field(t, state):
+        q, p = state
+        return p[:2], -(w**2) * torch.cat([q, q[:1]])
+
+    def loss(gradient):
+        sol = odecore.solve(
+            field,
+            (q0, p0),
+            t0=0.0,
+            t1=2.0,
+            solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-10),
+            gradient=gradient,
+        )
+        q, p = sol.ys
+        return lambda: (q[-1] ** 2).sum() + p[-1].sum()
+
+    tensors = [q0, p0, w]
+    backprop = gradients(loss(odecore.Autograd()), tensors)
+    adjoint = gradients(loss(odecore.Adjoint(params=(w,), seminorm=seminorm)), tensors)
+    for g_adj, g_back in zip(adjoint, backprop):
+        torch.testing.assert_close(g_adj, g_back, rtol=1e-7, atol=1e-8)
+
+
 def test_backward_in_time():
     field = MLPField()
     y0 = torch.randn(3, dtype=F64, requires_grad=True)

@@ -224,6 +224,20 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[Tensor, ...
     return params
 
 
+def _backward_norm(
+    inner: Callable[[Tensor], Tensor], n: int, seminorm: bool
+) -> Callable[[Tensor], Tensor]:
+    """The backward solve's norm from a norm of the forward state (``n`` elements)."""
+
+    def norm(z: Tensor) -> Tensor:
+        parts = [inner(z[:n]), inner(z[n : 2 * n])]
+        if not seminorm and z.numel() > 2 * n:
+            parts.append(rms_norm(z[2 * n :]))
+        return torch.stack(parts).max()
+
+    return norm
+
+
 @dataclass
 class _AdjointSpec:
     method: Adjoint
@@ -269,9 +283,12 @@ def _adjoint_backward(
     sizes = [q.numel() for q in params]
     solver = method.solver or p.solver
     controller = method.controller or p.controller
-    if method.seminorm and isinstance(controller, PIDController):
-        inner = controller.norm or rms_norm
-        controller = replace(controller, norm=lambda x: inner(x[: 2 * n]))
+    if isinstance(controller, PIDController) and controller.norm is not None:
+        # A norm of the forward state (a tuple state's, or the user's) measures the
+        # state and its adjoint separately; the parameter gradients get the RMS norm.
+        controller = replace(controller, norm=_backward_norm(controller.norm, n, method.seminorm))
+    elif method.seminorm and isinstance(controller, PIDController):
+        controller = replace(controller, norm=lambda x: rms_norm(x[: 2 * n]))
     elif method.seminorm:
         raise ConfigurationError(
             f"`Adjoint(seminorm=True)` needs a PIDController, got {type(controller).__name__}."
