@@ -1,0 +1,338 @@
+"""``NeuralODE``: an ``nn.Module`` that solves ``dx/dt = f(t, x)`` from its input.
+
+It composes odecore's objects (solver, controller, gradient method) and adds what
+layers need: jump times collected from the field's depth layers, the input handed
+to data-control layers, integrals along the solve, and NFE counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import odecore
+import torch
+from torch import Tensor, nn
+from torch.nn.functional import softplus
+
+from ._fields import DataControl, DepthLayer, depth_layers
+from ._integrals import IntegralTerm
+
+Field = Callable[[Tensor, Tensor], Tensor]
+
+
+class _WithIntegrals(nn.Module):
+    """``(t, (x, q_1, ..., q_k)) -> (f, g_1, ..., g_k)``: the field plus its integrands."""
+
+    def __init__(self, field: Field, terms: Sequence[IntegralTerm]) -> None:
+        super().__init__()
+        self.field = field
+        self.terms = tuple(terms)
+        self.jacobian = any(term.needs_jacobian for term in self.terms)
+
+    def forward(self, t: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        x = state[0]
+        if not self.jacobian:
+            f = self.field(t, x)
+            return (f, *(term(t, x, f) for term in self.terms))
+        outer = torch.is_grad_enabled()
+        with torch.enable_grad():
+            # A leaf to differentiate by, unless x already carries the graph we need.
+            xg = x if outer and x.requires_grad else x.detach().requires_grad_()
+            f = self.field(t, xg)
+            qs = [term(t, xg, f) for term in self.terms]
+        if not outer:  # a solve without a graph (the adjoint's forward pass)
+            return (f.detach(), *(q.detach() for q in qs))
+        return (f, *qs)
+
+
+class NeuralODE(nn.Module):
+    """A Neural ODE layer: ``forward(x)`` solves ``dz/dt = f(t, z)``, ``z(t0) = x``.
+
+    With no other argument it integrates ``vector_field(t, x)`` over ``[0, 1]`` with
+    the adaptive fifth-order :class:`odecore.Dopri5` at ``rtol = atol = 1e-4`` and
+    differentiates by the adjoint (:class:`odecore.Adjoint`, memory constant in the
+    number of steps).
+
+    The layer passes on to the solve the depths where weights jump
+    (piecewise-constant Galerkin layers, :meth:`DepthLayer.jump_ts`), so steps land on
+    them; it hands its input to every :class:`DataControl` layer of the field; and it
+    integrates the ``integrals`` terms (regularisers, depth-distributed losses) as
+    extra state, readable in :attr:`integrals` after the forward pass.
+
+    Args:
+        vector_field: ``f(t, x)``, usually an ``nn.Module``; ``t`` is a 0-dim tensor.
+        t0: the start depth.
+        t1: the end depth.
+        solver: an odecore solver; default ``odecore.Dopri5()``.
+        controller: an odecore controller; default ``PIDController(rtol=1e-4,
+            atol=1e-4)`` for adaptive solvers, constant steps of ``dt0`` otherwise.
+        gradient: ``odecore.Adjoint()`` (default), ``odecore.Autograd()`` (backprop
+            through the steps) or ``odecore.Checkpoint()``. Their ``params`` default to
+            the field's parameters plus any tensor the field reads from outside
+            (the control input of data-control layers).
+        dt0: the first (adaptive) or every (fixed) step size.
+        ts: output depths; ``forward`` then returns the trajectory at them, shape
+            ``(len(ts), *x.shape)``, instead of the state at ``t1``.
+        jump_ts: more depths where the field is discontinuous.
+        integrals: terms integrated along the solve (:class:`KineticEnergy`,
+            :class:`JacobianFrobenius`, :class:`IntegralLoss`).
+        max_steps: the solve's step budget.
+
+    Attributes:
+        nfe: forward function evaluations of the last ``forward``.
+        integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from odelayers import DepthConcat, DepthSequential, NeuralODE
+        >>> field = DepthSequential(DepthConcat(), nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
+        >>> layer = NeuralODE(field)
+        >>> y = layer(torch.randn(8, 2))
+        >>> y.sum().backward()
+        >>> y.shape, layer.nfe > 0, layer.nfe_backward > 0
+        (torch.Size([8, 2]), True, True)
+    """
+
+    def __init__(
+        self,
+        vector_field: Field,
+        *,
+        t0: float = 0.0,
+        t1: float = 1.0,
+        solver: odecore.AbstractSolver | None = None,
+        controller: odecore.AbstractController | None = None,
+        gradient: odecore.AbstractGradient | None = None,
+        dt0: float | None = None,
+        ts: Sequence[float] | Tensor | None = None,
+        jump_ts: Sequence[float] | None = None,
+        integrals: Sequence[IntegralTerm] = (),
+        max_steps: int = 100_000,
+    ) -> None:
+        super().__init__()
+        if not callable(vector_field):
+            raise TypeError(f"`vector_field` must be callable as f(t, x), got {vector_field!r}.")
+        if not (math.isfinite(t0) and math.isfinite(t1)) or t0 == t1:
+            raise ValueError(f"`t0` and `t1` must be finite and different, got {t0!r}, {t1!r}.")
+        for i, term in enumerate(integrals):
+            if not isinstance(term, IntegralTerm):
+                raise TypeError(f"`integrals[{i}]` must be an IntegralTerm, got {term!r}.")
+        names = [term.name for term in integrals]
+        if len(set(names)) != len(names):
+            raise ValueError(f"`integrals` need distinct names, got {names}.")
+        self.vector_field = vector_field
+        self.t0, self.t1 = float(t0), float(t1)
+        self.solver = solver if solver is not None else odecore.Dopri5()
+        if controller is None and self.solver.adaptive:
+            controller = odecore.PIDController(rtol=1e-4, atol=1e-4)
+        self.controller = controller
+        self.gradient = gradient if gradient is not None else odecore.Adjoint()
+        self.dt0 = dt0
+        self.ts = (
+            None
+            if ts is None
+            else [float(v) for v in (ts.tolist() if isinstance(ts, Tensor) else ts)]
+        )
+        self.jump_ts = tuple(float(v) for v in (jump_ts or ()))
+        self.integral_terms = tuple(integrals)
+        self.max_steps = max_steps
+        self.nfe = 0
+        self.integrals: dict[str, Tensor] = {}
+        self._stats: odecore.Stats | None = None
+
+    @property
+    def nfe_backward(self) -> int:
+        """Backward function evaluations of the last backward pass (0 before one)."""
+        return 0 if self._stats is None else self._stats.nfe_backward
+
+    def _depth_jumps(self, t0: float, t1: float) -> list[float]:
+        lo, hi = min(t0, t1), max(t0, t1)
+        found = set(self.jump_ts)
+        if isinstance(self.vector_field, nn.Module):
+            for layer in depth_layers(self.vector_field):
+                found.update(layer.jump_ts())
+        return sorted(t for t in found if lo < t < hi)
+
+    def _captured(self) -> list[Tensor]:
+        """Tensors the field reads besides its parameters (they need gradients too)."""
+        if not isinstance(self.vector_field, nn.Module):
+            return []
+        out: list[Tensor] = []
+        for layer in depth_layers(self.vector_field):
+            out.extend(q for q in captured_tensors(layer) if q.requires_grad)
+        return out
+
+    def _gradient(self, field: nn.Module | Field) -> odecore.AbstractGradient:
+        method = self.gradient
+        if isinstance(method, (odecore.Adjoint, odecore.Checkpoint)) and method.params is None:
+            params: list[Tensor] = []
+            if isinstance(field, nn.Module):
+                params = [q for q in field.parameters() if q.requires_grad]
+            params += self._captured()
+            method = replace(method, params=tuple(params))
+        return method
+
+    def _set_control(self, x: Tensor) -> None:
+        if isinstance(self.vector_field, nn.Module):
+            for layer in depth_layers(self.vector_field):
+                if isinstance(layer, DataControl):
+                    layer.control = x
+
+    def _integrate(
+        self,
+        x: Tensor,
+        t0: float,
+        t1: float,
+        terms: Sequence[IntegralTerm],
+        ts: Sequence[float] | None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"The input must be a tensor, got {type(x).__name__}.")
+        if x.dim() < 1:
+            raise ValueError("The input must be batched: shape (batch, ...).")
+        field: Any = self.vector_field
+        state: Tensor | tuple[Tensor, ...] = x
+        if terms:
+            for term in terms:
+                term.start(x)
+            field = _WithIntegrals(self.vector_field, terms)
+            state = (x, *(x.new_zeros(x.shape[0]) for _ in terms))
+        saveat = odecore.SaveAt(ts=ts) if ts is not None else odecore.SaveAt(t1=True)
+        sol = odecore.solve(
+            field,
+            state,
+            t0=t0,
+            t1=t1,
+            solver=self.solver,
+            controller=self.controller,
+            saveat=saveat,
+            dt0=self.dt0,
+            jump_ts=self._depth_jumps(t0, t1) or None,
+            max_steps=self.max_steps,
+            gradient=self._gradient(field),
+        )
+        self.nfe = sol.stats.nfe
+        self._stats = sol.stats
+        ys = sol.ys
+        if not terms:
+            assert isinstance(ys, Tensor)
+            return ys, {}
+        assert isinstance(ys, tuple)
+        return ys[0], {term.name: q[-1] for term, q in zip(terms, ys[1:])}
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._set_control(x)
+        ys, self.integrals = self._integrate(x, self.t0, self.t1, self.integral_terms, self.ts)
+        return ys if self.ts is not None else ys[-1]
+
+    def extra_repr(self) -> str:
+        return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
+
+
+def captured_tensors(layer: DepthLayer) -> tuple[Tensor, ...]:
+    """The tensors a depth layer reads that are neither parameters nor buffers."""
+    if isinstance(layer, DataControl):
+        return () if layer.control is None else (layer.control,)
+    if isinstance(layer, _Rescaled):
+        return () if layer.depth is None else (layer.depth,)
+    return ()
+
+
+class _Rescaled(DepthLayer):
+    """``(s, z) -> T f(T s, z)``: the field on the unit interval for per-sample depths ``T``."""
+
+    def __init__(self, field: Field) -> None:
+        super().__init__()
+        self.field = field
+        self.depth: Tensor | None = None
+
+    def forward(self, s: Tensor, z: Tensor) -> Tensor:
+        if self.depth is None:  # pragma: no cover - AdaptiveDepthNODE sets it
+            raise RuntimeError("The depths are not set.")
+        depth = self.depth.to(z.dtype)
+        out = self.field(depth * s, z)
+        return out * depth.reshape(-1, *([1] * (z.dim() - 1)))
+
+
+class AdaptiveDepthNODE(nn.Module):
+    """A Neural ODE whose every sample has its own depth ``T(x) >= 0``.
+
+    A small network ``horizon`` maps the input to one number per sample, made
+    non-negative by ``positive`` (softplus by default); the sample is integrated over
+    ``[0, T(x)]`` (Massaroli et al. 2020, Sec. 5.2). The batch stays one solve: with
+    ``s = t / T(x)`` every sample runs on ``s`` in ``[0, 1]`` under
+    ``dz/ds = T(x) f(T(x) s, z)``, and gradients reach ``horizon`` through ``T``. The
+    field receives the depth as a tensor of shape ``(batch,)``.
+
+    Args:
+        vector_field: ``f(t, z)``.
+        horizon: ``nn.Module`` mapping the input to shape ``(batch,)`` or ``(batch, 1)``.
+        positive: the map to non-negative depths (softplus; ``torch.relu`` lets a
+            sample stop at depth 0).
+        solver, controller, gradient, dt0, max_steps: as for :class:`NeuralODE`.
+
+    Attributes:
+        depth: the depths ``T(x)`` of the last forward pass.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from odelayers import AdaptiveDepthNODE
+        >>> layer = AdaptiveDepthNODE(lambda t, z: -z, nn.Linear(1, 1))
+        >>> layer(torch.ones(3, 1)).shape, layer.depth.shape
+        (torch.Size([3, 1]), torch.Size([3]))
+    """
+
+    def __init__(
+        self,
+        vector_field: Field,
+        horizon: nn.Module,
+        *,
+        positive: Callable[[Tensor], Tensor] = softplus,
+        solver: odecore.AbstractSolver | None = None,
+        controller: odecore.AbstractController | None = None,
+        gradient: odecore.AbstractGradient | None = None,
+        dt0: float | None = None,
+        max_steps: int = 100_000,
+    ) -> None:
+        super().__init__()
+        if not isinstance(horizon, nn.Module):
+            raise TypeError(f"`horizon` must be an nn.Module, got {horizon!r}.")
+        self.horizon = horizon
+        self.positive = positive
+        self.node = NeuralODE(
+            _Rescaled(vector_field),
+            solver=solver,
+            controller=controller,
+            gradient=gradient,
+            dt0=dt0,
+            max_steps=max_steps,
+        )
+        self.depth: Tensor | None = None
+
+    @property
+    def nfe(self) -> int:
+        """Forward function evaluations of the last forward pass."""
+        return self.node.nfe
+
+    @property
+    def nfe_backward(self) -> int:
+        """Backward function evaluations of the last backward pass."""
+        return self.node.nfe_backward
+
+    def forward(self, x: Tensor) -> Tensor:
+        depth = self.positive(self.horizon(x))
+        if depth.numel() != x.shape[0]:
+            raise ValueError(
+                f"`horizon` must give one depth per sample, shape ({x.shape[0]},) or "
+                f"({x.shape[0]}, 1); got {tuple(depth.shape)}."
+            )
+        self.depth = depth.reshape(x.shape[0])
+        rescaled = self.node.vector_field
+        assert isinstance(rescaled, _Rescaled)
+        rescaled.depth = self.depth
+        out: Tensor = self.node(x)
+        return out
