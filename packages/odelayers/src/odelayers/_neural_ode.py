@@ -156,22 +156,32 @@ class NeuralODE(nn.Module):
                 found.update(layer.jump_ts())
         return sorted(t for t in found if lo < t < hi)
 
-    def _captured(self) -> list[Tensor]:
-        """Tensors the field reads besides its parameters (they need gradients too)."""
+    def _bindings(self) -> list[tuple[DepthLayer, str, Tensor]]:
+        """The inputs the field's layers read besides parameters: ``(layer, attribute, value)``.
+
+        The control of data-control layers and the depths of adaptive depth. They are
+        set before every evaluation of the field, backward passes included, so a
+        later forward pass of the same layer cannot change an earlier one's gradient.
+        """
         if not isinstance(self.vector_field, nn.Module):
             return []
-        out: list[Tensor] = []
+        out = []
         for layer in depth_layers(self.vector_field):
-            out.extend(q for q in captured_tensors(layer) if q.requires_grad)
+            name = _BOUND.get(type(layer))
+            value = getattr(layer, name) if name is not None else None
+            if name is not None and isinstance(value, Tensor):
+                out.append((layer, name, value))
         return out
 
-    def _gradient(self, field: nn.Module | Field) -> odecore.AbstractGradient:
+    def _gradient(
+        self, field: nn.Module | Field, bindings: list[tuple[DepthLayer, str, Tensor]]
+    ) -> odecore.AbstractGradient:
         method = self.gradient
         if isinstance(method, (odecore.Adjoint, odecore.Checkpoint)) and method.params is None:
             params: list[Tensor] = []
             if isinstance(field, nn.Module):
                 params = [q for q in field.parameters() if q.requires_grad]
-            params += self._captured()
+            params += [value for _, _, value in bindings if value.requires_grad]
             method = replace(method, params=tuple(params))
         return method
 
@@ -201,6 +211,16 @@ class NeuralODE(nn.Module):
             field = _WithIntegrals(self.vector_field, terms)
             state = (x, *(x.new_zeros(x.shape[0]) for _ in terms))
         saveat = odecore.SaveAt(ts=ts) if ts is not None else odecore.SaveAt(t1=True)
+        bindings = self._bindings()
+        gradient = self._gradient(field, bindings)
+        if bindings:
+            module = field
+
+            def field(t: Tensor, y: Any) -> Any:
+                for layer, name, value in bindings:
+                    setattr(layer, name, value)
+                return module(t, y)
+
         sol = odecore.solve(
             field,
             state,
@@ -212,7 +232,7 @@ class NeuralODE(nn.Module):
             dt0=self.dt0,
             jump_ts=self._depth_jumps(t0, t1) or None,
             max_steps=self.max_steps,
-            gradient=self._gradient(field),
+            gradient=gradient,
         )
         self.nfe = sol.stats.nfe
         self._stats = sol.stats
@@ -230,15 +250,6 @@ class NeuralODE(nn.Module):
 
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
-
-
-def captured_tensors(layer: DepthLayer) -> tuple[Tensor, ...]:
-    """The tensors a depth layer reads that are neither parameters nor buffers."""
-    if isinstance(layer, DataControl):
-        return () if layer.control is None else (layer.control,)
-    if isinstance(layer, _Rescaled):
-        return () if layer.depth is None else (layer.depth,)
-    return ()
 
 
 class _Rescaled(DepthLayer):
@@ -336,3 +347,7 @@ class AdaptiveDepthNODE(nn.Module):
         rescaled.depth = self.depth
         out: Tensor = self.node(x)
         return out
+
+
+_BOUND: dict[type, str] = {DataControl: "control", _Rescaled: "depth"}
+"""Depth layers that read an input besides their parameters, and its attribute."""

@@ -1,0 +1,123 @@
+"""Augmentation: zero and input-layer augmentation, higher-order dynamics, readouts."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from odelayers import (
+    DepthSequential,
+    DropAugmented,
+    HigherOrder,
+    InputLayerAugmentation,
+    NeuralODE,
+    ProjectAugmented,
+    ZeroAugmentation,
+)
+from torch import nn
+
+F64 = torch.float64
+TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
+
+
+def test_zero_augmentation_vectors_and_images():
+    x = torch.randn(3, 2)
+    out = ZeroAugmentation(3)(x)
+    assert out.shape == (3, 5)
+    torch.testing.assert_close(out[:, :2], x)
+    assert bool((out[:, 2:] == 0).all())
+    img = ZeroAugmentation(4)(torch.randn(2, 1, 5, 5))
+    assert img.shape == (2, 5, 5, 5) and bool((img[:, 1:] == 0).all())
+    with pytest.raises(ValueError, match=r"must be batched"):
+        ZeroAugmentation(1)(torch.randn(3))
+
+
+def test_input_layer_augmentation_is_linear_by_default():
+    layer = InputLayerAugmentation(2, 5)
+    assert isinstance(layer.layer, nn.Linear)
+    img = InputLayerAugmentation(1, 8, image=True)
+    assert img(torch.randn(2, 1, 6, 6)).shape == (2, 8, 6, 6)
+    with pytest.raises(ValueError, match=r"`out_features` must be an integer >= 2"):
+        InputLayerAugmentation(2, 1)
+    with pytest.raises(ValueError, match=r"`kernel_size` must be odd"):
+        InputLayerAugmentation(1, 2, image=True, kernel_size=2)
+
+
+def test_readouts():
+    x = torch.arange(10.0).reshape(2, 5)
+    torch.testing.assert_close(DropAugmented(2)(x), x[:, :2])
+    assert ProjectAugmented(5, 3)(x).shape == (2, 3)
+    assert ProjectAugmented(4, 2, image=True)(torch.randn(1, 4, 3, 3)).shape == (1, 2, 3, 3)
+    with pytest.raises(ValueError, match=r"Cannot keep 6 features"):
+        DropAugmented(6)(x)
+
+
+def test_second_order_harmonic_oscillator_against_closed_form():
+    # q'' = -w^2 q with q(0) = q0, q'(0) = v0: q = q0 cos wt + v0/w sin wt.
+    w = 1.7
+    field = HigherOrder(lambda t, z: -(w**2) * z[:, :2], features=2)
+    q0 = torch.tensor([[1.0, -0.5]], dtype=F64)
+    v0 = torch.tensor([[0.3, 0.8]], dtype=F64)
+    ts = [0.0, 0.5, 1.0, 2.0]
+    traj = NeuralODE(field, controller=TIGHT, t1=2.0, ts=ts)(torch.cat([q0, v0], dim=1))
+    for i, t in enumerate(ts):
+        q = q0 * math.cos(w * t) + v0 / w * math.sin(w * t)
+        v = -q0 * w * math.sin(w * t) + v0 * math.cos(w * t)
+        torch.testing.assert_close(traj[i], torch.cat([q, v], dim=1), rtol=1e-8, atol=1e-9)
+
+
+def test_third_order_with_constant_jerk_is_a_cubic():
+    # q''' = 6: q = q0 + v0 t + a0 t^2 / 2 + t^3.
+    field = HigherOrder(lambda t, z: torch.full_like(z[:, :1], 6.0), features=1, order=3)
+    assert field.state_features == 3
+    z0 = torch.tensor([[1.0, -2.0, 0.5]], dtype=F64)
+    out = NeuralODE(field, controller=TIGHT, t1=1.5)(z0)
+    t = 1.5
+    q = 1.0 - 2.0 * t + 0.5 * t**2 / 2 + t**3
+    v = -2.0 + 0.5 * t + 3 * t**2
+    a = 0.5 + 6 * t
+    torch.testing.assert_close(out, torch.tensor([[q, v, a]], dtype=F64))
+
+
+def test_selective_second_order():
+    # Positions (q1, q2), only q1 of second order: q1'' = -q1, q2' = -q2.
+    field = HigherOrder(lambda t, z: torch.stack([-z[:, 0], -z[:, 1]], dim=1), features=2,
+                        selected=1)  # fmt: skip
+    assert field.state_features == 3  # q1, q2, q1'
+    z0 = torch.tensor([[1.0, 2.0, 0.0]], dtype=F64)
+    out = NeuralODE(field, controller=TIGHT)(z0)
+    expected = torch.tensor([[math.cos(1.0), 2 * math.exp(-1.0), -math.sin(1.0)]], dtype=F64)
+    torch.testing.assert_close(out, expected)
+
+
+def test_higher_order_on_images_and_gradcheck():
+    conv = nn.Conv2d(4, 2, 3, padding=1).double()
+    # A module (not a closure), so that the adjoint finds the convolution's parameters.
+    field = HigherOrder(DepthSequential(conv), features=2)
+    node = NeuralODE(field, controller=TIGHT)
+    z0 = torch.randn(1, 4, 3, 3, dtype=F64, requires_grad=True)
+    assert node(z0).shape == (1, 4, 3, 3)
+    assert torch.autograd.gradcheck(lambda z, w: node(z), (z0, conv.weight), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"features": 0}, r"`features` must be an integer >= 1"),
+        ({"features": 2, "order": 1}, r"`order` must be an integer >= 2"),
+        ({"features": 2, "selected": 3}, r"`selected` must be in 1..2"),
+    ],
+)
+def test_higher_order_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HigherOrder(lambda t, z: z, **kwargs)
+
+
+def test_higher_order_shape_errors():
+    field = HigherOrder(lambda t, z: z, features=2)
+    with pytest.raises(ValueError, match=r"needs a state of 4 on dim 1, got 3"):
+        field(torch.tensor(0.0), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"must return 2 features, got \(1, 4\)"):
+        field(torch.tensor(0.0), torch.zeros(1, 4))

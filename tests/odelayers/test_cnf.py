@@ -1,0 +1,112 @@
+"""Continuous normalizing flows: log-densities of linear flows in closed form."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from odelayers import (
+    CNF,
+    DataControl,
+    DepthSequential,
+    NegativeTrace,
+    standard_normal_log_prob,
+)
+from torch import nn
+
+F64 = torch.float64
+TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
+
+
+class Linear(nn.Module):
+    def __init__(self, a: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a)
+
+    def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.a.T
+
+
+A = torch.tensor([[-0.5, 0.3, 0.0], [0.1, -0.2, 0.4], [0.0, -0.3, 0.25]], dtype=F64)
+
+
+def linear_log_prob(x: torch.Tensor, t: float) -> torch.Tensor:
+    # z(t) = e^{At} z0: log p_t(x) = log N(e^{-At} x) - t tr(A).
+    z0 = x @ torch.linalg.matrix_exp(-A * t).T
+    return standard_normal_log_prob(z0) - t * torch.trace(A)
+
+
+def test_standard_normal_log_prob():
+    z = torch.tensor([[0.0, 0.0], [1.0, -1.0]], dtype=F64)
+    expected = torch.tensor([-math.log(2 * math.pi), -1 - math.log(2 * math.pi)], dtype=F64)
+    torch.testing.assert_close(standard_normal_log_prob(z), expected)
+
+
+def test_exact_trace_log_prob_of_a_linear_flow():
+    flow = CNF(Linear(A.clone()), controller=TIGHT, t1=1.3)
+    x = torch.randn(7, 3, dtype=F64)
+    torch.testing.assert_close(flow.log_prob(x), linear_log_prob(x, 1.3))
+
+
+def test_forward_and_log_prob_are_consistent():
+    flow = CNF(Linear(A.clone()), controller=TIGHT)
+    z0 = torch.randn(5, 3, dtype=F64)
+    z1, delta = flow(z0)
+    torch.testing.assert_close(delta, torch.full((5,), -float(torch.trace(A)), dtype=F64))
+    torch.testing.assert_close(flow.log_prob(z1), standard_normal_log_prob(z0) + delta)
+
+
+def test_hutchinson_trace_is_exact_for_a_diagonal_jacobian_and_unbiased_otherwise():
+    # Rademacher noise: e^T D e = tr(D) for every draw when D is diagonal.
+    diag = torch.diag(torch.tensor([-0.5, 0.2, 0.7], dtype=F64))
+    flow = CNF(Linear(diag), trace="hutchinson", controller=TIGHT)
+    _, delta = flow(torch.randn(4, 3, dtype=F64))
+    torch.testing.assert_close(delta, torch.full((4,), -0.4, dtype=F64))
+    torch.manual_seed(0)
+    full = CNF(Linear(A.clone()), trace="hutchinson")
+    _, delta = full(torch.zeros(20000, 3, dtype=F64))
+    assert float(delta.detach().mean()) == pytest.approx(-float(torch.trace(A)), abs=0.01)
+
+
+def test_log_prob_gradients_flow_to_the_field_by_the_adjoint():
+    field = Linear(A.clone())
+    flow = CNF(field, controller=TIGHT)
+    x = torch.randn(6, 3, dtype=F64)
+    flow.log_prob(x).sum().backward()
+    adjoint = field.a.grad.clone()
+    a = A.clone().requires_grad_()
+    z0 = x @ torch.linalg.matrix_exp(-a).T
+    (standard_normal_log_prob(z0) - torch.trace(a)).sum().backward()
+    torch.testing.assert_close(adjoint, a.grad, rtol=1e-7, atol=1e-8)
+
+
+def test_data_controlled_cnf_conditions_on_its_input_and_traces_only_the_state():
+    # dz/dt = W [z, c]: the trace counts only the z-block of W, the control is data.
+    field = DepthSequential(DataControl(), nn.Linear(4, 2, bias=False)).double()
+    with torch.no_grad():
+        field[1].weight.copy_(torch.tensor([[-0.5, 0.1, 1.0, 0.0], [0.2, -0.3, 0.0, 1.0]]))
+    flow = CNF(field, controller=TIGHT)
+    z0 = torch.randn(3, 2, dtype=F64)
+    condition = torch.randn(3, 2, dtype=F64)
+    z1, delta = flow(z0, condition=condition)
+    torch.testing.assert_close(delta, torch.full((3,), 0.8, dtype=F64))
+    # Closed form of z' = B z + c with B the z-block: z1 = e^B z0 + B^-1 (e^B - I) c.
+    b = torch.tensor([[-0.5, 0.1], [0.2, -0.3]], dtype=F64)
+    eb = torch.linalg.matrix_exp(b)
+    expected = z0 @ eb.T + condition @ (torch.linalg.solve(b, eb - torch.eye(2, dtype=F64))).T
+    torch.testing.assert_close(z1, expected)
+
+
+def test_gradcheck_cnf():
+    torch.manual_seed(0)
+    field = DepthSequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 2)).double()
+    flow = CNF(field, controller=TIGHT)
+    x = torch.randn(2, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: flow.log_prob(x), (x, field[0].weight), atol=1e-6)
+
+
+def test_bad_trace():
+    with pytest.raises(ValueError, match=r"`trace` must be 'exact' or 'hutchinson'"):
+        NegativeTrace("approximate")

@@ -1,0 +1,125 @@
+"""Vector-field blocks: depth concatenation, data control, Galerkin layers."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from odelayers import (
+    DataControl,
+    DepthConcat,
+    DepthSequential,
+    GalerkinConv2d,
+    GalerkinLinear,
+    NeuralODE,
+)
+from odelayers.basis import Fourier, Legendre, PiecewiseConstant
+from torch import nn
+
+F64 = torch.float64
+
+
+def test_depth_concat_vectors_images_and_per_sample_depths():
+    t = torch.tensor(0.25)
+    assert DepthConcat()(t, torch.zeros(3, 2))[:, -1].tolist() == [0.25] * 3
+    img = DepthConcat()(t, torch.zeros(2, 3, 4, 4))
+    assert img.shape == (2, 4, 4, 4) and bool((img[:, 3] == 0.25).all())
+    per_sample = DepthConcat()(torch.tensor([0.1, 0.2]), torch.zeros(2, 1))
+    torch.testing.assert_close(per_sample[:, 1], torch.tensor([0.1, 0.2]))
+    with pytest.raises(ValueError, match=r"0-dim or of shape \(batch,\)"):
+        DepthConcat()(torch.zeros(3), torch.zeros(2, 1))
+
+
+def test_data_control_needs_a_control():
+    with pytest.raises(RuntimeError, match=r"no control input"):
+        DataControl()(torch.tensor(0.0), torch.zeros(2, 1))
+    layer = DataControl()
+    layer.control = torch.zeros(3, 1)
+    with pytest.raises(ValueError, match=r"must agree except in dim 1"):
+        layer(torch.tensor(0.0), torch.zeros(2, 1))
+
+
+def test_galerkin_linear_against_a_hand_computed_expansion():
+    # W(t) = a0 + a1 cos(2 pi t) + a2 sin(2 pi t), b(t) likewise, at t = 0.3.
+    layer = GalerkinLinear(2, 3, basis=Fourier(modes=1)).double()
+    a = layer.coefficients.detach()
+    c = layer.bias_coefficients.detach()
+    t = 0.3
+    cos, sin = math.cos(2 * math.pi * t), math.sin(2 * math.pi * t)
+    weight = a[0] + a[1] * cos + a[2] * sin
+    bias = c[0] + c[1] * cos + c[2] * sin
+    x = torch.randn(5, 2, dtype=F64)
+    torch.testing.assert_close(layer(torch.tensor(t, dtype=F64), x), x @ weight.T + bias)
+
+
+def test_galerkin_linear_with_one_depth_per_sample():
+    layer = GalerkinLinear(2, 3, basis=Legendre(degree=2)).double()
+    x = torch.randn(4, 2, dtype=F64)
+    ts = torch.tensor([0.0, 0.3, 0.7, 1.0], dtype=F64)
+    batched = layer(ts, x)
+    for i in range(4):
+        torch.testing.assert_close(batched[i], layer(ts[i], x[i : i + 1])[0])
+
+
+def test_galerkin_conv_against_conv2d_with_the_expanded_kernel():
+    conv = GalerkinConv2d(2, 3, 3, basis=Legendre(degree=2), padding=1).double()
+    x = torch.randn(2, 2, 5, 5, dtype=F64)
+    t = 0.8
+    p = Legendre(degree=2)(torch.tensor(t, dtype=F64))  # [1, x, (3x^2 - 1) / 2], x = 0.6
+    torch.testing.assert_close(p, torch.tensor([1.0, 0.6, (3 * 0.36 - 1) / 2], dtype=F64))
+    kernel = torch.einsum("n,noikl->oikl", p, conv.coefficients.detach())
+    bias = p @ conv.bias_coefficients.detach()
+    expected = torch.nn.functional.conv2d(x, kernel, bias, padding=1)
+    torch.testing.assert_close(conv(torch.tensor(t, dtype=F64), x), expected)
+    with pytest.raises(ValueError, match=r"one depth for the whole batch"):
+        conv(torch.zeros(2, dtype=F64), x)
+
+
+def test_galerkin_init_scale_is_that_of_a_default_layer():
+    torch.manual_seed(0)
+    layer = GalerkinLinear(64, 64, basis=Fourier(modes=4))
+    w = layer.weights(torch.tensor(0.37))[0].detach()
+    bound = 1 / math.sqrt(64)  # nn.Linear's uniform bound; its std is bound / sqrt(3)
+    assert 0.5 < float(w.std()) / (bound / math.sqrt(3)) < 2.0
+
+
+def test_piecewise_constant_galerkin_node_is_a_stack_of_constant_nodes():
+    # A NODE whose weights are piecewise constant on two halves equals two NODEs with
+    # constant weights, one after the other; the solver must land on t = 0.5.
+    torch.manual_seed(1)
+    basis = PiecewiseConstant(pieces=2)
+    g1, g2 = GalerkinLinear(2, 8, basis=basis), GalerkinLinear(8, 2, basis=basis)
+    field = DepthSequential(g1, nn.Tanh(), g2).double()
+    tight = odecore.PIDController(rtol=1e-10, atol=1e-10)
+    layer = NeuralODE(field, controller=tight)
+    assert layer._depth_jumps(0.0, 1.0) == [0.5]
+    x = torch.randn(4, 2, dtype=F64)
+
+    def constant(piece: int) -> nn.Module:
+        net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)).double()
+        with torch.no_grad():
+            net[0].weight.copy_(g1.coefficients[piece])
+            net[0].bias.copy_(g1.bias_coefficients[piece])
+            net[2].weight.copy_(g2.coefficients[piece])
+            net[2].bias.copy_(g2.bias_coefficients[piece])
+        return net
+
+    first, second = constant(0), constant(1)
+    mid = odecore.odeint(lambda t, y: first(y), x, torch.tensor([0.0, 0.5], dtype=F64),
+                         rtol=1e-10, atol=1e-10)[-1]  # fmt: skip
+    end = odecore.odeint(lambda t, y: second(y), mid, torch.tensor([0.5, 1.0], dtype=F64),
+                         rtol=1e-10, atol=1e-10)[-1]  # fmt: skip
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), end, rtol=1e-8, atol=1e-9)
+
+
+def test_gradcheck_galerkin_layers():
+    lin = GalerkinLinear(2, 2, basis=Fourier(modes=1)).double()
+    conv = GalerkinConv2d(1, 1, 3, basis=Legendre(degree=1), padding=1).double()
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    img = torch.randn(1, 1, 4, 4, dtype=F64, requires_grad=True)
+    t = torch.tensor(0.3, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t, x, a: lin(t, x), (t, x, lin.coefficients))
+    assert torch.autograd.gradcheck(lambda t, x, a: conv(t, x), (t, img, conv.coefficients))

@@ -1,0 +1,104 @@
+"""Integrals along the solve: against quadratures of closed-form trajectories."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from odelayers import (
+    DepthConcat,
+    DepthSequential,
+    IntegralLoss,
+    JacobianFrobenius,
+    KineticEnergy,
+    NeuralODE,
+)
+from torch import nn
+
+F64 = torch.float64
+TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
+
+
+class Linear(nn.Module):
+    def __init__(self, a: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a)
+
+    def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.a.T
+
+
+def test_kinetic_energy_of_exponential_decay():
+    # x = x0 e^-t, f = -x: int_0^T |f|^2 = |x0|^2 (1 - e^-2T) / 2.
+    layer = NeuralODE(Linear(-torch.eye(3, dtype=F64)), controller=TIGHT, t1=2.0,
+                      integrals=[KineticEnergy()])  # fmt: skip
+    x0 = torch.randn(4, 3, dtype=F64)
+    layer(x0)
+    expected = x0.pow(2).sum(1) * (1 - math.exp(-4.0)) / 2
+    torch.testing.assert_close(layer.integrals["kinetic_energy"], expected)
+
+
+def test_integral_loss_against_a_quadrature_of_the_trajectory():
+    # A rotation: integrate g(t, x) = t * x_1^2 along it and compare with Simpson's rule
+    # on the closed-form trajectory.
+    a = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=F64)
+    loss = IntegralLoss(lambda t, x: t * x[:, 0] ** 2, name="tracking")
+    layer = NeuralODE(Linear(a.clone()), controller=TIGHT, t1=3.0, integrals=[loss])
+    x0 = torch.randn(5, 2, dtype=F64)
+    layer(x0)
+    ts = torch.linspace(0.0, 3.0, 2001, dtype=F64)
+    xs = torch.stack([x0 @ torch.linalg.matrix_exp(a * t).T for t in ts])  # (T, 5, 2)
+    g = ts[:, None] * xs[..., 0] ** 2
+    h = float(ts[1] - ts[0])
+    simpson = h / 3 * (g[0] + 4 * g[1:-1:2].sum(0) + 2 * g[2:-1:2].sum(0) + g[-1])
+    torch.testing.assert_close(layer.integrals["tracking"], simpson, rtol=1e-9, atol=1e-10)
+
+
+def test_jacobian_frobenius_of_a_linear_field_given_its_noise():
+    # f = A x: the integrand |e^T A|^2 is constant, so the integral is T |A^T e|^2.
+    a = torch.tensor([[0.2, -1.0], [0.5, 0.1]], dtype=F64)
+    term = JacobianFrobenius(generator=torch.Generator().manual_seed(3))
+    layer = NeuralODE(Linear(a.clone()), controller=TIGHT, t1=1.5, integrals=[term])
+    layer(torch.randn(6, 2, dtype=F64))
+    e = term.noise
+    torch.testing.assert_close(layer.integrals["jacobian_frobenius"], 1.5 * (e @ a).pow(2).sum(1))
+
+
+def test_jacobian_frobenius_is_unbiased():
+    # Averaged over many noise draws (one per sample), |e^T A|^2 -> |A|_F^2.
+    torch.manual_seed(0)
+    a = torch.tensor([[0.2, -1.0, 0.3], [0.5, 0.1, 0.0], [1.0, 0.0, -0.4]], dtype=F64)
+    layer = NeuralODE(Linear(a.clone()), integrals=[JacobianFrobenius()])
+    layer(torch.zeros(20000, 3, dtype=F64))
+    mean = float(layer.integrals["jacobian_frobenius"].mean())
+    assert mean == pytest.approx(float(a.pow(2).sum()), rel=0.03)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_regulariser_gradients_agree_with_backprop(gradient):
+    torch.manual_seed(0)
+    field = DepthSequential(DepthConcat(), nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 2)).double()
+    x = torch.randn(4, 2, dtype=F64)
+
+    def grads(method):
+        field.zero_grad()
+        term = JacobianFrobenius(generator=torch.Generator().manual_seed(1))
+        layer = NeuralODE(field, controller=TIGHT, gradient=method,
+                          integrals=[KineticEnergy(), term])  # fmt: skip
+        y = layer(x)
+        loss = y.pow(2).sum() + sum(v.sum() for v in layer.integrals.values())
+        loss.backward()
+        return [p.grad.clone() for p in field.parameters()]
+
+    for ours, reference in zip(grads(gradient), grads(odecore.Autograd())):
+        torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-8)
+
+
+def test_integral_terms_need_distinct_names_and_valid_outputs():
+    with pytest.raises(ValueError, match=r"distinct names"):
+        NeuralODE(lambda t, x: -x, integrals=[KineticEnergy(), KineticEnergy()])
+    bad = NeuralODE(lambda t, x: -x, integrals=[IntegralLoss(lambda t, x: x)])
+    with pytest.raises(ValueError, match=r"must return shape \(3,\)"):
+        bad(torch.zeros(3, 2))

@@ -1,0 +1,183 @@
+"""NeuralODE: defaults, closed forms, trajectories, counters, gradients, errors."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from odelayers import (
+    AdaptiveDepthNODE,
+    DataControl,
+    DepthConcat,
+    DepthSequential,
+    NeuralODE,
+)
+from torch import nn
+
+F64 = torch.float64
+TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
+
+
+class Linear(nn.Module):
+    """dx/dt = A x, with A a parameter."""
+
+    def __init__(self, a: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a)
+
+    def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.a.T
+
+
+def test_defaults_are_dopri5_adjoint_on_the_unit_interval():
+    layer = NeuralODE(Linear(torch.eye(2)))
+    assert isinstance(layer.solver, odecore.Dopri5)
+    assert isinstance(layer.gradient, odecore.Adjoint)
+    assert (layer.t0, layer.t1) == (0.0, 1.0)
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(layer(x), x * math.e, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_field_against_the_matrix_exponential_and_trajectory():
+    a = torch.tensor([[-0.3, 1.0], [-1.0, -0.3]], dtype=F64)
+    ts = [0.0, 0.25, 0.5, 1.0]
+    layer = NeuralODE(Linear(a.clone()), controller=TIGHT, ts=ts)
+    x = torch.randn(5, 2, dtype=F64)
+    traj = layer(x)
+    assert traj.shape == (4, 5, 2)
+    for i, t in enumerate(ts):
+        torch.testing.assert_close(traj[i], x @ torch.linalg.matrix_exp(a * t).T)
+
+
+def test_nfe_counters_forward_and_backward():
+    layer = NeuralODE(Linear(-torch.eye(2)))
+    assert layer.nfe == 0 and layer.nfe_backward == 0
+    y = layer(torch.randn(4, 2))
+    assert layer.nfe > 0 and layer.nfe_backward == 0
+    y.sum().backward()
+    assert layer.nfe_backward > 0
+    backprop = NeuralODE(Linear(-torch.eye(2)), gradient=odecore.Autograd())
+    backprop(torch.randn(4, 2)).sum().backward()
+    assert backprop.nfe_backward == 0  # autograd's backward pass calls no field
+
+
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Autograd(), odecore.Checkpoint()], ids=repr
+)
+def test_gradients_agree_with_backprop_and_closed_form(gradient):
+    # d/dA sum(x exp(A)^T) for A diagonal: exp(a_ii) * sum_b x_bi on the diagonal.
+    a = torch.diag(torch.tensor([-0.5, 0.2], dtype=F64))
+    field = Linear(a.clone())
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x = torch.randn(6, 2, dtype=F64, requires_grad=True)
+    layer(x).sum().backward()
+    expected_x = torch.exp(torch.diag(a)).expand(6, 2)
+    torch.testing.assert_close(x.grad, expected_x, rtol=1e-8, atol=1e-9)
+    diag = field.a.grad.diagonal()
+    torch.testing.assert_close(diag, torch.exp(torch.diag(a)) * x.detach().sum(0), rtol=1e-7,
+                               atol=1e-8)  # fmt: skip
+
+
+def test_gradcheck_through_the_adjoint():
+    torch.manual_seed(0)
+    field = DepthSequential(DepthConcat(), nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    layer = NeuralODE(field, controller=TIGHT)
+    x = torch.randn(2, 2, dtype=F64, requires_grad=True)
+    w = field[1].weight
+    assert torch.autograd.gradcheck(lambda x, w: layer(x), (x, w), atol=1e-6)
+
+
+def test_data_control_handcrafted_flow_and_input_gradient():
+    # dz/dt = -(z + x), z(0) = x: z(t) = x (2 e^-t - 1), the reflection as t -> ln 2 ... inf.
+    field = DepthSequential(DataControl(), nn.Linear(2, 1, bias=False)).double()
+    with torch.no_grad():
+        field[1].weight.copy_(torch.tensor([[-1.0, -1.0]]))
+    x = torch.linspace(-1, 1, 5, dtype=F64)[:, None].requires_grad_()
+    layer = NeuralODE(field, controller=TIGHT, t1=2.0)
+    out = layer(x)
+    factor = 2 * math.exp(-2.0) - 1
+    torch.testing.assert_close(out, x.detach() * factor)
+    out.sum().backward()  # the adjoint differentiates through the control as well
+    torch.testing.assert_close(x.grad, torch.full_like(x, factor))
+
+
+def test_adaptive_depth_integrates_each_sample_to_its_own_depth():
+    # dz/dt = -z to depth T(x) = softplus(w x + b): z = x exp(-T(x)).
+    horizon = nn.Linear(1, 1).double()
+    layer = AdaptiveDepthNODE(lambda t, z: -z, horizon, controller=TIGHT)
+    x = torch.tensor([[0.5], [1.0], [2.0]], dtype=F64)
+    out = layer(x)
+    depth = torch.nn.functional.softplus(horizon(x)).squeeze(1)
+    torch.testing.assert_close(layer.depth, depth)
+    torch.testing.assert_close(out, x * torch.exp(-depth)[:, None])
+    # Gradients reach the horizon network: d/dw sum(x e^-T) against the closed form.
+    out.sum().backward()
+    dT_dw = torch.sigmoid(horizon(x)).squeeze(1) * x.squeeze(1)
+    expected = -(x.squeeze(1) * torch.exp(-depth) * dT_dw).sum()
+    torch.testing.assert_close(horizon.weight.grad.squeeze(), expected.detach())
+    assert layer.nfe > 0 and layer.nfe_backward > 0
+
+
+def test_adaptive_depth_field_sees_per_sample_depth():
+    seen = []
+
+    def field(t, z):
+        seen.append(t.shape)
+        return torch.zeros_like(z)
+
+    layer = AdaptiveDepthNODE(field, nn.Linear(2, 1))
+    layer(torch.randn(4, 2))
+    assert seen and all(s == (4,) for s in seen)
+
+
+def test_gradcheck_adaptive_depth():
+    torch.manual_seed(0)
+    field = DepthSequential(DepthConcat(), nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+    horizon = nn.Linear(1, 1).double()
+    layer = AdaptiveDepthNODE(field, horizon, controller=TIGHT)
+    x = torch.randn(3, 1, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: layer(x), (x, horizon.weight), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"vector_field": 3}, TypeError, r"`vector_field` must be callable"),
+        ({"t1": 0.0}, ValueError, r"`t0` and `t1` must be finite and different"),
+        ({"integrals": [object()]}, TypeError, r"`integrals\[0\]` must be an IntegralTerm"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match):
+    args = {"vector_field": lambda t, x: x, **kwargs}
+    with pytest.raises(error, match=match):
+        NeuralODE(**args)
+
+
+def test_bad_inputs():
+    layer = NeuralODE(lambda t, x: -x)
+    with pytest.raises(TypeError, match=r"must be a tensor"):
+        layer([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"must be batched"):
+        layer(torch.tensor(1.0))
+    with pytest.raises(ValueError, match=r"one depth per sample"):
+        AdaptiveDepthNODE(lambda t, z: -z, nn.Linear(2, 2))(torch.randn(3, 2))
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_later_forward_pass_does_not_change_an_earlier_ones_gradient(gradient):
+    # Both methods evaluate the field again in the backward pass; the control they see
+    # there must be the input of *their* forward pass.
+    field = DepthSequential(DataControl(), nn.Linear(2, 1, bias=False)).double()
+    with torch.no_grad():
+        field[1].weight.copy_(torch.tensor([[-1.0, -2.0]]))
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x1 = torch.tensor([[1.0], [2.0]], dtype=F64, requires_grad=True)
+    x2 = torch.tensor([[-3.0], [5.0]], dtype=F64, requires_grad=True)
+    out1 = layer(x1)
+    layer(x2)
+    out1.sum().backward()
+    # dz/dt = -z - 2x: z(1) = x (3 e^-1 - 2), linear in x.
+    torch.testing.assert_close(x1.grad, torch.full_like(x1, 3 * math.exp(-1.0) - 2))
+    assert field[1].weight.grad.shape == (1, 2)
