@@ -12,7 +12,9 @@ from odelayers import (
     DataControl,
     DepthConcat,
     DepthSequential,
+    KineticEnergy,
     NeuralODE,
+    ZeroAugmentation,
 )
 from torch import nn
 
@@ -181,3 +183,34 @@ def test_a_later_forward_pass_does_not_change_an_earlier_ones_gradient(gradient)
     # dz/dt = -z - 2x: z(1) = x (3 e^-1 - 2), linear in x.
     torch.testing.assert_close(x1.grad, torch.full_like(x1, 3 * math.exp(-1.0) - 2))
     assert field[1].weight.grad.shape == (1, 2)
+
+
+def test_image_batches_through_augmented_data_controlled_conv_node():
+    # An ANODE image block: 1 channel plus 3 zero channels, a conv field that sees the
+    # depth and the input image as extra channels.
+    torch.manual_seed(0)
+    field = DepthSequential(
+        DataControl(), DepthConcat(), nn.Conv2d(4 + 4 + 1, 8, 3, padding=1), nn.Softplus(),
+        nn.Conv2d(8, 4, 3, padding=1),
+    )  # fmt: skip
+    node = NeuralODE(field)
+    model = nn.Sequential(ZeroAugmentation(3), node)
+    x = torch.randn(2, 1, 6, 6, requires_grad=True)
+    out = model(x)
+    assert out.shape == (2, 4, 6, 6)
+    out.pow(2).sum().backward()
+    assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+    assert node.nfe > 0 and node.nfe_backward > 0
+
+
+def test_gradcheck_data_control_and_integrals():
+    torch.manual_seed(0)
+    field = DepthSequential(DataControl(), nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).double()
+    layer = NeuralODE(field, controller=TIGHT, integrals=[KineticEnergy()])
+
+    def fn(x, w):
+        y = layer(x)
+        return y, layer.integrals["kinetic_energy"]
+
+    x = torch.randn(2, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(fn, (x, field[1].weight), atol=1e-6)
