@@ -121,3 +121,25 @@ def test_higher_order_shape_errors():
         field(torch.tensor(0.0), torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"must return 2 features, got \(1, 4\)"):
         field(torch.tensor(0.0), torch.zeros(1, 4))
+
+
+SIMPLE_LAYERS = [
+    ("zero_augmentation", lambda: ZeroAugmentation(2), (3, 2)),
+    ("zero_augmentation_images", lambda: ZeroAugmentation(1), (1, 2, 3, 3)),
+    ("input_layer", lambda: InputLayerAugmentation(2, 4), (3, 2)),
+    ("input_layer_images", lambda: InputLayerAugmentation(1, 2, image=True), (1, 1, 3, 3)),
+    ("drop", lambda: DropAugmented(1), (3, 2)),
+    ("project", lambda: ProjectAugmented(2, 3), (3, 2)),
+    ("project_images", lambda: ProjectAugmented(2, 1, image=True), (1, 2, 3, 3)),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "shape"), SIMPLE_LAYERS, ids=[s[0] for s in SIMPLE_LAYERS]
+)
+def test_gradcheck_augmentation_layers(name, make, shape):
+    torch.manual_seed(0)
+    layer = make().double()
+    x = torch.randn(*shape, dtype=F64, requires_grad=True)
+    params = [p for p in layer.parameters()]
+    assert torch.autograd.gradcheck(lambda x, *ps: layer(x), (x, *params))
