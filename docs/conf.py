@@ -15,6 +15,7 @@ the page never disagrees with the code.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -106,14 +107,44 @@ def _public_types(app: Any, what: str, name: str, obj: Any, options: Any, lines:
     package; the pages should name them the way users import them.
     """
 
-    def public(match: re.Match[str]) -> str:
-        if match["package"] not in PUBLISHED:
-            return match[0]
-        return f"{match['package']}.{match['name']}"
-
     for i, line in enumerate(lines):
         if line.lstrip().startswith(":type"):
-            lines[i] = _PRIVATE_NAME.sub(public, line)
+            lines[i] = _PRIVATE_NAME.sub(_public_name, line)
+
+
+def _public_name(match: re.Match[str]) -> str:
+    """``odecore._solve.Stats`` -> ``odecore.Stats``, for the packages documented here."""
+    if match["package"] not in PUBLISHED:
+        return match[0]
+    return f"{match['package']}.{match['name']}"
+
+
+def _init_typehints(
+    app: Any, what: str, name: str, obj: Any, options: Any, args: Any, retann: Any
+) -> None:
+    """The parameter types of a class come from its ``__init__``, evaluated.
+
+    For a class, autodoc evaluates only the class's own annotations; the parameters of
+    an ``__init__`` written under ``from __future__ import annotations`` keep their
+    source text (``Tensor``, ``nn.Module``, a private alias), which resolves nowhere
+    (the ``nn.Module`` layers of odelayers). Dataclasses are left as they are: their
+    fields are the class's annotations.
+    """
+    init = vars(obj).get("__init__") if what == "class" else None
+    if not inspect.isfunction(init) or dataclasses.is_dataclass(obj):
+        return
+    from sphinx.util.inspect import signature
+    from sphinx.util.typing import stringify_annotation
+
+    try:
+        sig = signature(init)
+    except (TypeError, ValueError):
+        return
+    annotations = app.env.current_document.autodoc_annotations.setdefault(name, {})
+    for param in sig.parameters.values():
+        if param.annotation is not param.empty:
+            text = stringify_annotation(param.annotation, "smart")
+            annotations[param.name] = _PRIVATE_NAME.sub(_public_name, text)
 
 
 def _private_attr_doc(
@@ -338,4 +369,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", _escape_initials, priority=100)
     app.connect("env-check-consistency", _check_all_documented)
     app.connect("autodoc-process-docstring", _public_types, priority=900)
+    app.connect("autodoc-process-signature", _init_typehints)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -148,3 +148,12 @@ def test_every_basis_is_an_abstract_basis():
     for b in (Fourier(), Legendre(), Chebyshev(), PiecewiseConstant(), PiecewiseLinear()):
         assert isinstance(b, AbstractBasis)
         assert b(torch.rand(5)).shape == (5, b.size)
+
+
+@pytest.mark.parametrize("n", [3, 7, 10, 100, 129])
+def test_piecewise_constant_grid_times_land_in_their_own_piece(n):
+    # k / n and k * (1 / n) round differently; both must select piece k.
+    b = PiecewiseConstant(pieces=n)
+    k = torch.arange(n, dtype=F64)
+    assert b(k / n).argmax(dim=1).tolist() == list(range(n))
+    assert b(k * (1.0 / n)).argmax(dim=1).tolist() == list(range(n))

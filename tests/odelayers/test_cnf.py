@@ -108,5 +108,11 @@ def test_gradcheck_cnf():
 
 
 def test_bad_trace():
-    with pytest.raises(ValueError, match=r"`trace` must be 'exact' or 'hutchinson'"):
+    with pytest.raises(ValueError, match=r"`estimator` \(CNF's `trace`\) must be 'exact'"):
         NegativeTrace("approximate")
+
+
+def test_data_controlled_log_prob_needs_a_condition():
+    field = DepthSequential(DataControl(), nn.Linear(4, 2)).double()
+    with pytest.raises(ValueError, match=r"needs its `condition`"):
+        CNF(field).log_prob(torch.zeros(3, 2, dtype=F64))

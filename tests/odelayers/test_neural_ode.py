@@ -214,3 +214,14 @@ def test_gradcheck_data_control_and_integrals():
 
     x = torch.randn(2, 2, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(fn, (x, field[1].weight), atol=1e-6)
+
+
+def test_adaptive_depth_passes_no_jumps_of_its_inner_layers():
+    # Each sample's jumps lie at t_jump / T(x): none is common to the batch.
+    from odelayers import GalerkinLinear
+    from odelayers.basis import PiecewiseConstant
+
+    field = DepthSequential(GalerkinLinear(1, 1, basis=PiecewiseConstant(pieces=4)))
+    layer = AdaptiveDepthNODE(field, nn.Linear(1, 1))
+    assert layer.node._depth_jumps(0.0, 1.0) == []
+    assert NeuralODE(field)._depth_jumps(0.0, 1.0) == [0.25, 0.5, 0.75]

@@ -212,7 +212,7 @@ class HigherOrder(nn.Module):
 
     @property
     def state_features(self) -> int:
-        """The size of the state on dim 1: positions plus the extra derivatives."""
+        """Size of the state on dim 1, the positions plus the extra derivatives."""
         return self.features + (self.order - 1) * self.selected
 
     def forward(self, t: Tensor, z: Tensor) -> Tensor:

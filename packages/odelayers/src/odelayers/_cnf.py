@@ -16,6 +16,7 @@ import odecore
 import torch
 from torch import Tensor
 
+from ._fields import DataControl
 from ._integrals import IntegralTerm
 from ._neural_ode import Field, NeuralODE
 
@@ -38,7 +39,9 @@ class NegativeTrace(IntegralTerm):
         generator: torch.Generator | None = None,
     ) -> None:
         if estimator not in ("exact", "hutchinson"):
-            raise ValueError(f"`trace` must be 'exact' or 'hutchinson', got {estimator!r}.")
+            raise ValueError(
+                f"`estimator` (CNF's `trace`) must be 'exact' or 'hutchinson', got {estimator!r}."
+            )
         self.estimator = estimator
         self.generator = generator
         self.noise: Tensor | None = None
@@ -137,7 +140,19 @@ class CNF(NeuralODE):
         """``log p1(x)`` per sample, for a standard normal base at ``t0``.
 
         Integrates ``x`` back from ``t1`` to ``t0`` and adds the change of log-density.
+
+        Raises:
+            ValueError: if the field has a :class:`~odelayers.DataControl` layer and no
+                ``condition`` is given (the flow's input, its default condition in
+                :meth:`forward`, is not known when only ``x`` is).
         """
+        if condition is None and any(
+            isinstance(m, DataControl) for m in getattr(self.vector_field, "modules", list)()
+        ):
+            raise ValueError(
+                "`log_prob` of a data-controlled CNF needs its `condition`: forward() and "
+                "sample() default to the flow's input, which is not known from `x`."
+            )
         z0, delta = self._flow(x, self.t1, self.t0, condition, None)
         return standard_normal_log_prob(z0) - delta
 

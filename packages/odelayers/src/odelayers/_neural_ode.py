@@ -152,8 +152,16 @@ class NeuralODE(nn.Module):
         lo, hi = min(t0, t1), max(t0, t1)
         found = set(self.jump_ts)
         if isinstance(self.vector_field, nn.Module):
+            # Inside a rescaled field every sample has its own depths: no common jumps.
+            rescaled = {
+                id(m)
+                for r in self.vector_field.modules()
+                if isinstance(r, _Rescaled)
+                for m in r.modules()
+            }
             for layer in depth_layers(self.vector_field):
-                found.update(layer.jump_ts())
+                if id(layer) not in rescaled:
+                    found.update(layer.jump_ts())
         return sorted(t for t in found if lo < t < hi)
 
     def _bindings(self) -> list[tuple[DepthLayer, str, Tensor]]:

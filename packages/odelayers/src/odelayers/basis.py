@@ -222,7 +222,8 @@ class PiecewiseConstant(AbstractBasis):
     """Indicators of ``pieces`` equal sub-intervals: a stack of constant-weight layers.
 
     Piece ``i`` covers ``[t_i, t_{i+1})``, the last one also its right end, so at a
-    boundary the function of the later piece is 1. Solvers must land on
+    boundary the function of the later piece is 1 (also for times up to ``1e-9`` of a
+    piece's width below it, which rounding of ``k / n`` may produce). Solvers must land on
     :attr:`jump_ts` (``NeuralODE`` passes them on), where the weights change.
 
     Args:
@@ -256,7 +257,10 @@ class PiecewiseConstant(AbstractBasis):
         return _interior_nodes(self.t0, self.t1, self.pieces)
 
     def _evaluate(self, t: Tensor) -> Tensor:
-        index = torch.floor(self.unit(t) * self.pieces).clamp(0, self.pieces - 1).long()
+        # Within 1e-9 of a piece below a boundary counts as the later piece, so that a
+        # grid time k / n computed in floating point lands in the piece it starts.
+        position = self.unit(t) * self.pieces + 1e-9
+        index = torch.floor(position).clamp(0, self.pieces - 1).long()
         return torch.nn.functional.one_hot(index, self.pieces).to(t.dtype)
 
 
