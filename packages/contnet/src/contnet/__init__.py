@@ -1,0 +1,44 @@
+"""contnet: continuous-in-depth networks (ContinuousNet) for PyTorch.
+
+A :class:`ContinuousNet` is a residual module ``R`` and a weight function
+``theta(t)`` (a basis expansion over depth); a (scheme, N_t) pair manifests one
+discrete network from it (Queiruga et al. 2020). :meth:`ContinuousNet.manifest`
+evaluates the same weights with another scheme or step count, :func:`refine` changes
+the step count, the scheme or the basis without changing the model, and
+:meth:`ContinuousNet.to_resnet` / :meth:`ContinuousNet.from_resnet` move between the
+continuous form and a plain ResNet.
+"""
+
+from ._analysis import convergence_study, manifestation_sweep
+from ._block import OdeBlock
+from ._continuous import ContinuousModule
+from ._net import (
+    ContinuousNet,
+    ResidualUnit,
+    ResNet,
+    ResNetBlock,
+    Stitch,
+    make_basis,
+    residual_module,
+)
+from ._refine import RefinementSchedule, carry_optimizer, refine, transfer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ContinuousModule",
+    "ContinuousNet",
+    "OdeBlock",
+    "RefinementSchedule",
+    "ResNet",
+    "ResNetBlock",
+    "ResidualUnit",
+    "Stitch",
+    "carry_optimizer",
+    "convergence_study",
+    "make_basis",
+    "manifestation_sweep",
+    "refine",
+    "residual_module",
+    "transfer",
+]

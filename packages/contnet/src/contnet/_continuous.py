@@ -1,0 +1,171 @@
+"""Continuous parameters: every parameter and buffer of a module as a function of depth."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
+from torch import Tensor, nn
+from torch.func import functional_call
+
+
+def _attr(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def _partition_of_unity(basis: AbstractBasis) -> bool:
+    return isinstance(basis, (PiecewiseConstant, PiecewiseLinear))
+
+
+def _reset(module: nn.Module) -> None:
+    for m in module.modules():
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
+
+
+class ContinuousModule(nn.Module):
+    """A module ``R`` whose parameters and floating buffers are expansions over depth.
+
+    Every entry ``w`` of ``R`` becomes ``w(t) = sum_b phi_b(t) w_b`` with ``basis.size``
+    coefficients ``w_b`` (a ``M x 16 x 16 x 3 x 3`` tensor for a 16 -> 16 3x3
+    convolution). :meth:`forward` evaluates them at ``t`` and runs ``R`` with
+    ``torch.func.functional_call``. Batch-norm running statistics are expansions as
+    well: in training mode the update that ``R`` makes at depth ``t`` is spread over
+    the coefficients in proportion to ``phi(t)``, so the statistics at ``t`` move exactly
+    as ``R``'s would (for piecewise-constant bases: the piece's own statistics).
+
+    Initialisation: with a piecewise basis each coefficient is a fresh initialisation of
+    ``R`` (like the independent units of a ResNet); with a smooth basis the constant
+    part is ``R``'s initial value and the rest zero.
+
+    Args:
+        module: the residual module ``R``; its own tensors are not used afterwards.
+        basis: the depth basis, on the depth interval of the block (usually ``[0, 1]``).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from odelayers.basis import PiecewiseConstant
+        >>> from contnet import ContinuousModule
+        >>> layer = ContinuousModule(nn.Linear(3, 3), PiecewiseConstant(pieces=4))
+        >>> layer.coefficients["weight"].shape
+        torch.Size([4, 3, 3])
+        >>> layer(0.3, torch.zeros(2, 3)).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, module: nn.Module, basis: AbstractBasis) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"`module` must be an nn.Module, got {type(module).__name__}.")
+        if not isinstance(basis, AbstractBasis):
+            raise TypeError(f"`basis` must be an odelayers.basis basis, got {basis!r}.")
+        self.basis = basis
+        self.template = [module]  # a list: not a submodule, its tensors are not ours
+        self.coefficients = nn.ParameterDict()
+        self.names = [name for name, _ in module.named_parameters()]
+        self.buffer_names = [n for n, b in module.named_buffers() if b.is_floating_point()]
+        self.shared_names = [n for n, b in module.named_buffers() if not b.is_floating_point()]
+        m = basis.size
+        if _partition_of_unity(basis):
+            copies = []
+            for _ in range(m):
+                fresh = copy.deepcopy(module)
+                _reset(fresh)
+                copies.append(dict(fresh.named_parameters()))
+            for name in self.names:
+                stacked = torch.stack([c[name].detach() for c in copies])
+                self.coefficients[_attr(name)] = nn.Parameter(stacked)
+        else:
+            for name, p in module.named_parameters():
+                self.coefficients[_attr(name)] = nn.Parameter(
+                    project(p.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis)
+                )
+        for name, b in module.named_buffers():
+            if b.is_floating_point():
+                value = project(
+                    b.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis
+                )
+                self.register_buffer("buffer__" + _attr(name), value)
+            else:
+                self.register_buffer("shared__" + _attr(name), b.detach().clone())
+
+    def train(self, mode: bool = True) -> ContinuousModule:
+        """Set training mode here and in ``R`` (which is not a submodule)."""
+        super().train(mode)
+        self.module.train(mode)
+        return self
+
+    @property
+    def module(self) -> nn.Module:
+        """The residual module ``R`` (its structure; its tensors are replaced at each call)."""
+        return self.template[0]
+
+    def coefficient(self, name: str) -> Tensor:
+        """The coefficients ``(basis.size, *shape)`` of parameter or buffer ``name`` of ``R``."""
+        if name in self.names:
+            param: Tensor = self.coefficients[_attr(name)]
+            return param
+        if name in self.buffer_names:
+            out: Tensor = getattr(self, "buffer__" + _attr(name))
+            return out
+        raise KeyError(f"`{name}` is not a parameter or floating buffer of the module.")
+
+    def shared(self, name: str) -> Tensor:
+        """The (depth-independent) integer buffer ``name`` of ``R``, e.g. a batch counter."""
+        out: Tensor = getattr(self, "shared__" + _attr(name))
+        return out
+
+    def weights(self, t: float) -> list[tuple[int, float]]:
+        """The non-zero basis values at ``t``: ``[(index, phi_index(t)), ...]``."""
+        phi = self.basis(torch.tensor(float(t), dtype=torch.float64)).tolist()
+        return [(i, w) for i, w in enumerate(phi) if w != 0.0]
+
+    def evaluate(self, t: float) -> dict[str, Tensor]:
+        """Every parameter and buffer of ``R`` at depth ``t``, by name."""
+        terms = self.weights(t)
+        out: dict[str, Tensor] = {}
+        for name in self.names + self.buffer_names:
+            out[name] = _combine(self.coefficient(name), terms)
+        for name in self.shared_names:
+            out[name] = self.shared(name)
+        return out
+
+    def forward(self, t: float, x: Tensor) -> Tensor:
+        tensors = self.evaluate(t)
+        if not (self.training and self.buffer_names):
+            out: Tensor = functional_call(self.module, tensors, (x,))
+            return out
+        # R updates its running statistics in place: hand it copies, then spread the
+        # change over the coefficients (the evaluated tensors may be views of them).
+        before = {n: tensors[n] for n in self.buffer_names}
+        for n in self.buffer_names:
+            tensors[n] = before[n].clone()
+        out = functional_call(self.module, tensors, (x,))
+        terms = self.weights(t)
+        norm = sum(w * w for _, w in terms)
+        with torch.no_grad():
+            for name in self.buffer_names:
+                delta = tensors[name] - before[name]
+                coefficients = self.coefficient(name)
+                for i, w in terms:
+                    coefficients[i].add_(delta, alpha=w / norm)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"basis={self.basis!r}"
+
+
+def _combine(coefficients: Tensor, terms: list[tuple[int, float]]) -> Tensor:
+    """``sum_b w_b c_b``; a single unit weight is a view of its coefficient (no copy)."""
+    if len(terms) == 1 and terms[0][1] == 1.0:
+        return coefficients[terms[0][0]]
+    if not terms:
+        return torch.zeros_like(coefficients[0])
+    (i, w), rest = terms[0], terms[1:]
+    out = coefficients[i] * w
+    for i, w in rest:
+        out = out + coefficients[i] * w
+    return out

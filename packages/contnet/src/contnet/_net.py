@@ -1,0 +1,405 @@
+"""``ContinuousNet``: three OdeBlocks joined by stitching units, and its ResNet twin."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import cast
+
+import torch
+from odelayers.basis import (
+    AbstractBasis,
+    Chebyshev,
+    Fourier,
+    Legendre,
+    PiecewiseConstant,
+    PiecewiseLinear,
+)
+from torch import Tensor, nn
+
+from ._block import OdeBlock, Scheme, scheme_tableau
+
+BASES = {
+    "piecewise_constant": PiecewiseConstant,
+    "piecewise_linear": PiecewiseLinear,
+    "legendre": Legendre,
+    "chebyshev": Chebyshev,
+    "fourier": Fourier,
+}
+"""Basis names for :class:`ContinuousNet`; ``n_basis`` is the number of functions."""
+
+
+def make_basis(name: str | AbstractBasis, n_basis: int) -> AbstractBasis:
+    """A basis of ``n_basis`` functions on ``[0, 1]`` by name (or the basis itself).
+
+    Raises:
+        ValueError: for an unknown name, or a size the family cannot have (Fourier
+            needs an odd count).
+    """
+    if isinstance(name, AbstractBasis):
+        return name
+    if name not in BASES:
+        raise ValueError(f"Unknown `basis` {name!r}; known bases: {', '.join(BASES)}.")
+    if isinstance(n_basis, bool) or not isinstance(n_basis, int) or n_basis < 1:
+        raise ValueError(f"`n_basis` must be a positive integer, got {n_basis!r}.")
+    if name == "piecewise_constant":
+        return PiecewiseConstant(pieces=n_basis)
+    if name == "piecewise_linear":
+        if n_basis < 2:
+            raise ValueError("A piecewise-linear basis needs `n_basis >= 2` (one piece).")
+        return PiecewiseLinear(pieces=n_basis - 1)
+    if name == "fourier":
+        if n_basis % 2 != 1 or n_basis < 3:
+            raise ValueError(f"A Fourier basis needs an odd `n_basis >= 3`, got {n_basis}.")
+        return Fourier(modes=(n_basis - 1) // 2)
+    family = cast(type[Legendre] | type[Chebyshev], BASES[name])
+    return family(degree=n_basis - 1)
+
+
+def residual_module(channels: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """``R``: batch norm, activation, 3x3 conv, batch norm, activation, 3x3 conv.
+
+    The pre-activation unit of the paper with ``nn.ReLU``; a smooth activation
+    (``nn.Softplus``, ``nn.Tanh``) makes ``R`` smooth in its input, which the
+    convergence orders of the higher-order schemes need.
+    """
+    return nn.Sequential(
+        nn.BatchNorm2d(channels),
+        activation(),
+        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+        nn.BatchNorm2d(channels),
+        activation(),
+        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+    )
+
+
+class Stitch(nn.Module):
+    """A down-sampling residual unit between blocks: ``P(x) + R'(x)``, stride 2.
+
+    ``R'`` is batch norm, ReLU, a strided 3x3 conv to ``out_channels``, batch norm,
+    ReLU, 3x3 conv; ``P`` a strided 1x1 conv. Continuity in depth breaks here.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.residual = nn.Sequential(
+            nn.BatchNorm2d(in_channels),
+            nn.ReLU(),
+            nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+            nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+        )
+        self.shortcut = nn.Conv2d(in_channels, out_channels, 1, stride=2, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.shortcut(x) + self.residual(x)
+        return out
+
+
+def _head(channels: int, num_classes: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.BatchNorm2d(channels),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(channels, num_classes),
+    )
+
+
+class ContinuousNet(nn.Module):
+    """The image classifier of Queiruga et al. (2020): three OdeBlocks between stitches.
+
+    Stem 3x3 convolution, ``OdeBlock`` at ``channels[0]``, a stitching down-sample
+    unit, ``OdeBlock`` at ``channels[1]``, another stitch, ``OdeBlock`` at
+    ``channels[2]``, then batch norm, ReLU, average pooling and a linear classifier.
+    Every block's residual module ``R`` is :func:`residual_module` with weights over
+    ``basis`` (``n_basis`` functions), integrated with ``scheme`` in ``n_steps`` steps.
+    ``channels=(64, 128, 256)`` is the wide variant. Works for 1-channel 28x28 and
+    3-channel 32x32 images (any size divisible by 4).
+
+    Args:
+        in_channels: image channels.
+        num_classes: outputs of the classifier.
+        channels: channels of the three blocks.
+        n_steps: ``N_t`` of every block.
+        n_basis: ``M``, functions of every block's basis; default ``n_steps``.
+        scheme: the fixed-step scheme (``"euler"``, ``"midpoint"``, ``"rk4"``, ...).
+        basis: ``"piecewise_constant"`` (the paper's), ``"piecewise_linear"``,
+            ``"legendre"``, ``"chebyshev"`` or ``"fourier"``.
+        epsilon: the time scale of every block; default ``n_steps`` (with Euler and
+            ``n_basis = n_steps`` every step is a ResNet unit ``x + R_k(x)``).
+        activation: the activation of the residual modules (``nn.ReLU``, the paper's).
+
+    Example:
+        >>> import torch
+        >>> from contnet import ContinuousNet
+        >>> net = ContinuousNet(in_channels=1, channels=(4, 8, 8), n_steps=2)
+        >>> net(torch.randn(2, 1, 28, 28)).shape
+        torch.Size([2, 10])
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        num_classes: int = 10,
+        channels: Sequence[int] = (16, 32, 64),
+        *,
+        n_steps: int = 1,
+        n_basis: int | None = None,
+        scheme: Scheme = "euler",
+        basis: str | AbstractBasis = "piecewise_constant",
+        epsilon: float | None = None,
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        channels = tuple(channels)
+        if len(channels) != 3 or not all(isinstance(c, int) and c > 0 for c in channels):
+            raise ValueError(f"`channels` must be three positive integers, got {channels!r}.")
+        scheme_tableau(scheme)  # validate early
+        m = n_steps if n_basis is None else n_basis
+        eps = float(n_steps) if epsilon is None else epsilon
+        self.channels = channels
+        self.stem = nn.Conv2d(in_channels, channels[0], 3, padding=1, bias=False)
+        self.blocks = nn.ModuleList(
+            OdeBlock(
+                residual_module(c, activation),
+                basis=make_basis(basis, m),
+                scheme=scheme,
+                n_steps=n_steps,
+                epsilon=eps,
+            )
+            for c in channels
+        )
+        self.stitches = nn.ModuleList(
+            [Stitch(channels[0], channels[1]), Stitch(channels[1], channels[2])]
+        )
+        self.head = _head(channels[2], num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.stem(x)
+        x = self.blocks[0](x)
+        x = self.blocks[1](self.stitches[0](x))
+        x = self.blocks[2](self.stitches[1](x))
+        out: Tensor = self.head(x)
+        return out
+
+    def ode_blocks(self) -> list[OdeBlock]:
+        """The three blocks."""
+        return [cast(OdeBlock, b) for b in self.blocks]
+
+    @property
+    def scheme(self) -> str:
+        """The scheme of the blocks."""
+        return self.ode_blocks()[0].scheme
+
+    @property
+    def n_steps(self) -> int:
+        """``N_t`` of the blocks."""
+        return self.ode_blocks()[0].n_steps
+
+    def manifest(
+        self, *, scheme: Scheme | None = None, n_steps: int | None = None
+    ) -> ContinuousNet:
+        """The same model with another (scheme, N_t): weights shared, not copied.
+
+        Example:
+            >>> import torch
+            >>> from contnet import ContinuousNet
+            >>> net = ContinuousNet(in_channels=1, channels=(4, 4, 4), n_steps=2)
+            >>> deeper = net.manifest(scheme="rk4", n_steps=8)
+            >>> deeper.blocks[0].continuous is net.blocks[0].continuous
+            True
+        """
+        out = copy.copy(self)
+        out._modules = dict(self._modules)
+        out.blocks = nn.ModuleList(
+            b.manifest(scheme=scheme, n_steps=n_steps) for b in self.ode_blocks()
+        )
+        return out
+
+    def refine(
+        self,
+        *,
+        n_steps: int | None = None,
+        n_basis: int | None = None,
+        scheme: Scheme | None = None,
+    ) -> ContinuousNet:
+        """A refined copy: ``N_t`` and ``M`` doubled by default (see :func:`contnet.refine`).
+
+        To carry an optimizer's state across, use :func:`contnet.refine` and
+        :func:`contnet.carry_optimizer`, or a :class:`contnet.RefinementSchedule`.
+        """
+        from ._refine import refine
+
+        return refine(self, n_steps=n_steps, n_basis=n_basis, scheme=scheme)[0]
+
+    def to_resnet(self) -> ResNet:
+        """This manifestation as a plain network: one residual unit per step, no bases.
+
+        Each unit holds one copy of ``R`` per stage with the weights (and batch-norm
+        statistics) evaluated at that stage's depth, and applies the scheme's
+        coefficients; with Euler a unit is ``x + h * epsilon * R_k(x)``. The result
+        gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
+        """
+        blocks = [ResNetBlock.from_ode_block(b) for b in self.ode_blocks()]
+        return ResNet(
+            copy.deepcopy(self.stem), blocks, copy.deepcopy(self.stitches), copy.deepcopy(self.head)
+        )
+
+    @classmethod
+    def from_resnet(cls, resnet: ResNet) -> ContinuousNet:
+        """ContinuousNet[Euler, N_t = M] with the weights of a ResNet of Euler units.
+
+        Unit ``k`` of a block (``x + scale * R_k(x)``, every unit of a block the same
+        scale) becomes piece ``k`` of a piecewise-constant basis with ``M`` = the
+        number of units, and ``epsilon = scale * M``: the same function.
+
+        Raises:
+            ValueError: if a unit has more than one stage or the scales differ.
+        """
+        rblocks = resnet.resnet_blocks()
+        units = [b.residual_units() for b in rblocks]
+        if len({len(u) for u in units}) != 1:
+            raise ValueError(
+                f"Every block needs the same number of units, got {[len(u) for u in units]}."
+            )
+        scales = {u.scale() for block_units in units for u in block_units}
+        if len(scales) != 1:
+            raise ValueError(
+                f"`from_resnet` needs Euler units of one scale, got scales {sorted(scales)}."
+            )
+        first_conv = [cast(nn.Conv2d, cast(nn.Sequential, u[0].stages[0])[2]) for u in units]
+        channels = tuple(conv.in_channels for conv in first_conv)
+        classifier = cast(nn.Linear, resnet.head[-1])
+        n, scale = len(units[0]), scales.pop()
+        net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
+                  epsilon=scale * n)  # fmt: skip
+        net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
+        with torch.no_grad():
+            net.stem.load_state_dict(resnet.stem.state_dict())
+            net.stitches.load_state_dict(resnet.stitches.state_dict())
+            net.head.load_state_dict(resnet.head.state_dict())
+            for block, block_units in zip(net.ode_blocks(), units):
+                cont = block.continuous
+                for k, unit in enumerate(block_units):
+                    state = unit.stages[0].state_dict()
+                    for name in cont.names + cont.buffer_names:
+                        cont.coefficient(name)[k].copy_(state[name])
+                last = block_units[-1].stages[0].state_dict()
+                for name in cont.shared_names:
+                    cont.shared(name).copy_(last[name])
+        return net
+
+
+class ResidualUnit(nn.Module):
+    """One explicit Runge-Kutta step as plain layers: a copy of ``R`` per stage.
+
+    ``k_i = scale * R_i(x + h sum_j a_ij k_j)``, ``x + h sum_i b_i k_i``; ``scale`` is
+    ``epsilon``. With one stage this is the ResNet unit ``x + h * scale * R(x)``.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[nn.Module],
+        a: Sequence[Sequence[float]],
+        b: Sequence[float],
+        h: float,
+        epsilon: float,
+    ) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        self.a = [list(row) for row in a]
+        self.b = list(b)
+        self.h = h
+        self.epsilon = epsilon
+
+    def scale(self) -> float:
+        """The factor of ``R(x)`` in a one-stage (Euler) unit, ``h * epsilon * b_1``."""
+        if len(self.stages) != 1:
+            raise ValueError(f"A unit of {len(self.stages)} stages is not an Euler unit.")
+        return self.h * self.epsilon * self.b[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        ks: list[Tensor] = []
+        for i, stage in enumerate(self.stages):
+            xi = x
+            for a, k in zip(self.a[i], ks):
+                if a != 0.0:
+                    xi = xi + k * (self.h * a)
+            ks.append(stage(xi) * self.epsilon)
+        for b, k in zip(self.b, ks):
+            if b != 0.0:
+                x = x + k * (self.h * b)
+        return x
+
+
+class ResNetBlock(nn.Module):
+    """A sequence of :class:`ResidualUnit`."""
+
+    def __init__(self, units: Sequence[ResidualUnit]) -> None:
+        super().__init__()
+        self.units = nn.ModuleList(units)
+
+    @classmethod
+    def from_ode_block(cls, block: OdeBlock) -> ResNetBlock:
+        """The block's current manifestation, one unit per step."""
+        cont, tab = block.continuous, block.tableau
+        units = []
+        for times in block.stage_times():
+            stages = []
+            for t in times:
+                module = copy.deepcopy(cont.module)
+                with torch.no_grad():
+                    module.load_state_dict(
+                        {k: v.detach().clone() for k, v in cont.evaluate(t).items()},
+                        assign=True,
+                    )
+                stages.append(module)
+            units.append(ResidualUnit(stages, tab.a, tab.b, 1.0 / block.n_steps, block.epsilon))
+        return cls(units)
+
+    def residual_units(self) -> list[ResidualUnit]:
+        """The units, in order."""
+        return [cast(ResidualUnit, u) for u in self.units]
+
+    def forward(self, x: Tensor) -> Tensor:
+        for unit in self.units:
+            x = unit(x)
+        return x
+
+
+class ResNet(nn.Module):
+    """A plain residual network of the ContinuousNet layout (what ``to_resnet`` returns).
+
+    Args:
+        stem: the first convolution.
+        blocks: three :class:`ResNetBlock`.
+        stitches: the two down-sampling units between them.
+        head: batch norm, ReLU, pooling, flatten and the classifier.
+    """
+
+    def __init__(
+        self,
+        stem: nn.Conv2d,
+        blocks: Sequence[ResNetBlock],
+        stitches: nn.ModuleList,
+        head: nn.Sequential,
+    ) -> None:
+        super().__init__()
+        self.stem = stem
+        self.blocks = nn.ModuleList(blocks)
+        self.stitches = stitches
+        self.head = head
+
+    def resnet_blocks(self) -> list[ResNetBlock]:
+        """The three blocks."""
+        return [cast(ResNetBlock, b) for b in self.blocks]
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.stem(x)
+        x = self.blocks[0](x)
+        x = self.blocks[1](self.stitches[0](x))
+        x = self.blocks[2](self.stitches[1](x))
+        out: Tensor = self.head(x)
+        return out

@@ -1,0 +1,166 @@
+"""Refinement: more steps, another scheme, a richer basis; the model stays the same."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear, project
+from torch import Tensor
+
+from ._block import Scheme, scheme_tableau
+from ._net import ContinuousNet, make_basis
+
+
+def _family(basis: AbstractBasis) -> str:
+    from ._net import BASES
+
+    for name, cls in BASES.items():
+        if type(basis) is cls:
+            return name
+    raise ValueError(f"Cannot refine a basis of type {type(basis).__name__}.")
+
+
+def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) -> Tensor:
+    """Coefficients of the same weight function in another basis (index first).
+
+    Splitting a piecewise-constant basis into a multiple of its pieces copies each
+    value (exact, no arithmetic); anything else is the L2 projection of
+    :func:`odelayers.basis.project`, exact when the target spans the source.
+    """
+    if (
+        isinstance(source, PiecewiseConstant)
+        and isinstance(target, PiecewiseConstant)
+        and (source.t0, source.t1) == (target.t0, target.t1)
+        and target.pieces % source.pieces == 0
+    ):
+        return coefficients.repeat_interleave(target.pieces // source.pieces, dim=0)
+    return project(coefficients, source, target)
+
+
+def _refined_basis(basis: AbstractBasis, n_basis: int | None, double: bool) -> AbstractBasis:
+    if n_basis is None and not double:
+        return basis
+    if n_basis is None:
+        if isinstance(basis, PiecewiseConstant):
+            return PiecewiseConstant(pieces=2 * basis.pieces)
+        if isinstance(basis, PiecewiseLinear):
+            return PiecewiseLinear(pieces=2 * basis.pieces)
+        n_basis = 2 * basis.size + (1 if _family(basis) == "fourier" else 0)
+    return make_basis(_family(basis), n_basis)
+
+
+def refine(
+    net: ContinuousNet,
+    *,
+    n_steps: int | None = None,
+    n_basis: int | None = None,
+    scheme: Scheme | None = None,
+) -> tuple[ContinuousNet, dict[str, tuple[AbstractBasis, AbstractBasis]]]:
+    """A refined copy of ``net`` and, per coefficient tensor, its (old, new) basis.
+
+    With no argument ``N_t`` and ``M`` double (a piecewise-constant interval splits in
+    two with its value copied: the weight function is exactly the same). Otherwise
+    each given kind changes alone: ``n_steps`` (time step), ``n_basis`` (weights,
+    projected in L2 for bases other than piecewise constant), ``scheme`` (integrator).
+    ``net`` is left unchanged.
+    """
+    double = n_steps is None and n_basis is None and scheme is None
+    new = copy.deepcopy(net)
+    maps: dict[str, tuple[AbstractBasis, AbstractBasis]] = {}
+    for b, block in enumerate(new.ode_blocks()):
+        if double:
+            block.n_steps = 2 * block.n_steps
+        elif n_steps is not None:
+            block.n_steps = n_steps
+        if scheme is not None:
+            block.scheme, block.tableau = scheme_tableau(scheme)
+        cont = block.continuous
+        old, target = cont.basis, _refined_basis(cont.basis, n_basis, double)
+        if target is old:
+            continue
+        with torch.no_grad():
+            for name in cont.names:
+                key = name.replace(".", "__")
+                value = transfer(cont.coefficients[key].detach(), old, target)
+                cont.coefficients[key] = torch.nn.Parameter(value)
+                maps[f"blocks.{b}.continuous.coefficients.{key}"] = (old, target)
+            for name in cont.buffer_names:
+                attr = "buffer__" + name.replace(".", "__")
+                setattr(cont, attr, transfer(getattr(cont, attr), old, target))
+        cont.basis = target
+    return new, maps
+
+
+def carry_optimizer(
+    optimizer: torch.optim.Optimizer,
+    old: ContinuousNet,
+    new: ContinuousNet,
+    maps: dict[str, tuple[AbstractBasis, AbstractBasis]],
+) -> torch.optim.Optimizer:
+    """An optimizer of ``optimizer``'s class for ``new``, with its state carried over.
+
+    Hyperparameters and parameter groups stay; every state tensor shaped like a
+    refined coefficient tensor (momentum buffers, Adam's moments) is transferred to the
+    new basis the same way as the weights, others are copied.
+    """
+    old_names = {id(p): n for n, p in old.named_parameters()}
+    new_params = dict(new.named_parameters())
+    groups = []
+    for group in optimizer.param_groups:
+        names = [old_names[id(p)] for p in group["params"]]
+        groups.append({**{k: v for k, v in group.items() if k != "params"},
+                       "params": [new_params[n] for n in names]})  # fmt: skip
+    out = type(optimizer)(groups)  # type: ignore[call-arg]
+    for group, new_group in zip(optimizer.param_groups, out.param_groups):
+        for p, q in zip(group["params"], new_group["params"]):
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            name = old_names[id(p)]
+            carried: dict[str, Any] = {}
+            for key, value in state.items():
+                if isinstance(value, Tensor) and name in maps and value.shape == p.shape:
+                    carried[key] = transfer(value, *maps[name])
+                else:
+                    carried[key] = copy.deepcopy(value)
+            out.state[q] = carried
+    return out
+
+
+@dataclass
+class RefinementSchedule:
+    """Refine a network at given epochs, carrying the optimizer's state across.
+
+    Args:
+        epochs: the epochs at whose start to refine (each doubles ``N_t`` and ``M``
+            unless ``n_steps`` / ``n_basis`` / ``scheme`` say otherwise).
+
+    Example:
+        >>> import torch
+        >>> from contnet import ContinuousNet, RefinementSchedule
+        >>> net = ContinuousNet(in_channels=1, channels=(4, 4, 4), n_steps=1)
+        >>> opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        >>> schedule = RefinementSchedule(epochs=[2, 4])
+        >>> for epoch in range(5):
+        ...     net, opt = schedule.step(epoch, net, opt)
+        >>> net.n_steps
+        4
+    """
+
+    epochs: Sequence[int]
+    n_steps: int | None = None
+    n_basis: int | None = None
+    scheme: Scheme | None = None
+
+    def step(
+        self, epoch: int, net: ContinuousNet, optimizer: torch.optim.Optimizer
+    ) -> tuple[ContinuousNet, torch.optim.Optimizer]:
+        """``(net, optimizer)``, refined when ``epoch`` is in :attr:`epochs`."""
+        if epoch not in self.epochs:
+            return net, optimizer
+        new, maps = refine(net, n_steps=self.n_steps, n_basis=self.n_basis, scheme=self.scheme)
+        return new, carry_optimizer(optimizer, net, new, maps)
