@@ -54,7 +54,7 @@ def test_to_resnet_gives_the_same_outputs(scheme, n_steps, n_basis):
         torch.testing.assert_close(resnet(X), net(X), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace(_method)? is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace(_method)?` is deprecated:DeprecationWarning")
 def test_resnet_export_traces_and_exports():
     net = small(scheme="rk4", n_steps=2)
     resnet = net.to_resnet().eval()
