@@ -203,3 +203,33 @@ def test_module_entry_point_help():
     )
     assert proc.returncode == 0
     assert "perf" in proc.stdout
+
+
+@pytest.mark.slow
+def test_perf_contnet_quick_writes_json(tmp_path):
+    path = tmp_path / "contnet.json"
+    cmd = [
+        sys.executable, "-m", "odebench", "perf", "contnet", "--quick", "--threads", "1",
+        "--repeats", "1", "--batch", "2", "--json", str(path),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert set(doc) == {"environment", "results", "ratios", "checks", "notes"}
+    figures = {(r["model"], r["figure"]) for r in doc["results"]}
+    for model in ("ContinuousNet[euler, 2]", "ResNet export", "ContinuousNet[rk4, 2]"):
+        for figure in ("train_step_time_s", "forward_time_s", "saved_for_backward_mib"):
+            assert (model, figure) in figures
+    assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in doc["ratios"])
+    # The export computes what the continuous form computes, and keeps as much for backward.
+    assert doc["checks"]["max_abs_output_difference_eval"] < 1e-5
+    saved = [r for r in doc["ratios"] if r["figure"] == "saved_for_backward_mib"]
+    assert saved[0]["value"] == pytest.approx(1.0, rel=1e-6)
+    assert "Ratios:" in proc.stdout
+
+
+def test_perf_contnet_rejects_bad_numbers(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["perf", "contnet", "--steps", "0"])
+    assert exc.value.code == 2
+    assert "expected a positive integer" in capsys.readouterr().err

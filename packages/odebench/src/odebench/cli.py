@@ -5,6 +5,8 @@
     odebench perf solvers [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
+    odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
+                          [--batch N] [--steps N]
 
 ``python -m odebench`` is the same command.
 """
@@ -100,6 +102,33 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     solvers.add_argument(
         "--no-gradients", action="store_true", help="skip the finite-difference gradient check"
     )
+    contnet = perf_commands.add_parser(
+        "contnet",
+        help="ContinuousNet against its own ResNet export",
+        description=(
+            "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
+            "against its to_resnet() export on the same batch, and of the RK4 "
+            "manifestation; memory saved for the backward pass. Prints a table; --json "
+            "writes every figure."
+        ),
+    )
+    contnet.add_argument("--quick", action="store_true", help="a small batch, seconds")
+    contnet.add_argument("--json", metavar="PATH", type=Path, help="write the results here")
+    contnet.add_argument(
+        "--threads", type=_positive_int, default=2, metavar="N", help="torch threads (default 2)"
+    )
+    contnet.add_argument(
+        "--repeats", type=_positive_int, default=None, metavar="N",
+        help="timed runs per model (default 7; --quick: 2)",
+    )  # fmt: skip
+    contnet.add_argument(
+        "--batch", type=_positive_int, default=None, metavar="N",
+        help="images per batch (default 32; --quick: 8)",
+    )  # fmt: skip
+    contnet.add_argument(
+        "--steps", type=_positive_int, default=None, metavar="N",
+        help="N_t = M of every block (default 4; --quick: 2)",
+    )  # fmt: skip
     return parser, perf
 
 
@@ -139,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.perf_command is None:
         perf_parser.print_help(sys.stderr)
         return 2
+    if args.perf_command == "contnet":
+        return _contnet(parser, args)
     from .perf import SolversConfig, format_report, run_solvers
     from .perf._libraries import LIBRARIES
 
@@ -173,5 +204,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         text = json.dumps(doc, indent=2, allow_nan=False)
         args.json.write_text(text + "\n", encoding="utf-8")
+        log(f"wrote {args.json}")
+    return 0
+
+
+def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .perf._contnet import ContnetConfig, format_contnet_report, run_contnet
+
+    config = ContnetConfig(
+        quick=args.quick,
+        repeats=args.repeats,
+        threads=args.threads,
+        batch=args.batch,
+        n_steps=args.steps,
+    )
+    if args.json is not None:
+        _check_output(parser, args.json)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        doc = run_contnet(config, log=log)
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    print(format_contnet_report(doc), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         log(f"wrote {args.json}")
     return 0

@@ -1,0 +1,227 @@
+"""``odebench perf contnet``: ContinuousNet against its own ResNet export, side by side.
+
+ContinuousNet[Euler, N_t = M] computes exactly what its ``to_resnet()`` export
+computes; the difference in time is the price of evaluating the weights from their
+basis at every step. The run times forward + backward (a cross-entropy loss on a
+random batch) and the forward pass alone of both, interleaved, and the same
+ContinuousNet manifested with RK4 (four stages per step), and measures the memory
+that autograd keeps for the backward pass (bytes of the saved tensors).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from contnet import ContinuousNet
+from torch import Tensor, nn
+
+from ._stats import median
+
+SCHEMA_VERSION = 1
+GOAL = 1.15
+"""The most that ContinuousNet[Euler, N_t = M] may cost over its ResNet export."""
+
+
+@dataclass(frozen=True)
+class ContnetConfig:
+    """What ``odebench perf contnet`` runs.
+
+    Args:
+        quick: a small batch, two steps and one repetition (seconds).
+        repeats: timed repetitions per model (default 7; quick: 2).
+        threads: torch threads.
+        batch: images per batch (default 32; quick: 8).
+        n_steps: ``N_t = M`` of every block (default 4; quick: 2).
+        channels: channels of the three blocks.
+    """
+
+    quick: bool = False
+    repeats: int | None = None
+    threads: int = 2
+    batch: int | None = None
+    n_steps: int | None = None
+    channels: tuple[int, int, int] = (16, 32, 64)
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "batch", "n_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+    @property
+    def n_repeats(self) -> int:
+        return self.repeats or (2 if self.quick else 7)
+
+    @property
+    def n_batch(self) -> int:
+        return self.batch or (8 if self.quick else 32)
+
+    @property
+    def steps(self) -> int:
+        return self.n_steps or (2 if self.quick else 4)
+
+
+def _train_step(model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()  # type: ignore[no-untyped-call]
+
+    return run
+
+
+def _forward(model: nn.Module, x: Tensor) -> Callable[[], None]:
+    def run() -> None:
+        with torch.no_grad():
+            model(x)
+
+    return run
+
+
+def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
+    """Bytes of the tensors autograd saves for the backward pass of one training step."""
+    seen: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()  # type: ignore[no-untyped-call]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for ptr, n in seen.items() if ptr not in params)
+
+
+def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the benchmark and return its JSON document (see the module docstring)."""
+    torch.set_num_threads(config.threads)
+    started = time.perf_counter()
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    n = config.steps
+    x = torch.randn(config.n_batch, 3, 32, 32, generator=gen)
+    y = torch.randint(0, 10, (config.n_batch,), generator=gen)
+    net = ContinuousNet(3, 10, config.channels, n_steps=n).train()
+    resnet = net.to_resnet().train()
+    rk4 = net.manifest(scheme="rk4")
+    models: dict[str, nn.Module] = {
+        f"ContinuousNet[euler, {n}]": net,
+        "ResNet export": resnet,
+        f"ContinuousNet[rk4, {n}]": rk4,
+    }
+    with torch.no_grad():
+        net.eval()
+        resnet.eval()
+        agreement = float((net(x) - resnet(x)).abs().max())
+        net.train()
+        resnet.train()
+    log(f"contnet: batch {config.n_batch} x 3 x 32 x 32, channels {config.channels}, N_t = M = {n}")
+    times: dict[tuple[str, str], list[float]] = {}
+
+    def med(key: tuple[str, str]) -> float:
+        value = median(times[key])
+        assert value is not None  # every list holds n_repeats >= 1 values
+        return value
+
+    for mode in ("train_step", "forward"):
+        runs = {
+            name: _train_step(m, x, y) if mode == "train_step" else _forward(m, x)
+            for name, m in models.items()
+        }
+        for run in runs.values():  # warm-up
+            run()
+        for _ in range(config.n_repeats):
+            for name, run in runs.items():  # interleaved: A B C A B C ...
+                t0 = time.perf_counter()
+                run()
+                times.setdefault((name, mode), []).append(time.perf_counter() - t0)
+        summary = ", ".join(f"{k} {med((k, mode)) * 1e3:.1f} ms" for k in runs)
+        log(f"  {mode}: {summary}")
+    results: list[dict[str, Any]] = []
+    figures: dict[tuple[str, str], float] = {}
+    for key in times:
+        figures[(key[0], f"{key[1]}_time_s")] = med(key)
+    for name, model in models.items():
+        figures[(name, "saved_for_backward_mib")] = saved_bytes(model, x, y) / 2**20
+        figures[(name, "parameters")] = float(sum(p.numel() for p in model.parameters()))
+    units = {"saved_for_backward_mib": "MiB", "parameters": "count"}
+    for (name, figure), value in figures.items():
+        results.append(
+            {"model": name, "figure": figure, "value": value, "unit": units.get(figure, "s")}
+        )
+    cont, res, rk = list(models)
+
+    def ratio(a: str, b: str, figure: str) -> float:
+        return figures[(a, figure)] / figures[(b, figure)]
+
+    ratios = [
+        {"figure": f, "numerator": cont, "denominator": res, "value": ratio(cont, res, f)}
+        for f in ("train_step_time_s", "forward_time_s", "saved_for_backward_mib")
+    ] + [
+        {"figure": f, "numerator": rk, "denominator": cont, "value": ratio(rk, cont, f)}
+        for f in ("train_step_time_s", "forward_time_s")
+    ]
+    return {
+        "environment": {
+            "schema_version": SCHEMA_VERSION,
+            "date": date,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "quick": config.quick,
+            "repeats": config.n_repeats,
+            "batch": config.n_batch,
+            "n_steps": n,
+            "channels": list(config.channels),
+            "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else None,
+            "wall_time_s": time.perf_counter() - started,
+        },
+        "results": results,
+        "ratios": ratios,
+        "checks": {"max_abs_output_difference_eval": agreement},
+        "notes": [
+            f"Goal: ContinuousNet[euler, N_t = M] at most {GOAL}x its ResNet export "
+            "(train_step_time_s ratio).",
+            "train_step: forward + cross-entropy + backward in training mode; forward: "
+            "no_grad. Medians of interleaved repetitions after one warm-up run each.",
+        ],
+    }
+
+
+def format_contnet_report(doc: dict[str, Any]) -> str:
+    """The document as the tables the command prints."""
+    env = doc["environment"]
+    values = {(r["model"], r["figure"]): r["value"] for r in doc["results"]}
+    models = list(dict.fromkeys(r["model"] for r in doc["results"]))
+    lines = [
+        f"odebench perf contnet: {env['date']}, torch {env['torch']}, {env['threads']} threads",
+        f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(env['channels'])}, "
+        f"N_t = M = {env['n_steps']}, {env['repeats']} repetitions",
+        "",
+        f"{'model':<26} {'train step ms':>13} {'forward ms':>11} {'saved MiB':>10} {'params':>9}",
+        "-" * 73,
+    ]
+    for m in models:
+        lines.append(
+            f"{m:<26} {values[(m, 'train_step_time_s')] * 1e3:>13.1f} "
+            f"{values[(m, 'forward_time_s')] * 1e3:>11.1f} "
+            f"{values[(m, 'saved_for_backward_mib')]:>10.2f} {int(values[(m, 'parameters')]):>9d}"
+        )
+    lines += ["", "Ratios:"]
+    for r in doc["ratios"]:
+        lines.append(f"  {r['figure']:<24} {r['numerator']} / {r['denominator']}: {r['value']:.3f}")
+    diff = doc["checks"]["max_abs_output_difference_eval"]
+    lines += ["", f"ContinuousNet vs its export, eval outputs: max |difference| {diff:.1e}"]
+    lines += [f"note: {note}" for note in doc["notes"]]
+    return "\n".join(lines)
