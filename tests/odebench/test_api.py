@@ -15,7 +15,14 @@ SRC = Path(odebench.__file__).resolve().parent
 def test_all_snapshot():
     # Changing the public API is a decision: update these lists in the same change.
     assert odebench.__all__ == ["main"]
-    assert sorted(odebench.perf.__all__) == ["SolversConfig", "format_report", "run_solvers"]
+    assert sorted(odebench.perf.__all__) == [
+        "ContnetConfig",
+        "SolversConfig",
+        "format_contnet_report",
+        "format_report",
+        "run_contnet",
+        "run_solvers",
+    ]
 
 
 def test_version_matches_the_distribution():

@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .perf._contnet import ContnetConfig, format_contnet_report, run_contnet
+    from .perf import ContnetConfig, format_contnet_report, run_contnet
 
     config = ContnetConfig(
         quick=args.quick,

@@ -1,5 +1,8 @@
 """Performance benchmarks: odecore against its peers, measured side by side in one run.
 
+``odebench perf contnet`` (:func:`run_contnet`) times ContinuousNet against its own
+ResNet export; the rest of this page is about the solver benchmark.
+
 ``odebench perf solvers`` (:func:`run_solvers` from Python) times odecore against
 torchdiffeq, and torchode and torchdyn where they import, on five problems, three
 solver configurations and every gradient method; measures peak memory in fresh
@@ -83,7 +86,15 @@ Every ``value`` in ``results``, ``ratios``, ``memory`` and ``gradients`` is a fi
 number or ``null`` with a ``note``.
 """
 
+from ._contnet import ContnetConfig, format_contnet_report, run_contnet
 from ._report import format_report
 from ._solvers import SolversConfig, run_solvers
 
-__all__ = ["SolversConfig", "format_report", "run_solvers"]
+__all__ = [
+    "ContnetConfig",
+    "SolversConfig",
+    "format_contnet_report",
+    "format_report",
+    "run_contnet",
+    "run_solvers",
+]
