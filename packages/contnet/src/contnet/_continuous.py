@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
@@ -120,8 +121,7 @@ class ContinuousModule(nn.Module):
 
     def weights(self, t: float) -> list[tuple[int, float]]:
         """The non-zero basis values at ``t``: ``[(index, phi_index(t)), ...]``."""
-        phi = self.basis(torch.tensor(float(t), dtype=torch.float64)).tolist()
-        return [(i, w) for i, w in enumerate(phi) if w != 0.0]
+        return _weights(self.basis, float(t))
 
     def evaluate(self, t: float) -> dict[str, Tensor]:
         """Every parameter and buffer of ``R`` at depth ``t``, by name."""
@@ -156,6 +156,13 @@ class ContinuousModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"basis={self.basis!r}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _weights(basis: AbstractBasis, t: float) -> list[tuple[int, float]]:
+    # Cached: a block asks for the same stage times at every forward pass.
+    phi = basis(torch.tensor(t, dtype=torch.float64)).tolist()
+    return [(i, w) for i, w in enumerate(phi) if w != 0.0]
 
 
 def _combine(coefficients: Tensor, terms: list[tuple[int, float]]) -> Tensor:
