@@ -56,17 +56,19 @@ SCHEMES = {"euler": [0.0], "midpoint": [0.0, 0.5], "rk4": [0.0, 0.5, 0.5, 1.0],
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_each_stage_reads_the_weights_at_its_own_time(scheme):
     block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=2), scheme=scheme, n_steps=3)
-    asked: list[float] = []
+    asked: list[tuple[float, bool]] = []
     evaluate = block.continuous.evaluate
 
-    def recording(t):
-        asked.append(t)
-        return evaluate(t)
+    def recording(t, *, left=False):
+        asked.append((t, left))
+        return evaluate(t, left=left)
 
     block.continuous.evaluate = recording
     block(torch.zeros(1, 2))
     expected = [(k + c) / 3 for k in range(3) for c in SCHEMES[scheme]]
-    assert asked == pytest.approx(expected, abs=1e-15)
+    assert [t for t, _ in asked] == pytest.approx(expected, abs=1e-15)
+    # A stage at the end of its step asks for the limit from the left.
+    assert [left for _, left in asked] == [c == 1.0 for _ in range(3) for c in SCHEMES[scheme]]
 
 
 def test_euler_block_is_a_resnet_block():
@@ -120,8 +122,8 @@ def test_batch_norm_statistics_are_functions_of_depth():
     seen = []
     forward = fine.continuous.forward
 
-    def spy(t, x):
-        out = forward(t, x)
+    def spy(t, x, *, left=False):
+        out = forward(t, x, left=left)
         seen.append((t, out[0].detach().clone()))
         return out
 
@@ -154,3 +156,13 @@ def test_batch_norm_statistics_are_functions_of_depth():
 def test_bad_arguments(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+def test_left_limits_at_jumps_only():
+    pc = ContinuousModule(nn.Linear(1, 1), PiecewiseConstant(pieces=4))
+    assert pc.weights(0.5) == [(2, 1.0)]
+    assert pc.weights(0.5, left=True) == [(1, 1.0)]
+    assert pc.weights(0.3, left=True) == pc.weights(0.3) == [(1, 1.0)]
+    assert pc.weights(1.0, left=True) == [(3, 1.0)]
+    pl = ContinuousModule(nn.Linear(1, 1), PiecewiseLinear(pieces=4))
+    assert pl.weights(0.5, left=True) == pl.weights(0.5)  # continuous: no jump to take

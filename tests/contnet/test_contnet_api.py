@@ -12,6 +12,7 @@ import pytest
 # Changing the public API is a decision: update this list in the same change.
 EXPECTED_ALL = [
     "ContinuousModule",
+    "Convergence",
     "ContinuousNet",
     "OdeBlock",
     "RefinementSchedule",

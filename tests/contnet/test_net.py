@@ -80,6 +80,14 @@ def test_from_resnet_round_trip():
         torch.testing.assert_close(back.to_resnet().eval()(X), resnet(X), rtol=1e-12, atol=1e-12)
 
 
+def test_from_resnet_keeps_the_activation():
+    net = small(n_steps=2, activation=nn.Softplus)
+    back = ContinuousNet.from_resnet(net.to_resnet()).eval()
+    assert isinstance(back.blocks[0].continuous.module[1], nn.Softplus)
+    with torch.no_grad():
+        torch.testing.assert_close(back(X), net(X), rtol=1e-12, atol=1e-12)
+
+
 def test_from_resnet_rejects_multi_stage_units():
     with pytest.raises(ValueError, match=r"not an Euler unit"):
         ContinuousNet.from_resnet(small(scheme="rk4").to_resnet())
@@ -124,6 +132,15 @@ def test_time_refinement_of_rk4_converges_at_fourth_order():
     assert study.order == pytest.approx(4.0, abs=0.3)
     euler = convergence_study(net, X, scheme="euler", n_steps=[4, 8, 16, 32])
     assert euler.order == pytest.approx(1.0, abs=0.2)
+
+
+@pytest.mark.parametrize(("scheme", "order"), [("rk4", 4.0), ("rk4_38", 4.0), ("heun", 2.0)])
+def test_piecewise_constant_weights_keep_the_order_when_steps_land_on_the_pieces(scheme, order):
+    # A stage at the end of a step reads the piece the step lies in (the limit from the
+    # left), not the next one; otherwise these schemes fall to first order.
+    net = small(n_steps=4, activation=nn.Softplus)
+    study = convergence_study(net, X, scheme=scheme, n_steps=[4, 8, 16], reference_steps=128)
+    assert study.order == pytest.approx(order, abs=0.3)
 
 
 def test_manifestation_sweep_grid():

@@ -9,7 +9,7 @@ the step count, the scheme or the basis without changing the model, and
 continuous form and a plain ResNet.
 """
 
-from ._analysis import convergence_study, manifestation_sweep
+from ._analysis import Convergence, convergence_study, manifestation_sweep
 from ._block import OdeBlock
 from ._continuous import ContinuousModule
 from ._net import (
@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ContinuousModule",
     "ContinuousNet",
+    "Convergence",
     "OdeBlock",
     "RefinementSchedule",
     "ResNet",

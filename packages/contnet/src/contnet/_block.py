@@ -102,13 +102,19 @@ class OdeBlock(nn.Module):
         return self.continuous.basis
 
     def stage_times(self) -> list[list[float]]:
-        """The depths at which each step's stages evaluate the weights."""
+        """The depths at which each step's stages evaluate the weights.
+
+        A stage at the end of its step (``c = 1``: Heun, RK4, RK4-3/8) reads the
+        weights' limit from the left there, so a step never sees the next piece of a
+        piecewise-constant basis and the scheme keeps its order when the steps land
+        on the pieces' ends.
+        """
         n = self.n_steps
         return [[(k + c) / n for c in self.tableau.c] for k in range(n)]
 
-    def field(self, t: float, x: Tensor) -> Tensor:
-        """``epsilon * R(x; theta(t))``."""
-        out: Tensor = self.continuous(t, x) * self.epsilon
+    def field(self, t: float, x: Tensor, *, left: bool = False) -> Tensor:
+        """``epsilon * R(x; theta(t))`` (``left``: the weights' limit from the left)."""
+        out: Tensor = self.continuous(t, x, left=left) * self.epsilon
         return out
 
     def forward(self, x: Tensor) -> Tensor:
@@ -120,7 +126,7 @@ class OdeBlock(nn.Module):
                 for a, k in zip(tab.a[i], ks):
                     if a != 0.0:
                         xi = xi + k * (h * a)
-                ks.append(self.field(t, xi))
+                ks.append(self.field(t, xi, left=tab.c[i] == 1.0))
             for b, k in zip(tab.b, ks):
                 if b != 0.0:
                     x = x + k * (h * b)

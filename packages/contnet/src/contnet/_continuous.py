@@ -119,13 +119,17 @@ class ContinuousModule(nn.Module):
         out: Tensor = getattr(self, "shared__" + _attr(name))
         return out
 
-    def weights(self, t: float) -> list[tuple[int, float]]:
-        """The non-zero basis values at ``t``: ``[(index, phi_index(t)), ...]``."""
-        return _weights(self.basis, float(t))
+    def weights(self, t: float, *, left: bool = False) -> list[tuple[int, float]]:
+        """The non-zero basis values at ``t``: ``[(index, phi_index(t)), ...]``.
 
-    def evaluate(self, t: float) -> dict[str, Tensor]:
-        """Every parameter and buffer of ``R`` at depth ``t``, by name."""
-        terms = self.weights(t)
+        With ``left``, the limit from the left where the basis jumps at ``t`` (the
+        piece that ends there rather than the one that starts there).
+        """
+        return _weights(self.basis, float(t), left)
+
+    def evaluate(self, t: float, *, left: bool = False) -> dict[str, Tensor]:
+        """Every parameter and buffer of ``R`` at depth ``t`` (``left``: the left limit)."""
+        terms = self.weights(t, left=left)
         out: dict[str, Tensor] = {}
         for name in self.names + self.buffer_names:
             out[name] = _combine(self.coefficient(name), terms)
@@ -133,8 +137,13 @@ class ContinuousModule(nn.Module):
             out[name] = self.shared(name)
         return out
 
-    def forward(self, t: float, x: Tensor) -> Tensor:
-        tensors = self.evaluate(t)
+    def forward(self, t: float, x: Tensor, *, left: bool = False) -> Tensor:
+        """``R(x; theta(t))``, with ``theta``'s left limit at ``t`` if ``left``.
+
+        In training mode the running statistics that ``R`` updates are spread over
+        the coefficients in proportion to the basis values at ``t``.
+        """
+        tensors = self.evaluate(t, left=left)
         if not (self.training and self.buffer_names):
             out: Tensor = functional_call(self.module, tensors, (x,))
             return out
@@ -144,7 +153,7 @@ class ContinuousModule(nn.Module):
         for n in self.buffer_names:
             tensors[n] = before[n].clone()
         out = functional_call(self.module, tensors, (x,))
-        terms = self.weights(t)
+        terms = self.weights(t, left=left)
         norm = sum(w * w for _, w in terms)
         with torch.no_grad():
             for name in self.buffer_names:
@@ -159,8 +168,12 @@ class ContinuousModule(nn.Module):
 
 
 @functools.lru_cache(maxsize=4096)
-def _weights(basis: AbstractBasis, t: float) -> list[tuple[int, float]]:
+def _weights(basis: AbstractBasis, t: float, left: bool) -> list[tuple[int, float]]:
     # Cached: a block asks for the same stage times at every forward pass.
+    jumps = basis.jump_ts
+    if left and any(abs(t - j) <= 1e-9 * (basis.t1 - basis.t0) for j in jumps):
+        # Constant on each side of a jump: any point just before it gives the limit.
+        t = t - 1e-6 * (basis.t1 - basis.t0) / (len(jumps) + 1)
     phi = basis(torch.tensor(t, dtype=torch.float64)).tolist()
     return [(i, w) for i, w in enumerate(phi) if w != 0.0]
 

@@ -269,12 +269,13 @@ class ContinuousNet(nn.Module):
             raise ValueError(
                 f"`from_resnet` needs Euler units of one scale, got scales {sorted(scales)}."
             )
-        first_conv = [cast(nn.Conv2d, cast(nn.Sequential, u[0].stages[0])[2]) for u in units]
-        channels = tuple(conv.in_channels for conv in first_conv)
+        first = [cast(nn.Sequential, u[0].stages[0]) for u in units]
+        channels = tuple(cast(nn.Conv2d, r[2]).in_channels for r in first)
+        activation = type(first[0][1])
         classifier = cast(nn.Linear, resnet.head[-1])
         n, scale = len(units[0]), scales.pop()
         net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
-                  epsilon=scale * n)  # fmt: skip
+                  epsilon=scale * n, activation=activation)  # fmt: skip
         net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
         with torch.no_grad():
             net.stem.load_state_dict(resnet.stem.state_dict())
@@ -348,12 +349,12 @@ class ResNetBlock(nn.Module):
         units = []
         for times in block.stage_times():
             stages = []
-            for t in times:
+            for t, c in zip(times, tab.c):
                 module = copy.deepcopy(cont.module)
+                theta = cont.evaluate(t, left=c == 1.0)
                 with torch.no_grad():
                     module.load_state_dict(
-                        {k: v.detach().clone() for k, v in cont.evaluate(t).items()},
-                        assign=True,
+                        {k: v.detach().clone() for k, v in theta.items()}, assign=True
                     )
                 stages.append(module)
             units.append(ResidualUnit(stages, tab.a, tab.b, 1.0 / block.n_steps, block.epsilon))

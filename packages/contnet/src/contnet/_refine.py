@@ -135,9 +135,13 @@ def carry_optimizer(
 class RefinementSchedule:
     """Refine a network at given epochs, carrying the optimizer's state across.
 
-    Args:
-        epochs: the epochs at whose start to refine (each doubles ``N_t`` and ``M``
-            unless ``n_steps`` / ``n_basis`` / ``scheme`` say otherwise).
+    Attributes:
+        epochs: the epochs at whose start to refine.
+        n_steps: ``N_t`` after a refinement, or ``None``.
+        n_basis: ``M`` after a refinement, or ``None``.
+        scheme: the scheme after a refinement, or ``None``. With all three ``None``
+            (the default) every refinement doubles ``N_t`` and ``M``; otherwise each
+            one given changes alone (see :func:`contnet.refine`).
 
     Example:
         >>> import torch
