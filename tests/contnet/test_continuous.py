@@ -59,9 +59,9 @@ def test_each_stage_reads_the_weights_at_its_own_time(scheme):
     asked: list[tuple[float, bool]] = []
     evaluate = block.continuous.evaluate
 
-    def recording(t, *, left=False):
+    def recording(t, *, left=False, **kwargs):
         asked.append((t, left))
-        return evaluate(t, left=left)
+        return evaluate(t, left=left, **kwargs)
 
     block.continuous.evaluate = recording
     block(torch.zeros(1, 2))
@@ -122,8 +122,8 @@ def test_batch_norm_statistics_are_functions_of_depth():
     seen = []
     forward = fine.continuous.forward
 
-    def spy(t, x, *, left=False):
-        out = forward(t, x, left=left)
+    def spy(t, x, **kwargs):
+        out = forward(t, x, **kwargs)
         seen.append((t, out[0].detach().clone()))
         return out
 

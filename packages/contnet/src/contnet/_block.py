@@ -112,13 +112,21 @@ class OdeBlock(nn.Module):
         n = self.n_steps
         return [[(k + c) / n for c in self.tableau.c] for k in range(n)]
 
-    def field(self, t: float, x: Tensor, *, left: bool = False) -> Tensor:
+    def field(
+        self,
+        t: float,
+        x: Tensor,
+        *,
+        left: bool = False,
+        slices: dict[str, tuple[Tensor, ...]] | None = None,
+    ) -> Tensor:
         """``epsilon * R(x; theta(t))`` (``left``: the weights' limit from the left)."""
-        out: Tensor = self.continuous(t, x, left=left) * self.epsilon
+        out: Tensor = self.continuous(t, x, left=left, slices=slices) * self.epsilon
         return out
 
     def forward(self, x: Tensor) -> Tensor:
         tab, h = self.tableau, 1.0 / self.n_steps
+        slices = self.continuous.slices()
         for times in self.stage_times():
             ks: list[Tensor] = []
             for i, t in enumerate(times):
@@ -126,7 +134,7 @@ class OdeBlock(nn.Module):
                 for a, k in zip(tab.a[i], ks):
                     if a != 0.0:
                         xi = xi + k * (h * a)
-                ks.append(self.field(t, xi, left=tab.c[i] == 1.0))
+                ks.append(self.field(t, xi, left=tab.c[i] == 1.0, slices=slices))
             for b, k in zip(tab.b, ks):
                 if b != 0.0:
                     x = x + k * (h * b)

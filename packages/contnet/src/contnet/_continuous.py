@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 
 import torch
 from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
@@ -127,33 +128,62 @@ class ContinuousModule(nn.Module):
         """
         return _weights(self.basis, float(t), left)
 
-    def evaluate(self, t: float, *, left: bool = False) -> dict[str, Tensor]:
-        """Every parameter and buffer of ``R`` at depth ``t`` (``left``: the left limit)."""
+    def slices(self) -> dict[str, tuple[Tensor, ...]]:
+        """Every coefficient tensor split into its ``basis.size`` slices (views).
+
+        A block takes them once per forward pass and hands them to every stage: the
+        backward pass then gathers each tensor's gradient in one go, instead of once
+        per stage that reads it.
+        """
+        return {n: self.coefficient(n).unbind(0) for n in self.names + self.buffer_names}
+
+    def evaluate(
+        self,
+        t: float,
+        *,
+        left: bool = False,
+        slices: dict[str, tuple[Tensor, ...]] | None = None,
+    ) -> dict[str, Tensor]:
+        """Every parameter and buffer of ``R`` at depth ``t`` (``left``: the left limit).
+
+        ``slices``: the result of :meth:`slices`, taken once for many evaluations.
+        """
         terms = self.weights(t, left=left)
+        if slices is None:
+            slices = self.slices()
         out: dict[str, Tensor] = {}
         for name in self.names + self.buffer_names:
-            out[name] = _combine(self.coefficient(name), terms)
+            out[name] = _combine(slices[name], terms)
         for name in self.shared_names:
             out[name] = self.shared(name)
         return out
 
-    def forward(self, t: float, x: Tensor, *, left: bool = False) -> Tensor:
+    def forward(
+        self,
+        t: float,
+        x: Tensor,
+        *,
+        left: bool = False,
+        slices: dict[str, tuple[Tensor, ...]] | None = None,
+    ) -> Tensor:
         """``R(x; theta(t))``, with ``theta``'s left limit at ``t`` if ``left``.
 
         In training mode the running statistics that ``R`` updates are spread over
-        the coefficients in proportion to the basis values at ``t``.
+        the coefficients in proportion to the basis values at ``t``. ``slices`` as
+        for :meth:`evaluate`.
         """
-        tensors = self.evaluate(t, left=left)
-        if not (self.training and self.buffer_names):
+        tensors = self.evaluate(t, left=left, slices=slices)
+        terms = self.weights(t, left=left)
+        if not (self.training and self.buffer_names) or terms == [(terms[0][0], 1.0)]:
+            # No update, or one coefficient is the value: R updates it in place itself.
             out: Tensor = functional_call(self.module, tensors, (x,))
             return out
         # R updates its running statistics in place: hand it copies, then spread the
-        # change over the coefficients (the evaluated tensors may be views of them).
+        # change over the coefficients in proportion to phi(t).
         before = {n: tensors[n] for n in self.buffer_names}
         for n in self.buffer_names:
             tensors[n] = before[n].clone()
         out = functional_call(self.module, tensors, (x,))
-        terms = self.weights(t, left=left)
         norm = sum(w * w for _, w in terms)
         with torch.no_grad():
             for name in self.buffer_names:
@@ -178,8 +208,8 @@ def _weights(basis: AbstractBasis, t: float, left: bool) -> list[tuple[int, floa
     return [(i, w) for i, w in enumerate(phi) if w != 0.0]
 
 
-def _combine(coefficients: Tensor, terms: list[tuple[int, float]]) -> Tensor:
-    """``sum_b w_b c_b``; a single unit weight is a view of its coefficient (no copy)."""
+def _combine(coefficients: Sequence[Tensor], terms: list[tuple[int, float]]) -> Tensor:
+    """``sum_b w_b c_b``; a single unit weight is its coefficient itself (no copy)."""
     if len(terms) == 1 and terms[0][1] == 1.0:
         return coefficients[terms[0][0]]
     if not terms:
