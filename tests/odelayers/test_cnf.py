@@ -7,6 +7,7 @@ import math
 import odecore
 import pytest
 import torch
+from fields import Linear
 from odelayers import (
     CNF,
     DataControl,
@@ -18,15 +19,6 @@ from torch import nn
 
 F64 = torch.float64
 TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
-
-
-class Linear(nn.Module):
-    def __init__(self, a: torch.Tensor) -> None:
-        super().__init__()
-        self.a = nn.Parameter(a)
-
-    def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return z @ self.a.T
 
 
 A = torch.tensor([[-0.5, 0.3, 0.0], [0.1, -0.2, 0.4], [0.0, -0.3, 0.25]], dtype=F64)

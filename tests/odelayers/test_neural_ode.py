@@ -7,6 +7,7 @@ import math
 import odecore
 import pytest
 import torch
+from fields import Linear
 from odelayers import (
     AdaptiveDepthNODE,
     DataControl,
@@ -20,17 +21,6 @@ from torch import nn
 
 F64 = torch.float64
 TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
-
-
-class Linear(nn.Module):
-    """dx/dt = A x, with A a parameter."""
-
-    def __init__(self, a: torch.Tensor) -> None:
-        super().__init__()
-        self.a = nn.Parameter(a)
-
-    def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.a.T
 
 
 def test_defaults_are_dopri5_adjoint_on_the_unit_interval():

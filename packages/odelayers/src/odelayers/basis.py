@@ -146,7 +146,35 @@ class Fourier(AbstractBasis):
 
 
 @dataclass(frozen=True)
-class Legendre(AbstractBasis):
+class _Polynomials(AbstractBasis):
+    """Polynomials ``p_0 .. p_degree`` of ``x = 2 s - 1`` by a three-term recurrence."""
+
+    degree: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 0:
+            raise ValueError(f"`degree` must be a non-negative integer, got {self.degree!r}.")
+
+    @property
+    def size(self) -> int:
+        return self.degree + 1
+
+    def _evaluate(self, t: Tensor) -> Tensor:
+        x = 2 * self.unit(t) - 1
+        ps = [torch.ones_like(x), x]
+        for n in range(1, self.degree):
+            ps.append(self._next(x, ps[n], ps[n - 1], n))
+        return torch.stack(ps[: self.size], dim=-1)
+
+    @staticmethod
+    @abc.abstractmethod
+    def _next(x: Tensor, p: Tensor, previous: Tensor, n: int) -> Tensor:
+        """``p_{n+1}`` from ``p = p_n`` and ``previous = p_{n-1}``."""
+
+
+@dataclass(frozen=True)
+class Legendre(_Polynomials):
     """Legendre polynomials ``P_0 .. P_degree`` of ``x = 2 s - 1``.
 
     Orthogonal on the interval; ``degree + 1`` functions.
@@ -163,27 +191,14 @@ class Legendre(AbstractBasis):
                 [ 1.0000,  1.0000,  1.0000]])
     """
 
-    degree: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 0:
-            raise ValueError(f"`degree` must be a non-negative integer, got {self.degree!r}.")
-
-    @property
-    def size(self) -> int:
-        return self.degree + 1
-
-    def _evaluate(self, t: Tensor) -> Tensor:
-        x = 2 * self.unit(t) - 1
-        ps = [torch.ones_like(x), x]
-        for n in range(1, self.degree):  # Bonnet: (n+1) P_{n+1} = (2n+1) x P_n - n P_{n-1}
-            ps.append(((2 * n + 1) * x * ps[n] - n * ps[n - 1]) / (n + 1))
-        return torch.stack(ps[: self.size], dim=-1)
+    @staticmethod
+    def _next(x: Tensor, p: Tensor, previous: Tensor, n: int) -> Tensor:
+        # Bonnet: (n+1) P_{n+1} = (2n+1) x P_n - n P_{n-1}
+        return ((2 * n + 1) * x * p - n * previous) / (n + 1)
 
 
 @dataclass(frozen=True)
-class Chebyshev(AbstractBasis):
+class Chebyshev(_Polynomials):
     """Chebyshev polynomials of the first kind ``T_0 .. T_degree`` of ``x = 2 s - 1``.
 
     Args:
@@ -198,23 +213,9 @@ class Chebyshev(AbstractBasis):
                 [ 1.,  1.,  1.]])
     """
 
-    degree: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 0:
-            raise ValueError(f"`degree` must be a non-negative integer, got {self.degree!r}.")
-
-    @property
-    def size(self) -> int:
-        return self.degree + 1
-
-    def _evaluate(self, t: Tensor) -> Tensor:
-        x = 2 * self.unit(t) - 1
-        ts = [torch.ones_like(x), x]
-        for _ in range(1, self.degree):  # T_{n+1} = 2 x T_n - T_{n-1}
-            ts.append(2 * x * ts[-1] - ts[-2])
-        return torch.stack(ts[: self.size], dim=-1)
+    @staticmethod
+    def _next(x: Tensor, p: Tensor, previous: Tensor, n: int) -> Tensor:
+        return 2 * x * p - previous  # T_{n+1} = 2 x T_n - T_{n-1}
 
 
 @dataclass(frozen=True)
