@@ -57,13 +57,13 @@ SCHEMES = {"euler": [0.0], "midpoint": [0.0, 0.5], "rk4": [0.0, 0.5, 0.5, 1.0],
 def test_each_stage_reads_the_weights_at_its_own_time(scheme):
     block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=2), scheme=scheme, n_steps=3)
     asked: list[tuple[float, bool]] = []
-    evaluate = block.continuous.evaluate
+    weights = block.continuous.weights  # where every evaluation of theta reads its time
 
-    def recording(t, *, left=False, **kwargs):
+    def recording(t, *, left=False):
         asked.append((t, left))
-        return evaluate(t, left=left, **kwargs)
+        return weights(t, left=left)
 
-    block.continuous.evaluate = recording
+    block.continuous.weights = recording
     block(torch.zeros(1, 2))
     expected = [(k + c) / 3 for k in range(3) for c in SCHEMES[scheme]]
     assert [t for t, _ in asked] == pytest.approx(expected, abs=1e-15)

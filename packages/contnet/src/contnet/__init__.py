@@ -11,7 +11,7 @@ continuous form and a plain ResNet.
 
 from ._analysis import Convergence, convergence_study, manifestation_sweep
 from ._block import OdeBlock
-from ._continuous import ContinuousModule
+from ._continuous import ContinuousModule, transfer
 from ._net import (
     ContinuousNet,
     ResidualUnit,
@@ -21,7 +21,7 @@ from ._net import (
     make_basis,
     residual_module,
 )
-from ._refine import RefinementSchedule, carry_optimizer, refine, transfer
+from ._refine import RefinementSchedule, carry_optimizer, refine
 
 __version__ = "0.1.0"
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
+from collections.abc import Callable, Sequence
 
 import odecore
 from odecore import AbstractExplicitRK, ButcherTableau
@@ -35,6 +37,24 @@ def scheme_tableau(scheme: Scheme) -> tuple[str, ButcherTableau]:
         f"`scheme` must be the name of a fixed-step scheme ({', '.join(odecore.FIXED_METHODS)}) "
         f"or such an odecore solver, got {scheme!r}."
     )
+
+
+def rk_step(
+    x: Tensor, h: float, tableau: ButcherTableau, stages: Sequence[Callable[[Tensor], Tensor]]
+) -> Tensor:
+    """One explicit Runge-Kutta step: ``k_i = stages[i](x + h sum_j a_ij k_j)``,
+    ``x + h sum_i b_i k_i`` (zero coefficients skipped)."""
+    ks: list[Tensor] = []
+    for row, stage in zip(tableau.a, stages):
+        xi = x
+        for a, k in zip(row, ks):
+            if a != 0.0:
+                xi = xi + k * (h * a)
+        ks.append(stage(xi))
+    for b, k in zip(tableau.b, ks):
+        if b != 0.0:
+            x = x + k * (h * b)
+    return x
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -128,16 +148,11 @@ class OdeBlock(nn.Module):
         tab, h = self.tableau, 1.0 / self.n_steps
         slices = self.continuous.slices()
         for times in self.stage_times():
-            ks: list[Tensor] = []
-            for i, t in enumerate(times):
-                xi = x
-                for a, k in zip(tab.a[i], ks):
-                    if a != 0.0:
-                        xi = xi + k * (h * a)
-                ks.append(self.field(t, xi, left=tab.c[i] == 1.0, slices=slices))
-            for b, k in zip(tab.b, ks):
-                if b != 0.0:
-                    x = x + k * (h * b)
+            stages = [
+                functools.partial(self.field, t, left=c == 1.0, slices=slices)
+                for t, c in zip(times, tab.c)
+            ]
+            x = rk_step(x, h, tab, stages)
         return x
 
     def manifest(self, *, scheme: Scheme | None = None, n_steps: int | None = None) -> OdeBlock:

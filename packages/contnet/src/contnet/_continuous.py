@@ -148,7 +148,11 @@ class ContinuousModule(nn.Module):
 
         ``slices``: the result of :meth:`slices`, taken once for many evaluations.
         """
-        terms = self.weights(t, left=left)
+        return self._evaluate(self.weights(t, left=left), slices)
+
+    def _evaluate(
+        self, terms: list[tuple[int, float]], slices: dict[str, tuple[Tensor, ...]] | None
+    ) -> dict[str, Tensor]:
         if slices is None:
             slices = self.slices()
         out: dict[str, Tensor] = {}
@@ -172,8 +176,8 @@ class ContinuousModule(nn.Module):
         the coefficients in proportion to the basis values at ``t``. ``slices`` as
         for :meth:`evaluate`.
         """
-        tensors = self.evaluate(t, left=left, slices=slices)
         terms = self.weights(t, left=left)
+        tensors = self._evaluate(terms, slices)
         if not (self.training and self.buffer_names) or terms == [(terms[0][0], 1.0)]:
             # No update, or one coefficient is the value: R updates it in place itself.
             out: Tensor = functional_call(self.module, tensors, (x,))
@@ -193,8 +197,42 @@ class ContinuousModule(nn.Module):
                     coefficients[i].add_(delta, alpha=w / norm)
         return out
 
+    def change_basis(self, target: AbstractBasis) -> list[str]:
+        """Express every coefficient tensor in ``target`` (see :func:`transfer`), in place.
+
+        Returns:
+            The keys in ``coefficients`` of the parameters that were replaced.
+        """
+        with torch.no_grad():
+            for name in self.names:
+                key = _attr(name)
+                value = transfer(self.coefficients[key].detach(), self.basis, target)
+                self.coefficients[key] = nn.Parameter(value)
+            for name in self.buffer_names:
+                attr = "buffer__" + _attr(name)
+                setattr(self, attr, transfer(getattr(self, attr), self.basis, target))
+        self.basis = target
+        return [_attr(name) for name in self.names]
+
     def extra_repr(self) -> str:
         return f"basis={self.basis!r}"
+
+
+def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) -> Tensor:
+    """Coefficients of the same weight function in another basis (index first).
+
+    Splitting a piecewise-constant basis into a multiple of its pieces copies each
+    value (exact, no arithmetic); anything else is the L2 projection of
+    :func:`odelayers.basis.project`, exact when the target spans the source.
+    """
+    if (
+        isinstance(source, PiecewiseConstant)
+        and isinstance(target, PiecewiseConstant)
+        and (source.t0, source.t1) == (target.t0, target.t1)
+        and target.pieces % source.pieces == 0
+    ):
+        return coefficients.repeat_interleave(target.pieces // source.pieces, dim=0)
+    return project(coefficients, source, target)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
+from odecore import ButcherTableau
 from odelayers.basis import (
     AbstractBasis,
     Chebyshev,
@@ -17,7 +18,7 @@ from odelayers.basis import (
 )
 from torch import Tensor, nn
 
-from ._block import OdeBlock, Scheme, scheme_tableau
+from ._block import OdeBlock, Scheme, rk_step, scheme_tableau
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -107,6 +108,18 @@ def _head(channels: int, num_classes: int) -> nn.Sequential:
     )
 
 
+def _classify(
+    stem: nn.Module, blocks: nn.ModuleList, stitches: nn.ModuleList, head: nn.Module, x: Tensor
+) -> Tensor:
+    """Stem, block, stitch, block, stitch, block, head: the layout of both networks."""
+    x = stem(x)
+    x = blocks[0](x)
+    x = blocks[1](stitches[0](x))
+    x = blocks[2](stitches[1](x))
+    out: Tensor = head(x)
+    return out
+
+
 class ContinuousNet(nn.Module):
     """The image classifier of Queiruga et al. (2020): three OdeBlocks between stitches.
 
@@ -177,12 +190,7 @@ class ContinuousNet(nn.Module):
         self.head = _head(channels[2], num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.stem(x)
-        x = self.blocks[0](x)
-        x = self.blocks[1](self.stitches[0](x))
-        x = self.blocks[2](self.stitches[1](x))
-        out: Tensor = self.head(x)
-        return out
+        return _classify(self.stem, self.blocks, self.stitches, self.head, x)
 
     def ode_blocks(self) -> list[OdeBlock]:
         """The three blocks."""
@@ -303,15 +311,17 @@ class ResidualUnit(nn.Module):
     def __init__(
         self,
         stages: Sequence[nn.Module],
-        a: Sequence[Sequence[float]],
-        b: Sequence[float],
+        tableau: ButcherTableau,
         h: float,
         epsilon: float,
     ) -> None:
         super().__init__()
+        if len(stages) != tableau.stages:
+            raise ValueError(
+                f"The tableau has {tableau.stages} stages but {len(stages)} modules were given."
+            )
         self.stages = nn.ModuleList(stages)
-        self.a = [list(row) for row in a]
-        self.b = list(b)
+        self.tableau = tableau
         self.h = h
         self.epsilon = epsilon
 
@@ -319,20 +329,11 @@ class ResidualUnit(nn.Module):
         """The factor of ``R(x)`` in a one-stage (Euler) unit, ``h * epsilon * b_1``."""
         if len(self.stages) != 1:
             raise ValueError(f"A unit of {len(self.stages)} stages is not an Euler unit.")
-        return self.h * self.epsilon * self.b[0]
+        return self.h * self.epsilon * self.tableau.b[0]
 
     def forward(self, x: Tensor) -> Tensor:
-        ks: list[Tensor] = []
-        for i, stage in enumerate(self.stages):
-            xi = x
-            for a, k in zip(self.a[i], ks):
-                if a != 0.0:
-                    xi = xi + k * (self.h * a)
-            ks.append(stage(xi) * self.epsilon)
-        for b, k in zip(self.b, ks):
-            if b != 0.0:
-                x = x + k * (self.h * b)
-        return x
+        stages = [lambda xi, stage=stage: stage(xi) * self.epsilon for stage in self.stages]
+        return rk_step(x, self.h, self.tableau, stages)
 
 
 class ResNetBlock(nn.Module):
@@ -357,7 +358,7 @@ class ResNetBlock(nn.Module):
                         {k: v.detach().clone() for k, v in theta.items()}, assign=True
                     )
                 stages.append(module)
-            units.append(ResidualUnit(stages, tab.a, tab.b, 1.0 / block.n_steps, block.epsilon))
+            units.append(ResidualUnit(stages, tab, 1.0 / block.n_steps, block.epsilon))
         return cls(units)
 
     def residual_units(self) -> list[ResidualUnit]:
@@ -398,9 +399,4 @@ class ResNet(nn.Module):
         return [cast(ResNetBlock, b) for b in self.blocks]
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.stem(x)
-        x = self.blocks[0](x)
-        x = self.blocks[1](self.stitches[0](x))
-        x = self.blocks[2](self.stitches[1](x))
-        out: Tensor = self.head(x)
-        return out
+        return _classify(self.stem, self.blocks, self.stitches, self.head, x)

@@ -8,37 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear, project
+from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear
 from torch import Tensor
 
 from ._block import Scheme, scheme_tableau
-from ._net import ContinuousNet, make_basis
+from ._continuous import transfer
+from ._net import BASES, ContinuousNet, make_basis
 
 
 def _family(basis: AbstractBasis) -> str:
-    from ._net import BASES
-
     for name, cls in BASES.items():
         if type(basis) is cls:
             return name
     raise ValueError(f"Cannot refine a basis of type {type(basis).__name__}.")
-
-
-def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) -> Tensor:
-    """Coefficients of the same weight function in another basis (index first).
-
-    Splitting a piecewise-constant basis into a multiple of its pieces copies each
-    value (exact, no arithmetic); anything else is the L2 projection of
-    :func:`odelayers.basis.project`, exact when the target spans the source.
-    """
-    if (
-        isinstance(source, PiecewiseConstant)
-        and isinstance(target, PiecewiseConstant)
-        and (source.t0, source.t1) == (target.t0, target.t1)
-        and target.pieces % source.pieces == 0
-    ):
-        return coefficients.repeat_interleave(target.pieces // source.pieces, dim=0)
-    return project(coefficients, source, target)
 
 
 def _refined_basis(basis: AbstractBasis, n_basis: int | None, double: bool) -> AbstractBasis:
@@ -82,16 +64,8 @@ def refine(
         old, target = cont.basis, _refined_basis(cont.basis, n_basis, double)
         if target is old:
             continue
-        with torch.no_grad():
-            for name in cont.names:
-                key = name.replace(".", "__")
-                value = transfer(cont.coefficients[key].detach(), old, target)
-                cont.coefficients[key] = torch.nn.Parameter(value)
-                maps[f"blocks.{b}.continuous.coefficients.{key}"] = (old, target)
-            for name in cont.buffer_names:
-                attr = "buffer__" + name.replace(".", "__")
-                setattr(cont, attr, transfer(getattr(cont, attr), old, target))
-        cont.basis = target
+        for key in cont.change_basis(target):
+            maps[f"blocks.{b}.continuous.coefficients.{key}"] = (old, target)
     return new, maps
 
 
