@@ -231,12 +231,13 @@ class PIDController(AbstractController):
             )
         # The previous two error ratios, and |y| of the last state measured (the start
         # of the next step is the end of the last accepted one, or its start again).
-        state = (1.0, 1.0, y0, y0.detach().abs())
+        abs_y0 = y0.detach().abs()
+        state = (1.0, 1.0, y0, abs_y0)
         if dt0 is not None:
             return min(dt0, self.dt_max), state
         norm = self.norm or rms_norm
         with torch.no_grad():
-            scale = self.atol + self.rtol * y0.abs()
+            scale = self.atol + self.rtol * abs_y0
             d0 = float(norm(y0 / scale))
             d1 = float(norm(f0 / scale))
             h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 or not math.isfinite(d0 / d1) else 0.01 * d0 / d1
