@@ -122,6 +122,14 @@ def test_projection_keeps_dtype_and_works_in_float32():
     torch.testing.assert_close(out, c.repeat_interleave(3, dim=0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_projection_is_row_major(dtype):
+    # Each coefficient slice is handed to layers as is: it must be contiguous.
+    out = project(torch.randn(3, 4, 5, dtype=dtype), Legendre(degree=2), Legendre(degree=4))
+    assert out.is_contiguous()
+    assert all(piece.is_contiguous() for piece in out)
+
+
 @pytest.mark.parametrize(
     ("make", "match"),
     [

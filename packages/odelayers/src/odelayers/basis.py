@@ -378,4 +378,7 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
     cross = psi.T @ (w[:, None] * phi)  # (m, n)
     flat = coefficients.reshape(source.size, -1).to(torch.float64)
     out: Tensor = torch.linalg.solve(gram, cross @ flat)
-    return out.reshape(target.size, *coefficients.shape[1:]).to(coefficients.dtype)
+    # solve() answers in column-major order; a row-major result keeps every slice
+    # contiguous (strided running statistics, for one, send batch norm down a slow path).
+    out = out.reshape(target.size, *coefficients.shape[1:]).to(coefficients.dtype)
+    return out.contiguous()
