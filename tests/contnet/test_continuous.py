@@ -21,6 +21,9 @@ def test_coefficients_of_every_parameter_and_buffer():
     assert cont.coefficient("2.bias").shape == (5, 16)
     assert cont.coefficient("0.running_mean").shape == (5, 16)
     assert cont.shared_names == ["0.num_batches_tracked"]
+    # Row-major coefficients: every piece is a contiguous tensor (batch norm is slow
+    # on strided statistics).
+    assert all(cont.coefficient(n).is_contiguous() for n in cont.names + cont.buffer_names)
     # Only the coefficients are parameters: R's own tensors are not counted twice.
     n = sum(p.numel() for p in cont.parameters())
     assert n == 5 * sum(p.numel() for p in r.parameters())
@@ -47,6 +50,49 @@ def test_smooth_basis_starts_constant_in_depth():
     cont = ContinuousModule(r, Legendre(degree=3))
     for t in (0.0, 0.4, 1.0):
         torch.testing.assert_close(cont.evaluate(t)["weight"], r.weight.detach())
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+        self.b.weight = self.a.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+class _Symmetric(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w + w.T
+
+
+def _parametrized() -> nn.Module:
+    layer = nn.Linear(3, 3)
+    torch.nn.utils.parametrize.register_parametrization(layer, "weight", _Symmetric())
+    return layer
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Tanh()), _Tied, _parametrized],
+    ids=["plain", "tied", "parametrized"],
+)
+def test_module_runs_on_the_evaluated_tensors(make):
+    torch.manual_seed(0)
+    r = make().eval()
+    own = {n: t.clone() for n, t in r.state_dict().items()}
+    cont = ContinuousModule(r, PiecewiseLinear(pieces=3)).eval()
+    x = torch.randn(5, 3)
+    theta = cont.evaluate(0.4)
+    expected = torch.func.functional_call(r, theta, (x,))
+    torch.testing.assert_close(cont(0.4, x), expected, rtol=0, atol=0)
+    # R's own tensors are back in place, also after a failing call.
+    with pytest.raises(RuntimeError):
+        cont(0.4, torch.randn(5, 4))
+    for n, t in r.state_dict().items():
+        assert torch.equal(t, own[n]), n
 
 
 SCHEMES = {"euler": [0.0], "midpoint": [0.0, 0.5], "rk4": [0.0, 0.5, 0.5, 1.0],

@@ -10,6 +10,7 @@ import torch
 from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.utils import parametrize
 
 
 def _attr(name: str) -> str:
@@ -65,6 +66,8 @@ class ContinuousModule(nn.Module):
         if not isinstance(basis, AbstractBasis):
             raise TypeError(f"`basis` must be an odelayers.basis basis, got {basis!r}.")
         self.basis = basis
+        self._slots: tuple[nn.Module, list[tuple[dict[str, Tensor | None], str, str]]] | None
+        self._slots = None
         self.template = [module]  # a list: not a submodule, its tensors are not ours
         self.coefficients = nn.ParameterDict()
         self.names = [name for name, _ in module.named_parameters()]
@@ -180,14 +183,13 @@ class ContinuousModule(nn.Module):
         tensors = self._evaluate(terms, slices)
         if not (self.training and self.buffer_names) or terms == [(terms[0][0], 1.0)]:
             # No update, or one coefficient is the value: R updates it in place itself.
-            out: Tensor = functional_call(self.module, tensors, (x,))
-            return out
+            return self._call(tensors, x)
         # R updates its running statistics in place: hand it copies, then spread the
         # change over the coefficients in proportion to phi(t).
         before = {n: tensors[n] for n in self.buffer_names}
         for n in self.buffer_names:
             tensors[n] = before[n].clone()
-        out = functional_call(self.module, tensors, (x,))
+        out = self._call(tensors, x)
         norm = sum(w * w for _, w in terms)
         with torch.no_grad():
             for name in self.buffer_names:
@@ -195,6 +197,31 @@ class ContinuousModule(nn.Module):
                 coefficients = self.coefficient(name)
                 for i, w in terms:
                     coefficients[i].add_(delta, alpha=w / norm)
+        return out
+
+    def _call(self, tensors: dict[str, Tensor], x: Tensor) -> Tensor:
+        """``R(x)`` with ``tensors`` in place of its own.
+
+        Plain modules get the tensors put into their parameter and buffer slots and
+        back again, which costs a fraction of ``functional_call``'s bookkeeping (it
+        shows at small batches); tied or parametrized modules go through
+        ``functional_call``.
+        """
+        module = self.module
+        if self._slots is None or self._slots[0] is not module:
+            self._slots = (module, _slots(module, tensors))
+        slots = self._slots[1]
+        if not slots:
+            out: Tensor = functional_call(module, tensors, (x,))
+            return out
+        saved = [table[key] for table, key, _ in slots]
+        try:
+            for table, key, name in slots:
+                table[key] = tensors[name]
+            out = module(x)
+        finally:
+            for (table, key, _), value in zip(slots, saved):
+                table[key] = value
         return out
 
     def change_basis(self, target: AbstractBasis) -> list[str]:
@@ -233,6 +260,26 @@ def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis)
     ):
         return coefficients.repeat_interleave(target.pieces // source.pieces, dim=0)
     return project(coefficients, source, target)
+
+
+def _slots(
+    module: nn.Module, tensors: dict[str, Tensor]
+) -> list[tuple[dict[str, Tensor | None], str, str]]:
+    """Where each of ``tensors`` lives in ``module``: ``(table, key, name)``; empty when
+    a plain swap would be wrong (tied tensors, parametrizations)."""
+    every = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+    every += [n for n, _ in module.named_buffers(remove_duplicate=False)]
+    if sorted(every) != sorted(tensors) or any(
+        parametrize.is_parametrized(m) for m in module.modules()
+    ):
+        return []
+    out: list[tuple[dict[str, Tensor | None], str, str]] = []
+    for name in tensors:
+        owner_name, _, key = name.rpartition(".")
+        owner = module.get_submodule(owner_name)
+        table = owner._parameters if key in owner._parameters else owner._buffers
+        out.append((table, key, name))  # type: ignore[arg-type]
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
