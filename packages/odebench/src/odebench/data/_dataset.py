@@ -1,0 +1,230 @@
+"""The in-memory data set every loader and generator returns, and the errors of the subpackage."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+class DataError(ValueError):
+    """A data file is missing, corrupt or not what its loader expects.
+
+    The message names the file, what was expected and what was found.
+
+    Example:
+        >>> import odebench.data
+        >>> try:
+        ...     odebench.data.load_mnist("/nonexistent/mnist")
+        ... except odebench.data.DataError as err:
+        ...     print(str(err).split(":")[0])
+        MNIST directory /nonexistent/mnist does not exist
+    """
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """A data file or directory does not exist.
+
+    Both a :class:`DataError` and a :class:`FileNotFoundError`, so either ``except``
+    clause catches it. The message lists the files that were expected.
+
+    Example:
+        >>> import odebench.data
+        >>> try:
+        ...     odebench.data.read_idx("/nonexistent/train-images-idx3-ubyte")
+        ... except FileNotFoundError as err:
+        ...     print(isinstance(err, odebench.data.DataError))
+        True
+    """
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """One split of a data set, held in memory as tensors.
+
+    Images are kept as ``torch.uint8`` (a quarter of the memory of float32, so that a
+    whole split can sit on the GPU); :meth:`normalize` turns a batch of them into
+    float32 when it is used. Toy sets hold float32 inputs directly.
+
+    Two data sets are equal only if they are the same object (``eq=False``): comparing
+    the tensors element by element is left to the caller.
+
+    Args:
+        inputs: images ``(N, C, H, W)`` of dtype ``torch.uint8``; or, for the toy sets,
+            float32 points ``(N, d)`` or trajectories ``(N, T, d)``.
+        targets: class labels ``(N,)`` of dtype ``torch.int64``, or float32 regression
+            targets ``(N, k)`` or ``(N, T, d)``.
+        name: the data set's name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``,
+            ``"cifar100"``, ``"annuli-1d"``, ``"annuli-2d"``, ``"reflection-1d"``,
+            ``"nested-spirals"``, ``"pendulum-dt0.1"``, ...
+        num_classes: the number of classes; ``None`` for a regression set.
+        mean: per-channel mean of the images on the [0, 1] scale, for
+            :meth:`normalize`; ``None`` for no centring.
+        std: per-channel standard deviation on the [0, 1] scale; ``None`` for no
+            scaling.
+
+    Raises:
+        TypeError: if ``inputs`` or ``targets`` is not a tensor.
+        ValueError: if ``inputs`` and ``targets`` differ in length, ``num_classes`` is
+            not positive, ``mean`` and ``std`` differ in length, or a ``std`` entry is
+            not positive.
+
+    Example:
+        >>> import torch
+        >>> from odebench.data import Dataset
+        >>> images = torch.zeros(4, 1, 2, 2, dtype=torch.uint8)
+        >>> ds = Dataset(images, torch.tensor([0, 1, 0, 1]), "tiny", 2, (0.5,), (0.25,))
+        >>> len(ds), ds.normalize(images)[0, 0, 0, 0].item()
+        (4, -2.0)
+    """
+
+    inputs: Tensor
+    targets: Tensor
+    name: str
+    num_classes: int | None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inputs, Tensor) or not isinstance(self.targets, Tensor):
+            raise TypeError(
+                f"`inputs` and `targets` of Dataset {self.name!r} must be tensors, got "
+                f"{type(self.inputs).__name__} and {type(self.targets).__name__}."
+            )
+        if self.inputs.dim() == 0 or self.targets.dim() == 0:
+            raise ValueError(
+                f"`inputs` and `targets` of Dataset {self.name!r} need a leading sample "
+                f"dimension, got shapes {tuple(self.inputs.shape)} and "
+                f"{tuple(self.targets.shape)}."
+            )
+        if self.inputs.shape[0] != self.targets.shape[0]:
+            raise ValueError(
+                f"Dataset {self.name!r} has {self.inputs.shape[0]} inputs but "
+                f"{self.targets.shape[0]} targets; they must agree."
+            )
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError(
+                f"`num_classes` of Dataset {self.name!r} must be positive or None, "
+                f"got {self.num_classes}."
+            )
+        if self.mean is not None and self.std is not None and len(self.mean) != len(self.std):
+            raise ValueError(
+                f"`mean` and `std` of Dataset {self.name!r} must have one entry per channel "
+                f"each, got {len(self.mean)} and {len(self.std)}."
+            )
+        if self.std is not None and not all(s > 0 for s in self.std):
+            raise ValueError(f"`std` of Dataset {self.name!r} must be positive, got {self.std}.")
+
+    def __len__(self) -> int:
+        """The number of samples."""
+        return int(self.inputs.shape[0])
+
+    def to(self, device: torch.device | str) -> Dataset:
+        """The same data set with both tensors on ``device``, dtypes kept.
+
+        Moving a whole split to the GPU once and slicing batches there avoids a host
+        to device copy per batch; uint8 images make that affordable.
+
+        Args:
+            device: where to put the tensors, e.g. ``"cuda"`` or ``torch.device("cpu")``.
+
+        Returns:
+            A new :class:`Dataset` (the same object's tensors when they are already
+            there).
+
+        Example:
+            >>> import torch
+            >>> from odebench.data import reflection
+            >>> ds = reflection(8).to("cpu")
+            >>> ds.inputs.device.type, ds.inputs.dtype
+            ('cpu', torch.float32)
+        """
+        return dataclasses.replace(
+            self, inputs=self.inputs.to(device), targets=self.targets.to(device)
+        )
+
+    def subset(self, n: int | None, *, generator: torch.Generator | None = None) -> Dataset:
+        """The first ``n`` samples after a random shuffle: a random subset of size ``n``.
+
+        The shuffle is a permutation drawn from ``generator`` (the global generator
+        when ``None``), so a seeded generator gives the same subset every time. It is
+        not stratified: class proportions vary by chance.
+
+        Args:
+            n: how many samples to keep; ``None``, or ``n >= len(self)``, keeps the
+                whole set (``self`` is returned, not shuffled).
+            generator: the source of the permutation. On a CUDA generator the
+                permutation is drawn on its device.
+
+        Returns:
+            A :class:`Dataset` of ``min(n, len(self))`` samples, on the same device.
+
+        Raises:
+            ValueError: if ``n`` is negative.
+
+        Example:
+            >>> import torch
+            >>> from odebench.data import nested_spirals
+            >>> ds = nested_spirals(100, generator=torch.Generator().manual_seed(0))
+            >>> small = ds.subset(10, generator=torch.Generator().manual_seed(1))
+            >>> len(small), small.num_classes
+            (10, 2)
+        """
+        if n is None or n >= len(self):
+            return self
+        if n < 0:
+            raise ValueError(f"`n` must be non-negative or None, got {n}.")
+        device = generator.device if generator is not None else torch.device("cpu")
+        perm = torch.randperm(len(self), generator=generator, device=device)[:n]
+        perm = perm.to(self.inputs.device)
+        return dataclasses.replace(
+            self, inputs=self.inputs[perm], targets=self.targets[perm.to(self.targets.device)]
+        )
+
+    def normalize(self, images: Tensor) -> Tensor:
+        """A batch of uint8 images as float32: scaled to [0, 1], minus ``mean``, over ``std``.
+
+        Runs on whatever device ``images`` is on. The channel dimension is the third
+        from the end, so a batch ``(B, C, H, W)`` and a single image ``(C, H, W)``
+        both work. Float inputs (the toy sets, or images already converted) are
+        returned unchanged.
+
+        Args:
+            images: uint8 images ``(..., C, H, W)``, or any float tensor.
+
+        Returns:
+            A float32 tensor of the shape of ``images`` (``images`` itself if it is
+            already floating).
+
+        Raises:
+            ValueError: if ``images`` is an integer tensor of another dtype than uint8,
+                or its channel count differs from the length of ``mean`` / ``std``.
+
+        Example:
+            >>> import torch
+            >>> from odebench.data import Dataset
+            >>> ds = Dataset(torch.zeros(1, 1, 1, 1, dtype=torch.uint8), torch.zeros(1),
+            ...              "x", None, mean=(0.5,), std=(0.5,))
+            >>> ds.normalize(torch.tensor([[[[0, 255]]]], dtype=torch.uint8))
+            tensor([[[[-1.,  1.]]]])
+        """
+        if images.is_floating_point():
+            return images
+        if images.dtype != torch.uint8:
+            raise ValueError(
+                f"`images` must be a uint8 batch (or already floating), got dtype {images.dtype}."
+            )
+        out = images.to(torch.float32).div_(255.0)
+        for stats, what in ((self.mean, "mean"), (self.std, "std")):
+            if stats is not None and (images.dim() < 3 or images.shape[-3] != len(stats)):
+                raise ValueError(
+                    f"`images` of shape {tuple(images.shape)} do not have the {len(stats)} "
+                    f"channel(s) of the {what} of {self.name!r} in dimension -3."
+                )
+        if self.mean is not None:
+            out.sub_(torch.tensor(self.mean, dtype=out.dtype, device=out.device).view(-1, 1, 1))
+        if self.std is not None:
+            out.div_(torch.tensor(self.std, dtype=out.dtype, device=out.device).view(-1, 1, 1))
+        return out

@@ -1,0 +1,238 @@
+"""Fetching the image data sets from the official mirrors, checked by MD5, written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ._dataset import DataError
+
+
+@dataclass(frozen=True)
+class _Resource:
+    mirrors: tuple[str, ...]  # base URLs, tried in order
+    files: tuple[tuple[str, str], ...]  # (file name, MD5 of the file as published)
+    extract_to: str | None = None  # for a tarball: the folder it unpacks to
+
+
+_MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+
+_RESOURCES: dict[str, _Resource] = {
+    "mnist": _Resource(
+        mirrors=(
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "http://yann.lecun.com/exdb/mnist/",
+        ),
+        files=tuple(
+            zip(
+                _MNIST_FILES,
+                (
+                    "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                    "d53e105ee54ea40749a09fcbcd1e9432",
+                    "9fb629c4189551a2d022fa330f9573f3",
+                    "ec29112dd5afa0611ce80d1b7f02629c",
+                ),
+            )
+        ),
+    ),
+    "fashion-mnist": _Resource(
+        mirrors=(
+            "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        ),
+        files=tuple(
+            zip(
+                _MNIST_FILES,
+                (
+                    "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                    "25c81989df183df01b3e8a0aad5dffbe",
+                    "bef4ecab320f06d8554ea6380940ec79",
+                    "bb300cfdad3c16e7a12a480ee83cd310",
+                ),
+            )
+        ),
+    ),
+    "cifar10": _Resource(
+        mirrors=("https://www.cs.toronto.edu/~kriz/",),
+        files=(("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),),
+        extract_to="cifar-10-batches-py",
+    ),
+    "cifar100": _Resource(
+        mirrors=("https://www.cs.toronto.edu/~kriz/",),
+        files=(("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),),
+        extract_to="cifar-100-python",
+    ),
+}
+
+_CHUNK = 1 << 20
+
+
+def _fetch(url: str, dest: Path) -> None:
+    """Write the body of ``url`` to ``dest``. Tests replace this function."""
+    request = urllib.request.Request(url, headers={"User-Agent": "odebench"})
+    with urllib.request.urlopen(request, timeout=60) as response, dest.open("wb") as out:
+        shutil.copyfileobj(response, out, _CHUNK)
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as file:
+        for chunk in iter(lambda: file.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download_file(resource: _Resource, name: str, md5: str, directory: Path) -> Path:
+    """Fetch ``name`` into ``directory`` from the first mirror that serves the right bytes."""
+    final = directory / name
+    failures = []
+    for base in resource.mirrors:
+        url = base + name
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            try:
+                _fetch(url, tmp)
+            except (urllib.error.URLError, OSError) as err:
+                failures.append(f"{url}: {err}")
+                continue
+            got = _md5(tmp)
+            if got != md5:
+                failures.append(f"{url}: MD5 {got}, expected {md5}")
+                continue
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return final
+    raise DataError(
+        f"Could not download {name} into {directory}; nothing was kept. Attempts: "
+        + "; ".join(failures)
+        + f". Download it by hand from one of those addresses into {directory}, then "
+        "check its MD5."
+    )
+
+
+def _safe_extract(archive: Path, directory: Path, folder: str) -> Path:
+    """Unpack ``archive`` (a tarball whose members all lie under ``folder``) into ``directory``.
+
+    Only regular files and directories are accepted, and only under ``folder``: an
+    absolute name, a ``..`` component, a link or a device refuses the whole archive
+    before anything is written. The archive is unpacked into a temporary directory,
+    then moved into place in one rename.
+    """
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for member in members:
+            parts = PurePosixPath(member.name).parts
+            bad = (
+                member.name.startswith(("/", "\\"))
+                or PurePosixPath(member.name).is_absolute()
+                or ".." in parts
+                or ":" in member.name
+                or not (member.isfile() or member.isdir())
+                or not parts
+                or parts[0] != folder
+            )
+            if bad:
+                raise DataError(
+                    f"refusing to extract {archive}: its member {member.name!r} is not a "
+                    f"plain file or directory under {folder}/ (absolute paths, '..', links "
+                    "and devices are not allowed)."
+                )
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder}.", dir=directory))
+        try:
+            for member in members:
+                target = staging.joinpath(*PurePosixPath(member.name).parts)
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                if source is None:  # pragma: no cover - isfile() members always have data
+                    raise DataError(f"Cannot read {member.name!r} from {archive}.")
+                with source, target.open("wb") as out:
+                    shutil.copyfileobj(source, out, _CHUNK)
+            final = directory / folder
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging / folder, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def download(name: str, root: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Download one of the image data sets from its official mirror, checked by MD5.
+
+    ``"mnist"`` and ``"fashion-mnist"`` are the four gzip-compressed IDX files,
+    written into ``root/mnist`` or ``root/fashion-mnist`` (the two share file names).
+    ``"cifar10"`` and ``"cifar100"`` are the "python version" tarballs, kept in
+    ``root`` and unpacked into ``root/cifar-10-batches-py`` or
+    ``root/cifar-100-python``; a member with an absolute path, a ``..``, or that is
+    a link, is refused. Each file is written to a temporary file first, its MD5
+    compared with the published one, and only then renamed into place: an
+    interrupted or corrupted download never leaves a file under the final name.
+    Files already in place with the right MD5 (and an already unpacked CIFAR
+    folder) are not fetched again unless ``force``.
+
+    Mirrors: MNIST from ``ossci-datasets.s3.amazonaws.com`` (then
+    ``yann.lecun.com``), Fashion-MNIST from Zalando's GitHub repository (then its S3
+    bucket), CIFAR from ``www.cs.toronto.edu/~kriz``. Only the standard library's
+    ``urllib`` is used.
+
+    Args:
+        name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"`` or ``"cifar100"``.
+        root: the directory to download into; created if missing.
+        force: fetch (and unpack) again even if the files are there.
+
+    Returns:
+        The directory to give the loader: ``load_mnist(download("mnist", root))``,
+        ``load_cifar(download("cifar10", root))``.
+
+    Raises:
+        ValueError: for an unknown ``name``.
+        DataError: if no mirror gives a file with the published MD5, or a tarball
+            holds a member it refuses to extract.
+
+    Example:
+        >>> from odebench.data import download
+        >>> download("imagenet", "data")
+        Traceback (most recent call last):
+        ...
+        ValueError: `name` must be one of cifar10, cifar100, fashion-mnist, mnist, got 'imagenet'.
+        >>> mnist = load_mnist(download("mnist", "data"))  # doctest: +SKIP
+    """
+    if name not in _RESOURCES:
+        raise ValueError(f"`name` must be one of {', '.join(sorted(_RESOURCES))}, got {name!r}.")
+    resource = _RESOURCES[name]
+    root = Path(root)
+    if resource.extract_to is None:
+        directory = root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for file, md5 in resource.files:
+            path = directory / file
+            if force or not path.is_file() or _md5(path) != md5:
+                _download_file(resource, file, md5, directory)
+        return directory
+    root.mkdir(parents=True, exist_ok=True)
+    extracted = root / resource.extract_to
+    if extracted.is_dir() and not force:
+        return extracted
+    (file, md5), *_ = resource.files
+    archive = root / file
+    if force or not archive.is_file() or _md5(archive) != md5:
+        _download_file(resource, file, md5, root)
+    return _safe_extract(archive, root, resource.extract_to)

@@ -1,0 +1,259 @@
+"""IDX files (the format of MNIST and Fashion-MNIST) and the MNIST-style loader."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ._dataset import DataError, DataNotFoundError, Dataset
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+# type code -> (big-endian numpy dtype as stored, what the format calls it)
+_IDX_TYPES: dict[int, tuple[str, str]] = {
+    0x08: (">u1", "unsigned byte"),
+    0x09: (">i1", "signed byte"),
+    0x0B: (">i2", "short"),
+    0x0C: (">i4", "int"),
+    0x0D: (">f4", "float"),
+    0x0E: (">f8", "double"),
+}
+_KNOWN_TYPES = ", ".join(f"0x{code:02X} ({what})" for code, (_, what) in _IDX_TYPES.items())
+
+# kind -> (name in messages, mean, std) of the training images on the [0, 1] scale
+_MNIST_KINDS: dict[str, tuple[str, float, float]] = {
+    "mnist": ("MNIST", 0.1307, 0.3081),
+    "fashion-mnist": ("Fashion-MNIST", 0.2860, 0.3530),
+}
+
+
+def _listing(directory: Path, limit: int = 12) -> str:
+    """What ``directory`` holds, for error messages."""
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+    except OSError:
+        return "it cannot be listed"
+    if not names:
+        return "it is empty"
+    shown = ", ".join(names[:limit])
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"it holds {shown}{more}"
+
+
+def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
+    """Read one IDX file into a tensor of its own shape and type.
+
+    The IDX format (used by MNIST and Fashion-MNIST) is a 4-byte magic number — two
+    zero bytes, a type code and the number of dimensions — then one big-endian
+    32-bit size per dimension, then the data, big-endian, row-major. Type codes:
+    0x08 unsigned byte (``torch.uint8``), 0x09 signed byte (``torch.int8``), 0x0B
+    short (``torch.int16``), 0x0C int (``torch.int32``), 0x0D float
+    (``torch.float32``), 0x0E double (``torch.float64``).
+
+    The file may be gzip-compressed; that is recognised by its first two bytes, not
+    by its name. The header is checked, and the data must be exactly as long as the
+    sizes announce.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A tensor of the shape the header gives, in native byte order.
+
+    Raises:
+        DataNotFoundError: if ``path`` does not exist (the message lists what its
+            directory holds).
+        DataError: if the file is not IDX (wrong magic number, unknown type code), is
+            truncated or has trailing bytes, or is gzip-compressed but cannot be
+            decompressed. The message names the file.
+
+    Example:
+        >>> import struct, tempfile, pathlib
+        >>> from odebench.data import read_idx
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "tiny-idx2-ubyte"
+        >>> _ = path.write_bytes(bytes([0, 0, 0x08, 2]) + struct.pack(">II", 2, 3)
+        ...                      + bytes(range(6)))
+        >>> read_idx(path)
+        tensor([[0, 1, 2],
+                [3, 4, 5]], dtype=torch.uint8)
+    """
+    path = Path(path)
+    if not path.is_file():
+        if path.is_dir():
+            raise DataError(f"IDX file {path} is a directory; expected a file.")
+        parent = path.parent
+        where = _listing(parent) if parent.is_dir() else "that directory does not exist"
+        raise DataNotFoundError(
+            f"IDX file {path} does not exist; expected a file named {path.name} in "
+            f"{parent}, but {where}."
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"Cannot read IDX file {path}: {err}.") from err
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as err:
+            raise DataError(
+                f"IDX file {path} starts like a gzip file but cannot be decompressed "
+                f"({err}); it is probably truncated or corrupt: fetch it again."
+            ) from err
+    return _parse_idx(raw, path)
+
+
+def _parse_idx(data: bytes, path: Path) -> torch.Tensor:
+    """The tensor held by the (uncompressed) IDX bytes ``data`` read from ``path``."""
+    if len(data) < 4:
+        raise DataError(
+            f"IDX file {path} is truncated: {len(data)} bytes, shorter than the "
+            "4-byte magic number."
+        )
+    if data[0] != 0 or data[1] != 0:
+        magic = int.from_bytes(data[:4], "big")
+        raise DataError(
+            f"{path} is not an IDX file: its magic number is 0x{magic:08X}; an IDX file "
+            "starts with two zero bytes, then a type code (0x08 for unsigned bytes) and "
+            "the number of dimensions, e.g. 0x00000803 for MNIST images."
+        )
+    code, ndim = data[2], data[3]
+    if code not in _IDX_TYPES:
+        raise DataError(
+            f"IDX file {path} has the unknown type code 0x{code:02X}; known codes: {_KNOWN_TYPES}."
+        )
+    if ndim == 0:
+        raise DataError(f"IDX file {path} declares 0 dimensions; expected at least 1.")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(
+            f"IDX file {path} is truncated: its header announces {ndim} dimensions "
+            f"({header} header bytes) but the file has {len(data)} bytes."
+        )
+    dims = struct.unpack(f">{ndim}I", data[4:header])
+    dtype = np.dtype(_IDX_TYPES[code][0])
+    count = math.prod(dims)
+    expected = count * dtype.itemsize
+    got = len(data) - header
+    shape = " x ".join(str(d) for d in dims)
+    if got < expected:
+        raise DataError(
+            f"IDX file {path} is truncated: the header announces {shape} values of type "
+            f"{_IDX_TYPES[code][1]} ({expected} bytes) but only {got} bytes follow."
+        )
+    if got > expected:
+        raise DataError(
+            f"IDX file {path} has {got - expected} bytes after the {expected} bytes of "
+            f"data its header announces ({shape} values of type {_IDX_TYPES[code][1]}); "
+            "it is not a well-formed IDX file."
+        )
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=header)
+    native = array.astype(dtype.newbyteorder("="), copy=True).reshape(dims)
+    return torch.from_numpy(native)
+
+
+def _find_idx(root: Path, stem: str, expected: list[str], title: str) -> Path:
+    """``root/stem`` or ``root/stem.gz``, whichever exists (uncompressed first)."""
+    for name in (stem, stem + ".gz"):
+        if (root / name).is_file():
+            return root / name
+    raise DataNotFoundError(
+        f"{title} file {stem}[.gz] is missing from {root}: expected "
+        f"{' and '.join(expected)} (each with or without .gz), but {_listing(root)}."
+    )
+
+
+def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = "mnist") -> Dataset:
+    """Load MNIST or Fashion-MNIST from the four standard IDX files in a directory.
+
+    Reads ``train-images-idx3-ubyte`` and ``train-labels-idx1-ubyte`` (or the
+    ``t10k-`` pair for the test split), each either gzip-compressed with a ``.gz``
+    suffix, as downloaded, or uncompressed; the uncompressed file is used if both are
+    there. Both data sets have the same file names, so keep them in separate
+    directories. :func:`download` fetches them; the Debian package
+    ``dataset-fashion-mnist`` installs Fashion-MNIST in ``/usr/share/datasets``.
+
+    ``mean`` and ``std`` are the published statistics of the training images:
+    0.1307 and 0.3081 for MNIST, 0.2860 and 0.3530 for Fashion-MNIST.
+
+    Args:
+        root: the directory holding the files.
+        train: the training split (60,000 images) or, with ``False``, the test split
+            (10,000).
+        kind: ``"mnist"`` or ``"fashion-mnist"``; it sets the name and the statistics,
+            the files being the same format.
+
+    Returns:
+        A :class:`Dataset` with ``inputs`` of shape ``(N, 1, 28, 28)``, dtype
+        ``torch.uint8``, ``targets`` ``(N,)`` int64 in 0..9, ``num_classes`` 10.
+
+    Raises:
+        ValueError: for an unknown ``kind``.
+        DataNotFoundError: if ``root`` or one of the two files is missing (the
+            message lists the expected file names and what the directory holds).
+        DataError: if a file is corrupt, the images are not a uint8 ``(N, H, W)``
+            array, the labels not uint8 ``(N,)`` in 0..9, or their counts differ.
+
+    Example:
+        >>> import struct, tempfile, pathlib
+        >>> from odebench.data import load_mnist
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (root / "t10k-images-idx3-ubyte").write_bytes(
+        ...     bytes([0, 0, 8, 3]) + struct.pack(">III", 2, 28, 28) + bytes(2 * 784))
+        >>> _ = (root / "t10k-labels-idx1-ubyte").write_bytes(
+        ...     bytes([0, 0, 8, 1]) + struct.pack(">I", 2) + bytes([7, 1]))
+        >>> test = load_mnist(root, train=False)
+        >>> test.inputs.shape, test.targets.tolist(), test.num_classes, test.mean
+        (torch.Size([2, 1, 28, 28]), [7, 1], 10, (0.1307,))
+    """
+    if kind not in _MNIST_KINDS:
+        raise ValueError(f"`kind` must be one of {sorted(_MNIST_KINDS)}, got {kind!r}.")
+    title, mean, std = _MNIST_KINDS[kind]
+    root = Path(root)
+    prefix = "train" if train else "t10k"
+    stems = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
+    expected = [f"{stem}[.gz]" for stem in stems]
+    if not root.is_dir():
+        raise DataNotFoundError(
+            f"{title} directory {root} does not exist: expected a directory holding "
+            f"{' and '.join(expected)}. Fetch the files with "
+            f"odebench.data.download({kind!r}, ...) or give the directory that has them."
+        )
+    image_path = _find_idx(root, stems[0], expected, title)
+    label_path = _find_idx(root, stems[1], expected, title)
+    images = read_idx(image_path)
+    labels = read_idx(label_path)
+    if images.dtype != torch.uint8 or images.dim() != 3:
+        raise DataError(
+            f"{title} image file {image_path} holds a {images.dtype} array of shape "
+            f"{tuple(images.shape)}; expected uint8 images (N, height, width)."
+        )
+    if labels.dtype != torch.uint8 or labels.dim() != 1:
+        raise DataError(
+            f"{title} label file {label_path} holds a {labels.dtype} array of shape "
+            f"{tuple(labels.shape)}; expected uint8 labels (N,)."
+        )
+    if images.shape[0] != labels.shape[0]:
+        raise DataError(
+            f"{title} files disagree: {image_path} holds {images.shape[0]} images but "
+            f"{label_path} holds {labels.shape[0]} labels."
+        )
+    if labels.numel() and int(labels.max()) > 9:
+        raise DataError(
+            f"{title} label file {label_path} holds the label {int(labels.max())}; "
+            "expected labels 0..9."
+        )
+    return Dataset(
+        inputs=images.unsqueeze(1),
+        targets=labels.to(torch.int64),
+        name=kind,
+        num_classes=10,
+        mean=(mean,),
+        std=(std,),
+    )

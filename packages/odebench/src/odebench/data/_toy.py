@@ -1,0 +1,321 @@
+"""Toy data sets generated in code: annuli (g(x)), reflections, spirals, pendulum trajectories."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._dataset import Dataset
+
+_F64 = torch.float64
+
+
+def _check_generator(generator: torch.Generator | None) -> None:
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(
+            f"`generator` must be a CPU generator, got one on {generator.device}: the toy "
+            "sets are generated on the CPU. Move the result with Dataset.to(device)."
+        )
+
+
+def _check_count(n: int, what: str = "n") -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
+
+
+def _check_dim(dim: int) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"`dim` must be a positive integer, got {dim!r}.")
+
+
+def _directions(n: int, dim: int, generator: torch.Generator | None) -> Tensor:
+    """``n`` unit vectors uniform on the sphere in ``dim`` dimensions (``±1`` for ``dim=1``)."""
+    z = torch.randn(n, dim, generator=generator, dtype=_F64)
+    out: Tensor = z / z.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    return out
+
+
+def annuli(
+    n: int,
+    *,
+    dim: int = 1,
+    r1: float = 0.5,
+    r2: float = 1.0,
+    r3: float = 1.5,
+    generator: torch.Generator | None = None,
+) -> Dataset:
+    """Points in a ball and a surrounding shell, labelled by Dupont et al.'s g(x).
+
+    ``g(x) = -1`` for ``|x| <= r1`` and ``g(x) = +1`` for ``r2 <= |x| <= r3``: a
+    function a Neural ODE cannot represent, since its flow cannot move the inner ball
+    through the shell. In one dimension the ball is the interval ``[-r1, r1]`` and the
+    shell the two intervals ``r2 <= |x| <= r3``. One third of the points (``n // 3``)
+    are drawn uniformly in the ball, the others uniformly in the shell (the paper's
+    1000 + 2000), then the order is shuffled.
+
+    Args:
+        n: the number of points.
+        dim: the dimension ``d`` of the points (the paper uses 1 and 2).
+        r1: radius of the inner ball.
+        r2: inner radius of the shell.
+        r3: outer radius of the shell; ``0 < r1 < r2 < r3``.
+        generator: the source of randomness (a CPU generator); the global one when
+            ``None``.
+
+    Returns:
+        A regression :class:`Dataset` named ``"annuli-{dim}d"``: ``inputs`` ``(n, dim)``
+        float32, ``targets`` ``(n, 1)`` float32 of -1 (ball) and +1 (shell),
+        ``num_classes`` ``None``.
+
+    Raises:
+        ValueError: for a non-positive ``n`` or ``dim``, radii out of order, or a
+            generator that is not on the CPU.
+
+    Example:
+        >>> import torch
+        >>> from odebench.data import annuli
+        >>> ds = annuli(300, dim=2, generator=torch.Generator().manual_seed(0))
+        >>> ds.name, ds.inputs.shape, int((ds.targets == -1).sum())
+        ('annuli-2d', torch.Size([300, 2]), 100)
+
+    References:
+        E. Dupont, A. Doucet, Y. W. Teh, "Augmented Neural ODEs", NeurIPS 2019, Sec. 4.
+    """
+    _check_count(n)
+    _check_dim(dim)
+    _check_generator(generator)
+    if not 0 < r1 < r2 < r3:
+        raise ValueError(f"The radii must satisfy 0 < r1 < r2 < r3, got {r1}, {r2}, {r3}.")
+    n_inner = n // 3
+    u = torch.rand(n, generator=generator, dtype=_F64)
+    # Uniform in volume: the radius's d-th power is uniform on [0, r1^d] / [r2^d, r3^d].
+    inner = r1 * u[:n_inner] ** (1.0 / dim)
+    outer = (r2**dim + u[n_inner:] * (r3**dim - r2**dim)) ** (1.0 / dim)
+    radius = torch.cat([inner, outer])
+    x = _directions(n, dim, generator) * radius[:, None]
+    y = torch.cat([-torch.ones(n_inner, dtype=_F64), torch.ones(n - n_inner, dtype=_F64)])
+    perm = torch.randperm(n, generator=generator)
+    return Dataset(
+        inputs=x[perm].to(torch.float32),
+        targets=y[perm, None].to(torch.float32),
+        name=f"annuli-{dim}d",
+        num_classes=None,
+    )
+
+
+def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None) -> Dataset:
+    """The reflection ``x -> -x`` on points uniform in ``[-1, 1]^dim``.
+
+    In one dimension the map needs trajectories to cross, which a Neural ODE's cannot:
+    Massaroli et al. learn it with data-controlled or depth-adaptive models instead.
+
+    Args:
+        n: the number of points.
+        dim: their dimension.
+        generator: the source of randomness (a CPU generator); the global one when
+            ``None``.
+
+    Returns:
+        A regression :class:`Dataset` named ``"reflection-{dim}d"``: ``inputs``
+        ``(n, dim)`` float32 uniform in ``[-1, 1]``, ``targets`` ``-inputs``,
+        ``num_classes`` ``None``.
+
+    Raises:
+        ValueError: for a non-positive ``n`` or ``dim``, or a generator that is not
+            on the CPU.
+
+    Example:
+        >>> import torch
+        >>> from odebench.data import reflection
+        >>> ds = reflection(5, generator=torch.Generator().manual_seed(0))
+        >>> bool((ds.targets == -ds.inputs).all()), ds.inputs.shape
+        (True, torch.Size([5, 1]))
+
+    References:
+        S. Massaroli, M. Poli, J. Park, A. Yamashita, H. Asama, "Dissecting Neural
+        ODEs", NeurIPS 2020, Sec. 5.
+    """
+    _check_count(n)
+    _check_dim(dim)
+    _check_generator(generator)
+    x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
+    return Dataset(inputs=x, targets=-x, name=f"reflection-{dim}d", num_classes=None)
+
+
+def nested_spirals(
+    n: int, *, turns: float = 2.0, noise: float = 0.0, generator: torch.Generator | None = None
+) -> Dataset:
+    """Two interleaved spirals in the plane, one per class.
+
+    A point of class ``c`` at parameter ``s`` uniform in ``[0, 1]`` sits at radius
+    ``r = 0.1 + 0.9 s`` and angle ``2 pi turns s + pi c``: the two arms wind around
+    each other ``turns`` times, half a turn apart. Gaussian noise of standard
+    deviation ``noise`` is then added to each coordinate. The classes have ``n // 2``
+    and ``n - n // 2`` points, shuffled.
+
+    Args:
+        n: the number of points.
+        turns: how many times each arm winds around the origin; positive.
+        noise: standard deviation of the noise added to the points; non-negative.
+        generator: the source of randomness (a CPU generator); the global one when
+            ``None``.
+
+    Returns:
+        A classification :class:`Dataset` named ``"nested-spirals"``: ``inputs``
+        ``(n, 2)`` float32, ``targets`` ``(n,)`` int64 in {0, 1}, ``num_classes`` 2.
+
+    Raises:
+        ValueError: for a non-positive ``n`` or ``turns``, a negative ``noise``, or a
+            generator that is not on the CPU.
+
+    Example:
+        >>> import torch
+        >>> from odebench.data import nested_spirals
+        >>> ds = nested_spirals(101, generator=torch.Generator().manual_seed(0))
+        >>> ds.inputs.shape, torch.bincount(ds.targets).tolist()
+        (torch.Size([101, 2]), [50, 51])
+    """
+    _check_count(n)
+    _check_generator(generator)
+    if not turns > 0:
+        raise ValueError(f"`turns` must be positive, got {turns}.")
+    if not noise >= 0:
+        raise ValueError(f"`noise` must be non-negative, got {noise}.")
+    labels = (torch.arange(n) >= n // 2).to(torch.int64)
+    s = torch.rand(n, generator=generator, dtype=_F64)
+    radius = 0.1 + 0.9 * s
+    angle = 2.0 * math.pi * turns * s + math.pi * labels.to(_F64)
+    x = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=1)
+    perm = torch.randperm(n, generator=generator)
+    x = x[perm]
+    if noise > 0:  # drawn last: the same seed gives the same clean points at any noise
+        x = x + noise * torch.randn(n, 2, generator=generator, dtype=_F64)
+    return Dataset(
+        inputs=x.to(torch.float32),
+        targets=labels[perm],
+        name="nested-spirals",
+        num_classes=2,
+    )
+
+
+def _pendulum_rk4(
+    theta: Tensor, omega: Tensor, *, dt: float, steps: int, k: float
+) -> tuple[Tensor, Tensor]:
+    """States ``(N, steps + 1)`` every ``dt`` of ``theta'' = -k sin(theta)``, by fine RK4.
+
+    Classical RK4 in float64 with sub-steps ``h <= 0.02 / sqrt(k)`` (0.02 rad of the
+    small-amplitude phase per sub-step): the global error is about 1e-9 over a few
+    hundred periods, far below float32 resolution.
+    """
+    sub = max(1, math.ceil(dt * math.sqrt(k) / 0.02))
+    h = dt / sub
+    thetas, omegas = [theta], [omega]
+    for _ in range(steps):
+        for _ in range(sub):
+            a1, b1 = omega, -k * torch.sin(theta)
+            a2, b2 = omega + 0.5 * h * b1, -k * torch.sin(theta + 0.5 * h * a1)
+            a3, b3 = omega + 0.5 * h * b2, -k * torch.sin(theta + 0.5 * h * a2)
+            a4, b4 = omega + h * b3, -k * torch.sin(theta + h * a3)
+            theta = theta + (h / 6.0) * (a1 + 2.0 * a2 + 2.0 * a3 + a4)
+            omega = omega + (h / 6.0) * (b1 + 2.0 * b2 + 2.0 * b3 + b4)
+        thetas.append(theta)
+        omegas.append(omega)
+    return torch.stack(thetas, dim=1), torch.stack(omegas, dim=1)
+
+
+def pendulum(
+    n_trajectories: int,
+    *,
+    dt: float = 0.1,
+    steps: int = 100,
+    noise: float = 0.0,
+    theta_max: float = 0.75 * math.pi,
+    omega_max: float = 1.0,
+    gravity: float = 9.81,
+    length: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+) -> Dataset:
+    """Trajectories of the nonlinear pendulum ``theta'' = -(g / L) sin(theta)``, every ``dt``.
+
+    The data of Queiruga et al.'s Sec. 3, where models of the form
+    ``x_{k+1} = x_k + dt * scheme(f, x_k)`` are fitted to a time series of the state
+    ``x = (theta, omega)``, ``omega = theta'``, and then evaluated at other ``dt``.
+    Each trajectory starts at ``theta_0`` uniform in ``[-theta_max, theta_max]`` and
+    ``omega_0`` uniform in ``[-omega_max, omega_max]``; the defaults (up to 135
+    degrees, the angle of the authors' companion notebook, and 1 rad/s) keep every
+    trajectory an oscillation below the separatrix. The motion is integrated in
+    float64 by classical RK4 with sub-steps of at most ``0.02 / sqrt(g / L)``
+    (accurate to about 1e-9, well beyond float32) and sampled at ``t_k = k dt``,
+    ``k = 0, ..., steps``. The targets are these clean states; the inputs add
+    independent Gaussian noise of standard deviation ``noise``.
+
+    The clean states keep the energy per unit ``m L^2``,
+    ``E = omega^2 / 2 + (g / L) (1 - cos theta)``, constant along each trajectory.
+    The sample spacing is carried by the name, ``"pendulum-dt0.1"`` for ``dt=0.1``
+    (formatted with ``:g``).
+
+    Args:
+        n_trajectories: the number of trajectories ``N``.
+        dt: the time between samples; positive.
+        steps: the number of steps; each trajectory has ``T = steps + 1`` samples.
+        noise: standard deviation of the noise on the inputs; non-negative.
+        theta_max: the largest initial angle (radians); non-negative.
+        omega_max: the largest initial angular velocity (radians per unit time);
+            non-negative.
+        gravity: ``g``; positive.
+        length: ``L``; positive.
+        dtype: the floating dtype of the returned tensors.
+        generator: the source of randomness (a CPU generator); the global one when
+            ``None``.
+
+    Returns:
+        A regression :class:`Dataset` named ``f"pendulum-dt{dt:g}"``: ``inputs`` (the
+        noisy states) and ``targets`` (the clean ones), both ``(N, T, 2)`` with
+        ``[..., 0]`` the angle and ``[..., 1]`` the angular velocity;
+        ``num_classes`` ``None``.
+
+    Raises:
+        ValueError: for a non-positive count, ``dt``, ``steps``, ``gravity`` or
+            ``length``, a negative ``noise``, ``theta_max`` or ``omega_max``, a
+            non-floating ``dtype``, or a generator that is not on the CPU.
+
+    Example:
+        >>> import torch
+        >>> from odebench.data import pendulum
+        >>> ds = pendulum(4, dt=0.1, steps=20, noise=0.01,
+        ...               generator=torch.Generator().manual_seed(0))
+        >>> ds.name, ds.inputs.shape, ds.targets.dtype
+        ('pendulum-dt0.1', torch.Size([4, 21, 2]), torch.float32)
+
+    References:
+        A. F. Queiruga, N. B. Erichson, D. Taylor, M. W. Mahoney, "Continuous-in-Depth
+        Neural Networks", arXiv:2008.02389, 2020, Sec. 3.
+    """
+    _check_count(n_trajectories, "n_trajectories")
+    _check_count(steps, "steps")
+    _check_generator(generator)
+    for value, what in ((dt, "dt"), (gravity, "gravity"), (length, "length")):
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"`{what}` must be positive and finite, got {value}.")
+    for value, what in ((noise, "noise"), (theta_max, "theta_max"), (omega_max, "omega_max")):
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"`{what}` must be non-negative and finite, got {value}.")
+    if not dtype.is_floating_point:
+        raise ValueError(f"`dtype` must be a floating dtype, got {dtype}.")
+    n = n_trajectories
+    theta0 = theta_max * (2.0 * torch.rand(n, generator=generator, dtype=_F64) - 1.0)
+    omega0 = omega_max * (2.0 * torch.rand(n, generator=generator, dtype=_F64) - 1.0)
+    theta, omega = _pendulum_rk4(theta0, omega0, dt=dt, steps=steps, k=gravity / length)
+    clean = torch.stack([theta, omega], dim=-1)
+    noisy = clean
+    if noise > 0:
+        noisy = clean + noise * torch.randn(clean.shape, generator=generator, dtype=_F64)
+    return Dataset(
+        inputs=noisy.to(dtype, copy=True),  # never the targets' storage, even in float64
+        targets=clean.to(dtype),
+        name=f"pendulum-dt{dt:g}",
+        num_classes=None,
+    )
