@@ -1,0 +1,21 @@
+"""The papers' models by name: Chen et al., Dupont et al., Massaroli et al., Queiruga et al.
+
+:func:`build_model` makes any model of :data:`MODELS` (each described by a
+:class:`ModelInfo`: paper, kind, published parameter count);
+:func:`count_parameters` counts its parameters, :func:`ode_layers` finds its
+:class:`odelayers.NeuralODE` layers and :func:`nfe` sums their function evaluations
+of the last forward and backward pass, what a trainer logs per batch.
+
+Example:
+    >>> import torch
+    >>> from odebench.models import MODELS, build_model, count_parameters
+    >>> model = build_model("anode", in_channels=1, num_classes=10, image_size=28)
+    >>> model(torch.randn(2, 1, 28, 28)).shape
+    torch.Size([2, 10])
+    >>> count_parameters(model), MODELS["anode"].published_params
+    (85462, 84000)
+"""
+
+from ._build import MODELS, ModelInfo, build_model, count_parameters, nfe, ode_layers
+
+__all__ = ["MODELS", "ModelInfo", "build_model", "count_parameters", "nfe", "ode_layers"]

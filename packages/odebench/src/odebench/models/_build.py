@@ -1,0 +1,333 @@
+"""The registry of models, :func:`build_model`, and what a trainer reads off a model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+import odecore
+from contnet import ContinuousNet
+from odelayers import NeuralODE
+from torch import nn
+
+from . import _augmented, _chen, _toy
+from ._common import ACTIVATIONS, GRADIENTS, OdeConfig, check_choice, check_int, check_tol
+
+CONTNET_STEPS = 8
+"""``N_t = M`` of the ContinuousNet models: the 8-8-8 networks of the authors' README."""
+
+MIN_IMAGE_SIZE = 8
+"""The smallest image side the image models accept (Chen et al.'s stem needs 8)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What :data:`MODELS` says about one model: where it comes from and its published size.
+
+    Args:
+        name: the name :func:`build_model` takes (lower case, hyphenated).
+        description: one line, shown by ``odebench list``.
+        kind: ``"image"`` (takes ``(N, C, H, W)`` images) or ``"toy"`` (takes
+            ``(N, d)`` vectors).
+        paper: a short reference, such as ``"Chen et al. 2018"``.
+        published_params: the paper's parameter count on ``dataset``; ``None``
+            where none is published.
+        dataset: the data set of ``published_params`` (``"mnist"``, ``"cifar10"``,
+            ``"cifar100"``); ``None`` without a count.
+        also_published: more ``(dataset, count)`` pairs, for models whose paper gives
+            a count on several data sets (the configuration follows ``in_channels``).
+
+    Example:
+        >>> from odebench.models import MODELS
+        >>> info = MODELS["odenet"]
+        >>> info.paper, info.published_params, info.dataset
+        ('Chen et al. 2018', 220000, 'mnist')
+    """
+
+    name: str
+    description: str
+    kind: Literal["image", "toy"]
+    paper: str
+    published_params: int | None = None
+    dataset: str | None = None
+    also_published: tuple[tuple[str, int], ...] = ()
+
+
+_CHEN = "Chen et al. 2018"
+_DUPONT = "Dupont et al. 2019"
+_MASSAROLI = "Massaroli et al. 2020"
+_QUEIRUGA = "Queiruga et al. 2020"
+
+_INFOS = (
+    ModelInfo(
+        "mlp",
+        "One-hidden-layer MLP, pixels -> 300 -> classes (Chen et al.'s Table 1 baseline).",
+        "image",
+        _CHEN,
+        240_000,
+        "mnist",
+    ),
+    ModelInfo(
+        "resnet",
+        "Chen et al.'s ResNet: two down-samplings, six residual blocks at 64 channels.",
+        "image",
+        _CHEN,
+        600_000,
+        "mnist",
+    ),
+    ModelInfo(
+        "odenet",
+        "Chen et al.'s ODE-Net: the ResNet with its blocks replaced by one adaptive ODE block.",
+        "image",
+        _CHEN,
+        220_000,
+        "mnist",
+    ),
+    ModelInfo(
+        "rknet",
+        "Chen et al.'s RK-Net: the ODE-Net's block in 6 fixed RK4 steps, backpropagated.",
+        "image",
+        _CHEN,
+        220_000,
+        "mnist",
+    ),
+    ModelInfo(
+        "node",
+        "Dupont et al.'s image NODE: conv field on the image itself, linear readout.",
+        "image",
+        _DUPONT,
+        84_000,
+        "mnist",
+        (("cifar10", 172_000),),
+    ),
+    ModelInfo(
+        "anode",
+        "Dupont et al.'s image ANODE: the NODE on the image plus zero channels.",
+        "image",
+        _DUPONT,
+        84_000,
+        "mnist",
+        (("cifar10", 172_000),),
+    ),
+    ModelInfo(
+        "ilnode",
+        "Massaroli et al.'s IL-NODE: a conv input layer lifts the image, then a NODE.",
+        "image",
+        _MASSAROLI,
+        36_100,
+        "cifar10",
+        (("mnist", 20_700),),
+    ),
+    ModelInfo(
+        "sonode",
+        "Massaroli et al.'s second-order image NODE: conv positions, zero velocities.",
+        "image",
+        _MASSAROLI,
+        34_600,
+        "cifar10",
+        (("mnist", 20_000),),
+    ),
+    ModelInfo(
+        "continuousnet",
+        "Queiruga et al.'s ContinuousNet, channels 16-32-64, Euler, N_t = M = 8.",
+        "image",
+        _QUEIRUGA,
+        860_000,
+        "cifar10",
+    ),
+    ModelInfo(
+        "wide-continuousnet",
+        "Queiruga et al.'s Wide-ContinuousNet, channels 64-128-256, Euler, N_t = M = 8.",
+        "image",
+        _QUEIRUGA,
+        13_630_000,
+        "cifar100",
+    ),
+    ModelInfo(
+        "continuous-resnet",
+        "A plain ResNet of the ContinuousNet layout (8 units per block), the baseline.",
+        "image",
+        _QUEIRUGA,
+        850_000,
+        "cifar10",
+    ),
+    ModelInfo(
+        "toy-node",
+        "Dupont et al.'s toy NODE for g(x): MLP field d+t -> 32 -> 32 -> d, linear readout.",
+        "toy",
+        _DUPONT,
+    ),
+    ModelInfo(
+        "toy-anode",
+        "Dupont et al.'s toy ANODE for g(x): the toy NODE with 5 zero dimensions.",
+        "toy",
+        _DUPONT,
+    ),
+)
+
+MODELS: Mapping[str, ModelInfo] = MappingProxyType({info.name: info for info in _INFOS})
+"""Every model :func:`build_model` knows, by name, in a read-only mapping."""
+
+
+def build_model(
+    name: str,
+    *,
+    in_channels: int,
+    num_classes: int,
+    image_size: int,
+    activation: str = "relu",
+    tol: float = 1e-3,
+    gradient: str = "backprop",
+    solver: str = "dopri5",
+) -> nn.Module:
+    """A freshly initialised model of :data:`MODELS` by name.
+
+    Image models take float32 batches ``(N, in_channels, image_size, image_size)``,
+    already normalised, and return logits ``(N, num_classes)``. Toy models take
+    ``(N, in_channels)`` vectors and return ``(N, num_classes)``.
+
+    Every adaptive :class:`odelayers.NeuralODE` of the model integrates over
+    ``[0, 1]`` with ``solver`` at ``rtol = atol = tol`` and is differentiated by
+    ``gradient``. The RK-Net always takes 6 RK4 steps and backpropagates through them
+    (that is what it is), and the models without a ``NeuralODE`` (``mlp``,
+    ``resnet``, the ContinuousNet models, whose fixed-step blocks come from
+    :mod:`contnet`) ignore ``tol``, ``gradient`` and ``solver``.
+
+    ``activation`` is the nonlinearity of the vector field (of the residual function
+    for the ResNets, of the hidden layer for the MLP); stems and heads keep ReLU.
+    ``"relu"`` is the papers'; a smooth one (``"softplus"``, ``"tanh"``, ``"silu"``)
+    keeps the adjoint's backward solve as cheap as the forward one, where ReLU makes
+    its right-hand side discontinuous in time.
+
+    Dupont et al.'s ``node`` and ``anode`` and Massaroli et al.'s ``ilnode`` and
+    ``sonode`` take the paper's MNIST configuration for 1-channel images and its
+    CIFAR-10 configuration otherwise.
+
+    Args:
+        name: a key of :data:`MODELS`.
+        in_channels: image channels; for toy models the input dimension ``d``.
+        num_classes: outputs (logits); for toy models the output dimension (1 for
+            ``g(x)``).
+        image_size: the side of the square images, at least 8; ``node`` and
+            ``anode`` read out the flattened state and accept only this size. Toy
+            models ignore it.
+        activation: ``"relu"``, ``"softplus"``, ``"tanh"`` or ``"silu"``.
+        tol: ``rtol = atol`` of the adaptive solver, positive.
+        gradient: ``"backprop"`` (:class:`odecore.Autograd`), ``"adjoint"``
+            (:class:`odecore.Adjoint`) or ``"checkpoint"`` (:class:`odecore.Checkpoint`).
+        solver: an adaptive odecore method by name, a key of
+            ``odecore.ADAPTIVE_METHODS`` (``"dopri5"``, ``"tsit5"``, ``"bosh3"``, ...).
+
+    Returns:
+        The model, in float32 on the CPU, in training mode.
+
+    Raises:
+        ValueError: for an unknown ``name``, ``activation``, ``gradient`` or
+            ``solver``, a ``tol`` that is not positive, or ``in_channels``,
+            ``num_classes`` or (image models) ``image_size`` out of range.
+
+    Example:
+        >>> import torch
+        >>> from odebench.models import build_model, nfe
+        >>> model = build_model("odenet", in_channels=1, num_classes=10, image_size=28)
+        >>> model(torch.randn(2, 1, 28, 28)).shape
+        torch.Size([2, 10])
+        >>> nfe(model)[0] > 0
+        True
+    """
+    if name not in MODELS:
+        raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODELS)}.")
+    act = ACTIVATIONS[check_choice("activation", activation, tuple(ACTIVATIONS))]
+    config = OdeConfig(
+        solver=check_choice("solver", solver, tuple(odecore.ADAPTIVE_METHODS)),
+        tol=check_tol(tol),
+        gradient=check_choice("gradient", gradient, tuple(GRADIENTS)),
+    )
+    check_int("in_channels", in_channels, 1)
+    check_int("num_classes", num_classes, 1)
+    if MODELS[name].kind == "toy":
+        augment = _toy.TOY_AUGMENT if name == "toy-anode" else 0
+        return _toy.toy(in_channels, num_classes, augment, act, config)
+    check_int("image_size", image_size, MIN_IMAGE_SIZE)
+    if name == "mlp":
+        return _chen.mlp(in_channels * image_size * image_size, num_classes, act)
+    if name == "resnet":
+        return _chen.resnet(in_channels, num_classes, act)
+    if name == "odenet":
+        return _chen.odenet(in_channels, num_classes, act, config)
+    if name == "rknet":
+        return _chen.rknet(in_channels, num_classes, act)
+    if name in ("node", "anode"):
+        return _augmented.dupont(name, in_channels, num_classes, image_size, act, config)
+    if name == "ilnode":
+        return _augmented.ilnode(in_channels, num_classes, act, config)
+    if name == "sonode":
+        return _augmented.sonode(in_channels, num_classes, act, config)
+    channels = (64, 128, 256) if name == "wide-continuousnet" else (16, 32, 64)
+    net = ContinuousNet(in_channels, num_classes, channels, n_steps=CONTNET_STEPS, activation=act)
+    return net.to_resnet() if name == "continuous-resnet" else net
+
+
+def ode_layers(model: nn.Module) -> list[NeuralODE]:
+    """The :class:`odelayers.NeuralODE` layers of ``model``, in the order of ``modules()``.
+
+    Args:
+        model: any module.
+
+    Returns:
+        The layers; empty for a model without one (the ResNets, the MLP, the
+        ContinuousNet models).
+
+    Example:
+        >>> from odebench.models import build_model, ode_layers
+        >>> len(ode_layers(build_model("anode", in_channels=1, num_classes=10, image_size=28)))
+        1
+    """
+    return [m for m in model.modules() if isinstance(m, NeuralODE)]
+
+
+def nfe(model: nn.Module) -> tuple[int, int]:
+    """Function evaluations of the model's ``NeuralODE`` layers: ``(forward, backward)``.
+
+    Each is the sum over :func:`ode_layers` of the layer's count in its last forward
+    pass (``nfe``) and last backward pass (``nfe_backward``; 0 with backprop, which
+    evaluates nothing again). ``(0, 0)`` for a model without such layers or before its
+    first pass.
+
+    Args:
+        model: any module.
+
+    Returns:
+        ``(forward NFE, backward NFE)``.
+
+    Example:
+        >>> import torch
+        >>> from odebench.models import build_model, nfe
+        >>> model = build_model("toy-node", in_channels=2, num_classes=1, image_size=0,
+        ...                     gradient="adjoint")
+        >>> model(torch.randn(4, 2)).sum().backward()
+        >>> forward, backward = nfe(model)
+        >>> forward > 0, backward > 0
+        (True, True)
+    """
+    layers = ode_layers(model)
+    return sum(m.nfe for m in layers), sum(m.nfe_backward for m in layers)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """The number of parameters of ``model`` (every element of every parameter, once).
+
+    Args:
+        model: any module.
+
+    Returns:
+        The count, trainable or not, shared parameters counted once.
+
+    Example:
+        >>> from odebench.models import build_model, count_parameters
+        >>> count_parameters(build_model("mlp", in_channels=1, num_classes=10, image_size=28))
+        238510
+    """
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,45 @@
+"""Dupont et al. (2019)'s toy regression models for ``g(x)``: a NODE and an ANODE on vectors."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from odelayers import DepthConcat, DepthSequential, ZeroAugmentation
+from torch import nn
+
+from ._common import OdeConfig
+
+TOY_HIDDEN = 32
+"""Hidden units of the toy vector field's two layers."""
+TOY_AUGMENT = 5
+"""Zero dimensions of the toy ANODE (``p = 5`` in the authors' configuration)."""
+
+
+def toy_field(features: int, activation: type[nn.Module]) -> DepthSequential:
+    """``[x, t] -> 32 -> act -> 32 -> act -> features``: the time-dependent MLP field."""
+    return DepthSequential(
+        DepthConcat(),
+        nn.Linear(features + 1, TOY_HIDDEN),
+        activation(),
+        nn.Linear(TOY_HIDDEN, TOY_HIDDEN),
+        activation(),
+        nn.Linear(TOY_HIDDEN, features),
+    )
+
+
+def toy(
+    in_features: int,
+    out_features: int,
+    augment: int,
+    activation: type[nn.Module],
+    config: OdeConfig,
+) -> nn.Sequential:
+    """``augment`` zero dimensions (none: a NODE), the ODE, a linear readout."""
+    features = in_features + augment
+    return nn.Sequential(
+        OrderedDict(
+            augment=ZeroAugmentation(augment) if augment else nn.Identity(),
+            ode=config.layer(toy_field(features, activation)),
+            head=nn.Linear(features, out_features),
+        )
+    )
