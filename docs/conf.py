@@ -41,6 +41,12 @@ for _name in PACKAGES:
         sys.path.insert(0, str(_src))
 
 PUBLISHED = [name for name in PACKAGES if importlib.util.find_spec(name) is not None]
+# Public sub-packages, whose __all__ the API reference must cover as well.
+SUBPACKAGES = [
+    f"odebench.{name}"
+    for name in ("perf", "data", "models", "training", "experiments")
+    if "odebench" in PUBLISHED
+]
 
 # -- Project ---------------------------------------------------------------------------
 
@@ -90,6 +96,8 @@ nitpick_ignore = [
     ("py:class", "collections.abc.Callable"),
     ("py:class", "collections.abc.Mapping"),
     ("py:class", "collections.abc.Sequence"),
+    ("py:class", "os.PathLike"),
+    ("py:class", "pathlib.Path"),
 ]
 nitpick_ignore_regex = [
     # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...
@@ -356,7 +364,7 @@ def _check_all_documented(app: Any, env: Any) -> None:
 
     logger = logging.getLogger(__name__)
     documented = set(env.domains["py"].objects)
-    for name in PUBLISHED:
+    for name in PUBLISHED + SUBPACKAGES:
         package = importlib.import_module(name)
         missing = [x for x in package.__all__ if f"{name}.{x}" not in documented]
         if missing:

@@ -25,6 +25,36 @@ def test_all_snapshot():
     ]
 
 
+def test_subpackage_snapshots():
+    import odebench.data
+    import odebench.experiments
+    import odebench.models
+    import odebench.training
+
+    assert sorted(odebench.data.__all__) == [
+        "Augment", "DataError", "DataNotFoundError", "Dataset", "annuli", "download",
+        "horizontal_flip", "load_cifar", "load_mnist", "nested_spirals", "pendulum",
+        "random_crop", "read_idx", "reflection",
+    ]  # fmt: skip
+    assert sorted(odebench.models.__all__) == [
+        "MODELS", "ModelInfo", "build_model", "count_parameters", "nfe", "ode_layers",
+    ]  # fmt: skip
+    assert sorted(odebench.training.__all__) == [
+        "DATASETS", "DatasetInfo", "Interrupted", "RunExistsError", "TrainConfig",
+        "default_out", "evaluate", "find_data", "load_model", "resolve_device",
+        "search_paths", "train",
+    ]  # fmt: skip
+    assert sorted(odebench.experiments.__all__) == [
+        "EXPERIMENTS", "Experiment", "RunOptions", "register", "run_experiment",
+    ]  # fmt: skip
+    for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
+        assert (package.__doc__ or "").strip(), package
+        for name in package.__all__:
+            obj = getattr(package, name)
+            if callable(obj):
+                assert (obj.__doc__ or "").strip(), f"{package.__name__}.{name}"
+
+
 def test_version_matches_the_distribution():
     assert odebench.__version__ == importlib.metadata.version("odebench")
 

@@ -1,14 +1,16 @@
-"""odebench: benchmarks for continuous-depth networks.
+"""odebench: data sets, the papers' models, training runs and benchmarks.
 
-The top layer of the monorepo: it measures what the packages below it do. So far it
-holds the solver benchmark, run from the command line::
+The top layer of the monorepo, used mostly from the command line::
 
+    odebench list
+    odebench run quickstart
+    odebench train --model odenet --dataset mnist --data-dir DIR
     odebench perf solvers [--quick] [--json PATH]
 
-which times :mod:`odecore` against torchdiffeq (and torchode and torchdyn where they
-import) side by side and reports medians and ratios; :func:`main` is the same
-command line called from Python, and :mod:`odebench.perf` holds the benchmark
-itself and documents its JSON output.
+:func:`main` is the same command line called from Python. The sub-packages hold
+what it runs: :mod:`odebench.data` (data sets), :mod:`odebench.models` (models),
+:mod:`odebench.training` (the training loop), :mod:`odebench.experiments` (the
+experiments of ``odebench run``) and :mod:`odebench.perf` (the benchmarks).
 """
 
 __version__ = "0.1.0"

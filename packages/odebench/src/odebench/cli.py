@@ -2,13 +2,20 @@
 
 ::
 
+    odebench list
+    odebench run NAME [--quick] [--device cpu|cuda] [--epochs N] [--data-dir DIR]
+                      [--out DIR] [--seed S] [--resume] [--no-progress]
+    odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
+                   [--optimizer sgd|adam] [--tol TOL] [--gradient G] ... [--resume]
     odebench perf solvers [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
     odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--batch N] [--steps N]
 
-``python -m odebench`` is the same command.
+``python -m odebench`` is the same command, and
+``torchrun --nproc_per_node=N -m odebench train ...`` trains on N processes.
+Usage errors exit with status 2 and one line on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from . import __version__
 
@@ -33,6 +41,42 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated epochs such as 60,100,140, got {text!r}"
+        ) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (``odebench train: error: ...``), status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
@@ -44,12 +88,13 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     from .perf._libraries import LIBRARIES
     from .perf._problems import PROBLEMS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="odebench",
         description="Benchmarks for continuous-depth networks.",
     )
     parser.add_argument("--version", action="version", version=f"odebench {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_training_commands(commands)
     perf = commands.add_parser(
         "perf", help="performance benchmarks", description="Performance benchmarks."
     )
@@ -132,6 +177,168 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     return parser, perf
 
 
+def _add_training_commands(commands: Any) -> None:
+    from .experiments import EXPERIMENTS
+    from .models import MODELS
+    from .training import DATASETS
+
+    commands.add_parser(
+        "list",
+        help="the experiments, models and data sets, one line each",
+        description="List the experiments of `odebench run`, the models and the data sets.",
+    )
+    run = commands.add_parser(
+        "run",
+        help="run an experiment (`odebench list` shows them)",
+        description="Run an experiment; its files go to --out (default runs/NAME).",
+    )
+    run.add_argument("name", metavar="NAME", help=f"one of: {', '.join(EXPERIMENTS)}")
+    run.add_argument("--quick", action="store_true", help="the CPU-minutes version")
+    _add_common(run)
+    run.set_defaults(command_parser=run)
+    train = commands.add_parser(
+        "train",
+        help="train one model on one data set",
+        description=(
+            "Train one model on one data set, with a progress bar per epoch, metrics "
+            "(JSON, CSV, PNG) and a checkpoint after every epoch in --out (default "
+            "runs/MODEL-DATASET). Under torchrun the global batch is split over the "
+            "processes."
+        ),
+    )
+    train.add_argument("--model", required=True, metavar="M", help=f"one of: {', '.join(MODELS)}")
+    train.add_argument(
+        "--dataset", required=True, metavar="D", help=f"one of: {', '.join(DATASETS)}"
+    )
+    add = train.add_argument
+    add("--batch-size", type=_positive_int, default=128, metavar="N", help="global batch (128)")
+    add("--eval-batch-size", type=_positive_int, default=1000, metavar="N", help="(1000)")
+    add("--lr", type=_positive_float, default=0.1, help="learning rate (0.1)")
+    add("--optimizer", choices=("sgd", "adam"), default="sgd", help="(sgd, momentum 0.9)")
+    add("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
+    add("--weight-decay", type=float, default=0.0, help="L2 penalty (0)")
+    add("--milestones", type=_int_list, default=(), metavar="E,E,...",
+        help="epochs at which the learning rate is multiplied by --gamma")  # fmt: skip
+    add("--gamma", type=_positive_float, default=0.1, help="learning-rate factor (0.1)")
+    add("--train-size", type=_positive_int, default=None, metavar="N", help="a seeded subset")
+    add("--test-size", type=_positive_int, default=None, metavar="N", help="a seeded subset")
+    add("--augment", action="store_true", help="random crops (pad 4); flips on CIFAR")
+    add("--activation", default="relu", help="of the vector field: relu (default), softplus, ...")
+    add("--tol", type=_positive_float, default=1e-3, help="rtol = atol of the solver (1e-3)")
+    add("--gradient", choices=("backprop", "adjoint", "checkpoint"), default="backprop",
+        help="gradient method of ODE models (backprop)")  # fmt: skip
+    add("--solver", default="dopri5", help="adaptive solver of ODE models (dopri5)")
+    add("--bf16", action="store_true", help="bfloat16 autocast")
+    add("--compile", action="store_true", help="torch.compile the model")
+    _add_common(train)
+    train.set_defaults(command_parser=train)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--device", default="auto", help="auto (default: cuda when available), cpu, cuda")
+    add("--epochs", type=_non_negative_int, default=None, metavar="N", help="number of epochs")
+    add("--data-dir", default=None, metavar="DIR", help="where the data sets are")
+    add("--out", type=Path, default=None, metavar="DIR", help="output directory")
+    add("--seed", type=_non_negative_int, default=0, metavar="S", help="random seed (0)")
+    add("--resume", action="store_true", help="continue from the checkpoint in --out")
+    add("--no-progress", action="store_true", help="no progress bars")
+
+
+def _log(line: str) -> None:
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
+
+
+def _list() -> int:
+    from .experiments import EXPERIMENTS
+    from .models import MODELS
+    from .training import DATASETS
+
+    sections: list[tuple[str, dict[str, str]]] = [
+        ("Experiments (odebench run NAME)", {n: e.description for n, e in EXPERIMENTS.items()}),
+        ("Models (odebench train --model M)", {n: m.description for n, m in MODELS.items()}),
+        ("Data sets (--dataset D)", {n: d.description for n, d in DATASETS.items()}),
+    ]
+    for title, rows in sections:
+        print(title)
+        width = max(len(n) for n in rows)
+        for name, text in rows.items():
+            print(f"  {name:<{width}}  {text}")
+        print()
+    return 0
+
+
+def _fail(parser: argparse.ArgumentParser, message: str) -> int:
+    print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .experiments import EXPERIMENTS, RunOptions, run_experiment
+    from .training import Interrupted, RunExistsError
+
+    if args.name not in EXPERIMENTS:
+        return _fail(parser, f"unknown experiment {args.name!r}; known: {', '.join(EXPERIMENTS)}")
+    options = RunOptions(
+        out=args.out or Path("runs") / args.name,
+        quick=args.quick,
+        device=args.device,
+        epochs=args.epochs,
+        data_dir=args.data_dir,
+        seed=args.seed,
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
+    try:
+        run_experiment(args.name, options, log=_log)
+    except (ValueError, FileNotFoundError, RunExistsError) as exc:
+        return _fail(parser, str(exc))
+    except Interrupted as exc:
+        _log(str(exc))
+        return 130
+    return 0
+
+
+def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .training import Interrupted, RunExistsError, TrainConfig, default_out, train
+
+    try:
+        config = TrainConfig(
+            model=args.model,
+            dataset=args.dataset,
+            epochs=1 if args.epochs is None else args.epochs,
+            batch_size=args.batch_size,
+            eval_batch_size=args.eval_batch_size,
+            lr=args.lr,
+            optimizer=args.optimizer,
+            momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            milestones=args.milestones,
+            gamma=args.gamma,
+            seed=args.seed,
+            device=args.device,
+            data_dir=args.data_dir,
+            train_size=args.train_size,
+            test_size=args.test_size,
+            augment=args.augment,
+            activation=args.activation,
+            tol=args.tol,
+            gradient=args.gradient,
+            solver=args.solver,
+            bf16=args.bf16,
+            compile=args.compile,
+            progress=not args.no_progress,
+        )
+        train(config, args.out or default_out(config), resume=args.resume, log=_log)
+    except (ValueError, FileNotFoundError, RunExistsError) as exc:
+        return _fail(parser, str(exc))
+    except Interrupted as exc:
+        _log(str(exc))
+        return 130
+    return 0
+
+
 def _check_output(parser: argparse.ArgumentParser, path: Path) -> None:
     """Fail before a long run, not after it, if the JSON file cannot be written."""
     if path.exists() and path.is_dir():
@@ -165,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "list":
+        return _list()
+    if args.command in ("run", "train"):
+        sub = args.command_parser
+        return _run(sub, args) if args.command == "run" else _train(sub, args)
     if args.perf_command is None:
         perf_parser.print_help(sys.stderr)
         return 2

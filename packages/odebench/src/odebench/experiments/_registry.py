@@ -1,0 +1,91 @@
+"""The registry of experiments that ``odebench run NAME`` runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options every experiment takes (``odebench run NAME [options]``).
+
+    Args:
+        out: the output directory of the experiment; each training run in it gets a
+            sub-directory.
+        quick: the CPU-minutes version: less data, fewer epochs, the same code path.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        epochs: override the experiment's number of epochs.
+        data_dir: where the image data sets are.
+        seed: the seed of every run.
+        resume: continue the runs from their checkpoints.
+        progress: progress bars per epoch.
+
+    Example:
+        >>> RunOptions(out=Path("runs/quickstart"), quick=True).epochs_or(10)
+        10
+    """
+
+    out: Path
+    quick: bool = False
+    device: str = "auto"
+    epochs: int | None = None
+    data_dir: str | None = None
+    seed: int = 0
+    resume: bool = False
+    progress: bool = True
+
+    def epochs_or(self, default: int) -> int:
+        """``epochs`` when it was given, ``default`` otherwise."""
+        return default if self.epochs is None else self.epochs
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named experiment: a one-line description and the function that runs it.
+
+    ``run(options, log)`` writes its files under ``options.out`` and returns the
+    summary it also writes to ``results.json`` there.
+    """
+
+    name: str
+    description: str
+    run: Callable[[RunOptions, Log], dict[str, Any]]
+
+
+_REGISTRY: dict[str, Experiment] = {}
+EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(_REGISTRY)
+
+
+def register(name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: add ``fn(options, log) -> dict`` to :data:`EXPERIMENTS` as ``name``."""
+
+    def wrap(fn: Callable[[RunOptions, Log], dict[str, Any]]) -> Callable[..., Any]:
+        _REGISTRY[name] = Experiment(name, description, fn)
+        return fn
+
+    return wrap
+
+
+def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str, Any]:
+    """Run the experiment ``name`` with ``options``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
+    return EXPERIMENTS[name].run(options, log)
+
+
+def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
+    """A table cell: the formatted number, or an en dash for a missing one."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(value * scale, spec)

@@ -1,0 +1,27 @@
+"""Training runs: one model on one data set, with checkpoints that survive a crash.
+
+:func:`train` runs a :class:`TrainConfig` and writes everything into an output
+directory: the resolved configuration, metrics per epoch (JSON and CSV), a PNG of the
+curves, an atomic checkpoint after every epoch (and on SIGINT/SIGTERM), and the final
+results. ``odebench train`` is this function on the command line, and
+``torchrun --nproc_per_node=N -m odebench train ...`` runs it on several processes.
+"""
+
+from ._config import DATASETS, DatasetInfo, TrainConfig, default_out
+from ._data import find_data, search_paths
+from ._loop import Interrupted, RunExistsError, evaluate, load_model, resolve_device, train
+
+__all__ = [
+    "DATASETS",
+    "DatasetInfo",
+    "Interrupted",
+    "RunExistsError",
+    "TrainConfig",
+    "default_out",
+    "evaluate",
+    "find_data",
+    "load_model",
+    "resolve_device",
+    "search_paths",
+    "train",
+]

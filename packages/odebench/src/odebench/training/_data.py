@@ -1,0 +1,135 @@
+"""Finding and loading the data set of a run, and cutting it into batches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..data import Dataset, annuli, load_cifar, load_mnist, nested_spirals, reflection
+from ._config import DATASETS, TrainConfig
+
+DATA_ENV = "ODEBENCH_DATA_DIR"
+TOY_SIZES = {"train": 3000, "test": 1000}
+
+
+def search_paths(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The directories searched for data sets, in order.
+
+    ``data_dir`` when given, ``$ODEBENCH_DATA_DIR``, ``~/.cache/odebench``,
+    ``./data``, a ``shared/datasets`` folder beside the working directory, and
+    ``/usr/share/datasets`` (where Debian's ``dataset-fashion-mnist`` installs).
+    """
+    paths = [Path(data_dir)] if data_dir is not None else []
+    if os.environ.get(DATA_ENV):
+        paths.append(Path(os.environ[DATA_ENV]))
+    paths += [
+        Path.home() / ".cache" / "odebench",
+        Path("data"),
+        Path("..") / "shared" / "datasets",
+        Path("/usr/share/datasets"),
+    ]
+    return paths
+
+
+def _holds(dataset: str, path: Path) -> bool:
+    if dataset in ("mnist", "fashion-mnist"):
+        return any(path.glob("train-images-idx3-ubyte*"))
+    if dataset == "cifar10":
+        return (path / "data_batch_1").exists() or (path / "cifar-10-batches-py").is_dir()
+    return (path / "train").exists() or (path / "cifar-100-python").is_dir()
+
+
+def find_data(dataset: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The directory that holds the files of an image data set.
+
+    With ``data_dir`` only that directory (or its sub-folder named after the data
+    set) is considered; without it, every directory of :func:`search_paths`.
+
+    Raises:
+        FileNotFoundError: naming the places searched and the files expected.
+
+    Example:
+        >>> find_data("cifar10", "/nonexistent")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no cifar10 data in /nonexistent (looked for CIFAR-10, ...--data-dir
+    """
+    info = DATASETS[dataset]
+    roots = [Path(data_dir)] if data_dir is not None else search_paths()
+    for root in roots:
+        for path in (root, *(root / name for name in info.folders)):
+            if path.is_dir() and _holds(dataset, path):
+                return path
+    where = ", ".join(str(r) for r in roots)
+    raise FileNotFoundError(
+        f"no {dataset} data in {where} (looked for {info.description} in it and in its "
+        f"sub-folders {', '.join(info.folders)}); give the directory with --data-dir"
+    )
+
+
+def load_splits(config: TrainConfig) -> tuple[Dataset, Dataset]:
+    """The training and test sets of ``config``, cut to ``train_size``/``test_size``.
+
+    Toy sets are generated from the run's seed (the test set from a different
+    stream), image sets read from :func:`find_data`.
+    """
+    name = config.dataset
+    if DATASETS[name].toy:
+        sets = []
+        for split, offset in (("train", 0), ("test", 1)):
+            gen = torch.Generator().manual_seed(2 * config.seed + offset)
+            size = TOY_SIZES[split]
+            if name == "annuli-1d":
+                sets.append(annuli(size, dim=1, generator=gen))
+            elif name == "annuli-2d":
+                sets.append(annuli(size, dim=2, generator=gen))
+            elif name == "reflection":
+                sets.append(reflection(size, generator=gen))
+            else:
+                sets.append(nested_spirals(size, generator=gen))
+        train, test = sets
+    else:
+        root = find_data(name, config.data_dir)
+        if name in ("mnist", "fashion-mnist"):
+            train = load_mnist(root, train=True, kind=name)
+            test = load_mnist(root, train=False, kind=name)
+        else:
+            classes = 10 if name == "cifar10" else 100
+            train = load_cifar(root, train=True, classes=classes)
+            test = load_cifar(root, train=False, classes=classes)
+    gen = torch.Generator().manual_seed(config.seed)
+    return train.subset(config.train_size, generator=gen), test.subset(
+        config.test_size, generator=gen
+    )
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
+    """The order of the examples in ``epoch``: a permutation fixed by seed and epoch.
+
+    It depends on nothing else, so a resumed run visits the examples in the same
+    order as an uninterrupted one.
+    """
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen)
+
+
+def train_batches(
+    order: Tensor, batch_size: int, *, start: int = 0
+) -> Iterator[tuple[int, Tensor]]:
+    """``(index, examples)`` of each full global batch of ``order``, from batch ``start``.
+
+    The last incomplete batch is dropped, so every batch has the same size, and the
+    shards of a batch over several processes have equal sizes too.
+    """
+    for i in range(start, len(order) // batch_size):
+        yield i, order[i * batch_size : (i + 1) * batch_size]
+
+
+def shard(batch: Tensor, rank: int, world: int) -> Tensor:
+    """The contiguous slice of a global batch that process ``rank`` of ``world`` takes."""
+    size = len(batch) // world
+    return batch[rank * size : (rank + 1) * size]

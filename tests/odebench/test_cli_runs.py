@@ -1,0 +1,86 @@
+"""``odebench list``, ``run`` and ``train`` on the command line: output and error paths."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import odebench
+import pytest
+from odebench import main
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    src = str(Path(odebench.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "odebench", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_list_names_experiments_models_and_data_sets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("quickstart", "odenet", "resnet", "continuousnet", "mnist", "annuli-1d"):
+        assert f"  {name} " in out, name
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--model", "nope", "--dataset", "mnist"], "Unknown `model` 'nope'"),
+        (["train", "--model", "odenet", "--dataset", "mnist", "--epochs", "-3"],
+         "argument --epochs: expected a non-negative integer, got -3"),
+        (["train", "--model", "odenet", "--dataset", "mnist", "--data-dir", "/nonexistent/x"],
+         "no mnist data in /nonexistent/x"),
+        (["train", "--model", "odenet"], "the following arguments are required: --dataset"),
+        (["train", "--model", "odenet", "--dataset", "mnist", "--lr", "-1"],
+         "argument --lr: expected a positive number, got -1"),
+        (["run", "nope"], "unknown experiment 'nope'; known: quickstart"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    proc = _run(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_existing_run_needs_resume(tmp_path):
+    args = [
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--epochs", "1",
+        "--train-size", "64", "--batch-size", "32", "--device", "cpu", "--no-progress",
+        "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    assert _run(*args).returncode == 0
+    again = _run(*args)
+    assert again.returncode == 2
+    assert "holds a run already; pass --resume" in again.stderr
+    resumed = _run(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_quickstart_quick_end_to_end(tmp_path):
+    out = tmp_path / "quickstart"
+    proc = _run("run", "quickstart", "--quick", "--device", "cpu", "--no-progress",
+                "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("report.md", "results.json", "toy.png"):
+        assert (out / name).exists(), name
+    for run in ("node", "anode", "image"):
+        assert (out / run / "results.json").exists(), run
+    results = json.loads((out / "results.json").read_text())
+    node, anode = results["runs"]["node"], results["runs"]["anode"]
+    assert node["final"]["nfe_forward"] > 0 and anode["final"]["nfe_forward"] > 0
+    image = results["runs"]["image"]["final"]
+    assert 0.0 <= image["test_acc"] <= 1.0 and math.isfinite(image["test_loss"])
+    report = (out / "report.md").read_text()
+    assert "| NODE |" in report and "| ANODE |" in report and "![" in report

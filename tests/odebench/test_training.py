@@ -1,0 +1,284 @@
+"""Training runs: configuration, files, checkpoints, resuming after a crash, processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import odebench
+import pytest
+import torch
+from odebench.training import (
+    RunExistsError,
+    TrainConfig,
+    evaluate,
+    find_data,
+    load_model,
+    train,
+)
+from odebench.training._data import epoch_order, shard, train_batches
+from odebench.training._io import write_atomic, write_csv
+
+TOY = {"model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3}
+TIMING = ("images_per_second", "epoch_seconds")
+
+
+def _env(threads: int = 1) -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(Path(odebench.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "odebench", *args]
+
+
+def _untimed(metrics: list[dict]) -> list[dict]:
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics]
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"model": "nope"}, r"Unknown `model` 'nope'; known: .*odenet"),
+        ({"dataset": "imagenet"}, r"Unknown `dataset` 'imagenet'; known: mnist"),
+        ({"epochs": -1}, r"`epochs` must be a non-negative integer, got -1"),
+        ({"batch_size": 0}, r"`batch_size` must be a positive integer"),
+        ({"lr": float("nan")}, r"`lr` must be a positive number"),
+        ({"optimizer": "lbfgs"}, r"`optimizer` must be 'sgd' or 'adam'"),
+        ({"milestones": (5, 3)}, r"`milestones` must be increasing"),
+        ({"device": "tpu"}, r"`device` must be 'auto', 'cpu', 'cuda'"),
+        ({"momentum": 1.0}, r"`momentum` must lie in \[0, 1\)"),
+    ],
+)
+def test_bad_configuration(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**{**TOY, **changes})
+
+
+def test_schedule_and_round_trip():
+    config = TrainConfig(model="odenet", dataset="mnist", lr=0.1, milestones=(2, 4), gamma=0.5)
+    assert [config.lr_at(e) for e in range(6)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+    assert config.loss == "cross_entropy"
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_epoch_order_and_shards_cover_each_example_once():
+    order = epoch_order(103, seed=3, epoch=2)
+    assert torch.equal(order, epoch_order(103, seed=3, epoch=2))
+    assert not torch.equal(order, epoch_order(103, seed=3, epoch=3))
+    batches = [b for _, b in train_batches(order, 10)]
+    assert len(batches) == 10  # the last three examples are dropped: equal batches
+    shards = [shard(b, r, 2) for b in batches for r in range(2)]
+    assert torch.equal(torch.cat(shards), order[:100])
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "metrics.csv"
+    write_csv(path, [{"epoch": 1, "acc": 0.5}, {"epoch": 2, "acc": None, "nfe": 20}])
+    assert path.read_text().splitlines() == ["epoch,acc,nfe", "1,0.5,", "2,,20"]
+
+    def fail(f):
+        f.write(b"half a fi")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, fail)
+    assert path.read_text().startswith("epoch,acc,nfe")
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary left
+
+
+def test_find_data_names_the_places_searched(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"no mnist data in {tmp_path} .*--data-dir"):
+        find_data("mnist", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "toy"
+    config = TrainConfig(**TOY, epochs=2, batch_size=100, train_size=600, progress=False)
+    lines: list[str] = []
+    results = train(config, out, log=lines.append)
+    return config, out, results, lines
+
+
+def test_a_run_writes_its_files(toy_run):
+    config, out, results, lines = toy_run
+    names = {p.name for p in out.iterdir()}
+    expected = {"config.json", "metrics.json", "metrics.csv", "curves.png", "checkpoint.pt"}
+    assert expected | {"results.json"} == names
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert all(m["nfe_forward"] > 0 and m["test_nfe"] > 0 for m in metrics)
+    assert all(m["nfe_backward"] is None for m in metrics)  # backprop: no backward solve
+    assert all(m["train_acc"] is None for m in metrics)  # regression: no accuracy
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert results["final"] == metrics[-1]
+    assert json.loads((out / "results.json").read_text()) == results
+    assert len(lines) == 2 and lines[0].startswith("epoch 1/2  train loss")
+    saved = json.loads((out / "config.json").read_text())
+    assert TrainConfig.from_dict(saved["config"]) == config
+    assert saved["parameters"] == results["parameters"]
+
+
+def test_checkpoint_loads_with_weights_only_and_restores_the_model(toy_run):
+    config, out, results, _ = toy_run
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["batch"]) == (2, 0)
+    model, loaded = load_model(out)
+    assert loaded == config
+    from odebench.data import annuli
+
+    test = annuli(1000, dim=1, generator=torch.Generator().manual_seed(1))
+    again = evaluate(model, test, "mse", batch_size=1000, device=torch.device("cpu"))
+    assert math.isclose(again["loss"], results["final"]["test_loss"], rel_tol=1e-6)
+
+
+def test_an_existing_run_is_not_overwritten(toy_run):
+    config, out, _, _ = toy_run
+    with pytest.raises(RunExistsError, match="--resume"):
+        train(config, out, log=lambda line: None)
+
+
+def test_resuming_a_finished_run_with_more_epochs_continues_it(tmp_path, toy_run):
+    config, out, _, _ = toy_run
+    # An uninterrupted three-epoch run ...
+    three = TrainConfig(**{**config.to_dict(), "epochs": 3})
+    full = train(three, tmp_path / "full", log=lambda line: None)
+    # ... equals the two-epoch run continued for one more epoch.
+    copy = tmp_path / "continued"
+    copy.mkdir()
+    for name in ("checkpoint.pt", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    continued = train(three, copy, resume=True, log=lambda line: None)
+    metrics = json.loads((copy / "metrics.json").read_text())
+    assert len(metrics) == 3
+    assert _untimed([continued["final"]]) == _untimed([full["final"]])
+
+
+def _train_cmd(out: Path, epochs: int) -> list[str]:
+    return _cli(
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",
+        "--lr", "3e-3", "--batch-size", "32", "--epochs", str(epochs), "--device", "cpu",
+        "--no-progress", "--out", str(out),
+    )  # fmt: skip
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    proc = subprocess.run(_train_cmd(out, 3), capture_output=True, text=True, env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_epoch_resumes_to_the_same_result(tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=_env())
+    _wait_for(out / "metrics.json", proc)  # epoch 1 done: the process is inside epoch 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "results.json").exists()
+    resumed = subprocess.run(
+        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=_env()
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming" in resumed.stderr
+    result = json.loads((out / "results.json").read_text())
+    assert _untimed([result["final"]]) == _untimed([uninterrupted["final"]])
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_mid_epoch_checkpoint_that_resumes_exactly(tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=_env())
+    _wait_for(out / "curves.png", proc)  # the last file of epoch 1
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["batch"] > 0 or state["epoch"] > 1, "stopped at an epoch boundary"
+    assert "checkpoint saved" in err
+    resumed = subprocess.run(
+        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=_env()
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    assert _untimed([result["final"]]) == _untimed([uninterrupted["final"]])
+
+
+def _write_idx(path: Path, data: torch.Tensor) -> None:
+    header = bytes([0, 0, 0x08, data.dim()])
+    dims = b"".join(int(n).to_bytes(4, "big") for n in data.shape)
+    path.write_bytes(header + dims + data.to(torch.uint8).numpy().tobytes())
+
+
+@pytest.fixture
+def digits(tmp_path):
+    """A small data set in MNIST's files: noise images whose class sets a bright row."""
+    gen = torch.Generator().manual_seed(0)
+    for split, n in (("train", 640), ("t10k", 100)):
+        labels = torch.randint(0, 10, (n,), generator=gen)
+        images = torch.randint(0, 60, (n, 28, 28), generator=gen)
+        images[torch.arange(n), 2 * labels + 4] = 255
+        _write_idx(tmp_path / f"{split}-images-idx3-ubyte", images)
+        _write_idx(tmp_path / f"{split}-labels-idx1-ubyte", labels)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
+    # Chen's MLP: every sample's computation is independent of its batch mates, so
+    # the mean of the two shards' gradients is the whole batch's gradient.
+    common = [
+        "train", "--model", "mlp", "--dataset", "mnist", "--data-dir", str(digits),
+        "--lr", "0.05", "--batch-size", "64", "--epochs", "2", "--device", "cpu",
+        "--no-progress",
+    ]  # fmt: skip
+    one = subprocess.run(
+        _cli(*common, "--out", str(tmp_path / "one")), capture_output=True, text=True, env=_env()
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--standalone", "-m", "odebench", *common, "--out", str(tmp_path / "two")],
+        capture_output=True, text=True, env=_env(), timeout=180,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)
+    assert a["model"].keys() == b["model"].keys()
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-5, atol=1e-6)
+    # Training moved the weights, and both runs learned the bright row.
+    first = next(iter(a["model"]))
+    torch.manual_seed(0)
+    from odebench.models import build_model
+
+    fresh = build_model("mlp", in_channels=1, num_classes=10, image_size=28).state_dict()
+    assert (a["model"][first] - fresh[first]).abs().max() > 1e-3
+    ra = json.loads((tmp_path / "one" / "results.json").read_text())["final"]
+    rb = json.loads((tmp_path / "two" / "results.json").read_text())["final"]
+    assert ra["test_acc"] == pytest.approx(rb["test_acc"], abs=0.011)
+    assert ra["test_acc"] > 0.5
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["environment"]["processes"] == 2
