@@ -297,6 +297,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except Interrupted as exc:
         _log(str(exc))
         return 130
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
+        _log("interrupted")
+        return 130
     return 0
 
 
@@ -335,6 +338,9 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _fail(parser, str(exc))
     except Interrupted as exc:
         _log(str(exc))
+        return 130
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
+        _log("interrupted")
         return 130
     return 0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 

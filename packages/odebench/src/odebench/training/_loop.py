@@ -120,9 +120,14 @@ class _Stop:
 
 
 @contextlib.contextmanager
-def _stop_on_signals() -> Iterator[_Stop]:
+def _stop_on_signals(enabled: bool) -> Iterator[_Stop]:
+    """Turn SIGINT/SIGTERM into a request to stop at the next batch.
+
+    Only for a single process: under torchrun the launcher stops every worker, and a
+    worker that ignored its SIGTERM would only delay that.
+    """
     stop = _Stop()
-    if threading.current_thread() is not threading.main_thread():
+    if not enabled or threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
@@ -380,7 +385,7 @@ def _train(
         )
     loss_kind = config.loss
     run_started = time.perf_counter()
-    with _stop_on_signals() as stop:
+    with _stop_on_signals(process.world == 1) as stop:
         for epoch in range(start_epoch, config.epochs):
             for group in optimizer.param_groups:
                 group["lr"] = config.lr_at(epoch)
@@ -426,7 +431,7 @@ def _train(
                 if bar.n % 10 == 0 or bar.n == n_batches:  # a host sync every 10 batches
                     now = time.perf_counter()
                     bar.set_postfix(_postfix(totals, now - tick + totals.seconds, process))
-                if stop.requested and process.world == 1:
+                if stop.requested:
                     totals.seconds += time.perf_counter() - tick
                     checkpoint(epoch, i + 1, totals, gen)
                     bar.close()
@@ -454,7 +459,7 @@ def _train(
                 _io.write_csv(out / "metrics.csv", metrics)
                 _io.plot_curves(out / "curves.png", metrics, f"{config.model} on {config.dataset}")
             log(_line(row, config.epochs))
-            if stop.requested and process.world == 1 and epoch + 1 < config.epochs:
+            if stop.requested and epoch + 1 < config.epochs:
                 raise Interrupted(
                     f"{stop.signal_name}: stopped after epoch {epoch + 1}; "
                     f"checkpoint saved in {path}"
@@ -488,6 +493,11 @@ def _postfix(totals: _Totals, seconds: float, process: _Process) -> dict[str, st
     return post
 
 
+def _finite(value: float | None) -> float | None:
+    """``None`` for a NaN or infinite figure (a diverged run), which JSON cannot hold."""
+    return value if value is None or math.isfinite(value) else None
+
+
 def _row(
     epoch: int,
     config: TrainConfig,
@@ -498,7 +508,7 @@ def _row(
     count = max(totals.count, 1)
     batches = max(totals.batches, 1)
     classify = config.loss == "cross_entropy"
-    return {
+    row: dict[str, Any] = {
         "epoch": epoch + 1,
         "lr": config.lr_at(epoch),
         "train_loss": float(totals.loss) / count,
@@ -511,13 +521,17 @@ def _row(
         "images_per_second": totals.count / max(totals.seconds, 1e-9),
         "epoch_seconds": totals.seconds,
     }
+    return {k: _finite(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
 def _line(row: dict[str, Any], epochs: int) -> str:
-    parts = [f"epoch {row['epoch']}/{epochs}", f"train loss {row['train_loss']:.4g}"]
+    def num(value: float | None) -> str:
+        return "nan" if value is None else f"{value:.4g}"
+
+    parts = [f"epoch {row['epoch']}/{epochs}", f"train loss {num(row['train_loss'])}"]
     if row["train_acc"] is not None:
         parts.append(f"acc {100 * row['train_acc']:.2f}%")
-    parts.append(f"test loss {row['test_loss']:.4g}")
+    parts.append(f"test loss {num(row['test_loss'])}")
     if row["test_acc"] is not None:
         parts.append(f"acc {100 * row['test_acc']:.2f}%")
     if row["nfe_forward"] is not None:
