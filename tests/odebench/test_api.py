@@ -41,8 +41,8 @@ def test_subpackage_snapshots():
     ]  # fmt: skip
     assert sorted(odebench.training.__all__) == [
         "DATASETS", "DatasetInfo", "Interrupted", "RunExistsError", "TrainConfig",
-        "default_out", "evaluate", "find_data", "load_model", "resolve_device",
-        "search_paths", "train",
+        "TrainingFailedError", "default_out", "evaluate", "find_data", "load_model",
+        "resolve_device", "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
         "EXPERIMENTS", "Experiment", "RunOptions", "register", "run_experiment",

@@ -67,6 +67,20 @@ def test_an_existing_run_needs_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
 
+def test_a_diverging_run_fails_with_one_line_and_keeps_its_checkpoint(tmp_path):
+    args = [
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--lr", "1000",
+        "--momentum", "0", "--batch-size", "64", "--epochs", "2", "--device", "cpu",
+        "--no-progress", "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    proc = _run(*args)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "training failed: epoch 1, batch" in lines[0]
+    assert "non-finite" in lines[0] and "lower --lr" in lines[0]
+
+
 @pytest.mark.slow
 def test_quickstart_quick_end_to_end(tmp_path):
     out = tmp_path / "quickstart"

@@ -276,7 +276,7 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .experiments import EXPERIMENTS, RunOptions, run_experiment
-    from .training import Interrupted, RunExistsError
+    from .training import Interrupted, RunExistsError, TrainingFailedError
 
     if args.name not in EXPERIMENTS:
         return _fail(parser, f"unknown experiment {args.name!r}; known: {', '.join(EXPERIMENTS)}")
@@ -300,11 +300,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
         _log("interrupted")
         return 130
+    except TrainingFailedError as exc:
+        print(f"{parser.prog}: training failed: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training import Interrupted, RunExistsError, TrainConfig, default_out, train
+    from .training import (
+        Interrupted,
+        RunExistsError,
+        TrainConfig,
+        TrainingFailedError,
+        default_out,
+        train,
+    )
 
     try:
         config = TrainConfig(
@@ -342,6 +352,9 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
         _log("interrupted")
         return 130
+    except TrainingFailedError as exc:
+        print(f"{parser.prog}: training failed: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

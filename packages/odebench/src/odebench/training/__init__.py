@@ -9,7 +9,15 @@ results. ``odebench train`` is this function on the command line, and
 
 from ._config import DATASETS, DatasetInfo, TrainConfig, default_out
 from ._data import find_data, search_paths
-from ._loop import Interrupted, RunExistsError, evaluate, load_model, resolve_device, train
+from ._loop import (
+    Interrupted,
+    RunExistsError,
+    TrainingFailedError,
+    evaluate,
+    load_model,
+    resolve_device,
+    train,
+)
 
 __all__ = [
     "DATASETS",
@@ -17,6 +25,7 @@ __all__ = [
     "Interrupted",
     "RunExistsError",
     "TrainConfig",
+    "TrainingFailedError",
     "default_out",
     "evaluate",
     "find_data",

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import odecore
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
@@ -30,6 +31,10 @@ Log = Callable[[str], None]
 
 class RunExistsError(FileExistsError):
     """The output directory already holds a run, and ``resume`` was not asked for."""
+
+
+class TrainingFailedError(RuntimeError):
+    """The solver of an ODE model failed during training (the weights diverged)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -257,6 +262,8 @@ def train(
     Raises:
         RunExistsError: ``out`` holds a checkpoint and ``resume`` is false.
         Interrupted: on SIGINT or SIGTERM, after the checkpoint is saved.
+        TrainingFailedError: the solver of an ODE model failed (diverged weights); the
+            checkpoint of the last finished epoch is kept.
         FileNotFoundError: the data set's files are not where they were looked for.
     """
     from tqdm.auto import tqdm  # type: ignore[import-untyped]
@@ -413,11 +420,17 @@ def _train(
                     x = augment(x, gen)
                 x = shard(x, process.rank, process.world)
                 y = shard(train_set.targets[idx], process.rank, process.world)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-                    logits = net(x)
-                loss = _loss(loss_kind, logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
+                try:
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+                        logits = net(x)
+                    loss = _loss(loss_kind, logits, y)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()  # type: ignore[no-untyped-call]
+                except odecore.SolverError as exc:
+                    raise TrainingFailedError(
+                        f"epoch {epoch + 1}, batch {i + 1}: {exc} The weights have probably "
+                        f"diverged: lower --lr, or --resume from the last checkpoint in {out}."
+                    ) from exc
                 optimizer.step()
                 totals.loss += loss.detach().double() * len(y)
                 if loss_kind == "cross_entropy":
