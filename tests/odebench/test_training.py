@@ -123,7 +123,9 @@ def test_a_run_writes_its_files(toy_run):
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert results["final"] == metrics[-1]
     assert json.loads((out / "results.json").read_text()) == results
-    assert len(lines) == 2 and lines[0].startswith("epoch 1/2  train loss")
+    assert len(lines) == 3 and lines[1].startswith("epoch 1/2  train loss")
+    assert lines[0].startswith(f"toy-node on annuli-1d: {results['parameters']:,} parameters")
+    assert "600 training and 1000 test examples, cpu" in lines[0]
     saved = json.loads((out / "config.json").read_text())
     assert TrainConfig.from_dict(saved["config"]) == config
     assert saved["parameters"] == results["parameters"]

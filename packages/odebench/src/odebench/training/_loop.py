@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..data import Augment, Dataset
-from ..models import build_model, count_parameters, nfe
+from ..models import MODELS, build_model, count_parameters, nfe
 from . import _io
 from ._config import TrainConfig
 from ._data import epoch_order, load_splits, shard, train_batches
@@ -318,6 +318,13 @@ def _train(
         solver=config.solver,
     ).to(device)
     params = count_parameters(model)
+    published = MODELS[config.model].published_params
+    log(
+        f"{config.model} on {config.dataset}: {params:,} parameters"
+        + (f" (published {published / 1e6:.2f}M)" if published else "")
+        + f", {len(train_set)} training and {len(test_set)} test examples, {device}"
+        + (f", {process.world} processes" if process.world > 1 else "")
+    )
     optimizer: torch.optim.Optimizer
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(
