@@ -434,9 +434,10 @@ def _train(
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()  # type: ignore[no-untyped-call]
                 except odecore.SolverError as exc:
+                    kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
                     raise TrainingFailedError(
                         f"epoch {epoch + 1}, batch {i + 1}: {exc} The weights have probably "
-                        f"diverged: lower --lr, or --resume from the last checkpoint in {out}."
+                        f"diverged: lower --lr{kept}."
                     ) from exc
                 optimizer.step()
                 totals.loss += loss.detach().double() * len(y)
