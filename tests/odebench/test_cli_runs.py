@@ -67,7 +67,7 @@ def test_an_existing_run_needs_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
 
-def test_a_diverging_run_fails_with_one_line_and_keeps_its_checkpoint(tmp_path):
+def test_a_diverging_run_stops_with_the_solver_message_and_no_traceback(tmp_path):
     args = [
         "train", "--model", "toy-node", "--dataset", "annuli-1d", "--lr", "1000",
         "--momentum", "0", "--batch-size", "64", "--epochs", "2", "--device", "cpu",
