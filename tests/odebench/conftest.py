@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,3 +12,25 @@ import torch
 def _seed():
     """Every test draws the same random numbers, whatever ran before it."""
     torch.manual_seed(0)
+
+
+def write_idx(path: Path, data: torch.Tensor) -> None:
+    """An IDX file of unsigned bytes, as MNIST's files are."""
+    header = bytes([0, 0, 0x08, data.dim()])
+    dims = b"".join(int(n).to_bytes(4, "big") for n in data.shape)
+    path.write_bytes(header + dims + data.to(torch.uint8).numpy().tobytes())
+
+
+@pytest.fixture
+def digits(tmp_path):
+    """A small data set in MNIST's files: noise images whose class sets a bright row."""
+    gen = torch.Generator().manual_seed(0)
+    root = tmp_path / "digits"
+    root.mkdir()
+    for split, n in (("train", 640), ("t10k", 256)):
+        labels = torch.randint(0, 10, (n,), generator=gen)
+        images = torch.randint(0, 60, (n, 28, 28), generator=gen)
+        images[torch.arange(n), 2 * labels + 4] = 255
+        write_idx(root / f"{split}-images-idx3-ubyte", images)
+        write_idx(root / f"{split}-labels-idx1-ubyte", labels)
+    return root

@@ -98,3 +98,20 @@ def test_quickstart_quick_end_to_end(tmp_path):
     assert 0.0 <= image["test_acc"] <= 1.0 and math.isfinite(image["test_loss"])
     report = (out / "report.md").read_text()
     assert "| NODE |" in report and "| ANODE |" in report and "![" in report
+
+
+def test_report_combines_run_directories(tmp_path, capsys):
+    dirs = []
+    for name in ("alpha", "beta"):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        (d / "report.md").write_text(f"# {name} title\n\n| a |\n\n![fig](fig.png)\n")
+        dirs.append(str(d))
+    page = tmp_path / "site" / "page.md"
+    assert main(["report", *dirs, "--out", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Reproductions\n")
+    assert "## alpha title" in text and "## beta title" in text
+    assert "](../runs/alpha/fig.png)" in text and "](../runs/beta/fig.png)" in text
+    assert main(["report", str(tmp_path / "runs"), "--out", str(page)]) == 2
+    assert "no report.md in" in capsys.readouterr().err

@@ -228,25 +228,6 @@ def test_sigterm_saves_a_mid_epoch_checkpoint_that_resumes_exactly(tmp_path, uni
     assert _untimed([result["final"]]) == _untimed([uninterrupted["final"]])
 
 
-def _write_idx(path: Path, data: torch.Tensor) -> None:
-    header = bytes([0, 0, 0x08, data.dim()])
-    dims = b"".join(int(n).to_bytes(4, "big") for n in data.shape)
-    path.write_bytes(header + dims + data.to(torch.uint8).numpy().tobytes())
-
-
-@pytest.fixture
-def digits(tmp_path):
-    """A small data set in MNIST's files: noise images whose class sets a bright row."""
-    gen = torch.Generator().manual_seed(0)
-    for split, n in (("train", 640), ("t10k", 100)):
-        labels = torch.randint(0, 10, (n,), generator=gen)
-        images = torch.randint(0, 60, (n, 28, 28), generator=gen)
-        images[torch.arange(n), 2 * labels + 4] = 255
-        _write_idx(tmp_path / f"{split}-images-idx3-ubyte", images)
-        _write_idx(tmp_path / f"{split}-labels-idx1-ubyte", labels)
-    return tmp_path
-
-
 @pytest.mark.slow
 def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
     # Chen's MLP: every sample's computation is independent of its batch mates, so

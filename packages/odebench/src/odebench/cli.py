@@ -5,6 +5,7 @@
     odebench list
     odebench run NAME [--quick] [--device cpu|cuda] [--epochs N] [--data-dir DIR]
                       [--out DIR] [--seed S] [--resume] [--no-progress]
+    odebench report RUN_DIR... [--out PATH]
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
                    [--optimizer sgd|adam] [--tol TOL] [--gradient G] ... [--resume]
     odebench perf solvers [--quick] [--json PATH] [--threads N] [--repeats N]
@@ -195,6 +196,17 @@ def _add_training_commands(commands: Any) -> None:
     run.add_argument("--quick", action="store_true", help="the CPU-minutes version")
     _add_common(run)
     run.set_defaults(command_parser=run)
+    report = commands.add_parser(
+        "report",
+        help="combine the reports of experiment runs into one page",
+        description="Combine the report.md of each RUN_DIR into one Markdown page.",
+    )
+    report.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    report.add_argument(
+        "--out", type=Path, default=Path("reproductions.md"), metavar="PATH",
+        help="the page to write (default reproductions.md)",
+    )  # fmt: skip
+    report.set_defaults(command_parser=report)
     train = commands.add_parser(
         "train",
         help="train one model on one data set",
@@ -305,6 +317,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .experiments import combine_reports
+    from .training._io import write_text
+
+    try:
+        text = combine_reports(args.run_dirs, args.out)
+    except FileNotFoundError as exc:
+        return _fail(parser, str(exc))
+    write_text(args.out, text)
+    _log(f"wrote {args.out}")
+    return 0
+
+
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .training import (
         Interrupted,
@@ -392,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "list":
         return _list()
+    if args.command == "report":
+        return _report(args.command_parser, args)
     if args.command in ("run", "train"):
         sub = args.command_parser
         return _run(sub, args) if args.command == "run" else _train(sub, args)

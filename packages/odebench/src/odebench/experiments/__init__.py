@@ -4,7 +4,21 @@
 one with :class:`RunOptions`. ``quickstart`` is the first: the README's main job.
 """
 
-from . import _quickstart  # noqa: F401  (registers the experiment)
-from ._registry import EXPERIMENTS, Experiment, RunOptions, register, run_experiment
+from . import _chen, _quickstart  # noqa: F401  (each module registers its experiment)
+from ._registry import (
+    EXPERIMENTS,
+    Experiment,
+    RunOptions,
+    combine_reports,
+    register,
+    run_experiment,
+)
 
-__all__ = ["EXPERIMENTS", "Experiment", "RunOptions", "register", "run_experiment"]
+__all__ = [
+    "EXPERIMENTS",
+    "Experiment",
+    "RunOptions",
+    "combine_reports",
+    "register",
+    "run_experiment",
+]

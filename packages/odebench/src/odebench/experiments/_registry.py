@@ -89,3 +89,32 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return format(value * scale, spec)
+
+
+def combine_reports(run_dirs: list[Path], out: Path) -> str:
+    """One Markdown page from the ``report.md`` of several experiment directories.
+
+    Each report becomes a section (its headings one level down); image links are
+    rewritten relative to ``out``'s directory so the figures still show.
+
+    Raises:
+        FileNotFoundError: a directory without ``report.md``.
+    """
+    import os
+
+    missing = [str(d) for d in run_dirs if not (d / "report.md").exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"no report.md in {', '.join(missing)}; run the experiment there first"
+        )
+    parts = ["# Reproductions", ""]
+    parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
+    for d in run_dirs:
+        rel = os.path.relpath(d, out.parent if str(out.parent) else ".")
+        parts += ["", f'<a id="{d.name}"></a>', ""]
+        for line in (d / "report.md").read_text(encoding="utf-8").splitlines():
+            if line.startswith("#"):
+                line = "#" + line
+            line = line.replace("](", f"]({rel}/") if "![" in line else line
+            parts.append(line)
+    return "\n".join(parts) + "\n"
