@@ -94,6 +94,9 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         write_atomic(path, fail)
     assert path.read_text().startswith("epoch,acc,nfe")
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would have made it
 
 
 def test_find_data_names_the_places_searched(tmp_path):

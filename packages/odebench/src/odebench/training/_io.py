@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 CHECKPOINT = "checkpoint.pt"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> None:
@@ -25,6 +27,7 @@ def write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the run from others
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -1,0 +1,127 @@
+"""``odebench run anode-toy --quick``: the files, numbers and report it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import odebench.experiments._anode_toy as anode_toy
+import pytest
+import torch
+from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+
+FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUMMARY_KEYS = (
+    "train_mse_mean",
+    "train_mse_std",
+    "test_mse_mean",
+    "test_mse_std",
+    "nfe_first",
+    "nfe_last",
+    "nfe_growth",
+)
+SLICE_KEYS = ("train_mse_mean", "train_mse_std", "slice_mse_mean", "slice_mse_std", "gap")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("anode-toy") / "run"
+    lines: list[str] = []
+    options = RunOptions(out=out, quick=True, device="cpu", progress=False)
+    summary = run_experiment("anode-toy", options, log=lines.append)
+    assert any("report in" in line for line in lines)
+    return out, summary
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_registered() -> None:
+    assert "anode-toy" in EXPERIMENTS
+    assert EXPERIMENTS["anode-toy"].description
+
+
+def test_monotone_floor_is_two_thirds_for_equal_thirds() -> None:
+    x = torch.tensor([[-1.2], [-1.1], [-0.3], [0.2], [1.3], [1.4]])
+    y = torch.tensor([[1.0], [1.0], [-1.0], [-1.0], [1.0], [1.0]])
+    assert anode_toy.monotone_floor(x, y) == pytest.approx(2 / 3)
+
+
+def test_quick_settings_are_small_and_epochs_override() -> None:
+    quick = anode_toy.settings(RunOptions(out=Path("x"), quick=True))
+    full = anode_toy.settings(RunOptions(out=Path("x"), epochs=7))
+    assert quick.seeds < full.seeds and quick.train_size is not None
+    assert full.epochs == 7 and full.lr == 1e-3 and full.batch_size == 64
+    assert full.seeds >= 3 and full.train_size is None
+
+
+@pytest.mark.slow
+def test_files_exist_and_pngs_are_pngs(run: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = run
+    for name in (*FIGURES, "results.json", "report.md"):
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
+    for dim in ("1d", "2d"):
+        for model in ("node", "anode"):
+            for seed in (0, 1):
+                run_dir = out / dim / model / f"seed{seed}"
+                assert (run_dir / "metrics.json").is_file()
+                assert (run_dir / "checkpoint.pt").is_file()
+
+
+@pytest.mark.slow
+def test_results_have_every_key_with_finite_numbers(run: tuple[Path, dict[str, Any]]) -> None:
+    out, summary = run
+    saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert saved["experiment"] == "anode-toy" and saved["quick"] is True
+    assert saved["dims"] == summary["dims"]
+    for dim in ("1d", "2d"):
+        for model in ("node", "anode"):
+            entry = saved["dims"][dim][model]
+            for key in SUMMARY_KEYS:
+                assert _finite(entry[key]), (dim, model, key, entry[key])
+            assert entry["nfe_first"] > 0 and entry["train_mse_mean"] >= 0
+    for model in ("node", "anode"):
+        for key in SLICE_KEYS:
+            assert _finite(saved["slice"][model][key]), (model, key)
+        assert saved["slice"][model]["slice_points"] > 0
+    assert saved["slice"]["angles"] == pytest.approx([0.0, math.pi / 5])
+    assert 0.5 < saved["monotone_floor_1d"] < 0.8
+    assert set(saved["claims"]) == set(anode_toy.CLAIMS)
+    assert all(isinstance(v, bool) for v in saved["claims"].values())
+    assert _finite(saved["wall_seconds"])
+
+
+@pytest.mark.slow
+def test_anode_fits_1d_and_node_sits_at_the_floor(run: tuple[Path, dict[str, Any]]) -> None:
+    _, summary = run
+    d1 = summary["dims"]["1d"]
+    assert d1["anode"]["train_mse_mean"] < d1["node"]["train_mse_mean"]
+    # A monotone map cannot beat the floor (up to the solver's tolerance).
+    assert d1["node"]["train_mse_mean"] >= 0.9 * summary["monotone_floor_1d"]
+    assert summary["claims"]["anode_1d_below_node"]
+
+
+@pytest.mark.slow
+def test_report_has_the_table_and_figures(run: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "`odebench run anode-toy --quick`" in text
+    for row in (
+        "| 1-D train MSE |",
+        "| 2-D train MSE |",
+        "| 1-D forward NFE",
+        "| 2-D forward NFE",
+        "| slice test: held-out slice MSE |",
+    ):
+        assert row in text, row
+    assert "not published" in text
+    for name in FIGURES:
+        assert f"]({name})" in text, name
+    for said, _test in anode_toy.CLAIMS.values():
+        assert said in text
