@@ -1,0 +1,105 @@
+"""``odebench run dissecting-depth --quick``: the files, numbers, claims and report."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import odebench.experiments._dissecting_depth as dissecting
+import pytest
+import torch
+from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+
+FIGURES = ("loss.png", "reflection.png", "annuli.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("dissecting-depth") / "run"
+    lines: list[str] = []
+    options = RunOptions(out=out, quick=True, device="cpu", progress=False)
+    summary = run_experiment("dissecting-depth", options, log=lines.append)
+    assert any("report in" in line for line in lines)
+    return out, summary
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_registered() -> None:
+    assert "dissecting-depth" in EXPERIMENTS
+    assert EXPERIMENTS["dissecting-depth"].description
+
+
+def test_l1_median_bound() -> None:
+    y = -torch.tensor([[-1.0], [-0.5], [0.0], [0.5], [1.0]])
+    assert dissecting.l1_median_bound(y) == pytest.approx(0.6)
+
+
+def test_settings_quick_small_and_epochs_override() -> None:
+    quick = dissecting.settings(RunOptions(out=Path("x"), quick=True))
+    full = dissecting.settings(RunOptions(out=Path("x"), epochs=7))
+    assert quick.seeds < full.seeds and quick.annuli_points < full.annuli_points
+    assert full.reflection_iterations == full.annuli_iterations == 7
+
+
+def test_unknown_model() -> None:
+    with pytest.raises(ValueError, match="Unknown model"):
+        dissecting.build("resnet", 1, 1e-3)
+
+
+@pytest.mark.slow
+def test_files_and_figures(run: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = run
+    for name in (*FIGURES, "results.json", "report.md"):
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.slow
+def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
+    out, summary = run
+    saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert saved["experiment"] == "dissecting-depth" and saved["quick"] is True
+    assert len(saved["seeds"]) == 2 and _finite(saved["l1_median_bound"])
+    for task in dissecting.TASKS:
+        for kind in dissecting.MODELS:
+            entry = saved["tasks"][task][kind]
+            for key in ("loss_mean", "loss_std", "nfe_mean", "seconds_mean"):
+                assert _finite(entry[key]), (task, kind, key)
+            if task == "annuli":
+                assert 0.0 <= entry["accuracy_mean"] <= 1.0
+    assert set(saved["claims"]) == set(dissecting.CLAIMS)
+    assert summary["claims"] == saved["claims"]
+
+
+@pytest.mark.slow
+def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "odebench run dissecting-depth --quick" in text
+    for label in dissecting.LABELS.values():
+        assert f"| {label} |" in text
+    for said, _test in dissecting.CLAIMS.values():
+        assert said in text
+    for name in FIGURES:
+        assert f"]({name})" in text
+
+
+@pytest.mark.slow
+def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str, Any]]) -> None:
+    # The robust claim (Sec. 5 / 5.1): an increasing map of the line cannot beat the
+    # L1-median bound, while feeding x to the field learns x -> -x.
+    _, summary = run
+    claims = summary["claims"]
+    assert claims["vanilla_reflection_at_bound"]
+    assert claims["data_control_reflects"]
+    reflection = summary["tasks"]["reflection"]
+    bound = summary["l1_median_bound"]
+    assert reflection["vanilla"]["loss_mean"] >= bound * (1 - 1e-3) * 0.95
+    assert reflection["data_control"]["loss_mean"] < 0.1 * bound
