@@ -6,7 +6,8 @@ one with :class:`RunOptions`. ``quickstart`` is the first: the README's main job
 
 # Each module registers its experiment; the quickstart first, then by name.
 from . import _quickstart  # noqa: F401  # isort: skip
-from . import _anode_toy, _chen, _chen_tolerance, _dissecting_depth, _pendulum  # noqa: F401  # isort: skip
+from . import _anode_toy, _chen, _chen_tolerance, _dissecting_depth  # noqa: F401  # isort: skip
+from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from ._registry import (
     EXPERIMENTS,
     Experiment,
