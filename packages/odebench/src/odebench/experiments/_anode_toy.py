@@ -7,12 +7,10 @@ training set and the models are evaluated on it.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import statistics
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,8 +23,8 @@ from ..data import annuli
 from ..models import build_model, ode_layers
 from ..training import TrainConfig, load_model, resolve_device, train
 from ..training._data import load_splits
-from ..training._io import write_atomic, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ..training._io import pyplot, save_png, write_json, write_text
+from ._registry import Log, RunOptions, command, fmt, mean_std, plus_minus, prefixed, register
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""
@@ -103,18 +101,6 @@ def settings(options: RunOptions) -> Settings:
     )
 
 
-def _prefixed(log: Log, prefix: str) -> Log:
-    return lambda line: log(f"[{prefix}] {line}")
-
-
-def _stats(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """Mean and (population) standard deviation of the finite values; ``None`` if none."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return None, None
-    return statistics.fmean(finite), statistics.pstdev(finite)
-
-
 def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
     """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data.
 
@@ -172,10 +158,10 @@ def _config(model: str, dim: int, seed: int, s: Settings, options: RunOptions) -
 
 def _summary(metrics: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Final MSEs (mean, std over seeds) and the forward NFE at the first and last epoch."""
-    train_mse = _stats([m[-1]["train_loss"] for m in metrics])
-    test_mse = _stats([m[-1]["test_loss"] for m in metrics])
-    first = _stats([m[0]["nfe_forward"] for m in metrics])[0]
-    last = _stats([m[-1]["nfe_forward"] for m in metrics])[0]
+    train_mse = mean_std([m[-1]["train_loss"] for m in metrics])
+    test_mse = mean_std([m[-1]["test_loss"] for m in metrics])
+    first = mean_std([m[0]["nfe_forward"] for m in metrics])[0]
+    last = mean_std([m[-1]["nfe_forward"] for m in metrics])[0]
     return {
         "train_mse_mean": train_mse[0],
         "train_mse_std": train_mse[1],
@@ -268,7 +254,7 @@ def anode_toy(options: RunOptions, log: Log) -> dict[str, Any]:
                     _config(model, dim, seed, s, options),
                     run_dir,
                     resume=options.resume,
-                    log=_prefixed(log, f"{dim}d {name} seed {seed}"),
+                    log=prefixed(log, f"{dim}d {name} seed {seed}"),
                 )
                 runs.append(json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")))
             metrics[dim][name] = runs
@@ -279,8 +265,8 @@ def anode_toy(options: RunOptions, log: Log) -> dict[str, Any]:
     slices: dict[str, dict[str, Any]] = {}
     for name, model in MODELS:
         tests = [slice_test(model, seed, s, device) for seed in seeds]
-        train_mse = _stats([t["train_mse"] for t in tests])
-        slice_mse = _stats([t["slice_mse"] for t in tests])
+        train_mse = mean_std([t["train_mse"] for t in tests])
+        slice_mse = mean_std([t["slice_mse"] for t in tests])
         slices[name] = {
             "train_mse_mean": train_mse[0],
             "train_mse_std": train_mse[1],
@@ -302,7 +288,7 @@ def anode_toy(options: RunOptions, log: Log) -> dict[str, Any]:
         "experiment": "anode-toy",
         "quick": options.quick,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": _command(options),
+        "command": command("anode-toy", options),
         "settings": asdict(s),
         "seeds": seeds,
         "dims": dims,
@@ -320,17 +306,6 @@ def anode_toy(options: RunOptions, log: Log) -> dict[str, Any]:
 def _inputs_targets(config: TrainConfig) -> tuple[Tensor, Tensor]:
     train_set, _ = load_splits(config)
     return train_set.inputs, train_set.targets
-
-
-def _command(options: RunOptions) -> str:
-    parts = ["odebench run anode-toy"]
-    if options.quick:
-        parts.append("--quick")
-    if options.epochs is not None:
-        parts.append(f"--epochs {options.epochs}")
-    if options.seed:
-        parts.append(f"--seed {options.seed}")
-    return " ".join(parts)
 
 
 def _lt(a: float | None, b: float | None) -> bool:
@@ -393,8 +368,9 @@ CLAIMS = {
 """``{claim: (what the paper says, the test applied to our numbers)}``."""
 
 
-def _pm(mean: float | None, std: float | None) -> str:
-    return f"{fmt(mean, '.3f')} ± {fmt(std, '.3f')}"
+def _cell(d: dict[str, Any], model: str, figure: str) -> str:
+    """``mean ± std`` of ``figure`` for ``model`` in one dimension's summary."""
+    return plus_minus(d[model][f"{figure}_mean"], d[model][f"{figure}_std"])
 
 
 def report(summary: dict[str, Any]) -> str:
@@ -427,17 +403,17 @@ def report(summary: dict[str, Any]) -> str:
         "",
         "| figure | NODE (ours) | ANODE (ours) | published |",
         "|---|---|---|---|",
-        f"| 1-D train MSE | {_pm(d1['node']['train_mse_mean'], d1['node']['train_mse_std'])} | "
-        f"{_pm(d1['anode']['train_mse_mean'], d1['anode']['train_mse_std'])} | "
+        f"| 1-D train MSE | {_cell(d1, 'node', 'train_mse')} | "
+        f"{_cell(d1, 'anode', 'train_mse')} | "
         "NODE at a floor (1.0001 on the ±1 crossing map of Prop. 1, replication), ANODE "
         "~0 (0.0000) |",
-        f"| 1-D test MSE | {_pm(d1['node']['test_mse_mean'], d1['node']['test_mse_std'])} | "
-        f"{_pm(d1['anode']['test_mse_mean'], d1['anode']['test_mse_std'])} | not published |",
-        f"| 2-D train MSE | {_pm(d2['node']['train_mse_mean'], d2['node']['train_mse_std'])} | "
-        f"{_pm(d2['anode']['train_mse_mean'], d2['anode']['train_mse_std'])} | "
+        f"| 1-D test MSE | {_cell(d1, 'node', 'test_mse')} | "
+        f"{_cell(d1, 'anode', 'test_mse')} | not published |",
+        f"| 2-D train MSE | {_cell(d2, 'node', 'train_mse')} | "
+        f"{_cell(d2, 'anode', 'train_mse')} | "
         "not published (curves only, Fig. 7) |",
-        f"| 2-D test MSE | {_pm(d2['node']['test_mse_mean'], d2['node']['test_mse_std'])} | "
-        f"{_pm(d2['anode']['test_mse_mean'], d2['anode']['test_mse_std'])} | not published |",
+        f"| 2-D test MSE | {_cell(d2, 'node', 'test_mse')} | "
+        f"{_cell(d2, 'anode', 'test_mse')} | not published |",
     ]
     for dim, d in (("1-D", d1), ("2-D", d2)):
         n, a = d["node"], d["anode"]
@@ -451,10 +427,10 @@ def report(summary: dict[str, Any]) -> str:
         )
     n, a = sl["node"], sl["anode"]
     lines += [
-        f"| slice test: train MSE | {_pm(n['train_mse_mean'], n['train_mse_std'])} | "
-        f"{_pm(a['train_mse_mean'], a['train_mse_std'])} | not published |",
-        f"| slice test: held-out slice MSE | {_pm(n['slice_mse_mean'], n['slice_mse_std'])} "
-        f"| {_pm(a['slice_mse_mean'], a['slice_mse_std'])} | NODE large gap, ANODE near "
+        f"| slice test: train MSE | {plus_minus(n['train_mse_mean'], n['train_mse_std'])} | "
+        f"{plus_minus(a['train_mse_mean'], a['train_mse_std'])} | not published |",
+        f"| slice test: held-out slice MSE | {plus_minus(n['slice_mse_mean'], n['slice_mse_std'])} "
+        f"| {plus_minus(a['slice_mse_mean'], a['slice_mse_std'])} | NODE large gap, ANODE near "
         "zero (Fig. 9, numbers not published) |",
         "",
         f"The 1-D NODE's prediction is a monotone function of x (its flow is an increasing "
@@ -510,24 +486,6 @@ def report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _save(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 COLORS = {"node": "tab:blue", "anode": "tab:orange"}
 
 
@@ -539,7 +497,7 @@ def _plot_curves(
     filename: str,
 ) -> None:
     """``key`` per epoch, NODE against ANODE, one panel per dimension."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(DIMS), figsize=(10, 3.6))
     for ax, dim in zip(axes, DIMS, strict=True):
         for name, _ in MODELS:
@@ -574,7 +532,7 @@ def _plot_curves(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, out / filename)
+    save_png(out / filename, fig, dpi=90)
 
 
 def _trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
@@ -592,7 +550,7 @@ def _trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
 
 def _plot_flows_1d(out: Path, seed: int) -> None:
     """1-D: the learned map against g(x), and the state over depth for a few inputs."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     x = torch.linspace(-1.5, 1.5, 300)[:, None]
     g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
@@ -619,12 +577,12 @@ def _plot_flows_1d(out: Path, seed: int) -> None:
     axes[0].legend(fontsize=8)
     axes[0].grid(alpha=0.3)
     fig.tight_layout()
-    _save(fig, out / "flows_1d.png")
+    save_png(out / "flows_1d.png", fig, dpi=90)
 
 
 def _plot_features_2d(out: Path, seed: int) -> None:
     """2-D: the test inputs and the features at t = 1 of NODE and ANODE, by target."""
-    plt = _pyplot()
+    plt = pyplot()
     _model, config = load_model(_run_dir(out, 2, "node", seed), "cpu")
     _, test_set = load_splits(config)
     x, y = test_set.inputs[:600], test_set.targets[:600, 0]
@@ -640,12 +598,12 @@ def _plot_features_2d(out: Path, seed: int) -> None:
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    _save(fig, out / "features_2d.png")
+    save_png(out / "features_2d.png", fig, dpi=90)
 
 
 def _plot_slice(out: Path, slices: dict[str, dict[str, Any]], s: Settings, seed: int) -> None:
     """The slice left out of training, and train against held-out MSE per model."""
-    plt = _pyplot()
+    plt = pyplot()
     data = annuli(s.slice_points, dim=2, generator=torch.Generator().manual_seed(10_007 + seed))
     held = _slice_mask(data.inputs)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -668,4 +626,4 @@ def _plot_slice(out: Path, slices: dict[str, dict[str, Any]], s: Settings, seed:
     axes[1].legend(fontsize=8)
     axes[1].grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    _save(fig, out / "slice.png")
+    save_png(out / "slice.png", fig, dpi=90)

@@ -11,7 +11,6 @@ Fig. 3c, the forward NFE over training Fig. 3d.
 from __future__ import annotations
 
 import dataclasses
-import io
 import itertools
 import math
 import statistics
@@ -27,8 +26,8 @@ from torch import nn
 from ..data import Dataset, load_mnist
 from ..models import build_model, nfe, ode_layers
 from ..training import find_data, resolve_device
-from ..training._io import write_atomic, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ..training._io import pyplot, save_png, write_json, write_text
+from ._registry import Log, RunOptions, fmt, held, register
 
 #: The variants trained: ``name -> (activation, seminorm)``.
 VARIANTS: dict[str, tuple[str, bool]] = {
@@ -301,29 +300,11 @@ def _conclusions(
     }
 
 
-def _png(path: Path, fig: Any) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plot_sweep(
     path_a: Path, path_b: Path, rows: list[dict[str, Any]], fit: dict[str, float | None]
 ) -> None:
     """Fig. 3a: test error against tolerance; Fig. 3b: forward time against NFE."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     ax.semilogx([r["tol"] for r in rows], [100 * r["test_error"] for r in rows], "o-")
     ax.set(
@@ -332,7 +313,7 @@ def _plot_sweep(
     ax.invert_xaxis()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    _png(path_a, fig)
+    save_png(path_a, fig, dpi=90)
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for r in rows:
         ax.plot(*zip(*r["batches"]), "o", alpha=0.6, label=f"tol {r['tol']:g}")
@@ -350,12 +331,12 @@ def _plot_sweep(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _png(path_b, fig)
+    save_png(path_b, fig, dpi=90)
 
 
 def _plot_training(path_c: Path, path_d: Path, variants: dict[str, dict[str, Any]]) -> None:
     """Fig. 3c: backward/forward NFE per step; Fig. 3d: forward NFE per step."""
-    plt = _pyplot()
+    plt = pyplot()
     for path, key, ylabel, title in (
         (path_c, "ratio", "backward NFE / forward NFE", "(c) backward vs forward NFE"),
         (path_d, "nfe_forward", "forward NFE", "(d) NFE over training"),
@@ -378,18 +359,14 @@ def _plot_training(path_c: Path, path_d: Path, variants: dict[str, dict[str, Any
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        _png(path, fig)
-
-
-def _held(value: bool) -> str:
-    return "held" if value else "did not hold"
+        save_png(path, fig, dpi=90)
 
 
 def _report(summary: dict[str, Any], options: RunOptions) -> str:
     mode = " --quick" if options.quick else ""
     s = summary["settings"]
     v = summary["variants"]
-    held = summary["conclusions"]
+    claim = summary["conclusions"]
     fit = summary["time_vs_nfe"]
     lines = [
         "# Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
@@ -445,20 +422,20 @@ def _report(summary: dict[str, Any], options: RunOptions) -> str:
         "Claims checked on these numbers:",
         "",
         f"- forward NFE grows as the tolerance tightens (Fig. 3a-b): "
-        f"{_held(held['nfe_grows_as_tolerance_tightens'])};",
+        f"{held(claim['nfe_grows_as_tolerance_tightens'])};",
         f"- the test error at the tightest tolerance is not above the loosest (Fig. 3a): "
-        f"{_held(held['error_at_tightest_not_above_loosest'])};",
+        f"{held(claim['error_at_tightest_not_above_loosest'])};",
         f"- forward time is proportional to NFE, correlation above 0.9 (Fig. 3b): "
-        f"{_held(held['time_proportional_to_nfe'])};",
+        f"{held(claim['time_proportional_to_nfe'])};",
         f"- softplus backward NFE roughly half the forward (paper, Fig. 3c): "
-        f"{_held(held['softplus_ratio_roughly_half'])};",
+        f"{held(claim['softplus_ratio_roughly_half'])};",
         f"- softplus ratio near the corrected ~0.8 (0.7-0.95): "
-        f"{_held(held['softplus_ratio_near_corrected'])};",
-        f"- the ReLU ratio exceeds the softplus one: {_held(held['relu_ratio_above_softplus'])};",
+        f"{held(claim['softplus_ratio_near_corrected'])};",
+        f"- the ReLU ratio exceeds the softplus one: {held(claim['relu_ratio_above_softplus'])};",
         f"- the seminorm needs no more backward NFE than the default norm: "
-        f"{_held(held['seminorm_fewer_backward_nfe'])};",
+        f"{held(claim['seminorm_fewer_backward_nfe'])};",
         f"- NFE increases during training, every variant (Fig. 3d): "
-        f"{_held(held['nfe_increases_during_training'])}.",
+        f"{held(claim['nfe_increases_during_training'])}.",
         "",
     ]
     return "\n".join(lines)

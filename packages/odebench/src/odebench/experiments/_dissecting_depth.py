@@ -11,11 +11,9 @@ basis, and stacked, piecewise constant in depth; Sec. 3), a data-controlled fiel
 
 from __future__ import annotations
 
-import io
-import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,8 +34,8 @@ from torch import Tensor, nn
 
 from ..data import annuli, reflection
 from ..training import resolve_device
-from ..training._io import write_atomic, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ..training._io import pyplot, save_png, write_json, write_text
+from ._registry import Log, RunOptions, command, fmt, mean_std, plus_minus, register
 
 MODELS = ("vanilla", "galerkin", "stacked", "data_control", "adaptive_depth")
 """The five vector fields compared, in the order of the tables and figures."""
@@ -277,23 +275,16 @@ def train_one(task: str, kind: str, seed: int, s: Settings, device: torch.device
     return Run(curve, final, accuracy, nfe, time.perf_counter() - started, model.cpu())
 
 
-def _stats(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return None, None
-    return statistics.fmean(finite), statistics.pstdev(finite)
-
-
 def _summary(runs: list[Run]) -> dict[str, Any]:
-    loss = _stats([r.loss for r in runs])
-    acc = _stats([r.accuracy for r in runs])
+    loss = mean_std([r.loss for r in runs])
+    acc = mean_std([r.accuracy for r in runs])
     return {
         "loss_mean": loss[0],
         "loss_std": loss[1],
         "accuracy_mean": acc[0],
         "accuracy_std": acc[1],
-        "nfe_mean": _stats([float(r.nfe) for r in runs])[0],
-        "seconds_mean": _stats([r.seconds for r in runs])[0],
+        "nfe_mean": mean_std([float(r.nfe) for r in runs])[0],
+        "seconds_mean": mean_std([r.seconds for r in runs])[0],
         "losses": [r.loss for r in runs],
     }
 
@@ -332,7 +323,7 @@ def dissecting_depth(options: RunOptions, log: Log) -> dict[str, Any]:
         "experiment": "dissecting-depth",
         "quick": options.quick,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": _command(options),
+        "command": command("dissecting-depth", options),
         "settings": asdict(s),
         "seeds": seeds,
         "tasks": results,
@@ -345,17 +336,6 @@ def dissecting_depth(options: RunOptions, log: Log) -> dict[str, Any]:
     write_text(out / "report.md", report(summary))
     log(f"dissecting-depth: {summary['wall_seconds']:.0f} s; report in {out / 'report.md'}")
     return summary
-
-
-def _command(options: RunOptions) -> str:
-    parts = ["odebench run dissecting-depth"]
-    if options.quick:
-        parts.append("--quick")
-    if options.epochs is not None:
-        parts.append(f"--epochs {options.epochs}")
-    if options.seed:
-        parts.append(f"--seed {options.seed}")
-    return " ".join(parts)
 
 
 def claims(summary: dict[str, Any]) -> dict[str, bool]:
@@ -447,10 +427,6 @@ PUBLISHED = {
 """What the paper reports per task and model: figures only, no numbers."""
 
 
-def _pm(mean: float | None, std: float | None) -> str:
-    return f"{fmt(mean, '.3f')} ± {fmt(std, '.3f')}"
-
-
 def report(summary: dict[str, Any]) -> str:
     """The Markdown report of a run: our numbers beside the paper's claims, the figures.
 
@@ -499,10 +475,10 @@ def report(summary: dict[str, Any]) -> str:
     for kind in MODELS:
         r, a = ref[kind], ann[kind]
         lines.append(
-            f"| {LABELS[kind]} | {_pm(r['loss_mean'], r['loss_std'])} | "
+            f"| {LABELS[kind]} | {plus_minus(r['loss_mean'], r['loss_std'])} | "
             f"{fmt(r['nfe_mean'], '.0f')} | {PUBLISHED['reflection'][kind]} | "
-            f"{_pm(a['loss_mean'], a['loss_std'])} | "
-            f"{_pm(a['accuracy_mean'], a['accuracy_std'])} | {fmt(a['nfe_mean'], '.0f')} | "
+            f"{plus_minus(a['loss_mean'], a['loss_std'])} | "
+            f"{plus_minus(a['accuracy_mean'], a['accuracy_std'])} | {fmt(a['nfe_mean'], '.0f')} | "
             f"{PUBLISHED['annuli'][kind]} |"
         )
     lines += [
@@ -545,24 +521,6 @@ def report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _save(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=80)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 COLORS = {
     "vanilla": "tab:blue",
     "galerkin": "tab:orange",
@@ -574,7 +532,7 @@ COLORS = {
 
 def _plot_curves(out: Path, runs: dict[str, dict[str, list[Run]]]) -> None:
     """Loss per step, one panel per task."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 3.8))
     for ax, task in zip(axes, TASKS, strict=True):
         for kind in MODELS:
@@ -589,7 +547,7 @@ def _plot_curves(out: Path, runs: dict[str, dict[str, list[Run]]]) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, out / "loss.png")
+    save_png(out / "loss.png", fig, dpi=80)
 
 
 def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor]:
@@ -614,7 +572,7 @@ def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor
 
 def _plot_reflection(out: Path, runs: dict[str, list[Run]], seed: int) -> None:
     """State over depth per model for inputs in [-1, 1], and the learned maps."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(MODELS) + 1, figsize=(19, 3.5))
     x = torch.linspace(-1.0, 1.0, 13)[:, None]
     grid = torch.linspace(-1.0, 1.0, 200)[:, None]
@@ -633,12 +591,12 @@ def _plot_reflection(out: Path, runs: dict[str, list[Run]], seed: int) -> None:
     axes[-1].legend(fontsize=7)
     axes[-1].grid(alpha=0.3)
     fig.tight_layout()
-    _save(fig, out / "reflection.png")
+    save_png(out / "reflection.png", fig, dpi=80)
 
 
 def _plot_annuli(out: Path, runs: dict[str, list[Run]], s: Settings, seed: int) -> None:
     """The prediction of each model on a grid, its zero level and the training points."""
-    plt = _pyplot()
+    plt = pyplot()
     x, y = _data("annuli", s, seed)
     g = torch.linspace(-2.0, 2.0, s.grid)
     gx, gy = torch.meshgrid(g, g, indexing="xy")
@@ -654,4 +612,4 @@ def _plot_annuli(out: Path, runs: dict[str, list[Run]], s: Settings, seed: int) 
         ax.set(title=LABELS[kind], xlabel="x1", ylabel="x2")
         ax.set_aspect("equal")
     fig.tight_layout()
-    _save(fig, out / "annuli.png")
+    save_png(out / "annuli.png", fig, dpi=80)

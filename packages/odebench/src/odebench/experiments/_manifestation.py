@@ -21,7 +21,6 @@ statistics fixed at those of the training manifestation is recorded as well.
 from __future__ import annotations
 
 import dataclasses
-import io
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -33,9 +32,9 @@ import torch
 from torch import nn
 
 from ..data import Dataset, load_mnist
-from ..training import find_data, resolve_device
-from ..training._io import write_atomic, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ..training import evaluate, find_data, resolve_device
+from ..training._io import pyplot, save_png, write_json, write_text
+from ._registry import Log, RunOptions, fmt, held, register
 
 #: The schemes of the grid (rows of Fig. 9).
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4", "rk4_38")
@@ -176,13 +175,9 @@ def recalibrate(
 
 
 def _accuracy(net: nn.Module, test: Dataset, batch: int, device: torch.device) -> float:
-    net.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(test), batch):
-            x = test.normalize(test.inputs[i : i + batch].to(device))
-            correct += int((net(x).argmax(1) == test.targets[i : i + batch].to(device)).sum())
-    return correct / len(test)
+    acc = evaluate(net, test, "cross_entropy", batch_size=batch, device=device)["acc"]
+    assert acc is not None  # classification
+    return acc
 
 
 def _grid(
@@ -306,27 +301,9 @@ def _conclusions(models: dict[str, dict[str, Any]]) -> dict[str, bool]:
     }
 
 
-def _png(path: Path, fig: Any) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plot_heatmaps(path: Path, models: dict[str, dict[str, Any]], s: Settings) -> None:
     """Fig. 9 analogue: test accuracy over schemes x N_t, one panel per trained model."""
-    plt = _pyplot()
+    plt = pyplot()
     values = [v for m in models.values() for row in m["grid"] for v in row]
     lo, hi = min(values), max(values)
     fig, axes = plt.subplots(
@@ -342,12 +319,12 @@ def _plot_heatmaps(path: Path, models: dict[str, dict[str, Any]], s: Settings) -
         ax.set_yticks(range(len(SCHEMES)), list(SCHEMES))
         ax.set(xlabel="N_t at evaluation", title=f"trained [{scheme}, N_t={s.n_steps}]")
     fig.colorbar(image, ax=list(axes), label="test accuracy")
-    _png(path, fig)
+    save_png(path, fig, dpi=90)
 
 
 def _plot_lines(path: Path, models: dict[str, dict[str, Any]], s: Settings) -> None:
     """Test accuracy against N_t, one line per evaluation scheme, one panel per model."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.4), sharey=True)
     for ax, (scheme, m) in zip(axes, models.items()):
         for name, row in zip(SCHEMES, m["grid"]):
@@ -360,7 +337,7 @@ def _plot_lines(path: Path, models: dict[str, dict[str, Any]], s: Settings) -> N
     axes[0].set_ylabel("test accuracy (%)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    _png(path, fig)
+    save_png(path, fig, dpi=90)
 
 
 #: The two grids and how their batch-norm statistics were set.
@@ -370,15 +347,11 @@ GRID_LABELS = {
 }
 
 
-def _held(value: bool) -> str:
-    return "held" if value else "did not hold"
-
-
 def _report(summary: dict[str, Any], options: RunOptions) -> str:
     mode = " --quick" if options.quick else ""
     s = summary["settings"]
     models = summary["models"]
-    held = summary["conclusions"]
+    claim = summary["conclusions"]
     lines = [
         "# Queiruga et al. (2020), Fig. 9: manifestation sweep on MNIST",
         "",
@@ -432,15 +405,15 @@ def _report(summary: dict[str, Any], options: RunOptions) -> str:
         "## Claims",
         "",
         "- RK4-trained range below Euler-trained range, whole grid: "
-        f"{_held(held['rk4_range_below_euler_range'])}.",
+        f"{held(claim['rk4_range_below_euler_range'])}.",
         f"- The same over N_t >= {s['n_steps']}: "
-        f"{_held(held['rk4_range_below_euler_range_refined'])}.",
+        f"{held(claim['rk4_range_below_euler_range_refined'])}.",
         "- The same with the statistics of the training manifestation, whole grid: "
-        f"{_held(held['rk4_range_below_euler_range_fixed_stats'])}.",
+        f"{held(claim['rk4_range_below_euler_range_fixed_stats'])}.",
         f"- RK4-trained flat (range over N_t >= {s['n_steps']} at most "
-        f"{FLAT_RANGE * 100:g} points): {_held(held['rk4_trained_flat_refined'])}.",
+        f"{FLAT_RANGE * 100:g} points): {held(claim['rk4_trained_flat_refined'])}.",
         f"- Euler-trained degrades (range over N_t >= {s['n_steps']} at least "
-        f"{DEGRADED_RANGE * 100:g} points): {_held(held['euler_trained_degrades_refined'])}.",
+        f"{DEGRADED_RANGE * 100:g} points): {held(claim['euler_trained_degrades_refined'])}.",
         "",
         "![Fig. 9 analogue](fig9_heatmaps.png)",
         "",

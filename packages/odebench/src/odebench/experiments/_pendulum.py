@@ -9,7 +9,6 @@ converges as ``dt'`` shrinks; one that learned a discrete map tied to ``dt`` doe
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import pendulum as pendulum_data
-from ..training._io import write_atomic, write_json, write_text
+from ..training._io import pyplot, save_png, write_json, write_text
 from ._registry import Log, RunOptions, fmt, register
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
@@ -382,22 +381,9 @@ def _run(options: RunOptions, settings: PendulumSettings, epochs: int, log: Log)
     }
 
 
-def _png(path: Path, fig: Any) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
-
-
 def _plot_errors(path: Path, models: dict[str, dict[str, Any]], settings: PendulumSettings) -> None:
     """Global error against dt' (log-log), one line per model, its field's error dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
         m = models[scheme]
@@ -416,18 +402,14 @@ def _plot_errors(path: Path, models: dict[str, dict[str, Any]], settings: Pendul
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, title="solid: same scheme; dashed: fine RK4", title_fontsize=8)
     fig.tight_layout()
-    _png(path, fig)
+    save_png(path, fig, dpi=100)
 
 
 def _plot_phase(
     path: Path, fields: dict[str, MLPField], y0: Tensor, truth: Tensor, settings: PendulumSettings
 ) -> None:
     """Phase portraits: rollouts at dt and dt/8 of each model against the truth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     n_show = min(3, len(y0))
     fig, axes = plt.subplots(1, len(SCHEMES), figsize=(13, 4.2), sharex=True, sharey=True)
     for ax, scheme in zip(axes, SCHEMES):
@@ -453,7 +435,7 @@ def _plot_phase(
         ax.legend(fontsize=8)
     axes[0].set_ylabel("omega (rad/s)")
     fig.tight_layout()
-    _png(path, fig)
+    save_png(path, fig, dpi=100)
 
 
 CLAIMS = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import Any
 import torch
 
 from ..training import TrainConfig, find_data, load_model, train
-from ..training._io import write_atomic, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ..training._io import pyplot, save_png, write_json, write_text
+from ._registry import Log, RunOptions, fmt, prefixed, register
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))
 
@@ -26,10 +25,6 @@ def _image_dataset(data_dir: str | None) -> str:
             continue
         return name
     return "spirals"
-
-
-def _prefixed(log: Log, prefix: str) -> Log:
-    return lambda line: log(f"[{prefix}] {line}")
 
 
 @register(
@@ -60,7 +55,7 @@ def quickstart(options: RunOptions, log: Log) -> dict[str, Any]:
             test_size=300 if options.quick else None,
             **common,
         )
-        runs[name] = train(config, out / name, resume=options.resume, log=_prefixed(log, name))
+        runs[name] = train(config, out / name, resume=options.resume, log=prefixed(log, name))
     dataset = _image_dataset(options.data_dir)
     image_model = "odenet" if dataset != "spirals" else "toy-anode"
     config = TrainConfig(
@@ -73,7 +68,7 @@ def quickstart(options: RunOptions, log: Log) -> dict[str, Any]:
         test_size=256 if options.quick else None,
         **common,
     )
-    runs["image"] = train(config, out / "image", resume=options.resume, log=_prefixed(log, "image"))
+    runs["image"] = train(config, out / "image", resume=options.resume, log=prefixed(log, "image"))
     _plot_toy(out, options.device)
     seconds = time.perf_counter() - started
     summary = {
@@ -93,12 +88,9 @@ def _plot_toy(out: Path, device: str) -> None:
     """What the NODE and ANODE learned of g(x), and their NFE and loss per epoch."""
     import json
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from ..data import annuli
+
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     data = annuli(400, dim=1, generator=torch.Generator().manual_seed(0))
@@ -119,10 +111,7 @@ def _plot_toy(out: Path, device: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(out / "toy.png", lambda f: f.write(buffer.getvalue()))
+    save_png(out / "toy.png", fig)
 
 
 def _size(n: int | None) -> str:

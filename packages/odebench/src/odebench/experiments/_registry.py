@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -82,6 +83,41 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str
     if name not in EXPERIMENTS:
         raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
     return EXPERIMENTS[name].run(options, log)
+
+
+def prefixed(log: Log, prefix: str) -> Log:
+    """``log`` with every line tagged ``[prefix]``: the runs of an experiment apart."""
+    return lambda line: log(f"[{prefix}] {line}")
+
+
+def command(name: str, options: RunOptions) -> str:
+    """The ``odebench run`` command line that reproduces a run with ``options``."""
+    parts = [f"odebench run {name}"]
+    if options.quick:
+        parts.append("--quick")
+    if options.epochs is not None:
+        parts.append(f"--epochs {options.epochs}")
+    if options.seed:
+        parts.append(f"--seed {options.seed}")
+    return " ".join(parts)
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and (population) standard deviation of the finite values; ``None`` if none."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None, None
+    return statistics.fmean(finite), statistics.pstdev(finite)
+
+
+def plus_minus(mean: float | None, std: float | None) -> str:
+    """A ``mean ± std`` table cell, three decimals."""
+    return f"{fmt(mean, '.3f')} ± {fmt(std, '.3f')}"
+
+
+def held(value: bool) -> str:
+    """How a report words a checked claim."""
+    return "held" if value else "did not hold"
 
 
 def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:

@@ -72,13 +72,28 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     return state
 
 
-def plot_curves(path: Path, metrics: Sequence[dict[str, Any]], title: str) -> None:
-    """Loss, accuracy and NFE against the epoch, as a PNG."""
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display), imported late
+    so that nothing but plotting pays for matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_png(path: Path, fig: Any, *, dpi: int = 110) -> None:
+    """Render ``fig`` as a PNG, close it, and write it to ``path`` atomically."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    pyplot().close(fig)
+    write_atomic(path, lambda f: f.write(buffer.getvalue()))
+
+
+def plot_curves(path: Path, metrics: Sequence[dict[str, Any]], title: str) -> None:
+    """Loss, accuracy and NFE against the epoch, as a PNG."""
+    plt = pyplot()
     epochs = [m["epoch"] for m in metrics]
     panels: list[tuple[str, tuple[str, ...]]] = [
         ("loss", ("train_loss", "test_loss")),
@@ -104,7 +119,4 @@ def plot_curves(path: Path, metrics: Sequence[dict[str, Any]], title: str) -> No
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(path, lambda f: f.write(buffer.getvalue()))
+    save_png(path, fig)
