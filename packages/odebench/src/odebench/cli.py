@@ -285,9 +285,32 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
     return 2
 
 
+def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
+    """Run a training job; turn its expected failures into an exit status and one line.
+
+    2: bad input (unknown name, missing data, an existing run); 130: interrupted
+    (after a checkpoint, or by a second Ctrl-C without one); 1: training failed.
+    """
+    from .training import Interrupted, RunExistsError, TrainingFailedError
+
+    try:
+        job()
+    except (ValueError, FileNotFoundError, RunExistsError) as exc:
+        return _fail(parser, str(exc))
+    except Interrupted as exc:
+        _log(str(exc))
+        return 130
+    except KeyboardInterrupt:
+        _log("interrupted")
+        return 130
+    except TrainingFailedError as exc:
+        print(f"{parser.prog}: training failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .experiments import EXPERIMENTS, RunOptions, run_experiment
-    from .training import Interrupted, RunExistsError, TrainingFailedError
 
     if args.name not in EXPERIMENTS:
         return _fail(parser, f"unknown experiment {args.name!r}; known: {', '.join(EXPERIMENTS)}")
@@ -301,20 +324,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
     )
-    try:
-        run_experiment(args.name, options, log=_log)
-    except (ValueError, FileNotFoundError, RunExistsError) as exc:
-        return _fail(parser, str(exc))
-    except Interrupted as exc:
-        _log(str(exc))
-        return 130
-    except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
-        _log("interrupted")
-        return 130
-    except TrainingFailedError as exc:
-        print(f"{parser.prog}: training failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return _guarded(parser, lambda: run_experiment(args.name, options, log=_log))
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -331,16 +341,9 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training import (
-        Interrupted,
-        RunExistsError,
-        TrainConfig,
-        TrainingFailedError,
-        default_out,
-        train,
-    )
+    from .training import TrainConfig, default_out, train
 
-    try:
+    def job() -> None:
         config = TrainConfig(
             model=args.model,
             dataset=args.dataset,
@@ -368,18 +371,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         train(config, args.out or default_out(config), resume=args.resume, log=_log)
-    except (ValueError, FileNotFoundError, RunExistsError) as exc:
-        return _fail(parser, str(exc))
-    except Interrupted as exc:
-        _log(str(exc))
-        return 130
-    except KeyboardInterrupt:  # a second Ctrl-C: stopped without a checkpoint
-        _log("interrupted")
-        return 130
-    except TrainingFailedError as exc:
-        print(f"{parser.prog}: training failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+
+    return _guarded(parser, job)
 
 
 def _check_output(parser: argparse.ArgumentParser, path: Path) -> None:
@@ -446,23 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    if args.json is not None:
-        _check_output(parser, args.json)
-
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    try:
-        doc = run_solvers(config, log=log)
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    print(format_report(doc), flush=True)
-    if args.json is not None:
-        text = json.dumps(doc, indent=2, allow_nan=False)
-        args.json.write_text(text + "\n", encoding="utf-8")
-        log(f"wrote {args.json}")
-    return 0
+    return _benchmark(parser, args, lambda log: run_solvers(config, log=log), format_report)
 
 
 def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -475,6 +452,16 @@ def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         batch=args.batch,
         n_steps=args.steps,
     )
+    return _benchmark(parser, args, lambda log: run_contnet(config, log=log), format_contnet_report)
+
+
+def _benchmark(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    run: Callable[[Callable[[str], None]], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+) -> int:
+    """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json."""
     if args.json is not None:
         _check_output(parser, args.json)
 
@@ -482,11 +469,11 @@ def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        doc = run_contnet(config, log=log)
+        doc = run(log)
     except KeyboardInterrupt:
         log("interrupted")
         return 130
-    print(format_contnet_report(doc), flush=True)
+    print(report(doc), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         log(f"wrote {args.json}")
