@@ -21,12 +21,14 @@ def write_idx(path: Path, data: torch.Tensor) -> None:
     path.write_bytes(header + dims + data.to(torch.uint8).numpy().tobytes())
 
 
-@pytest.fixture
-def digits(tmp_path):
-    """A small data set in MNIST's files: noise images whose class sets a bright row."""
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory):
+    """A small data set in MNIST's files: noise images whose class sets a bright row.
+
+    Written once per session; tests only read it.
+    """
     gen = torch.Generator().manual_seed(0)
-    root = tmp_path / "digits"
-    root.mkdir()
+    root = tmp_path_factory.mktemp("digits")
     for split, n in (("train", 640), ("t10k", 256)):
         labels = torch.randint(0, 10, (n,), generator=gen)
         images = torch.randint(0, 60, (n, 28, 28), generator=gen)

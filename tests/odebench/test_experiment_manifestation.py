@@ -9,36 +9,19 @@ from typing import Any
 
 import odebench.experiments._manifestation  # noqa: F401  (registers the experiment)
 import pytest
-import torch
 from odebench.experiments._manifestation import SCHEMES, TRAINED, settings
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
 
 pytestmark = pytest.mark.slow
 
 
-def write_idx(path: Path, data: torch.Tensor) -> None:
-    """An IDX file of unsigned bytes, as MNIST's files are."""
-    header = bytes([0, 0, 0x08, data.dim()])
-    dims = b"".join(int(n).to_bytes(4, "big") for n in data.shape)
-    path.write_bytes(header + dims + data.to(torch.uint8).numpy().tobytes())
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def run(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> tuple[Path, dict[str, Any]]:
     """One quick run on noise images whose class sets a bright row."""
     tmp = tmp_path_factory.mktemp("manifestation")
-    gen = torch.Generator().manual_seed(0)
-    root = tmp / "digits"
-    root.mkdir()
-    for split, n in (("train", 640), ("t10k", 256)):
-        labels = torch.randint(0, 10, (n,), generator=gen)
-        images = torch.randint(0, 60, (n, 28, 28), generator=gen)
-        images[torch.arange(n), 2 * labels + 4] = 255
-        write_idx(root / f"{split}-images-idx3-ubyte", images)
-        write_idx(root / f"{split}-labels-idx1-ubyte", labels)
     out = tmp / "out"
     options = RunOptions(
-        out=out, quick=True, device="cpu", data_dir=str(root), epochs=1, progress=False
+        out=out, quick=True, device="cpu", data_dir=str(digits), epochs=1, progress=False
     )
     return out, run_experiment("manifestation-sweep", options, log=lambda _: None)
 
