@@ -7,8 +7,13 @@ packages below it only, so an accidental upward import fails there.
 
 from __future__ import annotations
 
+import functools
+import os
 import pathlib
+import shutil
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import nox
 
@@ -27,6 +32,25 @@ TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", "torchdif
 nox.options.sessions = ["lint", "tests", "layers", "typecheck", "docs", "examples"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
+# Every session's environment holds its own torch (about 1 GB). On a machine short of
+# disk, ODE_NOX_DISCARD_VENVS=1 (set by .ci/run) deletes each one when its session ends,
+# so the run never holds more than one at a time.
+DISCARD_VENVS = os.environ.get("ODE_NOX_DISCARD_VENVS", "") not in ("", "0")
+
+
+def discardable(func: Callable[..., None]) -> Callable[..., None]:
+    """Delete the session's virtual environment after it ends, when DISCARD_VENVS is set."""
+
+    @functools.wraps(func)
+    def wrapper(session: nox.Session, *args: Any, **kwargs: Any) -> None:
+        try:
+            func(session, *args, **kwargs)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if DISCARD_VENVS and location:
+                shutil.rmtree(location, ignore_errors=True)
+
+    return wrapper
 
 
 def _install_packages(session: nox.Session, upto: str | None = None) -> None:
@@ -37,6 +61,7 @@ def _install_packages(session: nox.Session, upto: str | None = None) -> None:
 
 @nox.session(python="3.11")
 @nox.parametrize("package", PACKAGES)
+@discardable
 def tests(session: nox.Session, package: str) -> None:
     """Install one package (and the layers below it) alone, then run its tests and doctests."""
     _install_packages(session, upto=package)
@@ -53,6 +78,7 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python="3.11")
+@discardable
 def lint(session: nox.Session) -> None:
     """Ruff: lint rules and formatting."""
     session.install(*CONSTRAINTS, "ruff")
@@ -61,6 +87,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+@discardable
 def layers(session: nox.Session) -> None:
     """Check the import-linter contracts (layers, light libraries) over the existing packages."""
     _install_packages(session)
@@ -89,6 +116,7 @@ def layers(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+@discardable
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on every package's src/."""
     _install_packages(session)
@@ -97,6 +125,7 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+@discardable
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors, then run the doctests of the guides."""
     _install_packages(session)
@@ -115,6 +144,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11", default=False)
+@discardable
 def bench(session: nox.Session) -> None:
     """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json.
 
@@ -133,6 +163,7 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+@discardable
 def examples(session: nox.Session) -> None:
     """Run every example in its smoke mode (a few seconds each)."""
     _install_packages(session)
