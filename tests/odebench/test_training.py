@@ -15,6 +15,7 @@ import odebench
 import pytest
 import torch
 from odebench.training import (
+    Interrupted,
     RunExistsError,
     TrainConfig,
     evaluate,
@@ -57,6 +58,13 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ({"milestones": (5, 3)}, r"`milestones` must be increasing"),
         ({"device": "tpu"}, r"`device` must be 'auto', 'cpu', 'cuda'"),
         ({"momentum": 1.0}, r"`momentum` must lie in \[0, 1\)"),
+        ({"refine_epochs": (3, 2)}, r"`refine_epochs` must be a tuple of increasing positive"),
+        ({"refine_epochs": (0,)}, r"`refine_epochs` must be .* got \(0,\)"),
+        ({"refine_epochs": (2,)}, r"`refine_epochs` applies to the ContinuousNet models only"),
+        ({"n_steps": 2}, r"`n_steps` applies to the ContinuousNet models only"),
+        ({"scheme": "rk4"}, r"`scheme` applies to the ContinuousNet models only"),
+        ({"model": "continuousnet", "scheme": "dopri5"}, r"Unknown `scheme` 'dopri5'; known: "),
+        ({"model": "continuousnet", "n_steps": 0}, r"`n_steps` must be a positive integer"),
     ],
 )
 def test_bad_configuration(changes, match):
@@ -69,6 +77,14 @@ def test_schedule_and_round_trip():
     assert [config.lr_at(e) for e in range(6)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
     assert config.loss == "cross_entropy"
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    refined = TrainConfig(
+        model="continuousnet", dataset="cifar10", scheme="rk4", n_steps=1, refine_epochs=[2, 5]
+    )
+    assert refined.refine_epochs == (2, 5) and refined.final_steps == 4
+    assert [refined.refinements_before(e) for e in range(7)] == [0, 0, 0, 1, 1, 1, 2]
+    assert refined.refinements_before(2, batch=3) == 1  # inside epoch 2: refined already
+    assert TrainConfig.from_dict(json.loads(json.dumps(refined.to_dict()))) == refined
+    assert config.final_steps is None
 
 
 def test_epoch_order_and_shards_cover_each_example_once():
@@ -268,3 +284,105 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
     assert ra["test_acc"] > 0.5
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert config["environment"]["processes"] == 2
+
+
+# Refinement: a ContinuousNet whose N_t = M double at the start of given epochs.
+def _refining(digits: Path, epochs: int = 3) -> TrainConfig:
+    return TrainConfig(
+        model="continuousnet", dataset="mnist", data_dir=str(digits), scheme="euler",
+        n_steps=1, refine_epochs=(1, 2), epochs=epochs, train_size=64, test_size=32,
+        batch_size=32, lr=0.05, device="cpu", progress=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def refined_run(tmp_path_factory, digits):
+    out = tmp_path_factory.mktemp("refined") / "run"
+    lines: list[str] = []
+    results = train(_refining(digits), out, log=lines.append)
+    return out, results, lines
+
+
+def test_refinement_doubles_n_steps_at_the_given_epochs(refined_run, digits):
+    out, results, lines = refined_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [m["n_steps"] for m in metrics] == [1, 2, 4]
+    params = [m["parameters"] for m in metrics]
+    assert params[0] < params[1] < params[2] == results["parameters"]
+    assert all(math.isfinite(m["train_loss"]) and m["test_acc"] is not None for m in metrics)
+    assert [line.split(":")[0] for line in lines if "refined to" in line] == ["epoch 2", "epoch 3"]
+    assert "refined to N_t = M = 4" in lines[-2] and "N_t 4" in lines[-1]
+    # load_model rebuilds the refined model and gives the run's last test accuracy.
+    model, config = load_model(out)
+    assert config == _refining(digits) and model.n_steps == 4
+    from odebench.training._data import load_splits
+
+    _, test = load_splits(config)
+    again = evaluate(model, test, "cross_entropy", batch_size=1000, device=torch.device("cpu"))
+    assert again["acc"] == pytest.approx(results["final"]["test_acc"])
+
+
+def test_a_run_resumed_across_a_refinement_ends_as_an_uninterrupted_one(
+    tmp_path, refined_run, digits
+):
+    _, full, _ = refined_run
+    # Two epochs (refined once), then a third: the resume refines the fresh model once
+    # before loading, and the loop refines again at epoch 2 with the optimiser carried.
+    out = tmp_path / "continued"
+    train(_refining(digits, epochs=2), out, log=lambda line: None)
+    continued = train(_refining(digits), out, resume=True, log=lambda line: None)
+    assert _untimed([continued["final"]]) == _untimed([full["final"]])
+    assert continued["parameters"] == full["parameters"]
+
+
+def test_a_run_stopped_inside_a_refined_epoch_resumes_exactly(tmp_path, refined_run, digits):
+    _, full, _ = refined_run
+    out = tmp_path / "stopped"
+
+    def stop_after_refining(line: str) -> None:
+        if line.startswith("epoch 3: refined"):  # inside epoch 3, before its first batch
+            signal.raise_signal(signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match="stopped at epoch 3, batch 1"):
+        train(_refining(digits), out, log=stop_after_refining)
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["batch"]) == (2, 1)
+    model, _ = load_model(out)
+    assert model.n_steps == 4  # refined at the start of the epoch it stopped in
+    lines: list[str] = []
+    resumed = train(_refining(digits), out, resume=True, log=lines.append)
+    assert not any("refined to" in line for line in lines)  # not a second time
+    assert _untimed([resumed["final"]]) == _untimed([full["final"]])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--refine-epochs", "2,1"], "`refine_epochs` must be a tuple of increasing positive"),
+        (["--refine-epochs", "x"], "expected comma-separated epochs"),
+        (["--n-steps", "0"], "argument --n-steps: expected a positive integer, got 0"),
+        (["--scheme", "rk4"], "`scheme` applies to the ContinuousNet models only"),
+    ],
+)
+def test_cli_refinement_options_are_checked(args, message, capsys):
+    argv = ["train", "--model", "toy-node", "--dataset", "annuli-1d", "--device", "cpu", *args]
+    try:
+        status = odebench.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        status = exc.code
+    assert status == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_trains_with_refinement(tmp_path, digits):
+    out = tmp_path / "cli"
+    status = odebench.main(
+        ["train", "--model", "continuousnet", "--dataset", "mnist", "--data-dir", str(digits),
+         "--scheme", "rk4", "--n-steps", "1", "--refine-epochs", "1", "--epochs", "2",
+         "--train-size", "32", "--test-size", "16", "--batch-size", "16", "--device", "cpu",
+         "--no-progress", "--out", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert (config["scheme"], config["n_steps"], config["refine_epochs"]) == ("rk4", 1, [1])
+    assert [m["n_steps"] for m in json.loads((out / "metrics.json").read_text())] == [1, 2]

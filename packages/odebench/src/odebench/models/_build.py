@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -17,6 +18,10 @@ from ._common import ACTIVATIONS, GRADIENTS, OdeConfig, check_choice, check_int,
 
 CONTNET_STEPS = 8
 """``N_t = M`` of the ContinuousNet models: the 8-8-8 networks of the authors' README."""
+
+CONTINUOUS_NETS: tuple[str, ...] = ("continuousnet", "wide-continuousnet")
+"""The models that are a ContinuousNet: ``scheme``, ``n_steps`` and ``epsilon`` of
+``build_model`` apply to them, and they can be refined."""
 
 MIN_IMAGE_SIZE = 8
 """The smallest image side the image models accept (Chen et al.'s stem needs 8)."""
@@ -112,6 +117,24 @@ _INFOS = (
         (("cifar10", 172_000),),
     ),
     ModelInfo(
+        "dissecting-node",
+        "Massaroli et al.'s vanilla image NODE: no augmentation, the field on the image itself.",
+        "image",
+        _MASSAROLI,
+        37_100,
+        "cifar10",
+        (("mnist", 21_400),),
+    ),
+    ModelInfo(
+        "dissecting-anode",
+        "Massaroli et al.'s 0-augmented image NODE: the image plus zero channels, W = 42.",
+        "image",
+        _MASSAROLI,
+        35_000,
+        "cifar10",
+        (("mnist", 20_400),),
+    ),
+    ModelInfo(
         "ilnode",
         "Massaroli et al.'s IL-NODE: a conv input layer lifts the image, then a NODE.",
         "image",
@@ -181,6 +204,9 @@ def build_model(
     tol: float = 1e-3,
     gradient: str = "backprop",
     solver: str = "dopri5",
+    scheme: str | None = None,
+    n_steps: int | None = None,
+    epsilon: float | None = None,
 ) -> nn.Module:
     """A freshly initialised model of :data:`MODELS` by name.
 
@@ -201,9 +227,11 @@ def build_model(
     keeps the adjoint's backward solve as cheap as the forward one, where ReLU makes
     its right-hand side discontinuous in time.
 
-    Dupont et al.'s ``node`` and ``anode`` and Massaroli et al.'s ``ilnode`` and
-    ``sonode`` take the paper's MNIST configuration for 1-channel images and its
-    CIFAR-10 configuration otherwise.
+    Dupont et al.'s ``node`` and ``anode`` and Massaroli et al.'s
+    ``dissecting-node``, ``dissecting-anode``, ``ilnode`` and ``sonode`` take the
+    paper's MNIST configuration for 1-channel images and its CIFAR-10 configuration
+    otherwise (Massaroli et al.'s MNIST models are our reconstruction: their code is
+    not published).
 
     Args:
         name: a key of :data:`MODELS`.
@@ -219,14 +247,23 @@ def build_model(
             (:class:`odecore.Adjoint`) or ``"checkpoint"`` (:class:`odecore.Checkpoint`).
         solver: an adaptive odecore method by name, a key of
             ``odecore.ADAPTIVE_METHODS`` (``"dopri5"``, ``"tsit5"``, ``"bosh3"``, ...).
+        scheme: the ContinuousNet models only (``continuousnet``,
+            ``wide-continuousnet``): the fixed-step scheme of their blocks, a key
+            of ``odecore.FIXED_METHODS``; ``None``: ``"euler"``.
+        n_steps: the ContinuousNet models only: ``N_t = M`` of every block;
+            ``None``: 8.
+        epsilon: the ContinuousNet models only: the time scale of every block;
+            ``None``: ``n_steps`` (with Euler every step is then a ResNet unit).
 
     Returns:
         The model, in float32 on the CPU, in training mode.
 
     Raises:
-        ValueError: for an unknown ``name``, ``activation``, ``gradient`` or
-            ``solver``, a ``tol`` that is not positive, or ``in_channels``,
-            ``num_classes`` or (image models) ``image_size`` out of range.
+        ValueError: for an unknown ``name``, ``activation``, ``gradient``,
+            ``solver`` or ``scheme``, a ``tol`` that is not positive, ``in_channels``,
+            ``num_classes``, (image models) ``image_size``, ``n_steps`` or
+            ``epsilon`` out of range, or ``scheme``, ``n_steps`` or ``epsilon`` given
+            for a model that is not a ContinuousNet.
 
     Example:
         >>> import torch
@@ -247,6 +284,13 @@ def build_model(
     )
     check_int("in_channels", in_channels, 1)
     check_int("num_classes", num_classes, 1)
+    given = [k for k, v in (("scheme", scheme), ("n_steps", n_steps), ("epsilon", epsilon))
+             if v is not None]  # fmt: skip
+    if given and name not in CONTINUOUS_NETS:
+        raise ValueError(
+            f"`{given[0]}` applies to the ContinuousNet models only "
+            f"({', '.join(CONTINUOUS_NETS)}), not to {name!r}; leave it unset."
+        )
     if MODELS[name].kind == "toy":
         augment = _toy.TOY_AUGMENT if name == "toy-anode" else 0
         return _toy.toy(in_channels, num_classes, augment, act, config)
@@ -261,12 +305,27 @@ def build_model(
         return _chen.rknet(in_channels, num_classes, act)
     if name in ("node", "anode"):
         return _augmented.dupont(name, in_channels, num_classes, image_size, act, config)
+    if name == "dissecting-node":
+        return _augmented.massaroli_vanilla(in_channels, num_classes, act, config)
+    if name == "dissecting-anode":
+        return _augmented.massaroli_zero_augmented(in_channels, num_classes, act, config)
     if name == "ilnode":
         return _augmented.ilnode(in_channels, num_classes, act, config)
     if name == "sonode":
         return _augmented.sonode(in_channels, num_classes, act, config)
     channels = (64, 128, 256) if name == "wide-continuousnet" else (16, 32, 64)
-    net = ContinuousNet(in_channels, num_classes, channels, n_steps=CONTNET_STEPS, activation=act)
+    steps = CONTNET_STEPS if n_steps is None else check_int("n_steps", n_steps, 1)
+    if epsilon is not None and not (isinstance(epsilon, (int, float)) and 0 < epsilon < math.inf):
+        raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
+    net = ContinuousNet(
+        in_channels,
+        num_classes,
+        channels,
+        n_steps=steps,
+        scheme=check_choice("scheme", scheme or "euler", tuple(odecore.FIXED_METHODS)),
+        epsilon=None if epsilon is None else float(epsilon),
+        activation=act,
+    )
     return net.to_resnet() if name == "continuous-resnet" else net
 
 

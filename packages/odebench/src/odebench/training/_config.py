@@ -62,6 +62,16 @@ class TrainConfig:
         tol: ``rtol = atol`` of the adaptive solver of ODE models.
         gradient: ``"backprop"``, ``"adjoint"`` or ``"checkpoint"`` for ODE models.
         solver: the adaptive solver of ODE models.
+        scheme: the ContinuousNet models only: the fixed-step scheme of their blocks
+            (``"euler"``, ``"midpoint"``, ``"rk4"``, ...); ``None``: Euler.
+        n_steps: the ContinuousNet models only: ``N_t = M`` of every block at epoch 0;
+            ``None``: 8.
+        refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
+            start ``N_t`` and ``M`` double (:class:`contnet.RefinementSchedule`, the
+            optimiser's state carried over), as Queiruga et al. train. The blocks'
+            time scale is the final ``N_t``, ``n_steps * 2 ** len(refine_epochs)``, so
+            a refined run trains the same continuous model as a fixed-depth run at
+            that ``N_t``. Epochs at or beyond ``epochs`` never come.
         bf16: autocast to bfloat16 (on the GPU).
         compile: run the model through ``torch.compile``.
         progress: show a progress bar per epoch.
@@ -73,6 +83,9 @@ class TrainConfig:
         Traceback (most recent call last):
         ...
         ValueError: `epochs` must be a non-negative integer, got -1.
+        >>> TrainConfig(model="continuousnet", dataset="cifar10", scheme="rk4", n_steps=1,
+        ...             refine_epochs=(20, 40)).final_steps
+        4
     """
 
     model: str
@@ -96,6 +109,9 @@ class TrainConfig:
     tol: float = 1e-3
     gradient: str = "backprop"
     solver: str = "dopri5"
+    scheme: str | None = None
+    n_steps: int | None = None
+    refine_epochs: tuple[int, ...] = ()
     bf16: bool = False
     compile: bool = False
     progress: bool = True
@@ -129,10 +145,68 @@ class TrainConfig:
             raise ValueError(
                 f"`milestones` must be increasing positive epochs, got {self.milestones!r}."
             )
+        self._check_continuous()
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ValueError(
                 f"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}."
             )
+
+    def _check_continuous(self) -> None:
+        """``scheme``, ``n_steps`` and ``refine_epochs``: valid, and for a ContinuousNet."""
+        import odecore
+
+        from ..models._build import CONTINUOUS_NETS
+
+        if isinstance(self.refine_epochs, list):
+            object.__setattr__(self, "refine_epochs", tuple(self.refine_epochs))
+        epochs = self.refine_epochs
+        if (
+            not isinstance(epochs, tuple)
+            or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in epochs)
+            or list(epochs) != sorted(set(epochs))
+        ):
+            raise ValueError(
+                f"`refine_epochs` must be a tuple of increasing positive epochs, got "
+                f"{epochs!r}; for example (20, 40)."
+            )
+        if self.n_steps is not None:
+            _check_positive_int("n_steps", self.n_steps)
+        if self.scheme is not None and self.scheme not in odecore.FIXED_METHODS:
+            raise ValueError(
+                f"Unknown `scheme` {self.scheme!r}; known: {', '.join(odecore.FIXED_METHODS)}."
+            )
+        given = [
+            name
+            for name, value in (
+                ("refine_epochs", epochs or None),
+                ("scheme", self.scheme),
+                ("n_steps", self.n_steps),
+            )
+            if value is not None
+        ]
+        if given and self.model not in CONTINUOUS_NETS:
+            raise ValueError(
+                f"`{given[0]}` applies to the ContinuousNet models only "
+                f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}; leave it unset."
+            )
+
+    @property
+    def final_steps(self) -> int | None:
+        """``N_t`` after every refinement (``None`` for a model that is not a ContinuousNet)."""
+        from ..models._build import CONTINUOUS_NETS, CONTNET_STEPS
+
+        if self.model not in CONTINUOUS_NETS:
+            return None
+        start = CONTNET_STEPS if self.n_steps is None else self.n_steps
+        return start * (1 << len(self.refine_epochs))
+
+    def refinements_before(self, epoch: int, batch: int = 0) -> int:
+        """How many refinements a run has made when it stands at ``(epoch, batch)``.
+
+        A refinement comes at the start of its epoch, so a checkpoint inside epoch
+        ``e`` (``batch > 0``) has made the one of ``e``, a checkpoint at its start not.
+        """
+        return sum(1 for e in self.refine_epochs if e < epoch or (e == epoch and batch > 0))
 
     @property
     def loss(self) -> str:
@@ -147,6 +221,7 @@ class TrainConfig:
         """A JSON-ready dictionary of the fields."""
         out = dataclasses.asdict(self)
         out["milestones"] = list(self.milestones)
+        out["refine_epochs"] = list(self.refine_epochs)
         return out
 
     @classmethod
@@ -157,8 +232,9 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"Unknown TrainConfig fields: {unknown}.")
         values = dict(values)
-        if "milestones" in values:
-            values["milestones"] = tuple(values["milestones"])
+        for key in ("milestones", "refine_epochs"):
+            if key in values:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import odecore
 import torch
 import torch.distributed as dist
+from contnet import ContinuousNet, RefinementSchedule, refine
 from torch import Tensor, nn
 
 from ..data import Augment, Dataset
@@ -309,14 +310,7 @@ def _train(
     train_set, test_set = train_set.to(device), test_set.to(device)
     torch.manual_seed(config.seed)
     dims = {**_dims(train_set), "num_classes": _outputs(train_set)}
-    model = build_model(
-        config.model,
-        **dims,
-        activation=config.activation,
-        tol=config.tol,
-        gradient=config.gradient,
-        solver=config.solver,
-    ).to(device)
+    model = _build(config, dims).to(device)
     params = count_parameters(model)
     published = MODELS[config.model].published_params
     log(
@@ -344,8 +338,13 @@ def _train(
     start_epoch, start_batch = 0, 0
     partial: dict[str, Any] | None = None
     aug_state: Tensor | None = None
+    schedule = RefinementSchedule(epochs=config.refine_epochs)
     if resume and path.exists():
         state = _io.load_checkpoint(path, device)
+        # The checkpoint holds a refined model: refine the fresh one as often first.
+        for e in config.refine_epochs[: config.refinements_before(state["epoch"], state["batch"])]:
+            refined, optimizer = schedule.step(e, cast(ContinuousNet, model), optimizer)
+            model = refined
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
@@ -367,13 +366,18 @@ def _train(
                 "environment": _environment(device, process),
             },
         )
+
+    def wrap(module: nn.Module) -> nn.Module:
+        """``module`` as it trains: under DDP across processes, compiled if asked."""
+        if process.world > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        if config.compile:
+            module = torch.compile(module)  # type: ignore[assignment]
+        return module
+
     raw = model
-    net: nn.Module = model
-    if process.world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if config.compile:
-        net = torch.compile(net)  # type: ignore[assignment]
+    net = wrap(raw)
 
     def checkpoint(epoch: int, batch: int, totals: _Totals | None, gen: torch.Generator) -> None:
         if not process.main:
@@ -401,6 +405,17 @@ def _train(
     run_started = time.perf_counter()
     with _stop_on_signals(process.world == 1) as stop:
         for epoch in range(start_epoch, config.epochs):
+            resumed_inside = epoch == start_epoch and start_batch > 0  # refined already
+            if epoch in config.refine_epochs and not resumed_inside:
+                # A new module and a new optimizer with the state carried over; every
+                # process refines alike, then DDP (and compile) wrap the new module.
+                refined, optimizer = schedule.step(epoch, cast(ContinuousNet, raw), optimizer)
+                raw = refined
+                net = wrap(raw)
+                log(
+                    f"epoch {epoch + 1}: refined to N_t = M = {refined.n_steps}, "
+                    f"{count_parameters(raw):,} parameters"
+                )
             for group in optimizer.param_groups:
                 group["lr"] = config.lr_at(epoch)
             gen = torch.Generator(device=device).manual_seed(config.seed * 7919 + epoch)
@@ -473,6 +488,8 @@ def _train(
                 process=process,
             )
             row = _row(epoch, config, reduced, test, process)
+            if isinstance(raw, ContinuousNet):
+                row |= {"n_steps": raw.n_steps, "parameters": count_parameters(raw)}
             metrics.append(row)
             checkpoint(epoch + 1, 0, None, gen)
             if process.main:
@@ -488,7 +505,7 @@ def _train(
     results = {
         "model": config.model,
         "dataset": config.dataset,
-        "parameters": params,
+        "parameters": count_parameters(raw),
         "epochs": len(metrics),
         "final": metrics[-1] if metrics else None,
         "best_test_acc": max(
@@ -560,13 +577,40 @@ def _line(row: dict[str, Any], epochs: int) -> str:
         parts.append(
             f"nfe {row['nfe_forward']:.1f}/{nb:.1f}" if nb else f"nfe {row['nfe_forward']:.1f}"
         )
+    if row.get("n_steps") is not None:
+        parts.append(f"N_t {row['n_steps']}")
     parts.append(f"{row['images_per_second']:.0f} img/s")
     parts.append(f"{row['epoch_seconds']:.1f} s")
     return "  ".join(parts)
 
 
+def _build(config: TrainConfig, dims: dict[str, int]) -> nn.Module:
+    """The run's model as it starts, before any refinement.
+
+    A ContinuousNet's blocks get the time scale of its final ``N_t``
+    (:attr:`TrainConfig.final_steps`), the same with or without refinement.
+    """
+    final = config.final_steps
+    return build_model(
+        config.model,
+        in_channels=dims["in_channels"],
+        image_size=dims["image_size"],
+        num_classes=dims["num_classes"],
+        activation=config.activation,
+        tol=config.tol,
+        gradient=config.gradient,
+        solver=config.solver,
+        scheme=config.scheme,
+        n_steps=config.n_steps,
+        epsilon=None if final is None else float(final),
+    )
+
+
 def load_model(out: str | os.PathLike[str], device: str = "cpu") -> tuple[nn.Module, TrainConfig]:
     """The model of a run directory, rebuilt from ``config.json`` and ``checkpoint.pt``.
+
+    A ContinuousNet run refined during training comes back refined as far as the
+    checkpoint had come (``N_t``, ``M`` and the parameters of the checkpoint).
 
     Returns:
         The model in eval mode on ``device``, with the weights of the last checkpoint,
@@ -584,17 +628,9 @@ def load_model(out: str | os.PathLike[str], device: str = "cpu") -> tuple[nn.Mod
         )
     saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
     config = TrainConfig.from_dict(saved["config"])
-    dims = saved["dims"]
-    model = build_model(
-        config.model,
-        in_channels=dims["in_channels"],
-        image_size=dims["image_size"],
-        num_classes=dims["num_classes"],
-        activation=config.activation,
-        tol=config.tol,
-        gradient=config.gradient,
-        solver=config.solver,
-    )
+    model = _build(config, saved["dims"])
     state = _io.load_checkpoint(out / _io.CHECKPOINT, torch.device(device))
+    for _ in range(config.refinements_before(state["epoch"], state["batch"])):
+        model = refine(cast(ContinuousNet, model))[0]
     model.load_state_dict(state["model"])
     return model.to(device).eval(), config
