@@ -162,6 +162,37 @@ def bench(session: nox.Session) -> None:
     )
 
 
+@nox.session(python="3.11", default=False)
+@discardable
+def reproductions(session: nox.Session) -> None:
+    """Rerun every experiment's quick mode and publish the reports into docs/results/.
+
+    Not a default session: it trains for about half an hour on a 2-core CPU. The
+    quickstart runs as the README runs it; the others with ``--quick``. Arguments
+    after ``--`` go to every ``odebench run``, e.g. ``nox -s reproductions --
+    --data-dir path/to/mnist``; name experiments with ``ODEBENCH_ONLY=a,b``.
+    """
+    _install_packages(session)
+    listing = session.run(
+        "python", "-c", "from odebench.experiments import EXPERIMENTS; print(*EXPERIMENTS)",
+        silent=True,
+    )  # fmt: skip
+    names = str(listing).split()
+    only = [n for n in os.environ.get("ODEBENCH_ONLY", "").split(",") if n]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        session.error(f"ODEBENCH_ONLY: unknown {unknown}; known: {', '.join(names)}")
+    runs = pathlib.Path(session.create_tmp()) / "reproductions"
+    shutil.rmtree(runs, ignore_errors=True)  # fresh runs, never a resumed stale one
+    for name in only or names:
+        quick = [] if name == "quickstart" else ["--quick"]
+        out = str(runs / name)
+        session.run(
+            "odebench", "run", name, *quick, "--out", out, "--no-progress", *session.posargs
+        )
+        session.run("odebench", "publish", out, "--to", str(ROOT / "docs" / "results"))
+
+
 @nox.session(python="3.11")
 @discardable
 def examples(session: nox.Session) -> None:

@@ -45,8 +45,8 @@ def test_subpackage_snapshots():
         "resolve_device", "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
-        "EXPERIMENTS", "Experiment", "RunOptions", "combine_reports", "register",
-        "run_experiment",
+        "EXPERIMENTS", "Experiment", "RunOptions", "combine_reports", "publish",
+        "register", "run_experiment",
     ]  # fmt: skip
     for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
         assert (package.__doc__ or "").strip(), package

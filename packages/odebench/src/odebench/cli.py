@@ -8,6 +8,7 @@
     odebench report RUN_DIR... [--out PATH]
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
                    [--optimizer sgd|adam] [--tol TOL] [--gradient G] ... [--resume]
+                   [--scheme S] [--n-steps N] [--refine-epochs E,E,...]
     odebench perf solvers [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
@@ -207,6 +208,21 @@ def _add_training_commands(commands: Any) -> None:
         help="the page to write (default reproductions.md)",
     )  # fmt: skip
     report.set_defaults(command_parser=report)
+    publish = commands.add_parser(
+        "publish",
+        help="copy runs' reports, results and figures (no checkpoints) for committing",
+        description=(
+            "Copy report.md, results.json and the figures the report shows of each "
+            "RUN_DIR into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch "
+            "files behind: the docs include reports published into docs/results/."
+        ),
+    )
+    publish.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    publish.add_argument(
+        "--to", type=Path, required=True, metavar="DEST",
+        help="the directory that receives one sub-directory per run",
+    )  # fmt: skip
+    publish.set_defaults(command_parser=publish)
     train = commands.add_parser(
         "train",
         help="train one model on one data set",
@@ -239,6 +255,11 @@ def _add_training_commands(commands: Any) -> None:
     add("--gradient", choices=("backprop", "adjoint", "checkpoint"), default="backprop",
         help="gradient method of ODE models (backprop)")  # fmt: skip
     add("--solver", default="dopri5", help="adaptive solver of ODE models (dopri5)")
+    add("--scheme", default=None, help="ContinuousNet models: fixed-step scheme (euler)")
+    add("--n-steps", type=_positive_int, default=None, metavar="N",
+        help="ContinuousNet models: N_t = M of every block at epoch 0 (8)")  # fmt: skip
+    add("--refine-epochs", type=_int_list, default=(), metavar="E,E,...",
+        help="ContinuousNet models: epochs at whose start N_t and M double")  # fmt: skip
     add("--bf16", action="store_true", help="bfloat16 autocast")
     add("--compile", action="store_true", help="torch.compile the model")
     _add_common(train)
@@ -340,6 +361,21 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .experiments import publish
+
+    names = [d.resolve().name for d in args.run_dirs]
+    if len(set(names)) < len(names):
+        return _fail(parser, f"two RUN_DIRs share a name ({', '.join(names)}); each needs its own")
+    for run_dir, name in zip(args.run_dirs, names):
+        try:
+            files = publish(run_dir, args.to / name)
+        except (FileNotFoundError, ValueError) as exc:
+            return _fail(parser, str(exc))
+        _log(f"published {run_dir} to {args.to / name} ({len(files)} files)")
+    return 0
+
+
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .training import TrainConfig, default_out, train
 
@@ -366,6 +402,9 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             tol=args.tol,
             gradient=args.gradient,
             solver=args.solver,
+            scheme=args.scheme,
+            n_steps=args.n_steps,
+            refine_epochs=args.refine_epochs,
             bf16=args.bf16,
             compile=args.compile,
             progress=not args.no_progress,
@@ -412,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     if args.command == "report":
         return _report(args.command_parser, args)
+    if args.command == "publish":
+        return _publish(args.command_parser, args)
     if args.command in ("run", "train"):
         sub = args.command_parser
         return _run(sub, args) if args.command == "run" else _train(sub, args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -154,3 +155,76 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
             line = line.replace("](", f"]({rel}/") if "![" in line else line
             parts.append(line)
     return "\n".join(parts) + "\n"
+
+
+#: The figures a report shows: ``![alt](path)`` with a relative path.
+_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def publish(run_dir: Path, dest: Path) -> list[Path]:
+    """Copy what a run's report shows into ``dest``: the light files worth committing.
+
+    That is ``report.md``, ``results.json`` and every figure ``report.md`` links to
+    (at the same relative paths), but no checkpoints or per-epoch files. The docs'
+    Reproductions pages include reports published this way into ``docs/results/``.
+    Files already in ``dest`` that the new report does not use are removed first, so
+    a republished directory never shows a stale figure; a non-empty ``dest`` that
+    holds no published report is refused rather than emptied.
+
+    Returns:
+        The files written, relative to ``dest``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
+            report links to a figure that is not there.
+        ValueError: the report links to a figure outside ``run_dir``, or ``dest`` is
+            a non-empty directory without a published report.
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> _ = (run / "report.md").write_text("# Run\\n\\n![loss](loss.png)\\n")
+        >>> _ = (run / "results.json").write_text("{}")
+        >>> _ = (run / "loss.png").write_bytes(b"png")
+        >>> _ = (run / "checkpoint.pt").write_bytes(b"weights")
+        >>> [str(p) for p in publish(run, run.parent / (run.name + "-published"))]
+        ['report.md', 'results.json', 'loss.png']
+    """
+    run_dir, dest = Path(run_dir), Path(dest)
+    for name in ("report.md", "results.json"):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
+    report = (run_dir / "report.md").read_text(encoding="utf-8")
+    files = [Path("report.md"), Path("results.json")]
+    root = run_dir.resolve()
+    for link in dict.fromkeys(_IMAGE.findall(report)):
+        source = (run_dir / link).resolve()
+        if Path(link).is_absolute() or not source.is_relative_to(root):
+            raise ValueError(f"{run_dir / 'report.md'} links to {link}, outside {run_dir}")
+        if not source.is_file():
+            raise FileNotFoundError(f"{run_dir / 'report.md'} links to {link}, which is missing")
+        files.append(source.relative_to(root))
+    _unpublish(dest)
+    for file in files:
+        (dest / file).parent.mkdir(parents=True, exist_ok=True)
+        (dest / file).write_bytes((run_dir / file).read_bytes())
+    return files
+
+
+def _unpublish(dest: Path) -> None:
+    """Remove what an earlier :func:`publish` wrote to ``dest`` (and nothing else)."""
+    if not dest.exists() or not any(dest.iterdir()):
+        return
+    report = dest / "report.md"
+    if not report.is_file():
+        raise ValueError(f"{dest} is not empty and holds no published report.md; choose another")
+    root = dest.resolve()
+    old = [(dest / link).resolve() for link in _IMAGE.findall(report.read_text(encoding="utf-8"))]
+    for path in [*old, report.resolve(), root / "results.json"]:
+        if not path.is_relative_to(root):
+            continue  # a hand-edited link out of dest: never delete outside it
+        path.unlink(missing_ok=True)
+        for parent in path.parents:
+            if parent == root or not parent.is_relative_to(root) or any(parent.iterdir()):
+                break
+            parent.rmdir()
