@@ -63,7 +63,8 @@ extensions = [
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
+# docs/results/ holds published runs, shown through {include} on the experiment pages.
+exclude_patterns = ["_build", "_generated", "results", "Thumbs.db", ".DS_Store"]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]

@@ -1,0 +1,78 @@
+"""What the image experiments share: which data sets are there, and seeded runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..training import TrainConfig, find_data, train
+from ._registry import Log, RunOptions, prefixed
+
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10"}
+
+
+def available_datasets(
+    datasets: tuple[str, ...], options: RunOptions, log: Log
+) -> tuple[list[str], dict[str, str]]:
+    """The data sets of ``datasets`` whose files are found, and why the others are not.
+
+    MNIST is never skipped: when it is missing, training raises the lookup's
+    ``FileNotFoundError``. Any other data set without files is logged (with the
+    places searched) and skipped; the reason kept for the report names no path.
+
+    Args:
+        datasets: names of :data:`odebench.training.DATASETS`.
+        options: the run's options (``data_dir``).
+        log: where the line about a skipped data set goes.
+
+    Returns:
+        ``(found, skipped)``: the names to run, and ``{name: reason}`` for the others.
+
+    Example:
+        >>> from pathlib import Path
+        >>> found, skipped = available_datasets(
+        ...     ("cifar10",), RunOptions(out=Path("x"), data_dir="/nonexistent"), log=print
+        ... )  # doctest: +ELLIPSIS
+        cifar10 skipped: no cifar10 data in /nonexistent ...
+        >>> found, skipped
+        ([], {'cifar10': 'no CIFAR-10 files found (give their directory with --data-dir DIR)'})
+    """
+    found: list[str] = []
+    skipped: dict[str, str] = {}
+    for dataset in datasets:
+        if dataset == "mnist":
+            found.append(dataset)
+            continue
+        try:
+            find_data(dataset, options.data_dir)
+        except FileNotFoundError as exc:
+            label = DATASET_LABELS.get(dataset, dataset)
+            skipped[dataset] = f"no {label} files found (give their directory with --data-dir DIR)"
+            log(f"{dataset} skipped: {exc}")
+        else:
+            found.append(dataset)
+    return found, skipped
+
+
+def train_seeds(
+    out: Path, configs: dict[int, TrainConfig], options: RunOptions, log: Log
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """Train one run per seed into ``out/seed<N>/``; ``--resume`` continues each.
+
+    Args:
+        out: the directory of this model's runs.
+        configs: ``{seed: config}``.
+        options: the experiment's options (``resume``).
+        log: where the runs' lines go, each tagged with its seed.
+
+    Returns:
+        ``(results, metrics)``: each run's ``results.json`` and its per-epoch rows.
+    """
+    results, metrics = [], []
+    for seed, config in configs.items():
+        run_dir = out / f"seed{seed}"
+        tagged = prefixed(log, f"seed {seed}")
+        results.append(train(config, run_dir, resume=options.resume, log=tagged))
+        metrics.append(json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")))
+    return results, metrics

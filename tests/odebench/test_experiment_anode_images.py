@@ -1,0 +1,118 @@
+"""``odebench run anode-images --quick``: the files, numbers and report it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import odebench.experiments._anode_images as anode_images
+import pytest
+from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.models import build_model, count_parameters
+
+FIGURES = ("accuracy_params.png", "nfe.png", "loss_nfe.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = anode_images.Settings(seeds=2, epochs=1, lr=1e-3, batch_size=16, train_size=16, test_size=16)
+"""Smaller than ``--quick``: the fixture's digits are easy, and the test must be quick."""
+
+
+@pytest.fixture(scope="module")
+def run(
+    tmp_path_factory: pytest.TempPathFactory, digits: Path
+) -> tuple[Path, dict[str, Any], list[str]]:
+    out = tmp_path_factory.mktemp("anode-images") / "run"
+    lines: list[str] = []
+    options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(anode_images, "settings", lambda options: TINY)
+        summary = run_experiment("anode-images", options, log=lines.append)
+    return out, summary, lines
+
+
+def test_registered() -> None:
+    assert "anode-images" in EXPERIMENTS
+    assert EXPERIMENTS["anode-images"].run is anode_images.anode_images
+
+
+def test_quick_settings_are_small_and_full_ones_the_authors() -> None:
+    quick = anode_images.settings(RunOptions(out=Path("x"), quick=True))
+    full = anode_images.settings(RunOptions(out=Path("x"), epochs=7))
+    assert quick.seeds == 2 and quick.epochs == 1 and quick.train_size is not None
+    assert full.seeds == 5 and full.epochs == 7 and full.batch_size == 256 and full.lr == 1e-3
+    assert full.train_size is None and full.test_size is None
+
+
+def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
+    found, skipped = anode_images.available_datasets(("mnist", "cifar10"), options, lines.append)
+    assert found == ["mnist"] and list(skipped) == ["cifar10"]
+    assert skipped["cifar10"].startswith("no CIFAR-10 files found")
+    assert str(tmp_path) not in skipped["cifar10"]  # the report names no path
+    assert len(lines) == 1 and lines[0].startswith(
+        f"cifar10 skipped: no cifar10 data in {tmp_path}"
+    )
+
+
+def test_cifar_with_files_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"")
+    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
+    assert anode_images.available_datasets(("cifar10",), options, print) == (["cifar10"], {})
+
+
+@pytest.mark.slow
+def test_files_exist_and_results_equal_the_summary(
+    run: tuple[Path, dict[str, Any], list[str]],
+) -> None:
+    out, summary, lines = run
+    for name in (*FIGURES, "results.json", "report.md"):
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
+    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == summary
+    for model in ("node", "anode"):
+        for seed in (0, 1):
+            assert (out / "mnist" / model / f"seed{seed}" / "checkpoint.pt").is_file()
+    assert any(line.startswith("cifar10 skipped") for line in lines)
+    assert any(line.startswith("[mnist anode] [seed 1]") for line in lines)
+
+
+@pytest.mark.slow
+def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
+    _, summary, _ = run
+    assert summary["experiment"] == "anode-images" and summary["quick"] is True
+    assert list(summary["datasets"]) == ["mnist"] and list(summary["skipped"]) == ["cifar10"]
+    assert math.isfinite(summary["wall_seconds"]) and summary["date"]
+    for model in ("node", "anode"):
+        row = summary["datasets"]["mnist"][model]
+        assert 0.0 <= row["test_acc_mean"] <= 1.0 and row["test_acc_std"] >= 0.0
+        built = build_model(model, in_channels=1, num_classes=10, image_size=28)
+        assert row["parameters"] == count_parameters(built)
+        assert row["nfe_first"] > 0 and row["nfe_last"] > 0
+        assert row["seeds"] == 2 and len(row["curves"]) == 2
+    claims = summary["conclusions"]["mnist"]
+    assert set(claims) == set(anode_images.CLAIMS)
+    assert claims["parameters_matched"] and claims["parameters_on_budget"]
+    assert summary["published"]["mnist"]["anode"]["acc"] == 0.982
+
+
+@pytest.mark.slow
+def test_report_has_the_rows_and_the_published_numbers(
+    run: tuple[Path, dict[str, Any], list[str]],
+) -> None:
+    out, _, _ = run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    first, _, rest = text.partition("\n")
+    assert first.startswith("# ")
+    assert rest.lstrip().startswith("`odebench run anode-images --quick`")
+    for row in ("| NODE |", "| ANODE |", "96.4 ± 0.5%", "98.2 ± 0.1%", "| 84k |"):
+        assert row in text, row
+    assert "## CIFAR-10" in text and "Skipped" in text and "53.7 ± 0.2%" in text
+    assert "not published" in text
+    for said, _test in anode_images.CLAIMS.values():
+        assert said in text
+    for name in FIGURES:
+        assert f"]({name})" in text, name

@@ -1,0 +1,109 @@
+"""``odebench run dissecting-augmentation --quick``: the files, numbers and report it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import odebench.experiments._dissecting_augmentation as augmentation
+import pytest
+from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.models import build_model, count_parameters
+
+FIGURES = ("augmentation.png", "nfe.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = augmentation.Settings(seeds=1, epochs=1, batch_size=16, train_size=16, test_size=16)
+"""Smaller than ``--quick``: the fixture's digits are easy, and the test must be quick."""
+
+
+@pytest.fixture(scope="module")
+def run(
+    tmp_path_factory: pytest.TempPathFactory, digits: Path
+) -> tuple[Path, dict[str, Any], list[str]]:
+    out = tmp_path_factory.mktemp("dissecting-augmentation") / "run"
+    lines: list[str] = []
+    options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(augmentation, "settings", lambda options: TINY)
+        summary = run_experiment("dissecting-augmentation", options, log=lines.append)
+    return out, summary, lines
+
+
+def test_registered() -> None:
+    assert "dissecting-augmentation" in EXPERIMENTS
+    assert EXPERIMENTS["dissecting-augmentation"].run is augmentation.dissecting_augmentation
+
+
+def test_settings_follow_the_notebooks_where_the_trainer_can() -> None:
+    quick = augmentation.settings(RunOptions(out=Path("x"), quick=True))
+    full = augmentation.settings(RunOptions(out=Path("x")))
+    assert quick.seeds == 1 and quick.epochs == 1 and quick.train_size is not None
+    assert full.epochs == 20 and full.batch_size == 64 and full.train_size is None
+    config = augmentation._config("ilnode", "mnist", 0, full, RunOptions(out=Path("x")))
+    assert (config.optimizer, config.lr, config.tol, config.gradient) == (
+        "adam",
+        1e-3,
+        1e-4,
+        "adjoint",
+    )
+    # StepLR(5, gamma=0.9) per epoch, as milestones.
+    assert [config.lr_at(e) for e in (0, 4, 5, 10, 19)] == pytest.approx(
+        [1e-3, 1e-3, 9e-4, 8.1e-4, 7.29e-4]
+    )
+
+
+@pytest.mark.slow
+def test_files_exist_and_results_equal_the_summary(
+    run: tuple[Path, dict[str, Any], list[str]],
+) -> None:
+    out, summary, lines = run
+    for name in (*FIGURES, "results.json", "report.md"):
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
+    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == summary
+    for name in augmentation.MODELS:
+        assert (out / "mnist" / name / "seed0" / "checkpoint.pt").is_file(), name
+    assert any(line.startswith("cifar10 skipped") for line in lines)
+
+
+@pytest.mark.slow
+def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
+    _, summary, _ = run
+    assert summary["experiment"] == "dissecting-augmentation" and summary["quick"] is True
+    assert list(summary["datasets"]) == ["mnist"] and list(summary["skipped"]) == ["cifar10"]
+    assert math.isfinite(summary["wall_seconds"]) and summary["date"]
+    rows = summary["datasets"]["mnist"]
+    assert list(rows) == list(augmentation.MODELS)
+    for name, model in augmentation.MODELS.items():
+        row = rows[name]
+        assert 0.0 <= row["test_acc_mean"] <= 1.0
+        built = build_model(model, in_channels=1, num_classes=10, image_size=28)
+        assert row["parameters"] == count_parameters(built)
+        # The adjoint solves backward too.
+        assert row["nfe_mean"] > 0 and row["nfe_backward_mean"] > 0
+    claims = summary["conclusions"]["mnist"]
+    assert set(claims) == set(augmentation.CLAIMS)
+    assert claims["second_order_fewest_parameters"] and claims["parameters_match_poster"]
+
+
+@pytest.mark.slow
+def test_report_has_the_rows_and_the_poster_numbers(
+    run: tuple[Path, dict[str, Any], list[str]],
+) -> None:
+    out, _, _ = run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    first, _, rest = text.partition("\n")
+    assert first.startswith("# ")
+    assert rest.lstrip().startswith("`odebench run dissecting-augmentation --quick`")
+    for label in augmentation.LABELS.values():
+        assert f"| {label} |" in text, label
+    for cell in ("| 96.8% |", "| 98 |", "| 21.4k |", "| 99.2% |", "| 43 |", "| 20.0k |"):
+        assert cell in text, cell
+    assert "## CIFAR-10" in text and "Skipped" in text and "73.4%" in text
+    for said, _test in augmentation.CLAIMS.values():
+        assert said in text
+    for name in FIGURES:
+        assert f"]({name})" in text, name
