@@ -28,6 +28,9 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 LAYERS = ["odecore", "odelayers", "contnet", "odebench"]
 PACKAGES = [name for name in LAYERS if (ROOT / "packages" / name / "pyproject.toml").exists()]
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", "torchdiffeq>=0.2.3"]
+# The peers `odebench perf solvers` compares with, besides torchdiffeq. torchdyn is not
+# one of them here: it imports torchvision, which does not import beside the CPU torch.
+PEERS = ["torchode>=1.0"]
 
 nox.options.sessions = ["lint", "tests", "layers", "typecheck", "docs", "examples"]
 nox.options.reuse_existing_virtualenvs = True
@@ -66,6 +69,8 @@ def tests(session: nox.Session, package: str) -> None:
     """Install one package (and the layers below it) alone, then run its tests and doctests."""
     _install_packages(session, upto=package)
     session.install(*CONSTRAINTS, *TEST_DEPS)
+    if package == "odebench":
+        session.install(*CONSTRAINTS, *PEERS)  # the benchmark's adapters are tested too
     # pytest exits with 5 when it collects no test; nox treats that as a failure.
     session.run(
         "pytest",
@@ -149,12 +154,12 @@ def bench(session: nox.Session) -> None:
     """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json.
 
     Not a default session: the full run takes several minutes and measures the
-    machine, not the code. Installs odecore, odebench and torchdiffeq (the peer it
-    compares against) with the constraints. Arguments after ``--`` go to the command,
+    machine, not the code. Installs odecore, odebench and the peers it compares against
+    (torchdiffeq, torchode) with the constraints. Arguments after ``--`` go to the command,
     e.g. ``nox -s bench -- --quick`` or ``nox -s bench -- --threads 4 --repeats 9``.
     """
     _install_packages(session)
-    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3")
+    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3", *PEERS)
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     session.run(
