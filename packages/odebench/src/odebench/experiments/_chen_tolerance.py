@@ -27,7 +27,7 @@ from ..data import Dataset, load_mnist
 from ..models import build_model, nfe, ode_layers
 from ..training import find_data, resolve_device
 from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, held, register
+from ._registry import Log, RunOptions, fmt, held, one_thread, register
 
 #: The variants trained: ``name -> (activation, seminorm)``.
 VARIANTS: dict[str, tuple[str, bool]] = {
@@ -234,10 +234,7 @@ def chen_tolerance(options: RunOptions, log: Log) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(options.seed)
     train = load_mnist(root, train=True).subset(s.train_size, generator=gen)
     test = load_mnist(root, train=False).subset(s.test_size, generator=gen)
-    threads = torch.get_num_threads()
-    if options.quick:
-        torch.set_num_threads(1)
-    try:
+    with one_thread(options.quick):
         variants: dict[str, dict[str, Any]] = {}
         models: dict[str, nn.Module] = {}
         for name, (activation, seminorm) in VARIANTS.items():
@@ -251,8 +248,6 @@ def chen_tolerance(options: RunOptions, log: Log) -> dict[str, Any]:
                 f"median backward/forward {summary['median_ratio']:.2f}"
             )
         rows = _sweep(models[SWEEP_VARIANT], test, s, device)
-    finally:
-        torch.set_num_threads(threads)
     fit = _fit([(n, t) for r in rows for n, t in r["batches"]])
     log(f"[sweep] time vs NFE correlation {fmt(fit['correlation'], '.3f')}")
     out = options.out

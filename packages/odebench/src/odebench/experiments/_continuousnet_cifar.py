@@ -16,23 +16,21 @@ accuracies are not confirmed and are never quoted; the V100 timings are publishe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
 import contnet
-import torch
 
 from ..training import TrainConfig, evaluate, find_data, load_model, resolve_device, train
 from ..training._data import load_splits
 from ..training._io import pyplot, save_png, write_json, write_text
 from ._manifestation import recalibrate
-from ._registry import Log, RunOptions, command, fmt, held, prefixed, register
+from ._registry import Log, RunOptions, command, fmt, held, one_thread, prefixed, register
 
 NOT_CONFIRMED = "not confirmed"
 NOT_PUBLISHED = "not published"
@@ -223,17 +221,19 @@ def _read_metrics(out: Path) -> Any:
     return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
 
 
-@contextlib.contextmanager
-def one_thread(enabled: bool) -> Iterator[None]:
-    """Quick mode runs on one CPU thread (steadier timings on a shared machine); the
-    previous thread count comes back afterwards."""
-    threads = torch.get_num_threads()
-    if enabled:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def train_plan(
+    make_runs: Callable[[RunOptions, str], list[Run]], options: RunOptions, log: Log
+) -> tuple[list[Run], dict[str, dict[str, Any]]]:
+    """The runs ``make_runs`` plans, and their figures by key once trained: on the
+    quick data set (one thread) in quick mode, on the paper's after checking that its
+    files are there otherwise."""
+    if options.quick:
+        plan = make_runs(options, quick_data(options))
+    else:
+        plan = make_runs(options, "mnist")
+        check_data({r.dataset for r in plan}, options)
+    with one_thread(options.quick):
+        return plan, {run.key: train_run(run, options, log) for run in plan}
 
 
 @register(
@@ -244,15 +244,7 @@ def one_thread(enabled: bool) -> Iterator[None]:
 def continuousnet_cifar(options: RunOptions, log: Log) -> dict[str, Any]:
     """Train the models, write ``report.md``, ``results.json`` and the Fig. 7 analogue."""
     started = time.perf_counter()
-    if options.quick:
-        plan = runs(options, quick_data(options))
-    else:
-        plan = runs(options)
-        check_data({r.dataset for r in plan}, options)
-    models: dict[str, dict[str, Any]] = {}
-    with one_thread(options.quick):
-        for run in plan:
-            models[run.key] = train_run(run, options, log)
+    plan, models = train_plan(runs, options, log)
     mode = "quick" if options.quick else "full"
     _plot(options.out / "fig7_time_and_accuracy.png", models)
     summary: dict[str, Any] = {

@@ -34,7 +34,7 @@ from torch import nn
 from ..data import Dataset, load_mnist
 from ..training import evaluate, find_data, resolve_device
 from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, held, register
+from ._registry import Log, RunOptions, fmt, held, one_thread, register
 
 #: The schemes of the grid (rows of Fig. 9).
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4", "rk4_38")
@@ -232,11 +232,8 @@ def manifestation_sweep(options: RunOptions, log: Log) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(options.seed)
     train = load_mnist(root, train=True, kind=kind).subset(s.train_size, generator=gen)
     test = load_mnist(root, train=False, kind=kind).subset(s.test_size, generator=gen)
-    threads = torch.get_num_threads()
-    if options.quick:
-        torch.set_num_threads(1)
     models: dict[str, dict[str, Any]] = {}
-    try:
+    with one_thread(options.quick):
         for scheme in TRAINED:
             t0 = time.perf_counter()
             net, train_acc = _train(scheme, train, s, options, device)
@@ -259,8 +256,6 @@ def manifestation_sweep(options: RunOptions, log: Log) -> dict[str, Any]:
                 f"[{scheme}-trained] train acc {train_acc:.3f}, test acc {test_acc:.3f}, "
                 f"grid range {models[scheme]['range']:.3f}"
             )
-    finally:
-        torch.set_num_threads(threads)
     out = options.out
     _plot_heatmaps(out / "fig9_heatmaps.png", models, s)
     _plot_lines(out / "accuracy_vs_steps.png", models, s)

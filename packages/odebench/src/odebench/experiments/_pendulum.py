@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..data import pendulum as pendulum_data
 from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, register
+from ._registry import Log, RunOptions, fmt, one_thread, register
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -329,13 +329,8 @@ def pendulum(options: RunOptions, log: Log) -> dict[str, Any]:
     if epochs < 1:
         raise ValueError(f"`epochs` must be a positive integer, got {epochs}.")
     out = options.out
-    threads = torch.get_num_threads()
-    # One thread: the model is tiny, and on a busy machine a second thread mostly waits.
-    torch.set_num_threads(1)
-    try:
+    with one_thread(True):  # the model is tiny
         summary = _run(options, settings, epochs, log)
-    finally:
-        torch.set_num_threads(threads)
     summary["wall_seconds"] = time.perf_counter() - started
     write_json(out / "results.json", summary)
     write_text(out / "report.md", _report(summary, options))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..training._io import pyplot, save_png, write_json, write_text
-from ._continuousnet_cifar import Run, check_data, one_thread, quick_data, train_run
+from ._continuousnet_cifar import Run, train_plan
 from ._registry import Log, RunOptions, command, fmt, held, register
 
 #: Sec. 5.2 of the paper: a single V100, training only.
@@ -68,15 +68,7 @@ def runs(options: RunOptions, data: str = "mnist") -> list[Run]:
 def refinement_timing(options: RunOptions, log: Log) -> dict[str, Any]:
     """Train both runs, write ``report.md``, ``results.json`` and the per-epoch figure."""
     started = time.perf_counter()
-    if options.quick:
-        plan = runs(options, quick_data(options))
-    else:
-        plan = runs(options)
-        check_data({r.dataset for r in plan}, options)
-    models: dict[str, dict[str, Any]] = {}
-    with one_thread(options.quick):
-        for run in plan:
-            models[run.key] = train_run(run, options, log)
+    plan, models = train_plan(runs, options, log)
     fixed, refined = models["rk4-fixed"], models["rk4-refined"]
     mode = "quick" if options.quick else "full"
     comparison = {

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import torch
 
 Log = Callable[[str], None]
 
@@ -84,6 +87,21 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str
     if name not in EXPERIMENTS:
         raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
     return EXPERIMENTS[name].run(options, log)
+
+
+@contextlib.contextmanager
+def one_thread(enabled: bool) -> Iterator[None]:
+    """One torch thread while ``enabled``, the previous count afterwards.
+
+    Quick modes of small models run so: on a busy machine a second thread mostly
+    waits, and timings are steadier."""
+    threads = torch.get_num_threads()
+    if enabled:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def prefixed(log: Log, prefix: str) -> Log:
