@@ -33,7 +33,7 @@ def test_subpackage_snapshots():
 
     assert sorted(odebench.data.__all__) == [
         "Augment", "DataError", "DataNotFoundError", "Dataset", "annuli", "download",
-        "horizontal_flip", "load_cifar", "load_mnist", "nested_spirals", "pendulum",
+        "horizontal_flip", "load_cifar", "load_mnist", "load_svhn", "nested_spirals", "pendulum",
         "random_crop", "read_idx", "reflection",
     ]  # fmt: skip
     assert sorted(odebench.models.__all__) == [

@@ -509,7 +509,24 @@ def _resource(files: dict[str, bytes], mirrors=("http://a.invalid/", "http://b.i
 
 def test_download_rejects_an_unknown_name(tmp_path):
     with pytest.raises(ValueError, match=r"`name` must be one of cifar10, cifar100, fashion-"):
-        download("svhn", tmp_path)
+        download("imagenet", tmp_path)
+
+
+def test_download_svhn_fetches_both_splits_from_the_official_site(tmp_path, monkeypatch):
+    official = _download._RESOURCES["svhn"]
+    assert [name for name, _ in official.files] == ["train_32x32.mat", "test_32x32.mat"]
+    files = {"train_32x32.mat": b"train", "test_32x32.mat": b"test"}
+    resource = _resource(files, mirrors=official.mirrors)
+    monkeypatch.setitem(_download._RESOURCES, "svhn", resource)
+    calls = []
+
+    def fetch(url, dest):
+        calls.append(url)
+        dest.write_bytes(files[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(_download, "_fetch", fetch)
+    assert download("svhn", tmp_path) == tmp_path / "svhn"
+    assert calls == [f"http://ufldl.stanford.edu/housenumbers/{name}" for name in files]
 
 
 def test_download_refuses_a_file_with_the_wrong_checksum(tmp_path, monkeypatch):
@@ -1036,6 +1053,7 @@ def test_all_snapshot():
         "horizontal_flip",
         "load_cifar",
         "load_mnist",
+        "load_svhn",
         "nested_spirals",
         "pendulum",
         "random_crop",
@@ -1061,3 +1079,56 @@ def test_errors_refine_the_builtins():
 def test_docs_page_documents_every_public_name(name):
     text = DOCS_PAGE.read_text(encoding="utf-8")
     assert re.search(rf"\.\. auto(class|function|exception):: odebench\.data\.{name}\n", text)
+
+
+# --- SVHN ----------------------------------------------------------------------------
+
+
+def _write_svhn(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
+    scipy_io = pytest.importorskip("scipy.io")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scipy_io.savemat(path, {"X": x, "y": y})
+    return path
+
+
+def test_svhn_reads_images_channel_first_and_label_10_as_digit_0(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(32, 32, 3, 5), dtype=np.uint8)
+    y = np.array([[10], [1], [9], [10], [4]])
+    _write_svhn(tmp_path / "svhn" / "train_32x32.mat", x, y)
+    train = odebench.data.load_svhn(tmp_path, train=True)  # found in root/svhn
+    assert train.inputs.dtype == torch.uint8 and train.inputs.shape == (5, 3, 32, 32)
+    # Image i, channel c, row r, column s is X[r, s, c, i].
+    assert torch.equal(train.inputs, torch.from_numpy(x.transpose(3, 2, 0, 1)))
+    assert train.targets.tolist() == [0, 1, 9, 0, 4]
+    assert (train.name, train.num_classes) == ("svhn", 10)
+    assert len(train.mean) == len(train.std) == 3
+
+
+def test_svhn_missing_file_names_it_and_lists_the_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(DataNotFoundError, match=r"test_32x32\.mat is missing.*notes\.txt"):
+        odebench.data.load_svhn(tmp_path, train=False)
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "match"),
+    [
+        (np.zeros((32, 32, 3, 2), np.float64), np.array([[1], [2]]), "uint8"),
+        (np.zeros((28, 28, 3, 2), np.uint8), np.array([[1], [2]]), r"\(32, 32, 3, N\)"),
+        (np.zeros((32, 32, 3, 2), np.uint8), np.array([[1]]), "expected 2 labels"),
+        (np.zeros((32, 32, 3, 2), np.uint8), np.array([[0], [11]]), r"1\.\.10"),
+    ],
+)
+def test_svhn_rejects_malformed_content_naming_the_file(tmp_path, x, y, match):
+    path = _write_svhn(tmp_path / "test_32x32.mat", x, y)
+    with pytest.raises(DataError, match=match) as info:
+        odebench.data.load_svhn(tmp_path, train=False)
+    assert str(path) in str(info.value)
+
+
+def test_svhn_refuses_a_file_that_is_not_matlab(tmp_path):
+    pytest.importorskip("scipy.io")
+    (tmp_path / "train_32x32.mat").write_bytes(b"<html>not found</html>")
+    with pytest.raises(DataError, match=r"train_32x32\.mat is not a MATLAB file"):
+        odebench.data.load_svhn(tmp_path)

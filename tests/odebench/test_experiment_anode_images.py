@@ -7,10 +7,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
 from odebench.models import build_model, count_parameters
+from odebench.training import TrainConfig
+from odebench.training._data import load_splits
 
 FIGURES = ("accuracy_params.png", "nfe.png", "loss_nfe.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -116,3 +119,17 @@ def test_report_has_the_rows_and_the_published_numbers(
         assert said in text
     for name in FIGURES:
         assert f"]({name})" in text, name
+
+
+def test_svhn_with_files_is_kept_and_loads_as_colour_images(tmp_path: Path) -> None:
+    scipy_io = pytest.importorskip("scipy.io")
+    folder = tmp_path / "svhn"  # where odebench.data.download("svhn", tmp_path) writes
+    folder.mkdir()
+    for name, n in (("train_32x32.mat", 6), ("test_32x32.mat", 4)):
+        labels = np.arange(1, n + 1).reshape(-1, 1)
+        scipy_io.savemat(folder / name, {"X": np.zeros((32, 32, 3, n), np.uint8), "y": labels})
+    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
+    assert anode_images.available_datasets(("svhn",), options, print) == (["svhn"], {})
+    train, test = load_splits(TrainConfig(model="anode", dataset="svhn", data_dir=str(tmp_path)))
+    assert train.inputs.shape == (6, 3, 32, 32) and test.inputs.shape == (4, 3, 32, 32)
+    assert test.targets.tolist() == [1, 2, 3, 4]

@@ -27,6 +27,7 @@ from ._cifar import load_cifar
 from ._dataset import DataError, DataNotFoundError, Dataset
 from ._download import download
 from ._idx import load_mnist, read_idx
+from ._svhn import load_svhn
 from ._toy import annuli, nested_spirals, pendulum, reflection
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "horizontal_flip",
     "load_cifar",
     "load_mnist",
+    "load_svhn",
     "nested_spirals",
     "pendulum",
     "random_crop",

@@ -74,6 +74,13 @@ _RESOURCES: dict[str, _Resource] = {
         files=(("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),),
         extract_to="cifar-100-python",
     ),
+    "svhn": _Resource(
+        mirrors=("http://ufldl.stanford.edu/housenumbers/",),
+        files=(
+            ("train_32x32.mat", "e26dedcc434d2e4c54c9b2d4a06d8373"),
+            ("test_32x32.mat", "eb5a983be6a315427106f1b164d9cef3"),
+        ),
+    ),
 }
 
 _CHUNK = 1 << 20
@@ -182,7 +189,8 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
     ``"cifar10"`` and ``"cifar100"`` are the "python version" tarballs, kept in
     ``root`` and unpacked into ``root/cifar-10-batches-py`` or
     ``root/cifar-100-python``; a member with an absolute path, a ``..``, or that is
-    a link, is refused. Each file is written to a temporary file first, its MD5
+    a link, is refused. ``"svhn"`` is the training and test ``.mat`` files, written
+    into ``root/svhn``. Each file is written to a temporary file first, its MD5
     compared with the published one, and only then renamed into place: an
     interrupted or corrupted download never leaves a file under the final name.
     Files already in place with the right MD5 (and an already unpacked CIFAR
@@ -190,17 +198,19 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
 
     Mirrors: MNIST from ``ossci-datasets.s3.amazonaws.com`` (then
     ``yann.lecun.com``), Fashion-MNIST from Zalando's GitHub repository (then its S3
-    bucket), CIFAR from ``www.cs.toronto.edu/~kriz``. Only the standard library's
+    bucket), CIFAR from ``www.cs.toronto.edu/~kriz``, SVHN from
+    ``ufldl.stanford.edu/housenumbers``. Only the standard library's
     ``urllib`` is used.
 
     Args:
-        name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"`` or ``"cifar100"``.
+        name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"cifar100"`` or
+            ``"svhn"``.
         root: the directory to download into; created if missing.
         force: fetch (and unpack) again even if the files are there.
 
     Returns:
         The directory to give the loader: ``load_mnist(download("mnist", root))``,
-        ``load_cifar(download("cifar10", root))``.
+        ``load_cifar(download("cifar10", root))``, ``load_svhn(download("svhn", root))``.
 
     Raises:
         ValueError: for an unknown ``name``.
@@ -209,10 +219,10 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
 
     Example:
         >>> from odebench.data import download
-        >>> download("imagenet", "data")
+        >>> download("imagenet", "data")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: `name` must be one of cifar10, cifar100, fashion-mnist, mnist, got 'imagenet'.
+        ValueError: `name` must be one of cifar10, cifar100, ..., svhn, got 'imagenet'.
         >>> mnist = load_mnist(download("mnist", "data"))  # doctest: +SKIP
     """
     if name not in _RESOURCES:

@@ -1,10 +1,10 @@
 """``odebench run anode-images``: Dupont et al. (2019), Sec. 5.2, Table 1 and Fig. 10.
 
-NODE against ANODE on MNIST, and on CIFAR-10 when its files are found: test accuracy
+NODE against ANODE on MNIST, and on CIFAR-10 and SVHN when their files are found: test accuracy
 (mean and standard deviation over seeds) and parameters beside Table 1, the forward
 NFE per batch over training, and Fig. 10's loss against NFE. The models are
 :mod:`odebench.models`' ``node`` and ``anode``, built with the paper's matched
-parameter budgets (84k on MNIST, 172k on CIFAR-10).
+parameter budgets (84k on MNIST, 172k on CIFAR-10 and SVHN).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ NAME = "anode-images"
 MODELS = ("node", "anode")
 """The two models compared, by their :data:`odebench.models.MODELS` names."""
 LABELS = {"node": "NODE", "anode": "ANODE"}
-DATASETS = ("mnist", "cifar10")
-"""MNIST always; CIFAR-10 when :func:`odebench.training.find_data` finds it."""
+DATASETS = ("mnist", "cifar10", "svhn")
+"""MNIST always; CIFAR-10 and SVHN when :func:`odebench.training.find_data` finds them."""
 
 PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
     "mnist": {
@@ -36,6 +36,10 @@ PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
     "cifar10": {
         "node": {"acc": 0.537, "acc_std": 0.002, "params": 172_000},
         "anode": {"acc": 0.606, "acc_std": 0.004, "params": 172_000},
+    },
+    "svhn": {
+        "node": {"acc": 0.810, "acc_std": 0.006, "params": 172_000},
+        "anode": {"acc": 0.835, "acc_std": 0.005, "params": 172_000},
     },
 }
 """Table 1 (test accuracy, mean ± std over seeds) and the rounded budgets of Sec. 5.2.
@@ -157,7 +161,7 @@ def _summary(results: list[dict[str, Any]], metrics: list[list[dict[str, Any]]])
 @register(
     NAME,
     "Dupont et al. (2019) Table 1 and Fig. 10: NODE against ANODE on MNIST (and CIFAR-10 "
-    "when found): accuracy, parameters, NFE over training, loss against NFE",
+    "and SVHN when found): accuracy, parameters, NFE over training, loss against NFE",
 )
 def anode_images(options: RunOptions, log: Log) -> dict[str, Any]:
     """Train NODEs and ANODEs on the image sets found, write figures and ``report.md``."""
@@ -250,7 +254,7 @@ CLAIMS = {
         f"counts differ by at most {MATCHED:.0%}",
     ),
     "parameters_on_budget": (
-        "Sec. 5.2: 84k parameters on MNIST, 172k on CIFAR-10",
+        "Sec. 5.2: 84k parameters on MNIST, 172k on CIFAR-10 and SVHN",
         f"both counts within {BUDGET:.0%} of the budget",
     ),
 }

@@ -9,7 +9,7 @@ from typing import Any
 from ..training import TrainConfig, find_data, train
 from ._registry import Log, RunOptions, prefixed
 
-DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10"}
+DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN"}
 
 
 def available_datasets(

@@ -40,8 +40,8 @@ class TrainConfig:
 
     Args:
         model: a name from :data:`odebench.models.MODELS`.
-        dataset: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"cifar100"`` (read
-            from ``data_dir``), or a toy set generated in code: ``"annuli-1d"``,
+        dataset: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"cifar100"``,
+            ``"svhn"`` (read from ``data_dir``), or a toy set generated in code: ``"annuli-1d"``,
             ``"annuli-2d"``, ``"spirals"``, ``"reflection"``.
         epochs: passes over the training set.
         batch_size: the global batch (split evenly over processes under ``torchrun``).
@@ -259,6 +259,9 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
         ),
         "cifar100": DatasetInfo(
             "CIFAR-100, python batch files", folders=("cifar100", "cifar-100-python", "cifar-100")
+        ),
+        "svhn": DatasetInfo(
+            "SVHN cropped digits, train_32x32.mat and test_32x32.mat", folders=("svhn", "SVHN")
         ),
         "annuli-1d": DatasetInfo("Dupont et al.'s g(x) on [-1.5, 1.5]", regression=True, toy=True),
         "annuli-2d": DatasetInfo(

@@ -9,7 +9,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..data import Dataset, annuli, load_cifar, load_mnist, nested_spirals, reflection
+from ..data import (
+    Dataset,
+    annuli,
+    load_cifar,
+    load_mnist,
+    load_svhn,
+    nested_spirals,
+    reflection,
+)
 from ._config import DATASETS, TrainConfig
 
 DATA_ENV = "ODEBENCH_DATA_DIR"
@@ -38,6 +46,8 @@ def search_paths(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
 def _holds(dataset: str, path: Path) -> bool:
     if dataset in ("mnist", "fashion-mnist"):
         return any(path.glob("train-images-idx3-ubyte*"))
+    if dataset == "svhn":
+        return (path / "train_32x32.mat").is_file()
     if dataset == "cifar10":
         return (path / "data_batch_1").exists() or (path / "cifar-10-batches-py").is_dir()
     return (path / "train").exists() or (path / "cifar-100-python").is_dir()
@@ -97,6 +107,8 @@ def load_splits(config: TrainConfig) -> tuple[Dataset, Dataset]:
         if name in ("mnist", "fashion-mnist"):
             train = load_mnist(root, train=True, kind=name)
             test = load_mnist(root, train=False, kind=name)
+        elif name == "svhn":
+            train, test = load_svhn(root, train=True), load_svhn(root, train=False)
         else:
             classes = 10 if name == "cifar10" else 100
             train = load_cifar(root, train=True, classes=classes)
