@@ -87,7 +87,8 @@ def test_files_exist_and_results_equal_the_summary(
 def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     _, summary, _ = run
     assert summary["experiment"] == "anode-images" and summary["quick"] is True
-    assert list(summary["datasets"]) == ["mnist"] and list(summary["skipped"]) == ["cifar10"]
+    assert list(summary["datasets"]) == ["mnist"]
+    assert list(summary["skipped"]) == ["cifar10", "svhn"]
     assert math.isfinite(summary["wall_seconds"]) and summary["date"]
     for model in ("node", "anode"):
         row = summary["datasets"]["mnist"][model]
