@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ({"scheme": "rk4"}, r"`scheme` applies to the ContinuousNet models only"),
         ({"model": "continuousnet", "scheme": "dopri5"}, r"Unknown `scheme` 'dopri5'; known: "),
         ({"model": "continuousnet", "n_steps": 0}, r"`n_steps` must be a positive integer"),
+        ({"model": "continuousnet", "compile": True}, r"`compile` does not apply to `model`"),
     ],
 )
 def test_bad_configuration(changes, match):
@@ -161,6 +163,45 @@ def test_checkpoint_loads_with_weights_only_and_restores_the_model(toy_run):
     test = annuli(1000, dim=1, generator=torch.Generator().manual_seed(1))
     again = evaluate(model, test, "mse", batch_size=1000, device=torch.device("cpu"))
     assert math.isclose(again["loss"], results["final"]["test_loss"], rel_tol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    """Train the toy NODE for one epoch with extra options; return the weights and metrics."""
+
+    def run(**options: object) -> tuple[dict[str, torch.Tensor], dict]:
+        out = tmp_path_factory.mktemp("one-epoch") / "run"
+        config = TrainConfig(
+            **TOY, epochs=1, batch_size=100, train_size=600, progress=False, **options
+        )
+        results = train(config, out, log=lambda line: None)
+        model, _ = load_model(out)
+        return model.state_dict(), results["final"]
+
+    return run
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="torch.compile needs a C++ compiler")
+def test_compile_trains_the_weights_eager_mode_trains(one_epoch):
+    eager_weights, eager = one_epoch()
+    weights, compiled = one_epoch(compile=True)
+    assert weights.keys() == eager_weights.keys()  # checkpoints carry no compile prefix
+    for name, value in weights.items():
+        torch.testing.assert_close(value, eager_weights[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert compiled["nfe_forward"] == eager["nfe_forward"]
+    assert math.isclose(compiled["test_loss"], eager["test_loss"], rel_tol=1e-4)
+
+
+def test_bf16_autocast_trains_close_to_float32(one_epoch):
+    full_weights, full = one_epoch()
+    weights, bf16 = one_epoch(bf16=True)
+    # The field's layers ran in bfloat16 (about three digits), so the weights moved ...
+    changes = [not torch.equal(weights[k], full_weights[k]) for k in weights]
+    assert any(changes)
+    # ... but the run trains the same model: its losses stay within a few per cent.
+    assert math.isfinite(bf16["test_loss"])
+    assert math.isclose(bf16["test_loss"], full["test_loss"], rel_tol=0.05)
+    assert math.isclose(bf16["train_loss"], full["train_loss"], rel_tol=0.05)
 
 
 def test_an_existing_run_is_not_overwritten(toy_run):

@@ -261,7 +261,7 @@ def _add_training_commands(commands: Any) -> None:
     add("--refine-epochs", type=_int_list, default=(), metavar="E,E,...",
         help="ContinuousNet models: epochs at whose start N_t and M double")  # fmt: skip
     add("--bf16", action="store_true", help="bfloat16 autocast")
-    add("--compile", action="store_true", help="torch.compile the model")
+    add("--compile", action="store_true", help="torch.compile the vector fields (or the model)")
     _add_common(train)
     train.set_defaults(command_parser=train)
 

@@ -72,8 +72,13 @@ class TrainConfig:
             time scale is the final ``N_t``, ``n_steps * 2 ** len(refine_epochs)``, so
             a refined run trains the same continuous model as a fixed-depth run at
             that ``N_t``. Epochs at or beyond ``epochs`` never come.
-        bf16: autocast to bfloat16 (on the GPU).
-        compile: run the model through ``torch.compile``.
+        bf16: autocast to bfloat16. Adaptive solvers then meet their tolerance
+            against a vector field evaluated to about three digits, so keep ``tol``
+            at 1e-3 or looser.
+        compile: ``torch.compile`` the model in place: the vector fields of its
+            Neural ODE layers (the solver loop stays eager: its step sizes are
+            chosen at run time), or the whole model when it has no ODE layer. Not
+            for the ContinuousNet models.
         progress: show a progress bar per epoch.
 
     Example:
@@ -188,6 +193,12 @@ class TrainConfig:
             raise ValueError(
                 f"`{given[0]}` applies to the ContinuousNet models only "
                 f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}; leave it unset."
+            )
+        if self.compile and self.model in CONTINUOUS_NETS:
+            raise ValueError(
+                f"`compile` does not apply to `model` {self.model!r}: a ContinuousNet swaps "
+                "the weights of its residual module at every stage, which torch.compile "
+                "cannot follow; compile its `to_resnet()` export instead."
             )
 
     @property
