@@ -497,6 +497,22 @@ def test_throw_false_nonfinite(solver, dt0, reached):
             assert torch.isnan(sol.ys[i]).all()
 
 
+def test_nonfinite_found_past_the_first_record_chunk():
+    # 3000 fixed steps: the record of extremes spans three chunks, and the first
+    # non-finite state lies in the third.
+    sol = odecore.solve(
+        nan_after(2.5),
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=3.0,
+        solver=odecore.Euler(),
+        dt0=1e-3,
+        throw=False,
+    )
+    assert sol.status == Status.NONFINITE
+    assert sol.t_final == pytest.approx(2.5, abs=1.5e-3)
+
+
 def test_throw_false_underflow():
     sol = odecore.solve(
         lambda t, y: y**2,

@@ -35,6 +35,12 @@ def rms_norm(x: Tensor) -> Tensor:
     return norm / math.sqrt(x.numel())
 
 
+def _rms_floats(norms: Tensor, n: int) -> list[float]:
+    """Euclidean norms of vectors of ``n`` elements turned into RMS norms, on the host."""
+    root = math.sqrt(n)
+    return [v / root for v in norms.tolist()]
+
+
 class Adaptation(NamedTuple):
     """A controller's verdict on one step.
 
@@ -204,14 +210,17 @@ class PIDController(AbstractController):
                 f"{self.pcoeff + self.icoeff + self.dcoeff!r}."
             )
 
-    def _ratio(self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor) -> float:
-        """The error ratio; ``y_err`` holds no graph, the arguments are not changed."""
-        scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
-        scaled = torch.div(y_err, scale, out=scale)
-        if self.norm is None:  # rms_norm, with the division on the host
+    def _norm(self, scaled: Tensor) -> float:
+        """The error norm of ``scaled`` as a float (the RMS norm divides on the host)."""
+        if self.norm is None:
             n = scaled.numel()
             return float(torch.linalg.vector_norm(scaled)) / math.sqrt(n) if n else 0.0
         return float(self.norm(scaled))
+
+    def _ratio(self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor) -> float:
+        """The error ratio; ``y_err`` holds no graph, the arguments are not changed."""
+        scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
+        return self._norm(torch.div(y_err, scale, out=scale))
 
     def init(
         self,
@@ -235,15 +244,19 @@ class PIDController(AbstractController):
         state = (1.0, 1.0, y0, abs_y0)
         if dt0 is not None:
             return min(dt0, self.dt_max), state
-        norm = self.norm or rms_norm
         with torch.no_grad():
-            scale = self.atol + self.rtol * abs_y0
-            d0 = float(norm(y0 / scale))
-            d1 = float(norm(f0 / scale))
+            scale = abs_y0.mul(self.rtol).add_(self.atol)
+            if self.norm is None and y0.numel():
+                # Both RMS norms in one reduction and one host sync.
+                scaled = torch.stack((y0, f0)).div_(scale).reshape(2, -1)
+                d0, d1 = _rms_floats(torch.linalg.vector_norm(scaled, dim=1), y0.numel())
+            else:
+                d0 = self._norm(torch.div(y0, scale))
+                d1 = self._norm(torch.div(f0, scale))
             h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 or not math.isfinite(d0 / d1) else 0.01 * d0 / d1
             h0 = min(h0, abs(t1 - t0))
             f1 = f(t0 + h0, y0 + h0 * f0)
-            d2 = float(norm((f1 - f0) / scale)) / h0
+            d2 = self._norm(torch.sub(f1, f0).div_(scale)) / h0
         if not math.isfinite(d2):
             return min(h0, self.dt_max), state
         if max(d1, d2) <= 1e-15:

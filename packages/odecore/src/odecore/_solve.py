@@ -250,36 +250,42 @@ def _all_finite(x: Tensor) -> bool:
 
 
 class _FiniteRecord:
-    """A record of each accepted state's extremes, in chunks of one preallocated tensor.
+    """A record of each accepted state's extremes, in chunks of preallocated tensors.
 
     Read once at the end: no host sync per step, and no thousands of tiny tensors
     (which fragment the heap enough to make memory grow with the number of steps).
+    A non-finite element never becomes finite again (every step adds to the state),
+    so a finite last state clears the whole record with one look at its last entry.
     """
 
     _CHUNK = 1024
 
     def __init__(self, like: Tensor) -> None:
         self.like = like
-        self.chunks: list[Tensor] = []
+        self.lows: list[Tensor] = []
+        self.highs: list[Tensor] = []
         self.times: list[float] = []
 
     def append(self, t: float, y: Tensor) -> None:
         i = len(self.times) % self._CHUNK
         if i == 0:
-            self.chunks.append(self.like.new_zeros((self._CHUNK, 2)))
-        row = self.chunks[-1][i]
+            self.lows.append(self.like.new_zeros(self._CHUNK))
+            self.highs.append(self.like.new_zeros(self._CHUNK))
         if y.numel():
-            torch.aminmax(y.detach(), out=(row[0], row[1]))
+            torch.aminmax(y.detach(), out=(self.lows[-1][i], self.highs[-1][i]))
         self.times.append(t)
 
     def first_false(self) -> int | None:
         """Index of the first state with a non-finite element, or ``None``; one host sync."""
-        if not self.chunks:
+        if not self.times:
             return None
-        record = self.chunks[0] if len(self.chunks) == 1 else torch.cat(self.chunks)
-        flags = torch.isfinite(record[: len(self.times)]).all(dim=1)
-        if bool(flags.all()):
+        i = (len(self.times) - 1) % self._CHUNK
+        last = torch.stack((self.lows[-1][i], self.highs[-1][i])).tolist()
+        if all(math.isfinite(v) for v in last):
             return None
+        n = len(self.times)
+        lows, highs = (torch.cat(chunks)[:n] for chunks in (self.lows, self.highs))
+        flags = torch.isfinite(lows) & torch.isfinite(highs)
         return int((~flags).nonzero()[0])
 
 
