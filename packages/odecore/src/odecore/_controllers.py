@@ -35,12 +35,6 @@ def rms_norm(x: Tensor) -> Tensor:
     return norm / math.sqrt(x.numel())
 
 
-def _rms_floats(norms: Tensor, n: int) -> list[float]:
-    """Euclidean norms of vectors of ``n`` elements turned into RMS norms, on the host."""
-    root = math.sqrt(n)
-    return [v / root for v in norms.tolist()]
-
-
 class Adaptation(NamedTuple):
     """A controller's verdict on one step.
 
@@ -249,7 +243,8 @@ class PIDController(AbstractController):
             if self.norm is None and y0.numel():
                 # Both RMS norms in one reduction and one host sync.
                 scaled = torch.stack((y0, f0)).div_(scale).reshape(2, -1)
-                d0, d1 = _rms_floats(torch.linalg.vector_norm(scaled, dim=1), y0.numel())
+                root = math.sqrt(y0.numel())
+                d0, d1 = (v / root for v in torch.linalg.vector_norm(scaled, dim=1).tolist())
             else:
                 d0 = self._norm(torch.div(y0, scale))
                 d1 = self._norm(torch.div(f0, scale))
