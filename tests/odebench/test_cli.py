@@ -57,7 +57,8 @@ def test_quick_run_prints_the_tables(quick_run):
 def test_quick_run_writes_the_documented_structure(quick_run):
     _, doc = quick_run
     assert set(doc) == {
-        "environment", "problems", "results", "ratios", "memory", "gradients", "notes",
+        "environment", "problems", "evaluations", "results", "ratios", "memory",
+        "gradients", "notes",
     }  # fmt: skip
     env = doc["environment"]
     for key in ("date", "torch", "threads", "libraries", "unavailable", "python", "quick"):
@@ -67,6 +68,31 @@ def test_quick_run_writes_the_documented_structure(quick_run):
     assert [p["name"] for p in doc["problems"]] == list(PROBLEMS)
     assert all(p["eval_time_s"] > 0 and p["eval_vjp_time_s"] > 0 for p in doc["problems"])
     assert doc["notes"] and all(isinstance(n, str) and n for n in doc["notes"])
+
+
+@pytest.mark.slow
+def test_overheads_divide_by_the_evaluation_time_of_their_own_cell(quick_run):
+    _, doc = quick_run
+    cells = {(e["problem"], e["method"], e["mode"]): e for e in doc["evaluations"]}
+    rows = {
+        (r["problem"], r["method"], r["library"], r["figure"]): r["value"] for r in doc["results"]
+    }
+    checked = 0
+    for (problem, method, mode), e in cells.items():
+        assert e["blocks"] >= 1
+        if mode != "forward":
+            assert e["eval_vjp_time_s"] > 0
+            continue
+        assert e["eval_time_s"] > 0 and e["eval_vjp_time_s"] is None
+        for library in doc["environment"]["libraries"]:
+            t = rows.get((problem, method, library, "forward_time_s"))
+            nfe = rows.get((problem, method, library, "nfe_forward"))
+            overhead = rows.get((problem, method, library, "forward_overhead"))
+            if t is None or nfe is None or overhead is None:
+                continue
+            assert overhead == pytest.approx(t / (nfe * e["eval_time_s"]))
+            checked += 1
+    assert checked >= len(PROBLEMS)
 
 
 @pytest.mark.slow

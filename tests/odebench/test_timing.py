@@ -6,8 +6,14 @@ import pytest
 import torch
 from odebench.perf._libraries import Method, OdecoreLibrary
 from odebench.perf._problems import CountingField, Sizes, make_problem
-from odebench.perf._solvers import _Cell, _cell_figures, _mode_figures
-from odebench.perf._timing import Observation, evaluation_times, loss_weight, run_once
+from odebench.perf._solvers import SolversConfig, _Cell, _cell_figures, _measure_cell, _mode_figures
+from odebench.perf._timing import (
+    FieldTimer,
+    Observation,
+    evaluation_times,
+    loss_weight,
+    run_once,
+)
 
 SMALL = Sizes.quick()
 Y1 = torch.zeros(2)
@@ -58,6 +64,47 @@ def test_evaluation_times_are_positive_and_reset_the_count():
     counter = CountingField(problem.field)
     eval_s, vjp_s = evaluation_times(counter, problem, block_s=0.001, blocks=2)
     assert eval_s > 0 and vjp_s > 0
+    assert counter.nfe == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "kinds"),
+    [("forward", (True, False)), ("backprop", (False, True)), ("adjoint", (True, True))],
+)
+def test_cells_time_the_field_once_per_round_as_the_mode_needs(mode, kinds):
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field)
+    config = SolversConfig(repeats=3)
+    cell = _measure_cell(
+        [OdecoreLibrary()], problem, counter, Method("rk4", n_steps=2), mode,
+        loss_weight(problem), config, FieldTimer(counter, problem),
+    )  # fmt: skip
+    assert len(cell.observations["odecore"]) == 3
+    wants_eval, wants_vjp = kinds
+    assert len(cell.eval_s) == (3 if wants_eval else 0)
+    assert len(cell.vjp_s) == (3 if wants_vjp else 0)
+    assert all(s > 0 for s in (*cell.eval_s, *cell.vjp_s))
+
+
+def test_a_cell_over_its_budget_still_times_the_field():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field)
+    config = SolversConfig(repeats=3, cell_budget_s=1e-9)
+    cell = _measure_cell(
+        [OdecoreLibrary()], problem, counter, Method("rk4", n_steps=2), "forward",
+        loss_weight(problem), config, FieldTimer(counter, problem),
+    )  # fmt: skip
+    assert len(cell.observations["odecore"]) == 1
+    assert "budget" in cell.notes["odecore"]
+    assert len(cell.eval_s) == 1
+
+
+def test_field_timer_blocks_reset_the_count():
+    problem = make_problem("mlp", SMALL)
+    counter = CountingField(problem.field)
+    timer = FieldTimer(counter, problem)
+    assert timer.block(5, vjp=False) > 0
+    assert timer.block(2, vjp=True) > 0
     assert counter.nfe == 0
 
 

@@ -19,7 +19,7 @@ gradient check (float64).
 The JSON document (``--json PATH``) is one object:
 
 ``environment``
-    ``schema_version`` (1), ``date`` (start of the run, UTC, ISO 8601), ``python``,
+    ``schema_version`` (2), ``date`` (start of the run, UTC, ISO 8601), ``python``,
     ``platform``, ``machine``, ``processor``, ``cpu_count``, ``torch``, ``threads``,
     ``libraries`` (``{name: version}`` of those measured), ``unavailable``
     (``{name: reason}``), ``quick``, ``repeats``, ``cell_budget_s``, ``dtype``,
@@ -29,8 +29,16 @@ The JSON document (``--json PATH``) is one object:
     One object per problem: ``name``, ``description``, ``state_shape``,
     ``n_parameters``, ``t0``, ``t1``, ``eval_time_s`` (one evaluation of the field
     alone, no graph), ``eval_vjp_time_s`` (one evaluation recording the graph plus
-    its vector-Jacobian product for the state and every parameter) and
-    ``reference`` (where the reference ``y(t1)`` for ``error`` comes from).
+    its vector-Jacobian product for the state and every parameter), both measured
+    once before the problem's runs, and ``reference`` (where the reference
+    ``y(t1)`` for ``error`` comes from).
+``evaluations``
+    The evaluation times the overhead figures divide by, one object per problem x
+    method x mode: ``problem``, ``method``, ``mode``, ``eval_time_s``,
+    ``eval_vjp_time_s`` (``null`` where the mode does not use it) and ``blocks``.
+    Each is the median of blocks of the field alone, one per round of that
+    cell's interleaved runs and about as long as one run, so the factors do not
+    carry the machine's drift between cells.
 ``results``
     One object per problem x method x library x figure: ``problem``, ``method``,
     ``library``, ``figure``, ``value`` (a finite number, or ``null``), ``unit``,
@@ -42,7 +50,8 @@ The JSON document (``--json PATH``) is one object:
     - ``forward_time_s``, ``nfe_forward``, ``error`` (largest absolute difference
       at ``t1`` from the reference), ``forward_overhead`` (time / (NFE x
       ``eval_time_s``)), ``forward_cost_per_eval_us`` ((time - NFE x
-      ``eval_time_s``) / NFE: the solver's own time per evaluation);
+      ``eval_time_s``) / NFE: the solver's own time per evaluation), with the
+      cell's ``eval_time_s`` from ``evaluations``;
     - for each gradient mode ``backprop``, ``adjoint``, ``adjoint_seminorm``,
       ``checkpoint``: ``{mode}_time_s`` (forward plus backward of
       ``L = sum(w * y(t1))``), ``{mode}_nfe_backward`` (evaluations during
@@ -52,7 +61,8 @@ The JSON document (``--json PATH``) is one object:
       (``|g - g_backprop| / |g_backprop|`` over ``y0`` and every parameter, against
       the same library's backprop gradient).
 
-    Times are medians of interleaved repetitions (A B A B ...), in seconds.
+    Times are medians of interleaved repetitions (A B F A B F ..., F the field
+    alone), in seconds.
 ``ratios``
     One object per problem x method x figure x peer: ``problem``, ``method``,
     ``figure``, ``library`` (always ``"odecore"``), ``peer``, ``value`` (odecore's

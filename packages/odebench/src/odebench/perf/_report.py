@@ -74,6 +74,14 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) 
     return out
 
 
+def _range(rows: Sequence[dict[str, Any]], problem: str, key: str) -> str:
+    """``low-high`` in microseconds of ``key`` over the rows of ``problem``, or ``-``."""
+    values = [r[key] for r in rows if r["problem"] == problem and r.get(key) is not None]
+    if not values:
+        return "-"
+    return f"{min(values) * 1e6:.1f}-{max(values) * 1e6:.1f}"
+
+
 def _index(rows: Sequence[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {tuple(r.get(k) for k in keys): r for r in rows}
 
@@ -93,15 +101,20 @@ def format_report(doc: dict[str, Any]) -> str:
         out.append(f"left out: {name}: {reason}")
     out.append("")
 
-    out.append("Problems (one evaluation of the field alone, and with its VJP):")
+    out.append(
+        "Problems (one evaluation of the field alone, and with its VJP, before the runs; "
+        "then the range of the same over the cells, timed among the runs):"
+    )
     out += _table(
-        ["problem", "description", "eval us", "eval+VJP us"],
+        ["problem", "description", "eval us", "eval+VJP us", "eval, cells", "eval+VJP, cells"],
         [
             [
                 p["name"],
                 p["description"],
                 _us(p["eval_time_s"] * 1e6),
                 _us(p["eval_vjp_time_s"] * 1e6),
+                _range(doc.get("evaluations", []), p["name"], "eval_time_s"),
+                _range(doc.get("evaluations", []), p["name"], "eval_vjp_time_s"),
             ]
             for p in doc["problems"]
         ],

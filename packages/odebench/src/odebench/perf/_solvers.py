@@ -9,7 +9,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,9 +26,9 @@ from ._problems import (
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
-from ._timing import Observation, evaluation_times, loss_weight, run_once
+from ._timing import FieldTimer, Observation, evaluation_times, loss_weight, run_once
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 FULL_METHODS = (
     Method("dopri5", rtol=1e-3, atol=1e-3),
@@ -166,11 +166,40 @@ def _environment(
 
 @dataclass
 class _Cell:
-    """Observations of one (problem, method, mode) for every library."""
+    """Observations of one (problem, method, mode) for every library.
+
+    ``eval_s`` and ``vjp_s`` are the field's own seconds per evaluation (alone, and
+    with its VJP), timed once per round between the libraries' runs.
+    """
 
     observations: dict[str, list[Observation]]
     failures: dict[str, str]
     notes: dict[str, str]
+    eval_s: list[float] = field(default_factory=list)
+    vjp_s: list[float] = field(default_factory=list)
+
+
+_FIELD = "(field alone)"
+"""The entry of the interleaved rounds that times the field by itself."""
+
+_MAX_BLOCK_CALLS = 100
+
+
+def _time_field(cell: _Cell, timer: FieldTimer, mode: str) -> None:
+    """One block of the field alone, as many calls as a run of this cell makes.
+
+    A block as long as a run sees the machine as the runs around it do, so the
+    overhead factors do not carry the machine's drift over the minutes between
+    the cells. A forward cell needs the evaluation alone, a backprop cell the
+    evaluation with its VJP, the others both.
+    """
+    runs = [o for obs in cell.observations.values() for o in obs]
+    nfe = median(o.nfe_forward + o.nfe_backward for o in runs) if runs else None
+    calls = max(1, min(_MAX_BLOCK_CALLS, round(nfe or 1)))
+    if mode != "backprop":
+        cell.eval_s.append(timer.block(calls, vjp=False))
+    if mode != "forward":
+        cell.vjp_s.append(timer.block(calls, vjp=True))
 
 
 def _measure_cell(
@@ -181,11 +210,16 @@ def _measure_cell(
     mode: str,
     weight: torch.Tensor,
     config: SolversConfig,
+    timer: FieldTimer,
 ) -> _Cell:
-    """Warm up, then time every library in interleaved rounds (A B A B ...)."""
+    """Warm up, then time every library and the field alone in interleaved rounds.
+
+    A round is ``A B ... F``: each library once, then a block of the field alone.
+    """
     obs: dict[str, list[Observation]] = {lib.name: [] for lib in libraries}
     failures: dict[str, str] = {}
     notes: dict[str, str] = {}
+    cell = _Cell(obs, failures, notes)
     by_name = {lib.name: lib for lib in libraries}
 
     def attempt(lib: Library) -> Observation | None:
@@ -214,19 +248,23 @@ def _measure_cell(
                         f"1 run (the warm-up): one round takes {round_s:.1f} s, over the "
                         f"{config.cell_budget_s:g} s budget"
                     )
-                return _Cell(obs, failures, notes)
+                _time_field(cell, timer, mode)
+                return cell
             if affordable < repeats:
                 for name in warm:
                     notes[name] = f"{affordable} runs instead of {repeats} to fit the time budget"
                 repeats = affordable
     names = [lib.name for lib in libraries if lib.name not in failures]
-    for _, name in interleaved(names, repeats):
+    for _, name in interleaved([*names, _FIELD], repeats):
+        if name == _FIELD:
+            _time_field(cell, timer, mode)
+            continue
         if name in failures:
             continue
         o = attempt(by_name[name])
         if o is not None:
             obs[name].append(o)
-    return _Cell(obs, failures, notes)
+    return cell
 
 
 def _grad_diff(o: Observation | None, reference: Observation | None) -> float | None:
@@ -275,6 +313,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     ratios: list[dict[str, Any]] = []
     problems_out: list[dict[str, Any]] = []
+    evaluations: list[dict[str, Any]] = []
 
     def add(
         problem: str,
@@ -308,6 +347,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     for pname in config.problems or PROBLEMS:
         problem = make_problem(pname, config.sizes, seed=config.seed)
         counter = CountingField(problem.field)
+        timer = FieldTimer(counter, problem)
         weight = loss_weight(problem)
         reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
         if config.quick:
@@ -345,7 +385,21 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                 if not runnable:
                     continue
                 t0 = time.perf_counter()
-                cell = _measure_cell(runnable, problem, counter, method, mode, weight, config)
+                cell = _measure_cell(
+                    runnable, problem, counter, method, mode, weight, config, timer
+                )
+                cell_eval_s = median(cell.eval_s) or eval_s
+                cell_vjp_s = median(cell.vjp_s) or vjp_s
+                evaluations.append(
+                    {
+                        "problem": pname,
+                        "method": method.label,
+                        "mode": mode,
+                        "eval_time_s": median(cell.eval_s),
+                        "eval_vjp_time_s": median(cell.vjp_s),
+                        "blocks": max(len(cell.eval_s), len(cell.vjp_s)),
+                    }
+                )
                 say(
                     f"  {pname} {method.label} {mode}: "
                     + ", ".join(_summary(lib.name, cell) for lib in runnable)
@@ -353,7 +407,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                 )
                 for lib in runnable:
                     values = _cell_figures(
-                        lib.name, cell, mode, eval_s, vjp_s, reference, backprop_obs
+                        lib.name, cell, mode, cell_eval_s, cell_vjp_s, reference, backprop_obs
                     )
                     for figure, (value, note) in values.items():
                         add(pname, method.label, lib.name, figure, value, note)
@@ -422,6 +476,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     return {
         "environment": environment,
         "problems": problems_out,
+        "evaluations": evaluations,
         "results": results,
         "ratios": ratios,
         "memory": memory,
@@ -524,6 +579,10 @@ def _general_notes(config: SolversConfig) -> list[str]:
         "backprop_overhead = time / (NFE x time of one evaluation with its VJP); "
         "adjoint and checkpoint overhead = time / (NFE forward x evaluation + "
         "NFE backward x evaluation with VJP). The physical limit is 1.0.",
+        "The evaluation times of each (problem, method, mode) are medians of blocks of "
+        "the field alone, one per round of that cell's runs and about as long as one "
+        "run (see evaluations); the problems list gives one measurement taken "
+        "before the cells.",
         "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
         "solver's own time per evaluation.",
         "error is the largest absolute difference at t1 from the problem's reference "

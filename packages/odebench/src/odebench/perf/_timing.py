@@ -107,32 +107,54 @@ def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     return result
 
 
+class FieldTimer:
+    """Times the field alone at ``(t0, y0)``: the denominators of the overhead factors.
+
+    ``evaluate`` runs under ``torch.no_grad()``, as a forward solve without a graph
+    does. ``evaluate_vjp`` records the graph, then takes the vector-Jacobian product
+    for ``y`` and every parameter, as one step of backpropagation or one evaluation
+    of the adjoint system does. Both go through the same :class:`CountingField` the
+    solves use, whose count the timing methods reset.
+    """
+
+    def __init__(self, counter: CountingField, problem: Problem) -> None:
+        self.counter = counter
+        self.t = torch.tensor(problem.t0, dtype=problem.y0.dtype)
+        self.y0 = problem.y0.detach()
+        self.params = list(counter.parameters())
+        gen = torch.Generator().manual_seed(2)
+        self.cotangent = torch.randn(self.y0.shape, generator=gen).to(self.y0.dtype)
+
+    def evaluate(self) -> None:
+        with torch.no_grad():
+            self.counter(self.t, self.y0)
+
+    def evaluate_vjp(self) -> None:
+        y = self.y0.clone().requires_grad_(True)
+        out = self.counter(self.t, y)
+        torch.autograd.grad(out, [y, *self.params], self.cotangent, allow_unused=True)
+
+    def block(self, calls: int, vjp: bool) -> float:
+        """Seconds per call over ``calls`` calls in a row, of one kind."""
+        fn = self.evaluate_vjp if vjp else self.evaluate
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = (time.perf_counter() - start) / calls
+        self.counter.nfe = 0
+        return elapsed
+
+
 def evaluation_times(
     counter: CountingField, problem: Problem, *, block_s: float = 0.02, blocks: int = 7
 ) -> tuple[float, float]:
     """Seconds for one evaluation of the field alone, and for one evaluation plus its VJP.
 
-    The evaluation runs under ``torch.no_grad()`` at ``(t0, y0)``, as a forward solve
-    without a graph does. The second figure records the graph, then takes the
-    vector-Jacobian product for ``y`` and every parameter, as one step of
-    backpropagation or one evaluation of the adjoint system does. Both go through
-    the same :class:`CountingField` the solves use; its count is reset afterwards.
+    Medians over ``blocks`` blocks of about ``block_s`` seconds each, through a
+    :class:`FieldTimer`; the field's count is reset afterwards.
     """
-    t = torch.tensor(problem.t0, dtype=problem.y0.dtype)
-    y0 = problem.y0.detach()
-    params = list(counter.parameters())
-    cotangent = torch.randn(y0.shape, generator=torch.Generator().manual_seed(2)).to(y0.dtype)
-
-    def evaluate() -> None:
-        with torch.no_grad():
-            counter(t, y0)
-
-    def evaluate_vjp() -> None:
-        y = y0.clone().requires_grad_(True)
-        out = counter(t, y)
-        torch.autograd.grad(out, [y, *params], cotangent, allow_unused=True)
-
-    eval_s = _per_call(evaluate, block_s, blocks)
-    vjp_s = _per_call(evaluate_vjp, block_s, blocks)
+    timer = FieldTimer(counter, problem)
+    eval_s = _per_call(timer.evaluate, block_s, blocks)
+    vjp_s = _per_call(timer.evaluate_vjp, block_s, blocks)
     counter.nfe = 0
     return eval_s, vjp_s
