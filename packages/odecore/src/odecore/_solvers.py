@@ -310,7 +310,9 @@ def _plan(tab: ButcherTableau) -> _Plan:
     )
 
 
-def _combine_terms(y0: Tensor | None, h: float, terms: _Sum | None, ks: Sequence[Tensor]) -> Tensor:
+def _combine_terms(
+    y0: Tensor | None, h: float, stage_sum: _Sum | None, ks: Sequence[Tensor]
+) -> Tensor:
     """``y0 + h * sum_i w_i k_i`` (``y0 = None``: zero).
 
     The stages are summed first, at their own scale, and the sum joins ``y0`` in one
@@ -318,13 +320,14 @@ def _combine_terms(y0: Tensor | None, h: float, terms: _Sum | None, ks: Sequence
     per term: in float32 that was most of a tight dopri5 solve's global error. The
     sum costs as many ops as the term-by-term form, and leaves the inputs alone.
     """
-    if terms is None:
+    if stage_sum is None:
         return torch.zeros_like(ks[0]) if y0 is None else y0
-    scale = h * terms.weight
-    if not terms.rest:
-        return ks[terms.base] * scale if y0 is None else y0.add(ks[terms.base], alpha=scale)
-    (i, ratio), more = terms.rest[0], terms.rest[1:]
-    acc = ks[terms.base].add(ks[i], alpha=ratio)
+    scale = h * stage_sum.weight
+    base = ks[stage_sum.base]
+    if not stage_sum.rest:
+        return base * scale if y0 is None else y0.add(base, alpha=scale)
+    (i, ratio), more = stage_sum.rest[0], stage_sum.rest[1:]
+    acc = base.add(ks[i], alpha=ratio)
     for i, ratio in more:
         acc.add_(ks[i], alpha=ratio)
     return acc.mul_(scale) if y0 is None else y0.add(acc, alpha=scale)
