@@ -257,6 +257,10 @@ class PIDController(AbstractController):
         if max(d1, d2) <= 1e-15:
             h1 = max(1e-6, h0 * 1e-3)
         else:
+            # Hairer's code, SciPy and torchdiffeq take the root of the embedded
+            # estimate's order plus one (1/5 for dopri5). With the solver's order plus
+            # one, the benchmark's conv-ReLU field at 1e-6 takes 50 evaluations instead
+            # of 56; Van der Pol moves by up to 5% either way, the rest not at all.
             h1 = (0.01 / max(d1, d2)) ** (1.0 / (solver.order + 1))
         return min(100 * h0, h1, self.dt_max), state
 
