@@ -9,6 +9,9 @@ Two kinds of oracle:
   ``scipy.integrate.solve_ivp`` solution for problems without one (Van der Pol,
   the nonlinear pendulum).
 
+``RK_SOLVERS`` lists the Runge-Kutta solver classes odecore ships, for tests that
+check a property of each.
+
 Every problem is autonomous or not as its name says; ``f(t, y)`` takes the time as
 a 0-dim tensor, as :func:`odecore.odeint` passes it.
 """
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import odecore
 import torch
 from scipy.integrate import solve_ivp
 from torch import Tensor
@@ -290,3 +294,16 @@ def reference(prob: Problem, y0: Tensor, t: Tensor) -> Tensor:
         assert prob.t0 == 0.0
         return prob.exact(t.double(), y0.double())
     return scipy_reference(prob, y0, t)
+
+
+RK_SOLVERS = sorted(
+    (
+        obj
+        for obj in (getattr(odecore, name) for name in odecore.__all__)
+        if isinstance(obj, type)
+        and issubclass(obj, odecore.AbstractExplicitRK)
+        and obj is not odecore.AbstractExplicitRK
+    ),
+    key=lambda cls: cls.__name__,
+)
+"""Every Runge-Kutta solver class odecore exports, by name."""

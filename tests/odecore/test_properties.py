@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import odecore
+import oracles
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -128,19 +129,7 @@ def test_float32_close_to_float64(method, shape, seed):
     torch.testing.assert_close(ys32.double(), ys64, rtol=tol, atol=tol)
 
 
-STEPPERS = sorted(
-    (
-        obj
-        for obj in (getattr(odecore, name) for name in odecore.__all__)
-        if isinstance(obj, type)
-        and issubclass(obj, odecore.AbstractExplicitRK)
-        and obj is not odecore.AbstractExplicitRK
-    ),
-    key=lambda cls: cls.__name__,
-)
-
-
-@pytest.mark.parametrize("solver", STEPPERS, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("solver", oracles.RK_SOLVERS, ids=lambda cls: cls.__name__)
 @SETTINGS
 @given(seed=seeds, h=st.floats(1e-4, 1e-2))
 def test_a_float32_step_is_the_exact_step_correctly_rounded(solver, seed, h):

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import odecore
+import oracles
 import pytest
 from odecore import ButcherTableau
 
@@ -102,16 +103,7 @@ def continuous_residuals(tab: ButcherTableau, theta: float, n: int) -> np.ndarra
 
 # --- the shipped solvers --------------------------------------------------------------
 
-SOLVERS = sorted(
-    (
-        obj
-        for obj in (getattr(odecore, name) for name in odecore.__all__)
-        if isinstance(obj, type)
-        and issubclass(obj, odecore.AbstractExplicitRK)
-        and obj is not odecore.AbstractExplicitRK
-    ),
-    key=lambda cls: cls.__name__,
-)
+SOLVERS = oracles.RK_SOLVERS
 FIXED = [cls for cls in SOLVERS if not cls.tableau.adaptive]
 ADAPTIVE = [cls for cls in SOLVERS if cls.tableau.adaptive]
 TABLEAU_NAMES = sorted(name for name in odecore.__all__ if name.endswith("_TABLEAU"))
