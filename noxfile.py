@@ -151,7 +151,8 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11", default=False)
 @discardable
 def bench(session: nox.Session) -> None:
-    """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json.
+    """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json
+    and its figure, bench-results/solvers.png.
 
     Not a default session: the full run takes several minutes and measures the
     machine, not the code. Installs odecore, odebench and the peers it compares against
@@ -163,8 +164,9 @@ def bench(session: nox.Session) -> None:
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     session.run(
-        "odebench", "perf", "solvers", "--json", str(out / "solvers.json"), *session.posargs
-    )
+        "odebench", "perf", "solvers", "--json", str(out / "solvers.json"),
+        "--plot", str(out / "solvers.png"), *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(python="3.11", default=False)

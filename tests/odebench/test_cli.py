@@ -11,7 +11,9 @@ from pathlib import Path
 
 import odebench
 import pytest
+from matplotlib.image import imread
 from odebench import main
+from odebench.perf import solver_panels
 from odebench.perf._libraries import GRADIENT_MODES
 from odebench.perf._problems import PROBLEMS
 from odebench.perf._solvers import FIGURE_UNITS, QUICK_METHODS, RATIO_FIGURES, _mode_figures
@@ -29,24 +31,26 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """``python -m odebench perf solvers --quick --json PATH``, run once for the module.
+    """``python -m odebench perf solvers --quick --json PATH --plot PNG``, run once for
+    the module; returns the process, the JSON document and the PNG's path.
 
     One torch thread, so that another busy process on a two-core machine cannot stall
     the run; the timings themselves are never asserted on.
     """
     path = tmp_path_factory.mktemp("bench") / "out" / "solvers.json"
+    png = path.parent / "figures" / "solvers.png"
     cmd = [
         sys.executable, "-m", "odebench", "perf", "solvers", "--quick", "--threads", "1",
-        "--json", str(path),
+        "--json", str(path), "--plot", str(png),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc, json.loads(path.read_text(encoding="utf-8"))
+    return proc, json.loads(path.read_text(encoding="utf-8")), png
 
 
 @pytest.mark.slow
 def test_quick_run_prints_the_tables(quick_run):
-    proc, _ = quick_run
+    proc, _, _ = quick_run
     for heading in ("Problems", "Speed", "Ratios odecore / peer", "Peak memory", "Gradient error"):
         assert heading in proc.stdout
     assert "mlp" in proc.stdout and "torchdiffeq" in proc.stdout
@@ -55,7 +59,7 @@ def test_quick_run_prints_the_tables(quick_run):
 
 @pytest.mark.slow
 def test_quick_run_writes_the_documented_structure(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     assert set(doc) == {
         "environment", "problems", "evaluations", "results", "ratios", "memory",
         "gradients", "notes",
@@ -72,7 +76,7 @@ def test_quick_run_writes_the_documented_structure(quick_run):
 
 @pytest.mark.slow
 def test_overheads_divide_by_the_evaluation_time_of_their_own_cell(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     cells = {(e["problem"], e["method"], e["mode"]): e for e in doc["evaluations"]}
     rows = {
         (r["problem"], r["method"], r["library"], r["figure"]): r["value"] for r in doc["results"]
@@ -97,7 +101,7 @@ def test_overheads_divide_by_the_evaluation_time_of_their_own_cell(quick_run):
 
 @pytest.mark.slow
 def test_every_figure_is_a_finite_number_or_null_with_a_note(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     for section in ROW_SECTIONS:
         assert doc[section], section
         for row in doc[section]:
@@ -111,7 +115,7 @@ def test_every_figure_is_a_finite_number_or_null_with_a_note(quick_run):
 
 @pytest.mark.slow
 def test_results_cover_every_problem_method_library_and_figure(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     libraries = list(doc["environment"]["libraries"])
     seen = {(r["problem"], r["method"], r["library"], r["figure"]) for r in doc["results"]}
     expected = {
@@ -134,7 +138,7 @@ def test_results_cover_every_problem_method_library_and_figure(quick_run):
 
 @pytest.mark.slow
 def test_ratios_compare_odecore_with_each_peer(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     peers = [name for name in doc["environment"]["libraries"] if name != "odecore"]
     keys = {(r["problem"], r["method"], r["peer"], r["figure"]) for r in doc["ratios"]}
     assert keys == {
@@ -154,7 +158,7 @@ def test_ratios_compare_odecore_with_each_peer(quick_run):
 
 @pytest.mark.slow
 def test_memory_rows_and_backprop_growth(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     rows = {
         (r["library"], r["gradient"], r["n_steps"], r["figure"]): r["value"] for r in doc["memory"]
     }
@@ -171,7 +175,7 @@ def test_memory_rows_and_backprop_growth(quick_run):
 
 @pytest.mark.slow
 def test_gradient_check_rows(quick_run):
-    _, doc = quick_run
+    _, doc, _ = quick_run
     problems = {r["problem"] for r in doc["gradients"]}
     assert problems == {"conv_relu", "conv_softplus"}
     figures = {
@@ -223,11 +227,12 @@ def test_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_json_path_that_is_a_directory(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["perf", "solvers", "--json", str(tmp_path)])
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_output_path_that_is_a_directory(tmp_path, capsys, flag):
+    with pytest.raises(SystemExit) as exc:  # refused before the run, not after it
+        main(["perf", "solvers", flag, str(tmp_path)])
     assert exc.value.code == 2
-    assert "is a directory" in capsys.readouterr().err
+    assert f"{flag} {tmp_path}: is a directory" in capsys.readouterr().err
 
 
 def test_module_entry_point_help():
@@ -266,3 +271,16 @@ def test_perf_contnet_rejects_bad_numbers(capsys):
         main(["perf", "contnet", "--steps", "0"])
     assert exc.value.code == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_run_draws_the_figure_of_its_json(quick_run):
+    proc, doc, png = quick_run
+    assert f"wrote {png}" in proc.stderr
+    assert imread(png).shape[:2] == (935, 1320)  # 12 x 8.5 inches at 110 dpi
+    forward, backprop, memory, gradients = solver_panels(doc)
+    assert forward.groups == list(PROBLEMS) and "dopri5 at 0.001" in forward.title
+    assert set(forward.series) == set(doc["environment"]["libraries"])
+    assert all(v is not None for v in forward.series["odecore"] + backprop.series["odecore"])
+    assert [n for n, _ in memory.series["odecore, adjoint"]] == [10.0, 100.0]
+    assert [label for label, _, _ in gradients.sections] == ["conv_relu", "conv_softplus"]

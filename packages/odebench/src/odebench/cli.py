@@ -9,9 +9,10 @@
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
                    [--optimizer sgd|adam] [--tol TOL] [--gradient G] ... [--resume]
                    [--scheme S] [--n-steps N] [--refine-epochs E,E,...]
-    odebench perf solvers [--quick] [--json PATH] [--threads N] [--repeats N]
-                          [--problems NAMES] [--libraries NAMES]
+    odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
+                          [--repeats N] [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
+    odebench perf plot JSON [--out PATH]
     odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--batch N] [--steps N]
 
@@ -119,6 +120,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     solvers.add_argument("--json", metavar="PATH", type=Path, help="write the results here")
     solvers.add_argument(
+        "--plot", metavar="PATH", type=Path, help="draw the results here, as a PNG"
+    )
+    solvers.add_argument(
         "--threads", type=_positive_int, default=2, metavar="N", help="torch threads (default 2)"
     )
     solvers.add_argument(
@@ -174,6 +178,21 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     contnet.add_argument(
         "--steps", type=_positive_int, default=None, metavar="N",
         help="N_t = M of every block (default 4; --quick: 2)",
+    )  # fmt: skip
+    plot = perf_commands.add_parser(
+        "plot",
+        help="draw the results of `perf solvers --json` as a PNG",
+        description=(
+            "Draw the JSON file of `odebench perf solvers --json` as one PNG: the forward "
+            "and the forward + backward overhead factors per problem and library, peak "
+            "memory against the number of steps, and the gradient error against finite "
+            "differences."
+        ),
+    )
+    plot.add_argument("json", metavar="JSON", type=Path, help="the results of `perf solvers`")
+    plot.add_argument(
+        "--out", metavar="PATH", type=Path, default=None,
+        help="the PNG to write (default: JSON with the suffix .png)",
     )  # fmt: skip
     return parser, perf
 
@@ -414,17 +433,19 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return _guarded(parser, job)
 
 
-def _check_output(parser: argparse.ArgumentParser, path: Path) -> None:
-    """Fail before a long run, not after it, if the JSON file cannot be written."""
+def _check_output(
+    parser: argparse.ArgumentParser, path: Path, flag: str = "--json", example: str = "solvers.json"
+) -> None:
+    """Fail before a long run, not after it, if an output file cannot be written."""
     if path.exists() and path.is_dir():
-        parser.error(f"--json {path}: is a directory; give a file name such as {path}/solvers.json")
+        parser.error(f"{flag} {path}: is a directory; give a file name such as {path}/{example}")
     parent = path.parent if str(path.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        parser.error(f"--json {path}: cannot create the directory {parent}: {exc.strerror}")
+        parser.error(f"{flag} {path}: cannot create the directory {parent}: {exc.strerror}")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        parser.error(f"--json {path}: not writable")
+        parser.error(f"{flag} {path}: not writable")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -461,7 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.perf_command == "contnet":
         return _contnet(parser, args)
-    from .perf import SolversConfig, format_report, run_solvers
+    if args.perf_command == "plot":
+        return _plot(parser, args)
+    from .perf import SolversConfig, format_report, plot_solvers, run_solvers
     from .perf._libraries import LIBRARIES
 
     if args.libraries is not None:
@@ -480,7 +503,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    return _benchmark(parser, args, lambda log: run_solvers(config, log=log), format_report)
+    return _benchmark(
+        parser, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
+    )
+
+
+def _plot(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .perf import plot_solvers
+
+    out = args.out if args.out is not None else args.json.with_suffix(".png")
+    _check_output(parser, out, "--out", "solvers.png")
+    try:
+        doc = json.loads(args.json.read_text(encoding="utf-8"))
+    except OSError as exc:
+        parser.error(f"JSON {args.json}: cannot read it: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        parser.error(f"JSON {args.json}: not a JSON file ({exc})")
+    try:
+        plot_solvers(doc, out)
+    except ValueError as exc:
+        parser.error(f"JSON {args.json}: {exc}")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
 
 
 def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -501,10 +545,17 @@ def _benchmark(
     args: argparse.Namespace,
     run: Callable[[Callable[[str], None]], dict[str, Any]],
     report: Callable[[dict[str, Any]], str],
+    *,
+    draw: Callable[[dict[str, Any], Path], object] | None = None,
 ) -> int:
-    """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json."""
+    """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json,
+    and with ``draw`` the figure to --plot (after the JSON, which a failure to draw
+    cannot lose)."""
+    figure: Path | None = args.plot if draw is not None else None
     if args.json is not None:
         _check_output(parser, args.json)
+    if figure is not None:
+        _check_output(parser, figure, "--plot", "solvers.png")
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -518,4 +569,7 @@ def _benchmark(
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         log(f"wrote {args.json}")
+    if draw is not None and figure is not None:
+        draw(doc, figure)
+        log(f"wrote {figure}")
     return 0

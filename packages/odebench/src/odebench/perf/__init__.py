@@ -94,17 +94,25 @@ The JSON document (``--json PATH``) is one object:
 
 Every ``value`` in ``results``, ``ratios``, ``memory`` and ``gradients`` is a finite
 number or ``null`` with a ``note``.
+
+:func:`plot_solvers` (``odebench perf plot JSON``, or ``--plot PATH`` on the run)
+draws the document as one figure.
 """
 
 from ._contnet import ContnetConfig, format_contnet_report, run_contnet
+from ._plot import Bars, Lines, plot_solvers, solver_panels
 from ._report import format_report
 from ._solvers import SolversConfig, run_solvers
 
 __all__ = [
+    "Bars",
     "ContnetConfig",
+    "Lines",
     "SolversConfig",
     "format_contnet_report",
     "format_report",
+    "plot_solvers",
     "run_contnet",
     "run_solvers",
+    "solver_panels",
 ]
