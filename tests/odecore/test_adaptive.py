@@ -10,6 +10,8 @@ import oracles
 import pytest
 import torch
 import torchdiffeq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 ADAPTIVE = ["adaptive_heun", "bosh3", "dopri5", "tsit5", "dopri8"]
@@ -522,3 +524,23 @@ def test_hermite_reproduces_polynomial_solutions(method):
         assert err < 1e-13
     else:
         assert err < 1e-2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+    rtol=st.floats(1e-12, 1e-1),
+    atol=st.floats(1e-12, 1e-1),
+    seed=st.integers(0, 2**16),
+)
+def test_error_ratio_is_the_formula_with_plain_numbers(dtype, rtol, atol, seed):
+    """The controller keeps its tolerances as tensors, made once per solve; the ratio
+    must be the documented formula with Python numbers to the last bit, in every
+    floating dtype (in half precision the tolerances must not be rounded to it)."""
+    gen = torch.Generator().manual_seed(seed)
+    y0, y1, err = (torch.randn(40, generator=gen).to(dtype) for _ in range(3))
+    c = odecore.PIDController(rtol=rtol, atol=atol)
+    _, state = c.init(lambda t, y: y, 0.0, 1.0, y0, y0, odecore.Dopri5(), 0.1)
+    ratio = c._ratio(err, y0.abs(), y1.abs(), state[-1])
+    scale = torch.maximum(y0.abs(), y1.abs()).mul_(rtol).add_(atol)
+    assert ratio == c._norm(torch.div(err, scale))

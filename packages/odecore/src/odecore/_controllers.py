@@ -35,6 +35,22 @@ def rms_norm(x: Tensor) -> Tensor:
     return norm / math.sqrt(x.numel())
 
 
+def _no_graph(x: Tensor) -> Tensor:
+    """``x.detach()``, or ``x`` itself when it carries no graph (saves a dispatch)."""
+    return x.detach() if x.requires_grad else x
+
+
+def _tolerance(value: float, like: Tensor) -> Tensor:
+    """``value`` as a 0-dim CPU tensor for the arithmetic on ``like``.
+
+    A Python number in ``x.mul_(rtol)`` is wrapped and converted on every call;
+    this tensor is made once per solve. It is float32 for half-precision ``like``
+    (float64 for float64), so the kernels read the same value as from the number,
+    and the scale comes out bit for bit the same.
+    """
+    return torch.tensor(value, dtype=torch.promote_types(like.dtype, torch.float32))
+
+
 class Adaptation(NamedTuple):
     """A controller's verdict on one step.
 
@@ -211,9 +227,15 @@ class PIDController(AbstractController):
             return float(torch.linalg.vector_norm(scaled)) / math.sqrt(n) if n else 0.0
         return float(self.norm(scaled))
 
-    def _ratio(self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor) -> float:
-        """The error ratio; ``y_err`` holds no graph, the arguments are not changed."""
-        scale = torch.maximum(abs_y0, abs_y1).mul_(self.rtol).add_(self.atol)
+    def _ratio(
+        self, y_err: Tensor, abs_y0: Tensor, abs_y1: Tensor, tols: tuple[Tensor, Tensor]
+    ) -> float:
+        """The error ratio; ``y_err`` holds no graph, the arguments are not changed.
+
+        ``tols`` is ``(rtol, atol)`` as made by :func:`_tolerance`.
+        """
+        rtol, atol = tols
+        scale = torch.maximum(abs_y0, abs_y1).mul_(rtol).add_(atol)
         return self._norm(torch.div(y_err, scale, out=scale))
 
     def init(
@@ -232,14 +254,16 @@ class PIDController(AbstractController):
                 "cannot adapt its steps; use `ConstantStepSize()` with `dt0`, or an "
                 "embedded pair such as `Dopri5()`."
             )
-        # The previous two error ratios, and |y| of the last state measured (the start
-        # of the next step is the end of the last accepted one, or its start again).
-        abs_y0 = y0.detach().abs()
-        state = (1.0, 1.0, y0, abs_y0)
+        # The previous two error ratios, |y| of the last state measured (the start of
+        # the next step is the end of the last accepted one, or its start again), and
+        # the tolerances as tensors.
+        abs_y0 = _no_graph(y0).abs()
+        tols = (_tolerance(self.rtol, abs_y0), _tolerance(self.atol, abs_y0))
+        state = (1.0, 1.0, y0, abs_y0, tols)
         if dt0 is not None:
             return min(dt0, self.dt_max), state
         with torch.no_grad():
-            scale = abs_y0.mul(self.rtol).add_(self.atol)
+            scale = abs_y0.mul(tols[0]).add_(tols[1])
             if self.norm is None and y0.numel():
                 # Both RMS norms in one reduction and one host sync.
                 scaled = torch.stack((y0, f0)).div_(scale).reshape(2, -1)
@@ -279,10 +303,10 @@ class PIDController(AbstractController):
                 "needs an embedded pair."
             )
         dt = t1 - t0
-        prev1, prev2, last_y, last_abs = state
-        abs_y0 = last_abs if y0 is last_y else y0.detach().abs()
-        abs_y1 = step.y1.detach().abs()
-        ratio = self._ratio(step.y_err, abs_y0, abs_y1)
+        prev1, prev2, last_y, last_abs, tols = state
+        abs_y0 = last_abs if y0 is last_y else _no_graph(y0).abs()
+        abs_y1 = _no_graph(step.y1).abs()
+        ratio = self._ratio(step.y_err, abs_y0, abs_y1, tols)
         if not math.isfinite(ratio):
             return Adaptation(accept=False, dt=dt * self.factor_min, state=state, finite=False)
         k = solver.order
@@ -297,7 +321,7 @@ class PIDController(AbstractController):
         factor = min(max(factor, self.factor_min), self.factor_max if accept else 1.0)
         dt_next = min(dt * factor, self.dt_max)
         if accept:
-            new_state = (max(ratio, 1e-4), prev1, step.y1, abs_y1)
+            new_state = (max(ratio, 1e-4), prev1, step.y1, abs_y1, tols)
         else:
-            new_state = (prev1, prev2, y0, abs_y0)
+            new_state = (prev1, prev2, y0, abs_y0, tols)
         return Adaptation(accept=accept, dt=dt_next, state=new_state)

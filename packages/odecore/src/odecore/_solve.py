@@ -11,7 +11,13 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, ConstantStepSize, PIDController, rms_norm
+from ._controllers import (
+    AbstractController,
+    ConstantStepSize,
+    PIDController,
+    _no_graph,
+    rms_norm,
+)
 from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import (
     AbstractGradient,
@@ -272,7 +278,7 @@ class _FiniteRecord:
             self.lows.append(self.like.new_zeros(self._CHUNK))
             self.highs.append(self.like.new_zeros(self._CHUNK))
         if y.numel():
-            torch.aminmax(y.detach(), out=(self.lows[-1][i], self.highs[-1][i]))
+            torch.aminmax(_no_graph(y), out=(self.lows[-1][i], self.highs[-1][i]))
         self.times.append(t)
 
     def first_false(self) -> int | None:
