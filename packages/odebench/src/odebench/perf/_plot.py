@@ -13,7 +13,7 @@ from typing import Any
 
 from ..training._io import pyplot, save_png
 
-LIBRARY_COLORS = {
+_LIBRARY_COLORS = {
     "odecore": "#1f77b4",
     "torchdiffeq": "#ff7f0e",
     "torchode": "#2ca02c",
@@ -79,7 +79,7 @@ def _libraries(doc: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> list[s
     return [n for n in order if n in seen] + sorted(seen.difference(order))
 
 
-def tightest_dopri5(doc: Mapping[str, Any]) -> str | None:
+def _tightest_dopri5(doc: Mapping[str, Any]) -> str | None:
     """The ``dopri5@tol`` method of the run with the smallest tolerance, or ``None``."""
     tols = {}
     for r in _rows(doc, "results"):
@@ -90,7 +90,7 @@ def tightest_dopri5(doc: Mapping[str, Any]) -> str | None:
 
 
 def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> Bars:
-    method = tightest_dopri5(doc)
+    method = _tightest_dopri5(doc)
     rows = [r for r in _rows(doc, "results") if r["figure"] == figure and r["method"] == method]
     if not rows:
         return Bars(title, ylabel, [], {}, empty=f"no {figure} figures in this run")
@@ -111,7 +111,8 @@ def _memory(doc: Mapping[str, Any]) -> Lines:
     ]
     if not rows:
         return Lines(title, "steps", "MiB", empty="memory not measured in this run")
-    problem = rows[0]["problem"]
+    problem = rows[0]["problem"]  # the benchmark measures memory on one problem
+    rows = [r for r in rows if r["problem"] == problem]
     method = str(rows[0]["method"]).partition("x")[0]
     series: dict[str, list[tuple[float, float]]] = {}
     for lib in _libraries(doc, rows):
@@ -200,12 +201,12 @@ def _draw_bars(ax: Any, panel: Bars) -> None:
         offset = (j - (n - 1) / 2) * width
         xs = [i + offset for i, v in enumerate(values) if v is not None]
         ys = [v for v in values if v is not None]
-        ax.bar(xs, ys, width, label=lib, color=LIBRARY_COLORS.get(lib))
+        ax.bar(xs, ys, width, label=lib, color=_LIBRARY_COLORS.get(lib))
         for i, v in enumerate(values):
             if v is None:  # the library has no such method: say so rather than leave a gap
                 ax.text(
                     i + offset, 0.02, "n/a", rotation=90, ha="center", va="bottom",
-                    fontsize=6, color=LIBRARY_COLORS.get(lib), transform=ax.get_xaxis_transform(),
+                    fontsize=6, color=_LIBRARY_COLORS.get(lib), transform=ax.get_xaxis_transform(),
                 )  # fmt: skip
     ax.set_xticks(range(len(panel.groups)), panel.groups, fontsize=7)
     for label, first, last in panel.sections:
@@ -220,7 +221,6 @@ def _draw_bars(ax: Any, panel: Bars) -> None:
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         ax.tick_params(axis="y", which="minor", labelsize=7)
-    if panel.reference is not None:
         ax.axhline(panel.reference, color="black", lw=0.8, ls="--")
         ax.text(
             1.0, panel.reference, " field alone", ha="left", va="center", fontsize=7,
@@ -233,7 +233,7 @@ def _draw_lines(ax: Any, panel: Lines) -> None:
         lib, _, grad = name.partition(", ")
         xs, ys = zip(*points)
         ax.plot(
-            xs, ys, marker="o", label=name, color=LIBRARY_COLORS.get(lib),
+            xs, ys, marker="o", label=name, color=_LIBRARY_COLORS.get(lib),
             ls=_GRADIENT_STYLES.get(grad, "-"),
         )  # fmt: skip
     ax.set_xscale("log")
