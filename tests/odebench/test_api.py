@@ -16,12 +16,16 @@ def test_all_snapshot():
     # Changing the public API is a decision: update these lists in the same change.
     assert odebench.__all__ == ["main"]
     assert sorted(odebench.perf.__all__) == [
+        "Bars",
         "ContnetConfig",
+        "Lines",
         "SolversConfig",
         "format_contnet_report",
         "format_report",
+        "plot_solvers",
         "run_contnet",
         "run_solvers",
+        "solver_panels",
     ]
 
 
