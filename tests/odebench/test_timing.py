@@ -10,7 +10,6 @@ from odebench.perf._solvers import SolversConfig, _Cell, _cell_figures, _measure
 from odebench.perf._timing import (
     FieldTimer,
     Observation,
-    evaluation_times,
     loss_weight,
     run_once,
 )
@@ -62,7 +61,7 @@ def test_run_once_adjoint_counts_the_backward_pass():
 def test_evaluation_times_are_positive_and_reset_the_count():
     problem = make_problem("linear", SMALL)
     counter = CountingField(problem.field)
-    eval_s, vjp_s = evaluation_times(counter, problem, block_s=0.001, blocks=2)
+    eval_s, vjp_s = FieldTimer(counter, problem).evaluation_times(block_s=0.001, blocks=2)
     assert eval_s > 0 and vjp_s > 0
     assert counter.nfe == 0
 

@@ -26,7 +26,7 @@ from ._problems import (
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
-from ._timing import FieldTimer, Observation, evaluation_times, loss_weight, run_once
+from ._timing import FieldTimer, Observation, loss_weight, run_once
 
 SCHEMA_VERSION = 2
 
@@ -351,9 +351,9 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
         weight = loss_weight(problem)
         reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
         if config.quick:
-            eval_s, vjp_s = evaluation_times(counter, problem, block_s=0.005, blocks=3)
+            eval_s, vjp_s = timer.evaluation_times(block_s=0.005, blocks=3)
         else:
-            eval_s, vjp_s = evaluation_times(counter, problem)
+            eval_s, vjp_s = timer.evaluation_times()
         say(
             f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
             f"with its VJP {vjp_s * 1e6:.0f} us"
@@ -388,15 +388,16 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                 cell = _measure_cell(
                     runnable, problem, counter, method, mode, weight, config, timer
                 )
-                cell_eval_s = median(cell.eval_s) or eval_s
-                cell_vjp_s = median(cell.vjp_s) or vjp_s
+                among_eval_s, among_vjp_s = median(cell.eval_s), median(cell.vjp_s)
+                cell_eval_s = among_eval_s or eval_s
+                cell_vjp_s = among_vjp_s or vjp_s
                 evaluations.append(
                     {
                         "problem": pname,
                         "method": method.label,
                         "mode": mode,
-                        "eval_time_s": median(cell.eval_s),
-                        "eval_vjp_time_s": median(cell.vjp_s),
+                        "eval_time_s": among_eval_s,
+                        "eval_vjp_time_s": among_vjp_s,
                         "blocks": max(len(cell.eval_s), len(cell.vjp_s)),
                     }
                 )

@@ -144,17 +144,12 @@ class FieldTimer:
         self.counter.nfe = 0
         return elapsed
 
-
-def evaluation_times(
-    counter: CountingField, problem: Problem, *, block_s: float = 0.02, blocks: int = 7
-) -> tuple[float, float]:
-    """Seconds for one evaluation of the field alone, and for one evaluation plus its VJP.
-
-    Medians over ``blocks`` blocks of about ``block_s`` seconds each, through a
-    :class:`FieldTimer`; the field's count is reset afterwards.
-    """
-    timer = FieldTimer(counter, problem)
-    eval_s = _per_call(timer.evaluate, block_s, blocks)
-    vjp_s = _per_call(timer.evaluate_vjp, block_s, blocks)
-    counter.nfe = 0
-    return eval_s, vjp_s
+    def evaluation_times(self, *, block_s: float = 0.02, blocks: int = 7) -> tuple[float, float]:
+        """Seconds for one evaluation of the field alone, and for one evaluation plus
+        its VJP: medians over ``blocks`` blocks of about ``block_s`` seconds each. The
+        field's count is reset afterwards.
+        """
+        eval_s = _per_call(self.evaluate, block_s, blocks)
+        vjp_s = _per_call(self.evaluate_vjp, block_s, blocks)
+        self.counter.nfe = 0
+        return eval_s, vjp_s
