@@ -28,9 +28,13 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 LAYERS = ["odecore", "odelayers", "contnet", "odebench"]
 PACKAGES = [name for name in LAYERS if (ROOT / "packages" / name / "pyproject.toml").exists()]
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", "torchdiffeq>=0.2.3"]
-# The peers `odebench perf solvers` compares with, besides torchdiffeq. torchdyn is not
-# one of them here: it imports torchvision, which does not import beside the CPU torch.
+# The peers `odebench perf solvers` compares with, besides torchdiffeq. torchdyn's
+# metadata asks for torchvision (which does not import beside the CPU torch), Jupyter
+# and scikit-learn, none of which `torchdyn.core` imports: it goes in without its
+# dependencies, followed by the ones it does import.
 PEERS = ["torchode>=1.0"]
+TORCHDYN = ["torchdyn>=1.0.6,<1.1"]
+TORCHDYN_IMPORTS = ["pytorch-lightning>=2", "torchcde>=0.2.3,<0.3", "torchsde>=0.2.5"]
 
 nox.options.sessions = ["lint", "tests", "layers", "typecheck", "docs", "examples"]
 nox.options.reuse_existing_virtualenvs = True
@@ -56,6 +60,13 @@ def discardable(func: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def _install_peers(session: nox.Session) -> None:
+    """Install the benchmark's peers besides torchdiffeq: torchode and torchdyn."""
+    session.install(*CONSTRAINTS, *PEERS)
+    session.install(*CONSTRAINTS, "--no-deps", *TORCHDYN)
+    session.install(*CONSTRAINTS, *TORCHDYN_IMPORTS)
+
+
 def _install_packages(session: nox.Session, upto: str | None = None) -> None:
     """Install the packages from the bottom layer up to ``upto`` (all by default)."""
     names = PACKAGES if upto is None else PACKAGES[: PACKAGES.index(upto) + 1]
@@ -70,7 +81,7 @@ def tests(session: nox.Session, package: str) -> None:
     _install_packages(session, upto=package)
     session.install(*CONSTRAINTS, *TEST_DEPS)
     if package == "odebench":
-        session.install(*CONSTRAINTS, *PEERS)  # the benchmark's adapters are tested too
+        _install_peers(session)  # the benchmark's adapters are tested too
     # pytest exits with 5 when it collects no test; nox treats that as a failure.
     session.run(
         "pytest",
@@ -156,11 +167,13 @@ def bench(session: nox.Session) -> None:
 
     Not a default session: the full run takes several minutes and measures the
     machine, not the code. Installs odecore, odebench and the peers it compares against
-    (torchdiffeq, torchode) with the constraints. Arguments after ``--`` go to the command,
-    e.g. ``nox -s bench -- --quick`` or ``nox -s bench -- --threads 4 --repeats 9``.
+    (torchdiffeq, torchode, torchdyn) with the constraints. Arguments after ``--`` go to
+    the command, e.g. ``nox -s bench -- --quick`` or ``nox -s bench -- --threads 4
+    --repeats 9``.
     """
     _install_packages(session)
-    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3", *PEERS)
+    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3")
+    _install_peers(session)
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     session.run(

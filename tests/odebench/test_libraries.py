@@ -67,8 +67,8 @@ def test_unsupported_combinations_say_why():
 
 
 def _libraries():
-    """odecore, torchdiffeq, and torchode where it is installed (``nox -s bench`` has it)."""
-    libraries, _ = discover(["odecore", "torchdiffeq", "torchode"])
+    """odecore, torchdiffeq, and torchode and torchdyn where installed (nox installs them)."""
+    libraries, _ = discover()
     return libraries
 
 

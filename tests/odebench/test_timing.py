@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from odebench.perf._libraries import Method, OdecoreLibrary
-from odebench.perf._problems import CountingField, Sizes, make_problem
+from odebench.perf._problems import CountingField, EvaluationLimitError, Sizes, make_problem
 from odebench.perf._solvers import SolversConfig, _Cell, _cell_figures, _measure_cell, _mode_figures
 from odebench.perf._timing import (
     FieldTimer,
@@ -161,3 +161,34 @@ def test_varying_counts_are_noted():
     cell = _cell(Observation(0.1, 10, 0, Y1), Observation(0.1, 12, 0, Y1))
     figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
     assert figures["nfe_forward"] == (11, "evaluations varied between runs; median shown")
+
+
+def test_a_run_past_the_evaluation_limit_fails_and_the_cell_says_so():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field, limit=7)  # rk4 x 2 takes 8
+    rk4 = Method("rk4", n_steps=2)
+    with pytest.raises(EvaluationLimitError, match="stopped after 7 evaluations"):
+        run_once(OdecoreLibrary(), problem, counter, rk4, "forward", loss_weight(problem))
+    cell = _measure_cell(
+        [OdecoreLibrary()], problem, counter, rk4, "forward",
+        loss_weight(problem), SolversConfig(repeats=2), FieldTimer(counter, problem),
+    )  # fmt: skip
+    assert cell.observations["odecore"] == []
+    assert cell.failures["odecore"].startswith("EvaluationLimitError: stopped after 7")
+
+
+def test_the_limit_counts_from_each_reset_and_spares_the_field_timer():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field, limit=8)
+    rk4 = Method("rk4", n_steps=2)
+    for _ in range(3):  # run_once resets the count: 8 evaluations each time
+        obs = run_once(OdecoreLibrary(), problem, counter, rk4, "forward", loss_weight(problem))
+        assert obs.nfe_forward == 8
+    FieldTimer(counter, problem).block(50, vjp=False)  # far past the limit, in one block
+    assert CountingField(problem.field, limit=None).limit is None
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_the_evaluation_limit_must_be_positive(limit):
+    with pytest.raises(ValueError, match=f"`limit` must be a positive number.*got {limit}"):
+        CountingField(torch.nn.Identity(), limit=limit)

@@ -116,7 +116,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     solvers.add_argument(
         "--quick",
         action="store_true",
-        help="small problems, fewer methods and steps, one run each (well under a minute)",
+        help="small problems, fewer methods and steps, one run each (a few minutes)",
     )
     solvers.add_argument("--json", metavar="PATH", type=Path, help="write the results here")
     solvers.add_argument(

@@ -260,6 +260,18 @@ class TorchodeLibrary(_PeerLibrary):
         return sol.ys[:, -1].reshape(y0.shape)  # type: ignore[no-any-return]
 
 
+class _ArgsField(nn.Module):
+    """torchdyn's view of a field: it calls ``field(t, x, args=...)``."""
+
+    def __init__(self, field: nn.Module) -> None:
+        super().__init__()
+        self.field = field
+
+    def forward(self, t: Tensor, x: Tensor, args: Any = None) -> Tensor:
+        out: Tensor = self.field(t, x)
+        return out
+
+
 class TorchdynLibrary(_PeerLibrary):
     """torchdyn's ``NeuralODE`` with ``sensitivity="autograd"`` or ``"adjoint"``."""
 
@@ -284,10 +296,12 @@ class TorchdynLibrary(_PeerLibrary):
         else:
             assert method.n_steps is not None
             t_span = torch.linspace(t0, t1, method.n_steps + 1, dtype=y0.dtype)
-            tol = {}
+            # Fixed steps ignore tolerances, but torchdyn warns on every backward solve
+            # whose tolerances differ from its odeint's defaults (NeuralODE's do).
+            tol = {"atol_adjoint": 1e-3, "rtol_adjoint": 1e-3}
         sensitivity = "autograd" if mode in ("forward", "backprop") else "adjoint"
         model = neural_ode(
-            field,
+            _ArgsField(field),
             solver=method.name,
             solver_adjoint=method.name,
             sensitivity=sensitivity,
@@ -302,8 +316,8 @@ def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[st
     """The libraries that import cleanly, and why each of the others does not.
 
     ``odecore`` always comes first. A peer is skipped if it is not installed or if
-    importing it raises anything at all (torchdyn imports torchvision, which fails
-    when it does not match torch).
+    importing it raises anything at all (a peer's own dependencies may not import
+    beside this torch).
 
     Args:
         names: the libraries to try; default all of :data:`LIBRARIES`.

@@ -18,21 +18,47 @@ PROBLEMS = ("mlp", "conv_relu", "conv_softplus", "vdp", "linear")
 """The problem names, in the order the benchmark runs them."""
 
 
+MAX_EVALUATIONS = 20_000
+"""The most evaluations of the field one run may take, forward and backward together.
+
+Ten times the most any library takes on a problem it solves (2,000); a peer whose
+adjoint creeps along at tiny steps on Van der Pol is stopped here instead of
+running for hours.
+"""
+
+
+class EvaluationLimitError(RuntimeError):
+    """A run took more evaluations of the field than its :class:`CountingField` allows."""
+
+
 class CountingField(nn.Module):
     """Wraps a vector field and counts its evaluations in ``nfe``.
 
     The benchmark hands this wrapper, not the bare field, to every library, so the
     counts are the same kind of number whichever library asks: one per call of the
-    field, forward or inside a backward pass.
+    field, forward or inside a backward pass. The caller resets ``nfe`` before each
+    run; a call beyond ``limit`` raises :class:`EvaluationLimitError`, which ends the
+    run as a failure.
+
+    Args:
+        field: the vector field.
+        limit: the most calls between two resets; ``None`` for no limit.
     """
 
-    def __init__(self, field: nn.Module) -> None:
+    def __init__(self, field: nn.Module, limit: int | None = MAX_EVALUATIONS) -> None:
         super().__init__()
+        if limit is not None and limit < 1:
+            raise ValueError(f"`limit` must be a positive number of evaluations, got {limit!r}.")
         self.field = field
+        self.limit = limit
         self.nfe = 0
 
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
         self.nfe += 1
+        if self.limit is not None and self.nfe > self.limit:
+            raise EvaluationLimitError(
+                f"stopped after {self.limit:,} evaluations of the field in one run"
+            )
         out: Tensor = self.field(t, y)
         return out
 

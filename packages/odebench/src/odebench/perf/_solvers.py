@@ -74,7 +74,7 @@ class SolversConfig:
 
     Args:
         quick: smaller problems, fewer methods and step counts, one repetition, no
-            warm-up: every code path in well under a minute.
+            warm-up: every code path in a few minutes.
         repeats: timed repetitions per library and configuration (default 5, quick 1).
             A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
         threads: ``torch.set_num_threads`` for the run and every child process.
