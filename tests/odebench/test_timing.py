@@ -185,7 +185,10 @@ def test_the_limit_counts_from_each_reset_and_spares_the_field_timer():
         obs = run_once(OdecoreLibrary(), problem, counter, rk4, "forward", loss_weight(problem))
         assert obs.nfe_forward == 8
     FieldTimer(counter, problem).block(50, vjp=False)  # far past the limit, in one block
-    assert CountingField(problem.field, limit=None).limit is None
+    unlimited = CountingField(problem.field, limit=None)
+    unlimited.nfe = 10**9
+    unlimited(torch.tensor(0.0), problem.y0)
+    assert unlimited.nfe == 10**9 + 1
 
 
 @pytest.mark.parametrize("limit", [0, -3])
