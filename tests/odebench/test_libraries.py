@@ -134,7 +134,7 @@ def test_torchdyn_steps_are_the_integral_controller_with_torchdiffeqs_estimate(
     # Why torchdyn's dopri5 takes fewer evaluations than odecore's on the conv fields
     # (docs/odecore/gradients.md): it tests the error with torchdiffeq's embedded
     # weights, whose estimate is 2/3 of Dormand and Prince's, and it grows steps with
-    # the pure integral controller. odecore with both settings takes its steps.
+    # the pure integral controller. odecore with both settings takes as many evaluations.
     found, missing = discover(["torchdyn"])
     if not found:
         pytest.skip(f"torchdyn: {missing['torchdyn']}")
