@@ -27,7 +27,8 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 # Bottom layer first. A package is tested once packages/<name>/ exists.
 LAYERS = ["odecore", "odelayers", "contnet", "odebench"]
 PACKAGES = [name for name in LAYERS if (ROOT / "packages" / name / "pyproject.toml").exists()]
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", "torchdiffeq>=0.2.3"]
+TORCHDIFFEQ = "torchdiffeq>=0.2.3"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy", "scipy>=1.10", TORCHDIFFEQ]
 # The peers `odebench perf solvers` compares with, besides torchdiffeq. torchdyn's
 # metadata asks for torchvision (which does not import beside the CPU torch), Jupyter
 # and scikit-learn, none of which `torchdyn.core` imports: it goes in without its
@@ -153,7 +154,7 @@ def docs(session: nox.Session) -> None:
         "pytest>=8",
         "numpy",
         "scipy>=1.10",
-        "torchdiffeq>=0.2.3",
+        TORCHDIFFEQ,
     )
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
     session.run("pytest", "--doctest-glob=*.md", "docs", "-p", "no:cacheprovider")
@@ -172,7 +173,7 @@ def bench(session: nox.Session) -> None:
     --repeats 9``.
     """
     _install_packages(session)
-    session.install(*CONSTRAINTS, "torchdiffeq>=0.2.3")
+    session.install(*CONSTRAINTS, TORCHDIFFEQ)
     _install_peers(session)
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
