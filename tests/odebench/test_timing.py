@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from odebench.perf._libraries import Method, OdecoreLibrary
+from odebench.perf._libraries import Method, OdecoreLibrary, discover
 from odebench.perf._problems import CountingField, EvaluationLimitError, Sizes, make_problem
-from odebench.perf._solvers import SolversConfig, _Cell, _cell_figures, _measure_cell, _mode_figures
+from odebench.perf._solvers import (
+    SolversConfig,
+    _Cell,
+    _cell_figures,
+    _measure_cell,
+    _mode_figures,
+    _replay,
+)
 from odebench.perf._timing import (
     FieldTimer,
     Observation,
+    ReplayError,
     loss_weight,
+    record,
+    replay_once,
     run_once,
 )
 
@@ -82,7 +92,11 @@ def test_cells_time_the_field_once_per_round_as_the_mode_needs(mode, kinds):
     wants_eval, wants_vjp = kinds
     assert len(cell.eval_s) == (3 if wants_eval else 0)
     assert len(cell.vjp_s) == (3 if wants_vjp else 0)
-    assert all(s > 0 for s in (*cell.eval_s, *cell.vjp_s))
+    forward = mode == "forward"  # only a forward cell chains the field and replays the solve
+    assert len(cell.chained_s) == (3 if forward else 0)
+    assert len(cell.solver_s.get("odecore", [])) == (3 if forward else 0)
+    assert not cell.solver_notes
+    assert all(s > 0 for s in (*cell.eval_s, *cell.vjp_s, *cell.chained_s))
 
 
 def test_a_cell_over_its_budget_still_times_the_field():
@@ -107,6 +121,71 @@ def test_field_timer_blocks_reset_the_count():
     assert counter.nfe == 0
 
 
+def test_the_chained_block_makes_as_many_evaluations_as_asked():
+    problem = make_problem("mlp", SMALL)
+    counter = CountingField(problem.field, limit=5)  # a sixth evaluation would raise
+    timer = FieldTimer(counter, problem)
+    assert timer.chained_block(5) > 0
+    assert counter.nfe == 0
+    with pytest.raises(EvaluationLimitError):
+        timer.chained_block(6)
+
+
+@pytest.mark.parametrize("library", discover()[0], ids=lambda lib: lib.name)
+@pytest.mark.parametrize(
+    "method", [Method("dopri5", rtol=1e-5, atol=1e-5), Method("rk4", n_steps=40)],
+    ids=lambda m: m.label,
+)  # fmt: skip
+def test_a_replay_takes_the_recorded_steps_without_calling_the_field(library, method):
+    if library.unsupported(method, "forward") is not None:
+        pytest.skip(library.unsupported(method, "forward"))
+    problem = make_problem("vdp", SMALL)
+    counter = CountingField(problem.field)
+    run = run_once(library, problem, counter, method, "forward", loss_weight(problem))
+    tape = record(library, problem, counter, method)
+    assert tape.nfe == run.nfe_forward and torch.equal(tape.y1, run.y1)
+    for _ in range(2):  # a tape replays any number of times
+        assert replay_once(library, problem, tape, method) > 0
+        assert counter.nfe == 0  # the field itself was never called
+        assert tape.field.position == tape.nfe
+    # The tape carries the field's parameters, for libraries that look for them.
+    assert list(tape.field.parameters()) == list(problem.field.parameters())
+
+
+def test_a_replay_that_strays_from_the_recording_raises():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field)
+    lib, rk4 = OdecoreLibrary(), Method("rk4", n_steps=2)
+    tape = record(lib, problem, counter, rk4)
+    assert tape.nfe == 8
+    tape.field.outputs.append(tape.field.outputs[-1])
+    with pytest.raises(ReplayError, match="made 8 evaluations, the recorded run 9"):
+        replay_once(lib, problem, tape, rk4)
+    del tape.field.outputs[-2:]
+    with pytest.raises(ReplayError, match="more than the 7 recorded evaluations"):
+        replay_once(lib, problem, tape, rk4)
+    tape = record(lib, problem, counter, rk4)
+    tape.field.outputs[3] = tape.field.outputs[3] * 2  # as if a solver changed it in place
+    with pytest.raises(ReplayError, match="another y\\(t1\\)"):
+        replay_once(lib, problem, tape, rk4)
+
+
+def test_a_failed_replay_leaves_a_note_and_no_time():
+    problem = make_problem("linear", SMALL)
+    counter = CountingField(problem.field)
+    lib, rk4 = OdecoreLibrary(), Method("rk4", n_steps=2)
+    tape = record(lib, problem, counter, rk4)
+    cell = _cell(Observation(0.1, 8, 0, Y1))
+    _replay(cell, lib, problem, tape, rk4)
+    tape.field.outputs.pop()
+    _replay(cell, lib, problem, tape, rk4)
+    assert "odecore" not in cell.solver_s
+    assert cell.solver_notes["odecore"].startswith("replay failed: ReplayError: the replay asked")
+    figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["forward_solver_time_s"] == (None, cell.solver_notes["odecore"])
+    assert figures["forward_time_s"] == (0.1, None)  # the run's own figures stand
+
+
 def _cell(*observations, name="odecore", failures=None, notes=None):
     return _Cell({name: list(observations)}, failures or {}, notes or {})
 
@@ -121,6 +200,12 @@ def test_forward_figures_are_medians_and_overheads():
     assert figures["forward_overhead"][0] == pytest.approx(0.2 / (10 * 0.01))
     assert figures["forward_cost_per_eval_us"][0] == pytest.approx((0.2 - 0.1) / 10 * 1e6)
     assert figures["error"] == (0.0, None)
+    assert figures["forward_solver_time_s"] == (None, None)  # no replay in this cell
+
+    cell.solver_s["odecore"] = [0.05, 0.01, 0.02]
+    figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["forward_solver_time_s"] == (0.02, None)
+    assert figures["forward_solver_cost_per_eval_us"][0] == pytest.approx(0.02 / 10 * 1e6)
 
 
 def test_backprop_overhead_uses_the_evaluation_with_its_vjp():

@@ -28,7 +28,10 @@ class Bars:
 
     ``reference`` is a value to mark with a line (the overhead factors' physical
     limit, 1.0); ``sections`` label runs of groups (``(label, first, last)``, both
-    indices included); ``empty`` says why a panel has nothing to draw.
+    indices included); ``empty`` says why a panel has nothing to draw. ``inner``,
+    shaped like ``series``, is the part of each bar drawn solid (the rest pale): for
+    the forward overhead factor, 1 + the solver alone (``forward_solver_time_s``) in
+    units of the field's time.
     """
 
     title: str
@@ -38,6 +41,7 @@ class Bars:
     reference: float | None = None
     sections: list[tuple[str, int, int]] = field(default_factory=list)
     empty: str | None = None
+    inner: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,38 @@ def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> B
     series = {lib: [value.get((p, lib)) for p in problems] for lib in _libraries(doc, rows)}
     assert method is not None  # rows exist, so the method does
     tol = method.partition("@")[2]
-    return Bars(f"{title}, dopri5 at {tol}", ylabel, problems, series, reference=1.0)
+    title = f"{title}, dopri5 at {tol}"
+    inner = _solver_alone(doc, method, series, problems) if figure == "forward_overhead" else {}
+    if inner:
+        title += "\nsolid: field + solver alone (a replay of its steps); pale: the rest"
+    return Bars(title, ylabel, problems, series, reference=1.0, inner=inner)
+
+
+def _solver_alone(
+    doc: Mapping[str, Any],
+    method: str,
+    series: dict[str, list[float | None]],
+    problems: list[str],
+) -> dict[str, list[float | None]]:
+    """1 + each forward solve's solver alone over its NFE x evaluation time, where measured."""
+    figures = {
+        (r["problem"], r["library"], r["figure"]): r["value"]
+        for r in _rows(doc, "results")
+        if r["method"] == method and r["figure"] in ("forward_time_s", "forward_solver_time_s")
+    }
+    inner: dict[str, list[float | None]] = {}
+    for lib, overheads in series.items():
+        parts: list[float | None] = []
+        for p, overhead in zip(problems, overheads):
+            t = figures.get((p, lib, "forward_time_s"))
+            solver = figures.get((p, lib, "forward_solver_time_s"))
+            if overhead is None or t is None or solver is None or t <= 0:
+                parts.append(None)
+            else:  # NFE x evaluation = t / overhead
+                parts.append(1.0 + solver * overhead / t)
+        if any(v is not None for v in parts):
+            inner[lib] = parts
+    return inner
 
 
 def _memory(doc: Mapping[str, Any]) -> Lines:
@@ -156,7 +191,8 @@ def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
     """What :func:`plot_solvers` draws, as data: the four panels in order.
 
     1. the forward solve's overhead factor per problem and library (time over NFE x
-       one evaluation of the field alone; 1.0 is the physical limit);
+       one evaluation of the field alone; 1.0 is the physical limit), the part that
+       the field and the solver alone explain drawn solid;
     2. the same for forward + backward by backprop (over NFE x evaluation with its
        vector-Jacobian product);
     3. peak memory against the number of rk4 steps for each library and gradient
@@ -201,7 +237,14 @@ def _draw_bars(ax: Any, panel: Bars) -> None:
         offset = (j - (n - 1) / 2) * width
         xs = [i + offset for i, v in enumerate(values) if v is not None]
         ys = [v for v in values if v is not None]
-        ax.bar(xs, ys, width, label=lib, color=_LIBRARY_COLORS.get(lib))
+        solid = panel.inner.get(lib)
+        color = _LIBRARY_COLORS.get(lib)
+        if solid is None:
+            ax.bar(xs, ys, width, label=lib, color=color)
+        else:
+            ax.bar(xs, ys, width, color=color, alpha=0.4)
+            parts = [(i + offset, v) for i, v in enumerate(solid) if v is not None]
+            ax.bar([x for x, _ in parts], [v for _, v in parts], width, label=lib, color=color)
         for i, v in enumerate(values):
             if v is None:  # the library has no such method: say so rather than leave a gap
                 ax.text(

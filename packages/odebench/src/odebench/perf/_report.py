@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._libraries import GRADIENT_MODES
+from ._stats import finite, ratio
 
 Formatter = Callable[[float | None], str]
 
@@ -174,6 +175,8 @@ def format_report(doc: dict[str, Any]) -> str:
     out += _table(["problem", "method", "library", *(c[0] for c in columns)], rows, left=3)
     out.append("")
 
+    out += _forward_split(doc)
+
     if doc["ratios"]:
         ratio_cols = [
             ("fwd", "forward_time_s"),
@@ -181,6 +184,7 @@ def format_report(doc: dict[str, Any]) -> str:
             ("error", "error"),
             ("fwd ovh", "forward_overhead"),
             ("us/ev", "forward_cost_per_eval_us"),
+            ("solver us/ev", "forward_solver_cost_per_eval_us"),
             ("bp", "backprop_time_s"),
             ("adj", "adjoint_time_s"),
             ("adj NFEb", "adjoint_nfe_backward"),
@@ -291,3 +295,57 @@ def format_report(doc: dict[str, Any]) -> str:
         out.append("")
     out.append(f"Wall time: {env.get('wall_time_s', 0.0):.0f} s")
     return "\n".join(out)
+
+
+def _forward_split(doc: dict[str, Any]) -> list[str]:
+    """The table that splits each forward overhead factor into floor, solver and the rest."""
+    chained = {
+        (e["problem"], e["method"]): ratio(e.get("chained_eval_time_s"), e.get("eval_time_s"))
+        for e in doc.get("evaluations", [])
+        if e["mode"] == "forward"
+    }
+    results = _index(doc["results"], "problem", "method", "library", "figure")
+
+    def value(key: tuple[str, str, str], figure: str) -> float | None:
+        r = results.get((*key, figure))
+        return None if r is None else finite(r["value"])
+
+    rows = []
+    previous: tuple[str, str] | None = None
+    for key in _supported_keys(doc["results"], "problem", "method", "library"):
+        overhead, solver_s = value(key, "forward_overhead"), value(key, "forward_solver_time_s")
+        if overhead is None or solver_s is None:
+            continue
+        eval_s = ratio(value(key, "forward_time_s"), overhead)  # NFE x one evaluation
+        solver = ratio(solver_s, eval_s)
+        floor = chained.get(key[:2])
+        rest = None if solver is None or floor is None else overhead - floor - solver
+        problem, method, library = key
+        shown = (problem, method) != previous
+        previous = (problem, method)
+        rows.append(
+            [
+                problem if shown else "",
+                method if shown else "",
+                library,
+                _f2(overhead),
+                _f2(floor),
+                _f2(solver),
+                _f2(rest),
+                _us(value(key, "forward_solver_cost_per_eval_us")),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "Where the forward time goes, in units of NFE x one evaluation alone: ovh = floor + "
+        "solver + rest. floor: evaluations chained by one axpy;",
+        "solver: the solve replayed from a tape of the field's outputs (the same steps, no "
+        "evaluations); rest: the field and the solver slowing each other.",
+        *_table(
+            ["problem", "method", "library", "ovh", "floor", "solver", "rest", "solver us/ev"],
+            rows,
+            left=3,
+        ),
+        "",
+    ]

@@ -26,9 +26,9 @@ from ._problems import (
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
-from ._timing import FieldTimer, Observation, loss_weight, run_once
+from ._timing import FieldTimer, Observation, Tape, loss_weight, record, replay_once, run_once
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 FULL_METHODS = (
     Method("dopri5", rtol=1e-3, atol=1e-3),
@@ -45,6 +45,8 @@ FIGURE_UNITS: dict[str, str] = {
     "error": "max abs error at t1",
     "forward_overhead": "ratio",
     "forward_cost_per_eval_us": "us",
+    "forward_solver_time_s": "s",
+    "forward_solver_cost_per_eval_us": "us",
 }
 for _mode in GRADIENT_MODES:
     FIGURE_UNITS[f"{_mode}_time_s"] = "s"
@@ -60,6 +62,7 @@ RATIO_FIGURES = (
     "error",
     "forward_overhead",
     "forward_cost_per_eval_us",
+    "forward_solver_cost_per_eval_us",
     "backprop_time_s",
     "adjoint_time_s",
     "adjoint_nfe_backward",
@@ -169,7 +172,10 @@ class _Cell:
     """Observations of one (problem, method, mode) for every library.
 
     ``eval_s`` and ``vjp_s`` are the field's own seconds per evaluation (alone, and
-    with its VJP), timed once per round between the libraries' runs.
+    with its VJP), timed once per round between the libraries' runs; in a forward
+    cell ``chained_s`` the same for evaluations chained by one axpy, and
+    ``solver_s`` each library's seconds for the solve of its recorded outputs (the
+    solver alone), with ``solver_notes`` saying why one has none.
     """
 
     observations: dict[str, list[Observation]]
@@ -177,10 +183,16 @@ class _Cell:
     notes: dict[str, str]
     eval_s: list[float] = field(default_factory=list)
     vjp_s: list[float] = field(default_factory=list)
+    chained_s: list[float] = field(default_factory=list)
+    solver_s: dict[str, list[float]] = field(default_factory=dict)
+    solver_notes: dict[str, str] = field(default_factory=dict)
 
 
 _FIELD = "(field alone)"
 """The entry of the interleaved rounds that times the field by itself."""
+
+_SOLVER_ALONE = "(solver alone)"
+"""Marks the entries of the interleaved rounds that replay a library's recorded run."""
 
 _MAX_BLOCK_CALLS = 100
 
@@ -190,14 +202,17 @@ def _time_field(cell: _Cell, timer: FieldTimer, mode: str) -> None:
 
     A block as long as a run sees the machine as the runs around it do, so the
     overhead factors do not carry the machine's drift over the minutes between
-    the cells. A forward cell needs the evaluation alone, a backprop cell the
-    evaluation with its VJP, the others both.
+    the cells. A forward cell needs the evaluation alone (and chained, see
+    :meth:`FieldTimer.chained_block`), a backprop cell the evaluation with its VJP,
+    the others both.
     """
     runs = [o for obs in cell.observations.values() for o in obs]
     nfe = median(o.nfe_forward + o.nfe_backward for o in runs) if runs else None
     calls = max(1, min(_MAX_BLOCK_CALLS, round(nfe or 1)))
     if mode != "backprop":
         cell.eval_s.append(timer.block(calls, vjp=False))
+    if mode == "forward":
+        cell.chained_s.append(timer.chained_block(calls))
     if mode != "forward":
         cell.vjp_s.append(timer.block(calls, vjp=True))
 
@@ -214,7 +229,9 @@ def _measure_cell(
 ) -> _Cell:
     """Warm up, then time every library and the field alone in interleaved rounds.
 
-    A round is ``A B ... F``: each library once, then a block of the field alone.
+    A round is ``A B ... F``: each library once, then a block of the field alone. In a
+    forward cell each library's run is recorded once after the warm-up, and a round is
+    ``A B ... A' B' ... F``, where ``A'`` is ``A``'s solve of its recorded outputs.
     """
     obs: dict[str, list[Observation]] = {lib.name: [] for lib in libraries}
     failures: dict[str, str] = {}
@@ -255,9 +272,20 @@ def _measure_cell(
                     notes[name] = f"{affordable} runs instead of {repeats} to fit the time budget"
                 repeats = affordable
     names = [lib.name for lib in libraries if lib.name not in failures]
-    for _, name in interleaved([*names, _FIELD], repeats):
+    tapes: dict[str, Tape] = {}
+    if mode == "forward":
+        for name in names:
+            try:
+                tapes[name] = record(by_name[name], problem, counter, method)
+            except Exception as exc:
+                cell.solver_notes[name] = f"not recorded: {describe_error(exc)}"
+    replays = {f"{name} {_SOLVER_ALONE}": name for name in tapes}
+    for _, name in interleaved([*names, *replays, _FIELD], repeats):
         if name == _FIELD:
             _time_field(cell, timer, mode)
+            continue
+        if name in replays:
+            _replay(cell, by_name[replays[name]], problem, tapes[replays[name]], method)
             continue
         if name in failures:
             continue
@@ -265,6 +293,17 @@ def _measure_cell(
         if o is not None:
             obs[name].append(o)
     return cell
+
+
+def _replay(cell: _Cell, lib: Library, problem: Problem, tape: Tape, method: Method) -> None:
+    """Time ``lib``'s solve of its tape into ``cell.solver_s``; after a failure, no more."""
+    if lib.name in cell.solver_notes:
+        return
+    try:
+        cell.solver_s.setdefault(lib.name, []).append(replay_once(lib, problem, tape, method))
+    except Exception as exc:
+        cell.solver_s.pop(lib.name, None)
+        cell.solver_notes[lib.name] = f"replay failed: {describe_error(exc)}"
 
 
 def _grad_diff(o: Observation | None, reference: Observation | None) -> float | None:
@@ -398,6 +437,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                         "mode": mode,
                         "eval_time_s": among_eval_s,
                         "eval_vjp_time_s": among_vjp_s,
+                        "chained_eval_time_s": median(cell.chained_s),
                         "blocks": max(len(cell.eval_s), len(cell.vjp_s)),
                     }
                 )
@@ -494,6 +534,8 @@ def _mode_figures(mode: str) -> list[str]:
             "error",
             "forward_overhead",
             "forward_cost_per_eval_us",
+            "forward_solver_time_s",
+            "forward_solver_cost_per_eval_us",
         ]
     figures = [f"{mode}_time_s", f"{mode}_nfe_backward", f"{mode}_overhead"]
     if mode != "backprop":
@@ -536,12 +578,16 @@ def _cell_figures(
     if mode == "forward":
         finite_y1 = bool(torch.isfinite(obs[-1].y1).all())
         error = max_abs_error(obs[-1].y1, reference) if finite_y1 else None
+        solver_t = median(cell.solver_s.get(name, []))
+        solver_note = cell.solver_notes.get(name)
         return {
             "forward_time_s": (t, note),
             "nfe_forward": (nfe_f, nfe_note),
             "error": (error, None if finite_y1 else "the solution holds NaN or inf"),
             "forward_overhead": (overhead_factor(t, [(nfe_f, eval_s)]), note),
             "forward_cost_per_eval_us": (_us(cost_per_evaluation(t, nfe_f, eval_s)), note),
+            "forward_solver_time_s": (solver_t, solver_note),
+            "forward_solver_cost_per_eval_us": (_us(ratio(solver_t, nfe_f)), solver_note),
         }
     if mode == "backprop":
         overhead = overhead_factor(t, [(nfe_f, vjp_s)])
@@ -585,7 +631,16 @@ def _general_notes(config: SolversConfig) -> list[str]:
         "run (see evaluations); the problems list gives one measurement taken "
         "before the cells.",
         "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
-        "solver's own time per evaluation.",
+        "solver's own time per evaluation, estimated by subtraction.",
+        "forward_solver_time_s is the forward solve with the field replaced by a tape of "
+        "its outputs in that library's recorded run: the same steps, no evaluation cost. "
+        "It is the solver alone, measured; forward_solver_cost_per_eval_us is it over NFE. "
+        "What the forward time holds beyond NFE x evaluation time and the solver alone is "
+        "the field and the solver slowing each other (caches, threads).",
+        "chained_eval_time_s (evaluations, forward cells) is one evaluation in a block "
+        "of evaluations chained by one axpy each, y <- y + eps f(t, y): what any solver "
+        "pays per evaluation at the least. chained / eval_time_s is the practical limit "
+        "of forward_overhead on the machine of the run.",
         "error is the largest absolute difference at t1 from the problem's reference "
         "(exact for the linear system, a float64 dopri8 solve otherwise).",
         "{mode}_grad_diff = |g - g_backprop| / |g_backprop| against the same library's "

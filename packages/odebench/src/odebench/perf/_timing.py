@@ -137,6 +137,25 @@ class FieldTimer:
         out = self.counter(self.t, y)
         torch.autograd.grad(out, [y, *self.params], self.cotangent, allow_unused=True)
 
+    def chained_block(self, calls: int) -> float:
+        """Seconds per evaluation over ``calls`` evaluations chained by one axpy each.
+
+        Each evaluation takes the state the last one left, ``y <- y + eps f(t, y)``
+        with a tiny ``eps``: the least that any solver making ``calls`` evaluations
+        does. Over :meth:`block` it adds the axpy and the wait for each result before
+        the next call, so ``chained / alone`` is the practical limit of the forward
+        overhead factor on this machine (the physical limit being 1.0).
+        """
+        self.counter.nfe = 0
+        y = self.y0
+        start = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(calls):
+                y = y.add(self.counter(self.t, y), alpha=1e-6)
+        elapsed = (time.perf_counter() - start) / calls
+        self.counter.nfe = 0
+        return elapsed
+
     def block(self, calls: int, vjp: bool) -> float:
         """Seconds per call over ``calls`` calls in a row, of one kind."""
         fn = self.evaluate_vjp if vjp else self.evaluate
@@ -156,3 +175,99 @@ class FieldTimer:
         vjp_s = _per_call(self.evaluate_vjp, block_s, blocks)
         self.counter.nfe = 0
         return eval_s, vjp_s
+
+
+class ReplayError(RuntimeError):
+    """A replayed run did not make the recorded run's evaluations, or ended elsewhere."""
+
+
+class FieldTape(nn.Module):
+    """Stands in for the field: returns one run's recorded outputs, in their order.
+
+    A forward solve of the tape takes exactly the steps the solve of the field took
+    (each evaluation returns what the field returned there), while an evaluation costs
+    no more than handing back a tensor. Its time is the solver's own time: not an
+    estimate from subtracting evaluation times, and without the field's effect on the
+    solver's work around it (caches, threads), nor the solver's on the field's.
+
+    Args:
+        outputs: the field's outputs, in the order of the recorded run's calls.
+        field: the field they came from, never called: held so that the tape has the
+            field's parameters, as libraries that look for them expect.
+    """
+
+    def __init__(self, outputs: list[Tensor], field: nn.Module) -> None:
+        super().__init__()
+        self.outputs = outputs
+        self.field = field
+        self.position = 0
+
+    def forward(self, t: Tensor, y: Tensor) -> Tensor:
+        if self.position >= len(self.outputs):
+            raise ReplayError(
+                f"the replay asked for more than the {len(self.outputs)} recorded evaluations"
+            )
+        out = self.outputs[self.position]
+        self.position += 1
+        return out
+
+
+class _Recorder(nn.Module):
+    """The field, keeping a copy of each output."""
+
+    def __init__(self, field: nn.Module) -> None:
+        super().__init__()
+        self.field = field
+        self.outputs: list[Tensor] = []
+
+    def forward(self, t: Tensor, y: Tensor) -> Tensor:
+        out: Tensor = self.field(t, y)
+        self.outputs.append(out.detach().clone())
+        return out
+
+
+@dataclass
+class Tape:
+    """One forward run of a library, recorded for replay: the tape and the run's ``y(t1)``."""
+
+    field: FieldTape
+    y1: Tensor
+
+    @property
+    def nfe(self) -> int:
+        return len(self.field.outputs)
+
+
+def record(library: Library, problem: Problem, counter: CountingField, method: Method) -> Tape:
+    """Run one forward solve of ``problem`` (untimed) and record the field's outputs."""
+    recorder = _Recorder(counter)
+    counter.nfe = 0
+    with torch.no_grad():
+        y1 = library.solve(
+            recorder, problem.y0.detach().clone(), problem.t0, problem.t1, method, "forward"
+        )
+    counter.nfe = 0
+    return Tape(FieldTape(recorder.outputs, counter), y1.detach().clone())
+
+
+def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) -> float:
+    """Seconds of one forward solve of ``tape.field`` instead of the field: the solver alone.
+
+    Raises:
+        ReplayError: when the replay makes another number of evaluations than the
+            recorded run, or ends at another ``y(t1)`` (bit for bit): a library that
+            changes the field's outputs in place, or is not deterministic.
+    """
+    y0 = problem.y0.detach().clone()
+    tape.field.position = 0
+    start = time.perf_counter()
+    with torch.no_grad():
+        y1 = library.solve(tape.field, y0, problem.t0, problem.t1, method, "forward")
+    elapsed = time.perf_counter() - start
+    if tape.field.position != tape.nfe:
+        raise ReplayError(
+            f"the replay made {tape.field.position} evaluations, the recorded run {tape.nfe}"
+        )
+    if not torch.equal(y1, tape.y1):
+        raise ReplayError("the replay ended at another y(t1) than the recorded run")
+    return elapsed
