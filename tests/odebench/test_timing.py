@@ -123,12 +123,36 @@ def test_field_timer_blocks_reset_the_count():
 
 def test_the_chained_block_makes_as_many_evaluations_as_asked():
     problem = make_problem("mlp", SMALL)
-    counter = CountingField(problem.field, limit=5)  # a sixth evaluation would raise
+    counter = CountingField(problem.field, limit=6)  # one untimed evaluation, then 5
     timer = FieldTimer(counter, problem)
     assert timer.chained_block(5) > 0
     assert counter.nfe == 0
     with pytest.raises(EvaluationLimitError):
         timer.chained_block(6)
+
+
+class _GradModes(torch.nn.Module):
+    """A field that notes whether autograd was recording at each call."""
+
+    def __init__(self, field):
+        super().__init__()
+        self.field = field
+        self.modes = []
+
+    def forward(self, t, y):
+        self.modes.append(torch.is_grad_enabled())
+        return self.field(t, y)
+
+
+def test_blocks_start_with_an_untimed_call_and_record_a_graph_only_for_the_vjp():
+    problem = make_problem("mlp", SMALL)
+    field = _GradModes(problem.field)
+    timer = FieldTimer(CountingField(field), problem)
+    timer.block(3, vjp=False)
+    assert field.modes == [False] * 4
+    field.modes.clear()
+    timer.block(2, vjp=True)
+    assert field.modes == [True] * 3
 
 
 @pytest.mark.parametrize("library", discover()[0], ids=lambda lib: lib.name)

@@ -19,7 +19,7 @@ gradient check (float64).
 The JSON document (``--json PATH``) is one object:
 
 ``environment``
-    ``schema_version`` (2), ``date`` (start of the run, UTC, ISO 8601), ``python``,
+    ``schema_version`` (3), ``date`` (start of the run, UTC, ISO 8601), ``python``,
     ``platform``, ``machine``, ``processor``, ``cpu_count``, ``torch``, ``threads``,
     ``libraries`` (``{name: version}`` of those measured), ``unavailable``
     (``{name: reason}``), ``quick``, ``repeats``, ``cell_budget_s``, ``dtype``,
@@ -35,10 +35,13 @@ The JSON document (``--json PATH``) is one object:
 ``evaluations``
     The evaluation times the overhead figures divide by, one object per problem x
     method x mode: ``problem``, ``method``, ``mode``, ``eval_time_s``,
-    ``eval_vjp_time_s`` (``null`` where the mode does not use it) and ``blocks``.
-    Each is the median of blocks of the field alone, one per round of that
-    cell's interleaved runs and about as long as one run, so the factors do not
-    carry the machine's drift between cells.
+    ``eval_vjp_time_s`` (``null`` where the mode does not use it),
+    ``chained_eval_time_s`` (forward cells: one evaluation in a chain of
+    evaluations linked by one axpy each, ``y <- y + eps f(t, y)``, the least any
+    solver pays per evaluation; ``null`` in the others) and ``blocks``. Each is the
+    median of blocks of the field, one per round of that cell's interleaved runs
+    and about as long as one run, so the factors do not carry the machine's drift
+    between cells.
 ``results``
     One object per problem x method x library x figure: ``problem``, ``method``,
     ``library``, ``figure``, ``value`` (a finite number, or ``null``), ``unit``,
@@ -50,8 +53,12 @@ The JSON document (``--json PATH``) is one object:
     - ``forward_time_s``, ``nfe_forward``, ``error`` (largest absolute difference
       at ``t1`` from the reference), ``forward_overhead`` (time / (NFE x
       ``eval_time_s``)), ``forward_cost_per_eval_us`` ((time - NFE x
-      ``eval_time_s``) / NFE: the solver's own time per evaluation), with the
-      cell's ``eval_time_s`` from ``evaluations``;
+      ``eval_time_s``) / NFE: the solver's own time per evaluation, estimated by
+      subtraction), with the cell's ``eval_time_s`` from ``evaluations``;
+      ``forward_solver_time_s`` (the same solve with the field replaced by a tape
+      of the outputs it gave in that library's recorded run: the same steps, no
+      evaluation cost, and the same ``y(t1)`` bit for bit; the solver alone,
+      measured) and ``forward_solver_cost_per_eval_us`` (that over NFE);
     - for each gradient mode ``backprop``, ``adjoint``, ``adjoint_seminorm``,
       ``checkpoint``: ``{mode}_time_s`` (forward plus backward of
       ``L = sum(w * y(t1))``), ``{mode}_nfe_backward`` (evaluations during
@@ -62,7 +69,7 @@ The JSON document (``--json PATH``) is one object:
       the same library's backprop gradient).
 
     Times are medians of interleaved repetitions (A B F A B F ..., F the field
-    alone), in seconds.
+    alone; in forward cells A B A' B' F, A' the replay of A), in seconds.
 ``ratios``
     One object per problem x method x figure x peer: ``problem``, ``method``,
     ``figure``, ``library`` (always ``"odecore"``), ``peer``, ``value`` (odecore's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,12 +111,13 @@ def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
 class FieldTimer:
     """Times the field alone at ``(t0, y0)``: the denominators of the overhead factors.
 
-    ``evaluate`` runs under ``torch.no_grad()``, as a forward solve without a graph
-    does. ``evaluate_vjp`` records the graph, then takes the vector-Jacobian product
-    for ``y`` and every parameter, as one step of backpropagation or one evaluation
-    of the adjoint system does. Both go through the same :class:`CountingField` the
-    solves use, whose count each of them resets (so a long block never reaches the
-    field's limit).
+    ``evaluate`` runs under ``torch.no_grad()``, entered once per block as a forward
+    solve without a graph enters it once per solve (entering it costs about 4 us,
+    5-8% of a Van der Pol evaluation). ``evaluate_vjp`` records the graph, then
+    takes the vector-Jacobian product for ``y`` and every parameter, as one step of
+    backpropagation or one evaluation of the adjoint system does. Both go through
+    the same :class:`CountingField` the solves use, whose count each of them resets
+    (so a long block never reaches the field's limit).
     """
 
     def __init__(self, counter: CountingField, problem: Problem) -> None:
@@ -127,9 +129,9 @@ class FieldTimer:
         self.cotangent = torch.randn(self.y0.shape, generator=gen).to(self.y0.dtype)
 
     def evaluate(self) -> None:
+        """One evaluation at ``(t0, y0)``; the caller holds ``torch.no_grad()``."""
         self.counter.nfe = 0  # timing blocks are not runs: never reach the limit
-        with torch.no_grad():
-            self.counter(self.t, self.y0)
+        self.counter(self.t, self.y0)
 
     def evaluate_vjp(self) -> None:
         self.counter.nfe = 0
@@ -147,22 +149,28 @@ class FieldTimer:
         overhead factor on this machine (the physical limit being 1.0).
         """
         self.counter.nfe = 0
-        y = self.y0
-        start = time.perf_counter()
         with torch.no_grad():
+            y = self.y0.add(self.counter(self.t, self.y0), alpha=1e-6)  # untimed, see block
+            start = time.perf_counter()
             for _ in range(calls):
                 y = y.add(self.counter(self.t, y), alpha=1e-6)
-        elapsed = (time.perf_counter() - start) / calls
+            elapsed = (time.perf_counter() - start) / calls
         self.counter.nfe = 0
         return elapsed
 
     def block(self, calls: int, vjp: bool) -> float:
-        """Seconds per call over ``calls`` calls in a row, of one kind."""
+        """Seconds per call over ``calls`` calls in a row, of one kind.
+
+        One untimed call comes first: the first call after the solves runs cold, and
+        a block of 20 evaluations of the linear field came out 25% slower with it.
+        """
         fn = self.evaluate_vjp if vjp else self.evaluate
-        start = time.perf_counter()
-        for _ in range(calls):
+        with contextlib.nullcontext() if vjp else torch.no_grad():
             fn()
-        elapsed = (time.perf_counter() - start) / calls
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            elapsed = (time.perf_counter() - start) / calls
         self.counter.nfe = 0
         return elapsed
 
@@ -171,7 +179,8 @@ class FieldTimer:
         its VJP: medians over ``blocks`` blocks of about ``block_s`` seconds each. The
         field's count is reset afterwards.
         """
-        eval_s = _per_call(self.evaluate, block_s, blocks)
+        with torch.no_grad():
+            eval_s = _per_call(self.evaluate, block_s, blocks)
         vjp_s = _per_call(self.evaluate_vjp, block_s, blocks)
         self.counter.nfe = 0
         return eval_s, vjp_s
