@@ -16,7 +16,13 @@ from odebench import main
 from odebench.perf import solver_panels
 from odebench.perf._libraries import GRADIENT_MODES
 from odebench.perf._problems import PROBLEMS
-from odebench.perf._solvers import FIGURE_UNITS, QUICK_METHODS, RATIO_FIGURES, _mode_figures
+from odebench.perf._solvers import (
+    FIGURE_UNITS,
+    QUICK_METHODS,
+    RATIO_FIGURES,
+    _mode_figures,
+    command_line,
+)
 
 ROW_SECTIONS = ("results", "ratios", "memory", "gradients")
 
@@ -71,6 +77,7 @@ def test_quick_run_writes_the_documented_structure(quick_run):
     for key in ("date", "torch", "threads", "libraries", "unavailable", "python", "quick"):
         assert key in env
     assert env["threads"] == 1 and env["quick"] is True
+    assert env["command"].startswith("python -m odebench perf solvers --quick --threads 1")
     assert "odecore" in env["libraries"] and "torchdiffeq" in env["libraries"]
     assert [p["name"] for p in doc["problems"]] == list(PROBLEMS)
     assert all(p["eval_time_s"] > 0 and p["eval_vjp_time_s"] > 0 for p in doc["problems"])
@@ -290,3 +297,12 @@ def test_quick_run_draws_the_figure_of_its_json(quick_run):
     assert all(v is not None for v in forward.series["odecore"] + backprop.series["odecore"])
     assert [n for n, _ in memory.series["odecore, adjoint"]] == [10.0, 100.0]
     assert [label for label, _, _ in gradients.sections] == ["conv_relu", "conv_softplus"]
+
+
+def test_the_recorded_command_carries_no_path_of_the_machine():
+    assert command_line(["/srv/env/lib/odebench/__main__.py", "perf", "solvers", "--quick"]) == (
+        "python -m odebench perf solvers --quick"
+    )
+    assert command_line(["/srv/env/bin/odebench", "perf", "contnet"]) == "odebench perf contnet"
+    assert command_line(["/srv/tools/__main__.py"]) == "__main__.py"  # not odebench's own
+    assert command_line([]) is None and command_line([""]) is None

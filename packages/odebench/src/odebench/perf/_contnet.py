@@ -11,7 +11,6 @@ that autograd keeps for the backward pass (bytes of the saved tensors).
 from __future__ import annotations
 
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
+from ._solvers import command_line
 from ._stats import median
 
 SCHEMA_VERSION = 1
@@ -184,7 +184,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
             "batch": config.n_batch,
             "n_steps": n,
             "channels": list(config.channels),
-            "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else None,
+            "command": command_line(),
             "wall_time_s": time.perf_counter() - started,
         },
         "results": results,

@@ -138,6 +138,23 @@ def _load_average() -> float | None:
         return None
 
 
+def command_line(argv: list[str] | None = None) -> str | None:
+    """The command that started this run, as the user would type it again.
+
+    ``python -m odebench`` runs ``.../odebench/__main__.py``, and an installed
+    ``odebench`` script sits in some environment's ``bin``; neither path says more
+    than the command's name, and a results file that travels should not carry the
+    machine's paths.
+    """
+    argv = sys.argv if argv is None else argv
+    if not argv or not argv[0]:
+        return None
+    program = os.path.basename(argv[0])
+    if program == "__main__.py" and os.path.basename(os.path.dirname(argv[0])) == "odebench":
+        program = "python -m odebench"
+    return " ".join([program, *argv[1:]])
+
+
 def _environment(
     config: SolversConfig,
     libraries: list[Library],
@@ -161,7 +178,7 @@ def _environment(
         "repeats": config.n_repeats,
         "cell_budget_s": None if config.quick else config.cell_budget_s,
         "dtype": "float32 (gradient check: float64)",
-        "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else None,
+        "command": command_line(),
         "load_average_start": load_start,
         "load_average_end": _load_average(),
     }
