@@ -106,6 +106,9 @@ def test_overheads_divide_by_the_evaluation_time_of_their_own_cell(quick_run):
             if t is None or nfe is None or overhead is None:
                 continue
             assert overhead == pytest.approx(t / (nfe * e["eval_time_s"]))
+            solver = rows.get((problem, method, library, "forward_solver_time_s"))
+            solver_overhead = rows.get((problem, method, library, "forward_solver_overhead"))
+            assert solver_overhead == pytest.approx(solver / (nfe * e["eval_time_s"]))
             checked += 1
     assert checked >= len(PROBLEMS)
 

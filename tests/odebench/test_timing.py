@@ -229,6 +229,7 @@ def test_forward_figures_are_medians_and_overheads():
     cell.solver_s["odecore"] = [0.05, 0.01, 0.02]
     figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})
     assert figures["forward_solver_time_s"] == (0.02, None)
+    assert figures["forward_solver_overhead"][0] == pytest.approx(0.02 / (10 * 0.01))
     assert figures["forward_solver_cost_per_eval_us"][0] == pytest.approx(0.02 / 10 * 1e6)
 
 

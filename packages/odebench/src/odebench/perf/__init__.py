@@ -58,7 +58,9 @@ The JSON document (``--json PATH``) is one object:
       ``forward_solver_time_s`` (the same solve with the field replaced by a tape
       of the outputs it gave in that library's recorded run: the same steps, no
       evaluation cost, and the same ``y(t1)`` bit for bit; the solver alone,
-      measured) and ``forward_solver_cost_per_eval_us`` (that over NFE);
+      measured), ``forward_solver_overhead`` (that over NFE x ``eval_time_s``: the
+      solver's part of ``forward_overhead``) and ``forward_solver_cost_per_eval_us``
+      (that over NFE);
     - for each gradient mode ``backprop``, ``adjoint``, ``adjoint_seminorm``,
       ``checkpoint``: ``{mode}_time_s`` (forward plus backward of
       ``L = sum(w * y(t1))``), ``{mode}_nfe_backward`` (evaluations during

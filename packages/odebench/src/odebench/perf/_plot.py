@@ -30,8 +30,7 @@ class Bars:
     limit, 1.0); ``sections`` label runs of groups (``(label, first, last)``, both
     indices included); ``empty`` says why a panel has nothing to draw. ``inner``,
     shaped like ``series``, is the part of each bar drawn solid (the rest pale): for
-    the forward overhead factor, 1 + the solver alone (``forward_solver_time_s``) in
-    units of the field's time.
+    the forward overhead factor, 1 + the solver alone (``forward_solver_overhead``).
     """
 
     title: str
@@ -104,36 +103,27 @@ def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> B
     assert method is not None  # rows exist, so the method does
     tol = method.partition("@")[2]
     title = f"{title}, dopri5 at {tol}"
-    inner = _solver_alone(doc, method, series, problems) if figure == "forward_overhead" else {}
+    inner = _solver_alone(doc, method, problems) if figure == "forward_overhead" else {}
     if inner:
         title += "\nsolid: field + solver alone (a replay of its steps); pale: the rest"
     return Bars(title, ylabel, problems, series, reference=1.0, inner=inner)
 
 
 def _solver_alone(
-    doc: Mapping[str, Any],
-    method: str,
-    series: dict[str, list[float | None]],
-    problems: list[str],
+    doc: Mapping[str, Any], method: str, problems: list[str]
 ) -> dict[str, list[float | None]]:
-    """1 + each forward solve's solver alone over its NFE x evaluation time, where measured."""
-    figures = {
-        (r["problem"], r["library"], r["figure"]): r["value"]
+    """1 + ``forward_solver_overhead`` per library and problem, where measured."""
+    rows = [
+        r
         for r in _rows(doc, "results")
-        if r["method"] == method and r["figure"] in ("forward_time_s", "forward_solver_time_s")
-    }
+        if r["method"] == method and r["figure"] == "forward_solver_overhead"
+    ]
+    value = {(r["problem"], r["library"]): r["value"] for r in rows}
     inner: dict[str, list[float | None]] = {}
-    for lib, overheads in series.items():
-        parts: list[float | None] = []
-        for p, overhead in zip(problems, overheads):
-            t = figures.get((p, lib, "forward_time_s"))
-            solver = figures.get((p, lib, "forward_solver_time_s"))
-            if overhead is None or t is None or solver is None or t <= 0:
-                parts.append(None)
-            else:  # NFE x evaluation = t / overhead
-                parts.append(1.0 + solver * overhead / t)
+    for lib in _libraries(doc, rows):
+        parts = [value.get((p, lib)) for p in problems]
         if any(v is not None for v in parts):
-            inner[lib] = parts
+            inner[lib] = [None if v is None else 1.0 + v for v in parts]
     return inner
 
 

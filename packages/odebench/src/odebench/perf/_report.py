@@ -313,13 +313,11 @@ def _forward_split(doc: dict[str, Any]) -> list[str]:
     rows = []
     previous: tuple[str, str] | None = None
     for key in _supported_keys(doc["results"], "problem", "method", "library"):
-        overhead, solver_s = value(key, "forward_overhead"), value(key, "forward_solver_time_s")
-        if overhead is None or solver_s is None:
+        overhead, solver = value(key, "forward_overhead"), value(key, "forward_solver_overhead")
+        if overhead is None or solver is None:
             continue
-        eval_s = ratio(value(key, "forward_time_s"), overhead)  # NFE x one evaluation
-        solver = ratio(solver_s, eval_s)
         floor = chained.get(key[:2])
-        rest = None if solver is None or floor is None else overhead - floor - solver
+        rest = None if floor is None else overhead - floor - solver
         problem, method, library = key
         shown = (problem, method) != previous
         previous = (problem, method)

@@ -46,6 +46,7 @@ FIGURE_UNITS: dict[str, str] = {
     "forward_overhead": "ratio",
     "forward_cost_per_eval_us": "us",
     "forward_solver_time_s": "s",
+    "forward_solver_overhead": "ratio",
     "forward_solver_cost_per_eval_us": "us",
 }
 for _mode in GRADIENT_MODES:
@@ -552,6 +553,7 @@ def _mode_figures(mode: str) -> list[str]:
             "forward_overhead",
             "forward_cost_per_eval_us",
             "forward_solver_time_s",
+            "forward_solver_overhead",
             "forward_solver_cost_per_eval_us",
         ]
     figures = [f"{mode}_time_s", f"{mode}_nfe_backward", f"{mode}_overhead"]
@@ -604,6 +606,7 @@ def _cell_figures(
             "forward_overhead": (overhead_factor(t, [(nfe_f, eval_s)]), note),
             "forward_cost_per_eval_us": (_us(cost_per_evaluation(t, nfe_f, eval_s)), note),
             "forward_solver_time_s": (solver_t, solver_note),
+            "forward_solver_overhead": (overhead_factor(solver_t, [(nfe_f, eval_s)]), solver_note),
             "forward_solver_cost_per_eval_us": (_us(ratio(solver_t, nfe_f)), solver_note),
         }
     if mode == "backprop":
@@ -651,7 +654,9 @@ def _general_notes(config: SolversConfig) -> list[str]:
         "solver's own time per evaluation, estimated by subtraction.",
         "forward_solver_time_s is the forward solve with the field replaced by a tape of "
         "its outputs in that library's recorded run: the same steps, no evaluation cost. "
-        "It is the solver alone, measured; forward_solver_cost_per_eval_us is it over NFE. "
+        "It is the solver alone, measured; forward_solver_overhead is it over NFE x "
+        "evaluation time (its part of forward_overhead), forward_solver_cost_per_eval_us "
+        "it over NFE. "
         "What the forward time holds beyond NFE x evaluation time and the solver alone is "
         "the field and the solver slowing each other (caches, threads).",
         "chained_eval_time_s (evaluations, forward cells) is one evaluation in a block "
