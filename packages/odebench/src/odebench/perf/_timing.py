@@ -108,6 +108,19 @@ def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     return result
 
 
+def _timed(fn: Callable[[], object], calls: int) -> float:
+    """Seconds per call of ``fn`` over ``calls`` calls in a row, after one untimed call.
+
+    The first call after the solves runs cold: a block of 20 evaluations of the
+    linear field came out 25% slower with it.
+    """
+    fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
 class FieldTimer:
     """Times the field alone at ``(t0, y0)``: the denominators of the overhead factors.
 
@@ -149,28 +162,21 @@ class FieldTimer:
         overhead factor on this machine (the physical limit being 1.0).
         """
         self.counter.nfe = 0
+        y = self.y0
+
+        def step() -> None:
+            nonlocal y
+            y = y.add(self.counter(self.t, y), alpha=1e-6)
+
         with torch.no_grad():
-            y = self.y0.add(self.counter(self.t, self.y0), alpha=1e-6)  # untimed, see block
-            start = time.perf_counter()
-            for _ in range(calls):
-                y = y.add(self.counter(self.t, y), alpha=1e-6)
-            elapsed = (time.perf_counter() - start) / calls
+            elapsed = _timed(step, calls)
         self.counter.nfe = 0
         return elapsed
 
     def block(self, calls: int, vjp: bool) -> float:
-        """Seconds per call over ``calls`` calls in a row, of one kind.
-
-        One untimed call comes first: the first call after the solves runs cold, and
-        a block of 20 evaluations of the linear field came out 25% slower with it.
-        """
-        fn = self.evaluate_vjp if vjp else self.evaluate
+        """Seconds per call over ``calls`` calls in a row, of one kind (see :func:`_timed`)."""
         with contextlib.nullcontext() if vjp else torch.no_grad():
-            fn()
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            elapsed = (time.perf_counter() - start) / calls
+            elapsed = _timed(self.evaluate_vjp if vjp else self.evaluate, calls)
         self.counter.nfe = 0
         return elapsed
 
