@@ -92,14 +92,25 @@ def _tightest_dopri5(doc: Mapping[str, Any]) -> str | None:
     return min(tols, key=tols.__getitem__) if tols else None
 
 
+def _figure_rows(doc: Mapping[str, Any], figure: str, method: str | None) -> list[dict[str, Any]]:
+    return [r for r in _rows(doc, "results") if r["figure"] == figure and r["method"] == method]
+
+
+def _by_library(
+    doc: Mapping[str, Any], rows: Sequence[dict[str, Any]], problems: list[str]
+) -> dict[str, list[float | None]]:
+    """Each library's value in ``rows`` per problem, ``None`` where it has none."""
+    value = {(r["problem"], r["library"]): r["value"] for r in rows}
+    return {lib: [value.get((p, lib)) for p in problems] for lib in _libraries(doc, rows)}
+
+
 def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> Bars:
     method = _tightest_dopri5(doc)
-    rows = [r for r in _rows(doc, "results") if r["figure"] == figure and r["method"] == method]
+    rows = _figure_rows(doc, figure, method)
     if not rows:
         return Bars(title, ylabel, [], {}, empty=f"no {figure} figures in this run")
     problems = [p["name"] for p in doc["problems"] if any(r["problem"] == p["name"] for r in rows)]
-    value = {(r["problem"], r["library"]): r["value"] for r in rows}
-    series = {lib: [value.get((p, lib)) for p in problems] for lib in _libraries(doc, rows)}
+    series = _by_library(doc, rows, problems)
     assert method is not None  # rows exist, so the method does
     tol = method.partition("@")[2]
     title = f"{title}, dopri5 at {tol}"
@@ -113,18 +124,12 @@ def _solver_alone(
     doc: Mapping[str, Any], method: str, problems: list[str]
 ) -> dict[str, list[float | None]]:
     """1 + ``forward_solver_overhead`` per library and problem, where measured."""
-    rows = [
-        r
-        for r in _rows(doc, "results")
-        if r["method"] == method and r["figure"] == "forward_solver_overhead"
-    ]
-    value = {(r["problem"], r["library"]): r["value"] for r in rows}
-    inner: dict[str, list[float | None]] = {}
-    for lib in _libraries(doc, rows):
-        parts = [value.get((p, lib)) for p in problems]
-        if any(v is not None for v in parts):
-            inner[lib] = [None if v is None else 1.0 + v for v in parts]
-    return inner
+    rows = _figure_rows(doc, "forward_solver_overhead", method)
+    return {
+        lib: [None if v is None else 1.0 + v for v in values]
+        for lib, values in _by_library(doc, rows, problems).items()
+        if any(v is not None for v in values)
+    }
 
 
 def _memory(doc: Mapping[str, Any]) -> Lines:
