@@ -76,8 +76,7 @@ def run_once(
     counter.nfe = 0
     if mode == "forward":
         start = time.perf_counter()
-        with torch.no_grad():
-            y1 = library.solve(counter, y0, problem.t0, problem.t1, method, mode)
+        y1 = _solve_forward(library, counter, y0, problem, method)
         elapsed = time.perf_counter() - start
         return Observation(elapsed, counter.nfe, 0, y1.detach())
     start = time.perf_counter()
@@ -90,20 +89,32 @@ def run_once(
     )
 
 
+def _solve_forward(
+    library: Library, field: nn.Module, y0: Tensor, problem: Problem, method: Method
+) -> Tensor:
+    """``library``'s forward solve of ``field`` from ``y0``, without a graph.
+
+    Timed runs, recordings and replays all solve through here, so a replay takes
+    the path of the run it replays.
+    """
+    with torch.no_grad():
+        return library.solve(field, y0, problem.t0, problem.t1, method, "forward")
+
+
+def _seconds_per_call(fn: Callable[[], object], calls: int) -> float:
+    """Seconds per call of ``fn`` over ``calls`` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
 def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     """Median seconds per call of ``fn`` over ``blocks`` blocks of about ``block_s`` each."""
     fn()  # warm up
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
+    once = max(_seconds_per_call(fn, 1), 1e-7)
     calls = max(1, int(block_s / once))
-    times = []
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    result = median(times)
+    result = median(_seconds_per_call(fn, calls) for _ in range(blocks))
     assert result is not None
     return result
 
@@ -115,10 +126,7 @@ def _timed(fn: Callable[[], object], calls: int) -> float:
     linear field came out 25% slower with it.
     """
     fn()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
+    return _seconds_per_call(fn, calls)
 
 
 class FieldTimer:
@@ -257,10 +265,7 @@ def record(library: Library, problem: Problem, counter: CountingField, method: M
     """Run one forward solve of ``problem`` (untimed) and record the field's outputs."""
     recorder = _Recorder(counter)
     counter.nfe = 0
-    with torch.no_grad():
-        y1 = library.solve(
-            recorder, problem.y0.detach().clone(), problem.t0, problem.t1, method, "forward"
-        )
+    y1 = _solve_forward(library, recorder, problem.y0.detach().clone(), problem, method)
     counter.nfe = 0
     return Tape(FieldTape(recorder.outputs, counter), y1.detach().clone())
 
@@ -276,8 +281,7 @@ def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) 
     y0 = problem.y0.detach().clone()
     tape.field.position = 0
     start = time.perf_counter()
-    with torch.no_grad():
-        y1 = library.solve(tape.field, y0, problem.t0, problem.t1, method, "forward")
+    y1 = _solve_forward(library, tape.field, y0, problem, method)
     elapsed = time.perf_counter() - start
     if tape.field.position != tape.nfe:
         raise ReplayError(
