@@ -344,6 +344,8 @@ def _integrate(
         dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
         span = s1 - s0
         stop_i = 0
+        snap = max(_SNAP, controller.stretch)  # never after a rejection, so retries shrink
+        retry = False
         while s < s1:
             if stats.n_steps >= max_steps:
                 status = Status.MAX_STEPS_REACHED
@@ -352,7 +354,7 @@ def _integrate(
                 stop_i += 1
             target = stops[stop_i]
             s_next = s + dt
-            if s_next >= target - _SNAP * dt:
+            if s_next >= target - (_SNAP if retry else snap) * dt:
                 s_next = target
             if dt <= _tiny(s, span):
                 status = Status.DT_UNDERFLOW
@@ -363,6 +365,7 @@ def _integrate(
             stats.n_steps += 1
             verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             cstate = verdict.state
+            retry = not verdict.accept
             if verdict.accept:
                 stats.n_accepted += 1
                 out_j = bisect.bisect_right(taus, s_next, lo=out_i)
