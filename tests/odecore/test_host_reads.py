@@ -45,6 +45,10 @@ class Counting(odecore.AbstractController):
     inner: odecore.PIDController
     steps: list[int] = field(default_factory=list, compare=False)
 
+    @property
+    def stretch(self) -> float:  # type: ignore[override]
+        return self.inner.stretch
+
     def init(self, *args: Any) -> tuple[float, Any]:
         return self.inner.init(*args)
 
