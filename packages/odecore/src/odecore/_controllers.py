@@ -178,10 +178,10 @@ class PIDController(AbstractController):
     ``stretch`` times its size ends on the stop instead, as in MATLAB's ``ode45``
     (Shampine and Reichelt 1997): a sliver of a step costs as many evaluations as a
     full one. The stretched step is judged like any other; a rejected step's retry
-    is never stretched, so the retries shrink. Over 300 random tanh-MLP fields
-    (2-32 states, ``t1`` 0.5-5, tolerances 1e-8-1e-3), ``stretch=0.1`` took 0.5%
-    fewer evaluations than ``stretch=0``: 22 solves took one step fewer, one took
-    one more, and the error at ``t1`` did not change.
+    is never stretched, so the retries shrink. On long solves it rarely matters: over
+    five test problems at eight tolerances, ``stretch=0.1`` saved a step in 4 of the
+    40 solves, cost one in none, and left the error at ``t1`` where it was. On a solve
+    of three or four steps, one saved step is a quarter of the cost.
 
     Args:
         rtol: relative tolerance, positive.
