@@ -381,6 +381,18 @@ def test_dense_output_at_step_ends_is_the_step_value(method):
 # --- controller --------------------------------------------------------------------------
 
 
+def decay(solver: odecore.AbstractSolver, **kwargs) -> odecore.Solution:
+    """``y' = -y`` from ``y(0) = 1`` to ``t = 1`` in float64."""
+    return odecore.solve(
+        lambda t, y: -y,
+        torch.ones(1, dtype=torch.float64),
+        t0=0.0,
+        t1=1.0,
+        solver=solver,
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -412,38 +424,17 @@ def test_pid_controller_errors_are_configuration_errors():
 @pytest.mark.parametrize("solver", [odecore.RK4(), odecore.Euler()], ids=repr)
 def test_pid_controller_needs_an_embedded_pair(solver):
     with pytest.raises(ValueError, match=r"has no error estimate, so `PIDController`"):
-        odecore.solve(
-            lambda t, y: -y,
-            torch.ones(1, dtype=torch.float64),
-            t0=0.0,
-            t1=1.0,
-            solver=solver,
-            controller=odecore.PIDController(),
-        )
+        decay(solver, controller=odecore.PIDController())
 
 
 def test_constant_step_size_needs_dt0():
     with pytest.raises(ValueError, match=r"`ConstantStepSize\(\)` needs a step size"):
-        odecore.solve(
-            lambda t, y: -y,
-            torch.ones(1, dtype=torch.float64),
-            t0=0.0,
-            t1=1.0,
-            solver=odecore.RK4(),
-        )
+        decay(odecore.RK4())
 
 
 def test_adaptive_solver_with_constant_steps():
     # An embedded pair may be run at constant steps: the estimate is ignored.
-    sol = odecore.solve(
-        lambda t, y: -y,
-        torch.ones(1, dtype=torch.float64),
-        t0=0.0,
-        t1=1.0,
-        solver=odecore.Dopri5(),
-        controller=odecore.ConstantStepSize(),
-        dt0=0.1,
-    )
+    sol = decay(odecore.Dopri5(), controller=odecore.ConstantStepSize(), dt0=0.1)
     assert sol.stats.n_accepted == 10
     assert sol.ys[-1].item() == pytest.approx(math.exp(-1.0), abs=1e-8)
 
@@ -485,15 +476,7 @@ class Proposes(odecore.AbstractController):
 
 
 def ends_of(controller: Proposes, **kwargs) -> list[float]:
-    odecore.solve(
-        lambda t, y: -y,
-        torch.ones(1, dtype=torch.float64),
-        t0=0.0,
-        t1=1.0,
-        solver=odecore.Dopri5(),
-        controller=controller,
-        **kwargs,
-    )
+    decay(odecore.Dopri5(), controller=controller, **kwargs)
     return [round(t, 12) for t in controller.ends]
 
 
