@@ -295,6 +295,44 @@ def test_sigterm_saves_a_mid_epoch_checkpoint_that_resumes_exactly(tmp_path, uni
     assert _untimed([result["final"]]) == _untimed([uninterrupted["final"]])
 
 
+THREADS_OF_A_RUN = """
+import json, os, sys
+from pathlib import Path
+from odebench.training import TrainConfig, train
+
+def threads():
+    return [(Path("/proc/self/task") / t / "comm").read_text().strip()
+            for t in os.listdir("/proc/self/task")]
+
+out = Path(sys.argv[2])
+config = TrainConfig(model="mlp", dataset="mnist", data_dir=sys.argv[1], lr=0.05,
+                     batch_size=64, epochs=1, device="cpu", progress=False)
+during = []
+train(config, out / "run", log=lambda line: during.append(threads()))
+seen = {"during": during[-1], "after": threads()}
+(out / f"threads-{os.environ['RANK']}.json").write_text(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_two_processes_end_their_process_group_before_they_exit(tmp_path, digits):
+    # A group that outlives `train` tears its gloo threads down during the
+    # interpreter's shutdown, which has aborted a finished worker.
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_OF_A_RUN)
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--standalone", str(script), str(digits), str(tmp_path)],
+        capture_output=True, text=True, env=_env(), timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"threads-{rank}.json").read_text())
+        assert [n for n in seen["during"] if "gloo" in n], seen  # the group's threads
+        assert not [n for n in seen["after"] if "gloo" in n], seen
+
+
 @pytest.mark.slow
 def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
     # Chen's MLP: every sample's computation is independent of its batch mates, so

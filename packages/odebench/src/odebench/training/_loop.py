@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib
 import math
 import os
 import signal
@@ -249,6 +251,37 @@ def _environment(device: torch.device, process: _Process) -> dict[str, Any]:
     }
 
 
+# A process group that outlives `train` keeps gloo's worker and socket threads running
+# into the interpreter's shutdown, where their teardown races the exit: it has aborted
+# a worker that had finished its run ("terminate called without an active exception").
+# `_start_group` and `_end_group` make sure nothing holds the group when it is destroyed.
+
+
+def _start_group(backend: str) -> None:
+    """Start the default process group; see ``_end_group``.
+
+    ``torch.distributed.nn.functional`` binds ``group.WORLD`` into the defaults of its
+    functions when it is imported, and ``DistributedDataParallel`` imports it (through
+    ``torch._dynamo``) the first time it wraps a module. Imported after the group has
+    started, it would hold the group for good; imported first, its defaults are ``None``.
+    """
+    importlib.import_module("torch.distributed.nn.functional")
+    dist.init_process_group(backend)
+
+
+def _end_group() -> None:
+    """Destroy the default process group, and with it gloo's threads.
+
+    The ``DistributedDataParallel`` wrapper holds the group, and reference cycles can
+    hold the wrapper after ``_train`` returns: the exceptions that pyparsing raises and
+    catches while matplotlib draws the curves sit in cycles with their tracebacks,
+    whose frames reach up to ``_train``'s. Collecting the cycles first leaves the
+    group's registry, which ``destroy_process_group`` empties, its last holder.
+    """
+    gc.collect()
+    dist.destroy_process_group()
+
+
 def train(
     config: TrainConfig,
     out: str | os.PathLike[str],
@@ -269,7 +302,9 @@ def train(
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
     ``DistributedDataParallel`` (gloo on the CPU, NCCL on GPUs) and every global
-    batch is split evenly over the processes.
+    batch is split evenly over the processes. The process group is started here
+    unless one is already running, and a group started here is destroyed, its
+    threads with it, at the end of the run.
 
     Args:
         config: the run.
@@ -293,8 +328,7 @@ def train(
     process = _process()
     started_group = False
     if process.world > 1 and not dist.is_initialized():
-        backend = "nccl" if resolve_device(config.device).type == "cuda" else "gloo"
-        dist.init_process_group(backend)
+        _start_group("nccl" if resolve_device(config.device).type == "cuda" else "gloo")
         started_group = True
     device = resolve_device(config.device, process.local_rank)
     if device.type == "cuda":
@@ -313,7 +347,7 @@ def train(
         return _train(config, out, path, resume, process, device, log, tqdm)
     finally:
         if started_group:
-            dist.destroy_process_group()
+            _end_group()
 
 
 def _train(
