@@ -251,10 +251,12 @@ def _environment(device: torch.device, process: _Process) -> dict[str, Any]:
     }
 
 
-# A process group that outlives `train` keeps gloo's worker and socket threads running
-# into the interpreter's shutdown, where their teardown races the exit: it has aborted
-# a worker that had finished its run ("terminate called without an active exception").
-# `_start_group` and `_end_group` make sure nothing holds the group when it is destroyed.
+# A process group that something still holds after `destroy_process_group` keeps
+# gloo's threads running until the interpreter's shutdown tears them down. A worker
+# that had finished its run once aborted at exit in that state ("terminate called
+# without an active exception"). `_start_group` and `_end_group` make sure nothing
+# holds the group when it is destroyed, so its worker threads end before `train`
+# returns.
 
 
 def _start_group(backend: str) -> None:
@@ -270,7 +272,7 @@ def _start_group(backend: str) -> None:
 
 
 def _end_group() -> None:
-    """Destroy the default process group, and with it gloo's threads.
+    """Destroy the default process group, and with it gloo's worker threads.
 
     The ``DistributedDataParallel`` wrapper holds the group, and reference cycles can
     hold the wrapper after ``_train`` returns: the exceptions that pyparsing raises and
@@ -303,8 +305,8 @@ def train(
     Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
     ``DistributedDataParallel`` (gloo on the CPU, NCCL on GPUs) and every global
     batch is split evenly over the processes. The process group is started here
-    unless one is already running, and a group started here is destroyed, its
-    threads with it, at the end of the run.
+    unless one is already running, and a group started here is destroyed at the end
+    of the run.
 
     Args:
         config: the run.
