@@ -43,6 +43,15 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "odebench", *args]
 
 
+def _two_processes(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` (a script, or ``-m`` and a module, with its arguments) under torchrun."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+         *args],
+        capture_output=True, text=True, env=_env(), timeout=180,
+    )  # fmt: skip
+
+
 def _untimed(metrics: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics]
 
@@ -321,11 +330,7 @@ def test_two_processes_end_their_process_group_before_they_exit(tmp_path, digits
     # shutdown; a finished worker once aborted at exit in that state.
     script = tmp_path / "threads.py"
     script.write_text(THREADS_OF_A_RUN)
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--standalone", str(script), str(digits), str(tmp_path)],
-        capture_output=True, text=True, env=_env(), timeout=180,
-    )  # fmt: skip
+    run = _two_processes(str(script), str(digits), str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     # gloo's worker threads end with the group. Its socket thread belongs to the
     # transport's device, which one CI run saw outlive the group: not checked.
@@ -348,11 +353,7 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
         _cli(*common, "--out", str(tmp_path / "one")), capture_output=True, text=True, env=_env()
     )
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--standalone", "-m", "odebench", *common, "--out", str(tmp_path / "two")],
-        capture_output=True, text=True, env=_env(), timeout=180,
-    )  # fmt: skip
+    two = _two_processes("-m", "odebench", *common, "--out", str(tmp_path / "two"))
     assert two.returncode == 0, two.stderr[-3000:]
     a = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)
     b = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)
