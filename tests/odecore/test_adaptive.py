@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-ADAPTIVE = ["adaptive_heun", "bosh3", "dopri5", "tsit5", "dopri8"]
+ADAPTIVE = ["adaptive_heun", "fehlberg2", "bosh3", "dopri5", "tsit5", "dopri8"]
 PROBLEMS = [
     oracles.decay,
     oracles.linear_system,
@@ -28,12 +28,19 @@ PROBLEMS = [
 # not to need thousands of steps, and above the 1e-12 accuracy of the scipy reference.
 TOLERANCES = {
     "adaptive_heun": [1e-3, 1e-4, 1e-5, 1e-6],
+    "fehlberg2": [1e-3, 1e-4, 1e-5, 1e-6],
     "bosh3": [1e-4, 1e-5, 1e-6, 1e-7, 1e-8],
     "dopri5": [1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10],
     "tsit5": [1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10],
     "dopri8": [1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11],
 }
 CASES = [(method, tol) for method in ADAPTIVE for tol in TOLERANCES[method]]
+
+# How far the global error may exceed the tolerance. Fehlberg's 2(1) estimates the
+# error of its first-order solution, whose leading coefficient Fehlberg made small (the
+# estimate is h/512 (k3 - k1)), while the second-order solution it propagates has a
+# larger error: it ends 100-900x above the tolerance here, as torchdiffeq's does.
+ERROR_FACTOR = {"fehlberg2": 2000.0}
 
 
 def scaled_error(ys: torch.Tensor, ref: torch.Tensor) -> float:
@@ -96,10 +103,17 @@ def recorded_solve(prob, method, tol, saveat=None, interpolation="auto"):
 # --- accuracy against the oracles ------------------------------------------------------
 
 
-def test_adaptive_methods_are_the_five_pairs():
+def test_adaptive_methods_are_the_six_pairs():
     assert sorted(odecore.ADAPTIVE_METHODS) == sorted(ADAPTIVE)
     orders = {name: cls.order for name, cls in odecore.ADAPTIVE_METHODS.items()}
-    assert orders == {"adaptive_heun": 2, "bosh3": 3, "dopri5": 5, "tsit5": 5, "dopri8": 8}
+    assert orders == {
+        "adaptive_heun": 2,
+        "fehlberg2": 2,
+        "bosh3": 3,
+        "dopri5": 5,
+        "tsit5": 5,
+        "dopri8": 8,
+    }
 
 
 def test_closed_forms_agree_with_scipy():
@@ -126,7 +140,7 @@ def test_error_within_a_modest_factor_of_tolerance(method, tol, prob):
     # Van der Pol and the pendulum. Local control does not bound the global error,
     # but on these mild problems it stays within a modest factor of the tolerance.
     err = solve_error(prob, method, tol)
-    assert err <= 100 * tol, err / tol
+    assert err <= ERROR_FACTOR.get(method, 100.0) * tol, err / tol
 
 
 @pytest.mark.parametrize("prob", PROBLEMS, ids=repr)
@@ -257,7 +271,10 @@ def test_automatic_first_step_is_sensible(method, prob, tight):
     sol, rec = recorded_solve(prob, method, tol)
     accepted = sorted(t1 - t0 for t0, t1, ok in rec.steps if ok)
     median = accepted[len(accepted) // 2]
-    assert 0.1 * median <= rec.first <= 10 * median
+    # Hairer's rule assumes an error constant near 1; Fehlberg's estimate is h/512 (k3 -
+    # k1), so its steps grow to ~25x the first (two steps of growth) at loose tolerances.
+    factor = 50 if method == "fehlberg2" else 10
+    assert median / factor <= rec.first <= factor * median
     assert sol.stats.n_rejected <= 10
 
 
@@ -553,6 +570,7 @@ def test_tighter_controller_takes_more_steps():
     ("method", "kind"),
     [
         ("adaptive_heun", "hermite"),
+        ("fehlberg2", "hermite"),
         ("bosh3", "polynomial"),
         ("dopri5", "hermite"),
         ("tsit5", "hermite"),
@@ -597,7 +615,8 @@ def test_hermite_reproduces_polynomial_solutions(method):
     if solver.order >= 3:
         assert err < 1e-13
     else:
-        assert err < 1e-2
+        # Fehlberg's 2(1) errs 100-1000x its tolerance at the step ends too (ERROR_FACTOR).
+        assert err < (0.1 if method == "fehlberg2" else 1e-2)
 
 
 @settings(max_examples=60, deadline=None)
@@ -610,11 +629,14 @@ def test_hermite_reproduces_polynomial_solutions(method):
 def test_error_ratio_is_the_formula_with_plain_numbers(dtype, rtol, atol, seed):
     """The controller keeps its tolerances as tensors, made once per solve; the ratio
     must be the documented formula with Python numbers to the last bit, in every
-    floating dtype (in half precision the tolerances must not be rounded to it)."""
+    floating dtype (in half precision the tolerances must not be rounded to it, and
+    the ratio is computed in float32)."""
     gen = torch.Generator().manual_seed(seed)
     y0, y1, err = (torch.randn(40, generator=gen).to(dtype) for _ in range(3))
     c = odecore.PIDController(rtol=rtol, atol=atol)
     _, state = c.init(lambda t, y: y, 0.0, 1.0, y0, y0, odecore.Dopri5(), 0.1)
     ratio = c._ratio(err, y0.abs(), y1.abs(), state[-1])
+    if dtype in (torch.float16, torch.bfloat16):
+        y0, y1, err = y0.float(), y1.float(), err.float()
     scale = torch.maximum(y0.abs(), y1.abs()).mul_(rtol).add_(atol)
     assert ratio == c._norm(torch.div(err, scale))

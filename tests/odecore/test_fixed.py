@@ -16,7 +16,7 @@ PROBLEMS = [oracles.decay, oracles.cos_growth, oracles.linear_system, oracles.ha
 
 # Coarsest number of steps over the span per order: in the asymptotic range, and
 # after four halvings still well above float64 rounding.
-N0 = {1: 64, 2: 16, 4: 16}
+N0 = {1: 64, 2: 16, 3: 64, 4: 16}
 HALVINGS = 4
 
 
@@ -31,12 +31,16 @@ def global_error(prob: oracles.Problem, method: str, t: torch.Tensor, options: d
     return float((ys - prob.exact(t, y0)).abs().max())
 
 
-def test_fixed_methods_are_the_six_schemes():
-    assert FIXED == ["euler", "heun", "midpoint", "ralston", "rk4", "rk4_38"]
+def test_fixed_methods_are_the_seven_schemes():
+    # heun2 is torchdiffeq's name of heun.
+    assert FIXED == ["euler", "heun", "heun2", "heun3", "midpoint", "ralston", "rk4", "rk4_38"]
+    assert odecore.FIXED_METHODS["heun2"] is odecore.Heun
     assert ORDER == {
         "euler": 1,
         "midpoint": 2,
         "heun": 2,
+        "heun2": 2,
+        "heun3": 3,
         "ralston": 2,
         "rk4": 4,
         "rk4_38": 4,

@@ -144,7 +144,7 @@ def test_every_shipped_tableau_has_a_solver():
     used = {id(cls.tableau) for cls in SOLVERS}
     unused = [name for name in TABLEAU_NAMES if id(getattr(odecore, name)) not in used]
     assert unused == []
-    assert len(TABLEAU_NAMES) == len(SOLVERS) == 11
+    assert len(TABLEAU_NAMES) == len(SOLVERS) == 13
 
 
 @pytest.mark.parametrize("name", TABLEAU_NAMES)

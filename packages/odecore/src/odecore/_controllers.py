@@ -20,6 +20,8 @@ Norm = Callable[[Any], Tensor]
 It receives a tensor, or for a tuple state a tuple of tensors shaped like the state.
 """
 
+_EPS = 2.220446049250313e-16  # float64 machine epsilon: times are Python floats
+
 
 def rms_norm(x: Tensor) -> Tensor:
     """Root mean square over every element: the default error norm.
@@ -194,13 +196,19 @@ class PIDController(AbstractController):
         factor_max: the largest growth of one step, ``> 1``.
         dt_max: an upper bound on the step size (a step stretched onto a stop may
             exceed it by the fraction ``stretch``).
+        dt_min: a lower bound on the step size, torchdiffeq's ``min_step``: every
+            proposed step is at least ``dt_min``, and a step of at most ``dt_min``
+            (proposed, or shortened to end on a stop) is accepted whatever its error,
+            so the error is no longer controlled there. A step whose error is not
+            finite is still rejected, and at ``dt_min`` it fails the solve
+            (``Status.NONFINITE``). 0 (the default): no bound.
         stretch: how far a step may be stretched to end on a stop, as a fraction of
             its size, in ``[0, 1)``; 0 never stretches.
         norm: the error norm; default :func:`odecore.rms_norm` over the whole state
             (the batch is one system with one step size).
 
     Raises:
-        ValueError: if a tolerance or factor is out of range.
+        ValueError: if a tolerance, factor or step bound is out of range.
 
     Example:
         >>> import torch, odecore
@@ -220,6 +228,7 @@ class PIDController(AbstractController):
     factor_min: float = 0.2
     factor_max: float = 10.0
     dt_max: float = math.inf
+    dt_min: float = 0.0
     stretch: float = 0.1
     norm: Norm | None = None
 
@@ -238,6 +247,20 @@ class PIDController(AbstractController):
             raise ConfigurationError(f"`stretch` must be in [0, 1), got {self.stretch!r}.")
         if not self.dt_max > 0:
             raise ConfigurationError(f"`dt_max` must be positive, got {self.dt_max!r}.")
+        if (
+            isinstance(self.dt_min, bool)
+            or not isinstance(self.dt_min, (int, float))
+            or not (math.isfinite(self.dt_min) and self.dt_min >= 0)
+        ):
+            raise ConfigurationError(
+                f"`dt_min` must be a finite number >= 0, got {self.dt_min!r}; use 0 for no "
+                "lower bound on the step size."
+            )
+        if self.dt_min > self.dt_max:
+            raise ConfigurationError(
+                f"`dt_min` ({self.dt_min!r}) must not exceed `dt_max` ({self.dt_max!r}); lower "
+                "`dt_min` or raise `dt_max`."
+            )
         if self.icoeff + self.pcoeff + self.dcoeff <= 0:
             raise ConfigurationError(
                 "`pcoeff + icoeff + dcoeff` must be positive, got "
@@ -256,9 +279,14 @@ class PIDController(AbstractController):
     ) -> float:
         """The error ratio; ``y_err`` holds no graph, the arguments are not changed.
 
-        ``tols`` is ``(rtol, atol)`` as made by :func:`_tolerance`.
+        ``tols`` is ``(rtol, atol)`` as made by :func:`_tolerance`. A half-precision
+        state's ratio is computed in float32: in float16 ``atol`` can round to zero
+        and ``y_err / scale`` overflow (65504) long before the step is bad, which
+        reads as a non-finite step.
         """
         rtol, atol = tols
+        if y_err.dtype in (torch.float16, torch.bfloat16):
+            y_err, abs_y0, abs_y1 = y_err.float(), abs_y0.float(), abs_y1.float()
         scale = torch.maximum(abs_y0, abs_y1).mul_(rtol).add_(atol)
         return self._norm(torch.div(y_err, scale, out=scale))
 
@@ -285,9 +313,13 @@ class PIDController(AbstractController):
         tols = (_tolerance(self.rtol, abs_y0), _tolerance(self.atol, abs_y0))
         state = (1.0, 1.0, y0, abs_y0, tols)
         if dt0 is not None:
-            return min(dt0, self.dt_max), state
+            return self._clamp(dt0), state
         with torch.no_grad():
-            scale = abs_y0.mul(tols[0]).add_(tols[1])
+            # Half-precision states are measured in float32: their scaled values can
+            # overflow 65504 (float16), or a small atol round to a subnormal.
+            wide = torch.promote_types(y0.dtype, torch.float32)
+            y0, f0 = y0.to(wide), f0.to(wide)
+            scale = abs_y0.to(wide).mul_(tols[0]).add_(tols[1])
             if self.norm is None and y0.numel():
                 # Both RMS norms in one reduction and one host sync.
                 scaled = torch.stack((y0, f0)).div_(scale).reshape(2, -1)
@@ -298,10 +330,12 @@ class PIDController(AbstractController):
                 d1 = self._norm(torch.div(f0, scale))
             h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 or not math.isfinite(d0 / d1) else 0.01 * d0 / d1
             h0 = min(h0, abs(t1 - t0))
-            f1 = f(t0 + h0, y0 + h0 * f0)
+            if not h0 > 0:  # an infinite derivative
+                return self._clamp(1e-6), state
+            f1 = f(t0 + h0, (y0 + h0 * f0).to(abs_y0.dtype)).to(wide)
             d2 = self._norm(torch.sub(f1, f0).div_(scale)) / h0
         if not math.isfinite(d2):
-            return min(h0, self.dt_max), state
+            return self._clamp(h0), state
         if max(d1, d2) <= 1e-15:
             h1 = max(1e-6, h0 * 1e-3)
         else:
@@ -310,7 +344,18 @@ class PIDController(AbstractController):
             # one, the benchmark's conv-ReLU field at 1e-6 takes 50 evaluations instead
             # of 56; Van der Pol moves by up to 5% either way, the rest not at all.
             h1 = (0.01 / max(d1, d2)) ** (1.0 / (solver.order + 1))
-        return min(100 * h0, h1, self.dt_max), state
+        return self._clamp(min(100 * h0, h1)), state
+
+    def _clamp(self, dt: float) -> float:
+        """``dt`` within ``[dt_min, dt_max]``."""
+        return min(max(dt, self.dt_min), self.dt_max)
+
+    def _at_dt_min(self, t0: float, t1: float) -> bool:
+        """Whether the step from ``t0`` to ``t1`` is at most ``dt_min``, up to the
+        rounding of ``t0 + dt``."""
+        if self.dt_min <= 0:
+            return False
+        return t1 - t0 <= self.dt_min + 4 * _EPS * max(abs(t0), abs(t1))
 
     def adapt(
         self,
@@ -332,7 +377,9 @@ class PIDController(AbstractController):
         abs_y1 = _no_graph(step.y1).abs()
         ratio = self._ratio(step.y_err, abs_y0, abs_y1, tols)
         if not math.isfinite(ratio):
-            return Adaptation(accept=False, dt=dt * self.factor_min, state=state, finite=False)
+            # At dt_min a retry would take the same step again: a zero step fails the solve.
+            dt_retry = 0.0 if self._at_dt_min(t0, t1) else max(dt * self.factor_min, self.dt_min)
+            return Adaptation(accept=False, dt=dt_retry, state=state, finite=False)
         k = solver.order
         r = max(ratio, 1e-10)
         factor = (
@@ -341,9 +388,9 @@ class PIDController(AbstractController):
             * prev1 ** ((self.pcoeff + 2 * self.dcoeff) / k)
             * prev2 ** (-self.dcoeff / k)
         )
-        accept = ratio <= 1.0
+        accept = ratio <= 1.0 or self._at_dt_min(t0, t1)
         factor = min(max(factor, self.factor_min), self.factor_max if accept else 1.0)
-        dt_next = min(dt * factor, self.dt_max)
+        dt_next = self._clamp(dt * factor)
         if accept:
             new_state = (max(ratio, 1e-4), prev1, step.y1, abs_y1, tols)
         else:

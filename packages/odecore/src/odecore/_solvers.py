@@ -23,6 +23,8 @@ from ._tableau import (
     DOPRI5_TABLEAU,
     DOPRI8_TABLEAU,
     EULER_TABLEAU,
+    FEHLBERG2_TABLEAU,
+    HEUN3_TABLEAU,
     HEUN_EULER_TABLEAU,
     HEUN_TABLEAU,
     MIDPOINT_TABLEAU,
@@ -92,6 +94,26 @@ class AbstractSolver(abc.ABC):
         ts: Sequence[float],
     ) -> list[Tensor]:
         """The solution at the times ``ts`` (increasing, in ``(t0, t1]``) of an accepted step."""
+
+    def slopes(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+        ys: Sequence[Tensor],
+    ) -> list[Tensor]:
+        """The time derivative of the dense output at ``ts``, where it takes the values ``ys``.
+
+        Exact gradients with respect to output times that fall inside a step need it.
+        This default evaluates the field at the interpolated states, which agrees with
+        the interpolant's own derivative to the accuracy of the step; a solver with a
+        dense output of its own overrides it with that derivative.
+        """
+        return [f(t, y) for t, y in zip(ts, ys)]
 
 
 Interpolation = Literal["auto", "polynomial", "hermite"]
@@ -213,6 +235,51 @@ class AbstractExplicitRK(AbstractSolver):
                 values[t] = _combine(out, h, w[n:], hfs)
         return [step.y1 if t == t1 else values[t] for t in ts]
 
+    def slopes(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+        ys: Sequence[Tensor],
+    ) -> list[Tensor]:
+        """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
+        h = t1 - t0
+        if self.dense_kind == "polynomial":
+            assert self.tableau.dense is not None  # ensured by dense_kind
+            dense = self.tableau.dense
+            return [_combine(None, 1.0, _poly_slopes(dense, (t - t0) / h), step.ks) for t in ts]
+        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
+        values, fs = [y0], [f0]
+        for theta in nodes[1:-1]:
+            tm = t0 + theta * h
+            sub = self.step(f, t0, tm, y0, f0)
+            values.append(sub.y1)
+            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
+        values.append(step.y1)
+        fs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
+        n = len(values)
+        out = []
+        for t in ts:
+            w = _hermite_slopes(matrix, (t - t0) / h)  # d/dtheta of the weights
+            out.append(_combine(_combine(None, 1.0 / h, w[:n], values), 1.0, w[n:], fs))
+        return out
+
+
+def _poly_slopes(dense: tuple[tuple[float, ...], ...], theta: float) -> list[float]:
+    """d/dtheta of :func:`_poly_weights`."""
+    return [sum((j + 1) * p * theta**j for j, p in enumerate(row)) for row in dense]
+
+
+def _hermite_slopes(matrix: tuple[tuple[float, ...], ...], theta: float) -> list[float]:
+    """d/dtheta of :func:`_hermite_weights`."""
+    u = 2.0 * theta - 1.0
+    n = len(matrix)
+    return [math.fsum(2 * k * u ** (k - 1) * matrix[k][j] for k in range(1, n)) for j in range(n)]
+
 
 def _interior_nodes(order: int) -> int:
     return max(0, math.ceil((order - 3) / 2))
@@ -319,11 +386,22 @@ def _combine_terms(
     addition. Adding the terms to ``y0`` one by one would round at ``y0``'s scale once
     per term: in float32 that was most of a tight dopri5 solve's global error. The
     sum costs as many ops as the term-by-term form, and leaves the inputs alone.
+
+    Half-precision stages (float16, bfloat16) are summed in float32 and the result
+    rounded once: rounding each partial sum cost several ulps a step where the
+    weights cancel (Tsit5's reach 12 in size), an error the embedded estimate
+    does not see, so a bfloat16 solve missed its tolerance five times over.
     """
     if stage_sum is None:
         return torch.zeros_like(ks[0]) if y0 is None else y0
     scale = h * stage_sum.weight
     base = ks[stage_sum.base]
+    if base.dtype in (torch.float16, torch.bfloat16):
+        wide = base.float()  # a copy: the in-place sums below leave `ks` alone
+        for i, ratio in stage_sum.rest:
+            wide.add_(ks[i], alpha=ratio)
+        out = wide.mul_(scale) if y0 is None else torch.add(y0, wide, alpha=scale)
+        return out.to(base.dtype)
     if not stage_sum.rest:
         return base * scale if y0 is None else y0.add(base, alpha=scale)
     (i, ratio), more = stage_sum.rest[0], stage_sum.rest[1:]
@@ -407,6 +485,28 @@ class Heun(AbstractExplicitRK):
 
     tableau = HEUN_TABLEAU
     order = 2
+
+
+@final
+class Heun3(AbstractExplicitRK):
+    """Heun's third-order method (torchdiffeq's ``heun3``).
+
+    Order 3, three stages (at ``0``, ``h/3`` and ``2h/3``), fixed step, no error
+    estimate, no FSAL.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1), t0=0.0, t1=1.0,
+        ...                     solver=odecore.Heun3(), dt0=0.5)
+        >>> round(sol.ys[-1].item(), 6)  # (1 - h + h**2/2 - h**3/6)**2 with h = 1/2
+        0.365017
+
+    References:
+        K. Heun, Zeitschrift für Mathematik und Physik 45, 1900.
+    """
+
+    tableau = HEUN3_TABLEAU
+    order = 3
 
 
 @final
@@ -494,6 +594,33 @@ class HeunEuler(AbstractExplicitRK):
     """
 
     tableau = HEUN_EULER_TABLEAU
+    order = 2
+
+
+@final
+class Fehlberg2(AbstractExplicitRK):
+    """Fehlberg's pair 2(1) (torchdiffeq's ``fehlberg2``).
+
+    Order 2 with a first-order estimate, three stages, adaptive. The second-order
+    solution is propagated (local extrapolation); the third stage is ``f`` at the
+    first-order solution, so it is not first-same-as-last here and a step costs
+    three evaluations. Output between step ends is cubic Hermite. For loose
+    tolerances.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1), t0=0.0, t1=1.0,
+        ...                     solver=odecore.Fehlberg2(),
+        ...                     controller=odecore.PIDController(rtol=1e-4, atol=1e-6))
+        >>> sol.status
+        <Status.SUCCESS: 0>
+
+    References:
+        E. Fehlberg, Low-order classical Runge-Kutta formulas with stepsize control
+        and their application to some heat transfer problems, NASA TR R-315, 1969.
+    """
+
+    tableau = FEHLBERG2_TABLEAU
     order = 2
 
 

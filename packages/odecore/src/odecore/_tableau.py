@@ -243,10 +243,31 @@ RK4_38_TABLEAU = ButcherTableau(
 )
 """Kutta's 3/8 rule (RK4-3/8): order 4, four stages."""
 
+HEUN3_TABLEAU = ButcherTableau(
+    c=_floats(["0", "1/3", "2/3"]),
+    a=_rows([[], ["1/3"], ["0", "2/3"]]),
+    b=_floats(["1/4", "0", "3/4"]),
+)
+"""Heun's third-order method: order 3, three stages (torchdiffeq's ``heun3``)."""
+
 # --- embedded pairs -----------------------------------------------------------------
 
 HEUN_EULER_TABLEAU = ButcherTableau(c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5), b_err=(-0.5, 0.5))
 """Heun-Euler 2(1): Heun's method with forward Euler as the embedded estimate."""
+
+_FE2_B = ["1/512", "255/256", "1/512"]
+FEHLBERG2_TABLEAU = ButcherTableau(
+    c=_floats(["0", "1/2", "1"]),
+    a=_rows([[], ["1/2"], ["1/256", "255/256"]]),
+    b=_floats(_FE2_B),
+    b_err=_err(_FE2_B, ["1/256", "255/256", "0"]),
+)
+"""Fehlberg 2(1): three stages, the second-order solution propagated (as torchdiffeq's
+``fehlberg2``), the first-order one as the embedded estimate.
+
+The third stage is ``f`` at the first-order solution, not at the propagated one, so
+the tableau is not first-same-as-last here.
+"""
 
 _BS_B = [_f("2/9"), _f("1/3"), _f("4/9"), _f("0")]
 BOSH3_TABLEAU = ButcherTableau(
