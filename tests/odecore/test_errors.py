@@ -315,12 +315,12 @@ def test_func_returning_non_tensor():
         (
             lambda t, s: (s[0], s[0]),
             ValueError,
-            r"`func` returned \(3,\) for component 1 of the state, expected shape \(2,\)",
+            r"`func` returned shape \(3,\) for `y0\[1\]`, but `y0\[1\]` has shape \(2,\)",
         ),
         (
             lambda t, s: (s[0], 1.0),
-            ValueError,
-            r"`func` returned float for component 1 of the state",
+            TypeError,
+            r"`func` must return a Tensor for `y0\[1\]`, got float",
         ),
     ],
     ids=["tensor", "three", "list", "shape", "float"],

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError, Status
-from ._gradients import FlatField, Loop, LoopResult, Stats
-from ._solve import _make_loop, _merge_stops
+from ._gradients import FlatField, Loop, LoopResult, Stats, TimeTensors
+from ._solve import _check_derivative, _make_loop, _merge_stops
 from ._solvers import (
     AbstractSolver,
     Field,
@@ -160,11 +160,14 @@ def make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
         *,
         step_ts: Sequence[float] = (),
         on_step: Callable[[float, Tensor], None] | None = None,
+        times: TimeTensors | None = None,
     ) -> LoopResult:
         if not isinstance(solver, ScipySolver):
             return native(
-                f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts, on_step=on_step
-            )
+                f, y0, t0, t1, ts, solver, controller, dt0,
+                step_ts=step_ts, on_step=on_step, times=times,
+            )  # fmt: skip
+        # Only the adjoint runs scipy, and it differentiates the times itself.
         run = _ScipyRun(f, y0, solver, controller, dt0, max_steps)
         return run.solve(t0, t1, list(ts), jumps, [*steps, *step_ts], on_step)
 
@@ -231,13 +234,7 @@ class _NumpyField:
         return values
 
     def _check(self, out: object) -> None:
-        if not isinstance(out, Tensor):
-            raise TypeError(f"`func` must return a Tensor, got {type(out).__name__}.")
-        if out.shape != self.shape:
-            raise ValueError(
-                f"`func` returned shape {tuple(out.shape)}, but the state `y0` has shape "
-                f"{tuple(self.shape)}; the vector field must return dy/dt of the same shape."
-            )
+        _check_derivative(out, self.shape, self.dtype, self.device)
         self.checked = True
 
 

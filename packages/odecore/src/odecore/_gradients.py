@@ -66,13 +66,32 @@ class LoopResult:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class TimeTensors:
+    """Times of a solve that need gradients, for backpropagation through its steps.
+
+    Attributes:
+        t0: the solve's start time.
+        t1: the solve's end time.
+        tensors: 1-D tensors of times: the output times and the step times that the
+            caller gave as tensors requiring gradients. A step that ends on one of
+            them ends on the tensor; the others are measured from the last such time
+            before them (or ``t0``) by constant step sizes.
+    """
+
+    t0: float
+    t1: float
+    tensors: tuple[Tensor, ...]
+
+
 class Loop(Protocol):
     """The solve loop as gradient methods receive it.
 
     ``loop(f, y0, t0, t1, ts, solver, controller, dt0)`` runs one solve from ``t0`` to
     ``t1`` with outputs at ``ts``; the jump and step times are those of the call
     being differentiated, plus ``step_ts``; ``on_step(t, y)`` sees every accepted
-    step. It never raises for a failed solve: the status says.
+    step. It never raises for a failed solve: the status says. With ``times``, the
+    step and output times carry gradients to those tensors (see :class:`TimeTensors`).
     """
 
     def __call__(
@@ -88,6 +107,7 @@ class Loop(Protocol):
         *,
         step_ts: Sequence[float] = (),
         on_step: Callable[[float, Tensor], None] | None = None,
+        times: TimeTensors | None = None,
     ) -> LoopResult: ...
 
 
@@ -107,6 +127,8 @@ class Problem:
         controller: the forward controller.
         dt0: the forward ``dt0``.
         module: ``f``'s module, when the caller's vector field is an ``nn.Module``.
+        step_tensor: the step times (``step_ts``), when the caller gave a tensor that
+            requires gradients (a grid built from the output times).
     """
 
     f: FlatField
@@ -119,6 +141,16 @@ class Problem:
     controller: AbstractController
     dt0: float | None
     module: torch.nn.Module | None = None
+    step_tensor: Tensor | None = None
+
+    def times(self) -> TimeTensors | None:
+        """The time tensors that need gradients now, or ``None``."""
+        if not torch.is_grad_enabled():
+            return None
+        tensors = tuple(
+            x for x in (self.ts_tensor, self.step_tensor) if x is not None and x.requires_grad
+        )
+        return TimeTensors(self.t0, self.t1, tensors) if tensors else None
 
 
 class AbstractGradient(abc.ABC):
@@ -134,8 +166,12 @@ class AbstractGradient(abc.ABC):
 class Autograd(AbstractGradient):
     """Backpropagation through every operation of the solver (the default).
 
-    Exact gradients of the discrete scheme, for everything the vector field reads.
-    Memory grows with the number of steps: every stage's activations are kept.
+    Exact gradients of the discrete scheme, for everything the vector field reads
+    and for the times: an output or step time given as a tensor that requires grad
+    moves the steps that end on it, and the steps after it up to the next such time
+    move with it by their constant sizes (as torchdiffeq's grids do); an output time
+    inside a step moves along the dense output. Memory grows with the number of
+    steps: every stage's activations are kept.
 
     Example:
         >>> import torch, odecore
@@ -149,7 +185,7 @@ class Autograd(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        return loop(p.f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
+        return loop(p.f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0, times=p.times())
 
 
 @final
@@ -163,8 +199,10 @@ class Adjoint(AbstractGradient):
     (where ``dL/dy(t_i)`` is added to ``a``) and at every jump of ``jump_ts``, so a
     piecewise-constant weight function is handled exactly. Gradients reach ``y0``,
     the output times (``ts`` of :class:`SaveAt`, ``t`` of :func:`odeint_adjoint`) and
-    the parameters: ``params`` if given, else those of the vector field when it is
-    an ``nn.Module``.
+    the parameters: ``params`` if given, else every tensor requiring grad that the
+    vector field reads — an ``nn.Module``'s parameters and whatever it or a plain
+    function closes over, found by one evaluation at ``(t0, y0)`` whose graph is
+    walked (not counted in ``Stats.nfe``).
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
@@ -177,7 +215,8 @@ class Adjoint(AbstractGradient):
         dt0: the backward solve's first (or fixed) step size; default the forward one.
         seminorm: measure the backward error on the state and its adjoint only, not
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
-        params: the tensors to differentiate besides ``y0`` and the times.
+        params: the tensors to differentiate besides ``y0`` and the times; default
+            every tensor requiring grad that the field reads at ``(t0, y0)``.
 
     Example:
         >>> import torch, odecore
@@ -211,17 +250,50 @@ class Adjoint(AbstractGradient):
 
 
 def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[Tensor, ...]:
-    """The tensors to differentiate besides ``y0``: given, or the module's parameters."""
+    """The tensors to differentiate besides ``y0``: given, or the field's module's
+    parameters and every other tensor requiring grad that the field reads."""
     if given is not None:
         params = tuple(given)
-    elif p.module is not None:
-        params = tuple(q for q in p.module.parameters() if q.requires_grad)
+    elif torch.is_grad_enabled():
+        own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
+        known = {id(q) for q in own}
+        params = (*own, *(q for q in _read_tensors(p) if id(q) not in known))
     else:
         params = ()
     for i, q in enumerate(params):
         if not isinstance(q, Tensor):
             raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
     return params
+
+
+def _read_tensors(p: Problem) -> tuple[Tensor, ...]:
+    """The leaf tensors requiring grad that ``p.f`` reads, found by one evaluation at
+    ``(t0, y0)`` with a graph and a walk of that graph.
+
+    A plain function's closure (``lambda t, y: -w * y``), or a tensor a module holds
+    without registering it, is invisible to a gradient method that keeps no graph
+    forward; without this its gradient would be silently lost. A tensor that the
+    field reads only at other times or states is missed: pass ``params`` for such a
+    field.
+    """
+    y = p.y0.detach()
+    with torch.enable_grad():
+        out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
+    if not isinstance(out, Tensor) or out.grad_fn is None:
+        return ()
+    found: dict[int, Tensor] = {}
+    seen: set[int] = set()
+    stack = [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        leaf = getattr(node, "variable", None)
+        if isinstance(leaf, Tensor):
+            found.setdefault(id(leaf), leaf)
+        stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+    return tuple(found.values())
 
 
 def _backward_norm(
@@ -304,7 +376,11 @@ def _adjoint_backward(
         with torch.enable_grad():
             y = y.detach().requires_grad_(True)
             fy = p.f(t, y)
-            vjps = torch.autograd.grad(fy, (y, *params), -a, allow_unused=True)
+            # retain_graph: a parameter may be reached through a graph outside the
+            # field (a closed-over tensor computed from a leaf), shared by every call.
+            vjps = torch.autograd.grad(
+                fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
+            )
         parts = [
             fy.detach().reshape(-1),
             (vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1),
@@ -312,6 +388,18 @@ def _adjoint_backward(
         for q, g in zip(params, vjps[1:]):
             parts.append((g if g is not None else torch.zeros_like(q)).reshape(-1).to(z.dtype))
         return torch.cat(parts)
+
+    # The field's `callback_*_adjoint` (torchdiffeq's) become the backward solve's step
+    # callbacks; they see its state as `(y, a, *parameter gradients)`.
+    for name in ("callback_step", "callback_accept_step", "callback_reject_step"):
+        callback = getattr(p.f, name + "_adjoint", None)
+        if callback is not None:
+
+            def adjoint_callback(t: Tensor, z: Tensor, dt: Tensor, _cb: Any = callback) -> Any:
+                grads = (c.view_as(q) for c, q in zip(torch.split(z[2 * n :], sizes), params))
+                return _cb(t, (z[:n].view(shape), z[n : 2 * n].view(shape), *grads), dt)
+
+            setattr(augmented, name, adjoint_callback)
 
     ts = p.ts
     grad_ts = torch.zeros(len(ts), dtype=forward.dtype, device=forward.device)
@@ -373,9 +461,9 @@ class Checkpoint(AbstractGradient):
 
     Args:
         every: steps per segment; default ``ceil(sqrt(accepted steps))``.
-        params: the tensors to differentiate besides ``y0``; default the parameters
-            of the vector field when it is an ``nn.Module``. Tensors that the field
-            closes over are differentiated only if listed here.
+        params: the tensors to differentiate besides ``y0``; default every tensor
+            requiring grad that the field reads at ``(t0, y0)``, as for
+            :class:`Adjoint`.
 
     Raises:
         ValueError: if ``every`` is not a positive integer.
@@ -426,8 +514,10 @@ class Checkpoint(AbstractGradient):
         starts = [p.y0] + [states[k * every - 1] for k in range(1, math.ceil(n / every))]
         states.clear()  # only the segment starts are kept
         forward = torch.stack([y for y in result.ys if y is not None])
-        spec = _CheckpointSpec(loop, p, result.stats, result.step_ends, starts, every)
-        ys = _CheckpointFunction.apply(spec, forward, p.y0, *params)  # type: ignore[no-untyped-call]
+        times = p.times()
+        tensors = () if times is None else times.tensors
+        spec = _CheckpointSpec(loop, p, result.stats, result.step_ends, starts, every, len(params))
+        ys = _CheckpointFunction.apply(spec, forward, p.y0, *params, *tensors)  # type: ignore[no-untyped-call]
         return replace(result, ys=list(ys.unbind(0)))
 
 
@@ -439,6 +529,7 @@ class _CheckpointSpec:
     step_ends: list[float]
     starts: list[Tensor]
     every: int
+    n_params: int
 
 
 class _Replay(AbstractController):
@@ -465,17 +556,23 @@ class _Replay(AbstractController):
 class _CheckpointFunction(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, spec: _CheckpointSpec, forward: Tensor, y0: Tensor, *params: Tensor
+        ctx: Any, spec: _CheckpointSpec, forward: Tensor, y0: Tensor, *inputs: Tensor
     ) -> Tensor:
+        """``inputs``: the parameters, then the time tensors that need gradients."""
         ctx.spec = spec
-        ctx.save_for_backward(*params)
+        ctx.save_for_backward(*inputs)
         return forward.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         spec: _CheckpointSpec = ctx.spec
-        params = tuple(ctx.saved_tensors)
+        saved = tuple(ctx.saved_tensors)
+        params = saved[: spec.n_params]
         p = spec.problem
+        # The replays step on the same times as tensors: leaves of their own here.
+        clocks = tuple(x.detach().requires_grad_(True) for x in saved[spec.n_params :])
+        times = TimeTensors(p.t0, p.t1, clocks) if clocks else None
+        params = (*params, *clocks)
         sign = 1.0 if p.t1 >= p.t0 else -1.0
         ends = spec.step_ends
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
@@ -493,19 +590,26 @@ class _CheckpointFunction(torch.autograd.Function):
             ]
             with torch.enable_grad():
                 y_a = spec.starts[k].detach().requires_grad_(True)
+                ends_at: list[Tensor] = []  # the state at the segment's last step end
+
+                def keep(t: float, y: Tensor, ends_at: list[Tensor] = ends_at) -> None:
+                    ends_at[:] = [y]
+
                 run = spec.loop(
                     p.f,
                     y_a,
                     t_a,
                     t_b,
-                    [p.ts[i] for i in idx] + [t_b],
+                    [p.ts[i] for i in idx],
                     p.solver,
                     _Replay(),
                     None,
                     step_ts=ends[first : last + 1],
+                    on_step=keep,
+                    times=times,
                 )
                 nfe += run.stats.nfe
-                outputs = [y for y in run.ys if y is not None]
+                outputs = [y for y in run.ys if y is not None] + ends_at[-1:]
                 if len(outputs) != len(idx) + 1 or run.step_ends != ends[first : last + 1]:
                     raise SolverError(
                         "the checkpointed replay did not retrace the forward steps between "
@@ -516,7 +620,7 @@ class _CheckpointFunction(torch.autograd.Function):
                 grad_outputs = [grad_ys[i] for i in idx]
                 grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
                 grads = torch.autograd.grad(
-                    outputs, (y_a, *params), grad_outputs, allow_unused=True
+                    outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
                 )
             carry = grads[0]
             for j, g in enumerate(grads[1:]):

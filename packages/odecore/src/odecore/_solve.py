@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -19,6 +21,7 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, SolverError, Status
+from ._events import Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
     Autograd,
@@ -27,8 +30,9 @@ from ._gradients import (
     LoopResult,
     Problem,
     Stats,
+    TimeTensors,
 )
-from ._solvers import AbstractSolver
+from ._solvers import AbstractSolver, StepResult
 
 State = Tensor | tuple[Tensor, ...]
 VectorField = Callable[[Tensor, State], State]
@@ -96,7 +100,10 @@ class Solution:
             times not reached hold NaN.
         stats: function evaluations and step counts.
         status: :class:`Status` of the solve; ``Status.SUCCESS`` (0) when it reached ``t1``.
-        t_final: the last time reached.
+        t_final: the last time reached (the event time after an event).
+        event_t: with an :class:`Event`, the time it happened, a 0-dim tensor in the
+            time dtype whose gradient is the event time's (implicit function
+            theorem); ``None`` when the solve reached ``t1`` first or had no event.
     """
 
     ts: Tensor
@@ -104,6 +111,7 @@ class Solution:
     stats: Stats = field(default_factory=Stats)
     status: Status = Status.SUCCESS
     t_final: float = math.nan
+    event_t: Tensor | None = None
 
 
 class _Field:
@@ -123,6 +131,7 @@ class _Field:
         self.left_limit_at: float | None = None  # the step ends on a jump here
         self.right_limit_at: float | None = None  # the step starts on a jump here
         self.checked = False
+        self.clock: _Clock | None = None  # differentiable times, when a time needs a gradient
 
     def time(self, t: float) -> Tensor:
         tt = torch.scalar_tensor(self.direction * t, dtype=self.time_dtype, device=self.device)
@@ -134,20 +143,126 @@ class _Field:
 
     def __call__(self, t: float, y: Tensor) -> Tensor:
         self.nfe += 1
+        if self.clock is not None:
+            return self._timed(t, y, self.clock)
         out = self.f(self.time(t), y)
         if not self.checked:
             self._check(out)
         return out if self.direction > 0 else -out
 
+    def _timed(self, t: float, y: Tensor, clock: _Clock) -> Tensor:
+        """``__call__`` with the time, and inside a step the step size, as tensors."""
+        shift, scale = clock.at(t)
+        tt = self.time(t)
+        if shift is not None:
+            tt = tt + (self.direction * shift).to(tt.dtype)
+        out = self.f(tt, y)
+        if not self.checked:
+            self._check(out)
+        out = out if self.direction > 0 else -out
+        return out if scale is None else out * scale.to(out.dtype)
+
     def _check(self, out: object) -> None:
-        if not isinstance(out, Tensor):
-            raise TypeError(f"`func` must return a Tensor, got {type(out).__name__}.")
-        if out.shape != self.shape:
-            raise ValueError(
-                f"`func` returned shape {tuple(out.shape)}, but the state `y0` has shape "
-                f"{tuple(self.shape)}; the vector field must return dy/dt of the same shape."
-            )
+        """The first result of ``f`` against the state (once: a field that returns the
+        state's dtype and shape at one time does at every other)."""
+        _check_derivative(out, self.shape, self.time_dtype, self.device)
         self.checked = True
+
+
+def _check_derivative(
+    out: object, shape: torch.Size, dtype: torch.dtype, device: torch.device, name: str = "y0"
+) -> None:
+    """Check what the vector field returned against the state ``name`` (``y0``, or a
+    component ``y0[i]`` of a tuple state): a tensor of its shape, dtype and device, or
+    an error that names ``func`` and both."""
+    where, state = ("", "the state `y0`") if name == "y0" else (f" for `{name}`", f"`{name}`")
+    if not isinstance(out, Tensor):
+        raise TypeError(f"`func` must return a Tensor{where}, got {type(out).__name__}.")
+    like = (
+        f"the vector field must return dy/dt like the state: expected shape "
+        f"{tuple(shape)} and dtype {dtype}, got shape {tuple(out.shape)} and dtype "
+        f"{out.dtype}"
+    )
+    if out.shape != shape:
+        raise ValueError(
+            f"`func` returned shape {tuple(out.shape)}{where}, but {state} has shape "
+            f"{tuple(shape)}; {like}."
+        )
+    if out.dtype != dtype:
+        raise TypeError(
+            f"`func` returned dtype {out.dtype}{where}, but {state} has dtype {dtype}; "
+            f"{like}. Cast the result with `.to(y.dtype)`, or give `{name}` the field's dtype."
+        )
+    if out.device != device:
+        raise TypeError(
+            f"`func` returned a tensor on {out.device}{where}, but {state} is on "
+            f"{device}; the vector field must return dy/dt on the state's device. "
+            f"Move the field (or what it closes over) to `{name}.device`, or `{name}` to "
+            "the field's."
+        )
+
+
+class _Clock:
+    """Times as differentiable tensors, for exact gradients with respect to them.
+
+    The loop decides every step in floats. The clock attaches to each time ``s`` a
+    zero-valued tensor ``shift(s)`` that carries the derivative of ``s`` with respect
+    to the time tensors of the call: each step end is its anchor (``t0``, a stop
+    given as a tensor, or a constant stop) plus a constant offset, as a step of a
+    fixed size taken from there. Inside a step from ``S`` to ``E`` the stage times
+    are ``S + c (E - S)`` and the field is scaled by ``(E - S) / h``, so that
+    ``h * k_i`` is ``(E - S) * f(S + c (E - S), Y_i)``: autograd then sees the
+    step as the discrete scheme computes it, and every value stays bit for bit the
+    one of the float loop. Times are increasing ``s = direction * t`` here.
+    """
+
+    def __init__(self, anchors: dict[float, Tensor | None], grid: list[float]) -> None:
+        self.anchors = anchors  # s -> zero-valued tensor (None: a constant time)
+        self.grid = sorted(grid)  # the times a step end is measured from
+        self.step: tuple[float, float, Tensor | None, Tensor | None, Tensor | None] | None = None
+
+    def shift(self, s: float) -> Tensor | None:
+        """The derivative carrier of the step end ``s``: that of the grid time before it."""
+        i = bisect.bisect_right(self.grid, s) - 1
+        return self.anchors.get(self.grid[max(i, 0)])
+
+    def begin(self, s0: float, s1: float) -> Tensor | None:
+        """Enter the step from ``s0`` to ``s1``; return the scale of the field in it."""
+        start, end = self.shift(s0), self.shift(s1)
+        span = None if end is start else _plus(end, _minus(start))
+        h = s1 - s0
+        scale = None if span is None else 1.0 + span / h
+        self.step = (s0, h, start, span, scale)
+        return scale
+
+    def end(self) -> None:
+        """Leave the step: evaluations are at single times again."""
+        self.step = None
+
+    def at(self, s: float) -> tuple[Tensor | None, Tensor | None]:
+        """The shift of the time ``s`` and the scale of the field there."""
+        if self.step is None:
+            return self.shift(s), None
+        s0, h, start, span, scale = self.step
+        return _plus(start, None if span is None else span * ((s - s0) / h)), scale
+
+    def offset(self, tau: float) -> Tensor | None:
+        """How the output time ``tau`` moves within the current step: the shift of
+        ``T - S - theta (E - S)``, with ``theta`` its place in the step."""
+        assert self.step is not None
+        s0, h, start, span, _ = self.step
+        moved = None if span is None else span * (-(tau - s0) / h)
+        return _plus(self.anchors.get(tau), _minus(start), moved)
+
+
+def _plus(*terms: Tensor | None) -> Tensor | None:
+    """The sum of the terms that are not ``None``; ``None`` when none is."""
+    present = [x for x in terms if x is not None]
+    return functools.reduce(operator.add, present) if present else None
+
+
+def _minus(x: Tensor | None) -> Tensor | None:
+    return None if x is None else -x
 
 
 def _packing(
@@ -170,12 +285,13 @@ def _packing(
                 f"got {type(ys).__name__}."
             )
         for i, (y, shape) in enumerate(zip(ys, shapes)):
-            if not isinstance(y, Tensor) or y.shape != shape:
-                got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
-                raise ValueError(
-                    f"`func` returned {got} for component {i} of the state, expected "
-                    f"shape {tuple(shape)}."
-                )
+            if not (
+                isinstance(y, Tensor)
+                and y.shape == shape
+                and y.dtype == dtype
+                and y.device == device
+            ):
+                _check_derivative(y, shape, dtype, device, f"y0[{i}]")
         return torch.cat([y.reshape(-1) for y in ys])
 
     def unpack(flat: Tensor) -> State:
@@ -316,12 +432,14 @@ def _integrate(
     dt0: float | None,
     max_steps: int,
     on_step: Callable[[float, Tensor], None],
+    hooks: StepHooks | None = None,
 ) -> _Run:
     """The step loop, in increasing time ``s``: step, judge, save, repeat.
 
     Returns the states at ``taus`` (``None`` where not reached), the statistics, the
     status and the last time reached. Failures are statuses, never exceptions.
-    ``on_step(s, y)`` is called after every accepted step.
+    ``on_step(s, y)`` is called after every accepted step; ``hooks`` (the field's step
+    callbacks, an event) around every step, and an event stops the loop.
     """
     stats = Stats()
     status = Status.SUCCESS
@@ -361,7 +479,13 @@ def _integrate(
                 break
             fe.left_limit_at = s_next if s_next in jump_set else None
             fe.right_limit_at = s if s in jump_set else None
-            step = solver.step(fe, s, s_next, y, f0)
+            f0_step, scale = f0, None
+            if fe.clock is not None:
+                scale = fe.clock.begin(s, s_next)
+                f0_step = f0 if scale is None else f0 * scale.to(f0.dtype)
+            if hooks is not None:
+                hooks.before(s, s_next, y)
+            step = solver.step(fe, s, s_next, y, f0_step)
             stats.n_steps += 1
             verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             cstate = verdict.state
@@ -370,20 +494,44 @@ def _integrate(
                 stats.n_accepted += 1
                 out_j = bisect.bisect_right(taus, s_next, lo=out_i)
                 if out_j > out_i:
-                    values = solver.interpolate(fe, s, s_next, y, f0, step, taus[out_i:out_j])
+                    outs = taus[out_i:out_j]
+                    values = solver.interpolate(fe, s, s_next, y, f0_step, step, outs)
+                    if fe.clock is not None:
+                        values = _moved(
+                            fe, fe.clock, solver, s, s_next, y, f0_step, step, outs, values
+                        )
                     ys[out_i:out_j] = values
                     out_i = out_j
                 finite.append(s_next, step.y1)  # checked once at the end
                 on_step(s_next, step.y1)
+                if hooks is not None and hooks.accepted(s, s_next, y, f0_step, step):
+                    search = hooks.search
+                    if fe.clock is not None and search is not None and search.found is not None:
+                        # The state at the event follows the step's times too.
+                        t_e, y_e = search.found
+                        (y_e,) = _moved(
+                            fe, fe.clock, solver, s, s_next, y, f0_step, step,
+                            [fe.direction * t_e], [y_e],
+                        )  # fmt: skip
+                        search.found = (t_e, y_e)
+                    s = s_next  # an event happened in this step
+                    break
+                if fe.clock is not None:
+                    fe.clock.end()
                 s, y = s_next, step.y1
                 if step.f1 is not None and s not in jump_set:
-                    f0 = step.f1
+                    # Inside the step the field was scaled by `scale` (value 1).
+                    f0 = step.f1 if scale is None else step.f1 / scale.to(step.f1.dtype)
                 elif s < s1:
                     fe.left_limit_at = None
                     fe.right_limit_at = s if s in jump_set else None
                     f0 = solver.init(fe, s, y)
             else:
                 stats.n_rejected += 1
+                if hooks is not None:
+                    hooks.rejected(s, s_next, y)
+                if fe.clock is not None:
+                    fe.clock.end()
                 if not verdict.finite and verdict.dt <= _tiny(s, span):
                     status = Status.NONFINITE
                     break
@@ -398,6 +546,42 @@ def _integrate(
             status = Status.NONFINITE
     stats.nfe = fe.nfe
     return _Run(ys=ys, stats=stats, status=status, s_reached=s)
+
+
+def _moved(
+    fe: _Field,
+    clock: _Clock,
+    solver: AbstractSolver,
+    s0: float,
+    s1: float,
+    y0: Tensor,
+    f0: Tensor,
+    step: StepResult,
+    taus: list[float],
+    values: list[Tensor],
+) -> list[Tensor]:
+    """Output values inside a step, with the derivative of the dense output along the
+    moves of their times relative to the step (a zero-valued term)."""
+    offsets = [clock.offset(tau) for tau in taus]
+    if all(offset is None for offset in offsets):
+        return values
+    with torch.no_grad():
+        slopes = solver.slopes(fe, s0, s1, y0, f0, step, taus, values)
+    return [
+        v if offset is None else v + slope * offset.to(v.dtype)
+        for v, slope, offset in zip(values, slopes, offsets)
+    ]
+
+
+def _clock(times: TimeTensors, direction: float, stops: Sequence[float]) -> _Clock:
+    """The clock of a solve whose times ``times.tensors`` need gradients."""
+    anchors: dict[float, Tensor | None] = {}
+    for tensor in times.tensors:
+        shift = direction * (tensor - tensor.detach())
+        for value, part in zip(tensor.detach().reshape(-1).tolist(), shift.reshape(-1).unbind()):
+            anchors[direction * float(value)] = part
+    grid = [direction * times.t0, direction * times.t1, *(direction * t for t in stops)]
+    return _Clock(anchors, grid)
 
 
 def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
@@ -415,6 +599,7 @@ def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
         *,
         step_ts: Sequence[float] = (),
         on_step: Callable[[float, Tensor], None] | None = None,
+        times: TimeTensors | None = None,
     ) -> LoopResult:
         # Work in tau = direction * t, which always increases.
         direction = 1.0 if t1 >= t0 else -1.0
@@ -426,6 +611,8 @@ def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
             {direction * t for t in (*steps, *step_ts)},
         )
         fe = _Field(f, direction, y0)
+        if times is not None and times.tensors:
+            fe.clock = _clock(times, direction, [*jumps, *steps])
         step_ends: list[float] = []
 
         def record(s: float, y: Tensor) -> None:
@@ -435,7 +622,7 @@ def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
 
         run = _integrate(
             fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
-            jump_set, dt0, max_steps, record,
+            jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction),
         )  # fmt: skip
         return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached, step_ends)
 
@@ -457,6 +644,7 @@ def solve(
     max_steps: int = 100_000,
     throw: bool = True,
     gradient: AbstractGradient | None = None,
+    event: Event | None = None,
 ) -> Solution:
     """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1``.
 
@@ -469,7 +657,8 @@ def solve(
             device; ``y`` and the return value have ``y0``'s structure and shapes.
         y0: the initial state, a floating tensor of any shape or a tuple of them.
         t0: the start time.
-        t1: the end time; ``t1 < t0`` integrates backward in time.
+        t1: the end time; ``t1 < t0`` integrates backward in time. With an ``event``
+            it may be ``math.inf`` (``-math.inf``): integrate until the event.
         solver: the one-step method, e.g. :class:`Dopri5` or :class:`RK4`.
         controller: the step-size controller. Default: :class:`PIDController` for
             solvers with an error estimate, :class:`ConstantStepSize` for the rest.
@@ -485,6 +674,11 @@ def solve(
             reported in ``Solution.status``.
         gradient: how the solve is differentiated: :class:`Autograd` (the default,
             backpropagation through the steps) or :class:`Adjoint`.
+        event: an :class:`Event` that stops the solve where its function changes
+            sign; ``Solution.event_t`` says when. Output times after the event are
+            left out, and ``SaveAt(t1=True)`` saves the state at the event. If ``f``
+            has torchdiffeq's step callbacks (``callback_step``,
+            ``callback_accept_step``, ``callback_reject_step``), the loop calls them.
 
     Returns:
         A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.
@@ -517,6 +711,7 @@ def solve(
         throw=throw,
         gradient=gradient,
         make_loop=_make_loop,
+        event=event,
     )
 
 
@@ -540,12 +735,16 @@ def _solve(
     throw: bool,
     gradient: AbstractGradient | None,
     make_loop: LoopFactory,
+    event: Event | None = None,
+    event_time_gradient: bool = True,
 ) -> Solution:
     """:func:`solve`, with the solve loop built by ``make_loop``.
 
     The hook for backends (``odeint``'s ``scipy:`` methods): they bring their own
     loop, and share everything else — validation, packing of tuple states, the
-    gradient method, NaN outputs after a failure and ``throw``.
+    gradient method, NaN outputs after a failure and ``throw``. Without
+    ``event_time_gradient`` an event's time carries no gradient and the state at it
+    only that of a solve to a fixed time (torchdiffeq's ``odeint(event_fn=...)``).
     """
     # --- validate and normalise ------------------------------------------------------
     if not isinstance(solver, AbstractSolver):
@@ -560,8 +759,13 @@ def _solve(
     if saveat is None:
         saveat = SaveAt(t1=True)
     t0, t1 = float(t0), float(t1)
-    if not (math.isfinite(t0) and math.isfinite(t1)):
-        raise ConfigurationError(f"`t0` and `t1` must be finite, got {t0} and {t1}.")
+    if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
+        raise ConfigurationError(
+            f"`t0` and `t1` must be finite, got {t0} and {t1}"
+            + ("." if event is None else " (`t1` may be ±inf with an `event`).")
+        )
+    if event is not None and not isinstance(event, Event):
+        raise TypeError(f"`event` must be an odecore.Event(fn), got {event!r}.")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigurationError(f"`max_steps` must be a positive integer, got {max_steps!r}.")
     if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
@@ -578,6 +782,8 @@ def _solve(
         def f_flat(t: Tensor, y: Tensor) -> Tensor:
             return pack(f(t, unpack(y)))
 
+        copy_callbacks(f_flat, f, unpack)  # torchdiffeq's step callbacks, if `f` has any
+
         sizes = [y.numel() for y in y0]
         if isinstance(controller, PIDController) and controller.norm is None:
             controller = replace(controller, norm=_mixed_norm(sizes))
@@ -588,6 +794,23 @@ def _solve(
         _check_y0(y0, "y0")
         flat0 = y0
         f_flat = f  # type: ignore[assignment]
+
+    # A half-precision state is rounded by a relative eps / 2 at every step, an error
+    # the embedded estimate never sees: below eps a tolerance cannot be held, and far
+    # below it the steps shrink until they no longer change the state (bfloat16 at
+    # rtol 1e-7 returned y0 unchanged). The adjoint's backward solve has y0's dtype too.
+    if flat0.dtype in (torch.float16, torch.bfloat16):
+        eps = torch.finfo(flat0.dtype).eps
+        back = getattr(gradient, "controller", None)  # Adjoint's backward controller
+        for name, tol in (("rtol", controller), ("adjoint_rtol", back)):
+            if isinstance(tol, PIDController) and tol.rtol < eps:
+                raise ConfigurationError(
+                    f"`{name}` is {tol.rtol!r}, below the resolution of the state's dtype "
+                    f"{flat0.dtype} (eps = {eps!r}): every step rounds the state by up to "
+                    "eps / 2, so the solve cannot hold that tolerance, and the steps shrink "
+                    f"until they no longer move the state. Loosen it to `{name}` >= {eps!r}, "
+                    "or solve in float32 (`y0.float()`)."
+                )
 
     direction = 1.0 if t1 >= t0 else -1.0
     out_ts = _as_floats("saveat.ts", saveat.ts)
@@ -616,7 +839,16 @@ def _solve(
         )
     ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
     if ts_tensor is not None and ts_tensor.numel() != len(out_ts):
-        ts_tensor = None  # t1 was appended: no single tensor holds every output time
+        # t1 was appended: it joins the tensor as a constant.
+        end = torch.tensor([t1], dtype=ts_tensor.dtype, device=ts_tensor.device)
+        ts_tensor = torch.cat([ts_tensor.reshape(-1), end])
+    step_tensor = step_ts if isinstance(step_ts, Tensor) else None
+    if isinstance(jump_ts, Tensor) and jump_ts.requires_grad and torch.is_grad_enabled():
+        raise ConfigurationError(
+            "`jump_ts` requires grad, but no gradient method differentiates the times of "
+            "the field's discontinuities (they are where `func` jumps, not where the "
+            "solver steps); pass `jump_ts.detach()`."
+        )
     problem = Problem(
         f=f_flat,
         y0=flat0,
@@ -628,8 +860,17 @@ def _solve(
         controller=controller,
         dt0=dt0,
         module=f if isinstance(f, torch.nn.Module) else None,
+        step_tensor=step_tensor,
     )
-    run = gradient.run(loop, problem)
+    event_t = None
+    if event is None:
+        run = gradient.run(loop, problem)
+    else:  # stop at the event: the output times become those up to it
+        done_event = run_event(
+            event, gradient, make_loop, jumps, steps, max_steps, problem, y0, saveat.t1,
+            event_time_gradient,
+        )  # fmt: skip
+        run, out_ts, event_t = done_event.result, done_event.ts, done_event.event_t
     ys, stats, status, t_reached = run.ys, run.stats, run.status, run.t_final
     time_dtype = flat0.dtype
     direction = 1.0 if t1 >= t0 else -1.0
@@ -666,4 +907,6 @@ def _solve(
             for p, shape in zip(torch.split(stacked, sizes, dim=1), shapes)
         )
     ts = torch.tensor(out_ts, dtype=time_dtype, device=flat0.device)
-    return Solution(ts=ts, ys=result, stats=stats, status=status, t_final=t_reached)
+    return Solution(
+        ts=ts, ys=result, stats=stats, status=status, t_final=t_reached, event_t=event_t
+    )

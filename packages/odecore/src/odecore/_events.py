@@ -1,0 +1,542 @@
+"""Terminal events and torchdiffeq's step callbacks, as the solve loop sees them.
+
+An event solve runs the loop with the vector field wrapped in an :class:`_EventSearch`;
+the loop's hooks (:func:`step_hooks`) check the event function after every accepted
+step and find its root on the solver's dense output. The gradient of the event time
+comes from the implicit function theorem (:class:`_EventTimeGradient`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, final
+
+import torch
+from torch import Tensor
+
+from ._controllers import ConstantStepSize
+from ._errors import ConfigurationError, Status
+from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
+from ._solvers import AbstractSolver, StepResult
+
+_EPS = 2.220446049250313e-16
+_MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
+CALLBACKS = ("callback_step", "callback_accept_step", "callback_reject_step")
+"""The step callbacks that the solve loop looks up on the vector field (torchdiffeq's)."""
+
+
+@final
+@dataclass(frozen=True)
+class Event:
+    """A terminal event: the solve stops where ``fn(t, y)`` changes sign.
+
+    The event happens at the first time after ``t0`` where an element of
+    ``fn(t, y)`` reaches zero or takes the opposite sign to the one it had at
+    ``t0`` (an element that is zero at ``t0`` makes the event happen at ``t0``, as
+    in torchdiffeq). The solve checks ``fn`` at the end of every accepted step and,
+    once the sign has changed, finds the crossing on the solver's dense output by
+    the Illinois method (regula falsi that halves a stale end's value, with a
+    bisection step whenever the bracket shrinks slowly) down to the rounding of the
+    time: the event time is as accurate as the solution is. A sign change that
+    starts and ends inside one step (two crossings) goes unseen.
+
+    With an event, :func:`solve` stops there: ``Solution.event_t`` holds the event
+    time, ``t1`` may be ``math.inf`` (or ``-math.inf``) to integrate until the
+    event, ``SaveAt(t1=True)`` saves the state at the event (in place of ``t1``),
+    and the times of ``SaveAt.ts`` after the event are left out of ``Solution.ts``
+    and ``Solution.ys``. The batch is one system: the first element to cross stops
+    the whole solve.
+
+    Gradients reach the event time through the implicit function theorem: with
+    ``c(t) = fn(t, y(t))``, ``dt_e/dθ = -(∂fn/∂y ∂y/∂θ + ∂fn/∂θ) / (dc/dt)``; the
+    state at the event moves with it by ``f(t_e, y_e) dt_e``. This holds for every
+    gradient method; the parameters of ``fn``, when it is an ``nn.Module``, get
+    their share. An event that grazes zero (``dc/dt = 0``) has no gradient.
+
+    Args:
+        fn: the event function ``fn(t, y) -> Tensor``: ``t`` a 0-dim tensor in the
+            state's dtype, ``y`` structured like ``y0``; any shape of result.
+
+    Raises:
+        TypeError: if ``fn`` is not callable.
+
+    Example:
+        >>> import math, torch, odecore
+        >>> g = 9.81   # a ball dropped from 2 m hits the ground at sqrt(2 h / g)
+        >>> sol = odecore.solve(lambda t, y: (y[1], torch.full_like(y[1], -g)),
+        ...                     (torch.tensor(2.0, dtype=torch.float64),
+        ...                      torch.tensor(0.0, dtype=torch.float64)),
+        ...                     t0=0.0, t1=math.inf, solver=odecore.Tsit5(),
+        ...                     event=odecore.Event(lambda t, y: y[0]))
+        >>> abs(sol.event_t.item() - math.sqrt(2 * 2.0 / g)) < 1e-8
+        True
+    """
+
+    fn: Callable[[Tensor, Any], Tensor]
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(
+                f"`Event(fn=...)` must be a callable `fn(t, y) -> Tensor`, got "
+                f"{type(self.fn).__name__}."
+            )
+
+
+# --- the solve loop's hooks -----------------------------------------------------------
+
+
+class _EventSearch:
+    """The vector field, plus what the loop needs to stop at an event.
+
+    The loop recognises it (:func:`step_hooks`); it calls through to ``f``.
+    ``value(t, y)`` is the combined event function: positive before the event.
+    """
+
+    def __init__(
+        self,
+        f: FlatField,
+        value: Callable[[float, Tensor], float],
+        *,
+        callbacks: bool,
+    ) -> None:
+        self.f = f
+        self.value = value
+        self.callbacks = callbacks  # the step callbacks of `f` fire in this solve
+        self.last = math.nan  # `value` at the start of the next step
+        self.found: tuple[float, Tensor] | None = None  # (t_e, y_e)
+        self.seen = False  # the loop took the hooks (odecore's loop, not a backend's)
+
+    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
+        return self.f(t, y)
+
+    def check(
+        self,
+        fe: Any,
+        solver: AbstractSolver,
+        direction: float,
+        s: float,
+        s_next: float,
+        y: Tensor,
+        f0: Tensor,
+        step: StepResult,
+    ) -> bool:
+        """After an accepted step from ``s`` to ``s_next``: whether the event happened in
+        it; if so, record its time and the state there (dense output, with a graph when
+        grad mode is on)."""
+        with torch.no_grad():
+            c1 = self.value(direction * s_next, step.y1)
+        if not c1 <= 0:  # NaN reads as "not yet"
+            self.last = c1
+            return False
+
+        def c(sigma: float) -> float:
+            with torch.no_grad():
+                (y_sigma,) = solver.interpolate(fe, s, s_next, y, f0, step, [sigma])
+                return self.value(direction * sigma, y_sigma)
+
+        s_e = _find_root(c, s, s_next, self.last, c1)
+        (y_e,) = solver.interpolate(fe, s, s_next, y, f0, step, [s_e])
+        self.found = (direction * s_e, y_e)
+        return True
+
+
+def _find_root(c: Callable[[float], float], a: float, b: float, ca: float, cb: float) -> float:
+    """A root of ``c`` in ``(a, b]`` with ``c(a) > 0 >= c(b)``, to the rounding of the time.
+
+    The Illinois method (regula falsi, halving the value kept at an end that stays
+    twice), with a bisection step after three steps that did not halve the bracket.
+    Returns the end with ``c <= 0``: the event has happened there.
+    """
+    side = 0  # the end the last iterate replaced: -1 for a, +1 for b
+    slow = 0  # steps since the bracket last halved
+    for _ in range(_MAX_ROOT_ITERATIONS):
+        width = b - a
+        if cb == 0.0 or width <= 4 * _EPS * max(abs(a), abs(b)):
+            break
+        m = (a * cb - b * ca) / (cb - ca) if cb != ca else math.nan
+        if slow >= 3 or not a < m < b:
+            m = 0.5 * (a + b)
+            if not a < m < b:
+                break
+        cm = c(m)
+        if not cm <= 0:
+            if side == -1:
+                cb *= 0.5
+            a, ca, side = m, cm, -1
+        else:
+            if side == 1:
+                ca *= 0.5
+            b, cb, side = m, cm, 1
+        slow = 0 if b - a <= 0.5 * width else slow + 1
+    return b
+
+
+class StepHooks:
+    """What the loop calls around each step: the step callbacks and the event search.
+
+    Times are the caller's; ``dt`` is the step's length (positive), as in torchdiffeq.
+    """
+
+    def __init__(
+        self,
+        fe: Any,
+        solver: AbstractSolver,
+        direction: float,
+        callbacks: Sequence[Callable[..., object] | None],
+        search: _EventSearch | None,
+    ) -> None:
+        self.fe = fe
+        self.solver = solver
+        self.direction = direction
+        self.on_step, on_accept, on_reject = callbacks
+        # torchdiffeq calls these for adaptive methods only.
+        self.on_accept = on_accept if solver.adaptive else None
+        self.on_reject = on_reject if solver.adaptive else None
+        self.search = search
+
+    def _call(self, callback: Callable[..., object], s: float, s_next: float, y: Tensor) -> None:
+        fe = self.fe
+        t = torch.tensor(self.direction * s, dtype=fe.time_dtype, device=fe.device)
+        callback(t, y, torch.tensor(s_next - s, dtype=fe.time_dtype, device=fe.device))
+
+    def before(self, s: float, s_next: float, y: Tensor) -> None:
+        """Before the step from ``s`` to ``s_next`` (loop time)."""
+        if self.on_step is not None:
+            self._call(self.on_step, s, s_next, y)
+
+    def accepted(self, s: float, s_next: float, y: Tensor, f0: Tensor, step: StepResult) -> bool:
+        """After an accepted step; ``True`` stops the loop (the event happened)."""
+        if self.on_accept is not None:
+            self._call(self.on_accept, s, s_next, y)
+        if self.search is None:
+            return False
+        return self.search.check(self.fe, self.solver, self.direction, s, s_next, y, f0, step)
+
+    def rejected(self, s: float, s_next: float, y: Tensor) -> None:
+        """After a rejected step."""
+        if self.on_reject is not None:
+            self._call(self.on_reject, s, s_next, y)
+
+
+def step_hooks(
+    f: Callable[..., Any], fe: Any, solver: AbstractSolver, direction: float
+) -> StepHooks | None:
+    """The hooks of one loop over the field ``f``: ``None`` when it has neither step
+    callbacks nor an event (the loop then does nothing more per step)."""
+    search = f if isinstance(f, _EventSearch) else None
+    owner = f if search is None else (search.f if search.callbacks else None)
+    callbacks = [getattr(owner, name, None) for name in CALLBACKS]
+    if search is None and all(c is None for c in callbacks):
+        return None
+    if search is not None:
+        search.seen = True
+    return StepHooks(fe, solver, direction, callbacks, search)
+
+
+def copy_callbacks(target: Callable[..., Any], source: object, unpack: Callable[..., Any]) -> None:
+    """Give the flat field ``target`` the step callbacks of the user's field ``source``,
+    with the state unpacked to the user's structure; the adjoint's callbacks as they are."""
+    for name in CALLBACKS:
+        callback = getattr(source, name, None)
+        if callback is not None:
+
+            def flat(t: Tensor, y: Tensor, dt: Tensor, _cb: Any = callback) -> object:
+                return _cb(t, unpack(y), dt)
+
+            setattr(target, name, flat)
+        adjoint = getattr(source, name + "_adjoint", None)
+        if adjoint is not None:
+            setattr(target, name + "_adjoint", adjoint)
+
+
+# --- the event solve ------------------------------------------------------------------
+
+
+def _unpacker(y0: Tensor | tuple[Tensor, ...]) -> Callable[[Tensor], Any]:
+    if not isinstance(y0, tuple):
+        return lambda y: y
+    shapes = [y.shape for y in y0]
+    sizes = [y.numel() for y in y0]
+    return lambda y: tuple(p.view(s) for p, s in zip(torch.split(y, sizes), shapes))
+
+
+def combined_event(
+    fn: Callable[[Tensor, Any], Tensor], t0: float, y0: Tensor, unpack: Callable[[Tensor], Any]
+) -> tuple[Callable[[Tensor, Tensor], Tensor], bool]:
+    """The event function on the flat state as one scalar, positive before the event,
+    and whether the event happens at ``t0`` already.
+
+    Each element is multiplied by its sign at ``t0``, and the minimum taken (the
+    first element to cross decides), as torchdiffeq combines them.
+    """
+    t = torch.tensor(t0, dtype=y0.dtype, device=y0.device)
+    with torch.no_grad():
+        g0 = fn(t, unpack(y0))
+    if not isinstance(g0, Tensor) or not g0.is_floating_point() or g0.numel() == 0:
+        got = (
+            f"a {g0.dtype} tensor of shape {tuple(g0.shape)}"
+            if isinstance(g0, Tensor)
+            else (type(g0).__name__)
+        )
+        raise TypeError(
+            f"the event function must return a non-empty floating tensor, got {got}; "
+            "return e.g. `y[..., 0]` (an element crossing zero is the event)."
+        )
+    sign0 = torch.sign(g0)
+
+    def value(t: Tensor, y: Tensor) -> Tensor:
+        return (fn(t, unpack(y)) * sign0).min()
+
+    return value, bool((g0 == 0).any())
+
+
+@dataclass
+class EventRun:
+    """An event solve's outcome: the loop's result at ``ts``, and the event time."""
+
+    result: LoopResult
+    ts: list[float]
+    event_t: Tensor | None
+
+
+def run_event(
+    event: Event,
+    gradient: AbstractGradient,
+    make_loop: Callable[[list[float], list[float], int], Loop],
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+    problem: Problem,
+    y0: Tensor | tuple[Tensor, ...],
+    save_end: bool,
+    time_gradient: bool,
+) -> EventRun:
+    """Solve ``problem`` until the event or ``t1``, whichever comes first.
+
+    ``problem.ts`` are the output times, the last one ``t1`` when ``save_end``.
+    A first solve, with ``problem.f`` wrapped to stop at the event, locates it: with
+    backpropagation (or no gradient at all) it is the solve itself, outputs and
+    state at the event from the dense output. Any other gradient method then solves
+    again from ``t0`` to the event time, which is now an ordinary end time. With
+    ``time_gradient`` the state at the event and its time carry the gradient of the
+    event time (implicit function theorem).
+    """
+    p = problem
+    direction = 1.0 if p.t1 >= p.t0 else -1.0
+    unpack = _unpacker(y0)
+    value, at_start = combined_event(event.fn, p.t0, p.y0, unpack)
+    dtype, device = p.y0.dtype, p.y0.device
+
+    def scalar(t: float, y: Tensor) -> float:
+        with torch.no_grad():
+            return float(value(torch.tensor(t, dtype=dtype, device=device), y))
+
+    single = isinstance(gradient, Autograd) or not torch.is_grad_enabled()
+    user_ts = p.ts[:-1] if save_end else list(p.ts)
+    search = _EventSearch(p.f, scalar, callbacks=single)
+    run: LoopResult
+    y_end: Tensor | None = None
+    if at_start:
+        search.found = (p.t0, p.y0)
+        run = LoopResult([p.y0 for t in user_ts if t == p.t0], Stats(), Status.SUCCESS, p.t0)
+    else:
+        with contextlib.nullcontext() if single else torch.no_grad():
+            run, y_end = _locate(
+                search, make_loop, jumps, steps, max_steps, p, user_ts if single else []
+            )
+    if search.found is None:
+        if run.status == Status.SUCCESS and not single:
+            run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), p), run.stats)
+        else:
+            ends = [y_end] if save_end and run.status == Status.SUCCESS else []
+            ys = [*run.ys, *ends]
+            run = replace(run, ys=ys + [None] * (len(p.ts) - len(ys)))
+        return EventRun(run, list(p.ts), None)
+
+    t_e, y_e = search.found
+    kept = [t for t in user_ts if direction * t <= direction * t_e]
+    ts = [*kept, t_e]
+    if single:
+        ys = [*run.ys[: len(kept)], y_e]
+    else:
+        ts_tensor = p.ts_tensor
+        if ts_tensor is not None:
+            end = torch.tensor([t_e], dtype=ts_tensor.dtype, device=ts_tensor.device)
+            ts_tensor = torch.cat([ts_tensor.reshape(-1)[: len(kept)], end])
+        second = replace(p, t1=t_e, ts=ts, ts_tensor=ts_tensor)
+        run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), second), run.stats)
+        if run.status != Status.SUCCESS:
+            return EventRun(run, ts if save_end else kept, None)
+        ys = list(run.ys)
+    t_tensor = torch.tensor(t_e, dtype=dtype, device=device)
+    end_state = ys[-1]
+    if time_gradient and end_state is not None:
+        params: tuple[Tensor, ...] = ()
+        if isinstance(event.fn, torch.nn.Module):
+            params = tuple(q for q in event.fn.parameters() if q.requires_grad)
+        spec = _EventSpec(p.f, value)
+        t_tensor, end_state = _EventTimeGradient.apply(spec, t_tensor, end_state, *params)  # type: ignore[no-untyped-call]
+        ys[-1] = end_state
+    if not save_end:
+        ts, ys = kept, ys[:-1]
+    return EventRun(replace(run, ys=ys, status=Status.SUCCESS, t_final=t_e), ts, t_tensor)
+
+
+def _windows(t0: float, t1: float, dt0: float | None) -> Iterator[float]:
+    """The ends of the solves that cover ``[t0, t1]``: ``t1`` alone when finite, else
+    ends at ``t0 + D (2^k - 1)`` (multiples of a constant step ``dt0``) for ever."""
+    if math.isfinite(t1):
+        yield t1
+        return
+    direction = 1.0 if t1 > t0 else -1.0
+    unit = max(1.0, abs(t0))
+    if dt0 is not None:
+        unit = abs(dt0) * math.ceil(unit / abs(dt0))
+    k = 1
+    while True:
+        yield t0 + direction * unit * (2**k - 1)
+        k += 1
+
+
+def _locate(
+    search: _EventSearch,
+    make_loop: Callable[[list[float], list[float], int], Loop],
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+    p: Problem,
+    ts: list[float],
+) -> tuple[LoopResult, Tensor | None]:
+    """Run the loop from ``t0`` until the event or ``t1`` (a sequence of solves when
+    ``t1`` is infinite); the outputs at ``ts`` up to there, and the state at the end
+    of the last solve."""
+    direction = 1.0 if p.t1 >= p.t0 else -1.0
+    constant = isinstance(p.controller, ConstantStepSize)
+    a, y, dt0 = p.t0, p.y0, p.dt0
+    search.last = search.value(a, y)
+    stats: Stats | None = None
+    ys: list[Tensor | None] = []
+    ends: list[float] = []
+    remaining = max_steps
+    for b in _windows(p.t0, p.t1, p.dt0 if constant else None):
+        if remaining < 1:
+            status = Status.MAX_STEPS_REACHED
+            message = f"The event did not happen within `max_steps` = {max_steps} steps."
+            return LoopResult(ys, stats or Stats(), status, a, ends, message), None
+        inside = [t for t in ts if direction * a < direction * t <= direction * b]
+        inside = [t for t in ts if t == p.t0] + inside if a == p.t0 else inside
+        loop = make_loop(jumps, steps, remaining)
+        end_state: list[Tensor] = []  # the state at the last step end, which is b
+
+        def keep(t: float, y_t: Tensor, end_state: list[Tensor] = end_state) -> None:
+            end_state[:] = [y_t]
+
+        run = loop(
+            search, y, a, b, [*inside, b], p.solver, p.controller, dt0,
+            on_step=keep, times=p.times(),
+        )  # fmt: skip
+        if not search.seen:
+            raise ConfigurationError(
+                "`event` needs odecore's own solve loop; SciPy's methods cannot stop at an "
+                "event. Use an odecore solver such as `Dopri5()`."
+            )
+        stats = run.stats if stats is None else _sum_stats(stats, run.stats)
+        ys.extend(run.ys[: len(inside)])
+        ends.extend(run.step_ends)
+        remaining -= run.stats.n_steps
+        if run.status != Status.SUCCESS or search.found is not None or b == p.t1:
+            message = run.message
+            if run.status == Status.MAX_STEPS_REACHED and not math.isfinite(p.t1):
+                message = f"The event did not happen within `max_steps` = {max_steps} steps."
+            result = LoopResult(ys, stats, run.status, run.t_final, ends, message)
+            return result, run.ys[-1]
+        # The state at the step end b (not the output at b: with time gradients a
+        # window's end moves with its steps, as the next window's start does).
+        y = end_state[-1]
+        if not constant and len(run.step_ends) >= 1:
+            last = [a, *run.step_ends][-2:]
+            dt0 = abs(last[1] - last[0])
+        a = b
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _sum_stats(into: Stats, more: Stats) -> Stats:
+    for spec in fields(Stats):
+        setattr(into, spec.name, getattr(into, spec.name) + getattr(more, spec.name))
+    return into
+
+
+def _add_stats(run: LoopResult, more: Stats) -> LoopResult:
+    """``run`` with the counts of the locating solve added (in place: a gradient
+    method may still add its backward counts to ``run.stats``)."""
+    _sum_stats(run.stats, more)
+    return run
+
+
+# --- the gradient through the event time ----------------------------------------------
+
+
+@dataclass
+class _EventSpec:
+    f: FlatField
+    value: Callable[[Tensor, Tensor], Tensor]
+
+
+class _EventTimeGradient(torch.autograd.Function):
+    """``(t_e, y_e) -> (t_e, y_e)``, whose backward adds the event time's gradient.
+
+    With ``c(t, y)`` the event function (zero at the event) and ``f`` the field,
+    ``dc/dt = ∂c/∂t + ∂c/∂y f``; a loss ``L(t_e, y(t_e))`` sees
+    ``dL/dt_e = ∂L/∂t_e + ∂L/∂y f``, and the event time moves by
+    ``-(∂c/∂y δy + ∂c/∂θ δθ) / (dc/dt)`` (implicit function theorem). So the
+    gradient of the state becomes ``∂L/∂y - ∂c/∂y dL/dt_e / (dc/dt)``, and the
+    event function's parameters get ``-∂c/∂θ dL/dt_e / (dc/dt)``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, spec: _EventSpec, t_e: Tensor, y_e: Tensor, *params: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        ctx.spec = spec
+        ctx.save_for_backward(t_e, y_e, *params)
+        return t_e.clone(), y_e.clone()
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_t: Tensor, grad_y: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        spec: _EventSpec = ctx.spec
+        t_e, y_e, *params = ctx.saved_tensors
+        with torch.enable_grad():
+            t = t_e.detach().to(y_e.dtype).requires_grad_(True)
+            y = y_e.detach().requires_grad_(True)
+            c = spec.value(t, y)
+            dc_t, dc_y, *dc_params = torch.autograd.grad(c, (t, y, *params), allow_unused=True)
+        with torch.no_grad():
+            f = spec.f(t.detach(), y_e.detach())
+            dc_t = torch.zeros_like(t) if dc_t is None else dc_t
+            dc_y = torch.zeros_like(y) if dc_y is None else dc_y
+            dcdt = dc_t + (dc_y * f).sum()
+            total = grad_t.to(dcdt.dtype) + (grad_y * f).sum()
+            factor = -total / dcdt
+            grad_state = grad_y + dc_y * factor
+            grad_params = [None if g is None else g * factor.to(g.dtype) for g in dc_params]
+        return (None, None, grad_state, *grad_params)
+
+
+def reroute(
+    f: FlatField,
+    value: Callable[[Tensor, Tensor], Tensor],
+    event_t: Tensor,
+    state: Tensor,
+    params: tuple[Tensor, ...] = (),
+) -> tuple[Tensor, Tensor]:
+    """``(event_t, state)`` with the event time's gradient added by the implicit
+    function theorem (flat state, caller's time)."""
+    out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
+        _EventSpec(f, value), event_t, state, *params
+    )
+    return out

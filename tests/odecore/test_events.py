@@ -1,0 +1,450 @@
+"""Terminal events: ``solve(event=...)``, ``odeint(event_fn=...)`` and ``odeint_event``."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+
+torchdiffeq = pytest.importorskip("torchdiffeq")
+
+G = 9.81
+F64 = torch.float64
+
+
+def _scalar(x: float, requires_grad: bool = False) -> torch.Tensor:
+    return torch.tensor(x, dtype=F64, requires_grad=requires_grad)
+
+
+class Ball(torch.nn.Module):
+    """A falling ball, ``(height, velocity)``: ``x'' = -g``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = torch.nn.Parameter(_scalar(G))
+
+    def forward(self, t, y):
+        return (y[1], -self.g * torch.ones_like(y[1]))
+
+
+def height(t, y):
+    return y[0]
+
+
+GRADIENTS = {
+    "autograd": odecore.Autograd,
+    "adjoint": odecore.Adjoint,
+    "checkpoint": odecore.Checkpoint,
+}
+
+
+def _impact(h, gradient, solver=None, **kwargs):
+    return odecore.solve(
+        Ball(),
+        (h, _scalar(0.0)),
+        t0=0.0,
+        t1=math.inf,
+        solver=solver or odecore.Tsit5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        gradient=GRADIENTS[gradient](),
+        event=odecore.Event(height),
+        **kwargs,
+    )
+
+
+# --- the bouncing ball against its closed form ---------------------------------------
+
+
+@pytest.mark.parametrize("gradient", sorted(GRADIENTS))
+@pytest.mark.parametrize("h0", [0.5, 2.0, 10.0])
+def test_impact_time_and_its_gradient_match_the_closed_form(gradient, h0):
+    h = _scalar(h0, requires_grad=True)
+    sol = _impact(h, gradient)
+    assert sol.event_t is not None
+    assert sol.event_t.item() == pytest.approx(math.sqrt(2 * h0 / G), rel=1e-10)
+    sol.event_t.backward()
+    assert h.grad.item() == pytest.approx(1 / math.sqrt(2 * h0 * G), rel=1e-7)
+
+
+@pytest.mark.parametrize("gradient", sorted(GRADIENTS))
+def test_impact_velocity_gradient_includes_the_moving_event_time(gradient):
+    # v(t_e) = -g sqrt(2h/g) = -sqrt(2 g h): dv/dh = -sqrt(g / (2 h)).
+    h0 = 2.0
+    h = _scalar(h0, requires_grad=True)
+    sol = _impact(h, gradient)
+    height_e, velocity_e = (y[-1] for y in sol.ys)
+    assert velocity_e.item() == pytest.approx(-math.sqrt(2 * G * h0), rel=1e-9)
+    assert abs(height_e.item()) < 1e-9
+    velocity_e.backward()
+    assert h.grad.item() == pytest.approx(-math.sqrt(G / (2 * h0)), rel=1e-7)
+
+
+@pytest.mark.parametrize("gradient", ["autograd", "adjoint"])
+def test_gradient_reaches_the_parameters_of_the_field(gradient):
+    # d/dg sqrt(2h/g) = -sqrt(2h) / (2 g^1.5)
+    field = Ball()
+    sol = odecore.solve(
+        field,
+        (_scalar(2.0), _scalar(0.0)),
+        t0=0.0,
+        t1=math.inf,
+        solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        gradient=GRADIENTS[gradient](),
+        event=odecore.Event(height),
+    )
+    sol.event_t.backward()
+    assert field.g.grad.item() == pytest.approx(-math.sqrt(4.0) / (2 * G**1.5), rel=1e-7)
+
+
+class Wall(torch.nn.Module):
+    """An event function with a parameter: the height of the floor."""
+
+    def __init__(self, level: float) -> None:
+        super().__init__()
+        self.level = torch.nn.Parameter(_scalar(level))
+
+    def forward(self, t, y):
+        return y[0] - self.level
+
+
+def test_gradient_reaches_the_parameters_of_the_event_function():
+    # t_e = sqrt(2 (h - l) / g): dt_e/dl = -1 / sqrt(2 (h - l) g)
+    wall = Wall(0.5)
+    sol = odecore.solve(
+        Ball(),
+        (_scalar(2.0), _scalar(0.0)),
+        t0=0.0,
+        t1=math.inf,
+        solver=odecore.Tsit5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        event=odecore.Event(wall),
+    )
+    sol.event_t.backward()
+    assert wall.level.grad.item() == pytest.approx(-1 / math.sqrt(2 * 1.5 * G), rel=1e-7)
+
+
+# --- the event time's gradient against finite differences ----------------------------
+
+
+def _damped(k, gradient):
+    """``y' = -k y + sin(3 t)`` from 1 until ``y`` falls to 0.4: a nonlinear event time."""
+    return odecore.solve(
+        lambda t, y: -k * y + torch.sin(3 * t),
+        _scalar(1.0).reshape(1),
+        t0=0.0,
+        t1=10.0,
+        solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-11, atol=1e-12),
+        gradient=gradient,
+        event=odecore.Event(lambda t, y: y - 0.4),
+    )
+
+
+@pytest.mark.parametrize(
+    "gradient",
+    [odecore.Autograd(), "adjoint"],
+    ids=["autograd", "adjoint"],
+)
+def test_event_time_gradient_matches_central_differences(gradient):
+    k = _scalar(1.3, requires_grad=True)
+    if gradient == "adjoint":
+        gradient = odecore.Adjoint(params=(k,))
+    sol = _damped(k, gradient)
+    sol.event_t.backward()
+    eps = 1e-5
+    with torch.no_grad():
+        up = _damped(_scalar(1.3 + eps), odecore.Autograd()).event_t.item()
+        down = _damped(_scalar(1.3 - eps), odecore.Autograd()).event_t.item()
+    assert k.grad.item() == pytest.approx((up - down) / (2 * eps), rel=1e-5)
+
+
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_odeint_event_gradient_matches_central_differences(interface):
+    k = _scalar(1.3, requires_grad=True)
+
+    def run(rate):
+        kwargs = {"adjoint_params": (rate,)} if interface == "odeint_adjoint" else {}
+        return odecore.odeint_event(
+            lambda t, y: -rate * y + torch.sin(3 * t),
+            _scalar(1.0).reshape(1),
+            _scalar(0.0),
+            event_fn=lambda t, y: y - 0.4,
+            odeint_interface=getattr(odecore, interface),
+            rtol=1e-11,
+            atol=1e-12,
+            **kwargs,
+        )
+
+    event_t, _ = run(k)
+    event_t.backward()
+    eps = 1e-5
+    with torch.no_grad():
+        up = run(_scalar(1.3 + eps))[0].item()
+        down = run(_scalar(1.3 - eps))[0].item()
+    assert k.grad.item() == pytest.approx((up - down) / (2 * eps), rel=1e-5)
+
+
+# --- odeint_event against torchdiffeq's --------------------------------------------
+
+
+INTERFACES = [("odeint", "odeint"), ("odeint_adjoint", "odeint_adjoint")]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), INTERFACES, ids=[i for i, _ in INTERFACES])
+@pytest.mark.parametrize("reverse_time", [False, True])
+def test_odeint_event_matches_torchdiffeq(ours, theirs, reverse_time):
+    results = []
+    for library, interface in ((odecore, ours), (torchdiffeq, theirs)):
+        field = Ball()
+        h = _scalar(2.0, requires_grad=True)
+        v = _scalar(1.0)  # thrown upward (forward) or arriving from below (backward)
+        event_t, (x, vel) = library.odeint_event(
+            field,
+            (h, v),
+            _scalar(0.5),
+            event_fn=height,
+            reverse_time=reverse_time,
+            odeint_interface=getattr(library, interface),
+            rtol=1e-10,
+            atol=1e-12,
+        )
+        (event_t + vel[-1] ** 2).backward()
+        results.append(
+            (event_t.item(), x[-1].item(), vel[-1].item(), h.grad.item(), field.g.grad.item())
+        )
+    ours_result, theirs_result = results
+    assert ours_result == pytest.approx(theirs_result, rel=1e-7, abs=1e-9)
+    # and the closed form: x(t) = h + v (t - t0) - g (t - t0)^2 / 2
+    sign = -1.0 if reverse_time else 1.0
+    disc = math.sqrt(1.0 + 2 * G * 2.0)
+    expected = 0.5 + ((1.0 + disc) / G if not reverse_time else (1.0 - disc) / G)
+    assert ours_result[0] == pytest.approx(expected, rel=1e-10)
+    assert sign * (ours_result[0] - 0.5) > 0
+
+
+@pytest.mark.parametrize("method", ["dopri5", "bosh3", "rk4"])
+def test_odeint_event_mode_matches_torchdiffeq(method):
+    options = {"step_size": 0.01} if method == "rk4" else None
+    y0 = torch.tensor([1.0, 0.5], dtype=F64)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+
+    def field(t, y):
+        return torch.stack([y[1], -y[0]])
+
+    def event_fn(t, y):
+        return y[0] + 0.5
+
+    ours_t, ours = odecore.odeint(field, y0, t, method=method, options=options, event_fn=event_fn)
+    theirs_t, theirs = torchdiffeq.odeint(
+        field, y0, t, method=method, options=options, event_fn=event_fn, rtol=1e-9, atol=1e-11
+    )
+    assert ours.shape == theirs.shape == (2, 2)
+    assert ours_t.dtype == t.dtype
+    # torchdiffeq's fixed-step methods find the root on a linear interpolant.
+    close = 1e-4 if method == "rk4" else 1e-6
+    assert ours_t.item() == pytest.approx(theirs_t.item(), abs=close)
+    torch.testing.assert_close(ours, theirs, atol=close, rtol=close)
+    # y = cos t + 0.5 sin t = R cos(t - phi), R = sqrt(1.25), phi = atan(0.5)
+    exact = math.atan(0.5) + math.acos(-0.5 / math.sqrt(1.25))
+    assert ours_t.item() == pytest.approx(exact, abs=1e-6)
+
+
+# --- the structured API --------------------------------------------------------------
+
+
+def test_output_times_after_the_event_are_left_out():
+    sol = _impact(_scalar(2.0), "autograd", saveat=odecore.SaveAt(ts=[0.0, 0.3, 0.5, 0.9, 2.0]))
+    # with t1=inf the output times must lie within [t0, inf)
+    assert sol.ts.tolist() == [0.0, 0.3, 0.5]
+    assert sol.ys[0].shape == (3,)
+    assert sol.t_final == pytest.approx(math.sqrt(4 / G), rel=1e-10)
+
+
+def test_saveat_t1_saves_the_state_at_the_event():
+    sol = _impact(_scalar(2.0), "autograd", saveat=odecore.SaveAt(ts=[0.0, 0.3], t1=True))
+    assert sol.ts.tolist()[:2] == [0.0, 0.3]
+    assert sol.ts[-1].item() == pytest.approx(math.sqrt(4 / G), rel=1e-10)
+    assert sol.ys[0][-1].item() == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("gradient", sorted(GRADIENTS))
+def test_event_after_t1_leaves_the_solve_unchanged(gradient):
+    h = _scalar(2.0, requires_grad=True)
+    sol = odecore.solve(
+        Ball(),
+        (h, _scalar(0.0)),
+        t0=0.0,
+        t1=0.5,
+        solver=odecore.Tsit5(),
+        gradient=GRADIENTS[gradient](),
+        saveat=odecore.SaveAt(ts=[0.0, 0.25], t1=True),
+        event=odecore.Event(height),
+    )
+    assert sol.event_t is None
+    assert sol.status == odecore.Status.SUCCESS
+    assert sol.ts.tolist() == [0.0, 0.25, 0.5]
+    assert sol.ys[0][-1].item() == pytest.approx(2.0 - G * 0.125, rel=1e-8)
+    sol.ys[0][-1].backward()
+    assert h.grad.item() == pytest.approx(1.0)
+
+
+def test_event_at_the_start_time_ends_the_solve_there():
+    sol = odecore.solve(
+        lambda t, y: -y,
+        torch.tensor([1.0, 0.0], dtype=F64),
+        t0=0.0,
+        t1=1.0,
+        solver=odecore.Dopri5(),
+        event=odecore.Event(lambda t, y: y),
+    )
+    assert sol.event_t.item() == 0.0
+    assert sol.stats.n_steps == 0
+    assert sol.ts.tolist() == [0.0]
+
+
+@pytest.mark.parametrize("gradient", ["autograd", "adjoint"])
+def test_backward_in_time(gradient):
+    # y' = y, y(0) = 1, integrated backward until y = 0.5: t_e = log(0.5).
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: y,
+        y0,
+        t0=0.0,
+        t1=-math.inf,
+        solver=odecore.Tsit5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        gradient=GRADIENTS[gradient](),
+        event=odecore.Event(lambda t, y: y - 0.5),
+    )
+    assert sol.event_t.item() == pytest.approx(math.log(0.5), rel=1e-9)
+    sol.event_t.backward()  # t_e = log(0.5 / y0): dt_e/dy0 = -1 / y0
+    assert y0.grad.item() == pytest.approx(-1.0, rel=1e-7)
+
+
+def test_multi_element_event_stops_at_the_first_crossing():
+    # Two decays towards 0.3 at different rates: the faster one decides.
+    rates = torch.tensor([1.0, 2.0], dtype=F64)
+    sol = odecore.solve(
+        lambda t, y: -rates * y,
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=5.0,
+        solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        event=odecore.Event(lambda t, y: y - 0.3),
+    )
+    assert sol.event_t.item() == pytest.approx(math.log(1 / 0.3) / 2.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("solver", [odecore.RK4(), odecore.Euler()], ids=["rk4", "euler"])
+def test_fixed_step_event_time_is_found_inside_the_step(solver):
+    # Dense output of the fixed-step scheme: exact for the ball's quadratic with RK4.
+    sol = odecore.solve(
+        Ball(),
+        (_scalar(2.0), _scalar(0.0)),
+        t0=0.0,
+        t1=math.inf,
+        solver=solver,
+        dt0=0.1,
+        event=odecore.Event(height),
+    )
+    tolerance = 1e-12 if isinstance(solver, odecore.RK4) else 0.1
+    assert sol.event_t.item() == pytest.approx(math.sqrt(4 / G), abs=tolerance)
+    assert sol.stats.n_accepted == math.ceil(math.sqrt(4 / G) / 0.1)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_stats_count_every_solve(requires_grad):
+    sol = _impact(_scalar(2.0, requires_grad=requires_grad), "adjoint")
+    assert sol.stats.n_accepted > 0
+    assert sol.stats.nfe >= 6 * sol.stats.n_accepted
+
+
+# --- an event that does not happen, and errors ---------------------------------------
+
+
+def test_event_that_never_happens_fails_with_a_clear_error():
+    with pytest.raises(odecore.SolverError, match=r"event did not happen within `max_steps` = 50"):
+        odecore.solve(
+            lambda t, y: -y,
+            torch.ones(1, dtype=F64),
+            t0=0.0,
+            t1=math.inf,
+            solver=odecore.Dopri5(),
+            max_steps=50,
+            event=odecore.Event(lambda t, y: y + 1.0),
+        )
+
+
+def test_event_that_never_happens_is_a_status_without_throw():
+    sol = odecore.solve(
+        lambda t, y: -y,
+        torch.ones(1, dtype=F64),
+        t0=0.0,
+        t1=math.inf,
+        solver=odecore.Dopri5(),
+        max_steps=50,
+        throw=False,
+        event=odecore.Event(lambda t, y: y + 1.0),
+    )
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    assert sol.event_t is None
+    assert torch.isnan(sol.ys[-1]).all()
+
+
+def test_odeint_event_that_never_happens_names_max_num_steps():
+    with pytest.raises(odecore.SolverError, match=r"event did not happen"):
+        odecore.odeint_event(
+            lambda t, y: -y,
+            torch.ones(1, dtype=F64),
+            _scalar(0.0),
+            event_fn=lambda t, y: y + 1.0,
+            options={"max_num_steps": 30},
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"t": torch.tensor([0.0, 1.0, 2.0])},
+            ValueError,
+            r"`t` must hold 2 times with `event_fn`",
+        ),
+        ({"method": "rk4"}, ValueError, r"needs a step size: pass options=\{'step_size'"),
+        ({"method": "scipy:RK45"}, ValueError, r"`event_fn` needs one of odecore's methods"),
+        ({"method": "torchdiffeq:dopri5"}, ValueError, r"`event_fn` needs one of odecore's"),
+        ({"event_fn": 3}, TypeError, r"`event_fn` must be a callable"),
+        ({"event_fn": lambda t, y: 1.0}, TypeError, r"must return a non-empty floating tensor"),
+    ],
+    ids=["three-times", "fixed-step", "scipy", "torchdiffeq", "not-callable", "not-a-tensor"],
+)
+def test_odeint_event_mode_errors(kwargs, error, match):
+    call = {"t": torch.tensor([0.0, 1.0]), "event_fn": lambda t, y: y - 0.5, **kwargs}
+    with pytest.raises(error, match=match):
+        odecore.odeint(lambda t, y: -y, torch.ones(1), call.pop("t"), **call)
+
+
+def test_event_needs_a_callable():
+    with pytest.raises(TypeError, match=r"`Event\(fn=...\)` must be a callable"):
+        odecore.Event(3)  # type: ignore[arg-type]
+
+
+def test_infinite_t1_needs_an_event():
+    with pytest.raises(ValueError, match=r"`t0` and `t1` must be finite, got 0.0 and inf\."):
+        odecore.solve(lambda t, y: -y, torch.ones(1), t0=0.0, t1=math.inf, solver=odecore.Dopri5())
+
+
+def test_event_must_be_an_event():
+    with pytest.raises(TypeError, match=r"`event` must be an odecore.Event\(fn\)"):
+        odecore.solve(
+            lambda t, y: -y,
+            torch.ones(1),
+            t0=0.0,
+            t1=1.0,
+            solver=odecore.Dopri5(),
+            event=lambda t, y: y,  # type: ignore[arg-type]
+        )

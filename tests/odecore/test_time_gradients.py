@@ -1,0 +1,313 @@
+"""No silent gradient: every input that requires grad gets the right one.
+
+Oracles: torchdiffeq on the same call, ``torch.autograd.gradcheck`` in float64 (exact
+for the discrete scheme), and the closed form of ``y' = a y + b sin(t)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+torchdiffeq = pytest.importorskip("torchdiffeq")
+
+F64 = torch.float64
+GRADIENTS = {
+    "autograd": odecore.Autograd(),
+    "checkpoint": odecore.Checkpoint(every=3),
+    "adjoint": odecore.Adjoint(),
+}
+
+
+def _linear(a: torch.Tensor, b: torch.Tensor):
+    return lambda t, y: a * y + b * torch.sin(t)
+
+
+def _closed_form(a, b, y0, t):
+    """``y(t)`` of ``y' = a y + b sin(t)``, ``y(t[0]) = y0``, at every time of ``t``."""
+
+    def particular(s):
+        return b * (-a * torch.sin(s) - torch.cos(s)) / (a * a + 1)
+
+    return torch.stack(
+        [(y0 - particular(t[0])) * torch.exp(a * (s - t[0])) + particular(s) for s in t]
+    )
+
+
+def _inputs(requires: frozenset[str]) -> dict[str, torch.Tensor]:
+    return {
+        "a": torch.tensor(-0.7, dtype=F64, requires_grad="a" in requires),
+        "b": torch.tensor(1.3, dtype=F64, requires_grad="b" in requires),
+        "y0": torch.tensor([1.0, -0.5], dtype=F64, requires_grad="y0" in requires),
+        "t": torch.tensor([0.1, 0.45, 0.8, 1.2], dtype=F64, requires_grad="t" in requires),
+    }
+
+
+def _loss(ys: torch.Tensor) -> torch.Tensor:
+    weights = torch.linspace(0.5, 2.0, ys.numel(), dtype=ys.dtype).view_as(ys)
+    return (weights * ys * ys).sum()
+
+
+# --- the issue's example, against torchdiffeq ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "rtol"),
+    [
+        ("dopri5", "dopri5", 1e-5),  # other step sequences: alike to the tolerance
+        ("rk4_38", "rk4", 1e-12),  # torchdiffeq's rk4 is Kutta's 3/8 rule; same grid
+        ("euler", "euler", 1e-12),
+        ("midpoint", "midpoint", 1e-12),
+    ],
+)
+def test_time_gradient_matches_torchdiffeq(ours: str, theirs: str, rtol: float) -> None:
+    a = torch.tensor(-0.7, dtype=F64)
+    f = _linear(a, torch.tensor(1.0, dtype=F64))
+    y0 = torch.tensor([1.0], dtype=F64)
+    grads = []
+    for lib, method in ((odecore, ours), (torchdiffeq, theirs)):
+        t = torch.tensor([0.0, 0.5, 1.0], dtype=F64, requires_grad=True)
+        ys = lib.odeint(f, y0, t, method=method)
+        (grad,) = torch.autograd.grad(ys[-1].sum(), t)
+        grads.append(grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=rtol, atol=rtol)
+
+
+# --- exact for the discrete scheme: gradcheck ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [
+        ("euler", {}),
+        ("rk4", {}),
+        ("midpoint", {"step_size": 0.07}),  # not a divisor of the span: no kink
+        ("rk4", {"step_size": 0.13}),
+        ("dopri5", {}),
+        ("bosh3", {}),
+        ("tsit5", {}),
+    ],
+)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_backprop_time_gradient_is_exact_for_the_scheme(
+    method: str, options: dict, reverse: bool
+) -> None:
+    a, b = torch.tensor(-0.7, dtype=F64), torch.tensor(1.3, dtype=F64)
+    f = _linear(a, b)
+    y0 = torch.tensor([1.0, -0.5], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.1, 0.45, 0.8, 1.2], dtype=F64)
+    t = t.flip(0) if reverse else t
+    t.requires_grad_(True)
+
+    def run(t: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:
+        return odecore.odeint(f, y0, t, method=method, options=options, rtol=1e-6, atol=1e-8)
+
+    assert torch.autograd.gradcheck(run, (t, y0), eps=1e-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("solver", [odecore.Dopri5(), odecore.Bosh3(), odecore.RK4()])
+@pytest.mark.parametrize("every", [1, 2, 5])
+def test_checkpoint_time_gradient_equals_backprop(solver: odecore.AbstractSolver, every: int):
+    a, b = torch.tensor(-0.7, dtype=F64), torch.tensor(1.3, dtype=F64)
+    f = _linear(a, b)
+    y0 = torch.tensor([1.0, -0.5], dtype=F64)
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Checkpoint(every=every)):
+        ts = torch.tensor([0.0, 0.3, 0.55, 1.0], dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            f,
+            y0,
+            t0=0.0,
+            t1=1.0,
+            solver=solver,
+            dt0=0.1,
+            controller=None if solver.adaptive else odecore.ConstantStepSize(),
+            saveat=odecore.SaveAt(ts=ts),
+            gradient=gradient,
+        )
+        grads.append(torch.autograd.grad(_loss(sol.ys), ts)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+
+
+def test_an_appended_end_time_keeps_the_gradients_of_the_others() -> None:
+    f = _linear(torch.tensor(-0.7, dtype=F64), torch.tensor(1.0, dtype=F64))
+    ts = torch.tensor([0.0, 0.5], dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        f,
+        torch.ones(1, dtype=F64),
+        t0=0.0,
+        t1=1.0,
+        solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(ts=ts, t1=True),
+        gradient=odecore.Adjoint(),
+    )
+    sol.ys[1].sum().backward()
+    assert ts.grad is not None and ts.grad[1].item() == pytest.approx(
+        f(torch.tensor(0.5, dtype=F64), sol.ys[1]).item(), rel=1e-6
+    )
+
+
+def test_jump_times_that_require_grad_are_refused() -> None:
+    jumps = torch.tensor([0.5], requires_grad=True)
+    with pytest.raises(ValueError, match="`jump_ts` requires grad"):
+        odecore.solve(
+            lambda t, y: -y, torch.ones(1), t0=0.0, t1=1.0, solver=odecore.Dopri5(), jump_ts=jumps
+        )
+
+
+# --- no None anywhere --------------------------------------------------------------------
+
+
+class _Field(nn.Module):
+    """``a y + b sin(t)`` with ``a`` a parameter and ``b`` a tensor it closes over."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a.detach().clone(), requires_grad=a.requires_grad)
+        self._b = [b]  # held, not registered
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.a * y + self._b[0] * torch.sin(t)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+@pytest.mark.parametrize("form", ["closure", "module", "non-leaf closure"])
+def test_no_gradient_method_leaves_an_input_without_its_gradient(gradient: str, form: str):
+    x = _inputs(frozenset({"a", "b", "y0", "t"}))
+    if form == "module":
+        field = _Field(x["a"], x["b"])
+        a = field.a
+    elif form == "closure":
+        field, a = _linear(x["a"], x["b"]), x["a"]
+    else:
+        raw = x["a"]
+        field, a = _linear(raw * 1.0, x["b"]), raw
+    sol = odecore.solve(
+        field,
+        x["y0"],
+        t0=0.1,
+        t1=1.2,
+        solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        saveat=odecore.SaveAt(ts=x["t"]),
+        gradient=GRADIENTS[gradient],
+    )
+    _loss(sol.ys).backward()
+    inputs = {"a": a, "b": x["b"], "y0": x["y0"], "t": x["t"]}
+    missing = [name for name, v in inputs.items() if v.grad is None]
+    assert not missing, f"{gradient} left {missing} without a gradient"
+    oracle = _inputs(frozenset({"a", "b", "y0", "t"}))
+    _loss(_closed_form(oracle["a"], oracle["b"], oracle["y0"], oracle["t"])).backward()
+    for name, v in inputs.items():
+        torch.testing.assert_close(v.grad, oracle[name].grad, rtol=2e-6, atol=2e-8)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "scipy:LSODA"])
+def test_odeint_adjoint_differentiates_what_a_plain_function_closes_over(method: str) -> None:
+    pytest.importorskip("scipy")
+    w = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    y0 = torch.ones(2, dtype=F64)
+    t = torch.linspace(0.0, 1.0, 3, dtype=F64)
+    ys = odecore.odeint_adjoint(lambda t, y: -w * y, y0, t, method=method, rtol=1e-10, atol=1e-12)
+    ys[-1].sum().backward()
+    assert w.grad is not None
+    assert w.grad.item() == pytest.approx(-2 * math.exp(-1.0), rel=1e-6)
+
+
+# --- one property over gradient method x method x inputs --------------------------------
+
+METHODS = {
+    "rk4": {"options": {"step_size": 0.01}},
+    "dopri5": {},
+    "bosh3": {},
+    "tsit5": {},
+    "dopri8": {},
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gradient=st.sampled_from(sorted(GRADIENTS)),
+    method=st.sampled_from(sorted(METHODS)),
+    requires=st.sets(st.sampled_from(["a", "b", "y0", "t"]), min_size=1).map(frozenset),
+    reverse=st.booleans(),
+)
+def test_every_gradient_method_gives_every_input_its_gradient(
+    gradient: str, method: str, requires: frozenset[str], reverse: bool
+) -> None:
+    x = _inputs(requires)
+    t = x["t"].flip(0) if reverse else x["t"]
+    field = _linear(x["a"], x["b"])
+    kwargs = dict(method=method, rtol=1e-10, atol=1e-12, **METHODS[method])
+    if gradient == "adjoint":
+        ys = odecore.odeint_adjoint(field, x["y0"], t, **kwargs)
+    elif gradient == "autograd":
+        ys = odecore.odeint(field, x["y0"], t, **kwargs)
+    else:  # checkpoint: the structured API with the same objects
+        ys = _checkpointed(field, x["y0"], t, method)
+    _loss(ys).backward()
+    oracle = _inputs(requires)
+    t_oracle = oracle["t"].flip(0) if reverse else oracle["t"]
+    _loss(_closed_form(oracle["a"], oracle["b"], oracle["y0"], t_oracle)).backward()
+    for name in sorted(requires):
+        assert x[name].grad is not None, f"{gradient}/{method} gave {name} no gradient"
+        torch.testing.assert_close(x[name].grad, oracle[name].grad, rtol=1e-5, atol=1e-7)
+
+
+def _checkpointed(field, y0, t, method):
+    solver = odecore.ADAPTIVE_METHODS.get(method) or odecore.FIXED_METHODS[method]
+    adaptive = method in odecore.ADAPTIVE_METHODS
+    sol = odecore.solve(
+        field,
+        y0,
+        t0=float(t[0].detach()),
+        t1=float(t[-1].detach()),
+        solver=solver(),
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12)
+        if adaptive
+        else odecore.ConstantStepSize(),
+        dt0=None if adaptive else 0.01,
+        saveat=odecore.SaveAt(ts=t),
+        gradient=odecore.Checkpoint(every=4),
+    )
+    return sol.ys
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+def test_event_solve_gives_the_start_and_output_times_their_gradients(gradient: str) -> None:
+    """A falling ball pushed by sin(t): the loss reads the event time, an output time's
+    state and the state at the event; central differences are the oracle."""
+    g = 9.81
+
+    def loss(h: torch.Tensor, t0: torch.Tensor) -> torch.Tensor:
+        ts = torch.stack([t0, t0 + 0.2])
+        sol = odecore.solve(
+            lambda t, y: (y[1], torch.full_like(y[1], -g) + 0.3 * torch.sin(t)),
+            (h, torch.zeros((), dtype=F64)),
+            t0=float(t0.detach()),
+            t1=math.inf,
+            solver=odecore.Tsit5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+            saveat=odecore.SaveAt(ts=ts, t1=True),
+            event=odecore.Event(lambda t, y: y[0]),
+            gradient=GRADIENTS[gradient],
+        )
+        return sol.event_t + 0.5 * sol.ys[0][1] + sol.ys[1][-1]
+
+    h = torch.tensor(2.0, dtype=F64, requires_grad=True)
+    t0 = torch.tensor(0.1, dtype=F64, requires_grad=True)
+    loss(h, t0).backward()
+    eps = 1e-6
+    with torch.no_grad():
+        one = torch.tensor(eps, dtype=F64)
+        fd_h = (loss(h + one, t0) - loss(h - one, t0)) / (2 * eps)
+        fd_t0 = (loss(h, t0 + one) - loss(h, t0 - one)) / (2 * eps)
+    assert h.grad is not None and t0.grad is not None
+    assert h.grad.item() == pytest.approx(fd_h.item(), rel=1e-6)
+    assert t0.grad.item() == pytest.approx(fd_t0.item(), rel=1e-6)
