@@ -16,15 +16,18 @@ ALL = FIXED + ADAPTIVE
 
 # Per method: options, and an error bound that they reach on these mild problems, in
 # the sense of ``assert_close(rtol=bound, atol=bound)`` (adaptive methods at
-# rtol = atol = 1e-8, adaptive_heun at 1e-6; the bounds are about 10x the errors seen).
+# rtol = atol = 1e-8, the second-order pairs at 1e-6; the bounds are about 10x the errors seen).
 ACCURATE = {
     "euler": ({"step_size": 1e-3}, 1e-2),
     "midpoint": ({"step_size": 1e-2}, 1e-3),
     "heun": ({"step_size": 1e-2}, 1e-3),
+    "heun2": ({"step_size": 1e-2}, 1e-3),
+    "heun3": ({"step_size": 1e-2}, 1e-4),
     "ralston": ({"step_size": 1e-2}, 1e-3),
     "rk4": ({"step_size": 2e-2}, 1e-6),
     "rk4_38": ({"step_size": 2e-2}, 1e-6),
     "adaptive_heun": ({}, 1e-4),
+    "fehlberg2": ({}, 1e-2),  # its error runs to 1000x the tolerance (see test_adaptive)
     "bosh3": ({}, 5e-6),
     "dopri5": ({}, 5e-7),
     "tsit5": ({}, 5e-7),
@@ -39,7 +42,7 @@ def assert_accurate(actual, expected, method, factor=1.0):
 
 def run(method, f, y0, t, **options):
     opts, _ = ACCURATE[method]
-    tol = 1e-6 if method == "adaptive_heun" else 1e-8
+    tol = 1e-6 if method in ("adaptive_heun", "fehlberg2") else 1e-8
     return odecore.odeint(f, y0, t, rtol=tol, atol=tol, method=method, options={**opts, **options})
 
 
@@ -269,7 +272,16 @@ def test_unknown_option_lists_known_options(method, option, known):
 
 
 def test_option_lists():
-    assert odecore.FIXED_OPTIONS == ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps")
+    assert odecore.FIXED_OPTIONS == (
+        "step_size",
+        "n_steps",
+        "jump_t",
+        "step_t",
+        "max_num_steps",
+        "grid_constructor",
+        "perturb",
+        "interp",
+    )
     assert set(odecore.ADAPTIVE_OPTIONS) == {
         "first_step",
         "safety",
@@ -283,6 +295,8 @@ def test_option_lists():
         "jump_t",
         "step_t",
         "max_num_steps",
+        "min_step",
+        "dtype",
     }
 
 

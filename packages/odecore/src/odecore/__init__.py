@@ -16,6 +16,7 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
+from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
 from ._odeint import (
     ADAPTIVE_METHODS,
@@ -24,6 +25,7 @@ from ._odeint import (
     FIXED_OPTIONS,
     odeint,
     odeint_adjoint,
+    odeint_event,
 )
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
@@ -34,7 +36,9 @@ from ._solvers import (
     Dopri5,
     Dopri8,
     Euler,
+    Fehlberg2,
     Heun,
+    Heun3,
     HeunEuler,
     Midpoint,
     Ralston,
@@ -47,6 +51,8 @@ from ._tableau import (
     DOPRI5_TABLEAU,
     DOPRI8_TABLEAU,
     EULER_TABLEAU,
+    FEHLBERG2_TABLEAU,
+    HEUN3_TABLEAU,
     HEUN_EULER_TABLEAU,
     HEUN_TABLEAU,
     MIDPOINT_TABLEAU,
@@ -66,8 +72,10 @@ __all__ = [
     "DOPRI5_TABLEAU",
     "DOPRI8_TABLEAU",
     "EULER_TABLEAU",
+    "FEHLBERG2_TABLEAU",
     "FIXED_METHODS",
     "FIXED_OPTIONS",
+    "HEUN3_TABLEAU",
     "HEUN_EULER_TABLEAU",
     "HEUN_TABLEAU",
     "MIDPOINT_TABLEAU",
@@ -91,7 +99,10 @@ __all__ = [
     "Dopri5",
     "Dopri8",
     "Euler",
+    "Event",
+    "Fehlberg2",
     "Heun",
+    "Heun3",
     "HeunEuler",
     "Midpoint",
     "OdeCoreError",
@@ -107,6 +118,7 @@ __all__ = [
     "Tsit5",
     "odeint",
     "odeint_adjoint",
+    "odeint_event",
     "rms_norm",
     "solve",
 ]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, overload
 
+import torch
 from torch import Tensor
 
 from ._backends import (
@@ -27,8 +28,9 @@ from ._backends import (
 )
 from ._controllers import ConstantStepSize, PIDController
 from ._errors import ConfigurationError
+from ._events import Event, combined_event, reroute
 from ._gradients import AbstractGradient, Adjoint
-from ._solve import SaveAt, State, VectorField, _check_y0, _make_loop, _solve
+from ._solve import _SNAP, SaveAt, State, VectorField, _check_y0, _make_loop, _solve
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -36,7 +38,9 @@ from ._solvers import (
     Dopri5,
     Dopri8,
     Euler,
+    Fehlberg2,
     Heun,
+    Heun3,
     HeunEuler,
     Midpoint,
     Ralston,
@@ -48,14 +52,17 @@ FIXED_METHODS: dict[str, type[AbstractSolver]] = {
     "euler": Euler,
     "midpoint": Midpoint,
     "heun": Heun,
+    "heun2": Heun,
+    "heun3": Heun3,
     "ralston": Ralston,
     "rk4": RK4,
     "rk4_38": RK4ThreeEighths,
 }
-"""Fixed-step methods by name."""
+"""Fixed-step methods by name (``heun2`` is torchdiffeq's name of ``heun``)."""
 
 ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
     "adaptive_heun": HeunEuler,
+    "fehlberg2": Fehlberg2,
     "bosh3": Bosh3,
     "dopri5": Dopri5,
     "tsit5": Tsit5,
@@ -64,8 +71,8 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
 """Adaptive embedded pairs by name."""
 
 _COMMON_OPTIONS = ("jump_t", "step_t", "max_num_steps")
-FIXED_OPTIONS = ("step_size", "n_steps", *_COMMON_OPTIONS)
-"""Options accepted by fixed-step methods."""
+FIXED_OPTIONS = ("step_size", "n_steps", *_COMMON_OPTIONS, "grid_constructor", "perturb", "interp")
+"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
 ADAPTIVE_OPTIONS = (
     "first_step",
     "safety",
@@ -77,11 +84,49 @@ ADAPTIVE_OPTIONS = (
     "max_step",
     "norm",
     *_COMMON_OPTIONS,
+    "min_step",
+    "dtype",
 )
-"""Options accepted by adaptive methods."""
+"""Options accepted by adaptive methods (``dtype`` only as ``torch.float64``)."""
 
 _SCIPY_OPTIONS = ("first_step", "max_step", *_COMMON_OPTIONS)
 _LSODA_OPTIONS = ("first_step", "max_step", "min_step", *_COMMON_OPTIONS)
+
+SCIPY_SOLVER = "scipy_solver"
+_SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", *_COMMON_OPTIONS)
+
+PLANNED_METHODS = (
+    "explicit_adams",
+    "implicit_adams",
+    "fixed_adams",
+    "adams",
+    "implicit_euler",
+    "implicit_midpoint",
+    "trapezoid",
+    "gauss_legendre2",
+    "gauss_legendre4",
+    "gauss_legendre6",
+    "radauIIA3",
+    "radauIIA5",
+)
+"""torchdiffeq's implicit and Adams methods: planned, run through ``torchdiffeq:`` today."""
+
+_IN_TORCHDIFFEQ_0_2_5 = ("explicit_adams", "implicit_adams", "fixed_adams")
+
+
+def _planned(method: str, name: str) -> ConfigurationError:
+    where = (
+        "."
+        if method in _IN_TORCHDIFFEQ_0_2_5
+        else ", with a torchdiffeq release that has it (torchdiffeq 0.2.5 does not)."
+    )
+    return ConfigurationError(
+        f"`{name}method` {method!r} is planned for odecore but not built yet (none of "
+        f"torchdiffeq's implicit and Adams methods are); `{name}method="
+        f"'{TORCHDIFFEQ_PREFIX}{method}'` runs it today in torchdiffeq{where} For a stiff "
+        f"problem, SciPy's implicit solvers run here: `{name}method='scipy:BDF'`, "
+        "'scipy:Radau' or 'scipy:LSODA'."
+    )
 
 
 def _solver_for(method: str, name: str = "") -> AbstractSolver:
@@ -90,13 +135,16 @@ def _solver_for(method: str, name: str = "") -> AbstractSolver:
     if method.startswith(SCIPY_PREFIX) and method.removeprefix(SCIPY_PREFIX) in SCIPY_METHODS:
         scipy_integrate(method)  # fail now, with the fix, if SciPy is missing
         return ScipySolver(method.removeprefix(SCIPY_PREFIX))
+    if method in PLANNED_METHODS:
+        raise _planned(method, name)
     cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method)
     if cls is None:
         known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS]))
         scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
         raise ConfigurationError(
             f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "
-            f"solvers); {TORCHDIFFEQ_PREFIX}<name> (any torchdiffeq method)."
+            f"solvers, also as {SCIPY_SOLVER!r} with options={{'solver': <name>}}); "
+            f"{TORCHDIFFEQ_PREFIX}<name> (any torchdiffeq method)."
         )
     return cls()
 
@@ -140,6 +188,38 @@ def _positive(name: str, value: Any) -> float:
     return float(value)
 
 
+EventFn = Callable[[Tensor, Any], Tensor]
+"""An event function ``event_fn(t, y) -> Tensor``: the event is where it changes sign."""
+
+
+@overload
+def odeint(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    *,
+    rtol: float = ...,
+    atol: float = ...,
+    method: str = ...,
+    options: Mapping[str, Any] | None = ...,
+    event_fn: None = ...,
+) -> State: ...
+
+
+@overload
+def odeint(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    *,
+    rtol: float = ...,
+    atol: float = ...,
+    method: str = ...,
+    options: Mapping[str, Any] | None = ...,
+    event_fn: EventFn,
+) -> tuple[Tensor, State]: ...
+
+
 def odeint(
     func: VectorField,
     y0: State,
@@ -149,15 +229,15 @@ def odeint(
     atol: float = 1e-9,
     method: str = "dopri5",
     options: Mapping[str, Any] | None = None,
-) -> State:
+    event_fn: EventFn | None = None,
+) -> State | tuple[Tensor, State]:
     """Solve ``dy/dt = func(t, y)`` and return the solution at every time in ``t``.
 
     The signature and meaning are torchdiffeq's, so switching is a change of import.
-    Gradients flow by backpropagation through the solver's steps — except with
-    ``scipy:`` methods, whose steps autograd cannot see: there they come from the
-    continuous adjoint, as with :func:`odeint_adjoint`, and reach ``y0``, ``t`` and
-    the parameters of ``func`` when it is an ``nn.Module`` (not tensors it merely
-    closes over; pass those to :func:`odeint_adjoint` as ``adjoint_params``).
+    Gradients flow by backpropagation through the solver's steps, to ``y0``, to
+    ``t`` (exactly for the discrete scheme) and to every tensor ``func`` reads —
+    except with ``scipy:`` methods, whose steps autograd cannot see: there they come
+    from the continuous adjoint, as with :func:`odeint_adjoint`.
 
     Args:
         func: the vector field ``func(t, y)``; ``t`` is a 0-dim tensor in ``y0``'s
@@ -168,28 +248,44 @@ def odeint(
             solves integrate from ``t[0]`` down to ``t[-1]``.
         rtol: relative tolerance of adaptive methods.
         atol: absolute tolerance of adaptive methods.
-        method: one of ``euler``, ``midpoint``, ``heun``, ``ralston``, ``rk4``
-            (RK4-classic), ``rk4_38`` (fixed step) or ``adaptive_heun``, ``bosh3``,
-            ``dopri5``, ``tsit5``, ``dopri8`` (adaptive); or a backend:
-            ``scipy:LSODA``, ``scipy:BDF``, ``scipy:Radau`` (stiff problems),
-            ``scipy:RK45``, ``scipy:DOP853``, ``scipy:RK23`` — SciPy's ``solve_ivp``
-            solvers take the steps (needs ``pip install odecore[scipy]``) — or
-            ``torchdiffeq:<name>`` for any torchdiffeq method, which hands the whole
-            call to ``torchdiffeq.odeint`` (needs ``pip install odecore[torchdiffeq]``).
-        options: for fixed-step methods ``step_size`` or ``n_steps`` (uniform steps
-            over the whole span; the default is one step per interval of ``t``);
-            for adaptive ones ``first_step``, ``safety``, ``ifactor`` (largest growth),
-            ``dfactor`` (largest shrink), ``pcoeff``, ``icoeff``, ``dcoeff``, ``max_step``
-            and ``norm`` (a callable on the scaled error, structured like ``y0``);
-            for both ``jump_t`` (discontinuities of ``func`` in time), ``step_t``
-            (times to step on) and ``max_num_steps``. ``scipy:`` methods take
+        method: one of ``euler``, ``midpoint``, ``heun`` (or ``heun2``), ``ralston``,
+            ``heun3``, ``rk4`` (RK4-classic), ``rk4_38`` (fixed step) or
+            ``adaptive_heun``, ``fehlberg2``, ``bosh3``, ``dopri5``, ``tsit5``,
+            ``dopri8`` (adaptive); or a backend: ``scipy:LSODA``, ``scipy:BDF``,
+            ``scipy:Radau`` (stiff problems), ``scipy:RK45``, ``scipy:DOP853``,
+            ``scipy:RK23`` — SciPy's ``solve_ivp`` solvers take the steps (needs
+            ``pip install odecore[scipy]``; torchdiffeq's ``scipy_solver`` with the
+            option ``solver`` is the same) — or ``torchdiffeq:<name>`` for any
+            torchdiffeq method, which hands the whole call to ``torchdiffeq.odeint``
+            (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's Adams and
+            implicit methods are planned: their names raise an error that says so.
+        options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
+            steps over the whole span) and ``grid_constructor`` (``(func, y0, t) ->``
+            the grid, from ``t[0]`` to ``t[-1]``), the default being one step per
+            interval of ``t``; ``perturb`` (one-sided limits of ``func`` at every
+            step end) and ``interp="cubic"`` (for order <= 3, odecore's interpolant
+            anyway). For adaptive ones ``first_step``, ``min_step``, ``max_step``,
+            ``safety``, ``ifactor`` (largest growth), ``dfactor`` (largest shrink),
+            ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` (a callable on the scaled
+            error, structured like ``y0``) and ``dtype=torch.float64``. For both
+            ``jump_t`` (discontinuities of ``func`` in time), ``step_t`` (times to
+            step on) and ``max_num_steps``. ``scipy:`` methods take
             ``first_step``, ``max_step``, ``jump_t`` and ``step_t`` (scipy restarts
             at each), ``max_num_steps`` (accepted steps), and for LSODA ``min_step``;
-            ``torchdiffeq:`` methods pass ``options`` to torchdiffeq unchanged.
+            ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
+            ``options`` to torchdiffeq unchanged.
+        event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
+            ``event_fn(t, y)`` changes sign (see :class:`Event`), however long that
+            takes; ``t`` then holds two times, the start and any other that gives
+            the direction. Fixed-step methods need the ``step_size`` option. The
+            event time carries no gradient and the state at it only that of a solve
+            to a fixed time; :func:`odeint_event` adds the event time's.
 
     Returns:
         The solution at each time of ``t`` stacked on a new first dimension: a
-        tensor of shape ``(len(t), *y0.shape)``, or a tuple of such tensors.
+        tensor of shape ``(len(t), *y0.shape)``, or a tuple of such tensors. With
+        ``event_fn``, ``(event_t, solution)``: the event time (``t``'s dtype) and
+        the solution at ``t[0]`` and at the event, stacked.
 
     Raises:
         TypeError: if ``y0`` or ``t`` has the wrong type or dtype.
@@ -215,18 +311,58 @@ def odeint(
         (torch.float32, True)
     """
     ts = _check_t(t)
+    if event_fn is not None:
+        _check_event(event_fn, ts, method, options)
     if _delegated(method):
         _check_state(y0)
         rtol, atol = _positive("rtol", rtol), _positive("atol", atol)
         return torchdiffeq_odeint(  # type: ignore[no-any-return]
             func, y0, t, rtol=rtol, atol=atol, method=method, options=options
         )
-    config = _configure(method, options, rtol, atol, ts)
+    config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
     gradient = None
     if isinstance(config.solver, ScipySolver):
         # No graph runs through scipy: the gradient is always the adjoint's.
         gradient = Adjoint(solver=config.solver, controller=config.controller, dt0=config.dt0)
-    return _run(func, y0, t, ts, config, gradient)
+    return _run(func, y0, t, ts, config, gradient, event_fn)
+
+
+@overload
+def odeint_adjoint(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    *,
+    rtol: float = ...,
+    atol: float = ...,
+    method: str = ...,
+    options: Mapping[str, Any] | None = ...,
+    event_fn: None = ...,
+    adjoint_rtol: float | None = ...,
+    adjoint_atol: float | None = ...,
+    adjoint_method: str | None = ...,
+    adjoint_options: Mapping[str, Any] | None = ...,
+    adjoint_params: Sequence[Tensor] | None = ...,
+) -> State: ...
+
+
+@overload
+def odeint_adjoint(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    *,
+    rtol: float = ...,
+    atol: float = ...,
+    method: str = ...,
+    options: Mapping[str, Any] | None = ...,
+    event_fn: EventFn,
+    adjoint_rtol: float | None = ...,
+    adjoint_atol: float | None = ...,
+    adjoint_method: str | None = ...,
+    adjoint_options: Mapping[str, Any] | None = ...,
+    adjoint_params: Sequence[Tensor] | None = ...,
+) -> tuple[Tensor, State]: ...
 
 
 def odeint_adjoint(
@@ -238,19 +374,22 @@ def odeint_adjoint(
     atol: float = 1e-9,
     method: str = "dopri5",
     options: Mapping[str, Any] | None = None,
+    event_fn: EventFn | None = None,
     adjoint_rtol: float | None = None,
     adjoint_atol: float | None = None,
     adjoint_method: str | None = None,
     adjoint_options: Mapping[str, Any] | None = None,
     adjoint_params: Sequence[Tensor] | None = None,
-) -> State:
+) -> State | tuple[Tensor, State]:
     """:func:`odeint` with gradients by the continuous adjoint method (:class:`Adjoint`).
 
     torchdiffeq's signature and meaning. The forward solve keeps no graph, so memory
     does not grow with the number of steps; the backward pass solves the adjoint
     system backward in time, restarting at every time of ``t`` and of ``jump_t``.
-    Gradients reach ``y0``, ``t`` and the parameters of ``func`` (an ``nn.Module``)
-    or the tensors in ``adjoint_params``.
+    Gradients reach ``y0``, ``t`` and the tensors in ``adjoint_params``, by default
+    every tensor requiring grad that ``func`` reads: an ``nn.Module``'s parameters
+    and what a plain function closes over (torchdiffeq raises for a plain function
+    instead), found by one evaluation of ``func`` at ``(t[0], y0)``.
 
     Args:
         func: the vector field, as for :func:`odeint`.
@@ -273,7 +412,7 @@ def odeint_adjoint(
             the state and its adjoint only (Kidger et al. 2021), which saves steps
             (not with ``scipy:`` methods, whose norm is their own).
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
-            the parameters of ``func`` that require gradients.
+            every tensor requiring grad that ``func`` reads at ``(t[0], y0)``.
 
     Returns:
         The solution at each time of ``t``, as :func:`odeint`.
@@ -295,6 +434,8 @@ def odeint_adjoint(
         True
     """
     ts = _check_t(t)
+    if event_fn is not None:
+        _check_event(event_fn, ts, method, options)
     if _delegated(method):
         if adjoint_method is not None and not _delegated(adjoint_method):
             raise ConfigurationError(
@@ -327,9 +468,14 @@ def odeint_adjoint(
             f"`adjoint_method` {adjoint_method!r} needs a torchdiffeq `method` as well "
             f"(torchdiffeq runs both passes), got {method!r}."
         )
-    config = _configure(method, options, rtol, atol, ts)
+    config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
     back_method = method if adjoint_method is None else adjoint_method
     back_opts = dict(adjoint_options or (options if back_method == method else None) or {})
+    if back_opts.get("perturb", False) and not dict(options or {}).get("perturb", False):
+        raise ConfigurationError(
+            "`adjoint_options={'perturb': True}` needs `options={'perturb': True}`: the "
+            "backward solve evaluates one-sided limits at the forward solve's step ends."
+        )
     seminorm = back_opts.get("norm") == "seminorm"
     if seminorm:
         del back_opts["norm"]
@@ -361,7 +507,119 @@ def odeint_adjoint(
         seminorm=seminorm,
         params=adjoint_params,
     )
-    return _run(func, y0, t, ts, config, gradient)
+    return _run(func, y0, t, ts, config, gradient, event_fn)
+
+
+def odeint_event(
+    func: VectorField,
+    y0: State,
+    t0: Tensor | float,
+    *,
+    event_fn: EventFn,
+    reverse_time: bool = False,
+    odeint_interface: Callable[..., Any] = odeint,
+    **kwargs: Any,
+) -> tuple[Tensor, State]:
+    """Integrate from ``t0`` until ``event_fn(t, y)`` changes sign; torchdiffeq's function.
+
+    Calls ``odeint_interface(func, y0, t, event_fn=event_fn, **kwargs)`` with
+    ``t = [t0, t0 ± 1]`` (the second time gives only the direction), then links
+    the gradient of the event time into the result by the implicit function
+    theorem: a loss of the event time and of the state there differentiates
+    through both (see :class:`Event`), also into ``event_fn``'s parameters when it
+    is an ``nn.Module``.
+
+    Args:
+        func: the vector field, as for :func:`odeint`.
+        y0: the initial state, a tensor or a tuple of tensors.
+        t0: the start time, a 0-dim tensor (or a number).
+        event_fn: ``event_fn(t, y) -> Tensor``; the event is where an element of it
+            reaches zero or changes sign.
+        reverse_time: integrate backward in time from ``t0``.
+        odeint_interface: :func:`odeint` or :func:`odeint_adjoint` (torchdiffeq's
+            work too): how the solve is run and differentiated.
+        **kwargs: passed to ``odeint_interface``: ``rtol``, ``atol``, ``method``,
+            ``options`` and, for the adjoint, its ``adjoint_*`` arguments.
+
+    Returns:
+        ``(event_t, solution)``: the event time and the solution at ``t0`` and at
+        the event, stacked on a new first dimension (a tuple for a tuple state).
+
+    Raises:
+        TypeError, ValueError: as :func:`odeint`, and if ``event_fn`` does not
+            return a floating tensor.
+        SolverError: if the event does not happen within ``max_num_steps`` steps.
+
+    Example:
+        >>> import math, torch, odecore
+        >>> h = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+        >>> state = (h, torch.tensor(0.0, dtype=torch.float64))   # height, velocity
+        >>> t_e, (x, v) = odecore.odeint_event(
+        ...     lambda t, y: (y[1], torch.full_like(y[1], -9.81)), state,
+        ...     torch.tensor(0.0, dtype=torch.float64), event_fn=lambda t, y: y[0])
+        >>> abs(t_e.item() - math.sqrt(2 * 2.0 / 9.81)) < 1e-7
+        True
+        >>> t_e.backward()   # d/dh sqrt(2 h / g) = 1 / sqrt(2 h g)
+        >>> abs(h.grad.item() - 1 / math.sqrt(2 * 2.0 * 9.81)) < 1e-6
+        True
+    """
+    if not isinstance(t0, Tensor):
+        t0 = torch.tensor(float(t0), dtype=torch.get_default_dtype())
+    start = t0.reshape(-1)
+    t = torch.cat([start, start.detach() + (-1.0 if reverse_time else 1.0)])
+    event_t, solution = odeint_interface(func, y0, t, event_fn=event_fn, **kwargs)
+    if isinstance(y0, tuple):
+        shapes = [y.shape for y in y0]
+        sizes = [y.numel() for y in y0]
+
+        def unpack(flat: Tensor) -> State:
+            return tuple(p.view(s) for p, s in zip(torch.split(flat, sizes), shapes))
+
+        def f_flat(tt: Tensor, flat: Tensor) -> Tensor:
+            return torch.cat([d.reshape(-1) for d in func(tt, unpack(flat))])
+
+        flat0 = torch.cat([y.reshape(-1) for y in y0])
+        state = torch.cat([s[-1].reshape(-1) for s in solution])
+    else:
+        unpack, f_flat = (lambda flat: flat), func  # type: ignore[assignment]
+        flat0, state = y0, solution[-1]
+    value, _ = combined_event(event_fn, float(t0), flat0.detach(), unpack)
+    params: tuple[Tensor, ...] = ()
+    if isinstance(event_fn, torch.nn.Module):
+        params = tuple(q for q in event_fn.parameters() if q.requires_grad)
+    event_t, state = reroute(f_flat, value, event_t, state, params)
+    if isinstance(y0, tuple):
+        ends = unpack(state)
+        assert isinstance(ends, tuple)
+        return event_t, tuple(torch.cat([s[:-1], e[None]]) for s, e in zip(solution, ends))
+    return event_t, torch.cat([solution[:-1], state[None]])
+
+
+def _check_event(
+    event_fn: object, ts: list[float], method: object, options: Mapping[str, Any] | None
+) -> None:
+    """What torchdiffeq's event mode needs: two times, one of odecore's methods, and a
+    step size for a fixed-step one."""
+    if not callable(event_fn):
+        raise TypeError(
+            f"`event_fn` must be a callable `event_fn(t, y) -> Tensor`, got "
+            f"{type(event_fn).__name__}."
+        )
+    if len(ts) != 2:
+        raise ValueError(
+            f"`t` must hold 2 times with `event_fn` (the start time, and one more that "
+            f"gives the direction), got {len(ts)}."
+        )
+    if isinstance(method, str) and (method.startswith(SCIPY_PREFIX) or _delegated(method)):
+        raise ConfigurationError(
+            f"`event_fn` needs one of odecore's methods, got {method!r}; use e.g. "
+            "method='dopri5' (or torchdiffeq's own odeint for its methods)."
+        )
+    if method in FIXED_METHODS and "step_size" not in (options or {}):
+        raise ConfigurationError(
+            f"`event_fn` with the fixed-step method {method!r} needs a step size: pass "
+            "options={'step_size': ...} (the end time is not known in advance)."
+        )
 
 
 def _run(
@@ -371,8 +629,11 @@ def _run(
     ts: list[float],
     config: _Config,
     gradient: AbstractGradient | None,
-) -> State:
-    """``solve`` at the times ``t``; with the scipy loop if a scipy method takes part."""
+    event_fn: EventFn | None = None,
+) -> State | tuple[Tensor, State]:
+    """``solve`` at the times ``t``; with the scipy loop if a scipy method takes part.
+    With ``event_fn``: from ``t[0]`` until the event, ``(event_t, [y0, y_event])``."""
+    event = None if event_fn is None else Event(event_fn)
     scipy = isinstance(config.solver, ScipySolver) or (
         isinstance(gradient, Adjoint) and isinstance(gradient.solver, ScipySolver)
     )
@@ -380,10 +641,10 @@ def _run(
         func,
         y0,
         t0=ts[0],
-        t1=ts[-1],
+        t1=ts[-1] if event is None else math.copysign(math.inf, ts[-1] - ts[0]),
         solver=config.solver,
         controller=config.controller,
-        saveat=SaveAt(ts=t),
+        saveat=SaveAt(ts=t) if event is None else SaveAt(ts=ts[:1], t1=True),
         dt0=config.dt0,
         jump_ts=config.jump_ts,
         step_ts=config.step_ts,
@@ -391,8 +652,13 @@ def _run(
         throw=True,
         gradient=gradient,
         make_loop=make_loop if scipy else _make_loop,
+        event=event,
+        event_time_gradient=False,  # torchdiffeq's: odeint_event adds it
     )
-    return sol.ys
+    if event is None:
+        return sol.ys
+    assert sol.event_t is not None  # throw=True: a solve that ends, ends at the event
+    return sol.event_t.to(t), sol.ys
 
 
 @dataclass(frozen=True)
@@ -405,6 +671,10 @@ class _Config:
     max_steps: int
 
 
+GridArgs = tuple[VectorField, State, Tensor]
+"""``(func, y0, t)`` of the forward solve, from which fixed-step grids are built."""
+
+
 def _configure(
     method: str,
     options: Mapping[str, Any] | None,
@@ -412,10 +682,18 @@ def _configure(
     atol: float,
     ts: list[float],
     name: str = "",
+    grid: GridArgs | None = None,
 ) -> _Config:
-    """Translate a method name and torchdiffeq options into odecore objects."""
-    solver = _solver_for(method, name)
+    """Translate a method name and torchdiffeq options into odecore objects.
+
+    ``grid`` is ``(func, y0, t)`` of the forward solve: the grids of ``n_steps`` and
+    ``grid_constructor`` are built from it as tensors (with their graph) and passed as
+    ``step_ts``. The adjoint's backward solve has none: its fixed steps are ``dt0``.
+    """
     opts = dict(options or {})
+    if method == SCIPY_SOLVER:
+        method, opts = _scipy_solver(opts, name)
+    solver = _solver_for(method, name)
     adaptive = method in ADAPTIVE_METHODS
     known: tuple[str, ...]
     if isinstance(solver, ScipySolver):
@@ -459,27 +737,204 @@ def _configure(
         ):
             if option in opts:
                 kwargs[field] = opts[option]
+        if "min_step" in opts:
+            kwargs["dt_min"] = _nonnegative("min_step", opts["min_step"])
+        if "dtype" in opts and opts["dtype"] is not torch.float64:
+            raise ConfigurationError(
+                f"The option `dtype` can only be torch.float64 here, got {opts['dtype']!r}: "
+                "odecore does its time arithmetic in float64 (Python floats) whatever the "
+                "state's dtype, as torchdiffeq does by default. Remove the option."
+            )
         controller = PIDController(**kwargs)
         dt0 = _positive("first_step", opts["first_step"]) if "first_step" in opts else None
-    else:
-        controller = ConstantStepSize()
-        if "step_size" in opts and "n_steps" in opts:
-            raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
-        if "step_size" in opts:
-            dt0 = _positive("step_size", opts["step_size"])
-        elif "n_steps" in opts:
-            n = opts["n_steps"]
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
-            dt0 = span / n if span > 0 else 1.0
+        return _Config(solver, controller, dt0, opts.get("jump_t"), opts.get("step_t"), max_steps)
+
+    controller = ConstantStepSize()
+    _check_interp(opts, solver, name)
+    perturb = opts.get("perturb", False)
+    if not isinstance(perturb, bool):
+        raise TypeError(f"The option `perturb` must be True or False, got {perturb!r}.")
+    given = [option for option in ("step_size", "n_steps", "grid_constructor") if option in opts]
+    if given == ["step_size", "n_steps"]:
+        raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
+    if len(given) > 1:
+        raise ConfigurationError(
+            "The options `step_size`, `n_steps` and `grid_constructor` each set the whole "
+            f"grid of a fixed-step method; give one of them, got {', '.join(given)}."
+        )
+    step_t = opts.get("step_t")
+    extra = _times(step_t) if step_t is not None else []
+    step_ts: Any = step_t
+    ends: list[float]  # every step end, for `perturb`
+    if "step_size" in opts:
+        dt0 = _positive("step_size", opts["step_size"])
+        ends = [*_step_size_grid(ts[0], ts[-1], dt0), *extra]
+    elif "n_steps" in opts:
+        n = opts["n_steps"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
+        if span == 0:
+            dt0, ends = 1.0, list(ts)
+        elif grid is None:  # the adjoint's backward solve: uniform steps of dt0
+            dt0 = span / n
+            ends = [ts[0] + (ts[-1] - ts[0]) * k / n for k in range(n)] + [ts[-1], *extra]
         else:
-            dt0 = None
-    step_ts = opts.get("step_t")
-    if not adaptive and dt0 is None:
+            uniform = _uniform_grid(grid[2], n)
+            dt0, step_ts = span, _with_step_t(uniform, step_t)
+            ends = [*_times(uniform), *extra]
+    elif "grid_constructor" in opts:
+        if grid is None:
+            raise ConfigurationError(
+                f"The {name}option `grid_constructor` is not available for the adjoint's "
+                "backward solve, which steps by `step_size` or `n_steps` (and restarts at "
+                "every time of `t`); pass `adjoint_options` with one of them."
+            )
+        built = _constructed_grid(opts["grid_constructor"], grid, ts)
+        dt0, step_ts = (span if span > 0 else 1.0), _with_step_t(built, step_t)
+        ends = [*_times(built), *extra]
+    else:
         # torchdiffeq's default for fixed-step methods: one step per interval of `t`.
-        step_ts = list(ts) + (list(_times(step_ts)) if step_ts is not None else [])
+        step_ts = [*ts, *extra]
         dt0 = span if span > 0 else 1.0
-    return _Config(solver, controller, dt0, opts.get("jump_t"), step_ts, max_steps)
+        ends = step_ts
+    jump_ts = opts.get("jump_t")
+    if perturb:
+        # Every step end is a jump: the first stage of a step sees f's limit from
+        # after its start, the last from before its end, torchdiffeq's perturbation.
+        jump_ts = [*(_times(jump_ts) if jump_ts is not None else []), *ends]
+    return _Config(solver, controller, dt0, jump_ts, step_ts, max_steps)
+
+
+def _nonnegative(name: str, value: Any) -> float:
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
+    """torchdiffeq's ``scipy_solver`` options as the method ``scipy:<solver>`` and its options."""
+    unknown = sorted(set(opts) - set(_SCIPY_SOLVER_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown {name}option(s) {unknown} for method {SCIPY_SOLVER!r}; known options: "
+            f"{', '.join(_SCIPY_SOLVER_OPTIONS)}."
+        )
+    solver = opts.pop("solver", "LSODA")
+    if solver not in SCIPY_METHODS:
+        raise ConfigurationError(
+            f"The {name}option `solver` of method {SCIPY_SOLVER!r} must name one of SciPy's "
+            f"solve_ivp methods, {', '.join(SCIPY_METHODS)}; got {solver!r}."
+        )
+    if "min_step" in opts:
+        min_step = _nonnegative("min_step", opts.pop("min_step"))
+        if min_step > 0 and solver != "LSODA":
+            raise ConfigurationError(
+                f"The {name}option `min_step` applies to SciPy's LSODA only (SciPy ignores "
+                f"it for {solver}), got min_step={min_step!r} with solver={solver!r}; remove "
+                "`min_step` or use solver='LSODA'."
+            )
+        if min_step > 0:
+            opts["min_step"] = min_step
+    return f"{SCIPY_PREFIX}{solver}", opts
+
+
+def _check_interp(opts: dict[str, Any], solver: AbstractSolver, name: str) -> None:
+    """torchdiffeq's ``interp``: only ``"cubic"`` of a method of order <= 3 means the same here."""
+    if "interp" not in opts:
+        return
+    interp = opts["interp"]
+    if interp not in ("linear", "cubic"):
+        raise ConfigurationError(
+            f"The {name}option `interp` must be 'linear' or 'cubic' (torchdiffeq's values), "
+            f"got {interp!r}."
+        )
+    if interp == "cubic" and solver.order <= 3:
+        return  # odecore's interpolant of these methods is that cubic Hermite
+    raise ConfigurationError(
+        f"The {name}option `interp={interp!r}` cannot be honoured: odecore reads times "
+        "between grid points off an interpolant of the scheme's own order (cubic Hermite "
+        f"on the step's ends for order <= 3; here order {solver.order}, with sub-steps), "
+        "more accurate than torchdiffeq's 'linear' and, above order 3, its 'cubic'. "
+        "Remove the option, or put the output times on the grid."
+    )
+
+
+def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
+    """The step ends of steps of size ``h`` from ``t0`` to ``t1``, the last one shorter.
+
+    A step that would end within rounding of ``t1`` ends on it, as in the solve loop.
+    """
+    span = abs(t1 - t0)
+    direction = 1.0 if t1 >= t0 else -1.0
+    ends = [t0]
+    k = 1
+    while k * h < span - _SNAP * h:
+        ends.append(t0 + direction * k * h)
+        k += 1
+    return [*ends, t1]
+
+
+def _uniform_grid(t: Tensor, n: int) -> Tensor:
+    """``n`` uniform steps from ``t[0]`` to ``t[-1]`` as a float64 tensor with ``t``'s graph.
+
+    Float64 whatever ``t``'s dtype: the solve's times are Python floats, and jump and
+    step times given as floats land on the same points.
+    """
+    t64 = t.to(torch.float64)
+    start, end = t64[0], t64[-1]
+    k = torch.arange(n, dtype=torch.float64, device=t.device)
+    return torch.cat([start + (end - start) * (k / n), end.reshape(1)])
+
+
+def _with_step_t(grid: Tensor, step_t: Any) -> Tensor:
+    """``grid`` followed by the times of the ``step_t`` option, if any."""
+    if step_t is None:
+        return grid
+    extra = torch.tensor(_times(step_t), dtype=grid.dtype, device=grid.device)
+    return torch.cat([grid, extra])
+
+
+def _constructed_grid(constructor: Any, grid: GridArgs, ts: list[float]) -> Tensor:
+    """The grid ``constructor(func, y0, t)``, checked: 1-D, from ``t[0]`` to ``t[-1]``, monotone."""
+    if not callable(constructor):
+        raise TypeError(
+            "The option `grid_constructor` must be a callable (func, y0, t) -> 1-D tensor "
+            f"of times, got {type(constructor).__name__}."
+        )
+    out = constructor(*grid)
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"`grid_constructor` must return a 1-D torch.Tensor of times, got {type(out).__name__}."
+        )
+    if out.dim() != 1 or out.numel() < 2:
+        raise ConfigurationError(
+            "`grid_constructor` must return a 1-D tensor of at least two times, from t[0] "
+            f"to t[-1]; got shape {tuple(out.shape)}."
+        )
+    if not out.is_floating_point():
+        out = out.to(torch.float64)
+    values = _times(out)
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigurationError(f"`grid_constructor` returned non-finite times: {values}.")
+    if values[0] != ts[0] or values[-1] != ts[-1]:
+        raise ConfigurationError(
+            f"`grid_constructor` must return a grid from t[0] = {ts[0]!r} to t[-1] = "
+            f"{ts[-1]!r} exactly, got one from {values[0]!r} to {values[-1]!r}; set its first "
+            "and last entries to t[0] and t[-1]."
+        )
+    direction = 1.0 if ts[-1] >= ts[0] else -1.0
+    for i, (a, b) in enumerate(itertools.pairwise(values)):
+        if (b - a) * direction <= 0:
+            raise ConfigurationError(
+                "`grid_constructor` must return times strictly "
+                f"{'increasing' if direction > 0 else 'decreasing'}, like `t`; got "
+                f"grid[{i}] = {a!r} and grid[{i + 1}] = {b!r}."
+            )
+    return out
 
 
 def _times(value: Any) -> list[float]:
