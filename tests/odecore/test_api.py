@@ -67,6 +67,7 @@ EXPECTED_ALL = [
     "Tsit5",
     "odeint",
     "odeint_adjoint",
+    "odeint_dense",
     "odeint_event",
     "rms_norm",
     "solve",

@@ -110,20 +110,33 @@ class Wall(torch.nn.Module):
         return y[0] - self.level
 
 
-def test_gradient_reaches_the_parameters_of_the_event_function():
+@pytest.mark.parametrize("form", ["module", "closure", "odeint_event closure"])
+def test_gradient_reaches_the_tensors_of_the_event_function(form):
     # t_e = sqrt(2 (h - l) / g): dt_e/dl = -1 / sqrt(2 (h - l) g)
-    wall = Wall(0.5)
-    sol = odecore.solve(
-        Ball(),
-        (_scalar(2.0), _scalar(0.0)),
-        t0=0.0,
-        t1=math.inf,
-        solver=odecore.Tsit5(),
-        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
-        event=odecore.Event(wall),
-    )
-    sol.event_t.backward()
-    assert wall.level.grad.item() == pytest.approx(-1 / math.sqrt(2 * 1.5 * G), rel=1e-7)
+    if form == "module":
+        wall = Wall(0.5)
+        level = wall.level
+    else:
+        level = _scalar(0.5).requires_grad_(True)
+        wall = lambda t, y: y[0] - level  # noqa: E731
+    y0 = (_scalar(2.0), _scalar(0.0))
+    if form.startswith("odeint_event"):
+        event_t, _ = odecore.odeint_event(
+            Ball(), y0, _scalar(0.0), event_fn=wall, rtol=1e-10, atol=1e-12
+        )
+    else:
+        event_t = odecore.solve(
+            Ball(),
+            y0,
+            t0=0.0,
+            t1=math.inf,
+            solver=odecore.Tsit5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+            event=odecore.Event(wall),
+        ).event_t
+    event_t.backward()
+    assert level.grad is not None
+    assert level.grad.item() == pytest.approx(-1 / math.sqrt(2 * 1.5 * G), rel=1e-7)
 
 
 # --- the event time's gradient against finite differences ----------------------------

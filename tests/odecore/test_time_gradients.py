@@ -220,6 +220,23 @@ def test_odeint_adjoint_differentiates_what_a_plain_function_closes_over(method:
     assert w.grad.item() == pytest.approx(-2 * math.exp(-1.0), rel=1e-6)
 
 
+@pytest.mark.parametrize("method", ["scipy:LSODA", "scipy:RK45"])
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_the_scipy_backend_gives_every_input_its_gradient(method: str, interface: str) -> None:
+    pytest.importorskip("scipy")
+    names = frozenset({"a", "b", "y0", "t"})
+    x = _inputs(names)
+    ys = getattr(odecore, interface)(
+        _linear(x["a"], x["b"]), x["y0"], x["t"], method=method, rtol=1e-11, atol=1e-13
+    )
+    _loss(ys).backward()
+    oracle = _inputs(names)
+    _loss(_closed_form(oracle["a"], oracle["b"], oracle["y0"], oracle["t"])).backward()
+    for name in sorted(names):
+        assert x[name].grad is not None, f"{method} gave {name} no gradient"
+        torch.testing.assert_close(x[name].grad, oracle[name].grad, rtol=1e-6, atol=1e-8)
+
+
 # --- one property over gradient method x method x inputs --------------------------------
 
 METHODS = {

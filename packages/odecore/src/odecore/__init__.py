@@ -25,6 +25,7 @@ from ._odeint import (
     FIXED_OPTIONS,
     odeint,
     odeint_adjoint,
+    odeint_dense,
     odeint_event,
 )
 from ._solve import SaveAt, Solution, solve
@@ -118,6 +119,7 @@ __all__ = [
     "Tsit5",
     "odeint",
     "odeint_adjoint",
+    "odeint_dense",
     "odeint_event",
     "rms_norm",
     "solve",

@@ -19,7 +19,16 @@ from torch import Tensor
 
 from ._controllers import ConstantStepSize
 from ._errors import ConfigurationError, Status
-from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
+from ._gradients import (
+    AbstractGradient,
+    Autograd,
+    FlatField,
+    Loop,
+    LoopResult,
+    Problem,
+    Stats,
+    graph_leaves,
+)
 from ._solvers import AbstractSolver, StepResult
 
 _EPS = 2.220446049250313e-16
@@ -53,8 +62,8 @@ class Event:
     Gradients reach the event time through the implicit function theorem: with
     ``c(t) = fn(t, y(t))``, ``dt_e/dθ = -(∂fn/∂y ∂y/∂θ + ∂fn/∂θ) / (dc/dt)``; the
     state at the event moves with it by ``f(t_e, y_e) dt_e``. This holds for every
-    gradient method; the parameters of ``fn``, when it is an ``nn.Module``, get
-    their share. An event that grazes zero (``dc/dt = 0``) has no gradient.
+    gradient method; the tensors ``fn`` reads (an ``nn.Module``'s parameters, what
+    a plain function closes over) get their share. An event that grazes zero (``dc/dt = 0``) has no gradient.
 
     Args:
         fn: the event function ``fn(t, y) -> Tensor``: ``t`` a 0-dim tensor in the
@@ -132,10 +141,12 @@ class _EventSearch:
             self.last = c1
             return False
 
+        with torch.no_grad():
+            read = solver.reader(fe, s, s_next, y, f0, step)  # the step's work done once
+
         def c(sigma: float) -> float:
             with torch.no_grad():
-                (y_sigma,) = solver.interpolate(fe, s, s_next, y, f0, step, [sigma])
-                return self.value(direction * sigma, y_sigma)
+                return self.value(direction * sigma, read(sigma))
 
         s_e = _find_root(c, s, s_next, self.last, c1)
         (y_e,) = solver.interpolate(fe, s, s_next, y, f0, step, [s_e])
@@ -374,11 +385,7 @@ def run_event(
     t_tensor = torch.tensor(t_e, dtype=dtype, device=device)
     end_state = ys[-1]
     if time_gradient and end_state is not None:
-        params: tuple[Tensor, ...] = ()
-        if isinstance(event.fn, torch.nn.Module):
-            params = tuple(q for q in event.fn.parameters() if q.requires_grad)
-        spec = _EventSpec(p.f, value)
-        t_tensor, end_state = _EventTimeGradient.apply(spec, t_tensor, end_state, *params)  # type: ignore[no-untyped-call]
+        t_tensor, end_state = reroute(p.f, value, t_tensor, end_state)
         ys[-1] = end_state
     if not save_end:
         ts, ys = kept, ys[:-1]
@@ -532,10 +539,15 @@ def reroute(
     value: Callable[[Tensor, Tensor], Tensor],
     event_t: Tensor,
     state: Tensor,
-    params: tuple[Tensor, ...] = (),
 ) -> tuple[Tensor, Tensor]:
     """``(event_t, state)`` with the event time's gradient added by the implicit
-    function theorem (flat state, caller's time)."""
+    function theorem (flat state, caller's time). The event function's own tensors
+    (a module's parameters, what a plain function closes over) get their share: they
+    are found by one evaluation at the event whose graph is walked."""
+    params: tuple[Tensor, ...] = ()
+    if torch.is_grad_enabled():
+        with torch.enable_grad():
+            params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
     out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
         _EventSpec(f, value), event_t, state, *params
     )

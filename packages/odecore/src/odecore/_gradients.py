@@ -279,6 +279,11 @@ def _read_tensors(p: Problem) -> tuple[Tensor, ...]:
     y = p.y0.detach()
     with torch.enable_grad():
         out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
+    return graph_leaves(out)
+
+
+def graph_leaves(out: object) -> tuple[Tensor, ...]:
+    """The leaf tensors requiring grad that the graph of ``out`` reaches."""
     if not isinstance(out, Tensor) or out.grad_fn is None:
         return ()
     found: dict[int, Tensor] = {}

@@ -30,7 +30,16 @@ from ._controllers import ConstantStepSize, PIDController
 from ._errors import ConfigurationError
 from ._events import Event, combined_event, reroute
 from ._gradients import AbstractGradient, Adjoint
-from ._solve import _SNAP, SaveAt, State, VectorField, _check_y0, _make_loop, _solve
+from ._solve import (
+    _SNAP,
+    SaveAt,
+    State,
+    VectorField,
+    _check_y0,
+    _make_loop,
+    _packing,
+    _solve,
+)
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -526,8 +535,8 @@ def odeint_event(
     ``t = [t0, t0 ± 1]`` (the second time gives only the direction), then links
     the gradient of the event time into the result by the implicit function
     theorem: a loss of the event time and of the state there differentiates
-    through both (see :class:`Event`), also into ``event_fn``'s parameters when it
-    is an ``nn.Module``.
+    through both (see :class:`Event`), also into the tensors ``event_fn`` reads (an
+    ``nn.Module``'s parameters, what a plain function closes over).
 
     Args:
         func: the vector field, as for :func:`odeint`.
@@ -569,30 +578,106 @@ def odeint_event(
     t = torch.cat([start, start.detach() + (-1.0 if reverse_time else 1.0)])
     event_t, solution = odeint_interface(func, y0, t, event_fn=event_fn, **kwargs)
     if isinstance(y0, tuple):
-        shapes = [y.shape for y in y0]
-        sizes = [y.numel() for y in y0]
-
-        def unpack(flat: Tensor) -> State:
-            return tuple(p.view(s) for p, s in zip(torch.split(flat, sizes), shapes))
+        flat0, unpack, pack = _packing(y0)
 
         def f_flat(tt: Tensor, flat: Tensor) -> Tensor:
-            return torch.cat([d.reshape(-1) for d in func(tt, unpack(flat))])
+            return pack(func(tt, unpack(flat)))
 
-        flat0 = torch.cat([y.reshape(-1) for y in y0])
         state = torch.cat([s[-1].reshape(-1) for s in solution])
     else:
         unpack, f_flat = (lambda flat: flat), func  # type: ignore[assignment]
         flat0, state = y0, solution[-1]
     value, _ = combined_event(event_fn, float(t0), flat0.detach(), unpack)
-    params: tuple[Tensor, ...] = ()
-    if isinstance(event_fn, torch.nn.Module):
-        params = tuple(q for q in event_fn.parameters() if q.requires_grad)
-    event_t, state = reroute(f_flat, value, event_t, state, params)
+    event_t, state = reroute(f_flat, value, event_t, state)
     if isinstance(y0, tuple):
         ends = unpack(state)
         assert isinstance(ends, tuple)
         return event_t, tuple(torch.cat([s[:-1], e[None]]) for s, e in zip(solution, ends))
     return event_t, torch.cat([solution[:-1], state[None]])
+
+
+def odeint_dense(
+    func: VectorField,
+    y0: State,
+    t0: Tensor | float,
+    t1: Tensor | float,
+    *,
+    rtol: float = 1e-7,
+    atol: float = 1e-9,
+    method: str = "dopri5",
+    options: Mapping[str, Any] | None = None,
+) -> Callable[[Tensor | float], State]:
+    """Solve from ``t0`` to ``t1`` and return the solution as a function of time;
+    torchdiffeq's function.
+
+    The returned function reads the solver's dense output inside the step that holds
+    the time asked for, as accurate as the step ends (``SaveAt(dense=True)`` and
+    :meth:`Solution.evaluate` in the structured API). Every accepted step is kept, so
+    memory grows with the number of steps. Gradients flow by backpropagation.
+    torchdiffeq offers it for ``dopri5`` and a tensor state only; here every odecore
+    method and tuple states work.
+
+    Args:
+        func: the vector field, as for :func:`odeint`.
+        y0: the initial state at ``t0``, a tensor or a tuple of tensors.
+        t0: the start time.
+        t1: the end time (``t1 < t0`` integrates backward).
+        rtol: relative tolerance of adaptive methods.
+        atol: absolute tolerance of adaptive methods.
+        method: one of odecore's methods, as for :func:`odeint` (not ``scipy:`` or
+            ``torchdiffeq:`` ones).
+        options: as for :func:`odeint`.
+
+    Returns:
+        ``y(t)`` for a time (a number, or a 0-dim or 1-D tensor) between ``t0`` and
+        ``t1``: a state shaped like ``y0``, stacked on a new first dimension for a
+        1-D tensor of times.
+
+    Raises:
+        TypeError, ValueError: as :func:`odeint`; the returned function raises a
+            ``ValueError`` for a time outside ``[t0, t1]``.
+
+    Example:
+        >>> import math, torch, odecore
+        >>> y = odecore.odeint_dense(lambda t, y: -y, torch.ones(2, dtype=torch.float64),
+        ...                          0.0, 2.0)
+        >>> abs(y(torch.tensor(0.7)) - math.exp(-0.7)).max().item() < 1e-7
+        True
+        >>> y(torch.linspace(0.0, 2.0, 5)).shape
+        torch.Size([5, 2])
+    """
+    for name, value in (("t0", t0), ("t1", t1)):
+        if isinstance(value, Tensor) and value.requires_grad and torch.is_grad_enabled():
+            raise ConfigurationError(
+                f"`{name}` requires grad, but `odeint_dense` does not differentiate the "
+                f"span's ends; pass `{name}.detach()`, or use `odeint` with the output times "
+                "as a tensor, which does."
+            )
+    t = torch.tensor([float(t0), float(t1)], dtype=torch.float64)
+    ts = _check_t(t)
+    if isinstance(method, str) and (method.startswith(SCIPY_PREFIX) or _delegated(method)):
+        raise ConfigurationError(
+            f"`odeint_dense` needs one of odecore's methods, whose dense output it keeps; "
+            f"got {method!r}."
+        )
+    config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
+    sol = _solve(
+        func,
+        y0,
+        t0=ts[0],
+        t1=ts[-1],
+        solver=config.solver,
+        controller=config.controller,
+        saveat=SaveAt(dense=True),
+        dt0=config.dt0,
+        jump_ts=config.jump_ts,
+        step_ts=config.step_ts,
+        max_steps=config.max_steps,
+        throw=True,
+        gradient=None,
+        make_loop=_make_loop,
+    )
+    return sol.evaluate
 
 
 def _check_event(
@@ -644,7 +729,7 @@ def _run(
         t1=ts[-1] if event is None else math.copysign(math.inf, ts[-1] - ts[0]),
         solver=config.solver,
         controller=config.controller,
-        saveat=SaveAt(ts=t) if event is None else SaveAt(ts=ts[:1], t1=True),
+        saveat=SaveAt(ts=t) if event is None else SaveAt(ts=t[:1], t1=True),
         dt0=config.dt0,
         jump_ts=config.jump_ts,
         step_ts=config.step_ts,

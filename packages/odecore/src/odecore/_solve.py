@@ -68,9 +68,12 @@ class SaveAt:
             output, not from extra steps.
         t1: also return the state at the end time (ignored when ``ts`` is given
             and already ends there).
+        dense: keep every accepted step, so that :meth:`Solution.evaluate` gives
+            the solution at any time of the span from the solver's dense output
+            (memory grows with the steps; backpropagation only).
 
     Raises:
-        ValueError: if neither ``ts`` nor ``t1`` asks for anything.
+        ValueError: if nothing is asked for.
 
     Example:
         >>> import torch, odecore
@@ -83,10 +86,13 @@ class SaveAt:
 
     ts: Times | None = None
     t1: bool = False
+    dense: bool = False
 
     def __post_init__(self) -> None:
-        if self.ts is None and not self.t1:
-            raise ConfigurationError("`SaveAt()` saves nothing; pass `ts=` or `t1=True`.")
+        if self.ts is None and not self.t1 and not self.dense:
+            raise ConfigurationError(
+                "`SaveAt()` saves nothing; pass `ts=`, `t1=True` or `dense=True`."
+            )
 
 
 @dataclass
@@ -112,6 +118,35 @@ class Solution:
     status: Status = Status.SUCCESS
     t_final: float = math.nan
     event_t: Tensor | None = None
+    dense: _Dense | None = field(default=None, repr=False)
+
+    def evaluate(self, t: float | Tensor) -> State:
+        """The solution at ``t`` (a number or a 0-dim or 1-D tensor of times) from the
+        solver's dense output, as accurate as at the step ends; ``t`` must lie between
+        the start time and ``t_final``. Needs ``SaveAt(dense=True)``.
+
+        Raises:
+            ConfigurationError: without ``SaveAt(dense=True)``, or for a time outside
+                the span solved.
+
+        Example:
+            >>> import math, torch, odecore
+            >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1, dtype=torch.float64),
+            ...                     t0=0.0, t1=2.0, solver=odecore.Dopri5(),
+            ...                     saveat=odecore.SaveAt(dense=True))
+            >>> abs(sol.evaluate(1.3).item() - math.exp(-1.3)) < 1e-7
+            True
+        """
+        if self.dense is None:
+            raise ConfigurationError(
+                "`Solution.evaluate` needs the steps: solve with `saveat=SaveAt(dense=True)`."
+            )
+        if isinstance(t, Tensor) and t.dim() == 1:
+            parts = [self.dense(float(x)) for x in t.detach().tolist()]
+            flat = torch.stack(parts)
+            return flat if self.dense.unpack is None else _split(flat, self.dense.unpack)
+        value = self.dense(float(t.detach()) if isinstance(t, Tensor) else float(t))
+        return value if self.dense.unpack is None else self.dense.unpack(value)
 
 
 class _Field:
@@ -411,6 +446,39 @@ class _FiniteRecord:
         return int((~flags).nonzero()[0])
 
 
+class _Dense:
+    """The dense output of one solve: every accepted step, and how to read inside it."""
+
+    def __init__(self, unpack: Callable[[Tensor], State] | None) -> None:
+        self.unpack = unpack  # a tuple state's structure
+        self.steps: list[tuple[float, float, Tensor, Tensor, StepResult]] = []
+        self.fe: _Field | None = None
+        self.solver: AbstractSolver | None = None
+        self.y0: Tensor | None = None
+        self.s0 = math.nan
+
+    def __call__(self, t: float) -> Tensor:
+        """The flat state at the caller's time ``t``."""
+        assert self.fe is not None and self.solver is not None and self.y0 is not None
+        s = self.fe.direction * t
+        end = self.steps[-1][1] if self.steps else self.s0
+        if not (math.isfinite(s) and self.s0 <= s <= end):
+            lo, hi = sorted((self.s0 * self.fe.direction, end * self.fe.direction))
+            raise ConfigurationError(f"`t` = {t!r} is outside the span solved, [{lo}, {hi}].")
+        if s == self.s0:
+            return self.y0
+        i = bisect.bisect_left([e for _, e, *_ in self.steps], s)
+        s0, s1, y, f0, step = self.steps[i]
+        (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
+        return value
+
+
+def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
+    """Stacked flat states (one per row) as a tuple of stacked components."""
+    rows = [unpack(row) for row in flat]
+    return tuple(torch.stack(parts) for parts in zip(*rows))  # type: ignore[arg-type]
+
+
 @dataclass
 class _Run:
     ys: list[Tensor | None]
@@ -433,6 +501,7 @@ def _integrate(
     max_steps: int,
     on_step: Callable[[float, Tensor], None],
     hooks: StepHooks | None = None,
+    dense: _Dense | None = None,
 ) -> _Run:
     """The step loop, in increasing time ``s``: step, judge, save, repeat.
 
@@ -504,6 +573,8 @@ def _integrate(
                     out_i = out_j
                 finite.append(s_next, step.y1)  # checked once at the end
                 on_step(s_next, step.y1)
+                if dense is not None:
+                    dense.steps.append((s, s_next, y, f0_step, step))
                 if hooks is not None and hooks.accepted(s, s_next, y, f0_step, step):
                     search = hooks.search
                     if fe.clock is not None and search is not None and search.found is not None:
@@ -579,13 +650,17 @@ def _clock(times: TimeTensors, direction: float, stops: Sequence[float]) -> _Clo
     for tensor in times.tensors:
         shift = direction * (tensor - tensor.detach())
         for value, part in zip(tensor.detach().reshape(-1).tolist(), shift.reshape(-1).unbind()):
-            anchors[direction * float(value)] = part
+            if math.isfinite(value):  # an event solve's end may be infinite
+                anchors[direction * float(value)] = part
     grid = [direction * times.t0, direction * times.t1, *(direction * t for t in stops)]
     return _Clock(anchors, grid)
 
 
-def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
-    """The solve loop over these jump and step times, as gradient methods call it."""
+def _make_loop(
+    jumps: list[float], steps: list[float], max_steps: int, dense: _Dense | None = None
+) -> Loop:
+    """The solve loop over these jump and step times, as gradient methods call it;
+    with ``dense``, its steps are kept there."""
 
     def loop(
         f: FlatField,
@@ -611,6 +686,8 @@ def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
             {direction * t for t in (*steps, *step_ts)},
         )
         fe = _Field(f, direction, y0)
+        if dense is not None:
+            dense.fe, dense.solver, dense.y0, dense.s0 = fe, solver, y0, s0
         if times is not None and times.tensors:
             fe.clock = _clock(times, direction, [*jumps, *steps])
         step_ends: list[float] = []
@@ -622,7 +699,7 @@ def _make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
 
         run = _integrate(
             fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
-            jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction),
+            jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction), dense,
         )  # fmt: skip
         return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached, step_ends)
 
@@ -829,14 +906,24 @@ def _solve(
     jumps = _as_floats("jump_ts", jump_ts)
     steps = _as_floats("step_ts", step_ts)
 
-    loop = make_loop(jumps, steps, max_steps)
-
     if gradient is None:
         gradient = Autograd()
     if not isinstance(gradient, AbstractGradient):
         raise TypeError(
             f"`gradient` must be an odecore gradient method such as Adjoint(), got {gradient!r}."
         )
+    dense = None
+    if saveat.dense:
+        if not isinstance(gradient, Autograd) or event is not None or make_loop is not _make_loop:
+            raise ConfigurationError(
+                "`SaveAt(dense=True)` keeps the steps of odecore's own loop under "
+                "backpropagation: it needs `gradient=Autograd()`, no `event` and an odecore "
+                f"solver, got {gradient!r}, event={event!r}, solver={solver!r}."
+            )
+        dense = _Dense(unpack if isinstance(y0, tuple) else None)
+        loop = _make_loop(jumps, steps, max_steps, dense)
+    else:
+        loop = make_loop(jumps, steps, max_steps)
     ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
     if ts_tensor is not None and ts_tensor.numel() != len(out_ts):
         # t1 was appended: it joins the tensor as a constant.
@@ -908,5 +995,11 @@ def _solve(
         )
     ts = torch.tensor(out_ts, dtype=time_dtype, device=flat0.device)
     return Solution(
-        ts=ts, ys=result, stats=stats, status=status, t_final=t_reached, event_t=event_t
+        ts=ts,
+        ys=result,
+        stats=stats,
+        status=status,
+        t_final=t_reached,
+        event_t=event_t,
+        dense=dense,
     )

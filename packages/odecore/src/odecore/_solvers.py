@@ -95,6 +95,14 @@ class AbstractSolver(abc.ABC):
     ) -> list[Tensor]:
         """The solution at the times ``ts`` (increasing, in ``(t0, t1]``) of an accepted step."""
 
+    def reader(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> Callable[[float], Tensor]:
+        """The solution inside an accepted step as a function of time, for many reads
+        of one step (root finding): ``reader(...)(t)`` is ``interpolate(..., [t])[0]``.
+        A solver whose interpolant needs work per step does it once here."""
+        return lambda t: self.interpolate(f, t0, t1, y0, f0, step, [t])[0]
+
     def slopes(
         self,
         f: Field,
@@ -218,22 +226,41 @@ class AbstractExplicitRK(AbstractSolver):
                 t: _combine(y0, h, _poly_weights(dense, (t - t0) / h), step.ks) for t in inside
             }
         else:
-            nodes, matrix = _hermite_basis(_interior_nodes(self.order))
-            ys, hfs = [y0], [f0]
-            for theta in nodes[1:-1]:
-                tm = t0 + theta * h
-                sub = self.step(f, t0, tm, y0, f0)
-                ys.append(sub.y1)
-                hfs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
-            ys.append(step.y1)
-            hfs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
-            values = {}
-            for t in inside:
-                w = _hermite_weights(matrix, (t - t0) / h)
-                n = len(ys)
-                out = _combine(None, 1.0, w[:n], ys)
-                values[t] = _combine(out, h, w[n:], hfs)
+            read = self.reader(f, t0, t1, y0, f0, step)
+            values = {t: read(t) for t in inside}
         return [step.y1 if t == t1 else values[t] for t in ts]
+
+    def reader(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> Callable[[float], Tensor]:
+        if self.dense_kind == "polynomial":
+            return super().reader(f, t0, t1, y0, f0, step)
+        matrix, ys, fs = self._hermite_data(f, t0, t1, y0, f0, step)
+        n, h = len(ys), t1 - t0
+
+        def read(t: float) -> Tensor:
+            if t == t1:
+                return step.y1
+            w = _hermite_weights(matrix, (t - t0) / h)
+            return _combine(_combine(None, 1.0, w[:n], ys), h, w[n:], fs)
+
+        return read
+
+    def _hermite_data(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
+        """The Hermite interpolant's matrix, and the values and derivatives at its nodes
+        (the interior ones reached by sub-steps of the method)."""
+        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
+        ys, fs = [y0], [f0]
+        for theta in nodes[1:-1]:
+            tm = t0 + theta * (t1 - t0)
+            sub = self.step(f, t0, tm, y0, f0)
+            ys.append(sub.y1)
+            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
+        ys.append(step.y1)
+        fs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
+        return matrix, ys, fs
 
     def slopes(
         self,
@@ -252,15 +279,7 @@ class AbstractExplicitRK(AbstractSolver):
             assert self.tableau.dense is not None  # ensured by dense_kind
             dense = self.tableau.dense
             return [_combine(None, 1.0, _poly_slopes(dense, (t - t0) / h), step.ks) for t in ts]
-        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
-        values, fs = [y0], [f0]
-        for theta in nodes[1:-1]:
-            tm = t0 + theta * h
-            sub = self.step(f, t0, tm, y0, f0)
-            values.append(sub.y1)
-            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
-        values.append(step.y1)
-        fs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
+        matrix, values, fs = self._hermite_data(f, t0, t1, y0, f0, step)
         n = len(values)
         out = []
         for t in ts:

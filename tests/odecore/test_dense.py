@@ -1,0 +1,126 @@
+"""Dense output over the whole span: ``SaveAt(dense=True)``, ``Solution.evaluate`` and
+torchdiffeq's ``odeint_dense``. Oracles: the closed form of y' = -y, and torchdiffeq."""
+
+from __future__ import annotations
+
+import math
+
+import odecore
+import pytest
+import torch
+
+F64 = torch.float64
+SOLVERS = [odecore.Dopri5(), odecore.Tsit5(), odecore.Bosh3(), odecore.Dopri8()]
+
+
+def _decay(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return -y
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 2.0), (2.0, -1.0)])
+def test_evaluate_matches_the_closed_form_anywhere(solver, t0: float, t1: float) -> None:
+    y0 = torch.tensor([1.0, -2.0], dtype=F64)
+    sol = odecore.solve(
+        _decay, y0, t0=t0, t1=t1, solver=solver,
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    ts = torch.linspace(t0, t1, 37, dtype=F64)
+    exact = y0 * torch.exp(-(ts - t0))[:, None]
+    torch.testing.assert_close(sol.evaluate(ts), exact, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(sol.evaluate(t0), y0, rtol=0, atol=0)
+
+
+def test_evaluate_at_an_output_time_is_that_output() -> None:
+    ts = torch.tensor([0.0, 0.3, 1.1], dtype=F64)
+    sol = odecore.solve(
+        _decay, torch.ones(3, dtype=F64), t0=0.0, t1=1.1, solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(ts=ts, dense=True),
+    )  # fmt: skip
+    torch.testing.assert_close(sol.evaluate(ts), sol.ys, rtol=0, atol=0)
+
+
+def test_evaluate_on_a_tuple_state_keeps_its_structure() -> None:
+    y0 = (torch.ones(2, dtype=F64), torch.zeros(3, dtype=F64))
+    sol = odecore.solve(
+        lambda t, y: (-y[0], y[0].sum().expand(3)), y0, t0=0.0, t1=1.0,
+        solver=odecore.Tsit5(), controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    a, b = sol.evaluate(torch.tensor([0.5, 1.0]))
+    assert a.shape == (2, 2) and b.shape == (2, 3)
+    torch.testing.assert_close(a[:, 0], torch.exp(-torch.tensor([0.5, 1.0], dtype=F64)))
+    torch.testing.assert_close(b[1], torch.full((3,), 2 * (1 - math.exp(-1.0)), dtype=F64))
+
+
+def test_evaluate_differentiates_by_backprop() -> None:
+    rate = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: -rate * y, torch.ones(1, dtype=F64), t0=0.0, t1=2.0,
+        solver=odecore.Dopri5(), controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    sol.evaluate(1.3).sum().backward()
+    assert rate.grad is not None
+    assert rate.grad.item() == pytest.approx(-1.3 * math.exp(-0.7 * 1.3), rel=1e-7)
+
+
+@pytest.mark.parametrize("t", [-0.1, 2.5, math.nan])
+def test_evaluate_outside_the_span_is_an_error(t: float) -> None:
+    sol = odecore.solve(
+        _decay, torch.ones(1), t0=0.0, t1=2.0, solver=odecore.Dopri5(),
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"is outside the span solved, \[0.0, 2.0\]"):
+        sol.evaluate(t)
+
+
+def test_evaluate_without_dense_is_an_error() -> None:
+    sol = odecore.solve(_decay, torch.ones(1), t0=0.0, t1=1.0, solver=odecore.Dopri5())
+    with pytest.raises(ValueError, match=r"solve with `saveat=SaveAt\(dense=True\)`"):
+        sol.evaluate(0.5)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()])
+def test_dense_needs_backprop(gradient: odecore.AbstractGradient) -> None:
+    with pytest.raises(ValueError, match=r"it needs `gradient=Autograd\(\)`"):
+        odecore.solve(
+            _decay, torch.ones(1), t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            saveat=odecore.SaveAt(dense=True), gradient=gradient,
+        )  # fmt: skip
+
+
+def test_odeint_dense_matches_torchdiffeq() -> None:
+    torchdiffeq = pytest.importorskip("torchdiffeq")
+    y0 = torch.tensor([1.0, 0.5], dtype=F64)
+    t0, t1 = torch.tensor(0.0, dtype=F64), torch.tensor(3.0, dtype=F64)
+
+    def pendulum(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.stack([y[1], -torch.sin(y[0])])
+
+    ours = odecore.odeint_dense(pendulum, y0, t0, t1, rtol=1e-10, atol=1e-12)
+    theirs = torchdiffeq.odeint_dense(pendulum, y0, t0, t1, rtol=1e-10, atol=1e-12)
+    for t in torch.linspace(0.05, 2.95, 11, dtype=F64):
+        torch.testing.assert_close(ours(t), theirs(t), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize(("method", "options"), [("rk4", {"step_size": 0.01}), ("bosh3", {})])
+def test_odeint_dense_takes_every_method(method: str, options: dict) -> None:
+    y = odecore.odeint_dense(
+        _decay, torch.ones(1, dtype=F64), 0.0, 1.0, method=method, options=options,
+        rtol=1e-9, atol=1e-11,
+    )  # fmt: skip
+    assert y(0.4).item() == pytest.approx(math.exp(-0.4), rel=1e-7)
+
+
+def test_odeint_dense_refuses_span_ends_that_require_grad() -> None:
+    t0 = torch.tensor(0.0, requires_grad=True)
+    with pytest.raises(ValueError, match=r"`t0` requires grad, but `odeint_dense` does not"):
+        odecore.odeint_dense(_decay, torch.ones(1), t0, 1.0)
+
+
+@pytest.mark.parametrize("method", ["scipy:RK45", "torchdiffeq:dopri5"])
+def test_odeint_dense_needs_an_odecore_method(method: str) -> None:
+    with pytest.raises(ValueError, match="`odeint_dense` needs one of odecore's methods"):
+        odecore.odeint_dense(_decay, torch.ones(1), 0.0, 1.0, method=method)
