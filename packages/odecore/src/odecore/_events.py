@@ -63,7 +63,8 @@ class Event:
     ``c(t) = fn(t, y(t))``, ``dt_e/dθ = -(∂fn/∂y ∂y/∂θ + ∂fn/∂θ) / (dc/dt)``; the
     state at the event moves with it by ``f(t_e, y_e) dt_e``. This holds for every
     gradient method; the tensors ``fn`` reads (an ``nn.Module``'s parameters, what
-    a plain function closes over) get their share. An event that grazes zero (``dc/dt = 0``) has no gradient.
+    a plain function closes over) get their share. An event that grazes zero
+    (``dc/dt = 0``) has no gradient.
 
     Args:
         fn: the event function ``fn(t, y) -> Tensor``: ``t`` a 0-dim tensor in the
