@@ -640,3 +640,36 @@ def test_error_ratio_is_the_formula_with_plain_numbers(dtype, rtol, atol, seed):
         y0, y1, err = y0.float(), y1.float(), err.float()
     scale = torch.maximum(y0.abs(), y1.abs()).mul_(rtol).add_(atol)
     assert ratio == c._norm(torch.div(err, scale))
+
+
+class _Recorder(torch.nn.Module):
+    """Van der Pol, recording every step it is asked to take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[float, float]] = []
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, v = y[..., 0], y[..., 1]
+        return torch.stack([v, 5.0 * (1 - x * x) * v - x], dim=-1)
+
+    def callback_step(self, t0: torch.Tensor, y0: torch.Tensor, dt: torch.Tensor) -> None:
+        self.steps.append((float(t0), float(dt)))
+
+
+def test_the_automatic_first_step_only_chooses_the_first_step() -> None:
+    """Given the step it chose as ``dt0``, a solve takes the same steps: choosing it
+    changes nothing else (it once scaled the controller's record of |y0| in place).
+    float64: the callbacks report times in the state's dtype."""
+    y0 = (4 * torch.rand(8, 2, generator=torch.Generator().manual_seed(0)) - 2).double()
+    runs = []
+    for dt0 in (None, "chosen"):
+        field = _Recorder()
+        first = runs[0][0][1] if dt0 == "chosen" else None
+        odecore.solve(
+            field, y0, t0=0.0, t1=3.0, solver=odecore.Dopri5(), dt0=first,
+            controller=odecore.PIDController(rtol=1e-3, atol=1e-3),
+        )  # fmt: skip
+        runs.append(field.steps)
+    assert len(runs[0]) > 20
+    assert runs[1] == runs[0]

@@ -319,7 +319,7 @@ class PIDController(AbstractController):
             # overflow 65504 (float16), or a small atol round to a subnormal.
             wide = torch.promote_types(y0.dtype, torch.float32)
             y0, f0 = y0.to(wide), f0.to(wide)
-            scale = abs_y0.to(wide).mul_(tols[0]).add_(tols[1])
+            scale = abs_y0.to(wide).mul(tols[0]).add_(tols[1])  # abs_y0 is kept: no in-place
             if self.norm is None and y0.numel():
                 # Both RMS norms in one reduction and one host sync.
                 scaled = torch.stack((y0, f0)).div_(scale).reshape(2, -1)
