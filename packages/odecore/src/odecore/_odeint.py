@@ -488,6 +488,11 @@ def odeint_adjoint(
     seminorm = back_opts.get("norm") == "seminorm"
     if seminorm:
         del back_opts["norm"]
+    forward_grid = dict(options or {}).get("grid_constructor")
+    if forward_grid is not None and back_opts.get("grid_constructor") is forward_grid:
+        # The backward solve's loop steps on the forward solve's step times, so by
+        # default (one step per interval) it retraces the forward grid backward.
+        del back_opts["grid_constructor"]
     back = _configure(
         back_method,
         back_opts,
@@ -871,8 +876,9 @@ def _configure(
         if grid is None:
             raise ConfigurationError(
                 f"The {name}option `grid_constructor` is not available for the adjoint's "
-                "backward solve, which steps by `step_size` or `n_steps` (and restarts at "
-                "every time of `t`); pass `adjoint_options` with one of them."
+                "backward solve, which steps on the forward grid (the forward's "
+                "`grid_constructor`), by `step_size` or by `n_steps`; pass `adjoint_options` "
+                "without it, or with one of the others."
             )
         built = _constructed_grid(opts["grid_constructor"], grid, ts)
         dt0, step_ts = (span if span > 0 else 1.0), _with_step_t(built, step_t)
