@@ -9,10 +9,12 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ._dataset import DataError
+from ._inflate import CHUNK
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,11 @@ class _Resource:
     mirrors: tuple[str, ...]  # base URLs, tried in order
     files: tuple[tuple[str, str], ...]  # (file name, MD5 of the file as published)
     extract_to: str | None = None  # for a tarball: the folder it unpacks to
+    max_unpacked: int = 256 << 20  # for a tarball: the most bytes its members may declare
+
+
+# Member count a tarball may have (the CIFAR tarballs have 8 and 5).
+_MAX_MEMBERS = 1000
 
 
 _MNIST_FILES = (
@@ -83,7 +90,7 @@ _RESOURCES: dict[str, _Resource] = {
     ),
 }
 
-_CHUNK = 1 << 20
+_CHUNK = CHUNK
 
 
 def _fetch(url: str, dest: Path) -> None:
@@ -132,33 +139,19 @@ def _download_file(resource: _Resource, name: str, md5: str, directory: Path) ->
     )
 
 
-def _safe_extract(archive: Path, directory: Path, folder: str) -> Path:
+def _safe_extract(archive: Path, directory: Path, folder: str, max_bytes: int) -> Path:
     """Unpack ``archive`` (a tarball whose members all lie under ``folder``) into ``directory``.
 
     Only regular files and directories are accepted, and only under ``folder``: an
     absolute name, a ``..`` component, a link or a device refuses the whole archive
-    before anything is written. The archive is unpacked into a temporary directory,
+    before anything is written. So does an archive whose members declare more than
+    ``max_bytes`` in all, or more than :data:`_MAX_MEMBERS` members: the headers are
+    checked as they are read, so a compressed archive is never inflated further than
+    its declared sizes allow. The archive is unpacked into a temporary directory,
     then moved into place in one rename.
     """
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        for member in members:
-            parts = PurePosixPath(member.name).parts
-            bad = (
-                member.name.startswith(("/", "\\"))
-                or PurePosixPath(member.name).is_absolute()
-                or ".." in parts
-                or ":" in member.name
-                or not (member.isfile() or member.isdir())
-                or not parts
-                or parts[0] != folder
-            )
-            if bad:
-                raise DataError(
-                    f"refusing to extract {archive}: its member {member.name!r} is not a "
-                    f"plain file or directory under {folder}/ (absolute paths, '..', links "
-                    "and devices are not allowed)."
-                )
+    with _open_tarball(archive) as tar:
+        members = _checked_members(tar, archive, folder, max_bytes)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder}.", dir=directory))
         try:
             for member in members:
@@ -167,11 +160,7 @@ def _safe_extract(archive: Path, directory: Path, folder: str) -> Path:
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                source = tar.extractfile(member)
-                if source is None:  # pragma: no cover - isfile() members always have data
-                    raise DataError(f"Cannot read {member.name!r} from {archive}.")
-                with source, target.open("wb") as out:
-                    shutil.copyfileobj(source, out, _CHUNK)
+                _extract_member(tar, member, target, archive)
             final = directory / folder
             if final.exists():
                 shutil.rmtree(final)
@@ -179,6 +168,93 @@ def _safe_extract(archive: Path, directory: Path, folder: str) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def _open_tarball(archive: Path) -> tarfile.TarFile:
+    """``archive`` opened for reading, or a :class:`DataError` that names it."""
+    try:
+        return tarfile.open(archive, "r:*")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        raise DataError(
+            f"Cannot open {archive} as a tarball ({err}); delete it and download it again."
+        ) from err
+
+
+def _checked_members(
+    tar: tarfile.TarFile, archive: Path, folder: str, max_bytes: int
+) -> list[tarfile.TarInfo]:
+    """The members of ``tar``, each checked as its header is read (see :func:`_safe_extract`)."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    while True:
+        try:
+            member = tar.next()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+            raise DataError(
+                f"Cannot read {archive} past its member {len(members) + 1} ({err}); it is "
+                "truncated or corrupt: delete it and download it again."
+            ) from err
+        if member is None:
+            return members
+        parts = PurePosixPath(member.name).parts
+        bad = (
+            member.name.startswith(("/", "\\"))
+            or PurePosixPath(member.name).is_absolute()
+            or ".." in parts
+            or ":" in member.name
+            or not (member.isfile() or member.isdir())
+            or not parts
+            or parts[0] != folder
+        )
+        if bad:
+            raise DataError(
+                f"refusing to extract {archive}: its member {member.name!r} is not a "
+                f"plain file or directory under {folder}/ (absolute paths, '..', links "
+                "and devices are not allowed)."
+            )
+        members.append(member)
+        total += member.size if member.isfile() else 0
+        if total > max_bytes:
+            raise DataError(
+                f"refusing to extract {archive}: its members up to {member.name!r} "
+                f"({member.size} bytes) declare {total} bytes once unpacked, more than the "
+                f"{max_bytes} bytes expected of it at most; nothing was written. Delete it "
+                "and download it again."
+            )
+        if len(members) > _MAX_MEMBERS:
+            raise DataError(
+                f"refusing to extract {archive}: it has more than {_MAX_MEMBERS} members; "
+                "nothing was written. Delete it and download it again."
+            )
+
+
+def _extract_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, archive: Path
+) -> None:
+    """Write the ``member.size`` bytes of ``member`` to ``target``, and no more."""
+    written = 0
+    try:
+        source = tar.extractfile(member)
+        if source is None:  # pragma: no cover - isfile() members always have data
+            raise DataError(f"Cannot read {member.name!r} from {archive}.")
+        with source, target.open("wb") as out:
+            while written < member.size:
+                chunk = source.read(min(CHUNK, member.size - written))
+                if not chunk:
+                    break
+                out.write(chunk)
+                written += len(chunk)
+    except (tarfile.TarError, EOFError, zlib.error) as err:
+        raise DataError(
+            f"Cannot unpack {member.name!r} ({member.size} bytes declared) from {archive} "
+            f"after {written} bytes ({err}); it is truncated or corrupt: delete it and "
+            "download it again."
+        ) from err
+    if written != member.size:
+        raise DataError(
+            f"{archive} is truncated: its member {member.name!r} declares {member.size} "
+            f"bytes but only {written} could be read; delete it and download it again."
+        )
 
 
 def download(name: str, root: str | os.PathLike[str], *, force: bool = False) -> Path:
@@ -189,10 +265,13 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
     ``"cifar10"`` and ``"cifar100"`` are the "python version" tarballs, kept in
     ``root`` and unpacked into ``root/cifar-10-batches-py`` or
     ``root/cifar-100-python``; a member with an absolute path, a ``..``, or that is
-    a link, is refused. ``"svhn"`` is the training and test ``.mat`` files, written
-    into ``root/svhn``. Each file is written to a temporary file first, its MD5
-    compared with the published one, and only then renamed into place: an
-    interrupted or corrupted download never leaves a file under the final name.
+    a link, is refused, and so is a tarball whose members declare more than 256 MiB
+    in all (the official ones unpack to about 186 MB): the declared sizes are checked
+    as the headers are read, before anything is written. ``"svhn"`` is the training
+    and test ``.mat`` files, written into ``root/svhn``. Each file is written to a
+    temporary file first, its MD5 compared with the published one, and only then
+    renamed into place: an interrupted or corrupted download never leaves a file
+    under the final name.
     Files already in place with the right MD5 (and an already unpacked CIFAR
     folder) are not fetched again unless ``force``.
 
@@ -215,7 +294,8 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
     Raises:
         ValueError: for an unknown ``name``.
         DataError: if no mirror gives a file with the published MD5, or a tarball
-            holds a member it refuses to extract.
+            holds a member it refuses to extract, declares more than it may hold, or
+            is truncated.
 
     Example:
         >>> from odebench.data import download
@@ -245,4 +325,4 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
     archive = root / file
     if force or not archive.is_file() or _md5(archive) != md5:
         _download_file(resource, file, md5, root)
-    return _safe_extract(archive, root, resource.extract_to)
+    return _safe_extract(archive, root, resource.extract_to, resource.max_unpacked)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import os
 import struct
+import sys
 import zlib
 from pathlib import Path
 
@@ -13,8 +15,12 @@ import numpy as np
 import torch
 
 from ._dataset import DataError, DataNotFoundError, Dataset
+from ._inflate import CHUNK, TRAILING_SCAN, deflate_bound
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+MAX_IDX_BYTES = 1 << 32
+"""The most data bytes an IDX header may declare (4 GiB); a larger one is refused unread."""
 
 # type code -> (big-endian numpy dtype as stored, what the format calls it)
 _IDX_TYPES: dict[int, tuple[str, str]] = {
@@ -59,7 +65,13 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
 
     The file may be gzip-compressed; that is recognised by its first two bytes, not
     by its name. The header is checked, and the data must be exactly as long as the
-    sizes announce.
+    sizes announce. The header is read first and the data are read into an array of
+    the size it declares: a compressed file is inflated only that far (and a little
+    further, to tell that it is longer), never whole, so a small file that inflates
+    to far more than its header announces costs no more memory than the data it
+    declares. A header declaring more than 4 GiB of data, or more than its gzip file
+    could hold (deflate inflates at most 1032 bytes per compressed byte), is refused
+    before anything is allocated.
 
     Args:
         path: the file.
@@ -71,8 +83,9 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
         DataNotFoundError: if ``path`` does not exist (the message lists what its
             directory holds).
         DataError: if the file is not IDX (wrong magic number, unknown type code), is
-            truncated or has trailing bytes, or is gzip-compressed but cannot be
-            decompressed. The message names the file.
+            truncated or has trailing bytes (before or after decompression), declares
+            more data than it can hold, or is gzip-compressed but cannot be
+            decompressed. The message names the file and the declared and found sizes.
 
     Example:
         >>> import struct, tempfile, pathlib
@@ -95,35 +108,101 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
             f"{parent}, but {where}."
         )
     try:
-        raw = path.read_bytes()
+        file = path.open("rb")
     except OSError as err:
         raise DataError(f"Cannot read IDX file {path}: {err}.") from err
-    if raw[:2] == _GZIP_MAGIC:
+    with file:
         try:
-            raw = gzip.decompress(raw)
+            size = os.fstat(file.fileno()).st_size
+            compressed = file.read(2) == _GZIP_MAGIC
+            file.seek(0)
+        except OSError as err:
+            raise DataError(f"Cannot read IDX file {path}: {err}.") from err
+        if not compressed:
+            reader = _Reader(file, path, None)
+            try:
+                return _read_idx_stream(reader, size)
+            except OSError as err:
+                raise DataError(f"Cannot read IDX file {path}: {err}.") from err
+        reader = _Reader(gzip.GzipFile(fileobj=file, mode="rb"), path, size)
+        try:
+            return _read_idx_stream(reader, size)
         except (OSError, EOFError, zlib.error) as err:
+            declared = "" if reader.declared is None else f" of the {reader.declared} it declares"
             raise DataError(
                 f"IDX file {path} starts like a gzip file but cannot be decompressed "
-                f"({err}); it is probably truncated or corrupt: fetch it again."
+                f"({err}) after {reader.count} bytes{declared}; it is probably truncated "
+                "or corrupt: fetch it again."
             ) from err
-    return _parse_idx(raw, path)
 
 
-def _parse_idx(data: bytes, path: Path) -> torch.Tensor:
-    """The tensor held by the (uncompressed) IDX bytes ``data`` read from ``path``."""
-    if len(data) < 4:
+class _Reader:
+    """A stream read to the end of each request, counting the bytes it gave."""
+
+    def __init__(self, stream: io.BufferedIOBase, path: Path, compressed: int | None) -> None:
+        self.stream = stream
+        self.path = path
+        self.compressed = compressed  # the size of the gzip file; None when not compressed
+        self.count = 0  # bytes read (after decompression)
+        self.declared: int | None = None  # header and data, once the header is read
+
+    def read(self, size: int) -> bytes:
+        parts = []
+        while size > 0:
+            part = self.stream.read(min(size, CHUNK))
+            if not part:
+                break
+            parts.append(part)
+            self.count += len(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def readinto(self, buffer: memoryview) -> int:
+        done = 0
+        while done < len(buffer):
+            n = self.stream.readinto(buffer[done : done + CHUNK])
+            if not n:
+                break
+            done += n
+            self.count += n
+        return done
+
+    def excess(self) -> int:
+        """How many bytes follow, counted up to a little over :data:`TRAILING_SCAN`."""
+        extra = 0
+        while extra <= TRAILING_SCAN:
+            part = self.stream.read(CHUNK)
+            if not part:
+                break
+            extra += len(part)
+            self.count += len(part)
+        return extra
+
+
+def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
+    """The tensor held by the IDX data of ``reader``, from a file of ``size`` bytes.
+
+    The header is read first, and the data are read into an array of the size it
+    declares, never more: a compressed file is inflated only as far as the header
+    says, plus :data:`TRAILING_SCAN` bytes to tell that it is longer.
+    """
+    path = reader.path
+    gz = reader.compressed is not None
+    once = " once decompressed" if gz else ""
+    head = reader.read(4)
+    if len(head) < 4:
         raise DataError(
-            f"IDX file {path} is truncated: {len(data)} bytes, shorter than the "
+            f"IDX file {path} is truncated: {len(head)} bytes{once}, shorter than the "
             "4-byte magic number."
         )
-    if data[0] != 0 or data[1] != 0:
-        magic = int.from_bytes(data[:4], "big")
+    if head[0] != 0 or head[1] != 0:
+        magic = int.from_bytes(head, "big")
         raise DataError(
             f"{path} is not an IDX file: its magic number is 0x{magic:08X}; an IDX file "
             "starts with two zero bytes, then a type code (0x08 for unsigned bytes) and "
             "the number of dimensions, e.g. 0x00000803 for MNIST images."
         )
-    code, ndim = data[2], data[3]
+    code, ndim = head[2], head[3]
     if code not in _IDX_TYPES:
         raise DataError(
             f"IDX file {path} has the unknown type code 0x{code:02X}; known codes: {_KNOWN_TYPES}."
@@ -131,31 +210,66 @@ def _parse_idx(data: bytes, path: Path) -> torch.Tensor:
     if ndim == 0:
         raise DataError(f"IDX file {path} declares 0 dimensions; expected at least 1.")
     header = 4 + 4 * ndim
-    if len(data) < header:
+    sizes = reader.read(4 * ndim)
+    if len(sizes) < 4 * ndim:
         raise DataError(
             f"IDX file {path} is truncated: its header announces {ndim} dimensions "
-            f"({header} header bytes) but the file has {len(data)} bytes."
+            f"({header} header bytes) but the file has {4 + len(sizes)} bytes{once}."
         )
-    dims = struct.unpack(f">{ndim}I", data[4:header])
+    dims = struct.unpack(f">{ndim}I", sizes)
     dtype = np.dtype(_IDX_TYPES[code][0])
+    what = _IDX_TYPES[code][1]
     count = math.prod(dims)
     expected = count * dtype.itemsize
-    got = len(data) - header
     shape = " x ".join(str(d) for d in dims)
+    reader.declared = header + expected
+    if expected > MAX_IDX_BYTES:
+        raise DataError(
+            f"IDX file {path} declares {shape} values of type {what} ({expected} bytes), "
+            f"more than the {MAX_IDX_BYTES} bytes an IDX file may hold; its header is "
+            "corrupt: fetch the file again."
+        )
+    if reader.compressed is not None:
+        bound = deflate_bound(reader.compressed)
+        if header + expected > bound:
+            raise DataError(
+                f"IDX file {path} declares {shape} values of type {what} ({header + expected} "
+                f"bytes with the header), but a gzip file of {reader.compressed} bytes "
+                f"inflates to at most {bound} bytes; its header is corrupt: fetch the file again."
+            )
+    else:
+        got = size - header
+        if got < expected:
+            raise DataError(
+                f"IDX file {path} is truncated: the header announces {shape} values of type "
+                f"{what} ({expected} bytes) but only {got} bytes follow."
+            )
+        if got > expected:
+            raise DataError(
+                f"IDX file {path} has {got - expected} bytes after the {expected} bytes of "
+                f"data its header announces ({shape} values of type {what}); it is not a "
+                "well-formed IDX file."
+            )
+    array = np.empty(count, dtype=dtype.newbyteorder("="))
+    got = reader.readinto(array.data.cast("B"))
     if got < expected:
         raise DataError(
             f"IDX file {path} is truncated: the header announces {shape} values of type "
-            f"{_IDX_TYPES[code][1]} ({expected} bytes) but only {got} bytes follow."
+            f"{what} ({expected} bytes) but only {got} bytes follow{once}."
         )
-    if got > expected:
-        raise DataError(
-            f"IDX file {path} has {got - expected} bytes after the {expected} bytes of "
-            f"data its header announces ({shape} values of type {_IDX_TYPES[code][1]}); "
-            "it is not a well-formed IDX file."
-        )
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=header)
-    native = array.astype(dtype.newbyteorder("="), copy=True).reshape(dims)
-    return torch.from_numpy(native)
+    if gz:
+        extra = reader.excess()
+        if extra:
+            amount = f"more than {TRAILING_SCAN}" if extra > TRAILING_SCAN else str(extra)
+            raise DataError(
+                f"IDX file {path} has {amount} bytes after the {expected} bytes of data "
+                f"its header announces ({shape} values of type {what}) once decompressed, "
+                f"{header + expected} bytes in all; decompression stopped there. It is not "
+                "a well-formed IDX file: fetch it again."
+            )
+    if dtype.itemsize > 1 and sys.byteorder == "little":
+        array.byteswap(inplace=True)  # the file is big-endian
+    return torch.from_numpy(array.reshape(dims))
 
 
 def _find_idx(root: Path, stem: str, expected: list[str], title: str) -> Path:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 
 from ._dataset import DataError, DataNotFoundError, Dataset
 from ._idx import _listing
+from ._inflate import CHUNK, deflate_bound
 
 SVHN_FILES = {True: "train_32x32.mat", False: "test_32x32.mat"}
 """The file of each split (``train=True`` / ``False``), as the official site names them."""
@@ -17,6 +21,15 @@ SVHN_FOLDERS = ("svhn", "SVHN")
 """Sub-folders of ``root`` that are searched as well."""
 SVHN_MEAN = (0.4377, 0.4438, 0.4728)
 SVHN_STD = (0.1980, 0.2010, 0.1970)
+SVHN_MAX_BYTES = 1 << 31
+"""The most bytes the variables of an SVHN file may declare in all (2 GiB; the
+official training file holds 225 MB, the ``extra`` split 1.6 GB)."""
+
+# MATLAB 5 data types (the tags of data elements) and the header's size.
+_MI_MATRIX = 14
+_MI_COMPRESSED = 15
+_MAT_HEADER = 128
+_HEAD = 4096  # inflated bytes enough to hold a variable's tag, flags, dimensions and name
 
 
 def _svhn_file(root: Path, name: str) -> Path:
@@ -46,6 +59,12 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
     runs nothing. ``mean`` and ``std`` are the usual per-channel statistics of the
     training images on the [0, 1] scale.
 
+    MATLAB files may hold zlib-compressed variables. Before scipy reads the file,
+    each variable's declared size is checked against the file and against
+    :data:`SVHN_MAX_BYTES`, and each compressed one is inflated in bounded chunks,
+    without being kept, to check that it holds exactly the bytes it declares: a file
+    that would inflate to more is refused before anything of its size is allocated.
+
     Reading them needs scipy (``pip install "odebench[svhn]"``).
 
     Args:
@@ -58,9 +77,10 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
 
     Raises:
         DataNotFoundError: the file is missing (the message lists what ``root`` holds).
-        DataError: the file is not a MATLAB file scipy reads, or does not hold uint8
-            ``X`` of shape ``(32, 32, 3, N)`` and ``N`` labels in 1..10. The message
-            names the file.
+        DataError: the file is not a MATLAB file scipy reads, its variables declare
+            more than :data:`SVHN_MAX_BYTES`, a compressed variable inflates to more
+            or less than it declares, or it does not hold uint8 ``X`` of shape
+            ``(32, 32, 3, N)`` and ``N`` labels in 1..10. The message names the file.
         ImportError: scipy is not installed.
 
     Example:
@@ -80,6 +100,7 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
             "reading SVHN's .mat files needs scipy: pip install 'odebench[svhn]'"
         ) from exc
     path = _svhn_file(Path(root), SVHN_FILES[train])
+    _check_mat_sizes(path, SVHN_MAX_BYTES)
     try:
         content = scipy.io.loadmat(path, variable_names=("X", "y"))
     except Exception as exc:  # scipy raises several types for a bad file
@@ -113,3 +134,144 @@ def _shape(value: object) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} of shape {value.shape}"
     return "nothing" if value is None else type(value).__name__
+
+
+def _check_mat_sizes(path: Path, max_bytes: int) -> None:
+    """Refuse a MATLAB 5 file whose variables declare more than ``max_bytes`` in all, or
+    whose compressed variables inflate to other than they declare.
+
+    Files that are not MATLAB 5 (no ``IM``/``MI`` byte-order mark) are left to scipy,
+    which refuses them.
+    """
+    try:
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            header = file.read(_MAT_HEADER)
+            if len(header) < _MAT_HEADER or header[126:128] not in (b"IM", b"MI"):
+                return
+            order = "<" if header[126:128] == b"IM" else ">"
+            position, total = _MAT_HEADER, 0
+            while position + 8 <= size:
+                file.seek(position)
+                mdtype, count = struct.unpack(order + "II", file.read(8))
+                if mdtype >> 16:  # a small data element: tag and data in 8 bytes
+                    position += 8
+                    continue
+                start = position + 8
+                if count > size - start:
+                    raise DataError(
+                        f"{path} is truncated: its element at byte {position} declares "
+                        f"{count} bytes but the file has {size - start} more; fetch it again."
+                    )
+                if mdtype == _MI_COMPRESSED:
+                    declared = _inflated_size(file, count, path, position, order, max_bytes - total)
+                    position = start + count
+                else:
+                    declared = count
+                    _check_matrix(file.read(min(count, _HEAD)), declared, path, position, order)
+                    position = start + count + (-count % 8)
+                total += declared
+                if total > max_bytes:
+                    raise DataError(
+                        f"{path} declares {total} bytes of variables up to byte {position}, "
+                        f"more than the {max_bytes} an SVHN file may hold; it is not an "
+                        "SVHN file: fetch it again."
+                    )
+    except OSError as exc:
+        raise DataError(f"Cannot read {path}: {exc}.") from exc
+
+
+def _inflated_size(
+    file: BinaryIO, count: int, path: Path, position: int, order: str, budget: int
+) -> int:
+    """The bytes the compressed element of ``count`` bytes at ``position`` declares.
+
+    The element is inflated in chunks of at most :data:`CHUNK` bytes and thrown away:
+    only the first :data:`_HEAD` bytes are kept, to read the declared size. It must
+    inflate to exactly that size, which must not exceed ``budget``.
+    """
+    where = f"{path}: the compressed variable at byte {position} ({count} bytes)"
+    inflater = zlib.decompressobj()
+    head = b""
+    declared: int | None = None
+    found = 0
+    remaining = count
+    try:
+        while True:
+            data = b""
+            if inflater.unconsumed_tail:
+                data = inflater.unconsumed_tail
+            elif remaining and not inflater.eof:
+                data = file.read(min(CHUNK, remaining))
+                remaining -= len(data)
+                if not data:
+                    break
+            else:
+                break
+            out = inflater.decompress(data, CHUNK)
+            found += len(out)
+            if len(head) < _HEAD:
+                head += out[: _HEAD - len(head)]
+            if declared is None and len(head) >= 8:
+                declared = 8 + struct.unpack(order + "II", head[:8])[1]
+                bound = deflate_bound(count)
+                if declared > min(budget, bound):
+                    limit = (
+                        f"the {budget} bytes an SVHN file may still hold"
+                        if declared > budget
+                        else f"the {bound} bytes {count} compressed bytes can hold"
+                    )
+                    raise DataError(
+                        f"{where} declares {declared} bytes once decompressed, more than "
+                        f"{limit}; it is not an SVHN file: fetch it again."
+                    )
+            if declared is not None and found > declared:
+                raise DataError(
+                    f"{where} inflates to more than the {declared} bytes it declares "
+                    f"(at least {found}); decompression stopped there. It is corrupt: "
+                    "fetch it again."
+                )
+    except zlib.error as exc:
+        raise DataError(
+            f"{where} cannot be decompressed ({exc}) after {found} bytes"
+            + ("" if declared is None else f" of the {declared} it declares")
+            + "; it is truncated or corrupt: fetch it again."
+        ) from exc
+    if declared is None or found != declared:
+        raise DataError(
+            f"{where} is truncated: it declares {declared} bytes once decompressed but "
+            f"inflates to {found}; fetch it again."
+        )
+    _check_matrix(head[8:], declared - 8, path, position, order)
+    return declared
+
+
+def _check_matrix(head: bytes, count: int, path: Path, position: int, order: str) -> None:
+    """Check that the first data of a numeric matrix of ``count`` bytes fits in it.
+
+    ``head`` is the start of the matrix (after its tag): flags, dimensions, name and
+    the tag of the real part, whose size scipy allocates before reading it.
+    """
+
+    def tag(offset: int) -> tuple[int, int, int] | None:  # (bytes, data offset, next offset)
+        if offset + 8 > len(head):
+            return None
+        mdtype, nbytes = struct.unpack(order + "II", head[offset : offset + 8])
+        if mdtype >> 16:  # a small element: its size in the upper half, data in 4 bytes
+            return mdtype >> 16, offset + 4, offset + 8
+        return nbytes, offset + 8, offset + 8 + nbytes + (-nbytes % 8)
+
+    if len(head) < 16 or not 6 <= struct.unpack(order + "I", head[8:12])[0] & 0xFF <= 15:
+        return  # too short to judge, or not a numeric array: scipy reads it its own way
+    dims = tag(16)
+    name = tag(dims[2]) if dims is not None else None
+    real = tag(name[2]) if name is not None else None
+    if dims is None or real is None or dims[1] + dims[0] > len(head):
+        return
+    shape = struct.unpack(f"{order}{dims[0] // 4}i", head[dims[1] : dims[1] + dims[0] // 4 * 4])
+    if real[0] > count:
+        raise DataError(
+            f"{path}: the variable at byte {position} (shape {shape}) declares {real[0]} "
+            f"bytes of data, more than the {count} bytes of the variable itself; it is "
+            "corrupt: fetch it again."
+        )
