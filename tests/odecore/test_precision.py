@@ -330,3 +330,25 @@ def test_tuple_state_field_mismatch(entry, func, error, match):
     y0 = (torch.ones(3, dtype=F64), torch.ones(2, dtype=F64))
     with pytest.raises(error, match=match):
         _run(entry, func, y0)
+
+
+@pytest.mark.parametrize("state", ["tensor", "tuple"])
+def test_an_autocast_field_is_brought_to_the_state_dtype(state):
+    """Under torch.autocast a field's layers return bfloat16 by design: the solve keeps
+    its sums in the state's float32, as it would with the field cast by hand."""
+    lin = torch.nn.Linear(3, 3)
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    if state == "tuple":
+        y0, field = (x,), (lambda t, y: (torch.tanh(lin(y[0])),))
+        by_hand = lambda t, y: (torch.tanh(lin(y[0])).bfloat16().float(),)  # noqa: E731
+    else:
+        y0, field = x, (lambda t, y: torch.tanh(lin(y)))
+        by_hand = lambda t, y: torch.tanh(lin(y.bfloat16().float())).bfloat16().float()  # noqa: E731
+    solver, controller = odecore.Dopri5(), odecore.PIDController(rtol=1e-3, atol=1e-4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=solver, controller=controller)
+    ys = sol.ys[0] if state == "tuple" else sol.ys
+    assert ys.dtype == torch.float32
+    reference = odecore.solve(by_hand, y0, t0=0.0, t1=1.0, solver=solver, controller=controller)
+    expected = reference.ys[0] if state == "tuple" else reference.ys
+    torch.testing.assert_close(ys, expected, rtol=2e-2, atol=2e-2)

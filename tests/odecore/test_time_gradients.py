@@ -328,3 +328,25 @@ def test_event_solve_gives_the_start_and_output_times_their_gradients(gradient: 
     assert h.grad is not None and t0.grad is not None
     assert h.grad.item() == pytest.approx(fd_h.item(), rel=1e-6)
     assert t0.grad.item() == pytest.approx(fd_t0.item(), rel=1e-6)
+
+
+class _Counted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+        self.calls = 0
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.tanh(self.linear(y))
+
+
+@pytest.mark.parametrize("gradient", ["adjoint", "checkpoint"])
+def test_finding_the_tensors_a_field_reads_costs_no_evaluation(gradient: str) -> None:
+    """The evaluation whose graph is walked is the forward solve's first."""
+    field = _Counted()
+    sol = odecore.solve(
+        field, torch.randn(2, 3), t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
+        gradient=GRADIENTS[gradient],
+    )  # fmt: skip
+    assert field.calls == sol.stats.nfe == 40

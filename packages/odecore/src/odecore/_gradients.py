@@ -201,8 +201,8 @@ class Adjoint(AbstractGradient):
     the output times (``ts`` of :class:`SaveAt`, ``t`` of :func:`odeint_adjoint`) and
     the parameters: ``params`` if given, else every tensor requiring grad that the
     vector field reads — an ``nn.Module``'s parameters and whatever it or a plain
-    function closes over, found by one evaluation at ``(t0, y0)`` whose graph is
-    walked (not counted in ``Stats.nfe``).
+    function closes over, found from the forward solve's first evaluation, at
+    ``(t0, y0)``, made with a graph that is then walked.
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
@@ -237,9 +237,9 @@ class Adjoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        params = _parameters(self.params, p)
+        params, f = _parameters(self.params, p)
         with torch.no_grad():
-            result = loop(p.f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
+            result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         forward = torch.stack([y for y in result.ys if y is not None])
@@ -249,37 +249,56 @@ class Adjoint(AbstractGradient):
         return replace(result, ys=list(ys.unbind(0)))
 
 
-def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[Tensor, ...]:
-    """The tensors to differentiate besides ``y0``: given, or the field's module's
-    parameters and every other tensor requiring grad that the field reads."""
-    if given is not None:
-        params = tuple(given)
-    elif torch.is_grad_enabled():
+def _parameters(
+    given: Sequence[Tensor] | None, p: Problem
+) -> tuple[tuple[Tensor, ...], FlatField]:
+    """The tensors to differentiate besides ``y0`` — given, or the field's module's
+    parameters and every other tensor requiring grad that the field reads — and the
+    field for the forward solve.
+
+    The tensors the field reads are found by one evaluation at ``(t0, y0)`` with a
+    graph, and a walk of that graph. A plain function's closure
+    (``lambda t, y: -w * y``), or a tensor a module holds without registering it, is
+    invisible to a gradient method that keeps no graph forward; without this its
+    gradient would be silently lost. That evaluation is the forward solve's first
+    (the returned field serves it), so it costs nothing more. A tensor that the field
+    reads only at other times or states is missed: pass ``params`` for such a field.
+    """
+    if given is not None or not torch.is_grad_enabled():
+        params = tuple(given or ())
+        f = p.f
+    else:
+        y = p.y0.detach()
+        with torch.enable_grad():
+            out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
         own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
         known = {id(q) for q in own}
-        params = (*own, *(q for q in _read_tensors(p) if id(q) not in known))
-    else:
-        params = ()
+        params = (*own, *(q for q in graph_leaves(out) if id(q) not in known))
+        f = _Primed(p.f, p.t0, p.y0, out.detach() if isinstance(out, Tensor) else out)
     for i, q in enumerate(params):
         if not isinstance(q, Tensor):
             raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
-    return params
+    return params, f
 
 
-def _read_tensors(p: Problem) -> tuple[Tensor, ...]:
-    """The leaf tensors requiring grad that ``p.f`` reads, found by one evaluation at
-    ``(t0, y0)`` with a graph and a walk of that graph.
+class _Primed:
+    """A field whose first call at ``(t0, y0)`` returns an evaluation made already.
 
-    A plain function's closure (``lambda t, y: -w * y``), or a tensor a module holds
-    without registering it, is invisible to a gradient method that keeps no graph
-    forward; without this its gradient would be silently lost. A tensor that the
-    field reads only at other times or states is missed: pass ``params`` for such a
-    field.
+    Attribute reads (torchdiffeq's step callbacks) go to the field itself.
     """
-    y = p.y0.detach()
-    with torch.enable_grad():
-        out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
-    return graph_leaves(out)
+
+    def __init__(self, f: FlatField, t0: float, y0: Tensor, value: Any) -> None:
+        self.f, self.t0, self.y0, self.value = f, t0, y0, value
+
+    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
+        value = self.value
+        if value is not None and y is self.y0 and float(t) == self.t0:
+            self.value = None
+            return value  # type: ignore[no-any-return]
+        return self.f(t, y)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
 
 
 def graph_leaves(out: object) -> tuple[Tensor, ...]:
@@ -496,11 +515,11 @@ class Checkpoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        params = _parameters(self.params, p)
+        params, f = _parameters(self.params, p)
         states: list[Tensor] = []
         with torch.no_grad():
             result = loop(
-                p.f,
+                f,
                 p.y0,
                 p.t0,
                 p.t1,

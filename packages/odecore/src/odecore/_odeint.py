@@ -398,7 +398,7 @@ def odeint_adjoint(
     Gradients reach ``y0``, ``t`` and the tensors in ``adjoint_params``, by default
     every tensor requiring grad that ``func`` reads: an ``nn.Module``'s parameters
     and what a plain function closes over (torchdiffeq raises for a plain function
-    instead), found by one evaluation of ``func`` at ``(t[0], y0)``.
+    instead), found from the forward solve's first evaluation, made with a graph.
 
     Args:
         func: the vector field, as for :func:`odeint`.

@@ -166,6 +166,7 @@ class _Field:
         self.left_limit_at: float | None = None  # the step ends on a jump here
         self.right_limit_at: float | None = None  # the step starts on a jump here
         self.checked = False
+        self.cast = False  # an autocast field's result is brought to the state's dtype
         self.clock: _Clock | None = None  # differentiable times, when a time needs a gradient
 
     def time(self, t: float) -> Tensor:
@@ -183,6 +184,8 @@ class _Field:
         out = self.f(self.time(t), y)
         if not self.checked:
             self._check(out)
+        if self.cast:
+            out = out.to(self.time_dtype)
         return out if self.direction > 0 else -out
 
     def _timed(self, t: float, y: Tensor, clock: _Clock) -> Tensor:
@@ -194,22 +197,29 @@ class _Field:
         out = self.f(tt, y)
         if not self.checked:
             self._check(out)
+        if self.cast:
+            out = out.to(self.time_dtype)
         out = out if self.direction > 0 else -out
         return out if scale is None else out * scale.to(out.dtype)
 
     def _check(self, out: object) -> None:
         """The first result of ``f`` against the state (once: a field that returns the
         state's dtype and shape at one time does at every other)."""
-        _check_derivative(out, self.shape, self.time_dtype, self.device)
+        self.cast = _check_derivative(out, self.shape, self.time_dtype, self.device)
         self.checked = True
 
 
 def _check_derivative(
     out: object, shape: torch.Size, dtype: torch.dtype, device: torch.device, name: str = "y0"
-) -> None:
+) -> bool:
     """Check what the vector field returned against the state ``name`` (``y0``, or a
     component ``y0[i]`` of a tuple state): a tensor of its shape, dtype and device, or
-    an error that names ``func`` and both."""
+    an error that names ``func`` and both.
+
+    Under :func:`torch.autocast`, whose operations return lower precision by design, a
+    floating result of another dtype is accepted: the return value says it must be cast
+    to the state's dtype, in which the solver keeps its sums.
+    """
     where, state = ("", "the state `y0`") if name == "y0" else (f" for `{name}`", f"`{name}`")
     if not isinstance(out, Tensor):
         raise TypeError(f"`func` must return a Tensor{where}, got {type(out).__name__}.")
@@ -223,11 +233,6 @@ def _check_derivative(
             f"`func` returned shape {tuple(out.shape)}{where}, but {state} has shape "
             f"{tuple(shape)}; {like}."
         )
-    if out.dtype != dtype:
-        raise TypeError(
-            f"`func` returned dtype {out.dtype}{where}, but {state} has dtype {dtype}; "
-            f"{like}. Cast the result with `.to(y.dtype)`, or give `{name}` the field's dtype."
-        )
     if out.device != device:
         raise TypeError(
             f"`func` returned a tensor on {out.device}{where}, but {state} is on "
@@ -235,6 +240,14 @@ def _check_derivative(
             f"Move the field (or what it closes over) to `{name}.device`, or `{name}` to "
             "the field's."
         )
+    if out.dtype == dtype:
+        return False
+    if out.is_floating_point() and torch.is_autocast_enabled(device.type):
+        return True
+    raise TypeError(
+        f"`func` returned dtype {out.dtype}{where}, but {state} has dtype {dtype}; "
+        f"{like}. Cast the result with `.to(y.dtype)`, or give `{name}` the field's dtype."
+    )
 
 
 class _Clock:
@@ -319,15 +332,17 @@ def _packing(
                 f"`func` must return a tuple of {len(shapes)} tensors for a tuple state, "
                 f"got {type(ys).__name__}."
             )
+        parts = []
         for i, (y, shape) in enumerate(zip(ys, shapes)):
             if not (
                 isinstance(y, Tensor)
                 and y.shape == shape
                 and y.dtype == dtype
                 and y.device == device
-            ):
-                _check_derivative(y, shape, dtype, device, f"y0[{i}]")
-        return torch.cat([y.reshape(-1) for y in ys])
+            ) and _check_derivative(y, shape, dtype, device, f"y0[{i}]"):
+                y = y.to(dtype)  # autocast
+            parts.append(y.reshape(-1))
+        return torch.cat(parts)
 
     def unpack(flat: Tensor) -> State:
         return tuple(p.view(s) for p, s in zip(torch.split(flat, sizes), shapes))
