@@ -263,7 +263,9 @@ def test_solve_argument_errors(kwargs, error, match):
 
 
 def test_saveat_must_save_something():
-    with pytest.raises(ValueError, match=r"`SaveAt\(\)` saves nothing; pass `ts=`, `t1=True` or `dense=True`"):
+    with pytest.raises(
+        ValueError, match=r"`SaveAt\(\)` saves nothing; pass `ts=`, `t1=True` or `dense=True`"
+    ):
         odecore.SaveAt()
 
 

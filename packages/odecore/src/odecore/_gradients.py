@@ -249,9 +249,7 @@ class Adjoint(AbstractGradient):
         return replace(result, ys=list(ys.unbind(0)))
 
 
-def _parameters(
-    given: Sequence[Tensor] | None, p: Problem
-) -> tuple[tuple[Tensor, ...], FlatField]:
+def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[tuple[Tensor, ...], FlatField]:
     """The tensors to differentiate besides ``y0`` — given, or the field's module's
     parameters and every other tensor requiring grad that the field reads — and the
     field for the forward solve.
