@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import odecore
 import pytest
 import torch
 from contnet import ContinuousModule, OdeBlock
@@ -117,6 +118,34 @@ def test_each_stage_reads_the_weights_at_its_own_time(scheme):
     assert [left for _, left in asked] == [c == 1.0 for _ in range(3) for c in SCHEMES[scheme]]
 
 
+@pytest.mark.parametrize(
+    ("scheme", "solver"), [("rk4", odecore.RK4), ("midpoint", odecore.Midpoint)]
+)
+def test_every_step_is_one_step_of_the_odecore_solver(scheme, solver, monkeypatch):
+    # The block has no stage sum of its own: each step goes through the solver's `step`.
+    steps: list[tuple[float, float]] = []
+    step = solver.step
+
+    def counting(self, f, t0, t1, y0, f0):
+        steps.append((t0, t1))
+        return step(self, f, t0, t1, y0, f0)
+
+    block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=1), scheme=scheme, n_steps=3)
+    assert isinstance(block.solver, solver)
+    monkeypatch.setattr(solver, "step", counting)
+    block(torch.zeros(1, 2))
+    assert steps == [(0.0, 1 / 3)] * 3  # each step in its own local time [0, h]
+
+
+def test_a_solver_object_is_a_scheme():
+    torch.manual_seed(0)
+    block = OdeBlock(nn.Linear(3, 3), basis=Legendre(degree=2), scheme="rk4_38", n_steps=2)
+    other = block.manifest(scheme=odecore.RK4ThreeEighths())
+    assert other.scheme == "rk4_38"
+    x = torch.randn(4, 3)
+    assert torch.equal(other(x), block(x))
+
+
 def test_euler_block_is_a_resnet_block():
     # epsilon = N_t and M = N_t: step k is x + R_k(x).
     torch.manual_seed(0)
@@ -196,6 +225,8 @@ def test_batch_norm_statistics_are_functions_of_depth():
         (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), epsilon=-1.0), ValueError,
          r"`epsilon` must be a positive number"),
         (lambda: OdeBlock(nn.Linear(1, 1)), ValueError, r"`basis` is required"),
+        (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), scheme=odecore.Dopri5()),
+         ValueError, r"`scheme` must be the name of a fixed-step scheme"),
         (lambda: ContinuousModule(nn.Linear(1, 1), "pc"), TypeError, r"`basis` must be"),
     ],
 )  # fmt: skip

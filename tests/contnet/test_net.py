@@ -7,6 +7,7 @@ import torch
 from contnet import (
     ContinuousNet,
     RefinementSchedule,
+    ResidualUnit,
     carry_optimizer,
     convergence_study,
     manifestation_sweep,
@@ -54,6 +55,24 @@ def test_to_resnet_gives_the_same_outputs(scheme, n_steps, n_basis):
         torch.testing.assert_close(resnet(X), net(X), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("scheme", "n_steps", "n_basis", "basis"),
+    [
+        ("euler", 4, 4, "piecewise_constant"),
+        ("rk4", 3, 2, "piecewise_constant"),
+        ("rk4_38", 3, 3, "legendre"),
+        ("heun", 2, 3, "piecewise_linear"),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_to_resnet_is_exact_to_the_bit(scheme, n_steps, n_basis, basis, dtype):
+    # The export's units step with the blocks' odecore solver on the same weights.
+    net = small(scheme=scheme, n_steps=n_steps, n_basis=n_basis, basis=basis).to(dtype)
+    resnet = net.to_resnet().eval()
+    with torch.no_grad():
+        assert torch.equal(resnet(X.to(dtype)), net(X.to(dtype)))
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace(_method)?` is deprecated:DeprecationWarning")
 def test_resnet_export_traces_and_exports():
     net = small(scheme="rk4", n_steps=2)
@@ -93,6 +112,11 @@ def test_from_resnet_rejects_multi_stage_units():
         ContinuousNet.from_resnet(small(scheme="rk4").to_resnet())
 
 
+def test_residual_unit_needs_a_module_per_stage():
+    with pytest.raises(ValueError, match=r"`stages`: the scheme 'rk4' has 4 stages but 2 modules"):
+        ResidualUnit([nn.Identity(), nn.Identity()], "rk4", 0.5, 1.0)
+
+
 def test_manifest_shares_the_weights():
     net = small(n_steps=2)
     other = net.manifest(scheme="rk4_38", n_steps=5)
@@ -121,7 +145,7 @@ def test_weight_refinement_leaves_every_manifestation_unchanged(scheme, n_steps)
 
 def test_default_refinement_doubles_steps_and_pieces_and_keeps_euler_resnet():
     net = small(n_steps=2)
-    finer = net.refine()
+    finer, _ = refine(net)
     assert finer.n_steps == 4 and finer.blocks[0].basis.pieces == 4
     assert finer.blocks[0].epsilon == net.blocks[0].epsilon
 

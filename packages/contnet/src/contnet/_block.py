@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import cast
 
 import odecore
+import torch
 from odecore import AbstractExplicitRK, ButcherTableau
 from odelayers.basis import AbstractBasis
 from torch import Tensor, nn
@@ -15,10 +17,11 @@ from torch import Tensor, nn
 from ._continuous import ContinuousModule
 
 Scheme = str | AbstractExplicitRK
+Field = Callable[[float, Tensor], Tensor]
 
 
-def scheme_tableau(scheme: Scheme) -> tuple[str, ButcherTableau]:
-    """The name and Butcher tableau of a fixed-step scheme given by name or solver object.
+def scheme_solver(scheme: Scheme) -> tuple[str, AbstractExplicitRK]:
+    """The name and odecore solver of a fixed-step scheme given by name or solver object.
 
     Raises:
         ValueError: for an unknown name or an adaptive solver.
@@ -28,33 +31,43 @@ def scheme_tableau(scheme: Scheme) -> tuple[str, ButcherTableau]:
             raise ValueError(
                 f"Unknown `scheme` {scheme!r}; known schemes: {', '.join(odecore.FIXED_METHODS)}."
             )
-        cls = odecore.FIXED_METHODS[scheme]
-        return scheme, cls.tableau  # type: ignore[attr-defined]
+        return scheme, cast(AbstractExplicitRK, odecore.FIXED_METHODS[scheme]())
     if isinstance(scheme, AbstractExplicitRK) and not scheme.adaptive:
         names = {cls: name for name, cls in odecore.FIXED_METHODS.items()}
-        return names.get(type(scheme), type(scheme).__name__), scheme.tableau
+        return names.get(type(scheme), type(scheme).__name__), scheme
     raise ValueError(
         f"`scheme` must be the name of a fixed-step scheme ({', '.join(odecore.FIXED_METHODS)}) "
         f"or such an odecore solver, got {scheme!r}."
     )
 
 
-def rk_step(
-    x: Tensor, h: float, tableau: ButcherTableau, stages: Sequence[Callable[[Tensor], Tensor]]
-) -> Tensor:
-    """One explicit Runge-Kutta step: ``k_i = stages[i](x + h sum_j a_ij k_j)``,
-    ``x + h sum_i b_i k_i`` (zero coefficients skipped)."""
-    ks: list[Tensor] = []
-    for row, stage in zip(tableau.a, stages):
-        xi = x
-        for a, k in zip(row, ks):
-            if a != 0.0:
-                xi = xi + k * (h * a)
-        ks.append(stage(xi))
-    for b, k in zip(tableau.b, ks):
-        if b != 0.0:
-            x = x + k * (h * b)
-    return x
+def take_step(solver: AbstractExplicitRK, f: Field, h: float, x: Tensor) -> Tensor:
+    """One step of ``solver`` over ``[0, h]`` from ``x``: ``solver.init``, then ``solver.step``.
+
+    The one way contnet takes a step, in blocks and in their ResNet export alike, so
+    both sum the stages with odecore's kernel. Every step is taken in its own local
+    time ``[0, h]``, so ``h`` is the same number in every step and a stage at the end of
+    the step (``c = 1``) is asked for at exactly ``h``.
+    """
+    return solver.step(f, 0.0, h, x, solver.init(f, 0.0, x)).y1
+
+
+@functools.lru_cache(maxsize=256)
+def stage_offsets(solver: AbstractExplicitRK, h: float) -> tuple[float, ...]:
+    """The local times in ``[0, h]`` at which :func:`take_step` evaluates the field, in order.
+
+    Read off ``solver`` itself (one step of a zero field on a scalar), so they are the
+    times its kernel asks for, not a second formula for them.
+    """
+    asked: list[float] = []
+
+    def record(t: float, y: Tensor) -> Tensor:
+        asked.append(t)
+        return torch.zeros_like(y)
+
+    with torch.no_grad():
+        take_step(solver, record, h, torch.zeros((), dtype=torch.float64))
+    return tuple(asked)
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -68,9 +81,11 @@ class OdeBlock(nn.Module):
 
     The weights of ``R`` are a :class:`ContinuousModule` over ``basis``; each stage of
     each step evaluates them at its own time ``t_k + c_i h`` (``h = 1 / n_steps``), as
-    the units of Queiruga et al. (2020, Fig. 5) do. With the Euler scheme, a
-    piecewise-constant basis of ``M = n_steps`` pieces and ``epsilon = n_steps`` the
-    block is a ResNet block of ``n_steps`` units ``x + R_k(x)``.
+    the units of Queiruga et al. (2020, Fig. 5) do. Every step is one step of the
+    scheme's odecore solver (``solver.init`` and ``solver.step``, which sum the stages),
+    kept in ``solver``. With the Euler scheme, a piecewise-constant basis of
+    ``M = n_steps`` pieces and ``epsilon = n_steps`` the block is a ResNet block of
+    ``n_steps`` units ``x + R_k(x)``.
 
     Args:
         module: the residual module ``R`` (keeps the shape of its input).
@@ -80,6 +95,10 @@ class OdeBlock(nn.Module):
         n_steps: the number of steps ``N_t``.
         epsilon: the time scale (the block integrates over ``[0, epsilon]`` in the
             time of ``R``).
+
+    Raises:
+        ValueError: for an unknown or adaptive scheme, a missing ``basis``, or a
+            ``n_steps`` or ``epsilon`` that is not positive.
 
     Example:
         >>> import torch
@@ -110,7 +129,7 @@ class OdeBlock(nn.Module):
             if basis is None:
                 raise ValueError("`basis` is required unless `module` is a ContinuousModule.")
             self.continuous = ContinuousModule(module, basis)
-        self.scheme, self.tableau = scheme_tableau(scheme)
+        self.scheme, self.solver = scheme_solver(scheme)
         self.n_steps = _positive_int("n_steps", n_steps)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
@@ -121,16 +140,32 @@ class OdeBlock(nn.Module):
         """The depth basis of the weights."""
         return self.continuous.basis
 
+    @property
+    def tableau(self) -> ButcherTableau:
+        """The Butcher tableau of the scheme."""
+        return self.solver.tableau
+
     def stage_times(self) -> list[list[float]]:
         """The depths at which each step's stages evaluate the weights.
 
-        A stage at the end of its step (``c = 1``: Heun, RK4, RK4-3/8) reads the
-        weights' limit from the left there, so a step never sees the next piece of a
-        piecewise-constant basis and the scheme keeps its order when the steps land
-        on the pieces' ends.
+        Step ``k`` covers ``[k h, (k + 1) h]``, ``h = 1 / n_steps``, and a stage at
+        ``c_i`` reads the weights at ``t_k + c_i h``. A stage at the end of its step
+        (``c = 1``: Heun, RK4, RK4-3/8) reads the weights' limit from the left there,
+        so a step never sees the next piece of a piecewise-constant basis and the
+        scheme keeps its order when the steps land on the pieces' ends.
         """
-        n = self.n_steps
-        return [[(k + c) / n for c in self.tableau.c] for k in range(n)]
+        return [[t for t, _ in self._stage_points(k)] for k in range(self.n_steps)]
+
+    def _stage_points(self, k: int) -> list[tuple[float, bool]]:
+        """``(depth, left)`` of every stage of step ``k``, in the order they are taken."""
+        h = 1.0 / self.n_steps
+        return [self._depth(k, s, h) for s in stage_offsets(self.solver, h)]
+
+    def _depth(self, k: int, s: float, h: float) -> tuple[float, bool]:
+        """The depth of local time ``s`` of step ``k``, and whether to read the left limit."""
+        if s == h:
+            return (k + 1) / self.n_steps, True
+        return k / self.n_steps + s, False
 
     def field(
         self,
@@ -144,15 +179,19 @@ class OdeBlock(nn.Module):
         out: Tensor = self.continuous(t, x, left=left, slices=slices) * self.epsilon
         return out
 
+    def _step_field(
+        self, k: int, h: float, slices: dict[str, tuple[Tensor, ...]], s: float, x: Tensor
+    ) -> Tensor:
+        """The field of step ``k`` in its local time ``s`` in ``[0, h]``."""
+        t, left = self._depth(k, s, h)
+        return self.field(t, x, left=left, slices=slices)
+
     def forward(self, x: Tensor) -> Tensor:
-        tab, h = self.tableau, 1.0 / self.n_steps
+        h = 1.0 / self.n_steps
         slices = self.continuous.slices()
-        for times in self.stage_times():
-            stages = [
-                functools.partial(self.field, t, left=c == 1.0, slices=slices)
-                for t, c in zip(times, tab.c)
-            ]
-            x = rk_step(x, h, tab, stages)
+        for k in range(self.n_steps):
+            f = functools.partial(self._step_field, k, h, slices)
+            x = take_step(self.solver, f, h, x)
         return x
 
     def manifest(self, *, scheme: Scheme | None = None, n_steps: int | None = None) -> OdeBlock:
@@ -160,7 +199,7 @@ class OdeBlock(nn.Module):
         out = copy.copy(self)
         out._modules = dict(self._modules)
         if scheme is not None:
-            out.scheme, out.tableau = scheme_tableau(scheme)
+            out.scheme, out.solver = scheme_solver(scheme)
         if n_steps is not None:
             out.n_steps = _positive_int("n_steps", n_steps)
         return out

@@ -18,7 +18,7 @@ from odelayers.basis import (
 )
 from torch import Tensor, nn
 
-from ._block import OdeBlock, Scheme, rk_step, scheme_tableau
+from ._block import OdeBlock, Scheme, scheme_solver, take_step
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -169,7 +169,7 @@ class ContinuousNet(nn.Module):
         channels = tuple(channels)
         if len(channels) != 3 or not all(isinstance(c, int) and c > 0 for c in channels):
             raise ValueError(f"`channels` must be three positive integers, got {channels!r}.")
-        scheme_tableau(scheme)  # validate early
+        scheme_solver(scheme)  # validate early
         m = n_steps if n_basis is None else n_basis
         eps = float(n_steps) if epsilon is None else epsilon
         self.channels = channels
@@ -225,22 +225,6 @@ class ContinuousNet(nn.Module):
             b.manifest(scheme=scheme, n_steps=n_steps) for b in self.ode_blocks()
         )
         return out
-
-    def refine(
-        self,
-        *,
-        n_steps: int | None = None,
-        n_basis: int | None = None,
-        scheme: Scheme | None = None,
-    ) -> ContinuousNet:
-        """A refined copy: ``N_t`` and ``M`` doubled by default (see :func:`contnet.refine`).
-
-        To carry an optimizer's state across, use :func:`contnet.refine` and
-        :func:`contnet.carry_optimizer`, or a :class:`contnet.RefinementSchedule`.
-        """
-        from ._refine import refine
-
-        return refine(self, n_steps=n_steps, n_basis=n_basis, scheme=scheme)[0]
 
     def to_resnet(self) -> ResNet:
         """This manifestation as a plain network: one residual unit per step, no bases.
@@ -304,26 +288,43 @@ class ContinuousNet(nn.Module):
 class ResidualUnit(nn.Module):
     """One explicit Runge-Kutta step as plain layers: a copy of ``R`` per stage.
 
-    ``k_i = scale * R_i(x + h sum_j a_ij k_j)``, ``x + h sum_i b_i k_i``; ``scale`` is
-    ``epsilon``. With one stage this is the ResNet unit ``x + h * scale * R(x)``.
+    ``k_i = epsilon * R_i(x + h sum_j a_ij k_j)``, ``x + h sum_i b_i k_i``, taken by the
+    odecore solver of ``scheme`` (``solver.init`` and ``solver.step``, the kernel that
+    :class:`OdeBlock` steps with): the ``i``-th evaluation of the step is stage ``i``.
+    With one stage this is the ResNet unit ``x + h * epsilon * R(x)``.
+
+    Args:
+        stages: one module per stage of the scheme, in the order the stages are taken.
+        scheme: a fixed-step scheme, by name or as an odecore solver object.
+        h: the step.
+        epsilon: the factor of every ``R_i``.
+
+    Raises:
+        ValueError: for an unknown scheme, or a number of modules other than its stages.
     """
 
     def __init__(
         self,
         stages: Sequence[nn.Module],
-        tableau: ButcherTableau,
+        scheme: Scheme,
         h: float,
         epsilon: float,
     ) -> None:
         super().__init__()
-        if len(stages) != tableau.stages:
+        self.scheme, self.solver = scheme_solver(scheme)
+        if len(stages) != self.tableau.stages:
             raise ValueError(
-                f"The tableau has {tableau.stages} stages but {len(stages)} modules were given."
+                f"`stages`: the scheme {self.scheme!r} has {self.tableau.stages} stages but "
+                f"{len(stages)} modules were given."
             )
         self.stages = nn.ModuleList(stages)
-        self.tableau = tableau
         self.h = h
         self.epsilon = epsilon
+
+    @property
+    def tableau(self) -> ButcherTableau:
+        """The Butcher tableau of the scheme."""
+        return self.solver.tableau
 
     def scale(self) -> float:
         """The factor of ``R(x)`` in a one-stage (Euler) unit, ``h * epsilon * b_1``."""
@@ -332,8 +333,13 @@ class ResidualUnit(nn.Module):
         return self.h * self.epsilon * self.tableau.b[0]
 
     def forward(self, x: Tensor) -> Tensor:
-        stages = [lambda xi, stage=stage: stage(xi) * self.epsilon for stage in self.stages]
-        return rk_step(x, self.h, self.tableau, stages)
+        stages = iter(self.stages)
+
+        def f(t: float, y: Tensor) -> Tensor:
+            out: Tensor = next(stages)(y) * self.epsilon
+            return out
+
+        return take_step(self.solver, f, self.h, x)
 
 
 class ResNetBlock(nn.Module):
@@ -346,19 +352,19 @@ class ResNetBlock(nn.Module):
     @classmethod
     def from_ode_block(cls, block: OdeBlock) -> ResNetBlock:
         """The block's current manifestation, one unit per step."""
-        cont, tab = block.continuous, block.tableau
+        cont = block.continuous
         units = []
-        for times in block.stage_times():
+        for k in range(block.n_steps):
             stages = []
-            for t, c in zip(times, tab.c):
+            for t, left in block._stage_points(k):
                 module = copy.deepcopy(cont.module)
-                theta = cont.evaluate(t, left=c == 1.0)
+                theta = cont.evaluate(t, left=left)
                 with torch.no_grad():
                     module.load_state_dict(
                         {k: v.detach().clone() for k, v in theta.items()}, assign=True
                     )
                 stages.append(module)
-            units.append(ResidualUnit(stages, tab, 1.0 / block.n_steps, block.epsilon))
+            units.append(ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon))
         return cls(units)
 
     def residual_units(self) -> list[ResidualUnit]:

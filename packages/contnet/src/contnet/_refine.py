@@ -11,7 +11,7 @@ import torch
 from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear
 from torch import Tensor
 
-from ._block import Scheme, scheme_tableau
+from ._block import Scheme, scheme_solver
 from ._continuous import transfer
 from ._net import BASES, ContinuousNet, make_basis
 
@@ -49,6 +49,29 @@ def refine(
     each given kind changes alone: ``n_steps`` (time step), ``n_basis`` (weights,
     projected in L2 for bases other than piecewise constant), ``scheme`` (integrator).
     ``net`` is left unchanged.
+
+    Args:
+        net: the network to refine.
+        n_steps: the new ``N_t`` of every block.
+        n_basis: the new ``M`` of every block's basis (same family).
+        scheme: the new scheme, by name or as an odecore solver object.
+
+    Returns:
+        ``(new_net, maps)``: the refined copy, and ``{parameter name in new_net:
+        (old basis, new basis)}`` for every coefficient tensor whose basis changed (what
+        :func:`carry_optimizer` needs).
+
+    Raises:
+        ValueError: for an unknown scheme, or a basis that cannot be refined.
+
+    Example:
+        >>> from contnet import ContinuousNet, refine
+        >>> net = ContinuousNet(in_channels=1, channels=(2, 2, 2), n_steps=2)
+        >>> fine, maps = refine(net)
+        >>> fine.n_steps, fine.blocks[0].basis.pieces, net.n_steps
+        (4, 4, 2)
+        >>> maps["blocks.0.continuous.coefficients.2__weight"][1]
+        PiecewiseConstant(t0=0.0, t1=1.0, pieces=4)
     """
     double = n_steps is None and n_basis is None and scheme is None
     new = copy.deepcopy(net)
@@ -59,7 +82,7 @@ def refine(
         elif n_steps is not None:
             block.n_steps = n_steps
         if scheme is not None:
-            block.scheme, block.tableau = scheme_tableau(scheme)
+            block.scheme, block.solver = scheme_solver(scheme)
         cont = block.continuous
         old, target = cont.basis, _refined_basis(cont.basis, n_basis, double)
         if target is old:
