@@ -4,11 +4,12 @@
 
     odebench list
     odebench run NAME [--quick] [--device cpu|cuda] [--epochs N] [--data-dir DIR]
-                      [--out DIR] [--seed S] [--resume] [--no-progress]
+                      [--out DIR] [--seed S] [--resume | --overwrite] [--no-progress]
     odebench report RUN_DIR... [--out PATH]
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
-                   [--optimizer sgd|adam] [--tol TOL] [--gradient G] ... [--resume]
+                   [--optimizer sgd|adam] [--tol TOL] [--gradient G] ...
                    [--scheme S] [--n-steps N] [--refine-epochs E,E,...]
+                   [--resume | --overwrite]
     odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
                           [--repeats N] [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
@@ -33,9 +34,12 @@ from typing import Any, NoReturn
 
 from . import __version__
 
+#: The largest integer an option takes: torch keeps integers in 64 bits.
+_MAX_INT = 2**63 - 1
 
-def _int_at_least(low: int, what: str) -> Callable[[str], int]:
-    """An argparse type: an integer ``>= low``, described as ``what`` in errors."""
+
+def _int_at_least(low: int, what: str, high: int = _MAX_INT) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``, described as ``what`` in errors."""
 
     def parse(text: str) -> int:
         try:
@@ -44,6 +48,8 @@ def _int_at_least(low: int, what: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"expected {what} of at most {high}, got {value}")
         return value
 
     return parse
@@ -53,23 +59,59 @@ _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "a non-negative integer")
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str, what: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text, "a positive number")
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = _float(text, "a finite number >= 0")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _float(text, "a number in [0, 1)")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
+        values = (0,)
+    if any(not 1 <= v <= _MAX_INT for v in values):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated epochs such as 60,100,140, got {text!r}"
-        ) from None
+            f"expected comma-separated epochs (positive integers) such as 60,100,140, got {text!r}"
+        )
+    return values
+
+
+def _out_dir(text: str) -> Path:
+    """An argparse type: a folder a run can be written to (missing, or a folder)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder; give a folder")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(
+                    f"{text}: {parent} is a file, not a folder; give a folder"
+                )
+            break
+    return path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -261,8 +303,8 @@ def _add_training_commands(commands: Any) -> None:
     add("--eval-batch-size", type=_positive_int, default=1000, metavar="N", help="(1000)")
     add("--lr", type=_positive_float, default=0.1, help="learning rate (0.1)")
     add("--optimizer", choices=("sgd", "adam"), default="sgd", help="(sgd, momentum 0.9)")
-    add("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
-    add("--weight-decay", type=float, default=0.0, help="L2 penalty (0)")
+    add("--momentum", type=_fraction, default=0.9, help="SGD momentum, in [0, 1) (0.9)")
+    add("--weight-decay", type=_non_negative_float, default=0.0, help="L2 penalty (0)")
     add("--milestones", type=_int_list, default=(), metavar="E,E,...",
         help="epochs at which the learning rate is multiplied by --gamma")  # fmt: skip
     add("--gamma", type=_positive_float, default=0.1, help="learning-rate factor (0.1)")
@@ -286,13 +328,25 @@ def _add_training_commands(commands: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
+    from .training._config import MAX_SEED
+
     add = parser.add_argument
     add("--device", default="auto", help="auto (default: cuda when available), cpu, cuda")
     add("--epochs", type=_non_negative_int, default=None, metavar="N", help="number of epochs")
     add("--data-dir", default=None, metavar="DIR", help="where the data sets are")
-    add("--out", type=Path, default=None, metavar="DIR", help="output directory")
-    add("--seed", type=_non_negative_int, default=0, metavar="S", help="random seed (0)")
-    add("--resume", action="store_true", help="continue from the checkpoint in --out")
+    add("--out", type=_out_dir, default=None, metavar="DIR", help="output directory")
+    seed = _int_at_least(0, "a non-negative integer", high=MAX_SEED)
+    add("--seed", type=seed, default=0, metavar="S", help="random seed (0)")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume", action="store_true",
+        help="continue the run in --out from its checkpoint (same settings but --epochs, "
+        "--device, --data-dir, --no-progress, --compile)",
+    )  # fmt: skip
+    again.add_argument(
+        "--overwrite", action="store_true",
+        help="move the run in --out aside to DIR.old-TIME, then start afresh",
+    )  # fmt: skip
     add("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -328,7 +382,8 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
 def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
     """Run a training job; turn its expected failures into an exit status and one line.
 
-    2: bad input (unknown name, missing data, an existing run); 130: interrupted
+    2: bad input (unknown name, missing data, an existing run, a folder in use, a
+    resume with changed settings, a bad checkpoint); 130: interrupted
     (after a checkpoint, or by a second Ctrl-C without one); 1: training failed.
     """
     from .training import Interrupted, RunExistsError, TrainingFailedError
@@ -362,6 +417,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         seed=args.seed,
         resume=args.resume,
+        overwrite=args.overwrite,
         progress=not args.no_progress,
     )
     return _guarded(parser, lambda: run_experiment(args.name, options, log=_log))
@@ -428,7 +484,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             compile=args.compile,
             progress=not args.no_progress,
         )
-        train(config, args.out or default_out(config), resume=args.resume, log=_log)
+        out = args.out or default_out(config)
+        train(config, out, resume=args.resume, overwrite=args.overwrite, log=_log)
 
     return _guarded(parser, job)
 

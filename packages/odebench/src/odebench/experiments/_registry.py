@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ class RunOptions:
         data_dir: where the image data sets are.
         seed: the seed of every run.
         resume: continue the runs from their checkpoints.
+        overwrite: move what ``out`` holds aside to ``<out>.old-<time>`` first.
         progress: progress bars per epoch.
 
     Example:
@@ -44,6 +46,7 @@ class RunOptions:
     data_dir: str | None = None
     seed: int = 0
     resume: bool = False
+    overwrite: bool = False
     progress: bool = True
 
     def epochs_or(self, default: int) -> int:
@@ -81,12 +84,28 @@ def register(name: str, description: str) -> Callable[[Callable[..., Any]], Call
 def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str, Any]:
     """Run the experiment ``name`` with ``options``.
 
+    The experiment holds the lock of ``options.out`` while it runs. A folder that
+    holds anything is refused unless ``options.resume`` (the training runs in it
+    continue from their checkpoints, with their settings) or ``options.overwrite``
+    (it is moved aside to ``<out>.old-<time>`` first).
+
     Raises:
         ValueError: an unknown name (the message lists the known ones).
+        odebench.training.RunExistsError: ``options.out`` holds a run and neither flag
+            is set, or another process holds its lock (a ``FileExistsError``).
     """
+    from ..training._run_dir import RunFolder
+
     if name not in EXPERIMENTS:
         raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
-    return EXPERIMENTS[name].run(options, log)
+    folder = RunFolder(options.out)
+    try:
+        if os.environ.get("RANK", "0") == "0":
+            folder.acquire(log)
+            folder.prepare(resume=options.resume, overwrite=options.overwrite, log=log)
+        return EXPERIMENTS[name].run(options, log)
+    finally:
+        folder.release()
 
 
 @contextlib.contextmanager
@@ -155,8 +174,6 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     Raises:
         FileNotFoundError: a directory without ``report.md``.
     """
-    import os
-
     missing = [str(d) for d in run_dirs if not (d / "report.md").exists()]
     if missing:
         raise FileNotFoundError(

@@ -11,13 +11,13 @@ from ._config import DATASETS, DatasetInfo, TrainConfig, default_out
 from ._data import find_data, search_paths
 from ._loop import (
     Interrupted,
-    RunExistsError,
     TrainingFailedError,
     evaluate,
     load_model,
     resolve_device,
     train,
 )
+from ._run_dir import RunExistsError
 
 __all__ = [
     "DATASETS",

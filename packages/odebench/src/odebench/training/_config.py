@@ -20,6 +20,10 @@ def _check_positive_int(name: str, value: object, *, zero: bool = False) -> None
         raise ValueError(f"`{name}` must be {what} integer, got {value!r}.")
 
 
+#: The largest seed: the derived seeds of the data order and augmentation stay in 64 bits.
+MAX_SEED = 2**32 - 1
+
+
 def _check_positive_float(name: str, value: object) -> None:
     if (
         isinstance(value, bool)
@@ -132,6 +136,8 @@ class TrainConfig:
         _check_positive_int("batch_size", self.batch_size)
         _check_positive_int("eval_batch_size", self.eval_batch_size)
         _check_positive_int("seed", self.seed, zero=True)
+        if self.seed > MAX_SEED:
+            raise ValueError(f"`seed` must be at most {MAX_SEED}, got {self.seed!r}.")
         for name in ("train_size", "test_size"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
@@ -142,8 +148,10 @@ class TrainConfig:
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"`momentum` must lie in [0, 1), got {self.momentum!r}.")
-        if self.weight_decay < 0:
-            raise ValueError(f"`weight_decay` must be >= 0, got {self.weight_decay!r}.")
+        if not 0.0 <= self.weight_decay < math.inf:
+            raise ValueError(
+                f"`weight_decay` must be a finite number >= 0, got {self.weight_decay!r}."
+            )
         if list(self.milestones) != sorted(set(self.milestones)) or any(
             m < 1 for m in self.milestones
         ):

@@ -66,12 +66,6 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     write_atomic(path, lambda f: torch.save(state, f))
 
 
-def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``: tensors and plain containers only."""
-    state: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
-    return state
-
-
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the Agg backend (files only, no display), imported late
     so that nothing but plotting pays for matplotlib."""

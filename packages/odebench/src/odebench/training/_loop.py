@@ -29,12 +29,9 @@ from ..models import MODELS, build_model, count_parameters, nfe
 from . import _io
 from ._config import TrainConfig
 from ._data import epoch_order, load_splits, shard, train_batches
+from ._run_dir import RunFolder, load_checkpoint
 
 Log = Callable[[str], None]
-
-
-class RunExistsError(FileExistsError):
-    """The output directory already holds a run, and ``resume`` was not asked for."""
 
 
 class TrainingFailedError(RuntimeError):
@@ -289,6 +286,7 @@ def train(
     out: str | os.PathLike[str],
     *,
     resume: bool = False,
+    overwrite: bool = False,
     log: Log = print,
 ) -> dict[str, Any]:
     """Train ``config.model`` on ``config.dataset`` and write the run into ``out``.
@@ -302,26 +300,37 @@ def train(
     random state is restored, so on the CPU a resumed run ends with the same
     metrics as an uninterrupted one.
 
+    While it runs, the run holds the lock ``out/.lock``: a second run into ``out``
+    is refused, and the lock of a run that was killed is taken over. A folder that
+    holds anything is never overwritten: ``resume`` continues the run in it (with the
+    same settings but for ``epochs``, ``device``, ``data_dir``, ``progress`` and
+    ``compile``), ``overwrite`` moves it aside to ``<out>.old-<time>`` first.
+
     Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
     ``DistributedDataParallel`` (gloo on the CPU, NCCL on GPUs) and every global
     batch is split evenly over the processes. The process group is started here
     unless one is already running, and a group started here is destroyed at the end
-    of the run.
+    of the run. Only the first process locks and checks ``out``; the others learn
+    its verdict.
 
     Args:
         config: the run.
         out: its output directory.
         resume: continue from ``out/checkpoint.pt`` (a fresh start when there is none).
+        overwrite: move what ``out`` holds aside to ``<out>.old-<time>``, then start afresh.
         log: where the one-line summaries go (a line per epoch).
 
     Returns:
         The content of ``results.json``.
 
     Raises:
-        RunExistsError: ``out`` holds a checkpoint and ``resume`` is false.
+        RunExistsError: ``out`` holds a run and neither ``resume`` nor ``overwrite`` is
+            set, or another process holds its lock (a ``FileExistsError``).
+        ValueError: ``out`` is a file; ``resume`` with changed settings; a checkpoint
+            that is empty, truncated, corrupt or asks for code to run (refused unrun).
         Interrupted: on SIGINT or SIGTERM, after the checkpoint is saved.
-        TrainingFailedError: the solver of an ODE model failed (diverged weights); the
-            checkpoint of the last finished epoch is kept.
+        TrainingFailedError: the solver of an ODE model failed (diverged weights) in
+            training or evaluation; the checkpoint of the last finished epoch is kept.
         FileNotFoundError: the data set's files are not where they were looked for.
     """
     from tqdm.auto import tqdm  # type: ignore[import-untyped]
@@ -332,24 +341,53 @@ def train(
     if process.world > 1 and not dist.is_initialized():
         _start_group("nccl" if resolve_device(config.device).type == "cuda" else "gloo")
         started_group = True
-    device = resolve_device(config.device, process.local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    path = out / _io.CHECKPOINT
-    if path.exists() and not resume:
-        raise RunExistsError(
-            f"{out} holds a run already; pass --resume to continue it or choose another --out"
-        )
-    if process.world > 1 and config.batch_size % process.world:
-        raise ValueError(
-            f"`batch_size` {config.batch_size} does not split evenly over {process.world} "
-            "processes; choose a multiple of the number of processes."
-        )
+    folder = RunFolder(out)
     try:
-        return _train(config, out, path, resume, process, device, log, tqdm)
+        device = resolve_device(config.device, process.local_rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if process.world > 1 and config.batch_size % process.world:
+            raise ValueError(
+                f"`batch_size` {config.batch_size} does not split evenly over {process.world} "
+                "processes; choose a multiple of the number of processes."
+            )
+        _claim(folder, config, process, resume=resume, overwrite=overwrite, log=log)
+        return _train(config, out, out / _io.CHECKPOINT, resume, process, device, log, tqdm)
     finally:
+        folder.release()
         if started_group:
             _end_group()
+
+
+def _claim(
+    folder: RunFolder,
+    config: TrainConfig,
+    process: _Process,
+    *,
+    resume: bool,
+    overwrite: bool,
+    log: Log,
+) -> None:
+    """Lock ``folder`` and check it may take the run (first process); tell the others.
+
+    Every process raises the first process's error, so that none of them starts
+    training into a folder the first one refused.
+    """
+    error: BaseException | None = None
+    if process.main:
+        try:
+            folder.acquire(log)
+            folder.prepare(resume=resume, overwrite=overwrite, log=log)
+            if resume:
+                folder.check_resume(config)
+        except (ValueError, OSError) as exc:
+            error = exc
+    if process.world > 1:
+        verdict: list[BaseException | None] = [error]
+        dist.broadcast_object_list(verdict, src=0)
+        error = verdict[0]
+    if error is not None:
+        raise error
 
 
 def _train(
@@ -396,7 +434,7 @@ def _train(
     aug_state: Tensor | None = None
     schedule = RefinementSchedule(epochs=config.refine_epochs)
     if resume and path.exists():
-        state = _io.load_checkpoint(path, device)
+        state = load_checkpoint(path, device)
         # The checkpoint holds a refined model: refine the fresh one as often first.
         for e in config.refine_epochs[: config.refinements_before(state["epoch"], state["batch"])]:
             refined, optimizer = schedule.step(e, cast(ContinuousNet, model), optimizer)
@@ -534,15 +572,22 @@ def _train(
             bar.close()
             totals.seconds += time.perf_counter() - tick
             reduced = totals.reduce(process)
-            test = evaluate(
-                raw,
-                test_set,
-                loss_kind,
-                batch_size=config.eval_batch_size,
-                device=device,
-                bf16=config.bf16,
-                process=process,
-            )
+            try:
+                test = evaluate(
+                    raw,
+                    test_set,
+                    loss_kind,
+                    batch_size=config.eval_batch_size,
+                    device=device,
+                    bf16=config.bf16,
+                    process=process,
+                )
+            except odecore.SolverError as exc:
+                kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
+                raise TrainingFailedError(
+                    f"epoch {epoch + 1}, evaluation: {exc} The weights have probably "
+                    f"diverged: lower --lr{kept}."
+                ) from exc
             row = _row(epoch, config, reduced, test, process)
             if isinstance(raw, ContinuousNet):
                 row |= {"n_steps": raw.n_steps, "parameters": count_parameters(raw)}
@@ -685,7 +730,7 @@ def load_model(out: str | os.PathLike[str], device: str = "cpu") -> tuple[nn.Mod
     saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
     config = TrainConfig.from_dict(saved["config"])
     model = _build(config, saved["dims"])
-    state = _io.load_checkpoint(out / _io.CHECKPOINT, torch.device(device))
+    state = load_checkpoint(out / _io.CHECKPOINT, torch.device(device))
     for _ in range(config.refinements_before(state["epoch"], state["batch"])):
         model = refine(cast(ContinuousNet, model))[0]
     model.load_state_dict(state["model"])

@@ -1,0 +1,506 @@
+"""``RunFolder``: one run's output folder, held by one process, never silently overwritten.
+
+A run holds a lock on its folder while it writes there, refuses a folder that holds
+another run unless asked to resume it (with the same settings) or to move it aside,
+and loads its checkpoint without running anything a file could smuggle in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._config import TrainConfig
+from ._io import CHECKPOINT
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: the pid alone tells
+    fcntl = None  # type: ignore[assignment]
+
+Log = Callable[[str], None]
+
+LOCK = ".lock"
+
+#: The settings ``--resume`` may change: where and how the run goes on, and how long.
+#: Every other field of :class:`TrainConfig` must equal the run's.
+RESUMABLE = frozenset({"epochs", "device", "data_dir", "progress", "compile"})
+
+#: What a checkpoint of :func:`~odebench.training.train` holds, at least.
+_CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "metrics"})
+
+
+class RunExistsError(FileExistsError):
+    """The output directory already holds a run, and ``resume`` was not asked for."""
+
+
+class RunLockedError(RunExistsError):
+    """Another process holds the lock of the output directory."""
+
+
+class RunFolderError(ValueError):
+    """The output directory cannot hold a run (a file, a changed resume, a bad checkpoint)."""
+
+
+class SettingsChangedError(RunFolderError):
+    """``resume`` with settings that differ from the run's in more than :data:`RESUMABLE`."""
+
+
+class BadCheckpointError(RunFolderError):
+    """A checkpoint that is empty, truncated, corrupt or holds more than tensors."""
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """Who holds a lock, as its lock file says."""
+
+    pid: int | None
+    host: str
+    started: str
+    command: str
+
+    @classmethod
+    def read(cls, text: str) -> _Holder:
+        try:
+            data = json.loads(text)
+            pid = data["pid"]
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+                raise TypeError
+            return cls(pid, str(data["host"]), str(data["started"]), str(data["command"]))
+        except (ValueError, KeyError, TypeError):
+            return cls(None, "", "", "")
+
+    def alive(self) -> bool:
+        """Whether the holder runs still (as far as this host can tell: yes for another host)."""
+        if self.pid is None:
+            return False
+        if self.host != socket.gethostname():
+            return True
+        if self.pid == os.getpid():
+            return False  # a lock left by this very process (a run it did not end)
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # alive, under another user
+        return True
+
+    def describe(self) -> str:
+        what = f"process {self.pid} on host {self.host}" if self.pid else "an unknown process"
+        more = ", ".join(
+            x for x in (f"since {self.started}" if self.started else "", self.command) if x
+        )
+        return f"{what} ({more})" if more else what
+
+
+def _flock(fd: int) -> bool | None:
+    """Take an exclusive ``flock`` on ``fd`` without waiting.
+
+    Returns:
+        ``True`` when taken, ``False`` when another open file holds it, ``None`` where the
+        file system has no such locks (the lock file's pid then decides alone).
+    """
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
+            return False
+        return None
+    return True
+
+
+class RunFolder:
+    """One run's output folder: its lock, its no-overwrite rule, its resume check.
+
+    The lock is the file ``.lock`` in the folder, created whole (written under a
+    temporary name, then hard-linked into place) with the holder's pid, host, start
+    time and command, and held with ``flock`` while the run goes on. A second run
+    into the folder is refused; a lock whose process has ended (killed, say) is taken
+    over. The lock is removed when the run ends, also on errors and Ctrl-C.
+
+    Args:
+        path: the folder (created if missing).
+        flag: how the command line names it, for messages.
+
+    Example:
+        >>> import tempfile
+        >>> folder = RunFolder(Path(tempfile.mkdtemp()) / "run")
+        >>> with folder:
+        ...     (folder.path / LOCK).exists(), folder.holds_run()
+        (True, False)
+        >>> (folder.path / LOCK).exists()
+        False
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, flag: str = "--out") -> None:
+        self.path = Path(path)
+        self.flag = flag
+        self._fd: int | None = None
+        self._created = False
+
+    # -- the lock ----------------------------------------------------------------------
+
+    def acquire(self, log: Log | None = None) -> None:
+        """Lock the folder, creating it if needed.
+
+        Raises:
+            RunLockedError: another live process holds the lock.
+            RunFolderError: the path is a file, or the folder cannot be created.
+        """
+        self._make()
+        lock = self.path / LOCK
+        for _ in range(20):
+            try:
+                fd = self._create(lock)
+                if fd is None:
+                    fd = self._take_over(lock, log)
+            except PermissionError:
+                raise RunFolderError(
+                    f"{self.flag} {self.path}: no permission to write there; "
+                    f"choose another {self.flag}"
+                ) from None
+            if fd is not None:
+                self._fd = fd
+                return
+            time.sleep(0.05)  # the lock came and went meanwhile: look again
+        raise RunLockedError(
+            f"{self.flag} {self.path}: its lock {lock} keeps changing hands; "
+            "another run is starting there, choose another folder"
+        )
+
+    def release(self) -> None:
+        """Remove the lock (and the folder, if this run created it and left it empty)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        lock = self.path / LOCK
+        with contextlib.suppress(OSError):
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                lock.unlink()
+        os.close(fd)
+        if self._created:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only when empty
+
+    def __enter__(self) -> RunFolder:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _make(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise RunFolderError(
+                f"{self.flag} {self.path} is a file, not a folder; choose another {self.flag}"
+            )
+        self._created = not self.path.exists()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise RunFolderError(
+                f"{self.flag} {self.path}: a part of the path is a file; choose another {self.flag}"
+            ) from None
+        except OSError as exc:
+            raise RunFolderError(
+                f"{self.flag} {self.path}: cannot create the folder ({exc.strerror}); "
+                f"choose another {self.flag}"
+            ) from None
+
+    def _content(self) -> bytes:
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
+        }
+        return (json.dumps(holder) + "\n").encode("utf-8")
+
+    def _create(self, lock: Path) -> int | None:
+        """A new lock, whole and held from its first moment; ``None`` if one exists."""
+        tmp = lock.with_name(f"{LOCK}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        outcome = "failed"
+        try:
+            _flock(fd)
+            os.write(fd, self._content())
+            os.fsync(fd)
+            try:
+                os.link(tmp, lock)
+                outcome = "linked"
+            except FileExistsError:
+                outcome = "exists"
+            except PermissionError:
+                raise
+            except OSError:
+                outcome = "no hard links"
+        finally:
+            tmp.unlink(missing_ok=True)
+            if outcome != "linked":
+                os.close(fd)
+        if outcome == "no hard links":
+            return self._create_in_place(lock)
+        return fd if outcome == "linked" else None
+
+    def _create_in_place(self, lock: Path) -> int | None:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return None
+        _flock(fd)
+        os.write(fd, self._content())
+        return fd
+
+    def _take_over(self, lock: Path, log: Log | None) -> int | None:
+        """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile.
+
+        Raises:
+            RunLockedError: its holder runs still.
+        """
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        try:
+            taken = _flock(fd)
+            holder = _Holder.read(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+            if taken is False or holder.alive() or (taken is None and holder.pid is None):
+                raise RunLockedError(self._held(holder, lock))
+            try:
+                same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # released and replaced while we looked: look again
+                os.close(fd)
+                return None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self._content(), 0)
+            if log is not None:
+                log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
+            return fd
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+    def _held(self, holder: _Holder, lock: Path) -> str:
+        message = f"{self.flag} {self.path} is in use by {holder.describe()}"
+        if holder.pid is not None and holder.host == socket.gethostname():
+            return f"{message}; wait for it to end or choose another {self.flag}"
+        return (
+            f"{message}; wait for it to end or choose another {self.flag} "
+            f"(if no run uses the folder any more, delete {lock})"
+        )
+
+    # -- what the folder holds -------------------------------------------------------
+
+    def entries(self) -> list[Path]:
+        """What the folder holds besides the lock and left-over temporary files."""
+        if not self.path.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.path.iterdir()
+            if p.name != LOCK and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+        )
+
+    def holds_run(self) -> bool:
+        """Whether the folder holds anything a run writes (or anything else)."""
+        return bool(self.entries())
+
+    def move_aside(self, log: Log) -> Path | None:
+        """Move everything the folder holds (but the lock) into ``<folder>.old-<time>``.
+
+        Returns:
+            The folder that now holds the old run; ``None`` when there was nothing.
+        """
+        entries = self.entries()
+        if not entries:
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = self.path if self.path.name else self.path.resolve()
+        for n in range(1, 1000):
+            aside = base.with_name(f"{base.name}.old-{stamp}" + (f"-{n}" if n > 1 else ""))
+            try:
+                aside.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - a thousand runs moved aside within a second
+            raise RunFolderError(f"{self.flag} {self.path}: no free name to move the run aside to")
+        try:
+            for entry in entries:
+                os.rename(entry, aside / entry.name)
+        except OSError as exc:
+            raise RunFolderError(
+                f"{self.flag} {self.path}: cannot move {entry.name} aside to {aside} "
+                f"({exc.strerror}); move the old run away yourself"
+            ) from None
+        log(f"moved the run in {self.path} aside to {aside}")
+        return aside
+
+    def prepare(self, *, resume: bool, overwrite: bool, log: Log) -> None:
+        """Apply the no-overwrite rule: refuse, keep (``resume``) or move aside (``overwrite``).
+
+        Raises:
+            RunExistsError: the folder holds a run and neither flag was given.
+            RunFolderError: both flags were given.
+        """
+        if resume and overwrite:
+            raise RunFolderError(
+                "`resume` and `overwrite` exclude each other: resume continues the run in "
+                f"{self.path}, overwrite moves it aside; choose one"
+            )
+        if overwrite:
+            self.move_aside(log)
+        elif not resume and self.holds_run():
+            raise RunExistsError(
+                f"{self.path} holds a run already; pass --resume to continue it, --overwrite "
+                "to move it aside and start afresh, or choose another --out"
+            )
+
+    # -- resuming a training run ------------------------------------------------------
+
+    def check_resume(self, config: TrainConfig) -> None:
+        """Check that ``config`` may continue the training run in the folder.
+
+        The checkpoint must load safely and be one of :func:`train`'s, its settings
+        (or, without a checkpoint, those of ``config.json``) must equal ``config``'s
+        except for :data:`RESUMABLE`, and ``config.epochs`` must not fall short of the
+        epochs done. A folder with results but no checkpoint cannot be continued.
+
+        Raises:
+            BadCheckpointError: the checkpoint cannot be loaded safely.
+            SettingsChangedError: the settings differ, or ``epochs`` is too small.
+            RunExistsError: results without a checkpoint.
+        """
+        path = self.path / CHECKPOINT
+        saved: Mapping[str, Any] | None = None
+        if path.exists():
+            state = load_checkpoint(path, torch.device("cpu"))
+            saved = state.get("config")
+            # A checkpoint inside an epoch (batch > 0) is one into epoch ``epoch + 1``.
+            reached = int(state["epoch"]) + (1 if int(state["batch"]) > 0 else 0)
+            if config.epochs < reached:
+                raise SettingsChangedError(
+                    f"{self.path} has reached epoch {reached} already; resume it with "
+                    f"--epochs {reached} or more, not {config.epochs}"
+                )
+        else:
+            if any((self.path / n).exists() for n in ("metrics.json", "results.json")):
+                raise RunExistsError(
+                    f"{self.path} holds a run's results but no {CHECKPOINT} to continue from; "
+                    "pass --overwrite to move it aside and start afresh, or choose another --out"
+                )
+        if not isinstance(saved, Mapping):
+            saved = _saved_config(self.path / "config.json")
+        if saved is None:
+            return
+        changed = changed_settings(saved, config.to_dict())
+        if changed:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changed)
+            raise SettingsChangedError(
+                f"{self.path}: --resume with settings that differ from the run's: {listed}; "
+                f"only {', '.join(sorted(RESUMABLE))} may change on resume. Resume with the "
+                "run's settings, or pass --overwrite to move it aside and start afresh"
+            )
+
+
+def _saved_config(path: Path) -> Mapping[str, Any] | None:
+    """The ``config`` of a run's ``config.json``; ``None`` when there is none to read."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        raise RunFolderError(
+            f"{path} is not readable JSON; pass --overwrite to move the run aside and "
+            "start afresh, or delete the file"
+        ) from None
+    config = saved.get("config") if isinstance(saved, dict) else None
+    return config if isinstance(config, Mapping) else None
+
+
+def changed_settings(
+    saved: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` for each setting outside :data:`RESUMABLE` that differs.
+
+    Example:
+        >>> changed_settings({"lr": 0.1, "epochs": 2}, {"lr": 0.2, "epochs": 5})
+        [('lr', 0.1, 0.2)]
+    """
+    keys = [k for k in dict.fromkeys([*saved, *new]) if k not in RESUMABLE]
+    missing = "(unset)"
+    return [
+        (k, saved.get(k, missing), new.get(k, missing))
+        for k in keys
+        if saved.get(k, missing) != new.get(k, missing)
+    ]
+
+
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+    """Load one of :func:`train`'s checkpoints with ``weights_only=True``.
+
+    Only tensors and plain containers load; a file that asks for anything else is
+    refused before any of it runs.
+
+    Raises:
+        BadCheckpointError: the file is empty, truncated, corrupt, not a checkpoint of
+            :func:`train`, or asks for code to run; the message names the file.
+    """
+    what: str
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # torch raises many kinds; each means a bad file
+        import pickle
+
+        if path.stat().st_size == 0:
+            what = "is empty"
+        elif isinstance(exc, pickle.UnpicklingError) and _GLOBAL.search(str(exc)):
+            found = _GLOBAL.search(str(exc))
+            asks = f" ({found.group(1)})" if found else ""
+            what = (
+                f"asks for code to run{asks}, which a checkpoint never does; "
+                "it was refused and nothing in it ran"
+            )
+        elif isinstance(exc, pickle.UnpicklingError) and "operand" not in str(exc):
+            what = (
+                "holds more than tensors and plain containers; it was refused and nothing in it ran"
+            )
+        else:
+            what = "is truncated or corrupt"
+        raise BadCheckpointError(
+            f"{path} {what}. Delete it, or pass --overwrite to move the run aside and start afresh"
+        ) from None
+    if not isinstance(state, dict) or not state.keys() >= _CHECKPOINT_KEYS:
+        raise BadCheckpointError(
+            f"{path} is not a checkpoint of an odebench training run. Delete it, or pass "
+            "--overwrite to move the run aside and start afresh"
+        )
+    return state

@@ -1,0 +1,405 @@
+"""Run folders: one run at a time, nothing overwritten, resumes and checkpoints checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import odebench
+import pytest
+import torch
+from odebench.experiments import RunOptions, register, run_experiment
+from odebench.experiments._registry import _REGISTRY
+from odebench.training import RunExistsError, TrainConfig, load_model, train
+from test_cli_runs import _run
+from test_training import TOY, _env, _train_cmd, _two_processes, _wait_for
+
+TOY_ARGS = [
+    "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",
+    "--lr", "3e-3", "--train-size", "64", "--batch-size", "32", "--device", "cpu",
+    "--no-progress",
+]  # fmt: skip
+
+
+def _main(*args: str) -> int:
+    """``odebench.main`` in this process; argparse's exits become statuses."""
+    try:
+        return odebench.main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _lock(out: Path, pid: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": pid, "host": socket.gethostname(), "started": "now", "command": "test"}
+    (out / ".lock").write_text(json.dumps(holder))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished one-epoch toy run; tests copy it before they touch it."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert odebench.main([*TOY_ARGS, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture
+def run_copy(tmp_path, finished) -> Path:
+    out = tmp_path / "run"
+    out.mkdir()
+    for f in finished.iterdir():
+        (out / f.name).write_bytes(f.read_bytes())
+    return out
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+# -- locking ---------------------------------------------------------------------------
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
+    out = tmp_path / "run"
+    log = (tmp_path / "first.log").open("w")
+    cmd = _train_cmd(out, 100_000)  # runs until stopped
+    first = subprocess.Popen(cmd, stderr=log, env=_env())
+    try:
+        _wait_for(out / "config.json", first)
+        config = (out / "config.json").read_bytes()
+        second = _run(*cmd[3:-2], "--lr", "0.1", "--out", str(out))
+        assert second.returncode == 2
+        line = _one_line(second.stderr)
+        assert f"is in use by process {first.pid} on host {socket.gethostname()}" in line
+        assert "choose another --out" in line
+        assert first.poll() is None  # the first run goes on, its files its own
+        assert (out / "config.json").read_bytes() == config
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 130
+        log.close()
+    assert not (out / ".lock").exists()  # released on SIGTERM as on success
+    assert "checkpoint saved" in (tmp_path / "first.log").read_text()
+
+
+def test_a_lock_of_a_live_process_is_respected(tmp_path):
+    out = tmp_path / "run"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock(out, sleeper.pid)
+        with pytest.raises(RunExistsError, match=f"in use by process {sleeper.pid} "):
+            train(TrainConfig(**TOY, train_size=64, batch_size=32), out, log=lambda _: None)
+        assert json.loads((out / ".lock").read_text())["pid"] == sleeper.pid  # left alone
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    _lock(out, ended.pid)
+    lines: list[str] = []
+    config = TrainConfig(**TOY, train_size=64, batch_size=32, progress=False)
+    train(config, out, log=lines.append)
+    assert f"took over the lock of process {ended.pid}" in lines[0]
+    assert (out / "results.json").exists() and not (out / ".lock").exists()
+
+
+def test_a_failed_run_releases_its_lock_and_the_folder_it_made(tmp_path):
+    out = tmp_path / "new"
+    config = TrainConfig(model="mlp", dataset="mnist", data_dir=str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError):
+        train(config, out, log=lambda _: None)
+    assert not out.exists()
+
+
+def test_under_torchrun_every_process_refuses_a_folder_in_use(tmp_path):
+    out = tmp_path / "run"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _lock(out, sleeper.pid)
+        proc = _two_processes("-m", "odebench", *TOY_ARGS, "--out", str(out))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode != 0
+    # Both processes stop (none waits for the other in a collective) and write nothing.
+    assert f"is in use by process {sleeper.pid}" in proc.stderr, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
+# -- no overwrite ------------------------------------------------------------------------
+
+
+def test_a_finished_run_is_never_overwritten_without_overwrite(run_copy, capsys):
+    before = _files(run_copy)
+    assert _main(*TOY_ARGS, "--seed", "1", "--out", str(run_copy)) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "holds a run already; pass --resume to continue it, --overwrite to move it" in line
+    assert _files(run_copy) == before
+
+
+def test_overwrite_moves_the_old_run_aside(run_copy, capsys):
+    before = _files(run_copy)
+    assert _main(*TOY_ARGS, "--seed", "1", "--out", str(run_copy), "--overwrite") == 0
+    err = capsys.readouterr().err
+    [aside] = run_copy.parent.glob("run.old-*")
+    assert f"moved the run in {run_copy} aside to {aside}" in err
+    assert _files(aside) == before  # the old run, whole
+    assert json.loads((run_copy / "config.json").read_text())["config"]["seed"] == 1
+
+
+@pytest.fixture
+def tiny_experiment():
+    """An experiment that writes its results only, registered for one test."""
+
+    @register("tiny-test", "writes results.json")
+    def tiny(options: RunOptions, log) -> dict:
+        summary = {"seed": options.seed}
+        (options.out / "results.json").write_text(json.dumps(summary))
+        return summary
+
+    yield "tiny-test"
+    del _REGISTRY["tiny-test"]
+
+
+def test_an_experiment_folder_is_locked_and_never_overwritten(tmp_path, tiny_experiment):
+    out = tmp_path / "exp"
+    run_experiment(tiny_experiment, RunOptions(out=out), log=lambda _: None)
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+    with pytest.raises(RunExistsError, match="holds a run already"):
+        run_experiment(tiny_experiment, RunOptions(out=out, seed=1), log=lambda _: None)
+    run_experiment(tiny_experiment, RunOptions(out=out, seed=2, resume=True), log=print)
+    lines: list[str] = []
+    run_experiment(tiny_experiment, RunOptions(out=out, seed=3, overwrite=True), lines.append)
+    [aside] = tmp_path.glob("exp.old-*")
+    assert json.loads((aside / "results.json").read_text()) == {"seed": 2}
+    assert json.loads((out / "results.json").read_text()) == {"seed": 3}
+    assert lines == [f"moved the run in {out} aside to {aside}"]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock(out, sleeper.pid)
+        with pytest.raises(RunExistsError, match=f"in use by process {sleeper.pid}"):
+            run_experiment(tiny_experiment, RunOptions(out=out, resume=True), log=print)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# -- resume checks the settings ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "changes"),
+    [
+        (["--lr", "0.01", "--seed", "3"], ["lr 0.003 -> 0.01", "seed 0 -> 3"]),
+        (["--train-size", "96"], ["train_size 64 -> 96"]),
+        (["--model", "toy-anode"], ["model 'toy-node' -> 'toy-anode'"]),
+        (["--optimizer", "sgd"], ["optimizer 'adam' -> 'sgd'"]),
+    ],
+)
+def test_resume_with_changed_settings_is_refused(run_copy, capsys, args, changes):
+    before = _files(run_copy)
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "2", *args) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run_copy}: --resume with settings that differ from the run's: " in line
+    for change in changes:
+        assert change in line
+    assert "only compile, data_dir, device, epochs, progress may change on resume" in line
+    assert _files(run_copy) == before
+
+
+def test_resume_may_change_the_epochs_device_and_progress(run_copy):
+    args = [a for a in TOY_ARGS if a != "--no-progress"]
+    assert _main(*args, "--out", str(run_copy), "--resume", "--epochs", "2") == 0
+    config = json.loads((run_copy / "config.json").read_text())["config"]
+    assert (config["epochs"], config["progress"]) == (2, True)
+    assert len(json.loads((run_copy / "metrics.json").read_text())) == 2
+
+
+def test_resume_cannot_shorten_a_run(run_copy, capsys):
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "0") == 2
+    assert "has reached epoch 1 already; resume it with --epochs 1 or more, not 0" in (
+        _one_line(capsys.readouterr().err)
+    )
+
+
+def test_resume_without_a_checkpoint_keeps_the_results(run_copy, capsys):
+    (run_copy / "checkpoint.pt").unlink()
+    before = _files(run_copy)
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume") == 2
+    assert "holds a run's results but no checkpoint.pt" in _one_line(capsys.readouterr().err)
+    assert _files(run_copy) == before
+
+
+# -- bad checkpoints ---------------------------------------------------------------------
+
+
+class _Payload:
+    """What a malicious checkpoint holds: unpickling it would run a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _truncated(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"not a checkpoint at all\n" * 20)
+
+
+def _malicious(path: Path) -> None:
+    torch.save({"epoch": 1, "model": _Payload(path.parent / "PWNED")}, path)
+
+
+def _malicious_pickle(path: Path) -> None:
+    payload = {"epoch": 1, "model": _Payload(path.parent / "PWNED")}
+    path.write_bytes(pickle.dumps(payload, protocol=2))  # torch's own legacy protocol
+
+
+def _foreign(path: Path) -> None:
+    torch.save({"weights": torch.ones(3)}, path)
+
+
+@pytest.mark.parametrize(
+    ("spoil", "what"),
+    [
+        (_truncated, "is truncated or corrupt"),
+        (_empty, "is empty"),
+        (_garbage, "is truncated or corrupt"),
+        (_malicious, "asks for code to run (posix.system)"),
+        (_malicious_pickle, "asks for code to run (posix.system)"),
+        (_foreign, "is not a checkpoint of an odebench training run"),
+    ],
+)
+def test_a_bad_checkpoint_is_refused_and_never_run(run_copy, capsys, spoil, what):
+    path = run_copy / "checkpoint.pt"
+    spoil(path)
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "2") == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{path} {what}" in line
+    assert "Delete it, or pass --overwrite" in line
+    assert "weights_only" not in line
+    assert not (run_copy / "PWNED").exists()
+    with pytest.raises(ValueError, match=re.escape(what)):
+        load_model(run_copy)
+    assert not (run_copy / "PWNED").exists()
+
+
+def test_the_payload_would_have_run_when_unpickled(tmp_path):
+    # The malicious file is real: plain unpickling creates the file the loader never does.
+    _malicious_pickle(tmp_path / "checkpoint.pt")
+    pickle.loads((tmp_path / "checkpoint.pt").read_bytes())  # on purpose
+    assert (tmp_path / "PWNED").exists()
+
+
+# -- failures during evaluation; bad paths and numbers -----------------------------------
+
+
+def test_a_solver_failure_during_evaluation_is_reported_like_one_in_training(tmp_path, capsys):
+    # One batch with the initial weights trains; the step of lr 1e6 breaks the evaluation.
+    args = [
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--train-size", "32",
+        "--batch-size", "32", "--lr", "1e6", "--momentum", "0", "--device", "cpu",
+        "--no-progress", "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    assert _main(*args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("odebench train: training failed: epoch 1, evaluation: ")
+    assert last.endswith("lower --lr.")
+    assert not (tmp_path / "run" / ".lock").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "{file}"], "argument --out: {file} is a file, not a folder"),
+        (["--out", "{file}/run"], "argument --out: {file}/run: {file} is a file, not a folder"),
+        (["--weight-decay", "nan"], "argument --weight-decay: expected a finite number >= 0"),
+        (["--weight-decay", "inf"], "argument --weight-decay: expected a finite number >= 0"),
+        (["--weight-decay", "-1"], "argument --weight-decay: expected a finite number >= 0"),
+        (["--momentum", "nan"], "argument --momentum: expected a number in [0, 1), got nan"),
+        (["--lr", "inf"], "argument --lr: expected a positive number, got inf"),
+        (["--gamma", "nan"], "argument --gamma: expected a positive number, got nan"),
+        (["--tol=-1e-3"], "argument --tol: expected a positive number, got -1e-3"),
+        (["--seed", "99999999999999999999"],
+         "argument --seed: expected a non-negative integer of at most 4294967295"),
+        (["--seed", "-1"], "argument --seed: expected a non-negative integer, got -1"),
+        (["--batch-size", str(2**63)], "argument --batch-size: expected a positive integer of"),
+        (["--epochs", str(2**64)], "argument --epochs: expected a non-negative integer of"),
+        (["--milestones", "0,3"], "argument --milestones: expected comma-separated epochs"),
+        (["--resume", "--overwrite"], "argument --overwrite: not allowed with argument --resume"),
+    ],
+)  # fmt: skip
+def test_bad_paths_and_numbers_name_the_flag_before_any_data_is_read(
+    tmp_path, capsys, args, message
+):
+    file = tmp_path / "a-file"
+    file.write_text("")
+    args = [a.format(file=file) for a in args]
+    # The data directory does not exist: reading data would fail with another message.
+    base = ["train", "--model", "odenet", "--dataset", "mnist", "--data-dir", str(tmp_path / "x")]
+    assert _main(*base, *args) == 2
+    assert message.format(file=file) in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"weight_decay": float("nan")}, r"`weight_decay` must be a finite number >= 0, got nan"),
+        ({"seed": 2**63}, r"`seed` must be at most 4294967295"),
+    ],
+)
+def test_bad_numbers_in_the_configuration(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**{**TOY, **changes})
+
+
+def test_an_output_path_that_is_a_file_is_refused_by_train(tmp_path):
+    file = tmp_path / "a-file"
+    file.write_text("")
+    with pytest.raises(ValueError, match=f"--out {file} is a file, not a folder"):
+        train(TrainConfig(**TOY), file, log=lambda _: None)
+    assert file.read_text() == ""
+
+
+def test_the_lock_file_is_written_whole(tmp_path):
+    lines: list[str] = []
+    from odebench.training._run_dir import RunFolder
+
+    with RunFolder(tmp_path / "run") as folder:
+        holder = json.loads((folder.path / ".lock").read_text())
+        lines.append(holder["host"])
+        assert holder["pid"] == os.getpid()
+        assert time.strptime(holder["started"], "%Y-%m-%d %H:%M:%S")
+    assert lines == [socket.gethostname()]
+    assert not (tmp_path / "run").exists()
