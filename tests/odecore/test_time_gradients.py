@@ -350,3 +350,18 @@ def test_finding_the_tensors_a_field_reads_costs_no_evaluation(gradient: str) ->
         gradient=GRADIENTS[gradient],
     )  # fmt: skip
     assert field.calls == sol.stats.nfe == 40
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+def test_a_jump_at_t0_starts_from_the_limit_after_it(gradient: str) -> None:
+    """The closure search's evaluation at exactly t0 is not the solve's first there:
+    at a jump the solve starts from f's limit after t0."""
+    w = torch.tensor(1.0, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: torch.where(t > 0.5, 2.0, -1.0) * w * torch.ones_like(y),
+        torch.zeros(1, dtype=F64), t0=0.5, t1=1.0, solver=odecore.Dopri5(), jump_ts=[0.5],
+        gradient=GRADIENTS[gradient],
+    )  # fmt: skip
+    assert sol.ys[-1].item() == pytest.approx(1.0, rel=1e-12)
+    sol.ys[-1].sum().backward()
+    assert w.grad is not None and w.grad.item() == pytest.approx(1.0, rel=1e-9)

@@ -19,6 +19,8 @@ from ._controllers import AbstractController, Adaptation, PIDController, rms_nor
 from ._errors import ConfigurationError, SolverError, Status
 from ._solvers import AbstractSolver
 
+_EPS = 2.220446049250313e-16
+
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
 
@@ -129,6 +131,7 @@ class Problem:
         module: ``f``'s module, when the caller's vector field is an ``nn.Module``.
         step_tensor: the step times (``step_ts``), when the caller gave a tensor that
             requires gradients (a grid built from the output times).
+        jump_ts: the times where ``f`` jumps.
     """
 
     f: FlatField
@@ -142,6 +145,7 @@ class Problem:
     dt0: float | None
     module: torch.nn.Module | None = None
     step_tensor: Tensor | None = None
+    jump_ts: tuple[float, ...] = ()
 
     def times(self) -> TimeTensors | None:
         """The time tensors that need gradients now, or ``None``."""
@@ -269,10 +273,15 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[tuple[Tenso
         y = p.y0.detach()
         with torch.enable_grad():
             out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
+        if not isinstance(out, Tensor):  # the solve's own check says what is wrong
+            return (), p.f
         own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
         known = {id(q) for q in own}
         params = (*own, *(q for q in graph_leaves(out) if id(q) not in known))
-        f = _Primed(p.f, p.t0, p.y0, out.detach() if isinstance(out, Tensor) else out)
+        # At a jump at t0 the solve's first evaluation is a one-sided limit: not this one.
+        span = max(1.0, abs(p.t0))
+        at_jump = any(abs(j - p.t0) <= 8 * _EPS * span for j in p.jump_ts)
+        f = p.f if at_jump else _Primed(p.f, p.y0, out.detach())
     for i, q in enumerate(params):
         if not isinstance(q, Tensor):
             raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
@@ -280,19 +289,22 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[tuple[Tenso
 
 
 class _Primed:
-    """A field whose first call at ``(t0, y0)`` returns an evaluation made already.
+    """A field whose first call with the state ``y0`` itself returns an evaluation made
+    already at ``(t0, y0)``: the solve loop's first call is exactly that one (it starts
+    from ``y0``, at ``t0``). No time is read back from the device to check it.
 
     Attribute reads (torchdiffeq's step callbacks) go to the field itself.
     """
 
-    def __init__(self, f: FlatField, t0: float, y0: Tensor, value: Any) -> None:
-        self.f, self.t0, self.y0, self.value = f, t0, y0, value
+    def __init__(self, f: FlatField, y0: Tensor, value: Tensor) -> None:
+        self.f, self.y0 = f, y0
+        self.value: Tensor | None = value
 
     def __call__(self, t: Tensor, y: Tensor) -> Tensor:
         value = self.value
-        if value is not None and y is self.y0 and float(t) == self.t0:
+        if value is not None and y is self.y0:
             self.value = None
-            return value  # type: ignore[no-any-return]
+            return value
         return self.f(t, y)
 
     def __getattr__(self, name: str) -> Any:

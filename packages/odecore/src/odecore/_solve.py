@@ -963,6 +963,7 @@ def _solve(
         dt0=dt0,
         module=f if isinstance(f, torch.nn.Module) else None,
         step_tensor=step_tensor,
+        jump_ts=tuple(jumps),
     )
     event_t = None
     if event is None:
