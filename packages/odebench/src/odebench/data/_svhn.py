@@ -61,7 +61,7 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
 
     MATLAB files may hold zlib-compressed variables. Before scipy reads the file,
     each variable's declared size is checked against the file and against
-    :data:`SVHN_MAX_BYTES`, and each compressed one is inflated in bounded chunks,
+    ``SVHN_MAX_BYTES`` (2 GiB), and each compressed one is inflated in bounded chunks,
     without being kept, to check that it holds exactly the bytes it declares: a file
     that would inflate to more is refused before anything of its size is allocated.
 
@@ -78,7 +78,7 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
     Raises:
         DataNotFoundError: the file is missing (the message lists what ``root`` holds).
         DataError: the file is not a MATLAB file scipy reads, its variables declare
-            more than :data:`SVHN_MAX_BYTES`, a compressed variable inflates to more
+            more than ``SVHN_MAX_BYTES`` (2 GiB), a compressed variable inflates to more
             or less than it declares, or it does not hold uint8 ``X`` of shape
             ``(32, 32, 3, N)`` and ``N`` labels in 1..10. The message names the file.
         ImportError: scipy is not installed.
