@@ -543,11 +543,7 @@ def _train(
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()  # type: ignore[no-untyped-call]
                 except odecore.SolverError as exc:
-                    kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
-                    raise TrainingFailedError(
-                        f"epoch {epoch + 1}, batch {i + 1}: {exc} The weights have probably "
-                        f"diverged: lower --lr{kept}."
-                    ) from exc
+                    raise _diverged(f"epoch {epoch + 1}, batch {i + 1}", exc, path, epoch) from exc
                 optimizer.step()
                 totals.loss += loss.detach().double() * len(y)
                 if loss_kind == "cross_entropy":
@@ -583,11 +579,7 @@ def _train(
                     process=process,
                 )
             except odecore.SolverError as exc:
-                kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
-                raise TrainingFailedError(
-                    f"epoch {epoch + 1}, evaluation: {exc} The weights have probably "
-                    f"diverged: lower --lr{kept}."
-                ) from exc
+                raise _diverged(f"epoch {epoch + 1}, evaluation", exc, path, epoch) from exc
             row = _row(epoch, config, reduced, test, process)
             if isinstance(raw, ContinuousNet):
                 row |= {"n_steps": raw.n_steps, "parameters": count_parameters(raw)}
@@ -619,6 +611,14 @@ def _train(
     if process.main:
         _io.write_json(out / "results.json", results)
     return results
+
+
+def _diverged(where: str, exc: odecore.SolverError, path: Path, epoch: int) -> TrainingFailedError:
+    """The one-line error of a solver failure in training or evaluation."""
+    kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
+    return TrainingFailedError(
+        f"{where}: {exc} The weights have probably diverged: lower --lr{kept}."
+    )
 
 
 def _postfix(totals: _Totals, seconds: float, process: _Process) -> dict[str, str]:
