@@ -179,21 +179,11 @@ class _Field:
 
     def __call__(self, t: float, y: Tensor) -> Tensor:
         self.nfe += 1
-        if self.clock is not None:
-            return self._timed(t, y, self.clock)
-        out = self.f(self.time(t), y)
-        if not self.checked:
-            self._check(out)
-        if self.cast:
-            out = out.to(self.time_dtype)
-        return out if self.direction > 0 else -out
-
-    def _timed(self, t: float, y: Tensor, clock: _Clock) -> Tensor:
-        """``__call__`` with the time, and inside a step the step size, as tensors."""
-        shift, scale = clock.at(t)
-        tt = self.time(t)
-        if shift is not None:
-            tt = tt + (self.direction * shift).to(tt.dtype)
+        tt, scale = self.time(t), None
+        if self.clock is not None:  # the time, and inside a step its size, as tensors
+            shift, scale = self.clock.at(t)
+            if shift is not None:
+                tt = tt + (self.direction * shift).to(tt.dtype)
         out = self.f(tt, y)
         if not self.checked:
             self._check(out)
