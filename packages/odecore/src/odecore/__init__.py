@@ -6,6 +6,9 @@ Two ways in:
 * :func:`solve`, the structured form: a solver built from a Butcher tableau, a
   step-size controller and a :class:`SaveAt`, returning a :class:`Solution` with
   statistics and a status.
+
+:class:`OdeSpec` holds a solver choice as objects; :meth:`OdeSpec.from_method` is the
+one place where a method name and options become them.
 """
 
 from ._controllers import (
@@ -19,9 +22,7 @@ from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
 from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
 from ._odeint import (
-    ADAPTIVE_METHODS,
     ADAPTIVE_OPTIONS,
-    FIXED_METHODS,
     FIXED_OPTIONS,
     odeint,
     odeint_adjoint,
@@ -47,6 +48,7 @@ from ._solvers import (
     StepResult,
     Tsit5,
 )
+from ._spec import ADAPTIVE_METHODS, FIXED_METHODS, GRADIENTS, OdeSpec
 from ._tableau import (
     BOSH3_TABLEAU,
     DOPRI5_TABLEAU,
@@ -76,6 +78,7 @@ __all__ = [
     "FEHLBERG2_TABLEAU",
     "FIXED_METHODS",
     "FIXED_OPTIONS",
+    "GRADIENTS",
     "HEUN3_TABLEAU",
     "HEUN_EULER_TABLEAU",
     "HEUN_TABLEAU",
@@ -107,6 +110,7 @@ __all__ = [
     "HeunEuler",
     "Midpoint",
     "OdeCoreError",
+    "OdeSpec",
     "PIDController",
     "RK4ThreeEighths",
     "Ralston",

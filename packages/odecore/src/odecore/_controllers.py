@@ -23,6 +23,12 @@ It receives a tensor, or for a tuple state a tuple of tensors shaped like the st
 _EPS = 2.220446049250313e-16  # float64 machine epsilon: times are Python floats
 
 
+RTOL = 1e-7
+"""The default relative tolerance of adaptive solves (torchdiffeq's)."""
+ATOL = 1e-9
+"""The default absolute tolerance of adaptive solves (torchdiffeq's)."""
+
+
 def rms_norm(x: Tensor) -> Tensor:
     """Root mean square over every element: the default error norm.
 
@@ -219,8 +225,8 @@ class PIDController(AbstractController):
         True
     """
 
-    rtol: float = 1e-7
-    atol: float = 1e-9
+    rtol: float = RTOL
+    atol: float = ATOL
     pcoeff: float = 0.1
     icoeff: float = 0.9
     dcoeff: float = 0.0

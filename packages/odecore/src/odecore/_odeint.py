@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -22,11 +22,10 @@ from ._backends import (
     TORCHDIFFEQ_PREFIX,
     ScipySolver,
     make_loop,
-    scipy_integrate,
     torchdiffeq_odeint,
     torchdiffeq_odeint_adjoint,
 )
-from ._controllers import ConstantStepSize, PIDController
+from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError
 from ._events import Event, combined_event, reroute
 from ._gradients import AbstractGradient, Adjoint
@@ -40,47 +39,21 @@ from ._solve import (
     _packing,
     _solve,
 )
-from ._solvers import (
-    RK4,
-    AbstractSolver,
-    Bosh3,
-    Dopri5,
-    Dopri8,
-    Euler,
-    Fehlberg2,
-    Heun,
-    Heun3,
-    HeunEuler,
-    Midpoint,
-    Ralston,
-    RK4ThreeEighths,
-    Tsit5,
+from ._solvers import AbstractSolver
+from ._spec import (
+    FIXED_METHODS,
+    SCIPY_SOLVER,
+    OdeSpec,
+    nonnegative,
+    positive,
+    resolve,
+    solver_for,
 )
 
-FIXED_METHODS: dict[str, type[AbstractSolver]] = {
-    "euler": Euler,
-    "midpoint": Midpoint,
-    "heun": Heun,
-    "heun2": Heun,
-    "heun3": Heun3,
-    "ralston": Ralston,
-    "rk4": RK4,
-    "rk4_38": RK4ThreeEighths,
-}
-"""Fixed-step methods by name (``heun2`` is torchdiffeq's name of ``heun``)."""
-
-ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
-    "adaptive_heun": HeunEuler,
-    "fehlberg2": Fehlberg2,
-    "bosh3": Bosh3,
-    "dopri5": Dopri5,
-    "tsit5": Tsit5,
-    "dopri8": Dopri8,
-}
-"""Adaptive embedded pairs by name."""
-
-_COMMON_OPTIONS = ("jump_t", "step_t", "max_num_steps")
-FIXED_OPTIONS = ("step_size", "n_steps", *_COMMON_OPTIONS, "grid_constructor", "perturb", "interp")
+_CALL_OPTIONS = ("jump_t", "step_t")
+_GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
+FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
+                 "grid_constructor", "perturb", "interp")  # fmt: skip
 """Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
 ADAPTIVE_OPTIONS = (
     "first_step",
@@ -92,70 +65,16 @@ ADAPTIVE_OPTIONS = (
     "dcoeff",
     "max_step",
     "norm",
-    *_COMMON_OPTIONS,
+    "jump_t",
+    "step_t",
+    "max_num_steps",
     "min_step",
     "dtype",
 )
 """Options accepted by adaptive methods (``dtype`` only as ``torch.float64``)."""
 
-_SCIPY_OPTIONS = ("first_step", "max_step", *_COMMON_OPTIONS)
-_LSODA_OPTIONS = ("first_step", "max_step", "min_step", *_COMMON_OPTIONS)
-
-SCIPY_SOLVER = "scipy_solver"
-_SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", *_COMMON_OPTIONS)
-
-PLANNED_METHODS = (
-    "explicit_adams",
-    "implicit_adams",
-    "fixed_adams",
-    "adams",
-    "implicit_euler",
-    "implicit_midpoint",
-    "trapezoid",
-    "gauss_legendre2",
-    "gauss_legendre4",
-    "gauss_legendre6",
-    "radauIIA3",
-    "radauIIA5",
-)
-"""torchdiffeq's implicit and Adams methods: planned, run through ``torchdiffeq:`` today."""
-
-_IN_TORCHDIFFEQ_0_2_5 = ("explicit_adams", "implicit_adams", "fixed_adams")
-
-
-def _planned(method: str, name: str) -> ConfigurationError:
-    where = (
-        "."
-        if method in _IN_TORCHDIFFEQ_0_2_5
-        else ", with a torchdiffeq release that has it (torchdiffeq 0.2.5 does not)."
-    )
-    return ConfigurationError(
-        f"`{name}method` {method!r} is planned for odecore but not built yet (none of "
-        f"torchdiffeq's implicit and Adams methods are); `{name}method="
-        f"'{TORCHDIFFEQ_PREFIX}{method}'` runs it today in torchdiffeq{where} For a stiff "
-        f"problem, SciPy's implicit solvers run here: `{name}method='scipy:BDF'`, "
-        "'scipy:Radau' or 'scipy:LSODA'."
-    )
-
-
-def _solver_for(method: str, name: str = "") -> AbstractSolver:
-    if not isinstance(method, str):
-        raise TypeError(f"`{name}method` must be a string, got {type(method).__name__}.")
-    if method.startswith(SCIPY_PREFIX) and method.removeprefix(SCIPY_PREFIX) in SCIPY_METHODS:
-        scipy_integrate(method)  # fail now, with the fix, if SciPy is missing
-        return ScipySolver(method.removeprefix(SCIPY_PREFIX))
-    if method in PLANNED_METHODS:
-        raise _planned(method, name)
-    cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method)
-    if cls is None:
-        known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS]))
-        scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
-        raise ConfigurationError(
-            f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "
-            f"solvers, also as {SCIPY_SOLVER!r} with options={{'solver': <name>}}); "
-            f"{TORCHDIFFEQ_PREFIX}<name> (any torchdiffeq method)."
-        )
-    return cls()
+_SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_num_steps",
+                         *_CALL_OPTIONS)  # fmt: skip
 
 
 def _delegated(method: object) -> bool:
@@ -185,16 +104,6 @@ def _check_t(t: Tensor) -> list[float]:
     if diffs and not (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)):
         raise ValueError(f"`t` must be strictly increasing or strictly decreasing, got {ts}.")
     return [float(x) for x in ts]
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
-    return float(value)
 
 
 EventFn = Callable[[Tensor, Any], Tensor]
@@ -324,7 +233,7 @@ def odeint(
         _check_event(event_fn, ts, method, options)
     if _delegated(method):
         _check_state(y0)
-        rtol, atol = _positive("rtol", rtol), _positive("atol", atol)
+        rtol, atol = positive("rtol", rtol), positive("atol", atol)
         return torchdiffeq_odeint(  # type: ignore[no-any-return]
             func, y0, t, rtol=rtol, atol=atol, method=method, options=options
         )
@@ -453,11 +362,11 @@ def odeint_adjoint(
                 f"'{TORCHDIFFEQ_PREFIX}<name>' or leave it out."
             )
         _check_state(y0)
-        rtol, atol = _positive("rtol", rtol), _positive("atol", atol)
+        rtol, atol = positive("rtol", rtol), positive("atol", atol)
         if adjoint_rtol is not None:
-            adjoint_rtol = _positive("adjoint_rtol", adjoint_rtol)
+            adjoint_rtol = positive("adjoint_rtol", adjoint_rtol)
         if adjoint_atol is not None:
-            adjoint_atol = _positive("adjoint_atol", adjoint_atol)
+            adjoint_atol = positive("adjoint_atol", adjoint_atol)
         return torchdiffeq_odeint_adjoint(  # type: ignore[no-any-return]
             func,
             y0,
@@ -677,7 +586,7 @@ def odeint_dense(
         dt0=config.dt0,
         jump_ts=config.jump_ts,
         step_ts=config.step_ts,
-        max_steps=config.max_steps,
+        max_steps=config.spec.max_steps,
         throw=True,
         gradient=None,
         make_loop=_make_loop,
@@ -738,7 +647,7 @@ def _run(
         dt0=config.dt0,
         jump_ts=config.jump_ts,
         step_ts=config.step_ts,
-        max_steps=config.max_steps,
+        max_steps=config.spec.max_steps,
         throw=True,
         gradient=gradient,
         make_loop=make_loop if scipy else _make_loop,
@@ -753,12 +662,21 @@ def _run(
 
 @dataclass(frozen=True)
 class _Config:
-    solver: AbstractSolver
-    controller: PIDController | ConstantStepSize
+    """A resolved spec, and where one call steps: its grid, jumps and step times."""
+
+    spec: OdeSpec
     dt0: float | None
     jump_ts: Any
     step_ts: Any
-    max_steps: int
+
+    @property
+    def solver(self) -> AbstractSolver:
+        return self.spec.solver
+
+    @property
+    def controller(self) -> AbstractController:
+        assert self.spec.controller is not None  # set by OdeSpec
+        return self.spec.controller
 
 
 GridArgs = tuple[VectorField, State, Tensor]
@@ -783,86 +701,43 @@ def _configure(
     opts = dict(options or {})
     if method == SCIPY_SOLVER:
         method, opts = _scipy_solver(opts, name)
-    solver = _solver_for(method, name)
-    adaptive = method in ADAPTIVE_METHODS
-    known: tuple[str, ...]
+    solver = solver_for(method, name)
+    known: tuple[str, ...] = ADAPTIVE_OPTIONS if solver.adaptive else FIXED_OPTIONS
     if isinstance(solver, ScipySolver):
-        known = _LSODA_OPTIONS if method == f"{SCIPY_PREFIX}LSODA" else _SCIPY_OPTIONS
-    else:
-        known = ADAPTIVE_OPTIONS if adaptive else FIXED_OPTIONS
+        lsoda = ("min_step",) if solver.method == "LSODA" else ()
+        known = ("first_step", "max_step", *lsoda, *_CALL_OPTIONS, "max_num_steps")
     unknown = sorted(set(opts) - set(known))
     if unknown:
         raise ConfigurationError(
             f"Unknown {name}option(s) {unknown} for method {method!r}; known options: "
             f"{', '.join(known)}."
         )
-    rtol = _positive(f"{name}rtol", rtol)
-    atol = _positive(f"{name}atol", atol)
-    max_steps = opts.get("max_num_steps", 100_000)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`max_num_steps` must be a positive integer, got {max_steps!r}.")
+    call = {key: opts.pop(key) for key in [*_CALL_OPTIONS, *_GRID_OPTIONS] if key in opts}
+    spec = resolve(method, rtol, atol, "backprop", opts, name)
+    if isinstance(spec.solver, ScipySolver) or spec.solver.adaptive:
+        return _Config(spec, spec.dt0, call.get("jump_t"), call.get("step_t"))
+    solver = spec.solver
     span = abs(ts[-1] - ts[0])
-
-    dt0: float | None
-    if isinstance(solver, ScipySolver):
-        max_step = _positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
-        controller: PIDController | ConstantStepSize = PIDController(
-            rtol=rtol, atol=atol, dt_max=max_step
-        )
-        dt0 = _positive("first_step", opts["first_step"]) if "first_step" in opts else None
-        if "min_step" in opts:
-            solver = replace(solver, min_step=_positive("min_step", opts["min_step"]))
-        return _Config(solver, controller, dt0, opts.get("jump_t"), opts.get("step_t"), max_steps)
-    if adaptive:
-        kwargs: dict[str, Any] = {"rtol": rtol, "atol": atol}
-        for option, field in (
-            ("safety", "safety"),
-            ("ifactor", "factor_max"),
-            ("dfactor", "factor_min"),
-            ("pcoeff", "pcoeff"),
-            ("icoeff", "icoeff"),
-            ("dcoeff", "dcoeff"),
-            ("max_step", "dt_max"),
-            ("norm", "norm"),
-        ):
-            if option in opts:
-                kwargs[field] = opts[option]
-        if "min_step" in opts:
-            kwargs["dt_min"] = _nonnegative("min_step", opts["min_step"])
-        if "dtype" in opts and opts["dtype"] is not torch.float64:
-            raise ConfigurationError(
-                f"The option `dtype` can only be torch.float64 here, got {opts['dtype']!r}: "
-                "odecore does its time arithmetic in float64 (Python floats) whatever the "
-                "state's dtype, as torchdiffeq does by default. Remove the option."
-            )
-        controller = PIDController(**kwargs)
-        dt0 = _positive("first_step", opts["first_step"]) if "first_step" in opts else None
-        return _Config(solver, controller, dt0, opts.get("jump_t"), opts.get("step_t"), max_steps)
-
-    controller = ConstantStepSize()
-    _check_interp(opts, solver, name)
-    perturb = opts.get("perturb", False)
+    _check_interp(call, solver, name)
+    perturb = call.get("perturb", False)
     if not isinstance(perturb, bool):
         raise TypeError(f"The option `perturb` must be True or False, got {perturb!r}.")
-    given = [option for option in ("step_size", "n_steps", "grid_constructor") if option in opts]
-    if given == ["step_size", "n_steps"]:
-        raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
-    if len(given) > 1:
+    if "grid_constructor" in call and (spec.dt0 is not None or spec.n_steps is not None):
+        given = "step_size" if spec.dt0 is not None else "n_steps"
         raise ConfigurationError(
             "The options `step_size`, `n_steps` and `grid_constructor` each set the whole "
-            f"grid of a fixed-step method; give one of them, got {', '.join(given)}."
+            f"grid of a fixed-step method; give one of them, got {given}, grid_constructor."
         )
-    step_t = opts.get("step_t")
+    step_t = call.get("step_t")
     extra = _times(step_t) if step_t is not None else []
     step_ts: Any = step_t
     ends: list[float]  # every step end, for `perturb`
-    if "step_size" in opts:
-        dt0 = _positive("step_size", opts["step_size"])
+    dt0: float
+    if spec.dt0 is not None:
+        dt0 = spec.dt0
         ends = [*_step_size_grid(ts[0], ts[-1], dt0), *extra]
-    elif "n_steps" in opts:
-        n = opts["n_steps"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
+    elif spec.n_steps is not None:
+        n = spec.n_steps
         if span == 0:
             dt0, ends = 1.0, list(ts)
         elif grid is None:  # the adjoint's backward solve: uniform steps of dt0
@@ -872,7 +747,7 @@ def _configure(
             uniform = _uniform_grid(grid[2], n)
             dt0, step_ts = span, _with_step_t(uniform, step_t)
             ends = [*_times(uniform), *extra]
-    elif "grid_constructor" in opts:
+    elif "grid_constructor" in call:
         if grid is None:
             raise ConfigurationError(
                 f"The {name}option `grid_constructor` is not available for the adjoint's "
@@ -880,7 +755,7 @@ def _configure(
                 "`grid_constructor`), by `step_size` or by `n_steps`; pass `adjoint_options` "
                 "without it, or with one of the others."
             )
-        built = _constructed_grid(opts["grid_constructor"], grid, ts)
+        built = _constructed_grid(call["grid_constructor"], grid, ts)
         dt0, step_ts = (span if span > 0 else 1.0), _with_step_t(built, step_t)
         ends = [*_times(built), *extra]
     else:
@@ -888,22 +763,12 @@ def _configure(
         step_ts = [*ts, *extra]
         dt0 = span if span > 0 else 1.0
         ends = step_ts
-    jump_ts = opts.get("jump_t")
+    jump_ts = call.get("jump_t")
     if perturb:
         # Every step end is a jump: the first stage of a step sees f's limit from
         # after its start, the last from before its end, torchdiffeq's perturbation.
         jump_ts = [*(_times(jump_ts) if jump_ts is not None else []), *ends]
-    return _Config(solver, controller, dt0, jump_ts, step_ts, max_steps)
-
-
-def _nonnegative(name: str, value: Any) -> float:
-    if isinstance(value, Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
-    return float(value)
+    return _Config(spec, dt0, jump_ts, step_ts)
 
 
 def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
@@ -921,7 +786,7 @@ def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]
             f"solve_ivp methods, {', '.join(SCIPY_METHODS)}; got {solver!r}."
         )
     if "min_step" in opts:
-        min_step = _nonnegative("min_step", opts.pop("min_step"))
+        min_step = nonnegative("min_step", opts.pop("min_step"))
         if min_step > 0 and solver != "LSODA":
             raise ConfigurationError(
                 f"The {name}option `min_step` applies to SciPy's LSODA only (SciPy ignores "

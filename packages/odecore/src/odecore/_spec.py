@@ -1,0 +1,392 @@
+"""``OdeSpec``: a solver choice as objects, and the one place a method name becomes them.
+
+Every layer above odecore that takes a solver choice by name (``odeint``'s
+``method``/``options``, ``odelayers``, ``odebench``'s command line) resolves it here,
+once, with :meth:`OdeSpec.from_method`; below that point only objects travel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, final
+
+import torch
+
+from ._backends import SCIPY_METHODS, SCIPY_PREFIX, TORCHDIFFEQ_PREFIX, ScipySolver, scipy_integrate
+from ._controllers import ATOL, RTOL, AbstractController, ConstantStepSize, PIDController
+from ._errors import ConfigurationError
+from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint
+from ._solvers import (
+    RK4,
+    AbstractSolver,
+    Bosh3,
+    Dopri5,
+    Dopri8,
+    Euler,
+    Fehlberg2,
+    Heun,
+    Heun3,
+    HeunEuler,
+    Midpoint,
+    Ralston,
+    RK4ThreeEighths,
+    Tsit5,
+)
+
+FIXED_METHODS: dict[str, type[AbstractSolver]] = {
+    "euler": Euler,
+    "midpoint": Midpoint,
+    "heun": Heun,
+    "heun2": Heun,
+    "heun3": Heun3,
+    "ralston": Ralston,
+    "rk4": RK4,
+    "rk4_38": RK4ThreeEighths,
+}
+"""Fixed-step methods by name (``heun2`` is torchdiffeq's name of ``heun``)."""
+
+ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
+    "adaptive_heun": HeunEuler,
+    "fehlberg2": Fehlberg2,
+    "bosh3": Bosh3,
+    "dopri5": Dopri5,
+    "tsit5": Tsit5,
+    "dopri8": Dopri8,
+}
+"""Adaptive embedded pairs by name."""
+
+GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
+    {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint}
+)
+"""Gradient methods by name: ``"backprop"`` is :class:`Autograd` (backpropagation
+through the solver's steps), ``"adjoint"`` :class:`Adjoint`, ``"checkpoint"``
+:class:`Checkpoint`."""
+
+DEFAULT_METHOD = "dopri5"
+"""The method when none is named (torchdiffeq's default)."""
+
+_FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps")
+_ADAPTIVE_SPEC_OPTIONS = (
+    "first_step",
+    "safety",
+    "ifactor",
+    "dfactor",
+    "pcoeff",
+    "icoeff",
+    "dcoeff",
+    "max_step",
+    "min_step",
+    "norm",
+    "max_num_steps",
+    "dtype",
+)
+_SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
+_LSODA_SPEC_OPTIONS = (*_SCIPY_SPEC_OPTIONS, "min_step")
+
+PLANNED_METHODS = (
+    "explicit_adams",
+    "implicit_adams",
+    "fixed_adams",
+    "adams",
+    "implicit_euler",
+    "implicit_midpoint",
+    "trapezoid",
+    "gauss_legendre2",
+    "gauss_legendre4",
+    "gauss_legendre6",
+    "radauIIA3",
+    "radauIIA5",
+)
+"""torchdiffeq's implicit and Adams methods: planned, run through ``torchdiffeq:`` today."""
+
+_IN_TORCHDIFFEQ_0_2_5 = ("explicit_adams", "implicit_adams", "fixed_adams")
+
+_ADAPTIVE_CONTROLLER_OPTIONS = (
+    ("safety", "safety"),
+    ("ifactor", "factor_max"),
+    ("dfactor", "factor_min"),
+    ("pcoeff", "pcoeff"),
+    ("icoeff", "icoeff"),
+    ("dcoeff", "dcoeff"),
+    ("max_step", "dt_max"),
+    ("norm", "norm"),
+)
+"""torchdiffeq's option names of the adaptive controller and :class:`PIDController`'s."""
+
+
+@final
+@dataclass(frozen=True)
+class OdeSpec:
+    """How to solve, as objects: solver, step-size controller, gradient method, steps.
+
+    Everything :func:`solve` takes besides the problem (field, state, times, jumps,
+    output times). Layers and models take one ``OdeSpec`` and pass its objects on
+    unchanged; :meth:`from_method` is the one place where a method *name* and
+    torchdiffeq-style options become these objects (:func:`odeint` uses it too).
+
+    The defaults are odecore's one set: Dormand–Prince 5(4), ``rtol = 1e-7``,
+    ``atol = 1e-9`` (torchdiffeq's), backpropagation through the steps.
+
+    Args:
+        solver: the solver object; default :class:`Dopri5`.
+        controller: the step-size controller; ``None`` (default):
+            ``PIDController()`` for an adaptive solver, :class:`ConstantStepSize`
+            for a fixed-step one.
+        gradient: the gradient method; default :class:`Autograd`.
+        dt0: the first step (adaptive) or every step (fixed); ``None``: chosen by
+            the controller (adaptive) or from ``n_steps``.
+        n_steps: fixed-step solvers only: this many equal steps over the solve's
+            span, instead of ``dt0``.
+        max_steps: the step budget of one solve.
+
+    Raises:
+        ConfigurationError: for an object of the wrong kind, ``n_steps`` with
+            ``dt0`` or with an adaptive solver, or a count that is not positive.
+
+    Example:
+        >>> import odecore
+        >>> spec = odecore.OdeSpec.from_method("rk4", options={"n_steps": 4},
+        ...                                    gradient="adjoint")
+        >>> spec.solver, spec.controller, spec.gradient.__class__.__name__
+        (RK4(), ConstantStepSize(), 'Adjoint')
+        >>> spec.step_size(t0=0.0, t1=2.0)
+        0.5
+    """
+
+    solver: AbstractSolver = field(default_factory=Dopri5)
+    controller: AbstractController | None = None
+    gradient: AbstractGradient = field(default_factory=Autograd)
+    dt0: float | None = None
+    n_steps: int | None = None
+    max_steps: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name, kind in (
+            ("solver", AbstractSolver),
+            ("gradient", AbstractGradient),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise ConfigurationError(
+                    f"`{name}` must be an odecore {kind.__name__} (e.g. "
+                    f"{'odecore.Dopri5()' if name == 'solver' else 'odecore.Adjoint()'}), "
+                    f"got {value!r}; a method given by name goes through OdeSpec.from_method."
+                )
+        if self.controller is None:
+            default = PIDController() if self.solver.adaptive else ConstantStepSize()
+            object.__setattr__(self, "controller", default)
+        elif not isinstance(self.controller, AbstractController):
+            raise ConfigurationError(
+                f"`controller` must be an odecore AbstractController, got {self.controller!r}."
+            )
+        if self.n_steps is not None:
+            _check_count("n_steps", self.n_steps)
+            if self.solver.adaptive:
+                raise ConfigurationError(
+                    f"`n_steps` applies to fixed-step solvers, got the adaptive {self.solver!r}; "
+                    "give `dt0` (the first step) instead, or a fixed-step solver."
+                )
+            if self.dt0 is not None:
+                raise ConfigurationError("Give one of `dt0` and `n_steps`, not both.")
+        if self.dt0 is not None:
+            object.__setattr__(self, "dt0", positive("dt0", self.dt0))
+        _check_count("max_steps", self.max_steps)
+
+    @classmethod
+    def from_method(
+        cls,
+        method: str = DEFAULT_METHOD,
+        *,
+        rtol: float = RTOL,
+        atol: float = ATOL,
+        gradient: str | AbstractGradient = "backprop",
+        options: Mapping[str, Any] | None = None,
+    ) -> OdeSpec:
+        """The spec of a method by name, with torchdiffeq's tolerances and options.
+
+        Args:
+            method: a key of :data:`FIXED_METHODS` or :data:`ADAPTIVE_METHODS`, or
+                ``scipy:<name>`` (one of SciPy's ``solve_ivp`` methods).
+            rtol: relative tolerance of adaptive methods.
+            atol: absolute tolerance of adaptive methods.
+            gradient: a key of :data:`GRADIENTS` or a gradient object.
+            options: torchdiffeq's options that choose how to step: for fixed-step
+                methods ``step_size`` or ``n_steps``; for adaptive ones
+                ``first_step``, ``min_step``, ``max_step``, ``safety``, ``ifactor``,
+                ``dfactor``, ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` and
+                ``dtype=torch.float64``; for SciPy's ``first_step``, ``max_step``
+                and (LSODA) ``min_step``; for all ``max_num_steps``. Options about
+                one call's times (``jump_t``, ``step_t``, ``grid_constructor``,
+                ``perturb``, ``interp``) belong to :func:`odeint`.
+
+        Returns:
+            The spec.
+
+        Raises:
+            ConfigurationError: an unknown method, gradient or option (the message
+                lists the known ones), or a planned method.
+            ValueError: a tolerance or option value out of range.
+
+        Example:
+            >>> import odecore
+            >>> spec = odecore.OdeSpec.from_method("tsit5", rtol=1e-3, atol=1e-3)
+            >>> spec.controller.rtol, spec.controller.atol, spec.gradient
+            (0.001, 0.001, Autograd())
+            >>> odecore.OdeSpec.from_method("dopri5", gradient="adjiont")
+            Traceback (most recent call last):
+            ...
+            odecore._errors.ConfigurationError: Unknown `gradient` 'adjiont'; known: ...
+        """
+        return resolve(method, rtol, atol, gradient, options)
+
+    def step_size(self, t0: float, t1: float) -> float | None:
+        """``dt0``, or for ``n_steps`` the size of one of them over ``[t0, t1]``.
+
+        Args:
+            t0: where the solve starts.
+            t1: where it ends.
+
+        Returns:
+            The first (adaptive) or fixed step size; ``None`` when the controller
+            chooses it.
+        """
+        if self.n_steps is not None:
+            return abs(t1 - t0) / self.n_steps
+        return self.dt0
+
+
+def resolve(
+    method: str,
+    rtol: float,
+    atol: float,
+    gradient: str | AbstractGradient,
+    options: Mapping[str, Any] | None,
+    name: str = "",
+) -> OdeSpec:
+    """:meth:`OdeSpec.from_method`, with ``name`` prefixing the arguments in messages
+    (``"adjoint_"`` for the backward solve of :func:`odeint_adjoint`)."""
+    opts = dict(options or {})
+    solver = solver_for(method, name)
+    known: tuple[str, ...]
+    if isinstance(solver, ScipySolver):
+        known = _LSODA_SPEC_OPTIONS if solver.method == "LSODA" else _SCIPY_SPEC_OPTIONS
+    else:
+        known = _ADAPTIVE_SPEC_OPTIONS if solver.adaptive else _FIXED_SPEC_OPTIONS
+    unknown = sorted(set(opts) - set(known))
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown {name}option(s) {unknown} for method {method!r}; known options: "
+            f"{', '.join(known)}."
+        )
+    rtol = positive(f"{name}rtol", rtol)
+    atol = positive(f"{name}atol", atol)
+    max_steps = opts.get("max_num_steps", 100_000)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_num_steps` must be a positive integer, got {max_steps!r}.")
+    grad = gradient_for(gradient)
+    first = positive("first_step", opts["first_step"]) if "first_step" in opts else None
+    if isinstance(solver, ScipySolver):
+        max_step = positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
+        if "min_step" in opts:
+            solver = ScipySolver(solver.method, min_step=positive("min_step", opts["min_step"]))
+        controller = PIDController(rtol=rtol, atol=atol, dt_max=max_step)
+        return OdeSpec(solver, controller, grad, dt0=first, max_steps=max_steps)
+    if solver.adaptive:
+        kwargs: dict[str, Any] = {"rtol": rtol, "atol": atol}
+        kwargs.update({f: opts[o] for o, f in _ADAPTIVE_CONTROLLER_OPTIONS if o in opts})
+        if "min_step" in opts:
+            kwargs["dt_min"] = nonnegative("min_step", opts["min_step"])
+        if "dtype" in opts and opts["dtype"] is not torch.float64:
+            raise ConfigurationError(
+                f"The option `dtype` can only be torch.float64 here, got {opts['dtype']!r}: "
+                "odecore does its time arithmetic in float64 (Python floats) whatever the "
+                "state's dtype, as torchdiffeq does by default. Remove the option."
+            )
+        return OdeSpec(solver, PIDController(**kwargs), grad, dt0=first, max_steps=max_steps)
+    if "step_size" in opts and "n_steps" in opts:
+        raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
+    dt0 = positive("step_size", opts["step_size"]) if "step_size" in opts else None
+    n_steps = opts.get("n_steps")
+    if n_steps is not None and (
+        isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1
+    ):
+        raise ValueError(f"`n_steps` must be a positive integer, got {n_steps!r}.")
+    return OdeSpec(solver, ConstantStepSize(), grad, dt0=dt0, n_steps=n_steps, max_steps=max_steps)
+
+
+def gradient_for(gradient: str | AbstractGradient) -> AbstractGradient:
+    """A gradient object from its name in :data:`GRADIENTS`, or the object itself."""
+    if isinstance(gradient, AbstractGradient):
+        return gradient
+    if not isinstance(gradient, str) or gradient not in GRADIENTS:
+        raise ConfigurationError(f"Unknown `gradient` {gradient!r}; known: {', '.join(GRADIENTS)}.")
+    return GRADIENTS[gradient]()
+
+
+def _planned(method: str, name: str) -> ConfigurationError:
+    where = (
+        "."
+        if method in _IN_TORCHDIFFEQ_0_2_5
+        else ", with a torchdiffeq release that has it (torchdiffeq 0.2.5 does not)."
+    )
+    return ConfigurationError(
+        f"`{name}method` {method!r} is planned for odecore but not built yet (none of "
+        f"torchdiffeq's implicit and Adams methods are); `{name}method="
+        f"'{TORCHDIFFEQ_PREFIX}{method}'` runs it today in torchdiffeq{where} For a stiff "
+        f"problem, SciPy's implicit solvers run here: `{name}method='scipy:BDF'`, "
+        "'scipy:Radau' or 'scipy:LSODA'."
+    )
+
+
+SCIPY_SOLVER = "scipy_solver"
+
+
+def solver_for(method: str, name: str = "") -> AbstractSolver:
+    """The solver object of a method name (``scipy:<name>`` included)."""
+    if not isinstance(method, str):
+        raise TypeError(f"`{name}method` must be a string, got {type(method).__name__}.")
+    if method.startswith(SCIPY_PREFIX) and method.removeprefix(SCIPY_PREFIX) in SCIPY_METHODS:
+        scipy_integrate(method)  # fail now, with the fix, if SciPy is missing
+        return ScipySolver(method.removeprefix(SCIPY_PREFIX))
+    if method in PLANNED_METHODS:
+        raise _planned(method, name)
+    cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method)
+    if cls is None:
+        known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS]))
+        scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
+        raise ConfigurationError(
+            f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "
+            f"solvers, also as {SCIPY_SOLVER!r} with options={{'solver': <name>}}); "
+            f"{TORCHDIFFEQ_PREFIX}<name> (any torchdiffeq method)."
+        )
+    return cls()
+
+
+def positive(name: str, value: Any) -> float:
+    """``value`` as a float if it is a positive finite number."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    return float(value)
+
+
+def nonnegative(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite number ``>= 0``."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"`{name}` must be a positive integer, got {value!r}.")
