@@ -23,13 +23,34 @@ F64 = torch.float64
 TIGHT = odecore.PIDController(rtol=1e-10, atol=1e-10)
 
 
-def test_defaults_are_dopri5_adjoint_on_the_unit_interval():
+def test_defaults_are_odecores_on_the_unit_interval():
+    """One set of defaults: the layer's spec is odecore's (dopri5, 1e-7/1e-9, backprop)."""
     layer = NeuralODE(Linear(torch.eye(2)))
+    assert layer.spec == odecore.OdeSpec()
     assert isinstance(layer.solver, odecore.Dopri5)
-    assert isinstance(layer.gradient, odecore.Adjoint)
+    assert isinstance(layer.gradient, odecore.Autograd)
     assert (layer.t0, layer.t1) == (0.0, 1.0)
     x = torch.randn(3, 2)
-    torch.testing.assert_close(layer(x), x * math.e, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(layer(x), x * math.e, rtol=1e-5, atol=1e-5)
+
+
+def test_spec_fields_are_replaced_by_the_arguments():
+    spec = odecore.OdeSpec.from_method("tsit5", rtol=1e-3, atol=1e-3, gradient="adjoint")
+    layer = NeuralODE(Linear(torch.eye(2)), spec=spec)
+    assert layer.spec == spec
+    fixed = NeuralODE(Linear(torch.eye(2)), spec=spec, solver=odecore.RK4(), dt0=0.25)
+    assert fixed.controller == odecore.ConstantStepSize()  # the new solver's default
+    assert (fixed.gradient, fixed.dt0) == (spec.gradient, 0.25)
+    x = torch.randn(3, 2)
+    fixed(x)
+    assert fixed.nfe == 4 * 4
+    by_count = NeuralODE(Linear(torch.eye(2)), spec=odecore.OdeSpec.from_method(
+        "rk4", options={"n_steps": 4}), t1=2.0)  # fmt: skip
+    by_size = NeuralODE(Linear(torch.eye(2)), solver=odecore.RK4(), dt0=0.5, t1=2.0)
+    assert torch.equal(by_count(x), by_size(x))
+    assert by_count.nfe == 4 * 4
+    with pytest.raises(TypeError, match=r"`spec` must be an odecore.OdeSpec"):
+        NeuralODE(Linear(torch.eye(2)), spec="dopri5")
 
 
 def test_linear_field_against_the_matrix_exponential_and_trajectory():
@@ -44,7 +65,7 @@ def test_linear_field_against_the_matrix_exponential_and_trajectory():
 
 
 def test_nfe_counters_forward_and_backward():
-    layer = NeuralODE(Linear(-torch.eye(2)))
+    layer = NeuralODE(Linear(-torch.eye(2)), gradient=odecore.Adjoint())
     assert layer.nfe == 0 and layer.nfe_backward == 0
     y = layer(torch.randn(4, 2))
     assert layer.nfe > 0 and layer.nfe_backward == 0
@@ -98,7 +119,9 @@ def test_data_control_handcrafted_flow_and_input_gradient():
 def test_adaptive_depth_integrates_each_sample_to_its_own_depth():
     # dz/dt = -z to depth T(x) = softplus(w x + b): z = x exp(-T(x)).
     horizon = nn.Linear(1, 1).double()
-    layer = AdaptiveDepthNODE(lambda t, z: -z, horizon, controller=TIGHT)
+    layer = AdaptiveDepthNODE(
+        lambda t, z: -z, horizon, controller=TIGHT, gradient=odecore.Adjoint()
+    )
     x = torch.tensor([[0.5], [1.0], [2.0]], dtype=F64)
     out = layer(x)
     depth = torch.nn.functional.softplus(horizon(x)).squeeze(1)
@@ -183,7 +206,7 @@ def test_image_batches_through_augmented_data_controlled_conv_node():
         DataControl(), DepthConcat(), nn.Conv2d(4 + 4 + 1, 8, 3, padding=1), nn.Softplus(),
         nn.Conv2d(8, 4, 3, padding=1),
     )  # fmt: skip
-    node = NeuralODE(field)
+    node = NeuralODE(field, gradient=odecore.Adjoint())
     model = nn.Sequential(ZeroAugmentation(3), node)
     x = torch.randn(2, 1, 6, 6, requires_grad=True)
     out = model(x)

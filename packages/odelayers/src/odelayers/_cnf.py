@@ -86,14 +86,15 @@ class CNF(NeuralODE):
         vector_field: ``f(t, z)``; samples must not interact (no batch norm).
         trace: ``"exact"`` (small dimensions) or ``"hutchinson"`` (large ones).
         generator: random generator for Hutchinson's noise.
-        t0, t1, solver, controller, gradient, dt0, max_steps: as for :class:`NeuralODE`.
+        t0, t1, spec, solver, controller, gradient, dt0, max_steps: as for
+            :class:`NeuralODE`.
 
     Example:
         >>> import torch
         >>> from odelayers import CNF
         >>> flow = CNF(lambda t, z: -z)                    # contracts by e^-1
         >>> z1, delta = flow(torch.zeros(2, 3))
-        >>> delta.round(decimals=4)                        # log-density grows by 3
+        >>> delta.detach().round(decimals=4)               # log-density grows by 3
         tensor([3., 3.])
     """
 
@@ -105,16 +106,18 @@ class CNF(NeuralODE):
         generator: torch.Generator | None = None,
         t0: float = 0.0,
         t1: float = 1.0,
+        spec: odecore.OdeSpec | None = None,
         solver: odecore.AbstractSolver | None = None,
         controller: odecore.AbstractController | None = None,
         gradient: odecore.AbstractGradient | None = None,
         dt0: float | None = None,
-        max_steps: int = 100_000,
+        max_steps: int | None = None,
     ) -> None:
         super().__init__(
             vector_field,
             t0=t0,
             t1=t1,
+            spec=spec,
             solver=solver,
             controller=controller,
             gradient=gradient,

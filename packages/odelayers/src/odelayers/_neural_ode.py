@@ -51,10 +51,13 @@ class _WithIntegrals(nn.Module):
 class NeuralODE(nn.Module):
     """A Neural ODE layer: ``forward(x)`` solves ``dz/dt = f(t, z)``, ``z(t0) = x``.
 
-    With no other argument it integrates ``vector_field(t, x)`` over ``[0, 1]`` with
-    the adaptive fifth-order :class:`odecore.Dopri5` at ``rtol = atol = 1e-4`` and
-    differentiates by the adjoint (:class:`odecore.Adjoint`, memory constant in the
-    number of steps).
+    How it solves is one :class:`odecore.OdeSpec` (solver, controller, gradient
+    method, step size, step budget), given as ``spec`` or field by field; with
+    neither it is odecore's default: :class:`odecore.Dopri5` at ``rtol = 1e-7``,
+    ``atol = 1e-9``, differentiated by backpropagation through the steps. Neural ODEs
+    usually train at looser tolerances and often with the adjoint (memory constant
+    in the number of steps), e.g.
+    ``spec=odecore.OdeSpec.from_method("dopri5", rtol=1e-3, atol=1e-3, gradient="adjoint")``.
 
     The layer passes on to the solve the depths where weights jump
     (piecewise-constant Galerkin layers, :meth:`DepthLayer.jump_ts`), so steps land on
@@ -66,12 +69,15 @@ class NeuralODE(nn.Module):
         vector_field: ``f(t, x)``, usually an ``nn.Module``; ``t`` is a 0-dim tensor.
         t0: the start depth.
         t1: the end depth.
-        solver: an odecore solver; default ``odecore.Dopri5()``.
-        controller: an odecore controller; default ``PIDController(rtol=1e-4,
-            atol=1e-4)`` for adaptive solvers, constant steps of ``dt0`` otherwise.
-        gradient: ``odecore.Adjoint()`` (default), ``odecore.Autograd()`` (backprop
-            through the steps) or ``odecore.Checkpoint()``. Their ``params`` default to
-            the field's parameters plus any tensor the field reads from outside
+        spec: how to solve; default ``odecore.OdeSpec()``. The arguments
+            ``solver``, ``controller``, ``gradient``, ``dt0`` and ``max_steps``
+            replace its fields (a new ``solver`` without a ``controller`` gets the
+            solver's default controller).
+        solver: an odecore solver (the spec's ``solver``).
+        controller: an odecore controller (the spec's ``controller``).
+        gradient: ``odecore.Autograd()`` (backprop through the steps),
+            ``odecore.Adjoint()`` or ``odecore.Checkpoint()``. Their ``params`` default
+            to the field's parameters plus any tensor the field reads from outside
             (the control input of data-control layers).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
@@ -82,20 +88,25 @@ class NeuralODE(nn.Module):
         max_steps: the solve's step budget.
 
     Attributes:
+        spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
+            ``gradient``, ``dt0`` and ``max_steps`` read its fields.
         nfe: forward function evaluations of the last ``forward``.
         integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``.
 
     Example:
         >>> import torch
         >>> from torch import nn
+        >>> import odecore
         >>> from odelayers import DepthConcat, DepthSequential, NeuralODE
         >>> field = DepthSequential(DepthConcat(), nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
-        >>> layer = NeuralODE(field)
+        >>> layer = NeuralODE(field, gradient=odecore.Adjoint())
         >>> y = layer(torch.randn(8, 2))
         >>> y.sum().backward()
         >>> y.shape, layer.nfe > 0, layer.nfe_backward > 0
         (torch.Size([8, 2]), True, True)
     """
+
+    spec: odecore.OdeSpec
 
     def __init__(
         self,
@@ -103,6 +114,7 @@ class NeuralODE(nn.Module):
         *,
         t0: float = 0.0,
         t1: float = 1.0,
+        spec: odecore.OdeSpec | None = None,
         solver: odecore.AbstractSolver | None = None,
         controller: odecore.AbstractController | None = None,
         gradient: odecore.AbstractGradient | None = None,
@@ -110,7 +122,7 @@ class NeuralODE(nn.Module):
         ts: Sequence[float] | Tensor | None = None,
         jump_ts: Sequence[float] | None = None,
         integrals: Sequence[IntegralTerm] = (),
-        max_steps: int = 100_000,
+        max_steps: int | None = None,
     ) -> None:
         super().__init__()
         if not callable(vector_field):
@@ -125,12 +137,22 @@ class NeuralODE(nn.Module):
             raise ValueError(f"`integrals` need distinct names, got {names}.")
         self.vector_field = vector_field
         self.t0, self.t1 = float(t0), float(t1)
-        self.solver = solver if solver is not None else odecore.Dopri5()
-        if controller is None and self.solver.adaptive:
-            controller = odecore.PIDController(rtol=1e-4, atol=1e-4)
-        self.controller = controller
-        self.gradient = gradient if gradient is not None else odecore.Adjoint()
-        self.dt0 = dt0
+        if spec is not None and not isinstance(spec, odecore.OdeSpec):
+            raise TypeError(f"`spec` must be an odecore.OdeSpec, got {spec!r}.")
+        given: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("solver", solver),
+                ("controller", controller),
+                ("gradient", gradient),
+                ("dt0", dt0),
+                ("max_steps", max_steps),
+            )
+            if value is not None
+        }
+        if "solver" in given and "controller" not in given:
+            given["controller"] = None  # the new solver's default
+        self.spec = replace(spec if spec is not None else odecore.OdeSpec(), **given)
         self.ts = (
             None
             if ts is None
@@ -138,10 +160,34 @@ class NeuralODE(nn.Module):
         )
         self.jump_ts = tuple(float(v) for v in (jump_ts or ()))
         self.integral_terms = tuple(integrals)
-        self.max_steps = max_steps
         self.nfe = 0
         self.integrals: dict[str, Tensor] = {}
         self._stats: odecore.Stats | None = None
+
+    @property
+    def solver(self) -> odecore.AbstractSolver:
+        """The spec's solver."""
+        return self.spec.solver
+
+    @property
+    def controller(self) -> odecore.AbstractController | None:
+        """The spec's step-size controller."""
+        return self.spec.controller
+
+    @property
+    def gradient(self) -> odecore.AbstractGradient:
+        """The spec's gradient method."""
+        return self.spec.gradient
+
+    @property
+    def dt0(self) -> float | None:
+        """The spec's first (adaptive) or fixed step size."""
+        return self.spec.dt0
+
+    @property
+    def max_steps(self) -> int:
+        """The spec's step budget."""
+        return self.spec.max_steps
 
     @property
     def nfe_backward(self) -> int:
@@ -237,7 +283,7 @@ class NeuralODE(nn.Module):
             solver=self.solver,
             controller=self.controller,
             saveat=saveat,
-            dt0=self.dt0,
+            dt0=self.spec.step_size(t0, t1),
             jump_ts=self._depth_jumps(t0, t1) or None,
             max_steps=self.max_steps,
             gradient=gradient,
@@ -291,7 +337,7 @@ class AdaptiveDepthNODE(nn.Module):
         horizon: ``nn.Module`` mapping the input to shape ``(batch,)`` or ``(batch, 1)``.
         positive: the map to non-negative depths (softplus; ``torch.relu`` lets a
             sample stop at depth 0).
-        solver, controller, gradient, dt0, max_steps: as for :class:`NeuralODE`.
+        spec, solver, controller, gradient, dt0, max_steps: as for :class:`NeuralODE`.
 
     Attributes:
         depth: the depths ``T(x)`` of the last forward pass.
@@ -311,11 +357,12 @@ class AdaptiveDepthNODE(nn.Module):
         horizon: nn.Module,
         *,
         positive: Callable[[Tensor], Tensor] = softplus,
+        spec: odecore.OdeSpec | None = None,
         solver: odecore.AbstractSolver | None = None,
         controller: odecore.AbstractController | None = None,
         gradient: odecore.AbstractGradient | None = None,
         dt0: float | None = None,
-        max_steps: int = 100_000,
+        max_steps: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(horizon, nn.Module):
@@ -324,6 +371,7 @@ class AdaptiveDepthNODE(nn.Module):
         self.positive = positive
         self.node = NeuralODE(
             _Rescaled(vector_field),
+            spec=spec,
             solver=solver,
             controller=controller,
             gradient=gradient,
