@@ -11,7 +11,7 @@ then lets neighbouring pieces move apart, a little: theta(t) stays close to the
 function the coarse model learnt, so it is much smoother than M independent pieces.
 
 Refinement keeps the model, not necessarily its outputs: the refined network run with
-the old (scheme, N_t) computes exactly what the old one did, while the new N_t
+the old (solver, N_t) computes exactly what the old one did, while the new N_t
 integrates the same ODE with half the step, which changes the outputs by the
 discretisation error of the old step. The script checks both at every refinement,
 on the test images, in eval mode: theta(t) before and after on a grid of depths
@@ -20,7 +20,7 @@ equal, bit for bit), and the test accuracy before against after at the new N_t,
 with the number of test digits whose predicted class changed; and that every SGD
 momentum buffer came across (split like its weights).
 
-The network is ``ContinuousNet(in_channels=1, channels=(8, 16, 16), scheme="midpoint",
+The network is ``ContinuousNet(in_channels=1, channels=(8, 16, 16), solver="midpoint",
 basis="piecewise_constant", n_steps=1)``: a 3x3 stem convolution, three OdeBlocks of
 R = BN-ReLU-conv-BN-ReLU-conv at 28x28, 14x14 and 7x7 joined by down-sampling
 units, pooling and a linear classifier. It is trained with SGD (momentum 0.9, weight
@@ -28,7 +28,7 @@ decay 5e-4, learning rate 0.05 on a cosine schedule over all iterations), batch 
 on digits shifted at random by up to 2 pixels. Full run: 3,000 training digits (a
 seeded random subset of the training file), 6 epochs, refinement at the start of
 epochs 2, 3 and 4, test accuracy on 1,000 digits of the test file. At the end the
-trained weights are evaluated in other manifestations, ``net.manifest(scheme=s,
+trained weights are evaluated in other manifestations, ``net.manifest(solver=s,
 n_steps=n)`` for euler, midpoint and rk4 at N_t = 4, 8, 16 (Sec. 5.3, Fig. 9).
 
 Data: MNIST in the standard gzip IDX files (``train-images-idx3-ubyte.gz``,
@@ -48,7 +48,7 @@ installed):
     python examples/refinement.py --smoke        # 4 tiny epochs: a few seconds
     python examples/refinement.py --out OUT      # write OUT/refinement.png
     python examples/refinement.py --no-plot      # only the tables; needs no matplotlib
-    python examples/refinement.py --data DIR --scheme rk4 --train 8000 --epochs 8 \\
+    python examples/refinement.py --data DIR --solver rk4 --train 8000 --epochs 8 \\
         --refine-at 2 4 6 --threads 2
 
 It prints one line per epoch, a table of the refinements with the checks above, the
@@ -83,7 +83,7 @@ FILES = {
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, scaled to [0, 1]
 FULL = {"train": 3000, "test": 1000, "epochs": 6, "refine_at": [2, 3, 4], "batch": 64}
 SMOKE = {"train": 128, "test": 64, "epochs": 4, "refine_at": [1, 2, 3], "batch": 16}
-MANIFEST_SCHEMES = ("euler", "midpoint", "rk4")
+MANIFEST_METHODS = ("euler", "midpoint", "rk4")
 MANIFEST_STEPS = (4, 8, 16)
 PLOT_ENTRIES = 4  # weights of the first block whose theta(t) is plotted
 THETA_GRID = 64  # depths at which theta(t) is compared before and after a refinement
@@ -301,7 +301,7 @@ def train(args: argparse.Namespace, data: tuple[Tensor, Tensor, Tensor, Tensor])
         channels=tuple(args.channels),
         n_steps=1,
         n_basis=1,
-        scheme=args.scheme,
+        solver=args.solver,
         basis="piecewise_constant",
     )
     optimizer = torch.optim.SGD(
@@ -404,11 +404,11 @@ def train(args: argparse.Namespace, data: tuple[Tensor, Tensor, Tensor, Tensor])
 def manifestations(
     net: contnet.ContinuousNet, x: Tensor, y: Tensor
 ) -> dict[tuple[str, int], float]:
-    """Test accuracy of the trained weights in other (scheme, N_t) manifestations."""
+    """Test accuracy of the trained weights in other (solver, N_t) manifestations."""
     grid = contnet.manifestation_sweep(
         net.eval(),
         lambda m: score(logits(m, x), y)[0],
-        schemes=MANIFEST_SCHEMES,
+        solvers=MANIFEST_METHODS,
         n_steps=MANIFEST_STEPS,
     )
     return grid
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="epochs at whose start N_t and M double (default 2 3 4)",
     )
-    parser.add_argument("--scheme", default="midpoint", help="training scheme (default midpoint)")
+    parser.add_argument("--solver", default="midpoint", help="fixed-step method (default midpoint)")
     parser.add_argument("--channels", type=int, nargs=3, default=[8, 16, 16])
     parser.add_argument("--batch", type=int, default=None, help="batch size (default 64)")
     parser.add_argument("--lr", type=float, default=0.05, help="initial SGD learning rate")
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     print("Refinement training of a ContinuousNet (Queiruga et al. 2020, Sec. 5.2)")
     print(f"  data: {source}; random shifts of up to {args.shift} px")
     print(
-        f"  ContinuousNet(channels={tuple(args.channels)}, scheme={args.scheme!r}, piecewise "
+        f"  ContinuousNet(channels={tuple(args.channels)}, solver={args.solver!r}, piecewise "
         f"constant basis), N_t = M = 1 at the start"
     )
     print(
@@ -621,17 +621,17 @@ def main(argv: list[str] | None = None) -> int:
 
     grid = manifestations(net, data[2], data[3])
     print("\nFinal model")
-    header = f"{'scheme':<10}{'N_t':>5}{'M':>5}{'params':>8}{'test acc':>10}{'test loss':>11}"
+    header = f"{'method':<10}{'N_t':>5}{'M':>5}{'params':>8}{'test acc':>10}{'test loss':>11}"
     header += f"{'roughness':>11}{'train s':>9}"
     print(header)
     print("-" * len(header))
     print(
-        f"{net.scheme:<10}{net.n_steps:>5}{n_basis(net):>5}{n_params(net):>8}"
+        f"{net.method:<10}{net.n_steps:>5}{n_basis(net):>5}{n_params(net):>8}"
         f"{result['acc']:>10.3f}{result['loss']:>11.3f}{roughness(net):>11.3f}"
         f"{result['train_seconds']:>9.1f}"
     )
     fresh = contnet.ContinuousNet(
-        in_channels=1, channels=tuple(args.channels), n_steps=n_basis(net), scheme=args.scheme
+        in_channels=1, channels=tuple(args.channels), n_steps=n_basis(net), solver=args.solver
     )
     print(
         "roughness: mean |theta_k+1 - theta_k| of the conv weights over mean |theta|; "
@@ -639,17 +639,17 @@ def main(argv: list[str] | None = None) -> int:
         "independent pieces (like the units of a ResNet)"
     )
 
-    print(f"\nManifestations of the trained weights: test accuracy (trained: {net.scheme}, "
+    print(f"\nManifestations of the trained weights: test accuracy (trained: {net.method}, "
           f"N_t = {net.n_steps})")  # fmt: skip
-    header = f"{'scheme':<10}" + "".join(f"{f'N_t={n}':>9}" for n in MANIFEST_STEPS)
+    header = f"{'method':<10}" + "".join(f"{f'N_t={n}':>9}" for n in MANIFEST_STEPS)
     print(header)
     print("-" * len(header))
-    for scheme in MANIFEST_SCHEMES:
-        print(f"{scheme:<10}" + "".join(f"{grid[(scheme, n)]:>9.3f}" for n in MANIFEST_STEPS))
+    for method in MANIFEST_METHODS:
+        print(f"{method:<10}" + "".join(f"{grid[(method, n)]:>9.3f}" for n in MANIFEST_STEPS))
     print()
     if not args.no_plot:
         title = (
-            f"ContinuousNet[{net.scheme}] on {source}: refinement N_t = M = 1 -> "
+            f"ContinuousNet[{net.method}] on {source}: refinement N_t = M = 1 -> "
             f"{net.n_steps} at epochs {', '.join(map(str, args.refine_at))}; seed {args.seed}"
         )
         path = plot(result, args, title)

@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 OUT = Path(__file__).resolve().parent.parent / "_static" / "contnet"
 DPI = 85
 REFERENCE_STEPS = 128
-SCHEMES = ("euler", "midpoint", "heun", "rk4", "rk4_38")
+METHODS = ("euler", "midpoint", "heun", "rk4", "rk4_38")
 ORDERS = {"euler": 1, "midpoint": 2, "heun": 2, "rk4": 4, "rk4_38": 4}
 COLORS = {
     "euler": "tab:blue",
@@ -75,44 +75,44 @@ def _smooth_net(activation: type[nn.Module]) -> contnet.ContinuousNet:
 
 
 def manifestations() -> None:
-    """The (scheme, N_t) grid: max output difference from a fine reference manifestation."""
+    """The (solver, N_t) grid: max output difference from a fine reference manifestation."""
     steps = (1, 2, 4, 8, 16, 32)
     x = torch.randn(4, 1, 12, 12, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     errors: dict[str, dict[str, list[float]]] = {}
     for label, activation in (("Softplus", nn.Softplus), ("ReLU", nn.ReLU)):
         net = _smooth_net(activation)
-        schemes = SCHEMES if label == "Softplus" else ("rk4",)
+        methods = METHODS if label == "Softplus" else ("rk4",)
         with torch.no_grad():
-            reference = net.manifest(scheme="rk4", n_steps=REFERENCE_STEPS)(x)
+            reference = net.manifest(solver="rk4", n_steps=REFERENCE_STEPS)(x)
             sweep = contnet.manifestation_sweep(
                 net,
                 lambda m, ref=reference: float((m(x) - ref).abs().max()),
-                schemes=schemes,
+                solvers=methods,
                 n_steps=steps,
             )
-        errors[label] = {s: [sweep[(s, n)] for n in steps] for s in schemes}
+        errors[label] = {s: [sweep[(s, n)] for n in steps] for s in methods}
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1, 1.15]})
-    grid = torch.tensor([errors["Softplus"][s] for s in SCHEMES]).log10()
+    grid = torch.tensor([errors["Softplus"][s] for s in METHODS]).log10()
     low, high = float(grid.min().floor()), float(grid.max().ceil())
     shown = axes[0].imshow(grid, cmap="viridis_r", aspect="auto", vmin=low, vmax=high)
-    for i, scheme in enumerate(SCHEMES):
-        for j, value in enumerate(errors["Softplus"][scheme]):
+    for i, method in enumerate(METHODS):
+        for j, value in enumerate(errors["Softplus"][method]):
             axes[0].text(
                 j, i, f"{value:.0e}", ha="center", va="center", fontsize=7.5,
                 color="white" if grid[i, j] > (low + high) / 2 else "black",
             )  # fmt: skip
     axes[0].set_xticks(range(len(steps)), [str(n) for n in steps])
-    axes[0].set_yticks(range(len(SCHEMES)), SCHEMES)
+    axes[0].set_yticks(range(len(METHODS)), METHODS)
     axes[0].set_xlabel("$N_t$")
     axes[0].set_title("max |output - reference| (colour: log10), Softplus", fontsize=10)
     fig.colorbar(shown, ax=axes[0], fraction=0.046)
 
     ax = axes[1]
     n = torch.tensor(steps, dtype=torch.float64)
-    for scheme in SCHEMES:
-        label = f"{scheme} (order {ORDERS[scheme]})"
-        ax.loglog(steps, errors["Softplus"][scheme], "o-", color=COLORS[scheme],
+    for method in METHODS:
+        label = f"{method} (order {ORDERS[method]})"
+        ax.loglog(steps, errors["Softplus"][method], "o-", color=COLORS[method],
                   markersize=4, linewidth=1.3, label=label)  # fmt: skip
     ax.loglog(steps, errors["ReLU"]["rk4"], "s--", color="0.45", markersize=3.5,
               linewidth=1.1, label="rk4, ReLU")  # fmt: skip

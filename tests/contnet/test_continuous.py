@@ -96,13 +96,13 @@ def test_module_runs_on_the_evaluated_tensors(make):
         assert torch.equal(t, own[n]), n
 
 
-SCHEMES = {"euler": [0.0], "midpoint": [0.0, 0.5], "rk4": [0.0, 0.5, 0.5, 1.0],
+STAGE_TIMES = {"euler": [0.0], "midpoint": [0.0, 0.5], "rk4": [0.0, 0.5, 0.5, 1.0],
            "rk4_38": [0.0, 1 / 3, 2 / 3, 1.0]}  # fmt: skip
 
 
-@pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_each_stage_reads_the_weights_at_its_own_time(scheme):
-    block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=2), scheme=scheme, n_steps=3)
+@pytest.mark.parametrize("method", list(STAGE_TIMES))
+def test_each_stage_reads_the_weights_at_its_own_time(method):
+    block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=2), solver=method, n_steps=3)
     asked: list[tuple[float, bool]] = []
     weights = block.continuous.weights  # where every evaluation of theta reads its time
 
@@ -112,16 +112,16 @@ def test_each_stage_reads_the_weights_at_its_own_time(scheme):
 
     block.continuous.weights = recording
     block(torch.zeros(1, 2))
-    expected = [(k + c) / 3 for k in range(3) for c in SCHEMES[scheme]]
+    expected = [(k + c) / 3 for k in range(3) for c in STAGE_TIMES[method]]
     assert [t for t, _ in asked] == pytest.approx(expected, abs=1e-15)
     # A stage at the end of its step asks for the limit from the left.
-    assert [left for _, left in asked] == [c == 1.0 for _ in range(3) for c in SCHEMES[scheme]]
+    assert [left for _, left in asked] == [c == 1.0 for _ in range(3) for c in STAGE_TIMES[method]]
 
 
 @pytest.mark.parametrize(
-    ("scheme", "solver"), [("rk4", odecore.RK4), ("midpoint", odecore.Midpoint)]
+    ("method", "solver"), [("rk4", odecore.RK4), ("midpoint", odecore.Midpoint)]
 )
-def test_every_step_is_one_step_of_the_odecore_solver(scheme, solver, monkeypatch):
+def test_every_step_is_one_step_of_the_odecore_solver(method, solver, monkeypatch):
     # The block has no stage sum of its own: each step goes through the solver's `step`.
     steps: list[tuple[float, float]] = []
     step = solver.step
@@ -130,18 +130,18 @@ def test_every_step_is_one_step_of_the_odecore_solver(scheme, solver, monkeypatc
         steps.append((t0, t1))
         return step(self, f, t0, t1, y0, f0)
 
-    block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=1), scheme=scheme, n_steps=3)
+    block = OdeBlock(nn.Linear(2, 2), basis=Legendre(degree=1), solver=method, n_steps=3)
     assert isinstance(block.solver, solver)
     monkeypatch.setattr(solver, "step", counting)
     block(torch.zeros(1, 2))
     assert steps == [(0.0, 1 / 3)] * 3  # each step in its own local time [0, h]
 
 
-def test_a_solver_object_is_a_scheme():
+def test_a_solver_object_is_its_method_name():
     torch.manual_seed(0)
-    block = OdeBlock(nn.Linear(3, 3), basis=Legendre(degree=2), scheme="rk4_38", n_steps=2)
-    other = block.manifest(scheme=odecore.RK4ThreeEighths())
-    assert other.scheme == "rk4_38"
+    block = OdeBlock(nn.Linear(3, 3), basis=Legendre(degree=2), solver="rk4_38", n_steps=2)
+    other = block.manifest(solver=odecore.RK4ThreeEighths())
+    assert other.method == "rk4_38" and isinstance(other.solver, odecore.RK4ThreeEighths)
     x = torch.randn(4, 3)
     assert torch.equal(other(x), block(x))
 
@@ -163,7 +163,7 @@ def test_euler_block_is_a_resnet_block():
 def test_linear_block_against_the_matrix_exponential():
     # R(x) = A x with constant weights: the solution is exp(epsilon A) x; rk4 errs O(h^4).
     torch.manual_seed(0)
-    block = OdeBlock(nn.Linear(3, 3, bias=False), basis=Legendre(degree=0), scheme="rk4",
+    block = OdeBlock(nn.Linear(3, 3, bias=False), basis=Legendre(degree=0), solver="rk4",
                      epsilon=0.7).double()  # fmt: skip
     a = block.continuous.coefficient("weight")[0].detach()
     x = torch.randn(4, 3, dtype=F64)
@@ -218,15 +218,15 @@ def test_batch_norm_statistics_are_functions_of_depth():
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), scheme="dopri5"), ValueError,
-         r"Unknown `scheme` 'dopri5'"),
+        (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), solver="dopri5"), ValueError,
+         r"Unknown `solver` 'dopri5'; known fixed-step methods: euler"),
         (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), n_steps=0), ValueError,
          r"`n_steps` must be a positive integer"),
         (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), epsilon=-1.0), ValueError,
          r"`epsilon` must be a positive number"),
         (lambda: OdeBlock(nn.Linear(1, 1)), ValueError, r"`basis` is required"),
-        (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), scheme=odecore.Dopri5()),
-         ValueError, r"`scheme` must be the name of a fixed-step scheme"),
+        (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), solver=odecore.Dopri5()),
+         ValueError, r"`solver` must be the name of a fixed-step method"),
         (lambda: ContinuousModule(nn.Linear(1, 1), "pc"), TypeError, r"`basis` must be"),
     ],
 )  # fmt: skip

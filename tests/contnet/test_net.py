@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import odecore
 import pytest
 import torch
 from contnet import (
@@ -44,10 +45,10 @@ def test_shapes_for_mnist_and_cifar_images():
 
 
 @pytest.mark.parametrize(
-    ("scheme", "n_steps", "n_basis"), [("euler", 4, 4), ("rk4", 3, 2), ("midpoint", 2, 5)]
+    ("method", "n_steps", "n_basis"), [("euler", 4, 4), ("rk4", 3, 2), ("midpoint", 2, 5)]
 )
-def test_to_resnet_gives_the_same_outputs(scheme, n_steps, n_basis):
-    net = small(scheme=scheme, n_steps=n_steps, n_basis=n_basis)
+def test_to_resnet_gives_the_same_outputs(method, n_steps, n_basis):
+    net = small(solver=method, n_steps=n_steps, n_basis=n_basis)
     resnet = net.to_resnet().eval()
     assert not any("coefficients" in name for name, _ in resnet.named_parameters())
     assert len(resnet.blocks[0].units) == n_steps
@@ -56,7 +57,7 @@ def test_to_resnet_gives_the_same_outputs(scheme, n_steps, n_basis):
 
 
 @pytest.mark.parametrize(
-    ("scheme", "n_steps", "n_basis", "basis"),
+    ("method", "n_steps", "n_basis", "basis"),
     [
         ("euler", 4, 4, "piecewise_constant"),
         ("rk4", 3, 2, "piecewise_constant"),
@@ -65,9 +66,9 @@ def test_to_resnet_gives_the_same_outputs(scheme, n_steps, n_basis):
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_to_resnet_is_exact_to_the_bit(scheme, n_steps, n_basis, basis, dtype):
+def test_to_resnet_is_exact_to_the_bit(method, n_steps, n_basis, basis, dtype):
     # The export's units step with the blocks' odecore solver on the same weights.
-    net = small(scheme=scheme, n_steps=n_steps, n_basis=n_basis, basis=basis).to(dtype)
+    net = small(solver=method, n_steps=n_steps, n_basis=n_basis, basis=basis).to(dtype)
     resnet = net.to_resnet().eval()
     with torch.no_grad():
         assert torch.equal(resnet(X.to(dtype)), net(X.to(dtype)))
@@ -75,7 +76,7 @@ def test_to_resnet_is_exact_to_the_bit(scheme, n_steps, n_basis, basis, dtype):
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace(_method)?` is deprecated:DeprecationWarning")
 def test_resnet_export_traces_and_exports():
-    net = small(scheme="rk4", n_steps=2)
+    net = small(solver="rk4", n_steps=2)
     resnet = net.to_resnet().eval()
     with torch.no_grad():
         expected = net(X)
@@ -93,7 +94,7 @@ def test_from_resnet_round_trip():
             p.add_(0.01 * torch.randn_like(p))
     back = ContinuousNet.from_resnet(resnet).eval()
     assert back.stem.weight.dtype == F64
-    assert back.n_steps == 3 and back.scheme == "euler"
+    assert back.n_steps == 3 and back.method == "euler"
     with torch.no_grad():
         torch.testing.assert_close(back(X), resnet(X), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(back.to_resnet().eval()(X), resnet(X), rtol=1e-12, atol=1e-12)
@@ -109,19 +110,19 @@ def test_from_resnet_keeps_the_activation():
 
 def test_from_resnet_rejects_multi_stage_units():
     with pytest.raises(ValueError, match=r"not an Euler unit"):
-        ContinuousNet.from_resnet(small(scheme="rk4").to_resnet())
+        ContinuousNet.from_resnet(small(solver="rk4").to_resnet())
 
 
 def test_residual_unit_needs_a_module_per_stage():
-    with pytest.raises(ValueError, match=r"`stages`: the scheme 'rk4' has 4 stages but 2 modules"):
+    with pytest.raises(ValueError, match=r"`stages`: the solver 'rk4' has 4 stages but 2 modules"):
         ResidualUnit([nn.Identity(), nn.Identity()], "rk4", 0.5, 1.0)
 
 
 def test_manifest_shares_the_weights():
     net = small(n_steps=2)
-    other = net.manifest(scheme="rk4_38", n_steps=5)
-    assert (other.scheme, other.n_steps) == ("rk4_38", 5)
-    assert (net.scheme, net.n_steps) == ("euler", 2)
+    other = net.manifest(solver="rk4_38", n_steps=5)
+    assert (other.method, other.n_steps) == ("rk4_38", 5)
+    assert (net.method, net.n_steps) == ("euler", 2)
     with torch.no_grad():
         net.blocks[0].continuous.coefficient("2.weight").mul_(2.0)
     assert torch.equal(
@@ -130,17 +131,28 @@ def test_manifest_shares_the_weights():
     )
 
 
-@pytest.mark.parametrize(("scheme", "n_steps"), [("euler", 2), ("rk4", 3), ("midpoint", 8)])
-def test_weight_refinement_leaves_every_manifestation_unchanged(scheme, n_steps):
+@pytest.mark.parametrize(("method", "n_steps"), [("euler", 2), ("rk4", 3), ("midpoint", 8)])
+def test_weight_refinement_leaves_every_manifestation_unchanged(method, n_steps):
     net = small(n_steps=2)
     finer, _ = refine(net, n_basis=4)
     assert finer.blocks[0].basis.pieces == 4 and net.blocks[0].basis.pieces == 2
     with torch.no_grad():
-        a = net.manifest(scheme=scheme, n_steps=n_steps)(X)
-        b = finer.manifest(scheme=scheme, n_steps=n_steps)(X)
+        a = net.manifest(solver=method, n_steps=n_steps)(X)
+        b = finer.manifest(solver=method, n_steps=n_steps)(X)
     # The same numbers in the same operations; only the memory they sit in differs,
     # which may change the convolution's summation order by an ulp.
     torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("solver", ["rk4", odecore.RK4()])
+def test_solver_refinement_changes_only_the_solver(solver):
+    net = small(n_steps=2)
+    other, maps = refine(net, solver=solver)
+    assert (other.method, other.n_steps, maps) == ("rk4", 2, {})
+    assert isinstance(other.solver, odecore.RK4) and isinstance(net.solver, odecore.Euler)
+    schedule = RefinementSchedule(epochs=[0], solver=solver)
+    scheduled, _ = schedule.step(0, net, torch.optim.SGD(net.parameters(), lr=0.1))
+    assert (scheduled.method, scheduled.n_steps) == ("rk4", 2)
 
 
 def test_default_refinement_doubles_steps_and_pieces_and_keeps_euler_resnet():
@@ -151,29 +163,29 @@ def test_default_refinement_doubles_steps_and_pieces_and_keeps_euler_resnet():
 
 
 def test_time_refinement_of_rk4_converges_at_fourth_order():
-    net = small(scheme="rk4", basis="legendre", n_basis=3, activation=nn.Softplus)
-    study = convergence_study(net, X, scheme="rk4", n_steps=[2, 4, 8, 16])
+    net = small(solver="rk4", basis="legendre", n_basis=3, activation=nn.Softplus)
+    study = convergence_study(net, X, solver="rk4", n_steps=[2, 4, 8, 16])
     assert study.order == pytest.approx(4.0, abs=0.3)
-    euler = convergence_study(net, X, scheme="euler", n_steps=[4, 8, 16, 32])
+    euler = convergence_study(net, X, solver="euler", n_steps=[4, 8, 16, 32])
     assert euler.order == pytest.approx(1.0, abs=0.2)
 
 
-@pytest.mark.parametrize(("scheme", "order"), [("rk4", 4.0), ("rk4_38", 4.0), ("heun", 2.0)])
-def test_piecewise_constant_weights_keep_the_order_when_steps_land_on_the_pieces(scheme, order):
+@pytest.mark.parametrize(("method", "order"), [("rk4", 4.0), ("rk4_38", 4.0), ("heun", 2.0)])
+def test_piecewise_constant_weights_keep_the_order_when_steps_land_on_the_pieces(method, order):
     # A stage at the end of a step reads the piece the step lies in (the limit from the
-    # left), not the next one; otherwise these schemes fall to first order.
+    # left), not the next one; otherwise these methods fall to first order.
     net = small(n_steps=4, activation=nn.Softplus)
-    study = convergence_study(net, X, scheme=scheme, n_steps=[4, 8, 16], reference_steps=128)
+    study = convergence_study(net, X, solver=method, n_steps=[4, 8, 16], reference_steps=128)
     assert study.order == pytest.approx(order, abs=0.3)
 
 
 def test_manifestation_sweep_grid():
     net = small()
     grid = manifestation_sweep(net, lambda m: float(m(X).detach().abs().sum()),
-                               schemes=["euler", "rk4"], n_steps=[1, 2])  # fmt: skip
+                               solvers=["euler", "rk4"], n_steps=[1, 2])  # fmt: skip
     assert set(grid) == {("euler", 1), ("euler", 2), ("rk4", 1), ("rk4", 2)}
     with torch.no_grad():
-        assert grid[("rk4", 2)] == pytest.approx(float(net.manifest(scheme="rk4", n_steps=2)(X)
+        assert grid[("rk4", 2)] == pytest.approx(float(net.manifest(solver="rk4", n_steps=2)(X)
                                                        .abs().sum()))  # fmt: skip
 
 
@@ -230,7 +242,7 @@ def test_refinement_schedule_refines_at_its_epochs():
         ({"basis": "wavelet"}, r"Unknown `basis` 'wavelet'"),
         ({"basis": "fourier", "n_basis": 4}, r"odd `n_basis >= 3`"),
         ({"channels": (2, 2)}, r"`channels` must be three positive integers"),
-        ({"scheme": "bosh3"}, r"Unknown `scheme` 'bosh3'"),
+        ({"solver": "bosh3"}, r"Unknown `solver` 'bosh3'"),
     ],
 )
 def test_bad_arguments(kwargs, match):

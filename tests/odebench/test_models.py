@@ -328,7 +328,7 @@ def test_augmented_models_compose_odelayers():
 def test_contnet_models_are_contnet_networks():
     net = _image("continuousnet", 3, 32)
     assert isinstance(net, contnet.ContinuousNet)
-    assert net.channels == (16, 32, 64) and net.n_steps == 8 and net.scheme == "euler"
+    assert net.channels == (16, 32, 64) and net.n_steps == 8 and net.method == "euler"
     assert _image("wide-continuousnet", 3, 32).channels == (64, 128, 256)
     assert isinstance(_image("continuous-resnet", 3, 32), contnet.ResNet)
 

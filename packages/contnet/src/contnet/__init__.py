@@ -1,10 +1,11 @@
 """contnet: continuous-in-depth networks (ContinuousNet) for PyTorch.
 
 A :class:`ContinuousNet` is a residual module ``R`` and a weight function
-``theta(t)`` (a basis expansion over depth); a (scheme, N_t) pair manifests one
-discrete network from it (Queiruga et al. 2020). :meth:`ContinuousNet.manifest`
-evaluates the same weights with another scheme or step count, :func:`refine` changes
-the step count, the scheme or the basis without changing the model, and
+``theta(t)`` (a basis expansion over depth); a fixed-step solver and a step count
+``N_t``, the paper's manifestation (scheme, N_t), turn it into one discrete network
+(Queiruga et al. 2020). :meth:`ContinuousNet.manifest` evaluates the same weights with
+another solver or step count, :func:`refine` changes the step count, the solver or the
+basis without changing the model, and
 :meth:`ContinuousNet.to_resnet` / :meth:`ContinuousNet.from_resnet` move between the
 continuous form and a plain ResNet.
 """

@@ -1,4 +1,4 @@
-"""``OdeBlock``: a residual module integrated over depth with a fixed-step scheme."""
+"""``OdeBlock``: a residual module integrated over depth with a fixed-step solver."""
 
 from __future__ import annotations
 
@@ -16,28 +16,30 @@ from torch import Tensor, nn
 
 from ._continuous import ContinuousModule
 
-Scheme = str | AbstractExplicitRK
+Solver = str | AbstractExplicitRK
+"""A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
 Field = Callable[[float, Tensor], Tensor]
 
 
-def scheme_solver(scheme: Scheme) -> tuple[str, AbstractExplicitRK]:
-    """The name and odecore solver of a fixed-step scheme given by name or solver object.
+def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
+    """The method name and odecore solver of a fixed-step solver given by name or object.
 
     Raises:
-        ValueError: for an unknown name or an adaptive solver.
+        ValueError: for an unknown method name or an adaptive solver.
     """
-    if isinstance(scheme, str):
-        if scheme not in odecore.FIXED_METHODS:
+    if isinstance(solver, str):
+        if solver not in odecore.FIXED_METHODS:
             raise ValueError(
-                f"Unknown `scheme` {scheme!r}; known schemes: {', '.join(odecore.FIXED_METHODS)}."
+                f"Unknown `solver` {solver!r}; known fixed-step methods: "
+                f"{', '.join(odecore.FIXED_METHODS)}."
             )
-        return scheme, cast(AbstractExplicitRK, odecore.FIXED_METHODS[scheme]())
-    if isinstance(scheme, AbstractExplicitRK) and not scheme.adaptive:
+        return solver, cast(AbstractExplicitRK, odecore.FIXED_METHODS[solver]())
+    if isinstance(solver, AbstractExplicitRK) and not solver.adaptive:
         names = {cls: name for name, cls in odecore.FIXED_METHODS.items()}
-        return names.get(type(scheme), type(scheme).__name__), scheme
+        return names.get(type(solver), type(solver).__name__), solver
     raise ValueError(
-        f"`scheme` must be the name of a fixed-step scheme ({', '.join(odecore.FIXED_METHODS)}) "
-        f"or such an odecore solver, got {scheme!r}."
+        f"`solver` must be the name of a fixed-step method ({', '.join(odecore.FIXED_METHODS)}) "
+        f"or such an odecore solver object (e.g. odecore.RK4()), got {solver!r}."
     )
 
 
@@ -82,22 +84,24 @@ class OdeBlock(nn.Module):
     The weights of ``R`` are a :class:`ContinuousModule` over ``basis``; each stage of
     each step evaluates them at its own time ``t_k + c_i h`` (``h = 1 / n_steps``), as
     the units of Queiruga et al. (2020, Fig. 5) do. Every step is one step of the
-    scheme's odecore solver (``solver.init`` and ``solver.step``, which sum the stages),
-    kept in ``solver``. With the Euler scheme, a piecewise-constant basis of
+    odecore solver (``solver.init`` and ``solver.step``, which sum the stages), kept in
+    ``solver``, its method name in ``method``. With Euler, a piecewise-constant basis of
     ``M = n_steps`` pieces and ``epsilon = n_steps`` the block is a ResNet block of
     ``n_steps`` units ``x + R_k(x)``.
 
     Args:
         module: the residual module ``R`` (keeps the shape of its input).
         basis: the depth basis of the weights, on ``[0, 1]``.
-        scheme: a fixed-step scheme: ``"euler"``, ``"midpoint"``, ``"rk4"``, ``"rk4_38"``,
-            ``"heun"``, ``"ralston"``, or such an odecore solver object.
+        solver: a fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
+            ``"rk4"``, ``"rk4_38"``, ``"heun"``, ``"ralston"``, ...: the keys of
+            :data:`odecore.FIXED_METHODS`) or as an odecore solver object
+            (``odecore.RK4()``).
         n_steps: the number of steps ``N_t``.
         epsilon: the time scale (the block integrates over ``[0, epsilon]`` in the
             time of ``R``).
 
     Raises:
-        ValueError: for an unknown or adaptive scheme, a missing ``basis``, or a
+        ValueError: for an unknown method or an adaptive solver, a missing ``basis``, or a
             ``n_steps`` or ``epsilon`` that is not positive.
 
     Example:
@@ -106,7 +110,7 @@ class OdeBlock(nn.Module):
         >>> from odelayers.basis import PiecewiseConstant
         >>> from contnet import OdeBlock
         >>> block = OdeBlock(nn.Linear(4, 4), basis=PiecewiseConstant(pieces=2),
-        ...                  scheme="rk4", n_steps=2)
+        ...                  solver="rk4", n_steps=2)
         >>> block(torch.zeros(3, 4)).shape
         torch.Size([3, 4])
     """
@@ -118,7 +122,7 @@ class OdeBlock(nn.Module):
         module: nn.Module | ContinuousModule,
         *,
         basis: AbstractBasis | None = None,
-        scheme: Scheme = "euler",
+        solver: Solver = "euler",
         n_steps: int = 1,
         epsilon: float = 1.0,
     ) -> None:
@@ -129,7 +133,7 @@ class OdeBlock(nn.Module):
             if basis is None:
                 raise ValueError("`basis` is required unless `module` is a ContinuousModule.")
             self.continuous = ContinuousModule(module, basis)
-        self.scheme, self.solver = scheme_solver(scheme)
+        self.method, self.solver = fixed_solver(solver)
         self.n_steps = _positive_int("n_steps", n_steps)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
@@ -142,7 +146,7 @@ class OdeBlock(nn.Module):
 
     @property
     def tableau(self) -> ButcherTableau:
-        """The Butcher tableau of the scheme."""
+        """The Butcher tableau of the solver."""
         return self.solver.tableau
 
     def stage_times(self) -> list[list[float]]:
@@ -152,7 +156,7 @@ class OdeBlock(nn.Module):
         ``c_i`` reads the weights at ``t_k + c_i h``. A stage at the end of its step
         (``c = 1``: Heun, RK4, RK4-3/8) reads the weights' limit from the left there,
         so a step never sees the next piece of a piecewise-constant basis and the
-        scheme keeps its order when the steps land on the pieces' ends.
+        solver keeps its order when the steps land on the pieces' ends.
         """
         return [[t for t, _ in self._stage_points(k)] for k in range(self.n_steps)]
 
@@ -194,15 +198,15 @@ class OdeBlock(nn.Module):
             x = take_step(self.solver, f, h, x)
         return x
 
-    def manifest(self, *, scheme: Scheme | None = None, n_steps: int | None = None) -> OdeBlock:
-        """The same weights evaluated with another scheme or step count (shared, not copied)."""
+    def manifest(self, *, solver: Solver | None = None, n_steps: int | None = None) -> OdeBlock:
+        """The same weights evaluated with another solver or step count (shared, not copied)."""
         out = copy.copy(self)
         out._modules = dict(self._modules)
-        if scheme is not None:
-            out.scheme, out.solver = scheme_solver(scheme)
+        if solver is not None:
+            out.method, out.solver = fixed_solver(solver)
         if n_steps is not None:
             out.n_steps = _positive_int("n_steps", n_steps)
         return out
 
     def extra_repr(self) -> str:
-        return f"scheme={self.scheme!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"
+        return f"method={self.method!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"

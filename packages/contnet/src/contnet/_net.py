@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
-from odecore import ButcherTableau
+from odecore import AbstractExplicitRK, ButcherTableau
 from odelayers.basis import (
     AbstractBasis,
     Chebyshev,
@@ -18,7 +18,7 @@ from odelayers.basis import (
 )
 from torch import Tensor, nn
 
-from ._block import OdeBlock, Scheme, scheme_solver, take_step
+from ._block import OdeBlock, Solver, fixed_solver, take_step
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -62,7 +62,7 @@ def residual_module(channels: int, activation: type[nn.Module] = nn.ReLU) -> nn.
 
     The pre-activation unit of the paper with ``nn.ReLU``; a smooth activation
     (``nn.Softplus``, ``nn.Tanh``) makes ``R`` smooth in its input, which the
-    convergence orders of the higher-order schemes need.
+    convergence orders of the higher-order solvers need.
     """
     return nn.Sequential(
         nn.BatchNorm2d(channels),
@@ -127,7 +127,7 @@ class ContinuousNet(nn.Module):
     unit, ``OdeBlock`` at ``channels[1]``, another stitch, ``OdeBlock`` at
     ``channels[2]``, then batch norm, ReLU, average pooling and a linear classifier.
     Every block's residual module ``R`` is :func:`residual_module` with weights over
-    ``basis`` (``n_basis`` functions), integrated with ``scheme`` in ``n_steps`` steps.
+    ``basis`` (``n_basis`` functions), integrated with ``solver`` in ``n_steps`` steps.
     ``channels=(64, 128, 256)`` is the wide variant. Works for 1-channel 28x28 and
     3-channel 32x32 images (any size divisible by 4).
 
@@ -137,7 +137,8 @@ class ContinuousNet(nn.Module):
         channels: channels of the three blocks.
         n_steps: ``N_t`` of every block.
         n_basis: ``M``, functions of every block's basis; default ``n_steps``.
-        scheme: the fixed-step scheme (``"euler"``, ``"midpoint"``, ``"rk4"``, ...).
+        solver: the fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
+            ``"rk4"``, ...) or as an odecore solver object (``odecore.RK4()``).
         basis: ``"piecewise_constant"`` (the paper's), ``"piecewise_linear"``,
             ``"legendre"``, ``"chebyshev"`` or ``"fourier"``.
         epsilon: the time scale of every block; default ``n_steps`` (with Euler and
@@ -160,7 +161,7 @@ class ContinuousNet(nn.Module):
         *,
         n_steps: int = 1,
         n_basis: int | None = None,
-        scheme: Scheme = "euler",
+        solver: Solver = "euler",
         basis: str | AbstractBasis = "piecewise_constant",
         epsilon: float | None = None,
         activation: type[nn.Module] = nn.ReLU,
@@ -169,7 +170,7 @@ class ContinuousNet(nn.Module):
         channels = tuple(channels)
         if len(channels) != 3 or not all(isinstance(c, int) and c > 0 for c in channels):
             raise ValueError(f"`channels` must be three positive integers, got {channels!r}.")
-        scheme_solver(scheme)  # validate early
+        fixed_solver(solver)  # validate early
         m = n_steps if n_basis is None else n_basis
         eps = float(n_steps) if epsilon is None else epsilon
         self.channels = channels
@@ -178,7 +179,7 @@ class ContinuousNet(nn.Module):
             OdeBlock(
                 residual_module(c, activation),
                 basis=make_basis(basis, m),
-                scheme=scheme,
+                solver=solver,
                 n_steps=n_steps,
                 epsilon=eps,
             )
@@ -197,9 +198,14 @@ class ContinuousNet(nn.Module):
         return [cast(OdeBlock, b) for b in self.blocks]
 
     @property
-    def scheme(self) -> str:
-        """The scheme of the blocks."""
-        return self.ode_blocks()[0].scheme
+    def method(self) -> str:
+        """The method name of the blocks' solver (a key of :data:`odecore.FIXED_METHODS`)."""
+        return self.ode_blocks()[0].method
+
+    @property
+    def solver(self) -> AbstractExplicitRK:
+        """The odecore solver of the blocks."""
+        return self.ode_blocks()[0].solver
 
     @property
     def n_steps(self) -> int:
@@ -207,22 +213,22 @@ class ContinuousNet(nn.Module):
         return self.ode_blocks()[0].n_steps
 
     def manifest(
-        self, *, scheme: Scheme | None = None, n_steps: int | None = None
+        self, *, solver: Solver | None = None, n_steps: int | None = None
     ) -> ContinuousNet:
-        """The same model with another (scheme, N_t): weights shared, not copied.
+        """The same model with another (solver, N_t): weights shared, not copied.
 
         Example:
             >>> import torch
             >>> from contnet import ContinuousNet
             >>> net = ContinuousNet(in_channels=1, channels=(4, 4, 4), n_steps=2)
-            >>> deeper = net.manifest(scheme="rk4", n_steps=8)
+            >>> deeper = net.manifest(solver="rk4", n_steps=8)
             >>> deeper.blocks[0].continuous is net.blocks[0].continuous
             True
         """
         out = copy.copy(self)
         out._modules = dict(self._modules)
         out.blocks = nn.ModuleList(
-            b.manifest(scheme=scheme, n_steps=n_steps) for b in self.ode_blocks()
+            b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
         return out
 
@@ -230,7 +236,7 @@ class ContinuousNet(nn.Module):
         """This manifestation as a plain network: one residual unit per step, no bases.
 
         Each unit holds one copy of ``R`` per stage with the weights (and batch-norm
-        statistics) evaluated at that stage's depth, and applies the scheme's
+        statistics) evaluated at that stage's depth, and applies the solver's
         coefficients; with Euler a unit is ``x + h * epsilon * R_k(x)``. The result
         gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
         """
@@ -289,32 +295,33 @@ class ResidualUnit(nn.Module):
     """One explicit Runge-Kutta step as plain layers: a copy of ``R`` per stage.
 
     ``k_i = epsilon * R_i(x + h sum_j a_ij k_j)``, ``x + h sum_i b_i k_i``, taken by the
-    odecore solver of ``scheme`` (``solver.init`` and ``solver.step``, the kernel that
+    odecore solver ``solver`` (``solver.init`` and ``solver.step``, the kernel that
     :class:`OdeBlock` steps with): the ``i``-th evaluation of the step is stage ``i``.
     With one stage this is the ResNet unit ``x + h * epsilon * R(x)``.
 
     Args:
-        stages: one module per stage of the scheme, in the order the stages are taken.
-        scheme: a fixed-step scheme, by name or as an odecore solver object.
+        stages: one module per stage of the solver, in the order the stages are taken.
+        solver: a fixed-step solver, by method name or as an odecore solver object.
         h: the step.
         epsilon: the factor of every ``R_i``.
 
     Raises:
-        ValueError: for an unknown scheme, or a number of modules other than its stages.
+        ValueError: for an unknown method or an adaptive solver, or a number of modules
+            other than its stages.
     """
 
     def __init__(
         self,
         stages: Sequence[nn.Module],
-        scheme: Scheme,
+        solver: Solver,
         h: float,
         epsilon: float,
     ) -> None:
         super().__init__()
-        self.scheme, self.solver = scheme_solver(scheme)
+        self.method, self.solver = fixed_solver(solver)
         if len(stages) != self.tableau.stages:
             raise ValueError(
-                f"`stages`: the scheme {self.scheme!r} has {self.tableau.stages} stages but "
+                f"`stages`: the solver {self.method!r} has {self.tableau.stages} stages but "
                 f"{len(stages)} modules were given."
             )
         self.stages = nn.ModuleList(stages)
@@ -323,7 +330,7 @@ class ResidualUnit(nn.Module):
 
     @property
     def tableau(self) -> ButcherTableau:
-        """The Butcher tableau of the scheme."""
+        """The Butcher tableau of the solver."""
         return self.solver.tableau
 
     def scale(self) -> float:

@@ -1,4 +1,4 @@
-"""Refinement: more steps, another scheme, a richer basis; the model stays the same."""
+"""Refinement: more steps, another solver, a richer basis; the model stays the same."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear
 from torch import Tensor
 
-from ._block import Scheme, scheme_solver
+from ._block import Solver, fixed_solver
 from ._continuous import transfer
 from ._net import BASES, ContinuousNet, make_basis
 
@@ -40,21 +40,21 @@ def refine(
     *,
     n_steps: int | None = None,
     n_basis: int | None = None,
-    scheme: Scheme | None = None,
+    solver: Solver | None = None,
 ) -> tuple[ContinuousNet, dict[str, tuple[AbstractBasis, AbstractBasis]]]:
     """A refined copy of ``net`` and, per coefficient tensor, its (old, new) basis.
 
     With no argument ``N_t`` and ``M`` double (a piecewise-constant interval splits in
     two with its value copied: the weight function is exactly the same). Otherwise
     each given kind changes alone: ``n_steps`` (time step), ``n_basis`` (weights,
-    projected in L2 for bases other than piecewise constant), ``scheme`` (integrator).
+    projected in L2 for bases other than piecewise constant), ``solver`` (integrator).
     ``net`` is left unchanged.
 
     Args:
         net: the network to refine.
         n_steps: the new ``N_t`` of every block.
         n_basis: the new ``M`` of every block's basis (same family).
-        scheme: the new scheme, by name or as an odecore solver object.
+        solver: the new fixed-step solver, by method name or as an odecore solver object.
 
     Returns:
         ``(new_net, maps)``: the refined copy, and ``{parameter name in new_net:
@@ -62,7 +62,8 @@ def refine(
         :func:`carry_optimizer` needs).
 
     Raises:
-        ValueError: for an unknown scheme, or a basis that cannot be refined.
+        ValueError: for an unknown method or an adaptive solver, or a basis that cannot
+            be refined.
 
     Example:
         >>> from contnet import ContinuousNet, refine
@@ -73,7 +74,7 @@ def refine(
         >>> maps["blocks.0.continuous.coefficients.2__weight"][1]
         PiecewiseConstant(t0=0.0, t1=1.0, pieces=4)
     """
-    double = n_steps is None and n_basis is None and scheme is None
+    double = n_steps is None and n_basis is None and solver is None
     new = copy.deepcopy(net)
     maps: dict[str, tuple[AbstractBasis, AbstractBasis]] = {}
     for b, block in enumerate(new.ode_blocks()):
@@ -81,8 +82,8 @@ def refine(
             block.n_steps = 2 * block.n_steps
         elif n_steps is not None:
             block.n_steps = n_steps
-        if scheme is not None:
-            block.scheme, block.solver = scheme_solver(scheme)
+        if solver is not None:
+            block.method, block.solver = fixed_solver(solver)
         cont = block.continuous
         old, target = cont.basis, _refined_basis(cont.basis, n_basis, double)
         if target is old:
@@ -136,9 +137,10 @@ class RefinementSchedule:
         epochs: the epochs at whose start to refine.
         n_steps: ``N_t`` after a refinement, or ``None``.
         n_basis: ``M`` after a refinement, or ``None``.
-        scheme: the scheme after a refinement, or ``None``. With all three ``None``
-            (the default) every refinement doubles ``N_t`` and ``M``; otherwise each
-            one given changes alone (see :func:`contnet.refine`).
+        solver: the fixed-step solver after a refinement (a method name or an odecore
+            solver object), or ``None``. With all three ``None`` (the default) every
+            refinement doubles ``N_t`` and ``M``; otherwise each one given changes alone
+            (see :func:`contnet.refine`).
 
     Example:
         >>> import torch
@@ -155,7 +157,7 @@ class RefinementSchedule:
     epochs: Sequence[int]
     n_steps: int | None = None
     n_basis: int | None = None
-    scheme: Scheme | None = None
+    solver: Solver | None = None
 
     def step(
         self, epoch: int, net: ContinuousNet, optimizer: torch.optim.Optimizer
@@ -163,5 +165,5 @@ class RefinementSchedule:
         """``(net, optimizer)``, refined when ``epoch`` is in :attr:`epochs`."""
         if epoch not in self.epochs:
             return net, optimizer
-        new, maps = refine(net, n_steps=self.n_steps, n_basis=self.n_basis, scheme=self.scheme)
+        new, maps = refine(net, n_steps=self.n_steps, n_basis=self.n_basis, solver=self.solver)
         return new, carry_optimizer(optimizer, net, new, maps)

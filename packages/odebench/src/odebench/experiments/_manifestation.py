@@ -99,7 +99,7 @@ def _batches(data: Dataset, batch: int, seed: int) -> Iterator[tuple[torch.Tenso
 
 
 def _train(
-    scheme: str, data: Dataset, s: Settings, options: RunOptions, device: torch.device
+    method: str, data: Dataset, s: Settings, options: RunOptions, device: torch.device
 ) -> tuple[contnet.ContinuousNet, float]:
     """Adam from the seed's initialisation; returns the net and its last-epoch train accuracy."""
     torch.manual_seed(options.seed)
@@ -107,7 +107,7 @@ def _train(
         in_channels=1,
         channels=s.channels,
         n_steps=s.n_steps,
-        scheme=cast(Any, scheme),
+        solver=cast(Any, method),
         basis="piecewise_constant",
     ).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=s.lr)
@@ -202,9 +202,9 @@ def _grid(
         return acc
 
     sweep = contnet.manifestation_sweep(
-        net, metric, schemes=cast(Any, SCHEMES), n_steps=s.grid_steps
+        net, metric, solvers=cast(Any, SCHEMES), n_steps=s.grid_steps
     )
-    return [[sweep[(scheme, n)] for n in s.grid_steps] for scheme in SCHEMES]
+    return [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
 
 
 def _range(grid: list[list[float]], steps: tuple[int, ...], least: int = 0) -> float:

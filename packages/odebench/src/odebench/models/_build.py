@@ -322,7 +322,7 @@ def build_model(
         num_classes,
         channels,
         n_steps=steps,
-        scheme=check_choice("scheme", scheme or "euler", tuple(odecore.FIXED_METHODS)),
+        solver=check_choice("scheme", scheme or "euler", tuple(odecore.FIXED_METHODS)),
         epsilon=None if epsilon is None else float(epsilon),
         activation=act,
     )

@@ -113,7 +113,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
     y = torch.randint(0, 10, (config.n_batch,), generator=gen)
     net = ContinuousNet(3, 10, config.channels, n_steps=n).train()
     resnet = net.to_resnet().train()
-    rk4 = net.manifest(scheme="rk4")
+    rk4 = net.manifest(solver="rk4")
     models: dict[str, nn.Module] = {
         f"ContinuousNet[euler, {n}]": net,
         "ResNet export": resnet,
