@@ -21,14 +21,7 @@ from ._controllers import (
 from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
 from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
-from ._odeint import (
-    ADAPTIVE_OPTIONS,
-    FIXED_OPTIONS,
-    odeint,
-    odeint_adjoint,
-    odeint_dense,
-    odeint_event,
-)
+from ._odeint import odeint, odeint_adjoint, odeint_dense, odeint_event
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
     RK4,
@@ -48,7 +41,14 @@ from ._solvers import (
     StepResult,
     Tsit5,
 )
-from ._spec import ADAPTIVE_METHODS, FIXED_METHODS, GRADIENTS, OdeSpec
+from ._spec import (
+    ADAPTIVE_METHODS,
+    ADAPTIVE_OPTIONS,
+    FIXED_METHODS,
+    FIXED_OPTIONS,
+    GRADIENTS,
+    OdeSpec,
+)
 from ._tableau import (
     BOSH3_TABLEAU,
     DOPRI5_TABLEAU,

@@ -41,7 +41,10 @@ from ._solve import (
 )
 from ._solvers import AbstractSolver
 from ._spec import (
+    _CALL_OPTIONS,
+    ADAPTIVE_OPTIONS,
     FIXED_METHODS,
+    FIXED_OPTIONS,
     SCIPY_SOLVER,
     OdeSpec,
     nonnegative,
@@ -50,28 +53,7 @@ from ._spec import (
     solver_for,
 )
 
-_CALL_OPTIONS = ("jump_t", "step_t")
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
-FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
-                 "grid_constructor", "perturb", "interp")  # fmt: skip
-"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
-ADAPTIVE_OPTIONS = (
-    "first_step",
-    "safety",
-    "ifactor",
-    "dfactor",
-    "pcoeff",
-    "icoeff",
-    "dcoeff",
-    "max_step",
-    "norm",
-    "jump_t",
-    "step_t",
-    "max_num_steps",
-    "min_step",
-    "dtype",
-)
-"""Options accepted by adaptive methods (``dtype`` only as ``torch.float64``)."""
 
 _SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_num_steps",
                          *_CALL_OPTIONS)  # fmt: skip

@@ -68,8 +68,11 @@ through the solver's steps), ``"adjoint"`` :class:`Adjoint`, ``"checkpoint"``
 DEFAULT_METHOD = "dopri5"
 """The method when none is named (torchdiffeq's default)."""
 
-_FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps")
-_ADAPTIVE_SPEC_OPTIONS = (
+_CALL_OPTIONS = ("jump_t", "step_t")
+FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
+                 "grid_constructor", "perturb", "interp")  # fmt: skip
+"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
+ADAPTIVE_OPTIONS = (
     "first_step",
     "safety",
     "ifactor",
@@ -78,11 +81,18 @@ _ADAPTIVE_SPEC_OPTIONS = (
     "icoeff",
     "dcoeff",
     "max_step",
-    "min_step",
     "norm",
+    "jump_t",
+    "step_t",
     "max_num_steps",
+    "min_step",
     "dtype",
 )
+"""Options accepted by adaptive methods (``dtype`` only as ``torch.float64``)."""
+
+# The options that choose how to step, which a spec holds; the others belong to a call.
+_FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps")
+_ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in _CALL_OPTIONS)
 _SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
 _LSODA_SPEC_OPTIONS = (*_SCIPY_SPEC_OPTIONS, "min_step")
 

@@ -698,11 +698,7 @@ def _build(config: TrainConfig, dims: dict[str, int]) -> nn.Module:
         image_size=dims["image_size"],
         num_classes=dims["num_classes"],
         activation=config.activation,
-        tol=config.tol,
-        gradient=config.gradient,
-        solver=config.solver,
-        scheme=config.scheme,
-        n_steps=config.n_steps,
+        spec=config.spec,
         epsilon=None if final is None else float(final),
     )
 
