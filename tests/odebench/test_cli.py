@@ -284,7 +284,7 @@ def test_perf_contnet_quick_writes_json(tmp_path):
 
 def test_perf_contnet_rejects_bad_numbers(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["perf", "contnet", "--steps", "0"])
+        main(["perf", "contnet", "--n-steps", "0"])
     assert exc.value.code == 2
     assert "expected a positive integer" in capsys.readouterr().err
 

@@ -51,12 +51,27 @@ DEVICES = [
 ]
 
 
+def _with_spec(options: dict[str, Any]) -> dict[str, Any]:
+    """``method``, ``tol`` and ``gradient`` as the one spec that build_model takes."""
+    if {"method", "tol", "gradient"} & set(options):
+        tol = options.pop("tol", 1e-3)
+        options["spec"] = odecore.OdeSpec.from_method(
+            options.pop("method", "dopri5"),
+            rtol=tol,
+            atol=tol,
+            gradient=options.pop("gradient", "backprop"),
+        )
+    return options
+
+
 def _image(name: str, channels: int = 1, size: int = 28, **options: Any) -> nn.Module:
-    return build_model(name, in_channels=channels, num_classes=10, image_size=size, **options)
+    return build_model(
+        name, in_channels=channels, num_classes=10, image_size=size, **_with_spec(options)
+    )
 
 
 def _toy(name: str, d: int = 2, **options: Any) -> nn.Module:
-    return build_model(name, in_channels=d, num_classes=1, image_size=0, **options)
+    return build_model(name, in_channels=d, num_classes=1, image_size=0, **_with_spec(options))
 
 
 def _grads(model: nn.Module) -> torch.Tensor:
@@ -173,7 +188,8 @@ def test_same_seed_same_model_and_output(name):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["odenet", "anode", "sonode", "continuousnet", "toy-anode"])
 def test_model_runs_on_the_device(name, device):
-    model = (_toy(name) if name in TOY else _image(name, 3, 32, gradient="adjoint")).to(device)
+    options = {"gradient": "adjoint"} if name in ADAPTIVE else {}
+    model = (_toy(name) if name in TOY else _image(name, 3, 32, **options)).to(device)
     x = torch.randn(2, 2) if name in TOY else torch.randn(2, 3, 32, 32)
     out = model(x.to(device))
     out.sum().backward()
@@ -276,8 +292,10 @@ def test_resnet_has_six_blocks_and_odenet_one_ode_block():
     assert len(ode_layers(_image("odenet"))) == 1
 
 
-def test_rknet_takes_six_rk4_steps_by_backprop_whatever_gradient_is_asked():
-    model = _image("rknet", gradient="adjoint", solver="tsit5", tol=1e-8)
+def test_rknet_takes_six_rk4_steps_by_backprop_and_refuses_a_spec():
+    with pytest.raises(ValueError, match=r"`spec` does not apply to 'rknet'"):
+        _image("rknet", gradient="adjoint", method="tsit5", tol=1e-8)
+    model = _image("rknet")
     (layer,) = ode_layers(model)
     assert isinstance(layer.solver, odecore.RK4) and isinstance(layer.gradient, odecore.Autograd)
     model(torch.randn(2, 1, 28, 28)).sum().backward()
@@ -294,7 +312,7 @@ def test_rknet_takes_six_rk4_steps_by_backprop_whatever_gradient_is_asked():
 )
 @pytest.mark.parametrize("name", ADAPTIVE)
 def test_solver_tolerance_and_gradient_reach_every_ode_layer(name, gradient, expected):
-    model = (_toy if name in TOY else _image)(name, gradient=gradient, solver="tsit5", tol=1e-5)
+    model = (_toy if name in TOY else _image)(name, gradient=gradient, method="tsit5", tol=1e-5)
     layers = ode_layers(model)
     assert len(layers) == 1
     for layer in layers:
@@ -407,10 +425,21 @@ def test_nfe_sums_over_layers():
     [
         ({"name": "odenets"}, r"Unknown model 'odenets'; known models: mlp, resnet, odenet"),
         ({"activation": "gelu"}, r"Unknown `activation` 'gelu'; known: relu, softplus"),
-        ({"gradient": "adjont"}, r"Unknown `gradient` 'adjont'; known: backprop, adjoint"),
-        ({"solver": "rk4"}, r"Unknown `solver` 'rk4'; known: .*dopri5"),
-        ({"tol": 0.0}, r"`tol` must be a positive finite number, got 0.0"),
-        ({"tol": float("nan")}, r"`tol` must be a positive finite number, got nan"),
+        ({"name": "mlp", "spec": odecore.OdeSpec()}, r"`spec` does not apply to 'mlp'"),
+        ({"name": "resnet", "spec": odecore.OdeSpec()}, r"`spec` does not apply to 'resnet'"),
+        ({"name": "continuousnet", "spec": odecore.OdeSpec()}, r"steps a fixed-step method"),
+        (
+            {"name": "continuousnet", "spec": odecore.OdeSpec(odecore.RK4(), dt0=0.1)},
+            r"give a spec with a fixed-step solver and `n_steps`",
+        ),
+        (
+            {
+                "name": "continuousnet",
+                "spec": odecore.OdeSpec(odecore.RK4(), gradient=odecore.Adjoint(), n_steps=2),
+            },
+            r"differentiated by backprop through its steps",
+        ),
+        ({"epsilon": 1.0}, r"`epsilon` applies to the ContinuousNet models only"),
         ({"in_channels": 0}, r"`in_channels` must be an integer >= 1, got 0"),
         ({"in_channels": 1.0}, r"`in_channels` must be an integer >= 1, got 1.0"),
         ({"num_classes": 0}, r"`num_classes` must be an integer >= 1, got 0"),
@@ -418,6 +447,7 @@ def test_nfe_sums_over_layers():
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(options, match):
+    """(Bad method, tolerance and gradient names fail in odecore.OdeSpec.from_method.)"""
     kwargs: dict[str, object] = {
         "name": "odenet",
         "in_channels": 1,

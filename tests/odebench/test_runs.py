@@ -350,7 +350,7 @@ def test_a_solver_failure_during_evaluation_is_reported_like_one_in_training(tmp
         (["--momentum", "nan"], "argument --momentum: expected a number in [0, 1), got nan"),
         (["--lr", "inf"], "argument --lr: expected a positive number, got inf"),
         (["--gamma", "nan"], "argument --gamma: expected a positive number, got nan"),
-        (["--tol=-1e-3"], "argument --tol: expected a positive number, got -1e-3"),
+        (["--rtol=-1e-3"], "argument --rtol: expected a positive number, got -1e-3"),
         (["--seed", "99999999999999999999"],
          "argument --seed: expected a non-negative integer of at most 4294967295"),
         (["--seed", "-1"], "argument --seed: expected a non-negative integer, got -1"),

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import odebench
+import odecore
 import pytest
 import torch
+from odebench.models import build_model, ode_layers
 from odebench.training import (
     Interrupted,
     RunExistsError,
@@ -71,9 +73,22 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ({"refine_epochs": (3, 2)}, r"`refine_epochs` must be a tuple of increasing positive"),
         ({"refine_epochs": (0,)}, r"`refine_epochs` must be .* got \(0,\)"),
         ({"refine_epochs": (2,)}, r"`refine_epochs` applies to the ContinuousNet models only"),
-        ({"n_steps": 2}, r"`n_steps` applies to the ContinuousNet models only"),
-        ({"scheme": "rk4"}, r"`scheme` applies to the ContinuousNet models only"),
-        ({"model": "continuousnet", "scheme": "dopri5"}, r"Unknown `scheme` 'dopri5'; known: "),
+        ({"n_steps": 2}, r"`n_steps` applies to fixed-step methods, not to the adaptive 'dopri5'"),
+        ({"method": "rk4"}, r"The fixed-step `method` 'rk4' needs `n_steps`"),
+        ({"method": "dopri"}, r"Unknown `method` 'dopri'; known methods: "),
+        ({"rtol": 0.0}, r"`rtol` must be a positive number"),
+        ({"atol": float("inf")}, r"`atol` must be a positive number"),
+        ({"gradient": "adjiont"}, r"Unknown `gradient` 'adjiont'; known: backprop, adjoint"),
+        ({"model": "mlp", "method": "rk4"}, r"`method` does not apply to `model` 'mlp'"),
+        ({"model": "rknet", "n_steps": 3}, r"`n_steps` does not apply to `model` 'rknet'"),
+        (
+            {"model": "continuousnet", "method": "dopri5"},
+            r"`method` 'dopri5' does not apply to `model` 'continuousnet': a ContinuousNet steps",
+        ),
+        (
+            {"model": "continuousnet", "gradient": "adjoint"},
+            r"`gradient` 'adjoint' does not apply to `model` 'continuousnet'",
+        ),
         ({"model": "continuousnet", "n_steps": 0}, r"`n_steps` must be a positive integer"),
         ({"model": "continuousnet", "compile": True}, r"`compile` does not apply to `model`"),
     ],
@@ -83,13 +98,29 @@ def test_bad_configuration(changes, match):
         TrainConfig(**{**TOY, **changes})
 
 
+def test_the_solver_flags_resolve_once_into_the_spec_the_layers_get():
+    config = TrainConfig(
+        **{**TOY, "method": "tsit5", "rtol": 1e-4, "atol": 1e-6, "gradient": "adjoint"}
+    )
+    assert config.spec == odecore.OdeSpec.from_method(
+        "tsit5", rtol=1e-4, atol=1e-6, gradient="adjoint"
+    )
+    model = build_model(config.model, in_channels=1, num_classes=1, image_size=0, spec=config.spec)
+    assert [layer.spec for layer in ode_layers(model)] == [config.spec]
+    fixed = TrainConfig(**{**TOY, "method": "rk4", "n_steps": 5})
+    assert fixed.spec == odecore.OdeSpec(solver=odecore.RK4(), n_steps=5)
+    contnet = TrainConfig(model="continuousnet", dataset="mnist")
+    assert contnet.spec == odecore.OdeSpec(solver=odecore.Euler(), n_steps=8)
+    assert TrainConfig(model="resnet", dataset="mnist").spec is None
+
+
 def test_schedule_and_round_trip():
     config = TrainConfig(model="odenet", dataset="mnist", lr=0.1, milestones=(2, 4), gamma=0.5)
     assert [config.lr_at(e) for e in range(6)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
     assert config.loss == "cross_entropy"
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     refined = TrainConfig(
-        model="continuousnet", dataset="cifar10", scheme="rk4", n_steps=1, refine_epochs=[2, 5]
+        model="continuousnet", dataset="cifar10", method="rk4", n_steps=1, refine_epochs=[2, 5]
     )
     assert refined.refine_epochs == (2, 5) and refined.final_steps == 4
     assert [refined.refinements_before(e) for e in range(7)] == [0, 0, 0, 1, 1, 1, 2]
@@ -378,7 +409,7 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
 # Refinement: a ContinuousNet whose N_t = M double at the start of given epochs.
 def _refining(digits: Path, epochs: int = 3) -> TrainConfig:
     return TrainConfig(
-        model="continuousnet", dataset="mnist", data_dir=str(digits), scheme="euler",
+        model="continuousnet", dataset="mnist", data_dir=str(digits), method="euler",
         n_steps=1, refine_epochs=(1, 2), epochs=epochs, train_size=64, test_size=32,
         batch_size=32, lr=0.05, device="cpu", progress=False,
     )  # fmt: skip
@@ -450,7 +481,11 @@ def test_a_run_stopped_inside_a_refined_epoch_resumes_exactly(tmp_path, refined_
         (["--refine-epochs", "2,1"], "`refine_epochs` must be a tuple of increasing positive"),
         (["--refine-epochs", "x"], "expected comma-separated epochs"),
         (["--n-steps", "0"], "argument --n-steps: expected a positive integer, got 0"),
-        (["--scheme", "rk4"], "`scheme` applies to the ContinuousNet models only"),
+        (["--refine-epochs", "1"], "`refine_epochs` applies to the ContinuousNet models only"),
+        (["--method", "rk4"], "The fixed-step `method` 'rk4' needs `n_steps`"),
+        (["--n-steps", "4"], "`n_steps` applies to fixed-step methods, not to the adaptive"),
+        (["--method", "dopri"], "Unknown `method` 'dopri'; known methods:"),
+        (["--gradient", "adjiont"], "argument --gradient: invalid choice: 'adjiont'"),
     ],
 )
 def test_cli_refinement_options_are_checked(args, message, capsys):
@@ -467,11 +502,11 @@ def test_cli_trains_with_refinement(tmp_path, digits):
     out = tmp_path / "cli"
     status = odebench.main(
         ["train", "--model", "continuousnet", "--dataset", "mnist", "--data-dir", str(digits),
-         "--scheme", "rk4", "--n-steps", "1", "--refine-epochs", "1", "--epochs", "2",
+         "--method", "rk4", "--n-steps", "1", "--refine-epochs", "1", "--epochs", "2",
          "--train-size", "32", "--test-size", "16", "--batch-size", "16", "--device", "cpu",
          "--no-progress", "--out", str(out)]
     )  # fmt: skip
     assert status == 0
     config = json.loads((out / "config.json").read_text())["config"]
-    assert (config["scheme"], config["n_steps"], config["refine_epochs"]) == ("rk4", 1, [1])
+    assert (config["method"], config["n_steps"], config["refine_epochs"]) == ("rk4", 1, [1])
     assert [m["n_steps"] for m in json.loads((out / "metrics.json").read_text())] == [1, 2]

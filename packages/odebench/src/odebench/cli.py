@@ -7,15 +7,15 @@
                       [--out DIR] [--seed S] [--resume | --overwrite] [--no-progress]
     odebench report RUN_DIR... [--out PATH]
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
-                   [--optimizer sgd|adam] [--tol TOL] [--gradient G] ...
-                   [--scheme S] [--n-steps N] [--refine-epochs E,E,...]
+                   [--optimizer sgd|adam] [--method NAME] [--rtol R] [--atol A]
+                   [--gradient G] [--n-steps N] [--refine-epochs E,E,...] ...
                    [--resume | --overwrite]
     odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
                           [--repeats N] [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
     odebench perf plot JSON [--out PATH]
     odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
-                          [--batch N] [--steps N]
+                          [--batch N] [--n-steps N]
 
 ``python -m odebench`` is the same command, and
 ``torchrun --nproc_per_node=N -m odebench train ...`` trains on N processes.
@@ -218,7 +218,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="images per batch (default 32; --quick: 8)",
     )  # fmt: skip
     contnet.add_argument(
-        "--steps", type=_positive_int, default=None, metavar="N",
+        "--n-steps", type=_positive_int, default=None, metavar="N",
         help="N_t = M of every block (default 4; --quick: 2)",
     )  # fmt: skip
     plot = perf_commands.add_parser(
@@ -240,8 +240,11 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
 
 def _add_training_commands(commands: Any) -> None:
+    import odecore
+
     from .experiments import EXPERIMENTS
     from .models import MODELS
+    from .models._build import TRAIN_TOL
     from .training import DATASETS
 
     commands.add_parser(
@@ -312,13 +315,20 @@ def _add_training_commands(commands: Any) -> None:
     add("--test-size", type=_positive_int, default=None, metavar="N", help="a seeded subset")
     add("--augment", action="store_true", help="random crops (pad 4); flips on CIFAR")
     add("--activation", default="relu", help="of the vector field: relu (default), softplus, ...")
-    add("--tol", type=_positive_float, default=1e-3, help="rtol = atol of the solver (1e-3)")
-    add("--gradient", choices=("backprop", "adjoint", "checkpoint"), default="backprop",
-        help="gradient method of ODE models (backprop)")  # fmt: skip
-    add("--solver", default="dopri5", help="adaptive solver of ODE models (dopri5)")
-    add("--scheme", default=None, help="ContinuousNet models: fixed-step scheme (euler)")
+    add("--method", default=None, metavar="NAME",
+        help="ODE method: an adaptive one (dopri5, tsit5, bosh3, ...) or a fixed-step one "
+        "with --n-steps (euler, rk4, ...); default dopri5 for ODE models, euler for "
+        "ContinuousNet models (odecore's default is dopri5)")  # fmt: skip
+    add("--rtol", type=_positive_float, default=TRAIN_TOL,
+        help=f"relative tolerance ({TRAIN_TOL:g}, Chen et al.'s MNIST setting; odecore's "
+        "default, 1e-7, is for reference accuracy and costs several times more)")  # fmt: skip
+    add("--atol", type=_positive_float, default=TRAIN_TOL,
+        help=f"absolute tolerance ({TRAIN_TOL:g}; odecore's default is 1e-9)")  # fmt: skip
+    add("--gradient", choices=tuple(odecore.GRADIENTS), default="backprop",
+        help="gradient method of ODE models (backprop, odecore's default)")  # fmt: skip
     add("--n-steps", type=_positive_int, default=None, metavar="N",
-        help="ContinuousNet models: N_t = M of every block at epoch 0 (8)")  # fmt: skip
+        help="steps of a fixed-step --method; ContinuousNet models: N_t = M of every "
+        "block at epoch 0 (8)")  # fmt: skip
     add("--refine-epochs", type=_int_list, default=(), metavar="E,E,...",
         help="ContinuousNet models: epochs at whose start N_t and M double")  # fmt: skip
     add("--bf16", action="store_true", help="bfloat16 autocast")
@@ -474,10 +484,10 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             test_size=args.test_size,
             augment=args.augment,
             activation=args.activation,
-            tol=args.tol,
+            method=args.method,
+            rtol=args.rtol,
+            atol=args.atol,
             gradient=args.gradient,
-            solver=args.solver,
-            scheme=args.scheme,
             n_steps=args.n_steps,
             refine_epochs=args.refine_epochs,
             bf16=args.bf16,
@@ -592,7 +602,7 @@ def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         repeats=args.repeats,
         threads=args.threads,
         batch=args.batch,
-        n_steps=args.steps,
+        n_steps=args.n_steps,
     )
     return _benchmark(parser, args, lambda log: run_contnet(config, log=log), format_contnet_report)
 

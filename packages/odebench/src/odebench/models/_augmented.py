@@ -35,17 +35,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import odecore
 from odelayers import (
     DepthConcat,
     DepthSequential,
     DropAugmented,
     HigherOrder,
     InputLayerAugmentation,
+    NeuralODE,
     ZeroAugmentation,
 )
 from torch import Tensor, nn
 
-from ._common import OdeConfig, group_norm
+from ._common import group_norm
 
 DUPONT: dict[str, dict[bool, tuple[int, int]]] = {
     "node": {True: (92, 0), False: (125, 0)},
@@ -102,7 +104,7 @@ def dupont(
     num_classes: int,
     image_size: int,
     activation: type[nn.Module],
-    config: OdeConfig,
+    spec: odecore.OdeSpec,
 ) -> nn.Sequential:
     """Dupont et al.'s NODE (``name="node"``) or ANODE (``"anode"``) image classifier."""
     filters, extra = DUPONT[name][in_channels == 1]
@@ -111,7 +113,7 @@ def dupont(
     return nn.Sequential(
         OrderedDict(
             augment=augment,
-            ode=config.layer(dupont_field(channels, filters, activation)),
+            ode=NeuralODE(dupont_field(channels, filters, activation), spec=spec),
             head=FlatReadout(channels, image_size, num_classes),
         )
     )
@@ -158,7 +160,7 @@ def _massaroli_head(
 
 
 def massaroli_vanilla(
-    in_channels: int, num_classes: int, activation: type[nn.Module], config: OdeConfig
+    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """No augmentation: the ODE on the image's own channels, a wider field, the head.
 
@@ -169,28 +171,28 @@ def massaroli_vanilla(
     return nn.Sequential(
         OrderedDict(
             augment=nn.Identity(),
-            ode=config.layer(massaroli_field(in_channels, in_channels, activation, hidden)),
+            ode=NeuralODE(massaroli_field(in_channels, in_channels, activation, hidden), spec=spec),
             head=_massaroli_head(in_channels, num_classes, head_channels=in_channels),
         )
     )
 
 
 def massaroli_zero_augmented(
-    in_channels: int, num_classes: int, activation: type[nn.Module], config: OdeConfig
+    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """0-augmentation: the image plus ``W - C`` zero channels, a NODE on ``W``, the head."""
     width = massaroli_width(in_channels)
     return nn.Sequential(
         OrderedDict(
             augment=ZeroAugmentation(width - in_channels),
-            ode=config.layer(massaroli_field(width, width, activation)),
+            ode=NeuralODE(massaroli_field(width, width, activation), spec=spec),
             head=_massaroli_head(width, num_classes),
         )
     )
 
 
 def ilnode(
-    in_channels: int, num_classes: int, activation: type[nn.Module], config: OdeConfig
+    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """Input-layer augmentation: ``z(0) = conv3x3(x)`` at ``W`` channels, a NODE, the head."""
     width = massaroli_width(in_channels)
@@ -198,14 +200,14 @@ def ilnode(
     return nn.Sequential(
         OrderedDict(
             augment=InputLayerAugmentation(in_channels, width, layer=lift),
-            ode=config.layer(massaroli_field(width, width, activation)),
+            ode=NeuralODE(massaroli_field(width, width, activation), spec=spec),
             head=_massaroli_head(width, num_classes),
         )
     )
 
 
 def sonode(
-    in_channels: int, num_classes: int, activation: type[nn.Module], config: OdeConfig
+    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """Second order: positions ``conv3x3(x)``, zero velocities, ``q'' = f(q, q')``, the head.
 
@@ -220,7 +222,7 @@ def sonode(
         OrderedDict(
             lift=InputLayerAugmentation(in_channels, positions, layer=lift),
             augment=ZeroAugmentation(positions),
-            ode=config.layer(HigherOrder(field, features=positions, order=2)),
+            ode=NeuralODE(HigherOrder(field, features=positions, order=2), spec=spec),
             drop=DropAugmented(positions),
             head=_massaroli_head(positions, num_classes),
         )

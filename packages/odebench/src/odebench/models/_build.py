@@ -14,14 +14,34 @@ from odelayers import NeuralODE
 from torch import nn
 
 from . import _augmented, _chen, _toy
-from ._common import ACTIVATIONS, GRADIENTS, OdeConfig, check_choice, check_int, check_tol
+from ._common import ACTIVATIONS, check_choice, check_int
 
+TRAIN_METHOD = "dopri5"
+"""The method of odebench's ODE models when none is named."""
+TRAIN_TOL = 1e-3
+"""``rtol = atol`` of odebench's ODE models when none is given: Chen et al.'s MNIST
+setting. odecore's default (1e-7, torchdiffeq's) asks a trained network's field for
+far more accuracy than classification needs, at several times the cost."""
+TRAIN_SPEC = odecore.OdeSpec.from_method(TRAIN_METHOD, rtol=TRAIN_TOL, atol=TRAIN_TOL)
+"""The spec of odebench's ODE models when none is given: dopri5 at 1e-3, backprop."""
+
+CONTNET_METHOD = "euler"
+"""The method of the ContinuousNet models when none is named (a ResNet's forward pass)."""
 CONTNET_STEPS = 8
 """``N_t = M`` of the ContinuousNet models: the 8-8-8 networks of the authors' README."""
+CONTNET_SPEC = odecore.OdeSpec.from_method(CONTNET_METHOD, options={"n_steps": CONTNET_STEPS})
+"""The spec of the ContinuousNet models when none is given: Euler, 8 steps per block."""
 
 CONTINUOUS_NETS: tuple[str, ...] = ("continuousnet", "wide-continuousnet")
-"""The models that are a ContinuousNet: ``scheme``, ``n_steps`` and ``epsilon`` of
-``build_model`` apply to them, and they can be refined."""
+"""The models that are a ContinuousNet: they step a fixed-step method ``n_steps``
+times per block, take ``epsilon``, and can be refined."""
+
+ODE_MODELS: tuple[str, ...] = (
+    "odenet", "node", "anode", "dissecting-node", "dissecting-anode", "ilnode", "sonode",
+    "toy-node", "toy-anode",
+)  # fmt: skip
+"""The models whose :class:`odelayers.NeuralODE` layers solve by the given spec, with
+any method and gradient (the RK-Net's block is always 6 RK4 steps)."""
 
 MIN_IMAGE_SIZE = 8
 """The smallest image side the image models accept (Chen et al.'s stem needs 8)."""
@@ -201,11 +221,7 @@ def build_model(
     num_classes: int,
     image_size: int,
     activation: str = "relu",
-    tol: float = 1e-3,
-    gradient: str = "backprop",
-    solver: str = "dopri5",
-    scheme: str | None = None,
-    n_steps: int | None = None,
+    spec: odecore.OdeSpec | None = None,
     epsilon: float | None = None,
 ) -> nn.Module:
     """A freshly initialised model of :data:`MODELS` by name.
@@ -214,12 +230,14 @@ def build_model(
     already normalised, and return logits ``(N, num_classes)``. Toy models take
     ``(N, in_channels)`` vectors and return ``(N, num_classes)``.
 
-    Every adaptive :class:`odelayers.NeuralODE` of the model integrates over
-    ``[0, 1]`` with ``solver`` at ``rtol = atol = tol`` and is differentiated by
-    ``gradient``. The RK-Net always takes 6 RK4 steps and backpropagates through them
-    (that is what it is), and the models without a ``NeuralODE`` (``mlp``,
-    ``resnet``, the ContinuousNet models, whose fixed-step blocks come from
-    :mod:`contnet`) ignore ``tol``, ``gradient`` and ``solver``.
+    ``spec`` says how the model solves, passed on unchanged. Every
+    :class:`odelayers.NeuralODE` of the models of :data:`ODE_MODELS` integrates over
+    ``[0, 1]`` by it (default :data:`TRAIN_SPEC`: dopri5 at ``rtol = atol = 1e-3``,
+    backprop). The ContinuousNet models step its fixed-step solver ``spec.n_steps``
+    times per block (default Euler, 8 steps), differentiated by backprop through
+    the steps, which is what they are. The RK-Net always takes 6 RK4 steps and
+    backpropagates through them, and the models without an ODE (``mlp``,
+    ``resnet``, ``continuous-resnet``) have no use for a spec: they refuse one.
 
     ``activation`` is the nonlinearity of the vector field (of the residual function
     for the ResNets, of the hidden layer for the MLP); stems and heads keep ReLU.
@@ -242,91 +260,112 @@ def build_model(
             ``anode`` read out the flattened state and accept only this size. Toy
             models ignore it.
         activation: ``"relu"``, ``"softplus"``, ``"tanh"`` or ``"silu"``.
-        tol: ``rtol = atol`` of the adaptive solver, positive.
-        gradient: ``"backprop"`` (:class:`odecore.Autograd`), ``"adjoint"``
-            (:class:`odecore.Adjoint`) or ``"checkpoint"`` (:class:`odecore.Checkpoint`).
-        solver: an adaptive odecore method by name, a key of
-            ``odecore.ADAPTIVE_METHODS`` (``"dopri5"``, ``"tsit5"``, ``"bosh3"``, ...).
-        scheme: the ContinuousNet models only (``continuousnet``,
-            ``wide-continuousnet``): the fixed-step scheme of their blocks, a key
-            of ``odecore.FIXED_METHODS``; ``None``: ``"euler"``.
-        n_steps: the ContinuousNet models only: ``N_t = M`` of every block;
-            ``None``: 8.
+        spec: how the model solves (see above); ``None``: the model's default.
         epsilon: the ContinuousNet models only: the time scale of every block;
-            ``None``: ``n_steps`` (with Euler every step is then a ResNet unit).
+            ``None``: ``spec.n_steps`` (with Euler every step is then a ResNet unit).
 
     Returns:
         The model, in float32 on the CPU, in training mode.
 
     Raises:
-        ValueError: for an unknown ``name``, ``activation``, ``gradient``,
-            ``solver`` or ``scheme``, a ``tol`` that is not positive, ``in_channels``,
-            ``num_classes``, (image models) ``image_size``, ``n_steps`` or
-            ``epsilon`` out of range, or ``scheme``, ``n_steps`` or ``epsilon`` given
+        ValueError: for an unknown ``name`` or ``activation``, ``in_channels``,
+            ``num_classes``, (image models) ``image_size`` or ``epsilon`` out of
+            range, a spec for a model that takes none, an adaptive or ``dt0`` spec
+            or a gradient other than backprop for a ContinuousNet, or ``epsilon``
             for a model that is not a ContinuousNet.
 
     Example:
-        >>> import torch
+        >>> import odecore, torch
         >>> from odebench.models import build_model, nfe
         >>> model = build_model("odenet", in_channels=1, num_classes=10, image_size=28)
         >>> model(torch.randn(2, 1, 28, 28)).shape
         torch.Size([2, 10])
         >>> nfe(model)[0] > 0
         True
+        >>> rk4 = odecore.OdeSpec.from_method("rk4", options={"n_steps": 4})
+        >>> net = build_model("continuousnet", in_channels=1, num_classes=10,
+        ...                   image_size=28, spec=rk4)
+        >>> net.method, net.blocks[0].n_steps
+        ('rk4', 4)
     """
     if name not in MODELS:
         raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODELS)}.")
     act = ACTIVATIONS[check_choice("activation", activation, tuple(ACTIVATIONS))]
-    config = OdeConfig(
-        solver=check_choice("solver", solver, tuple(odecore.ADAPTIVE_METHODS)),
-        tol=check_tol(tol),
-        gradient=check_choice("gradient", gradient, tuple(GRADIENTS)),
-    )
     check_int("in_channels", in_channels, 1)
     check_int("num_classes", num_classes, 1)
-    given = [k for k, v in (("scheme", scheme), ("n_steps", n_steps), ("epsilon", epsilon))
-             if v is not None]  # fmt: skip
-    if given and name not in CONTINUOUS_NETS:
+    if spec is not None and not isinstance(spec, odecore.OdeSpec):
+        raise TypeError(f"`spec` must be an odecore.OdeSpec, got {spec!r}.")
+    if spec is not None and name not in (*ODE_MODELS, *CONTINUOUS_NETS):
         raise ValueError(
-            f"`{given[0]}` applies to the ContinuousNet models only "
+            f"`spec` does not apply to {name!r}, which solves no ODE (or, the RK-Net, always "
+            "the same 6 RK4 steps); leave it unset."
+        )
+    if epsilon is not None and name not in CONTINUOUS_NETS:
+        raise ValueError(
+            f"`epsilon` applies to the ContinuousNet models only "
             f"({', '.join(CONTINUOUS_NETS)}), not to {name!r}; leave it unset."
         )
+    ode = TRAIN_SPEC if spec is None else spec
     if MODELS[name].kind == "toy":
         augment = _toy.TOY_AUGMENT if name == "toy-anode" else 0
-        return _toy.toy(in_channels, num_classes, augment, act, config)
+        return _toy.toy(in_channels, num_classes, augment, act, ode)
     check_int("image_size", image_size, MIN_IMAGE_SIZE)
     if name == "mlp":
         return _chen.mlp(in_channels * image_size * image_size, num_classes, act)
     if name == "resnet":
         return _chen.resnet(in_channels, num_classes, act)
     if name == "odenet":
-        return _chen.odenet(in_channels, num_classes, act, config)
+        return _chen.odenet(in_channels, num_classes, act, ode)
     if name == "rknet":
         return _chen.rknet(in_channels, num_classes, act)
     if name in ("node", "anode"):
-        return _augmented.dupont(name, in_channels, num_classes, image_size, act, config)
+        return _augmented.dupont(name, in_channels, num_classes, image_size, act, ode)
     if name == "dissecting-node":
-        return _augmented.massaroli_vanilla(in_channels, num_classes, act, config)
+        return _augmented.massaroli_vanilla(in_channels, num_classes, act, ode)
     if name == "dissecting-anode":
-        return _augmented.massaroli_zero_augmented(in_channels, num_classes, act, config)
+        return _augmented.massaroli_zero_augmented(in_channels, num_classes, act, ode)
     if name == "ilnode":
-        return _augmented.ilnode(in_channels, num_classes, act, config)
+        return _augmented.ilnode(in_channels, num_classes, act, ode)
     if name == "sonode":
-        return _augmented.sonode(in_channels, num_classes, act, config)
-    channels = (64, 128, 256) if name == "wide-continuousnet" else (16, 32, 64)
-    steps = CONTNET_STEPS if n_steps is None else check_int("n_steps", n_steps, 1)
+        return _augmented.sonode(in_channels, num_classes, act, ode)
+    solver, steps = _contnet_steps(name, spec)
     if epsilon is not None and not (isinstance(epsilon, (int, float)) and 0 < epsilon < math.inf):
         raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
+    channels = (64, 128, 256) if name == "wide-continuousnet" else (16, 32, 64)
     net = ContinuousNet(
         in_channels,
         num_classes,
         channels,
         n_steps=steps,
-        solver=check_choice("scheme", scheme or "euler", tuple(odecore.FIXED_METHODS)),
+        solver=solver,
         epsilon=None if epsilon is None else float(epsilon),
         activation=act,
     )
     return net.to_resnet() if name == "continuous-resnet" else net
+
+
+def _contnet_steps(
+    name: str, spec: odecore.OdeSpec | None
+) -> tuple[odecore.AbstractExplicitRK, int]:
+    """The solver and ``N_t`` of a ContinuousNet model from its spec, checked."""
+    if spec is None:
+        spec = CONTNET_SPEC
+    if (
+        not isinstance(spec.solver, odecore.AbstractExplicitRK)
+        or spec.solver.adaptive
+        or spec.dt0 is not None
+    ):
+        raise ValueError(
+            f"{name!r} steps a fixed-step method a fixed number of times per block; give a "
+            f"spec with a fixed-step solver and `n_steps`, got {spec.solver!r}"
+            + (f" with dt0={spec.dt0}." if spec.dt0 is not None else ".")
+        )
+    if not isinstance(spec.gradient, odecore.Autograd):
+        raise ValueError(
+            f"{name!r} is a discrete network differentiated by backprop through its steps; "
+            f"the gradient method {spec.gradient!r} does not apply."
+        )
+    return spec.solver, CONTNET_STEPS if spec.n_steps is None else spec.n_steps
 
 
 def ode_layers(model: nn.Module) -> list[NeuralODE]:

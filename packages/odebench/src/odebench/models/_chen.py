@@ -14,7 +14,7 @@ import odecore
 from odelayers import DepthConcat, DepthSequential, NeuralODE
 from torch import Tensor, nn
 
-from ._common import OdeConfig, group_norm
+from ._common import group_norm
 
 WIDTH = 64
 """Channels after the stem, of the residual blocks and of the ODE block."""
@@ -104,20 +104,15 @@ def resnet(in_channels: int, num_classes: int, activation: type[nn.Module]) -> n
 
 
 def odenet(
-    in_channels: int, num_classes: int, activation: type[nn.Module], config: OdeConfig
+    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """Stem, one adaptive ODE block, head (Chen et al.'s ODE-Net, about 0.21M parameters)."""
-    ode = config.layer(ode_function(WIDTH, activation))
+    ode = NeuralODE(ode_function(WIDTH, activation), spec=spec)
     return nn.Sequential(OrderedDict(stem=_stem(in_channels), ode=ode, head=_head(num_classes)))
 
 
 def rknet(in_channels: int, num_classes: int, activation: type[nn.Module]) -> nn.Sequential:
     """The ODE-Net's layout with RK4 in fixed steps, differentiated by backprop (RK-Net)."""
-    ode = NeuralODE(
-        ode_function(WIDTH, activation),
-        solver=odecore.RK4(),
-        controller=odecore.ConstantStepSize(),
-        dt0=1.0 / RKNET_STEPS,
-        gradient=odecore.Autograd(),
-    )
+    spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=RKNET_STEPS, gradient=odecore.Autograd())
+    ode = NeuralODE(ode_function(WIDTH, activation), spec=spec)
     return nn.Sequential(OrderedDict(stem=_stem(in_channels), ode=ode, head=_head(num_classes)))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from odelayers import DepthConcat, DepthSequential, ZeroAugmentation
+import odecore
+from odelayers import DepthConcat, DepthSequential, NeuralODE, ZeroAugmentation
 from torch import nn
-
-from ._common import OdeConfig
 
 TOY_HIDDEN = 32
 """Hidden units of the toy vector field's two layers."""
@@ -32,14 +31,14 @@ def toy(
     out_features: int,
     augment: int,
     activation: type[nn.Module],
-    config: OdeConfig,
+    spec: odecore.OdeSpec,
 ) -> nn.Sequential:
     """``augment`` zero dimensions (none: a NODE), the ODE, a linear readout."""
     features = in_features + augment
     return nn.Sequential(
         OrderedDict(
             augment=ZeroAugmentation(augment) if augment else nn.Identity(),
-            ode=config.layer(toy_field(features, activation)),
+            ode=NeuralODE(toy_field(features, activation), spec=spec),
             head=nn.Linear(features, out_features),
         )
     )

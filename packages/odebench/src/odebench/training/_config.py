@@ -10,6 +10,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+import odecore
+
+from ..models._build import TRAIN_TOL
+
 Optimizer = Literal["sgd", "adam"]
 
 
@@ -39,8 +43,9 @@ class TrainConfig:
     """One training run: model, data, optimiser, schedule, solver and machine settings.
 
     The defaults are Chen et al.'s MNIST settings (SGD with momentum 0.9, learning
-    rate 0.1, batch 128, ``tol = 1e-3``), with one epoch. Construction checks every
-    field, so a bad value fails before any data is read.
+    rate 0.1, batch 128, dopri5 at ``rtol = atol = 1e-3``), with one epoch.
+    Construction checks every field and resolves the solver fields once into
+    :attr:`spec`, so a bad value fails before any data is read.
 
     Args:
         model: a name from :data:`odebench.models.MODELS`.
@@ -63,13 +68,18 @@ class TrainConfig:
         test_size: evaluate on this many examples only; ``None``: all.
         augment: random crops (padding 4) and, for CIFAR, horizontal flips.
         activation: the activation of the model's vector field.
-        tol: ``rtol = atol`` of the adaptive solver of ODE models.
-        gradient: ``"backprop"``, ``"adjoint"`` or ``"checkpoint"`` for ODE models.
-        solver: the adaptive solver of ODE models.
-        scheme: the ContinuousNet models only: the fixed-step scheme of their blocks
-            (``"euler"``, ``"midpoint"``, ``"rk4"``, ...); ``None``: Euler.
-        n_steps: the ContinuousNet models only: ``N_t = M`` of every block at epoch 0;
-            ``None``: 8.
+        method: the ODE method by name, a key of ``odecore.ADAPTIVE_METHODS`` or
+            ``odecore.FIXED_METHODS``; ``None``: the model's, ``"dopri5"`` for the
+            ODE models and ``"euler"`` for the ContinuousNet models (which take
+            fixed-step methods only). The models without an ODE refuse one.
+        rtol: relative tolerance of adaptive methods; default 1e-3 (Chen et al.'s
+            MNIST setting; odecore's own default is 1e-7).
+        atol: absolute tolerance of adaptive methods; default 1e-3.
+        gradient: ``"backprop"``, ``"adjoint"`` or ``"checkpoint"``
+            (``odecore.GRADIENTS``), for the ODE models.
+        n_steps: steps of a fixed-step method: for an ODE model with one, the steps
+            over ``[0, 1]`` (required); for the ContinuousNet models ``N_t = M`` of
+            every block at epoch 0 (``None``: 8).
         refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
             start ``N_t`` and ``M`` double (:class:`contnet.RefinementSchedule`, the
             optimiser's state carried over), as Queiruga et al. train. The blocks'
@@ -92,9 +102,11 @@ class TrainConfig:
         Traceback (most recent call last):
         ...
         ValueError: `epochs` must be a non-negative integer, got -1.
-        >>> TrainConfig(model="continuousnet", dataset="cifar10", scheme="rk4", n_steps=1,
+        >>> TrainConfig(model="continuousnet", dataset="cifar10", method="rk4", n_steps=1,
         ...             refine_epochs=(20, 40)).final_steps
         4
+        >>> TrainConfig(model="odenet", dataset="mnist", rtol=1e-4, gradient="adjoint").spec
+        OdeSpec(solver=Dopri5(...), controller=PIDController(rtol=0.0001, atol=0.001, ...), gradient=Adjoint(...), dt0=None, n_steps=None, max_steps=100000)
     """
 
     model: str
@@ -115,10 +127,10 @@ class TrainConfig:
     test_size: int | None = None
     augment: bool = False
     activation: str = "relu"
-    tol: float = 1e-3
+    method: str | None = None
+    rtol: float = TRAIN_TOL
+    atol: float = TRAIN_TOL
     gradient: str = "backprop"
-    solver: str = "dopri5"
-    scheme: str | None = None
     n_steps: int | None = None
     refine_epochs: tuple[int, ...] = ()
     bf16: bool = False
@@ -142,7 +154,8 @@ class TrainConfig:
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
         _check_positive_float("lr", self.lr)
-        _check_positive_float("tol", self.tol)
+        _check_positive_float("rtol", self.rtol)
+        _check_positive_float("atol", self.atol)
         _check_positive_float("gamma", self.gamma)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
@@ -165,9 +178,7 @@ class TrainConfig:
             )
 
     def _check_continuous(self) -> None:
-        """``scheme``, ``n_steps`` and ``refine_epochs``: valid, and for a ContinuousNet."""
-        import odecore
-
+        """``refine_epochs``, and the solver fields: valid, resolved, for this model."""
         from ..models._build import CONTINUOUS_NETS
 
         if isinstance(self.refine_epochs, list):
@@ -182,26 +193,14 @@ class TrainConfig:
                 f"`refine_epochs` must be a tuple of increasing positive epochs, got "
                 f"{epochs!r}; for example (20, 40)."
             )
-        if self.n_steps is not None:
-            _check_positive_int("n_steps", self.n_steps)
-        if self.scheme is not None and self.scheme not in odecore.FIXED_METHODS:
+        if epochs and self.model not in CONTINUOUS_NETS:
             raise ValueError(
-                f"Unknown `scheme` {self.scheme!r}; known: {', '.join(odecore.FIXED_METHODS)}."
-            )
-        given = [
-            name
-            for name, value in (
-                ("refine_epochs", epochs or None),
-                ("scheme", self.scheme),
-                ("n_steps", self.n_steps),
-            )
-            if value is not None
-        ]
-        if given and self.model not in CONTINUOUS_NETS:
-            raise ValueError(
-                f"`{given[0]}` applies to the ContinuousNet models only "
+                f"`refine_epochs` applies to the ContinuousNet models only "
                 f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}; leave it unset."
             )
+        if self.n_steps is not None:
+            _check_positive_int("n_steps", self.n_steps)
+        object.__setattr__(self, "_spec", self._resolve())
         if self.compile and self.model in CONTINUOUS_NETS:
             raise ValueError(
                 f"`compile` does not apply to `model` {self.model!r}: a ContinuousNet swaps "
@@ -209,15 +208,75 @@ class TrainConfig:
                 "cannot follow; compile its `to_resnet()` export instead."
             )
 
+    def _resolve(self) -> odecore.OdeSpec | None:
+        """The spec of the solver fields (``None`` for a model that solves no ODE)."""
+        from ..models._build import (
+            CONTINUOUS_NETS,
+            CONTNET_METHOD,
+            CONTNET_STEPS,
+            ODE_MODELS,
+            TRAIN_METHOD,
+        )
+
+        contnet = self.model in CONTINUOUS_NETS
+        if self.gradient not in odecore.GRADIENTS:
+            raise ValueError(
+                f"Unknown `gradient` {self.gradient!r}; known: {', '.join(odecore.GRADIENTS)}."
+            )
+        if contnet and self.gradient != "backprop":
+            raise ValueError(
+                f"`gradient` {self.gradient!r} does not apply to `model` {self.model!r}, a "
+                "discrete network differentiated by backprop through its steps; leave it unset."
+            )
+        if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
+            for name in ("method", "n_steps"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"`{name}` does not apply to `model` {self.model!r}, which solves no "
+                        "ODE (the RK-Net: always 6 RK4 steps); leave it unset."
+                    )
+            return None
+        method = self.method or (CONTNET_METHOD if contnet else TRAIN_METHOD)
+        fixed = method in odecore.FIXED_METHODS
+        if contnet and not fixed:
+            raise ValueError(
+                f"`method` {method!r} does not apply to `model` {self.model!r}: a ContinuousNet "
+                f"steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
+            )
+        if fixed and not contnet and self.n_steps is None:
+            raise ValueError(
+                f"The fixed-step `method` {method!r} needs `n_steps`, the number of steps "
+                "over the ODE's depth [0, 1]."
+            )
+        if self.n_steps is not None and not fixed:
+            raise ValueError(
+                f"`n_steps` applies to fixed-step methods, not to the adaptive {method!r}; "
+                "leave it unset or choose a fixed-step `method`."
+            )
+        steps = self.n_steps if self.n_steps is not None else (CONTNET_STEPS if contnet else None)
+        return odecore.OdeSpec.from_method(
+            method,
+            rtol=self.rtol,
+            atol=self.atol,
+            gradient=self.gradient,
+            options={"n_steps": steps} if steps is not None else None,
+        )
+
+    @property
+    def spec(self) -> odecore.OdeSpec | None:
+        """How the model solves, resolved once from ``method``, ``rtol``, ``atol``,
+        ``gradient`` and ``n_steps``; ``None`` for a model that solves no ODE."""
+        spec: odecore.OdeSpec | None = self.__dict__["_spec"]
+        return spec
+
     @property
     def final_steps(self) -> int | None:
         """``N_t`` after every refinement (``None`` for a model that is not a ContinuousNet)."""
-        from ..models._build import CONTINUOUS_NETS, CONTNET_STEPS
+        from ..models._build import CONTINUOUS_NETS
 
-        if self.model not in CONTINUOUS_NETS:
+        if self.model not in CONTINUOUS_NETS or self.spec is None or self.spec.n_steps is None:
             return None
-        start = CONTNET_STEPS if self.n_steps is None else self.n_steps
-        return start * (1 << len(self.refine_epochs))
+        return self.spec.n_steps * (1 << len(self.refine_epochs))
 
     def refinements_before(self, epoch: int, batch: int = 0) -> int:
         """How many refinements a run has made when it stands at ``(epoch, batch)``.
