@@ -248,3 +248,10 @@ def test_refinement_schedule_refines_at_its_epochs():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ContinuousNet(**kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(set(odecore.FIXED_METHODS) - {"heun2"}))
+def test_a_solver_object_is_named_by_its_first_method_name(name):
+    """``heun`` and ``heun2`` are one solver: an object reads back as ``heun``."""
+    net = ContinuousNet(1, 10, (4, 4, 4), solver=odecore.FIXED_METHODS[name]())
+    assert net.method == name

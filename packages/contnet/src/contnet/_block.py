@@ -35,8 +35,8 @@ def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
             )
         return solver, cast(AbstractExplicitRK, odecore.FIXED_METHODS[solver]())
     if isinstance(solver, AbstractExplicitRK) and not solver.adaptive:
-        names = {cls: name for name, cls in odecore.FIXED_METHODS.items()}
-        return names.get(type(solver), type(solver).__name__), solver
+        names = {cls: name for name, cls in reversed(odecore.FIXED_METHODS.items())}
+        return names.get(type(solver), type(solver).__name__), solver  # the first name
     raise ValueError(
         f"`solver` must be the name of a fixed-step method ({', '.join(odecore.FIXED_METHODS)}) "
         f"or such an odecore solver object (e.g. odecore.RK4()), got {solver!r}."
