@@ -5,12 +5,14 @@ directory: the resolved configuration, metrics per epoch (JSON and CSV), a PNG o
 curves, an atomic checkpoint after every epoch (and on SIGINT/SIGTERM), and the final
 results. ``odebench train`` is this function on the command line, and
 ``torchrun --nproc_per_node=N -m odebench train ...`` runs it on several processes.
+``Trainer`` is the run itself, in steps (build, resume, fit), without the lock.
 """
 
 from ._config import DATASETS, DatasetInfo, TrainConfig, default_out
 from ._data import find_data, search_paths
 from ._loop import (
     Interrupted,
+    Trainer,
     TrainingFailedError,
     evaluate,
     load_model,
@@ -25,6 +27,7 @@ __all__ = [
     "Interrupted",
     "RunExistsError",
     "TrainConfig",
+    "Trainer",
     "TrainingFailedError",
     "default_out",
     "evaluate",

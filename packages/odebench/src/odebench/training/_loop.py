@@ -109,6 +109,18 @@ class _Totals:
         z = torch.zeros((), dtype=torch.float64, device=device)
         return cls(loss=z.clone(), correct=z.clone())
 
+    def add(
+        self, loss: Tensor, out: Tensor, target: Tensor, *, classify: bool, nfe: tuple[int, int]
+    ) -> None:
+        """Count one batch: its mean ``loss``, its correct predictions, its NFE."""
+        self.loss += loss.detach().double() * len(target)
+        if classify:
+            self.correct += (out.detach().argmax(dim=1) == target).sum()
+        self.count += len(target)
+        self.batches += 1
+        self.nfe_forward += nfe[0]
+        self.nfe_backward += nfe[1]
+
     def state(self) -> dict[str, Any]:
         return {
             "loss": self.loss,
@@ -217,12 +229,8 @@ def evaluate(
             y = data.targets[idx].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 out = model(x)
-            totals.loss += _loss(loss_kind, out, y).double() * len(idx)
-            if loss_kind == "cross_entropy":
-                totals.correct += (out.argmax(dim=1) == y).sum()
-            totals.count += len(idx)
-            totals.batches += 1
-            totals.nfe_forward += nfe(model)[0]
+            classify = loss_kind == "cross_entropy"
+            totals.add(_loss(loss_kind, out, y), out, y, classify=classify, nfe=(nfe(model)[0], 0))
     model.train(was_training)
     totals = totals.reduce(process)
     count = max(totals.count, 1)
@@ -272,10 +280,11 @@ def _end_group() -> None:
     """Destroy the default process group, and with it gloo's worker threads.
 
     The ``DistributedDataParallel`` wrapper holds the group, and reference cycles can
-    hold the wrapper after ``_train`` returns: the exceptions that pyparsing raises and
-    catches while matplotlib draws the curves sit in cycles with their tracebacks,
-    whose frames reach up to ``_train``'s. Collecting the cycles first leaves the
-    group's registry, which ``destroy_process_group`` empties, its last holder.
+    hold the wrapper after ``Trainer.fit`` returns: the exceptions that pyparsing raises
+    and catches while matplotlib draws the curves sit in cycles with their tracebacks,
+    whose frames reach up to ``fit``'s, and through its ``self`` to the wrapper.
+    Collecting the cycles first leaves the group's registry, which
+    ``destroy_process_group`` empties, its last holder.
     """
     gc.collect()
     dist.destroy_process_group()
@@ -333,8 +342,6 @@ def train(
             training or evaluation; the checkpoint of the last finished epoch is kept.
         FileNotFoundError: the data set's files are not where they were looked for.
     """
-    from tqdm.auto import tqdm  # type: ignore[import-untyped]
-
     out = Path(out)
     process = _process()
     started_group = False
@@ -346,17 +353,27 @@ def train(
         device = resolve_device(config.device, process.local_rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        if process.world > 1 and config.batch_size % process.world:
-            raise ValueError(
-                f"`batch_size` {config.batch_size} does not split evenly over {process.world} "
-                "processes; choose a multiple of the number of processes."
-            )
+        _check_split(config, process)
         _claim(folder, config, process, resume=resume, overwrite=overwrite, log=log)
-        return _train(config, out, out / _io.CHECKPOINT, resume, process, device, log, tqdm)
+        trainer = Trainer(config, out, device=device, log=log)
+        if resume:
+            trainer.resume()
+        results = trainer.fit()
+        del trainer  # nothing may hold the DDP wrapper when the group ends: see `_end_group`
+        return results
     finally:
         folder.release()
         if started_group:
             _end_group()
+
+
+def _check_split(config: TrainConfig, process: _Process) -> None:
+    """Refuse a global batch that the processes cannot share evenly."""
+    if process.world > 1 and config.batch_size % process.world:
+        raise ValueError(
+            f"`batch_size` {config.batch_size} does not split evenly over {process.world} "
+            "processes; choose a multiple of the number of processes."
+        )
 
 
 def _claim(
@@ -390,227 +407,431 @@ def _claim(
         raise error
 
 
-def _train(
-    config: TrainConfig,
-    out: Path,
-    path: Path,
-    resume: bool,
-    process: _Process,
-    device: torch.device,
-    log: Log,
-    tqdm: Any,
-) -> dict[str, Any]:
-    train_set, test_set = load_splits(config)
-    train_set, test_set = train_set.to(device), test_set.to(device)
-    torch.manual_seed(config.seed)
-    dims = {**_dims(train_set), "num_classes": _outputs(train_set)}
-    model = _build(config, dims).to(device)
-    params = count_parameters(model)
-    published = MODELS[config.model].published_params
-    log(
-        f"{config.model} on {config.dataset}: {params:,} parameters"
-        + (f" (published {published / 1e6:.2f}M)" if published else "")
-        + f", {len(train_set)} training and {len(test_set)} test examples, {device}"
-        + (f", {process.world} processes" if process.world > 1 else "")
-    )
-    optimizer: torch.optim.Optimizer
+@dataclass(frozen=True)
+class _Start:
+    """Where a run starts: an epoch, a batch in it, and what a mid-epoch checkpoint kept."""
+
+    epoch: int = 0
+    batch: int = 0
+    partial: dict[str, Any] | None = None  # the epoch's running totals so far
+    aug_rng: Tensor | None = None  # the state of the epoch's augmentation generator
+
+    @property
+    def inside(self) -> bool:
+        """Whether the run resumes inside :attr:`epoch` (refined already, if it refines)."""
+        return self.batch > 0
+
+
+def _optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """The optimiser of ``config`` over the parameters of ``model``."""
     if config.optimizer == "sgd":
-        optimizer = torch.optim.SGD(
+        return torch.optim.SGD(
             model.parameters(),
             lr=config.lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-    else:
-        optimizer = torch.optim.Adam(
-            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def _augment(config: TrainConfig) -> Augment | None:
+    """Random crops (and flips on CIFAR) when ``config.augment``, else ``None``."""
+    if not config.augment:
+        return None
+    return Augment(crop_padding=4, flip=config.dataset.startswith("cifar"))
+
+
+class Trainer:
+    """One training run of a :class:`TrainConfig`: its data, model, optimiser and state.
+
+    ``Trainer(config, out)`` loads the data and builds the model (initialised from
+    ``config.seed``) and its optimiser. :meth:`resume` puts the run back where
+    ``out/checkpoint.pt`` left it; :meth:`fit` trains to ``config.epochs`` and writes
+    the files that :func:`train` describes. :func:`train` is this class behind the lock
+    of ``out`` (and, under ``torchrun``, the process group): a ``Trainer`` neither locks
+    nor checks ``out``, and under ``torchrun`` needs the process group started.
+
+    Args:
+        config: the run.
+        out: its output directory.
+        device: where it trains; ``None``: ``config.device`` (see :func:`resolve_device`).
+        log: where the one-line summaries go.
+
+    Attributes:
+        config: the run.
+        out: its output directory.
+        device: where it trains.
+        model: the model as it trains, unwrapped (refined ContinuousNets replace it).
+        optimizer: its optimiser (replaced with its state carried over at a refinement).
+        metrics: one row per finished epoch, as in ``metrics.json``.
+
+    Raises:
+        FileNotFoundError: the data set's files are not where they were looked for.
+        ValueError: ``config.device`` is a GPU that torch does not see; under
+            ``torchrun``, ``batch_size`` does not split evenly over the processes.
+
+    Example:
+        >>> import tempfile
+        >>> from dataclasses import replace
+        >>> from pathlib import Path
+        >>> from odebench.training import TrainConfig, Trainer
+        >>> config = TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam",
+        ...                      lr=3e-3, epochs=1, batch_size=32, train_size=64,
+        ...                      test_size=64, device="cpu", progress=False)
+        >>> quiet = lambda line: None
+        >>> with tempfile.TemporaryDirectory() as out:
+        ...     results = Trainer(config, out, log=quiet).fit()
+        ...     files = sorted(p.name for p in Path(out).iterdir())
+        ...     longer = Trainer(replace(config, epochs=2), out, log=quiet)
+        ...     resumed = longer.resume()
+        ...     final = longer.fit()
+        >>> files  # doctest: +NORMALIZE_WHITESPACE
+        ['checkpoint.pt', 'config.json', 'curves.png', 'metrics.csv', 'metrics.json',
+         'results.json']
+        >>> resumed, results["epochs"], final["epochs"], [row["epoch"] for row in longer.metrics]
+        (True, 1, 2, [1, 2])
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        out: str | os.PathLike[str],
+        *,
+        device: torch.device | None = None,
+        log: Log = print,
+    ) -> None:
+        self.config = config
+        self.out = Path(out)
+        self._process = _process()
+        _check_split(config, self._process)
+        if device is None:
+            device = resolve_device(config.device, self._process.local_rank)
+        self.device = device
+        self._log = log
+        train_set, test_set = load_splits(config)
+        self._train_set, self._test_set = train_set.to(device), test_set.to(device)
+        torch.manual_seed(config.seed)
+        self._dims = {**_dims(self._train_set), "num_classes": _outputs(self._train_set)}
+        self.model: nn.Module = _build(config, self._dims).to(device)
+        self._parameters = count_parameters(self.model)  # of the model as it starts
+        self.optimizer = _optimizer(config, self.model)
+        self.metrics: list[dict[str, Any]] = []
+        self._augment = _augment(config)
+        self._schedule = RefinementSchedule(epochs=config.refine_epochs)
+        self._start = _Start()
+        self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
+        self._gen = torch.Generator(device=device)  # the current epoch's augmentation
+        self._stop = _Stop()
+        log(self._summary())
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``out/checkpoint.pt``."""
+        return self.out / _io.CHECKPOINT
+
+    @property
+    def n_batches(self) -> int:
+        """Full global batches per epoch (the last incomplete one is dropped)."""
+        return len(self._train_set) // self.config.batch_size
+
+    def _summary(self) -> str:
+        config, process = self.config, self._process
+        published = MODELS[config.model].published_params
+        return (
+            f"{config.model} on {config.dataset}: {self._parameters:,} parameters"
+            + (f" (published {published / 1e6:.2f}M)" if published else "")
+            + f", {len(self._train_set)} training and {len(self._test_set)} test examples, "
+            + f"{self.device}"
+            + (f", {process.world} processes" if process.world > 1 else "")
         )
-    augment = (
-        Augment(crop_padding=4, flip=config.dataset.startswith("cifar")) if config.augment else None
-    )
-    metrics: list[dict[str, Any]] = []
-    start_epoch, start_batch = 0, 0
-    partial: dict[str, Any] | None = None
-    aug_state: Tensor | None = None
-    schedule = RefinementSchedule(epochs=config.refine_epochs)
-    if resume and path.exists():
-        state = load_checkpoint(path, device)
-        # The checkpoint holds a refined model: refine the fresh one as often first.
-        for e in config.refine_epochs[: config.refinements_before(state["epoch"], state["batch"])]:
-            refined, optimizer = schedule.step(e, cast(ContinuousNet, model), optimizer)
-            model = refined
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+
+    def resume(self) -> bool:
+        """Continue the run from ``out/checkpoint.pt``, when there is one.
+
+        Returns:
+            Whether there was a checkpoint (without one the run starts afresh).
+
+        Raises:
+            ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
+                a training run, or asks for code to run (refused unrun).
+        """
+        if not self.checkpoint_path.exists():
+            self._log(f"no checkpoint in {self.out}: starting afresh")
+            return False
+        self.restore(load_checkpoint(self.checkpoint_path, self.device))
+        start = self._start
+        self._log(f"resuming {self.out} at epoch {start.epoch + 1}, batch {start.batch}")
+        return True
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put the run back where ``state``, a checkpoint of :meth:`save_checkpoint`, left it.
+
+        The model, the optimiser, torch's random state, the metrics and the position
+        (epoch and batch, with the running totals of a mid-epoch checkpoint). A
+        ContinuousNet is refined first as often as the checkpointed one was.
+
+        Args:
+            state: the checkpoint, as :func:`torch.load` returns it.
+        """
+        done = self.config.refinements_before(state["epoch"], state["batch"])
+        for epoch in self.config.refine_epochs[:done]:
+            net = cast(ContinuousNet, self.model)
+            self.model, self.optimizer = self._schedule.step(epoch, net, self.optimizer)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
-        if device.type == "cuda" and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)
-        metrics = list(state["metrics"])
-        start_epoch, start_batch = state["epoch"], state["batch"]
-        partial, aug_state = state.get("partial"), state.get("aug_rng")
-        log(f"resuming {out} at epoch {start_epoch + 1}, batch {start_batch}")
-    elif resume:
-        log(f"no checkpoint in {out}: starting afresh")
-    if process.main:
-        _io.write_json(
-            out / "config.json",
-            {
-                "config": config.to_dict(),
-                "parameters": params,
-                "dims": dims,
-                "environment": _environment(device, process),
-            },
+        if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
+        self.metrics = list(state["metrics"])
+        self._start = _Start(
+            state["epoch"], state["batch"], state.get("partial"), state.get("aug_rng")
         )
+        self._net = self.model
 
-    def wrap(module: nn.Module) -> nn.Module:
-        """``module`` as it trains: compiled if asked, under DDP across processes."""
-        if config.compile:
-            _compile_in_place(module)
-        if process.world > 1:
-            ids = [device.index] if device.type == "cuda" else None
-            module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
-        return module
+    def save_checkpoint(self, epoch: int, batch: int, totals: _Totals | None = None) -> None:
+        """Save the run, ``batch`` batches into ``epoch``, to ``out/checkpoint.pt``.
 
-    raw = model
-    net = wrap(raw)
+        Only the first process writes; the file is replaced atomically and loads with
+        ``torch.load(..., weights_only=True)``.
 
-    def checkpoint(epoch: int, batch: int, totals: _Totals | None, gen: torch.Generator) -> None:
-        if not process.main:
+        Args:
+            epoch: the epoch the run stands in (the number of finished epochs).
+            batch: the batches of ``epoch`` done; 0 at an epoch's end.
+            totals: the epoch's running totals when ``batch`` is not 0.
+        """
+        if not self._process.main:
             return
         state = {
             "epoch": epoch,
             "batch": batch,
-            "model": raw.state_dict(),
-            "optimizer": optimizer.state_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            "aug_rng": gen.get_state(),
+            "cuda_rng": (
+                torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+            ),
+            "aug_rng": self._gen.get_state(),
             "partial": totals.state() if totals is not None else None,
-            "metrics": metrics,
-            "config": config.to_dict(),
+            "metrics": self.metrics,
+            "config": self.config.to_dict(),
         }
-        _io.save_checkpoint(path, state)
+        _io.save_checkpoint(self.checkpoint_path, state)
 
-    n_batches = len(train_set) // config.batch_size
-    if n_batches == 0:
-        raise ValueError(
-            f"`batch_size` {config.batch_size} exceeds the {len(train_set)} training examples."
-        )
-    loss_kind = config.loss
-    run_started = time.perf_counter()
-    with _stop_on_signals(process.world == 1) as stop:
-        for epoch in range(start_epoch, config.epochs):
-            resumed_inside = epoch == start_epoch and start_batch > 0  # refined already
-            if epoch in config.refine_epochs and not resumed_inside:
-                # A new module and a new optimizer with the state carried over; every
-                # process refines alike, then DDP (and compile) wrap the new module.
-                refined, optimizer = schedule.step(epoch, cast(ContinuousNet, raw), optimizer)
-                raw = refined
-                net = wrap(raw)
-                log(
-                    f"epoch {epoch + 1}: refined to N_t = M = {refined.n_steps}, "
-                    f"{count_parameters(raw):,} parameters"
-                )
-            for group in optimizer.param_groups:
-                group["lr"] = config.lr_at(epoch)
-            gen = torch.Generator(device=device).manual_seed(config.seed * 7919 + epoch)
-            totals = _Totals.zeros(device)
-            if epoch == start_epoch and partial is not None:
-                totals = _Totals(**partial)
-                if aug_state is not None:
-                    gen.set_state(aug_state.cpu())
-            first = start_batch if epoch == start_epoch else 0
-            order = epoch_order(len(train_set), config.seed, epoch).to(train_set.inputs.device)
-            bar = tqdm(
-                total=n_batches,
-                initial=first,
-                desc=f"epoch {epoch + 1}/{config.epochs}",
-                disable=not (config.progress and process.main),
-                dynamic_ncols=True,
-                leave=False,
+    def fit(self) -> dict[str, Any]:
+        """Train from where the run stands to ``config.epochs``, writing the run's files.
+
+        Returns:
+            The content of ``results.json``.
+
+        Raises:
+            ValueError: ``batch_size`` exceeds the training examples.
+            Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
+                is saved.
+            TrainingFailedError: the solver of an ODE model failed.
+        """
+        if self._process.main:
+            _io.write_json(self.out / "config.json", self._description())
+        self._net = self._wrap(self.model)
+        if self.n_batches == 0:
+            raise ValueError(
+                f"`batch_size` {self.config.batch_size} exceeds the "
+                f"{len(self._train_set)} training examples."
             )
-            net.train()
-            tick = time.perf_counter()
-            for i, idx in train_batches(order, config.batch_size, start=first):
-                x = train_set.normalize(train_set.inputs[idx])
-                if augment is not None:
-                    x = augment(x, gen)
-                x = shard(x, process.rank, process.world)
-                y = shard(train_set.targets[idx], process.rank, process.world)
-                try:
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-                        logits = net(x)
-                    loss = _loss(loss_kind, logits, y)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()  # type: ignore[no-untyped-call]
-                except odecore.SolverError as exc:
-                    raise _diverged(f"epoch {epoch + 1}, batch {i + 1}", exc, path, epoch) from exc
-                optimizer.step()
-                totals.loss += loss.detach().double() * len(y)
-                if loss_kind == "cross_entropy":
-                    totals.correct += (logits.detach().argmax(dim=1) == y).sum()
-                totals.count += len(y)
-                totals.batches += 1
-                f, b = nfe(raw)
-                totals.nfe_forward += f
-                totals.nfe_backward += b
-                bar.update(1)
-                if bar.n % 10 == 0 or bar.n == n_batches:  # a host sync every 10 batches
-                    now = time.perf_counter()
-                    bar.set_postfix(_postfix(totals, now - tick + totals.seconds, process))
-                if stop.requested:
-                    totals.seconds += time.perf_counter() - tick
-                    checkpoint(epoch, i + 1, totals, gen)
-                    bar.close()
-                    raise Interrupted(
-                        f"{stop.signal_name}: stopped at epoch {epoch + 1}, batch {i + 1}; "
-                        f"checkpoint saved in {path}"
-                    )
-            bar.close()
-            totals.seconds += time.perf_counter() - tick
-            reduced = totals.reduce(process)
-            try:
-                test = evaluate(
-                    raw,
-                    test_set,
-                    loss_kind,
-                    batch_size=config.eval_batch_size,
-                    device=device,
-                    bf16=config.bf16,
-                    process=process,
-                )
-            except odecore.SolverError as exc:
-                raise _diverged(f"epoch {epoch + 1}, evaluation", exc, path, epoch) from exc
-            row = _row(epoch, config, reduced, test, process)
-            if isinstance(raw, ContinuousNet):
-                row |= {"n_steps": raw.n_steps, "parameters": count_parameters(raw)}
-            metrics.append(row)
-            checkpoint(epoch + 1, 0, None, gen)
-            if process.main:
-                _io.write_json(out / "metrics.json", metrics)
-                _io.write_csv(out / "metrics.csv", metrics)
-                _io.plot_curves(out / "curves.png", metrics, f"{config.model} on {config.dataset}")
-            log(_line(row, config.epochs))
-            if stop.requested and epoch + 1 < config.epochs:
+        started = time.perf_counter()
+        with _stop_on_signals(self._process.world == 1) as self._stop:
+            for epoch in range(self._start.epoch, self.config.epochs):
+                self._refine(epoch)
+                totals = self.train_epoch(epoch)
+                self._finish_epoch(epoch, totals)
+        results = self._results(time.perf_counter() - started)
+        if self._process.main:
+            _io.write_json(self.out / "results.json", results)
+        return results
+
+    def _description(self) -> dict[str, Any]:
+        """The content of ``config.json``."""
+        return {
+            "config": self.config.to_dict(),
+            "parameters": self._parameters,
+            "dims": self._dims,
+            "environment": _environment(self.device, self._process),
+        }
+
+    def _wrap(self, module: nn.Module) -> nn.Module:
+        """``module`` as it trains: compiled if asked, under DDP across processes."""
+        if self.config.compile:
+            _compile_in_place(module)
+        if self._process.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        return module
+
+    def _refine(self, epoch: int) -> None:
+        """Refine the ContinuousNet at the start of ``epoch`` if ``refine_epochs`` says so.
+
+        A new module and a new optimiser with the state carried over; every process
+        refines alike, then DDP (and compile) wrap the new module.
+        """
+        inside = epoch == self._start.epoch and self._start.inside
+        if epoch not in self.config.refine_epochs or inside:
+            return
+        net = cast(ContinuousNet, self.model)
+        refined, self.optimizer = self._schedule.step(epoch, net, self.optimizer)
+        self.model = refined
+        self._net = self._wrap(refined)
+        self._log(
+            f"epoch {epoch + 1}: refined to N_t = M = {refined.n_steps}, "
+            f"{count_parameters(refined):,} parameters"
+        )
+
+    def train_epoch(self, epoch: int) -> _Totals:
+        """Train one epoch (its remaining batches, in a run resumed inside it).
+
+        Args:
+            epoch: the epoch, from 0; it fixes the learning rate, the data order and the
+                augmentation.
+
+        Returns:
+            This process's running totals of the epoch.
+
+        Raises:
+            Interrupted: a signal arrived; the checkpoint is saved after the batch.
+            TrainingFailedError: the solver of an ODE model failed.
+        """
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr_at(epoch)
+        first, totals = self._epoch_start(epoch)
+        order = epoch_order(len(self._train_set), self.config.seed, epoch)
+        order = order.to(self._train_set.inputs.device)
+        bar = self._progress_bar(epoch, first)
+        self._net.train()
+        tick = time.perf_counter()
+        for i, idx in train_batches(order, self.config.batch_size, start=first):
+            self._step(epoch, i, idx, totals)
+            bar.update(1)
+            if bar.n % 10 == 0 or bar.n == self.n_batches:  # a host sync every 10 batches
+                seconds = time.perf_counter() - tick + totals.seconds
+                bar.set_postfix(_postfix(totals, seconds, self._process))
+            if self._stop.requested:
+                totals.seconds += time.perf_counter() - tick
+                self.save_checkpoint(epoch, i + 1, totals)
+                bar.close()
                 raise Interrupted(
-                    f"{stop.signal_name}: stopped after epoch {epoch + 1}; "
-                    f"checkpoint saved in {path}"
+                    f"{self._stop.signal_name}: stopped at epoch {epoch + 1}, batch {i + 1}; "
+                    f"checkpoint saved in {self.checkpoint_path}"
                 )
-    results = {
-        "model": config.model,
-        "dataset": config.dataset,
-        "parameters": count_parameters(raw),
-        "epochs": len(metrics),
-        "final": metrics[-1] if metrics else None,
-        "best_test_acc": max(
-            (m["test_acc"] for m in metrics if m["test_acc"] is not None), default=None
-        ),
-        "train_seconds": sum(m["epoch_seconds"] for m in metrics),
-        "wall_seconds": time.perf_counter() - run_started,
-        "config": config.to_dict(),
-    }
-    if process.main:
-        _io.write_json(out / "results.json", results)
-    return results
+        bar.close()
+        totals.seconds += time.perf_counter() - tick
+        return totals
+
+    def _epoch_start(self, epoch: int) -> tuple[int, _Totals]:
+        """The first batch of ``epoch`` and its totals so far; seeds its augmentation."""
+        self._gen = torch.Generator(device=self.device).manual_seed(self.config.seed * 7919 + epoch)
+        start = self._start
+        if epoch != start.epoch:
+            return 0, _Totals.zeros(self.device)
+        if start.partial is None:
+            return start.batch, _Totals.zeros(self.device)
+        if start.aug_rng is not None:
+            self._gen.set_state(start.aug_rng.cpu())
+        return start.batch, _Totals(**start.partial)
+
+    def _progress_bar(self, epoch: int, first: int) -> Any:
+        """The epoch's tqdm bar, drawn by the first process when ``config.progress``."""
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+        return tqdm(
+            total=self.n_batches,
+            initial=first,
+            desc=f"epoch {epoch + 1}/{self.config.epochs}",
+            disable=not (self.config.progress and self._process.main),
+            dynamic_ncols=True,
+            leave=False,
+        )
+
+    def _step(self, epoch: int, i: int, idx: Tensor, totals: _Totals) -> None:
+        """Train on batch ``i`` of ``epoch``, the examples ``idx``; add it to ``totals``."""
+        data, process = self._train_set, self._process
+        x = data.normalize(data.inputs[idx])
+        if self._augment is not None:
+            x = self._augment(x, self._gen)
+        x = shard(x, process.rank, process.world)
+        y = shard(data.targets[idx], process.rank, process.world)
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16):
+                logits = self._net(x)
+            loss = _loss(self.config.loss, logits, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+        except odecore.SolverError as exc:
+            where = f"epoch {epoch + 1}, batch {i + 1}"
+            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+        self.optimizer.step()
+        classify = self.config.loss == "cross_entropy"
+        totals.add(loss, logits, y, classify=classify, nfe=nfe(self.model))
+
+    def evaluate(self, epoch: int) -> dict[str, float | None]:
+        """Test loss, accuracy and forward NFE of the model at the end of ``epoch``.
+
+        Args:
+            epoch: the epoch just trained, from 0 (for the error message).
+
+        Returns:
+            What the function :func:`evaluate` returns, on the test set.
+
+        Raises:
+            TrainingFailedError: the solver of an ODE model failed.
+        """
+        try:
+            return evaluate(
+                self.model,
+                self._test_set,
+                self.config.loss,
+                batch_size=self.config.eval_batch_size,
+                device=self.device,
+                bf16=self.config.bf16,
+                process=self._process,
+            )
+        except odecore.SolverError as exc:
+            where = f"epoch {epoch + 1}, evaluation"
+            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+
+    def _finish_epoch(self, epoch: int, totals: _Totals) -> None:
+        """Evaluate ``epoch``, record and save it; stop after it if a signal asked to."""
+        row = _row(
+            epoch, self.config, totals.reduce(self._process), self.evaluate(epoch), self._process
+        )
+        if isinstance(self.model, ContinuousNet):
+            row |= {"n_steps": self.model.n_steps, "parameters": count_parameters(self.model)}
+        self.metrics.append(row)
+        self.save_checkpoint(epoch + 1, 0)
+        if self._process.main:
+            _io.write_json(self.out / "metrics.json", self.metrics)
+            _io.write_csv(self.out / "metrics.csv", self.metrics)
+            title = f"{self.config.model} on {self.config.dataset}"
+            _io.plot_curves(self.out / "curves.png", self.metrics, title)
+        self._log(_line(row, self.config.epochs))
+        if self._stop.requested and epoch + 1 < self.config.epochs:
+            raise Interrupted(
+                f"{self._stop.signal_name}: stopped after epoch {epoch + 1}; "
+                f"checkpoint saved in {self.checkpoint_path}"
+            )
+
+    def _results(self, wall_seconds: float) -> dict[str, Any]:
+        """The content of ``results.json``."""
+        metrics = self.metrics
+        accuracies = [m["test_acc"] for m in metrics if m["test_acc"] is not None]
+        return {
+            "model": self.config.model,
+            "dataset": self.config.dataset,
+            "parameters": count_parameters(self.model),
+            "epochs": len(metrics),
+            "final": metrics[-1] if metrics else None,
+            "best_test_acc": max(accuracies, default=None),
+            "train_seconds": sum(m["epoch_seconds"] for m in metrics),
+            "wall_seconds": wall_seconds,
+            "config": self.config.to_dict(),
+        }
 
 
 def _diverged(where: str, exc: odecore.SolverError, path: Path, epoch: int) -> TrainingFailedError:
