@@ -99,6 +99,8 @@ nitpick_ignore = [
     ("py:class", "collections.abc.Sequence"),
     ("py:class", "os.PathLike"),
     ("py:class", "pathlib.Path"),
+    # The settings type of the experiment template (Template[S], Setup[S], ...).
+    ("py:class", "odebench.experiments._template.S"),
 ]
 nitpick_ignore_regex = [
     # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...

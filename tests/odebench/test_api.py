@@ -44,13 +44,15 @@ def test_subpackage_snapshots():
         "MODELS", "ModelInfo", "build_model", "count_parameters", "nfe", "ode_layers",
     ]  # fmt: skip
     assert sorted(odebench.training.__all__) == [
-        "DATASETS", "DatasetInfo", "Interrupted", "RunExistsError", "TrainConfig",
+        "DATASETS", "DatasetInfo", "Interrupted", "RunExistsError", "TrainConfig", "Trainer",
         "TrainingFailedError", "default_out", "evaluate", "find_data", "load_model",
         "resolve_device", "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
-        "EXPERIMENTS", "Experiment", "RunOptions", "combine_reports", "publish",
-        "register", "run_experiment",
+        "Claim", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "Measurement", "Result",
+        "Run", "RunOptions", "Settings", "Setup", "Stat", "Template", "Trained", "Values",
+        "Verdict", "combine_reports", "publish", "register", "register_template",
+        "run_experiment", "run_template",
     ]  # fmt: skip
     for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
         assert (package.__doc__ or "").strip(), package

@@ -92,9 +92,10 @@ def test_quickstart_quick_end_to_end(tmp_path):
     for run in ("node", "anode", "image"):
         assert (out / run / "results.json").exists(), run
     results = json.loads((out / "results.json").read_text())
-    node, anode = results["runs"]["node"], results["runs"]["anode"]
-    assert node["final"]["nfe_forward"] > 0 and anode["final"]["nfe_forward"] > 0
-    image = results["runs"]["image"]["final"]
+    means = {run: {k: s["mean"] for k, s in m.items()} for run, m in results["metrics"].items()}
+    node, anode = means["node"], means["anode"]
+    assert node["nfe_forward"] > 0 and anode["nfe_forward"] > 0
+    image = means["image"]
     assert 0.0 <= image["test_acc"] <= 1.0 and math.isfinite(image["test_loss"])
     report = (out / "report.md").read_text()
     assert "| NODE |" in report and "| ANODE |" in report and "![" in report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,14 +11,16 @@ from typing import Any
 import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
-from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments import EXPERIMENTS, RunOptions, run_template
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits
 
 FIGURES = ("accuracy_params.png", "nfe.png", "loss_nfe.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TINY = anode_images.Settings(seeds=2, epochs=1, lr=1e-3, batch_size=16, train_size=16, test_size=16)
+TINY = anode_images.AnodeSettings(
+    seeds=2, epochs=1, lr=1e-3, batch_size=16, train_size=16, test_size=16
+)
 """Smaller than ``--quick``: the fixture's digits are easy, and the test must be quick."""
 
 
@@ -28,20 +31,19 @@ def run(
     out = tmp_path_factory.mktemp("anode-images") / "run"
     lines: list[str] = []
     options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(anode_images, "settings", lambda options: TINY)
-        summary = run_experiment("anode-images", options, log=lines.append)
+    tiny = dataclasses.replace(anode_images.TEMPLATE, modes={"quick": TINY, "full": TINY})
+    summary = run_template(tiny, options, log=lines.append)
     return out, summary, lines
 
 
 def test_registered() -> None:
     assert "anode-images" in EXPERIMENTS
-    assert EXPERIMENTS["anode-images"].run is anode_images.anode_images
+    assert EXPERIMENTS["anode-images"].run.args == (anode_images.TEMPLATE,)
 
 
 def test_quick_settings_are_small_and_full_ones_the_authors() -> None:
-    quick = anode_images.settings(RunOptions(out=Path("x"), quick=True))
-    full = anode_images.settings(RunOptions(out=Path("x"), epochs=7))
+    quick = anode_images.TEMPLATE.settings_for("quick")
+    full = anode_images.TEMPLATE.settings_for("full", epochs=7)
     assert quick.seeds == 2 and quick.epochs == 1 and quick.train_size is not None
     assert full.seeds == 5 and full.epochs == 7 and full.batch_size == 256 and full.lr == 1e-3
     assert full.train_size is None and full.test_size is None
@@ -80,26 +82,28 @@ def test_files_exist_and_results_equal_the_summary(
         for seed in (0, 1):
             assert (out / "mnist" / model / f"seed{seed}" / "checkpoint.pt").is_file()
     assert any(line.startswith("cifar10 skipped") for line in lines)
-    assert any(line.startswith("[mnist anode] [seed 1]") for line in lines)
+    assert any(line.startswith("[mnist/anode seed 1]") for line in lines)
 
 
 @pytest.mark.slow
 def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     _, summary, _ = run
     assert summary["experiment"] == "anode-images" and summary["quick"] is True
-    assert list(summary["datasets"]) == ["mnist"]
-    assert list(summary["skipped"]) == ["cifar10", "svhn"]
+    trained = [d for d in anode_images.DATASETS if f"{d}/node" in summary["metrics"]]
+    assert trained == ["mnist"]
+    assert [d for d in anode_images.DATASETS if d not in trained] == ["cifar10", "svhn"]
     assert math.isfinite(summary["wall_seconds"]) and summary["date"]
     for model in ("node", "anode"):
-        row = summary["datasets"]["mnist"][model]
-        assert 0.0 <= row["test_acc_mean"] <= 1.0 and row["test_acc_std"] >= 0.0
+        row = summary["metrics"][f"mnist/{model}"]
+        assert 0.0 <= row["test_acc"]["mean"] <= 1.0 and row["test_acc"]["std"] >= 0.0
         built = build_model(model, in_channels=1, num_classes=10, image_size=28)
-        assert row["parameters"] == count_parameters(built)
-        assert row["nfe_first"] > 0 and row["nfe_last"] > 0
-        assert row["seeds"] == 2 and len(row["curves"]) == 2
-    claims = summary["conclusions"]["mnist"]
-    assert set(claims) == set(anode_images.CLAIMS)
-    assert claims["parameters_matched"] and claims["parameters_on_budget"]
+        assert row["parameters"]["mean"] == count_parameters(built)
+        assert row["nfe_first"]["mean"] > 0 and row["nfe_last"]["mean"] > 0
+        assert row["test_acc"]["n"] == 2 and len(summary["details"][f"mnist/{model}"]) == 2
+    claims = summary["claims"]
+    assert set(claims) == {claim.key for claim in anode_images.dataset_claims("mnist")}
+    assert claims["mnist_parameters_matched"]["holds"]
+    assert claims["mnist_parameters_on_budget"]["holds"]
     assert summary["published"]["mnist"]["anode"]["acc"] == 0.982
 
 
@@ -116,8 +120,8 @@ def test_report_has_the_rows_and_the_published_numbers(
         assert row in text, row
     assert "## CIFAR-10" in text and "Skipped" in text and "53.7 ± 0.2%" in text
     assert "not published" in text
-    for said, _test in anode_images.CLAIMS.values():
-        assert said in text
+    for claim in anode_images.dataset_claims("mnist"):
+        assert claim.text in text
     for name in FIGURES:
         assert f"]({name})" in text, name
 

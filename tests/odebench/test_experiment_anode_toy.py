@@ -14,16 +14,8 @@ from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
 
 FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SUMMARY_KEYS = (
-    "train_mse_mean",
-    "train_mse_std",
-    "test_mse_mean",
-    "test_mse_std",
-    "nfe_first",
-    "nfe_last",
-    "nfe_growth",
-)
-SLICE_KEYS = ("train_mse_mean", "train_mse_std", "slice_mse_mean", "slice_mse_std", "gap")
+SUMMARY_KEYS = ("train_mse", "test_mse", "nfe_first", "nfe_last")
+SLICE_KEYS = ("train_mse", "slice_mse")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +32,12 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _mean(summary: dict[str, Any], run: str, metric: str) -> float:
+    """The mean over the seeds of one metric of one run."""
+    mean: float = summary["metrics"][run][metric]["mean"]
+    return mean
+
+
 def test_registered() -> None:
     assert "anode-toy" in EXPERIMENTS
     assert EXPERIMENTS["anode-toy"].description
@@ -52,8 +50,8 @@ def test_monotone_floor_is_two_thirds_for_equal_thirds() -> None:
 
 
 def test_quick_settings_are_small_and_epochs_override() -> None:
-    quick = anode_toy.settings(RunOptions(out=Path("x"), quick=True))
-    full = anode_toy.settings(RunOptions(out=Path("x"), epochs=7))
+    quick = anode_toy.TEMPLATE.settings_for("quick")
+    full = anode_toy.TEMPLATE.settings_for("full", epochs=7)
     assert quick.seeds < full.seeds and quick.train_size is not None
     assert full.epochs == 7 and full.lr == 1e-3 and full.batch_size == 64
     assert full.seeds >= 3 and full.train_size is None
@@ -79,32 +77,34 @@ def test_results_have_every_key_with_finite_numbers(run: tuple[Path, dict[str, A
     out, summary = run
     saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert saved["experiment"] == "anode-toy" and saved["quick"] is True
-    assert saved["dims"] == summary["dims"]
+    assert saved["metrics"] == summary["metrics"]
     for dim in ("1d", "2d"):
         for model in ("node", "anode"):
-            entry = saved["dims"][dim][model]
+            entry = saved["metrics"][f"{dim}/{model}"]
             for key in SUMMARY_KEYS:
-                assert _finite(entry[key]), (dim, model, key, entry[key])
-            assert entry["nfe_first"] > 0 and entry["train_mse_mean"] >= 0
+                stat = entry[key]
+                assert _finite(stat["mean"]) and _finite(stat["std"]), (dim, model, key, stat)
+            assert entry["nfe_first"]["mean"] > 0 and entry["train_mse"]["mean"] >= 0
     for model in ("node", "anode"):
         for key in SLICE_KEYS:
-            assert _finite(saved["slice"][model][key]), (model, key)
-        assert saved["slice"][model]["slice_points"] > 0
-    assert saved["slice"]["angles"] == pytest.approx([0.0, math.pi / 5])
-    assert 0.5 < saved["monotone_floor_1d"] < 0.8
-    assert set(saved["claims"]) == set(anode_toy.CLAIMS)
-    assert all(isinstance(v, bool) for v in saved["claims"].values())
+            stat = saved["metrics"][f"slice/{model}"][key]
+            assert _finite(stat["mean"]) and _finite(stat["std"]), (model, key)
+        assert saved["details"][f"slice/{model}"][0]["slice_points"] > 0
+    assert saved["details"]["slice/node"][0]["angles"] == pytest.approx([0.0, math.pi / 5])
+    assert 0.5 < _mean(saved, "1d/node", "monotone_floor") < 0.8
+    assert set(saved["claims"]) == {claim.key for claim in anode_toy.CLAIMS}
+    assert all(isinstance(v["holds"], bool) for v in saved["claims"].values())
     assert _finite(saved["wall_seconds"])
 
 
 @pytest.mark.slow
 def test_anode_fits_1d_and_node_sits_at_the_floor(run: tuple[Path, dict[str, Any]]) -> None:
     _, summary = run
-    d1 = summary["dims"]["1d"]
-    assert d1["anode"]["train_mse_mean"] < d1["node"]["train_mse_mean"]
+    assert _mean(summary, "1d/anode", "train_mse") < _mean(summary, "1d/node", "train_mse")
     # A monotone map cannot beat the floor (up to the solver's tolerance).
-    assert d1["node"]["train_mse_mean"] >= 0.9 * summary["monotone_floor_1d"]
-    assert summary["claims"]["anode_1d_below_node"]
+    floor = _mean(summary, "1d/node", "monotone_floor")
+    assert _mean(summary, "1d/node", "train_mse") >= 0.9 * floor
+    assert summary["claims"]["anode_1d_below_node"]["holds"]
 
 
 @pytest.mark.slow
@@ -123,5 +123,5 @@ def test_report_has_the_table_and_figures(run: tuple[Path, dict[str, Any]]) -> N
     assert "not published" in text
     for name in FIGURES:
         assert f"]({name})" in text, name
-    for said, _test in anode_toy.CLAIMS.values():
-        assert said in text
+    for claim in anode_toy.CLAIMS:
+        assert claim.text in text

@@ -22,6 +22,16 @@ def run(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> tuple[Path, d
     return out, run_experiment("chen-tolerance", options, log=lambda _: None)
 
 
+def _means(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``{run: {metric: mean over the seeds}}`` of a run's results."""
+    return {run: {k: s["mean"] for k, s in m.items()} for run, m in result["metrics"].items()}
+
+
+def _sweep(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tolerance sweep of the first seed."""
+    return result["details"]["softplus"][0]["tolerance_sweep"]
+
+
 def test_registered() -> None:
     assert "chen-tolerance" in EXPERIMENTS
 
@@ -43,33 +53,35 @@ def test_files(run: tuple[Path, dict[str, Any]]) -> None:
 
 def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     _, result = run
-    assert set(result["variants"]) == {"relu", "relu-seminorm", "softplus", "softplus-seminorm"}
-    for v in result["variants"].values():
-        assert len(v["history"]) == 20  # 640 images, batch 32, one epoch
+    variants = _means(result)
+    assert set(variants) == {"relu", "relu-seminorm", "softplus", "softplus-seminorm"}
+    for name, v in variants.items():
+        history = result["details"][name][0]["history"]
+        assert len(history) == 20  # 640 images, batch 32, one epoch
         for key in ("median_ratio", "mean_nfe_forward", "mean_nfe_backward", "test_error"):
             assert math.isfinite(v[key])
-        assert all(h["nfe_forward"] > 0 and h["nfe_backward"] > 0 for h in v["history"])
-    rows = result["tolerance_sweep"]
+        assert all(h["nfe_forward"] > 0 and h["nfe_backward"] > 0 for h in history)
+    rows = _sweep(result)
     assert [r["tol"] for r in rows] == [1e-1, 1e-3, 1e-5]
     for r in rows:
         assert 0.0 <= r["test_error"] <= 1.0
         assert r["nfe_forward"] > 0 and r["seconds_per_batch"] > 0
-    assert all(isinstance(held, bool) for held in result["conclusions"].values())
+    assert all(isinstance(claim["holds"], bool) for claim in result["claims"].values())
 
 
 def test_nfe_grows_as_tolerance_tightens(run: tuple[Path, dict[str, Any]]) -> None:
-    rows = run[1]["tolerance_sweep"]
+    rows = _sweep(run[1])
     assert rows[-1]["nfe_forward"] > rows[0]["nfe_forward"]
-    assert run[1]["conclusions"]["nfe_grows_as_tolerance_tightens"]
+    assert run[1]["claims"]["nfe_grows_as_tolerance_tightens"]["holds"]
 
 
 def test_time_increases_with_nfe(run: tuple[Path, dict[str, Any]]) -> None:
-    fit = run[1]["time_vs_nfe"]
-    assert fit["slope"] > 0 and fit["correlation"] > 0.5
+    fit = _means(run[1])["softplus"]
+    assert fit["time_nfe_slope"] > 0 and fit["time_nfe_correlation"] > 0.5
 
 
 def test_relu_needs_more_forward_evaluations(run: tuple[Path, dict[str, Any]]) -> None:
-    v = run[1]["variants"]
+    v = _means(run[1])
     assert v["relu"]["mean_nfe_forward"] > v["softplus"]["mean_nfe_forward"]
 
 
@@ -80,6 +92,6 @@ def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
         assert row in report
     assert "~0.5" in report and "~0.8" in report
     claims = [
-        line for line in report.splitlines() if line.endswith(("held;", "held.", "hold;", "hold."))
+        line for line in report.splitlines() if line.endswith(("| held |", "| did not hold |"))
     ]
     assert len(claims) == 8

@@ -23,10 +23,13 @@ def table(tmp_path, digits):
 def test_continuousnet_cifar_quick(table):
     out, summary, lines = table
     assert json.loads((out / "results.json").read_text()) == summary
-    for key in ("experiment", "quick", "date", "wall_seconds", "published", "conclusions"):
+    for key in ("experiment", "quick", "date", "wall_seconds", "published", "claims"):
         assert key in summary, key
     assert summary["experiment"] == "continuousnet-cifar" and summary["quick"]
-    models = summary["models"]
+    models = {
+        name: {k: s["mean"] for k, s in metrics.items()} | summary["details"][name][0]
+        for name, metrics in summary["metrics"].items()
+    }
     assert list(models) == list(KEYS)
     for key in KEYS:
         m = models[key]
@@ -41,7 +44,7 @@ def test_continuousnet_cifar_quick(table):
     assert models["rk4-refined"]["n_steps_final"] == 4
     # Both end as the same architecture: N_t = M = 4.
     assert models["euler"]["parameters"] == models["rk4-refined"]["parameters"]
-    assert summary["conclusions"]["rk4-refined_reached_final_steps"]
+    assert summary["claims"]["rk4-refined_reached_final_steps"]["holds"]
     assert sum("refined to N_t = M" in line for line in lines) == 2
     # The unconfirmed accuracies are never quoted; the published timings are.
     assert summary["published"]["euler"]["test_accuracy"] == "not confirmed"
@@ -51,6 +54,6 @@ def test_continuousnet_cifar_quick(table):
     for label in ("| ContinuousNet(Euler) |", "| ContinuousNet(RK4), refined |"):
         assert report.count(label) == 2, label
     assert "not confirmed" in report and "| 113 |" in report and "608 min" in report
-    assert "## Claims checked" in report
+    assert "## Claims" in report
     assert "![time per epoch and test accuracy](fig7_time_and_accuracy.png)" in report
     assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"

@@ -41,8 +41,8 @@ def test_l1_median_bound() -> None:
 
 
 def test_settings_quick_small_and_epochs_override() -> None:
-    quick = dissecting.settings(RunOptions(out=Path("x"), quick=True))
-    full = dissecting.settings(RunOptions(out=Path("x"), epochs=7))
+    quick = dissecting.TEMPLATE.settings_for("quick")
+    full = dissecting.TEMPLATE.settings_for("full", epochs=7)
     assert quick.seeds < full.seeds and quick.annuli_points < full.annuli_points
     assert full.reflection_iterations == full.annuli_iterations == 7
 
@@ -66,14 +66,20 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     out, summary = run
     saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert saved["experiment"] == "dissecting-depth" and saved["quick"] is True
-    assert len(saved["seeds"]) == 2 and _finite(saved["l1_median_bound"])
+    assert len(saved["seeds"]) == 2
+    assert _finite(saved["metrics"]["reflection/vanilla"]["l1_bound"]["mean"])
     for task in dissecting.TASKS:
         for kind in dissecting.MODELS:
-            entry = saved["tasks"][task][kind]
-            for key in ("loss_mean", "loss_std", "nfe_mean", "seconds_mean"):
-                assert _finite(entry[key]), (task, kind, key)
+            entry = saved["metrics"][f"{task}/{kind}"]
+            for key, stat in (
+                ("loss", "mean"),
+                ("loss", "std"),
+                ("nfe", "mean"),
+                ("seconds", "mean"),
+            ):
+                assert _finite(entry[key][stat]), (task, kind, key, stat)
             if task == "annuli":
-                assert 0.0 <= entry["accuracy_mean"] <= 1.0
+                assert 0.0 <= entry["accuracy"]["mean"] <= 1.0
     assert set(saved["claims"]) == set(dissecting.CLAIMS)
     assert summary["claims"] == saved["claims"]
 
@@ -97,9 +103,9 @@ def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str,
     # L1-median bound, while feeding x to the field learns x -> -x.
     _, summary = run
     claims = summary["claims"]
-    assert claims["vanilla_reflection_at_bound"]
-    assert claims["data_control_reflects"]
-    reflection = summary["tasks"]["reflection"]
-    bound = summary["l1_median_bound"]
-    assert reflection["vanilla"]["loss_mean"] >= bound * (1 - 1e-3) * 0.95
-    assert reflection["data_control"]["loss_mean"] < 0.1 * bound
+    assert claims["vanilla_reflection_at_bound"]["holds"]
+    assert claims["data_control_reflects"]["holds"]
+    metrics = summary["metrics"]
+    bound = metrics["reflection/vanilla"]["l1_bound"]["mean"]
+    assert metrics["reflection/vanilla"]["loss"]["mean"] >= bound * (1 - 1e-3) * 0.95
+    assert metrics["reflection/data_control"]["loss"]["mean"] < 0.1 * bound

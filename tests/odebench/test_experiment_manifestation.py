@@ -9,7 +9,7 @@ from typing import Any
 
 import odebench.experiments._manifestation  # noqa: F401  (registers the experiment)
 import pytest
-from odebench.experiments._manifestation import SCHEMES, TRAINED, settings
+from odebench.experiments._manifestation import MODES, SCHEMES, TRAINED
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
 
 pytestmark = pytest.mark.slow
@@ -24,6 +24,14 @@ def run(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> tuple[Path, d
         out=out, quick=True, device="cpu", data_dir=str(digits), epochs=1, progress=False
     )
     return out, run_experiment("manifestation-sweep", options, log=lambda _: None)
+
+
+def _models(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{model: its numbers (means) and its grids (first seed)}`` of a run's results."""
+    return {
+        name: {k: s["mean"] for k, s in metrics.items()} | summary["details"][name][0]
+        for name, metrics in summary["metrics"].items()
+    }
 
 
 def test_registered() -> None:
@@ -44,15 +52,15 @@ def test_files(run: tuple[Path, dict[str, Any]]) -> None:
     for name in ("fig9_heatmaps.png", "accuracy_vs_steps.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((out / "results.json").read_text())
-    assert saved["conclusions"] == summary["conclusions"]
-    assert all(isinstance(v, bool) for v in summary["conclusions"].values())
+    assert saved["claims"] == summary["claims"]
+    assert all(isinstance(v["holds"], bool) for v in summary["claims"].values())
 
 
 def test_grids(run: tuple[Path, dict[str, Any]]) -> None:
     _, summary = run
     steps = summary["settings"]["grid_steps"]
-    assert set(summary["models"]) == set(TRAINED)
-    for m in summary["models"].values():
+    assert set(_models(summary)) == set(TRAINED)
+    for m in _models(summary).values():
         for key in ("grid", "grid_fixed_stats"):
             assert len(m[key]) == len(SCHEMES)
             assert all(len(row) == len(steps) for row in m[key])
@@ -64,8 +72,8 @@ def test_grids(run: tuple[Path, dict[str, Any]]) -> None:
 def test_own_manifestation_matches_trained_net(run: tuple[Path, dict[str, Any]]) -> None:
     """The grid cell of the training (scheme, N_t) is the trained net's own accuracy."""
     _, summary = run
-    s = settings(RunOptions(out=Path("x"), quick=True))
-    for scheme, m in summary["models"].items():
+    s = MODES["quick"]
+    for scheme, m in _models(summary).items():
         cell = m["grid"][SCHEMES.index(scheme)][s.grid_steps.index(s.n_steps)]
         assert cell == m["test_accuracy"]
         fixed = m["grid_fixed_stats"][SCHEMES.index(scheme)][s.grid_steps.index(s.n_steps)]

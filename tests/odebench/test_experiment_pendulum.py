@@ -28,7 +28,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_registered():
     from odebench.experiments import EXPERIMENTS
 
-    assert EXPERIMENTS["pendulum"].run is pendulum_experiment.pendulum
+    # register_template registers run_template bound to the module's Template
+    assert EXPERIMENTS["pendulum"].run.args[0].runs is pendulum_experiment.runs
 
 
 @pytest.mark.parametrize(("scheme", "order"), [("euler", 1), ("midpoint", 2), ("rk4", 4)])
@@ -75,6 +76,17 @@ def test_fit_slope_and_global_error():
     assert global_error(ys, truth) == pytest.approx(2.5)
 
 
+def _models(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{scheme: {metric: mean over the seeds}}``, with the errors per dt' as lists."""
+    models = {}
+    for scheme, stats in summary["metrics"].items():
+        m = {k: s["mean"] for k, s in stats.items()}
+        m["error"] = [m[f"error@{f:g}dt"] for f in DT_FACTORS]
+        m["error_vs_own_limit"] = [m[f"error_vs_own_limit@{f:g}dt"] for f in DT_FACTORS]
+        models[scheme] = m
+    return models
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("pendulum")
@@ -96,16 +108,17 @@ def test_quick_run_files(quick_run: tuple[Path, dict[str, Any]]):
     on_disk = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert on_disk == json.loads(json.dumps(summary))
     assert on_disk["experiment"] == "pendulum" and on_disk["quick"] is True
-    assert on_disk["dt_factors"] == list(DT_FACTORS)
+    assert on_disk["settings"]["dt_factors"] == list(DT_FACTORS)
+    assert list(on_disk["metrics"]) == list(SCHEMES)
     for scheme in SCHEMES:
-        m = on_disk["models"][scheme]
-        assert len(m["error"]) == len(m["dt_eval"]) == len(DT_FACTORS)
+        m = _models(on_disk)[scheme]
+        assert len(m["error"]) == len(m["error_vs_own_limit"]) == len(DT_FACTORS)
         numbers = [m["train_mse"], m["error_fine_rk4"], m["slope"], m["slope_refine"]]
         numbers += [m["slope_vs_own_limit"], *m["error"], *m["error_vs_own_limit"]]
         assert all(math.isfinite(x) for x in numbers)
         assert 0 < m["train_mse"] < 1e-2
-    assert set(on_disk["conclusions"]) >= {"euler_error_flat", "rk4_error_shrinks"}
-    assert all(isinstance(v, bool) for v in on_disk["conclusions"].values())
+    assert set(on_disk["claims"]) >= {"euler_error_flat", "rk4_error_shrinks"}
+    assert all(isinstance(c["holds"], bool) for c in on_disk["claims"].values())
 
 
 @pytest.mark.slow
@@ -121,16 +134,16 @@ def test_quick_run_report(quick_run: tuple[Path, dict[str, Any]]):
     rk4_row = next(row for row in rows if row.startswith("| RK4 |"))
     assert len(rk4_row.strip("|").split("|")) == 6 + len(DT_FACTORS)
     assert "not published" in report
-    held = [row for row in rows if row.endswith("| yes |") or row.endswith("| **no** |")]
-    assert len(held) == len(summary["conclusions"])
+    held = [row for row in rows if row.endswith(("| held |", "| did not hold |"))]
+    assert len(held) == len(summary["claims"])
 
 
 @pytest.mark.slow
 def test_quick_run_reproduces_the_paper(quick_run: tuple[Path, dict[str, Any]]):
     """Robust in quick mode (seeds 0-3 checked): Euler does not converge, RK4 does."""
     _, summary = quick_run
-    assert all(summary["conclusions"].values()), summary["conclusions"]
-    models = summary["models"]
+    assert all(c["holds"] for c in summary["claims"].values()), summary["claims"]
+    models = _models(summary)
     i_fine = DT_FACTORS.index(min(DT_FACTORS))
     # The Euler model at dt/8 is more than 5x worse than the RK4 model (seen: 25-60x).
     assert models["euler"]["error"][i_fine] > 5 * models["rk4"]["error"][i_fine]

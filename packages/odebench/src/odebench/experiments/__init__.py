@@ -2,6 +2,12 @@
 
 :data:`EXPERIMENTS` maps a name to an :class:`Experiment`; :func:`run_experiment` runs
 one with :class:`RunOptions`. ``quickstart`` is the first: the README's main job.
+
+An experiment is declared on the template: a :class:`Template` of its settings per
+mode (:class:`Settings`), the :class:`Run` objects it trains per seed, the
+:class:`Measurement` of each trained run and its :class:`Claim` objects;
+:func:`register_template` adds it, and :func:`run_template` trains, aggregates over
+seeds (:class:`Stat`), checks the claims (:class:`Verdict`) and writes the report.
 """
 
 # Each module registers its experiment; the quickstart first, then by name.
@@ -19,13 +25,45 @@ from ._registry import (
     register,
     run_experiment,
 )
+from ._template import (
+    Claim,
+    Figure,
+    Fitted,
+    Measurement,
+    Result,
+    Run,
+    Settings,
+    Setup,
+    Stat,
+    Template,
+    Trained,
+    Values,
+    Verdict,
+    register_template,
+    run_template,
+)
 
 __all__ = [
     "EXPERIMENTS",
+    "Claim",
     "Experiment",
+    "Figure",
+    "Fitted",
+    "Measurement",
+    "Result",
+    "Run",
     "RunOptions",
+    "Settings",
+    "Setup",
+    "Stat",
+    "Template",
+    "Trained",
+    "Values",
+    "Verdict",
     "combine_reports",
     "publish",
     "register",
+    "register_template",
     "run_experiment",
+    "run_template",
 ]

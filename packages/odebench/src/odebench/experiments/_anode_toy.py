@@ -7,98 +7,75 @@ training set and the models are evaluated on it.
 
 from __future__ import annotations
 
-import json
+import functools
 import math
-import statistics
-import time
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from ..data import annuli
+from ..data import Dataset, annuli
 from ..models import build_model, ode_layers
-from ..training import TrainConfig, load_model, resolve_device, train
+from ..training import load_model
 from ..training._data import load_splits
-from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, command, fmt, mean_std, plus_minus, prefixed, register
+from ..training._io import pyplot, save_png
+from ._anode_common import (
+    COLORS,
+    LABELS,
+    AnodeSettings,
+    epoch_numbers,
+    panels,
+    plot_curves,
+    train_config,
+)
+from ._registry import fmt
+from ._template import Claim, Figure, Fitted, Measurement, Run, Template, register_template
+
+if TYPE_CHECKING:
+    from ._template import Result, Setup, Trained, Values
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""
 DIMS = (1, 2)
 """The dimensions of g(x)."""
+PANELS = [(f"{dim}d", f"{dim}-D g(x)") for dim in DIMS]
+"""The panels of the loss and NFE figures: the runs of each dimension."""
 SLICE = (0.0, math.pi / 5)
 """Angles of the points left out of the training set in the generalisation test."""
 
-# Thresholds that decide whether a claim of the paper held (stated in the report).
-NEAR_ZERO = 0.05
-"""An MSE below this is "about zero"."""
-FLOOR_MARGIN = 0.9
-"""A 1-D NODE "sits at the floor" when its train MSE is at least this times the floor."""
-DOUBLES = 1.5
-"""NFE growth (last epoch over first) at least this: "nearly doubles"."""
-HARDLY = 1.25
-"""NFE growth at most this: "hardly increases"."""
-LARGE_GAP = 0.1
-"""Held-out-slice MSE minus train MSE at least this: "a large generalisation gap"."""
+# Thresholds that decide whether a claim of the paper held (each claim states its own).
+NEAR_ZERO = 0.05  # an MSE below this is "about zero"
+FLOOR_MARGIN = 0.9  # a 1-D NODE "sits at the floor": train MSE at least this × the floor
+DOUBLES = 1.5  # NFE growth (last epoch over first) at least this: "nearly doubles"
+HARDLY = 1.25  # NFE growth at most this: "hardly increases"
+LARGE_GAP = 0.1  # held-out-slice MSE minus train MSE at least this: "a large gap"
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The sizes of one run of the experiment.
+class ToySettings(AnodeSettings):
+    """The runs of one mode (``epochs`` and the rest also train the slice test).
 
     Args:
-        seeds: training runs per model and dimension (seeds ``base, base + 1, ...``).
-        epochs: epochs of every run, the slice test's included.
-        lr: Adam's learning rate.
-        batch_size: the batch of every run.
-        train_size: training points per run (``None``: all 3000, the paper's 1000 inner
-            and 2000 outer ones).
-        test_size: test points per run (``None``: all 1000).
         slice_points: points drawn for the slice test, before the slice is removed.
     """
 
-    seeds: int
-    epochs: int
-    lr: float
-    batch_size: int
-    train_size: int | None
-    test_size: int | None
     slice_points: int
 
 
-def settings(options: RunOptions) -> Settings:
-    """The full (paper) or quick settings of ``options``; ``options.epochs`` overrides.
-
-    Example:
-        >>> from pathlib import Path
-        >>> settings(RunOptions(out=Path("x"), quick=True, epochs=2)).epochs
-        2
-        >>> settings(RunOptions(out=Path("x"))).lr
-        0.001
-    """
-    if options.quick:
-        return Settings(
-            seeds=2,
-            epochs=options.epochs_or(6),
-            lr=3e-3,
-            batch_size=64,
-            train_size=960,
-            test_size=300,
-            slice_points=1200,
-        )
-    return Settings(
-        seeds=5,
-        epochs=options.epochs_or(30),
-        lr=1e-3,
-        batch_size=64,
-        train_size=None,
-        test_size=None,
+MODES = {
+    "quick": ToySettings(
+        seeds=2, epochs=6, lr=3e-3, batch_size=64, train_size=960, test_size=300,
+        slice_points=1200,
+    ),
+    # The paper's: Adam 1e-3, batch 64, 3000 training and 1000 test points; 30 epochs
+    # as in the authors' config.json (the appendix says 50).
+    "full": ToySettings(
+        seeds=5, epochs=30, lr=1e-3, batch_size=64, train_size=None, test_size=None,
         slice_points=3000,
-    )
+    ),
+}  # fmt: skip
 
 
 def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
@@ -134,78 +111,42 @@ def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
     return min(pooled(left), pooled(right)) / max(len(y), 1)
 
 
-def _run_dir(out: Path, dim: int, name: str, seed: int) -> Path:
-    return out / f"{dim}d" / name / f"seed{seed}"
+def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
+    """Both models on g(x) in each dimension, then both in the slice test."""
+    s = setup.settings
+    return [
+        *(
+            Run(f"{dim}d/{name}", config=train_config(s, model, f"annuli-{dim}d", seed))
+            for dim in DIMS
+            for name, model in MODELS
+        ),
+        *(
+            Run(f"slice/{name}", fit=functools.partial(_fit_slice, s, model, seed))
+            for name, model in MODELS
+        ),
+    ]
 
 
-def _config(model: str, dim: int, seed: int, s: Settings, options: RunOptions) -> TrainConfig:
-    return TrainConfig(
-        model=model,
-        dataset=f"annuli-{dim}d",
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        optimizer="adam",
-        lr=s.lr,
-        train_size=s.train_size,
-        test_size=s.test_size,
-        tol=1e-3,
-        solver="dopri5",
-        seed=seed,
-        device=options.device,
-        progress=options.progress,
-    )
-
-
-def _summary(metrics: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Final MSEs (mean, std over seeds) and the forward NFE at the first and last epoch."""
-    train_mse = mean_std([m[-1]["train_loss"] for m in metrics])
-    test_mse = mean_std([m[-1]["test_loss"] for m in metrics])
-    first = mean_std([m[0]["nfe_forward"] for m in metrics])[0]
-    last = mean_std([m[-1]["nfe_forward"] for m in metrics])[0]
-    return {
-        "train_mse_mean": train_mse[0],
-        "train_mse_std": train_mse[1],
-        "test_mse_mean": test_mse[0],
-        "test_mse_std": test_mse[1],
-        "nfe_first": first,
-        "nfe_last": last,
-        "nfe_growth": last / first if first and last is not None else None,
-        "seeds": len(metrics),
-    }
-
-
-def _slice_mask(inputs: Tensor) -> Tensor:
-    """The points whose angle lies in :data:`SLICE`."""
-    angle = torch.atan2(inputs[:, 1], inputs[:, 0])
-    return (angle >= SLICE[0]) & (angle <= SLICE[1])
-
-
-def slice_test(model_name: str, seed: int, s: Settings, device: torch.device) -> dict[str, float]:
-    """Train on 2-D g(x) without the slice of :data:`SLICE`, then evaluate on that slice.
-
-    A plain loop: Adam, batch ``s.batch_size``, ``s.epochs`` epochs, dopri5 at
-    ``tol = 1e-3``, the same model builder as :func:`odebench.training.train`, seeded
-    (initialisation, data and order) without touching the global random state.
-
-    Args:
-        model_name: ``"toy-node"`` or ``"toy-anode"``.
-        seed: the seed of the data, the initialisation and the batch order.
-        s: the experiment's settings.
-        device: where to train.
-
-    Returns:
-        ``train_mse`` (on the points kept), ``slice_mse`` (on the points removed) and
-        their counts.
-    """
+def _slice_data(s: ToySettings, seed: int) -> tuple[Dataset, Tensor]:
+    """The slice test's 2-D g(x) points, and the mask of those whose angle is in :data:`SLICE`."""
     data = annuli(s.slice_points, dim=2, generator=torch.Generator().manual_seed(10_007 + seed))
-    held = _slice_mask(data.inputs)
+    angle = torch.atan2(data.inputs[:, 1], data.inputs[:, 0])
+    return data, (angle >= SLICE[0]) & (angle <= SLICE[1])
+
+
+def _fit_slice(s: ToySettings, model_name: str, seed: int, device: torch.device) -> Fitted:
+    """Train on 2-D g(x) without the slice of :data:`SLICE`.
+
+    A plain loop: Adam, batch ``s.batch_size``, ``s.epochs`` epochs, the model's
+    default solver (dopri5 at ``rtol = atol = 1e-3``), the same model builder as
+    :func:`odebench.training.train`, seeded (initialisation, data and order) without
+    touching the global random state.
+    """
+    data, held = _slice_data(s, seed)
     x_train, y_train = data.inputs[~held].to(device), data.targets[~held].to(device)
-    x_held, y_held = data.inputs[held].to(device), data.targets[held].to(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        model = build_model(
-            model_name, in_channels=2, num_classes=1, image_size=0, tol=1e-3, solver="dopri5"
-        ).to(device)
+        model = build_model(model_name, in_channels=2, num_classes=1, image_size=0).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=s.lr)
         order_gen = torch.Generator().manual_seed(seed)
         model.train()
@@ -217,322 +158,274 @@ def slice_test(model_name: str, seed: int, s: Settings, device: torch.device) ->
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
-        model.eval()
+    return Fitted(model.eval())
+
+
+def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
+    """Final MSEs and forward NFE per batch (first and last epoch), the 1-D NODE's
+    monotone floor; for the slice test, the MSE on the points kept and removed."""
+    name = trained.run.name
+    if trained.config is None:
+        return _measure_slice(setup, trained)
+    extra: dict[str, float | None] = {}
+    if name == "1d/node":
+        train_set, _ = load_splits(trained.config)
+        extra["monotone_floor"] = monotone_floor(train_set.inputs, train_set.targets)
+    return epoch_numbers(trained, {"train_mse": "train_loss", "test_mse": "test_loss"}, extra)
+
+
+def _measure_slice(setup: Setup[ToySettings], trained: Trained) -> Measurement:
+    data, held = _slice_data(setup.settings, trained.seed)
+    model = trained.load()
+    device = next(model.parameters()).device
+
+    def mse_on(mask: Tensor) -> float:
         with torch.no_grad():
-            train_mse = float(nn.functional.mse_loss(model(x_train), y_train))
-            slice_mse = float(nn.functional.mse_loss(model(x_held), y_held))
-    return {
-        "train_mse": train_mse,
-        "slice_mse": slice_mse,
-        "train_points": len(x_train),
-        "slice_points": len(x_held),
-    }
+            prediction = model(data.inputs[mask].to(device))
+            return float(nn.functional.mse_loss(prediction, data.targets[mask].to(device)))
+
+    mse = {"train_mse": mse_on(~held), "slice_mse": mse_on(held)}
+    setup.log(
+        f"[{trained.run.name} seed {trained.seed}] train MSE {fmt(mse['train_mse'])}, "
+        f"held-out slice MSE {fmt(mse['slice_mse'])}"
+    )
+    counts = {"train_points": int((~held).sum()), "slice_points": int(held.sum())}
+    return Measurement(mse, {"angles": list(SLICE), **counts})
 
 
-@register(
-    "anode-toy",
-    "Dupont et al.'s toy experiments: NODE against ANODE on g(x) in 1-D and 2-D over "
-    "seeds (loss, NFE, flows, features) and the held-out-slice generalisation test",
-)
-def anode_toy(options: RunOptions, log: Log) -> dict[str, Any]:
-    """Train NODEs and ANODEs on g(x), run the slice test, write figures and ``report.md``."""
-    started = time.perf_counter()
-    out = options.out
-    s = settings(options)
-    seeds = [options.seed + k for k in range(s.seeds)]
-    device = resolve_device(options.device)
-    metrics: dict[int, dict[str, list[list[dict[str, Any]]]]] = {}
-    dims: dict[str, dict[str, Any]] = {}
-    for dim in DIMS:
-        metrics[dim] = {}
-        dims[f"{dim}d"] = {}
-        for name, model in MODELS:
-            runs = []
-            for seed in seeds:
-                run_dir = _run_dir(out, dim, name, seed)
-                train(
-                    _config(model, dim, seed, s, options),
-                    run_dir,
-                    resume=options.resume,
-                    log=prefixed(log, f"{dim}d {name} seed {seed}"),
-                )
-                runs.append(json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")))
-            metrics[dim][name] = runs
-            dims[f"{dim}d"][name] = _summary(runs)
-    floors = [
-        monotone_floor(*_inputs_targets(_config("toy-node", 1, seed, s, options))) for seed in seeds
-    ]
-    slices: dict[str, dict[str, Any]] = {}
-    for name, model in MODELS:
-        tests = [slice_test(model, seed, s, device) for seed in seeds]
-        train_mse = mean_std([t["train_mse"] for t in tests])
-        slice_mse = mean_std([t["slice_mse"] for t in tests])
-        slices[name] = {
-            "train_mse_mean": train_mse[0],
-            "train_mse_std": train_mse[1],
-            "slice_mse_mean": slice_mse[0],
-            "slice_mse_std": slice_mse[1],
-            "gap": None
-            if train_mse[0] is None or slice_mse[0] is None
-            else slice_mse[0] - train_mse[0],
-            "train_points": tests[0]["train_points"],
-            "slice_points": tests[0]["slice_points"],
-        }
-        log(f"[slice {name}] train MSE {fmt(train_mse[0])}, held-out slice MSE {fmt(slice_mse[0])}")
-    _plot_curves(out, metrics, "train_loss", "MSE", "loss.png")
-    _plot_curves(out, metrics, "nfe_forward", "forward NFE per batch", "nfe.png")
-    _plot_flows_1d(out, seeds[0])
-    _plot_features_2d(out, seeds[0])
-    _plot_slice(out, slices, s, seeds[0])
-    summary: dict[str, Any] = {
-        "experiment": "anode-toy",
-        "quick": options.quick,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command("anode-toy", options),
-        "settings": asdict(s),
-        "seeds": seeds,
-        "dims": dims,
-        "monotone_floor_1d": statistics.fmean(floors),
-        "slice": {"angles": list(SLICE), **slices},
-    }
-    summary["claims"] = claims(summary)
-    summary["wall_seconds"] = time.perf_counter() - started
-    write_json(out / "results.json", summary)
-    write_text(out / "report.md", report(summary))
-    log(f"anode-toy: {summary['wall_seconds']:.0f} s; report in {out / 'report.md'}")
-    return summary
+def _growth(v: Values, name: str, dim: int) -> float:
+    """Forward NFE per batch, last epoch over first."""
+    return v[f"{dim}d/{name}", "nfe_last"] / v[f"{dim}d/{name}", "nfe_first"]
 
 
-def _inputs_targets(config: TrainConfig) -> tuple[Tensor, Tensor]:
-    train_set, _ = load_splits(config)
-    return train_set.inputs, train_set.targets
-
-
-def _lt(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and a < b
-
-
-def claims(summary: dict[str, Any]) -> dict[str, bool]:
-    """Which of the paper's claims held in a run, from its numbers.
-
-    Args:
-        summary: the experiment's results (``dims``, ``monotone_floor_1d``, ``slice``).
-
-    Returns:
-        ``{claim: held}`` for the claims of :data:`CLAIMS`.
-    """
-    d1, d2 = summary["dims"]["1d"], summary["dims"]["2d"]
-    floor = summary["monotone_floor_1d"]
-    node_growth = [d[k]["nfe_growth"] for d in (d1, d2) for k in ("node",)]
-    anode_growth = [d[k]["nfe_growth"] for d in (d1, d2) for k in ("anode",)]
-    sl = summary["slice"]
-    node_1d = d1["node"]["train_mse_mean"]
-    return {
-        "node_1d_at_floor": node_1d is not None and node_1d >= FLOOR_MARGIN * floor,
-        "anode_1d_near_zero": _lt(d1["anode"]["train_mse_mean"], NEAR_ZERO),
-        "anode_1d_below_node": _lt(d1["anode"]["train_mse_mean"], node_1d),
-        "node_nfe_nearly_doubles": all(g is not None and g >= DOUBLES for g in node_growth),
-        "anode_nfe_hardly_increases": all(g is not None and g <= HARDLY for g in anode_growth),
-        "node_slice_gap_large": sl["node"]["gap"] is not None and sl["node"]["gap"] >= LARGE_GAP,
-        "anode_slice_near_zero": _lt(sl["anode"]["slice_mse_mean"], NEAR_ZERO),
-    }
-
-
-CLAIMS = {
-    "node_1d_at_floor": (
-        "Prop. 1: a 1-D NODE cannot fit g(x) and stays at the MSE floor of monotone maps",
-        f"1-D NODE train MSE >= {FLOOR_MARGIN} x the floor",
+CLAIMS = [
+    Claim(
+        "node_1d_at_floor",
+        "Prop. 1: a 1-D NODE cannot fit g(x) and stays at the MSE floor of monotone maps (test: "
+        f"train MSE at least {FLOOR_MARGIN} × the floor); ours: its train MSE over the floor",
+        "cannot fit g(x); no MSE published",
+        ours=lambda v: v["1d/node", "train_mse"] / v["1d/node", "monotone_floor"],
+        holds=lambda v: v["1d/node", "train_mse"] >= FLOOR_MARGIN * v["1d/node", "monotone_floor"],
+        spec=".2f", unit="×",
     ),
-    "anode_1d_near_zero": (
-        "ANODE fits 1-D g(x), MSE about 0",
-        f"1-D ANODE train MSE < {NEAR_ZERO}",
+    Claim(
+        "anode_1d_near_zero",
+        f"ANODE fits 1-D g(x), MSE about 0 (test: train MSE below {NEAR_ZERO}); ours: its "
+        "train MSE",
+        "about 0 (0.0000 in a replication)",
+        ours=lambda v: v["1d/anode", "train_mse"],
+        holds=lambda v: v["1d/anode", "train_mse"] < NEAR_ZERO,
+        spec=".3f",
     ),
-    "anode_1d_below_node": ("ANODE fits 1-D g(x) better than NODE", "ANODE MSE < NODE MSE"),
-    "node_nfe_nearly_doubles": (
-        'Fig. 8: NODE NFE "nearly doubles" during training',
-        f"NFE last / first epoch >= {DOUBLES} in 1-D and 2-D",
+    Claim(
+        "anode_1d_below_node",
+        "ANODE fits 1-D g(x) better than NODE (test: ANODE MSE < NODE MSE); ours: ANODE train "
+        "MSE over NODE's",
+        "ANODE ~0, NODE at a floor",
+        ours=lambda v: v["1d/anode", "train_mse"] / v["1d/node", "train_mse"],
+        holds=lambda v: v["1d/anode", "train_mse"] < v["1d/node", "train_mse"],
+        spec=".3f", unit="×",
     ),
-    "anode_nfe_hardly_increases": (
-        'Fig. 8: ANODE NFE "hardly increases"',
-        f"NFE last / first epoch <= {HARDLY} in 1-D and 2-D",
+    Claim(
+        "node_nfe_nearly_doubles",
+        'Fig. 8: NODE NFE "nearly doubles" during training (test: last over first epoch at '
+        f"least {DOUBLES} in 1-D and 2-D); ours: the smaller of the two",
+        '"nearly doubles" (curves only)',
+        ours=lambda v: min(_growth(v, "node", dim) for dim in DIMS),
+        holds=lambda v: all(_growth(v, "node", dim) >= DOUBLES for dim in DIMS),
+        spec=".2f", unit="×",
     ),
-    "node_slice_gap_large": (
-        "Fig. 9: NODEs show a large generalisation gap",
-        f"slice MSE - train MSE >= {LARGE_GAP}",
+    Claim(
+        "anode_nfe_hardly_increases",
+        'Fig. 8: ANODE NFE "hardly increases" (test: last over first epoch at most '
+        f"{HARDLY} in 1-D and 2-D); ours: the larger of the two",
+        '"hardly increases" (curves only)',
+        ours=lambda v: max(_growth(v, "anode", dim) for dim in DIMS),
+        holds=lambda v: all(_growth(v, "anode", dim) <= HARDLY for dim in DIMS),
+        spec=".2f", unit="×",
     ),
-    "anode_slice_near_zero": (
-        "Fig. 9: ANODEs reach near-zero validation loss",
-        f"ANODE slice MSE < {NEAR_ZERO}",
+    Claim(
+        "node_slice_gap_large",
+        "Fig. 9: NODEs show a large generalisation gap (test: slice MSE - train MSE >= "
+        f"{LARGE_GAP}); ours: that difference",
+        "a large gap (curves only)",
+        ours=lambda v: v["slice/node", "slice_mse"] - v["slice/node", "train_mse"],
+        holds=lambda v: v["slice/node", "slice_mse"] - v["slice/node", "train_mse"] >= LARGE_GAP,
+        spec=".3f",
     ),
-}
-"""``{claim: (what the paper says, the test applied to our numbers)}``."""
+    Claim(
+        "anode_slice_near_zero",
+        f"Fig. 9: ANODEs reach near-zero validation loss (test: ANODE slice MSE < {NEAR_ZERO}); "
+        "ours: that MSE",
+        "near zero (curves only)",
+        ours=lambda v: v["slice/anode", "slice_mse"],
+        holds=lambda v: v["slice/anode", "slice_mse"] < NEAR_ZERO,
+        spec=".3f",
+    ),
+]  # fmt: skip
+"""The paper's claims on g(x) (Prop. 1, Figs. 8-9), checked on the means over the seeds."""
 
 
-def _cell(d: dict[str, Any], model: str, figure: str) -> str:
-    """``mean ± std`` of ``figure`` for ``model`` in one dimension's summary."""
-    return plus_minus(d[model][f"{figure}_mean"], d[model][f"{figure}_std"])
+def sections(result: Result[ToySettings]) -> str:
+    """Our numbers beside the published ones, the monotone floor, the figures."""
+    s = result.settings
 
+    def mse(run: str, metric: str) -> list[str]:
+        return [result.cell(f"{run}/{name}", metric, ".3f") for name, _ in MODELS]
 
-def report(summary: dict[str, Any]) -> str:
-    """The Markdown report of a run: our numbers beside the published ones, the figures.
-
-    Args:
-        summary: the content of ``results.json``.
-
-    Returns:
-        The report's text.
-    """
-    st = summary["settings"]
-    floor = summary["monotone_floor_1d"]
-    d1, d2 = summary["dims"]["1d"], summary["dims"]["2d"]
-    sl = summary["slice"]
-    train_size = "3000 (1000 inner + 2000 outer)" if st["train_size"] is None else st["train_size"]
-    lines = [
-        "# NODE against ANODE on Dupont et al.'s toy problems",
-        "",
-        f"`{summary['command']}`, {summary['date']}, {summary['wall_seconds']:.0f} s in all.",
-        "",
-        f"Settings: seeds {', '.join(str(x) for x in summary['seeds'])}; {st['epochs']} "
-        f"epochs; Adam, learning rate {st['lr']:g}, batch {st['batch_size']}; dopri5 at "
-        f"rtol = atol = 1e-3; {train_size} training points; "
-        f"{'1000' if st['test_size'] is None else st['test_size']} test points. "
-        "Paper: Adam 1e-3, batch 64, 30 (repo) or 50 (appendix) epochs, 1000 inner + 2000 "
-        "outer points, p = 5.",
-        "",
-        "## Ours against the paper",
-        "",
-        "| figure | NODE (ours) | ANODE (ours) | published |",
-        "|---|---|---|---|",
-        f"| 1-D train MSE | {_cell(d1, 'node', 'train_mse')} | "
-        f"{_cell(d1, 'anode', 'train_mse')} | "
-        "NODE at a floor (1.0001 on the ±1 crossing map of Prop. 1, replication), ANODE "
-        "~0 (0.0000) |",
-        f"| 1-D test MSE | {_cell(d1, 'node', 'test_mse')} | "
-        f"{_cell(d1, 'anode', 'test_mse')} | not published |",
-        f"| 2-D train MSE | {_cell(d2, 'node', 'train_mse')} | "
-        f"{_cell(d2, 'anode', 'train_mse')} | "
-        "not published (curves only, Fig. 7) |",
-        f"| 2-D test MSE | {_cell(d2, 'node', 'test_mse')} | "
-        f"{_cell(d2, 'anode', 'test_mse')} | not published |",
-    ]
-    for dim, d in (("1-D", d1), ("2-D", d2)):
-        n, a = d["node"], d["anode"]
-        lines.append(
-            f"| {dim} forward NFE, first → last epoch (growth) | "
-            f"{fmt(n['nfe_first'], '.1f')} → {fmt(n['nfe_last'], '.1f')} "
-            f"(×{fmt(n['nfe_growth'], '.2f')}) | {fmt(a['nfe_first'], '.1f')} → "
-            f"{fmt(a['nfe_last'], '.1f')} (×{fmt(a['nfe_growth'], '.2f')}) | "
-            'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not '
-            "published) |"
-        )
-    n, a = sl["node"], sl["anode"]
-    lines += [
-        f"| slice test: train MSE | {plus_minus(n['train_mse_mean'], n['train_mse_std'])} | "
-        f"{plus_minus(a['train_mse_mean'], a['train_mse_std'])} | not published |",
-        f"| slice test: held-out slice MSE | {plus_minus(n['slice_mse_mean'], n['slice_mse_std'])} "
-        f"| {plus_minus(a['slice_mse_mean'], a['slice_mse_std'])} | NODE large gap, ANODE near "
-        "zero (Fig. 9, numbers not published) |",
-        "",
-        f"The 1-D NODE's prediction is a monotone function of x (its flow is an increasing "
-        f"map of the line, its readout affine), so its MSE on g(x) cannot go below "
-        f"**{floor:.3f}**, the best monotone fit of our training sets (2/3 for equal "
-        "thirds). The replication's 1.0001 is the floor of a different map, Prop. 1's "
-        "x = ±1 -> ∓1; the paper gives no number for g(x).",
-        "",
-        "## Which claims held",
-        "",
-        "| the paper says | our test | held |",
-        "|---|---|---|",
-    ]
-    for key, held in summary["claims"].items():
-        said, test = CLAIMS[key]
-        lines.append(f"| {said} | {test} | {'yes' if held else '**no**'} |")
-    lines += [
-        "",
-        "Quick runs (`--quick`) train for a few epochs at a higher learning rate: expect the",
-        "ANODE's MSE above zero there and the NFE growth to differ from a full run's.",
-        "",
-        "## Figures",
-        "",
-        "Loss per epoch (mean over seeds, band from min to max; dashed: test):",
-        "",
-        "![loss curves](loss.png)",
-        "",
-        "Forward NFE per batch during training (Fig. 8):",
-        "",
-        "![NFE per epoch](nfe.png)",
-        "",
-        "1-D: the learned map against g(x), and the state over depth t for inputs in "
-        "[-1.5, 1.5] (NODE trajectories cannot cross; the ANODE's first coordinate can, "
-        "since they separate in the augmented dimensions):",
-        "",
-        "![1-D flows](flows_1d.png)",
-        "",
-        "2-D: the test points and their features at t = 1 (first two coordinates), "
-        "coloured by g(x):",
-        "",
-        "![2-D features](features_2d.png)",
-        "",
-        f"Slice test (Fig. 9): points with angle in [0, π/5] "
-        f"({sl['node']['slice_points']} of {st['slice_points']}) removed from training and "
-        "used for evaluation:",
-        "",
-        "![slice test](slice.png)",
-        "",
-        "Every training run (configuration, metrics per epoch, curves, checkpoint) is in "
-        "`<dim>d/<model>/seed<N>/`.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-COLORS = {"node": "tab:blue", "anode": "tab:orange"}
-
-
-def _plot_curves(
-    out: Path,
-    metrics: dict[int, dict[str, list[list[dict[str, Any]]]]],
-    key: str,
-    label: str,
-    filename: str,
-) -> None:
-    """``key`` per epoch, NODE against ANODE, one panel per dimension."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(DIMS), figsize=(10, 3.6))
-    for ax, dim in zip(axes, DIMS, strict=True):
+    def nfe(dim: int) -> list[str]:
+        cells = []
         for name, _ in MODELS:
-            keys = [key, "test_loss"] if key == "train_loss" else [key]
-            for k in keys:
-                runs = metrics[dim][name]
-                n = min(len(r) for r in runs)
-                values = torch.tensor(
-                    [[math.nan if r[e][k] is None else r[e][k] for e in range(n)] for r in runs],
-                    dtype=torch.float64,
-                )
-                epochs = list(range(1, n + 1))
-                test = k == "test_loss"
-                ax.plot(
-                    epochs,
-                    values.mean(0),
-                    "--" if test else "o-",
-                    color=COLORS[name],
-                    label=f"{name.upper()}{' test' if test else ''}",
-                )
-                if not test:
-                    ax.fill_between(
-                        epochs,
-                        values.min(0).values,
-                        values.max(0).values,
-                        color=COLORS[name],
-                        alpha=0.2,
-                    )
-        ax.set(xlabel="epoch", ylabel=label, title=f"{dim}-D g(x)")
-        if key == "train_loss":
-            ax.set_yscale("log")
+            first, last = (
+                result.stat(f"{dim}d/{name}", f"nfe_{k}").mean for k in ("first", "last")
+            )
+            growth = last / first if first and last is not None else None
+            cells.append(f"{fmt(first, '.1f')} → {fmt(last, '.1f')} (×{fmt(growth, '.2f')})")
+        return cells
+
+    fig8 = 'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not published)'
+    rows = [
+        ("1-D train MSE", *mse("1d", "train_mse"), "NODE at a floor (1.0001 on the ±1 crossing map "
+         "of Prop. 1, replication), ANODE ~0 (0.0000)"),
+        ("1-D test MSE", *mse("1d", "test_mse"), "not published"),
+        ("2-D train MSE", *mse("2d", "train_mse"), "not published (curves only, Fig. 7)"),
+        ("2-D test MSE", *mse("2d", "test_mse"), "not published"),
+        ("1-D forward NFE, first → last epoch (growth)", *nfe(1), fig8),
+        ("2-D forward NFE, first → last epoch (growth)", *nfe(2), fig8),
+        ("slice test: train MSE", *mse("slice", "train_mse"), "not published"),
+        ("slice test: held-out slice MSE", *mse("slice", "slice_mse"),
+         "NODE large gap, ANODE near zero (Fig. 9, numbers not published)"),
+    ]  # fmt: skip
+    floor = result.stat("1d/node", "monotone_floor").mean
+    train = "3000 (1000 inner + 2000 outer)" if s.train_size is None else s.train_size
+    held = result.details("slice/node")["slice_points"]
+    return "\n".join(
+        [
+            "## Ours against the paper",
+            "",
+            f"Settings: {s.epochs} epochs; Adam, learning rate {s.lr:g}, batch {s.batch_size}; "
+            f"dopri5 at rtol = atol = 1e-3; {train} training points; "
+            f"{'1000' if s.test_size is None else s.test_size} test points. Paper: Adam 1e-3, "
+            "batch 64, 30 (repo) or 50 (appendix) epochs, 1000 inner + 2000 outer points, p = 5.",
+            "",
+            "| figure | NODE (ours) | ANODE (ours) | published |",
+            "|---|---|---|---|",
+            *(f"| {' | '.join(row)} |" for row in rows),
+            "",
+            "The 1-D NODE's prediction is a monotone function of x (its flow is an increasing "
+            "map of the line, its readout affine), so its MSE on g(x) cannot go below "
+            f"**{fmt(floor, '.3f')}**, the best monotone fit of our training sets (2/3 for "
+            "equal thirds). The replication's 1.0001 is the floor of a different map, Prop. "
+            "1's x = ±1 -> ∓1; the paper gives no number for g(x).",
+            "",
+            "Quick runs (`--quick`) train for a few epochs at a higher learning rate: expect the",
+            "ANODE's MSE above zero there and the NFE growth to differ from a full run's.",
+            "",
+            "## Figures",
+            "",
+            "Loss per epoch (mean over seeds, band from min to max; dashed: test):",
+            "",
+            "![loss curves](loss.png)",
+            "",
+            "Forward NFE per batch during training (Fig. 8):",
+            "",
+            "![NFE per epoch](nfe.png)",
+            "",
+            "1-D: the learned map against g(x), and the state over depth t for inputs in "
+            "[-1.5, 1.5] (NODE trajectories cannot cross; the ANODE's first coordinate can, "
+            "since they separate in the augmented dimensions):",
+            "",
+            "![1-D flows](flows_1d.png)",
+            "",
+            "2-D: the test points and their features at t = 1 (first two coordinates), "
+            "coloured by g(x):",
+            "",
+            "![2-D features](features_2d.png)",
+            "",
+            f"Slice test (Fig. 9): points with angle in [0, π/5] ({held} of {s.slice_points}) "
+            "removed from training and used for evaluation:",
+            "",
+            "![slice test](slice.png)",
+            "",
+            "Every training run (configuration, metrics per epoch, curves, checkpoint) is in "
+            "`<dim>d/<model>/seed<N>/`.",
+        ]
+    )
+
+
+def _plot_flows_1d(result: Result[ToySettings], path: Path) -> None:
+    """1-D: the learned map against g(x), and the state over depth for a few inputs."""
+    seed = result.setup.seeds[0]
+    fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.6))
+    x = torch.linspace(-1.5, 1.5, 300)[:, None]
+    g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
+    axes[0].plot(x[:, 0], g[:, 0], color="0.5", lw=3, label="g(x)")
+    starts = torch.tensor([-1.4, -1.2, -1.05, -0.45, -0.25, 0.0, 0.25, 0.45, 1.05, 1.2, 1.4])
+    ts = torch.linspace(0.0, 1.0, 41).tolist()
+    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
+        model, _config = load_model(result.setup.run_dir(f"1d/{name}", seed), "cpu")
+        with torch.no_grad():
+            axes[0].plot(x[:, 0], model(x)[:, 0], color=COLORS[name], label=LABELS[name])
+        z = _trajectory(model, starts[:, None], ts)
+        for i, start in enumerate(starts.tolist()):
+            ax.plot(ts, z[:, i, 0], color="tab:blue" if abs(start) <= 0.5 else "tab:red", lw=1.2)
+        ax.set(
+            xlabel="depth t",
+            ylabel="h(t), first coordinate",
+            title=f"{LABELS[name]} trajectories (blue: g = -1)",
+        )
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
+    axes[0].legend(fontsize=8)
+    axes[0].grid(alpha=0.3)
     fig.tight_layout()
-    save_png(out / filename, fig, dpi=90)
+    save_png(path, fig, dpi=90)
+
+
+def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
+    """2-D: the test inputs and the features at t = 1 of NODE and ANODE, by target."""
+    seed = result.setup.seeds[0]
+    _model, config = load_model(result.setup.run_dir("2d/node", seed), "cpu")
+    _, test_set = load_splits(config)
+    x, y = test_set.inputs[:600], test_set.targets[:600, 0]
+    fig, axes = pyplot().subplots(1, 3, figsize=(13, 4))
+    axes[0].scatter(x[:, 0], x[:, 1], c=y, cmap="coolwarm", s=5)
+    axes[0].set(title="test inputs (blue: g = -1)", xlabel="x1", ylabel="x2")
+    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
+        model, _c = load_model(result.setup.run_dir(f"2d/{name}", seed), "cpu")
+        z = _trajectory(model, x, [0.0, 1.0])[-1]
+        ax.scatter(z[:, 0], z[:, 1], c=y, cmap="coolwarm", s=5)
+        ax.set(title=f"{LABELS[name]} features at t = 1", xlabel="h1", ylabel="h2")
+    for ax in axes:
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
+
+
+def _plot_slice(result: Result[ToySettings], path: Path) -> None:
+    """The slice left out of training, and train against held-out MSE per model."""
+    data, held = _slice_data(result.settings, result.setup.seeds[0])
+    fig, axes = panels(2, height=4)
+    kept = data.inputs[~held]
+    axes[0].scatter(kept[:, 0], kept[:, 1], c=data.targets[~held, 0], cmap="coolwarm", s=4)
+    axes[0].scatter(
+        data.inputs[held, 0], data.inputs[held, 1], c="k", s=6, label="held out: angle in [0, π/5]"
+    )
+    axes[0].set(title="training points and the held-out slice", xlabel="x1", ylabel="x2")
+    axes[0].set_aspect("equal")
+    axes[0].legend(fontsize=8, loc="lower left")
+    pos = torch.arange(len(MODELS), dtype=torch.float64)
+    for offset, key, label in ((-0.2, "train_mse", "train"), (0.2, "slice_mse", "held-out slice")):
+        stats = [result.stat(f"slice/{name}", key) for name, _ in MODELS]
+        means, stds = [st.mean or 0.0 for st in stats], [st.std or 0.0 for st in stats]
+        axes[1].bar(pos + offset, means, width=0.4, yerr=stds, label=label)
+    axes[1].set_xticks(pos.tolist(), [LABELS[name] for name, _ in MODELS])
+    axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
+    axes[1].legend(fontsize=8)
+    axes[1].grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
 
 
 def _trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
@@ -548,82 +441,31 @@ def _trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
     return z
 
 
-def _plot_flows_1d(out: Path, seed: int) -> None:
-    """1-D: the learned map against g(x), and the state over depth for a few inputs."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    x = torch.linspace(-1.5, 1.5, 300)[:, None]
-    g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
-    axes[0].plot(x[:, 0], g[:, 0], color="0.5", lw=3, label="g(x)")
-    starts = torch.tensor([-1.4, -1.2, -1.05, -0.45, -0.25, 0.0, 0.25, 0.45, 1.05, 1.2, 1.4])[
-        :, None
-    ]
-    ts = torch.linspace(0.0, 1.0, 41).tolist()
-    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
-        model, _config = load_model(_run_dir(out, 1, name, seed), "cpu")
-        with torch.no_grad():
-            axes[0].plot(x[:, 0], model(x)[:, 0], color=COLORS[name], label=name.upper())
-        z = _trajectory(model, starts, ts)
-        for i in range(len(starts)):
-            inner = abs(float(starts[i, 0])) <= 0.5
-            ax.plot(ts, z[:, i, 0], color="tab:blue" if inner else "tab:red", lw=1.2)
-        ax.set(
-            xlabel="depth t",
-            ylabel="h(t), first coordinate",
-            title=f"{name.upper()} trajectories (blue: g = -1)",
-        )
-        ax.grid(alpha=0.3)
-    axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
-    axes[0].legend(fontsize=8)
-    axes[0].grid(alpha=0.3)
-    fig.tight_layout()
-    save_png(out / "flows_1d.png", fig, dpi=90)
-
-
-def _plot_features_2d(out: Path, seed: int) -> None:
-    """2-D: the test inputs and the features at t = 1 of NODE and ANODE, by target."""
-    plt = pyplot()
-    _model, config = load_model(_run_dir(out, 2, "node", seed), "cpu")
-    _, test_set = load_splits(config)
-    x, y = test_set.inputs[:600], test_set.targets[:600, 0]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    axes[0].scatter(x[:, 0], x[:, 1], c=y, cmap="coolwarm", s=5)
-    axes[0].set(title="test inputs (blue: g = -1)", xlabel="x1", ylabel="x2")
-    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
-        model, _c = load_model(_run_dir(out, 2, name, seed), "cpu")
-        z = _trajectory(model, x, [0.0, 1.0])[-1]
-        ax.scatter(z[:, 0], z[:, 1], c=y, cmap="coolwarm", s=5)
-        ax.set(title=f"{name.upper()} features at t = 1", xlabel="h1", ylabel="h2")
-    for ax in axes:
-        ax.set_aspect("equal", adjustable="datalim")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_png(out / "features_2d.png", fig, dpi=90)
-
-
-def _plot_slice(out: Path, slices: dict[str, dict[str, Any]], s: Settings, seed: int) -> None:
-    """The slice left out of training, and train against held-out MSE per model."""
-    plt = pyplot()
-    data = annuli(s.slice_points, dim=2, generator=torch.Generator().manual_seed(10_007 + seed))
-    held = _slice_mask(data.inputs)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    kept = data.inputs[~held]
-    axes[0].scatter(kept[:, 0], kept[:, 1], c=data.targets[~held, 0], cmap="coolwarm", s=4)
-    axes[0].scatter(
-        data.inputs[held, 0], data.inputs[held, 1], c="k", s=6, label="held out: angle in [0, π/5]"
+TEMPLATE = register_template(
+    Template(
+        name="anode-toy",
+        description="Dupont et al.'s toy experiments: NODE against ANODE on g(x) in 1-D and "
+        "2-D over seeds (loss, NFE, flows, features) and the held-out-slice generalisation test",
+        title="NODE against ANODE on Dupont et al.'s toy problems",
+        modes=MODES,
+        runs=runs,
+        measure=measure,
+        claims=lambda setup: CLAIMS,
+        sections=sections,
+        figures=[
+            Figure(
+                "loss.png",
+                functools.partial(
+                    plot_curves, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
+                ),
+            ),
+            Figure(
+                "nfe.png",
+                functools.partial(plot_curves, PANELS, "nfe_forward", "forward NFE per batch"),
+            ),
+            Figure("flows_1d.png", _plot_flows_1d),
+            Figure("features_2d.png", _plot_features_2d),
+            Figure("slice.png", _plot_slice),
+        ],
     )
-    axes[0].set(title="training points and the held-out slice", xlabel="x1", ylabel="x2")
-    axes[0].set_aspect("equal")
-    axes[0].legend(fontsize=8, loc="lower left")
-    names = [name for name, _ in MODELS]
-    pos = torch.arange(len(names), dtype=torch.float64)
-    for offset, key, label in ((-0.2, "train_mse", "train"), (0.2, "slice_mse", "held-out slice")):
-        means = [slices[n][f"{key}_mean"] or 0.0 for n in names]
-        stds = [slices[n][f"{key}_std"] or 0.0 for n in names]
-        axes[1].bar(pos + offset, means, width=0.4, yerr=stds, label=label)
-    axes[1].set_xticks(pos.tolist(), [n.upper() for n in names])
-    axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
-    axes[1].legend(fontsize=8)
-    axes[1].grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    save_png(out / "slice.png", fig, dpi=90)
+)

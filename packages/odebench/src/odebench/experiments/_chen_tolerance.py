@@ -11,11 +11,12 @@ Fig. 3c, the forward NFE over training Fig. 3d.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import statistics
 import time
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,23 @@ from torch import nn
 
 from ..data import Dataset, load_mnist
 from ..models import build_model, nfe, ode_layers
-from ..training import find_data, resolve_device
-from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, held, one_thread, register
+from ..training import find_data
+from ..training._io import pyplot, save_png
+from ._registry import fmt
+from ._template import (
+    Claim,
+    Figure,
+    Fitted,
+    Measurement,
+    Result,
+    Run,
+    Settings,
+    Setup,
+    Template,
+    Trained,
+    Values,
+    register_template,
+)
 
 #: The variants trained: ``name -> (activation, seminorm)``.
 VARIANTS: dict[str, tuple[str, bool]] = {
@@ -36,25 +51,24 @@ VARIANTS: dict[str, tuple[str, bool]] = {
     "softplus": ("softplus", False),
     "softplus-seminorm": ("softplus", True),
 }
-#: The variant whose trained model the tolerance sweep runs on.
-SWEEP_VARIANT = "softplus"
-#: The training tolerance (``rtol = atol``), Chen et al.'s.
-TRAIN_TOL = 1e-3
-
-#: What Chen et al. (2018), Fig. 3, and a corrected third-party analysis report.
-PUBLISHED: dict[str, Any] = {
-    "error_vs_tolerance": "error controlled by the tolerance (Fig. 3a); numbers not published",
-    "time_vs_nfe": "forward time proportional to NFE (Fig. 3b); slope not published",
-    "backward_forward_ratio_paper": 0.5,
-    "backward_forward_ratio_corrected": 0.8,
-    "backward_forward_ratio_corrected_range": [0.78, 0.86],
-    "nfe_over_training": "NFE increases during training (Fig. 3d); numbers not published",
-}
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The sizes of one run: full mode (a sweep, not Chen's 160 epochs) or quick mode."""
+@dataclass(frozen=True)
+class ToleranceSettings(Settings):
+    """The sizes of one run: full mode (a sweep, not Chen's 160 epochs) or quick mode.
+
+    Args:
+        train_size: training images (``None``: all).
+        test_size: test images (``None``: all).
+        epochs: epochs of every variant, at least one.
+        batch_size: the training batch.
+        lr: the learning rate.
+        optimizer: ``"sgd"`` (momentum 0.9) or ``"adam"``.
+        tolerances: the sweep's ``rtol = atol``, loosest first.
+        eval_batch: the batch of the test passes.
+        train_tol: ``rtol = atol`` in training (Chen et al.'s).
+        sweep: the variant whose trained model the sweep runs on.
+    """
 
     train_size: int | None
     test_size: int | None
@@ -64,55 +78,78 @@ class Settings:
     optimizer: str
     tolerances: tuple[float, ...]
     eval_batch: int
+    train_tol: float = 1e-3
+    sweep: str = "softplus"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.epochs < 1:
+            raise ValueError(f"chen-tolerance needs at least one epoch, got {self.epochs}.")
 
 
-def settings(options: RunOptions) -> Settings:
-    """The settings of ``options``' mode.
-
-    Full: all of MNIST, 3 epochs per variant, batch 128, SGD (momentum 0.9, lr 0.1,
-    Chen et al.'s), five tolerances. Quick: 768 training and 256 test images, one
-    epoch, batch 32, Adam (lr 1e-3, which learns something in 24 steps), three
-    tolerances.
-
-    Example:
-        >>> settings(RunOptions(out=Path("x"), quick=True, epochs=2)).epochs
-        2
-    """
-    if options.quick:
-        return Settings(768, 256, options.epochs_or(1), 32, 1e-3, "adam", (1e-1, 1e-3, 1e-5), 128)
-    return Settings(
-        None, None, options.epochs_or(3), 128, 0.1, "sgd", (1e-1, 1e-2, 1e-3, 1e-4, 1e-5), 500
-    )
+MODES = {
+    # 768 + 256 images, one epoch, Adam (which learns something in 24 steps).
+    "quick": ToleranceSettings(
+        train_size=768, test_size=256, epochs=1, batch_size=32, lr=1e-3, optimizer="adam",
+        tolerances=(1e-1, 1e-3, 1e-5), eval_batch=128,
+    ),
+    # All of MNIST, 3 epochs, SGD (Chen et al.'s momentum and rate), five tolerances.
+    "full": ToleranceSettings(
+        train_size=None, test_size=None, epochs=3, batch_size=128, lr=0.1, optimizer="sgd",
+        tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500,
+    ),
+}  # fmt: skip
 
 
-def _set_tol(model: nn.Module, tol: float) -> None:
-    for layer in ode_layers(model):
-        if isinstance(layer.controller, odecore.PIDController):
-            layer.controller = dataclasses.replace(layer.controller, rtol=tol, atol=tol)
+@functools.lru_cache(maxsize=1)
+def _mnist(
+    data_dir: str | None, train_size: int | None, test_size: int | None, seed: int
+) -> tuple[Dataset, Dataset]:
+    """The seeded training and test subsets, read once for the four variants."""
+    root = find_data("mnist", data_dir)
+    gen = torch.Generator().manual_seed(seed)
+    train = load_mnist(root, train=True).subset(train_size, generator=gen)
+    return train, load_mnist(root, train=False).subset(test_size, generator=gen)
 
 
-def _train_variant(
+def _data(setup: Setup[ToleranceSettings], seed: int) -> tuple[Dataset, Dataset]:
+    s = setup.settings
+    return _mnist(setup.options.data_dir, s.train_size, s.test_size, seed)
+
+
+def _spec(tol: float, seminorm: bool = False) -> odecore.OdeSpec:
+    """Dopri5 at ``rtol = atol = tol``, the adjoint (with or without the seminorm)."""
+    gradient = odecore.Adjoint(seminorm=seminorm)
+    return odecore.OdeSpec.from_method("dopri5", rtol=tol, atol=tol, gradient=gradient)
+
+
+def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
+    """The four variants, each trained by :func:`_fit` in its own loop."""
+    return [
+        Run(name, fit=functools.partial(_fit, setup, seed, activation, seminorm))
+        for name, (activation, seminorm) in VARIANTS.items()
+    ]
+
+
+def _fit(
+    setup: Setup[ToleranceSettings],
+    seed: int,
     activation: str,
     seminorm: bool,
-    data: Dataset,
-    s: Settings,
-    options: RunOptions,
     device: torch.device,
-) -> tuple[nn.Module, list[dict[str, float]]]:
-    """SGD (momentum 0.9) from the seed's initialisation; one record per step."""
-    torch.manual_seed(options.seed)
+) -> Fitted:
+    """From the seed's initialisation, one record per step (NFE, loss, seconds)."""
+    s = setup.settings
+    data, _ = _data(setup, seed)
+    torch.manual_seed(seed)
     model = build_model(
         "odenet",
         in_channels=1,
         num_classes=10,
         image_size=28,
         activation=activation,
-        tol=TRAIN_TOL,
-        gradient="adjoint",
+        spec=_spec(s.train_tol, seminorm),
     ).to(device)
-    for layer in ode_layers(model):
-        if isinstance(layer.gradient, odecore.Adjoint):
-            layer.gradient = dataclasses.replace(layer.gradient, seminorm=seminorm)
     opt: torch.optim.Optimizer = (
         torch.optim.Adam(model.parameters(), lr=s.lr)
         if s.optimizer == "adam"
@@ -121,9 +158,7 @@ def _train_variant(
     history: list[dict[str, float]] = []
     model.train()
     for epoch in range(s.epochs):
-        order = torch.randperm(
-            len(data), generator=torch.Generator().manual_seed(options.seed + epoch)
-        )
+        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed + epoch))
         for i in range(len(order) // s.batch_size):
             idx = order[i * s.batch_size : (i + 1) * s.batch_size]
             x = data.normalize(data.inputs[idx].to(device))
@@ -143,17 +178,54 @@ def _train_variant(
                     "seconds": time.perf_counter() - start,
                 }
             )
-    return model, history
+    return Fitted(model, history)
 
 
-def _sweep(
-    model: nn.Module, test: Dataset, s: Settings, device: torch.device
-) -> list[dict[str, Any]]:
+def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
+    """NFE over training and the test error; for the sweep's variant also the sweep."""
+    s = setup.settings
+    model = trained.load()
+    _, test = _data(setup, trained.seed)
+    history = [dict(h) for h in trained.history]
+    metrics: dict[str, float | None] = {
+        **_summary(history),
+        "test_error": _error(model, test, s.eval_batch),
+    }
+    setup.log(
+        f"[{trained.run.name}] {len(history)} steps, NFE forward "
+        f"{metrics['mean_nfe_forward']:.1f}, median backward/forward {metrics['median_ratio']:.2f}"
+    )
+    details: dict[str, Any] = {"history": history}
+    if trained.run.name == s.sweep:
+        rows = _sweep(model, test, s)
+        fit = _fit_line([(n, t) for r in rows for n, t in r["batches"]])
+        setup.log(f"[sweep] time vs NFE correlation {fmt(fit['correlation'], '.3f')}")
+        for r in rows:
+            metrics |= {f"{key}@{r['tol']:g}": r[key] for key in _SWEPT}
+        metrics |= {f"time_nfe_{key}": value for key, value in fit.items()}
+        details["tolerance_sweep"] = rows
+    return Measurement(metrics, details)
+
+
+#: The sweep's metrics per tolerance, ``<metric>@<tol>`` in the sweep variant's metrics.
+_SWEPT = ("test_error", "nfe_forward", "seconds_per_batch")
+
+
+def _with_tol(model: nn.Module, tol: float) -> None:
+    """Every ODE layer of ``model`` at ``rtol = atol = tol`` (its spec's controller)."""
+    for layer in ode_layers(model):
+        if isinstance(layer.spec.controller, odecore.PIDController):
+            controller = dataclasses.replace(layer.spec.controller, rtol=tol, atol=tol)
+            layer.spec = dataclasses.replace(layer.spec, controller=controller)
+
+
+def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[dict[str, Any]]:
     """Test error, forward NFE and forward seconds per batch at each tolerance."""
+    device = next(model.parameters()).device
     model.eval()
     rows = []
     for tol in s.tolerances:
-        _set_tol(model, tol)
+        _with_tol(model, tol)
         wrong, nfes, seconds = 0, [], []
         with torch.no_grad():
             for i in range(0, len(test), s.eval_batch):
@@ -177,21 +249,17 @@ def _sweep(
                 "batches": [[n, t] for n, t in zip(nfes, seconds)],
             }
         )
-    _set_tol(model, TRAIN_TOL)
+    _with_tol(model, s.train_tol)
     return rows
 
 
-def _fit(points: list[tuple[float, float]]) -> dict[str, float | None]:
+def _fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
     """Least squares ``time = slope * NFE + intercept`` and Pearson's correlation."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if len(points) < 2 or statistics.pvariance(xs) == 0 or statistics.pvariance(ys) == 0:
         return {"slope": None, "intercept": None, "correlation": None}
     slope, intercept = statistics.linear_regression(xs, ys)
-    return {
-        "slope": slope,
-        "intercept": intercept,
-        "correlation": statistics.correlation(xs, ys),
-    }
+    return {"slope": slope, "intercept": intercept, "correlation": statistics.correlation(xs, ys)}
 
 
 def _summary(history: list[dict[str, float]]) -> dict[str, float]:
@@ -208,7 +276,8 @@ def _summary(history: list[dict[str, float]]) -> dict[str, float]:
     }
 
 
-def _error(model: nn.Module, test: Dataset, batch: int, device: torch.device) -> float:
+def _error(model: nn.Module, test: Dataset, batch: int) -> float:
+    device = next(model.parameters()).device
     model.eval()
     wrong = 0
     with torch.no_grad():
@@ -218,180 +287,97 @@ def _error(model: nn.Module, test: Dataset, batch: int, device: torch.device) ->
     return wrong / len(test)
 
 
-@register(
-    "chen-tolerance",
-    "Chen et al. (2018) Fig. 3: error, time and NFE against the solver tolerance, and "
-    "forward/backward NFE over training (ReLU/softplus, adjoint with/without seminorm)",
-)
-def chen_tolerance(options: RunOptions, log: Log) -> dict[str, Any]:
-    """Train the four variants, sweep the tolerance, write figures and ``report.md``."""
-    started = time.perf_counter()
-    root = find_data("mnist", options.data_dir)
-    s = settings(options)
-    if s.epochs < 1:
-        raise ValueError(f"chen-tolerance needs at least one epoch, got {s.epochs}.")
-    device = resolve_device(options.device)
-    gen = torch.Generator().manual_seed(options.seed)
-    train = load_mnist(root, train=True).subset(s.train_size, generator=gen)
-    test = load_mnist(root, train=False).subset(s.test_size, generator=gen)
-    with one_thread(options.quick):
-        variants: dict[str, dict[str, Any]] = {}
-        models: dict[str, nn.Module] = {}
-        for name, (activation, seminorm) in VARIANTS.items():
-            model, history = _train_variant(activation, seminorm, train, s, options, device)
-            models[name] = model
-            summary = _summary(history)
-            summary["test_error"] = _error(model, test, s.eval_batch, device)
-            variants[name] = {**summary, "history": history}
-            log(
-                f"[{name}] {len(history)} steps, NFE forward {summary['mean_nfe_forward']:.1f}, "
-                f"median backward/forward {summary['median_ratio']:.2f}"
-            )
-        rows = _sweep(models[SWEEP_VARIANT], test, s, device)
-    fit = _fit([(n, t) for r in rows for n, t in r["batches"]])
-    log(f"[sweep] time vs NFE correlation {fmt(fit['correlation'], '.3f')}")
-    out = options.out
-    _plot_sweep(out / "fig3a_error_vs_tol.png", out / "fig3b_time_vs_nfe.png", rows, fit)
-    _plot_training(out / "fig3c_ratio.png", out / "fig3d_nfe.png", variants)
-    summary_all: dict[str, Any] = {
-        "experiment": "chen-tolerance",
-        "quick": options.quick,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(s) | {"train_tol": TRAIN_TOL, "sweep": SWEEP_VARIANT},
-        "variants": variants,
-        "tolerance_sweep": rows,
-        "time_vs_nfe": fit,
-        "published": PUBLISHED,
-        "conclusions": _conclusions(variants, rows, fit),
-    }
-    summary_all["wall_seconds"] = time.perf_counter() - started
-    write_json(out / "results.json", summary_all)
-    write_text(out / "report.md", _report(summary_all, options))
-    log(f"chen-tolerance: report in {out / 'report.md'}")
-    return summary_all
+def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
+    """Fig. 3's claims, and the ratio claims, on our numbers."""
+    s = setup.settings
+    sweep, loose, tight = s.sweep, f"@{s.tolerances[0]:g}", f"@{s.tolerances[-1]:g}"
+
+    def nfes(v: Values) -> list[float]:
+        return [v[sweep, f"nfe_forward@{tol:g}"] for tol in s.tolerances]
+
+    def ratio(v: Values, name: str = sweep) -> float:
+        return v[name, "median_ratio"]
+
+    def nfe_ratio(v: Values, a: tuple[str, str], b: tuple[str, str]) -> float:
+        return v[b] / v[a]
+
+    seminorm = [
+        ((n, "mean_nfe_backward"), (f"{n}-seminorm", "mean_nfe_backward"))
+        for n in ("relu", "softplus")
+    ]
+    growth = [((n, "nfe_forward_first"), (n, "nfe_forward_last")) for n in VARIANTS]
+    return [
+        Claim("nfe_grows_as_tolerance_tightens",
+              "forward NFE grows as the tolerance tightens (Fig. 3a-b); ours: NFE at the "
+              "tightest over the loosest", "grows; numbers not published",
+              ours=lambda v: v[sweep, "nfe_forward" + tight] / v[sweep, "nfe_forward" + loose],
+              holds=lambda v: all(b >= a for a, b in itertools.pairwise(nfes(v)))
+              and nfes(v)[-1] > nfes(v)[0], spec=".2f", unit="×"),
+        Claim("error_at_tightest_not_above_loosest",
+              "the test error at the tightest tolerance is not above the loosest (Fig. 3a); "
+              "ours: tightest minus loosest", "falls as it tightens; numbers not published",
+              ours=lambda v: v[sweep, "test_error" + tight] - v[sweep, "test_error" + loose],
+              holds=lambda v: v[sweep, "test_error" + tight] <= v[sweep, "test_error" + loose],
+              spec="+.2f", scale=100, unit=" points"),
+        Claim("time_proportional_to_nfe",
+              "forward time is proportional to NFE, correlation above 0.9 (Fig. 3b); ours: the "
+              "correlation", "proportional; slope not published",
+              ours=lambda v: v[sweep, "time_nfe_correlation"],
+              holds=lambda v: v[sweep, "time_nfe_correlation"] > 0.9),
+        Claim("softplus_ratio_roughly_half",
+              "softplus backward NFE is roughly half the forward, 0.35-0.65 (paper, Fig. 3c); "
+              "ours: the median ratio", "about 0.5",
+              ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f"),
+        Claim("softplus_ratio_near_corrected",
+              "the softplus ratio is near the corrected ~0.8 (0.7-0.95); ours: the median ratio",
+              "about 0.8 (0.78-0.86)", ours=ratio, holds=lambda v: 0.7 <= ratio(v) <= 0.95,
+              spec=".2f"),
+        Claim("relu_ratio_above_softplus",
+              "the ReLU ratio exceeds the softplus one; ours: ReLU's median ratio",
+              "not published (smooth fields only)", ours=lambda v: ratio(v, "relu"),
+              holds=lambda v: ratio(v, "relu") > ratio(v), spec=".2f"),
+        Claim("seminorm_fewer_backward_nfe",
+              "the seminorm needs no more backward NFE than the default norm; ours: the largest "
+              "ratio of the two", "fewer (Kidger et al., 2021)",
+              ours=lambda v: max(nfe_ratio(v, *pair) for pair in seminorm),
+              holds=lambda v: all(nfe_ratio(v, *pair) <= 1 for pair in seminorm),
+              spec=".2f", unit="×"),
+        Claim("nfe_increases_during_training",
+              "NFE increases during training, every variant (Fig. 3d); ours: the smallest "
+              "last-over-first forward NFE", "increases; numbers not published",
+              ours=lambda v: min(nfe_ratio(v, *pair) for pair in growth),
+              holds=lambda v: all(nfe_ratio(v, *pair) > 1 for pair in growth),
+              spec=".2f", unit="×"),
+    ]  # fmt: skip
 
 
-def _conclusions(
-    variants: dict[str, dict[str, Any]], rows: list[dict[str, Any]], fit: dict[str, float | None]
-) -> dict[str, bool]:
-    """Fig. 3's claims, and the ratio claims, decided on our numbers."""
-    nfes = [r["nfe_forward"] for r in rows]
-    ratio = variants["softplus"]["median_ratio"]
-    return {
-        "nfe_grows_as_tolerance_tightens": all(b >= a for a, b in itertools.pairwise(nfes))
-        and nfes[-1] > nfes[0],
-        "error_at_tightest_not_above_loosest": rows[-1]["test_error"] <= rows[0]["test_error"],
-        "time_proportional_to_nfe": (fit["correlation"] or 0.0) > 0.9,
-        "softplus_ratio_roughly_half": 0.35 <= ratio <= 0.65,
-        "softplus_ratio_near_corrected": 0.7 <= ratio <= 0.95,
-        "relu_ratio_above_softplus": variants["relu"]["median_ratio"] > ratio,
-        "seminorm_fewer_backward_nfe": all(
-            variants[f"{a}-seminorm"]["mean_nfe_backward"] <= variants[a]["mean_nfe_backward"]
-            for a in ("relu", "softplus")
-        ),
-        "nfe_increases_during_training": all(
-            v["nfe_forward_last"] > v["nfe_forward_first"] for v in variants.values()
-        ),
-    }
-
-
-def _plot_sweep(
-    path_a: Path, path_b: Path, rows: list[dict[str, Any]], fit: dict[str, float | None]
-) -> None:
-    """Fig. 3a: test error against tolerance; Fig. 3b: forward time against NFE."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.semilogx([r["tol"] for r in rows], [100 * r["test_error"] for r in rows], "o-")
-    ax.set(
-        xlabel="tolerance (rtol = atol)", ylabel="test error (%)", title="(a) error vs tolerance"
-    )
-    ax.invert_xaxis()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_png(path_a, fig, dpi=90)
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for r in rows:
-        ax.plot(*zip(*r["batches"]), "o", alpha=0.6, label=f"tol {r['tol']:g}")
-    if fit["slope"] is not None and fit["intercept"] is not None:
-        xs = [n for r in rows for n, _ in r["batches"]]
-        lo, hi = min(xs), max(xs)
-        ax.plot(
-            [lo, hi],
-            [fit["slope"] * lo + fit["intercept"], fit["slope"] * hi + fit["intercept"]],
-            "k--",
-            lw=1,
-            label=f"fit, r = {fit['correlation']:.3f}",
-        )
-    ax.set(xlabel="forward NFE", ylabel="forward time per batch (s)", title="(b) time vs NFE")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_png(path_b, fig, dpi=90)
-
-
-def _plot_training(path_c: Path, path_d: Path, variants: dict[str, dict[str, Any]]) -> None:
-    """Fig. 3c: backward/forward NFE per step; Fig. 3d: forward NFE per step."""
-    plt = pyplot()
-    for path, key, ylabel, title in (
-        (path_c, "ratio", "backward NFE / forward NFE", "(c) backward vs forward NFE"),
-        (path_d, "nfe_forward", "forward NFE", "(d) NFE over training"),
-    ):
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        for name, v in variants.items():
-            hist = v["history"]
-            ys = [h["nfe_backward"] / h["nfe_forward"] if key == "ratio" else h[key] for h in hist]
-            style = "--" if name.endswith("seminorm") else "-"
-            ax.plot([h["iteration"] for h in hist], ys, style, lw=1.2, label=name)
-        if key == "ratio":
-            from matplotlib.ticker import FormatStrFormatter
-
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-            ax.axhline(0.5, color="0.5", ls=":", lw=1, label="paper: 0.5")
-            ax.axhline(0.8, color="0.3", ls="--", lw=1, label="corrected: 0.8")
-        ax.set(xlabel="training iteration", ylabel=ylabel, title=title)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        save_png(path, fig, dpi=90)
-
-
-def _report(summary: dict[str, Any], options: RunOptions) -> str:
-    mode = " --quick" if options.quick else ""
-    s = summary["settings"]
-    v = summary["variants"]
-    claim = summary["conclusions"]
-    fit = summary["time_vs_nfe"]
+def sections(result: Result[ToleranceSettings]) -> str:
+    """The sweep's table, the ratio table, the figures."""
+    s = result.settings
+    sweep = s.sweep
+    optimiser = f"Adam lr {s.lr:g}" if s.optimizer == "adam" else f"SGD lr {s.lr:g} momentum 0.9"
     lines = [
-        "# Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
+        f"ODE-Net, Dopri5 at tol {s.train_tol:g} in training, {s.epochs} epoch(s) of "
+        f"{'all' if s.train_size is None else s.train_size} training images, batch "
+        f"{s.batch_size}, {optimiser}.",
         "",
-        f"`odebench run chen-tolerance{mode}`, {summary['date']}, "
-        f"{summary['wall_seconds']:.0f} s in all. ODE-Net, Dopri5 at tol {s['train_tol']:g} "
-        f"in training, {s['epochs']} epoch(s) of "
-        f"{'all' if s['train_size'] is None else s['train_size']} training images, batch "
-        f"{s['batch_size']}, "
-        + (
-            f"Adam lr {s['lr']:g}."
-            if s["optimizer"] == "adam"
-            else f"SGD lr {s['lr']:g} momentum 0.9."
-        ),
-        "",
-        f"## Fig. 3a-b: tolerance sweep ({s['sweep']} model)",
+        f"## Fig. 3a-b: tolerance sweep ({sweep} model)",
         "",
         "| tolerance | test error (ours) | forward NFE | forward time per batch, ms | paper |",
         "|---|---|---|---|---|",
     ]
-    for r in summary["tolerance_sweep"]:
+    for tol in s.tolerances:
         lines.append(
-            f"| {r['tol']:g} | {fmt(r['test_error'], '.2f', 100)}% | {r['nfe_forward']:.1f} | "
-            f"{fmt(r['seconds_per_batch'], '.1f', 1e3)} | not published |"
+            f"| {tol:g} | {result.cell(sweep, f'test_error@{tol:g}', '.2f', 100, '%')} | "
+            f"{result.cell(sweep, f'nfe_forward@{tol:g}', '.1f')} | "
+            f"{result.cell(sweep, f'seconds_per_batch@{tol:g}', '.1f', 1e3)} | not published |"
         )
     lines += [
         "",
-        f"Time against NFE over every batch: correlation {fmt(fit['correlation'], '.3f')}, "
-        f"{fmt(fit['slope'], '.2f', 1e3)} ms per evaluation (paper: proportional, "
-        "slope not published).",
+        f"Time against NFE over every batch: correlation "
+        f"{result.cell(sweep, 'time_nfe_correlation', '.3f')}, "
+        f"{result.cell(sweep, 'time_nfe_slope', '.2f', 1e3)} ms per evaluation (paper: "
+        "proportional, slope not published).",
         "",
         "![error vs tolerance](fig3a_error_vs_tol.png) ![time vs NFE](fig3b_time_vs_nfe.png)",
         "",
@@ -401,11 +387,12 @@ def _report(summary: dict[str, Any], options: RunOptions) -> str:
         "forward NFE first / last 10% | test error |",
         "|---|---|---|---|---|---|",
     ]
-    for name, r in v.items():
+    for name in VARIANTS:
         lines.append(
-            f"| {name} | {fmt(r['median_ratio'], '.2f')} | ~0.5 | ~0.8 (0.78-0.86) | "
-            f"{r['nfe_forward_first']:.1f} / {r['nfe_forward_last']:.1f} | "
-            f"{fmt(r['test_error'], '.2f', 100)}% |"
+            f"| {name} | {result.cell(name, 'median_ratio', '.2f')} | ~0.5 | ~0.8 (0.78-0.86) | "
+            f"{result.cell(name, 'nfe_forward_first', '.1f')} / "
+            f"{result.cell(name, 'nfe_forward_last', '.1f')} | "
+            f"{result.cell(name, 'test_error', '.2f', 100, '%')} |"
         )
     lines += [
         "",
@@ -413,24 +400,99 @@ def _report(summary: dict[str, Any], options: RunOptions) -> str:
         "right-hand side discontinuous in time, which can make it far more expensive.",
         "",
         "![ratio](fig3c_ratio.png) ![NFE](fig3d_nfe.png)",
-        "",
-        "Claims checked on these numbers:",
-        "",
-        f"- forward NFE grows as the tolerance tightens (Fig. 3a-b): "
-        f"{held(claim['nfe_grows_as_tolerance_tightens'])};",
-        f"- the test error at the tightest tolerance is not above the loosest (Fig. 3a): "
-        f"{held(claim['error_at_tightest_not_above_loosest'])};",
-        f"- forward time is proportional to NFE, correlation above 0.9 (Fig. 3b): "
-        f"{held(claim['time_proportional_to_nfe'])};",
-        f"- softplus backward NFE roughly half the forward (paper, Fig. 3c): "
-        f"{held(claim['softplus_ratio_roughly_half'])};",
-        f"- softplus ratio near the corrected ~0.8 (0.7-0.95): "
-        f"{held(claim['softplus_ratio_near_corrected'])};",
-        f"- the ReLU ratio exceeds the softplus one: {held(claim['relu_ratio_above_softplus'])};",
-        f"- the seminorm needs no more backward NFE than the default norm: "
-        f"{held(claim['seminorm_fewer_backward_nfe'])};",
-        f"- NFE increases during training, every variant (Fig. 3d): "
-        f"{held(claim['nfe_increases_during_training'])}.",
-        "",
     ]
     return "\n".join(lines)
+
+
+def _plot_error(result: Result[ToleranceSettings], path: Path) -> None:
+    """Fig. 3a: test error against tolerance (the first seed)."""
+    rows = result.details(result.settings.sweep)["tolerance_sweep"]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.semilogx([r["tol"] for r in rows], [100 * r["test_error"] for r in rows], "o-")
+    ax.set(
+        xlabel="tolerance (rtol = atol)", ylabel="test error (%)", title="(a) error vs tolerance"
+    )
+    ax.invert_xaxis()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
+
+
+def _plot_time(result: Result[ToleranceSettings], path: Path) -> None:
+    """Fig. 3b: forward time per batch against NFE, with the fit (the first seed)."""
+    sweep = result.settings.sweep
+    rows = result.details(sweep)["tolerance_sweep"]
+    first = result.measurements[sweep][0].metrics
+    slope, intercept = first["time_nfe_slope"], first["time_nfe_intercept"]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for r in rows:
+        ax.plot(*zip(*r["batches"]), "o", alpha=0.6, label=f"tol {r['tol']:g}")
+    if slope is not None and intercept is not None:
+        xs = [n for r in rows for n, _ in r["batches"]]
+        lo, hi = min(xs), max(xs)
+        ax.plot(
+            [lo, hi],
+            [slope * lo + intercept, slope * hi + intercept],
+            "k--",
+            lw=1,
+            label=f"fit, r = {first['time_nfe_correlation']:.3f}",
+        )
+    ax.set(xlabel="forward NFE", ylabel="forward time per batch (s)", title="(b) time vs NFE")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
+
+
+def _plot_training(key: str, result: Result[ToleranceSettings], path: Path) -> None:
+    """Fig. 3c (``key="ratio"``): backward/forward NFE per step; Fig. 3d
+    (``key="nfe_forward"``): forward NFE per step. The first seed of every variant."""
+    ylabel, title = {
+        "ratio": ("backward NFE / forward NFE", "(c) backward vs forward NFE"),
+        "nfe_forward": ("forward NFE", "(d) NFE over training"),
+    }[key]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name in VARIANTS:
+        hist = result.details(name)["history"]
+        ys = [h["nfe_backward"] / h["nfe_forward"] if key == "ratio" else h[key] for h in hist]
+        style = "--" if name.endswith("seminorm") else "-"
+        ax.plot([h["iteration"] for h in hist], ys, style, lw=1.2, label=name)
+    if key == "ratio":
+        from matplotlib.ticker import FormatStrFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.axhline(0.5, color="0.5", ls=":", lw=1, label="paper: 0.5")
+        ax.axhline(0.8, color="0.3", ls="--", lw=1, label="corrected: 0.8")
+    ax.set(xlabel="training iteration", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
+
+
+register_template(
+    Template(
+        name="chen-tolerance",
+        description="Chen et al. (2018) Fig. 3: error, time and NFE against the solver "
+        "tolerance, and forward/backward NFE over training (ReLU/softplus, adjoint "
+        "with/without seminorm)",
+        title="Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
+        modes=MODES,
+        runs=runs,
+        measure=measure,
+        claims=claims,
+        sections=sections,
+        figures=[
+            Figure("fig3a_error_vs_tol.png", _plot_error),
+            Figure("fig3b_time_vs_nfe.png", _plot_time),
+            Figure("fig3c_ratio.png", functools.partial(_plot_training, "ratio")),
+            Figure("fig3d_nfe.png", functools.partial(_plot_training, "nfe_forward")),
+        ],
+        one_thread_modes=("quick",),
+    )
+)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
-from ..training import TrainConfig, find_data, train
-from ._registry import Log, RunOptions, prefixed
+from ..training import find_data
+from ._registry import Log, RunOptions
 
 DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN"}
 
@@ -53,26 +49,3 @@ def available_datasets(
         else:
             found.append(dataset)
     return found, skipped
-
-
-def train_seeds(
-    out: Path, configs: dict[int, TrainConfig], options: RunOptions, log: Log
-) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
-    """Train one run per seed into ``out/seed<N>/``; ``--resume`` continues each.
-
-    Args:
-        out: the directory of this model's runs.
-        configs: ``{seed: config}``.
-        options: the experiment's options (``resume``).
-        log: where the runs' lines go, each tagged with its seed.
-
-    Returns:
-        ``(results, metrics)``: each run's ``results.json`` and its per-epoch rows.
-    """
-    results, metrics = [], []
-    for seed, config in configs.items():
-        run_dir = out / f"seed{seed}"
-        tagged = prefixed(log, f"seed {seed}")
-        results.append(train(config, run_dir, resume=options.resume, log=tagged))
-        metrics.append(json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")))
-    return results, metrics

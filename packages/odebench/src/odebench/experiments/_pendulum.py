@@ -9,21 +9,22 @@ converges as ``dt'`` shrinks; one that learned a discrete map tied to ``dt`` doe
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import odecore
 import torch
 from torch import Tensor, nn
 
 from ..data import pendulum as pendulum_data
-from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, one_thread, register
+from ..training._io import pyplot, save_png
+from . import _template
+from ._template import Claim, Figure, Fitted, Measurement, Result, Run, Settings, Setup, Trained
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -31,7 +32,7 @@ SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 LABELS = {"euler": "Euler (ResNet)", "midpoint": "Midpoint", "rk4": "RK4"}
 
 DT_FACTORS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
-"""The evaluation steps ``dt'`` as multiples of the training step ``dt``."""
+"""The evaluation steps ``dt'`` as multiples of the training step ``dt`` (the default)."""
 
 FINE_FACTOR = 1.0 / 32.0
 """The step of the fine RK4 reference rollout of each learned field, over ``dt``."""
@@ -41,10 +42,10 @@ Field = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
-class PendulumSettings:
+class PendulumSettings(Settings):
     """The sizes of one run of the experiment.
 
-    Attributes:
+    Args:
         dt: the training time step (the sample spacing of the data).
         n_train: training trajectories.
         steps: samples per training trajectory, minus one.
@@ -55,6 +56,8 @@ class PendulumSettings:
         lr: Adam's initial learning rate (cosine-annealed to ``lr / 100``).
         n_test: held-out clean initial states for the evaluation.
         horizon: the length of the evaluation rollouts (a multiple of ``2 dt``).
+        dt_factors: the evaluation steps over ``dt``, increasing; one of them is 1.
+        fine_factor: the step of the fine RK4 rollouts over ``dt``.
     """
 
     dt: float
@@ -67,51 +70,33 @@ class PendulumSettings:
     lr: float
     n_test: int
     horizon: float
+    dt_factors: tuple[float, ...] = DT_FACTORS
+    fine_factor: float = FINE_FACTOR
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.epochs < 1:
+            raise ValueError(f"`epochs` must be a positive integer, got {self.epochs}.")
+        if 1.0 not in self.dt_factors or list(self.dt_factors) != sorted(self.dt_factors):
+            raise ValueError(f"`dt_factors` must increase and hold 1.0, got {self.dt_factors}.")
 
 
-QUICK = PendulumSettings(
-    dt=0.1,
-    n_train=32,
-    steps=40,
-    noise=0.01,
-    hidden=50,
-    epochs=500,
-    batch_size=128,
-    lr=5e-3,
-    n_test=16,
-    horizon=2.0,
-)
-FULL = PendulumSettings(
-    dt=0.1,
-    n_train=256,
-    steps=100,
-    noise=0.01,
-    hidden=50,
-    epochs=125,
-    batch_size=128,
-    lr=1e-3,
-    n_test=64,
-    horizon=2.0,
-)
+MODES = {
+    "quick": PendulumSettings(
+        dt=0.1, n_train=32, steps=40, noise=0.01, hidden=50, epochs=500, batch_size=128,
+        lr=5e-3, n_test=16, horizon=2.0,
+    ),
+    "full": PendulumSettings(
+        dt=0.1, n_train=256, steps=100, noise=0.01, hidden=50, epochs=125, batch_size=128,
+        lr=1e-3, n_test=64, horizon=2.0,
+    ),
+}  # fmt: skip
 
 
-class MLPField(nn.Module):
-    """The learned vector field ``f(y)``: 2 -> hidden -> hidden -> 2 with tanh."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(2, hidden),
-            nn.Tanh(),
-            nn.Linear(hidden, hidden),
-            nn.Tanh(),
-            nn.Linear(hidden, 2),
-        )
-
-    def forward(self, y: Tensor) -> Tensor:
-        """The time derivative of the states ``y`` (..., 2)."""
-        out: Tensor = self.net(y)
-        return out
+def mlp_field(hidden: int) -> nn.Sequential:
+    """The learned vector field ``f(y)``: float64, 2 -> hidden -> hidden -> 2 with tanh."""
+    layers = (nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+    return nn.Sequential(*layers, nn.Linear(hidden, 2)).to(_F64)
 
 
 def pendulum_field(gravity: float = 9.81, length: float = 1.0) -> Field:
@@ -195,325 +180,211 @@ def global_error(ys: Tensor, truth: Tensor) -> float:
     return float((ys - truth).norm(dim=-1).amax(dim=1).mean())
 
 
-def _train(
-    scheme: str,
-    pairs: tuple[Tensor, Tensor],
-    settings: PendulumSettings,
-    epochs: int,
-    seed: int,
-    log: Log,
-) -> tuple[MLPField, float]:
-    """Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``; the model and its final MSE."""
-    torch.manual_seed(seed)
-    model = MLPField(settings.hidden).to(_F64)
-    x, y = pairs
-    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
-    n_batches = max(1, math.ceil(len(x) / settings.batch_size))
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
-        opt, T_max=max(1, epochs * n_batches), eta_min=settings.lr / 100
-    )
+def at(factor: float) -> str:
+    """A step as a multiple of the training step, in words.
+
+    Example:
+        >>> [at(f) for f in (0.125, 1.0, 4.0)]
+        ['dt/8', 'dt', '4 dt']
+    """
+    if factor == 1.0:
+        return "dt"
+    return f"dt/{1 / factor:g}" if factor < 1.0 else f"{factor:g} dt"
+
+
+@functools.lru_cache(maxsize=8)
+def _data(s: PendulumSettings, seed: int) -> tuple[tuple[Tensor, Tensor], Tensor, Tensor]:
+    """Training pairs of noisy states, and the held-out initial states with their truth
+    every ``dt * min(dt_factors)``; made once per seed for the three models."""
     gen = torch.Generator().manual_seed(seed)
-    loss_value = math.nan
-    for epoch in range(epochs):
+    states = pendulum_data(
+        s.n_train, dt=s.dt, steps=s.steps, noise=s.noise, dtype=_F64, generator=gen
+    ).inputs
+    pairs = (states[:, :-1].reshape(-1, 2), states[:, 1:].reshape(-1, 2))
+    h = s.dt * min(s.dt_factors)
+    gen = torch.Generator().manual_seed(seed + 10_000)
+    truth = pendulum_data(
+        s.n_test, dt=h, steps=round(s.horizon / h), dtype=_F64, generator=gen
+    ).targets
+    return pairs, truth[:, 0], truth
+
+
+def runs(setup: Setup[PendulumSettings], seed: int) -> list[Run]:
+    """One model per scheme, on the data of ``seed``; the i-th initialises and shuffles
+    with ``seed + i``."""
+    return [
+        Run(scheme, fit=functools.partial(_fit, setup, scheme, seed, k))
+        for k, scheme in enumerate(SCHEMES)
+    ]
+
+
+def _fit(
+    setup: Setup[PendulumSettings], scheme: str, seed: int, k: int, device: torch.device
+) -> Fitted:
+    """Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``: one row per epoch (train MSE,
+    seconds so far). The tiny float64 model trains on the CPU, whatever ``device``."""
+    s = setup.settings
+    (x, y), _, _ = _data(s, seed)
+    if k == 0:
+        setup.log(f"pendulum: {len(x)} training pairs, dt = {s.dt:g}, {s.epochs} epochs")
+    started = time.perf_counter()
+    torch.manual_seed(seed + k)
+    model = mlp_field(s.hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    n_batches = max(1, math.ceil(len(x) / s.batch_size))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+        opt, T_max=max(1, s.epochs * n_batches), eta_min=s.lr / 100
+    )
+    gen = torch.Generator().manual_seed(seed + k)
+    history: list[dict[str, float]] = []
+    for epoch in range(s.epochs):
         perm = torch.randperm(len(x), generator=gen)
         total = 0.0
         for i in range(n_batches):
-            idx = perm[i * settings.batch_size : (i + 1) * settings.batch_size]
-            loss = ((step(model, x[idx], settings.dt, scheme) - y[idx]) ** 2).mean()
+            idx = perm[i * s.batch_size : (i + 1) * s.batch_size]
+            loss = ((step(model, x[idx], s.dt, scheme) - y[idx]) ** 2).mean()
             opt.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             sched.step()
             total += float(loss.detach()) * len(idx)
-        loss_value = total / len(x)
-        if epoch == epochs - 1 or (epoch + 1) % max(1, epochs // 5) == 0:
-            log(f"[{scheme}] epoch {epoch + 1}/{epochs}: train MSE {loss_value:.3e}")
-    return model.eval(), loss_value
+        mse, seconds = total / len(x), time.perf_counter() - started
+        history.append({"epoch": epoch + 1.0, "train_mse": mse, "seconds": seconds})
+        if epoch == s.epochs - 1 or (epoch + 1) % max(1, s.epochs // 5) == 0:
+            setup.log(f"[{scheme}] epoch {epoch + 1}/{s.epochs}: train MSE {mse:.3e}")
+    return Fitted(model.eval(), history)
 
 
-def _evaluate(
-    model: Field, y0: Tensor, truth: Tensor, settings: PendulumSettings, scheme: str
-) -> dict[str, Any]:
-    """Errors of ``model`` integrated with ``scheme`` at each ``dt'``, and the fitted slopes.
-
-    ``truth`` holds the exact states every ``dt * min(DT_FACTORS)`` from ``y0``; the
-    errors are read at the samples every ``dt * max(DT_FACTORS)``, which every ``dt'``
-    hits. Besides the error against the truth, each rollout is compared with a fine
-    RK4 rollout of the same field (step ``dt * FINE_FACTOR``): its own limit as
-    ``dt' -> 0``, whose error against the truth is the error of the learned field.
-    """
-    coarsest = max(DT_FACTORS)
+def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
+    """The model's errors with its scheme at each ``dt'`` (``error@<factor>dt``, read
+    every ``dt * max(dt_factors)``, which every ``dt'`` hits), against its own limit (a
+    fine RK4 rollout: ``error_vs_own_limit@...``; that limit's error is the field's,
+    ``error_fine_rk4``), and the slopes. Saves the field for the phase portraits."""
+    s, scheme = setup.settings, trained.run.name
+    model = trained.load()
+    _, y0, truth = _data(s, trained.seed)
+    coarsest = max(s.dt_factors)
 
     def sampled(factor: float, scheme_: str) -> Tensor:
-        h = settings.dt * factor
-        ys = rollout(model, y0, h, round(settings.horizon / h), scheme_)
+        h = s.dt * factor
+        ys = rollout(model, y0, h, round(s.horizon / h), scheme_)
         return ys[:, :: round(coarsest / factor)]
 
-    common = truth[:, :: round(coarsest / min(DT_FACTORS))]
+    common = truth[:, :: round(coarsest / min(s.dt_factors))]
     with torch.no_grad():
-        fine = sampled(FINE_FACTOR, "rk4")
-        runs = [sampled(factor, scheme) for factor in DT_FACTORS]
-    errors = [global_error(ys, common) for ys in runs]
-    own = [global_error(ys, fine) for ys in runs]
-    dts = [settings.dt * f for f in DT_FACTORS]
-    i_train = DT_FACTORS.index(1.0)
-    return {
-        "dt_eval": dts,
-        "error": errors,
+        fine = sampled(s.fine_factor, "rk4")
+        rollouts = [sampled(factor, scheme) for factor in s.dt_factors]
+    errors = [global_error(ys, common) for ys in rollouts]
+    own = [global_error(ys, fine) for ys in rollouts]
+    dts = [s.dt * f for f in s.dt_factors]
+    refine = s.dt_factors.index(1.0) + 1
+    trained.dir.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), trained.dir / "field.pt")
+    last = trained.history[-1]
+    metrics = {
+        "train_mse": last["train_mse"],
+        "train_seconds": last["seconds"],
+        **{f"error@{f:g}dt": e for f, e in zip(s.dt_factors, errors)},
         "error_fine_rk4": global_error(fine, common),
-        "error_vs_own_limit": own,
+        **{f"error_vs_own_limit@{f:g}dt": e for f, e in zip(s.dt_factors, own)},
         "slope": fit_slope(dts, errors),
-        "slope_refine": fit_slope(dts[: i_train + 1], errors[: i_train + 1]),
+        "slope_refine": fit_slope(dts[:refine], errors[:refine]),
         "slope_vs_own_limit": fit_slope(dts, own),
     }
-
-
-def _data(settings: PendulumSettings, seed: int) -> tuple[tuple[Tensor, Tensor], Tensor, Tensor]:
-    """Training pairs of noisy states, and the held-out initial states with their truth."""
-    train = pendulum_data(
-        settings.n_train,
-        dt=settings.dt,
-        steps=settings.steps,
-        noise=settings.noise,
-        dtype=_F64,
-        generator=torch.Generator().manual_seed(seed),
+    listed = ", ".join(f"{e:.2e}" for e in errors)
+    steps = f"{at(s.dt_factors[0])} ... {at(coarsest)}"
+    setup.log(
+        f"[{scheme}] error at dt' = {steps}: {listed}; fine RK4 {metrics['error_fine_rk4']:.2e}"
     )
-    states = train.inputs
-    pairs = (states[:, :-1].reshape(-1, 2), states[:, 1:].reshape(-1, 2))
-    h = settings.dt * min(DT_FACTORS)
-    test = pendulum_data(
-        settings.n_test,
-        dt=h,
-        steps=round(settings.horizon / h),
-        dtype=_F64,
-        generator=torch.Generator().manual_seed(seed + 10_000),
+    return Measurement(metrics)
+
+
+#: How a claim compares its ratio with its bound.
+_TESTS = {"at least": operator.ge, "above": operator.gt, "below": operator.lt}
+
+
+def _claim(
+    key: str, text: str, num: tuple[str, str], den: tuple[str, str], test: str, bound: float
+) -> Claim:
+    """A claim that ``num / den`` is ``test`` (a key of ``_TESTS``) ``bound``, for two
+    ``(run, metric)`` of our numbers."""
+    return Claim(
+        key=key,
+        text=f"{text}, {test} {bound:g}",
+        published="stated, no number",
+        ours=lambda v: v[num] / v[den],
+        holds=lambda v: _TESTS[test](v[num], bound * v[den]),
+        unit="×",
     )
-    truth = test.targets
-    return pairs, truth[:, 0], truth
 
 
-def _conclusions(models: dict[str, dict[str, Any]]) -> dict[str, bool]:
-    """The paper's claims, each decided from the numbers of this run."""
-    i_train = DT_FACTORS.index(1.0)
-    i_fine = DT_FACTORS.index(min(DT_FACTORS))
-    i_coarse = DT_FACTORS.index(max(DT_FACTORS))
-    eu, rk = models["euler"], models["rk4"]
-    return {
-        # refining the step does not help the Euler model: its error at dt/8 is not
-        # below half its error at the training step
-        "euler_error_flat": eu["error"][i_fine] >= 0.5 * eu["error"][i_train],
-        # the RK4 model's error falls from the coarsest to the finest step
-        "rk4_error_shrinks": rk["error"][i_fine] < 0.5 * rk["error"][i_coarse],
-        # at dt/8 the RK4 model is more accurate than the Euler model
-        "rk4_beats_euler_at_finest": rk["error"][i_fine] < eu["error"][i_fine],
-        # the field the Euler model learned is further from the truth than RK4's
-        "euler_field_worse_than_rk4": eu["error_fine_rk4"] > 2.0 * rk["error_fine_rk4"],
-        # at the training step, Euler is far more accurate than its own field would be
-        # with exact integration would suggest: its error at dt is below its field's
-        "euler_accurate_at_training_dt": eu["error"][i_train] < eu["error_fine_rk4"],
-        # the RK4 model at dt/8 is within a factor 2 of its field's error (the floor)
-        "rk4_reaches_model_error": rk["error"][i_fine] < 2.0 * rk["error_fine_rk4"],
-    }
+def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
+    """The paper's claims (Sec. 3): each compares a ratio of two of our errors with a bound."""
+    factors = setup.settings.dt_factors
+    fine, coarse = f"error@{min(factors):g}dt", f"error@{max(factors):g}dt"
+    at_fine, at_coarse, field = at(min(factors)), at(max(factors)), "error_fine_rk4"
+    return [
+        _claim("euler_error_flat",
+               "The Euler (ResNet) model's error does not shrink when dt' is refined below dt; "
+               f"ours: its error at {at_fine} over that at dt",
+               ("euler", fine), ("euler", "error@1dt"), "at least", 0.5),
+        _claim("euler_accurate_at_training_dt",
+               "At the training dt the ResNet is much more accurate than a true Euler "
+               "discretisation of its own field; ours: its error at dt over its field's error "
+               "(fine RK4)", ("euler", "error@1dt"), ("euler", field), "below", 1.0),
+        _claim("euler_field_worse_than_rk4",
+               "The ResNet overfits to the sample rate: its f is not the vector field; ours: "
+               "the field error (fine RK4) of Euler over that of RK4",
+               ("euler", field), ("rk4", field), "above", 2.0),
+        _claim("rk4_error_shrinks",
+               "The RK4 model behaves as a discretisation of a continuous ODE: its error "
+               f"shrinks as dt' shrinks; ours: its error at {at_fine} over that at {at_coarse}",
+               ("rk4", fine), ("rk4", coarse), "below", 0.5),
+        _claim("rk4_reaches_model_error",
+               f"... down to the model error; ours: its error at {at_fine} over its field's "
+               "error (fine RK4)", ("rk4", fine), ("rk4", field), "below", 2.0),
+        _claim("rk4_beats_euler_at_finest",
+               "Higher-order schemes have much lower discretisation error; ours: the RK4 "
+               f"model's error at {at_fine} over the Euler model's",
+               ("rk4", fine), ("euler", fine), "below", 1.0),
+    ]  # fmt: skip
 
 
-@register(
-    "pendulum",
-    "Euler (ResNet), Midpoint and RK4 ODE-Nets of the nonlinear pendulum evaluated at other "
-    "time steps: global error against dt' (Queiruga et al. 2020, Sec. 3)",
-)
-def pendulum(options: RunOptions, log: Log) -> dict[str, Any]:
-    """Train the three ODE-Nets, evaluate them at other steps, write ``report.md``."""
-    started = time.perf_counter()
-    settings = QUICK if options.quick else FULL
-    epochs = options.epochs_or(settings.epochs)
-    if epochs < 1:
-        raise ValueError(f"`epochs` must be a positive integer, got {epochs}.")
-    out = options.out
-    with one_thread(True):  # the model is tiny
-        summary = _run(options, settings, epochs, log)
-    summary["wall_seconds"] = time.perf_counter() - started
-    write_json(out / "results.json", summary)
-    write_text(out / "report.md", _report(summary, options))
-    log(f"pendulum: {summary['wall_seconds']:.0f} s; report in {out / 'report.md'}")
-    return summary
-
-
-def _run(options: RunOptions, settings: PendulumSettings, epochs: int, log: Log) -> dict[str, Any]:
-    """Data, training, evaluation and figures; the summary without the wall time."""
-    out = options.out
-    pairs, y0, truth = _data(settings, options.seed)
-    log(f"pendulum: {len(pairs[0])} training pairs, dt = {settings.dt:g}, {epochs} epochs")
-    models: dict[str, dict[str, Any]] = {}
-    fields: dict[str, MLPField] = {}
-    for k, scheme in enumerate(SCHEMES):
-        t0 = time.perf_counter()
-        model, loss = _train(scheme, pairs, settings, epochs, options.seed + k, log)
-        fields[scheme] = model
-        models[scheme] = {
-            "train_mse": loss,
-            "train_seconds": time.perf_counter() - t0,
-            **_evaluate(model, y0, truth, settings, scheme),
-        }
-        log(
-            f"[{scheme}] error at dt' = dt/8 ... 4 dt: "
-            + ", ".join(f"{e:.2e}" for e in models[scheme]["error"])
-            + f"; fine RK4 {models[scheme]['error_fine_rk4']:.2e}"
-        )
-    _plot_errors(out / "error_vs_dt.png", models, settings)
-    _plot_phase(out / "phase.png", fields, y0, truth, settings)
-    return {
-        "experiment": "pendulum",
-        "quick": options.quick,
-        "seed": options.seed,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_seconds": math.nan,
-        "torch_threads": 1,
-        "settings": {**asdict(settings), "epochs": epochs},
-        "dt_factors": list(DT_FACTORS),
-        "fine_factor": FINE_FACTOR,
-        "models": models,
-        "conclusions": _conclusions(models),
-    }
-
-
-def _plot_errors(path: Path, models: dict[str, dict[str, Any]], settings: PendulumSettings) -> None:
-    """Global error against dt' (log-log), one line per model, its field's error dashed."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
-        m = models[scheme]
-        ax.loglog(m["dt_eval"], m["error"], "o-", color=color, label=f"{LABELS[scheme]} model")
-        ax.axhline(m["error_fine_rk4"], color=color, ls="--", lw=1)
-    dts = models[SCHEMES[0]]["dt_eval"]
-    ax.set_xticks(dts, [f"{h:g}" for h in dts], minor=False)
-    ax.set_xticks([], minor=True)
-    ax.axvline(settings.dt, color="0.5", ls=":", lw=1)
-    ax.text(settings.dt, ax.get_ylim()[1], " training dt", va="top", fontsize=8, color="0.4")
-    ax.set(
-        xlabel="evaluation step dt'",
-        ylabel=f"global error over t in [0, {settings.horizon:g}]",
-        title="ODE-Nets of the pendulum at other time steps",
-    )
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, title="solid: same scheme; dashed: fine RK4", title_fontsize=8)
-    fig.tight_layout()
-    save_png(path, fig, dpi=100)
-
-
-def _plot_phase(
-    path: Path, fields: dict[str, MLPField], y0: Tensor, truth: Tensor, settings: PendulumSettings
-) -> None:
-    """Phase portraits: rollouts at dt and dt/8 of each model against the truth."""
-    plt = pyplot()
-    n_show = min(3, len(y0))
-    fig, axes = plt.subplots(1, len(SCHEMES), figsize=(13, 4.2), sharex=True, sharey=True)
-    for ax, scheme in zip(axes, SCHEMES):
-        for i in range(n_show):
-            ax.plot(
-                truth[i, :, 0], truth[i, :, 1], color="0.6", lw=3, label="exact" if i == 0 else None
-            )
-        for factor, style in ((1.0, "-"), (min(DT_FACTORS), "--")):
-            h = settings.dt * factor
-            with torch.no_grad():
-                ys = rollout(fields[scheme], y0[:n_show], h, round(settings.horizon / h), scheme)
-            for i in range(n_show):
-                ax.plot(
-                    ys[i, :, 0],
-                    ys[i, :, 1],
-                    style,
-                    color=f"C{i}",
-                    lw=1.2,
-                    label=f"dt' = {h:g}" if i == 0 else None,
-                )
-        ax.set(title=f"{LABELS[scheme]} model", xlabel="theta (rad)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("omega (rad/s)")
-    fig.tight_layout()
-    save_png(path, fig, dpi=100)
-
-
-CLAIMS = (
-    (
-        "euler_error_flat",
-        "The Euler (ResNet) model's error does not shrink when dt' is refined below dt",
-        "error at dt/8 >= 0.5 x error at dt",
-    ),
-    (
-        "euler_accurate_at_training_dt",
-        "At the training dt the ResNet is much more accurate than a true Euler "
-        "discretisation of its own field",
-        "error at dt < error of its field integrated exactly (fine RK4)",
-    ),
-    (
-        "euler_field_worse_than_rk4",
-        "The ResNet overfits to the sample rate: its f is not the vector field",
-        "field error (fine RK4) of Euler > 2 x that of RK4",
-    ),
-    (
-        "rk4_error_shrinks",
-        "The RK4 model behaves as a discretisation of a continuous ODE: its error "
-        "shrinks as dt' shrinks",
-        "error at dt/8 < 0.5 x error at 4 dt",
-    ),
-    (
-        "rk4_reaches_model_error",
-        "... down to the model error",
-        "error at dt/8 < 2 x its field's error (fine RK4)",
-    ),
-    (
-        "rk4_beats_euler_at_finest",
-        "Higher-order schemes have much lower discretisation error",
-        "RK4 model's error at dt/8 < Euler model's",
-    ),
-)
-"""``(key in conclusions, the paper's claim (Sec. 3), how this run decides it)``."""
-
-
-def _report(summary: dict[str, Any], options: RunOptions) -> str:
-    s = summary["settings"]
-    models = summary["models"]
-    factors = summary["dt_factors"]
-    mode = " --quick" if options.quick else ""
-    extra = "" if options.epochs is None else f" --epochs {options.epochs}"
-    seed = "" if options.seed == 0 else f" --seed {options.seed}"
+def sections(result: Result[PendulumSettings]) -> str:
+    """The set-up, the table of errors and slopes, the figures."""
+    s = result.settings
+    factors = s.dt_factors
     head = " | ".join(f"dt' = {f:g} dt" for f in factors)
     lines = [
-        "# ODE-Nets of the nonlinear pendulum at other time steps",
-        "",
-        f"`odebench run pendulum{mode}{extra}{seed}`, {summary['date']}, "
-        f"{summary['wall_seconds']:.0f} s in all (one torch thread).",
-        "",
         "Queiruga et al. (2020), Sec. 3 and Figs. 3-4. A vector field f (MLP 2 -> "
-        f"{s['hidden']} -> {s['hidden']} -> 2, tanh, float64) is trained as the one-step "
-        f"map y(k+1) = Step(f, y(k), dt) of each scheme at dt = {s['dt']:g}, on "
-        f"{s['n_train']} noisy trajectories of {s['steps']} steps (noise std "
-        f"{s['noise']:g}; g = 9.81, L = 1), Adam, lr {s['lr']:g} cosine-annealed, batch "
-        f"{s['batch_size']}, {s['epochs']} epochs. Each model is then rolled out with the "
-        "same scheme at other steps dt' from "
-        f"{s['n_test']} held-out clean initial states over t in [0, {s['horizon']:g}], and "
-        "with RK4 at dt/32 (its field integrated almost exactly). The global error is the "
-        "mean over trajectories of the largest Euclidean state error against the exact "
-        f"solution at t = 0, {max(factors) * s['dt']:g}, ... .",
+        f"{s.hidden} -> {s.hidden} -> 2, tanh, float64, one torch thread) is trained as the "
+        f"one-step map y(k+1) = Step(f, y(k), dt) of each scheme at dt = {s.dt:g}, on "
+        f"{s.n_train} noisy trajectories of {s.steps} steps (noise std {s.noise:g}; "
+        f"g = 9.81, L = 1), Adam, lr {s.lr:g} cosine-annealed, batch {s.batch_size}, "
+        f"{s.epochs} epochs. Each model is then rolled out with the same scheme at other "
+        f"steps dt' from {s.n_test} held-out clean initial states over t in "
+        f"[0, {s.horizon:g}], and with RK4 at {at(s.fine_factor)} (its field integrated "
+        "almost exactly). The global error is the mean over trajectories of the largest "
+        "Euclidean state error against the exact solution at t = 0, "
+        f"{max(factors) * s.dt:g}, ... .",
         "",
         "## Global error against the evaluation step",
         "",
-        f"| model | train MSE | {head} | field error (RK4, dt/32) | slope (all dt') | "
-        "slope (dt' <= dt) | slope against own limit |",
+        f"| model | train MSE | {head} | field error (RK4, {at(s.fine_factor)}) | "
+        "slope (all dt') | slope (dt' <= dt) | slope against own limit |",
         "|---|---|" + "---|" * len(factors) + "---|---|---|---|",
     ]
     for scheme in SCHEMES:
-        m = models[scheme]
-        cells = " | ".join(fmt(e, ".3g") for e in m["error"])
-        lines.append(
-            f"| {LABELS[scheme]} | {fmt(m['train_mse'], '.3g')} | {cells} | "
-            f"{fmt(m['error_fine_rk4'], '.3g')} | {fmt(m['slope'], '.2f')} | "
-            f"{fmt(m['slope_refine'], '.2f')} | {fmt(m['slope_vs_own_limit'], '.2f')} |"
-        )
+        cells = [
+            result.cell(scheme, "train_mse", ".3g"),
+            *(result.cell(scheme, f"error@{f:g}dt", ".3g") for f in factors),
+            result.cell(scheme, "error_fine_rk4", ".3g"),
+            *(result.cell(scheme, k, ".2f") for k in ("slope", "slope_refine")),
+            result.cell(scheme, "slope_vs_own_limit", ".2f"),
+        ]
+        lines.append(f"| {LABELS[scheme]} | {' | '.join(cells)} |")
     lines += [
-        "| published (paper) | not published | "
-        + " | ".join("not published" for _ in factors)
-        + " | not published | not published | not published | not published |",
+        "| published (paper) |" + " not published |" * (len(factors) + 5),
         "",
         "The paper's text gives no numbers for the pendulum, nor its time step, noise, "
         "width or training length (Figs. 3-4 only); the settings here are ours. The slope "
@@ -523,19 +394,82 @@ def _report(summary: dict[str, Any], options: RunOptions) -> str:
         "",
         "![global error against dt'](error_vs_dt.png)",
         "",
-        "Solid: each model with its own scheme; dashed: the same field with RK4 at dt/32.",
+        f"Solid: each model with its own scheme; dashed: the same field with RK4 at "
+        f"{at(s.fine_factor)}.",
         "",
         "![phase portraits](phase.png)",
         "",
-        "Grey: the exact trajectories; solid: the model at the training dt; dashed: at dt/8.",
-        "",
-        "## The paper's claims in this run",
-        "",
-        "| claim (Sec. 3) | published | test in this run | held |",
-        "|---|---|---|---|",
+        "Grey: the exact trajectories; solid: the model at the training dt; dashed: at "
+        f"{at(min(factors))}.",
     ]
-    for key, claim, test in CLAIMS:
-        held = "yes" if summary["conclusions"][key] else "**no**"
-        lines.append(f"| {claim} | stated, no number | {test} | {held} |")
-    lines.append("")
     return "\n".join(lines)
+
+
+def _plot_errors(result: Result[PendulumSettings], path: Path) -> None:
+    """Global error against dt' (log-log), one line per model, its field's error dashed."""
+    s = result.settings
+    dts = [s.dt * f for f in s.dt_factors]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
+        errors = [result.stat(scheme, f"error@{f:g}dt").mean for f in s.dt_factors]
+        ax.loglog(dts, errors, "o-", color=color, label=f"{LABELS[scheme]} model")
+        ax.axhline(result.stat(scheme, "error_fine_rk4").mean, color=color, ls="--", lw=1)
+    ax.set_xticks(dts, [f"{h:g}" for h in dts], minor=False)
+    ax.set_xticks([], minor=True)
+    ax.axvline(s.dt, color="0.5", ls=":", lw=1)
+    ax.text(s.dt, ax.get_ylim()[1], " training dt", va="top", fontsize=8, color="0.4")
+    ax.set(
+        xlabel="evaluation step dt'",
+        ylabel=f"global error over t in [0, {s.horizon:g}]",
+        title="ODE-Nets of the pendulum at other time steps",
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, title="solid: same scheme; dashed: fine RK4", title_fontsize=8)
+    fig.tight_layout()
+    save_png(path, fig, dpi=100)
+
+
+def _plot_phase(result: Result[PendulumSettings], path: Path) -> None:
+    """Phase portraits of the first seed: rollouts at dt and at the finest dt' of each
+    model against the truth."""
+    s, setup = result.settings, result.setup
+    _, y0, truth = _data(s, setup.seeds[0])
+    plt = pyplot()
+    n_show = min(3, len(y0))
+    fig, axes = plt.subplots(1, len(SCHEMES), figsize=(13, 4.2), sharex=True, sharey=True)
+    for ax, scheme in zip(axes, SCHEMES):
+        field = mlp_field(s.hidden)
+        field.load_state_dict(torch.load(setup.run_dir(scheme, setup.seeds[0]) / "field.pt"))
+        for i in range(n_show):
+            ax.plot(*truth[i].T, color="0.6", lw=3, label="exact" if i == 0 else None)
+        for factor, style in ((1.0, "-"), (min(s.dt_factors), "--")):
+            h = s.dt * factor
+            with torch.no_grad():
+                ys = rollout(field, y0[:n_show], h, round(s.horizon / h), scheme)
+            for i in range(n_show):
+                label = f"dt' = {h:g}" if i == 0 else None
+                ax.plot(*ys[i].T, style, color=f"C{i}", lw=1.2, label=label)
+        ax.set(title=f"{LABELS[scheme]} model", xlabel="theta (rad)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("omega (rad/s)")
+    fig.tight_layout()
+    save_png(path, fig, dpi=100)
+
+
+_template.register_template(
+    _template.Template(
+        name="pendulum",
+        description="Euler (ResNet), Midpoint and RK4 ODE-Nets of the nonlinear pendulum "
+        "evaluated at other time steps: global error against dt' (Queiruga et al. 2020, Sec. 3)",
+        title="ODE-Nets of the nonlinear pendulum at other time steps",
+        modes=MODES,
+        one_thread_modes=("quick", "full"),  # the model is tiny
+        runs=runs,
+        measure=measure,
+        claims=claims,
+        sections=sections,
+        figures=[Figure("error_vs_dt.png", _plot_errors), Figure("phase.png", _plot_phase)],
+    )
+)

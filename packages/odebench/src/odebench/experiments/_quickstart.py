@@ -2,18 +2,63 @@
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
+import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from ..training import TrainConfig, find_data, load_model, train
-from ..training._io import pyplot, save_png, write_json, write_text
-from ._registry import Log, RunOptions, fmt, prefixed, register
+from ..training import TrainConfig, find_data, load_model
+from ..training._io import pyplot, save_png
+from ._template import (
+    Claim,
+    Figure,
+    Measurement,
+    Result,
+    Run,
+    Settings,
+    Setup,
+    Template,
+    Trained,
+    register_template,
+)
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))
+
+
+@dataclass(frozen=True)
+class QuickstartSettings(Settings):
+    """The toy NODE and ANODE (Adam, lr 3e-3, batch 64) and the image run (SGD, lr 0.1).
+
+    Args:
+        toy_epochs: epochs of the toy runs.
+        toy_train_size: g(x) training points (``None``: all).
+        toy_test_size: g(x) test points (``None``: all).
+        image_epochs: epochs of the image run.
+        image_batch_size: its batch.
+        image_train_size: its training images (``None``: all).
+        image_test_size: its test images (``None``: all).
+    """
+
+    toy_epochs: int
+    toy_train_size: int | None
+    toy_test_size: int | None
+    image_epochs: int
+    image_batch_size: int
+    image_train_size: int | None
+    image_test_size: int | None
+
+
+MODES = {
+    "quick": QuickstartSettings(
+        toy_epochs=3, toy_train_size=600, toy_test_size=300,
+        image_epochs=1, image_batch_size=32, image_train_size=256, image_test_size=256,
+    ),
+    "full": QuickstartSettings(
+        toy_epochs=15, toy_train_size=None, toy_test_size=None,
+        image_epochs=2, image_batch_size=64, image_train_size=None, image_test_size=None,
+    ),
+}  # fmt: skip
 
 
 def _image_dataset(data_dir: str | None) -> str:
@@ -27,80 +72,140 @@ def _image_dataset(data_dir: str | None) -> str:
     return "spirals"
 
 
-@register(
-    "quickstart",
-    "NODE against ANODE on the 1-D g(x), and a small ODE-Net on MNIST digits "
-    "(Fashion-MNIST or a toy set when absent); a Markdown report with plots",
-)
-def quickstart(options: RunOptions, log: Log) -> dict[str, Any]:
-    """Train the toy NODE and ANODE and an ODE-Net, then write ``report.md``."""
-    started = time.perf_counter()
-    out = options.out
-    common: dict[str, Any] = {
-        "seed": options.seed,
-        "device": options.device,
-        "data_dir": options.data_dir,
-        "progress": options.progress,
-    }
-    runs: dict[str, dict[str, Any]] = {}
-    for name, model in TOY:
-        config = TrainConfig(
-            model=model,
-            dataset="annuli-1d",
-            epochs=options.epochs_or(3 if options.quick else 15),
-            batch_size=64,
-            optimizer="adam",
-            lr=3e-3,
-            train_size=600 if options.quick else None,
-            test_size=300 if options.quick else None,
-            **common,
+def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
+    """The toy NODE and ANODE on g(x), then an ODE-Net on the image set found."""
+    s = setup.settings
+    toy = [
+        Run(
+            name,
+            config=TrainConfig(
+                model=model,
+                dataset="annuli-1d",
+                epochs=s.toy_epochs,
+                batch_size=64,
+                optimizer="adam",
+                lr=3e-3,
+                train_size=s.toy_train_size,
+                test_size=s.toy_test_size,
+                seed=seed,
+            ),
         )
-        runs[name] = train(config, out / name, resume=options.resume, log=prefixed(log, name))
-    dataset = _image_dataset(options.data_dir)
-    image_model = "odenet" if dataset != "spirals" else "toy-anode"
-    config = TrainConfig(
-        model=image_model,
+        for name, model in TOY
+    ]
+    dataset = _image_dataset(setup.options.data_dir)
+    image = TrainConfig(
+        model="odenet" if dataset != "spirals" else "toy-anode",
         dataset=dataset,
-        epochs=options.epochs_or(1 if options.quick else 2),
-        batch_size=32 if options.quick else 64,
+        epochs=s.image_epochs,
+        batch_size=s.image_batch_size,
         lr=0.1,
-        train_size=256 if options.quick else None,
-        test_size=256 if options.quick else None,
-        **common,
+        train_size=s.image_train_size,
+        test_size=s.image_test_size,
+        seed=seed,
     )
-    runs["image"] = train(config, out / "image", resume=options.resume, log=prefixed(log, "image"))
-    _plot_toy(out, options.device)
-    seconds = time.perf_counter() - started
-    summary = {
-        "experiment": "quickstart",
-        "quick": options.quick,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_seconds": seconds,
-        "runs": runs,
-    }
-    write_json(out / "results.json", summary)
-    write_text(out / "report.md", _report(summary, options))
-    log(f"quickstart: {seconds:.0f} s; report in {out / 'report.md'}")
-    return summary
+    return [*toy, Run("image", config=image)]
 
 
-def _plot_toy(out: Path, device: str) -> None:
+def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
+    """The run's final numbers; the image run also says which model and data set."""
+    config = trained.config
+    what = {"model": config.model, "dataset": config.dataset} if config else {}
+    return Measurement(trained.final_metrics(), what if trained.run.name == "image" else {})
+
+
+CLAIMS = [
+    Claim.ratio(
+        "anode_fits_better",
+        "an ANODE fits g(x) where a NODE, an increasing map of the line, cannot (Dupont "
+        "et al., 2019); ours: ANODE test MSE over NODE test MSE",
+        "the NODE cannot represent g(x); the ANODE can",
+        ("anode", "test_loss"),
+        ("node", "test_loss"),
+        below=1.0,
+        spec=".3g",
+    )
+]
+
+
+#: The columns of the tables: ``(metric, format, scale, unit)``.
+TOY_COLUMNS = (
+    ("parameters", ".0f", 1.0, ""), ("epochs", ".0f", 1.0, ""), ("train_loss", ".4g", 1.0, ""),
+    ("test_loss", ".4g", 1.0, ""), ("nfe_forward", ".1f", 1.0, ""),
+    ("nfe_backward", ".1f", 1.0, ""),
+)  # fmt: skip
+IMAGE_COLUMNS = (
+    ("parameters", ".0f", 1.0, ""), ("epochs", ".0f", 1.0, ""), ("test_acc", ".2f", 100.0, "%"),
+    ("test_loss", ".4g", 1.0, ""), ("nfe_forward", ".1f", 1.0, ""),
+    ("images_per_second", ".0f", 1.0, ""), ("train_seconds", ".1f", 1.0, ""),
+)  # fmt: skip
+
+
+def _row(
+    result: Result[QuickstartSettings],
+    run: str,
+    label: str,
+    columns: tuple[tuple[str, str, float, str], ...],
+) -> str:
+    return " | ".join(["", label, *(result.cell(run, *column) for column in columns), ""]).strip()
+
+
+def sections(result: Result[QuickstartSettings]) -> str:
+    """The toy table and figure, the image run's table and curves."""
+    s, setup = result.settings, result.setup
+    image = result.details("image")
+    curves = setup.run_dir("image", setup.seeds[0]).relative_to(setup.out).as_posix()
+    return "\n".join(
+        [
+            "## NODE against ANODE on g(x) in one dimension",
+            "",
+            "g(x) = -1 for |x| <= 0.5 and +1 for 1 <= |x| <= 1.5 (Dupont et al., 2019). A NODE",
+            "on a line is an increasing map, so it cannot send the inner points below the outer",
+            "ones on both sides; an ANODE, with five extra zero dimensions, can.",
+            "",
+            "| model | parameters | epochs | train MSE | test MSE | forward NFE | backward NFE |",
+            "|---|---|---|---|---|---|---|",
+            *(_row(result, name, name.upper(), TOY_COLUMNS) for name, _ in TOY),
+            "",
+            "![learned g(x), loss and NFE](toy.png)",
+            "",
+            f"## {image['model']} on {image['dataset']}",
+            "",
+            f"Trained on {_size(s.image_train_size)} examples, evaluated on "
+            f"{_size(s.image_test_size)}; SGD with momentum 0.9, learning rate 0.1, batch "
+            f"{s.image_batch_size}.",
+            "",
+            "| model | parameters | epochs | test accuracy | test loss | forward NFE | "
+            "images/s | train time (s) |",
+            "|---|---|---|---|---|---|---|---|",
+            _row(result, "image", image["model"], IMAGE_COLUMNS),
+            "",
+            f"![training curves]({curves}/curves.png)",
+            "",
+            "Every run's configuration, metrics per epoch (JSON, CSV), curves and checkpoint",
+            "are in its sub-directory (`node/`, `anode/`, `image/`).",
+        ]
+    )
+
+
+def _size(n: int | None) -> str:
+    return "all" if n is None else str(n)
+
+
+def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
     """What the NODE and ANODE learned of g(x), and their NFE and loss per epoch."""
-    import json
-
     from ..data import annuli
 
     plt = pyplot()
-
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     data = annuli(400, dim=1, generator=torch.Generator().manual_seed(0))
     x = torch.linspace(-1.6, 1.6, 400)[:, None]
     axes[0].scatter(data.inputs[:, 0], data.targets[:, 0], s=4, c="0.6", label="g(x) samples")
     for name, _ in TOY:
-        model, _config = load_model(out / name, "cpu")
+        run_dir = result.setup.run_dir(name, result.setup.seeds[0])
+        model, _config = load_model(run_dir, "cpu")
         with torch.no_grad():
             axes[0].plot(x[:, 0], model(x)[:, 0], label=name.upper())
-        metrics = json.loads((out / name / "metrics.json").read_text(encoding="utf-8"))
+        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
         epochs = [m["epoch"] for m in metrics]
         axes[1].plot(epochs, [m["train_loss"] for m in metrics], "o-", label=name.upper())
         axes[2].plot(epochs, [m["nfe_forward"] for m in metrics], "o-", label=name.upper())
@@ -111,63 +216,21 @@ def _plot_toy(out: Path, device: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    save_png(out / "toy.png", fig)
+    save_png(path, fig)
 
 
-def _size(n: int | None) -> str:
-    return "all" if n is None else str(n)
-
-
-def _report(summary: dict[str, Any], options: RunOptions) -> str:
-    runs = summary["runs"]
-    mode = " --quick" if options.quick else ""
-    lines = [
-        "# odebench quickstart",
-        "",
-        f"`odebench run quickstart{mode}`, {summary['date']}, "
-        f"{summary['wall_seconds']:.0f} s in all.",
-        "",
-        "## NODE against ANODE on g(x) in one dimension",
-        "",
-        "g(x) = -1 for |x| <= 0.5 and +1 for 1 <= |x| <= 1.5 (Dupont et al., 2019). A NODE",
-        "on a line is an increasing map, so it cannot send the inner points below the outer",
-        "ones on both sides; an ANODE, with five extra zero dimensions, can.",
-        "",
-        "| model | parameters | epochs | train MSE | test MSE | forward NFE | backward NFE |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, _ in TOY:
-        r = runs[name]
-        f = r["final"]
-        lines.append(
-            f"| {name.upper()} | {r['parameters']} | {r['epochs']} | {fmt(f['train_loss'])} | "
-            f"{fmt(f['test_loss'])} | {fmt(f['nfe_forward'], '.1f')} | "
-            f"{fmt(f['nfe_backward'], '.1f')} |"
-        )
-    image = runs["image"]
-    f = image["final"]
-    lines += [
-        "",
-        "![learned g(x), loss and NFE](toy.png)",
-        "",
-        f"## {image['model']} on {image['dataset']}",
-        "",
-        f"Trained on {_size(image['config']['train_size'])} examples, evaluated on "
-        f"{_size(image['config']['test_size'])}; SGD with momentum 0.9, learning rate "
-        f"{image['config']['lr']}, batch {image['config']['batch_size']}.",
-        "",
-        "| model | parameters | epochs | test accuracy | test loss | forward NFE | images/s | "
-        "train time (s) |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {image['model']} | {image['parameters']} | {image['epochs']} | "
-        f"{fmt(f['test_acc'], '.2f', 100)}% | {fmt(f['test_loss'])} | "
-        f"{fmt(f['nfe_forward'], '.1f')} | {fmt(f['images_per_second'], '.0f')} | "
-        f"{fmt(image['train_seconds'], '.1f')} |",
-        "",
-        "![training curves](image/curves.png)",
-        "",
-        "Every run's configuration, metrics per epoch (JSON, CSV), curves and checkpoint",
-        "are in its sub-directory (`node/`, `anode/`, `image/`).",
-        "",
-    ]
-    return "\n".join(lines)
+register_template(
+    Template(
+        name="quickstart",
+        description="NODE against ANODE on the 1-D g(x), and a small ODE-Net on MNIST digits "
+        "(Fashion-MNIST or a toy set when absent); a Markdown report with plots",
+        title="odebench quickstart",
+        modes=MODES,
+        runs=runs,
+        measure=measure,
+        claims=lambda setup: CLAIMS,
+        sections=sections,
+        figures=[Figure("toy.png", _plot_toy)],
+        epoch_fields=("toy_epochs", "image_epochs"),
+    )
+)

@@ -12,211 +12,188 @@ the same continuous model. Quick mode does the same on a subset of MNIST.
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from ..training._io import pyplot, save_png, write_json, write_text
-from ._continuousnet_cifar import Run, train_plan
-from ._registry import Log, RunOptions, command, fmt, held, register
+from . import _contnet_common as common
+from ._registry import fmt
+from ._template import Claim, Figure, Stat, Template, Values, register_template
+
+if TYPE_CHECKING:
+    from ._template import Result, Setup
 
 #: Sec. 5.2 of the paper: a single V100, training only.
 PUBLISHED: dict[str, Any] = {
-    "fixed_minutes": 1053.0,
-    "refined_minutes": 608.0,
-    "time_ratio": 608.0 / 1053.0,
-    "seconds_per_epoch_shallow": 16.0,
-    "seconds_per_epoch_deep": 394.0,
+    "fixed_minutes": 1053.0, "refined_minutes": 608.0, "time_ratio": 608.0 / 1053.0,
+    "seconds_per_epoch_shallow": 16.0, "seconds_per_epoch_deep": 394.0,
     "accuracy": "nearly identical with and without refinement (footnote); numbers not confirmed",
     "schedule": "N_t = M = 1 -> 32, doubling at epochs 20, 40, 60, 70, 80 (CIFAR-10)",
-}
+}  # fmt: skip
 #: Faster: the refined run's training time below this fraction of the fixed run's.
 TIME_RATIO_MAX = 1.0
-#: Comparable accuracy: the refined run within this of the fixed run (absolute).
-ACC_TOLERANCE = {"full": 0.01, "quick": 0.05}
+FIXED, REFINED = "rk4-fixed", "rk4-refined"
 
 
-def runs(options: RunOptions, data: str = "mnist") -> list[Run]:
-    """Fixed-depth RK4 and refined RK4 ending at the same depth.
+def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[common.Net, ...]:
+    """RK4 at ``N_t = M = steps`` throughout, and RK4 refined from 1 to ``steps``."""
+    fixed, refined = f"RK4, N_t = {steps} throughout", f"RK4, refined 1 -> {steps}"
+    return (
+        common.Net(FIXED, fixed, "continuousnet", dataset, "rk4", steps),
+        common.Net(REFINED, refined, "continuousnet", dataset, "rk4", 1, schedule),
+    )
 
-    Full: CIFAR-10, ``N_t = 32`` against ``1 -> 32`` at epochs 20, 40, 60, 70, 80.
-    Quick: ``data``, ``N_t = 4`` against ``1 -> 4`` at epochs 1 and 2.
 
-    Example:
-        >>> [(r.key, r.final_steps) for r in runs(RunOptions(out=Path("x"), quick=True))]
-        [('rk4-fixed', 4), ('rk4-refined', 4)]
-    """
-    schedule: tuple[int, ...]
-    if options.quick:
-        schedule, steps, dataset = (1, 2), 4, data
-    else:
-        schedule, steps, dataset = (20, 40, 60, 70, 80), 32, "cifar10"
+MODES = {
+    # The digits found, N_t = 4 against 1 -> 4 at epochs 1 and 2.
+    "quick": common.RefineSettings(
+        nets=_nets(None, 4, (1, 2)), epochs=3, training=common.QUICK_TRAINING,
+        recal_batches=4, acc_tolerance=0.05,
+    ),
+    # CIFAR-10, N_t = 32 against the paper's 1 -> 32, the authors' script's epochs.
+    "full": common.RefineSettings(
+        nets=_nets("cifar10", 32, (20, 40, 60, 70, 80)), epochs=150,
+        training=common.FULL_TRAINING, recal_batches=20, acc_tolerance=0.01,
+    ),
+}  # fmt: skip
+
+
+def _ratio(v: Values, metric: str) -> float:
+    """The refined run's ``metric`` over the fixed run's."""
+    return v[REFINED, metric] / v[FIXED, metric]
+
+
+def _gain(v: Values) -> float:
+    """The refined run's recalibrated test accuracy minus the fixed run's."""
+    return v[REFINED, "test_accuracy_recalibrated"] - v[FIXED, "test_accuracy_recalibrated"]
+
+
+def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
+    """Refinement is faster, at comparable (recalibrated) accuracy, and both at once."""
+    tol = setup.settings.acc_tolerance
+    time_ratio = partial(_ratio, metric="train_seconds")
+
+    def faster(v: Values) -> bool:
+        return time_ratio(v) < TIME_RATIO_MAX
+
+    def comparable(v: Values) -> bool:
+        return _gain(v) >= -tol
+
     return [
-        Run("rk4-fixed", f"RK4, N_t = {steps} throughout", "continuousnet", dataset, "rk4",
-            steps),
-        Run("rk4-refined", f"RK4, refined 1 -> {steps}", "continuousnet", dataset, "rk4", 1,
-            schedule),
-    ]  # fmt: skip
-
-
-@register(
-    "refinement-timing",
-    "Queiruga et al. (2020) Sec. 5.2: wall time of RK4 training with refinement against "
-    "fixed depth at comparable accuracy (paper: 608 vs 1053 min)",
-)
-def refinement_timing(options: RunOptions, log: Log) -> dict[str, Any]:
-    """Train both runs, write ``report.md``, ``results.json`` and the per-epoch figure."""
-    started = time.perf_counter()
-    plan, models = train_plan(runs, options, log)
-    fixed, refined = models["rk4-fixed"], models["rk4-refined"]
-    mode = "quick" if options.quick else "full"
-    comparison = {
-        "time_ratio": refined["train_seconds"] / fixed["train_seconds"],
-        "wall_ratio": refined["run_wall_seconds"] / fixed["run_wall_seconds"],
-        "accuracy_difference": _diff(refined["test_accuracy"], fixed["test_accuracy"]),
-        "accuracy_difference_recalibrated": _diff(
-            refined["test_accuracy_recalibrated"], fixed["test_accuracy_recalibrated"]
+        Claim(
+            key="refinement_faster",
+            text=f"refinement is faster: training time (test evaluation excluded) refined "
+            f"over fixed below {TIME_RATIO_MAX:g}; ours: the ratio",
+            published=PUBLISHED["time_ratio"],
+            ours=time_ratio,
+            holds=faster,
+            spec=".2f",
         ),
-        # What the schedule predicts from the step counts alone (time ~ N_t).
-        "cost_ratio_of_schedule": sum(p["n_steps"] for p in refined["per_epoch"])
-        / max(sum(p["n_steps"] for p in fixed["per_epoch"]), 1),
-    }
-    thresholds = {"time_ratio_max": TIME_RATIO_MAX, "accuracy_tolerance": ACC_TOLERANCE[mode]}
-    _plot(options.out / "time_and_accuracy_per_epoch.png", models)
-    summary: dict[str, Any] = {
-        "experiment": "refinement-timing",
-        "quick": options.quick,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "data": plan[0].dataset,
-        "models": models,
-        "comparison": comparison,
-        "published": PUBLISHED,
-        "thresholds": thresholds,
-        "conclusions": _conclusions(comparison, thresholds),
-    }
-    summary["wall_seconds"] = time.perf_counter() - started
-    write_json(options.out / "results.json", summary)
-    write_text(options.out / "report.md", _report(summary, options))
-    log(f"refinement-timing: report in {options.out / 'report.md'}")
-    return summary
+        Claim(
+            key="accuracy_comparable",
+            text=f"at comparable accuracy: the refined run's recalibrated test accuracy at most "
+            f"{tol * 100:g} points below the fixed run's; ours: the difference",
+            published=PUBLISHED["accuracy"],
+            ours=_gain,
+            holds=comparable,
+            spec="+.1f",
+            scale=100,
+            unit=" points",
+        ),
+        Claim(
+            key="refinement_faster_at_comparable_accuracy",
+            text="refinement is faster at comparable accuracy (both); ours: the time ratio",
+            published=f"{PUBLISHED['time_ratio']:.2f} at nearly identical accuracy",
+            ours=time_ratio,
+            holds=lambda v: faster(v) and comparable(v),
+            spec=".2f",
+        ),
+    ]
 
 
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
+def _per_seed(result: Result[common.RefineSettings], of: Callable[[Values], float]) -> Stat:
+    """``of`` of each seed's numbers, over the seeds."""
+    seeds = range(len(result.setup.seeds))
+    ms = result.measurements
+    return Stat.of([of(Values({run: ms[run][k].metrics for run in ms})) for k in seeds])
 
 
-def _conclusions(comparison: dict[str, Any], thresholds: dict[str, float]) -> dict[str, bool]:
-    """Faster (time ratio below the threshold), comparable (recalibrated accuracy of
-    the refined run at most the tolerance below the fixed run's), and both."""
-    faster = comparison["time_ratio"] < thresholds["time_ratio_max"]
-    diff = comparison["accuracy_difference_recalibrated"]
-    comparable = diff is not None and diff >= -thresholds["accuracy_tolerance"]
-    return {
-        "refinement_faster": faster,
-        "accuracy_comparable": comparable,
-        "refinement_faster_at_comparable_accuracy": faster and comparable,
-    }
+def sections(result: Result[common.RefineSettings]) -> str:
+    """The comparison beside the paper's, and the epochs of both runs."""
+    s, p = result.settings, PUBLISHED
+    refined = next(net for net in s.nets if net.key == REFINED)
+    schedule = ", ".join(str(e) for e in refined.refine_epochs)
 
+    def row(label: str, metric: str, spec: str, scale: float = 1, unit: str = "") -> str:
+        cells = (result.cell(run, metric, spec, scale, unit) for run in (FIXED, REFINED))
+        return f"| {label} | {' | '.join(cells)} |"
 
-def _plot(path: Path, models: dict[str, dict[str, Any]]) -> None:
-    """Training seconds per epoch (left) and test accuracy per epoch (right)."""
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
-    for m in models.values():
-        epochs = [p["epoch"] for p in m["per_epoch"]]
-        left.plot(epochs, [p["epoch_seconds"] for p in m["per_epoch"]], "o-", label=m["label"])
-        acc = [p["test_acc"] for p in m["per_epoch"]]
-        right.plot(epochs, [float("nan") if a is None else 100 * a for a in acc], "o-",
-                   label=m["label"])  # fmt: skip
-        for e in m["refine_epochs"]:
-            left.axvline(e + 0.5, color="0.6", ls=":", lw=1)
-    left.set(xlabel="epoch", ylabel="training seconds per epoch", yscale="log",
-             title="dotted: refinements")  # fmt: skip
-    right.set(xlabel="epoch", ylabel="test accuracy (%)")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    def ratio(metric: str) -> str:
+        return _per_seed(result, partial(_ratio, metric=metric)).cell(".2f")
 
-
-def _report(summary: dict[str, Any], options: RunOptions) -> str:
-    models, c, t = summary["models"], summary["comparison"], summary["thresholds"]
-    fixed, refined = models["rk4-fixed"], models["rk4-refined"]
-    claim = summary["conclusions"]
-    p = PUBLISHED
+    quick = f" (quick mode: a {s.training.train_size}-image subset of 28x28 digits, CPU times)"
     lines = [
-        "# Queiruga et al. (2020), Sec. 5.2: training time with refinement",
-        "",
-        f"`{command('refinement-timing', options)}`, {summary['date']}, "
-        f"{summary['wall_seconds']:.0f} s in all, data {summary['data']}, "
-        f"{fixed['epochs']} epochs each"
-        + (
-            " (quick mode: a 512-image subset of 28x28 digits, CPU times)."
-            if options.quick
-            else "."
-        ),
+        f"Data: {result.details(FIXED)['dataset']}, {result.cell(FIXED, 'epochs', '.0f')} "
+        f"epochs each{quick if result.setup.mode == 'quick' else ''}.",
         "",
         "| quantity | fixed depth (ours) | refined (ours) | ratio (ours) | fixed (paper) | "
         "refined (paper) | ratio (paper) |",
         "|---|---|---|---|---|---|---|",
-        f"| N_t = M | {fixed['n_steps_final']} | {refined['n_steps_start']} -> "
-        f"{refined['n_steps_final']} (epochs {', '.join(str(e) for e in refined['refine_epochs'])})"
-        f" | – | 32 | 1 -> 32 (epochs 20, 40, 60, 70, 80) | – |",
-        f"| training time | {fixed['train_seconds'] / 60:.2f} min | "
-        f"{refined['train_seconds'] / 60:.2f} min | {c['time_ratio']:.2f} | "
-        f"{p['fixed_minutes']:.0f} min | {p['refined_minutes']:.0f} min | "
-        f"{p['time_ratio']:.2f} |",
-        f"| wall time of the run (with evaluation) | {fixed['run_wall_seconds'] / 60:.2f} min | "
-        f"{refined['run_wall_seconds'] / 60:.2f} min | {c['wall_ratio']:.2f} | not published | "
-        "not published | – |",
-        f"| s/epoch, first epoch | {fmt(fixed['seconds_first_epoch'], '.2f')} | "
-        f"{fmt(refined['seconds_first_epoch'], '.2f')} | – | 394 | 16 | – |",
-        f"| s/epoch, last epoch | {fmt(fixed['seconds_last_epoch'], '.2f')} | "
-        f"{fmt(refined['seconds_last_epoch'], '.2f')} | – | 394 | 394 | – |",
-        f"| test accuracy | {fmt(fixed['test_accuracy'], '.2f', 100)}% | "
-        f"{fmt(refined['test_accuracy'], '.2f', 100)}% | – | not confirmed | not confirmed | "
-        "– |",
-        f"| test accuracy, recalibrated BN | "
-        f"{fmt(fixed['test_accuracy_recalibrated'], '.2f', 100)}% | "
-        f"{fmt(refined['test_accuracy_recalibrated'], '.2f', 100)}% | – | not confirmed | "
-        "not confirmed | – |",
-        f"| parameters (final) | {fixed['parameters'] / 1e6:.3f}M | "
-        f"{refined['parameters'] / 1e6:.3f}M | – | about 3.2M | about 3.2M | – |",
+        f"| N_t = M | {result.cell(FIXED, 'n_steps_final', '.0f')} | {refined.n_steps} -> "
+        f"{result.cell(REFINED, 'n_steps_final', '.0f')} (epochs {schedule}) | – | 32 | "
+        "1 -> 32 (epochs 20, 40, 60, 70, 80) | – |",
+        row("training time", "train_seconds", ".2f", 1 / 60, " min")
+        + f" {ratio('train_seconds')} | {p['fixed_minutes']:.0f} min | "
+        f"{p['refined_minutes']:.0f} min | {p['time_ratio']:.2f} |",
+        row("wall time of the run (with evaluation)", "run_wall_seconds", ".2f", 1 / 60, " min")
+        + f" {ratio('run_wall_seconds')} | not published | not published | – |",
+        row("s/epoch, first epoch", "seconds_first_epoch", ".2f") + " – | 394 | 16 | – |",
+        row("s/epoch, last epoch", "seconds_last_epoch", ".2f") + " – | 394 | 394 | – |",
+        row("test accuracy", "test_accuracy", ".2f", 100, "%")
+        + " – | not confirmed | not confirmed | – |",
+        row("test accuracy, recalibrated BN", "test_accuracy_recalibrated", ".2f", 100, "%")
+        + " – | not confirmed | not confirmed | – |",
+        row("parameters (final)", "parameters", ".3f", 1e-6, "M")
+        + " – | about 3.2M | about 3.2M | – |",
         "",
         f"Sum of N_t over the epochs, refined over fixed (the ratio if time were "
-        f"proportional to N_t): {c['cost_ratio_of_schedule']:.2f}. Training time excludes "
-        "test evaluation, as the paper's Fig. 7 does; the paper's figures are on one V100 "
-        "with 150-160 epochs. The paper gives no accuracies for this comparison beyond "
-        "'nearly identical'.",
+        f"proportional to N_t): {ratio('n_steps_sum')}. Training time excludes test "
+        "evaluation, as the paper's Fig. 7 does; the paper's figures are on one V100 with "
+        "150-160 epochs. The paper gives no accuracies for this comparison beyond 'nearly "
+        "identical'.",
         "",
-        "## Per epoch",
+        "## Per epoch"
+        + (f" (seed {result.setup.seeds[0]})" if len(result.setup.seeds) > 1 else ""),
         "",
         "| epoch | N_t fixed | s fixed | test acc. fixed | N_t refined | s refined | "
         "test acc. refined |",
         "|---|---|---|---|---|---|---|",
     ]
-    for a, b in zip(fixed["per_epoch"], refined["per_epoch"]):
+    for a, b in zip(result.details(FIXED)["per_epoch"], result.details(REFINED)["per_epoch"]):
         lines.append(
             f"| {a['epoch']} | {a['n_steps']} | {fmt(a['epoch_seconds'], '.2f')} | "
             f"{fmt(a['test_acc'], '.1f', 100)}% | {b['n_steps']} | "
             f"{fmt(b['epoch_seconds'], '.2f')} | {fmt(b['test_acc'], '.1f', 100)}% |"
         )
-    diff = c["accuracy_difference_recalibrated"]
-    lines += [
-        "",
-        "## Claims checked",
-        "",
-        f"- refinement is faster: training-time ratio {c['time_ratio']:.2f} < "
-        f"{t['time_ratio_max']:g}: {held(claim['refinement_faster'])};",
-        f"- at comparable accuracy: recalibrated test accuracy of the refined run "
-        f"{fmt(diff, '+.1f', 100)} points against the fixed run, at least "
-        f"-{t['accuracy_tolerance'] * 100:g} points: {held(claim['accuracy_comparable'])};",
-        "- refinement is faster at comparable accuracy (both): "
-        f"{held(claim['refinement_faster_at_comparable_accuracy'])}.",
-        "",
-        "![time and test accuracy per epoch](time_and_accuracy_per_epoch.png)",
-        "",
-    ]
+    lines += ["", "![time and test accuracy per epoch](time_and_accuracy_per_epoch.png)"]
     return "\n".join(lines)
+
+
+register_template(
+    Template(
+        name="refinement-timing",
+        modes=MODES,
+        title="Queiruga et al. (2020), Sec. 5.2: training time with refinement",
+        runs=common.refine_runs,
+        measure=common.measure_refined,
+        one_thread_modes=("quick",),
+        description="Queiruga et al. (2020) Sec. 5.2: wall time of RK4 training with "
+        "refinement against fixed depth at comparable accuracy (paper: 608 vs 1053 min)",
+        claims=claims,
+        published=PUBLISHED,
+        sections=sections,
+        figures=[
+            Figure("time_and_accuracy_per_epoch.png", partial(common.plot_epochs, stacked=False))
+        ],
+    )
+)

@@ -6,8 +6,7 @@ import contextlib
 import math
 import os
 import re
-import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -25,7 +24,11 @@ class RunOptions:
     Args:
         out: the output directory of the experiment; each training run in it gets a
             sub-directory.
-        quick: the CPU-minutes version: less data, fewer epochs, the same code path.
+        quick: the CPU-minutes version: less data, fewer epochs, the same code path
+            (the mode ``"quick"``).
+        mode: the mode by name, for experiments with more modes than ``"quick"`` and
+            ``"full"`` (``modes`` of :class:`Experiment`); ``None``: ``"quick"`` with
+            ``quick``, else ``"full"``.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         epochs: override the experiment's number of epochs.
         data_dir: where the image data sets are.
@@ -37,10 +40,13 @@ class RunOptions:
     Example:
         >>> RunOptions(out=Path("runs/quickstart"), quick=True).epochs_or(10)
         10
+        >>> RunOptions(out=Path("runs/quickstart")).mode_name
+        'full'
     """
 
     out: Path
     quick: bool = False
+    mode: str | None = None
     device: str = "auto"
     epochs: int | None = None
     data_dir: str | None = None
@@ -49,6 +55,19 @@ class RunOptions:
     overwrite: bool = False
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if self.quick and self.mode not in (None, "quick"):
+            raise ValueError(f"`quick` runs the mode 'quick', not `mode` {self.mode!r}; give one.")
+        if self.mode == "quick":
+            object.__setattr__(self, "quick", True)  # what the older experiments read
+
+    @property
+    def mode_name(self) -> str:
+        """The mode to run, ``mode`` or else ``"quick"`` / ``"full"`` by ``quick``."""
+        if self.mode is not None:
+            return self.mode
+        return "quick" if self.quick else "full"
+
     def epochs_or(self, default: int) -> int:
         """``epochs`` when it was given, ``default`` otherwise."""
         return default if self.epochs is None else self.epochs
@@ -56,15 +75,19 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A named experiment: a one-line description and the function that runs it.
+    """A named experiment: a one-line description, the function that runs it, its modes.
 
     ``run(options, log)`` writes its files under ``options.out`` and returns the
-    summary it also writes to ``results.json`` there.
+    summary it also writes to ``results.json`` there. ``modes`` are the names
+    ``options.mode_name`` may take (``--quick`` runs ``"quick"``, no flag ``"full"``);
+    an experiment declared on the template (:class:`~odebench.experiments.Template`)
+    lists the keys of its ``modes``.
     """
 
     name: str
     description: str
     run: Callable[[RunOptions, Log], dict[str, Any]]
+    modes: tuple[str, ...] = ("quick", "full")
 
 
 _REGISTRY: dict[str, Experiment] = {}
@@ -90,7 +113,7 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str
     (it is moved aside to ``<out>.old-<time>`` first).
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones).
+        ValueError: an unknown name or mode (the message lists the known ones).
         odebench.training.RunExistsError: ``options.out`` holds a run and neither flag
             is set, or another process holds its lock (a ``FileExistsError``).
     """
@@ -98,6 +121,11 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str
 
     if name not in EXPERIMENTS:
         raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
+    modes = EXPERIMENTS[name].modes
+    if options.mode_name not in modes:
+        raise ValueError(
+            f"{name} has no mode {options.mode_name!r}; its modes: {', '.join(modes)}."
+        )
     folder = RunFolder(options.out)
     try:
         if os.environ.get("RANK", "0") == "0":
@@ -131,31 +159,16 @@ def prefixed(log: Log, prefix: str) -> Log:
 def command(name: str, options: RunOptions) -> str:
     """The ``odebench run`` command line that reproduces a run with ``options``."""
     parts = [f"odebench run {name}"]
-    if options.quick:
+    mode = options.mode_name
+    if mode == "quick":
         parts.append("--quick")
+    elif mode != "full":
+        parts.append(f"--mode {mode}")
     if options.epochs is not None:
         parts.append(f"--epochs {options.epochs}")
     if options.seed:
         parts.append(f"--seed {options.seed}")
     return " ".join(parts)
-
-
-def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """Mean and (population) standard deviation of the finite values; ``None`` if none."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return None, None
-    return statistics.fmean(finite), statistics.pstdev(finite)
-
-
-def plus_minus(mean: float | None, std: float | None) -> str:
-    """A ``mean ± std`` table cell, three decimals."""
-    return f"{fmt(mean, '.3f')} ± {fmt(std, '.3f')}"
-
-
-def held(value: bool) -> str:
-    """How a report words a checked claim."""
-    return "held" if value else "did not hold"
 
 
 def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:

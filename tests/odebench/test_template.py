@@ -1,0 +1,236 @@
+"""The experiment template: settings per mode, runs per seed, aggregation, claims, report."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from odebench.experiments import (
+    EXPERIMENTS,
+    Claim,
+    Figure,
+    Fitted,
+    Measurement,
+    Result,
+    Run,
+    RunOptions,
+    Settings,
+    Setup,
+    Stat,
+    Template,
+    Trained,
+    Values,
+    register_template,
+    run_experiment,
+)
+from odebench.experiments._registry import _REGISTRY, command
+from odebench.training import TrainConfig
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Tiny(Settings):
+    epochs: int
+    train_size: int
+
+
+MODES = {"quick": Tiny(epochs=1, train_size=64, seeds=2), "full": Tiny(epochs=2, train_size=96)}
+
+
+def _runs(setup: Setup[Tiny], seed: int) -> list[Run]:
+    s = setup.settings
+    config = TrainConfig(
+        model="toy-node", dataset="annuli-1d", epochs=s.epochs, batch_size=32,
+        optimizer="adam", lr=1e-2, train_size=s.train_size, test_size=64, seed=seed,
+    )  # fmt: skip
+    return [Run("node", config=config), Run("line", fit=lambda device: _line(seed))]
+
+
+def _line(seed: int) -> Fitted:
+    """An experiment's own "training": a seeded linear map, one history row."""
+    torch.manual_seed(seed)
+    return Fitted(nn.Linear(1, 1), [{"step": 0.0, "loss": float(seed)}])
+
+
+def _measure(setup: Setup[Tiny], trained: Trained) -> Measurement:
+    if trained.run.name == "line":
+        weight = float(trained.load().weight.item())
+        return Measurement({"weight": weight, "seed": float(trained.seed)}, {"rows": 1})
+    return Measurement(trained.final_metrics())
+
+
+CLAIMS = [
+    Claim(
+        key="seed_is_zero",
+        text="the seed is zero",
+        published=0.0,
+        ours=lambda v: v["line", "seed"],
+        holds=lambda v: v["line", "seed"] < 0.75,
+    ),
+    Claim(
+        key="node_fits",
+        text="the NODE's test MSE is finite",
+        published="finite",
+        ours=lambda v: v["node", "test_loss"],
+        holds=lambda v: v["node", "test_loss"] < 1e9,
+    ),
+]
+
+
+def _draw(result: Result[Tiny], path: Path) -> None:
+    path.write_text(f"{len(result.metrics)} runs")
+
+
+TEMPLATE = Template(
+    name="tiny-template",
+    description="a test experiment",
+    title="Tiny",
+    modes=MODES,
+    runs=_runs,
+    measure=_measure,
+    claims=lambda setup: CLAIMS,
+    sections=lambda result: f"## Mine\n\nweight {result.cell('line', 'weight', '.3f')}\n",
+    figures=[Figure("drawn.txt", _draw)],
+)
+
+
+@pytest.fixture
+def registered():
+    register_template(TEMPLATE)
+    yield TEMPLATE.name
+    del _REGISTRY[TEMPLATE.name]
+
+
+@pytest.fixture
+def quick(tmp_path: Path, registered: str) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path / "tiny"
+    options = RunOptions(out=out, quick=True, device="cpu", progress=False)
+    return out, run_experiment(registered, options, log=lambda _: None)
+
+
+def test_the_record_lists_the_modes(registered: str) -> None:
+    assert EXPERIMENTS[registered].modes == ("quick", "full")
+    assert EXPERIMENTS["chen-table1"].modes == ("quick", "full")
+
+
+def test_every_run_of_every_seed_in_its_folder(quick: tuple[Path, dict[str, Any]]) -> None:
+    out, result = quick
+    assert result["seeds"] == [0, 1]
+    assert (out / "node" / "seed0" / "checkpoint.pt").exists()
+    assert (out / "node" / "seed1" / "checkpoint.pt").exists()
+    assert json.loads((out / "results.json").read_text()) == result
+    assert (out / "drawn.txt").read_text() == "2 runs"
+
+
+def test_mean_and_sample_std_over_seeds(quick: tuple[Path, dict[str, Any]]) -> None:
+    _, result = quick
+    weight = result["metrics"]["line"]["weight"]
+    assert weight["n"] == 2 and len(weight["seeds"]) == 2
+    assert weight["mean"] == pytest.approx(statistics.fmean(weight["seeds"]))
+    assert weight["std"] == pytest.approx(statistics.stdev(weight["seeds"]))
+    assert result["details"] == {"line": [{"rows": 1}, {"rows": 1}]}
+    assert result["settings"] == {"seeds": 2, "epochs": 1, "train_size": 64}
+
+
+def test_a_claim_holds_on_the_mean_and_the_report_names_the_seeds(
+    quick: tuple[Path, dict[str, Any]],
+) -> None:
+    out, result = quick
+    claim = result["claims"]["seed_is_zero"]
+    assert claim["holds"] and claim["held_on_seeds"] == [True, False]  # mean seed 0.5
+    assert claim["ours"]["mean"] == 0.5 and claim["ours"]["std"] == pytest.approx(0.7071, 1e-3)
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Tiny\n\n`odebench run tiny-template --quick`, ")
+    assert "mode quick, seeds 0, 1, " in report
+    assert "| claim | published | ours (mean ± std, n seeds) | verdict |" in report
+    assert (
+        "| the seed is zero | 0 | 0.5 ± 0.707 (2 seeds) | held on the mean; held on 1 of 2 "
+        "seeds |" in report
+    )
+    assert "| the NODE's test MSE is finite | finite |" in report
+    assert report.endswith("## Mine\n\nweight " + Stat.of(
+        result["metrics"]["line"]["weight"]["seeds"]).cell(".3f") + "\n")  # fmt: skip
+
+
+def test_resume_continues_every_run_with_the_same_numbers(
+    quick: tuple[Path, dict[str, Any]], registered: str
+) -> None:
+    out, first = quick
+    options = RunOptions(out=out, quick=True, device="cpu", progress=False, resume=True)
+    again = run_experiment(registered, options, log=lambda _: None)
+    assert again["metrics"] == first["metrics"]
+
+
+def test_one_seed_trains_into_the_run_folder_and_shows_no_spread(
+    tmp_path: Path, registered: str
+) -> None:
+    out = tmp_path / "full"
+    result = run_experiment(registered, RunOptions(out=out, device="cpu", progress=False))
+    assert result["mode"] == "full" and result["command"] == "odebench run tiny-template"
+    assert (out / "node" / "checkpoint.pt").exists()
+    assert result["metrics"]["node"]["epochs"] == {"mean": 2.0, "std": None, "n": 1,
+                                                  "seeds": [2.0]}  # fmt: skip
+    assert "| the seed is zero | 0 | 0 (1 seed) | held |" in (out / "report.md").read_text()
+
+
+def test_epochs_set_every_epoch_field() -> None:
+    assert TEMPLATE.settings_for("quick", epochs=5) == Tiny(epochs=5, train_size=64, seeds=2)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"mode": "standard"}, "tiny-template has no mode 'standard'; its modes: quick, full."),
+        ({"quick": True, "mode": "full"}, "`quick` runs the mode 'quick'"),
+    ],
+)
+def test_an_unknown_mode_lists_the_known_ones(
+    tmp_path: Path, registered: str, options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        run_experiment(registered, RunOptions(out=tmp_path / "x", **options))
+
+
+def test_a_third_mode_is_one_more_entry(tmp_path: Path) -> None:
+    modes = {**MODES, "standard": Tiny(epochs=1, train_size=32)}
+    standard = Template(
+        name="tiny-standard", description="", title="", modes=modes, runs=_runs,
+        measure=_measure,
+    )  # fmt: skip
+    assert standard.settings_for("standard").train_size == 32
+    options = RunOptions(out=tmp_path, mode="standard")
+    assert options.mode_name == "standard"
+    assert command("tiny-standard", options) == "odebench run tiny-standard --mode standard"
+
+
+def test_declaration_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match=r"`epoch_fields` \['steps'\] are not fields"):
+        Template(name="t", description="", title="", modes=MODES, runs=_runs,
+                 measure=_measure, epoch_fields=("steps",))  # fmt: skip
+    with pytest.raises(ValueError, match="--epochs does not apply to t"):
+        Template(name="t", description="", title="", modes=MODES, runs=_runs,
+                 measure=_measure, epoch_fields=()).settings_for("quick", 3)  # fmt: skip
+    with pytest.raises(ValueError, match="give exactly one of `config` and `fit`"):
+        Run("node")
+    with pytest.raises(ValueError, match="`seeds` must be a positive integer, got 0"):
+        Tiny(epochs=1, train_size=1, seeds=0)
+
+
+def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
+    claim = Claim(key="k", text="", published="", ours=lambda v: v["a", "nope"],
+                  holds=lambda v: True)  # fmt: skip
+    with pytest.raises(KeyError, match="claim 'k': no metric 'nope' of run 'a'"):
+        claim.check([Values({"a": {"x": 1.0}}, "seed 0")])
+
+
+@pytest.mark.parametrize(
+    ("values", "cell"),
+    [([1.0, 2.0, 3.0], "2 ± 1"), ([4.0], "4"), ([None, float("nan")], "–"), ([2.0, None], "2")],
+)
+def test_stat_cells(values: list[float | None], cell: str) -> None:
+    assert Stat.of(values).cell(".3g") == cell
