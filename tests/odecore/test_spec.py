@@ -117,7 +117,10 @@ def test_from_method_errors(kwargs, error, match):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"solver": "dopri5"}, r"`solver` must be an odecore AbstractSolver .* OdeSpec.from_method"),
+        (
+            {"solver": "dopri5"},
+            r"`solver` must be an odecore AbstractSolver .* OdeSpec.from_method",
+        ),
         ({"gradient": "adjoint"}, r"`gradient` must be an odecore AbstractGradient"),
         ({"controller": 1e-3}, r"`controller` must be an odecore AbstractController"),
         ({"n_steps": 4}, r"`n_steps` applies to fixed-step solvers"),

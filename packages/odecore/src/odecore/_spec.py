@@ -61,7 +61,7 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
 GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
     {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint}
 )
-"""Gradient methods by name: ``"backprop"`` is :class:`Autograd` (backpropagation
+"""The gradient methods by name. ``"backprop"`` is :class:`Autograd` (backpropagation
 through the solver's steps), ``"adjoint"`` :class:`Adjoint`, ``"checkpoint"``
 :class:`Checkpoint`."""
 

@@ -231,8 +231,8 @@ def build_model(
     ``(N, in_channels)`` vectors and return ``(N, num_classes)``.
 
     ``spec`` says how the model solves, passed on unchanged. Every
-    :class:`odelayers.NeuralODE` of the models of :data:`ODE_MODELS` integrates over
-    ``[0, 1]`` by it (default :data:`TRAIN_SPEC`: dopri5 at ``rtol = atol = 1e-3``,
+    :class:`odelayers.NeuralODE` of the models of ``ODE_MODELS`` integrates over
+    ``[0, 1]`` by it (default ``TRAIN_SPEC``: dopri5 at ``rtol = atol = 1e-3``,
     backprop). The ContinuousNet models step its fixed-step solver ``spec.n_steps``
     times per block (default Euler, 8 steps), differentiated by backprop through
     the steps, which is what they are. The RK-Net always takes 6 RK4 steps and
@@ -401,10 +401,10 @@ def nfe(model: nn.Module) -> tuple[int, int]:
         ``(forward NFE, backward NFE)``.
 
     Example:
-        >>> import torch
+        >>> import odecore, torch
         >>> from odebench.models import build_model, nfe
         >>> model = build_model("toy-node", in_channels=2, num_classes=1, image_size=0,
-        ...                     gradient="adjoint")
+        ...                     spec=odecore.OdeSpec(gradient=odecore.Adjoint()))
         >>> model(torch.randn(4, 2)).sum().backward()
         >>> forward, backward = nfe(model)
         >>> forward > 0, backward > 0

@@ -105,8 +105,9 @@ class TrainConfig:
         >>> TrainConfig(model="continuousnet", dataset="cifar10", method="rk4", n_steps=1,
         ...             refine_epochs=(20, 40)).final_steps
         4
-        >>> TrainConfig(model="odenet", dataset="mnist", rtol=1e-4, gradient="adjoint").spec
-        OdeSpec(solver=Dopri5(...), controller=PIDController(rtol=0.0001, atol=0.001, ...), gradient=Adjoint(...), dt0=None, n_steps=None, max_steps=100000)
+        >>> spec = TrainConfig(model="odenet", dataset="mnist", rtol=1e-4, gradient="adjoint").spec
+        >>> spec.solver, spec.controller.rtol, spec.controller.atol, type(spec.gradient).__name__
+        (Dopri5(interpolation='auto'), 0.0001, 0.001, 'Adjoint')
     """
 
     model: str

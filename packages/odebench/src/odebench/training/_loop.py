@@ -564,14 +564,14 @@ class Trainer:
         return True
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Put the run back where ``state``, a checkpoint of :meth:`save_checkpoint`, left it.
+        """Put the run back where ``state``, a checkpoint of ``save_checkpoint``, left it.
 
         The model, the optimiser, torch's random state, the metrics and the position
         (epoch and batch, with the running totals of a mid-epoch checkpoint). A
         ContinuousNet is refined first as often as the checkpointed one was.
 
         Args:
-            state: the checkpoint, as :func:`torch.load` returns it.
+            state: the checkpoint, as ``torch.load`` returns it.
         """
         done = self.config.refinements_before(state["epoch"], state["batch"])
         for epoch in self.config.refine_epochs[:done]:
