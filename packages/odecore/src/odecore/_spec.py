@@ -161,7 +161,7 @@ class OdeSpec:
         >>> spec = odecore.OdeSpec.from_method("rk4", options={"n_steps": 4},
         ...                                    gradient="adjoint")
         >>> spec.solver, spec.controller, spec.gradient.__class__.__name__
-        (RK4(), ConstantStepSize(), 'Adjoint')
+        (RK4(interpolation='auto'), ConstantStepSize(), 'Adjoint')
         >>> spec.step_size(t0=0.0, t1=2.0)
         0.5
     """
