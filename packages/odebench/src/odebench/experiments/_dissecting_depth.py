@@ -35,8 +35,16 @@ from torch import Tensor, nn
 
 from ..data import annuli, reflection
 from ..training._io import pyplot, save_png, write_json
-from ._template import Claim, Figure, Fitted, Measurement, Run, Settings, Template
-from ._template import register_template as register
+from ._template import (
+    Claim,
+    Figure,
+    Fitted,
+    Measurement,
+    Run,
+    Settings,
+    Template,
+    register_template,
+)
 
 if TYPE_CHECKING:
     from ._template import Result, Setup, Trained, Values
@@ -482,7 +490,7 @@ def _plot_annuli(result: Result[DepthSettings], path: Path) -> None:
     save_png(path, fig, dpi=80)
 
 
-TEMPLATE = register(
+TEMPLATE = register_template(
     Template(
         name="dissecting-depth",
         title="Dissecting Neural ODEs: depth variance, data control, adaptive depth",
