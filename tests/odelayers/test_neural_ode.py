@@ -238,3 +238,29 @@ def test_adaptive_depth_passes_no_jumps_of_its_inner_layers():
     layer = AdaptiveDepthNODE(field, nn.Linear(1, 1))
     assert layer.node._depth_jumps(0.0, 1.0) == []
     assert NeuralODE(field)._depth_jumps(0.0, 1.0) == [0.25, 0.5, 0.75]
+
+
+def test_under_bf16_autocast_a_half_input_is_solved_in_a_float32_state():
+    """A conv stem under autocast hands the block a bfloat16 tensor; the solver keeps a
+    float32 state (bfloat16 cannot hold rtol 1e-3, which odecore refuses) while the
+    field computes in bfloat16."""
+    torch.manual_seed(0)
+    field = DepthSequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 4))
+    layer = NeuralODE(field, spec=odecore.OdeSpec.from_method("dopri5", rtol=1e-3, atol=1e-3))
+    x = torch.randn(8, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x.to(torch.bfloat16))
+        out.float().sum().backward()
+    assert out.dtype == torch.float32
+    with torch.no_grad():
+        exact = NeuralODE(field)(x.to(torch.bfloat16).float())
+    assert torch.allclose(out, exact, atol=0.05)  # bfloat16 field: about 2-3 digits
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in field.parameters())
+
+
+def test_without_autocast_a_bfloat16_state_is_still_refused():
+    layer = NeuralODE(
+        nn.Linear(4, 4), spec=odecore.OdeSpec.from_method("dopri5", rtol=1e-3, atol=1e-3)
+    )
+    with pytest.raises(Exception, match="below the resolution"):
+        layer(torch.randn(2, 4, dtype=torch.bfloat16))

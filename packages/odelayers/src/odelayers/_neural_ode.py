@@ -257,6 +257,8 @@ class NeuralODE(nn.Module):
             raise TypeError(f"The input must be a tensor, got {type(x).__name__}.")
         if x.dim() < 1:
             raise ValueError("The input must be batched: shape (batch, ...).")
+        if x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(x.device.type):
+            x = x.float()  # under autocast the solver keeps a float32 state
         field: Any = self.vector_field
         state: Tensor | tuple[Tensor, ...] = x
         if terms:
