@@ -49,10 +49,10 @@ def test_subpackage_snapshots():
         "resolve_device", "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
-        "Claim", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "Measurement", "Result",
-        "Run", "RunOptions", "Settings", "Setup", "Stat", "Template", "Trained", "Values",
-        "Verdict", "combine_reports", "publish", "register", "register_template",
-        "run_experiment", "run_template",
+        "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "MODES",
+        "Measurement", "Result", "Run", "RunOptions", "Settings", "Setup", "Stat", "Template",
+        "Trained", "Values", "Verdict", "combine_reports", "publish", "register",
+        "register_template", "reproductions_table", "run_experiment", "run_template",
     ]  # fmt: skip
     for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
         assert (package.__doc__ or "").strip(), package

@@ -12,6 +12,7 @@ from pathlib import Path
 import odebench
 import pytest
 from odebench import main
+from odebench.experiments import EXPERIMENTS
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -30,6 +31,65 @@ def test_list_names_experiments_models_and_data_sets(capsys):
         assert f"  {name} " in out, name
 
 
+def test_list_shows_the_modes_of_every_experiment_with_their_seeds(capsys):
+    assert main(["list"]) == 0
+    modes = [line.strip() for line in capsys.readouterr().out.splitlines() if "modes:" in line]
+    assert len(modes) == len(EXPERIMENTS)
+    for line, experiment in zip(modes, EXPERIMENTS.values()):
+        seeds = {m: experiment.modes[m] for m in ("quick", "standard", "full")}
+        assert line == "modes: " + "; ".join(f"{m}: {s}" for m, s in seeds.items())
+        assert int(seeds["standard"].split()[0]) >= 3, experiment.name
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"),
+    [([], "standard"), (["--quick"], "quick"), (["--mode", "full"], "full"),
+     (["--mode", "quick"], "quick")],
+)  # fmt: skip
+def test_run_picks_the_mode_standard_by_default(flags, mode, monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(
+        "odebench.experiments.run_experiment",
+        lambda name, options, log: seen.append(options.mode_name),
+    )
+    assert main(["run", "quickstart", *flags, "--out", str(tmp_path / "q")]) == 0
+    assert seen == [mode]
+
+
+def test_run_refuses_quick_with_another_mode(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "quickstart", "--quick", "--mode", "full"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_download_fetches_into_the_data_dir_and_reports_where(tmp_path, monkeypatch, capsys):
+    from odebench.data import _download
+
+    monkeypatch.setattr(_download, "_md5", lambda path: "ok")
+    monkeypatch.setattr(
+        _download, "_RESOURCES",
+        {"mnist": _download._Resource(("https://x/",), (("a.gz", "ok"), ("b.gz", "ok")))},
+    )  # fmt: skip
+    monkeypatch.setattr(_download, "_fetch", lambda url, dest: dest.write_bytes(url.encode()))
+    assert main(["download", "mnist", "--data-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "mnist" / "b.gz").read_bytes() == b"https://x/b.gz"
+    assert f"mnist is in {tmp_path / 'mnist'}" in capsys.readouterr().err
+
+
+def test_download_failure_exits_2_with_the_attempts(tmp_path, monkeypatch, capsys):
+    from odebench.data import _download
+
+    def offline(url, dest):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(_download, "_fetch", offline)
+    assert main(["download", "cifar10", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("odebench download: error: Could not download cifar-10-python")
+    assert "Name or service not known" in err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -42,6 +102,8 @@ def test_list_names_experiments_models_and_data_sets(capsys):
         (["train", "--model", "odenet", "--dataset", "mnist", "--lr", "-1"],
          "argument --lr: expected a positive number, got -1"),
         (["run", "nope"], "unknown experiment 'nope'; known: quickstart"),
+        (["run", "quickstart", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
+        (["download", "imagenet"], "argument NAME: invalid choice: 'imagenet'"),
     ],
 )  # fmt: skip
 def test_bad_arguments_exit_2_with_one_line(args, message):

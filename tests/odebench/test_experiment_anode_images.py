@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
-from odebench.experiments import EXPERIMENTS, RunOptions, run_template
+from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits
@@ -31,7 +31,7 @@ def run(
     out = tmp_path_factory.mktemp("anode-images") / "run"
     lines: list[str] = []
     options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
-    tiny = dataclasses.replace(anode_images.TEMPLATE, modes={"quick": TINY, "full": TINY})
+    tiny = dataclasses.replace(anode_images.TEMPLATE, modes=dict.fromkeys(MODES, TINY))
     summary = run_template(tiny, options, log=lines.append)
     return out, summary, lines
 
@@ -49,12 +49,37 @@ def test_quick_settings_are_small_and_full_ones_the_authors() -> None:
     assert full.train_size is None and full.test_size is None
 
 
+def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
+    quick, standard, full = (anode_images.TEMPLATE.settings_for(m) for m in MODES)
+    assert standard.seeds >= 3 and standard.epochs >= 2 and standard.lr == full.lr
+    assert standard.train_size is not None and standard.test_size is not None
+    assert quick.train_size is not None and quick.train_size < standard.train_size <= 8004
+    assert standard.test_size <= 1996  # the test images of MNIST-10k
+    assert standard.train_size % standard.batch_size == 0  # no image dropped
+    assert standard.epochs * (standard.train_size // standard.batch_size) >= 50  # steps
+
+
+def test_mode_notes_say_what_each_mode_trains() -> None:
+    from odebench.experiments._images import mode_note
+
+    quick, standard, full = (
+        mode_note(m, s.epochs, s.train_size, s.batch_size, authors="they train", tests="this")
+        for m, s in ((m, anode_images.TEMPLATE.settings_for(m)) for m in MODES)
+    )
+    assert "smoke test" in quick and "1 epoch(s) of 128 images" in quick
+    assert "2 epoch(s) of 1024 images (64 steps of batch 32), where they train" in standard
+    assert "smoke test" not in standard and "What it tests is this." in standard
+    assert full == "This run trains on all the images, where they train."
+
+
 def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
     lines: list[str] = []
     options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
     found, skipped = anode_images.available_datasets(("mnist", "cifar10"), options, lines.append)
     assert found == ["mnist"] and list(skipped) == ["cifar10"]
-    assert skipped["cifar10"].startswith("no CIFAR-10 files found")
+    assert skipped["cifar10"].startswith(
+        "not run here: needs CIFAR-10 (`odebench download cifar10`), or give its directory"
+    )
     assert str(tmp_path) not in skipped["cifar10"]  # the report names no path
     assert len(lines) == 1 and lines[0].startswith(
         f"cifar10 skipped: no cifar10 data in {tmp_path}"
@@ -118,7 +143,10 @@ def test_report_has_the_rows_and_the_published_numbers(
     assert rest.lstrip().startswith("`odebench run anode-images --quick`")
     for row in ("| NODE |", "| ANODE |", "96.4 ± 0.5%", "98.2 ± 0.1%", "| 84k |"):
         assert row in text, row
-    assert "## CIFAR-10" in text and "Skipped" in text and "53.7 ± 0.2%" in text
+    assert "## CIFAR-10" in text and "53.7 ± 0.2%" in text
+    assert "Not run here: needs CIFAR-10 (`odebench download cifar10`), or give its" in text
+    assert "Not run here: needs SVHN (`odebench download svhn`)" in text
+    assert "This is a quick run" in text
     assert "not published" in text
     for claim in anode_images.dataset_claims("mnist"):
         assert claim.text in text

@@ -1,19 +1,141 @@
-"""``odebench run chen-table1 --quick`` on a small MNIST-format data set."""
+"""``odebench run chen-table1``: its modes, its claims, and a quick run on a small
+MNIST-format data set."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import math
 
 import pytest
-from odebench.experiments import RunOptions, run_experiment
+import torch
+from odebench.experiments import RunOptions, Values, run_experiment
+from odebench.experiments._chen import (
+    FLAT_SLOPE,
+    MEMORY_STEPS,
+    MNIST_10K,
+    MODES,
+    _memory_by_depth,
+    claims,
+    fit_line,
+)
+from odebench.models import build_model, ode_layers
 
 MODELS = ("mlp", "resnet", "rknet", "odenet")
 
 
-@pytest.fixture
-def table(tmp_path, digits):
-    out = tmp_path / "chen"
+def test_standard_mode_trains_mnist_10k_on_three_seeds():
+    standard = MODES["standard"]
+    assert standard.seeds >= 3
+    assert (standard.train_size, standard.test_size) == MNIST_10K
+    assert standard.optimizer == "adam"
+    # The rate drops before the end, and the costs are measured on a full batch.
+    assert standard.milestones and max(standard.milestones) < standard.epochs
+    assert standard.cost_batch == 128
+
+
+def test_full_mode_is_the_papers_recipe():
+    full = MODES["full"]
+    assert (full.epochs, full.lr, full.milestones) == (160, 0.1, (60, 100, 140))
+    assert (full.optimizer, full.augment, full.train_size, full.test_size) == (
+        "sgd",
+        True,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("optimizer", "rmsprop", "`optimizer`"), ("cost_batch", 0, "`cost_batch`")],
+)
+def test_bad_settings_fail_clearly(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(MODES["quick"], **{field: value})
+
+
+def test_fit_line():
+    assert fit_line([(2.0, 10.0), (4.0, 14.0), (8.0, 22.0)]) == {
+        "slope": 2.0,
+        "intercept": 6.0,
+        "correlation": 1.0,
+    }
+    # A constant line has slope 0 and no correlation; a single x has no line at all.
+    assert fit_line([(2.0, 5.0), (8.0, 5.0)]) == {
+        "slope": 0.0,
+        "intercept": 5.0,
+        "correlation": None,
+    }
+    assert fit_line([(2.0, 5.0), (2.0, 6.0)])["slope"] is None
+
+
+def _values(errors, slopes=(0.0, 8.0), params=(2.1e5, 5.8e5)):
+    """One seed's values: test errors of resnet, rknet, odenet; MiB per step of the
+    adjoint and of backprop; parameters of the ODE-Net and the ResNet."""
+    table = {
+        name: {"test_error": e, "saved_mib": 10.0, "parameters": 1.0}
+        for name, e in zip(("resnet", "rknet", "odenet"), errors)
+    }
+    table["rknet"]["saved_mib"] = 60.0
+    table["resnet"]["saved_mib"] = 20.0
+    table["odenet"]["parameters"], table["resnet"]["parameters"] = params
+    table["odenet"]["mib_per_step_adjoint"], table["odenet"]["mib_per_step_backprop"] = slopes
+    return Values(table)
+
+
+def _verdicts(*seeds):
+    """The verdict of every claim on these seeds' values (the claims ignore the setup)."""
+    return {c.key: c.check(list(seeds)) for c in claims(None)}
+
+
+def test_claims_hold_on_good_numbers():
+    verdicts = _verdicts(_values((0.012, 0.014, 0.015)))
+    assert list(verdicts) == [
+        "resnet_error_at_most_2pct",
+        "rknet_error_at_most_2pct",
+        "odenet_error_at_most_2pct",
+        "odenet_error_near_resnet",
+        "odenet_params_about_a_third_of_resnet",
+        "odenet_saves_less_than_rknet",
+        "odenet_saves_less_than_resnet",
+        "adjoint_memory_constant_in_depth",
+    ]
+    assert all(v.holds for v in verdicts.values()), [k for k, v in verdicts.items() if not v.holds]
+    assert verdicts["odenet_error_near_resnet"].ours.mean == pytest.approx(0.003)
+
+
+def test_claims_fail_on_bad_numbers():
+    # The ODE-Net 0.6 points behind a ResNet at 1.5%, and above 2%.
+    verdicts = _verdicts(_values((0.015, 0.018, 0.021)))
+    assert verdicts["resnet_error_at_most_2pct"].holds
+    assert not verdicts["odenet_error_at_most_2pct"].holds
+    assert not verdicts["odenet_error_near_resnet"].holds
+    # An adjoint that grows at a tenth of backprop's rate is not constant in depth.
+    assert not _verdicts(_values((0.01,) * 3, slopes=(0.1 * 8.0, 8.0)))[
+        "adjoint_memory_constant_in_depth"
+    ].holds
+    assert _verdicts(_values((0.01,) * 3, slopes=(0.5 * FLAT_SLOPE * 8.0, 8.0)))[
+        "adjoint_memory_constant_in_depth"
+    ].holds
+    # Half the ResNet's parameters is not about a third.
+    assert not _verdicts(_values((0.01,) * 3, params=(3e5, 6e5)))[
+        "odenet_params_about_a_third_of_resnet"
+    ].holds
+
+
+def test_claims_judged_on_the_mean_over_seeds():
+    # Seed 1 misses 2% for the ODE-Net, the mean does not.
+    verdict = _verdicts(_values((0.012, 0.014, 0.016)), _values((0.012, 0.014, 0.022)))[
+        "odenet_error_at_most_2pct"
+    ]
+    assert verdict.holds and verdict.held_on == (True, False)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory, digits):
+    """One quick run, shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("chen") / "out"
     options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
     lines: list[str] = []
     summary = run_experiment("chen-table1", options, log=lines.append)
@@ -24,6 +146,7 @@ def table(tmp_path, digits):
 def test_chen_table1_quick(table):
     out, summary, lines = table
     assert json.loads((out / "results.json").read_text()) == summary
+    assert summary["mode"] == "quick" and summary["settings"]["optimizer"] == "adam"
     assert next(line for line in lines if "parameters" in line).startswith("[mlp] mlp on mnist")
     rows = {name: {k: s["mean"] for k, s in m.items()} for name, m in summary["metrics"].items()}
     assert list(rows) == list(MODELS)
@@ -31,6 +154,7 @@ def test_chen_table1_quick(table):
         assert (out / name / "results.json").exists(), name
         row = rows[name]
         assert 0.0 <= row["test_error"] <= 1.0
+        assert (row["train_images"], row["test_images"]) == (512, 256)
         for key in ("saved_mib", "step_seconds"):
             assert math.isfinite(row[key]) and row[key] > 0, (name, key)
     # The ODE blocks evaluate their field; the adjoint solves backward as well.
@@ -44,3 +168,41 @@ def test_chen_table1_quick(table):
     for label in ("1-layer MLP", "ResNet", "RK-Net", "ODE-Net"):
         assert f"| {label} |" in report
     assert "0.42%" in report and "O(1)" in report
+    assert "Quick mode" in report and "512 training images" in report
+
+
+@pytest.mark.slow
+def test_memory_against_depth(table):
+    out, summary, _ = table
+    odenet = {k: s["mean"] for k, s in summary["metrics"]["odenet"].items()}
+    adjoint = [odenet[f"saved_mib_adjoint@{steps}"] for steps in MEMORY_STEPS]
+    backprop = [odenet[f"saved_mib_backprop@{steps}"] for steps in MEMORY_STEPS]
+    # Backprop saves every step's evaluations: the memory grows linearly in L; the
+    # adjoint's does not, and is below backprop's at every depth.
+    per_step = [(b1 - b0) / (l1 - l0) for (l0, b0), (l1, b1) in
+                itertools.pairwise(zip(MEMORY_STEPS, backprop))]  # fmt: skip
+    assert per_step[0] > 0 and per_step[1] == pytest.approx(per_step[0], rel=0.05)
+    assert max(adjoint) - min(adjoint) < 0.01 * backprop[0]
+    assert all(a < b for a, b in zip(adjoint, backprop))
+    assert odenet["mib_per_step_backprop"] > 1.0
+    assert abs(odenet["mib_per_step_adjoint"]) < FLAT_SLOPE * odenet["mib_per_step_backprop"]
+    assert summary["claims"]["adjoint_memory_constant_in_depth"]["holds"]
+    assert (out / "memory_vs_depth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert "## Memory against depth" in report
+    assert "| adjoint |" in report and "| backprop |" in report
+    assert "memory_vs_depth.png" in report
+
+
+def test_memory_sweep_puts_the_spec_back():
+    model = build_model("odenet", in_channels=1, num_classes=10, image_size=28)
+    spec = ode_layers(model)[0].spec
+    x, y = torch.randn(2, 1, 28, 28), torch.tensor([3, 7])
+    metrics = _memory_by_depth(model, x, y)
+    assert ode_layers(model)[0].spec is spec
+    assert set(metrics) == {
+        *(f"saved_mib_{g}@{steps}" for g in ("adjoint", "backprop") for steps in MEMORY_STEPS),
+        "mib_per_step_adjoint",
+        "mib_per_step_backprop",
+    }
+    assert metrics["mib_per_step_adjoint"] == 0.0 < metrics["mib_per_step_backprop"]

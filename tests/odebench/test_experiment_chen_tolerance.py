@@ -2,15 +2,72 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
-import odebench.experiments._chen_tolerance  # noqa: F401  (registers the experiment)
 import pytest
+from odebench.experiments._chen import MNIST_10K
+from odebench.experiments._chen_tolerance import MODES, _fit
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments._template import Setup
 
-pytestmark = pytest.mark.slow
+
+def test_standard_mode_trains_a_few_epochs_on_three_seeds() -> None:
+    standard = MODES["standard"]
+    assert standard.seeds >= 3 and standard.epochs >= 3
+    # Real training: hundreds of steps on MNIST-10k images, the whole test set swept.
+    steps = standard.epochs * (standard.train_size or MNIST_10K[0]) // standard.batch_size
+    assert steps >= 150
+    assert standard.test_size == MNIST_10K[1]
+    assert standard.tolerances == (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)
+
+
+def test_full_mode_is_the_papers_training() -> None:
+    full = MODES["full"]
+    assert (full.epochs, full.optimizer, full.lr, full.milestones) == (
+        160,
+        "sgd",
+        0.1,
+        (60, 100, 140),
+    )
+    assert full.augment and full.train_size is None and full.test_size is None
+    assert [full.lr_at(e) for e in (0, 59, 60, 100, 159)] == pytest.approx(
+        [0.1, 0.1, 0.01, 0.001, 0.0001]
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"tolerances": (1e-3, 1e-1)}, "loosest first"),
+        ({"tolerances": (1e-3,)}, "loosest first"),
+        ({"sweep": "tanh"}, "`sweep`"),
+        ({"optimizer": "rmsprop"}, "`optimizer`"),
+        ({"train_size": 16}, "one batch"),
+        ({"epochs": 0}, "at least one epoch"),
+    ],
+)
+def test_bad_settings_fail_clearly(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(MODES["quick"], **changes)
+
+
+@pytest.mark.slow
+def test_crops_change_the_batches(digits: Path, tmp_path: Path) -> None:
+    """With ``augment`` the same seed trains on other inputs, with the same steps."""
+    losses = []
+    for augment in (False, True):
+        settings = dataclasses.replace(
+            MODES["quick"], train_size=64, test_size=32, augment=augment, milestones=(1,)
+        )
+        options = RunOptions(out=tmp_path, quick=True, data_dir=str(digits), progress=False)
+        setup = Setup("chen-tolerance", "quick", settings, options, (0,), lambda _: None)
+        history = _fit(setup, 0, "softplus", False, setup.device).history
+        assert len(history) == 2
+        losses.append(history[0]["loss"])
+    assert losses[0] != losses[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +90,7 @@ def _sweep(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_registered() -> None:
+    assert EXPERIMENTS["chen-tolerance"].modes["standard"] == "3 seeds"
     assert "chen-tolerance" in EXPERIMENTS
 
 
@@ -43,6 +101,7 @@ def test_missing_data_fails_clearly(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_files(run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = run
     for name in ("results.json", "report.md"):
@@ -51,6 +110,7 @@ def test_files(run: tuple[Path, dict[str, Any]]) -> None:
         assert (out / f"{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     _, result = run
     variants = _means(result)
@@ -69,22 +129,26 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     assert all(isinstance(claim["holds"], bool) for claim in result["claims"].values())
 
 
+@pytest.mark.slow
 def test_nfe_grows_as_tolerance_tightens(run: tuple[Path, dict[str, Any]]) -> None:
     rows = _sweep(run[1])
     assert rows[-1]["nfe_forward"] > rows[0]["nfe_forward"]
     assert run[1]["claims"]["nfe_grows_as_tolerance_tightens"]["holds"]
 
 
+@pytest.mark.slow
 def test_time_increases_with_nfe(run: tuple[Path, dict[str, Any]]) -> None:
     fit = _means(run[1])["softplus"]
     assert fit["time_nfe_slope"] > 0 and fit["time_nfe_correlation"] > 0.5
 
 
+@pytest.mark.slow
 def test_relu_needs_more_forward_evaluations(run: tuple[Path, dict[str, Any]]) -> None:
     v = _means(run[1])
     assert v["relu"]["mean_nfe_forward"] > v["softplus"]["mean_nfe_forward"]
 
 
+@pytest.mark.slow
 def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = run
     report = (out / "report.md").read_text(encoding="utf-8")

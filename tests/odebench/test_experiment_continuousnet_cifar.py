@@ -1,11 +1,16 @@
-"""``odebench run continuousnet-cifar --quick`` on a small MNIST-format data set."""
+"""``odebench run continuousnet-cifar``: ``--quick`` on a small MNIST-format data set, and
+the CIFAR runs reported as not run where their data are not found."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from odebench.cli import main
 from odebench.experiments import RunOptions, run_experiment
+from odebench.experiments import _contnet_common as common
+from odebench.experiments._continuousnet_cifar import MODES, claims
+from odebench.experiments._template import Setup
 
 KEYS = ("euler", "rk4-refined")
 
@@ -51,9 +56,79 @@ def test_continuousnet_cifar_quick(table):
     report = (out / "report.md").read_text()
     assert report.startswith("# ")
     assert "`odebench run continuousnet-cifar --quick`" in report
+    # The data used are named; nothing in the report passes them off as CIFAR.
+    assert "Data: MNIST, 512 training and 256 test images" in report
+    assert "CIFAR" not in report and "not run" not in report
     for label in ("| ContinuousNet(Euler) |", "| ContinuousNet(RK4), refined |"):
         assert report.count(label) == 2, label
     assert "not confirmed" in report and "| 113 |" in report and "608 min" in report
     assert "## Claims" in report
     assert "![time per epoch and test accuracy](fig7_time_and_accuracy.png)" in report
     assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+NOT_RUN = {
+    "cifar10": "not run here: needs CIFAR-10 (`odebench download cifar10`)",
+    "cifar100": "not run here: needs CIFAR-100 (`odebench download cifar100`)",
+}
+
+
+@pytest.mark.parametrize("mode", ["standard", "full"])
+def test_without_cifar_the_report_says_what_to_download(tmp_path, digits, mode):
+    """No CIFAR where the data directory points: nothing trains, nothing stands in, and
+    the run succeeds with a report and results that say so."""
+    out = tmp_path / "out"
+    argv = ["run", "continuousnet-cifar", "--mode", mode, "--out", str(out)]
+    assert main([*argv, "--data-dir", str(digits), "--no-progress"]) == 0
+    summary = json.loads((out / "results.json").read_text())
+    nets = MODES[mode].nets
+    assert summary["seeds"] == [0, 1, 2, 3, 4]
+    assert summary["claims"] == {}
+    assert summary["metrics"] == {net.key: {} for net in nets}
+    for net in nets:
+        assert (
+            summary["details"][net.key]
+            == [{"dataset": net.dataset, "not_run": NOT_RUN[net.dataset]}] * 5
+        )
+        assert not (out / net.key).exists()
+    report = (out / "report.md").read_text()
+    assert "## Not run here" in report
+    assert f"- ContinuousNet(Euler); ContinuousNet(RK4), refined: {NOT_RUN['cifar10']}." in report
+    assert f"Wide-ContinuousNet(RK4), refined: {NOT_RUN['cifar100']}." in report
+    assert "## Table 1" not in report and "mnist" not in report.lower()
+    assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cifar10_alone_trains_its_pair_and_reports_the_wide_pair_as_not_run(tmp_path):
+    """With CIFAR-10 found and CIFAR-100 not: the CIFAR-10 runs train on CIFAR-10, the
+    wide ones train nothing, and only the CIFAR-10 pair's claims are checked."""
+    (tmp_path / "data_batch_1").touch()  # what the loader looks for first
+    options = RunOptions(out=tmp_path / "out", data_dir=str(tmp_path))
+    setup = Setup("continuousnet-cifar", "standard", MODES["standard"], options, (0,), print)
+    assert common.missing(MODES["standard"].nets, str(tmp_path)) == ["cifar100"]
+    runs = {run.name: run for run in common.runs_where_found(setup, 7)}
+    for key in ("euler", "rk4-refined"):
+        config = runs[key].config
+        assert config is not None and runs[key].fit is None
+        assert (config.dataset, config.seed, config.train_size) == ("cifar10", 7, 2000)
+    assert runs["rk4-refined"].config.refine_epochs == (2, 4)
+    for key in ("wide-euler", "wide-rk4-refined"):
+        assert runs[key].config is None and runs[key].fit is not None
+    keys = [claim.key for claim in claims(setup)]
+    assert keys and all(key.startswith("rk4-refined_") for key in keys)
+
+
+def test_standard_and_full_modes():
+    """Both train the four models on CIFAR over 5 seeds (the authors' script's count):
+    Euler at the depth its RK4 twin reaches by refinement."""
+    for mode in ("standard", "full"):
+        s = MODES[mode]
+        assert s.seeds == 5
+        nets = {net.key: net for net in s.nets}
+        assert [nets[k].dataset for k in ("euler", "wide-euler")] == ["cifar10", "cifar100"]
+        for e, r in (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined")):
+            assert nets[r].n_steps == 1 and nets[r].final_steps == nets[e].n_steps
+            assert nets[r].dataset == nets[e].dataset and nets[r].model == nets[e].model
+    assert MODES["full"].nets[1].refine_epochs == (20, 40, 60, 70, 80)
+    assert MODES["full"].nets[3].refine_epochs == (20, 50, 80)
+    assert MODES["full"].training == common.FULL_TRAINING

@@ -10,7 +10,8 @@ from typing import Any
 
 import odebench.experiments._dissecting_augmentation as augmentation
 import pytest
-from odebench.experiments import EXPERIMENTS, RunOptions, run_template
+from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
+from odebench.experiments._template import Result, Setup, Stat
 from odebench.models import build_model, count_parameters
 
 FIGURES = ("augmentation.png", "nfe.png")
@@ -28,7 +29,7 @@ def run(
     out = tmp_path_factory.mktemp("dissecting-augmentation") / "run"
     lines: list[str] = []
     options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
-    tiny = dataclasses.replace(augmentation.TEMPLATE, modes={"quick": TINY, "full": TINY})
+    tiny = dataclasses.replace(augmentation.TEMPLATE, modes=dict.fromkeys(MODES, TINY))
     summary = run_template(tiny, options, log=lines.append)
     return out, summary, lines
 
@@ -43,6 +44,7 @@ def test_settings_follow_the_notebooks_where_the_trainer_can() -> None:
     full = augmentation.TEMPLATE.settings_for("full")
     assert quick.seeds == 1 and quick.epochs == 1 and quick.train_size is not None
     assert full.epochs == 20 and full.batch_size == 64 and full.train_size is None
+    assert full.seeds == 10  # the paper's table: the mean of 10 runs
     config = augmentation._config("ilnode", "mnist", 0, full)
     assert (config.optimizer, config.lr, config.rtol, config.gradient) == (
         "adam",
@@ -85,6 +87,8 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
         assert row["parameters"] == count_parameters(built)
         # The adjoint solves backward too.
         assert row["nfe_forward"] > 0 and row["nfe_backward"] > 0
+        # One epoch: its first epoch is its last.
+        assert row["nfe_first"] == row["nfe_forward"]
     claims = {k.removeprefix("mnist_"): v["holds"] for k, v in summary["claims"].items()}
     assert set(claims) == set(augmentation.CLAIMS)
     assert claims["second_order_fewest_parameters"] and claims["parameters_match_poster"]
@@ -103,8 +107,66 @@ def test_report_has_the_rows_and_the_poster_numbers(
         assert f"| {label} |" in text, label
     for cell in ("| 96.8% |", "| 98 |", "| 21.4k |", "| 99.2% |", "| 43 |", "| 20.0k |"):
         assert cell in text, cell
-    assert "## CIFAR-10" in text and "Skipped" in text and "73.4%" in text
+    assert "## CIFAR-10" in text and "73.4%" in text
+    assert "Not run here: needs CIFAR-10 (`odebench download cifar10`), or give its" in text
+    assert "### Orderings, MNIST" in text and "This is a quick run" in text
+    assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE |" in text
+    assert "| NFE at convergence, fewest first | 2nd order > IL > 0-aug > NODE |" in text
     for said, _test in augmentation.CLAIMS.values():
         assert said in text
     for name in FIGURES:
         assert f"]({name})" in text, name
+
+
+def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
+    quick, standard = (augmentation.TEMPLATE.settings_for(m) for m in ("quick", "standard"))
+    assert standard.seeds >= 3 and standard.epochs >= 2
+    assert standard.train_size is not None and standard.test_size is not None
+    assert quick.train_size is not None and quick.train_size < standard.train_size <= 8004
+    assert standard.test_size <= 1996  # the test images of MNIST-10k
+    assert standard.train_size % standard.batch_size == 0  # no image dropped
+    assert standard.epochs * (standard.train_size // standard.batch_size) >= 50  # steps
+    note = augmentation.mode_note(
+        "standard", standard.epochs, standard.train_size, standard.batch_size, "a", "b"
+    )
+    assert "2 epoch(s) of 512 images (64 steps of batch 16)" in note
+    assert "smoke test" not in note
+
+
+def _result(acc: dict[str, list[float]], nfe: dict[str, list[float]]) -> Result[Any]:
+    """A standard-mode result of three seeds with these accuracies and NFE per model."""
+    settings = augmentation.TEMPLATE.settings_for("standard")
+    setup = Setup("dissecting-augmentation", "standard", settings,
+                  RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
+    metrics = {
+        f"mnist/{n}": {"test_acc": Stat.of(acc[n]), "nfe_forward": Stat.of(nfe[n])}
+        for n in augmentation.MODELS
+    }
+    return Result(setup, "odebench run dissecting-augmentation", "", 0.0, metrics, {}, ())
+
+
+POSTER_NFE = {"node": [98.0] * 3, "anode": [71.0] * 3, "ilnode": [44.0] * 3, "sonode": [43.0] * 3}
+
+
+def test_orderings_as_the_posters_say_so() -> None:
+    acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.7] * 3, "sonode": [0.8] * 3}
+    text = "\n".join(augmentation.orderings(_result(acc, POSTER_NFE), "mnist"))
+    assert text.count("| 6 of 6 |") == 2
+    assert "Both orderings are the poster's." in text and "another order" not in text
+
+
+def test_orderings_name_each_swapped_pair_and_explain_it() -> None:
+    # IL ahead of the 2nd-order model on the mean, behind it on one seed of three.
+    acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.74, 0.74, 0.70],
+           "sonode": [0.70, 0.70, 0.72]}  # fmt: skip
+    nfe = {**POSTER_NFE, "node": [30.0, 30.0, None]}  # NODE the cheapest, one seed missing
+    text = "\n".join(augmentation.orderings(_result(acc, nfe), "mnist"))
+    assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE | " in text
+    assert "| IL > 2nd order > 0-aug > NODE | 5 of 6 |" in text
+    assert "| NODE > 2nd order > IL > 0-aug | 3 of 6 |" in text
+    line = "- test accuracy, IL minus 2nd order: poster -0.1 points (a small gap), ours +2.0"
+    assert line in text
+    assert "(the poster's order on 1 of 3 seeds)" in text
+    assert "- NFE at convergence, NODE minus IL: poster +54.0, ours -14.0 ± 0.0" in text
+    assert "(the poster's order on 0 of 2 seeds)" in text  # of the seeds with a number
+    assert "after 64 steps on 512 images" in text and "rounded means of converged runs" in text

@@ -109,3 +109,18 @@ def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str,
     bound = metrics["reflection/vanilla"]["l1_bound"]["mean"]
     assert metrics["reflection/vanilla"]["loss"]["mean"] >= bound * (1 - 1e-3) * 0.95
     assert metrics["reflection/data_control"]["loss"]["mean"] < 0.1 * bound
+
+
+def test_claims_are_judged_on_held_out_points(run: tuple[Path, dict[str, Any]]) -> None:
+    _, saved = run
+    metrics = saved["metrics"]
+    for kind in ("vanilla", "data_control"):
+        reflection, annuli = metrics[f"reflection/{kind}"], metrics[f"annuli/{kind}"]
+        assert reflection["test_loss"]["mean"] != reflection["loss"]["mean"]  # other points
+        assert 0.0 <= annuli["test_accuracy"]["mean"] <= 1.0
+    claim = saved["claims"]["data_control_reflects"]
+    run_ = metrics["reflection/data_control"]
+    expected = run_["test_loss"]["seeds"][0] / run_["test_l1_bound"]["seeds"][0]
+    assert claim["ours"]["seeds"][0] == pytest.approx(expected)
+    accuracy = saved["claims"]["galerkin_annuli_fits"]["ours"]["seeds"]
+    assert accuracy == metrics["annuli/galerkin"]["test_accuracy"]["seeds"]

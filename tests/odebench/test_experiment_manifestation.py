@@ -1,7 +1,9 @@
-"""``odebench run manifestation-sweep --quick`` on a small data set in MNIST's files."""
+"""``odebench run manifestation-sweep``: its modes, and ``--quick`` on a small data set in
+MNIST's files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -9,10 +11,9 @@ from typing import Any
 
 import odebench.experiments._manifestation  # noqa: F401  (registers the experiment)
 import pytest
+from odebench.experiments import _contnet_common as common
 from odebench.experiments._manifestation import MODES, SCHEMES, TRAINED
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +37,63 @@ def _models(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_registered() -> None:
     assert "manifestation-sweep" in EXPERIMENTS
+    assert EXPERIMENTS["manifestation-sweep"].modes == {
+        "quick": "1 seed", "standard": "3 seeds", "full": "5 seeds",
+    }  # fmt: skip
 
 
-def test_missing_data_fails_clearly(tmp_path: Path) -> None:
+def test_standard_mode_sweeps_fashion_mnist_over_three_seeds() -> None:
+    s = MODES["standard"]
+    assert s.seeds == 3
+    assert [(net.key, net.method, net.dataset) for net in s.nets] == [
+        ("euler", "euler", "fashion-mnist"), ("rk4", "rk4", "fashion-mnist"),
+    ]  # fmt: skip
+    assert [net.refine_epochs for net in s.nets] == [(), ()]  # both at one depth throughout
+    assert s.grid_steps[0] < s.n_steps < s.grid_steps[-1]  # steps removed and added
+    assert s.training.train_size is not None and s.training.test_size is not None
+
+
+def test_full_mode_is_the_papers_cifar10_models() -> None:
+    s = MODES["full"]
+    assert s.seeds == 5 and s.epochs == 150 and s.training == common.FULL_TRAINING
+    euler, rk4 = s.nets
+    assert (euler.dataset, euler.n_steps, euler.refine_epochs) == ("cifar10", 32, ())
+    assert (rk4.dataset, rk4.n_steps, rk4.refine_epochs) == ("cifar10", 1, (20, 40, 60, 70, 80))
+    assert rk4.final_steps == s.n_steps == 32 and 32 in s.grid_steps
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"nets": MODES["quick"].nets[::-1]}, "one net per scheme"),
+        ({"nets": (MODES["quick"].nets[0], MODES["full"].nets[1])}, "one N_t = M"),
+        ({"grid_steps": (1, 4, 8)}, "must hold the nets' N_t 2"),
+        ({"epochs": 0}, "at least one epoch"),
+    ],
+)
+def test_settings_refuse_what_the_sweep_cannot_compare(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(MODES["quick"], **change)
+
+
+@pytest.mark.parametrize(("mode", "data"), [("standard", "fashion-mnist"), ("full", "cifar10")])
+def test_missing_data_fails_before_training(tmp_path: Path, mode: str, data: str) -> None:
+    options = RunOptions(out=tmp_path / "out", mode=mode, data_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"no {data} data"):
+        run_experiment("manifestation-sweep", options, log=lambda _: None)
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_missing_digits_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no fashion-mnist data"):
         run_experiment(
             "manifestation-sweep", RunOptions(out=tmp_path, quick=True, data_dir=str(tmp_path))
         )
 
 
+@pytest.mark.slow
 def test_files(run: tuple[Path, dict[str, Any]]) -> None:
     out, summary = run
     for name in ("results.json", "report.md", "fig9_heatmaps.png", "accuracy_vs_steps.png"):
@@ -56,6 +105,7 @@ def test_files(run: tuple[Path, dict[str, Any]]) -> None:
     assert all(isinstance(v["holds"], bool) for v in summary["claims"].values())
 
 
+@pytest.mark.slow
 def test_grids(run: tuple[Path, dict[str, Any]]) -> None:
     _, summary = run
     steps = summary["settings"]["grid_steps"]
@@ -69,20 +119,27 @@ def test_grids(run: tuple[Path, dict[str, Any]]) -> None:
         assert m["range"] == max(map(max, m["grid"])) - min(map(min, m["grid"]))
 
 
+@pytest.mark.slow
 def test_own_manifestation_matches_trained_net(run: tuple[Path, dict[str, Any]]) -> None:
-    """The grid cell of the training (scheme, N_t) is the trained net's own accuracy."""
+    """The grid cell of the training (scheme, N_t) is the trained net's own recalibrated
+    accuracy, measured apart from the sweep."""
     _, summary = run
     s = MODES["quick"]
     for scheme, m in _models(summary).items():
         cell = m["grid"][SCHEMES.index(scheme)][s.grid_steps.index(s.n_steps)]
-        assert cell == m["test_accuracy"]
+        assert cell == m["test_accuracy_recalibrated"]
         fixed = m["grid_fixed_stats"][SCHEMES.index(scheme)][s.grid_steps.index(s.n_steps)]
-        assert fixed == m["test_accuracy"]
+        assert fixed == m["test_accuracy_recalibrated"]
+        assert [row["n_steps"] for row in m["per_epoch"]] == [s.n_steps]  # one epoch
 
 
+@pytest.mark.slow
 def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
-    out, _ = run
+    out, summary = run
     report = (out / "report.md").read_text()
+    assert summary["details"]["euler"][0]["dataset"] == "mnist"
+    assert "Data: MNIST, 512 training and 256 test images" in report
+    assert common.QUICK_NOTE in report
     assert "## Published beside ours" in report
     assert "not published" in report
     for scheme in TRAINED:

@@ -138,3 +138,43 @@ def test_every_experiment_has_committed_results_in_the_docs(name):
         / ("training.md" if name == "quickstart" else f"experiments/{name}.md")
     )
     assert f"results/{name}/report.md" in page.read_text(encoding="utf-8"), page
+
+
+def test_the_index_table_regenerates_from_every_published_json():
+    from odebench.experiments import reproductions_table
+
+    table = reproductions_table(RESULTS).splitlines()
+    assert table[0].startswith("| experiment | claim | published | ours (mean ± std, n seeds) |")
+    rows = [row.split(" | ") for row in table[2:]]
+    published = {p.parent.name: json.loads(p.read_text()) for p in RESULTS.glob("*/results.json")}
+    for name, doc in published.items():
+        mine = [row for row in rows if row[0] == f"| [{name}]({name}.md)"]
+        claims = list((doc.get("claims") or {}).values())
+        assert len(mine) == max(len(claims), 1), name
+        for row, claim in zip(mine, claims):
+            assert row[1] == claim["text"].replace("|", "\\|")
+            assert row[3].endswith(
+                f"({len(doc['seeds'])} seed{'s' if len(doc['seeds']) > 1 else ''})"
+            )
+            if "cell" in claim:
+                assert row[3].startswith(claim["cell"]) and row[7] == claim["verdict"] + " |"
+            assert row[5] == doc["mode"] or row[5].startswith("quick (a smoke test")
+
+
+def test_the_index_table_refuses_an_empty_folder(tmp_path):
+    from odebench.experiments import reproductions_table
+
+    with pytest.raises(FileNotFoundError, match=r"no \*/results\.json under"):
+        reproductions_table(tmp_path)
+
+
+def test_runs_without_their_data_show_as_not_run_here(tmp_path):
+    from odebench.experiments import reproductions_table
+
+    why = "not run here: needs CIFAR-10 (`odebench download cifar10`)"
+    details = {"euler": [{"not_run": why}] * 3, "rk4": [{"not_run": why}] * 3}
+    doc = {"mode": "standard", "seeds": [0, 1, 2], "claims": {}, "details": details}
+    (tmp_path / "continuousnet-cifar").mkdir()
+    (tmp_path / "continuousnet-cifar" / "results.json").write_text(json.dumps(doc))
+    rows = reproductions_table(tmp_path, link=lambda name: None).splitlines()[2:]
+    assert rows == [f"| continuousnet-cifar | {why} | – | – | – | standard | – | not run here |"]

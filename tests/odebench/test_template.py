@@ -39,7 +39,11 @@ class Tiny(Settings):
     train_size: int
 
 
-MODES = {"quick": Tiny(epochs=1, train_size=64, seeds=2), "full": Tiny(epochs=2, train_size=96)}
+MODES = {
+    "quick": Tiny(epochs=1, train_size=64, seeds=2),
+    "standard": Tiny(epochs=2, train_size=96),
+    "full": Tiny(epochs=3, train_size=128, seeds=3),
+}
 
 
 def _runs(setup: Setup[Tiny], seed: int) -> list[Run]:
@@ -113,9 +117,12 @@ def quick(tmp_path: Path, registered: str) -> tuple[Path, dict[str, Any]]:
     return out, run_experiment(registered, options, log=lambda _: None)
 
 
-def test_the_record_lists_the_modes(registered: str) -> None:
-    assert EXPERIMENTS[registered].modes == ("quick", "full")
-    assert EXPERIMENTS["chen-table1"].modes == ("quick", "full")
+def test_the_record_lists_the_modes_with_their_seeds(registered: str) -> None:
+    assert EXPERIMENTS[registered].modes == {
+        "quick": "2 seeds", "standard": "1 seed", "full": "3 seeds"
+    }  # fmt: skip
+    for experiment in EXPERIMENTS.values():
+        assert list(experiment.modes) == ["quick", "standard", "full"], experiment.name
 
 
 def test_every_run_of_every_seed_in_its_folder(quick: tuple[Path, dict[str, Any]]) -> None:
@@ -169,9 +176,9 @@ def test_resume_continues_every_run_with_the_same_numbers(
 def test_one_seed_trains_into_the_run_folder_and_shows_no_spread(
     tmp_path: Path, registered: str
 ) -> None:
-    out = tmp_path / "full"
+    out = tmp_path / "standard"
     result = run_experiment(registered, RunOptions(out=out, device="cpu", progress=False))
-    assert result["mode"] == "full" and result["command"] == "odebench run tiny-template"
+    assert result["mode"] == "standard" and result["command"] == "odebench run tiny-template"
     assert (out / "node" / "checkpoint.pt").exists()
     assert result["metrics"]["node"]["epochs"] == {"mean": 2.0, "std": None, "n": 1,
                                                   "seeds": [2.0]}  # fmt: skip
@@ -182,10 +189,33 @@ def test_epochs_set_every_epoch_field() -> None:
     assert TEMPLATE.settings_for("quick", epochs=5) == Tiny(epochs=5, train_size=64, seeds=2)
 
 
+def test_results_record_the_training_time_and_the_data(
+    quick: tuple[Path, dict[str, Any]],
+) -> None:
+    out, result = quick
+    seconds = [
+        json.loads((out / "node" / f"seed{k}" / "results.json").read_text())["train_seconds"]
+        for k in (0, 1)
+    ]
+    assert result["train_seconds"] >= sum(seconds) > 0  # and the fit runs' time
+    assert result["data"] == "annuli-1d (64 train / 64 test)"
+    claim = result["claims"]["seed_is_zero"]
+    assert claim["cell"] == "0.5 ± 0.707"
+    assert claim["verdict"] == "held on the mean; held on 1 of 2 seeds"
+
+
+def test_bf16_reaches_every_configured_run(tmp_path: Path, registered: str) -> None:
+    options = RunOptions(out=tmp_path / "b", quick=True, device="cpu", progress=False, bf16=True)
+    result = run_experiment(registered, options, log=lambda _: None)
+    config = json.loads((tmp_path / "b" / "node" / "seed0" / "config.json").read_text())
+    assert config["config"]["bf16"] is True
+    assert result["command"] == "odebench run tiny-template --quick --bf16"
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"mode": "standard"}, "tiny-template has no mode 'standard'; its modes: quick, full."),
+        ({"mode": "fast"}, "tiny-template has no mode 'fast'; its modes: quick, standard, full."),
         ({"quick": True, "mode": "full"}, "`quick` runs the mode 'quick'"),
     ],
 )
@@ -196,16 +226,24 @@ def test_an_unknown_mode_lists_the_known_ones(
         run_experiment(registered, RunOptions(out=tmp_path / "x", **options))
 
 
-def test_a_third_mode_is_one_more_entry(tmp_path: Path) -> None:
-    modes = {**MODES, "standard": Tiny(epochs=1, train_size=32)}
-    standard = Template(
-        name="tiny-standard", description="", title="", modes=modes, runs=_runs,
-        measure=_measure,
-    )  # fmt: skip
-    assert standard.settings_for("standard").train_size == 32
-    options = RunOptions(out=tmp_path, mode="standard")
-    assert options.mode_name == "standard"
-    assert command("tiny-standard", options) == "odebench run tiny-standard --mode standard"
+@pytest.mark.parametrize(
+    ("modes", "named"),
+    [
+        (["quick", "full"], "quick, full"),
+        (["quick", "standard", "full", "huge"], "quick, standard, full, huge"),
+    ],
+)
+def test_every_experiment_declares_exactly_the_three_modes(modes: list[str], named: str) -> None:
+    with pytest.raises(ValueError, match=f"`modes` has {named}.*give exactly quick, standard"):
+        Template(name="t", description="", title="", runs=_runs, measure=_measure,
+                 modes={m: MODES.get(m, MODES["full"]) for m in modes})  # fmt: skip
+
+
+def test_the_command_names_the_mode_unless_it_is_the_default(tmp_path: Path) -> None:
+    assert RunOptions(out=tmp_path).mode_name == "standard"
+    assert command("t", RunOptions(out=tmp_path)) == "odebench run t"
+    assert command("t", RunOptions(out=tmp_path, mode="full")) == "odebench run t --mode full"
+    assert command("t", RunOptions(out=tmp_path, quick=True)) == "odebench run t --quick"
 
 
 def test_declaration_errors_are_clear() -> None:

@@ -28,7 +28,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -242,7 +242,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 def _add_training_commands(commands: Any) -> None:
     import odecore
 
+    from .data._download import DOWNLOADABLE
     from .experiments import EXPERIMENTS
+    from .experiments._registry import DEFAULT_MODE, MODES
     from .models import MODELS
     from .models._build import TRAIN_TOL
     from .training import DATASETS
@@ -257,8 +259,21 @@ def _add_training_commands(commands: Any) -> None:
         help="run an experiment (`odebench list` shows them)",
         description="Run an experiment; its files go to --out (default runs/NAME).",
     )
-    run.add_argument("name", metavar="NAME", help=f"one of: {', '.join(EXPERIMENTS)}")
-    run.add_argument("--quick", action="store_true", help="the CPU-minutes version")
+    run.add_argument(
+        "name", metavar="NAME",
+        help=f"one of: {', '.join(EXPERIMENTS)}; or all, each into --out/NAME (default runs/NAME)",
+    )  # fmt: skip
+    run.add_argument(
+        "--bf16", action="store_true", help="bfloat16 autocast in every training run (GPU)"
+    )
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--mode", choices=MODES, default=None,
+        help=f"quick: a smoke test, seconds; standard: real training sized for a 2-core "
+        f"CPU, at most about an hour; full: the paper's settings, for a GPU "
+        f"(default {DEFAULT_MODE})",
+    )  # fmt: skip
+    mode.add_argument("--quick", action="store_true", help="the same as --mode quick")
     _add_common(run)
     run.set_defaults(command_parser=run)
     report = commands.add_parser(
@@ -272,6 +287,23 @@ def _add_training_commands(commands: Any) -> None:
         help="the page to write (default reproductions.md)",
     )  # fmt: skip
     report.set_defaults(command_parser=report)
+    download = commands.add_parser(
+        "download",
+        help="download an image data set from its official mirror, checked by MD5",
+        description=(
+            "Download NAME into DIR (default $ODEBENCH_DATA_DIR, else ~/.cache/odebench), "
+            "where `odebench run` and `odebench train` look for it."
+        ),
+    )
+    download.add_argument(
+        "name", metavar="NAME", choices=DOWNLOADABLE,
+        help=f"one of: {', '.join(DOWNLOADABLE)}",
+    )  # fmt: skip
+    download.add_argument("--data-dir", type=Path, default=None, metavar="DIR")
+    download.add_argument(
+        "--force", action="store_true", help="fetch again even if the files are there"
+    )
+    download.set_defaults(command_parser=download)
     publish = commands.add_parser(
         "publish",
         help="copy runs' reports, results and figures (no checkpoints) for committing",
@@ -370,8 +402,14 @@ def _list() -> int:
     from .models import MODELS
     from .training import DATASETS
 
+    def modes(modes: Mapping[str, str]) -> str:
+        return "; ".join(f"{mode}: {what}" if what else mode for mode, what in modes.items())
+
     sections: list[tuple[str, dict[str, str]]] = [
-        ("Experiments (odebench run NAME)", {n: e.description for n, e in EXPERIMENTS.items()}),
+        (
+            "Experiments (odebench run NAME [--mode MODE])",
+            {n: f"{e.description}\n    modes: {modes(e.modes)}" for n, e in EXPERIMENTS.items()},
+        ),
         ("Models (odebench train --model M)", {n: m.description for n, m in MODELS.items()}),
         ("Data sets (--dataset D)", {n: d.description for n, d in DATASETS.items()}),
     ]
@@ -379,7 +417,10 @@ def _list() -> int:
         print(title)
         width = max(len(n) for n in rows)
         for name, text in rows.items():
-            print(f"  {name:<{width}}  {text}")
+            first, *more = text.splitlines()
+            print(f"  {name:<{width}}  {first}")
+            for line in more:
+                print(f"  {'':<{width}}  {line.strip()}")
         print()
     return 0
 
@@ -415,13 +456,32 @@ def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .experiments import EXPERIMENTS, RunOptions, run_experiment
+    from .experiments import EXPERIMENTS
 
-    if args.name not in EXPERIMENTS:
-        return _fail(parser, f"unknown experiment {args.name!r}; known: {', '.join(EXPERIMENTS)}")
+    if args.name != "all" and args.name not in EXPERIMENTS:
+        known = ", ".join(EXPERIMENTS)
+        return _fail(parser, f"unknown experiment {args.name!r}; known: {known}, or all")
+    if args.name == "all":
+        failed = [
+            name
+            for name in EXPERIMENTS
+            if _run_one(parser, args, name, (args.out or Path("runs")) / name)
+        ]
+        if failed:
+            _log(f"odebench run all: failed: {', '.join(failed)}")
+        return 1 if failed else 0
+    return _run_one(parser, args, args.name, args.out or Path("runs") / args.name)
+
+
+def _run_one(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, name: str, out: Path
+) -> int:
+    from .experiments import RunOptions, run_experiment
+
     options = RunOptions(
-        out=args.out or Path("runs") / args.name,
+        out=out,
         quick=args.quick,
+        mode=args.mode,
         device=args.device,
         epochs=args.epochs,
         data_dir=args.data_dir,
@@ -429,8 +489,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         resume=args.resume,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        bf16=args.bf16,
     )
-    return _guarded(parser, lambda: run_experiment(args.name, options, log=_log))
+    return _guarded(parser, lambda: run_experiment(name, options, log=_log))
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -443,6 +504,20 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _fail(parser, str(exc))
     write_text(args.out, text)
     _log(f"wrote {args.out}")
+    return 0
+
+
+def _download(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .data import DataError, download
+    from .training._data import download_root
+
+    root = args.data_dir or download_root()
+    _log(f"downloading {args.name} into {root}")
+    try:
+        where = download(args.name, root, force=args.force)
+    except DataError as exc:
+        return _fail(parser, str(exc))
+    _log(f"{args.name} is in {where}")
     return 0
 
 
@@ -541,6 +616,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(args.command_parser, args)
     if args.command == "publish":
         return _publish(args.command_parser, args)
+    if args.command == "download":
+        return _download(args.command_parser, args)
     if args.command in ("run", "train"):
         sub = args.command_parser
         return _run(sub, args) if args.command == "run" else _train(sub, args)

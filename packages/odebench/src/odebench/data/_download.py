@@ -92,6 +92,9 @@ _RESOURCES: dict[str, _Resource] = {
 
 _CHUNK = CHUNK
 
+DOWNLOADABLE = tuple(sorted(_RESOURCES))
+"""The names :func:`download` (and ``odebench download NAME``) accepts."""
+
 
 def _fetch(url: str, dest: Path) -> None:
     """Write the body of ``url`` to ``dest``. Tests replace this function."""

@@ -8,6 +8,8 @@ mode (:class:`Settings`), the :class:`Run` objects it trains per seed, the
 :class:`Measurement` of each trained run and its :class:`Claim` objects;
 :func:`register_template` adds it, and :func:`run_template` trains, aggregates over
 seeds (:class:`Stat`), checks the claims (:class:`Verdict`) and writes the report.
+:func:`reproductions_table` gathers the claims of every published run into the
+Reproductions index.
 """
 
 # Each module registers its experiment; the quickstart first, then by name.
@@ -16,8 +18,11 @@ from . import _anode_images, _anode_toy, _chen, _chen_tolerance  # noqa: F401  #
 from . import _dissecting_augmentation, _dissecting_depth  # noqa: F401  # isort: skip
 from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
+from ._index import reproductions_table
 from ._registry import (
+    DEFAULT_MODE,
     EXPERIMENTS,
+    MODES,
     Experiment,
     RunOptions,
     combine_reports,
@@ -44,7 +49,9 @@ from ._template import (
 )
 
 __all__ = [
+    "DEFAULT_MODE",
     "EXPERIMENTS",
+    "MODES",
     "Claim",
     "Experiment",
     "Figure",
@@ -64,6 +71,7 @@ __all__ = [
     "publish",
     "register",
     "register_template",
+    "reproductions_table",
     "run_experiment",
     "run_template",
 ]

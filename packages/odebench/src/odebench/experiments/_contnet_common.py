@@ -1,18 +1,22 @@
 """What the ContinuousNet experiments of Queiruga et al. (2020) share.
 
-All three train ContinuousNets, whose residual modules hold batch norms, on 28x28
-digits in quick mode (:func:`digits`, :func:`batches`, :func:`recalibrate`).
-``continuousnet-cifar`` and ``refinement-timing`` train, measure and draw the same
-kind of run: a ContinuousNet at a fixed depth or refined during training (:class:`Net`).
+All three train ContinuousNets with :func:`odebench.training.train`, at a fixed depth
+or refined during training (:class:`Net`, :func:`refine_runs`), on the data set of each
+net or, in quick mode, the 28x28 digits found (:func:`digits`). They measure each
+trained net with its batch-norm statistics recalibrated (:func:`recalibrate`,
+:func:`restore`, :func:`measure_refined`) and draw its time and accuracy per epoch
+(:func:`plot_epochs`). ``continuousnet-cifar`` keeps a net whose data set is not found
+as a run that is not trained (:func:`runs_where_found`): its report says what to
+download.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 import contnet
 import torch
@@ -22,7 +26,8 @@ from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data
 from ..training._data import load_splits
 from ..training._io import pyplot, save_png
-from ._template import Measurement, Result, Run, Settings, Setup, Trained
+from ._images import not_run
+from ._template import Fitted, Measurement, Result, Run, Settings, Setup, Trained
 
 
 def digits(data_dir: str | None) -> str:
@@ -118,10 +123,24 @@ class Net:
         """``N_t = M`` once every refinement is made."""
         return self.n_steps << len(self.refine_epochs)
 
+    def depth(self) -> str:
+        """``"rk4, N_t = M = 1 -> 4 (refined at epochs 1, 2)"``, or ``"euler, N_t = M = 4"``."""
+        if not self.refine_epochs:
+            return f"{self.method}, N_t = M = {self.n_steps}"
+        epochs = ", ".join(str(e) for e in self.refine_epochs)
+        return (
+            f"{self.method}, N_t = M = {self.n_steps} -> {self.final_steps} "
+            f"(refined at epochs {epochs})"
+        )
+
 
 @dataclass(frozen=True)
 class Training:
-    """The :class:`~odebench.training.TrainConfig` fields every run shares (SGD)."""
+    """The :class:`~odebench.training.TrainConfig` fields every run shares (SGD).
+
+    ``eval_batch_size`` is also the batch of the recalibrated test passes; on a CPU a
+    few hundred images evaluate faster per image than a thousand.
+    """
 
     train_size: int | None
     test_size: int | None
@@ -131,25 +150,40 @@ class Training:
     milestones: tuple[int, ...]
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    eval_batch_size: int = 1000
+
+    def describe(self) -> str:
+        """The optimiser and schedule in words, for the reports."""
+        drops = ", ".join(str(e) for e in self.milestones)
+        return (
+            f"SGD (momentum {self.momentum:g}, weight decay {self.weight_decay:g}), lr "
+            f"{self.lr:g}{f' x0.1 at epochs {drops}' if drops else ''}, batch "
+            f"{self.batch_size}, {'random crops' if self.augment else 'no augmentation'}"
+        )
 
 
 #: Quick mode: 512 + 256 digits, batch 32, lr 0.05, no schedule or augmentation.
 QUICK_TRAINING = Training(512, 256, False, 32, 0.05, ())
 #: Full mode, the authors' script: crops, batch 128, lr 0.1 x0.1 at epochs 80, 120, 140.
 FULL_TRAINING = Training(None, None, True, 128, 0.1, (80, 120, 140))
+#: Full mode, the authors' script (``script_it.py``, seeds 1-5): five seeds.
+FULL_SEEDS = 5
+#: What the reports of quick mode say of their numbers.
+QUICK_NOTE = (
+    "Quick mode is a smoke test: a few epochs on a small subset, so its numbers say "
+    "nothing about the paper's, and its times are CPU times."
+)
 
 
-@dataclass(frozen=True)
-class RefineSettings(Settings):
-    """The runs of one mode and how they train.
+@dataclass(frozen=True, kw_only=True)
+class NetSettings(Settings):
+    """The nets of one mode and how they train.
 
     Args:
         nets: the runs, in order.
         epochs: epochs of every run (but the CIFAR-100 ones with ``epochs_cifar100``).
         training: the optimiser and data.
         recal_batches: training batches the batch-norm statistics are recalibrated on.
-        acc_tolerance: how far (absolute) a refined RK4 run's recalibrated test
-            accuracy may fall below that of the run it is compared with.
         epochs_cifar100: epochs of the CIFAR-100 runs; ``None``: ``epochs``.
     """
 
@@ -157,7 +191,6 @@ class RefineSettings(Settings):
     epochs: int
     training: Training
     recal_batches: int
-    acc_tolerance: float
     epochs_cifar100: int | None = None
 
     def epochs_of(self, net: Net) -> int:
@@ -166,43 +199,161 @@ class RefineSettings(Settings):
             return self.epochs_cifar100
         return self.epochs
 
+    def sizes(self) -> str:
+        """The training and test images, in words.
 
-def refine_runs(setup: Setup[RefineSettings], seed: int) -> list[Run]:
-    """One :func:`odebench.training.train` run per net, on its data set or the
-    :func:`digits` found."""
+        Example:
+            >>> settings = NetSettings(nets=(), epochs=1, training=QUICK_TRAINING,
+            ...                        recal_batches=1)
+            >>> settings.sizes()
+            '512 training and 256 test images (subsets drawn by the seed)'
+        """
+        t = self.training
+        if t.train_size is None and t.test_size is None:
+            return "all training and test images"
+        train, test = ("all" if n is None else str(n) for n in (t.train_size, t.test_size))
+        return f"{train} training and {test} test images (subsets drawn by the seed)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefineSettings(NetSettings):
+    """:class:`NetSettings` with the accuracy tolerance of the refinement claims.
+
+    Args:
+        acc_tolerance: how far (absolute) a refined RK4 run's recalibrated test
+            accuracy may fall below that of the run it is compared with.
+    """
+
+    acc_tolerance: float
+
+
+N = TypeVar("N", bound=NetSettings)
+
+
+def missing(nets: Sequence[Net], data_dir: str | None) -> list[str]:
+    """The data sets of ``nets`` (``None``, the digits, aside) not found, sorted."""
+    names = sorted({net.dataset for net in nets if net.dataset})
+    gone = []
+    for name in names:
+        try:
+            find_data(name, data_dir)
+        except FileNotFoundError:
+            gone.append(name)
+    return gone
+
+
+def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
+    """The :func:`odebench.training.train` run of ``net`` for ``seed``, on its data set
+    or the :func:`digits` found."""
     s, data_dir = setup.settings, setup.options.data_dir
-    for name in sorted({net.dataset for net in s.nets if net.dataset}):
-        find_data(name, data_dir)  # a missing data set fails now, not hours later
+    return Run(
+        net.key,
+        config=TrainConfig(
+            model=net.model,
+            dataset=net.dataset or digits(data_dir),
+            epochs=s.epochs_of(net),
+            method=net.method,
+            n_steps=net.n_steps,
+            refine_epochs=net.refine_epochs,
+            seed=seed,
+            **dataclasses.asdict(s.training),
+        ),
+    )
+
+
+def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
+    """A :func:`train_run` per net; a data set not found fails now, not hours later
+    (the loader's ``FileNotFoundError``)."""
+    for name in sorted({net.dataset for net in setup.settings.nets if net.dataset}):
+        find_data(name, setup.options.data_dir)
+    return [train_run(setup, net, seed) for net in setup.settings.nets]
+
+
+def _untrained(device: torch.device) -> Fitted:
+    """The ``fit`` of a net that is not run: it trains nothing."""
+    return Fitted(nn.Identity())
+
+
+def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
+    """A :func:`train_run` per net whose data set is found; the others are runs that
+    train nothing, which :func:`measure_refined` reports as not run."""
+    gone = missing(setup.settings.nets, setup.options.data_dir)
     return [
-        Run(
-            net.key,
-            config=TrainConfig(
-                model=net.model,
-                dataset=net.dataset or digits(data_dir),
-                epochs=s.epochs_of(net),
-                method=net.method,
-                n_steps=net.n_steps,
-                refine_epochs=net.refine_epochs,
-                seed=seed,
-                **dataclasses.asdict(s.training),
-            ),
-        )
-        for net in s.nets
+        Run(net.key, fit=_untrained) if net.dataset in gone else train_run(setup, net, seed)
+        for net in setup.settings.nets
     ]
+
+
+def ran(result: Result[N]) -> list[Net]:
+    """The nets of ``result`` that were trained."""
+    return [net for net in result.settings.nets if "not_run" not in result.details(net.key)]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A trained net, its batch-norm statistics recalibrated, with its data.
+
+    Args:
+        net: the net, in eval mode, on the run's device.
+        config: the configuration it trained with.
+        train: its training set (the subset it trained on).
+        test: its test set.
+    """
+
+    net: contnet.ContinuousNet
+    config: TrainConfig
+    train: Dataset
+    test: Dataset
+
+    def accuracy(self, net: contnet.ContinuousNet) -> float:
+        """The test accuracy of ``net`` (:attr:`net` or a manifestation of it), in
+        batches of the configuration's evaluation batch."""
+        device, config = next(net.parameters()).device, self.config
+        result = evaluate(net, self.test, config.loss, batch_size=config.eval_batch_size,
+                          device=device)  # fmt: skip
+        return cast(float, result["acc"])
+
+    def recalibrate(self, net: contnet.ContinuousNet, n_batches: int) -> None:
+        """:func:`recalibrate` ``net`` (:attr:`net` or a manifestation of it) on
+        ``n_batches`` training batches of the configuration's batch size, in the order
+        of its seed."""
+        recalibrate(net, self.train, n_batches, self.config.batch_size, self.config.seed)
+
+
+def restore(setup: Setup[N], trained: Trained) -> Restored:
+    """The trained net of a :func:`train_run`, with its data, its batch-norm statistics
+    recalibrated on ``recal_batches`` training batches."""
+    config = cast(TrainConfig, trained.config)
+    net = cast(contnet.ContinuousNet, trained.load(setup.device))
+    restored = Restored(net, config, *load_splits(config))
+    restored.recalibrate(net, setup.settings.recal_batches)
+    return restored
 
 
 #: The numbers of each epoch a run keeps in its details.
 EPOCH_ROW = ("epoch", "n_steps", "parameters", "epoch_seconds", "test_acc", "train_acc")
 
 
-def measure_refined(setup: Setup[RefineSettings], trained: Trained) -> Measurement:
+def measure_refined(
+    setup: Setup[N], trained: Trained, restored: Restored | None = None
+) -> Measurement:
     """Accuracy (as trained, and with recalibrated batch-norm statistics), size, depth
-    and training time of a run; its details: the data set and :data:`EPOCH_ROW`."""
-    config, result, rows = cast(TrainConfig, trained.config), trained.result, trained.history
-    net = cast(contnet.ContinuousNet, trained.load(setup.device))
-    train, test = load_splits(config)
-    recalibrate(net, train, setup.settings.recal_batches, config.batch_size, config.seed)
-    recal = evaluate(net, test, config.loss, batch_size=config.eval_batch_size, device=setup.device)
+    and training time of a run; its details: the data set and :data:`EPOCH_ROW`.
+
+    A run of :func:`runs_where_found` that trained nothing has no numbers; its details
+    say why (``"not_run"``).
+
+    Args:
+        setup: the experiment's setup.
+        trained: the run.
+        restored: its :func:`restore` where the caller has it already.
+    """
+    if trained.config is None:
+        net = next(n for n in setup.settings.nets if n.key == trained.run.name)
+        dataset = cast(str, net.dataset)
+        return Measurement({}, {"dataset": dataset, "not_run": not_run(dataset)})
+    r = restored or restore(setup, trained)
+    result, rows = trained.result, trained.history
     seconds = [row["epoch_seconds"] for row in rows]
     final = trained.final_metrics()
     return Measurement(
@@ -212,7 +363,7 @@ def measure_refined(setup: Setup[RefineSettings], trained: Trained) -> Measureme
             "n_steps_final": final.get("n_steps"),
             "n_steps_sum": sum(row["n_steps"] for row in rows),
             "test_accuracy": final.get("test_acc"),
-            "test_accuracy_recalibrated": recal["acc"],
+            "test_accuracy_recalibrated": r.accuracy(r.net),
             "train_accuracy": final.get("train_acc"),
             "seconds_per_epoch": sum(seconds) / len(seconds),
             "seconds_first_epoch": seconds[0],
@@ -220,13 +371,14 @@ def measure_refined(setup: Setup[RefineSettings], trained: Trained) -> Measureme
             "train_seconds": result["train_seconds"],
             "run_wall_seconds": result["wall_seconds"],
         },
-        {"dataset": config.dataset, "per_epoch": [{k: r.get(k) for k in EPOCH_ROW} for r in rows]},
-    )
+        {"dataset": r.config.dataset,
+         "per_epoch": [{k: row.get(k) for k in EPOCH_ROW} for row in rows]},
+    )  # fmt: skip
 
 
-def plot_epochs(result: Result[RefineSettings], path: Path, *, stacked: bool) -> None:
+def plot_epochs(result: Result[N], path: Path, *, stacked: bool) -> None:
     """Training seconds per epoch (log scale, dotted lines at the refinements) and test
-    accuracy per epoch, a line per run (first seed), one panel above the other
+    accuracy per epoch, a line per net trained (first seed), one panel above the other
     (``stacked``) or side by side."""
     plt = pyplot()
     if stacked:
@@ -235,7 +387,8 @@ def plot_epochs(result: Result[RefineSettings], path: Path, *, stacked: bool) ->
     else:
         fig, (times, accs) = plt.subplots(1, 2, figsize=(9.6, 3.6))
         times.set(xlabel="epoch", title="dotted: refinements")
-    for net in result.settings.nets:
+    nets = ran(result)
+    for net in nets:
         rows = result.details(net.key)["per_epoch"]
         epochs = [row["epoch"] for row in rows]
         times.plot(epochs, [row["epoch_seconds"] for row in rows], "o-", label=net.label)
@@ -243,10 +396,14 @@ def plot_epochs(result: Result[RefineSettings], path: Path, *, stacked: bool) ->
         accs.plot(epochs, acc, "o-", label=net.label)
         for epoch in net.refine_epochs:
             times.axvline(epoch + 0.5, color="0.6", ls=":", lw=1)
+    if not nets:
+        accs.text(0.5, 0.5, "no net trained: no data set found", ha="center",
+                  transform=accs.transAxes)  # fmt: skip
     times.set(ylabel="training seconds per epoch", yscale="log")
     accs.set(xlabel="epoch", ylabel="test accuracy (%)")
     for ax in (times, accs):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if nets:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     save_png(path, fig, dpi=90)

@@ -1,11 +1,60 @@
-"""What the image experiments share: which data sets are there, and seeded runs."""
+"""What the image experiments share: which data sets are there, and how reports say so."""
 
 from __future__ import annotations
 
-from ..training import find_data
+from ..training import DATASETS, find_data
 from ._registry import Log, RunOptions
 
-DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "svhn": "SVHN"}
+
+def data_name(dataset: str) -> str:
+    """How the reports name a data set: ``"CIFAR-10"`` for ``"cifar10"``.
+
+    Example:
+        >>> data_name("fashion-mnist"), data_name("svhn"), data_name("spirals")
+        ('Fashion-MNIST', 'SVHN', 'spirals')
+    """
+    return DATASETS[dataset].label or dataset
+
+
+def not_run(dataset: str) -> str:
+    """What a report says of runs whose data set is not found (never a stand-in).
+
+    Example:
+        >>> not_run("cifar100")
+        'not run here: needs CIFAR-100 (`odebench download cifar100`)'
+    """
+    return f"not run here: needs {data_name(dataset)} (`odebench download {dataset}`)"
+
+
+def mode_note(
+    mode: str, epochs: int, train_size: int | None, batch_size: int, authors: str, tests: str
+) -> str:
+    """What a run of ``mode`` says about the published numbers, for the report.
+
+    Args:
+        mode: the mode that ran.
+        epochs: its epochs.
+        train_size: its training images (``None``: all).
+        batch_size: its batch.
+        authors: the authors' training, as a clause (``"the authors' configuration
+            trains 20 epochs of all 60,000 at batch 256 (about 4,700 steps)"``).
+        tests: what a short run still tests (``"the comparison of the models after
+            the same training"``).
+    """
+    if mode == "quick":
+        return (
+            f"This is a quick run (`--quick`), a smoke test of the code path: {epochs} "
+            f"epoch(s) of {train_size} images. Its accuracies and NFE say nothing about the "
+            "published ones."
+        )
+    if train_size is None:
+        return f"This run trains on all the images, where {authors}."
+    steps = epochs * (train_size // batch_size)
+    return (
+        f"This run, sized for a CPU, trains {epochs} epoch(s) of {train_size} images "
+        f"({steps} steps of batch {batch_size}), where {authors}: its models are briefly "
+        f"trained and far from the published accuracies. What it tests is {tests}."
+    )
 
 
 def available_datasets(
@@ -31,8 +80,8 @@ def available_datasets(
         ...     ("cifar10",), RunOptions(out=Path("x"), data_dir="/nonexistent"), log=print
         ... )  # doctest: +ELLIPSIS
         cifar10 skipped: no cifar10 data in /nonexistent ...
-        >>> found, skipped
-        ([], {'cifar10': 'no CIFAR-10 files found (give their directory with --data-dir DIR)'})
+        >>> found, skipped["cifar10"].removeprefix(not_run("cifar10"))
+        ([], ', or give its directory with --data-dir DIR')
     """
     found: list[str] = []
     skipped: dict[str, str] = {}
@@ -43,8 +92,7 @@ def available_datasets(
         try:
             find_data(dataset, options.data_dir)
         except FileNotFoundError as exc:
-            label = DATASET_LABELS.get(dataset, dataset)
-            skipped[dataset] = f"no {label} files found (give their directory with --data-dir DIR)"
+            skipped[dataset] = f"{not_run(dataset)}, or give its directory with --data-dir DIR"
             log(f"{dataset} skipped: {exc}")
         else:
             found.append(dataset)

@@ -1,47 +1,36 @@
-"""``odebench run manifestation-sweep``: Queiruga et al. (2020), Fig. 9, on MNIST.
+"""``odebench run manifestation-sweep``: Queiruga et al. (2020), Fig. 9.
 
-Two ContinuousNets with the same channels, ``N_t`` and piecewise-constant basis
-``M`` train from the same seed on the same batches, one manifested with forward Euler,
-one with RK4 (classic). Each is then evaluated with every ``(scheme, N_t)`` of a grid:
-the same weights, another computational graph. The paper: the RK4-trained model's
-accuracy stays flat across manifestations, the Euler-trained one's degrades. The
-batch-norm statistics are recalibrated after training and for every manifestation
+Two ContinuousNets with the same channels, final ``N_t`` and piecewise-constant basis
+``M`` train with :func:`odebench.training.train` from the same seed on the same batches,
+one manifested with forward Euler, one with RK4 (classic; refined during training in
+full mode, as the paper's model is). Each is then evaluated with every
+``(scheme, N_t)`` of a grid: the same weights, another computational graph. The paper
+(CIFAR-10 and CIFAR-100): the RK4-trained model's accuracy stays flat across
+manifestations, the Euler-trained one's degrades. The batch-norm statistics are
+recalibrated after training and for every manifestation
 (:func:`~odebench.experiments._contnet_common.recalibrate`); a second grid keeps those
-of the training manifestation.
+of the training manifestation. Quick mode runs on the digits found, standard mode on
+a subset of Fashion-MNIST, full mode on CIFAR-10.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import contnet
 import torch
-from torch import nn
 
-from ..data import Dataset, load_mnist
-from ..training import evaluate, find_data
 from ..training._io import pyplot, save_png
-from ._contnet_common import batches, digits, recalibrate
-from ._template import (
-    Claim,
-    Figure,
-    Fitted,
-    Measurement,
-    Run,
-    Settings,
-    Stat,
-    Template,
-    register_template,
-)
+from . import _contnet_common as common
+from ._images import data_name
+from ._template import Claim, Figure, Measurement, Stat, Template, register_template
 
 if TYPE_CHECKING:
     from ._template import Result, Setup, Trained
 
-#: The schemes of the grid (rows of Fig. 9), and the two trained with.
+#: The schemes of the grid (rows of Fig. 9), and the two trained with (the nets' keys).
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4", "rk4_38")
 TRAINED: tuple[str, ...] = ("euler", "rk4")
 #: Flat: the RK4-trained range at most this; degrades: the Euler-trained at least this.
@@ -56,139 +45,122 @@ PUBLISHED: dict[str, Any] = {
     "rk4_trained": "accuracy does not degrade when time steps are added (or removed, up to a "
     "point) or the scheme is exchanged (Fig. 9, CIFAR-10/100); numbers not published",
     "euler_trained": "test error changes with the manifestation (Fig. 9); numbers not published",
-    "data": "CIFAR-10 and CIFAR-100 in the paper; MNIST here",
+    "data": "CIFAR-10 and CIFAR-100 in the paper; here the digits found (quick mode), "
+    "Fashion-MNIST (standard mode), CIFAR-10 (full mode)",
 }
 
 
-@dataclass(frozen=True)
-class SweepSettings(Settings):
-    """The two nets (Adam), their data, and the grid they are evaluated on.
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings(common.NetSettings):
+    """The two nets, their training, and the grid they are evaluated on.
+
+    ``nets`` are an Euler-trained and an RK4-trained net, keyed and trained as
+    :data:`TRAINED` says, that end training at the same ``N_t = M``.
 
     Args:
-        channels: the ContinuousNet's channels.
-        n_steps: ``N_t = M`` in training.
-        grid_steps: the step counts ``N_t`` of the grid (its columns).
-        epochs: epochs of both nets, at least one.
-        batch_size: the training batch (and the recalibration's).
-        lr: Adam's learning rate.
-        train_size: training images (``None``: all).
-        test_size: test images (``None``: all).
-        recal_batches: training batches the batch-norm statistics are recalibrated on.
-        eval_batch: the batch of the test passes.
+        grid_steps: the step counts ``N_t`` of the grid (its columns), the nets' final
+            ``N_t`` among them.
+
+    Raises:
+        ValueError: other nets, nets of different final ``N_t``, a grid without it, or
+            no epoch.
+
+    Example:
+        >>> from dataclasses import replace
+        >>> replace(MODES["quick"], epochs=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: manifestation-sweep needs at least one epoch, got 0.
     """
 
-    channels: tuple[int, int, int]
-    n_steps: int
     grid_steps: tuple[int, ...]
-    epochs: int
-    batch_size: int
-    lr: float
-    train_size: int | None
-    test_size: int | None
-    recal_batches: int
-    eval_batch: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if [(net.key, net.method) for net in self.nets] != [(m, m) for m in TRAINED]:
+            raise ValueError(
+                f"manifestation-sweep trains one net per scheme of {TRAINED}, keyed by it; "
+                f"got {[(net.key, net.method) for net in self.nets]}."
+            )
+        steps = sorted({net.final_steps for net in self.nets})
+        if len(steps) > 1:
+            raise ValueError(f"the nets must end at one N_t = M, got {steps}.")
+        if steps[0] not in self.grid_steps:
+            raise ValueError(f"`grid_steps` {self.grid_steps} must hold the nets' N_t {steps[0]}.")
+        if self.epochs < 1:
+            raise ValueError(f"manifestation-sweep needs at least one epoch, got {self.epochs}.")
+
+    @property
+    def n_steps(self) -> int:
+        """``N_t = M`` of both nets at the end of training."""
+        return self.nets[0].final_steps
+
+
+def _nets(dataset: str | None, steps: int, refine: tuple[int, ...] = ()) -> tuple[common.Net, ...]:
+    """``[euler, N_t = M = steps]`` and ``[rk4, ...]``, the RK4 one refined up to
+    ``steps`` at the epochs ``refine``."""
+    first = steps >> len(refine)
+    return (
+        common.Net("euler", "Euler-trained", "continuousnet", dataset, "euler", steps),
+        common.Net("rk4", "RK4-trained", "continuousnet", dataset, "rk4", first, refine),
+    )
 
 
 MODES = {
-    # 1024 + 256 images, N_t = M = 2, evaluated at N_t/2 ... 4 N_t.
+    # The digits found (512 + 256 images), N_t = M = 2, evaluated at N_t/2 ... 2 N_t.
     "quick": SweepSettings(
-        channels=(8, 16, 32), n_steps=2, grid_steps=(1, 2, 4, 8), epochs=3, batch_size=32,
-        lr=2e-3, train_size=1024, test_size=256, recal_batches=4, eval_batch=256,
+        nets=_nets(None, 2), epochs=3, training=common.QUICK_TRAINING, recal_batches=4,
+        grid_steps=(1, 2, 4),
     ),
-    # All of MNIST, N_t = M = 4: a short run, not the paper's CIFAR schedule.
+    # A seeded 2000-image subset of Fashion-MNIST (1000 test images), 3 seeds, N_t = M = 2
+    # evaluated at N_t/2 ... 4 N_t; six epochs, the lr dropping for the last. On an idle
+    # 2-core CPU an epoch with its test pass takes about 2.5 s (Euler) and 8.5 s (RK4),
+    # and the two grids of a net, 2 x 16 manifestations on 1000 test images, about 65 s:
+    # about 3.3 min per seed, 10 min in all (the budget is 12). The grids cost the most,
+    # so the training set stays small.
+    "standard": SweepSettings(
+        nets=_nets("fashion-mnist", 2), epochs=6, seeds=3,
+        training=common.Training(2000, 1000, False, 64, 0.1, (5,), eval_batch_size=128),
+        recal_batches=4, grid_steps=(1, 2, 4, 8),
+    ),
+    # The paper's CIFAR-10 models of Fig. 9, [Euler, 32] and [RK4, 1 -> 32 refined at
+    # epochs 20, 40, 60, 70, 80], trained as the authors' script does, 5 seeds;
+    # evaluated at N_t/8 ... 2 N_t.
     "full": SweepSettings(
-        channels=(16, 32, 64), n_steps=4, grid_steps=(2, 4, 8, 16), epochs=3, batch_size=128,
-        lr=1e-3, train_size=None, test_size=None, recal_batches=20, eval_batch=500,
+        nets=_nets("cifar10", 32, (20, 40, 60, 70, 80)), epochs=150, seeds=common.FULL_SEEDS,
+        training=common.FULL_TRAINING, recal_batches=20, grid_steps=(4, 8, 16, 32, 64),
     ),
 }  # fmt: skip
 
 
-@functools.lru_cache(maxsize=1)
-def _data(setup: Setup[SweepSettings], seed: int) -> tuple[str, Dataset, Dataset]:
-    """The digits found, and their seeded training and test subsets (read once)."""
-    s, data_dir = setup.settings, setup.options.data_dir
-    kind = digits(data_dir)
-    root, gen = find_data(kind, data_dir), torch.Generator().manual_seed(seed)
-    train = load_mnist(root, train=True, kind=kind).subset(s.train_size, generator=gen)
-    return kind, train, load_mnist(root, train=False, kind=kind).subset(s.test_size, generator=gen)
-
-
-def runs(setup: Setup[SweepSettings], seed: int) -> list[Run]:
-    """A net per training scheme, trained by :func:`_fit`; the data are looked up now."""
-    if setup.settings.epochs < 1:
-        raise ValueError(
-            f"manifestation-sweep needs at least one epoch, got {setup.settings.epochs}."
-        )
-    _data(setup, seed)
-    return [Run(method, fit=functools.partial(_fit, setup, seed, method)) for method in TRAINED]
-
-
-def _fit(setup: Setup[SweepSettings], seed: int, method: str, device: torch.device) -> Fitted:
-    """Adam from the seed's initialisation; a row per epoch (train-mode accuracy)."""
-    s, (_, data, _) = setup.settings, _data(setup, seed)
-    torch.manual_seed(seed)
-    net = contnet.ContinuousNet(
-        in_channels=1, channels=s.channels, n_steps=s.n_steps, solver=method,
-        basis="piecewise_constant",
-    ).to(device)  # fmt: skip
-    opt = torch.optim.Adam(net.parameters(), lr=s.lr)
-    net.train()
-    history = []
-    for epoch in range(s.epochs):
-        start, correct, seen = time.perf_counter(), 0, 0
-        for images, labels in batches(data, s.batch_size, seed + epoch):
-            x, y = data.normalize(images.to(device)), labels.to(device)
-            opt.zero_grad(set_to_none=True)
-            logits = net(x)
-            nn.functional.cross_entropy(logits, y).backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            correct += int((logits.argmax(1) == y).sum())
-            seen += len(y)
-        history.append(
-            {"train_acc": correct / max(seen, 1), "seconds": time.perf_counter() - start}
-        )
-    return Fitted(net, history)
-
-
 def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
-    """The accuracy at the training manifestation, both grids, and their ranges."""
-    s, seed = setup.settings, trained.seed
-    kind, train, test = _data(setup, seed)
-    net = cast(contnet.ContinuousNet, trained.load())
-    recalibrate(net, train, s.recal_batches, s.batch_size, seed)
-    metrics: dict[str, float | None] = {
-        "train_accuracy": trained.history[-1]["train_acc"],
-        "test_accuracy": _accuracy(net, test, s.eval_batch),
-        "train_seconds": sum(row["seconds"] for row in trained.history),
-    }
-    grids = {key: _grid(net, train, test, s, seed, recal=key == "grid") for key in GRIDS}
+    """:func:`~odebench.experiments._contnet_common.measure_refined`'s numbers, both
+    grids and their ranges."""
+    s, restored = setup.settings, common.restore(setup, trained)
+    base = common.measure_refined(setup, trained, restored)
+    metrics = dict(base.metrics)
+    grids = {key: _grid(restored, s, recal=key == "grid") for key in GRIDS}
     for key, grid in grids.items():
         suffix = key.removeprefix("grid")
         metrics[f"range{suffix}"] = _range(grid, s.grid_steps)
         metrics[f"range_refined{suffix}"] = _range(grid, s.grid_steps, s.n_steps)
     setup.log(
         f"[{trained.run.name}-trained] train acc {metrics['train_accuracy']:.3f}, test acc "
-        f"{metrics['test_accuracy']:.3f}, grid range {metrics['range']:.3f}"
+        f"{metrics['test_accuracy_recalibrated']:.3f} (recalibrated), grid range "
+        f"{metrics['range']:.3f}"
     )
-    return Measurement(metrics, {"data": kind, **grids})
+    return Measurement(metrics, {**base.details, **grids})
 
 
-def _accuracy(net: nn.Module, test: Dataset, batch: int) -> float:
-    device = next(net.parameters()).device
-    return cast(float, evaluate(net, test, "cross_entropy", batch_size=batch, device=device)["acc"])
-
-
-def _grid(
-    net: contnet.ContinuousNet, train: Dataset, test: Dataset, s: SweepSettings, seed: int,
-    recal: bool,
-) -> list[list[float]]:  # fmt: skip
+def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list[float]]:
     """Test accuracy of every manifestation: rows ``SCHEMES``, columns ``grid_steps``."""
+    net = restored.net
     trained = {name: b.detach().clone() for name, b in net.named_buffers()}
 
     def metric(model: contnet.ContinuousNet) -> float:
         if recal:
-            recalibrate(model, train, s.recal_batches, s.batch_size, seed)
-        acc = _accuracy(model, test, s.eval_batch)
+            restored.recalibrate(model, s.recal_batches)
+        acc = restored.accuracy(model)
         with torch.no_grad():
             for name, b in net.named_buffers():
                 b.copy_(trained[name])
@@ -268,12 +240,15 @@ def _ranges(result: Result[SweepSettings], run: str, metric: str) -> str:
 def sections(result: Result[SweepSettings]) -> str:
     """The settings, the published statements beside ours, both grids, the figures."""
     s, n, cell = result.settings, result.settings.n_steps, result.cell
-    size = ["all" if k is None else k for k in (s.train_size, s.test_size)]
+    nets = {net.key: net for net in s.nets}
+    data = data_name(result.details("euler")["dataset"])
     lines = [
-        f"Data {result.details('euler')['data']}. ContinuousNet channels {s.channels}, "
-        f"N_t = M = {n} (piecewise constant), {s.epochs} epoch(s) of {size[0]} training "
-        f"images, Adam lr {s.lr:g}, batch {s.batch_size}; {size[1]} test images. Batch-norm "
-        f"statistics recalibrated on {s.recal_batches} training batches per manifestation.",
+        f"Data: {data}, {s.sizes()}. ContinuousNet channels "
+        f"16-32-64, piecewise-constant basis; Euler-trained [{nets['euler'].depth()}], "
+        f"RK4-trained [{nets['rk4'].depth()}]; {s.epochs} epochs, {s.training.describe()}. "
+        f"Batch-norm statistics recalibrated on {s.recal_batches} training batches after "
+        "training and per manifestation.",
+        *(["", common.QUICK_NOTE] if result.setup.mode == "quick" else []),
         "",
         "## Published beside ours",
         "",
@@ -286,17 +261,18 @@ def sections(result: Result[SweepSettings]) -> str:
     for r in TRAINED:
         lines.append(
             f"| {r}-trained: test accuracy at its own manifestation | not published | "
-            f"{cell(r, 'test_accuracy', '.1f', 100, '%')} "
+            f"{cell(r, 'test_accuracy_recalibrated', '.1f', 100, '%')} recalibrated, "
+            f"{cell(r, 'test_accuracy', '.1f', 100, '%')} as trained "
             f"(train {cell(r, 'train_accuracy', '.1f', 100, '%')}) |"
         )
     for r in TRAINED:
         lines.append(f"| {r}-trained: range over N_t >= {n} | not published | "
                      f"{_ranges(result, r, 'range_refined')} |")  # fmt: skip
-    lines += ["", "## Grids (test accuracy, %)", ""]
+    lines += ["", "## Grids (test accuracy, %, mean ± std over the seeds)", ""]
     for r in TRAINED:
         for key, label in GRIDS.items():
             lines += [
-                f"Trained [{r}, N_t = {n}], {label}:",
+                f"Trained [{nets[r].depth()}], {label}:",
                 "",
                 "| scheme | " + " | ".join(f"N_t={k}" for k in s.grid_steps) + " |",
                 "|---" * (len(s.grid_steps) + 1) + "|",
@@ -363,10 +339,10 @@ register_template(
         name="manifestation-sweep",
         modes=MODES,
         one_thread_modes=("quick",),
-        title="Queiruga et al. (2020), Fig. 9: manifestation sweep on MNIST",
+        title="Queiruga et al. (2020), Fig. 9: manifestation sweep",
         description="Queiruga et al. (2020) Fig. 9: Euler- and RK4-trained ContinuousNets "
-        "evaluated over schemes x step counts on MNIST",
-        runs=runs,
+        "evaluated over schemes x step counts (Fashion-MNIST; CIFAR-10 in full mode)",
+        runs=common.refine_runs,
         measure=measure,
         claims=claims,
         published=PUBLISHED,

@@ -7,7 +7,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -15,6 +15,13 @@ from typing import Any
 import torch
 
 Log = Callable[[str], None]
+
+MODES = ("quick", "standard", "full")
+"""The modes of every experiment: ``quick``, a smoke test for CI (seconds, never
+published as a result); ``standard``, real training sized for a 2-core CPU (at most
+about an hour with all its seeds); ``full``, the paper's own settings, for a GPU."""
+DEFAULT_MODE = "standard"
+"""The mode ``odebench run NAME`` runs without ``--mode`` or ``--quick``."""
 
 
 @dataclass(frozen=True)
@@ -24,11 +31,10 @@ class RunOptions:
     Args:
         out: the output directory of the experiment; each training run in it gets a
             sub-directory.
-        quick: the CPU-minutes version: less data, fewer epochs, the same code path
-            (the mode ``"quick"``).
-        mode: the mode by name, for experiments with more modes than ``"quick"`` and
-            ``"full"`` (``modes`` of :class:`Experiment`); ``None``: ``"quick"`` with
-            ``quick``, else ``"full"``.
+        quick: the smoke test (the mode ``"quick"``): seconds, the same code path.
+        mode: the mode by name, one of :data:`~odebench.experiments.MODES`; ``None``:
+            ``"quick"`` with ``quick``, else
+            :data:`~odebench.experiments.DEFAULT_MODE`.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         epochs: override the experiment's number of epochs.
         data_dir: where the image data sets are.
@@ -36,12 +42,13 @@ class RunOptions:
         resume: continue the runs from their checkpoints.
         overwrite: move what ``out`` holds aside to ``<out>.old-<time>`` first.
         progress: progress bars per epoch.
+        bf16: bfloat16 autocast in every run trained from a configuration.
 
     Example:
         >>> RunOptions(out=Path("runs/quickstart"), quick=True).epochs_or(10)
         10
         >>> RunOptions(out=Path("runs/quickstart")).mode_name
-        'full'
+        'standard'
     """
 
     out: Path
@@ -54,6 +61,7 @@ class RunOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.quick and self.mode not in (None, "quick"):
@@ -63,10 +71,11 @@ class RunOptions:
 
     @property
     def mode_name(self) -> str:
-        """The mode to run, ``mode`` or else ``"quick"`` / ``"full"`` by ``quick``."""
+        """The mode that runs, ``mode`` when given, else ``"quick"`` with ``quick``,
+        else :data:`~odebench.experiments.DEFAULT_MODE`."""
         if self.mode is not None:
             return self.mode
-        return "quick" if self.quick else "full"
+        return "quick" if self.quick else DEFAULT_MODE
 
     def epochs_or(self, default: int) -> int:
         """``epochs`` when it was given, ``default`` otherwise."""
@@ -79,15 +88,15 @@ class Experiment:
 
     ``run(options, log)`` writes its files under ``options.out`` and returns the
     summary it also writes to ``results.json`` there. ``modes`` are the names
-    ``options.mode_name`` may take (``--quick`` runs ``"quick"``, no flag ``"full"``);
-    an experiment declared on the template (:class:`~odebench.experiments.Template`)
-    lists the keys of its ``modes``.
+    ``options.mode_name`` may take, with what each runs (for ``odebench list``); an
+    experiment declared on the template (:class:`~odebench.experiments.Template`) lists
+    the seeds of each of its modes.
     """
 
     name: str
     description: str
     run: Callable[[RunOptions, Log], dict[str, Any]]
-    modes: tuple[str, ...] = ("quick", "full")
+    modes: Mapping[str, str] = field(default_factory=lambda: dict.fromkeys(MODES, ""))
 
 
 _REGISTRY: dict[str, Experiment] = {}
@@ -162,10 +171,12 @@ def command(name: str, options: RunOptions) -> str:
     mode = options.mode_name
     if mode == "quick":
         parts.append("--quick")
-    elif mode != "full":
+    elif mode != DEFAULT_MODE:
         parts.append(f"--mode {mode}")
     if options.epochs is not None:
         parts.append(f"--epochs {options.epochs}")
+    if options.bf16:
+        parts.append("--bf16")
     if options.seed:
         parts.append(f"--seed {options.seed}")
     return " ".join(parts)

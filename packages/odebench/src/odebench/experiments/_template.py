@@ -19,13 +19,14 @@ Example:
     ...     return [Run("node", config=config)]
     >>> toy = Template(
     ...     name="toy-example", description="a NODE on g(x)", title="A NODE on g(x)",
-    ...     modes={"quick": Toy(epochs=1), "full": Toy(epochs=10, seeds=3)},
+    ...     modes={"quick": Toy(epochs=1), "standard": Toy(epochs=5, seeds=3),
+    ...            "full": Toy(epochs=10, seeds=5)},
     ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
     ...     claims=lambda setup: [Claim(
     ...         key="fits", text="the NODE's test MSE is below 1", published="not published",
     ...         ours=lambda v: v["node", "test_loss"], holds=lambda v: v["node", "test_loss"] < 1)],
     ... )
-    >>> toy.settings_for("full", epochs=2)
+    >>> toy.settings_for("standard", epochs=2)
     Toy(seeds=3, epochs=2)
 """
 
@@ -49,7 +50,17 @@ from torch import nn
 
 from ..training import TrainConfig, load_model, resolve_device, train
 from ..training._io import write_json, write_text
-from ._registry import _REGISTRY, Experiment, Log, RunOptions, command, fmt, one_thread, prefixed
+from ._registry import (
+    _REGISTRY,
+    MODES,
+    Experiment,
+    Log,
+    RunOptions,
+    command,
+    fmt,
+    one_thread,
+    prefixed,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +98,7 @@ class Setup(Generic[S]):
 
     Args:
         name: the experiment's name.
-        mode: the mode's name (``"quick"``, ``"full"``).
+        mode: the mode's name (``"quick"``, ``"standard"``, ``"full"``).
         settings: the mode's settings, with ``--epochs`` applied.
         options: the options of ``odebench run``.
         seeds: the seeds every run trains, in order.
@@ -179,6 +190,8 @@ class Trained:
             folder); empty for a ``fit`` run.
         history: the rows of ``metrics.json`` (one per epoch), or the ``fit``'s rows.
         model: the ``fit``'s model; ``None`` for a ``config`` run (see :meth:`load`).
+        seconds: its training time: the epochs' time of a ``config`` run (over all its
+            resumptions), the ``fit``'s wall time.
     """
 
     run: Run
@@ -188,6 +201,7 @@ class Trained:
     result: Mapping[str, Any]
     history: Sequence[Mapping[str, Any]]
     model: nn.Module | None = None
+    seconds: float = 0.0
 
     def load(self, device: torch.device | str = "cpu") -> nn.Module:
         """The trained model: the ``fit``'s, or rebuilt from the checkpoint in eval mode."""
@@ -460,6 +474,8 @@ class Verdict:
             "ours": self.ours.to_json(),
             "holds": self.holds,
             "held_on_seeds": list(self.held_on),
+            "verdict": self.words,
+            "cell": self.ours.cell(*self.format),
         }
 
 
@@ -478,6 +494,10 @@ class Result(Generic[S]):
         verdicts: the checked claims, in the template's order.
         figures: the figure files, relative to ``setup.out``.
         published: the template's published numbers.
+        train_seconds: the training time of every run and seed, summed (it survives
+            ``--resume``, which skips finished runs).
+        data: the data the runs trained on, in words (``"mnist (8004 train / 1996
+            test)"``).
     """
 
     setup: Setup[S]
@@ -489,6 +509,8 @@ class Result(Generic[S]):
     verdicts: tuple[Verdict, ...]
     figures: tuple[str, ...] = ()
     published: Mapping[str, Any] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    data: str = ""
 
     @property
     def settings(self) -> S:
@@ -526,6 +548,8 @@ class Result(Generic[S]):
             "command": self.command,
             "date": self.date,
             "wall_seconds": self.wall_seconds,
+            "train_seconds": self.train_seconds,
+            "data": self.data,
             "seeds": list(setup.seeds),
             "settings": dataclasses.asdict(setup.settings),
             "claims": {v.key: v.to_json() for v in self.verdicts},
@@ -571,9 +595,11 @@ class Template(Generic[S]):
         name: the name of ``odebench run NAME``.
         description: one line for ``odebench list``.
         title: the report's title.
-        modes: ``{mode: settings}``. ``--quick`` runs ``"quick"`` (seconds to minutes
-            on a CPU, the same code path), no flag runs ``"full"`` (the paper's
-            settings); a new mode is one more entry. Every value is of one class.
+        modes: ``{mode: settings}`` for each of
+            :data:`~odebench.experiments.MODES`: ``"quick"`` (seconds on a CPU, the
+            same code path, for CI), ``"standard"`` (real training sized for a 2-core
+            CPU; what ``odebench run NAME`` runs) and ``"full"`` (the paper's
+            settings, for a GPU). Every value is of one class.
         runs: ``runs(setup, seed)``: what to train for ``seed``; the same names, in
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
@@ -586,9 +612,12 @@ class Template(Generic[S]):
         one_thread_modes: modes that run on one torch thread (small models on a busy
             CPU: steadier timings, and the same numbers from machine to machine).
         published: the paper's numbers, copied into ``results.json``.
+        data: ``data(setup)``: the data the runs train on, in words, for experiments
+            whose runs are their own loops (``fit``); ``None``: read from the
+            configurations of the trained runs.
 
     Raises:
-        ValueError: no modes, modes of different classes, or an ``epoch_fields``
+        ValueError: a mode missing or unknown, modes of different classes, or an ``epoch_fields``
             entry that is not an ``int`` field of the settings.
     """
 
@@ -604,10 +633,14 @@ class Template(Generic[S]):
     epoch_fields: tuple[str, ...] = ("epochs",)
     one_thread_modes: tuple[str, ...] = ()
     published: Mapping[str, Any] = field(default_factory=dict)
+    data: Callable[[Setup[S]], str] | None = None
 
     def __post_init__(self) -> None:
-        if not self.modes:
-            raise ValueError(f"Template {self.name!r}: `modes` is empty; give 'quick' and 'full'.")
+        if set(self.modes) != set(MODES):
+            raise ValueError(
+                f"Template {self.name!r}: `modes` has {', '.join(self.modes) or 'none'}; "
+                f"give exactly {', '.join(MODES)}."
+            )
         object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
         kinds = {type(s) for s in self.modes.values()}
         if len(kinds) > 1 or not isinstance(next(iter(self.modes.values())), Settings):
@@ -655,7 +688,10 @@ def register_template(template: Template[S]) -> Template[S]:
         template.name,
         template.description,
         partial(run_template, template),
-        modes=tuple(template.modes),
+        modes={
+            mode: f"{s.seeds} seed{'s' if s.seeds > 1 else ''}"
+            for mode, s in ((mode, template.modes[mode]) for mode in MODES)
+        },
     )
     return template
 
@@ -700,11 +736,12 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
                 f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
             )
     measured: dict[str, tuple[Measurement, ...]] = {}
+    trained: list[Trained] = []
     with one_thread(mode in template.one_thread_modes):
         for i, name in enumerate(names):
-            measured[name] = tuple(
-                template.measure(setup, _train(setup, plans[seed][i], seed)) for seed in seeds
-            )
+            done = [_train(setup, plans[seed][i], seed) for seed in seeds]
+            measured[name] = tuple(template.measure(setup, t) for t in done)
+            trained += done
     metrics = {
         name: {
             metric: Stat.of([m.metrics.get(metric) for m in ms])
@@ -730,6 +767,8 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         verdicts=tuple(claim.check(per_seed) for claim in template.claims(setup)),
         figures=tuple(f.path for f in template.figures),
         published=template.published,
+        train_seconds=sum(t.seconds for t in trained),
+        data=template.data(setup) if template.data else _data(trained),
     )
     for figure in template.figures:
         figure.draw(result, options.out / figure.path)
@@ -741,23 +780,37 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
     return doc
 
 
+def _data(trained: Sequence[Trained]) -> str:
+    """The data sets of the ``config`` runs with their sizes, in words."""
+    seen = {
+        f"{t.result['dataset']} ({t.result['examples']['train']} train / "
+        f"{t.result['examples']['test']} test)": None
+        for t in trained
+        if "examples" in t.result
+    }
+    return ", ".join(seen)
+
+
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     """Train one run of one seed into its folder (resuming it with ``--resume``)."""
     out = setup.run_dir(run.name, seed)
     tag = run.name if len(setup.seeds) == 1 else f"{run.name} seed {seed}"
     if run.fit is not None:
+        started = time.perf_counter()
         fitted = run.fit(setup.device)
-        return Trained(run, seed, out, None, {}, list(fitted.history), fitted.model)
+        seconds = time.perf_counter() - started
+        return Trained(run, seed, out, None, {}, list(fitted.history), fitted.model, seconds)
     options = setup.options
     config = dataclasses.replace(
         cast(TrainConfig, run.config),  # Run checks that it has one of the two
         device=options.device,
         data_dir=options.data_dir,
         progress=options.progress,
+        bf16=options.bf16 or cast(TrainConfig, run.config).bf16,
     )
     result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
     history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    return Trained(run, seed, out, config, result, history)
+    return Trained(run, seed, out, config, result, history, seconds=result["train_seconds"])
 
 
 def _report(template: Template[S], result: Result[S]) -> str:

@@ -22,6 +22,18 @@ from ._config import DATASETS, TrainConfig
 
 DATA_ENV = "ODEBENCH_DATA_DIR"
 TOY_SIZES = {"train": 3000, "test": 1000}
+SPIRAL_TURNS = 1.0
+"""Turns of each arm of the ``spirals`` set: a toy ANODE learns one turn to over 99 %
+test accuracy in seconds; at two turns its 32-wide field stays near chance."""
+
+
+def download_root() -> Path:
+    """Where ``odebench download`` and the quickstart put data sets by default:
+    ``$ODEBENCH_DATA_DIR`` when set, else ``~/.cache/odebench`` (both searched by
+    :func:`search_paths`)."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV])
+    return Path.home() / ".cache" / "odebench"
 
 
 def search_paths(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -100,7 +112,7 @@ def load_splits(config: TrainConfig) -> tuple[Dataset, Dataset]:
             elif name == "reflection":
                 sets.append(reflection(size, generator=gen))
             else:
-                sets.append(nested_spirals(size, generator=gen))
+                sets.append(nested_spirals(size, turns=SPIRAL_TURNS, generator=gen))
         train, test = sets
     else:
         root = find_data(name, config.data_dir)

@@ -824,6 +824,7 @@ class Trainer:
         return {
             "model": self.config.model,
             "dataset": self.config.dataset,
+            "examples": {"train": len(self._train_set), "test": len(self._test_set)},
             "parameters": count_parameters(self.model),
             "epochs": len(metrics),
             "final": metrics[-1] if metrics else None,
