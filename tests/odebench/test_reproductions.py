@@ -150,8 +150,10 @@ def test_the_index_table_regenerates_from_every_published_json():
     for name, doc in published.items():
         mine = [row for row in rows if row[0] == f"| [{name}]({name}.md)"]
         claims = list((doc.get("claims") or {}).values())
-        assert len(mine) == max(len(claims), 1), name
-        for row, claim in zip(mine, claims):
+        not_run = {d["not_run"] for ds in doc["details"].values() for d in ds if "not_run" in d}
+        assert len(mine) == max(len(claims) + len(not_run), 1), name
+        assert {row[1] for row in mine[: len(not_run)]} == not_run
+        for row, claim in zip(mine[len(not_run) :], claims):
             assert row[1] == claim["text"].replace("|", "\\|")
             assert row[3].endswith(
                 f"({len(doc['seeds'])} seed{'s' if len(doc['seeds']) > 1 else ''})"
@@ -178,3 +180,11 @@ def test_runs_without_their_data_show_as_not_run_here(tmp_path):
     (tmp_path / "continuousnet-cifar" / "results.json").write_text(json.dumps(doc))
     rows = reproductions_table(tmp_path, link=lambda name: None).splitlines()[2:]
     assert rows == [f"| continuousnet-cifar | {why} | – | – | – | standard | – | not run here |"]
+
+
+def test_a_quick_run_is_never_published(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    (run / "results.json").write_text('{"experiment": "fake", "mode": "quick"}')
+    with pytest.raises(ValueError, match="holds a quick run, a smoke test and not a result"):
+        publish(run, tmp_path / "pub")
+    assert not (tmp_path / "pub").exists()

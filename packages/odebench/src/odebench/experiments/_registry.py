@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -236,8 +237,9 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
-        ValueError: the report links to a figure outside ``run_dir``, or ``dest`` is
-            a non-empty directory without a published report.
+        ValueError: ``run_dir`` holds a quick run (a smoke test is never published as a
+            result), the report links to a figure outside ``run_dir``, or ``dest`` is a
+            non-empty directory without a published report.
 
     Example:
         >>> import tempfile
@@ -253,6 +255,12 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
+    mode = json.loads((run_dir / "results.json").read_text(encoding="utf-8")).get("mode")
+    if mode == "quick":
+        raise ValueError(
+            f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
+            "or full run (`odebench run NAME`)"
+        )
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     files = [Path("report.md"), Path("results.json")]
     root = run_dir.resolve()
