@@ -320,7 +320,7 @@ def sections(result: Result[ToySettings]) -> str:
             "1's x = ±1 -> ∓1; the paper gives no number for g(x).",
             "",
             "Quick runs (`--quick`) train for a few epochs at a higher learning rate: expect the",
-            "ANODE's MSE above zero there and the NFE growth to differ from a full run's.",
+            "ANODE's MSE above zero there and the NFE growth to differ from a standard run's.",
             "",
             "## Figures",
             "",

@@ -125,7 +125,7 @@ MODES = {
     ),
     # Sized for a 2-core CPU: 15 minutes with the three seeds. Four variants of the
     # ODE-Net at about 23 s per epoch of MNIST-10k (more for ReLU, whose adjoint is
-    # dearer) leave room for 12,000 images each: 3 epochs of 4000 images, 189 steps of
+    # dearer) leave room for 12,000 images each: 3 epochs of 4000 images, 186 steps of
     # batch 64, over which NFE can grow. Adam at 1e-3 as in chen-table1. The sweep runs
     # over 1996 test images (all of MNIST-10k's) at the five tolerances of the full mode.
     "standard": ToleranceSettings(

@@ -72,7 +72,7 @@ AT_BOUND = 0.95
 WELL_BELOW = 0.2
 """A model "learns the reflection" when its L1 loss is below this times the bound."""
 FITS = 0.95
-"""A model "solves the annuli" when its training accuracy is at least this."""
+"""A model "solves the annuli" when its accuracy on held-out points is at least this."""
 
 PUBLISHED = {
     "reflection": {
@@ -387,7 +387,7 @@ def sections(result: Result[DepthSettings]) -> str:
         "evaluations on the training points; mean ± std over the seeds.",
         "",
         "Quick runs (`--quick`) take few steps at a high learning rate on small samples: "
-        "the annuli accuracies in particular are lower than a full run's.",
+        "the annuli accuracies in particular are lower than a standard run's.",
         "",
         "## Figures",
         "",
