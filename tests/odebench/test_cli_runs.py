@@ -178,3 +178,19 @@ def test_report_combines_run_directories(tmp_path, capsys):
     assert "](../runs/alpha/fig.png)" in text and "](../runs/beta/fig.png)" in text
     assert main(["report", str(tmp_path / "runs"), "--out", str(page)]) == 2
     assert "no report.md in" in capsys.readouterr().err
+
+
+def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def run(name, options, log):
+        seen.append((name, options.out, options.mode_name, options.bf16))
+        if name == "pendulum":
+            raise ValueError("pendulum went wrong")
+
+    monkeypatch.setattr("odebench.experiments.run_experiment", run)
+    code = main(["run", "all", "--mode", "full", "--bf16", "--out", str(tmp_path)])
+    assert code == 1
+    assert seen == [(name, tmp_path / name, "full", True) for name in EXPERIMENTS]
+    err = capsys.readouterr().err
+    assert "pendulum went wrong" in err and err.strip().endswith("failed: pendulum")
