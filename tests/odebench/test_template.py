@@ -171,6 +171,10 @@ def test_resume_continues_every_run_with_the_same_numbers(
     options = RunOptions(out=out, quick=True, device="cpu", progress=False, resume=True)
     again = run_experiment(registered, options, log=lambda _: None)
     assert again["metrics"] == first["metrics"]
+    header = (out / "report.md").read_text().splitlines()[2]
+    assert header.endswith(
+        f"(resumed: {again['train_seconds']:.0f} s of training over every run and seed)."
+    )
 
 
 def test_one_seed_trains_into_the_run_folder_and_shows_no_spread(

@@ -829,7 +829,12 @@ def _report(template: Template[S], result: Result[S]) -> str:
         f"# {template.title}",
         "",
         f"`{result.command}`, {result.date}, mode {setup.mode}, "
-        f"seed{'s' if len(setup.seeds) > 1 else ''} {seeds}, {result.wall_seconds:.0f} s in all.",
+        f"seed{'s' if len(setup.seeds) > 1 else ''} {seeds}, {result.wall_seconds:.0f} s in all"
+        + (
+            f" (resumed: {result.train_seconds:.0f} s of training over every run and seed)."
+            if setup.options.resume
+            else "."
+        ),
         "",
         "## Claims",
         "",
