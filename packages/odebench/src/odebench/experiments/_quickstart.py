@@ -134,6 +134,7 @@ def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
         batch_size=s.image_batch_size if digits else 64,
         optimizer="sgd" if digits else "adam",
         lr=0.1 if digits else 1e-2,
+        milestones=() if digits else (2 * s.toy_epochs // 3,),
         train_size=s.image_train_size if digits else None,
         test_size=s.image_test_size if digits else None,
         seed=seed,
@@ -228,7 +229,7 @@ def _training(s: QuickstartSettings, dataset: str) -> str:
     if dataset != "mnist":
         return (
             f"Trained on {TOY_SIZES['train']} points, evaluated on {TOY_SIZES['test']}; Adam, "
-            "learning rate 0.01, batch 64."
+            f"learning rate 0.01 (0.001 from epoch {2 * s.toy_epochs // 3}), batch 64."
         )
     return (
         f"Trained on {_size(s.image_train_size)} images, evaluated on "

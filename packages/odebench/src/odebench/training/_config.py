@@ -366,7 +366,7 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
             "Dupont et al.'s g(x) on concentric annuli", regression=True, toy=True
         ),
         "reflection": DatasetInfo("x -> -x, Massaroli et al.", regression=True, toy=True),
-        "spirals": DatasetInfo("two nested 2-D spirals of one turn, two classes", toy=True),
+        "spirals": DatasetInfo("two nested 2-D spirals of half a turn, two classes", toy=True),
     }
 )
 
