@@ -276,3 +276,19 @@ def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
 )
 def test_stat_cells(values: list[float | None], cell: str) -> None:
     assert Stat.of(values).cell(".3g") == cell
+
+
+def test_ours_shows_the_number_the_verdict_is_judged_on() -> None:
+    """A claim on a maximum: the mean of the per-seed gaps (-5) is not the gap of the
+    means (0, the verdict's); the table shows the latter, with the seeds' spread."""
+    claim = Claim(
+        key="best", text="", published="",
+        ours=lambda v: v["il", "acc"] - max(v["il", "acc"], v["so", "acc"]),
+        holds=lambda v: v["il", "acc"] >= max(v["il", "acc"], v["so", "acc"]) - 1,
+    )  # fmt: skip
+    seeds = [Values({"il": {"acc": 80.0}, "so": {"acc": 70.0}}, "seed 0"),
+             Values({"il": {"acc": 60.0}, "so": {"acc": 70.0}}, "seed 1")]  # fmt: skip
+    verdict = claim.check(seeds)
+    assert verdict.holds and verdict.held_on == (True, False)
+    assert verdict.ours.mean == 0.0 and verdict.ours.values == (0.0, -10.0)
+    assert verdict.ours.std == pytest.approx(statistics.stdev([0.0, -10.0]))

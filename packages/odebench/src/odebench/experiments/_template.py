@@ -415,10 +415,17 @@ class Claim:
         return cls(key, text, published, ratio, holds, spec=spec, unit="×")
 
     def check(self, seeds: Sequence[Values]) -> Verdict:
-        """The verdict on the values of each seed (in order) and on their means."""
+        """The verdict on the values of each seed (in order) and on their means.
+
+        ``ours`` shows the number the verdict is judged on, ``ours`` of the means, with
+        the spread of its values over the seeds: for a claim that is not linear in the
+        metrics (a maximum, a ratio) the mean of the per-seed values would differ."""
         means = Values.means(seeds)
         try:
             ours = Stat.of([self.ours(v) for v in seeds])
+            on_means = self.ours(means)
+            if math.isfinite(on_means):
+                ours = dataclasses.replace(ours, mean=float(on_means))
             held_on = tuple(bool(self.holds(v)) for v in seeds)
             holds = bool(self.holds(means))
         except KeyError as exc:
