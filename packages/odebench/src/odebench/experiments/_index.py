@@ -81,9 +81,10 @@ def _rows(name: str, doc: dict[str, Any]) -> Iterable[str]:
         mode = "quick (a smoke test, not a result)"
     common = (doc.get("data") or "–", mode, _minutes(doc))
     claims = doc.get("claims") or {}
-    for reason in _not_run(doc):
+    not_run = _not_run(doc)
+    for reason in not_run:
         yield _row(name, reason, "–", "–", *common, "not run here")
-    if not claims and not _not_run(doc):
+    if not claims and not not_run:
         yield _row(name, "(no claim checked)", "–", "–", *common, "–")
     for claim in claims.values():
         ours = f"{_cell(claim)} ({seeds} seed{'s' if seeds > 1 else ''})"
