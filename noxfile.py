@@ -3,6 +3,13 @@
 ``nox`` runs the default sessions (what CI runs); ``nox -l`` lists them all.
 Each package's tests run in a virtual environment holding that package and the
 packages below it only, so an accidental upward import fails there.
+
+The tests run on every supported Python (3.10 to 3.13) that this machine can start,
+the other sessions on one (3.11 where it is present). A supported version that does
+not start is skipped, with one line that names it. Each session installs the torch
+that constraints.txt pins; that is cheap only where a CPU build of it exists for the
+session's Python on the configured index (PyPI's Linux wheel is the CUDA build, several
+GB with its NVIDIA libraries; see the README for the CPU index).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import functools
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +27,7 @@ import nox
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - nox runs on the project's Python 3.11
+else:  # pragma: no cover - nox itself depends on tomli below Python 3.11
     import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).parent
@@ -37,8 +45,52 @@ PEERS = ["torchode>=1.0"]
 TORCHDYN = ["torchdyn>=1.0.6,<1.1"]
 TORCHDYN_IMPORTS = ["pytorch-lightning>=2", "torchcde>=0.2.3,<0.3", "torchsde>=0.2.5"]
 
+# requires-python is >=3.10 for every package; these are the versions tested.
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def _starts(version: str) -> bool:
+    """Whether ``python<version>`` runs here.
+
+    Being on PATH is not enough: a pyenv shim for a version that is installed but not
+    enabled is on PATH and fails with "command not found", so the interpreter is run.
+    """
+    executable = shutil.which(f"python{version}")
+    if executable is None:
+        return False
+    try:
+        done = subprocess.run(
+            [executable, "-c", ""],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+# The running interpreter stands in when none of the supported versions starts, so
+# that nox still lists the sessions and says what is missing.
+PYTHONS = [v for v in SUPPORTED_PYTHONS if _starts(v)] or [
+    f"{sys.version_info.major}.{sys.version_info.minor}"
+]
+MISSING_PYTHONS = [v for v in SUPPORTED_PYTHONS if v not in PYTHONS]
+if MISSING_PYTHONS:
+    nox.logger.logger.warning(
+        "Python %s not found (or does not start): tests skipped there; testing on %s.",
+        ", ".join(MISSING_PYTHONS),
+        ", ".join(PYTHONS),
+    )
+# The one interpreter of every session but the tests.
+DEFAULT_PYTHON = "3.11" if "3.11" in PYTHONS else PYTHONS[0]
+
 nox.options.sessions = ["lint", "tests", "layers", "typecheck", "docs", "examples"]
 nox.options.reuse_existing_virtualenvs = True
+# Sessions exist only for the interpreters found above, so one that goes missing
+# all the same is an error, not a skip.
 nox.options.error_on_missing_interpreters = True
 # Every session's environment holds its own torch (about 1 GB). On a machine short of
 # disk, ODE_NOX_DISCARD_VENVS=1 (set by .ci/run) deletes each one when its session ends,
@@ -74,7 +126,7 @@ def _install_packages(session: nox.Session, upto: str | None = None) -> None:
     session.install(*CONSTRAINTS, *(str(ROOT / "packages" / name) for name in names))
 
 
-@nox.session(python="3.11")
+@nox.session(python=PYTHONS)
 @nox.parametrize("package", PACKAGES)
 @discardable
 def tests(session: nox.Session, package: str) -> None:
@@ -94,7 +146,7 @@ def tests(session: nox.Session, package: str) -> None:
     )
 
 
-@nox.session(python="3.11")
+@nox.session(python=DEFAULT_PYTHON)
 @discardable
 def lint(session: nox.Session) -> None:
     """Ruff: lint rules and formatting."""
@@ -103,7 +155,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python="3.11")
+@nox.session(python=DEFAULT_PYTHON)
 @discardable
 def layers(session: nox.Session) -> None:
     """Check the import-linter contracts (layers, light libraries) over the existing packages."""
@@ -132,7 +184,7 @@ def layers(session: nox.Session) -> None:
     session.run("lint-imports", str(path), "--no-cache")
 
 
-@nox.session(python="3.11")
+@nox.session(python=DEFAULT_PYTHON)
 @discardable
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on every package's src/."""
@@ -141,16 +193,26 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *(f"packages/{name}/src" for name in PACKAGES))
 
 
-@nox.session(python="3.11")
+@nox.session(python=DEFAULT_PYTHON)
 @discardable
 def docs(session: nox.Session) -> None:
-    """Build the Sphinx site with warnings as errors, then run the doctests of the guides."""
+    """Build the Sphinx site with warnings as errors, then run the doctests of the guides.
+
+    myst-nb executes the tutorials (MyST notebooks) during the build, so a tutorial that
+    fails fails the build.
+    """
     _install_packages(session)
-    # The guide's examples run the scipy: and torchdiffeq: backends too.
+    # The guide's examples run the scipy: and torchdiffeq: backends too; the tutorials
+    # run on the Jupyter kernel that ipykernel provides and draw with matplotlib.
     session.install(
         *CONSTRAINTS,
         "sphinx",
-        "myst-parser",
+        "myst-nb",
+        "furo",
+        "sphinx-copybutton",
+        "sphinx-mathjax-offline",
+        "ipykernel",
+        "matplotlib>=3.7",
         "pytest>=8",
         "numpy",
         "scipy>=1.10",
@@ -160,7 +222,7 @@ def docs(session: nox.Session) -> None:
     session.run("pytest", "--doctest-glob=*.md", "docs", "-p", "no:cacheprovider")
 
 
-@nox.session(python="3.11", default=False)
+@nox.session(python=DEFAULT_PYTHON, default=False)
 @discardable
 def bench(session: nox.Session) -> None:
     """Run the solver benchmark (``odebench perf solvers``) and write bench-results/solvers.json
@@ -183,7 +245,7 @@ def bench(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python="3.11", default=False)
+@nox.session(python=DEFAULT_PYTHON, default=False)
 @discardable
 def reproductions(session: nox.Session) -> None:
     """Rerun every experiment's standard mode and publish the reports into docs/results/.
@@ -213,7 +275,7 @@ def reproductions(session: nox.Session) -> None:
             session.run("odebench", "publish", out, "--to", str(ROOT / "docs" / "results"))
 
 
-@nox.session(python="3.11")
+@nox.session(python=DEFAULT_PYTHON)
 @discardable
 def examples(session: nox.Session) -> None:
     """Run every example in its smoke mode (a few seconds each)."""
