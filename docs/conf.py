@@ -6,7 +6,8 @@ Build (warnings are errors) and run the examples of the pages::
     pytest --doctest-glob="*.md" docs
 
 The examples of the docstrings run with the package's tests
-(``pytest --doctest-modules --pyargs odecore``).
+(``pytest --doctest-modules --pyargs odecore``); the tutorials (MyST-markdown
+notebooks under ``docs/tutorials/``) run during the build, and one that fails fails it.
 
 At build time this file also writes the table of schemes
 (``docs/_generated/odecore_schemes.md``) from the tableaus themselves, and the
@@ -22,8 +23,10 @@ import importlib
 import importlib.util
 import inspect
 import math
+import posixpath
 import re
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -56,23 +59,83 @@ author = "the continuous-depth contributors"
 copyright = "the continuous-depth contributors"
 
 # -- General ---------------------------------------------------------------------------
+#
+# Why each extension:
+# - myst_nb: the Markdown parser (it includes myst-parser, so every page reads as
+#   before) that also reads MyST-markdown notebooks, the tutorials, and executes them
+#   at build time: a tutorial that stops working fails the build.
+# - sphinx.ext.autodoc + napoleon: the API reference, from Google-style docstrings.
+# - sphinx.ext.viewcode: a [source] link beside every documented object, to its
+#   highlighted source.
+# - sphinx.ext.mathjax + sphinx-mathjax-offline: math rendered by MathJax 3, shipped
+#   with the site (the extension copies it to _static/mathjax/ and points
+#   mathjax_path there), so pages offline or behind a firewall show formulas, not
+#   raw TeX.
+# - sphinx_copybutton: a copy button on every code block that leaves out the prompts
+#   and the printed output.
 
 extensions = [
-    "myst_parser",
+    "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",
+    "sphinx_copybutton",
 ]
 
-source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+# myst_nb registers .md (and .ipynb) for itself; no myst_parser mapping here.
+source_suffix = {".md": "myst-nb", ".rst": "restructuredtext"}
 # docs/results/ holds published runs, shown through {include} on the experiment pages.
-exclude_patterns = ["_build", "_generated", "results", "Thumbs.db", ".DS_Store"]
+exclude_patterns = [
+    "_build",
+    "_generated",
+    "results",
+    "jupyter_execute",
+    "**.ipynb_checkpoints",
+    "Thumbs.db",
+    ".DS_Store",
+]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
-html_theme = "alabaster"
+# -- Notebooks (myst-nb) ---------------------------------------------------------------
+#
+# Pages with a jupytext front matter (the tutorials) run at build time. Their outputs
+# are cached under <build dir>/../.jupyter_cache, keyed on the notebook's code only:
+# after a change to the library, rebuild with ``-D nb_execution_mode=force`` (or
+# delete the cache) to run them again.
+
+nb_execution_mode = "cache"
+nb_execution_timeout = 300
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+
+# -- HTML ------------------------------------------------------------------------------
+#
+# furo: maintained; the page's own table of contents beside it on a wide screen (behind
+# a button on a narrow one); a dark mode; a layout that works on a phone as well as
+# on a wide screen. The options add links to each page's source in the repository.
+
+REPOSITORY = "https://github.com/continuous-depth/continuous-depth"
+
+html_theme = "furo"
 html_title = "continuous-depth"
+html_static_path = ["_static"]
+html_css_files = ["figures.css"]
+html_theme_options = {
+    "source_repository": REPOSITORY,
+    "source_branch": "main",
+    "source_directory": "docs/",
+}
+
+# Copy only the code: prompts (">>> ", "... ", "$ ") are stripped, and the prompts and
+# printed output that Pygments marks in pycon and console blocks are left out.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_exclude = ".linenos, .gp, .go"
 
 # -- autodoc + napoleon ----------------------------------------------------------------
 
@@ -104,8 +167,9 @@ nitpick_ignore = [
     ("py:class", "odebench.experiments._template.S"),
 ]
 nitpick_ignore_regex = [
-    # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...
-    (r"py:(class|obj|data)", r"torch\.[\w.]+"),
+    # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...;
+    # functions and methods too (torch.autograd.graph.saved_tensors_hooks in a tutorial).
+    (r"py:(class|obj|data|func|meth|attr)", r"torch\.[\w.]+"),
 ]
 
 
@@ -206,6 +270,37 @@ def _escape_initials(
             in_references = False
         elif in_references:
             lines[i] = _INITIAL.sub(r"\1\2\\. ", line)
+
+
+def _link_images(app: Any, doctree: Any, docname: str) -> None:
+    """Make every image of an HTML page a link to its full-size file.
+
+    The theme scales a wide figure (the solver benchmark) down to the text column;
+    a click on it opens the file itself. Sphinx links only the images given a width
+    or a scale (``html_scaled_image_link``); this links the others the same way, to
+    their copy in ``_images/``. An image already inside a link, one with the class
+    ``no-scaled-link`` and a remote one are left as they are. The links have the
+    class ``full-size-link``, to which ``_static/figures.css`` gives a zoom-in cursor.
+    """
+    if app.builder.format != "html":
+        return
+    from docutils import nodes
+    from sphinx.util.osutil import relative_uri
+
+    imgpath = relative_uri(app.builder.get_target_uri(docname), app.builder.imagedir)
+    for image in list(doctree.findall(nodes.image)):
+        uri = image["uri"]
+        if (
+            isinstance(image.parent, nodes.reference)
+            or "no-scaled-link" in image["classes"]
+            or uri not in app.env.images
+        ):
+            continue
+        target = posixpath.join(imgpath, urllib.parse.quote(app.env.images[uri][1]))
+        reference = nodes.reference("", "", internal=True, refuri=target)
+        reference["classes"].append("full-size-link")
+        image.replace_self(reference)
+        reference.append(image)
 
 
 # -- The table of schemes, generated from the tableaus ---------------------------------
@@ -396,4 +491,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("env-check-consistency", _check_all_documented)
     app.connect("autodoc-process-docstring", _public_types, priority=900)
     app.connect("autodoc-process-signature", _init_typehints)
+    app.connect("doctree-resolved", _link_images)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
