@@ -4,12 +4,15 @@
 
     odebench list
     odebench run NAME [--quick] [--device cpu|cuda] [--epochs N] [--data-dir DIR]
-                      [--out DIR] [--seed S] [--resume | --overwrite] [--no-progress]
+                      [--out DIR] [--seed S] [--resume | --overwrite]
+                      [--progress | --no-progress]
     odebench report RUN_DIR... [--out PATH]
+    odebench download NAME [--data-dir DIR] [--force]
+    odebench publish RUN_DIR... --to DEST
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
                    [--optimizer sgd|adam] [--method NAME] [--rtol R] [--atol A]
                    [--gradient G] [--n-steps N] [--refine-epochs E,E,...] ...
-                   [--resume | --overwrite]
+                   [--resume | --overwrite] [--progress | --no-progress]
     odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
                           [--repeats N] [--problems NAMES] [--libraries NAMES]
                           [--no-memory] [--no-gradients]
@@ -19,18 +22,24 @@
 
 ``python -m odebench`` is the same command, and
 ``torchrun --nproc_per_node=N -m odebench train ...`` trains on N processes.
-Usage errors exit with status 2 and one line on stderr.
+Usage errors exit with status 2 and one line on stderr. Every option's help gives
+its default. Only the sub-command named on the command line gets its arguments, whose
+help lists the registries (models, data sets, ...) and reads the defaults from where
+they live, modules that import torch: ``odebench --help`` and ``--version`` import no
+torch and answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import typing
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from . import __version__
 
@@ -114,13 +123,6 @@ def _out_dir(text: str) -> Path:
     return path
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (``odebench train: error: ...``), status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
@@ -128,140 +130,66 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
-def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    from .perf._libraries import LIBRARIES
-    from .perf._problems import PROBLEMS
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with ``(default: ...)`` after each option that has a default.
 
-    parser = _Parser(
-        prog="odebench",
-        description="Benchmarks for continuous-depth networks.",
-    )
-    parser.add_argument("--version", action="version", version=f"odebench {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_training_commands(commands)
-    perf = commands.add_parser(
-        "perf", help="performance benchmarks", description="Performance benchmarks."
-    )
-    perf_commands = perf.add_subparsers(dest="perf_command", metavar="BENCHMARK")
-    solvers = perf_commands.add_parser(
-        "solvers",
-        help="odecore against torchdiffeq (and torchode, torchdyn where installed)",
-        description=(
-            "Time odecore against torchdiffeq, and torchode and torchdyn where they import, "
-            "on an MLP, two conv fields, Van der Pol and a linear system with dopri5 at "
-            "1e-3 and 1e-6 and rk4 with 100 steps: forward, forward + backward by backprop, "
-            "adjoint, adjoint with seminorm and checkpointing; NFE, error, overhead factors "
-            "and ratios; peak memory in fresh processes; gradient error against finite "
-            "differences. Prints tables; --json writes every figure."
-        ),
-    )
-    solvers.add_argument(
-        "--quick",
-        action="store_true",
-        help="small problems, fewer methods and steps, one run each (a few minutes)",
-    )
-    solvers.add_argument("--json", metavar="PATH", type=Path, help="write the results here")
-    solvers.add_argument(
-        "--plot", metavar="PATH", type=Path, help="draw the results here, as a PNG"
-    )
-    solvers.add_argument(
-        "--threads", type=_positive_int, default=2, metavar="N", help="torch threads (default 2)"
-    )
-    solvers.add_argument(
-        "--repeats",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="timed runs per library and configuration (default 5; --quick: 1)",
-    )
-    solvers.add_argument(
-        "--problems",
-        type=_names,
-        default=None,
-        metavar="NAMES",
-        help=f"comma-separated subset of: {', '.join(PROBLEMS)}",
-    )
-    solvers.add_argument(
-        "--libraries",
-        type=_names,
-        default=None,
-        metavar="NAMES",
-        help=f"comma-separated subset of: {', '.join(LIBRARIES)} (default: all that import)",
-    )
-    solvers.add_argument(
-        "--no-memory", action="store_true", help="skip the peak-memory measurements"
-    )
-    solvers.add_argument(
-        "--no-gradients", action="store_true", help="skip the finite-difference gradient check"
-    )
-    contnet = perf_commands.add_parser(
-        "contnet",
-        help="ContinuousNet against its own ResNet export",
-        description=(
-            "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
-            "against its to_resnet() export on the same batch, and of the RK4 "
-            "manifestation; memory saved for the backward pass. Prints a table; --json "
-            "writes every figure."
-        ),
-    )
-    contnet.add_argument("--quick", action="store_true", help="a small batch, seconds")
-    contnet.add_argument("--json", metavar="PATH", type=Path, help="write the results here")
-    contnet.add_argument(
-        "--threads", type=_positive_int, default=2, metavar="N", help="torch threads (default 2)"
-    )
-    contnet.add_argument(
-        "--repeats", type=_positive_int, default=None, metavar="N",
-        help="timed runs per model (default 7; --quick: 2)",
-    )  # fmt: skip
-    contnet.add_argument(
-        "--batch", type=_positive_int, default=None, metavar="N",
-        help="images per batch (default 32; --quick: 8)",
-    )  # fmt: skip
-    contnet.add_argument(
-        "--n-steps", type=_positive_int, default=None, metavar="N",
-        help="N_t = M of every block (default 4; --quick: 2)",
-    )  # fmt: skip
-    plot = perf_commands.add_parser(
-        "plot",
-        help="draw the results of `perf solvers --json` as a PNG",
-        description=(
-            "Draw the JSON file of `odebench perf solvers --json` as one PNG: the forward "
-            "and the forward + backward overhead factors per problem and library, peak "
-            "memory against the number of steps, and the gradient error against finite "
-            "differences."
-        ),
-    )
-    plot.add_argument("json", metavar="JSON", type=Path, help="the results of `perf solvers`")
-    plot.add_argument(
-        "--out", metavar="PATH", type=Path, default=None,
-        help="the PNG to write (default: JSON with the suffix .png)",
-    )  # fmt: skip
-    return parser, perf
+    As :class:`argparse.ArgumentDefaultsHelpFormatter` does, but flags (off unless
+    given) are left alone, and so is an option whose help states its default in its
+    own words, as those whose default is computed (``None``) do.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "%(default)" in text
+            or "(default" in text
+            or action.default is None
+            or action.default is argparse.SUPPRESS
+            or not action.option_strings
+            or action.nargs == 0
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)"
 
 
-def _add_training_commands(commands: Any) -> None:
-    import odecore
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (``odebench train: error: ...``), status 2; help
+    with every default (:class:`_HelpFormatter`), also in the sub-commands' parsers."""
 
-    from .data._download import DOWNLOADABLE
-    from .experiments import EXPERIMENTS
-    from .experiments._registry import DEFAULT_MODE, MODES
-    from .models import MODELS
-    from .models._build import TRAIN_TOL
-    from .training import DATASETS
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
-    commands.add_parser(
-        "list",
-        help="the experiments, models and data sets, one line each",
-        description="List the experiments of `odebench run`, the models and the data sets.",
-    )
-    run = commands.add_parser(
-        "run",
-        help="run an experiment (`odebench list` shows them)",
-        description="Run an experiment; its files go to --out (default runs/NAME).",
-    )
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _defaults(config: type) -> dict[str, Any]:
+    """The defaults of the fields of the dataclass ``config`` (those that have one)."""
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(config)
+        if f.default is not dataclasses.MISSING
+    }
+
+
+def _with_quick(config: Callable[..., Any], attribute: str) -> str:
+    """``"7; with --quick: 2"``: ``attribute`` of ``config()`` and of ``config(quick=True)``."""
+    full, quick = getattr(config(), attribute), getattr(config(quick=True), attribute)
+    return f"{full}; with --quick: {quick}"
+
+
+# The arguments of each sub-command. Their help names what the registries hold and the
+# defaults of the configurations, whose modules import torch (seconds): each function
+# imports them, and runs only for the sub-command named on the command line.
+
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    from .experiments import DEFAULT_MODE, EXPERIMENTS, MODES, RunOptions
+
     run.add_argument(
         "name", metavar="NAME",
-        help=f"one of: {', '.join(EXPERIMENTS)}; or all, each into --out/NAME (default runs/NAME)",
+        help=f"one of: {', '.join(EXPERIMENTS)}; or all, each into its own folder of --out",
     )  # fmt: skip
     run.add_argument(
         "--bf16", action="store_true", help="bfloat16 autocast in every training run (GPU)"
@@ -271,125 +199,377 @@ def _add_training_commands(commands: Any) -> None:
         "--mode", choices=MODES, default=None,
         help=f"quick: a smoke test, seconds; standard: real training sized for a 2-core "
         f"CPU, at most about an hour; full: the paper's settings, for a GPU "
-        f"(default {DEFAULT_MODE})",
+        f"(default: {DEFAULT_MODE})",
     )  # fmt: skip
     mode.add_argument("--quick", action="store_true", help="the same as --mode quick")
-    _add_common(run)
-    run.set_defaults(command_parser=run)
-    report = commands.add_parser(
-        "report",
-        help="combine the reports of experiment runs into one page",
-        description="Combine the report.md of each RUN_DIR into one Markdown page.",
+    _add_common(
+        run,
+        _defaults(RunOptions),
+        epochs="the experiment's, for its mode",
+        out="runs/NAME; runs/EXPERIMENT for each experiment of all",
     )
-    report.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+
+
+def _report_arguments(report: argparse.ArgumentParser) -> None:
+    report.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="the folder of an `odebench run`"
+    )
     report.add_argument(
         "--out", type=Path, default=Path("reproductions.md"), metavar="PATH",
-        help="the page to write (default reproductions.md)",
+        help="the page to write",
     )  # fmt: skip
-    report.set_defaults(command_parser=report)
-    download = commands.add_parser(
-        "download",
-        help="download an image data set from its official mirror, checked by MD5",
-        description=(
-            "Download NAME into DIR (default $ODEBENCH_DATA_DIR, else ~/.cache/odebench), "
-            "where `odebench run` and `odebench train` look for it."
-        ),
-    )
+
+
+def _download_arguments(download: argparse.ArgumentParser) -> None:
+    from .data._download import DOWNLOADABLE
+
     download.add_argument(
         "name", metavar="NAME", choices=DOWNLOADABLE,
         help=f"one of: {', '.join(DOWNLOADABLE)}",
     )  # fmt: skip
-    download.add_argument("--data-dir", type=Path, default=None, metavar="DIR")
+    download.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="where to put it (default: $ODEBENCH_DATA_DIR, else ~/.cache/odebench)",
+    )  # fmt: skip
     download.add_argument(
         "--force", action="store_true", help="fetch again even if the files are there"
     )
-    download.set_defaults(command_parser=download)
-    publish = commands.add_parser(
-        "publish",
-        help="copy runs' reports, results and figures (no checkpoints) for committing",
-        description=(
-            "Copy report.md, results.json and the figures the report shows of each "
-            "RUN_DIR into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch "
-            "files behind: the docs include reports published into docs/results/."
-        ),
+
+
+def _publish_arguments(publish: argparse.ArgumentParser) -> None:
+    publish.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="the folder of an `odebench run`"
     )
-    publish.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     publish.add_argument(
         "--to", type=Path, required=True, metavar="DEST",
         help="the directory that receives one sub-directory per run",
     )  # fmt: skip
-    publish.set_defaults(command_parser=publish)
-    train = commands.add_parser(
-        "train",
-        help="train one model on one data set",
-        description=(
-            "Train one model on one data set, with a progress bar per epoch, metrics "
-            "(JSON, CSV, PNG) and a checkpoint after every epoch in --out (default "
-            "runs/MODEL-DATASET). Under torchrun the global batch is split over the "
-            "processes."
-        ),
-    )
+
+
+def _train_arguments(train: argparse.ArgumentParser) -> None:
+    import odecore
+
+    from .models import MODELS
+    from .models._build import CONTNET_METHOD, CONTNET_STEPS, TRAIN_METHOD
+    from .training import DATASETS, TrainConfig
+    from .training._config import Optimizer
+
+    default = _defaults(TrainConfig)
+    odecore_tol = odecore.PIDController()
     train.add_argument("--model", required=True, metavar="M", help=f"one of: {', '.join(MODELS)}")
     train.add_argument(
         "--dataset", required=True, metavar="D", help=f"one of: {', '.join(DATASETS)}"
     )
     add = train.add_argument
-    add("--batch-size", type=_positive_int, default=128, metavar="N", help="global batch (128)")
-    add("--eval-batch-size", type=_positive_int, default=1000, metavar="N", help="(1000)")
-    add("--lr", type=_positive_float, default=0.1, help="learning rate (0.1)")
-    add("--optimizer", choices=("sgd", "adam"), default="sgd", help="(sgd, momentum 0.9)")
-    add("--momentum", type=_fraction, default=0.9, help="SGD momentum, in [0, 1) (0.9)")
-    add("--weight-decay", type=_non_negative_float, default=0.0, help="L2 penalty (0)")
-    add("--milestones", type=_int_list, default=(), metavar="E,E,...",
-        help="epochs at which the learning rate is multiplied by --gamma")  # fmt: skip
-    add("--gamma", type=_positive_float, default=0.1, help="learning-rate factor (0.1)")
-    add("--train-size", type=_positive_int, default=None, metavar="N", help="a seeded subset")
-    add("--test-size", type=_positive_int, default=None, metavar="N", help="a seeded subset")
+    add("--batch-size", type=_positive_int, default=default["batch_size"], metavar="N",
+        help="the global batch, split over the processes")  # fmt: skip
+    add("--eval-batch-size", type=_positive_int, default=default["eval_batch_size"], metavar="N",
+        help="the batch of the evaluation passes")  # fmt: skip
+    add("--lr", type=_positive_float, default=default["lr"], help="learning rate")
+    add("--optimizer", choices=typing.get_args(Optimizer), default=default["optimizer"],
+        help="sgd (with --momentum) or adam")  # fmt: skip
+    add("--momentum", type=_fraction, default=default["momentum"], help="SGD momentum, in [0, 1)")
+    add("--weight-decay", type=_non_negative_float, default=default["weight_decay"],
+        help="L2 penalty")  # fmt: skip
+    add("--milestones", type=_int_list, default=default["milestones"], metavar="E,E,...",
+        help="epochs at which the learning rate is multiplied by --gamma "
+        "(default: none)")  # fmt: skip
+    add("--gamma", type=_positive_float, default=default["gamma"],
+        help="learning-rate factor of a milestone")  # fmt: skip
+    add("--train-size", type=_positive_int, default=default["train_size"], metavar="N",
+        help="train on a seeded subset of N examples (default: all)")  # fmt: skip
+    add("--test-size", type=_positive_int, default=default["test_size"], metavar="N",
+        help="evaluate on a seeded subset of N examples (default: all)")  # fmt: skip
     add("--augment", action="store_true", help="random crops (pad 4); flips on CIFAR")
-    add("--activation", default="relu", help="of the vector field: relu (default), softplus, ...")
-    add("--method", default=None, metavar="NAME",
+    add("--activation", default=default["activation"],
+        help="of the vector field: relu, softplus, ...")  # fmt: skip
+    add("--method", default=default["method"], metavar="NAME",
         help="ODE method: an adaptive one (dopri5, tsit5, bosh3, ...) or a fixed-step one "
-        "with --n-steps (euler, rk4, ...); default dopri5 for ODE models, euler for "
-        "ContinuousNet models (odecore's default is dopri5)")  # fmt: skip
-    add("--rtol", type=_positive_float, default=TRAIN_TOL,
-        help=f"relative tolerance ({TRAIN_TOL:g}, Chen et al.'s MNIST setting; odecore's "
-        "default, 1e-7, is for reference accuracy and costs several times more)")  # fmt: skip
-    add("--atol", type=_positive_float, default=TRAIN_TOL,
-        help=f"absolute tolerance ({TRAIN_TOL:g}; odecore's default is 1e-9)")  # fmt: skip
-    add("--gradient", choices=tuple(odecore.GRADIENTS), default="backprop",
-        help="gradient method of ODE models (backprop, odecore's default)")  # fmt: skip
-    add("--n-steps", type=_positive_int, default=None, metavar="N",
+        f"with --n-steps (euler, rk4, ...) (default: {TRAIN_METHOD} for ODE models, "
+        f"{CONTNET_METHOD} for ContinuousNet models)")  # fmt: skip
+    add("--rtol", type=_positive_float, default=default["rtol"],
+        help="relative tolerance (default: %(default)g, Chen et al.'s MNIST setting; "
+        f"odecore's own default, {odecore_tol.rtol:g}, is for reference accuracy and costs "
+        "several times more)")  # fmt: skip
+    add("--atol", type=_positive_float, default=default["atol"],
+        help="absolute tolerance (default: %(default)g; odecore's own default is "
+        f"{odecore_tol.atol:g})")  # fmt: skip
+    add("--gradient", choices=tuple(odecore.GRADIENTS), default=default["gradient"],
+        help="gradient method of ODE models")  # fmt: skip
+    add("--n-steps", type=_positive_int, default=default["n_steps"], metavar="N",
         help="steps of a fixed-step --method; ContinuousNet models: N_t = M of every "
-        "block at epoch 0 (8)")  # fmt: skip
-    add("--refine-epochs", type=_int_list, default=(), metavar="E,E,...",
-        help="ContinuousNet models: epochs at whose start N_t and M double")  # fmt: skip
+        "block at epoch 0 (default: none, required by a fixed-step method; ContinuousNet "
+        f"models: {CONTNET_STEPS})")  # fmt: skip
+    add("--refine-epochs", type=_int_list, default=default["refine_epochs"], metavar="E,E,...",
+        help="ContinuousNet models: epochs at whose start N_t and M double "
+        "(default: none)")  # fmt: skip
     add("--bf16", action="store_true", help="bfloat16 autocast")
     add("--compile", action="store_true", help="torch.compile the vector fields (or the model)")
-    _add_common(train)
-    train.set_defaults(command_parser=train)
+    _add_common(train, default, out="runs/MODEL-DATASET")
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+def _add_common(
+    parser: argparse.ArgumentParser, default: Mapping[str, Any], *, epochs: str = "", out: str
+) -> None:
+    """Add the options of ``run`` and ``train``.
+
+    Args:
+        parser: the sub-command's parser.
+        default: the defaults of the fields of what the options set
+            (``RunOptions``, ``TrainConfig``).
+        epochs: what sets the number of epochs when ``default`` has none (``None``).
+        out: the output directory when none is given.
+    """
     from .training._config import MAX_SEED
 
     add = parser.add_argument
-    add("--device", default="auto", help="auto (default: cuda when available), cpu, cuda")
-    add("--epochs", type=_non_negative_int, default=None, metavar="N", help="number of epochs")
-    add("--data-dir", default=None, metavar="DIR", help="where the data sets are")
-    add("--out", type=_out_dir, default=None, metavar="DIR", help="output directory")
+    add("--device", default=default["device"],
+        help="auto (cuda when available), cpu, cuda or cuda:N")  # fmt: skip
+    add("--epochs", type=_non_negative_int, default=default["epochs"], metavar="N",
+        help="number of epochs" + (f" (default: {epochs})" if epochs else ""))  # fmt: skip
+    add("--data-dir", default=default["data_dir"], metavar="DIR",
+        help="where the data sets are (default: search $ODEBENCH_DATA_DIR, "
+        "~/.cache/odebench, ./data and a few more places; an error names them all)")  # fmt: skip
+    add("--out", type=_out_dir, default=None, metavar="DIR",
+        help=f"output directory (default: {out})")  # fmt: skip
     seed = _int_at_least(0, "a non-negative integer", high=MAX_SEED)
-    add("--seed", type=seed, default=0, metavar="S", help="random seed (0)")
+    add("--seed", type=seed, default=default["seed"], metavar="S", help="random seed")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
         "--resume", action="store_true",
         help="continue the run in --out from its checkpoint (same settings but --epochs, "
-        "--device, --data-dir, --no-progress, --compile)",
+        "--device, --data-dir, --progress, --compile)",
     )  # fmt: skip
     again.add_argument(
         "--overwrite", action="store_true",
         help="move the run in --out aside to DIR.old-TIME, then start afresh",
     )  # fmt: skip
-    add("--no-progress", action="store_true", help="no progress bars")
+    add("--progress", action=argparse.BooleanOptionalAction, default=default["progress"],
+        help="progress bars per epoch on stderr (default: only when stderr is a "
+        "terminal)")  # fmt: skip
+
+
+def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
+    from .perf import SolversConfig
+    from .perf._libraries import LIBRARIES
+    from .perf._problems import PROBLEMS
+
+    default = _defaults(SolversConfig)
+    solvers.add_argument(
+        "--quick",
+        action="store_true",
+        help="small problems, fewer methods and steps, one run each (a few minutes)",
+    )
+    solvers.add_argument(
+        "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
+    )
+    solvers.add_argument(
+        "--plot", metavar="PATH", type=Path,
+        help="draw the results here, as a PNG (default: not drawn)",
+    )  # fmt: skip
+    solvers.add_argument(
+        "--threads", type=_positive_int, default=default["threads"], metavar="N",
+        help="torch threads",
+    )  # fmt: skip
+    solvers.add_argument(
+        "--repeats", type=_positive_int, default=default["repeats"], metavar="N",
+        help="timed runs per library and configuration "
+        f"(default: {_with_quick(SolversConfig, 'n_repeats')})",
+    )  # fmt: skip
+    solvers.add_argument(
+        "--problems", type=_names, default=default["problems"], metavar="NAMES",
+        help=f"comma-separated subset of: {', '.join(PROBLEMS)} (default: all)",
+    )  # fmt: skip
+    solvers.add_argument(
+        "--libraries", type=_names, default=default["libraries"], metavar="NAMES",
+        help=f"comma-separated subset of: {', '.join(LIBRARIES)} (default: all that import)",
+    )  # fmt: skip
+    solvers.add_argument(
+        "--no-memory", action="store_true", help="skip the peak-memory measurements"
+    )
+    solvers.add_argument(
+        "--no-gradients", action="store_true", help="skip the finite-difference gradient check"
+    )
+
+
+def _contnet_arguments(contnet: argparse.ArgumentParser) -> None:
+    from .perf import ContnetConfig
+
+    default = _defaults(ContnetConfig)
+    contnet.add_argument("--quick", action="store_true", help="a small batch, seconds")
+    contnet.add_argument(
+        "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
+    )
+    contnet.add_argument(
+        "--threads", type=_positive_int, default=default["threads"], metavar="N",
+        help="torch threads",
+    )  # fmt: skip
+    contnet.add_argument(
+        "--repeats", type=_positive_int, default=default["repeats"], metavar="N",
+        help=f"timed runs per model (default: {_with_quick(ContnetConfig, 'n_repeats')})",
+    )  # fmt: skip
+    contnet.add_argument(
+        "--batch", type=_positive_int, default=default["batch"], metavar="N",
+        help=f"images per batch (default: {_with_quick(ContnetConfig, 'n_batch')})",
+    )  # fmt: skip
+    contnet.add_argument(
+        "--n-steps", type=_positive_int, default=default["n_steps"], metavar="N",
+        help=f"N_t = M of every block (default: {_with_quick(ContnetConfig, 'steps')})",
+    )  # fmt: skip
+
+
+def _plot_arguments(plot: argparse.ArgumentParser) -> None:
+    plot.add_argument("json", metavar="JSON", type=Path, help="the results of `perf solvers`")
+    plot.add_argument(
+        "--out", metavar="PATH", type=Path, default=None,
+        help="the PNG to write (default: JSON with the suffix .png)",
+    )  # fmt: skip
+
+
+class _Command(NamedTuple):
+    """A sub-command: its line in the list of commands, its description, and the function
+    that adds its arguments (``None``: it takes none)."""
+
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+#: The sub-commands, in the order ``odebench --help`` lists them.
+_COMMANDS = {
+    "list": _Command(
+        "the experiments, models and data sets, one line each",
+        "List the experiments of `odebench run`, the models and the data sets.",
+    ),
+    "run": _Command(
+        "run an experiment (`odebench list` shows them)",
+        "Run an experiment; its files go to --out (default runs/NAME).",
+        _run_arguments,
+    ),
+    "report": _Command(
+        "combine the reports of experiment runs into one page",
+        "Combine the report.md of each RUN_DIR into one Markdown page.",
+        _report_arguments,
+    ),
+    "download": _Command(
+        "download an image data set from its official mirror, checked by MD5",
+        "Download NAME into DIR (default $ODEBENCH_DATA_DIR, else ~/.cache/odebench), "
+        "where `odebench run` and `odebench train` look for it.",
+        _download_arguments,
+    ),
+    "publish": _Command(
+        "copy runs' reports, results and figures (no checkpoints) for committing",
+        "Copy report.md, results.json and the figures the report shows of each RUN_DIR "
+        "into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch files behind: "
+        "the docs include reports published into docs/results/.",
+        _publish_arguments,
+    ),
+    "train": _Command(
+        "train one model on one data set",
+        "Train one model on one data set, with a progress bar per epoch on a terminal, "
+        "metrics (JSON, CSV, PNG) and a checkpoint after every epoch in --out (default "
+        "runs/MODEL-DATASET). Under torchrun the global batch is split over the processes.",
+        _train_arguments,
+    ),
+    "perf": _Command("performance benchmarks", "Performance benchmarks."),
+}
+
+#: The benchmarks of ``odebench perf``, in the order its help lists them.
+_BENCHMARKS = {
+    "solvers": _Command(
+        "odecore against torchdiffeq (and torchode, torchdyn where installed)",
+        "Time odecore against torchdiffeq, and torchode and torchdyn where they import, on "
+        "an MLP, two conv fields, Van der Pol and a linear system with dopri5 at 1e-3 and "
+        "1e-6 and rk4 with 100 steps: forward, forward + backward by backprop, adjoint, "
+        "adjoint with seminorm and checkpointing; NFE, error, overhead factors and ratios; "
+        "peak memory in fresh processes; gradient error against finite differences. "
+        "Prints tables; --json writes every figure.",
+        _solvers_arguments,
+    ),
+    "contnet": _Command(
+        "ContinuousNet against its own ResNet export",
+        "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
+        "against its to_resnet() export on the same batch, and of the RK4 manifestation; "
+        "memory saved for the backward pass. Prints a table; --json writes every figure.",
+        _contnet_arguments,
+    ),
+    "plot": _Command(
+        "draw the results of `perf solvers --json` as a PNG",
+        "Draw the JSON file of `odebench perf solvers --json` as one PNG: the forward and "
+        "the forward + backward overhead factors per problem and library, peak memory "
+        "against the number of steps, and the gradient error against finite differences.",
+        _plot_arguments,
+    ),
+}
+
+
+def _add_commands(
+    parent: argparse.ArgumentParser,
+    table: Mapping[str, _Command],
+    *,
+    dest: str,
+    metavar: str,
+    prefix: str,
+    commands: Collection[str] | None,
+) -> dict[str, argparse.ArgumentParser]:
+    """Give ``parent`` the sub-commands of ``table``, each with its help, and with its
+    arguments if ``commands`` names it (as ``prefix`` + its name; ``None``: all)."""
+    subparsers = parent.add_subparsers(dest=dest, metavar=metavar)
+    parsers = {}
+    for name, command in table.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.description)
+        sub.set_defaults(command_parser=sub)
+        if command.arguments is not None and (commands is None or prefix + name in commands):
+            command.arguments(sub)
+        parsers[name] = sub
+    return parsers
+
+
+def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the command line.
+
+    Every sub-command is there with its line of help, which needs no import, but only
+    those in ``commands`` get their arguments, whose help lists the registries and the
+    defaults of modules that import torch. So ``odebench --help`` and ``--version``
+    answer at once, and ``odebench train --help`` waits only for what ``train`` needs.
+
+    Args:
+        commands: the sub-commands to give their arguments, by name, ``"perf NAME"`` for
+            a benchmark (what :func:`_named` returns); ``None``: every one.
+
+    Returns:
+        The parser; each sub-command's parser is in its namespace as ``command_parser``.
+    """
+    parser = _Parser(
+        prog="odebench",
+        description="Benchmarks for continuous-depth networks.",
+    )
+    parser.add_argument("--version", action="version", version=f"odebench {__version__}")
+    parsers = _add_commands(
+        parser, _COMMANDS, dest="command", metavar="COMMAND", prefix="", commands=commands
+    )
+    _add_commands(
+        parsers["perf"], _BENCHMARKS, dest="perf_command", metavar="BENCHMARK",
+        prefix="perf ", commands=commands,
+    )  # fmt: skip
+    return parser
+
+
+def _named(argv: Sequence[str]) -> frozenset[str]:
+    """The sub-command that ``argv`` names, as :func:`_parser` takes it: its first word
+    that is no option (``odebench`` itself takes none with a value), and after ``perf``
+    the next one.
+
+    Example:
+        >>> sorted(_named(["--help"])), sorted(_named(["train", "--model", "odenet"]))
+        ([], ['train'])
+        >>> sorted(_named(["perf", "solvers", "--quick"]))
+        ['perf solvers']
+    """
+    words = [arg for arg in argv if not arg.startswith("-")]
+    if words[:1] == ["perf"]:
+        return frozenset([" ".join(words[:2])])
+    return frozenset(words[:1])
 
 
 def _log(line: str) -> None:
@@ -488,7 +668,7 @@ def _run_one(
         seed=args.seed,
         resume=args.resume,
         overwrite=args.overwrite,
-        progress=not args.no_progress,
+        progress=args.progress,
         bf16=args.bf16,
     )
     return _guarded(parser, lambda: run_experiment(name, options, log=_log))
@@ -543,7 +723,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         config = TrainConfig(
             model=args.model,
             dataset=args.dataset,
-            epochs=1 if args.epochs is None else args.epochs,
+            epochs=args.epochs,
             batch_size=args.batch_size,
             eval_batch_size=args.eval_batch_size,
             lr=args.lr,
@@ -567,7 +747,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             refine_epochs=args.refine_epochs,
             bf16=args.bf16,
             compile=args.compile,
-            progress=not args.no_progress,
+            progress=args.progress,
         )
         out = args.out or default_out(config)
         train(config, out, resume=args.resume, overwrite=args.overwrite, log=_log)
@@ -605,36 +785,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> odebench.main(["perf"])  # no benchmark named: the help goes to stderr
         2
     """
-    parser, perf_parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(_named(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    sub: argparse.ArgumentParser = args.command_parser
     if args.command == "list":
         return _list()
     if args.command == "report":
-        return _report(args.command_parser, args)
+        return _report(sub, args)
     if args.command == "publish":
-        return _publish(args.command_parser, args)
+        return _publish(sub, args)
     if args.command == "download":
-        return _download(args.command_parser, args)
-    if args.command in ("run", "train"):
-        sub = args.command_parser
-        return _run(sub, args) if args.command == "run" else _train(sub, args)
+        return _download(sub, args)
+    if args.command == "run":
+        return _run(sub, args)
+    if args.command == "train":
+        return _train(sub, args)
     if args.perf_command is None:
-        perf_parser.print_help(sys.stderr)
+        sub.print_help(sys.stderr)
         return 2
     if args.perf_command == "contnet":
-        return _contnet(parser, args)
+        return _contnet(sub, args)
     if args.perf_command == "plot":
-        return _plot(parser, args)
+        return _plot(sub, args)
     from .perf import SolversConfig, format_report, plot_solvers, run_solvers
     from .perf._libraries import LIBRARIES
 
     if args.libraries is not None:
         unknown = [n for n in args.libraries if n not in LIBRARIES]
         if unknown:
-            parser.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
+            sub.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
     try:
         config = SolversConfig(
             quick=args.quick,
@@ -646,9 +829,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             gradients=not args.no_gradients,
         )
     except ValueError as exc:
-        parser.error(str(exc))
+        sub.error(str(exc))
     return _benchmark(
-        parser, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
+        sub, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
     )
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..data import DataError, download
 from ..training import TrainConfig, find_data, load_model
 from ..training._data import TOY_SIZES, download_root, search_paths
-from ..training._io import pyplot, save_png
+from ..training._io import integer_ticks, metric_label, pyplot, save_png
 from ._template import (
     Claim,
     Figure,
@@ -243,7 +244,19 @@ def _size(n: int | None) -> str:
 
 
 def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
-    """What the NODE and ANODE learned of g(x), and their NFE and loss per epoch."""
+    """``toy.png``: :func:`toy_figure`."""
+    save_png(path, toy_figure(result))
+
+
+def toy_figure(result: Result[QuickstartSettings]) -> Any:
+    """What the NODE and ANODE learned of g(x), and their loss and NFE per epoch.
+
+    Args:
+        result: the quickstart's result, whose first seed's toy runs are read.
+
+    Returns:
+        The matplotlib ``Figure`` (three panels), not yet saved.
+    """
     from ..data import annuli
 
     plt = pyplot()
@@ -261,13 +274,21 @@ def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
         axes[1].plot(epochs, [m["train_loss"] for m in metrics], "o-", label=name.upper())
         axes[2].plot(epochs, [m["nfe_forward"] for m in metrics], "o-", label=name.upper())
     axes[0].set(xlabel="x", ylabel="prediction", title="learned g(x)")
-    axes[1].set(xlabel="epoch", ylabel="train MSE", yscale="log", title="loss")
-    axes[2].set(xlabel="epoch", ylabel="forward NFE per batch", title="NFE during training")
+    axes[1].set(
+        xlabel=metric_label("epoch"), ylabel=f"{metric_label('train_loss')} (mean squared error)",
+        yscale="log", title="loss",
+    )  # fmt: skip
+    axes[2].set(
+        xlabel=metric_label("epoch"), ylabel=f"{metric_label('nfe_forward')} per batch",
+        title="function evaluations during training",
+    )  # fmt: skip
+    for ax in axes[1:]:
+        integer_ticks(ax)
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    save_png(path, fig)
+    return fig
 
 
 TEMPLATE = register_template(

@@ -42,7 +42,9 @@ class RunOptions:
         seed: the seed of every run.
         resume: continue the runs from their checkpoints.
         overwrite: move what ``out`` holds aside to ``<out>.old-<time>`` first.
-        progress: progress bars per epoch.
+        progress: a progress bar per epoch of every training run, on stderr: ``True``
+            always, ``False`` never, ``None`` only when stderr is a terminal (what
+            :class:`~odebench.training.TrainConfig`'s ``progress`` takes).
         bf16: bfloat16 autocast in every run trained from a configuration.
 
     Example:
@@ -61,7 +63,7 @@ class RunOptions:
     seed: int = 0
     resume: bool = False
     overwrite: bool = False
-    progress: bool = True
+    progress: bool | None = None
     bf16: bool = False
 
     def __post_init__(self) -> None:

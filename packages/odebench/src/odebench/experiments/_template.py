@@ -153,7 +153,8 @@ class Run:
         config: trained by :func:`odebench.training.train`, with a checkpoint per
             epoch that ``--resume`` continues from. Its ``device``, ``data_dir`` and
             ``progress`` are replaced by the options' (``--device``, ``--data-dir``,
-            ``--no-progress``): where a run trains is not the experiment's to say.
+            ``--progress``/``--no-progress``): where and how a run trains is not the
+            experiment's to say.
         fit: ``fit(device) -> Fitted``, an experiment's own training loop (for what
             :class:`~odebench.training.TrainConfig` cannot say). It writes no
             checkpoint: ``--resume`` trains it again.

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import odecore
 
@@ -93,7 +94,10 @@ class TrainConfig:
             Neural ODE layers (the solver loop stays eager: its step sizes are
             chosen at run time), or the whole model when it has no ODE layer. Not
             for the ContinuousNet models.
-        progress: show a progress bar per epoch.
+        progress: a progress bar per epoch on stderr: ``True`` always, ``False``
+            never, ``None`` (the default) only when stderr is a terminal (checked when
+            the bar is made), so that the logs of batch jobs and CI hold no
+            carriage-return noise. In a notebook, pass ``True``.
 
     Example:
         >>> TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam", lr=1e-2).loss
@@ -136,7 +140,7 @@ class TrainConfig:
     refine_epochs: tuple[int, ...] = ()
     bf16: bool = False
     compile: bool = False
-    progress: bool = True
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         from ..models import MODELS
@@ -171,6 +175,11 @@ class TrainConfig:
         ):
             raise ValueError(
                 f"`milestones` must be increasing positive epochs, got {self.milestones!r}."
+            )
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ValueError(
+                f"`progress` must be True, False or None (only on a terminal), "
+                f"got {self.progress!r}."
             )
         self._check_continuous()
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -369,6 +378,35 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
         "spirals": DatasetInfo("two nested 2-D spirals of half a turn, two classes", toy=True),
     }
 )
+
+
+def show_progress(progress: bool | None, stream: IO[str] | None = None) -> bool:
+    """Whether to draw progress bars: ``progress`` itself when it is a bool, and for
+    ``None`` (automatic) whether ``stream`` is a terminal.
+
+    The one place where the automatic choice is made: a bar redraws its line with
+    carriage returns, which a terminal shows as one line moving and a log file (CI,
+    ``nohup``, a pipe) keeps as hundreds of lines.
+
+    Args:
+        progress: ``True`` (always), ``False`` (never) or ``None`` (automatic).
+        stream: where the bars go; default ``sys.stderr`` (read when called).
+
+    Returns:
+        Whether bars are drawn.
+
+    Example:
+        >>> import io
+        >>> show_progress(None, io.StringIO()), show_progress(True, io.StringIO())
+        (False, True)
+    """
+    if progress is not None:
+        return progress
+    stream = sys.stderr if stream is None else stream
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):  # no stream, or a closed one
+        return False
 
 
 def default_out(config: TrainConfig) -> Path:

@@ -85,32 +85,96 @@ def save_png(path: Path, fig: Any, *, dpi: int = 110) -> None:
     write_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
-def plot_curves(path: Path, metrics: Sequence[dict[str, Any]], title: str) -> None:
-    """Loss, accuracy and NFE against the epoch, as a PNG."""
+#: Words for the metric keys of a run (``metrics.json``), for axes and legends; a key
+#: not here reads as its words (:func:`metric_label`).
+METRIC_LABELS: dict[str, str] = {
+    "epoch": "epoch",
+    "lr": "learning rate",
+    "train_loss": "train loss",
+    "test_loss": "test loss",
+    "train_acc": "train accuracy (%)",
+    "test_acc": "test accuracy (%)",
+    "nfe_forward": "function evaluations (forward)",
+    "nfe_backward": "function evaluations (backward)",
+    "test_nfe": "function evaluations (test)",
+    "images_per_second": "images per second",
+    "epoch_seconds": "seconds per epoch",
+    "n_steps": "steps N_t = M",
+    "parameters": "parameters",
+}
+
+#: The loss of a run (``TrainConfig.loss``) in words.
+LOSS_LABELS = {"cross_entropy": "cross-entropy loss", "mse": "mean squared error"}
+
+
+def metric_label(key: str) -> str:
+    """A metric key in words: ``"test_acc"`` is ``"test accuracy (%)"``.
+
+    Keys without an entry in :data:`METRIC_LABELS` have their underscores turned into
+    spaces.
+
+    Example:
+        >>> metric_label("nfe_forward"), metric_label("grad_norm")
+        ('function evaluations (forward)', 'grad norm')
+    """
+    return METRIC_LABELS.get(key, key.replace("_", " "))
+
+
+def integer_ticks(ax: Any) -> None:
+    """Put the major ticks of ``ax``'s x axis (epochs, steps) on whole numbers only."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def curves_figure(metrics: Sequence[dict[str, Any]], title: str, *, loss: str | None = None) -> Any:
+    """Loss, accuracy (in %) and NFE against the epoch: the figure of ``curves.png``.
+
+    A panel appears only when some row has one of its metrics; epochs are ticked at
+    whole numbers.
+
+    Args:
+        metrics: the rows of ``metrics.json`` (each with ``"epoch"``).
+        title: the figure's title.
+        loss: the run's loss (``"cross_entropy"`` or ``"mse"``), named on the loss axis;
+            ``None``: just "loss".
+
+    Returns:
+        The matplotlib ``Figure``; the caller saves (:func:`save_png`) or closes it.
+    """
     plt = pyplot()
     epochs = [m["epoch"] for m in metrics]
-    panels: list[tuple[str, tuple[str, ...]]] = [
-        ("loss", ("train_loss", "test_loss")),
-        ("accuracy", ("train_acc", "test_acc")),
-        ("NFE per batch", ("nfe_forward", "nfe_backward", "test_nfe")),
+    panels: list[tuple[str, tuple[str, ...], float]] = [
+        (LOSS_LABELS.get(loss or "", "loss"), ("train_loss", "test_loss"), 1.0),
+        ("accuracy (%)", ("train_acc", "test_acc"), 100.0),
+        ("function evaluations per batch", ("nfe_forward", "nfe_backward", "test_nfe"), 1.0),
     ]
     panels = [
-        (label, keys)
-        for label, keys in panels
-        if any(m.get(k) is not None for m in metrics for k in keys)
+        panel for panel in panels if any(m.get(k) is not None for m in metrics for k in panel[1])
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (label, keys) in zip(axes[0], panels):
+    fig, axes = plt.subplots(
+        1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.4), squeeze=False
+    )
+    for ax, (label, keys, scale) in zip(axes[0], panels):
         for key in keys:
             values = [m.get(key) for m in metrics]
             if any(v is not None for v in values):
-                ax.plot(epochs, [float("nan") if v is None else v for v in values], "o-", label=key)
-        ax.set_xlabel("epoch")
+                ys = [float("nan") if v is None else scale * v for v in values]
+                ax.plot(epochs, ys, "o-", label=metric_label(key))
+        ax.set_xlabel(metric_label("epoch"))
         ax.set_ylabel(label)
-        if label == "loss":
+        if keys[0] == "train_loss":
             ax.set_yscale("log")
+        integer_ticks(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    save_png(path, fig)
+    return fig
+
+
+def plot_curves(
+    path: Path, metrics: Sequence[dict[str, Any]], title: str, *, loss: str | None = None
+) -> None:
+    """Write :func:`curves_figure` as a PNG to ``path``, atomically."""
+    save_png(path, curves_figure(metrics, title, loss=loss))

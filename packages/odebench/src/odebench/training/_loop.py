@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
 from . import _io
-from ._config import TrainConfig
+from ._config import TrainConfig, show_progress
 from ._data import epoch_order, load_splits, shard, train_batches
 from ._run_dir import RunFolder, load_checkpoint
 
@@ -709,7 +709,8 @@ class Trainer:
         for i, idx in train_batches(order, self.config.batch_size, start=first):
             self._step(epoch, i, idx, totals)
             bar.update(1)
-            if bar.n % 10 == 0 or bar.n == self.n_batches:  # a host sync every 10 batches
+            done = i + 1  # a host sync every 10 batches, and none without a bar
+            if not bar.disable and (done % 10 == 0 or done == self.n_batches):
                 seconds = time.perf_counter() - tick + totals.seconds
                 bar.set_postfix(_postfix(totals, seconds, self._process))
             if self._stop.requested:
@@ -737,14 +738,17 @@ class Trainer:
         return start.batch, _Totals(**start.partial)
 
     def _progress_bar(self, epoch: int, first: int) -> Any:
-        """The epoch's tqdm bar, drawn by the first process when ``config.progress``."""
+        """The epoch's tqdm bar on stderr, drawn by the first process when
+        ``config.progress`` asks for it (``None``: when stderr is a terminal)."""
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
+        draw = show_progress(self.config.progress) and self._process.main
         return tqdm(
             total=self.n_batches,
             initial=first,
             desc=f"epoch {epoch + 1}/{self.config.epochs}",
-            disable=not (self.config.progress and self._process.main),
+            file=sys.stderr,
+            disable=not draw,
             dynamic_ncols=True,
             leave=False,
         )
@@ -809,7 +813,7 @@ class Trainer:
             _io.write_json(self.out / "metrics.json", self.metrics)
             _io.write_csv(self.out / "metrics.csv", self.metrics)
             title = f"{self.config.model} on {self.config.dataset}"
-            _io.plot_curves(self.out / "curves.png", self.metrics, title)
+            _io.plot_curves(self.out / "curves.png", self.metrics, title, loss=self.config.loss)
         self._log(_line(row, self.config.epochs))
         if self._stop.requested and epoch + 1 < self.config.epochs:
             raise Interrupted(
