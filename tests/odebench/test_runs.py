@@ -228,7 +228,7 @@ def test_resume_with_changed_settings_is_refused(run_copy, capsys, args, changes
 
 def test_resume_may_change_the_epochs_device_and_progress(run_copy):
     args = [a for a in TOY_ARGS if a != "--no-progress"]
-    assert _main(*args, "--out", str(run_copy), "--resume", "--epochs", "2") == 0
+    assert _main(*args, "--out", str(run_copy), "--resume", "--epochs", "2", "--progress") == 0
     config = json.loads((run_copy / "config.json").read_text())["config"]
     assert (config["epochs"], config["progress"]) == (2, True)
     assert len(json.loads((run_copy / "metrics.json").read_text())) == 2
