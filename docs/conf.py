@@ -9,8 +9,9 @@ The examples of the docstrings run with the package's tests
 (``pytest --doctest-modules --pyargs odecore``); the tutorials (MyST-markdown
 notebooks under ``docs/tutorials/``) run during the build, and one that fails fails it.
 
-At build time this file also writes the table of schemes
-(``docs/_generated/odecore_schemes.md``) from the tableaus themselves, and the
+At build time this file also writes the tables of schemes
+(``docs/_generated/odecore_schemes.md`` and ``odecore_implicit_schemes.md``) from the
+tableaus themselves, and the
 Reproductions index (``docs/_generated/reproductions.md``) from the published
 ``docs/results/*/results.json``, so that neither page disagrees with its source.
 """
@@ -393,7 +394,11 @@ def _schemes_table() -> tuple[str, list[str]]:
         "| FSAL | Step size | Dense output | Reference |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    methods = [*odecore.FIXED_METHODS.items(), *odecore.ADAPTIVE_METHODS.items()]
+    methods = [
+        (method, cls)
+        for method, cls in [*odecore.FIXED_METHODS.items(), *odecore.ADAPTIVE_METHODS.items()]
+        if issubclass(cls, odecore.AbstractExplicitRK)  # the implicit ones: their own table
+    ]
     problems = []
     for method, cls in methods:
         tab = cls.tableau
@@ -441,6 +446,52 @@ def _schemes_table() -> tuple[str, list[str]]:
     return "\n".join(rows) + "\n", problems
 
 
+def _implicit_schemes_table() -> tuple[str, list[str]]:
+    """Every named method whose stages are implicit: order (checked against the
+    tableau's order conditions, which hold for a full stage matrix as they do for a
+    strictly lower one), stiff accuracy and the stability function at infinity."""
+    import numpy as np
+    import odecore
+
+    rows = [
+        "| Method | Class | Order | Error estimate | Stages | Implicit stages "
+        "| Stiffly accurate | $\\lvert R(-\\infty) \\rvert$ | Step size | Reference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    registries = [odecore.IMPLICIT_METHODS, odecore.FIXED_METHODS, odecore.ADAPTIVE_METHODS]
+    problems = []
+    for method, cls in [item for registry in registries for item in registry.items()]:
+        if issubclass(cls, odecore.AbstractExplicitRK):
+            continue
+        tab = cls.tableau
+        s = len(tab.c)
+        a = [list(row) + [0.0] * (s - len(row)) for row in tab.a]
+        order = _order(a, _fixed(tuple(tab.b)), cls.order + 1)
+        if order != cls.order:
+            problems.append(
+                f"{cls.__name__}.order is {cls.order}, but its tableau has order {order}"
+            )
+        if tab.b_err is None:
+            estimate = "none"
+        else:
+            b_hat = tuple(b - e for b, e in zip(tab.b, tab.b_err))
+            estimate = f"order {_order(a, _fixed(b_hat), cls.order)}"
+        implicit = sum(1 for i in range(s) if any(a[i][j] != 0.0 for j in range(i, s)))
+        stiffly = tab.c[-1] == 1.0 and all(abs(x - y) <= 1e-12 for x, y in zip(a[-1], tab.b))
+        # One step on y' = lambda y with z = h lambda far out on the negative axis:
+        # R(z) = 1 + z b^T (I - z A)^{-1} 1.
+        z = -1e8
+        inner = np.linalg.solve(np.eye(s) - z * np.array(a), np.ones(s))
+        at_infinity = abs(1.0 + z * float(np.array(tab.b) @ inner))
+        reference = _references(cls) or "—"
+        rows.append(
+            f"| `{method}` | {{py:class}}`~odecore.{cls.__name__}` | {cls.order} | {estimate} "
+            f"| {s} | {implicit} | {'yes' if stiffly else 'no'} | {round(at_infinity, 4):g} "
+            f"| {'adaptive' if tab.b_err is not None else 'fixed'} | {reference} |"
+        )
+    return "\n".join(rows) + "\n", problems
+
+
 def _write_generated(app: Any) -> None:
     from sphinx.util import logging
 
@@ -452,6 +503,10 @@ def _write_generated(app: Any) -> None:
     for problem in problems:
         logger.warning("schemes table: %s", problem)
     _write_if_changed("odecore_schemes.md", "the tableaus", text)
+    text, problems = _implicit_schemes_table()
+    for problem in problems:
+        logger.warning("implicit schemes table: %s", problem)
+    _write_if_changed("odecore_implicit_schemes.md", "the implicit tableaus", text)
     if "odebench" in PUBLISHED:
         from odebench.experiments import reproductions_table
 

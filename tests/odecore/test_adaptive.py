@@ -103,9 +103,15 @@ def recorded_solve(prob, method, tol, saveat=None, interpolation="auto"):
 # --- accuracy against the oracles ------------------------------------------------------
 
 
-def test_adaptive_methods_are_the_six_pairs():
-    assert sorted(odecore.ADAPTIVE_METHODS) == sorted(ADAPTIVE)
-    orders = {name: cls.order for name, cls in odecore.ADAPTIVE_METHODS.items()}
+def test_adaptive_methods_are_the_six_explicit_pairs_and_kvaerno5():
+    explicit = {
+        name: cls
+        for name, cls in odecore.ADAPTIVE_METHODS.items()
+        if issubclass(cls, odecore.AbstractExplicitRK)
+    }
+    assert sorted(odecore.ADAPTIVE_METHODS) == sorted([*ADAPTIVE, "kvaerno5"])
+    assert sorted(explicit) == sorted(ADAPTIVE)
+    orders = {name: cls.order for name, cls in explicit.items()}
     assert orders == {
         "adaptive_heun": 2,
         "fehlberg2": 2,

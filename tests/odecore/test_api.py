@@ -20,6 +20,7 @@ EXPECTED_ALL = [
     "AbstractController",
     "AbstractExplicitRK",
     "AbstractGradient",
+    "AbstractImplicitRK",
     "AbstractSolver",
     "Adaptation",
     "Adjoint",
@@ -42,14 +43,24 @@ EXPECTED_ALL = [
     "FIXED_OPTIONS",
     "Fehlberg2",
     "GRADIENTS",
+    "GaussLegendre2",
+    "GaussLegendre4",
+    "GaussLegendre6",
     "HEUN3_TABLEAU",
     "HEUN_EULER_TABLEAU",
     "HEUN_TABLEAU",
     "Heun",
     "Heun3",
     "HeunEuler",
+    "IMPLICIT_METHODS",
+    "IMPLICIT_OPTIONS",
+    "ImplicitButcherTableau",
+    "ImplicitEuler",
+    "ImplicitMidpoint",
+    "Kvaerno5",
     "MIDPOINT_TABLEAU",
     "Midpoint",
+    "Newton",
     "OdeCoreError",
     "OdeSpec",
     "PIDController",
@@ -58,6 +69,8 @@ EXPECTED_ALL = [
     "RK4ThreeEighths",
     "RK4_38_TABLEAU",
     "RK4_TABLEAU",
+    "RadauIIA3",
+    "RadauIIA5",
     "Ralston",
     "SaveAt",
     "Solution",
@@ -66,6 +79,7 @@ EXPECTED_ALL = [
     "Status",
     "StepResult",
     "TSIT5_TABLEAU",
+    "Trapezoid",
     "Tsit5",
     "odeint",
     "odeint_adjoint",
@@ -174,8 +188,11 @@ def test_members_were_found():
     assert {"ButcherTableau.fsal", "AbstractSolver.step", "PIDController.adapt"} <= found
 
 
-@pytest.mark.parametrize("name", sorted(odecore.FIXED_METHODS) + sorted(odecore.ADAPTIVE_METHODS))
+METHODS = {**odecore.FIXED_METHODS, **odecore.ADAPTIVE_METHODS, **odecore.IMPLICIT_METHODS}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_names_map_to_public_solvers(name):
-    cls = {**odecore.FIXED_METHODS, **odecore.ADAPTIVE_METHODS}[name]
+    cls = METHODS[name]
     assert getattr(odecore, cls.__name__) is cls
     assert issubclass(cls, odecore.AbstractSolver)

@@ -32,6 +32,7 @@ ACCURATE = {
     "dopri5": ({}, 5e-7),
     "tsit5": ({}, 5e-7),
     "dopri8": ({}, 5e-8),
+    "kvaerno5": ({}, 5e-7),
 }
 
 
@@ -90,7 +91,9 @@ def test_func_sees_0_dim_time_in_state_dtype(method):
     run(method, field, oracles.decay.y0_as(), torch.tensor([0.0, 0.5], dtype=torch.float64))
     assert field.time_dtypes == {torch.float64}
     assert min(field.times) == 0.0
-    assert max(field.times) <= 0.5
+    # Kvaerno5's third stage sits at c = 1.23, past its step's end (documented).
+    reach = 0.5 if method != "kvaerno5" else 0.5 + 0.24 * 0.5
+    assert max(field.times) <= reach
 
 
 @pytest.mark.parametrize("method", ALL)

@@ -105,7 +105,7 @@ def test_adaptive_options_reach_the_controller():
             r"Give one of the options `step_size` and `n_steps`",
         ),
         ({"method": "rk4", "options": {"n_steps": 0}}, ValueError, r"`n_steps` must be a pos"),
-        ({"method": "implicit_euler"}, ValueError, r"planned for odecore but not built yet"),
+        ({"method": "adams"}, ValueError, r"planned for odecore but not built yet"),
         ({"method": 5}, TypeError, r"`method` must be a string, got int"),
     ],
 )

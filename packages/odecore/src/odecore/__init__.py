@@ -19,8 +19,22 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
+from ._esdirk import Kvaerno5
 from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
+from ._implicit import (
+    AbstractImplicitRK,
+    GaussLegendre2,
+    GaussLegendre4,
+    GaussLegendre6,
+    ImplicitButcherTableau,
+    ImplicitEuler,
+    ImplicitMidpoint,
+    RadauIIA3,
+    RadauIIA5,
+    Trapezoid,
+)
+from ._newton import Newton
 from ._odeint import odeint, odeint_adjoint, odeint_dense, odeint_event
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
@@ -47,6 +61,8 @@ from ._spec import (
     FIXED_METHODS,
     FIXED_OPTIONS,
     GRADIENTS,
+    IMPLICIT_METHODS,
+    IMPLICIT_OPTIONS,
     OdeSpec,
 )
 from ._tableau import (
@@ -82,6 +98,8 @@ __all__ = [
     "HEUN3_TABLEAU",
     "HEUN_EULER_TABLEAU",
     "HEUN_TABLEAU",
+    "IMPLICIT_METHODS",
+    "IMPLICIT_OPTIONS",
     "MIDPOINT_TABLEAU",
     "RALSTON_TABLEAU",
     "RK4",
@@ -91,6 +109,7 @@ __all__ = [
     "AbstractController",
     "AbstractExplicitRK",
     "AbstractGradient",
+    "AbstractImplicitRK",
     "AbstractSolver",
     "Adaptation",
     "Adjoint",
@@ -105,14 +124,24 @@ __all__ = [
     "Euler",
     "Event",
     "Fehlberg2",
+    "GaussLegendre2",
+    "GaussLegendre4",
+    "GaussLegendre6",
     "Heun",
     "Heun3",
     "HeunEuler",
+    "ImplicitButcherTableau",
+    "ImplicitEuler",
+    "ImplicitMidpoint",
+    "Kvaerno5",
     "Midpoint",
+    "Newton",
     "OdeCoreError",
     "OdeSpec",
     "PIDController",
     "RK4ThreeEighths",
+    "RadauIIA3",
+    "RadauIIA5",
     "Ralston",
     "SaveAt",
     "Solution",
@@ -120,6 +149,7 @@ __all__ = [
     "Stats",
     "Status",
     "StepResult",
+    "Trapezoid",
     "Tsit5",
     "odeint",
     "odeint_adjoint",

@@ -29,6 +29,7 @@ from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError
 from ._events import Event, combined_event, reroute
 from ._gradients import AbstractGradient, Adjoint
+from ._implicit import AbstractImplicitRK
 from ._solve import (
     _SNAP,
     SaveAt,
@@ -45,6 +46,8 @@ from ._spec import (
     ADAPTIVE_OPTIONS,
     FIXED_METHODS,
     FIXED_OPTIONS,
+    IMPLICIT_METHODS,
+    IMPLICIT_OPTIONS,
     SCIPY_SOLVER,
     OdeSpec,
     nonnegative,
@@ -151,20 +154,25 @@ def odeint(
         method: one of ``euler``, ``midpoint``, ``heun`` (or ``heun2``), ``ralston``,
             ``heun3``, ``rk4`` (RK4-classic), ``rk4_38`` (fixed step) or
             ``adaptive_heun``, ``fehlberg2``, ``bosh3``, ``dopri5``, ``tsit5``,
-            ``dopri8`` (adaptive); or a backend: ``scipy:LSODA``, ``scipy:BDF``,
+            ``dopri8`` (adaptive); ``implicit_euler``, ``implicit_midpoint``,
+            ``trapezoid``, ``gauss_legendre2``, ``gauss_legendre4``,
+            ``gauss_legendre6``, ``radauIIA3``, ``radauIIA5`` (implicit, fixed step,
+            for stiff problems); or a backend: ``scipy:LSODA``, ``scipy:BDF``,
             ``scipy:Radau`` (stiff problems), ``scipy:RK45``, ``scipy:DOP853``,
             ``scipy:RK23`` — SciPy's ``solve_ivp`` solvers take the steps (needs
             ``pip install odecore[scipy]``; torchdiffeq's ``scipy_solver`` with the
             option ``solver`` is the same) — or ``torchdiffeq:<name>`` for any
             torchdiffeq method, which hands the whole call to ``torchdiffeq.odeint``
-            (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's Adams and
-            implicit methods are planned: their names raise an error that says so.
+            (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's Adams
+            methods are planned: their names raise an error that says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
             steps over the whole span) and ``grid_constructor`` (``(func, y0, t) ->``
             the grid, from ``t[0]`` to ``t[-1]``), the default being one step per
             interval of ``t``; ``perturb`` (one-sided limits of ``func`` at every
             step end) and ``interp="cubic"`` (for order <= 3, odecore's interpolant
-            anyway). For adaptive ones ``first_step``, ``min_step``, ``max_step``,
+            anyway); implicit ones also ``max_iters`` (Newton's iterations per
+            step; ``rtol`` and ``atol`` do not loosen the Newton solve, see
+            :class:`Newton`). For adaptive ones ``first_step``, ``min_step``, ``max_step``,
             ``safety``, ``ifactor`` (largest growth), ``dfactor`` (largest shrink),
             ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` (a callable on the scaled
             error, structured like ``y0``) and ``dtype=torch.float64``. For both
@@ -596,7 +604,9 @@ def _check_event(
             f"`event_fn` needs one of odecore's methods, got {method!r}; use e.g. "
             "method='dopri5' (or torchdiffeq's own odeint for its methods)."
         )
-    if method in FIXED_METHODS and "step_size" not in (options or {}):
+    if (method in FIXED_METHODS or method in IMPLICIT_METHODS) and "step_size" not in (
+        options or {}
+    ):
         raise ConfigurationError(
             f"`event_fn` with the fixed-step method {method!r} needs a step size: pass "
             "options={'step_size': ...} (the end time is not known in advance)."
@@ -685,6 +695,8 @@ def _configure(
         method, opts = _scipy_solver(opts, name)
     solver = solver_for(method, name)
     known: tuple[str, ...] = ADAPTIVE_OPTIONS if solver.adaptive else FIXED_OPTIONS
+    if isinstance(solver, AbstractImplicitRK) and not solver.adaptive:
+        known = IMPLICIT_OPTIONS
     if isinstance(solver, ScipySolver):
         lsoda = ("min_step",) if solver.method == "LSODA" else ()
         known = ("first_step", "max_step", *lsoda, *_CALL_OPTIONS, "max_num_steps")

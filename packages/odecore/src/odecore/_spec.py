@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, final
 
@@ -18,7 +18,19 @@ import torch
 from ._backends import SCIPY_METHODS, SCIPY_PREFIX, TORCHDIFFEQ_PREFIX, ScipySolver, scipy_integrate
 from ._controllers import ATOL, RTOL, AbstractController, ConstantStepSize, PIDController
 from ._errors import ConfigurationError
+from ._esdirk import Kvaerno5, with_solve_tolerances
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint
+from ._implicit import (
+    AbstractImplicitRK,
+    GaussLegendre2,
+    GaussLegendre4,
+    GaussLegendre6,
+    ImplicitEuler,
+    ImplicitMidpoint,
+    RadauIIA3,
+    RadauIIA5,
+    Trapezoid,
+)
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -48,6 +60,20 @@ FIXED_METHODS: dict[str, type[AbstractSolver]] = {
 }
 """Fixed-step methods by name (``heun2`` is torchdiffeq's name of ``heun``)."""
 
+IMPLICIT_METHODS: dict[str, type[AbstractSolver]] = {
+    "implicit_euler": ImplicitEuler,
+    "implicit_midpoint": ImplicitMidpoint,
+    "trapezoid": Trapezoid,
+    "gauss_legendre2": GaussLegendre2,
+    "gauss_legendre4": GaussLegendre4,
+    "gauss_legendre6": GaussLegendre6,
+    "radauIIA3": RadauIIA3,
+    "radauIIA5": RadauIIA5,
+}
+"""Fixed-step implicit Runge-Kutta methods by name (torchdiffeq's names), for stiff
+problems. They step like :data:`FIXED_METHODS` and take the same options, and
+``max_iters`` (the Newton iterations per step)."""
+
 ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
     "adaptive_heun": HeunEuler,
     "fehlberg2": Fehlberg2,
@@ -55,8 +81,9 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
     "dopri5": Dopri5,
     "tsit5": Tsit5,
     "dopri8": Dopri8,
+    "kvaerno5": Kvaerno5,
 }
-"""Adaptive embedded pairs by name."""
+"""Adaptive embedded pairs by name (``kvaerno5``, implicit, for stiff problems)."""
 
 GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
     {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint}
@@ -72,6 +99,8 @@ _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
                  "grid_constructor", "perturb", "interp")  # fmt: skip
 """Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
+IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
+"""Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
 ADAPTIVE_OPTIONS = (
     "first_step",
     "safety",
@@ -92,25 +121,13 @@ ADAPTIVE_OPTIONS = (
 
 # The options that choose how to step, which a spec holds; the others belong to a call.
 _FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps")
+_IMPLICIT_SPEC_OPTIONS = (*_FIXED_SPEC_OPTIONS, "max_iters")
 _ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in _CALL_OPTIONS)
 _SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
 _LSODA_SPEC_OPTIONS = (*_SCIPY_SPEC_OPTIONS, "min_step")
 
-PLANNED_METHODS = (
-    "explicit_adams",
-    "implicit_adams",
-    "fixed_adams",
-    "adams",
-    "implicit_euler",
-    "implicit_midpoint",
-    "trapezoid",
-    "gauss_legendre2",
-    "gauss_legendre4",
-    "gauss_legendre6",
-    "radauIIA3",
-    "radauIIA5",
-)
-"""torchdiffeq's implicit and Adams methods: planned, run through ``torchdiffeq:`` today."""
+PLANNED_METHODS = ("explicit_adams", "implicit_adams", "fixed_adams", "adams")
+"""torchdiffeq's Adams methods: planned, run through ``torchdiffeq:`` today."""
 
 _IN_TORCHDIFFEQ_0_2_5 = ("explicit_adams", "implicit_adams", "fixed_adams")
 
@@ -218,13 +235,15 @@ class OdeSpec:
         """The spec of a method by name, with torchdiffeq's tolerances and options.
 
         Args:
-            method: a key of :data:`FIXED_METHODS` or :data:`ADAPTIVE_METHODS`, or
-                ``scipy:<name>`` (one of SciPy's ``solve_ivp`` methods).
+            method: a key of :data:`FIXED_METHODS`, :data:`ADAPTIVE_METHODS` or
+                :data:`IMPLICIT_METHODS`, or ``scipy:<name>`` (one of SciPy's
+                ``solve_ivp`` methods).
             rtol: relative tolerance of adaptive methods.
             atol: absolute tolerance of adaptive methods.
             gradient: a key of :data:`GRADIENTS` or a gradient object.
             options: torchdiffeq's options that choose how to step: for fixed-step
-                methods ``step_size`` or ``n_steps``; for adaptive ones
+                methods ``step_size`` or ``n_steps`` (implicit ones also
+                ``max_iters``, Newton's iterations per step); for adaptive ones
                 ``first_step``, ``min_step``, ``max_step``, ``safety``, ``ifactor``,
                 ``dfactor``, ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` and
                 ``dtype=torch.float64``; for SciPy's ``first_step``, ``max_step``
@@ -283,6 +302,8 @@ def resolve(
     known: tuple[str, ...]
     if isinstance(solver, ScipySolver):
         known = _LSODA_SPEC_OPTIONS if solver.method == "LSODA" else _SCIPY_SPEC_OPTIONS
+    elif isinstance(solver, AbstractImplicitRK) and not solver.adaptive:
+        known = _IMPLICIT_SPEC_OPTIONS
     else:
         known = _ADAPTIVE_SPEC_OPTIONS if solver.adaptive else _FIXED_SPEC_OPTIONS
     unknown = sorted(set(opts) - set(known))
@@ -315,9 +336,16 @@ def resolve(
                 "odecore does its time arithmetic in float64 (Python floats) whatever the "
                 "state's dtype, as torchdiffeq does by default. Remove the option."
             )
+        solver = with_solve_tolerances(solver, rtol, atol)  # an implicit pair's Newton
         return OdeSpec(solver, PIDController(**kwargs), grad, dt0=first, max_steps=max_steps)
     if "step_size" in opts and "n_steps" in opts:
         raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
+    if "max_iters" in opts:
+        max_iters = opts["max_iters"]
+        if isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1:
+            raise ValueError(f"`max_iters` must be a positive integer, got {max_iters!r}.")
+        assert isinstance(solver, AbstractImplicitRK)  # the only solvers that know it
+        solver = replace(solver, newton=replace(solver.newton, max_iters=max_iters))
     dt0 = positive("step_size", opts["step_size"]) if "step_size" in opts else None
     n_steps = opts.get("n_steps")
     if n_steps is not None and (
@@ -344,10 +372,10 @@ def _planned(method: str, name: str) -> ConfigurationError:
     )
     return ConfigurationError(
         f"`{name}method` {method!r} is planned for odecore but not built yet (none of "
-        f"torchdiffeq's implicit and Adams methods are); `{name}method="
+        f"torchdiffeq's Adams methods are); `{name}method="
         f"'{TORCHDIFFEQ_PREFIX}{method}'` runs it today in torchdiffeq{where} For a stiff "
-        f"problem, SciPy's implicit solvers run here: `{name}method='scipy:BDF'`, "
-        "'scipy:Radau' or 'scipy:LSODA'."
+        f"problem, odecore's implicit methods run here ({', '.join(IMPLICIT_METHODS)}), and "
+        f"SciPy's: `{name}method='scipy:BDF'`, 'scipy:Radau' or 'scipy:LSODA'."
     )
 
 
@@ -363,9 +391,9 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
         return ScipySolver(method.removeprefix(SCIPY_PREFIX))
     if method in PLANNED_METHODS:
         raise _planned(method, name)
-    cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method)
+    cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method) or IMPLICIT_METHODS.get(method)
     if cls is None:
-        known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS]))
+        known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS, *IMPLICIT_METHODS]))
         scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
         raise ConfigurationError(
             f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "
