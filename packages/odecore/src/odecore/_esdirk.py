@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import ClassVar, Literal, final
@@ -58,8 +58,7 @@ from ._solvers import (
     StepResult,
     _combine,
     _hermite_basis,
-    _hermite_slopes,
-    _hermite_weights,
+    _HermiteDense,
     _interior_nodes,
 )
 
@@ -173,7 +172,7 @@ Interpolation = Literal["hermite", "cubic"]
 
 
 @dataclass(frozen=True)
-class _AbstractESDIRK(AbstractSolver):
+class _AbstractESDIRK(_HermiteDense):
     """Generic stepping over a stiffly accurate ESDIRK tableau (see :func:`_plan`) and
     Hermite dense output; see the module's notes."""
 
@@ -244,58 +243,6 @@ class _AbstractESDIRK(AbstractSolver):
             return z
         exact = _matrix(f, t, z, hg, self.newton, exact=True)
         return attach_gradient(z.unsqueeze(0), res, exact)[0]
-
-    def interpolate(
-        self,
-        f: Field,
-        t0: float,
-        t1: float,
-        y0: Tensor,
-        f0: Tensor,
-        step: StepResult,
-        ts: Sequence[float],
-    ) -> list[Tensor]:
-        inside = [t for t in ts if t != t1]
-        if not inside:
-            return [step.y1 for _ in ts]
-        read = self.reader(f, t0, t1, y0, f0, step)
-        values = {t: read(t) for t in inside}
-        return [step.y1 if t == t1 else values[t] for t in ts]
-
-    def reader(
-        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
-    ) -> Callable[[float], Tensor]:
-        matrix, ys, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n, h = len(ys), t1 - t0
-
-        def read(t: float) -> Tensor:
-            if t == t1:
-                return step.y1
-            w = _hermite_weights(matrix, (t - t0) / h)
-            return _combine(_combine(None, 1.0, w[:n], ys), h, w[n:], fs)
-
-        return read
-
-    def slopes(
-        self,
-        f: Field,
-        t0: float,
-        t1: float,
-        y0: Tensor,
-        f0: Tensor,
-        step: StepResult,
-        ts: Sequence[float],
-        ys: Sequence[Tensor],
-    ) -> list[Tensor]:
-        """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
-        h = t1 - t0
-        matrix, values, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n = len(values)
-        out = []
-        for t in ts:
-            w = _hermite_slopes(matrix, (t - t0) / h)
-            out.append(_combine(_combine(None, 1.0 / h, w[:n], values), 1.0, w[n:], fs))
-        return out
 
     def _hermite_data(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult

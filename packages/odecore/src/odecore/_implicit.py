@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, final
 
@@ -32,13 +31,10 @@ from torch import Tensor
 from ._errors import ConfigurationError
 from ._newton import Newton, StageMatrix, attach_gradient, failure, newton_solve, sum_rows
 from ._solvers import (
-    AbstractSolver,
     Field,
     StepResult,
-    _combine,
     _hermite_basis,
-    _hermite_slopes,
-    _hermite_weights,
+    _HermiteDense,
     _interior_nodes,
 )
 
@@ -172,7 +168,7 @@ def _plan(tab: ImplicitButcherTableau) -> _Plan:
 
 
 @dataclass(frozen=True)
-class AbstractImplicitRK(AbstractSolver):
+class AbstractImplicitRK(_HermiteDense):
     """Generic implicit Runge-Kutta stepping over any :class:`ImplicitButcherTableau`.
 
     Subclasses set the class variables ``tableau`` and ``order``. The stage
@@ -271,58 +267,6 @@ class AbstractImplicitRK(AbstractSolver):
                 if plan.err0 != 0.0:
                     y_err = y_err + (h * plan.err0) * f0_bare
         return StepResult(y1=y1, y_err=y_err, ks=(f0,), f1=None)
-
-    def interpolate(
-        self,
-        f: Field,
-        t0: float,
-        t1: float,
-        y0: Tensor,
-        f0: Tensor,
-        step: StepResult,
-        ts: Sequence[float],
-    ) -> list[Tensor]:
-        inside = [t for t in ts if t != t1]
-        if not inside:
-            return [step.y1 for _ in ts]
-        read = self.reader(f, t0, t1, y0, f0, step)
-        values = {t: read(t) for t in inside}
-        return [step.y1 if t == t1 else values[t] for t in ts]
-
-    def reader(
-        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
-    ) -> Callable[[float], Tensor]:
-        matrix, ys, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n, h = len(ys), t1 - t0
-
-        def read(t: float) -> Tensor:
-            if t == t1:
-                return step.y1
-            w = _hermite_weights(matrix, (t - t0) / h)
-            return _combine(_combine(None, 1.0, w[:n], ys), h, w[n:], fs)
-
-        return read
-
-    def slopes(
-        self,
-        f: Field,
-        t0: float,
-        t1: float,
-        y0: Tensor,
-        f0: Tensor,
-        step: StepResult,
-        ts: Sequence[float],
-        ys: Sequence[Tensor],
-    ) -> list[Tensor]:
-        """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
-        h = t1 - t0
-        matrix, values, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n = len(values)
-        out = []
-        for t in ts:
-            w = _hermite_slopes(matrix, (t - t0) / h)
-            out.append(_combine(_combine(None, 1.0 / h, w[:n], values), 1.0, w[n:], fs))
-        return out
 
     def _hermite_data(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult

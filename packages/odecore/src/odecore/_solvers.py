@@ -124,11 +124,76 @@ class AbstractSolver(abc.ABC):
         return [f(t, y) for t, y in zip(ts, ys)]
 
 
+class _HermiteDense(AbstractSolver):
+    """Dense output by the Hermite interpolant through the values and derivatives that
+    :meth:`_hermite_data` gives at nodes of the step (its ends, and interior nodes where
+    the method's order asks for them). The explicit, implicit and ESDIRK solvers share it.
+    """
+
+    @abc.abstractmethod
+    def _hermite_data(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
+        """The interpolant's matrix, and the values and derivatives at its nodes."""
+
+    def interpolate(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+    ) -> list[Tensor]:
+        inside = [t for t in ts if t != t1]
+        if not inside:
+            return [step.y1 for _ in ts]
+        read = self.reader(f, t0, t1, y0, f0, step)
+        values = {t: read(t) for t in inside}
+        return [step.y1 if t == t1 else values[t] for t in ts]
+
+    def reader(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> Callable[[float], Tensor]:
+        matrix, ys, fs = self._hermite_data(f, t0, t1, y0, f0, step)
+        n, h = len(ys), t1 - t0
+
+        def read(t: float) -> Tensor:
+            if t == t1:
+                return step.y1
+            w = _hermite_weights(matrix, (t - t0) / h)
+            return _combine(_combine(None, 1.0, w[:n], ys), h, w[n:], fs)
+
+        return read
+
+    def slopes(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+        ys: Sequence[Tensor],
+    ) -> list[Tensor]:
+        """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
+        h = t1 - t0
+        matrix, values, fs = self._hermite_data(f, t0, t1, y0, f0, step)
+        n = len(values)
+        out = []
+        for t in ts:
+            w = _hermite_slopes(matrix, (t - t0) / h)  # d/dtheta of the weights
+            out.append(_combine(_combine(None, 1.0 / h, w[:n], values), 1.0, w[n:], fs))
+        return out
+
+
 Interpolation = Literal["auto", "polynomial", "hermite"]
 
 
 @dataclass(frozen=True)
-class AbstractExplicitRK(AbstractSolver):
+class AbstractExplicitRK(_HermiteDense):
     """Generic explicit Runge-Kutta stepping over any :class:`ButcherTableau`.
 
     Subclasses set the class variables ``tableau`` and ``order`` only.
@@ -215,36 +280,23 @@ class AbstractExplicitRK(AbstractSolver):
         step: StepResult,
         ts: Sequence[float],
     ) -> list[Tensor]:
+        if self.dense_kind != "polynomial":
+            return super().interpolate(f, t0, t1, y0, f0, step, ts)
         h = t1 - t0
         inside = [t for t in ts if t != t1]
         if not inside:
             return [step.y1 for _ in ts]
-        if self.dense_kind == "polynomial":
-            assert self.tableau.dense is not None  # ensured by dense_kind
-            dense = self.tableau.dense
-            values = {
-                t: _combine(y0, h, _poly_weights(dense, (t - t0) / h), step.ks) for t in inside
-            }
-        else:
-            read = self.reader(f, t0, t1, y0, f0, step)
-            values = {t: read(t) for t in inside}
+        assert self.tableau.dense is not None  # ensured by dense_kind
+        dense = self.tableau.dense
+        values = {t: _combine(y0, h, _poly_weights(dense, (t - t0) / h), step.ks) for t in inside}
         return [step.y1 if t == t1 else values[t] for t in ts]
 
     def reader(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
     ) -> Callable[[float], Tensor]:
         if self.dense_kind == "polynomial":
-            return super().reader(f, t0, t1, y0, f0, step)
-        matrix, ys, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n, h = len(ys), t1 - t0
-
-        def read(t: float) -> Tensor:
-            if t == t1:
-                return step.y1
-            w = _hermite_weights(matrix, (t - t0) / h)
-            return _combine(_combine(None, 1.0, w[:n], ys), h, w[n:], fs)
-
-        return read
+            return AbstractSolver.reader(self, f, t0, t1, y0, f0, step)
+        return super().reader(f, t0, t1, y0, f0, step)
 
     def _hermite_data(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
@@ -274,18 +326,12 @@ class AbstractExplicitRK(AbstractSolver):
         ys: Sequence[Tensor],
     ) -> list[Tensor]:
         """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
+        if self.dense_kind != "polynomial":
+            return super().slopes(f, t0, t1, y0, f0, step, ts, ys)
         h = t1 - t0
-        if self.dense_kind == "polynomial":
-            assert self.tableau.dense is not None  # ensured by dense_kind
-            dense = self.tableau.dense
-            return [_combine(None, 1.0, _poly_slopes(dense, (t - t0) / h), step.ks) for t in ts]
-        matrix, values, fs = self._hermite_data(f, t0, t1, y0, f0, step)
-        n = len(values)
-        out = []
-        for t in ts:
-            w = _hermite_slopes(matrix, (t - t0) / h)  # d/dtheta of the weights
-            out.append(_combine(_combine(None, 1.0 / h, w[:n], values), 1.0, w[n:], fs))
-        return out
+        assert self.tableau.dense is not None  # ensured by dense_kind
+        dense = self.tableau.dense
+        return [_combine(None, 1.0, _poly_slopes(dense, (t - t0) / h), step.ks) for t in ts]
 
 
 def _poly_slopes(dense: tuple[tuple[float, ...], ...], theta: float) -> list[float]:
