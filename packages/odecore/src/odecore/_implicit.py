@@ -37,6 +37,7 @@ from ._solvers import (
     _HermiteDense,
     _interior_nodes,
 )
+from ._tableau import check_weights
 
 _TOL = 1e-12
 
@@ -73,29 +74,7 @@ class ImplicitButcherTableau:
 
     def __post_init__(self) -> None:
         s = len(self.c)
-        if s == 0:
-            raise ValueError("`c` must have at least one stage.")
-        if len(self.a) != s or len(self.b) != s:
-            raise ValueError(
-                f"`a` has {len(self.a)} rows and `b` {len(self.b)} entries; both must "
-                f"match the {s} stages of `c`."
-            )
-        for i, row in enumerate(self.a):
-            if len(row) != s:
-                raise ValueError(
-                    f"row {i} of `a` must have {s} entries (a full matrix), got {len(row)}."
-                )
-            if abs(math.fsum(row) - self.c[i]) > _TOL:
-                raise ValueError(
-                    f"row {i} of `a` sums to {math.fsum(row)!r}, but `c[{i}]` is {self.c[i]!r}."
-                )
-        if abs(math.fsum(self.b) - 1.0) > _TOL:
-            raise ValueError(f"`b` must sum to 1, got {math.fsum(self.b)!r}.")
-        if self.b_err is not None:
-            if len(self.b_err) != s:
-                raise ValueError(f"`b_err` must have {s} entries, got {len(self.b_err)}.")
-            if abs(math.fsum(self.b_err)) > _TOL:
-                raise ValueError(f"`b_err` must sum to 0, got {math.fsum(self.b_err)!r}.")
+        check_weights(self.c, self.a, self.b, self.b_err, lambda i: s, "a full matrix")
         if self.explicit_first and self.c[0] != 0.0:
             raise ValueError(f"a zero first row of `a` needs `c[0] == 0`, got {self.c[0]!r}.")
 

@@ -8,7 +8,7 @@ extension) is here; the stepping code in ``_solvers.py`` is generic over it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -56,35 +56,9 @@ class ButcherTableau:
 
     def __post_init__(self) -> None:
         s = len(self.c)
-        if s == 0:
-            raise ValueError("`c` must have at least one stage.")
-        if len(self.a) != s or len(self.b) != s:
-            raise ValueError(
-                f"`a` has {len(self.a)} rows and `b` {len(self.b)} entries; both must "
-                f"match the {s} stages of `c`."
-            )
-        if self.c[0] != 0.0:
+        if s and self.c[0] != 0.0:
             raise ValueError(f"`c[0]` must be 0 for an explicit method, got {self.c[0]}.")
-        for i, row in enumerate(self.a):
-            if len(row) != i:
-                raise ValueError(
-                    f"row {i} of `a` must have {i} entries (strictly lower triangular), "
-                    f"got {len(row)}."
-                )
-            if abs(math.fsum(row) - self.c[i]) > _TOL:
-                raise ValueError(
-                    f"row {i} of `a` sums to {math.fsum(row)!r}, but `c[{i}]` is {self.c[i]!r}."
-                )
-        if abs(math.fsum(self.b) - 1.0) > _TOL:
-            raise ValueError(f"`b` must sum to 1, got {math.fsum(self.b)!r}.")
-        if self.b_err is not None:
-            if len(self.b_err) != s:
-                raise ValueError(f"`b_err` must have {s} entries, got {len(self.b_err)}.")
-            if abs(math.fsum(self.b_err)) > _TOL:
-                raise ValueError(
-                    "`b_err` must sum to 0 (it is `b` minus another set of weights that "
-                    f"sums to 1), got {math.fsum(self.b_err)!r}."
-                )
+        check_weights(self.c, self.a, self.b, self.b_err, lambda i: i, "strictly lower triangular")
         if (self.dense is None) != (self.dense_order is None):
             raise ValueError("`dense` and `dense_order` must be given together.")
         if self.dense is not None:
@@ -124,6 +98,46 @@ class ButcherTableau:
     def evaluations_per_step(self) -> int:
         """Function evaluations of one accepted step in a long run (FSAL saves one)."""
         return self.stages - 1 if self.fsal else self.stages
+
+
+def check_weights(
+    c: Sequence[float],
+    a: Sequence[Sequence[float]],
+    b: Sequence[float],
+    b_err: Sequence[float] | None,
+    row_length: Callable[[int], int],
+    shape: str,
+) -> None:
+    """Check a Runge-Kutta tableau's consistency: ``a``'s rows (row ``i`` has
+    ``row_length(i)`` entries, the ``shape`` named in the error) sum to ``c``, ``b``
+    sums to 1 and ``b_err`` to 0. Shared by the explicit and the implicit tableaus."""
+    s = len(c)
+    if s == 0:
+        raise ValueError("`c` must have at least one stage.")
+    if len(a) != s or len(b) != s:
+        raise ValueError(
+            f"`a` has {len(a)} rows and `b` {len(b)} entries; both must "
+            f"match the {s} stages of `c`."
+        )
+    for i, row in enumerate(a):
+        if len(row) != row_length(i):
+            raise ValueError(
+                f"row {i} of `a` must have {row_length(i)} entries ({shape}), got {len(row)}."
+            )
+        if abs(math.fsum(row) - c[i]) > _TOL:
+            raise ValueError(
+                f"row {i} of `a` sums to {math.fsum(row)!r}, but `c[{i}]` is {c[i]!r}."
+            )
+    if abs(math.fsum(b) - 1.0) > _TOL:
+        raise ValueError(f"`b` must sum to 1, got {math.fsum(b)!r}.")
+    if b_err is not None:
+        if len(b_err) != s:
+            raise ValueError(f"`b_err` must have {s} entries, got {len(b_err)}.")
+        if abs(math.fsum(b_err)) > _TOL:
+            raise ValueError(
+                "`b_err` must sum to 0 (it is `b` minus another set of weights that "
+                f"sums to 1), got {math.fsum(b_err)!r}."
+            )
 
 
 def _poly_mul(p: Sequence[Fraction], q: Sequence[Fraction]) -> list[Fraction]:
