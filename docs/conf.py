@@ -304,6 +304,18 @@ def _link_images(app: Any, doctree: Any, docname: str) -> None:
         reference.append(image)
 
 
+def _public_bases(app: Any, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
+    """Show a class's public ancestors in place of a private base (``:show-inheritance:``).
+
+    ``odecore.AbstractImplicitRK`` derives from a private helper class that holds the
+    shared dense output; the page names the first public class above it instead.
+    """
+    for i, base in enumerate(bases):
+        if isinstance(base, type) and base.__name__.startswith("_"):
+            public = [b for b in base.__mro__[1:] if not b.__name__.startswith("_")]
+            bases[i] = public[0] if public else object
+
+
 # -- The table of schemes, generated from the tableaus ---------------------------------
 #
 # The order of the method comes from the solver class; the order of the embedded
@@ -547,4 +559,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", _public_types, priority=900)
     app.connect("autodoc-process-signature", _init_typehints)
     app.connect("doctree-resolved", _link_images)
+    app.connect("autodoc-process-bases", _public_bases)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

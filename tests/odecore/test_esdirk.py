@@ -386,18 +386,11 @@ def stiff_fd():
     [
         odecore.Autograd(),
         odecore.Checkpoint(),
-        pytest.param(
-            odecore.Adjoint(),
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=(AssertionError, odecore.SolverError),
-                reason="the adjoint's backward solve integrates the state backward in time, "
-                "where its stiff mode grows like exp(3000 t): the state of the forward solve "
-                "would have to be read instead (an interpolating adjoint)",
-            ),
-        ),
+        # The default for an implicit solver: the state read from the forward steps.
+        odecore.Adjoint(),
+        odecore.Adjoint(state="interpolated"),
     ],
-    ids=["backprop", "checkpoint", "adjoint"],
+    ids=["backprop", "checkpoint", "adjoint", "adjoint-interpolated"],
 )
 def test_gradients_on_stiff_van_der_pol_match_finite_differences(gradient, stiff_fd):
     # d y(1) / d (x0, v0, mu) at mu = 1000, from (2, 0): through the initial transient
@@ -433,9 +426,10 @@ def _pr_gradients(gradient, lam=100.0, tol=1e-8):
 
 
 def test_adjoint_backward_solve_is_the_forward_solver_by_default(monkeypatch):
-    # The backward solve (state, adjoint and the parameter's gradient: 5 elements)
-    # steps with kvaerno5 too. The problem is mildly stiff (lam = 100): the backward
-    # solve integrates the state backward in time, where its stiff mode grows.
+    # The backward solve steps with kvaerno5 too. By default for an implicit solver it
+    # reads the state from the forward steps: adjoint and the parameter's gradient, 3
+    # elements. Integrating the state backward too (5 elements) works on this mildly
+    # stiff problem (lam = 100), though its stiff mode grows backward in time.
     sizes = []
     step = Kvaerno5.step
 
@@ -444,10 +438,12 @@ def test_adjoint_backward_solve_is_the_forward_solver_by_default(monkeypatch):
         return step(self, f, t0, t1, y0, f0)
 
     monkeypatch.setattr(Kvaerno5, "step", spy)
-    g_p, g_y0 = _pr_gradients(odecore.Adjoint())
-    assert set(sizes) == {2, 5}
-    assert g_p.item() == pytest.approx(math.sin(2.0), rel=1e-6)
-    assert g_y0[1].item() == pytest.approx(math.exp(-2.0), rel=1e-6)
+    for gradient, size in ((odecore.Adjoint(), 3), (odecore.Adjoint(state="backsolve"), 5)):
+        sizes.clear()
+        g_p, g_y0 = _pr_gradients(gradient)
+        assert set(sizes) == {2, size}
+        assert g_p.item() == pytest.approx(math.sin(2.0), rel=1e-6)
+        assert g_y0[1].item() == pytest.approx(math.exp(-2.0), rel=1e-6)
 
 
 def test_adjoint_agrees_with_backprop_on_a_stiff_problem():

@@ -7,17 +7,20 @@ it never imports the module that defines the loop.
 from __future__ import annotations
 
 import abc
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, final
+from typing import Any, Literal, Protocol, final
 
 import torch
 from torch import Tensor
 
 from ._controllers import AbstractController, Adaptation, PIDController, rms_norm
 from ._errors import ConfigurationError, SolverError, Status
-from ._solvers import AbstractSolver
+from ._esdirk import _AbstractESDIRK
+from ._implicit import AbstractImplicitRK
+from ._solvers import AbstractSolver, Field, StepResult
 
 _EPS = 2.220446049250313e-16
 
@@ -195,9 +198,11 @@ class Autograd(AbstractGradient):
 @final
 @dataclass(frozen=True)
 class Adjoint(AbstractGradient):
-    """The continuous adjoint method (Chen et al. 2018): memory constant in the steps.
+    """The continuous adjoint method (Chen et al. 2018): memory constant in the steps
+    (with ``state="backsolve"``, the default for explicit solvers).
 
-    The forward solve keeps no graph. The backward pass integrates the state, its
+    The forward solve keeps no graph. The backward pass integrates the state (or,
+    with ``state="interpolated"``, reads it from the forward steps), its
     adjoint ``a = dL/dy`` and the parameter gradients backward in time,
     ``da/dt = -a ∂f/∂y`` and ``dg/dt = -a ∂f/∂θ``, restarting at every output time
     (where ``dL/dy(t_i)`` is added to ``a``) and at every jump of ``jump_ts``, so a
@@ -221,6 +226,24 @@ class Adjoint(AbstractGradient):
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
         params: the tensors to differentiate besides ``y0`` and the times; default
             every tensor requiring grad that the field reads at ``(t0, y0)``.
+        state: where the backward pass takes the state ``y(t)`` from.
+            ``"backsolve"`` integrates it backward in time with the adjoint: memory
+            constant in the steps, but a stiff problem's damped modes grow backward
+            in time, so on a stiff problem the gradient is wrong or the backward
+            solve stops. ``"interpolated"`` keeps every accepted forward step and
+            reads the state from the forward solver's dense output; the backward
+            system is then the adjoint and the parameter gradients only, a linear
+            ODE that is stable backward in time, and its solve stops at every
+            forward step end. Its memory grows with the number of forward steps
+            (the state and the solver's stages of each). ``"auto"`` (the default)
+            is ``"interpolated"`` for an implicit forward solver
+            (:class:`AbstractImplicitRK`, :class:`Kvaerno5`) and ``"backsolve"``
+            otherwise. ``"interpolated"`` needs odecore's own solve loop (not a
+            ``scipy:`` method).
+
+    Raises:
+        ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
+            ``"interpolated"``.
 
     Example:
         >>> import torch, odecore
@@ -238,17 +261,46 @@ class Adjoint(AbstractGradient):
     dt0: float | None = None
     seminorm: bool = False
     params: Sequence[Tensor] | None = field(default=None, compare=False)
+    state: Literal["auto", "backsolve", "interpolated"] = "auto"
+
+    def __post_init__(self) -> None:
+        if self.state not in ("auto", "backsolve", "interpolated"):
+            raise ConfigurationError(
+                f"`state` must be 'auto', 'backsolve' or 'interpolated', got {self.state!r}."
+            )
+
+    def interpolates(self, solver: AbstractSolver) -> bool:
+        """Whether the backward pass reads the state from the forward steps of a solve
+        with this forward ``solver`` (see ``state``)."""
+        if self.state == "auto":
+            return isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK))
+        return self.state == "interpolated"
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
         params, f = _parameters(self.params, p)
+        steps: _Steps | None = None
         with torch.no_grad():
-            result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
+            if self.interpolates(p.solver):
+                # Named as the solver it wraps, for the messages that name the solver.
+                recorder = type(type(p.solver).__name__, (_Recorder,), {})(p.solver)
+                result = loop(
+                    f, p.y0, p.t0, p.t1, p.ts, recorder, p.controller, p.dt0,
+                    on_step=recorder.accepted,
+                )  # fmt: skip
+                steps = _Steps(p, p.solver, recorder.steps)
+                if result.status == Status.SUCCESS and len(steps.ends) != len(result.step_ends):
+                    raise ConfigurationError(
+                        "`Adjoint(state='interpolated')` needs the steps of odecore's own "
+                        "solve loop; this solve's backend does not take them from the solver."
+                    )
+            else:
+                result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         forward = torch.stack([y for y in result.ys if y is not None])
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
-        spec = _AdjointSpec(self, loop, p, result.stats, len(params))
+        spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps)
         ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
         return replace(result, ys=list(ys.unbind(0)))
 
@@ -331,14 +383,18 @@ def graph_leaves(out: object) -> tuple[Tensor, ...]:
 
 
 def _backward_norm(
-    inner: Callable[[Tensor], Tensor], n: int, seminorm: bool
+    inner: Callable[[Tensor], Tensor], n: int, seminorm: bool, m: int | None = None
 ) -> Callable[[Tensor], Tensor]:
-    """The backward solve's norm from a norm of the forward state (``n`` elements)."""
+    """The backward solve's norm from a norm of the forward state (``n`` elements),
+    for the backward state ``(y, a, g)`` whose ``y`` has ``m`` elements: ``n``, or 0
+    when the state is read from the forward steps."""
+    m = n if m is None else m
 
     def norm(z: Tensor) -> Tensor:
-        parts = [inner(z[:n]), inner(z[n : 2 * n])]
-        if not seminorm and z.numel() > 2 * n:
-            parts.append(rms_norm(z[2 * n :]))
+        parts = [inner(z[:m])] if m else []
+        parts.append(inner(z[m : m + n]))
+        if not seminorm and z.numel() > m + n:
+            parts.append(rms_norm(z[m + n :]))
         return torch.stack(parts).max()
 
     return norm
@@ -351,6 +407,105 @@ class _AdjointSpec:
     problem: Problem
     stats: Stats
     n_params: int
+    steps: _Steps | None = None
+
+
+class _Recorder(AbstractSolver):
+    """A forward solver that keeps every accepted step, for the dense output.
+
+    It steps and interpolates exactly as the solver it wraps (whose other attributes,
+    ``order`` included, it passes through); ``accepted`` is the loop's ``on_step``,
+    called right after the step it accepted, the last one taken.
+    """
+
+    def __init__(self, solver: AbstractSolver) -> None:
+        self.solver = solver
+        self.last: tuple[Field, float, float, Tensor, Tensor, StepResult] | None = None
+        self.steps: list[tuple[Field, float, float, Tensor, Tensor, StepResult]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.solver, name)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.solver.adaptive
+
+    def init(self, f: Field, t0: float, y0: Tensor) -> Tensor:
+        return self.solver.init(f, t0, y0)
+
+    def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
+        result = self.solver.step(f, t0, t1, y0, f0)
+        self.last = (f, t0, t1, y0, f0, result)
+        return result
+
+    def interpolate(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+    ) -> list[Tensor]:
+        return self.solver.interpolate(f, t0, t1, y0, f0, step, ts)
+
+    def reader(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> Callable[[float], Tensor]:
+        return self.solver.reader(f, t0, t1, y0, f0, step)
+
+    def slopes(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+        ys: Sequence[Tensor],
+    ) -> list[Tensor]:
+        return self.solver.slopes(f, t0, t1, y0, f0, step, ts, ys)
+
+    def accepted(self, t: float, y: Tensor) -> None:
+        if self.last is not None and self.last[5].y1 is y:
+            self.steps.append(self.last)
+        self.last = None
+
+
+class _Steps:
+    """The forward solve's accepted steps, read as the state at any time of the span by
+    the solver's dense output (in the solver's increasing time ``s = direction * t``)."""
+
+    def __init__(
+        self,
+        p: Problem,
+        solver: AbstractSolver,
+        steps: list[tuple[Field, float, float, Tensor, Tensor, StepResult]],
+    ) -> None:
+        self.solver = solver
+        self.direction = 1.0 if p.t1 >= p.t0 else -1.0
+        self.y0, self.s0 = p.y0.detach(), self.direction * p.t0
+        self.steps = steps
+        self.ends = [self.direction * step[2] for step in steps]  # the caller's times
+        self._s1 = [step[2] for step in steps]
+        self._read: tuple[int, Callable[[float], Tensor]] | None = None
+
+    def __call__(self, t: float) -> Tensor:
+        """The forward state at the caller's time ``t``."""
+        s = self.direction * t
+        if not self.steps or s <= self.s0:
+            return self.y0
+        k = min(bisect.bisect_left(self._s1, s), len(self.steps) - 1)
+        fe, s0, s1, y, f0, step = self.steps[k]
+        if s == s1:
+            return step.y1
+        if s <= s0:
+            return y
+        if self._read is None or self._read[0] != k:  # the backward solve goes step by step
+            self._read = (k, self.solver.reader(fe, s0, s1, y, f0, step))
+        return self._read[1](s)
 
 
 class _AdjointFunction(torch.autograd.Function):
@@ -384,17 +539,21 @@ def _adjoint_backward(
 ) -> tuple[Tensor, Tensor | None, tuple[Tensor | None, ...]]:
     """The adjoint's backward pass; the time gradients (an evaluation per output
     time) only when ``need_ts``."""
-    p, method = spec.problem, spec.method
+    p, method, steps = spec.problem, spec.method, spec.steps
     n = p.y0.numel()
+    # The backward state is (y, a, g); y (m elements) is absent when it is read from
+    # the forward steps.
+    m = 0 if steps is not None else n
     sizes = [q.numel() for q in params]
     solver = method.solver or p.solver
     controller = method.controller or p.controller
     if isinstance(controller, PIDController) and controller.norm is not None:
         # A norm of the forward state (a tuple state's, or the user's) measures the
         # state and its adjoint separately; the parameter gradients get the RMS norm.
-        controller = replace(controller, norm=_backward_norm(controller.norm, n, method.seminorm))
+        norm = _backward_norm(controller.norm, n, method.seminorm, m)
+        controller = replace(controller, norm=norm)
     elif method.seminorm and isinstance(controller, PIDController):
-        controller = replace(controller, norm=lambda x: rms_norm(x[: 2 * n]))
+        controller = replace(controller, norm=lambda x: rms_norm(x[: m + n]))
     elif method.seminorm:
         raise ConfigurationError(
             f"`Adjoint(seminorm=True)` needs a PIDController, got {type(controller).__name__}."
@@ -406,7 +565,8 @@ def _adjoint_backward(
     def augmented(t: Tensor, z: Tensor) -> Tensor:
         nonlocal nfe
         nfe += 1
-        y, a = z[:n].view(shape), z[n : 2 * n].view(shape)
+        y = z[:m].view(shape) if steps is None else steps(float(t)).view(shape)
+        a = z[m : m + n].view(shape)
         with torch.enable_grad():
             y = y.detach().requires_grad_(True)
             fy = p.f(t, y)
@@ -415,10 +575,8 @@ def _adjoint_backward(
             vjps = torch.autograd.grad(
                 fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
             )
-        parts = [
-            fy.detach().reshape(-1),
-            (vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1),
-        ]
+        parts = [fy.detach().reshape(-1)] if steps is None else []
+        parts.append((vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1))
         for q, g in zip(params, vjps[1:]):
             parts.append((g if g is not None else torch.zeros_like(q)).reshape(-1).to(z.dtype))
         return torch.cat(parts)
@@ -430,8 +588,9 @@ def _adjoint_backward(
         if callback is not None:
 
             def adjoint_callback(t: Tensor, z: Tensor, dt: Tensor, _cb: Any = callback) -> Any:
-                grads = (c.view_as(q) for c, q in zip(torch.split(z[2 * n :], sizes), params))
-                return _cb(t, (z[:n].view(shape), z[n : 2 * n].view(shape), *grads), dt)
+                grads = (c.view_as(q) for c, q in zip(torch.split(z[m + n :], sizes), params))
+                y = z[:m] if steps is None else steps(float(t))
+                return _cb(t, (y.view(shape), z[m : m + n].view(shape), *grads), dt)
 
             setattr(augmented, name, adjoint_callback)
 
@@ -451,9 +610,14 @@ def _adjoint_backward(
             t_to = ts[i - 1] if i > 0 else p.t0
             if t_from == t_to:
                 continue
-            z0 = torch.cat([y_i.reshape(-1), a.reshape(-1), g])
+            z0 = torch.cat([y_i.reshape(-1)[:m], a.reshape(-1), g])
             dt0 = p.dt0 if method.dt0 is None else method.dt0
-            res = spec.loop(augmented, z0, t_from, t_to, [t_to], solver, controller, dt0)
+            # Reading the dense output, the backward steps stop at the forward step ends.
+            lo, hi = sorted((t_to, t_from))
+            ends = () if steps is None else [e for e in steps.ends if lo < e < hi]
+            res = spec.loop(
+                augmented, z0, t_from, t_to, [t_to], solver, controller, dt0, step_ts=ends
+            )
             if res.status != Status.SUCCESS or res.ys[-1] is None:
                 raise SolverError(
                     f"the adjoint's backward solve stopped at t = {res.t_final!r} before "
@@ -463,7 +627,7 @@ def _adjoint_backward(
                     t=res.t_final,
                 )
             z = res.ys[-1]
-            a, g = z[n : 2 * n].view(shape), z[2 * n :]
+            a, g = z[m : m + n].view(shape), z[m + n :]
         if need_ts and ts[0] == p.t0:
             f0 = p.f(_time(p.t0, p.y0), p.y0)
             nfe += 1
