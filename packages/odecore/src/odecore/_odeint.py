@@ -16,6 +16,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor
 
+from ._adams import ADAMS_METHODS, adams_for, flat_field
 from ._backends import (
     SCIPY_METHODS,
     SCIPY_PREFIX,
@@ -163,8 +164,13 @@ def odeint(
             ``pip install odecore[scipy]``; torchdiffeq's ``scipy_solver`` with the
             option ``solver`` is the same) — or ``torchdiffeq:<name>`` for any
             torchdiffeq method, which hands the whole call to ``torchdiffeq.odeint``
-            (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's Adams
-            methods are planned: their names raise an error that says so.
+            (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's fixed-grid
+            Adams methods ``explicit_adams``, ``implicit_adams`` (and its other name
+            ``fixed_adams``) are multistep: they take only ``step_size``,
+            ``n_steps``, ``grid_constructor``, ``max_order`` (4 to 12, default 12)
+            and, implicit, ``max_iters`` (the corrector's, default 4; ``rtol`` and
+            ``atol`` end it early), and no ``event_fn``. The variable-order
+            ``adams`` is planned: its name raises an error that says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
             steps over the whole span) and ``grid_constructor`` (``(func, y0, t) ->``
             the grid, from ``t[0]`` to ``t[-1]``), the default being one step per
@@ -227,6 +233,8 @@ def odeint(
         return torchdiffeq_odeint(  # type: ignore[no-any-return]
             func, y0, t, rtol=rtol, atol=atol, method=method, options=options
         )
+    if isinstance(method, str) and method in ADAMS_METHODS:
+        return _adams(func, y0, t, ts, rtol, atol, method, options, event_fn)
     config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
     gradient = None
     if isinstance(config.solver, ScipySolver):
@@ -763,6 +771,52 @@ def _configure(
         # after its start, the last from before its end, torchdiffeq's perturbation.
         jump_ts = [*(_times(jump_ts) if jump_ts is not None else []), *ends]
     return _Config(spec, dt0, jump_ts, step_ts)
+
+
+def _adams(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    ts: list[float],
+    rtol: float,
+    atol: float,
+    method: str,
+    options: Mapping[str, Any] | None,
+    event_fn: EventFn | None,
+) -> State:
+    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods."""
+    if event_fn is not None:
+        raise ConfigurationError(
+            f"`event_fn` is not available with the multistep method {method!r}; use a "
+            "one-step method (e.g. 'rk4' with the option `step_size`) for an event."
+        )
+    _check_state(y0)
+    rtol, atol = positive("rtol", rtol), positive("atol", atol)
+    opts = dict(options or {})
+    adams = adams_for(method, opts)
+    given = [o for o in ("step_size", "n_steps", "grid_constructor") if o in opts]
+    if len(given) > 1:
+        raise ConfigurationError(
+            "The options `step_size`, `n_steps` and `grid_constructor` each set the whole "
+            f"grid of a fixed-step method; give one of them, got {', '.join(given)}."
+        )
+    field, flat, split = flat_field(func, y0)
+    if len(ts) == 1:
+        return split(flat.unsqueeze(0))
+    grid: Tensor
+    if "step_size" in opts:
+        h = positive("step_size", opts["step_size"])
+        grid = torch.tensor(_step_size_grid(ts[0], ts[-1], h), dtype=torch.float64)
+    elif "n_steps" in opts:
+        n = opts["n_steps"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
+        grid = _uniform_grid(t, n)
+    elif "grid_constructor" in opts:
+        grid = _constructed_grid(opts["grid_constructor"], (func, y0, t), ts)
+    else:
+        grid = t
+    return split(adams.integrate(field, flat, grid.to(flat.device), t, rtol, atol))
 
 
 def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:

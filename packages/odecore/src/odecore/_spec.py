@@ -15,6 +15,7 @@ from typing import Any, final
 
 import torch
 
+from ._adams import ADAMS_METHODS
 from ._backends import SCIPY_METHODS, SCIPY_PREFIX, TORCHDIFFEQ_PREFIX, ScipySolver, scipy_integrate
 from ._controllers import ATOL, RTOL, AbstractController, ConstantStepSize, PIDController
 from ._errors import ConfigurationError
@@ -126,10 +127,11 @@ _ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in _CALL_OPT
 _SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
 _LSODA_SPEC_OPTIONS = (*_SCIPY_SPEC_OPTIONS, "min_step")
 
-PLANNED_METHODS = ("explicit_adams", "implicit_adams", "fixed_adams", "adams")
-"""torchdiffeq's Adams methods: planned, run through ``torchdiffeq:`` today."""
+PLANNED_METHODS = ("adams",)
+"""torchdiffeq's variable-order Adams method: planned, run through ``torchdiffeq:`` today."""
 
-_IN_TORCHDIFFEQ_0_2_5 = ("explicit_adams", "implicit_adams", "fixed_adams")
+MULTISTEP_METHODS = tuple(ADAMS_METHODS)
+"""torchdiffeq's fixed-grid Adams methods: :func:`odeint` runs them, no solver object."""
 
 _ADAPTIVE_CONTROLLER_OPTIONS = (
     ("safety", "safety"),
@@ -365,14 +367,10 @@ def gradient_for(gradient: str | AbstractGradient) -> AbstractGradient:
 
 
 def _planned(method: str, name: str) -> ConfigurationError:
-    where = (
-        "."
-        if method in _IN_TORCHDIFFEQ_0_2_5
-        else ", with a torchdiffeq release that has it (torchdiffeq 0.2.5 does not)."
-    )
+    where = ", with a torchdiffeq release that has it (torchdiffeq 0.2.5 does not)."
     return ConfigurationError(
-        f"`{name}method` {method!r} is planned for odecore but not built yet (none of "
-        f"torchdiffeq's Adams methods are); `{name}method="
+        f"`{name}method` {method!r} is planned for odecore but not built yet (the "
+        f"fixed-grid {', '.join(MULTISTEP_METHODS)} are, in odeint); `{name}method="
         f"'{TORCHDIFFEQ_PREFIX}{method}'` runs it today in torchdiffeq{where} For a stiff "
         f"problem, odecore's implicit methods run here ({', '.join(IMPLICIT_METHODS)}), and "
         f"SciPy's: `{name}method='scipy:BDF'`, 'scipy:Radau' or 'scipy:LSODA'."
@@ -391,6 +389,14 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
         return ScipySolver(method.removeprefix(SCIPY_PREFIX))
     if method in PLANNED_METHODS:
         raise _planned(method, name)
+    if method in MULTISTEP_METHODS:
+        raise ConfigurationError(
+            f"`{name}method` {method!r} is a multistep method, which only odeint runs "
+            "(backpropagating through its steps): it has no one-step solver object for "
+            "OdeSpec, solve or the adjoint's solves. Use it with odeint, or a one-step "
+            f"method here (e.g. 'rk4', 'dopri5'), or `{name}method='{TORCHDIFFEQ_PREFIX}"
+            f"{method}'` in odeint_adjoint."
+        )
     cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method) or IMPLICIT_METHODS.get(method)
     if cls is None:
         known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS, *IMPLICIT_METHODS]))

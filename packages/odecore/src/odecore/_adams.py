@@ -1,0 +1,292 @@
+"""Fixed-step Adams methods under torchdiffeq's names: ``explicit_adams``,
+``implicit_adams`` and ``fixed_adams``.
+
+A multistep method needs the derivatives of the last few steps, which the one-step
+interface of :class:`AbstractSolver` (``step(f, t0, t1, y0, f0)``) does not carry, and
+adding that state to the solve loop would touch every Runge-Kutta method for the
+sake of three fixed-step ones. These methods are therefore a self-contained
+fixed-grid integrator: :class:`AdamsBashforthMoulton` (frozen data: predictor only or
+predictor-corrector, the highest order, the corrector's iterations) steps over the
+grid that :func:`odeint` builds for every fixed-step method (``step_size``,
+``n_steps``, ``grid_constructor``, or one step per interval of ``t``), with plain
+tensor operations, so backpropagation runs through the steps.
+
+The scheme is torchdiffeq's: the first two steps are Runge-Kutta 4 (the 3/8 rule);
+then step ``n`` uses the ``k = min(n + 1, max_order - 1)`` latest derivatives,
+Adams-Bashforth with ``k`` steps (order ``k``) and, for the implicit methods, an
+Adams-Moulton corrector through ``k + 1`` points (order ``k + 1``), iterated as a
+fixed point at most ``max_iters`` times, until successive increments agree within
+``rtol`` and ``atol``. The coefficients are computed exactly with fractions (the
+integrals of the Lagrange basis polynomials), for any order. Between grid points the
+output is the cubic Hermite interpolant on the step's ends.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
+from typing import Any, final
+
+import torch
+from torch import Tensor
+
+from ._errors import ConfigurationError
+
+MAX_ORDER = 12
+"""The highest ``max_order`` (torchdiffeq's bound)."""
+_MIN_ORDER = 4  # below it, torchdiffeq's Adams methods are RK4 throughout
+
+
+def _lagrange_weights(nodes: tuple[int, ...]) -> tuple[Fraction, ...]:
+    """``int_0^1 L_j(u) du`` for the Lagrange basis ``L_j`` on integer ``nodes``."""
+    weights = []
+    for j, node in enumerate(nodes):
+        poly = [Fraction(1)]  # coefficients of prod_{i != j} (u - x_i), lowest first
+        denom = Fraction(1)
+        for i, other in enumerate(nodes):
+            if i == j:
+                continue
+            shifted = [Fraction(0), *poly]
+            poly = [s - other * p for s, p in zip(shifted, [*poly, Fraction(0)], strict=True)]
+            denom *= node - other
+        integral = sum((c / (d + 1) for d, c in enumerate(poly)), Fraction(0))
+        weights.append(integral / denom)
+    return tuple(weights)
+
+
+@cache
+def bashforth_coefficients(k: int) -> tuple[Fraction, ...]:
+    """The ``k``-step Adams-Bashforth weights of ``f_n, f_{n-1}, ..., f_{n-k+1}`` (order ``k``).
+
+    Args:
+        k: the number of steps, at least 1.
+
+    Returns:
+        The weights, exact; ``y_{n+1} = y_n + h * sum(w_j f_{n-j})``.
+    """
+    if k < 1:
+        raise ValueError(f"`k` must be at least 1, got {k!r}.")
+    return _lagrange_weights(tuple(-j for j in range(k)))
+
+
+@cache
+def moulton_coefficients(k: int) -> tuple[Fraction, ...]:
+    """The Adams-Moulton weights of ``f_{n+1}, f_n, ..., f_{n-k+2}`` (``k`` points, order ``k``).
+
+    Args:
+        k: the number of points, at least 1 (1 is backward Euler).
+
+    Returns:
+        The weights, exact; ``y_{n+1} = y_n + h * sum(w_j f_{n+1-j})``.
+    """
+    if k < 1:
+        raise ValueError(f"`k` must be at least 1, got {k!r}.")
+    return _lagrange_weights(tuple(1 - j for j in range(k)))
+
+
+Field = Callable[[Tensor, Tensor], Tensor]
+
+
+@final
+@dataclass(frozen=True)
+class AdamsBashforthMoulton:
+    """torchdiffeq's fixed-grid Adams methods as data; :meth:`integrate` runs one.
+
+    Args:
+        implicit: with the Adams-Moulton corrector (``implicit_adams``,
+            ``fixed_adams``); ``False``: Adams-Bashforth alone (``explicit_adams``).
+        max_order: the highest order, 4 to 12: at most ``max_order - 1`` past
+            derivatives (torchdiffeq's default 12).
+        max_iters: the corrector's fixed-point iterations per step, at most
+            (torchdiffeq's default 4).
+
+    Raises:
+        ConfigurationError: a ``max_order`` or ``max_iters`` out of range.
+    """
+
+    implicit: bool = True
+    max_order: int = MAX_ORDER
+    max_iters: int = 4
+
+    def __post_init__(self) -> None:
+        order = self.max_order
+        if (
+            isinstance(order, bool)
+            or not isinstance(order, int)
+            or not (_MIN_ORDER <= order <= MAX_ORDER)
+        ):
+            raise ConfigurationError(
+                f"The option `max_order` must be an integer from {_MIN_ORDER} to {MAX_ORDER}, "
+                f"got {order!r}; below {_MIN_ORDER} the Adams methods are RK4 throughout: "
+                "use method='rk4_38' for that."
+            )
+        iters = self.max_iters
+        if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+            raise ConfigurationError(
+                f"The option `max_iters` must be a positive integer, got {iters!r}."
+            )
+
+    def integrate(
+        self, f: Field, y0: Tensor, grid: Tensor, t: Tensor, rtol: float, atol: float
+    ) -> Tensor:
+        """Step over ``grid`` and return the solution at the times ``t``.
+
+        Args:
+            f: the vector field ``f(t, y)`` on a flat state.
+            y0: the state at ``grid[0]``.
+            grid: the step ends, from ``t[0]`` to ``t[-1]``, strictly monotone.
+            t: the output times, monotone like ``grid``.
+            rtol: relative tolerance of the corrector's convergence test.
+            atol: absolute tolerance of the corrector's convergence test.
+
+        Returns:
+            The solution at each time of ``t``, stacked on a new first dimension.
+        """
+        grid = grid.to(y0.dtype)
+        times = [float(v) for v in grid.detach().tolist()]
+        ys, fs = [y0], [f(grid[0], y0)]
+        history: list[Tensor] = []  # newest first
+        warned = False
+        for n in range(len(times) - 1):
+            t0, t1 = grid[n], grid[n + 1]
+            dt = t1 - t0
+            y, f0 = ys[-1], fs[-1]
+            history = [f0, *history][: self.max_order - 1]
+            k = len(history)
+            if k < _MIN_ORDER - 1:
+                dy = _rk4_38(f, t0, dt, y, f0)
+            else:
+                ab = bashforth_coefficients(k)
+                dy = dt * sum((float(w) * fj for w, fj in zip(ab, history, strict=True)))
+                if self.implicit:
+                    am = moulton_coefficients(k + 1)
+                    known = dt * sum((float(w) * fj for w, fj in zip(am[1:], history, strict=True)))
+                    converged = False
+                    for _ in range(self.max_iters):
+                        previous = dy
+                        dy = dt * float(am[0]) * f(t1, y + dy) + known
+                        tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
+                        if bool(((dy - previous).abs() / tol).max() < 1):
+                            converged = True
+                            break
+                    if not converged and not warned:
+                        warned = True
+                        warnings.warn(
+                            f"The Adams-Moulton corrector did not converge in max_iters="
+                            f"{self.max_iters} iterations at t={times[n + 1]!r}; the "
+                            "solution may be inaccurate: use smaller steps or more iterations.",
+                            RuntimeWarning,
+                            stacklevel=3,
+                        )
+            ys.append(y + dy)
+            if n + 2 < len(times):
+                fs.append(f(t1, ys[-1]))
+        return _read_out(f, grid, times, ys, fs, t)
+
+
+def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor) -> Tensor:
+    """The increment of one step of RK4's 3/8 rule."""
+    k2 = f(t0 + dt / 3, y + dt * k1 / 3)
+    k3 = f(t0 + 2 * dt / 3, y + dt * (k2 - k1 / 3))
+    k4 = f(t0 + dt, y + dt * (k1 - k2 + k3))
+    return dt * (k1 + 3 * (k2 + k3) + k4) / 8
+
+
+def _read_out(
+    f: Field, grid: Tensor, times: list[float], ys: list[Tensor], fs: list[Tensor], t: Tensor
+) -> Tensor:
+    """The solution at ``t``: on the grid as stepped, between grid points cubic Hermite."""
+    direction = 1.0 if times[-1] >= times[0] else -1.0
+    out = []
+    i = 0
+    for j, tj in enumerate(float(v) for v in t.detach().tolist()):
+        while i + 1 < len(times) - 1 and (times[i + 1] - tj) * direction < 0:
+            i += 1
+        if tj == times[i]:
+            out.append(ys[i])
+        elif tj == times[i + 1]:
+            out.append(ys[i + 1])
+        else:
+            if len(fs) < len(ys):  # the last step's end derivative, only when needed
+                fs.append(f(grid[-1], ys[-1]))
+            h = grid[i + 1] - grid[i]
+            s = (t[j].to(grid.dtype) - grid[i]) / h
+            h00, h10 = (1 + 2 * s) * (1 - s) ** 2, s * (1 - s) ** 2
+            h01, h11 = s**2 * (3 - 2 * s), s**2 * (s - 1)
+            out.append(h00 * ys[i] + h10 * h * fs[i] + h01 * ys[i + 1] + h11 * h * fs[i + 1])
+    return torch.stack(out)
+
+
+ADAMS_METHODS: Mapping[str, AdamsBashforthMoulton] = {
+    "explicit_adams": AdamsBashforthMoulton(implicit=False),
+    "implicit_adams": AdamsBashforthMoulton(implicit=True),
+    "fixed_adams": AdamsBashforthMoulton(implicit=True),
+}
+"""torchdiffeq's fixed-grid Adams methods by name (``fixed_adams`` is ``implicit_adams``)."""
+
+ADAMS_OPTIONS = ("step_size", "n_steps", "grid_constructor", "max_order", "max_iters")
+"""Options of the Adams methods (``max_iters`` only for the implicit ones)."""
+
+
+def adams_for(method: str, options: Mapping[str, Any]) -> AdamsBashforthMoulton:
+    """The method ``method`` with the options ``max_order`` and ``max_iters`` applied.
+
+    Raises:
+        ConfigurationError: an unknown option, or ``max_iters`` for ``explicit_adams``.
+    """
+    base = ADAMS_METHODS[method]
+    known = ADAMS_OPTIONS if base.implicit else ADAMS_OPTIONS[:-1]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown option(s) {unknown} for method {method!r}; known options: "
+            f"{', '.join(known)} (a multistep method takes no `perturb`, `interp`, "
+            "`jump_t` or `step_t`)."
+        )
+    return AdamsBashforthMoulton(
+        implicit=base.implicit,
+        max_order=options.get("max_order", base.max_order),
+        max_iters=options.get("max_iters", base.max_iters),
+    )
+
+
+FlatState = Tensor | tuple[Tensor, ...]
+
+
+def flat_field(
+    func: Callable[[Tensor, Any], Any], y0: FlatState
+) -> tuple[Field, Tensor, Callable[[Tensor], FlatState]]:
+    """``func`` on one flat tensor, the flat ``y0``, and the map from flat outputs back.
+
+    A tensor state passes through unchanged; a tuple of tensors is concatenated.
+    """
+    if not isinstance(y0, tuple):
+
+        def same(ys: Tensor) -> FlatState:
+            return ys
+
+        return func, y0, same
+    shapes = [y.shape for y in y0]
+    sizes = [math.prod(s) for s in shapes]
+    dtype = y0[0].dtype
+    if any(y.dtype != dtype for y in y0):
+        raise TypeError(
+            "The Adams methods need the tensors of a tuple state in one dtype, got "
+            f"{[y.dtype for y in y0]}."
+        )
+
+    def split(flat: Tensor) -> tuple[Tensor, ...]:
+        parts = torch.split(flat, sizes, dim=-1)
+        lead = flat.shape[:-1]
+        return tuple(p.reshape(*lead, *s) for p, s in zip(parts, shapes, strict=True))
+
+    def field(t: Tensor, y: Tensor) -> Tensor:
+        out = func(t, split(y))
+        return torch.cat([o.reshape(-1).to(dtype) for o in out])
+
+    flat = torch.cat([y.reshape(-1).to(dtype) for y in y0])
+    return field, flat, split

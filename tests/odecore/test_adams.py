@@ -1,0 +1,237 @@
+"""Fixed-grid Adams methods (torchdiffeq's ``explicit_adams``, ``implicit_adams``,
+``fixed_adams``): coefficients, convergence order, agreement with torchdiffeq,
+gradients, and errors on bad options."""
+
+from __future__ import annotations
+
+import warnings
+from fractions import Fraction
+
+import odecore
+import oracles
+import pytest
+import torch
+from odecore._adams import (
+    AdamsBashforthMoulton,
+    bashforth_coefficients,
+    moulton_coefficients,
+)
+from test_fixed import fitted_order
+
+torchdiffeq = pytest.importorskip("torchdiffeq")
+
+F64 = torch.float64
+ADAMS = ["explicit_adams", "implicit_adams", "fixed_adams"]
+# cos_growth is left out: its explicit error is still pre-asymptotic on these grids.
+PROBLEMS = [oracles.decay, oracles.linear_system, oracles.harmonic]
+
+
+def global_error(prob: oracles.Problem, method: str, t: torch.Tensor, options: dict) -> float:
+    """The largest error at ``t``, with the corrector iterated to convergence (tight
+    ``rtol``/``atol`` and enough ``max_iters``): the error is then the scheme's."""
+    if method != "explicit_adams":
+        options = {"max_iters": 30, **options}
+    y0 = prob.y0_as(F64)
+    ys = odecore.odeint(prob.f, y0, t, method=method, options=options, rtol=1e-12, atol=1e-12)
+    return float((ys - prob.exact(t, y0)).abs().max())
+
+
+def _from_their_table(table: torch.Tensor) -> list[float]:
+    return [float(x) for x in table]
+
+
+def test_coefficients_are_the_classical_ones():
+    assert bashforth_coefficients(1) == (1,)
+    assert bashforth_coefficients(2) == (Fraction(3, 2), Fraction(-1, 2))
+    assert [c * 24 for c in bashforth_coefficients(4)] == [55, -59, 37, -9]
+    assert moulton_coefficients(1) == (1,)  # backward Euler
+    assert moulton_coefficients(2) == (Fraction(1, 2), Fraction(1, 2))  # trapezoid
+    assert [c * 24 for c in moulton_coefficients(4)] == [9, 19, -5, 1]
+
+
+@pytest.mark.parametrize("k", range(1, 13))
+def test_coefficients_are_exact_and_consistent(k):
+    # Consistency: the weights integrate the constant 1 over one step exactly.
+    assert sum(bashforth_coefficients(k)) == 1
+    assert sum(moulton_coefficients(k)) == 1
+    # torchdiffeq's tables (its order-1 Moulton row is unused and not a weight).
+    from torchdiffeq._impl.fixed_adams import _BASHFORTH_DIVISOR, _MOULTON_DIVISOR
+
+    theirs = _from_their_table(_BASHFORTH_DIVISOR[k])
+    assert [float(c) for c in bashforth_coefficients(k)] == pytest.approx(theirs, rel=1e-13)
+    if k > 1:
+        theirs = _from_their_table(_MOULTON_DIVISOR[k])
+        assert [float(c) for c in moulton_coefficients(k)] == pytest.approx(theirs, rel=1e-13)
+
+
+# The order with max_order=m: Adams-Bashforth with m-1 steps (order m-1); with the
+# Adams-Moulton corrector through m points, order m.
+CASES = [
+    ("explicit_adams", 4, 3),
+    ("explicit_adams", 5, 4),
+    ("implicit_adams", 4, 4),
+    ("fixed_adams", 4, 4),
+    ("implicit_adams", 5, 5),
+]
+
+
+@pytest.mark.parametrize("prob", PROBLEMS, ids=repr)
+@pytest.mark.parametrize(("method", "max_order", "order"), CASES)
+def test_convergence_order(method, max_order, order, prob):
+    span = prob.t1 - prob.t0
+    t = torch.tensor([prob.t0, prob.t1], dtype=F64)
+    ns = [32 * 2**k for k in range(4 if order < 5 else 3)]  # above float64 rounding
+    errors = [global_error(prob, method, t, {"n_steps": n, "max_order": max_order}) for n in ns]
+    slope = fitted_order([span / n for n in ns], errors)
+    assert abs(slope - order) < 0.3, (slope, errors)
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_convergence_order_at_off_grid_times(method):
+    # Between grid points the cubic Hermite interpolant keeps order 4. (The grid is
+    # uniform: the coefficients assume equal steps, as torchdiffeq's do.)
+    prob = oracles.harmonic
+    span = prob.t1 - prob.t0
+    fractions = torch.tensor([0.0, 0.137, 0.31, 0.5, 0.77, 0.913, 1.0], dtype=F64)
+    t = prob.t0 + span * fractions
+    ns = [32 * 2**k for k in range(4)]
+    options = {"max_order": 5 if method == "explicit_adams" else 4}
+    errors = [global_error(prob, method, t, {"n_steps": n, **options}) for n in ns]
+    assert abs(fitted_order([span / n for n in ns], errors) - 4) < 0.3, errors
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"step_size": 0.05},
+        {"step_size": 0.05, "max_order": 5},
+        {"step_size": 0.02, "max_order": 6, "max_iters": 8},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("method", ADAMS)
+def test_agrees_with_torchdiffeq(method, options):
+    # The same scheme on the same grid: the same numbers up to rounding (sums in
+    # another order), which the weakly stable high-order explicit steps (max_order 12)
+    # amplify: relative differences of some 1e-10 there, 1e-15 otherwise.
+    if method == "explicit_adams":
+        options = {k: v for k, v in options.items() if k != "max_iters"}
+    prob = oracles.linear_system
+    t = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0], dtype=F64)
+    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method, options=options)
+    theirs = torchdiffeq.odeint(prob.f, prob.y0_as(F64), t, method=method, options=options)
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_default_grid_is_t_like_torchdiffeq(method):
+    prob = oracles.harmonic
+    t = torch.linspace(0.0, 2.0, 41, dtype=F64)
+    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method)
+    theirs = torchdiffeq.odeint(prob.f, prob.y0_as(F64), t, method=method)
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+def test_backward_in_time_and_tuple_state():
+    t = torch.linspace(1.0, 0.0, 21, dtype=F64)
+    y0 = (torch.tensor([1.0], dtype=F64), torch.tensor([0.0], dtype=F64))
+    ys = odecore.odeint(oracles.harmonic_tuple_f, y0, t, method="implicit_adams")
+    assert isinstance(ys, tuple) and ys[0].shape == (21, 1)
+    flat = odecore.odeint(
+        lambda t, y: torch.cat(oracles.harmonic_tuple_f(t, (y[:1], y[1:]))),
+        torch.cat(y0),
+        t,
+        method="implicit_adams",
+    )
+    torch.testing.assert_close(torch.cat(ys, dim=1), flat, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_gradcheck(method):
+    w = torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 0.3, 1.0], dtype=F64)
+
+    def run(w: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:
+        return odecore.odeint(
+            lambda t, y: torch.tanh(w @ y), y0, t, method=method, options={"step_size": 0.1}
+        )
+
+    assert torch.autograd.gradcheck(run, (w, y0))
+
+
+def test_corrector_that_does_not_converge_warns():
+    with pytest.warns(RuntimeWarning, match="did not converge in max_iters=1"):
+        odecore.odeint(
+            lambda t, y: -50.0 * y,
+            torch.ones(1, dtype=F64),
+            torch.tensor([0.0, 1.0], dtype=F64),
+            method="implicit_adams",
+            options={"step_size": 0.01, "max_iters": 1},
+        )
+
+
+def test_converged_corrector_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        odecore.odeint(
+            oracles.decay.f,
+            oracles.decay.y0_as(F64),
+            torch.tensor([0.0, 1.0], dtype=F64),
+            method="implicit_adams",
+            options={"step_size": 0.01},
+        )
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "error", "match"),
+    [
+        ("implicit_adams", {"max_order": 3}, odecore.ConfigurationError, r"`max_order` must be"),
+        ("implicit_adams", {"max_order": 13}, odecore.ConfigurationError, r"from 4 to 12"),
+        ("explicit_adams", {"max_order": 4.0}, odecore.ConfigurationError, r"`max_order`"),
+        ("implicit_adams", {"max_iters": 0}, odecore.ConfigurationError, r"`max_iters` must be"),
+        (
+            "explicit_adams",
+            {"max_iters": 2},
+            odecore.ConfigurationError,
+            r"Unknown option.*max_iters",
+        ),
+        ("fixed_adams", {"perturb": True}, odecore.ConfigurationError, r"Unknown option.*perturb"),
+        ("fixed_adams", {"step_size": -0.1}, ValueError, r"`step_size` must be a positive"),
+        ("fixed_adams", {"n_steps": 0}, ValueError, r"`n_steps` must be a positive integer"),
+        (
+            "fixed_adams",
+            {"step_size": 0.1, "n_steps": 4},
+            odecore.ConfigurationError,
+            r"give one of them, got step_size, n_steps",
+        ),
+    ],
+)
+def test_bad_options_are_refused(method, options, error, match):
+    with pytest.raises(error, match=match):
+        odecore.odeint(
+            oracles.decay.f, torch.ones(1), torch.tensor([0.0, 1.0]), method=method, options=options
+        )
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_solver_objects_and_events_are_refused_with_the_way_out(method):
+    with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
+        odecore.OdeSpec.from_method(method)
+    with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
+        odecore.odeint_adjoint(
+            oracles.decay.f, torch.ones(1), torch.tensor([0.0, 1.0]), method=method
+        )
+    with pytest.raises(odecore.ConfigurationError, match=r"`event_fn` is not available"):
+        odecore.odeint(
+            oracles.decay.f,
+            torch.ones(1),
+            torch.tensor([0.0, 1.0]),
+            method=method,
+            event_fn=lambda t, y: y - 0.5,
+        )
+
+
+def test_the_dataclass_validates_itself():
+    with pytest.raises(odecore.ConfigurationError, match="`max_iters`"):
+        AdamsBashforthMoulton(max_iters=True)  # type: ignore[arg-type]
