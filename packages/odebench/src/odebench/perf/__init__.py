@@ -14,12 +14,18 @@ GroupNorm, activation, 3x3 convolution with time as an extra channel, twice), ``
 (Van der Pol, mu = 5, batch 64, t in [0, 5]) and ``linear`` (a damped rotation with an
 exact solution). Methods: ``dopri5@0.001``, ``dopri5@1e-06`` (rtol = atol) and
 ``rk4x100`` (100 uniform steps). Everything runs in float32 on the CPU, except the
-gradient check (float64).
+gradient check and the stiff problem (float64).
+
+The full run (not ``--quick``, unless ``--problems`` names it) ends with a stiff
+problem, ``vdp_stiff`` (Van der Pol, mu = 1000, y0 = (2, 0), t in [0, 3000]), and
+its own sweep, forward only, in odecore: ``kvaerno5``, ``scipy:Radau`` and
+``scipy:BDF`` at rtol = atol from 1e-4 to 1e-8, and ``dopri5@1e-06,max_steps=10000``,
+which runs out of its step budget and is reported as failed.
 
 The JSON document (``--json PATH``) is one object:
 
 ``environment``
-    ``schema_version`` (3), ``date`` (start of the run, UTC, ISO 8601), ``python``,
+    ``schema_version`` (4), ``date`` (start of the run, UTC, ISO 8601), ``python``,
     ``platform``, ``machine``, ``processor``, ``cpu_count``, ``torch``, ``threads``,
     ``libraries`` (``{name: version}`` of those measured), ``unavailable``
     (``{name: reason}``), ``quick``, ``repeats``, ``cell_budget_s``, ``dtype``,
@@ -77,6 +83,14 @@ The JSON document (``--json PATH``) is one object:
     ``figure``, ``library`` (always ``"odecore"``), ``peer``, ``value`` (odecore's
     median over the peer's; below 1 means odecore is faster, needs fewer
     evaluations or is more accurate) and ``note``.
+``stiff``
+    The stiff problems' sweep, one object per problem x configuration x figure:
+    ``problem``, ``method`` (its label, e.g. ``kvaerno5@1e-06``), ``solver``,
+    ``rtol``, ``atol``, ``max_steps``, ``library`` (``"odecore"``), ``figure``
+    (``forward_time_s``, the median wall time of a forward solve; ``nfe_forward``,
+    Jacobians' evaluations included; ``error``, the largest absolute difference at
+    ``t1`` from SciPy's Radau at rtol = atol = 1e-12, solved once per run), ``value``,
+    ``unit`` and ``note`` (a failure's starts with ``failed:``).
 ``memory``
     Peak memory of forward plus backward on the MLP problem with rk4, each
     configuration in a fresh process: ``problem``, ``method``, ``n_steps``,
@@ -105,7 +119,9 @@ Every ``value`` in ``results``, ``ratios``, ``memory`` and ``gradients`` is a fi
 number or ``null`` with a ``note``.
 
 :func:`plot_solvers` (``odebench perf plot JSON``, or ``--plot PATH`` on the run)
-draws the document as one figure.
+draws the document as one figure, and with stiff rows also their work-precision
+plot (error against wall time per solver) beside it, as ``PATH`` with ``_stiff``
+before the suffix.
 """
 
 from ._contnet import ContnetConfig, format_contnet_report, run_contnet

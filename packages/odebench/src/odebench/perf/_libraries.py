@@ -27,44 +27,76 @@ PEERS = ("torchdiffeq", "torchode", "torchdyn")
 LIBRARIES = ("odecore", *PEERS)
 
 
+STIFF_METHODS = ("kvaerno5", "scipy:Radau", "scipy:BDF")
+"""The implicit adaptive methods of the stiff problems: odecore's own and SciPy's, by
+odecore's ``scipy:`` backend. They run in odecore alone, forward only."""
+
+METHOD_NAMES = ("dopri5", "rk4", *STIFF_METHODS)
+
+
 @dataclass(frozen=True)
 class Method:
-    """A solver configuration: ``dopri5`` at a tolerance, or ``rk4`` with a number of steps.
+    """A solver configuration: an adaptive method at a tolerance, or ``rk4`` with steps.
 
     Attributes:
-        name: ``"dopri5"`` or ``"rk4"``.
+        name: ``"dopri5"``, ``"rk4"``, or one of :data:`STIFF_METHODS` (``"kvaerno5"``,
+            ``"scipy:Radau"``, ``"scipy:BDF"``).
         rtol: relative tolerance (adaptive methods).
         atol: absolute tolerance (adaptive methods).
         n_steps: number of uniform steps over the span (fixed-step methods).
+        max_steps: a budget of steps for an adaptive method (odeint's
+            ``max_num_steps``): past it the solve fails instead of running on.
+            ``None``: the library's default.
     """
 
     name: str
     rtol: float | None = None
     atol: float | None = None
     n_steps: int | None = None
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if self.name == "dopri5":
-            if self.rtol is None or self.atol is None:
-                raise ValueError("`dopri5` needs `rtol` and `atol`.")
-        elif self.name == "rk4":
+        if self.name == "rk4":
             if self.n_steps is None or self.n_steps < 1:
                 raise ValueError(f"`rk4` needs a positive `n_steps`, got {self.n_steps!r}.")
+            if self.max_steps is not None:
+                raise ValueError("`max_steps` is for adaptive methods; `rk4` takes `n_steps`.")
+        elif self.name in METHOD_NAMES:
+            if self.rtol is None or self.atol is None:
+                raise ValueError(f"`{self.name}` needs `rtol` and `atol`.")
+            if self.max_steps is not None and (
+                isinstance(self.max_steps, bool) or self.max_steps < 1
+            ):
+                raise ValueError(
+                    f"`max_steps` must be a positive number of steps, got {self.max_steps!r}."
+                )
         else:
-            raise ValueError(f"Unknown method {self.name!r}; the benchmark knows dopri5 and rk4.")
+            raise ValueError(
+                f"Unknown method {self.name!r}; the benchmark knows {', '.join(METHOD_NAMES)}."
+            )
 
     @property
     def adaptive(self) -> bool:
-        return self.name == "dopri5"
+        return self.name != "rk4"
+
+    @property
+    def stiff(self) -> bool:
+        """Whether this is one of the implicit methods of the stiff problems."""
+        return self.name in STIFF_METHODS
 
     @property
     def label(self) -> str:
-        """A short name for tables and JSON: ``dopri5@1e-06`` or ``rk4x100``."""
-        if self.adaptive:
-            if self.rtol == self.atol:
-                return f"dopri5@{self.rtol:g}"
-            return f"dopri5@{self.rtol:g}/{self.atol:g}"
-        return f"rk4x{self.n_steps}"
+        """A short name for tables and JSON: ``dopri5@1e-06``, ``rk4x100``,
+        ``kvaerno5@1e-06`` or, with a step budget, ``dopri5@1e-06,max_steps=10000``."""
+        if not self.adaptive:
+            return f"rk4x{self.n_steps}"
+        if self.rtol == self.atol:
+            label = f"{self.name}@{self.rtol:g}"
+        else:
+            label = f"{self.name}@{self.rtol:g}/{self.atol:g}"
+        if self.max_steps is not None:
+            label += f",max_steps={self.max_steps}"
+        return label
 
 
 class UnsupportedError(Exception):
@@ -79,6 +111,8 @@ class Library(abc.ABC):
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         """Why this library cannot run ``method`` with ``mode``; ``None`` if it can."""
+        if method.stiff and mode != "forward":
+            return f"{method.name} is timed forward only (the stiff problems' sweep)"
         if mode == "adjoint_seminorm" and not method.adaptive:
             return "seminorm applies to adaptive methods only"
         return None
@@ -122,6 +156,8 @@ class OdecoreLibrary(Library):
         kwargs: dict[str, Any] = {"method": method.name}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
+            if method.max_steps is not None:
+                kwargs["options"] = {"max_num_steps": method.max_steps}
         else:
             kwargs["options"] = {"n_steps": method.n_steps}
         if mode in ("forward", "backprop"):
@@ -137,6 +173,9 @@ class OdecoreLibrary(Library):
                 raise UnsupportedError(f"odecore {self.version} has no Checkpoint gradient method")
             if method.adaptive:
                 assert method.rtol is not None and method.atol is not None
+                budget: dict[str, Any] = {}
+                if method.max_steps is not None:
+                    budget["max_steps"] = method.max_steps
                 sol = odecore.solve(
                     field,
                     y0,
@@ -145,6 +184,7 @@ class OdecoreLibrary(Library):
                     solver=odecore.Dopri5(),
                     controller=odecore.PIDController(rtol=method.rtol, atol=method.atol),
                     gradient=checkpoint(),
+                    **budget,
                 )
             else:
                 assert method.n_steps is not None
@@ -170,6 +210,10 @@ class _PeerLibrary(Library):
         self.module = module
 
     def unsupported(self, method: Method, mode: str) -> str | None:
+        if method.stiff:
+            return f"{method.name} runs in odecore only"
+        if method.max_steps is not None:
+            return "a step budget (`max_steps`) is set through odecore only"
         if mode == "checkpoint":
             return f"{self.name} has no checkpointing gradient method"
         return super().unsupported(method, mode)

@@ -1,11 +1,14 @@
-"""A solver benchmark's JSON document as one figure of four panels.
+"""A solver benchmark's JSON document as one figure of four panels, and the stiff
+problems' work-precision plot.
 
-:func:`solver_panels` reads what is drawn out of the document (plain data, so it can
-be checked against the rows it came from); :func:`plot_solvers` draws it.
+:func:`solver_panels` and :func:`stiff_panels` read what is drawn out of the document
+(plain data, so it can be checked against the rows it came from); :func:`plot_solvers`
+and :func:`plot_stiff` draw it.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,13 @@ _LIBRARY_COLORS = {
     "torchdyn": "#9467bd",
 }
 _GRADIENT_STYLES = {"backprop": "-", "checkpoint": "--", "adjoint": ":"}
+
+_STIFF_SOLVERS = {
+    "kvaerno5": ("kvaerno5: odecore's ESDIRK 5(4), implicit", "#1f77b4", "o"),
+    "scipy:Radau": ("Radau IIA, order 5: SciPy through odecore", "#d62728", "s"),
+    "scipy:BDF": ("BDF, orders 1 to 5: SciPy through odecore", "#2ca02c", "^"),
+}
+"""Each stiff solver's name in words, colour and marker on the work-precision plot."""
 
 
 @dataclass(frozen=True)
@@ -45,13 +55,21 @@ class Bars:
 
 @dataclass(frozen=True)
 class Lines:
-    """Curves of ``(x, y)`` points, one per series (``"library, gradient"``)."""
+    """Curves of ``(x, y)`` points, one per series (``"library, gradient"``, or a
+    stiff solver's name in words).
+
+    ``labels``, shaped like ``series``, names each point (the work-precision plot:
+    its tolerance); ``notes`` are sentences to print on the panel (a configuration
+    that failed).
+    """
 
     title: str
     xlabel: str
     ylabel: str
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     empty: str | None = None
+    labels: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def _rows(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
@@ -223,6 +241,152 @@ def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
         ) from exc
 
 
+STIFF_XLABEL = "error: largest |y(t1) - reference| (log)"
+STIFF_YLABEL = "wall time of one solve, s (log)"
+
+
+def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
+    """The work-precision panels of the document's stiff problems, one per problem.
+
+    Each panel has one curve per implicit solver (named in words): a point per
+    tolerance of the sweep at (error at ``t1``, median wall time), in the order of
+    the tolerances, loosest first, each labelled with its tolerance. A configuration
+    without an error to draw (``dopri5`` out of its step budget, SciPy not installed)
+    is a sentence in ``notes``. An empty list: no stiff rows in the document.
+
+    Raises:
+        ValueError: when ``doc`` is not the document of ``odebench perf solvers``.
+    """
+    _check(doc)
+    rows = _rows(doc, "stiff")
+    try:
+        problems: list[str] = []
+        for r in rows:
+            if r["problem"] not in problems:
+                problems.append(r["problem"])
+        described = {p["name"]: p.get("description", p["name"]) for p in doc["problems"]}
+        panels = []
+        for problem in problems:
+            mine = [r for r in rows if r["problem"] == problem]
+            value = {(r["method"], r["figure"]): r for r in mine}
+            methods = list(dict.fromkeys(r["method"] for r in mine))
+            series: dict[str, list[tuple[float, float, float]]] = {}
+            notes: list[str] = []
+            for method in methods:
+                time_row = value.get((method, "forward_time_s"))
+                error_row = value.get((method, "error"))
+                t = time_row["value"] if time_row else None
+                e = error_row["value"] if error_row else None
+                solver = str((time_row or error_row or {}).get("solver", method))
+                if t is None or e is None or e <= 0 or solver not in _STIFF_SOLVERS:
+                    note = (time_row or error_row or {}).get("note") or "no error measured"
+                    notes.append(f"{method}: {note.replace('failed: SolverError: ', 'failed: ')}")
+                    continue
+                tol = float((time_row or {}).get("rtol") or 0.0)
+                series.setdefault(_STIFF_SOLVERS[solver][0], []).append((tol, float(e), float(t)))
+            for points in series.values():
+                points.sort(key=lambda p: -p[0])
+            panels.append(
+                Lines(
+                    f"Work against precision: {described.get(problem, problem)}\n"
+                    "one point per tolerance (rtol = atol); lower left is better",
+                    STIFF_XLABEL,
+                    STIFF_YLABEL,
+                    {k: [(e, t) for _, e, t in v] for k, v in series.items()},
+                    empty=None if series else "no stiff solve reached t1",
+                    labels={k: [f"{tol:g}" for tol, _, _ in v] for k, v in series.items()},
+                    notes=notes,
+                )
+            )
+        return panels
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"a row of this document's `stiff` section does not have the fields of "
+            f"`odebench perf solvers` ({type(exc).__name__}: {exc})."
+        ) from exc
+
+
+def stiff_path(path: str | Path) -> Path:
+    """Where :func:`plot_solvers` puts the stiff problems' figure: ``PATH`` with
+    ``_stiff`` before its suffix (``solvers.png`` -> ``solvers_stiff.png``)."""
+    out = Path(path)
+    return out.with_name(f"{out.stem}_stiff{out.suffix or '.png'}")
+
+
+def plot_stiff(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Draw the stiff problems' work-precision plot (see :func:`stiff_panels`) as a PNG.
+
+    Error (x) against wall time (y), both logarithmic, one curve per implicit solver,
+    its points labelled with their tolerances; failed configurations are written
+    under the curves.
+
+    Args:
+        doc: the document of :func:`~odebench.perf.run_solvers`, with a ``stiff``
+            section.
+        path: where to write the PNG (written atomically; directories are created).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: when ``doc`` is not the document of ``odebench perf solvers``, or
+            has no stiff rows.
+
+    Example:
+        >>> import json
+        >>> from odebench.perf import plot_stiff
+        >>> doc = json.load(open("solvers.json"))  # doctest: +SKIP
+        >>> plot_stiff(doc, "solvers_stiff.png")  # doctest: +SKIP
+        PosixPath('solvers_stiff.png')
+    """
+    panels = stiff_panels(doc)
+    if not panels:
+        raise ValueError(
+            "this document has no stiff rows: run `odebench perf solvers --problems vdp_stiff`."
+        )
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 6), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        _draw_work_precision(ax, panel)
+    env = doc["environment"]
+    date = str(env.get("date", "?"))[:16].replace("T", " ")
+    fig.suptitle(
+        f"odebench perf solvers, stiff problems, {date} UTC: torch {env.get('torch', '?')}, "
+        f"{env.get('threads', '?')} threads",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    out = Path(path)
+    save_png(out, fig)
+    return out
+
+
+def _draw_work_precision(ax: Any, panel: Lines) -> None:
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    if panel.empty is not None:
+        ax.text(0.5, 0.6, panel.empty, ha="center", va="center", transform=ax.transAxes)
+    styles = {words: (color, marker) for words, color, marker in _STIFF_SOLVERS.values()}
+    for name, points in panel.series.items():
+        color, marker = styles.get(name, (None, "o"))
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker=marker, label=name, color=color)
+        for (x, y), label in zip(points, panel.labels.get(name, [])):
+            ax.annotate(
+                label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                color=color,
+            )  # fmt: skip
+    if panel.series:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    if panel.notes:  # below the axis: a failed configuration has no point to draw
+        text = "\n".join(textwrap.fill(note, 120) for note in panel.notes)
+        ax.text(0.0, -0.12, text, fontsize=7, transform=ax.transAxes, ha="left", va="top")
+
+
 def _draw_bars(ax: Any, panel: Bars) -> None:
     from matplotlib.ticker import FormatStrFormatter
 
@@ -283,6 +447,10 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
     """Draw a run of ``odebench perf solvers`` as one PNG of four panels (see
     :func:`solver_panels`), titled with the run's date, torch version and threads.
 
+    When the run has stiff problems, their work-precision plot (error against wall
+    time per solver) goes beside it, to ``path`` with ``_stiff`` before the suffix
+    (``solvers_stiff.png``).
+
     Args:
         doc: the document that :func:`~odebench.perf.run_solvers` returns, or its
             ``--json`` file loaded with ``json.load``.
@@ -329,4 +497,6 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
     fig.tight_layout()
     out = Path(path)
     save_png(out, fig)
+    if _rows(doc, "stiff"):
+        plot_stiff(doc, stiff_path(out))
     return out

@@ -15,7 +15,17 @@ import torch
 from torch import Tensor, nn
 
 PROBLEMS = ("mlp", "conv_relu", "conv_softplus", "vdp", "linear")
-"""The problem names, in the order the benchmark runs them."""
+"""The names of the explicit problems, in the order the benchmark runs them."""
+
+STIFF_PROBLEMS = ("vdp_stiff",)
+"""The stiff problems, run after the others with the implicit methods' sweep."""
+
+KNOWN_PROBLEMS = (*PROBLEMS, *STIFF_PROBLEMS)
+"""Every problem name that :func:`make_problem` builds."""
+
+VDP_STIFF_MU = 1000.0
+"""The stiffness of ``vdp_stiff``: on the slow drifts the Jacobian has an eigenvalue near
+``-3 mu``, so an explicit method's steps stay below about ``1e-3``."""
 
 
 MAX_EVALUATIONS = 20_000
@@ -136,6 +146,21 @@ class VanDerPol(nn.Module):
         x, v = y[..., 0], y[..., 1]
         return torch.stack([v, self.mu * (1 - x * x) * v - x], dim=-1)
 
+    def jacobian(self, y: Tensor) -> Tensor:
+        """The closed-form Jacobian ``d f / d y`` of each state, shape ``(*batch, 2, 2)``.
+
+        ``[[0, 1], [-2 mu x v - 1, mu (1 - x^2)]]``. At ``y = (2, 0)`` its eigenvalues
+        are near ``-3 mu`` and ``-1 / (3 mu)``: the stiffness of ``vdp_stiff``.
+        """
+        x, v = y[..., 0], y[..., 1]
+        mu = self.mu.detach()
+        zero, one = torch.zeros_like(x), torch.ones_like(x)
+        rows = [
+            torch.stack([zero, one], -1),
+            torch.stack([-2 * mu * x * v - 1, mu * (1 - x * x)], -1),
+        ]
+        return torch.stack(rows, dim=-2)
+
 
 class LinearField(nn.Module):
     """``dy/dt = A y`` with ``A = S - decay * I``, ``S`` skew-symmetric: a damped rotation.
@@ -200,16 +225,24 @@ class Sizes:
     vdp_batch: int = 64
     linear_batch: int = 64
     linear_state: int = 16
+    vdp_stiff_t1: float = 3000.0
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(mlp_batch=32, conv_batch=4, vdp_batch=8, linear_batch=16)
+        return cls(mlp_batch=32, conv_batch=4, vdp_batch=8, linear_batch=16, vdp_stiff_t1=300.0)
 
 
 def make_problem(
     name: str, sizes: Sizes | None = None, dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> Problem:
     """Build a problem by name, with its parameters and ``y0`` drawn from ``seed``.
+
+    ``vdp_stiff`` (Van der Pol at ``mu = 1000`` from ``y0 = (2, 0)``, one state) has
+    no random part and is always float64, whatever ``dtype`` says: its reference and
+    the tight end of its tolerance sweep need the precision. On ``[0, 3000]`` (the
+    full run) it holds two periods: slow drifts, where the Jacobian has an
+    eigenvalue near ``-3000``, joined by four jumps a few time units long; on
+    ``[0, 300]`` (``Sizes.quick``) the first drift only, stiff as well.
 
     Raises:
         ValueError: for an unknown name.
@@ -240,6 +273,12 @@ def make_problem(
             y0 = 4 * torch.rand(s.vdp_batch, 2, generator=gen) - 2
             desc = f"Van der Pol, mu = 5, batch {s.vdp_batch}, t in [0, 5]"
             t1 = 5.0
+        elif name == "vdp_stiff":
+            field = VanDerPol(VDP_STIFF_MU)
+            y0 = torch.tensor([[2.0, 0.0]])
+            t1 = s.vdp_stiff_t1
+            desc = f"Van der Pol, mu = {VDP_STIFF_MU:g}, y0 = (2, 0), t in [0, {t1:g}], float64"
+            dtype = torch.float64
         elif name == "linear":
             lin = LinearField(s.linear_state, generator=gen)
             field = lin
@@ -250,7 +289,9 @@ def make_problem(
             )
             t1 = 1.0
         else:
-            raise ValueError(f"Unknown problem {name!r}; known problems: {', '.join(PROBLEMS)}.")
+            raise ValueError(
+                f"Unknown problem {name!r}; known problems: {', '.join(KNOWN_PROBLEMS)}."
+            )
     field = field.to(dtype)
     y0 = y0.to(dtype)
     exact = lin.exact(y0, t1) if name == "linear" else None

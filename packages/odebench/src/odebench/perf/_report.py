@@ -150,30 +150,31 @@ def format_report(doc: dict[str, Any]) -> str:
         ("ovh", "checkpoint_overhead", _f2),
         ("gdiff", "checkpoint_grad_diff", _e),
     ]
-    out.append(
-        "Speed (medians). fwd: forward solve; bp: forward + backward by backprop; adj: by the "
-        "adjoint; semi: adjoint with seminorm;"
-    )
-    out.append(
-        "ckpt: checkpointing. ovh: overhead factor (1.0 = only the field's own time). us/ev: "
-        "solver's own time per evaluation."
-    )
-    out.append(
-        "NFE/NFEb: evaluations forward/backward. error: max abs error at t1. gdiff: relative "
-        "difference from the same library's backprop gradient."
-    )
-    rows = []
-    previous: tuple[str, str] | None = None
-    for problem, method, library in keys:
-        shown = (problem, method) != previous
-        previous = (problem, method)
-        cells = [problem if shown else "", method if shown else "", library]
-        for _, figure, fmt in columns:
-            r = results.get((problem, method, library, figure))
-            cells.append(fmt(r["value"] if r else None))
-        rows.append(cells)
-    out += _table(["problem", "method", "library", *(c[0] for c in columns)], rows, left=3)
-    out.append("")
+    if keys:  # none when the run has only stiff problems
+        out.append(
+            "Speed (medians). fwd: forward solve; bp: forward + backward by backprop; adj: by the "
+            "adjoint; semi: adjoint with seminorm;"
+        )
+        out.append(
+            "ckpt: checkpointing. ovh: overhead factor (1.0 = only the field's own time). us/ev: "
+            "solver's own time per evaluation."
+        )
+        out.append(
+            "NFE/NFEb: evaluations forward/backward. error: max abs error at t1. gdiff: relative "
+            "difference from the same library's backprop gradient."
+        )
+        rows = []
+        previous: tuple[str, str] | None = None
+        for problem, method, library in keys:
+            shown = (problem, method) != previous
+            previous = (problem, method)
+            cells = [problem if shown else "", method if shown else "", library]
+            for _, figure, fmt in columns:
+                r = results.get((problem, method, library, figure))
+                cells.append(fmt(r["value"] if r else None))
+            rows.append(cells)
+        out += _table(["problem", "method", "library", *(c[0] for c in columns)], rows, left=3)
+        out.append("")
 
     out += _forward_split(doc)
 
@@ -209,6 +210,8 @@ def format_report(doc: dict[str, Any]) -> str:
             rrows.append(cells)
         out += _table(["problem", "method", "peer", *(c[0] for c in ratio_cols)], rrows, left=3)
         out.append("")
+
+    out += _stiff_table(doc)
 
     if doc["memory"]:
         mem = _index(doc["memory"], "library", "gradient", "n_steps", "figure")
@@ -274,8 +277,8 @@ def format_report(doc: dict[str, Any]) -> str:
 
     failures: list[str] = []
     seen: set[tuple[Any, ...]] = set()
-    for section in ("results", "memory", "gradients"):
-        for r in doc[section]:
+    for section in ("results", "stiff", "memory", "gradients"):
+        for r in doc.get(section, []):
             note = r.get("note") or ""
             if r["value"] is not None or not r.get("supported", True):
                 continue
@@ -295,6 +298,29 @@ def format_report(doc: dict[str, Any]) -> str:
         out.append("")
     out.append(f"Wall time: {env.get('wall_time_s', 0.0):.0f} s")
     return "\n".join(out)
+
+
+def _stiff_table(doc: dict[str, Any]) -> list[str]:
+    """The stiff problems' sweep: one line per problem and configuration."""
+    rows = doc.get("stiff", [])
+    if not rows:
+        return []
+    values = _index(rows, "problem", "method", "figure")
+    keys = _supported_keys(rows, "problem", "method", "library")
+    table = []
+    for problem, method, library in keys:
+        cells = [problem, method, library]
+        for figure, fmt in (("forward_time_s", _ms), ("nfe_forward", _int), ("error", _e)):
+            r = values.get((problem, method, figure))
+            cells.append(fmt(r["value"] if r else None))
+        table.append(cells)
+    out = [
+        "Stiff problems: forward solves in float64 (medians; error: max abs error at t1 "
+        "against the reference above; failures under Failed runs):"
+    ]
+    out += _table(["problem", "method", "library", "fwd ms", "NFE", "error"], table, left=3)
+    out.append("")
+    return out
 
 
 def _forward_split(doc: dict[str, Any]) -> list[str]:

@@ -17,7 +17,9 @@ import torch
 from ._gradcheck import GradcheckSizes, gradient_check
 from ._libraries import GRADIENT_MODES, MODES, Library, Method, describe_error, discover
 from ._problems import (
+    KNOWN_PROBLEMS,
     PROBLEMS,
+    STIFF_PROBLEMS,
     CountingField,
     Problem,
     Sizes,
@@ -26,9 +28,10 @@ from ._problems import (
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
+from ._stiff import run_stiff, stiff_methods, stiff_reference
 from ._timing import FieldTimer, Observation, Tape, loss_weight, record, replay_once, run_once
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 FULL_METHODS = (
     Method("dopri5", rtol=1e-3, atol=1e-3),
@@ -82,7 +85,9 @@ class SolversConfig:
         repeats: timed repetitions per library and configuration (default 5, quick 1).
             A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
         threads: ``torch.set_num_threads`` for the run and every child process.
-        problems: the problems to run (default all of ``PROBLEMS``).
+        problems: the problems to run (default: all of ``KNOWN_PROBLEMS``, the
+            explicit ones and then the stiff one, ``vdp_stiff``; quick: the explicit
+            ones only). A stiff problem gets its own sweep (``stiff_methods``).
         libraries: the libraries to try (default odecore and every peer that imports).
         memory: measure peak memory in child processes.
         gradients: check gradients against finite differences.
@@ -108,15 +113,27 @@ class SolversConfig:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"`threads` must be a positive integer, got {self.threads!r}.")
         if self.problems is not None:
-            unknown = [p for p in self.problems if p not in PROBLEMS]
+            unknown = [p for p in self.problems if p not in KNOWN_PROBLEMS]
             if unknown:
                 raise ValueError(
-                    f"Unknown problems {unknown}; known problems: {', '.join(PROBLEMS)}."
+                    f"Unknown problems {unknown}; known problems: {', '.join(KNOWN_PROBLEMS)}."
                 )
 
     @property
     def n_repeats(self) -> int:
         return self.repeats if self.repeats is not None else (1 if self.quick else 5)
+
+    @property
+    def problem_names(self) -> tuple[str, ...]:
+        """The problems this run takes, in order: ``problems``, or the default."""
+        if self.problems is not None:
+            return self.problems
+        return PROBLEMS if self.quick else KNOWN_PROBLEMS
+
+    @property
+    def stiff_methods(self) -> tuple[Method, ...]:
+        """The configurations of the stiff problems' sweep: implicit solvers over tolerances."""
+        return stiff_methods(self.quick)
 
     @property
     def methods(self) -> tuple[Method, ...]:
@@ -178,7 +195,7 @@ def _environment(
         "quick": config.quick,
         "repeats": config.n_repeats,
         "cell_budget_s": None if config.quick else config.cell_budget_s,
-        "dtype": "float32 (gradient check: float64)",
+        "dtype": "float32 (gradient check and stiff problems: float64)",
         "command": command_line(),
         "load_average_start": load_start,
         "load_average_end": _load_average(),
@@ -401,7 +418,10 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     for name, reason in missing.items():
         say(f"left out: {name} ({reason})")
 
-    for pname in config.problems or PROBLEMS:
+    stiff: list[dict[str, Any]] = []
+    for pname in config.problem_names:
+        if pname in STIFF_PROBLEMS:
+            continue
         problem = make_problem(pname, config.sizes, seed=config.seed)
         counter = CountingField(problem.field)
         timer = FieldTimer(counter, problem)
@@ -499,6 +519,10 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                             }
                         )
 
+    for pname in config.problem_names:
+        if pname in STIFF_PROBLEMS:
+            problems_out.append(_stiff_problem(pname, config, libraries, stiff, notes, say))
+
     memory: list[dict[str, Any]] = []
     if config.memory:
         from ._memory import measure_memory  # not at import time: the child runs it as __main__
@@ -538,9 +562,60 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
         "evaluations": evaluations,
         "results": results,
         "ratios": ratios,
+        "stiff": stiff,
         "memory": memory,
         "gradients": gradients,
         "notes": notes,
+    }
+
+
+def _stiff_problem(
+    pname: str,
+    config: SolversConfig,
+    libraries: list[Library],
+    rows: list[dict[str, Any]],
+    notes: list[str],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run a stiff problem's sweep into ``rows``; return its entry of ``problems``.
+
+    The reference is solved once, here, and serves every configuration of the sweep.
+    """
+    problem = make_problem(pname, config.sizes, seed=config.seed)
+    timer = FieldTimer(CountingField(problem.field), problem)
+    if config.quick:
+        eval_s, vjp_s = timer.evaluation_times(block_s=0.005, blocks=3)
+    else:
+        eval_s, vjp_s = timer.evaluation_times()
+    say(f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us")
+    odecore_lib = next((lib for lib in libraries if lib.name == "odecore"), None)
+    reference_note = "none: not run"
+    if odecore_lib is None:
+        notes.append(f"{pname} was not run: its methods are odecore's, which is left out.")
+    else:
+        start = time.perf_counter()
+        reference, reference_note = stiff_reference(problem)
+        say(f"  {pname} reference: {reference_note} ({time.perf_counter() - start:.1f} s)")
+        rows += run_stiff(
+            odecore_lib,
+            problem,
+            config.stiff_methods,
+            reference,
+            repeats=config.n_repeats,
+            warm_up=not config.quick,
+            budget_s=None if config.quick else config.cell_budget_s,
+            log=say,
+        )
+    return {
+        "name": pname,
+        "description": problem.description,
+        "state_shape": list(problem.y0.shape),
+        "n_parameters": problem.n_parameters,
+        "t0": problem.t0,
+        "t1": problem.t1,
+        "eval_time_s": eval_s,
+        "eval_vjp_time_s": vjp_s,
+        "reference": reference_note,
     }
 
 
@@ -671,4 +746,10 @@ def _general_notes(config: SolversConfig) -> list[str]:
         "torchdiffeq; both take 4 evaluations per step.",
         "NFE counts calls of the vector field through one wrapper module, whichever "
         "library calls it; a backward-pass evaluation (with its VJP) counts as one.",
-    ]
+    ] + [
+        "Stiff problems (stiff): forward solves in float64 by odecore's kvaerno5 and by "
+        "SciPy's Radau and BDF through odecore's scipy: backend, at each tolerance of a "
+        "sweep (rtol = atol), and dopri5 with a step budget that it runs out of; error "
+        "against SciPy's Radau at rtol = atol = 1e-12, solved once per run. NFE counts "
+        "the Jacobians' evaluations too.",
+    ] * any(p in STIFF_PROBLEMS for p in config.problem_names)

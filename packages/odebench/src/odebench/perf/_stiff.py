@@ -1,0 +1,218 @@
+"""The stiff problems' part of ``odebench perf solvers``: a work-precision sweep.
+
+On a stiff problem the explicit configurations of the rest of the benchmark say
+nothing useful (their steps are bounded by stability, not by accuracy), so the stiff
+problems get their own: odecore's implicit ``kvaerno5`` and SciPy's ``Radau`` and
+``BDF`` through odecore's ``scipy:`` backend (one adapter, one counter of
+evaluations), each at a sweep of tolerances, and ``dopri5`` with a step budget, to
+show an explicit method failing fast instead of running for minutes. Every run is
+forward only; the rows go to the document's ``stiff`` section.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import odecore
+import torch
+from torch import Tensor
+
+from ._libraries import Library, Method, describe_error
+from ._problems import CountingField, Problem, max_abs_error
+from ._stats import finite, median
+from ._timing import Observation, loss_weight, run_once
+
+SWEEP_TOLERANCES = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+"""``rtol = atol`` of the full run's sweep."""
+
+QUICK_SWEEP_TOLERANCES = (1e-4, 1e-6)
+"""``rtol = atol`` of ``--quick``'s sweep."""
+
+DOPRI5_BUDGET = 10_000
+"""Steps ``dopri5`` may take on a stiff problem: about 2 s of steps, far short of the
+span (on ``vdp_stiff`` they reach ``t = 11`` of 3000), then a clear failure."""
+
+QUICK_DOPRI5_BUDGET = 2_000
+
+STIFF_LIMIT = 200_000
+"""The most evaluations of the field one stiff run may take (``kvaerno5`` at ``1e-8``
+on ``[0, 3000]`` takes about 20,000; ``dopri5``'s budget is about 60,000)."""
+
+REFERENCE_TOL = 1e-12
+"""``rtol = atol`` of the reference solve (SciPy's Radau, through odecore's backend)."""
+
+STIFF_FIGURE_UNITS: dict[str, str] = {
+    "forward_time_s": "s",
+    "nfe_forward": "evaluations",
+    "error": "max abs error at t1",
+}
+"""The figures of the ``stiff`` section and their units."""
+
+
+def stiff_methods(quick: bool = False) -> tuple[Method, ...]:
+    """The configurations of the stiff sweep, in the order they run.
+
+    Every method of :data:`~odebench.perf._libraries.STIFF_METHODS` at each
+    tolerance of :data:`SWEEP_TOLERANCES` (``QUICK_SWEEP_TOLERANCES`` with
+    ``quick``), then ``dopri5`` at ``1e-6`` with a budget of :data:`DOPRI5_BUDGET`
+    steps.
+    """
+    tols = QUICK_SWEEP_TOLERANCES if quick else SWEEP_TOLERANCES
+    sweep = tuple(
+        Method(name, rtol=tol, atol=tol)
+        for name in ("kvaerno5", "scipy:Radau", "scipy:BDF")
+        for tol in tols
+    )
+    budget = QUICK_DOPRI5_BUDGET if quick else DOPRI5_BUDGET
+    return (*sweep, Method("dopri5", rtol=1e-6, atol=1e-6, max_steps=budget))
+
+
+def scipy_available() -> bool:
+    """Whether SciPy imports here (odecore's ``scipy:`` methods need it)."""
+    return importlib.util.find_spec("scipy") is not None
+
+
+def stiff_reference(problem: Problem, tol: float = REFERENCE_TOL) -> tuple[Tensor, str]:
+    """``y(t1)`` of a stiff problem in float64, and a sentence saying where it came from.
+
+    SciPy's Radau IIA through odecore's ``scipy:Radau`` at ``rtol = atol = tol`` (its
+    Jacobian by finite differences); where SciPy is not installed, odecore's
+    ``Kvaerno5`` at the same tolerances, its stages solved a hundred times tighter.
+    """
+    field = problem.field
+    y0 = problem.y0.to(torch.float64)
+    t = torch.tensor([problem.t0, problem.t1], dtype=torch.float64)
+    with torch.no_grad():
+        if scipy_available():
+            ys = odecore.odeint(field, y0, t, method="scipy:Radau", rtol=tol, atol=tol)
+            return ys[
+                -1
+            ], f"SciPy Radau (odecore's scipy:Radau) in float64 at rtol = atol = {tol:g}"
+        ys = odecore.odeint(field, y0, t, method="kvaerno5", rtol=tol, atol=tol)
+        return ys[-1], f"odecore kvaerno5 in float64 at rtol = atol = {tol:g} (no SciPy)"
+
+
+def _unavailable(method: Method) -> str | None:
+    if method.name.startswith("scipy:") and not scipy_available():
+        return f"{method.name} needs SciPy, which is not installed (pip install scipy)"
+    return None
+
+
+def run_stiff(
+    library: Library,
+    problem: Problem,
+    methods: Sequence[Method],
+    reference: Tensor,
+    *,
+    repeats: int,
+    warm_up: bool = True,
+    budget_s: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Time each configuration of ``methods`` on ``problem``, forward, and return the rows.
+
+    Each configuration gets a warm-up run (with ``warm_up``) and then ``repeats``
+    timed runs, cut to fit ``budget_s`` seconds; times are medians. A run that fails
+    (``dopri5`` out of its step budget, a solver error) is not repeated: its rows
+    carry ``null`` and a note that starts with ``failed:`` and quotes the error.
+
+    Args:
+        library: the library that runs them (odecore: the stiff methods and the
+            ``scipy:`` backend are odecore's).
+        problem: the stiff problem.
+        methods: the configurations (see :func:`stiff_methods`).
+        reference: ``y(t1)`` in float64, for the error.
+        repeats: timed runs per configuration.
+        warm_up: one untimed run before the timed ones.
+        budget_s: seconds of timed runs per configuration; ``None``: no limit.
+        log: called with one line per configuration.
+
+    Returns:
+        Rows ``{problem, method, solver, rtol, atol, max_steps, library, figure,
+        value, unit, note}`` for each configuration and figure of
+        :data:`STIFF_FIGURE_UNITS`.
+    """
+    say = log or (lambda _: None)
+    counter = CountingField(problem.field, limit=STIFF_LIMIT)
+    weight = loss_weight(problem)
+    rows: list[dict[str, Any]] = []
+
+    def add(method: Method, figure: str, value: float | None, note: str | None) -> None:
+        value = finite(value)
+        rows.append(
+            {
+                "problem": problem.name,
+                "method": method.label,
+                "solver": method.name,
+                "rtol": method.rtol,
+                "atol": method.atol,
+                "max_steps": method.max_steps,
+                "library": library.name,
+                "figure": figure,
+                "value": value,
+                "unit": STIFF_FIGURE_UNITS[figure],
+                "note": "not measured" if value is None and note is None else note,
+            }
+        )
+
+    for method in methods:
+        why = _unavailable(method) or library.unsupported(method, "forward")
+        if why is not None:
+            for figure in STIFF_FIGURE_UNITS:
+                add(method, figure, None, why)
+            say(f"  {problem.name} {method.label}: left out ({why})")
+            continue
+        observations: list[Observation] = []
+        failure: str | None = None
+        started = time.perf_counter()
+        runs = repeats + (1 if warm_up else 0)
+        for i in range(runs):
+            try:
+                o = run_once(library, problem, counter, method, "forward", weight)
+            except Exception as exc:
+                elapsed = time.perf_counter() - started
+                failure = (
+                    f"failed: {describe_error(exc)} (after {counter.nfe:,} evaluations, "
+                    f"{elapsed:.1f} s)"
+                )
+                break
+            if warm_up and i == 0:
+                if budget_s is not None and o.time_s > 0:
+                    runs = 1 + max(1, min(repeats, math.floor(budget_s / o.time_s)))
+                continue
+            observations.append(o)
+            if i + 1 >= runs:
+                break
+        if failure is not None and not observations:
+            for figure in STIFF_FIGURE_UNITS:
+                add(method, figure, None, failure)
+            say(f"  {problem.name} {method.label}: {failure}")
+            continue
+        t = median(o.time_s for o in observations)
+        nfe = median(o.nfe_forward for o in observations)
+        y1 = observations[-1].y1
+        ok = bool(torch.isfinite(y1).all())
+        error = max_abs_error(y1, reference) if ok else None
+        note = None
+        if len(observations) < repeats:
+            note = f"{len(observations)} runs instead of {repeats} to fit the time budget"
+        if failure is not None:
+            note = f"a later run {failure}"
+        add(method, "forward_time_s", t, note)
+        add(method, "nfe_forward", nfe, None)
+        add(method, "error", error, None if ok else "the solution holds NaN or inf")
+        say(
+            f"  {problem.name} {method.label}: {_seconds(t)}, {nfe or 0:,.0f} evaluations, "
+            f"error {error:.1e}"
+            if error is not None
+            else f"  {problem.name} {method.label}: the solution holds NaN or inf"
+        )
+    return rows
+
+
+def _seconds(t: float | None) -> str:
+    return "-" if t is None else f"{t:.2f} s"
