@@ -71,7 +71,7 @@ def test_quick_run_writes_the_documented_structure(quick_run):
     _, doc, _ = quick_run
     assert set(doc) == {
         "environment", "problems", "evaluations", "results", "ratios", "memory",
-        "gradients", "notes",
+        "gradients", "stiff", "notes",
     }  # fmt: skip
     env = doc["environment"]
     for key in ("date", "torch", "threads", "libraries", "unavailable", "python", "quick"):

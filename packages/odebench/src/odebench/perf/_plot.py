@@ -334,7 +334,7 @@ def plot_stiff(doc: Mapping[str, Any], path: str | Path) -> Path:
 
     Example:
         >>> import json
-        >>> from odebench.perf import plot_stiff
+        >>> from odebench.perf._plot import plot_stiff
         >>> doc = json.load(open("solvers.json"))  # doctest: +SKIP
         >>> plot_stiff(doc, "solvers_stiff.png")  # doctest: +SKIP
         PosixPath('solvers_stiff.png')
