@@ -33,9 +33,7 @@ from ._newton import Newton, StageMatrix, attach_gradient, failure, newton_solve
 from ._solvers import (
     Field,
     StepResult,
-    _hermite_basis,
     _HermiteDense,
-    _interior_nodes,
 )
 from ._tableau import check_weights
 
@@ -246,22 +244,6 @@ class AbstractImplicitRK(_HermiteDense):
                 if plan.err0 != 0.0:
                     y_err = y_err + (h * plan.err0) * f0_bare
         return StepResult(y1=y1, y_err=y_err, ks=(f0,), f1=None)
-
-    def _hermite_data(
-        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
-    ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
-        """The Hermite interpolant's matrix, and the values and derivatives at its nodes
-        (the interior ones reached by sub-steps of the method)."""
-        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
-        ys, fs = [y0], [f0]
-        for theta in nodes[1:-1]:
-            tm = t0 + theta * (t1 - t0)
-            sub = self.step(f, t0, tm, y0, f0)
-            ys.append(sub.y1)
-            fs.append(f(tm, sub.y1))
-        ys.append(step.y1)
-        fs.append(f(t1, step.y1))
-        return matrix, ys, fs
 
 
 _SQRT3 = math.sqrt(3.0)

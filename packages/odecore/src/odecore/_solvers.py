@@ -130,11 +130,21 @@ class _HermiteDense(AbstractSolver):
     the method's order asks for them). The explicit, implicit and ESDIRK solvers share it.
     """
 
-    @abc.abstractmethod
     def _hermite_data(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
     ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
-        """The interpolant's matrix, and the values and derivatives at its nodes."""
+        """The Hermite interpolant's matrix, and the values and derivatives at its nodes
+        (the interior ones reached by sub-steps of the method)."""
+        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
+        ys, fs = [y0], [f0]
+        for theta in nodes[1:-1]:
+            tm = t0 + theta * (t1 - t0)
+            sub = self.step(f, t0, tm, y0, f0)
+            ys.append(sub.y1)
+            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
+        ys.append(step.y1)
+        fs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
+        return matrix, ys, fs
 
     def interpolate(
         self,
@@ -297,22 +307,6 @@ class AbstractExplicitRK(_HermiteDense):
         if self.dense_kind == "polynomial":
             return AbstractSolver.reader(self, f, t0, t1, y0, f0, step)
         return super().reader(f, t0, t1, y0, f0, step)
-
-    def _hermite_data(
-        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
-    ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
-        """The Hermite interpolant's matrix, and the values and derivatives at its nodes
-        (the interior ones reached by sub-steps of the method)."""
-        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
-        ys, fs = [y0], [f0]
-        for theta in nodes[1:-1]:
-            tm = t0 + theta * (t1 - t0)
-            sub = self.step(f, t0, tm, y0, f0)
-            ys.append(sub.y1)
-            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
-        ys.append(step.y1)
-        fs.append(step.f1 if step.f1 is not None else f(t1, step.y1))
-        return matrix, ys, fs
 
     def slopes(
         self,
