@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
+import contnet
 import odecore
 import pytest
 import torch
@@ -20,8 +22,11 @@ def test_coefficients_of_every_parameter_and_buffer():
     cont = ContinuousModule(r, PiecewiseConstant(pieces=5))
     assert cont.coefficient("2.weight").shape == (5, 16, 16, 3, 3)
     assert cont.coefficient("2.bias").shape == (5, 16)
-    assert cont.coefficient("0.running_mean").shape == (5, 16)
-    assert cont.shared_names == ["0.num_batches_tracked"]
+    # Running statistics are not functions of depth: the caller (an OdeBlock) owns them.
+    assert cont.statistic_names == ["0.running_mean", "0.running_var", "0.num_batches_tracked"]
+    assert cont.buffer_names == [] and cont.shared_names == []
+    with pytest.raises(KeyError, match="running statistic, not a function of depth"):
+        cont.coefficient("0.running_mean")
     # Row-major coefficients: every piece is a contiguous tensor (batch norm is slow
     # on strided statistics).
     assert all(cont.coefficient(n).is_contiguous() for n in cont.names + cont.buffer_names)
@@ -87,8 +92,9 @@ def test_module_runs_on_the_evaluated_tensors(make):
     cont = ContinuousModule(r, PiecewiseLinear(pieces=3)).eval()
     x = torch.randn(5, 3)
     theta = cont.evaluate(0.4)
-    expected = torch.func.functional_call(r, theta, (x,))
-    torch.testing.assert_close(cont(0.4, x), expected, rtol=0, atol=0)
+    statistics = cont.initial_statistics()
+    expected = torch.func.functional_call(r, {**theta, **statistics}, (x,))
+    torch.testing.assert_close(cont(0.4, x, statistics=statistics), expected, rtol=0, atol=0)
     # R's own tensors are back in place, also after a failing call.
     with pytest.raises(RuntimeError):
         cont(0.4, torch.randn(5, 4))
@@ -176,43 +182,102 @@ def test_linear_block_against_the_matrix_exponential():
         assert math.log2(coarse / fine) == pytest.approx(4.0, abs=0.3)
 
 
-def test_batch_norm_statistics_are_functions_of_depth():
-    # Training: step k updates only piece k's statistics, by BatchNorm's own rule.
+def test_without_statistics_batch_norm_uses_the_batch_in_eval_mode_too():
     torch.manual_seed(0)
-    r = nn.Sequential(nn.BatchNorm1d(2, momentum=0.5))
-    block = OdeBlock(r, basis=PiecewiseConstant(pieces=2), n_steps=2, epsilon=1e-9).double()
-    x = torch.randn(64, 2, dtype=F64) * 3 + 1
+    cont = ContinuousModule(nn.Sequential(nn.BatchNorm1d(2)), PiecewiseConstant(pieces=2)).eval()
+    x = torch.randn(64, 2, dtype=torch.float32) * 3 + 1
+    out = cont(0.2, x)
+    torch.testing.assert_close(out.mean(0), torch.zeros(2), rtol=0, atol=1e-5)
+    assert torch.equal(cont.module[0].running_mean, torch.zeros(2))  # R's own: untouched
+
+
+def _spy_inputs(block: OdeBlock) -> list[torch.Tensor]:
+    """Record the input of every evaluation of R in the block's forward passes."""
+    seen: list[torch.Tensor] = []
+    block.continuous.module.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    return seen
+
+
+@pytest.mark.parametrize("method", ["euler", "midpoint", "heun", "rk4", "rk4_38"])
+def test_every_evaluation_has_its_own_running_statistics(method):
+    # Training: evaluation i of a forward pass updates only statistics row i, by
+    # BatchNorm's own rule (momentum 0.5 from mean 0), with the mean of its own input.
+    torch.manual_seed(0)
+    r = nn.Sequential(nn.BatchNorm1d(2, momentum=0.5), nn.Tanh(), nn.Linear(2, 2))
+    block = OdeBlock(r, basis=PiecewiseConstant(pieces=2), solver=method, n_steps=2).double()
+    seen = _spy_inputs(block)
     block.train()
-    block(x)  # epsilon ~ 0: the state stays x, so both steps see the same batch
-    mean = block.continuous.coefficient("0.running_mean")
-    torch.testing.assert_close(mean[0], 0.5 * x.mean(0), rtol=1e-6, atol=1e-9)
-    torch.testing.assert_close(mean[1], 0.5 * x.mean(0), rtol=1e-6, atol=1e-9)
-    # Eval: with distinct statistics per piece, each depth of a new manifestation reads
-    # its own piece's (N_t = 4 over M = 2 pieces: steps 0, 1 -> piece 0; 2, 3 -> piece 1).
+    block(torch.randn(64, 2, dtype=F64) * 3 + 1)
+    stages = len(STAGE_TIMES.get(method, [0.0, 1.0]))
+    assert block.n_evaluations == len(seen) == 2 * stages
+    mean = block.statistics()["0.running_mean"]
+    assert mean.shape == (2 * stages, 2)
+    for i, x in enumerate(seen):
+        torch.testing.assert_close(mean[i], 0.5 * x.mean(0), rtol=1e-12, atol=1e-12)
+    assert block.statistics()["0.num_batches_tracked"].tolist() == [1] * (2 * stages)
+
+
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4", "rk4_38"])
+def test_eval_after_recalibrating_on_a_batch_is_train_mode_on_that_batch(method):
+    # The deterministic test of the issue: statistics measured on one batch, then
+    # eval() and train mode give the same outputs on that batch (up to batch norm's
+    # unbiased variance in the running statistics, which a large batch makes small).
+    torch.manual_seed(0)
+    r = nn.Sequential(nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 4), nn.BatchNorm1d(4),
+                      nn.ReLU(), nn.Linear(4, 4))  # fmt: skip
+    block = OdeBlock(r, basis=PiecewiseConstant(pieces=2), solver=method, n_steps=2,
+                     epsilon=2.0).double()  # fmt: skip
+    x = torch.randn(20000, 4, dtype=F64) * 2 + 1
+    contnet.recalibrate(block, [x])
     with torch.no_grad():
-        mean.copy_(torch.tensor([[10.0, 0.0], [0.0, -10.0]], dtype=F64))
-        block.continuous.coefficient("0.running_var").fill_(1.0)
+        evaluated = block.eval()(x)
+        trained = block.train()(x)
+    torch.testing.assert_close(evaluated, trained, rtol=0, atol=2e-3)
+    # Against the old definition (one set of statistics per piece, blended over the
+    # stages): multi-stage solvers are far off there, which is what this test guards.
+    if method != "euler":
+        blended = block.manifest(n_steps=4).manifest(n_steps=2)  # through carry_statistics
+        with torch.no_grad():
+            assert (blended.eval()(x) - trained).abs().max() > 2e-2
+
+
+def test_carried_statistics_are_the_step_means_as_a_function_of_depth():
+    torch.manual_seed(0)
+    r = nn.Sequential(nn.BatchNorm1d(1))
+    block = OdeBlock(r, basis=PiecewiseConstant(pieces=2), solver="rk4", n_steps=2)
+    with torch.no_grad():
+        block.statistics()["0.running_mean"].copy_(torch.arange(8.0)[:, None])
+        block.statistics()["0.num_batches_tracked"].fill_(3)
+    euler = block.manifest(solver="euler", n_steps=4)  # depths 0, 0.25, 0.5, 0.75
+    assert euler.statistics()["0.running_mean"].flatten().tolist() == [1.5, 1.5, 5.5, 5.5]
+    assert euler.statistics()["0.num_batches_tracked"].tolist() == [0, 0, 0, 0]
+    assert bool(euler.carried) and not bool(block.carried)
+    # The same manifestation shares its statistics; the source's are untouched.
+    same = block.manifest(solver="rk4", n_steps=2)
+    assert same.statistics()["0.running_mean"] is block.statistics()["0.running_mean"]
+    assert block.statistics()["0.running_mean"].flatten().tolist() == list(range(8))
+
+
+def test_carried_statistics_warn_once_in_eval_until_measured():
+    torch.manual_seed(0)
+    block = OdeBlock(nn.Sequential(nn.BatchNorm1d(2)), basis=PiecewiseConstant(pieces=2),
+                     solver="rk4", n_steps=2)  # fmt: skip
+    x = torch.randn(16, 2)
     block.eval()
-    fine = block.manifest(n_steps=4)
-    seen = []
-    forward = fine.continuous.forward
-
-    def spy(t, x, **kwargs):
-        out = forward(t, x, **kwargs)
-        seen.append((t, out[0].detach().clone()))
-        return out
-
-    fine.continuous.forward = spy
-    fine.epsilon = 1.0
-    fine(torch.zeros(1, 2, dtype=F64))
-    pieces = [0 if t < 0.5 else 1 for t, _ in seen]
-    assert pieces == [0, 0, 1, 1]
-    first_out = seen[0][1]
-    w = block.continuous.coefficient("0.weight")[0].detach()
-    b = block.continuous.coefficient("0.bias")[0].detach()
-    eps = r[0].eps
-    torch.testing.assert_close(first_out, (0 - torch.tensor([10.0, 0.0], dtype=F64))
-                               / math.sqrt(1 + eps) * w + b)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        block.manifest(n_steps=4)(x)  # never trained: nothing carried, no warning
+    block.train()(x)
+    fine = block.manifest(n_steps=4).eval()
+    with pytest.warns(UserWarning, match=r"\(rk4, N_t = 4\).*contnet.recalibrate"):
+        fine(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fine(x)  # once
+        measured = block.manifest(n_steps=4)
+        contnet.recalibrate(measured, [x])
+        measured.eval()(x)
+        block.eval()(x)  # the training manifestation itself
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ continuous form and a plain ResNet.
 """
 
 from ._analysis import Convergence, convergence_study, manifestation_sweep
-from ._block import OdeBlock
+from ._block import OdeBlock, carry_statistics
 from ._continuous import ContinuousModule, transfer
 from ._net import (
     ContinuousNet,
@@ -22,6 +22,7 @@ from ._net import (
     make_basis,
     residual_module,
 )
+from ._recalibrate import recalibrate
 from ._refine import RefinementSchedule, carry_optimizer, refine
 
 __version__ = "0.1.0"
@@ -37,9 +38,11 @@ __all__ = [
     "ResidualUnit",
     "Stitch",
     "carry_optimizer",
+    "carry_statistics",
     "convergence_study",
     "make_basis",
     "manifestation_sweep",
+    "recalibrate",
     "refine",
     "residual_module",
     "transfer",

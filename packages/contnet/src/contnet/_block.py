@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import odecore
@@ -13,8 +14,9 @@ import torch
 from odecore import AbstractExplicitRK, ButcherTableau
 from odelayers.basis import AbstractBasis
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _NormBase
 
-from ._continuous import ContinuousModule
+from ._continuous import ContinuousModule, _attr
 
 Solver = str | AbstractExplicitRK
 """A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
@@ -73,7 +75,9 @@ def stage_offsets(solver: AbstractExplicitRK, h: float) -> tuple[float, ...]:
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be a positive integer, got {value!r}.")
+    if value < 1:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     return value
 
@@ -88,6 +92,17 @@ class OdeBlock(nn.Module):
     ``solver``, its method name in ``method``. With Euler, a piecewise-constant basis of
     ``M = n_steps`` pieces and ``epsilon = n_steps`` the block is a ResNet block of
     ``n_steps`` units ``x + R_k(x)``.
+
+    Batch norm: every evaluation of ``R`` (each stage of each step, in the order they
+    are taken) has its own running statistics, as each unit of a ResNet has. RK4 calls
+    ``R`` four times per step on inputs with different distributions; in ``eval()``
+    each call then normalises with the statistics of the inputs it saw in training,
+    and the block computes what it computed in train mode. The statistics belong to
+    the manifestation (solver, ``N_t``): :meth:`manifest` with another one carries
+    them over as a function of depth (:func:`carry_statistics`), and
+    :func:`contnet.recalibrate` measures them on data. Evaluating carried-over
+    statistics in ``eval()`` warns once, until training or recalibration has measured
+    them.
 
     Args:
         module: the residual module ``R`` (keeps the shape of its input).
@@ -138,6 +153,14 @@ class OdeBlock(nn.Module):
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
         self.epsilon = float(epsilon)
+        self._warned = False
+        initial = self.continuous.initial_statistics()
+        n = self.n_evaluations
+        for name, value in initial.items():
+            self.register_buffer(_stat(name), value.expand(n, *value.shape).clone())
+        # True while the statistics were carried over from another manifestation and no
+        # data has passed through this one (a buffer: a saved model keeps it).
+        self.register_buffer("carried", torch.tensor(False))
 
     @property
     def basis(self) -> AbstractBasis:
@@ -160,6 +183,40 @@ class OdeBlock(nn.Module):
         """
         return [[t for t, _ in self._stage_points(k)] for k in range(self.n_steps)]
 
+    @property
+    def n_evaluations(self) -> int:
+        """How many times a forward pass evaluates ``R``: ``n_steps`` times the stages."""
+        return self.n_steps * len(stage_offsets(self.solver, 1.0 / self.n_steps))
+
+    def evaluation_points(self) -> list[tuple[float, bool]]:
+        """``(depth, left)`` of every evaluation of ``R`` in a forward pass, in order
+        (``left``: the weights' limit from the left at that depth)."""
+        return [p for k in range(self.n_steps) for p in self._stage_points(k)]
+
+    def statistics(self) -> dict[str, Tensor]:
+        """The running statistics of ``R`` per evaluation: ``{name: (n_evaluations, ...)}``
+        for every name of :attr:`ContinuousModule.statistic_names` (views of the buffers)."""
+        return {name: getattr(self, _stat(name)) for name in self.continuous.statistic_names}
+
+    def reset_statistics(self) -> None:
+        """Every evaluation's running statistics back to those of a freshly reset ``R``
+        (batch norm: mean 0, variance 1, no batch counted)."""
+        fresh = copy.deepcopy(self.continuous.module)
+        for m in fresh.modules():
+            if isinstance(m, _NormBase):
+                m.reset_running_stats()
+        own = dict(fresh.named_buffers())
+        with torch.no_grad():
+            for name, value in self.statistics().items():
+                value.copy_(own[name])
+        self.carried.fill_(False)
+
+    def _per_evaluation(self) -> Iterator[dict[str, Tensor] | None]:
+        """The statistics of each evaluation in turn (``None`` when ``R`` has none)."""
+        stats = {name: t.unbind(0) for name, t in self.statistics().items()}
+        for i in range(self.n_evaluations):
+            yield {name: t[i] for name, t in stats.items()} if stats else None
+
     def _stage_points(self, k: int) -> list[tuple[float, bool]]:
         """``(depth, left)`` of every stage of step ``k``, in the order they are taken."""
         h = 1.0 / self.n_steps
@@ -179,34 +236,128 @@ class OdeBlock(nn.Module):
         left: bool = False,
         slices: dict[str, tuple[Tensor, ...]] | None = None,
     ) -> Tensor:
-        """``epsilon * R(x; theta(t))`` (``left``: the weights' limit from the left)."""
+        """``epsilon * R(x; theta(t))`` (``left``: the weights' limit from the left).
+
+        Outside a forward pass there is no evaluation whose running statistics apply:
+        batch norms in ``R`` normalise with the statistics of ``x``.
+        """
         out: Tensor = self.continuous(t, x, left=left, slices=slices) * self.epsilon
         return out
 
     def _step_field(
-        self, k: int, h: float, slices: dict[str, tuple[Tensor, ...]], s: float, x: Tensor
+        self,
+        k: int,
+        h: float,
+        slices: dict[str, tuple[Tensor, ...]],
+        statistics: Iterator[dict[str, Tensor] | None],
+        s: float,
+        x: Tensor,
     ) -> Tensor:
-        """The field of step ``k`` in its local time ``s`` in ``[0, h]``."""
+        """The field of step ``k`` in its local time ``s`` in ``[0, h]``; each call takes
+        the next evaluation's running statistics."""
         t, left = self._depth(k, s, h)
-        return self.field(t, x, left=left, slices=slices)
+        out: Tensor = self.continuous(t, x, left=left, slices=slices, statistics=next(statistics))
+        return out * self.epsilon
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            self.carried.fill_(False)
+        elif not self._warned and self.continuous.statistic_names and bool(self.carried):
+            self._warned = True
+            warnings.warn(
+                f"This OdeBlock ({self.method}, N_t = {self.n_steps}) is evaluated in eval() "
+                "with batch-norm statistics carried over from another manifestation, not "
+                "measured in this one; its outputs can be far from what the trained "
+                "network computes. Call contnet.recalibrate(net, batches) on a few "
+                "training batches first.",
+                stacklevel=2,
+            )
         h = 1.0 / self.n_steps
         slices = self.continuous.slices()
+        statistics = self._per_evaluation()
         for k in range(self.n_steps):
-            f = functools.partial(self._step_field, k, h, slices)
+            f = functools.partial(self._step_field, k, h, slices, statistics)
             x = take_step(self.solver, f, h, x)
         return x
 
     def manifest(self, *, solver: Solver | None = None, n_steps: int | None = None) -> OdeBlock:
-        """The same weights evaluated with another solver or step count (shared, not copied)."""
+        """The same weights evaluated with another solver or step count (shared, not copied).
+
+        The same (solver, ``N_t``) shares the running statistics too; another one gets
+        its own, carried over by :func:`carry_statistics`.
+        """
         out = copy.copy(self)
         out._modules = dict(self._modules)
         if solver is not None:
             out.method, out.solver = fixed_solver(solver)
         if n_steps is not None:
             out.n_steps = _positive_int("n_steps", n_steps)
+        if (out.solver, out.n_steps) == (self.solver, self.n_steps):
+            return out
+        out._buffers = dict(self._buffers)
+        carried = carry_statistics(self.statistics(), self.n_steps, out.evaluation_points())
+        for name, value in carried.items():
+            out._buffers[_stat(name)] = value
+        seen = bool(self.carried) or any(
+            bool((v > 0).any()) for v in self.statistics().values() if not v.is_floating_point()
+        )
+        out._buffers["carried"] = torch.tensor(seen and bool(carried), device=self.carried.device)
+        out._warned = False
         return out
 
     def extra_repr(self) -> str:
         return f"method={self.method!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"
+
+
+def _stat(name: str) -> str:
+    return "statistics__" + _attr(name)
+
+
+def carry_statistics(
+    statistics: dict[str, Tensor], n_steps: int, target: list[tuple[float, bool]]
+) -> dict[str, Tensor]:
+    """Running statistics for evaluations at ``target`` from a manifestation of ``n_steps``.
+
+    The source's statistics become a function of depth: on each of its steps
+    ``[k / n_steps, (k + 1) / n_steps)`` the mean over that step's evaluations. Each
+    target evaluation ``(depth, left)`` takes the value of the step it lies in (a left
+    limit, the last stage of a step, belongs to the step that ends there). Counters
+    (``num_batches_tracked``) start at zero. As a function of depth the carried
+    statistics give every manifestation the same ODE, so a convergence study in
+    ``N_t`` keeps the solver's order; with ``N_t = M`` steps on ``M`` pieces they are
+    each piece's statistics. They are not what data through the target manifestation
+    gives: :func:`recalibrate` measures that.
+
+    Args:
+        statistics: ``{name: (n_steps * stages, ...)}`` in the order of evaluation, as
+            :meth:`OdeBlock.statistics` gives them.
+        n_steps: the source's ``N_t``.
+        target: the ``(depth, left)`` of every target evaluation, in order.
+
+    Returns:
+        ``{name: (len(target), ...)}``, new tensors.
+
+    Example:
+        >>> import torch
+        >>> from contnet import carry_statistics
+        >>> stats = {"running_mean": torch.tensor([[0.0], [2.0], [4.0], [6.0]])}  # 2 steps x 2
+        >>> carry_statistics(stats, 2, [(0.0, False), (0.5, True), (0.5, False)])["running_mean"]
+        tensor([[1.],
+                [1.],
+                [5.]])
+    """
+    steps = []
+    for depth, left in target:
+        position = depth * n_steps
+        k = math.ceil(position - 1e-9) - 1 if left else math.floor(position + 1e-9)
+        steps.append(min(max(k, 0), n_steps - 1))
+    index = torch.tensor(steps)
+    out = {}
+    for name, value in statistics.items():
+        per_step = value.reshape(n_steps, -1, *value.shape[1:])
+        if value.is_floating_point():
+            out[name] = per_step.mean(1)[index.to(value.device)]
+        else:
+            out[name] = torch.zeros((len(target), *value.shape[1:]), dtype=value.dtype,
+                                    device=value.device)  # fmt: skip
+    return out

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.utils import parametrize
 
 
@@ -34,17 +35,24 @@ class ContinuousModule(nn.Module):
     Every entry ``w`` of ``R`` becomes ``w(t) = sum_b phi_b(t) w_b`` with ``basis.size``
     coefficients ``w_b`` (a ``M x 16 x 16 x 3 x 3`` tensor for a 16 -> 16 3x3
     convolution). :meth:`forward` evaluates them at ``t`` and runs ``R`` with
-    ``torch.func.functional_call``. Batch-norm running statistics are expansions as
-    well: in training mode the update that ``R`` makes at depth ``t`` is spread over
-    the coefficients in proportion to ``phi(t)``, so the statistics at ``t`` move exactly
-    as ``R``'s would (for piecewise-constant bases: the piece's own statistics).
+    ``torch.func.functional_call``.
+
+    Running statistics of normalisation layers (batch norm's ``running_mean``,
+    ``running_var`` and ``num_batches_tracked``, :attr:`statistic_names`) are not
+    functions of depth: they describe the inputs of one call of ``R`` in a manifested
+    network, and a multi-stage solver calls ``R`` on differently distributed inputs at
+    one depth. The caller owns them and passes them to :meth:`forward`
+    (:class:`~contnet.OdeBlock` keeps one set per evaluation); without them ``R``
+    normalises with the statistics of its batch, in train and eval mode alike.
 
     Initialisation: with a piecewise basis each coefficient is a fresh initialisation of
     ``R`` (like the independent units of a ResNet); with a smooth basis the constant
     part is ``R``'s initial value and the rest zero.
 
     Args:
-        module: the residual module ``R``; its own tensors are not used afterwards.
+        module: the residual module ``R``; its own tensors are not used afterwards
+            (its running statistics are the initial value of a caller's, see
+            :meth:`initial_statistics`).
         basis: the depth basis, on the depth interval of the block (usually ``[0, 1]``).
 
     Example:
@@ -71,8 +79,10 @@ class ContinuousModule(nn.Module):
         self.template = [module]  # a list: not a submodule, its tensors are not ours
         self.coefficients = nn.ParameterDict()
         self.names = [name for name, _ in module.named_parameters()]
-        self.buffer_names = [n for n, b in module.named_buffers() if b.is_floating_point()]
-        self.shared_names = [n for n, b in module.named_buffers() if not b.is_floating_point()]
+        self.statistic_names = statistic_names(module)
+        buffers = [(n, b) for n, b in module.named_buffers() if n not in self.statistic_names]
+        self.buffer_names = [n for n, b in buffers if b.is_floating_point()]
+        self.shared_names = [n for n, b in buffers if not b.is_floating_point()]
         m = basis.size
         if _partition_of_unity(basis):
             copies = []
@@ -88,7 +98,7 @@ class ContinuousModule(nn.Module):
                 self.coefficients[_attr(name)] = nn.Parameter(
                     project(p.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis)
                 )
-        for name, b in module.named_buffers():
+        for name, b in buffers:
             if b.is_floating_point():
                 value = project(
                     b.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis
@@ -116,6 +126,11 @@ class ContinuousModule(nn.Module):
         if name in self.buffer_names:
             out: Tensor = getattr(self, "buffer__" + _attr(name))
             return out
+        if name in self.statistic_names:
+            raise KeyError(
+                f"`{name}` is a running statistic, not a function of depth: an OdeBlock "
+                "holds one per evaluation (OdeBlock.statistics())."
+            )
         raise KeyError(f"`{name}` is not a parameter or floating buffer of the module.")
 
     def shared(self, name: str) -> Tensor:
@@ -165,6 +180,11 @@ class ContinuousModule(nn.Module):
             out[name] = self.shared(name)
         return out
 
+    def initial_statistics(self) -> dict[str, Tensor]:
+        """A fresh copy of ``R``'s own running statistics (the initial value of a caller's)."""
+        own = dict(self.module.named_buffers())
+        return {name: own[name].detach().clone() for name in self.statistic_names}
+
     def forward(
         self,
         t: float,
@@ -172,34 +192,26 @@ class ContinuousModule(nn.Module):
         *,
         left: bool = False,
         slices: dict[str, tuple[Tensor, ...]] | None = None,
+        statistics: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
         """``R(x; theta(t))``, with ``theta``'s left limit at ``t`` if ``left``.
 
-        In training mode the running statistics that ``R`` updates are spread over
-        the coefficients in proportion to the basis values at ``t``. ``slices`` as
-        for :meth:`evaluate`.
+        Args:
+            t: the depth.
+            x: the input of ``R``.
+            left: read the weights' limit from the left at ``t``.
+            slices: the result of :meth:`slices`, taken once for many evaluations.
+            statistics: the running statistics of this call, ``{name: tensor}`` for
+                every name of :attr:`statistic_names`; in training mode ``R`` updates
+                them in place, by its own rule. ``None``: ``R`` normalises with the
+                statistics of its batch and updates nothing.
         """
-        terms = self.weights(t, left=left)
-        tensors = self._evaluate(terms, slices)
-        if not (self.training and self.buffer_names) or terms == [(terms[0][0], 1.0)]:
-            # No update, or one coefficient is the value: R updates it in place itself.
-            return self._call(tensors, x)
-        # R updates its running statistics in place: hand it copies, then spread the
-        # change over the coefficients in proportion to phi(t).
-        before = {n: tensors[n] for n in self.buffer_names}
-        for n in self.buffer_names:
-            tensors[n] = before[n].clone()
-        out = self._call(tensors, x)
-        norm = sum(w * w for _, w in terms)
-        with torch.no_grad():
-            for name in self.buffer_names:
-                delta = tensors[name] - before[name]
-                coefficients = self.coefficient(name)
-                for i, w in terms:
-                    coefficients[i].add_(delta, alpha=w / norm)
-        return out
+        tensors: dict[str, Tensor | None] = dict(self.evaluate(t, left=left, slices=slices))
+        for name in self.statistic_names:
+            tensors[name] = None if statistics is None else statistics[name]
+        return self._call(tensors, x)
 
-    def _call(self, tensors: dict[str, Tensor], x: Tensor) -> Tensor:
+    def _call(self, tensors: dict[str, Tensor | None], x: Tensor) -> Tensor:
         """``R(x)`` with ``tensors`` in place of its own.
 
         Plain modules get the tensors put into their parameter and buffer slots and
@@ -262,8 +274,20 @@ def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis)
     return project(coefficients, source, target)
 
 
+def statistic_names(module: nn.Module) -> list[str]:
+    """The running statistics of ``module``'s normalisation layers, by buffer name:
+    ``running_mean``, ``running_var`` and ``num_batches_tracked`` of every batch or
+    instance norm that tracks them."""
+    out = []
+    for prefix, m in module.named_modules():
+        if isinstance(m, _NormBase) and m.track_running_stats:
+            dot = f"{prefix}." if prefix else ""
+            out += [dot + n for n, b in m.named_buffers(recurse=False) if b is not None]
+    return out
+
+
 def _slots(
-    module: nn.Module, tensors: dict[str, Tensor]
+    module: nn.Module, tensors: Mapping[str, Tensor | None]
 ) -> list[tuple[dict[str, Tensor | None], str, str]]:
     """Where each of ``tensors`` lives in ``module``: ``(table, key, name)``; empty when
     a plain swap would be wrong (tied tensors, parametrizations)."""

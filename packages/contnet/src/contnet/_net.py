@@ -281,10 +281,13 @@ class ContinuousNet(nn.Module):
             net.head.load_state_dict(resnet.head.state_dict())
             for block, block_units in zip(net.ode_blocks(), units):
                 cont = block.continuous
+                statistics = block.statistics()
                 for k, unit in enumerate(block_units):
                     state = unit.stages[0].state_dict()
                     for name in cont.names + cont.buffer_names:
                         cont.coefficient(name)[k].copy_(state[name])
+                    for name, value in statistics.items():
+                        value[k].copy_(state[name])
                 last = block_units[-1].stages[0].state_dict()
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
@@ -358,17 +361,19 @@ class ResNetBlock(nn.Module):
 
     @classmethod
     def from_ode_block(cls, block: OdeBlock) -> ResNetBlock:
-        """The block's current manifestation, one unit per step."""
+        """The block's current manifestation, one unit per step: each stage a copy of
+        ``R`` with the weights at its depth and the running statistics of its evaluation."""
         cont = block.continuous
+        statistics = block._per_evaluation()
         units = []
         for k in range(block.n_steps):
             stages = []
             for t, left in block._stage_points(k):
+                tensors = {**cont.evaluate(t, left=left), **(next(statistics) or {})}
                 module = copy.deepcopy(cont.module)
-                theta = cont.evaluate(t, left=left)
                 with torch.no_grad():
                     module.load_state_dict(
-                        {k: v.detach().clone() for k, v in theta.items()}, assign=True
+                        {k: v.detach().clone() for k, v in tensors.items()}, assign=True
                     )
                 stages.append(module)
             units.append(ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon))

@@ -11,7 +11,7 @@ import torch
 from odelayers.basis import AbstractBasis, PiecewiseConstant, PiecewiseLinear
 from torch import Tensor
 
-from ._block import Solver, fixed_solver
+from ._block import Solver, _positive_int, fixed_solver
 from ._continuous import transfer
 from ._net import BASES, ContinuousNet, make_basis
 
@@ -48,7 +48,10 @@ def refine(
     two with its value copied: the weight function is exactly the same). Otherwise
     each given kind changes alone: ``n_steps`` (time step), ``n_basis`` (weights,
     projected in L2 for bases other than piecewise constant), ``solver`` (integrator).
-    ``net`` is left unchanged.
+    ``net`` is left unchanged. A new (solver, ``N_t``) gets its batch-norm running
+    statistics carried over from ``net``'s as a function of depth
+    (:func:`carry_statistics`); training measures them again, and
+    :func:`recalibrate` does so without training.
 
     Args:
         net: the network to refine.
@@ -62,8 +65,10 @@ def refine(
         :func:`carry_optimizer` needs).
 
     Raises:
-        ValueError: for an unknown method or an adaptive solver, or a basis that cannot
-            be refined.
+        TypeError: if ``net`` is not a ContinuousNet, or ``n_steps`` or ``n_basis`` is
+            not an integer.
+        ValueError: for an unknown method or an adaptive solver, an ``n_steps`` or
+            ``n_basis`` below 1, or a basis that cannot be refined.
 
     Example:
         >>> from contnet import ContinuousNet, refine
@@ -74,16 +79,21 @@ def refine(
         >>> maps["blocks.0.continuous.coefficients.2__weight"][1]
         PiecewiseConstant(t0=0.0, t1=1.0, pieces=4)
     """
+    if not isinstance(net, ContinuousNet):
+        raise TypeError(f"`net` must be a contnet.ContinuousNet, got {type(net).__name__}.")
+    if n_steps is not None:
+        _positive_int("n_steps", n_steps)
+    if n_basis is not None:
+        _positive_int("n_basis", n_basis)
+    if solver is not None:
+        fixed_solver(solver)
     double = n_steps is None and n_basis is None and solver is None
     new = copy.deepcopy(net)
     maps: dict[str, tuple[AbstractBasis, AbstractBasis]] = {}
     for b, block in enumerate(new.ode_blocks()):
-        if double:
-            block.n_steps = 2 * block.n_steps
-        elif n_steps is not None:
-            block.n_steps = n_steps
-        if solver is not None:
-            block.method, block.solver = fixed_solver(solver)
+        # A new manifestation carries the running statistics over (OdeBlock.manifest).
+        block = block.manifest(solver=solver, n_steps=2 * block.n_steps if double else n_steps)
+        new.blocks[b] = block
         cont = block.continuous
         old, target = cont.basis, _refined_basis(cont.basis, n_basis, double)
         if target is old:

@@ -1,0 +1,97 @@
+"""``recalibrate``: batch-norm running statistics measured again on data, without training."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _NormBase
+
+from ._block import OdeBlock
+
+
+def recalibrate(net: nn.Module, batches: Iterable[Tensor | Sequence[Tensor]]) -> nn.Module:
+    """Measure every running statistic of ``net`` on ``batches``, as their plain average.
+
+    Every normalisation layer that tracks running statistics (the batch norms of the
+    stem, stitches and head, and those of every residual module ``R``, one set per
+    evaluation of an :class:`OdeBlock`) is reset, then ``net`` runs ``batches`` in
+    train mode without gradients, with a cumulative average (``momentum=None``) in
+    place of the running one: each statistic ends as the mean over the batches of its
+    batch statistics, and nothing from before remains. No parameter changes. The
+    momenta and the train/eval mode are restored, and statistics carried over from
+    another manifestation count as measured.
+
+    Use it after :meth:`ContinuousNet.manifest` or :func:`refine` with another solver
+    or ``N_t`` (evaluating the carried-over statistics in ``eval()`` warns), or
+    whenever running averages lag behind the weights, e.g. after a loss spike.
+
+    Args:
+        net: a :class:`ContinuousNet`, or any module (its OdeBlocks and normalisation
+            layers are found among its submodules).
+        batches: inputs of ``net``: tensors, or ``(inputs, targets, ...)`` tuples or
+            lists whose first entry is used. A few dozen training batches are usually
+            enough. They are moved to the device of ``net``'s first parameter.
+
+    Returns:
+        ``net`` itself.
+
+    Raises:
+        TypeError: if ``net`` is not a module, or a batch is neither a tensor nor a
+            sequence starting with one.
+        ValueError: if ``batches`` is empty.
+
+    Example:
+        >>> import torch
+        >>> import contnet
+        >>> net = contnet.ContinuousNet(in_channels=1, channels=(4, 4, 4), solver="rk4")
+        >>> coarse = net.manifest(n_steps=4)            # statistics carried over
+        >>> data = [torch.randn(16, 1, 28, 28) for _ in range(3)]
+        >>> _ = contnet.recalibrate(coarse, data).eval()
+        >>> coarse(data[0]).shape
+        torch.Size([16, 10])
+    """
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"`net` must be an nn.Module, got {type(net).__name__}.")
+    stream = iter(batches)
+    first = next(stream, None)
+    if first is None:  # before anything is reset
+        raise ValueError("`batches` gave no batch; recalibrate needs at least one.")
+    blocks = [m for m in net.modules() if isinstance(m, OdeBlock)]
+    modules = list(net.modules())
+    for block in blocks:  # R is not a submodule of its block
+        modules += list(block.continuous.module.modules())
+    norms = [m for m in modules if isinstance(m, _NormBase) and m.track_running_stats]
+    parameter = next(net.parameters(), None)
+    device = parameter.device if parameter is not None else None
+    momenta = [m.momentum for m in norms]
+    modes = {m: m.training for m in modules}
+    for block in blocks:
+        block.reset_statistics()
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    try:
+        net.train()
+        with torch.no_grad():
+            for n, batch in enumerate(itertools.chain([first], stream)):
+                net(_inputs(batch, n).to(device))
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+        for m, mode in modes.items():
+            m.training = mode
+    return net
+
+
+def _inputs(batch: object, n: int) -> Tensor:
+    if isinstance(batch, Tensor):
+        return batch
+    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+        return batch[0]
+    raise TypeError(
+        f"`batches`: batch {n} is a {type(batch).__name__}; expected a tensor of inputs or "
+        "an (inputs, targets) tuple."
+    )
