@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import contnet
 import odecore
 import pytest
 import torch
@@ -17,6 +20,8 @@ from contnet import (
 from torch import nn
 
 F64 = torch.float64
+# Manifestations of trained nets evaluate carried-over statistics on purpose here.
+pytestmark = pytest.mark.filterwarnings("ignore:This OdeBlock")
 
 
 def small(**kwargs) -> ContinuousNet:
@@ -255,3 +260,166 @@ def test_a_solver_object_is_named_by_its_first_method_name(name):
     """``heun`` and ``heun2`` are one solver: an object reads back as ``heun``."""
     net = ContinuousNet(1, 10, (4, 4, 4), solver=odecore.FIXED_METHODS[name]())
     assert net.method == name
+
+
+def _bn_eval_gap(net: ContinuousNet, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Held-out accuracy in train mode (batch statistics) minus in eval()."""
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    with torch.no_grad():
+        train_mode = (net.train()(x).argmax(1) == y).float().mean()
+        net.load_state_dict(state)
+        evaluated = (net.eval()(x).argmax(1) == y).float().mean()
+    return float(train_mode - evaluated)
+
+
+def _images(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` Fashion-MNIST training images where Debian's package is installed, else
+    ten classes of noisy oriented gratings made here."""
+    import gzip
+    from pathlib import Path
+
+    folder = Path("/usr/share/datasets/fashion-mnist")
+    g = torch.Generator().manual_seed(0)
+    if (folder / "train-images-idx3-ubyte.gz").exists():
+        with gzip.open(folder / "train-images-idx3-ubyte.gz") as f:
+            x = torch.frombuffer(bytearray(f.read()[16:]), dtype=torch.uint8)
+        with gzip.open(folder / "train-labels-idx1-ubyte.gz") as f:
+            y = torch.frombuffer(bytearray(f.read()[8:]), dtype=torch.uint8).long()
+        idx = torch.randperm(len(y), generator=g)[:n]
+        return (x.view(-1, 1, 28, 28)[idx].float() / 255 - 0.286) / 0.353, y[idx]
+    y = torch.randint(0, 10, (n,), generator=g)
+    grid = torch.linspace(-1, 1, 28)
+    angle = y.float()[:, None, None] * math.pi / 10
+    u = grid[None, :, None] * torch.cos(angle) + grid[None, None, :] * torch.sin(angle)
+    x = torch.sin(6 * u) + 0.8 * torch.randn(n, 28, 28, generator=g)
+    return x[:, None], y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4"])
+def test_a_trained_net_keeps_its_train_mode_accuracy_in_eval(method):
+    # Train briefly, measure the statistics on the training batches (a short run's
+    # running averages lag behind its weights, which is not what this tests), then
+    # eval() at the training manifestation must give train mode's held-out accuracy.
+    # With one set of statistics per piece, blended over the stages, RK4 lost 40-60
+    # points here on Fashion-MNIST.
+    x, y = _images(512 + 1000)
+    (xtr, ytr), (xte, yte) = (x[:512], y[:512]), (x[512:], y[512:])
+    torch.manual_seed(0)
+    net = ContinuousNet(in_channels=1, channels=(8, 16, 16), n_steps=2, solver=method)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    for epoch in range(3):
+        for group in opt.param_groups:
+            group["lr"] = 0.1 if epoch < 2 else 0.01
+        net.train()
+        for i in range(0, 512, 64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(xtr[i : i + 64]), ytr[i : i + 64]).backward()
+            opt.step()
+    contnet.recalibrate(net, [xtr[i : i + 64] for i in range(0, 512, 64)])
+    assert abs(_bn_eval_gap(net, xte, yte)) <= 0.02
+
+
+def test_to_resnet_carries_every_evaluations_statistics():
+    net = small(solver="rk4", n_steps=2)
+    stats = net.blocks[0].statistics()["0.running_mean"]
+    assert not torch.equal(stats[0], stats[1])  # trained: distinct per evaluation
+    units = net.to_resnet().resnet_blocks()[0].residual_units()
+    exported = torch.stack([s[0].running_mean for u in units for s in u.stages])
+    assert torch.equal(exported, stats)
+
+
+def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
+    net = small(n_steps=2)
+    finer, _ = refine(net)
+    with torch.no_grad():
+        assert torch.equal(finer.manifest(n_steps=2)(X), net(X))
+
+
+def test_the_carried_flag_is_saved_with_the_model():
+    net = small(solver="rk4", n_steps=2)
+    fine = net.manifest(n_steps=4)
+    state = fine.state_dict()
+    assert bool(state["blocks.0.carried"]) and not bool(net.state_dict()["blocks.0.carried"])
+    other = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
+                          n_steps=4, n_basis=2).double()  # fmt: skip
+    other.load_state_dict(state)
+    with pytest.warns(UserWarning, match="carried over"):
+        other.eval()(X)
+
+
+def test_recalibrate_measures_the_plain_average_and_keeps_the_rest():
+    net = small(solver="midpoint", n_steps=2)
+    params = {k: p.detach().clone() for k, p in net.named_parameters()}
+    momenta = [m.momentum for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
+    batches = [torch.randn(8, 1, 12, 12, dtype=F64) * (1 + k) for k in range(3)]
+    seen: list[torch.Tensor] = []
+    net.head[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    out = contnet.recalibrate(net, batches)
+    assert out is net and not net.training
+    # The head's batch norm: the mean over the batches of each batch's mean.
+    expected = torch.stack([s.mean((0, 2, 3)) for s in seen]).mean(0)
+    torch.testing.assert_close(net.head[0].running_mean, expected, rtol=1e-12, atol=1e-12)
+    assert net.blocks[0].statistics()["0.num_batches_tracked"].tolist() == [3, 3, 3, 3]
+    assert all(torch.equal(p, params[k]) for k, p in net.named_parameters())
+    assert [m.momentum for m in net.modules() if isinstance(m, nn.BatchNorm2d)] == momenta
+
+
+@pytest.mark.parametrize(
+    ("batches", "error", "match"),
+    [
+        ([], ValueError, r"`batches` gave no batch"),
+        (iter([]), ValueError, r"`batches` gave no batch"),
+        ([[1, 2]], TypeError, r"`batches`: batch 0 is a list"),
+    ],
+)
+def test_recalibrate_bad_batches(batches, error, match):
+    net = small(solver="rk4", n_steps=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with pytest.raises(error, match=match):
+        contnet.recalibrate(net, batches)
+    if error is ValueError:  # refused before anything was reset
+        assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
+def test_recalibrate_takes_input_target_pairs():
+    net = small(solver="rk4", n_steps=2)
+    pairs = [(torch.randn(8, 1, 12, 12, dtype=F64), torch.zeros(8))]
+    a = contnet.recalibrate(net, pairs).state_dict()
+    b = contnet.recalibrate(small(solver="rk4", n_steps=2), [pairs[0][0]]).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_manifestation_sweep_recalibrates_copies():
+    net = small(solver="rk4", n_steps=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    batches = [torch.randn(8, 1, 12, 12, dtype=F64)]
+
+    def head_mean(m: ContinuousNet) -> float:
+        return float(m.head[0].running_mean.sum())
+
+    grid = manifestation_sweep(net, head_mean, solvers=["rk4"], n_steps=[2, 4], batches=batches)
+    assert grid[("rk4", 2)] != pytest.approx(float(before["head.0.running_mean"].sum()))
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n_steps": -3}, ValueError, r"`n_steps` must be a positive integer, got -3"),
+        ({"n_steps": 0}, ValueError, r"`n_steps` must be a positive integer, got 0"),
+        ({"n_steps": 2.5}, TypeError, r"`n_steps` must be a positive integer, got 2.5"),
+        ({"n_steps": True}, TypeError, r"`n_steps` must be a positive integer, got True"),
+        ({"n_basis": 0}, ValueError, r"`n_basis` must be a positive integer, got 0"),
+        ({"n_basis": "4"}, TypeError, r"`n_basis` must be a positive integer, got '4'"),
+        ({"solver": "dopri5"}, ValueError, r"Unknown `solver` 'dopri5'"),
+    ],
+)
+def test_refine_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        refine(small(), **kwargs)
+
+
+def test_refine_needs_a_continuousnet():
+    with pytest.raises(TypeError, match=r"`net` must be a contnet.ContinuousNet, got Linear"):
+        refine(nn.Linear(2, 2))

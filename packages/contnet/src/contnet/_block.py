@@ -21,6 +21,8 @@ from ._continuous import ContinuousModule, _attr
 Solver = str | AbstractExplicitRK
 """A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
 Field = Callable[[float, Tensor], Tensor]
+CARRIED = r"This OdeBlock .* with batch-norm statistics carried over"
+"""What the warning on evaluating carried-over statistics matches (for filters)."""
 
 
 def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:

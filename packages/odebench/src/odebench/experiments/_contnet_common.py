@@ -13,6 +13,7 @@ download.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,44 +53,13 @@ def batches(data: Dataset, batch: int, seed: int) -> Iterator[tuple[torch.Tensor
 def recalibrate(
     net: contnet.ContinuousNet, data: Dataset, n_batches: int, batch: int, seed: int
 ) -> None:
-    """Running statistics of ``net`` as the plain average over every batch-norm call.
-
-    Train mode, no gradients, ``n_batches`` batches of ``data``. Before each call a
-    batch norm's momentum is set to ``1 / (n + 1)``, ``n`` the calls so far on the
-    statistics tensor it is about to update (each depth piece of a residual module has
-    its own, visited once per stage and step in it), so every piece ends with the
-    average of all its calls and the old statistics are discarded. The momenta are
-    restored and ``net`` is left in eval mode.
-    """
-    modules = list(net.modules())
-    for block in net.ode_blocks():  # the residual modules' templates
-        modules += list(block.continuous.module.modules())
-    norms = [m for m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    momenta = [m.momentum for m in norms]
-    counts: dict[int, int] = {}
-
-    def count(module: nn.Module, args: object) -> None:
-        bn = cast(nn.modules.batchnorm._BatchNorm, module)
-        key = cast(torch.Tensor, bn.running_mean).data_ptr()
-        n = counts.get(key, 0)
-        bn.momentum = 1.0 / (n + 1)
-        counts[key] = n + 1
-
-    hooks = [m.register_forward_pre_hook(count) for m in norms]
+    """:func:`contnet.recalibrate` on the first ``n_batches`` batches of ``data`` in
+    the order ``seed`` draws (each running statistic: the plain average of its batch
+    statistics); ``net`` is left in eval mode."""
     device = next(net.parameters()).device
-    net.train()
-    try:
-        with torch.no_grad():
-            for k, (images, _) in enumerate(batches(data, batch, seed)):
-                if k >= n_batches:
-                    break
-                net(data.normalize(images.to(device)))
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for m, momentum in zip(norms, momenta):
-            m.momentum = momentum
-        net.eval()
+    chosen = itertools.islice(batches(data, batch, seed), n_batches)
+    contnet.recalibrate(net, (data.normalize(images.to(device)) for images, _ in chosen))
+    net.eval()
 
 
 @dataclass(frozen=True)
