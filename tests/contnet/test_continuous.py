@@ -217,6 +217,7 @@ def test_every_evaluation_has_its_own_running_statistics(method):
     assert block.statistics()["0.num_batches_tracked"].tolist() == [1] * (2 * stages)
 
 
+@pytest.mark.filterwarnings("ignore:This OdeBlock")  # the blended statistics, on purpose
 @pytest.mark.parametrize("method", ["euler", "midpoint", "rk4", "rk4_38"])
 def test_eval_after_recalibrating_on_a_batch_is_train_mode_on_that_batch(method):
     # The deterministic test of the issue: statistics measured on one batch, then
@@ -250,8 +251,8 @@ def test_carried_statistics_are_the_step_means_as_a_function_of_depth():
         block.statistics()["0.num_batches_tracked"].fill_(3)
     euler = block.manifest(solver="euler", n_steps=4)  # depths 0, 0.25, 0.5, 0.75
     assert euler.statistics()["0.running_mean"].flatten().tolist() == [1.5, 1.5, 5.5, 5.5]
-    assert euler.statistics()["0.num_batches_tracked"].tolist() == [0, 0, 0, 0]
-    assert bool(euler.carried) and not bool(block.carried)
+    assert euler.statistics()["0.num_batches_tracked"].tolist() == [3, 3, 3, 3]
+    assert euler.carried.tolist() == [True] * 4 and not block.carried.any()
     # The same manifestation shares its statistics; the source's are untouched.
     same = block.manifest(solver="rk4", n_steps=2)
     assert same.statistics()["0.running_mean"] is block.statistics()["0.running_mean"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import contnet
 import odecore
@@ -332,15 +333,20 @@ def test_to_resnet_carries_every_evaluations_statistics():
 def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
     net = small(n_steps=2)
     finer, _ = refine(net)
-    with torch.no_grad():
-        assert torch.equal(finer.manifest(n_steps=2)(X), net(X))
+    assert finer.blocks[0].carried.tolist() == [False, True, False, True]
+    back = finer.manifest(n_steps=2)
+    assert not back.blocks[0].carried.any()  # the measured statistics themselves
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            assert torch.equal(back(X), net(X))
 
 
 def test_the_carried_flag_is_saved_with_the_model():
     net = small(solver="rk4", n_steps=2)
     fine = net.manifest(n_steps=4)
     state = fine.state_dict()
-    assert bool(state["blocks.0.carried"]) and not bool(net.state_dict()["blocks.0.carried"])
+    assert state["blocks.0.carried"].all() and not net.state_dict()["blocks.0.carried"].any()
     other = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
                           n_steps=4, n_basis=2).double()  # fmt: skip
     other.load_state_dict(state)

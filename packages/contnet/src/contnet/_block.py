@@ -133,6 +133,7 @@ class OdeBlock(nn.Module):
     """
 
     continuous: ContinuousModule
+    carried: Tensor
 
     def __init__(
         self,
@@ -160,9 +161,10 @@ class OdeBlock(nn.Module):
         n = self.n_evaluations
         for name, value in initial.items():
             self.register_buffer(_stat(name), value.expand(n, *value.shape).clone())
-        # True while the statistics were carried over from another manifestation and no
-        # data has passed through this one (a buffer: a saved model keeps it).
-        self.register_buffer("carried", torch.tensor(False))
+        # Per evaluation: True while its statistics were carried over from another
+        # manifestation and are not that one's measured ones, until data passes through
+        # this one (a buffer: a saved model keeps it).
+        self.register_buffer("carried", torch.zeros(n, dtype=torch.bool))
 
     @property
     def basis(self) -> AbstractBasis:
@@ -264,7 +266,7 @@ class OdeBlock(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
             self.carried.fill_(False)
-        elif not self._warned and self.continuous.statistic_names and bool(self.carried):
+        elif not self._warned and self.continuous.statistic_names and bool(self.carried.any()):
             self._warned = True
             warnings.warn(
                 f"This OdeBlock ({self.method}, N_t = {self.n_steps}) is evaluated in eval() "
@@ -297,13 +299,21 @@ class OdeBlock(nn.Module):
         if (out.solver, out.n_steps) == (self.solver, self.n_steps):
             return out
         out._buffers = dict(self._buffers)
-        carried = carry_statistics(self.statistics(), self.n_steps, out.evaluation_points())
-        for name, value in carried.items():
+        source, target = self.evaluation_points(), out.evaluation_points()
+        statistics = self.statistics()
+        for name, value in carry_statistics(statistics, self.n_steps, target).items():
             out._buffers[_stat(name)] = value
-        seen = bool(self.carried) or any(
-            bool((v > 0).any()) for v in self.statistics().values() if not v.is_floating_point()
-        )
-        out._buffers["carried"] = torch.tensor(seen and bool(carried), device=self.carried.device)
+        # Where a step of the source has one evaluation, at the very point of a target
+        # evaluation (Euler refined and back), the carried statistics are that
+        # measured one's: nothing to warn about there.
+        counts = [v for v in statistics.values() if not v.is_floating_point()]
+        seen = bool(self.carried.any()) or any(bool((c > 0).any()) for c in counts)
+        single = len(source) == self.n_steps
+        carried = [
+            seen and not (single and source[k] == point and not bool(self.carried[k]))
+            for k, point in zip(_steps(self.n_steps, target), target)
+        ]
+        out._buffers["carried"] = torch.tensor(carried, device=self.carried.device)
         out._warned = False
         return out
 
@@ -324,7 +334,7 @@ def carry_statistics(
     ``[k / n_steps, (k + 1) / n_steps)`` the mean over that step's evaluations. Each
     target evaluation ``(depth, left)`` takes the value of the step it lies in (a left
     limit, the last stage of a step, belongs to the step that ends there). Counters
-    (``num_batches_tracked``) start at zero. As a function of depth the carried
+    (``num_batches_tracked``) take the least over the step. As a function of depth the carried
     statistics give every manifestation the same ODE, so a convergence study in
     ``N_t`` keeps the solver's order; with ``N_t = M`` steps on ``M`` pieces they are
     each piece's statistics. They are not what data through the target manifestation
@@ -348,18 +358,21 @@ def carry_statistics(
                 [1.],
                 [5.]])
     """
-    steps = []
-    for depth, left in target:
-        position = depth * n_steps
-        k = math.ceil(position - 1e-9) - 1 if left else math.floor(position + 1e-9)
-        steps.append(min(max(k, 0), n_steps - 1))
-    index = torch.tensor(steps)
+    index = torch.tensor(_steps(n_steps, target))
     out = {}
     for name, value in statistics.items():
         per_step = value.reshape(n_steps, -1, *value.shape[1:])
-        if value.is_floating_point():
-            out[name] = per_step.mean(1)[index.to(value.device)]
-        else:
-            out[name] = torch.zeros((len(target), *value.shape[1:]), dtype=value.dtype,
-                                    device=value.device)  # fmt: skip
+        summary = per_step.mean(1) if value.is_floating_point() else per_step.amin(1)
+        out[name] = summary[index.to(value.device)]
+    return out
+
+
+def _steps(n_steps: int, points: list[tuple[float, bool]]) -> list[int]:
+    """The step of ``n_steps`` that each ``(depth, left)`` lies in (a left limit: the
+    step that ends there)."""
+    out = []
+    for depth, left in points:
+        position = depth * n_steps
+        k = math.ceil(position - 1e-9) - 1 if left else math.floor(position + 1e-9)
+        out.append(min(max(k, 0), n_steps - 1))
     return out

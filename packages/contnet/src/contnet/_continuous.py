@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
@@ -224,7 +225,7 @@ class ContinuousModule(nn.Module):
             self._slots = (module, _slots(module, tensors))
         slots = self._slots[1]
         if not slots:
-            out: Tensor = functional_call(module, tensors, (x,))
+            out: Tensor = functional_call(module, cast(dict[str, Tensor], tensors), (x,))
             return out
         saved = [table[key] for table, key, _ in slots]
         try:

@@ -369,7 +369,8 @@ class ResNetBlock(nn.Module):
         for k in range(block.n_steps):
             stages = []
             for t, left in block._stage_points(k):
-                tensors = {**cont.evaluate(t, left=left), **(next(statistics) or {})}
+                own = next(statistics)
+                tensors = {**cont.evaluate(t, left=left), **(own or {})}
                 module = copy.deepcopy(cont.module)
                 with torch.no_grad():
                     module.load_state_dict(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -11,8 +12,10 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from ._block import OdeBlock
 
+M = TypeVar("M", bound=nn.Module)
 
-def recalibrate(net: nn.Module, batches: Iterable[Tensor | Sequence[Tensor]]) -> nn.Module:
+
+def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
     """Measure every running statistic of ``net`` on ``batches``, as their plain average.
 
     Every normalisation layer that tracks running statistics (the batch norms of the
@@ -81,8 +84,8 @@ def recalibrate(net: nn.Module, batches: Iterable[Tensor | Sequence[Tensor]]) ->
     finally:
         for m, momentum in zip(norms, momenta):
             m.momentum = momentum
-        for m, mode in modes.items():
-            m.training = mode
+        for module, mode in modes.items():
+            module.training = mode
     return net
 
 
