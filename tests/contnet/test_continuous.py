@@ -217,7 +217,9 @@ def test_every_evaluation_has_its_own_running_statistics(method):
     assert block.statistics()["0.num_batches_tracked"].tolist() == [1] * (2 * stages)
 
 
-@pytest.mark.filterwarnings("ignore:This OdeBlock")  # the blended statistics, on purpose
+@pytest.mark.filterwarnings(
+    "ignore::contnet.CarriedStatisticsWarning"
+)  # the blended statistics, on purpose
 @pytest.mark.parametrize("method", ["euler", "midpoint", "rk4", "rk4_38"])
 def test_eval_after_recalibrating_on_a_batch_is_train_mode_on_that_batch(method):
     # The deterministic test of the issue: statistics measured on one batch, then
@@ -270,7 +272,9 @@ def test_carried_statistics_warn_once_in_eval_until_measured():
         block.manifest(n_steps=4)(x)  # never trained: nothing carried, no warning
     block.train()(x)
     fine = block.manifest(n_steps=4).eval()
-    with pytest.warns(UserWarning, match=r"\(rk4, N_t = 4\).*contnet.recalibrate"):
+    with pytest.warns(
+        contnet.CarriedStatisticsWarning, match=r"\(rk4, N_t = 4\).*contnet.recalibrate"
+    ):
         fine(x)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

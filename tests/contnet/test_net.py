@@ -22,7 +22,7 @@ from torch import nn
 
 F64 = torch.float64
 # Manifestations of trained nets evaluate carried-over statistics on purpose here.
-pytestmark = pytest.mark.filterwarnings("ignore:This OdeBlock")
+pytestmark = pytest.mark.filterwarnings("ignore::contnet.CarriedStatisticsWarning")
 
 
 def small(**kwargs) -> ContinuousNet:
@@ -350,7 +350,7 @@ def test_the_carried_flag_is_saved_with_the_model():
     other = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
                           n_steps=4, n_basis=2).double()  # fmt: skip
     other.load_state_dict(state)
-    with pytest.warns(UserWarning, match="carried over"):
+    with pytest.warns(contnet.CarriedStatisticsWarning, match="carried over"):
         other.eval()(X)
 
 

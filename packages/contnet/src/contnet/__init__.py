@@ -11,7 +11,7 @@ continuous form and a plain ResNet.
 """
 
 from ._analysis import Convergence, convergence_study, manifestation_sweep
-from ._block import OdeBlock, carry_statistics
+from ._block import CarriedStatisticsWarning, OdeBlock, carry_statistics
 from ._continuous import ContinuousModule, transfer
 from ._net import (
     ContinuousNet,
@@ -28,6 +28,7 @@ from ._refine import RefinementSchedule, carry_optimizer, refine
 __version__ = "0.1.0"
 
 __all__ = [
+    "CarriedStatisticsWarning",
     "ContinuousModule",
     "ContinuousNet",
     "Convergence",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._block import CARRIED, Solver
+from ._block import CarriedStatisticsWarning, Solver
 from ._net import ContinuousNet
 from ._recalibrate import recalibrate
 
@@ -60,7 +60,7 @@ def manifestation_sweep(
             if batches is not None:
                 model = recalibrate(copy.deepcopy(model), batches)
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=CARRIED)
+                warnings.simplefilter("ignore", CarriedStatisticsWarning)
                 out[(model.method, n)] = float(metric(model))
     return out
 
@@ -121,7 +121,7 @@ def convergence_study(
     # The carried-over statistics are a function of depth, so every manifestation is
     # the same ODE: what a convergence study needs, and no cause for a warning here.
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=CARRIED)
+        warnings.simplefilter("ignore", CarriedStatisticsWarning)
         reference = net.manifest(solver=solver, n_steps=reference_steps)(x)
         errors = []
         method = net.manifest(solver=solver).method

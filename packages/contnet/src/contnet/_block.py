@@ -21,8 +21,16 @@ from ._continuous import ContinuousModule, _attr
 Solver = str | AbstractExplicitRK
 """A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
 Field = Callable[[float, Tensor], Tensor]
-CARRIED = r"This OdeBlock .* with batch-norm statistics carried over"
-"""What the warning on evaluating carried-over statistics matches (for filters)."""
+
+
+class CarriedStatisticsWarning(UserWarning):
+    """An OdeBlock runs in ``eval()`` on batch-norm statistics carried over from another
+    manifestation (see :func:`carry_statistics`), not measured in its own.
+
+    Call :func:`contnet.recalibrate` first, or, where the carried statistics are what
+    is wanted (a convergence study), filter it:
+    ``warnings.simplefilter("ignore", contnet.CarriedStatisticsWarning)``.
+    """
 
 
 def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
@@ -274,6 +282,7 @@ class OdeBlock(nn.Module):
                 "measured in this one; its outputs can be far from what the trained "
                 "network computes. Call contnet.recalibrate(net, batches) on a few "
                 "training batches first.",
+                CarriedStatisticsWarning,
                 stacklevel=2,
             )
         h = 1.0 / self.n_steps
