@@ -315,13 +315,15 @@ class OdeBlock(nn.Module):
         # Where a step of the source has one evaluation, at the very point of a target
         # evaluation (Euler refined and back), the carried statistics are that
         # measured one's: nothing to warn about there.
+        was_carried = self.carried.tolist()
         counts = [v for v in statistics.values() if not v.is_floating_point()]
-        seen = bool(self.carried.any()) or any(bool((c > 0).any()) for c in counts)
-        single = len(source) == self.n_steps
-        carried = [
-            seen and not (single and source[k] == point and not bool(self.carried[k]))
+        seen = any(was_carried) or any(bool((c > 0).any()) for c in counts)
+        single = len(source) == self.n_steps  # one evaluation per step: index = step
+        exact = [
+            single and source[k] == point and not was_carried[k]
             for k, point in zip(_steps(self.n_steps, target), target)
         ]
+        carried = [seen and not e for e in exact]
         out._buffers["carried"] = torch.tensor(carried, device=self.carried.device)
         out._warned = False
         return out
@@ -343,10 +345,10 @@ def carry_statistics(
     ``[k / n_steps, (k + 1) / n_steps)`` the mean over that step's evaluations. Each
     target evaluation ``(depth, left)`` takes the value of the step it lies in (a left
     limit, the last stage of a step, belongs to the step that ends there). Counters
-    (``num_batches_tracked``) take the least over the step. As a function of depth the carried
-    statistics give every manifestation the same ODE, so a convergence study in
-    ``N_t`` keeps the solver's order; with ``N_t = M`` steps on ``M`` pieces they are
-    each piece's statistics. They are not what data through the target manifestation
+    (``num_batches_tracked``) take the least over the step. As a function of depth
+    the carried statistics give every manifestation the same ODE, so a convergence
+    study in ``N_t`` keeps the solver's order; with ``N_t = M`` steps on ``M`` pieces
+    they are each piece's statistics. They are not what data through the target manifestation
     gives: :func:`recalibrate` measures that.
 
     Args:

@@ -50,10 +50,10 @@ def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
         >>> import torch
         >>> import contnet
         >>> net = contnet.ContinuousNet(in_channels=1, channels=(4, 4, 4), solver="rk4")
-        >>> coarse = net.manifest(n_steps=4)            # statistics carried over
+        >>> deep = net.manifest(n_steps=4)  # statistics carried over
         >>> data = [torch.randn(16, 1, 28, 28) for _ in range(3)]
-        >>> _ = contnet.recalibrate(coarse, data).eval()
-        >>> coarse(data[0]).shape
+        >>> _ = contnet.recalibrate(deep, data).eval()
+        >>> deep(data[0]).shape
         torch.Size([16, 10])
     """
     if not isinstance(net, nn.Module):
