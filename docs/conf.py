@@ -160,12 +160,15 @@ nitpicky = True
 nitpick_ignore = [
     ("py:class", "abc.ABC"),
     ("py:class", "collections.abc.Callable"),
+    ("py:class", "collections.abc.Iterable"),
     ("py:class", "collections.abc.Mapping"),
     ("py:class", "collections.abc.Sequence"),
     ("py:class", "os.PathLike"),
     ("py:class", "pathlib.Path"),
     # The settings type of the experiment template (Template[S], Setup[S], ...).
     ("py:class", "odebench.experiments._template.S"),
+    # contnet.recalibrate returns the module it is given (any nn.Module subclass).
+    ("py:class", "contnet._recalibrate.M"),
 ]
 nitpick_ignore_regex = [
     # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...;

@@ -207,7 +207,7 @@ class OdeBlock(nn.Module):
 
     def statistics(self) -> dict[str, Tensor]:
         """The running statistics of ``R`` per evaluation: ``{name: (n_evaluations, ...)}``
-        for every name of :attr:`ContinuousModule.statistic_names` (views of the buffers)."""
+        for every name of ``continuous.statistic_names`` (views of the buffers)."""
         return {name: getattr(self, _stat(name)) for name in self.continuous.statistic_names}
 
     def reset_statistics(self) -> None:

@@ -39,7 +39,7 @@ class ContinuousModule(nn.Module):
     ``torch.func.functional_call``.
 
     Running statistics of normalisation layers (batch norm's ``running_mean``,
-    ``running_var`` and ``num_batches_tracked``, :attr:`statistic_names`) are not
+    ``running_var`` and ``num_batches_tracked``; their names are ``statistic_names``) are not
     functions of depth: they describe the inputs of one call of ``R`` in a manifested
     network, and a multi-stage solver calls ``R`` on differently distributed inputs at
     one depth. The caller owns them and passes them to :meth:`forward`
@@ -203,7 +203,7 @@ class ContinuousModule(nn.Module):
             left: read the weights' limit from the left at ``t``.
             slices: the result of :meth:`slices`, taken once for many evaluations.
             statistics: the running statistics of this call, ``{name: tensor}`` for
-                every name of :attr:`statistic_names`; in training mode ``R`` updates
+                every name of ``statistic_names``; in training mode ``R`` updates
                 them in place, by its own rule. ``None``: ``R`` normalises with the
                 statistics of its batch and updates nothing.
         """
