@@ -403,3 +403,100 @@ def test_the_lock_file_is_written_whole(tmp_path):
         assert time.strptime(holder["started"], "%Y-%m-%d %H:%M:%S")
     assert lines == [socket.gethostname()]
     assert not (tmp_path / "run").exists()
+
+
+# -- one line, no traceback, for what a user can get wrong -------------------------------
+
+
+def _spoil_checkpoint(path: Path, change) -> None:
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+def _reshape_first(state: dict) -> None:
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(3, 3)
+
+
+def _drop_first(state: dict) -> None:
+    state["model"].pop(next(iter(state["model"])))
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        (_reshape_first, r"does not fit this run's model or optimiser: size mismatch for "),
+        (_drop_first, r"does not fit this run's model or optimiser: Missing key\(s\)"),
+        (lambda s: s.update(epoch=-3), r"records epoch -3, batch 0; a checkpoint's position"),
+        (lambda s: s.update(batch=-1), r"records epoch 1, batch -1; a checkpoint's position"),
+    ],
+    ids=["wrong-shape", "missing-key", "negative-epoch", "negative-batch"],
+)
+def test_a_checkpoint_that_does_not_fit_exits_2_naming_it(run_copy, capsys, change, what):
+    _spoil_checkpoint(run_copy / "checkpoint.pt", change)
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "2") == 2
+    err = capsys.readouterr().err  # the model's one-line banner may come first
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    line = err.strip().splitlines()[-1]
+    assert re.search(f"{re.escape(str(run_copy / 'checkpoint.pt'))} {what}", line), line
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["the-run-folder", "below-it"])
+def test_run_all_refuses_an_out_in_a_run_folder(run_copy, capsys, inside):
+    out = run_copy / "sub" if inside else run_copy
+    assert _main("run", "all", "--quick", "--out", str(out)) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"--out {out} is " in line and "give it a folder of its own" in line
+    assert not (run_copy / "quickstart").exists() and not (run_copy / "sub").exists()
+
+
+def test_download_into_a_folder_that_cannot_be_made_exits_2(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    assert _main("download", "mnist", "--data-dir", str(tmp_path / "a-file" / "sub")) == 2
+    line = _one_line(capsys.readouterr().err.split("\n", 1)[1])  # after "downloading ..."
+    assert f"cannot write {tmp_path / 'a-file' / 'sub'}" in line and "Not a directory" in line
+
+
+def test_download_into_an_unwritable_folder_exits_2(tmp_path, capsys, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)  # root may write anywhere: simulate it
+    assert _main("download", "mnist", "--data-dir", str(tmp_path / "ro")) == 2
+    line = _one_line(capsys.readouterr().err.split("\n", 1)[1])
+    assert f"cannot write {tmp_path / 'ro'}" in line and "Permission denied" in line
+
+
+def _published_run(root: Path, results: str) -> Path:
+    run = root / "run"
+    run.mkdir()
+    (run / "report.md").write_text("# Run\n")
+    (run / "results.json").write_text(results)
+    return run
+
+
+@pytest.mark.parametrize(
+    ("results", "what"),
+    [
+        ("[1, 2]", "holds a JSON list, not the object of an experiment's results"),
+        ("{bad", "is not valid JSON (Expecting property name"),
+    ],
+)
+def test_publish_names_a_results_json_that_is_not_an_object(tmp_path, capsys, results, what):
+    run = _published_run(tmp_path, results)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run / 'results.json'} {what}" in line
+    assert not (tmp_path / "pub").exists()
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["a-file", "under-a-file"])
+def test_publish_to_a_file_exits_2(tmp_path, capsys, below):
+    run = _published_run(tmp_path, '{"mode": "standard"}')
+    (tmp_path / "dest").write_text("not a folder")
+    to = tmp_path / "dest" / "more" if below else tmp_path / "dest"
+    assert _main("publish", str(run), "--to", str(to)) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{tmp_path / 'dest'} is a file; --to needs a folder" in line
+    assert (tmp_path / "dest").read_text() == "not a folder"

@@ -642,6 +642,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         known = ", ".join(EXPERIMENTS)
         return _fail(parser, f"unknown experiment {args.name!r}; known: {known}, or all")
     if args.name == "all":
+        inside = _run_folder_at(args.out) if args.out is not None else None
+        if inside is not None:
+            where = "a run's folder" if inside == args.out else f"inside the run folder {inside}"
+            return _fail(
+                parser,
+                f"--out {args.out} is {where}; `run all` writes one folder per experiment "
+                "under --out: give it a folder of its own (e.g. runs)",
+            )
         failed = [
             name
             for name in EXPERIMENTS
@@ -651,6 +659,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             _log(f"odebench run all: failed: {', '.join(failed)}")
         return 1 if failed else 0
     return _run_one(parser, args, args.name, args.out or Path("runs") / args.name)
+
+
+#: What marks a run's folder: a lock, an experiment's results and report, or a
+#: training's configuration and checkpoint (each pair together).
+_RUN_MARKS = ((".lock",), ("results.json", "report.md"), ("config.json", "checkpoint.pt"))
+
+
+def _run_folder_at(path: Path) -> Path | None:
+    """The run folder that ``path`` is or lies in, or ``None``."""
+    for folder in (path, *path.resolve().parents):
+        if any(all((folder / m).is_file() for m in marks) for marks in _RUN_MARKS):
+            return folder
+    return None
 
 
 def _run_one(
@@ -697,6 +718,8 @@ def _download(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         where = download(args.name, root, force=args.force)
     except DataError as exc:
         return _fail(parser, str(exc))
+    except OSError as exc:  # a folder that cannot be made or written
+        return _fail(parser, f"cannot write {exc.filename or root}: {exc.strerror or exc}")
     _log(f"{args.name} is in {where}")
     return 0
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._registry import EXPERIMENTS
+from ._registry import EXPERIMENTS, read_results
 from ._template import Stat
 
 HEADER = (
@@ -37,7 +36,7 @@ def reproductions_table(
         FileNotFoundError: ``results`` holds no published run.
 
     Example:
-        >>> import tempfile
+        >>> import json, tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> (root / "pendulum").mkdir()
         >>> _ = (root / "pendulum" / "results.json").write_text(json.dumps({
@@ -63,15 +62,8 @@ def reproductions_table(
     for name in found:
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
-        lines += _rows(label, _read(results / name / "results.json"))
+        lines += _rows(label, read_results(results / name / "results.json"))
     return "\n".join(lines) + "\n"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path} holds no JSON object")
-    return doc
 
 
 def _rows(name: str, doc: dict[str, Any]) -> Iterable[str]:

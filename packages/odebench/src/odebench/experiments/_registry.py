@@ -239,7 +239,8 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
-        ValueError: ``run_dir`` holds a quick run (a smoke test is never published as a
+        ValueError: ``dest`` or a folder above it is a file, ``results.json`` is not a
+            JSON object, ``run_dir`` holds a quick run (a smoke test is never published as a
             result), the report links to a figure outside ``run_dir``, or ``dest`` is a
             non-empty directory without a published report.
 
@@ -254,10 +255,15 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         ['report.md', 'results.json', 'loss.png']
     """
     run_dir, dest = Path(run_dir), Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is a file; --to needs a folder")
+    for parent in dest.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{parent} is a file; --to needs a folder")
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
-    mode = json.loads((run_dir / "results.json").read_text(encoding="utf-8")).get("mode")
+    mode = read_results(run_dir / "results.json").get("mode")
     if mode == "quick":
         raise ValueError(
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
@@ -278,6 +284,31 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         (dest / file).parent.mkdir(parents=True, exist_ok=True)
         (dest / file).write_bytes((run_dir / file).read_bytes())
     return files
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """The object a ``results.json`` holds.
+
+    Raises:
+        ValueError: naming the file, if it is not valid JSON or holds no JSON object.
+
+    Example:
+        >>> import tempfile
+        >>> bad = Path(tempfile.mkdtemp()) / "results.json"
+        >>> _ = bad.write_text("[1, 2]")
+        >>> read_results(bad)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: .../results.json holds a JSON list, not the object of an experiment's results
+    """
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        kind = {list: "list", str: "string"}.get(type(doc), type(doc).__name__)
+        raise ValueError(f"{path} holds a JSON {kind}, not the object of an experiment's results")
+    return doc
 
 
 def _unpublish(dest: Path) -> None:

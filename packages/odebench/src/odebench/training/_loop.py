@@ -29,7 +29,7 @@ from ..models import MODELS, build_model, count_parameters, nfe
 from . import _io
 from ._config import TrainConfig, show_progress
 from ._data import epoch_order, load_splits, shard, train_batches
-from ._run_dir import RunFolder, load_checkpoint
+from ._run_dir import BadCheckpointError, RunFolder, load_checkpoint
 
 Log = Callable[[str], None]
 
@@ -553,12 +553,26 @@ class Trainer:
 
         Raises:
             ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
-                a training run, or asks for code to run (refused unrun).
+                a training run, asks for code to run (refused unrun), or holds tensors
+                that do not fit the model or optimiser (missing keys, other shapes).
         """
         if not self.checkpoint_path.exists():
             self._log(f"no checkpoint in {self.out}: starting afresh")
             return False
-        self.restore(load_checkpoint(self.checkpoint_path, self.device))
+        state = load_checkpoint(self.checkpoint_path, self.device)
+        try:
+            self.restore(state)
+        except (RuntimeError, KeyError, ValueError) as exc:  # tensors that do not fit
+            # load_state_dict's first line only names the module; the next says what.
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            detail = lines[1] if len(lines) > 1 else (lines[0] if lines else repr(exc))
+            detail = detail.rstrip(".")
+            if len(detail) > 160:
+                detail = detail[:157] + "..."
+            raise BadCheckpointError(
+                f"{self.checkpoint_path} does not fit this run's model or optimiser: {detail}. "
+                "Delete it, or pass --overwrite to move the run aside and start afresh"
+            ) from None
         start = self._start
         self._log(f"resuming {self.out} at epoch {start.epoch + 1}, batch {start.batch}")
         return True

@@ -468,7 +468,8 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
 
     Raises:
         BadCheckpointError: the file is empty, truncated, corrupt, not a checkpoint of
-            :func:`train`, or asks for code to run; the message names the file.
+            :func:`train` (a negative epoch or batch included), or asks for code to
+            run; the message names the file.
     """
     what: str
     try:
@@ -502,5 +503,12 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
         raise BadCheckpointError(
             f"{path} is not a checkpoint of an odebench training run. Delete it, or pass "
             "--overwrite to move the run aside and start afresh"
+        )
+    position = (state["epoch"], state["batch"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in position):
+        raise BadCheckpointError(
+            f"{path} records epoch {position[0]!r}, batch {position[1]!r}; a checkpoint's "
+            "position is two integers of at least 0. Delete it, or pass --overwrite to move "
+            "the run aside and start afresh"
         )
     return state
