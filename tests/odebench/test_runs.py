@@ -500,3 +500,11 @@ def test_publish_to_a_file_exits_2(tmp_path, capsys, below):
     line = _one_line(capsys.readouterr().err)
     assert f"{tmp_path / 'dest'} is a file; --to needs a folder" in line
     assert (tmp_path / "dest").read_text() == "not a folder"
+
+
+def test_train_with_an_implicit_method_and_n_steps(tmp_path):
+    # Was refused: "`n_steps` applies to fixed-step methods, not to the adaptive ...".
+    out = tmp_path / "run"
+    assert _main(*TOY_ARGS, "--method", "implicit_euler", "--n-steps", "4", "--out", str(out)) == 0
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["method"], saved["n_steps"]) == ("implicit_euler", 4)

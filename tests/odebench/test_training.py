@@ -86,6 +86,11 @@ def _untimed(metrics: list[dict]) -> list[dict]:
             r"`method` 'dopri5' does not apply to `model` 'continuousnet': a ContinuousNet steps",
         ),
         (
+            {"model": "continuousnet", "method": "implicit_euler"},
+            r"`method` 'implicit_euler' does not apply to `model` 'continuousnet'",
+        ),
+        ({"method": "implicit_euler"}, r"The fixed-step `method` 'implicit_euler' needs `n_steps`"),
+        (
             {"model": "continuousnet", "gradient": "adjoint"},
             r"`gradient` 'adjoint' does not apply to `model` 'continuousnet'",
         ),
@@ -96,6 +101,16 @@ def _untimed(metrics: list[dict]) -> list[dict]:
 def test_bad_configuration(changes, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**{**TOY, **changes})
+
+
+@pytest.mark.parametrize(
+    ("method", "solver"),
+    [("implicit_euler", odecore.ImplicitEuler), ("radauIIA5", odecore.RadauIIA5)],
+)
+def test_an_implicit_fixed_step_method_takes_n_steps(method, solver):
+    # It is fixed-step because its solver says so, not because a list of names has it.
+    config = TrainConfig(**{**TOY, "method": method, "n_steps": 4})
+    assert isinstance(config.spec.solver, solver) and config.spec.n_steps == 4
 
 
 def test_the_solver_flags_resolve_once_into_the_spec_the_layers_get():

@@ -69,10 +69,11 @@ class TrainConfig:
         test_size: evaluate on this many examples only; ``None``: all.
         augment: random crops (padding 4) and, for CIFAR, horizontal flips.
         activation: the activation of the model's vector field.
-        method: the ODE method by name, a key of ``odecore.ADAPTIVE_METHODS`` or
-            ``odecore.FIXED_METHODS``; ``None``: the model's, ``"dopri5"`` for the
-            ODE models and ``"euler"`` for the ContinuousNet models (which take
-            fixed-step methods only). The models without an ODE refuse one.
+        method: the ODE method by name, any that ``odecore.OdeSpec.from_method``
+            knows (adaptive, fixed-step explicit or implicit, ``scipy:<name>``); a
+            fixed-step one needs ``n_steps``. ``None``: the model's, ``"dopri5"`` for
+            the ODE models and ``"euler"`` for the ContinuousNet models (which take
+            explicit fixed-step methods only). The models without an ODE refuse one.
         rtol: relative tolerance of adaptive methods; default 1e-3 (Chen et al.'s
             MNIST setting; odecore's own default is 1e-7).
         atol: absolute tolerance of adaptive methods; default 1e-3.
@@ -247,8 +248,10 @@ class TrainConfig:
                     )
             return None
         method = self.method or (CONTNET_METHOD if contnet else TRAIN_METHOD)
-        fixed = method in odecore.FIXED_METHODS
-        if contnet and not fixed:
+        # The name is parsed once, by odecore; what it names is asked of the solver.
+        solver = odecore.OdeSpec.from_method(method, rtol=self.rtol, atol=self.atol).solver
+        fixed = not solver.adaptive
+        if contnet and not (fixed and isinstance(solver, odecore.AbstractExplicitRK)):
             raise ValueError(
                 f"`method` {method!r} does not apply to `model` {self.model!r}: a ContinuousNet "
                 f"steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
