@@ -7,7 +7,6 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
-from typing import cast
 
 import odecore
 import torch
@@ -40,12 +39,16 @@ def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
         ValueError: for an unknown method name or an adaptive solver.
     """
     if isinstance(solver, str):
-        if solver not in odecore.FIXED_METHODS:
+        try:  # the name is parsed by odecore's resolver, the one place that does it
+            resolved: object = odecore.OdeSpec.from_method(solver).solver
+        except ValueError:
+            resolved = None
+        if not isinstance(resolved, AbstractExplicitRK) or resolved.adaptive:
             raise ValueError(
                 f"Unknown `solver` {solver!r}; known fixed-step methods: "
                 f"{', '.join(odecore.FIXED_METHODS)}."
             )
-        return solver, cast(AbstractExplicitRK, odecore.FIXED_METHODS[solver]())
+        return solver, resolved
     if isinstance(solver, AbstractExplicitRK) and not solver.adaptive:
         names = {cls: name for name, cls in reversed(odecore.FIXED_METHODS.items())}
         return names.get(type(solver), type(solver).__name__), solver  # the first name

@@ -130,14 +130,24 @@ def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
         >>> step(lambda y: -y, torch.ones(1, dtype=torch.float64), 0.1, "euler").tolist()
         [0.9]
     """
-    if scheme not in odecore.FIXED_METHODS:
-        raise ValueError(f"Unknown scheme {scheme!r}; known: {', '.join(odecore.FIXED_METHODS)}.")
-    solver = odecore.FIXED_METHODS[scheme]()
+    solver = _fixed(scheme)
 
     def f(t: float, z: Tensor) -> Tensor:
         return field(z)
 
     return solver.step(f, 0.0, dt, y, solver.init(f, 0.0, y)).y1
+
+
+@functools.lru_cache(maxsize=32)  # a rollout asks at every step; solvers are immutable
+def _fixed(scheme: str) -> odecore.AbstractSolver:
+    """The fixed-step solver ``scheme`` names, parsed by odecore's resolver."""
+    try:
+        solver = odecore.OdeSpec.from_method(scheme).solver
+    except ValueError:
+        solver = None
+    if solver is None or solver.adaptive:
+        raise ValueError(f"Unknown scheme {scheme!r}; known: {', '.join(odecore.FIXED_METHODS)}.")
+    return solver
 
 
 def rollout(field: Field, y0: Tensor, dt: float, n_steps: int, scheme: str) -> Tensor:
