@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import odecore
 import pytest
@@ -74,7 +75,12 @@ def test_fixed_step_calls_match_torchdiffeq(method, t, options):
     ours, theirs = Recording(), Recording()
     theirs.load_state_dict(ours.state_dict())
     y0 = torch.randn(3, 2, dtype=F64)
-    odecore.odeint(ours, y0, t, method=method, options=options)
+    # Both warn that the accept and reject callbacks will not be called.
+    with pytest.warns(UserWarning) as ours_warned:
+        odecore.odeint(ours, y0, t, method=method, options=options)
+    messages = sorted(str(w.message).split(" of ")[0] for w in ours_warned)
+    assert messages == ["`callback_accept_step`", "`callback_reject_step`"]
+    assert "never called" in str(ours_warned[0].message)
     with pytest.warns(UserWarning, match="does not support callbacks"):
         torchdiffeq.odeint(theirs, y0, t, method=method, options=options)
     assert ours.of("step") == _pairs(theirs.of("step"))
@@ -152,6 +158,15 @@ def test_backward_pass_calls_the_adjoint_callbacks(interface):
     # the backward state: (y, a, *parameter gradients)
     weight, bias = field.linear.weight.shape, field.linear.bias.shape
     assert {shape for *_, shape in backward} == {((3, 2), (3, 2), weight, bias)}
+
+
+def test_an_adaptive_method_does_not_warn_about_its_callbacks():
+    field = Recording()
+    y0 = torch.randn(3, 2, dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        odecore.odeint(field, y0, torch.tensor([0.0, 1.0], dtype=F64), method="dopri5")
+    assert field.of("accept")
 
 
 def test_no_callbacks_no_hooks():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, final
@@ -204,7 +205,17 @@ class StepHooks:
         self.solver = solver
         self.direction = direction
         self.on_step, on_accept, on_reject = callbacks
-        # torchdiffeq calls these for adaptive methods only.
+        # torchdiffeq calls these for adaptive methods only, and warns that it will not.
+        if not solver.adaptive:
+            for name, callback in zip(CALLBACKS[1:], (on_accept, on_reject)):
+                if callback is not None:
+                    warnings.warn(
+                        f"`{name}` of the vector field is never called: "
+                        f"{type(solver).__name__} takes fixed steps, none accepted or "
+                        "rejected by a controller (torchdiffeq does not call it either). "
+                        "`callback_step` runs before every step.",
+                        stacklevel=2,
+                    )
         self.on_accept = on_accept if solver.adaptive else None
         self.on_reject = on_reject if solver.adaptive else None
         self.search = search
