@@ -4,6 +4,7 @@ gradients, and errors on bad options."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from fractions import Fraction
 
@@ -118,7 +119,8 @@ def test_agrees_with_torchdiffeq(method, options):
         options = {k: v for k, v in options.items() if k != "max_iters"}
     prob = oracles.linear_system
     t = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0], dtype=F64)
-    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method, options=options)
+    ours_options = {"max_order": 12, **options}  # torchdiffeq's default (not explicit_adams')
+    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method, options=ours_options)
     theirs = torchdiffeq.odeint(prob.f, prob.y0_as(F64), t, method=method, options=options)
     torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
 
@@ -127,9 +129,23 @@ def test_agrees_with_torchdiffeq(method, options):
 def test_default_grid_is_t_like_torchdiffeq(method):
     prob = oracles.harmonic
     t = torch.linspace(0.0, 2.0, 41, dtype=F64)
-    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method)
+    ours = odecore.odeint(prob.f, prob.y0_as(F64), t, method=method, options={"max_order": 12})
     theirs = torchdiffeq.odeint(prob.f, prob.y0_as(F64), t, method=method)
     torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_the_default_order_is_stable_at_a_hundredth_of_the_time_scale(method):
+    # torchdiffeq's explicit_adams (max_order 12) returns 0.735 here for exp(-1) = 0.368:
+    # its 11-step Adams-Bashforth is unstable at h * lambda = -0.01.
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    y0 = torch.ones(1, dtype=F64)
+    y1 = odecore.odeint(lambda t, y: -y, y0, t, method=method, options={"step_size": 0.01})[-1]
+    assert abs(float(y1) - math.exp(-1)) < 1e-9
+    if method == "explicit_adams":
+        unstable = odecore.odeint(lambda t, y: -y, y0, t, method=method,
+                                  options={"step_size": 0.01, "max_order": 12})[-1]  # fmt: skip
+        assert abs(float(unstable) - math.exp(-1)) > 0.3  # what the default avoids
 
 
 def test_backward_in_time_and_tuple_state():
