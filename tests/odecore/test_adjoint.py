@@ -373,3 +373,27 @@ def test_van_der_pol_adjoint_is_right_or_says_why():
         assert "adjoint's backward solve stopped at t = " in str(error)
     else:
         assert adjoint == pytest.approx(reference, rel=1e-3)
+
+
+class _TimeOnly(torch.nn.Module):
+    """A field that reads neither its state nor a parameter: autograd sees a constant."""
+
+    def forward(self, t, y):
+        return -0.1 * torch.exp(-0.1 * t) * torch.ones_like(y)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rk4"])
+def test_adjoint_of_a_field_without_the_state_or_parameters(method):
+    # Raised "element 0 of tensors does not require grad" in the backward pass. The
+    # gradient of y(t1) = y0 + integral of f(t) is the identity in y0, and f at the
+    # ends in the times.
+    y0 = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    options = {"step_size": 0.05} if method == "rk4" else None
+    ys = odecore.odeint_adjoint(_TimeOnly(), y0, t, method=method, options=options,
+                                adjoint_params=())  # fmt: skip
+    ys[-1].sum().backward()
+    torch.testing.assert_close(y0.grad, torch.ones(3, dtype=torch.float64))
+    f = lambda s: -0.1 * math.exp(-0.1 * s)  # noqa: E731
+    expected = torch.tensor([-3 * f(0.0), 0.0, 3 * f(1.0)], dtype=torch.float64)
+    torch.testing.assert_close(t.grad, expected, rtol=1e-10, atol=1e-12)

@@ -572,9 +572,13 @@ def _adjoint_backward(
             fy = p.f(t, y)
             # retain_graph: a parameter may be reached through a graph outside the
             # field (a closed-over tensor computed from a leaf), shared by every call.
-            vjps = torch.autograd.grad(
-                fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
-            )
+            vjps: tuple[Tensor | None, ...]
+            if fy.requires_grad:
+                vjps = torch.autograd.grad(
+                    fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
+                )
+            else:  # a field that reads neither y nor a parameter: every vjp is zero
+                vjps = (None,) * (1 + len(params))
         parts = [fy.detach().reshape(-1)] if steps is None else []
         parts.append((vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1))
         for q, g in zip(params, vjps[1:]):
