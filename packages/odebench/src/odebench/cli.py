@@ -661,9 +661,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return _run_one(parser, args, args.name, args.out or Path("runs") / args.name)
 
 
-#: What marks a run's folder: a lock, an experiment's results and report, or a
-#: training's configuration and checkpoint (each pair together).
-_RUN_MARKS = ((".lock",), ("results.json", "report.md"), ("config.json", "checkpoint.pt"))
+#: What marks a run's folder, each pair together: an experiment's results and report,
+#: a training's configuration with its checkpoint or its lock. (A lock alone is not
+#: enough: pytest's numbered temporary folders hold a ``.lock`` too.)
+_RUN_MARKS = (
+    ("results.json", "report.md"),
+    ("config.json", "checkpoint.pt"),
+    ("config.json", ".lock"),
+)
 
 
 def _run_folder_at(path: Path) -> Path | None:
