@@ -250,14 +250,16 @@ class OdeBlock(nn.Module):
         *,
         left: bool = False,
         slices: dict[str, tuple[Tensor, ...]] | None = None,
+        statistics: dict[str, Tensor] | None = None,
     ) -> Tensor:
         """``epsilon * R(x; theta(t))`` (``left``: the weights' limit from the left).
 
-        Outside a forward pass there is no evaluation whose running statistics apply:
-        batch norms in ``R`` normalise with the statistics of ``x``.
+        ``statistics``: the running statistics of the call, as for
+        :meth:`contnet.ContinuousModule.forward`. A forward pass gives each evaluation its own;
+        without them batch norms in ``R`` normalise with the statistics of ``x``.
         """
-        out: Tensor = self.continuous(t, x, left=left, slices=slices) * self.epsilon
-        return out
+        out: Tensor = self.continuous(t, x, left=left, slices=slices, statistics=statistics)
+        return out * self.epsilon
 
     def _step_field(
         self,
@@ -271,8 +273,7 @@ class OdeBlock(nn.Module):
         """The field of step ``k`` in its local time ``s`` in ``[0, h]``; each call takes
         the next evaluation's running statistics."""
         t, left = self._depth(k, s, h)
-        out: Tensor = self.continuous(t, x, left=left, slices=slices, statistics=next(statistics))
-        return out * self.epsilon
+        return self.field(t, x, left=left, slices=slices, statistics=next(statistics))
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
