@@ -50,9 +50,10 @@ def test_subpackage_snapshots():
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
         "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "MODES",
-        "Measurement", "Result", "Run", "RunOptions", "Settings", "Setup", "Stat", "Template",
-        "Trained", "Values", "Verdict", "combine_reports", "publish", "register",
+        "Measurement", "Provenance", "Result", "Run", "RunOptions", "Settings", "Setup", "Stat",
+        "Template", "Trained", "Values", "Verdict", "combine_reports", "publish", "register",
         "register_template", "reproductions_table", "run_experiment", "run_template",
+        "verdict_status",
     ]  # fmt: skip
     for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
         assert (package.__doc__ or "").strip(), package

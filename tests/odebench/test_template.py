@@ -75,6 +75,8 @@ CLAIMS = [
         published=0.0,
         ours=lambda v: v["line", "seed"],
         holds=lambda v: v["line", "seed"] < 0.75,
+        kind="paper",
+        detail="ours: the mean seed",
     ),
     Claim(
         key="node_fits",
@@ -82,6 +84,7 @@ CLAIMS = [
         published="finite",
         ours=lambda v: v["node", "test_loss"],
         holds=lambda v: v["node", "test_loss"] < 1e9,
+        kind="check",
     ),
 ]
 
@@ -155,11 +158,15 @@ def test_a_claim_holds_on_the_mean_and_the_report_names_the_seeds(
     assert report.startswith("# Tiny\n\n`odebench run tiny-template --quick`, ")
     assert "mode quick, seeds 0, 1, " in report
     assert "| claim | published | ours (mean ± std, n seeds) | verdict |" in report
+    # Held on the mean but on only one of two seeds: not "held".
     assert (
-        "| the seed is zero | 0 | 0.5 ± 0.707 (2 seeds) | held on the mean; held on 1 of 2 "
-        "seeds |" in report
+        "| **the seed is zero**: ours: the mean seed | 0 | 0.5 ± 0.707 (2 seeds) | mixed: held "
+        "on 1 of 2 seeds |" in report
     )
-    assert "| the NODE's test MSE is finite | finite |" in report
+    papers, checks = report.split("## Claims of the paper")[1].split("## Checks of our code")
+    assert "the seed is zero" in papers and "test MSE" not in papers
+    assert "| **the NODE's test MSE is finite** | finite |" in checks
+    assert "| passed |" in checks
     assert report.endswith("## Mine\n\nweight " + Stat.of(
         result["metrics"]["line"]["weight"]["seeds"]).cell(".3f") + "\n")  # fmt: skip
 
@@ -186,7 +193,10 @@ def test_one_seed_trains_into_the_run_folder_and_shows_no_spread(
     assert (out / "node" / "checkpoint.pt").exists()
     assert result["metrics"]["node"]["epochs"] == {"mean": 2.0, "std": None, "n": 1,
                                                   "seeds": [2.0]}  # fmt: skip
-    assert "| the seed is zero | 0 | 0 (1 seed) | held |" in (out / "report.md").read_text()
+    assert (
+        "| **the seed is zero**: ours: the mean seed | 0 | 0 (1 seed) | held |"
+        in (out / "report.md").read_text()
+    )
 
 
 def test_epochs_set_every_epoch_field() -> None:
@@ -205,7 +215,10 @@ def test_results_record_the_training_time_and_the_data(
     assert result["data"] == "annuli-1d (64 train / 64 test)"
     claim = result["claims"]["seed_is_zero"]
     assert claim["cell"] == "0.5 ± 0.707"
-    assert claim["verdict"] == "held on the mean; held on 1 of 2 seeds"
+    assert claim["verdict"] == "mixed: held on 1 of 2 seeds"
+    assert claim["status"] == "mixed" and claim["kind"] == "paper"
+    assert result["claims"]["node_fits"]["kind"] == "check"
+    assert result["claims"]["node_fits"]["status"] == "passed"
 
 
 def test_bf16_reaches_every_configured_run(tmp_path: Path, registered: str) -> None:
@@ -265,7 +278,7 @@ def test_declaration_errors_are_clear() -> None:
 
 def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
     claim = Claim(key="k", text="", published="", ours=lambda v: v["a", "nope"],
-                  holds=lambda v: True)  # fmt: skip
+                  holds=lambda v: True, kind="paper")  # fmt: skip
     with pytest.raises(KeyError, match="claim 'k': no metric 'nope' of run 'a'"):
         claim.check([Values({"a": {"x": 1.0}}, "seed 0")])
 
@@ -285,6 +298,7 @@ def test_ours_shows_the_number_the_verdict_is_judged_on() -> None:
         key="best", text="", published="",
         ours=lambda v: v["il", "acc"] - max(v["il", "acc"], v["so", "acc"]),
         holds=lambda v: v["il", "acc"] >= max(v["il", "acc"], v["so", "acc"]) - 1,
+        kind="paper",
     )  # fmt: skip
     seeds = [Values({"il": {"acc": 80.0}, "so": {"acc": 70.0}}, "seed 0"),
              Values({"il": {"acc": 60.0}, "so": {"acc": 70.0}}, "seed 1")]  # fmt: skip
@@ -292,3 +306,131 @@ def test_ours_shows_the_number_the_verdict_is_judged_on() -> None:
     assert verdict.holds and verdict.held_on == (True, False)
     assert verdict.ours.mean == 0.0 and verdict.ours.values == (0.0, -10.0)
     assert verdict.ours.std == pytest.approx(statistics.stdev([0.0, -10.0]))
+
+
+def _flag(key: str = "k", *, kind: str = "paper", timing: bool = False) -> Claim:
+    """A claim that holds where the metric ``ok`` is 1."""
+    return Claim(key=key, text="ok", published="", ours=lambda v: v["r", "ok"],
+                 holds=lambda v: v["r", "ok"] > 0.5, kind=kind, timing=timing)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _seeds(*oks: float) -> list[Values]:
+    return [Values({"r": {"ok": ok}}, f"seed {k}") for k, ok in enumerate(oks)]
+
+
+@pytest.mark.parametrize(
+    ("oks", "status", "words"),
+    [
+        ((1, 1, 1), "held", "held on 3 of 3 seeds"),
+        ((1, 1, 0), "held", "held on 2 of 3 seeds"),  # mean 0.67 > 0.5, most seeds
+        ((1, 0.9, 0, 0), "mixed", "mixed: held on 2 of 4 seeds"),  # mean 0.475: two of four
+        ((1, 0.8, 0, 0, 0), "mixed", "mixed: held on 2 of 5 seeds, not on the mean"),
+        ((1, 1, 0, 0, 0), "mixed", "mixed: held on 2 of 5 seeds, not on the mean"),
+        ((1, 0, 0), "mixed", "mixed: held on 1 of 3 seeds, not on the mean"),
+        ((0, 0, 0), "not held", "not held"),
+        ((1,), "held", "held"),
+        ((0,), "not held", "not held"),
+    ],
+)
+def test_a_paper_claim_holds_only_on_the_mean_and_on_most_seeds(
+    oks: tuple[float, ...], status: str, words: str
+) -> None:
+    verdict = _flag().check(_seeds(*oks))
+    assert (verdict.status, verdict.words) == (status, words)
+    assert verdict.to_json()["status"] == status and verdict.to_json()["kind"] == "paper"
+
+
+def test_a_claim_on_the_mean_alone_is_mixed_not_held() -> None:
+    """The mean of (3, 0, 0) passes a threshold that two of three seeds miss."""
+    claim = Claim(key="k", text="big", published="", ours=lambda v: v["r", "x"],
+                  holds=lambda v: v["r", "x"] > 0.9, kind="paper")  # fmt: skip
+    verdict = claim.check([Values({"r": {"x": x}}) for x in (3.0, 0.0, 0.0)])
+    assert verdict.holds and verdict.status == "mixed"
+
+
+@pytest.mark.parametrize(
+    ("oks", "status", "words"),
+    [((1, 1, 1), "passed", "passed"), ((1, 1, 0), "failed", "failed on 1 of 3 seeds"),
+     ((0,), "failed", "failed")],
+)  # fmt: skip
+def test_a_check_passes_only_on_every_seed(oks: tuple[float, ...], status: str, words: str) -> None:
+    verdict = _flag(kind="check").check(_seeds(*oks))
+    assert (verdict.status, verdict.words) == (status, words)
+
+
+def test_a_timing_claim_on_a_contended_machine_is_not_judged() -> None:
+    held = _flag(timing=True).check(_seeds(1, 1, 1), contended=True)
+    assert held.status == "contended" and held.words == "contended: not judged"
+    # Only timing claims: the same contended run still judges the others.
+    assert _flag().check(_seeds(1, 1, 1), contended=True).status == "held"
+    assert _flag(timing=True).check(_seeds(1, 1, 1)).status == "held"
+
+
+def test_claims_declare_a_kind_and_a_short_text() -> None:
+    with pytest.raises(TypeError, match="kind"):
+        Claim(key="k", text="t", published="", ours=lambda v: 0.0, holds=lambda v: True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="`kind` must be one of paper, check, got 'papers'"):
+        _flag(kind="papers")
+    with pytest.raises(ValueError, match=r"`text` has 91 characters, at most 90 .* `detail`"):
+        Claim(key="k", text="x" * 91, published="", ours=lambda v: 0.0,
+              holds=lambda v: True, kind="paper")  # fmt: skip
+    with pytest.raises(ValueError, match="a timing claim is a claim of the paper"):
+        _flag(kind="check", timing=True)
+    with pytest.raises(ValueError, match="give `above`, `below` or both"):
+        Claim.difference("d", "t", "", ("a", "x"), ("b", "x"), kind="paper")
+
+
+def test_a_difference_is_paired_per_seed() -> None:
+    """Two models whose accuracies move together over seeds: the unpaired spread (10
+    points) hides a difference that is +1 point on every seed."""
+    claim = Claim.difference("d", "a beats b", "", ("a", "acc"), ("b", "acc"), above=0.0,
+                             kind="paper", scale=100)  # fmt: skip
+    seeds = [Values({"a": {"acc": b + 0.01}, "b": {"acc": b}}) for b in (0.7, 0.8, 0.9)]
+    verdict = claim.check(seeds)
+    assert verdict.ours.values == pytest.approx((0.01, 0.01, 0.01))
+    assert verdict.ours.std == pytest.approx(0.0, abs=1e-12)
+    assert verdict.status == "held" and verdict.ours.cell(*claim.format) == "+1.00 ± +0.00"
+    below = Claim.difference("d", "a", "", ("a", "acc"), ("b", "acc"), below=0.005, kind="paper")
+    assert below.check(seeds).status == "not held"
+
+
+def test_results_carry_their_provenance(quick: tuple[Path, dict[str, Any]]) -> None:
+    import subprocess
+
+    from odebench.experiments._provenance import repository
+
+    out, result = quick
+    prov = result["provenance"]
+    top = repository()
+    assert top is not None  # the tests run from a checkout
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    assert prov["commit"] == head and isinstance(prov["dirty"], bool)
+    assert prov["versions"]["torch"] == torch.__version__
+    assert set(prov["versions"]) == {"python", "torch", "numpy", "odecore", "odelayers",
+                                     "contnet", "odebench"}  # fmt: skip
+    assert prov["threads"] >= 1 and prov["cores"] >= 1 and prov["cpu"]
+    assert prov["device"] == "cpu" and prov["resumed"] is False
+    assert set(prov["load"]) == {"before", "after", "max", "mean"}
+    assert prov["started"] <= prov["finished"]
+    assert prov["contended"] is (prov["load"]["max"] >= min(prov["threads"], prov["cores"]) + 0.5)
+    assert f"Commit {head[:10]}" in (out / "report.md").read_text()
+
+
+def test_the_load_is_sampled_while_the_run_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy minute in the middle of a run marks it contended, though it began and
+    ended idle."""
+    import time
+
+    from odebench.experiments import _provenance
+
+    loads = iter([0.1, 3.0, 3.0, 3.0] + [0.1] * 1000)
+    monkeypatch.setattr(_provenance, "_load", lambda: next(loads))
+    started = _provenance.provenance_started(sample_every=0.01)
+    time.sleep(0.2)
+    prov = started.finish(threads=1)
+    assert prov.load["before"] == 0.1 and prov.load["after"] == 0.1
+    assert prov.load["max"] == 3.0 and prov.contended
+    monkeypatch.setattr(_provenance, "_load", lambda: 2.4)  # two threads, busy alone
+    quiet = _provenance.provenance_started(sample_every=3600).finish(threads=2)
+    assert quiet.cores < 2 or not quiet.contended

@@ -9,7 +9,9 @@ mode (:class:`Settings`), the :class:`Run` objects it trains per seed, the
 :func:`register_template` adds it, and :func:`run_template` trains, aggregates over
 seeds (:class:`Stat`), checks the claims (:class:`Verdict`) and writes the report.
 :func:`reproductions_table` gathers the claims of every published run into the
-Reproductions index.
+Reproductions index. Each claim is a claim of the paper or a check of our code
+(:class:`Claim`'s ``kind``); a paper claim holds only on the mean and on most seeds
+(:func:`verdict_status`); every run records its :class:`Provenance`.
 """
 
 # Each module registers its experiment; the quickstart first, then by name.
@@ -19,6 +21,7 @@ from . import _dissecting_augmentation, _dissecting_depth  # noqa: F401  # isort
 from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
 from ._index import reproductions_table
+from ._provenance import Provenance
 from ._registry import (
     DEFAULT_MODE,
     EXPERIMENTS,
@@ -46,6 +49,7 @@ from ._template import (
     Verdict,
     register_template,
     run_template,
+    verdict_status,
 )
 
 __all__ = [
@@ -57,6 +61,7 @@ __all__ = [
     "Figure",
     "Fitted",
     "Measurement",
+    "Provenance",
     "Result",
     "Run",
     "RunOptions",
@@ -74,4 +79,5 @@ __all__ = [
     "reproductions_table",
     "run_experiment",
     "run_template",
+    "verdict_status",
 ]

@@ -43,13 +43,14 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import torch
 from torch import nn
 
 from ..training import TrainConfig, load_model, resolve_device, train
 from ..training._io import write_json, write_text
+from ._provenance import Provenance, provenance_started
 from ._registry import (
     _REGISTRY,
     MODES,
@@ -332,33 +333,54 @@ class Values:
         return math.nan if value is None or not math.isfinite(value) else float(value)
 
 
+ClaimKind = Literal["paper", "check"]
+"""What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
+``"check"``, a property of our implementation (a parameter count, a bound, an exact
+identity) that would hold on any seed. Only paper claims count as reproduced."""
+
+CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")
+
+MAX_CLAIM_TEXT = 90
+"""The longest :attr:`Claim.text`: the index shows it in one table cell; the
+details go in :attr:`Claim.detail`, which the experiment's report shows."""
+
+
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper, and how our numbers test it.
+    """A claim of the paper, or a check of our code, and how our numbers test it.
 
     Args:
         key: a stable identifier (``results.json`` and tests look the verdict up by it).
-        text: the claim, as the report words it.
+        text: the claim in a few words (at most :data:`MAX_CLAIM_TEXT` characters).
         published: the paper's value: a number (formatted like ours) or a statement.
         ours: the number that shows our side of the claim, from one set of
             :class:`Values` (a metric, a ratio, a difference).
-        holds: the test. The claim holds when it holds on the means over the seeds;
-            it is also run on each seed, and the report says where seeds disagree.
+        holds: the test, with its threshold. It is run on the means over the seeds
+            and on each seed; see :class:`Verdict` for how the two make the verdict.
             A missing value reads as NaN, and comparisons with NaN are false.
         spec: the format of ``ours`` (and of a numeric ``published``).
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``, ``"×"``).
+        kind: ``"paper"`` or ``"check"`` (see :data:`ClaimKind`); no default, so
+            that every claim says which it is.
+        timing: the claim compares times. It is judged only when the machine was
+            not contended while the run trained (:attr:`Provenance.contended`).
+        detail: what ``ours`` is and how the threshold was chosen, for the report.
+
+    Raises:
+        ValueError: an unknown ``kind``, a ``text`` longer than
+            :data:`MAX_CLAIM_TEXT`, or a timing claim that is a check.
 
     Example:
         >>> claim = Claim(key="cheap", text="the ODE-Net saves less than the RK-Net",
         ...               published="O(1) against O(L~)",
         ...               ours=lambda v: v["odenet", "mib"] / v["rknet", "mib"],
         ...               holds=lambda v: v["odenet", "mib"] < v["rknet", "mib"],
-        ...               spec=".2f", unit="×")
+        ...               spec=".2f", unit="×", kind="paper")
         >>> seeds = [Values({"odenet": {"mib": m}, "rknet": {"mib": 60.0}}) for m in (14.0, 70.0)]
         >>> verdict = claim.check(seeds)
-        >>> verdict.ours.cell(".2f"), verdict.holds, verdict.words
-        ('0.70 ± 0.66', True, 'held on the mean; held on 1 of 2 seeds')
+        >>> verdict.ours.cell(".2f"), verdict.status, verdict.words
+        ('0.70 ± 0.66', 'mixed', 'mixed: held on 1 of 2 seeds')
     """
 
     key: str
@@ -369,6 +391,80 @@ class Claim:
     spec: str = ".3g"
     scale: float = 1.0
     unit: str = ""
+    kind: ClaimKind = field(kw_only=True)
+    timing: bool = field(default=False, kw_only=True)
+    detail: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(
+                f"Claim {self.key!r}: `kind` must be one of {', '.join(CLAIM_KINDS)}, "
+                f"got {self.kind!r}."
+            )
+        if len(self.text) > MAX_CLAIM_TEXT:
+            raise ValueError(
+                f"Claim {self.key!r}: `text` has {len(self.text)} characters, at most "
+                f"{MAX_CLAIM_TEXT} fit the index; move the rest into `detail`."
+            )
+        if self.timing and self.kind != "paper":
+            raise ValueError(f"Claim {self.key!r}: a timing claim is a claim of the paper.")
+
+    @classmethod
+    def difference(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        first: tuple[str, str],
+        second: tuple[str, str],
+        *,
+        kind: ClaimKind,
+        above: float | None = None,
+        below: float | None = None,
+        spec: str = "+.2f",
+        scale: float = 1.0,
+        unit: str = "",
+        detail: str = "",
+    ) -> Claim:
+        """A comparison of two models by their paired per-seed difference ``v[first] - v[second]``.
+
+        Both models train on the same seeds, so ``ours`` is the difference on each seed:
+        its spread over the seeds is the paired spread, not that of two unpaired means.
+
+        Args:
+            key, text, published, kind, spec, scale, unit, detail: as for :class:`Claim`.
+            first: ``(run, metric)`` of the first model.
+            second: ``(run, metric)`` of the second.
+            above: the claim holds when the difference is above this.
+            below: the claim holds when the difference is below this (with ``above``: both).
+
+        Raises:
+            ValueError: neither ``above`` nor ``below``.
+
+        Example:
+            >>> claim = Claim.difference("better", "the ANODE is more accurate", "+1.2 points",
+            ...                          ("anode", "acc"), ("node", "acc"), above=0.0,
+            ...                          kind="paper", scale=100, unit=" points")
+            >>> seeds = [Values({"anode": {"acc": a}, "node": {"acc": 0.9}})
+            ...          for a in (0.92, 0.93, 0.89)]
+            >>> verdict = claim.check(seeds)
+            >>> verdict.ours.cell(*claim.format), verdict.words
+            ('+1.33 ± +2.08 points', 'held on 2 of 3 seeds')
+        """
+        if above is None and below is None:
+            raise ValueError(f"Claim.difference {key!r}: give `above`, `below` or both.")
+
+        def diff(v: Values) -> float:
+            return v[first] - v[second]
+
+        def holds(v: Values) -> bool:
+            d = diff(v)
+            return (above is None or d > above) and (below is None or d < below)
+
+        return cls(
+            key, text, published, diff, holds, spec=spec, scale=scale, unit=unit,
+            kind=kind, detail=detail,
+        )  # fmt: skip
 
     @classmethod
     def ratio(
@@ -379,14 +475,17 @@ class Claim:
         over: tuple[str, str],
         under: tuple[str, str],
         *,
+        kind: ClaimKind,
         below: float | None = None,
         above: float | None = None,
         spec: str = ".2f",
+        timing: bool = False,
+        detail: str = "",
     ) -> Claim:
         """A claim on the ratio of two metrics, ``v[over] / v[under]``, shown as ``0.23×``.
 
         Args:
-            key, text, published: as for :class:`Claim`.
+            key, text, published, kind, timing, detail: as for :class:`Claim`.
             over: ``(run, metric)`` of the numerator.
             under: ``(run, metric)`` of the denominator.
             below: the claim holds when the ratio is below this.
@@ -398,10 +497,11 @@ class Claim:
 
         Example:
             >>> claim = Claim.ratio("small", "the ODE-Net is small", 0.37,
-            ...                     ("odenet", "parameters"), ("resnet", "parameters"), below=0.5)
+            ...                     ("odenet", "parameters"), ("resnet", "parameters"),
+            ...                     below=0.5, kind="check")
             >>> seed = Values({"odenet": {"parameters": 2e5}, "resnet": {"parameters": 6e5}})
             >>> claim.check([seed]).ours.cell(*claim.format), claim.check([seed]).words
-            ('0.33×', 'held')
+            ('0.33×', 'passed')
         """
         if below is None and above is None:
             raise ValueError(f"Claim.ratio {key!r}: give `below`, `above` or both.")
@@ -413,14 +513,23 @@ class Claim:
             r = ratio(v)
             return (below is None or r < below) and (above is None or r > above)
 
-        return cls(key, text, published, ratio, holds, spec=spec, unit="×")
+        return cls(
+            key, text, published, ratio, holds, spec=spec, unit="×", kind=kind,
+            timing=timing, detail=detail,
+        )  # fmt: skip
 
-    def check(self, seeds: Sequence[Values]) -> Verdict:
+    def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
         """The verdict on the values of each seed (in order) and on their means.
 
         ``ours`` shows the number the verdict is judged on, ``ours`` of the means, with
         the spread of its values over the seeds: for a claim that is not linear in the
-        metrics (a maximum, a ratio) the mean of the per-seed values would differ."""
+        metrics (a maximum, a ratio) the mean of the per-seed values would differ.
+
+        Args:
+            seeds: one set of values per seed.
+            contended: the machine was busier than the run alone while it trained
+                (:attr:`Provenance.contended`); a timing claim is then not judged.
+        """
         means = Values.means(seeds)
         try:
             ours = Stat.of([self.ours(v) for v in seeds])
@@ -436,12 +545,49 @@ class Claim:
             if isinstance(self.published, str)
             else f"{fmt(self.published, self.spec, self.scale)}{self.unit}"
         )
-        return Verdict(self.key, self.text, published, ours, holds, held_on, self.format)
+        return Verdict(
+            self.key, self.text, published, ours, holds, held_on, self.format,
+            kind=self.kind, detail=self.detail, contended=self.timing and contended,
+        )  # fmt: skip
 
     @property
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of the claim's numbers."""
         return self.spec, self.scale, self.unit
+
+
+VERDICTS = ("held", "mixed", "not held", "contended", "passed", "failed")
+"""The statuses of a :class:`Verdict`: the first four of a paper claim, the last two
+of a check."""
+
+
+def verdict_status(kind: str, holds: bool, held_on: Sequence[bool], contended: bool = False) -> str:
+    """The one rule that turns a claim's test results into its status.
+
+    A **paper claim** is ``"held"`` when it holds on the means *and* on most seeds
+    (more than half), ``"not held"`` when it holds on neither the means nor any seed,
+    and ``"mixed"`` otherwise. A timing claim measured on a contended machine is
+    ``"contended"``, whatever its numbers. A **check** (``kind="check"``) is
+    ``"passed"`` only when it holds on the means and on every seed, else ``"failed"``.
+
+    Example:
+        >>> verdict_status("paper", True, [True, False, True])
+        'held'
+        >>> verdict_status("paper", True, [True, False, False])
+        'mixed'
+        >>> verdict_status("paper", False, [False, False])
+        'not held'
+        >>> verdict_status("check", True, [True, False])
+        'failed'
+    """
+    count, n = sum(held_on), len(held_on)
+    if kind == "check":
+        return "passed" if holds and count == n else "failed"
+    if contended:
+        return "contended"
+    if holds and 2 * count > n:
+        return "held"
+    return "not held" if not holds and count == 0 else "mixed"
 
 
 @dataclass(frozen=True)
@@ -456,6 +602,9 @@ class Verdict:
         holds: whether the claim holds on the means.
         held_on: whether it holds on each seed, in the order of the seeds.
         format: ``(spec, scale, unit)`` of ``ours``.
+        kind: the claim's kind, ``"paper"`` or ``"check"``.
+        detail: the claim's details, for the report.
+        contended: a timing claim measured on a contended machine: not judged.
     """
 
     key: str
@@ -465,23 +614,46 @@ class Verdict:
     holds: bool
     held_on: tuple[bool, ...]
     format: tuple[str, float, str] = (".3g", 1.0, "")
+    kind: ClaimKind = "paper"
+    detail: str = ""
+    contended: bool = False
+
+    @property
+    def status(self) -> str:
+        """One of :data:`VERDICTS`, by :func:`verdict_status`."""
+        return verdict_status(self.kind, self.holds, self.held_on, self.contended)
 
     @property
     def words(self) -> str:
-        """``"held"`` or ``"did not hold"``, and on how many seeds where they disagree."""
-        said = "held" if self.holds else "did not hold"
-        if all(h == self.holds for h in self.held_on):
-            return said
-        return f"{said} on the mean; held on {sum(self.held_on)} of {len(self.held_on)} seeds"
+        """The status in words, with the per-seed count where there are several seeds.
+
+        ``"held on 3 of 3 seeds"``, ``"mixed: held on 1 of 3 seeds, not on the mean"``,
+        ``"not held"``, ``"contended: not judged"``, ``"passed"``,
+        ``"failed on 1 of 3 seeds"``.
+        """
+        status, count, n = self.status, sum(self.held_on), len(self.held_on)
+        seeds = f"{count} of {n} seeds"
+        if status == "held":
+            return f"held on {seeds}" if n > 1 else "held"
+        if status == "mixed":
+            return f"mixed: held on {seeds}" + ("" if self.holds else ", not on the mean")
+        if status == "contended":
+            return "contended: not judged"
+        if status == "failed":
+            return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
+        return status
 
     def to_json(self) -> dict[str, Any]:
         """The verdict for ``results.json``."""
         return {
+            "kind": self.kind,
             "text": self.text,
+            "detail": self.detail,
             "published": self.published,
             "ours": self.ours.to_json(),
             "holds": self.holds,
             "held_on_seeds": list(self.held_on),
+            "status": self.status,
             "verdict": self.words,
             "cell": self.ours.cell(*self.format),
         }
@@ -506,6 +678,7 @@ class Result(Generic[S]):
             ``--resume``, which skips finished runs).
         data: the data the runs trained on, in words (``"mnist (8004 train / 1996
             test)"``).
+        provenance: where the run came from (commit, versions, machine, load).
     """
 
     setup: Setup[S]
@@ -519,6 +692,7 @@ class Result(Generic[S]):
     published: Mapping[str, Any] = field(default_factory=dict)
     train_seconds: float = 0.0
     data: str = ""
+    provenance: Provenance | None = None
 
     @property
     def settings(self) -> S:
@@ -568,6 +742,9 @@ class Result(Generic[S]):
             "details": details,
             "figures": list(self.figures),
         }
+        if self.provenance is not None:
+            # A resumed run's earlier trainings may come from another commit.
+            doc["provenance"] = {**self.provenance.to_json(), "resumed": setup.options.resume}
         if self.published:
             doc["published"] = dict(self.published)
         return cast(dict[str, Any], _json_ready(doc))
@@ -731,6 +908,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
             that differ in name from seed to seed.
     """
     started = time.perf_counter()
+    provenance = provenance_started(str(resolve_device(options.device)))
     mode = options.mode_name
     settings = template.settings_for(mode, options.epochs)
     seeds = tuple(options.seed + k for k in range(settings.seeds))
@@ -745,11 +923,16 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
             )
     measured: dict[str, tuple[Measurement, ...]] = {}
     trained: list[Trained] = []
-    with one_thread(mode in template.one_thread_modes):
-        for i, name in enumerate(names):
-            done = [_train(setup, plans[seed][i], seed) for seed in seeds]
-            measured[name] = tuple(template.measure(setup, t) for t in done)
-            trained += done
+    threads = torch.get_num_threads()
+    try:
+        with one_thread(mode in template.one_thread_modes):
+            threads = torch.get_num_threads()
+            for i, name in enumerate(names):
+                done = [_train(setup, plans[seed][i], seed) for seed in seeds]
+                measured[name] = tuple(template.measure(setup, t) for t in done)
+                trained += done
+    finally:
+        provenance.finish(threads)
     metrics = {
         name: {
             metric: Stat.of([m.metrics.get(metric) for m in ms])
@@ -772,11 +955,15 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         wall_seconds=time.perf_counter() - started,
         metrics=metrics,
         measurements=measured,
-        verdicts=tuple(claim.check(per_seed) for claim in template.claims(setup)),
+        verdicts=tuple(
+            claim.check(per_seed, contended=provenance.contended)
+            for claim in template.claims(setup)
+        ),
         figures=tuple(f.path for f in template.figures),
         published=template.published,
         train_seconds=sum(t.seconds for t in trained),
         data=template.data(setup) if template.data else _data(trained),
+        provenance=provenance,
     )
     for figure in template.figures:
         figure.draw(result, options.out / figure.path)
@@ -844,22 +1031,67 @@ def _report(template: Template[S], result: Result[S]) -> str:
             else "."
         ),
         "",
-        "## Claims",
-        "",
+        *_provenance_lines(result.provenance),
     ]
-    if result.verdicts:
+    papers = [v for v in result.verdicts if v.kind == "paper"]
+    checks = [v for v in result.verdicts if v.kind == "check"]
+    lines += ["## Claims of the paper", ""]
+    if papers:
         lines += [
-            "| claim | published | ours (mean ± std, n seeds) | verdict |",
-            "|---|---|---|---|",
+            "A claim holds when it holds on the mean over the seeds and on most seeds; "
+            "otherwise it is mixed, with the per-seed count. A comparison of two models "
+            "shows their paired per-seed difference.",
+            "",
+            *_verdict_table(papers),
         ]
-        for v in result.verdicts:
-            n = v.ours.n
-            ours = f"{v.ours.cell(*v.format)} ({n} seed{'' if n == 1 else 's'})"
-            lines.append(f"| {v.text} | {v.published} | {ours} | {v.words} |")
     else:
         lines.append("No claim of a paper is checked here.")
+    if checks:
+        lines += [
+            "",
+            "## Checks of our code",
+            "",
+            "Properties of the implementation (counts, bounds, exact identities): they "
+            "hold on every seed or not at all, and are not counted as reproductions.",
+            "",
+            *_verdict_table(checks),
+        ]
+    lines.append("")
     sections = template.sections(result).strip("\n")
     return "\n".join([*lines, "", *([sections, ""] if sections else [])])
+
+
+def _verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
+    """The report's table of some verdicts: the claim with its details, published, ours, verdict."""
+    lines = [
+        "| claim | published | ours (mean ± std, n seeds) | verdict |",
+        "|---|---|---|---|",
+    ]
+    for v in verdicts:
+        n = v.ours.n
+        ours = f"{v.ours.cell(*v.format)} ({n} seed{'' if n == 1 else 's'})"
+        claim = f"**{v.text}**" + (f": {v.detail}" if v.detail else "")
+        lines.append(f"| {claim} | {v.published} | {ours} | {v.words} |")
+    return lines
+
+
+def _provenance_lines(provenance: Provenance | None) -> list[str]:
+    """One paragraph of where the run came from, for the report."""
+    if provenance is None:
+        return []
+    commit = provenance.commit[:10] if provenance.commit else "no commit"
+    if provenance.dirty:
+        commit += " (dirty tree: not publishable)"
+    load = provenance.load
+    busy = " (contended: timings not judged)" if provenance.contended else ""
+    versions = ", ".join(f"{k} {v}" for k, v in provenance.versions.items() if v)
+    return [
+        f"Commit {commit}; {versions}; {provenance.threads} thread"
+        f"{'' if provenance.threads == 1 else 's'} on {provenance.cores} × {provenance.cpu}; "
+        f"load {load.get('before')} before, {load.get('max')} at most, {load.get('after')} "
+        f"after{busy}.",
+        "",
+    ]
 
 
 def _json_ready(value: Any) -> Any:
