@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from odebench.cli import main
 from odebench.experiments import EXPERIMENTS, publish
+from odebench.experiments._provenance import repository
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@functools.cache
+def _clean_provenance() -> dict[str, object]:
+    """A provenance that publish takes: the checkout's HEAD, from a clean tree."""
+    top = repository()
+    assert top is not None, "publish checks a run's commit against the git checkout"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True)
+    return {"commit": head.stdout.strip(), "dirty": False}
 
 
 def _run_dir(path: Path, links: tuple[str, ...] = ("loss.png", "sub/curves.png")) -> Path:
@@ -20,7 +32,8 @@ def _run_dir(path: Path, links: tuple[str, ...] = ("loss.png", "sub/curves.png")
     path.mkdir(parents=True)
     body = "\n".join(f"![figure]({link})" for link in links)
     (path / "report.md").write_text(f"# Run\n\n{body}\n")
-    (path / "results.json").write_text('{"experiment": "fake"}')
+    results = {"experiment": "fake", "provenance": _clean_provenance()}
+    (path / "results.json").write_text(json.dumps(results))
     for link in links:
         (path / link).parent.mkdir(parents=True, exist_ok=True)
         (path / link).write_bytes(link.encode())

@@ -16,7 +16,7 @@ from pathlib import Path
 import odebench
 import pytest
 import torch
-from odebench.experiments import RunOptions, register, run_experiment
+from odebench.experiments import RunOptions, _provenance, publish, register, run_experiment
 from odebench.experiments._registry import _REGISTRY
 from odebench.training import RunExistsError, TrainConfig, load_model, train
 from test_cli_runs import _run
@@ -508,3 +508,120 @@ def test_train_with_an_implicit_method_and_n_steps(tmp_path):
     assert _main(*TOY_ARGS, "--method", "implicit_euler", "--n-steps", "4", "--out", str(out)) == 0
     saved = json.loads((out / "config.json").read_text())["config"]
     assert (saved["method"], saved["n_steps"]) == ("implicit_euler", 4)
+
+
+# -- publish: only a run a sceptic can check, only its own files ---------------------------
+
+
+def _git(cwd: Path, *args: str) -> str:
+    command = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _clean(commit: str) -> str:
+    """A results.json of a standard run made at ``commit`` from a clean tree."""
+    return json.dumps({"mode": "standard", "provenance": {"commit": commit, "dirty": False}})
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch) -> Path:
+    """A git repository with one commit on ``main`` and one on a side branch; publish
+    checks commits against it."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for branch in ("main", "side"):
+        if branch == "side":
+            _git(repo, "checkout", "-q", "-b", "side")
+        (repo / f"{branch}.txt").write_text(branch)
+        _git(repo, "add", f"{branch}.txt")
+        _git(repo, "commit", "-q", "--no-gpg-sign", "-m", branch)
+    _git(repo, "checkout", "-q", "main")
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(_provenance, "repository", lambda: repo)
+    return repo
+
+
+def test_publish_takes_a_clean_run_of_the_current_history(tmp_path, checkout, capsys):
+    first = _git(checkout, "rev-parse", "HEAD")
+    run = _published_run(tmp_path, _clean(first))
+    (checkout / "later.txt").write_text("later")
+    _git(checkout, "add", "later.txt")
+    _git(checkout, "commit", "-q", "--no-gpg-sign", "-m", "later")  # first is an ancestor
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 0
+    assert "published" in capsys.readouterr().err
+    assert json.loads((tmp_path / "pub" / "run" / "results.json").read_text())["provenance"]
+
+
+@pytest.mark.parametrize("commit", ["side", "0123456789abcdef0123456789abcdef01234567"])
+def test_publish_refuses_a_commit_not_in_the_current_history(tmp_path, checkout, capsys, commit):
+    if commit == "side":  # a commit the repository holds, on another branch
+        commit = _git(checkout, "rev-parse", "side")
+    run = _published_run(tmp_path, _clean(commit))
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"ran at {commit[:10]}, which is not in the current history (HEAD)" in line
+    assert not (tmp_path / "pub").exists()
+
+
+@pytest.mark.parametrize(
+    ("provenance", "why"),
+    [
+        (None, "records no commit (no provenance): rerun it from a clean checkout"),
+        ({"dirty": False}, "records no commit (no provenance)"),
+        ({"commit": "HEAD", "dirty": True}, "ran from a dirty tree at "),
+        ({"commit": "HEAD", "dirty": None}, "ran from a dirty tree at "),
+        ({"commit": "abc123", "dirty": False}, "records the commit 'abc123', which is not 40"),
+    ],
+    ids=["none", "no-commit", "dirty", "dirty-unknown", "short-commit"],
+)
+def test_publish_refuses_a_run_without_a_clean_commit(tmp_path, checkout, capsys, provenance, why):
+    doc: dict = {"mode": "standard"}
+    if provenance is not None:
+        head = _git(checkout, "rev-parse", "HEAD")
+        doc["provenance"] = {k: head if v == "HEAD" else v for k, v in provenance.items()}
+    run = _published_run(tmp_path, json.dumps(doc))
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    assert f"{run} {why}" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "pub").exists()
+
+
+def test_publish_checks_commits_against_this_checkout(tmp_path):
+    top = _provenance.repository()
+    if top is None:
+        pytest.skip("not run from a git checkout")
+    run = _published_run(tmp_path, _clean(_git(top, "rev-parse", "HEAD")))
+    assert [str(f) for f in publish(run, tmp_path / "pub")] == ["report.md", "results.json"]
+    (run / "results.json").write_text(_clean("f" * 40))
+    with pytest.raises(ValueError, match="which is not in the current history"):
+        publish(run, tmp_path / "pub")
+
+
+@pytest.mark.parametrize("name", ["report.md", "results.json", "loss.png"])
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_publish_copies_no_symbolic_link(tmp_path, checkout, capsys, name, target):
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    (run / "report.md").write_text("# Run\n\n![loss](loss.png)\n")
+    (run / "loss.png").write_bytes(b"png")
+    secret = tmp_path / "secret" if target == "outside" else run / "elsewhere" / "secret"
+    secret.parent.mkdir(exist_ok=True)
+    secret.write_bytes((run / name).read_bytes())  # what it replaces, so only the link differs
+    (run / name).unlink()
+    (run / name).symlink_to(secret)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run / name} is not a regular file: {run / name} is a symbolic link" in line
+    assert not (tmp_path / "pub").exists()
+
+
+def test_publish_follows_no_linked_folder_to_a_figure(tmp_path, checkout, capsys):
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    (run / "report.md").write_text("# Run\n\n![loss](figures/loss.png)\n")
+    (run / "real").mkdir()
+    (run / "real" / "loss.png").write_bytes(b"png")
+    (run / "figures").symlink_to(run / "real", target_is_directory=True)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run / 'figures/loss.png'} is not a regular file: {run / 'figures'} is a" in line
+

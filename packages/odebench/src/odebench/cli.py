@@ -461,7 +461,8 @@ _COMMANDS = {
         "copy runs' reports, results and figures (no checkpoints) for committing",
         "Copy report.md, results.json and the figures the report shows of each RUN_DIR "
         "into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch files behind: "
-        "the docs include reports published into docs/results/.",
+        "the docs include reports published into docs/results/. A run is refused unless "
+        "it ran at a clean commit of the current history; symbolic links are never copied.",
         _publish_arguments,
     ),
     "train": _Command(

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ._provenance import publishable
+
 Log = Callable[[str], None]
 
 MODES = ("quick", "standard", "full")
@@ -229,6 +231,10 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     That is ``report.md``, ``results.json`` and every figure ``report.md`` links to
     (at the same relative paths), but no checkpoints or per-epoch files. The docs'
     Reproductions pages include reports published this way into ``docs/results/``.
+    Only a run that a sceptic can check is published: its ``results.json`` must name,
+    in its ``provenance``, a commit of the current history (``git merge-base
+    --is-ancestor``) whose tree was clean when the run started. Only regular files inside
+    ``run_dir`` are copied, never a symbolic link, which could lead anywhere.
     Files already in ``dest`` that the new report does not use are removed first, so
     a republished directory never shows a stale figure; a non-empty ``dest`` that
     holds no published report is refused rather than emptied.
@@ -239,16 +245,26 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
-        ValueError: ``dest`` or a folder above it is a file, ``results.json`` is not a
-            JSON object, ``run_dir`` holds a quick run (a smoke test is never published as a
-            result), the report links to a figure outside ``run_dir``, or ``dest`` is a
-            non-empty directory without a published report.
+        ValueError: ``dest`` or a folder above it is a file, ``report.md``,
+            ``results.json`` or a figure is not a regular file (a symbolic link),
+            ``results.json`` is not a JSON object, ``run_dir`` holds a quick run (a smoke
+            test is never published as a result), the run is not publishable (no
+            provenance, a dirty tree, a commit not in the current history), the report
+            links to a figure outside ``run_dir``, or ``dest`` is a non-empty directory
+            without a published report.
 
     Example:
-        >>> import tempfile
+        A run made at the checkout's ``HEAD`` from a clean tree:
+
+        >>> import subprocess, tempfile
+        >>> from odebench.experiments._provenance import repository
+        >>> head = subprocess.run(
+        ...     ["git", "rev-parse", "HEAD"], cwd=repository(), capture_output=True, text=True
+        ... ).stdout.strip()
         >>> run = Path(tempfile.mkdtemp())
         >>> _ = (run / "report.md").write_text("# Run\\n\\n![loss](loss.png)\\n")
-        >>> _ = (run / "results.json").write_text("{}")
+        >>> provenance = {"commit": head, "dirty": False}
+        >>> _ = (run / "results.json").write_text(json.dumps({"provenance": provenance}))
         >>> _ = (run / "loss.png").write_bytes(b"png")
         >>> _ = (run / "checkpoint.pt").write_bytes(b"weights")
         >>> [str(p) for p in publish(run, run.parent / (run.name + "-published"))]
@@ -263,18 +279,25 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
-    mode = read_results(run_dir / "results.json").get("mode")
-    if mode == "quick":
+        _refuse_links(run_dir, Path(name))
+    doc = read_results(run_dir / "results.json")
+    if doc.get("mode") == "quick":
         raise ValueError(
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
             "or full run (`odebench run NAME`)"
         )
+    why = publishable(doc, str(run_dir))
+    if why is not None:
+        raise ValueError(why)
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     files = [Path("report.md"), Path("results.json")]
     root = run_dir.resolve()
     for link in dict.fromkeys(_IMAGE.findall(report)):
+        if Path(link).is_absolute() or os.path.normpath(link).split(os.sep)[0] == os.pardir:
+            raise ValueError(f"{run_dir / 'report.md'} links to {link}, outside {run_dir}")
+        _refuse_links(run_dir, Path(link))
         source = (run_dir / link).resolve()
-        if Path(link).is_absolute() or not source.is_relative_to(root):
+        if not source.is_relative_to(root):
             raise ValueError(f"{run_dir / 'report.md'} links to {link}, outside {run_dir}")
         if not source.is_file():
             raise FileNotFoundError(f"{run_dir / 'report.md'} links to {link}, which is missing")
@@ -284,6 +307,22 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         (dest / file).parent.mkdir(parents=True, exist_ok=True)
         (dest / file).write_bytes((run_dir / file).read_bytes())
     return files
+
+
+def _refuse_links(run_dir: Path, path: Path) -> None:
+    """Refuse ``run_dir / path`` when it, or a folder on the way to it, is a symbolic link.
+
+    A link can lead out of the run folder (to ``/etc/shadow``) or to another of its
+    files under a name the report does not use: :func:`publish` copies neither.
+    """
+    here = run_dir
+    for part in path.parts:
+        here = here / part
+        if here.is_symlink():
+            raise ValueError(
+                f"{run_dir / path} is not a regular file: {here} is a symbolic link; "
+                "publish copies only the files inside the run folder"
+            )
 
 
 def read_results(path: Path) -> dict[str, Any]:
