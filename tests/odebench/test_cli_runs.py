@@ -194,3 +194,40 @@ def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path
     assert seen == [(name, tmp_path / name, "full", True) for name in EXPERIMENTS]
     err = capsys.readouterr().err
     assert "pendulum went wrong" in err and err.strip().endswith("failed: pendulum")
+
+
+@pytest.mark.parametrize("how", ["status", "exception"])
+def test_an_interrupt_stops_run_all_at_once(monkeypatch, tmp_path, capsys, how):
+    # Each Ctrl-C ended only the current experiment and the loop started the next one.
+    seen = []
+    first, second, *rest = EXPERIMENTS
+
+    def run_one(parser, args, name, out):
+        seen.append(name)
+        if name == second:
+            if how == "exception":  # one that arrives outside the training's handling
+                raise KeyboardInterrupt
+            return 130
+        return 1 if name == first else 0
+
+    monkeypatch.setattr("odebench.cli._run_one", run_one)
+    assert main(["run", "all", "--out", str(tmp_path)]) == 130
+    assert seen == [first, second]
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"odebench run all: interrupted in {second}; not run: {', '.join(rest)}; failed: {first}"
+    )
+
+
+def test_an_interrupted_experiment_stops_run_all(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def run(name, options, log):
+        seen.append(name)
+        raise KeyboardInterrupt  # as an experiment's training does on Ctrl-C
+
+    monkeypatch.setattr("odebench.experiments.run_experiment", run)
+    assert main(["run", "all", "--quick", "--out", str(tmp_path)]) == 130
+    assert seen == [next(iter(EXPERIMENTS))]
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"odebench run all: interrupted in {seen[0]}; not run: ")

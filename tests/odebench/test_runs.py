@@ -625,3 +625,24 @@ def test_publish_follows_no_linked_folder_to_a_figure(tmp_path, checkout, capsys
     line = _one_line(capsys.readouterr().err)
     assert f"{run / 'figures/loss.png'} is not a regular file: {run / 'figures'} is a" in line
 
+
+# -- interrupts ------------------------------------------------------------------------------
+
+
+def test_a_sigint_during_the_last_epoch_reaches_the_caller(tmp_path, monkeypatch, capsys):
+    # Was dropped: the flag was checked only before a next epoch, so the run (and an
+    # experiment's next training) went on.
+    def sigint_at_the_end(line: str) -> None:
+        print(line, file=sys.stderr)
+        if line.startswith("epoch 2/2"):  # the last epoch, after its last batch
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr("odebench.cli._log", sigint_at_the_end)
+    out = tmp_path / "run"
+    assert _main(*TOY_ARGS, "--epochs", "2", "--out", str(out)) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"SIGINT: stopped after the last epoch, 2; the run is complete in {out}"
+    assert json.loads((out / "results.json").read_text())["epochs"] == 2  # whole and saved
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["batch"]) == (2, 0)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

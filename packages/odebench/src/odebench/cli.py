@@ -651,15 +651,33 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 f"--out {args.out} is {where}; `run all` writes one folder per experiment "
                 "under --out: give it a folder of its own (e.g. runs)",
             )
-        failed = [
-            name
-            for name in EXPERIMENTS
-            if _run_one(parser, args, name, (args.out or Path("runs")) / name)
-        ]
-        if failed:
-            _log(f"odebench run all: failed: {', '.join(failed)}")
-        return 1 if failed else 0
+        return _run_all(parser, args, list(EXPERIMENTS))
     return _run_one(parser, args, args.name, args.out or Path("runs") / args.name)
+
+
+def _run_all(parser: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> int:
+    """Run the experiments ``names`` one after the other, each into its folder of --out.
+
+    A failed experiment does not stop the others (status 1 at the end); an interrupted
+    one (Ctrl-C, SIGTERM: status 130) stops them all at once, with a line naming those
+    not run.
+    """
+    failed: list[str] = []
+    for i, name in enumerate(names):
+        try:
+            status = _run_one(parser, args, name, (args.out or Path("runs")) / name)
+        except KeyboardInterrupt:  # outside the training's own handling
+            status = 130
+        if status == 130:
+            rest = ", ".join(names[i + 1 :]) or "none"
+            also = f"; failed: {', '.join(failed)}" if failed else ""
+            _log(f"odebench run all: interrupted in {name}; not run: {rest}{also}")
+            return 130
+        if status:
+            failed.append(name)
+    if failed:
+        _log(f"odebench run all: failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 #: What marks a run's folder, each pair together: an experiment's results and report,

@@ -640,7 +640,8 @@ class Trainer:
         Raises:
             ValueError: ``batch_size`` exceeds the training examples.
             Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
-                is saved.
+                is saved; after ``results.json`` too when the signal came after the last
+                batch, so that the caller stops all the same.
             TrainingFailedError: the solver of an ODE model failed.
         """
         if self._process.main:
@@ -660,6 +661,11 @@ class Trainer:
         results = self._results(time.perf_counter() - started)
         if self._process.main:
             _io.write_json(self.out / "results.json", results)
+        if self._stop.requested:  # after the last batch (evaluation, save): the run is whole
+            raise Interrupted(
+                f"{self._stop.signal_name}: stopped after the last epoch, {len(self.metrics)}; "
+                f"the run is complete in {self.out}"
+            )
         return results
 
     def _description(self) -> dict[str, Any]:
