@@ -525,12 +525,20 @@ def _write_generated(app: Any) -> None:
     if "odebench" in PUBLISHED:
         from odebench.experiments import reproductions_table
 
+        # The summary, the paper's claims and the checks, each experiment linked to its
+        # page (the quickstart's is the training guide), relative to the page that
+        # includes them, odebench/experiments/index.md.
         pages = DOCS / "odebench" / "experiments"
-        table = reproductions_table(
-            DOCS / "results",
-            link=lambda name: f"{name}.md" if (pages / f"{name}.md").exists() else None,
-        )
-        _write_if_changed("reproductions.md", "docs/results/*/results.json", table)
+        elsewhere = {"quickstart": "../training.md"}
+
+        def link(name: str) -> str | None:
+            if (pages / f"{name}.md").exists():
+                return f"{name}.md"
+            page = elsewhere.get(name)
+            return page if page is not None and (pages / page).exists() else None
+
+        index = reproductions_table(DOCS / "results", link=link)
+        _write_if_changed("reproductions.md", "docs/results/*/results.json", index)
 
 
 def _write_if_changed(name: str, source: str, text: str) -> None:

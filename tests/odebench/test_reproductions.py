@@ -153,46 +153,242 @@ def test_every_experiment_has_committed_results_in_the_docs(name):
     assert f"results/{name}/report.md" in page.read_text(encoding="utf-8"), page
 
 
-def test_the_index_table_regenerates_from_every_published_json():
+# The Reproductions index (reproductions_table): a summary, the paper's claims, the checks.
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _sections(text: str) -> dict[str, list[list[str]]]:
+    """The index's tables by heading, each a list of rows of cells (header and rule dropped)."""
+    tables: dict[str, list[list[str]]] = {}
+    for part in text.split("### ")[1:]:
+        heading, _, body = part.partition("\n")
+        lines = [line for line in body.splitlines() if line.startswith("| ")]
+        tables[heading] = [line[2:-2].split(" | ") for line in lines[1:]]
+    return tables
+
+
+def _claim(kind: str, status: str, text: str, seeds: list[bool], verdict: str) -> dict[str, object]:
+    return {
+        "kind": kind, "text": text, "detail": "", "published": "yes", "cell": "1.0 ± 0.1",
+        "holds": status in ("held", "passed"), "held_on_seeds": seeds, "status": status,
+        "verdict": verdict,
+    }  # fmt: skip
+
+
+def _old_claim(text: str, holds: bool, seeds: list[bool] | None) -> dict[str, object]:
+    """A claim as runs published before kinds and statuses wrote it."""
+    claim: dict[str, object] = {
+        "text": text, "published": "0.5", "holds": holds, "cell": "0.4 ± 0.1",
+        "verdict": "held" if holds else "did not hold",
+    }  # fmt: skip
+    if seeds is not None:
+        claim["held_on_seeds"] = seeds
+    return claim
+
+
+def _new_doc(**provenance: object) -> dict[str, object]:
+    """A results.json as the template writes it now: kinds, statuses, provenance."""
+    y, n = True, False
+    claims = {
+        "a": _claim("paper", "held", "ANODE is more accurate", [y, y, n], "held on 2 of 3 seeds"),
+        "b": _claim("paper", "mixed", "NFE grows", [y, n, n], "mixed: held on 1 of 3 seeds"),
+        "c": _claim("paper", "not held", "time is proportional", [n, n, n], "not held"),
+        "d": _claim("paper", "contended", "refinement faster", [y, y, y], "contended: not judged"),
+        "e": _claim("check", "passed", "a third of the parameters", [y, y, y], "passed"),
+        "f": _claim("check", "failed", "memory flat in depth", [y, n, y], "failed on 1 of 3 seeds"),
+    }  # fmt: skip
+    return {
+        "experiment": "anode-images", "mode": "standard", "seeds": [0, 1, 2],
+        "data": "mnist (1024 train / 500 test)", "train_seconds": 150.0, "claims": claims,
+        "details": {},
+        "provenance": {"commit": COMMIT, "dirty": False, "contended": False, **provenance},
+    }  # fmt: skip
+
+
+def _old_doc() -> dict[str, object]:
+    """A results.json published before kinds, statuses and provenance."""
+    claims = {
+        "held": _old_claim("held on every seed", True, [True, True, True]),
+        "minority": _old_claim("held on the mean, on 1 of 3 seeds", True, [True, False, False]),
+        "failed": _old_claim("not on the mean, held on 2 of 3 seeds", False, [False, True, True]),
+        "no_seeds": _old_claim("from before per-seed verdicts " + "word " * 30, True, None),
+    }  # fmt: skip
+    return {"experiment": "pendulum", "mode": "standard", "seeds": [0, 1, 2], "data": "",
+            "train_seconds": 900.0, "claims": claims, "details": {}}  # fmt: skip
+
+
+def _index(tmp_path: Path, docs: dict[str, dict[str, object]], **kwargs: object) -> str:
     from odebench.experiments import reproductions_table
 
-    table = reproductions_table(RESULTS).splitlines()
-    assert table[0].startswith("| experiment | claim | published | ours (mean ± std, n seeds) |")
-    rows = [row.split(" | ") for row in table[2:]]
-    published = {p.parent.name: json.loads(p.read_text()) for p in RESULTS.glob("*/results.json")}
+    for name, doc in docs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(doc))
+    return reproductions_table(tmp_path, **kwargs)
+
+
+def test_the_index_is_a_summary_then_the_claims_then_the_checks(tmp_path):
+    text = _index(tmp_path, {"anode-images": _new_doc()})
+    assert list(_sections(text)) == ["Summary", "Claims of the paper", "Checks of our code"]
+    assert "| experiment | paper claims | checks | data | seeds | training | commit |" in text
+    assert "| experiment | claim | published | ours (mean ± std) | verdict |" in text
+
+
+def test_the_summary_counts_paper_claims_by_status_and_checks_passed(tmp_path):
+    summary = _sections(_index(tmp_path, {"anode-images": _new_doc()}))["Summary"]
+    assert summary == [
+        [
+            "[anode-images](anode-images.md)",
+            "1 held · 1 mixed · 1 not held · 1 contended",
+            "1 of 2 passed",
+            "mnist (1024 train / 500 test)",
+            "3",
+            "2.5 min",
+            f"`{COMMIT[:10]}`",
+        ]
+    ]
+
+
+def test_the_summary_follows_the_experiments_order_one_row_each(tmp_path):
+    docs = {name: {**_new_doc(), "experiment": name} for name in reversed(list(EXPERIMENTS)[:3])}
+    summary = _sections(_index(tmp_path, docs, link=lambda name: None))["Summary"]
+    assert [row[0] for row in summary] == list(EXPERIMENTS)[:3]
+
+
+def test_the_claims_table_holds_paper_claims_and_the_checks_table_checks(tmp_path):
+    tables = _sections(_index(tmp_path, {"anode-images": _new_doc()}, link=lambda name: None))
+    claims, checks = tables["Claims of the paper"], tables["Checks of our code"]
+    assert [row[1] for row in claims] == [
+        "ANODE is more accurate", "NFE grows", "time is proportional", "refinement faster",
+    ]  # fmt: skip
+    assert [row[1] for row in checks] == ["a third of the parameters", "memory flat in depth"]
+    assert claims[1] == [
+        "anode-images",
+        "NFE grows",
+        "yes",
+        "1.0 ± 0.1",
+        "mixed: held on 1 of 3 seeds",
+    ]
+    assert [row[4] for row in checks] == ["passed", "failed on 1 of 3 seeds"]
+
+
+def test_old_claims_are_unclassified_by_the_new_rule_and_not_counted(tmp_path):
+    tables = _sections(_index(tmp_path, {"pendulum": _old_doc()}, link=lambda name: None))
+    assert tables["Summary"] == [
+        [
+            "pendulum",
+            "4 unclassified · published before provenance: rerun pending",
+            "–",
+            "–",
+            "3",
+            "15 min",
+            "no provenance",
+        ]
+    ]
+    verdicts = [row[4] for row in tables["Claims of the paper"]]
+    assert verdicts == [
+        "unclassified · held on 3 of 3 seeds",
+        "unclassified · mixed: held on 1 of 3 seeds",
+        "unclassified · mixed: held on 2 of 3 seeds, not on the mean",
+        "unclassified · held",  # no per-seed verdicts: from holds alone
+    ]
+
+
+def test_an_old_claims_long_text_is_shortened_to_a_new_ones_length(tmp_path):
+    from odebench.experiments._template import MAX_CLAIM_TEXT
+
+    claims = _sections(_index(tmp_path, {"pendulum": _old_doc()}))["Claims of the paper"]
+    text = claims[-1][1]
+    assert text.startswith("from before per-seed verdicts word") and text.endswith("word…")
+    assert len(text) <= MAX_CLAIM_TEXT
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_a_claim_held_on_the_mean_but_not_on_most_seeds_is_never_shown_held(tmp_path, old):
+    doc = _old_doc() if old else _new_doc()
+    tables = _sections(_index(tmp_path, {"pendulum": doc}, link=lambda name: None))
+    claims = {row[1]: row[4] for row in tables["Claims of the paper"]}
+    minority = "held on the mean, on 1 of 3 seeds" if old else "NFE grows"
+    assert "mixed" in claims[minority]
+    assert not claims[minority].removeprefix("unclassified · ").startswith("held")
+    if not old:
+        assert tables["Summary"][0][1].startswith("1 held ·")  # "a" alone
+
+
+@pytest.mark.parametrize(
+    ("provenance", "cell"),
+    [
+        ({}, f"`{COMMIT[:10]}`"),
+        ({"dirty": True}, f"`{COMMIT[:10]}` (dirty)"),
+        ({"commit": None}, "not from a checkout"),
+    ],
+)
+def test_the_summary_shows_the_commit_the_run_ran_at(tmp_path, provenance, cell):
+    summary = _sections(_index(tmp_path, {"anode-images": _new_doc(**provenance)}))["Summary"]
+    assert summary[0][6] == cell
+
+
+def test_a_contended_run_says_so_beside_its_training_time(tmp_path):
+    summary = _sections(_index(tmp_path, {"anode-images": _new_doc(contended=True)}))["Summary"]
+    assert summary[0][5] == "2.5 min, contended"
+
+
+def test_runs_without_their_data_show_as_not_run_here(tmp_path):
+    why = "not run here: needs CIFAR-10 (`odebench download cifar10`)"
+    details = {"euler": [{"not_run": why}] * 3, "rk4": [{"not_run": why}] * 3}
+    doc = {**_new_doc(), "claims": {}, "details": details, "train_seconds": 0.0002}
+    text = _index(tmp_path, {"continuousnet-cifar": doc}, link=lambda name: None)
+    tables = _sections(text)
+    assert tables["Summary"][0][1:3] == ["2 of 2 runs not run (data absent)", "–"]
+    assert tables["Summary"][0][5] == "0 s"
+    assert tables["Claims of the paper"] == [
+        ["continuousnet-cifar", f"*{why}*", "–", "–", "not run"]
+    ]
+    assert tables["Checks of our code"] == []
+    assert "No published run declares a check." in text
+
+
+def test_a_mode_other_than_standard_is_named_beside_the_seeds(tmp_path):
+    doc = {**_new_doc(), "mode": "full", "seeds": [0, 1, 2, 3, 4]}
+    assert _sections(_index(tmp_path, {"anode-images": doc}))["Summary"][0][4] == "5 (full)"
+
+
+def test_the_index_regenerates_from_every_published_json():
+    from odebench.experiments import reproductions_table
+
+    tables = _sections(reproductions_table(RESULTS, link=lambda name: None))
+    published = {
+        name: json.loads((RESULTS / name / "results.json").read_text(encoding="utf-8"))
+        for name in EXPERIMENTS
+        if (RESULTS / name / "results.json").is_file()
+    }
+    assert [row[0] for row in tables["Summary"]] == list(published)
+    rows = tables["Claims of the paper"] + tables.get("Checks of our code", [])
     for name, doc in published.items():
-        mine = [row for row in rows if row[0] == f"| [{name}]({name}.md)"]
         claims = list((doc.get("claims") or {}).values())
-        not_run = {d["not_run"] for ds in doc["details"].values() for d in ds if "not_run" in d}
-        assert len(mine) == max(len(claims) + len(not_run), 1), name
-        assert {row[1] for row in mine[: len(not_run)]} == not_run
-        for row, claim in zip(mine[len(not_run) :], claims):
-            assert row[1] == claim["text"].replace("|", "\\|")
-            assert row[3].endswith(
-                f"({len(doc['seeds'])} seed{'s' if len(doc['seeds']) > 1 else ''})"
-            )
-            if "cell" in claim:
-                assert row[3].startswith(claim["cell"]) and row[7] == claim["verdict"] + " |"
-            assert row[5] == doc["mode"] or row[5].startswith("quick (a smoke test")
+        mine = [row for row in rows if row[0] == name and row[4] != "not run"]
+        assert len(mine) == len(claims), name
+        for row, claim in zip(mine, claims):
+            if "kind" not in claim:
+                assert row[4].startswith("unclassified · "), (name, row)
+            elif "status" in claim:
+                assert row[4] == claim["verdict"], (name, row)
+            seeds = claim.get("held_on_seeds") or [claim["holds"]]
+            if row[4].removeprefix("unclassified · ").startswith("held"):
+                assert 2 * sum(seeds) > len(seeds), (name, row)
+        summary = next(row for row in tables["Summary"] if row[0] == name)
+        if "provenance" not in doc:
+            assert summary[6] == "no provenance"
+            assert "published before provenance: rerun pending" in summary[1]
+        else:
+            assert summary[6].startswith(f"`{doc['provenance']['commit'][:10]}`")
 
 
-def test_the_index_table_refuses_an_empty_folder(tmp_path):
+def test_the_index_refuses_an_empty_folder(tmp_path):
     from odebench.experiments import reproductions_table
 
     with pytest.raises(FileNotFoundError, match=r"no \*/results\.json under"):
         reproductions_table(tmp_path)
-
-
-def test_runs_without_their_data_show_as_not_run_here(tmp_path):
-    from odebench.experiments import reproductions_table
-
-    why = "not run here: needs CIFAR-10 (`odebench download cifar10`)"
-    details = {"euler": [{"not_run": why}] * 3, "rk4": [{"not_run": why}] * 3}
-    doc = {"mode": "standard", "seeds": [0, 1, 2], "claims": {}, "details": details}
-    (tmp_path / "continuousnet-cifar").mkdir()
-    (tmp_path / "continuousnet-cifar" / "results.json").write_text(json.dumps(doc))
-    rows = reproductions_table(tmp_path, link=lambda name: None).splitlines()[2:]
-    assert rows == [f"| continuousnet-cifar | {why} | – | – | – | standard | – | not run here |"]
 
 
 def test_a_quick_run_is_never_published(tmp_path):

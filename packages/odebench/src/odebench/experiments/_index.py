@@ -1,31 +1,78 @@
-"""The Reproductions index: one table of every published claim, read from ``results.json``."""
+"""The Reproductions index, read from every published ``results.json``.
+
+Three tables: a summary with one row per experiment, the claims of the papers, and
+the checks of our code. Only paper claims count as reproduced, and only by their
+status (:func:`~odebench.experiments.verdict_status`): a run published
+before claims had a kind and runs had a provenance is shown, but not counted.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._registry import EXPERIMENTS, read_results
-from ._template import Stat
+from ._template import MAX_CLAIM_TEXT, Stat, Verdict, verdict_status
 
-HEADER = (
-    "| experiment | claim | published | ours (mean ± std, n seeds) | data | mode | "
-    "training time | verdict |"
-)
+SUMMARY_HEADER = "| experiment | paper claims | checks | data | seeds | training | commit |"
+CLAIMS_HEADER = "| experiment | claim | published | ours (mean ± std) | verdict |"
+CHECKS_HEADER = "| experiment | check | published | ours (mean ± std) | verdict |"
+
+UNCLASSIFIED = "unclassified"
+"""The status of a claim published before claims had a kind: shown, never counted."""
+
+PAPER_STATUSES = ("held", "mixed", "not held")
+"""The statuses every summary row counts, in this order, even when none has them."""
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """One claim of a published run, as the index shows it.
+
+    Args:
+        kind: ``"paper"``, ``"check"``, or :data:`UNCLASSIFIED` for an old run's claim.
+        status: its status (see :data:`~odebench.experiments._template.VERDICTS`).
+        text: the claim.
+        published: the paper's value, as text.
+        ours: our value over the seeds, as text.
+        verdict: the status in words.
+    """
+
+    kind: str
+    status: str
+    text: str
+    published: str
+    ours: str
+    verdict: str
 
 
 def reproductions_table(
     results: Path, link: Callable[[str], str | None] = lambda name: f"{name}.md"
 ) -> str:
-    """The Markdown table of the claims of every published run under ``results``.
+    """The Reproductions index of every published run under ``results``, in Markdown.
 
-    One row per claim of each ``results/NAME/results.json`` whose ``NAME`` is an
-    experiment (one row for a run without claims), in the order of
-    :data:`~odebench.experiments.EXPERIMENTS`: the claim, the published value, ours
-    with its spread and seed count, the data, the mode, the training time summed over
-    runs and seeds, and the verdict on the mean. Every cell comes from the JSON, so
-    the table regenerates whenever a run is published again.
+    Read from each ``results/NAME/results.json`` whose ``NAME`` is an experiment, in
+    the order of :data:`~odebench.experiments.EXPERIMENTS`, into three tables under
+    small headings:
+
+    1. **Summary**, one row per experiment: its paper claims counted by status (held,
+       mixed, not held; contended and runs not run where there are any), its checks
+       passed, the data, the seeds (and the mode when it is not ``standard``), the
+       training time summed over runs and seeds, and the commit it ran at
+       (``provenance.commit``, ten digits).
+    2. **Claims of the paper**: experiment, claim, published, ours, verdict.
+    3. **Checks of our code**, the same columns.
+
+    A claim that carries a ``status`` shows it. A run published before claims had a
+    kind (and runs a provenance) has its claims shown as *unclassified* and not
+    counted, with the verdict that :func:`~odebench.experiments.verdict_status` gives
+    their stored ``holds`` and ``held_on_seeds`` (``holds`` alone where there are no
+    per-seed results). Every cell comes from the JSON, so the index regenerates
+    whenever a run is published again; the details of each claim are in its
+    experiment's report.
 
     Args:
         results: the folder :func:`~odebench.experiments.publish` wrote into
@@ -39,49 +86,148 @@ def reproductions_table(
         >>> import json, tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> (root / "pendulum").mkdir()
+        >>> claim = {"kind": "paper", "text": "RK4 learns the field", "published": "yes",
+        ...          "cell": "0.1 ± 0.02", "holds": True, "held_on_seeds": [True, False, False],
+        ...          "status": "mixed", "verdict": "mixed: held on 1 of 3 seeds"}
         >>> _ = (root / "pendulum" / "results.json").write_text(json.dumps({
         ...     "experiment": "pendulum", "mode": "standard", "seeds": [0, 1, 2],
-        ...     "data": "pendulum", "train_seconds": 150.0, "claims": {"k": {
-        ...         "text": "RK4 learns the field", "published": "yes",
-        ...         "cell": "0.1 ± 0.02", "verdict": "held"}}}))
-        >>> for cell in reproductions_table(root).splitlines()[-1].strip("| ").split(" | "):
-        ...     print(cell)
-        [pendulum](pendulum.md)
-        RK4 learns the field
-        yes
-        0.1 ± 0.02 (3 seeds)
-        pendulum
-        standard
-        2.5 min
-        held
+        ...     "data": "pendulum", "train_seconds": 150.0, "claims": {"k": claim},
+        ...     "provenance": {"commit": "0123456789abcdef" * 2 + "01234567"}}))
+        >>> print(reproductions_table(root))  # doctest: +NORMALIZE_WHITESPACE
+        ### Summary
+        <BLANKLINE>
+        | experiment | paper claims | checks | data | seeds | training | commit |
+        |---|---|---|---|---|---|---|
+        | [pendulum](pendulum.md) | 0 held · 1 mixed · 0 not held | – | pendulum | 3 | 2.5 min |
+          `0123456789` |
+        <BLANKLINE>
+        ### Claims of the paper
+        <BLANKLINE>
+        | experiment | claim | published | ours (mean ± std) | verdict |
+        |---|---|---|---|---|
+        | [pendulum](pendulum.md) | RK4 learns the field | yes | 0.1 ± 0.02 |
+          mixed: held on 1 of 3 seeds |
+        <BLANKLINE>
+        ### Checks of our code
+        <BLANKLINE>
+        No published run declares a check.
+        <BLANKLINE>
     """
     found = [name for name in EXPERIMENTS if (results / name / "results.json").is_file()]
     if not found:
         raise FileNotFoundError(f"no */results.json under {results}; publish runs there first")
-    lines = [HEADER, "|---|---|---|---|---|---|---|---|"]
+    summary = [SUMMARY_HEADER, _rule(SUMMARY_HEADER)]
+    claims = [CLAIMS_HEADER, _rule(CLAIMS_HEADER)]
+    checks = [CHECKS_HEADER, _rule(CHECKS_HEADER)]
     for name in found:
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
-        lines += _rows(label, read_results(results / name / "results.json"))
-    return "\n".join(lines) + "\n"
+        doc = read_results(results / name / "results.json")
+        rows = [_claim(claim) for claim in (doc.get("claims") or {}).values()]
+        summary.append(_summary_row(label, doc, rows))
+        for reason in _not_run(doc):
+            claims.append(_row(label, f"*{reason}*", "–", "–", "not run"))
+        for c in rows:
+            table = checks if c.kind == "check" else claims
+            table.append(_row(label, c.text, c.published, c.ours, c.verdict))
+    return "\n".join(
+        [
+            "### Summary",
+            "",
+            *summary,
+            "",
+            "### Claims of the paper",
+            "",
+            *(claims if len(claims) > 2 else ["No published run declares a claim of its paper."]),
+            "",
+            "### Checks of our code",
+            "",
+            *(checks if len(checks) > 2 else ["No published run declares a check."]),
+            "",
+        ]
+    )
 
 
-def _rows(name: str, doc: dict[str, Any]) -> Iterable[str]:
-    seeds = len(doc.get("seeds", [])) or 1
-    mode = doc.get("mode", "–")
+def _claim(claim: dict[str, Any]) -> _Claim:
+    """A claim of ``results.json`` as the index shows it.
+
+    A claim without a ``kind`` was published before claims had one: it is
+    unclassified, its text and published value are shortened to the length of a new
+    claim's text, and its verdict is recomputed by the rule for paper claims.
+    """
+    ours = _cell(claim)
+    if "kind" in claim:
+        kind = str(claim["kind"])
+        status = claim.get("status") or verdict_status(
+            kind, bool(claim["holds"]), claim.get("held_on_seeds") or [bool(claim["holds"])]
+        )
+        verdict = claim.get("verdict") or status
+        return _Claim(kind, status, claim["text"], str(claim["published"]), ours, verdict)
+    holds = bool(claim["holds"])
+    held_on = tuple(bool(h) for h in claim.get("held_on_seeds") or [holds])
+    words = Verdict("", "", "", Stat(None, None, 0, ()), holds, held_on, kind="paper").words
+    return _Claim(
+        UNCLASSIFIED,
+        UNCLASSIFIED,
+        _short(claim["text"]),
+        _short(str(claim["published"])),
+        ours,
+        f"{UNCLASSIFIED} · {words}",
+    )
+
+
+def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> str:
+    provenance = doc.get("provenance")
+    paper = Counter(c.status for c in claims if c.kind == "paper")
+    said = []
+    if paper:  # held, mixed, not held, then contended (or any other) where there are any
+        said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
+        said += [f"{n} {status}" for status, n in paper.items()]
+    not_run, runs = _runs_not_run(doc)
+    if not_run:
+        said.append(f"{not_run} of {runs} runs not run (data absent)")
+    unclassified = sum(c.kind == UNCLASSIFIED for c in claims)
+    if unclassified:
+        said.append(f"{unclassified} {UNCLASSIFIED}")
+    if provenance is None:
+        said.append("published before provenance: rerun pending")
+    checks = [c for c in claims if c.kind == "check"]
+    passed = sum(c.status == "passed" for c in checks)
+    return _row(
+        label,
+        " · ".join(said) or "none",
+        f"{passed} of {len(checks)} passed" if checks else "–",
+        doc.get("data") or "–",
+        _seeds(doc),
+        _minutes(doc) + (", contended" if (provenance or {}).get("contended") else ""),
+        _commit(provenance),
+    )
+
+
+def _seeds(doc: dict[str, Any]) -> str:
+    """How many seeds, and the mode when it is not the standard one."""
+    n = str(len(doc.get("seeds", [])) or 1)
+    mode = doc.get("mode", "standard")
     if mode == "quick":
-        mode = "quick (a smoke test, not a result)"
-    common = (doc.get("data") or "–", mode, _minutes(doc))
-    claims = doc.get("claims") or {}
-    not_run = _not_run(doc)
-    for reason in not_run:
-        yield _row(name, reason, "–", "–", *common, "not run here")
-    if not claims and not not_run:
-        yield _row(name, "(no claim checked)", "–", "–", *common, "–")
-    for claim in claims.values():
-        ours = f"{_cell(claim)} ({seeds} seed{'s' if seeds > 1 else ''})"
-        verdict = claim.get("verdict") or ("held" if claim["holds"] else "did not hold")
-        yield _row(name, claim["text"], claim["published"], ours, *common, verdict)
+        return f"{n} (quick: a smoke test, not a result)"
+    return n if mode == "standard" else f"{n} ({mode})"
+
+
+def _commit(provenance: dict[str, Any] | None) -> str:
+    if provenance is None:
+        return "no provenance"
+    commit = provenance.get("commit")
+    if not commit:
+        return "not from a checkout"
+    return f"`{commit[:10]}`" + (" (dirty)" if provenance.get("dirty") else "")
+
+
+def _short(text: str) -> str:
+    """``text`` cut at a word to :data:`MAX_CLAIM_TEXT` characters, ``…`` ending it."""
+    if len(text) <= MAX_CLAIM_TEXT:
+        return text
+    cut = text[: MAX_CLAIM_TEXT - 1]
+    return cut[: cut.rfind(" ")].rstrip(" ,;:") + "…" if " " in cut else cut + "…"
 
 
 def _cell(claim: dict[str, Any]) -> str:
@@ -99,11 +245,25 @@ def _not_run(doc: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(r for r in reasons if r))
 
 
+def _runs_not_run(doc: dict[str, Any]) -> tuple[int, int]:
+    """How many runs were not trained, and how many runs there are."""
+    details = doc.get("details") or {}
+    runs = set(doc.get("metrics") or {}) | set(details)
+    skipped = [run for run, seeds in details.items() if any(d and d.get("not_run") for d in seeds)]
+    return len(skipped), len(runs)
+
+
 def _minutes(doc: dict[str, Any]) -> str:
     seconds = doc.get("train_seconds") or doc.get("wall_seconds")
     if seconds is None:
         return "–"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
+def _rule(header: str) -> str:
+    return "|" + "---|" * (header.count("|") - 1)
 
 
 def _row(*cells: object) -> str:
