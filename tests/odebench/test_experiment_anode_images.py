@@ -12,6 +12,7 @@ import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
 from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits
@@ -93,6 +94,38 @@ def test_cifar_with_files_is_kept(tmp_path: Path) -> None:
     assert anode_images.available_datasets(("cifar10",), options, print) == (["cifar10"], {})
 
 
+def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Path) -> None:
+    """Parameter counts follow from the architecture, the same on every seed: checks."""
+    setup = Setup("anode-images", "standard", anode_images.TEMPLATE.settings_for("standard"),
+                  RunOptions(out=tmp_path, data_dir=str(tmp_path)), (0, 1, 2), print)  # fmt: skip
+    standard = anode_images.TEMPLATE.claims(setup)
+    assert [c.key for c in standard] == [c.key for c in anode_images.dataset_claims("mnist")]
+    for dataset in anode_images.DATASETS:
+        claims = anode_images.dataset_claims(dataset)
+        assert {c.key: c.kind for c in claims} == {
+            f"{dataset}_anode_more_accurate": "paper",
+            f"{dataset}_anode_fewer_nfe": "paper",
+            f"{dataset}_parameters_matched": "check",
+            f"{dataset}_parameters_on_budget": "check",
+        }
+        assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+
+
+def test_anode_more_accurate_is_a_paired_difference_above_zero() -> None:
+    from odebench.experiments._template import Values
+
+    claim = anode_images.dataset_claims("mnist")[0]
+    seeds = [
+        Values({"mnist/anode": {"test_acc": a}, "mnist/node": {"test_acc": n}})
+        for a, n in ((0.92, 0.90), (0.90, 0.90), (0.95, 0.91))
+    ]
+    verdict = claim.check(seeds)
+    assert verdict.ours.values == pytest.approx((0.02, 0.0, 0.04))
+    assert verdict.held_on == (True, False, True)  # a tie is not "more accurate"
+    assert verdict.words == "held on 2 of 3 seeds"
+    assert verdict.published == "+1.8 points"  # Table 1: 98.2% against 96.4%
+
+
 @pytest.mark.slow
 def test_files_exist_and_results_equal_the_summary(
     run: tuple[Path, dict[str, Any], list[str]],
@@ -127,8 +160,15 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
         assert row["test_acc"]["n"] == 2 and len(summary["details"][f"mnist/{model}"]) == 2
     claims = summary["claims"]
     assert set(claims) == {claim.key for claim in anode_images.dataset_claims("mnist")}
-    assert claims["mnist_parameters_matched"]["holds"]
-    assert claims["mnist_parameters_on_budget"]["holds"]
+    for key in ("mnist_parameters_matched", "mnist_parameters_on_budget"):
+        assert claims[key]["kind"] == "check"
+        assert claims[key]["status"] == "passed" and claims[key]["held_on_seeds"] == [True, True]
+    for key in ("mnist_anode_more_accurate", "mnist_anode_fewer_nfe"):
+        assert claims[key]["kind"] == "paper"
+        assert claims[key]["status"] in ("held", "mixed", "not held")
+    node, anode = (summary["metrics"][f"mnist/{m}"]["test_acc"]["seeds"] for m in ("node", "anode"))
+    expected = [a - n for a, n in zip(anode, node, strict=True)]
+    assert claims["mnist_anode_more_accurate"]["ours"]["seeds"] == pytest.approx(expected)
     assert summary["published"]["mnist"]["anode"]["acc"] == 0.982
 
 
@@ -148,8 +188,12 @@ def test_report_has_the_rows_and_the_published_numbers(
     assert "Not run here: needs SVHN (`odebench download svhn`)" in text
     assert "This is a quick run" in text
     assert "not published" in text
+    papers, _, checks = text.partition("## Checks of our code")
+    assert "## Claims of the paper" in papers
     for claim in anode_images.dataset_claims("mnist"):
-        assert claim.text in text
+        row = f"| **{claim.text}**: {claim.detail} |"
+        assert row in (checks if claim.kind == "check" else papers), claim.key
+    assert "| +1.8 points |" in papers  # the published difference, in the claim's format
     for name in FIGURES:
         assert f"]({name})" in text, name
 

@@ -11,6 +11,7 @@ import odebench.experiments._anode_toy as anode_toy
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
 
 FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -57,6 +58,31 @@ def test_quick_settings_are_small_and_epochs_override() -> None:
     assert full.seeds >= 3 and full.train_size is None
 
 
+def test_every_claim_has_a_kind_and_the_floor_is_a_check() -> None:
+    """Prop. 1's floor binds every monotone map, whatever the training: a check."""
+    setup = Setup("anode-toy", "standard", anode_toy.TEMPLATE.settings_for("standard"),
+                  RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
+    claims = anode_toy.TEMPLATE.claims(setup)
+    assert all(c.kind in ("paper", "check") for c in claims)
+    assert [c.key for c in claims if c.kind == "check"] == ["node_1d_at_floor"]
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+    floor = next(c for c in claims if c.key == "node_1d_at_floor")
+    assert "passes at 0.9× or more" in floor.detail and "not a reproduction" in floor.detail
+
+
+def test_anode_below_node_is_the_paired_difference() -> None:
+    claim = next(c for c in anode_toy.CLAIMS if c.key == "anode_1d_below_node")
+    seeds = [
+        Values({"1d/anode": {"train_mse": a}, "1d/node": {"train_mse": n}})
+        for a, n in ((0.01, 0.7), (0.9, 0.7))
+    ]
+    verdict = claim.check(seeds)
+    assert verdict.ours.values == pytest.approx((-0.69, 0.2))
+    assert verdict.ours.mean == pytest.approx(-0.245)
+    # Below zero on the mean, but on one seed of two: not most seeds.
+    assert verdict.status == "mixed" and verdict.words == "mixed: held on 1 of 2 seeds"
+
+
 @pytest.mark.slow
 def test_files_exist_and_pngs_are_pngs(run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = run
@@ -94,6 +120,14 @@ def test_results_have_every_key_with_finite_numbers(run: tuple[Path, dict[str, A
     assert 0.5 < _mean(saved, "1d/node", "monotone_floor") < 0.8
     assert set(saved["claims"]) == {claim.key for claim in anode_toy.CLAIMS}
     assert all(isinstance(v["holds"], bool) for v in saved["claims"].values())
+    for claim in anode_toy.CLAIMS:
+        entry = saved["claims"][claim.key]
+        assert (entry["kind"], entry["detail"]) == (claim.kind, claim.detail)
+        assert len(entry["held_on_seeds"]) == 2
+    # The paired difference: one value per seed, of the seed's own two runs.
+    diff = saved["claims"]["anode_1d_below_node"]["ours"]["seeds"]
+    anode, node = (saved["metrics"][f"1d/{m}"]["train_mse"]["seeds"] for m in ("anode", "node"))
+    assert diff == pytest.approx([a - n for a, n in zip(anode, node, strict=True)])
     assert _finite(saved["wall_seconds"])
 
 
@@ -105,6 +139,9 @@ def test_anode_fits_1d_and_node_sits_at_the_floor(run: tuple[Path, dict[str, Any
     floor = _mean(summary, "1d/node", "monotone_floor")
     assert _mean(summary, "1d/node", "train_mse") >= 0.9 * floor
     assert summary["claims"]["anode_1d_below_node"]["holds"]
+    floor_claim = summary["claims"]["node_1d_at_floor"]
+    assert floor_claim["kind"] == "check"
+    assert (floor_claim["status"], floor_claim["verdict"]) == ("passed", "passed")
 
 
 @pytest.mark.slow
@@ -123,5 +160,9 @@ def test_report_has_the_table_and_figures(run: tuple[Path, dict[str, Any]]) -> N
     assert "not published" in text
     for name in FIGURES:
         assert f"]({name})" in text, name
+    papers, _, checks = text.partition("## Checks of our code")
+    assert "## Claims of the paper" in papers and "## Claims\n" not in text
     for claim in anode_toy.CLAIMS:
-        assert claim.text in text
+        row = f"| **{claim.text}**: {claim.detail} |"
+        assert row in (checks if claim.kind == "check" else papers), claim.key
+    assert "| passed |" in checks

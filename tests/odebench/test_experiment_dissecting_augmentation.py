@@ -11,7 +11,7 @@ from typing import Any
 import odebench.experiments._dissecting_augmentation as augmentation
 import pytest
 from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
-from odebench.experiments._template import Result, Setup, Stat
+from odebench.experiments._template import MAX_CLAIM_TEXT, Result, Setup, Stat, Values
 from odebench.models import build_model, count_parameters
 
 FIGURES = ("augmentation.png", "nfe.png")
@@ -58,6 +58,42 @@ def test_settings_follow_the_notebooks_where_the_trainer_can() -> None:
     )
 
 
+CHECKS = {"second_order_fewest_parameters", "parameters_match_poster"}
+"""Parameter counts follow from the architectures, the same on every seed: checks."""
+
+
+def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Path) -> None:
+    setup = Setup("dissecting-augmentation", "standard",
+                  augmentation.TEMPLATE.settings_for("standard"),
+                  RunOptions(out=tmp_path, data_dir=str(tmp_path)), (0, 1, 2), print)  # fmt: skip
+    standard = augmentation.TEMPLATE.claims(setup)
+    assert [c.key for c in standard] == [c.key for c in augmentation.dataset_claims("mnist")]
+    for dataset in augmentation.DATASETS:
+        claims = augmentation.dataset_claims(dataset)
+        kinds = {c.key.removeprefix(f"{dataset}_"): c.kind for c in claims}
+        assert kinds == {k: "check" if k in CHECKS else "paper" for k in augmentation.CLAIMS}
+        assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+
+
+def test_augmentation_against_vanilla_is_two_paired_differences() -> None:
+    """The IL-NODE and the 2nd-order model are each compared with the NODE, seed by seed."""
+    claims = {c.key: c for c in augmentation.dataset_claims("mnist")}
+    il, second = (
+        claims["mnist_input_layer_beats_vanilla"],
+        claims["mnist_second_order_beats_vanilla"],
+    )
+    assert (il.published, second.published) == pytest.approx((0.023, 0.024))  # the poster's
+    seeds = [
+        Values({"mnist/ilnode": {"test_acc": i}, "mnist/sonode": {"test_acc": o},
+                "mnist/node": {"test_acc": n}})
+        for i, o, n in ((0.30, 0.25, 0.20), (0.28, 0.18, 0.20), (0.31, 0.19, 0.20))
+    ]  # fmt: skip
+    assert il.check(seeds).words == "held on 3 of 3 seeds"
+    assert il.check(seeds).ours.values == pytest.approx((0.10, 0.08, 0.11))
+    # Above the NODE on the mean (+0.007) but on one seed of three: mixed, not held.
+    assert second.check(seeds).words == "mixed: held on 1 of 3 seeds"
+
+
 @pytest.mark.slow
 def test_files_exist_and_results_equal_the_summary(
     run: tuple[Path, dict[str, Any], list[str]],
@@ -89,9 +125,15 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
         assert row["nfe_forward"] > 0 and row["nfe_backward"] > 0
         # One epoch: its first epoch is its last.
         assert row["nfe_first"] == row["nfe_forward"]
-    claims = {k.removeprefix("mnist_"): v["holds"] for k, v in summary["claims"].items()}
+    claims = {k.removeprefix("mnist_"): v for k, v in summary["claims"].items()}
     assert set(claims) == set(augmentation.CLAIMS)
-    assert claims["second_order_fewest_parameters"] and claims["parameters_match_poster"]
+    for key in CHECKS:
+        assert claims[key]["kind"] == "check" and claims[key]["status"] == "passed", key
+    for key in set(claims) - CHECKS:
+        assert claims[key]["kind"] == "paper" and claims[key]["status"] in ("held", "not held")
+    metrics = summary["metrics"]
+    nfe = [metrics[f"mnist/{n}"]["nfe_forward"]["mean"] for n in ("anode", "ilnode")]
+    assert claims["zero_augmentation_needs_more_nfe"]["ours"]["mean"] == nfe[0] - nfe[1]
 
 
 @pytest.mark.slow
@@ -112,8 +154,11 @@ def test_report_has_the_rows_and_the_poster_numbers(
     assert "### Orderings, MNIST" in text and "This is a quick run" in text
     assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE |" in text
     assert "| NFE at convergence, fewest first | 2nd order > IL > 0-aug > NODE |" in text
-    for said, _test in augmentation.CLAIMS.values():
-        assert said in text
+    papers, _, checks = text.partition("## Checks of our code")
+    assert "## Claims of the paper" in papers and "## Claims\n" not in text
+    for key, (said, detail, _kind) in augmentation.CLAIMS.items():
+        row = f"| **MNIST: {said}**: {detail} |"
+        assert row in (checks if key in CHECKS else papers), key
     for name in FIGURES:
         assert f"]({name})" in text, name
 

@@ -11,6 +11,7 @@ import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
 
 FIGURES = ("loss.png", "reflection.png", "annuli.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -52,6 +53,25 @@ def test_unknown_model() -> None:
         dissecting.build("resnet", 1, 1e-3)
 
 
+CHECKS = {"vanilla_reflection_at_bound", "galerkin_reflection_at_bound",
+          "stacked_reflection_at_bound"}  # fmt: skip
+"""The "cannot learn" claims: no 1-D flow goes below the bound, whatever the training."""
+
+
+def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
+    setup = Setup("dissecting-depth", "standard", dissecting.TEMPLATE.settings_for("standard"),
+                  RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
+    claims = dissecting.TEMPLATE.claims(setup)
+    assert [c.key for c in claims] == list(dissecting.CLAIMS)
+    assert all(c.kind in ("paper", "check") for c in claims)
+    assert {c.key for c in claims if c.kind == "check"} == CHECKS
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+    for claim in claims:
+        said, test = dissecting.CLAIMS[claim.key]
+        assert claim.text == said and claim.detail.startswith(test)
+        assert ("passes" in test) == (claim.key in CHECKS)
+
+
 @pytest.mark.slow
 def test_files_and_figures(run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = run
@@ -91,8 +111,10 @@ def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
     assert "odebench run dissecting-depth --quick" in text
     for label in dissecting.LABELS.values():
         assert f"| {label} |" in text
-    for said, _test in dissecting.CLAIMS.values():
-        assert said in text
+    papers, _, checks = text.partition("## Checks of our code")
+    assert "## Claims of the paper" in papers and "## Claims\n" not in text
+    for key, (said, test) in dissecting.CLAIMS.items():
+        assert f"| **{said}**: {test}" in (checks if key in CHECKS else papers), key
     for name in FIGURES:
         assert f"]({name})" in text
 
@@ -105,6 +127,12 @@ def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str,
     claims = summary["claims"]
     assert claims["vanilla_reflection_at_bound"]["holds"]
     assert claims["data_control_reflects"]["holds"]
+    for key in CHECKS:  # the bound holds on every seed: passed, never mixed
+        assert claims[key]["kind"] == "check", key
+        assert claims[key]["held_on_seeds"] == [True, True], key
+        assert (claims[key]["status"], claims[key]["verdict"]) == ("passed", "passed"), key
+    assert claims["data_control_reflects"]["kind"] == "paper"
+    assert claims["data_control_reflects"]["status"] in ("held", "mixed")
     metrics = summary["metrics"]
     bound = metrics["reflection/vanilla"]["l1_bound"]["mean"]
     assert metrics["reflection/vanilla"]["loss"]["mean"] >= bound * (1 - 1e-3) * 0.95

@@ -11,7 +11,7 @@ import odebench.experiments._pendulum as pendulum_experiment
 import pytest
 import torch
 from odebench.data import pendulum as pendulum_data
-from odebench.experiments import RunOptions, run_experiment
+from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments._pendulum import (
     DT_FACTORS,
     SCHEMES,
@@ -26,8 +26,6 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_registered():
-    from odebench.experiments import EXPERIMENTS
-
     # register_template registers run_template bound to the module's Template
     assert EXPERIMENTS["pendulum"].run.args[0].runs is pendulum_experiment.runs
 
@@ -74,6 +72,32 @@ def test_fit_slope_and_global_error():
     truth = torch.zeros(2, 3, 2)
     truth[0, 1] = torch.tensor([3.0, 4.0])  # error 5 at one sample of the first trajectory
     assert global_error(ys, truth) == pytest.approx(2.5)
+
+
+CHECKS = {"rk4_reaches_model_error"}
+"""The claims that are properties of our code (kind "check"), not tested by training."""
+
+
+def test_every_claim_has_a_kind_and_the_identity_is_a_check():
+    """RK4 at dt/8 against RK4 at dt/32 of the same field is 1.000 by construction."""
+    from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
+
+    template = EXPERIMENTS["pendulum"].run.args[0]
+    setup = Setup("pendulum", "standard", template.settings_for("standard"),
+                  RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
+    claims = template.claims(setup)
+    assert len(claims) == 6 and all(c.kind in ("paper", "check") for c in claims)
+    assert {c.key for c in claims if c.kind == "check"} == CHECKS
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+    details = {c.key: c.detail for c in claims}
+    assert (
+        details["rk4_error_shrinks"]
+        == "ours: its error at dt/8 over that at 4 dt; holds below 0.5×"
+    )
+    assert details["euler_error_flat"].endswith("; holds at 0.5× or more")
+    assert details["rk4_reaches_model_error"].startswith(
+        "ours: its error at dt/8 over its field's error (RK4 at dt/32); passes below 2×. A check"
+    )
 
 
 def _models(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -134,8 +158,15 @@ def test_quick_run_report(quick_run: tuple[Path, dict[str, Any]]):
     rk4_row = next(row for row in rows if row.startswith("| RK4 |"))
     assert len(rk4_row.strip("|").split("|")) == 6 + len(DT_FACTORS)
     assert "not published" in report
-    held = [row for row in rows if row.endswith(("| held |", "| did not hold |"))]
-    assert len(held) == len(summary["claims"])
+    papers, _, checks = report.partition("## Checks of our code")
+    assert "## Claims of the paper" in papers and "## Claims\n" not in report
+    for key, claim in summary["claims"].items():
+        row = f"| **{claim['text']}**: {claim['detail']} |"
+        assert row in (checks if key in CHECKS else papers), key
+    # One seed: the verdict is one word, and every claim has a row with one.
+    words = ("| held |", "| not held |", "| passed |", "| failed |")
+    verdicts = [row for row in rows if row.endswith(words)]
+    assert len(verdicts) == len(summary["claims"])
 
 
 @pytest.mark.slow
@@ -143,6 +174,17 @@ def test_quick_run_reproduces_the_paper(quick_run: tuple[Path, dict[str, Any]]):
     """Robust in quick mode (seeds 0-3 checked): Euler does not converge, RK4 does."""
     _, summary = quick_run
     assert all(c["holds"] for c in summary["claims"].values()), summary["claims"]
+    statuses = {key: c["status"] for key, c in summary["claims"].items()}
+    assert statuses == {key: "passed" if key in CHECKS else "held" for key in statuses}
+    # The check is an identity of the rollouts, not a number that training moves.
+    assert summary["claims"]["rk4_reaches_model_error"]["ours"]["mean"] == pytest.approx(
+        1.0, abs=1e-3
+    )
+    # The RK4 model against the Euler model at dt/8, paired: the RK4 model's error is lower.
+    rk4_beats = summary["claims"]["rk4_beats_euler_at_finest"]
+    i_finest = f"error@{min(DT_FACTORS):g}dt"
+    rk4, euler = (summary["metrics"][s][i_finest]["seeds"] for s in ("rk4", "euler"))
+    assert rk4_beats["ours"]["seeds"] == pytest.approx([r - e for r, e in zip(rk4, euler)])
     models = _models(summary)
     i_fine = DT_FACTORS.index(min(DT_FACTORS))
     # The Euler model at dt/8 is more than 5x worse than the RK4 model (seen: 25-60x).

@@ -85,3 +85,28 @@ def test_the_fallback_toy_task_really_learns(tmp_path, monkeypatch):
         train(image.config, out, log=lambda line: None)
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics[-1]["test_acc"] >= 0.95, (seed, metrics[-1])
+
+
+def test_every_claim_has_a_kind_and_none_is_a_check(tmp_path):
+    """The quickstart claims one thing of the paper, tested by training; it checks nothing."""
+    from odebench.experiments._template import MAX_CLAIM_TEXT
+
+    claims = quickstart.TEMPLATE.claims(_setup(tmp_path, None))
+    assert [(c.key, c.kind) for c in claims] == [("anode_fits_better", "paper")]
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+
+
+def test_the_claim_is_the_paired_difference_of_the_test_mses():
+    from odebench.experiments._template import Values
+
+    (claim,) = quickstart.CLAIMS
+    seeds = [
+        Values({"anode": {"test_loss": a}, "node": {"test_loss": n}})
+        for a, n in ((0.01, 0.6), (0.7, 0.6), (0.02, 0.65))
+    ]
+    verdict = claim.check(seeds)
+    assert verdict.ours.values == pytest.approx((-0.59, 0.1, -0.63))
+    assert verdict.held_on == (True, False, True)
+    assert (verdict.status, verdict.words) == ("held", "held on 2 of 3 seeds")
+    worse = [Values({"anode": {"test_loss": 0.7}, "node": {"test_loss": 0.6}})] * 3
+    assert claim.check(worse).status == "not held"

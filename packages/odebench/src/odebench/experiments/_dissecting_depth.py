@@ -37,6 +37,7 @@ from ..data import annuli, reflection
 from ..training._io import pyplot, save_png, write_json
 from ._template import (
     Claim,
+    ClaimKind,
     Figure,
     Fitted,
     Measurement,
@@ -284,42 +285,52 @@ def measure(setup: Setup[DepthSettings], trained: Trained) -> Measurement:
     return Measurement(metrics)
 
 
-_CHECKS: dict[str, tuple[str, str, float, float]] = {
+_BOUND = (
+    "A check of our models, not a reproduction: a 1-D flow, however its field varies with "
+    "depth, is an increasing map of the line, and no increasing map goes below the bound, "
+    "so this passes on every seed whatever the training"
+)
+
+_CLAIMS: dict[str, tuple[str, str, float, float, ClaimKind]] = {
     "vanilla_reflection_at_bound": ("Sec. 5: a vanilla NODE cannot learn the 1-D reflection",
-                                    "reflection/vanilla", AT_BOUND, math.inf),
-    "galerkin_reflection_at_bound": ("Sec. 5: nor can a Galerkin (depth-varying) NODE",
-                                     "reflection/galerkin", AT_BOUND, math.inf),
-    "stacked_reflection_at_bound": ("follows (a 1-D flow, however depth-varying, is increasing): "
-                                    "nor a stacked NODE", "reflection/stacked", AT_BOUND, math.inf),
+                                    "reflection/vanilla", AT_BOUND, math.inf, "check"),
+    "galerkin_reflection_at_bound": ("Sec. 5: a Galerkin (depth-varying) NODE cannot learn "
+                                     "the 1-D reflection either", "reflection/galerkin",
+                                     AT_BOUND, math.inf, "check"),
+    "stacked_reflection_at_bound": ("a stacked NODE cannot learn the 1-D reflection either "
+                                    "(any 1-D flow is increasing)", "reflection/stacked",
+                                    AT_BOUND, math.inf, "check"),
     "data_control_reflects": ("Sec. 5.1: a data-controlled NODE learns the reflection",
-                              "reflection/data_control", -math.inf, WELL_BELOW),
-    "adaptive_depth_reflects": ("Sec. 5.2: an adaptive-depth NODE learns the reflection (proof "
-                                "of concept)", "reflection/adaptive_depth", -math.inf, WELL_BELOW),
-    "galerkin_annuli_fits": ("Sec. 4 / 5.3: depth variance alone solves the 2-D annuli without "
-                             "augmentation", "annuli/galerkin", FITS, math.inf),
+                              "reflection/data_control", -math.inf, WELL_BELOW, "paper"),
+    "adaptive_depth_reflects": ("Sec. 5.2: an adaptive-depth NODE learns the reflection "
+                                "(proof of concept)",
+                                "reflection/adaptive_depth", -math.inf, WELL_BELOW, "paper"),
+    "galerkin_annuli_fits": ("Sec. 4 / 5.3: depth variance alone solves the 2-D annuli, "
+                             "without augmentation", "annuli/galerkin", FITS, math.inf, "paper"),
     "data_control_annuli_fits": ("Sec. 5.3: a data-controlled NODE solves the 2-D annuli",
-                                 "annuli/data_control", FITS, math.inf),
+                                 "annuli/data_control", FITS, math.inf, "paper"),
 }  # fmt: skip
-"""``{claim: (what the paper says, run, low, high)}``: the claim holds when ``low <= ours <
-high`` on the means, ours on held-out points: the reflection's L1 loss over their L1-median
-bound, or the annuli's accuracy."""
+"""``{claim: (what the paper says, run, low, high, kind)}``: the claim holds when ``low <=
+ours < high`` on the means, ours on held-out points: the reflection's L1 loss over their
+L1-median bound, or the annuli's accuracy."""
 
 
-def _test(run: str, low: float, high: float) -> str:
+def _test(run: str, low: float, high: float, kind: ClaimKind) -> str:
+    verb = "holds" if kind == "paper" else "passes"
     if run.startswith("annuli"):
-        return f"held-out accuracy >= {low}"
+        return f"ours: the held-out accuracy; {verb} at {low} or more"
     if low > 0:
-        return f"held-out L1 loss >= {low} x their L1-median bound"
-    return f"held-out L1 loss < {high} x the bound"
+        return f"ours: the held-out L1 loss over their L1-median bound; {verb} at {low}× or more"
+    return f"ours: the held-out L1 loss over their L1-median bound; {verb} below {high}×"
 
 
-CLAIMS = {key: (c[0], _test(*c[1:])) for key, c in _CHECKS.items()}
-"""``{claim: (what the paper says, the test applied to our numbers)}``."""
+CLAIMS = {key: (c[0], _test(*c[1:])) for key, c in _CLAIMS.items()}
+"""``{claim: (what the paper says, what ours is and the test applied to it)}``."""
 
 
 def _claim(key: str) -> Claim:
-    said, run, low, high = _CHECKS[key]
-    task, kind = run.split("/")
+    said, run, low, high, kind = _CLAIMS[key]
+    task, model = run.split("/")
 
     def ours(v: Values) -> float:
         if task == "reflection":
@@ -328,12 +339,13 @@ def _claim(key: str) -> Claim:
 
     return Claim(
         key=key,
-        text=f"{said} (test: {CLAIMS[key][1]}); ours: "
-        + ("the held-out L1 loss over the bound" if task == "reflection" else "the accuracy"),
-        published=PUBLISHED[task][kind],
+        text=said,
+        published=PUBLISHED[task][model],
         ours=ours,
         holds=lambda v: low <= ours(v) < high,
         spec=".3f",
+        kind=kind,
+        detail=CLAIMS[key][1] + (f". {_BOUND}" if kind == "check" else ""),
     )
 
 
