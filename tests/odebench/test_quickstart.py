@@ -33,10 +33,14 @@ def test_digits_found_are_used_and_named(tmp_path, monkeypatch):
     digits.mkdir(parents=True)
     (digits / "train-images-idx3-ubyte.gz").write_bytes(b"")
     monkeypatch.setattr(quickstart, "download", _failing_download)
-    setup = _setup(tmp_path, tmp_path / "data")
+    lines: list[str] = []
+    setup = _setup(tmp_path, tmp_path / "data", log=lines.append)
     config = _image(setup)
     assert (config.model, config.dataset) == ("odenet", "mnist")
-    assert quickstart._image_data(setup).why == f"MNIST found in {digits}"
+    assert lines == [f"MNIST found in {digits}"]  # the path goes to the log
+    why = quickstart._image_data(setup).why
+    assert why == "MNIST's IDX files, found on this machine"
+    assert str(tmp_path) not in why  # the report names no path of this machine
 
 
 def test_missing_digits_are_downloaded_and_the_report_says_so(tmp_path, monkeypatch):
@@ -51,8 +55,11 @@ def test_missing_digits_are_downloaded_and_the_report_says_so(tmp_path, monkeypa
     setup = _setup(tmp_path, tmp_path / "empty", log=lines.append)
     assert _image(setup).dataset == "mnist"
     assert fetched == [("mnist", tmp_path / "empty")]
-    assert lines == [f"no MNIST found; downloading it into {tmp_path / 'empty'}"]
-    assert "downloaded into" in quickstart._image_data(setup).why
+    assert lines == [
+        f"no MNIST found; downloading it into {tmp_path / 'empty'}",
+        f"MNIST downloaded into {tmp_path / 'empty' / 'mnist'}",
+    ]
+    assert quickstart._image_data(setup).why == "MNIST, not found on this machine, downloaded"
     quickstart.runs(setup, 1)
     assert len(fetched) == 1  # chosen once per run of the experiment, not per seed
 
@@ -70,6 +77,7 @@ def test_without_data_or_network_one_line_says_where_it_looked(tmp_path, monkeyp
     assert "\n" not in last and "odebench download mnist" in last and "--data-dir" in last
     for place in search_paths():
         assert str(place) in last
+        assert str(place) not in quickstart._image_data(setup).why
 
 
 @pytest.mark.slow
@@ -110,3 +118,15 @@ def test_the_claim_is_the_paired_difference_of_the_test_mses():
     assert (verdict.status, verdict.words) == ("held", "held on 2 of 3 seeds")
     worse = [Values({"anode": {"test_loss": 0.7}, "node": {"test_loss": 0.6}})] * 3
     assert claim.check(worse).status == "not held"
+
+
+@pytest.mark.parametrize(
+    ("train", "test", "subset"), [(8004, 1996, True), (60_000, 10_000, False), (60_000, 5, True)]
+)
+def test_the_report_counts_the_images_and_says_when_they_are_a_subset(train, test, subset):
+    settings = quickstart.MODES["standard"]
+    image = {"dataset": "mnist", "train_images": train, "test_images": test}
+    text = quickstart._training(settings, image)
+    assert text.startswith(f"Trained on {train} images, evaluated on {test}")
+    assert ("a subset: MNIST has 60,000 and 10,000" in text) is subset
+    assert "all" not in text.split(";")[0]

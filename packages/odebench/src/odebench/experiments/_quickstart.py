@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,22 +87,30 @@ def _image_data(setup: Setup[QuickstartSettings]) -> Data:
     if setup in _CHOSEN:
         return _CHOSEN[setup]
     data_dir = setup.options.data_dir
+    # The report says what was chosen; where it lies (a path of this machine) goes
+    # to the log only.
     try:
-        chosen = Data("mnist", f"MNIST found in {find_data('mnist', data_dir)}")
+        found = find_data("mnist", data_dir)
+        chosen = Data("mnist", "MNIST's IDX files, found on this machine")
+        setup.log(f"MNIST found in {found}")
     except FileNotFoundError:
         root = Path(data_dir) if data_dir is not None else download_root()
         setup.log(f"no MNIST found; downloading it into {root}")
         try:
-            chosen = Data("mnist", f"MNIST not found, downloaded into {download('mnist', root)}")
+            setup.log(f"MNIST downloaded into {download('mnist', root)}")
+            chosen = Data("mnist", "MNIST, not found on this machine, downloaded")
         except DataError:
             places = [str(p) for p in ([Path(data_dir)] if data_dir else search_paths())]
-            chosen = Data(
-                "spirals",
+            setup.log(
                 f"no MNIST in {', '.join(places)} and the download failed (get it with "
                 "`odebench download mnist`, or give --data-dir DIR); the toy ANODE on two "
+                "nested spirals instead"
+            )
+            chosen = Data(
+                "spirals",
+                "no MNIST on this machine and the download failed; the toy ANODE on two "
                 "nested spirals instead",
             )
-            setup.log(chosen.why)
     _CHOSEN[setup] = chosen
     return chosen
 
@@ -148,7 +157,14 @@ def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
     config = trained.config
     if trained.run.name != "image" or config is None:
         return Measurement(trained.final_metrics())
-    details = {"model": config.model, "dataset": config.dataset, "why": _image_data(setup).why}
+    examples = trained.result.get("examples") or {}
+    details = {
+        "model": config.model,
+        "dataset": config.dataset,
+        "why": _image_data(setup).why,
+        "train_images": examples.get("train"),
+        "test_images": examples.get("test"),
+    }
     return Measurement(trained.final_metrics(), details)
 
 
@@ -214,7 +230,7 @@ def sections(result: Result[QuickstartSettings]) -> str:
             "",
             f"Data: {image['why']}.",
             "",
-            _training(s, image["dataset"]),
+            _training(s, image),
             "",
             "| model | parameters | epochs | test accuracy | test loss | forward NFE | "
             "images/s | train time (s) |",
@@ -229,21 +245,29 @@ def sections(result: Result[QuickstartSettings]) -> str:
     )
 
 
-def _training(s: QuickstartSettings, dataset: str) -> str:
-    if dataset != "mnist":
+MNIST_SPLIT = (60_000, 10_000)
+"""MNIST's own training and test split; files with fewer images are a subset."""
+
+
+def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
+    """How the image run trained, with the number of images it read (not "all")."""
+    if image["dataset"] != "mnist":
         return (
             f"Trained on {TOY_SIZES['train']} points, evaluated on {TOY_SIZES['test']}; Adam, "
             f"learning rate 0.01 (0.001 from epoch {2 * s.toy_epochs // 3}), batch 64."
         )
-    return (
-        f"Trained on {_size(s.image_train_size)} images, evaluated on "
-        f"{_size(s.image_test_size)}; SGD with momentum 0.9, learning rate 0.1, batch "
-        f"{s.image_batch_size}."
+    train, test = image.get("train_images"), image.get("test_images")
+    subset = (
+        f" (a subset: MNIST has {MNIST_SPLIT[0]:,} and {MNIST_SPLIT[1]:,})"
+        if train is not None
+        and test is not None
+        and (train < MNIST_SPLIT[0] or test < MNIST_SPLIT[1])
+        else ""
     )
-
-
-def _size(n: int | None) -> str:
-    return "all" if n is None else str(n)
+    return (
+        f"Trained on {train} images, evaluated on {test}{subset}; SGD with momentum 0.9, "
+        f"learning rate 0.1, batch {s.image_batch_size}."
+    )
 
 
 def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
