@@ -9,9 +9,22 @@ from typing import Any
 
 import pytest
 from odebench.experiments._chen import MNIST_10K
-from odebench.experiments._chen_tolerance import MODES, _fit
+from odebench.experiments._chen_tolerance import MODES, _fit, claims
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
-from odebench.experiments._template import Setup
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
+
+#: Every claim is tested by training; the one on times is judged on a quiet machine only.
+KEYS = (
+    "nfe_grows_as_tolerance_tightens",
+    "error_at_tightest_not_above_loosest",
+    "time_proportional_to_nfe",
+    "softplus_ratio_roughly_half",
+    "softplus_ratio_near_corrected",
+    "relu_ratio_above_softplus",
+    "seminorm_fewer_backward_nfe_relu",
+    "seminorm_fewer_backward_nfe_softplus",
+    "nfe_increases_during_training",
+)
 
 
 def test_standard_mode_trains_a_few_epochs_on_three_seeds() -> None:
@@ -52,6 +65,49 @@ def test_full_mode_is_the_papers_training() -> None:
 def test_bad_settings_fail_clearly(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(MODES["quick"], **changes)
+
+
+def _setup(tmp_path: Path, mode: str = "standard", **changes: Any) -> Setup[Any]:
+    settings = dataclasses.replace(MODES[mode], **changes)
+    return Setup("chen-tolerance", mode, settings, RunOptions(out=tmp_path), (0, 1, 2), print)
+
+
+def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path: Path) -> None:
+    made = claims(_setup(tmp_path))
+    assert [c.key for c in made] == list(KEYS)
+    assert {c.kind for c in made} == {"paper"}
+    assert [c.key for c in made if c.timing] == ["time_proportional_to_nfe"]
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail.startswith("ours: ") for c in made)
+
+
+def _ratios(relu: float, softplus: float, backward: dict[str, float]) -> Values:
+    """One seed's median backward/forward ratios and mean backward NFE of the variants."""
+    ratios = {"relu": relu, "softplus": softplus, "relu-seminorm": 1.0, "softplus-seminorm": 0.5}
+    return Values(
+        {n: {"median_ratio": ratios[n], "mean_nfe_backward": backward[n]} for n in ratios}
+    )
+
+
+def test_model_comparisons_are_paired_differences(tmp_path: Path) -> None:
+    """The seminorm is judged per field, each against its twin, and must need fewer
+    backward NFE; the softplus ratio is the softplus model's whatever ``sweep`` is."""
+    made = {c.key: c for c in claims(_setup(tmp_path, sweep="relu"))}
+    backward = {"relu": 60.0, "relu-seminorm": 40.0, "softplus": 20.0, "softplus-seminorm": 20.0}
+    seeds = [_ratios(1.5 + k, 0.5, backward) for k in range(3)]
+    compared = (
+        "softplus_ratio_roughly_half",
+        "relu_ratio_above_softplus",
+        "seminorm_fewer_backward_nfe_relu",
+        "seminorm_fewer_backward_nfe_softplus",
+    )
+    verdicts = {key: made[key].check(seeds) for key in compared}
+    assert verdicts["softplus_ratio_roughly_half"].status == "held"
+    above = verdicts["relu_ratio_above_softplus"]
+    assert (above.ours.mean, above.ours.std, above.status) == (2.0, 1.0, "held")
+    relu = verdicts["seminorm_fewer_backward_nfe_relu"]
+    assert (relu.ours.mean, relu.status) == (-20.0, "held")
+    # As many backward NFE as the default norm is not fewer.
+    assert verdicts["seminorm_fewer_backward_nfe_softplus"].status == "not held"
 
 
 @pytest.mark.slow
@@ -127,6 +183,15 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
         assert 0.0 <= r["test_error"] <= 1.0
         assert r["nfe_forward"] > 0 and r["seconds_per_batch"] > 0
     assert all(isinstance(claim["holds"], bool) for claim in result["claims"].values())
+    assert list(result["claims"]) == list(KEYS)
+    assert {claim["kind"] for claim in result["claims"].values()} == {"paper"}
+    # One seed: a claim holds on it or not; the claim on times is not judged on a busy CPU.
+    timed = result["claims"]["time_proportional_to_nfe"]
+    contended = result["provenance"]["contended"]
+    assert (timed["status"] == "contended") == contended
+    for key, claim in result["claims"].items():
+        if key != "time_proportional_to_nfe" or not contended:
+            assert claim["status"] == ("held" if claim["holds"] else "not held"), key
 
 
 @pytest.mark.slow
@@ -155,7 +220,8 @@ def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
     for row in ("| 0.1 |", "| 1e-05 |", "| relu |", "| softplus-seminorm |", "not published"):
         assert row in report
     assert "~0.5" in report and "~0.8" in report
-    claims = [
-        line for line in report.splitlines() if line.endswith(("| held |", "| did not hold |"))
-    ]
-    assert len(claims) == 8
+    verdicts = ("| held |", "| not held |", "| contended: not judged |")
+    rows = [line for line in report.splitlines() if line.endswith(verdicts)]
+    assert len(rows) == len(KEYS)
+    assert "## Claims of the paper" in report and "## Checks of our code" not in report
+    assert "| **forward time is proportional to NFE (Fig. 3b)**: ours: the correlation" in report

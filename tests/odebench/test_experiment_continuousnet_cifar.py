@@ -10,9 +10,20 @@ from odebench.cli import main
 from odebench.experiments import RunOptions, run_experiment
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._continuousnet_cifar import MODES, claims
-from odebench.experiments._template import Setup
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
 
 KEYS = ("euler", "rk4-refined")
+
+
+def _kinds(refined):
+    """The claims of one pair: its depth and its cheap shallow epochs follow from the
+    schedule (checks); its accuracy against the Euler model is tested by training."""
+    euler = refined.replace("rk4-refined", "euler")
+    return {
+        f"{refined}_reached_final_steps": "check",
+        f"{refined}_first_epoch_faster_than_last": "check",
+        f"{refined}_within_tolerance_of_{euler}": "paper",
+    }
 
 
 @pytest.fixture
@@ -50,6 +61,8 @@ def test_continuousnet_cifar_quick(table):
     # Both end as the same architecture: N_t = M = 4.
     assert models["euler"]["parameters"] == models["rk4-refined"]["parameters"]
     assert summary["claims"]["rk4-refined_reached_final_steps"]["holds"]
+    assert {key: claim["kind"] for key, claim in summary["claims"].items()} == _kinds("rk4-refined")
+    assert summary["claims"]["rk4-refined_reached_final_steps"]["status"] == "passed"
     assert sum("refined to N_t = M" in line for line in lines) == 2
     # The unconfirmed accuracies are never quoted; the published timings are.
     assert summary["published"]["euler"]["test_accuracy"] == "not confirmed"
@@ -62,7 +75,9 @@ def test_continuousnet_cifar_quick(table):
     for label in ("| ContinuousNet(Euler) |", "| ContinuousNet(RK4), refined |"):
         assert report.count(label) == 2, label
     assert "not confirmed" in report and "| 113 |" in report and "608 min" in report
-    assert "## Claims" in report
+    papers, checks = report.split("## Checks of our code")
+    assert "## Claims of the paper" in papers and "at most slightly worse" in papers
+    assert "| **ContinuousNet(RK4), refined reaches N_t = M = 4 by refinement" in checks
     assert "![time per epoch and test accuracy](fig7_time_and_accuracy.png)" in report
     assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -96,6 +111,8 @@ def test_without_cifar_the_report_says_what_to_download(tmp_path, digits, mode):
     assert f"- ContinuousNet(Euler); ContinuousNet(RK4), refined: {NOT_RUN['cifar10']}." in report
     assert f"Wide-ContinuousNet(RK4), refined: {NOT_RUN['cifar100']}." in report
     assert "## Table 1" not in report and "mnist" not in report.lower()
+    assert "No claim of a paper is checked here." in report
+    assert "## Checks of our code" not in report
     assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -116,6 +133,43 @@ def test_cifar10_alone_trains_its_pair_and_reports_the_wide_pair_as_not_run(tmp_
         assert runs[key].config is None and runs[key].fit is not None
     keys = [claim.key for claim in claims(setup)]
     assert keys and all(key.startswith("rk4-refined_") for key in keys)
+
+
+def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path):
+    """With both CIFARs found, the claims of both pairs."""
+    for name in ("data_batch_1", "train"):  # what the loaders look for first
+        (tmp_path / name).touch()
+    options = RunOptions(out=tmp_path / "out", data_dir=str(tmp_path))
+    setup = Setup("continuousnet-cifar", "standard", MODES["standard"], options, (0,), print)
+    made = claims(setup)
+    assert {c.key: c.kind for c in made} == _kinds("rk4-refined") | _kinds("wide-rk4-refined")
+    assert not any(c.timing for c in made)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail.startswith("ours: ") for c in made)
+
+
+def test_accuracy_against_euler_is_a_paired_difference(tmp_path):
+    """The refined model at most 2 points below the Euler one, on the mean and on most
+    seeds, by the per-seed differences; its depth a check that every seed must pass."""
+    (tmp_path / "data_batch_1").touch()
+    options = RunOptions(out=tmp_path / "out", data_dir=str(tmp_path))
+    setup = Setup("continuousnet-cifar", "standard", MODES["standard"], options, (0,), print)
+    made = {c.key: c for c in claims(setup)}
+
+    def seed(euler, refined, steps=4):
+        return Values({
+            "euler": {"test_accuracy_recalibrated": euler},
+            "rk4-refined": {"test_accuracy_recalibrated": refined, "n_steps_final": steps},
+        })  # fmt: skip
+
+    within = made["rk4-refined_within_tolerance_of_euler"]
+    verdict = within.check([seed(0.60, 0.59), seed(0.50, 0.49), seed(0.55, 0.52)])
+    assert verdict.ours.mean == pytest.approx(-(0.01 + 0.01 + 0.03) / 3)
+    assert verdict.ours.std == pytest.approx(0.011547, abs=1e-6)  # of the differences
+    assert verdict.status == "held" and verdict.held_on == (True, True, False)
+    verdict = within.check([seed(0.60, 0.57)] * 3)
+    assert verdict.status == "not held"
+    reached = made["rk4-refined_reached_final_steps"].check([seed(0.5, 0.5), seed(0.5, 0.5, 2)])
+    assert reached.status == "failed" and reached.words == "failed on 1 of 2 seeds"
 
 
 def test_standard_and_full_modes():

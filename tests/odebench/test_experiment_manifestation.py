@@ -12,8 +12,18 @@ from typing import Any
 import odebench.experiments._manifestation  # noqa: F401  (registers the experiment)
 import pytest
 from odebench.experiments import _contnet_common as common
-from odebench.experiments._manifestation import MODES, SCHEMES, TRAINED
+from odebench.experiments._manifestation import MODES, SCHEMES, TRAINED, claims
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
+
+#: The claims, every one tested by training: the ranges are those of the trained weights.
+KEYS = (
+    "rk4_range_below_euler_range",
+    "rk4_range_below_euler_range_refined",
+    "rk4_range_below_euler_range_fixed_stats",
+    "rk4_trained_flat_refined",
+    "euler_trained_degrades_refined",
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +88,36 @@ def test_settings_refuse_what_the_sweep_cannot_compare(
         dataclasses.replace(MODES["quick"], **change)
 
 
+def _setup(tmp_path: Path) -> Setup[Any]:
+    options = RunOptions(out=tmp_path)
+    return Setup("manifestation-sweep", "standard", MODES["standard"], options, (0, 1, 2), print)
+
+
+def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path: Path) -> None:
+    made = claims(_setup(tmp_path))
+    assert [c.key for c in made] == list(KEYS)
+    assert {c.kind for c in made} == {"paper"} and not any(c.timing for c in made)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail.startswith("ours: ") for c in made)
+
+
+def test_rk4_against_euler_is_a_paired_difference(tmp_path: Path) -> None:
+    """Ranges that differ from seed to seed, RK4's 2 points below Euler's on each: the
+    difference is -2 points with no spread; a seed where RK4's is not below counts."""
+    made = {c.key: c for c in claims(_setup(tmp_path))}
+
+    def seed(rk4: float, euler: float) -> Values:
+        return Values({"rk4": {"range": rk4}, "euler": {"range": euler}})
+
+    below = made["rk4_range_below_euler_range"]
+    verdict = below.check([seed(0.01, 0.03), seed(0.10, 0.12), seed(0.05, 0.07)])
+    assert verdict.ours.mean == pytest.approx(-0.02)
+    assert verdict.ours.std == pytest.approx(0.0, abs=1e-12)
+    assert verdict.status == "held" and verdict.words == "held on 3 of 3 seeds"
+    verdict = below.check([seed(0.01, 0.03), seed(0.12, 0.10), seed(0.07, 0.05)])
+    assert verdict.status == "mixed"
+    assert verdict.words == "mixed: held on 1 of 3 seeds, not on the mean"
+
+
 @pytest.mark.parametrize(("mode", "data"), [("standard", "fashion-mnist"), ("full", "cifar10")])
 def test_missing_data_fails_before_training(tmp_path: Path, mode: str, data: str) -> None:
     options = RunOptions(out=tmp_path / "out", mode=mode, data_dir=str(tmp_path))
@@ -103,6 +143,10 @@ def test_files(run: tuple[Path, dict[str, Any]]) -> None:
     saved = json.loads((out / "results.json").read_text())
     assert saved["claims"] == summary["claims"]
     assert all(isinstance(v["holds"], bool) for v in summary["claims"].values())
+    assert list(summary["claims"]) == list(KEYS)
+    for key, claim in summary["claims"].items():  # one seed: held there or not at all
+        assert claim["kind"] == "paper", key
+        assert claim["status"] == ("held" if claim["holds"] else "not held"), key
 
 
 @pytest.mark.slow
@@ -147,3 +191,5 @@ def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
     for name in SCHEMES:
         assert f"| {name} | " in report
     assert "![Fig. 9 analogue](fig9_heatmaps.png)" in report
+    assert "## Claims of the paper" in report and "## Checks of our code" not in report
+    assert "| **the RK4-trained model's accuracy is flat over N_t >= 2 (Fig. 9)**: ours: " in report

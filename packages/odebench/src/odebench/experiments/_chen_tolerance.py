@@ -332,66 +332,96 @@ def _error(model: nn.Module, test: Dataset, batch: int) -> float:
 
 
 def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
-    """Fig. 3's claims, and the ratio claims, on our numbers."""
+    """Fig. 3's claims, and the ratio claims, on our numbers.
+
+    Every one is tested by training: the NFE, the errors and the ratios are those of
+    the trained fields, which differ from seed to seed. The time claim compares times,
+    so it is judged only on a machine that was not contended.
+    """
     s = setup.settings
     sweep, loose, tight = s.sweep, f"@{s.tolerances[0]:g}", f"@{s.tolerances[-1]:g}"
+    tols = f"{s.tolerances[0]:g} and {s.tolerances[-1]:g}"
 
     def nfes(v: Values) -> list[float]:
         return [v[sweep, f"nfe_forward@{tol:g}"] for tol in s.tolerances]
 
-    def ratio(v: Values, name: str = sweep) -> float:
-        return v[name, "median_ratio"]
+    def ratio(v: Values) -> float:
+        return v["softplus", "median_ratio"]
 
     def nfe_ratio(v: Values, a: tuple[str, str], b: tuple[str, str]) -> float:
         return v[b] / v[a]
 
+    growth = [((n, "nfe_forward_first"), (n, "nfe_forward_last")) for n in VARIANTS]
     seminorm = [
-        ((n, "mean_nfe_backward"), (f"{n}-seminorm", "mean_nfe_backward"))
+        Claim.difference(
+            f"seminorm_fewer_backward_nfe_{n}",
+            f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
+            "fewer (Kidger et al., 2021)",
+            (f"{n}-seminorm", "mean_nfe_backward"),
+            (n, "mean_nfe_backward"),
+            below=0.0,
+            kind="paper",
+            spec="+.1f",
+            detail=f"ours: the mean backward NFE per step of the {n} field trained with the "
+            "seminorm minus that of its twin trained with the default norm (same "
+            "initialisation and batches), paired by seed; holds below 0",
+        )
         for n in ("relu", "softplus")
     ]
-    growth = [((n, "nfe_forward_first"), (n, "nfe_forward_last")) for n in VARIANTS]
     return [
         Claim("nfe_grows_as_tolerance_tightens",
-              "forward NFE grows as the tolerance tightens (Fig. 3a-b); ours: NFE at the "
-              "tightest over the loosest", "grows; numbers not published",
+              "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
+              "grows; numbers not published",
               ours=lambda v: v[sweep, "nfe_forward" + tight] / v[sweep, "nfe_forward" + loose],
               holds=lambda v: all(b >= a for a, b in itertools.pairwise(nfes(v)))
-              and nfes(v)[-1] > nfes(v)[0], spec=".2f", unit="×"),
+              and nfes(v)[-1] > nfes(v)[0], spec=".2f", unit="×", kind="paper",
+              detail=f"ours: the {sweep} model's forward NFE at tolerances {tols}, tightest "
+              "over loosest; holds where it never falls from one tolerance to the next and "
+              "ends higher. Measured on the trained field, whose stiffness training sets"),
         Claim("error_at_tightest_not_above_loosest",
-              "the test error at the tightest tolerance is not above the loosest (Fig. 3a); "
-              "ours: tightest minus loosest", "falls as it tightens; numbers not published",
+              "test error is no higher at the tightest tolerance (Fig. 3a)",
+              "falls as it tightens; numbers not published",
               ours=lambda v: v[sweep, "test_error" + tight] - v[sweep, "test_error" + loose],
               holds=lambda v: v[sweep, "test_error" + tight] <= v[sweep, "test_error" + loose],
-              spec="+.2f", scale=100, unit=" points"),
+              spec="+.2f", scale=100, unit=" points", kind="paper",
+              detail=f"ours: the {sweep} model's test error at tolerances {tols}, tightest "
+              "minus loosest (one model, two tolerances); holds at 0 or below"),
         Claim("time_proportional_to_nfe",
-              "forward time is proportional to NFE, correlation above 0.9 (Fig. 3b); ours: the "
-              "correlation", "proportional; slope not published",
+              "forward time is proportional to NFE (Fig. 3b)",
+              "proportional; slope not published",
               ours=lambda v: v[sweep, "time_nfe_correlation"],
-              holds=lambda v: v[sweep, "time_nfe_correlation"] > 0.9),
+              holds=lambda v: v[sweep, "time_nfe_correlation"] > 0.9, kind="paper",
+              timing=True,
+              detail="ours: the correlation of forward time and NFE over every test batch of "
+              "the sweep; holds above 0.9"),
         Claim("softplus_ratio_roughly_half",
-              "softplus backward NFE is roughly half the forward, 0.35-0.65 (paper, Fig. 3c); "
-              "ours: the median ratio", "about 0.5",
-              ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f"),
+              "softplus backward NFE is roughly half the forward (Fig. 3c)",
+              "about 0.5", ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f",
+              kind="paper",
+              detail="ours: the softplus model's median backward/forward NFE over the "
+              "training steps; holds from 0.35 to 0.65"),
         Claim("softplus_ratio_near_corrected",
-              "the softplus ratio is near the corrected ~0.8 (0.7-0.95); ours: the median ratio",
+              "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
               "about 0.8 (0.78-0.86)", ours=ratio, holds=lambda v: 0.7 <= ratio(v) <= 0.95,
-              spec=".2f"),
-        Claim("relu_ratio_above_softplus",
-              "the ReLU ratio exceeds the softplus one; ours: ReLU's median ratio",
-              "not published (smooth fields only)", ours=lambda v: ratio(v, "relu"),
-              holds=lambda v: ratio(v, "relu") > ratio(v), spec=".2f"),
-        Claim("seminorm_fewer_backward_nfe",
-              "the seminorm needs no more backward NFE than the default norm; ours: the largest "
-              "ratio of the two", "fewer (Kidger et al., 2021)",
-              ours=lambda v: max(nfe_ratio(v, *pair) for pair in seminorm),
-              holds=lambda v: all(nfe_ratio(v, *pair) <= 1 for pair in seminorm),
-              spec=".2f", unit="×"),
+              spec=".2f", kind="paper",
+              detail="ours: the softplus model's median backward/forward NFE over the "
+              "training steps; holds from 0.7 to 0.95"),
+        Claim.difference(
+            "relu_ratio_above_softplus",
+            "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
+            "not published (smooth fields only)",
+            ("relu", "median_ratio"), ("softplus", "median_ratio"), above=0.0, kind="paper",
+            detail="ours: the ReLU model's median backward/forward NFE minus the softplus "
+            "model's, paired by seed; holds above 0"),
+        *seminorm,
         Claim("nfe_increases_during_training",
-              "NFE increases during training, every variant (Fig. 3d); ours: the smallest "
-              "last-over-first forward NFE", "increases; numbers not published",
+              "forward NFE increases during training, every variant (Fig. 3d)",
+              "increases; numbers not published",
               ours=lambda v: min(nfe_ratio(v, *pair) for pair in growth),
               holds=lambda v: all(nfe_ratio(v, *pair) > 1 for pair in growth),
-              spec=".2f", unit="×"),
+              spec=".2f", unit="×", kind="paper",
+              detail="ours: the forward NFE of the last tenth of the steps over the first "
+              "tenth, the smallest over the four variants; holds where every one is above 1"),
     ]  # fmt: skip
 
 

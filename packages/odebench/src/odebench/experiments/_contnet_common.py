@@ -310,6 +310,10 @@ def measure_refined(
     """Accuracy (as trained, and with recalibrated batch-norm statistics), size, depth
     and training time of a run; its details: the data set and :data:`EPOCH_ROW`.
 
+    ``train_seconds`` sums the epochs' training time over every stretch of a resumed
+    run; ``run_wall_seconds`` (training with its test passes) is missing under
+    ``--resume``, where :func:`odebench.training.train` knows only its last stretch's.
+
     A run of :func:`runs_where_found` that trained nothing has no numbers; its details
     say why (``"not_run"``).
 
@@ -339,7 +343,9 @@ def measure_refined(
             "seconds_first_epoch": seconds[0],
             "seconds_last_epoch": seconds[-1],
             "train_seconds": result["train_seconds"],
-            "run_wall_seconds": result["wall_seconds"],
+            # train()'s wall time is of its last call alone: under --resume that
+            # leaves out the earlier stretches of the run, so it is not kept.
+            "run_wall_seconds": None if setup.options.resume else result["wall_seconds"],
         },
         {"dataset": r.config.dataset,
          "per_epoch": [{k: row.get(k) for k in EPOCH_ROW} for row in rows]},

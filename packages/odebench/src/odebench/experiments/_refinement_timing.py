@@ -34,6 +34,12 @@ PUBLISHED: dict[str, Any] = {
 #: Faster: the refined run's training time below this fraction of the fixed run's.
 TIME_RATIO_MAX = 1.0
 FIXED, REFINED = "rk4-fixed", "rk4-refined"
+#: Why the report of a resumed run has no wall time of the runs.
+RESUMED_WALL = (
+    "The wall time of the runs (with evaluation) is not shown: under --resume a run's "
+    "wall time is that of its last stretch only, not of its earlier ones; the training "
+    "time is summed over every epoch."
+)
 
 
 def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[common.Net, ...]:
@@ -84,45 +90,81 @@ def _gain(v: Values) -> float:
     return v[REFINED, "test_accuracy_recalibrated"] - v[FIXED, "test_accuracy_recalibrated"]
 
 
+def steps_ratio(s: common.RefineSettings) -> float:
+    """The sum of ``N_t`` over the epochs, refined run over fixed run: what the refined
+    run's training time would be, relative to the fixed run's, were time proportional
+    to ``N_t``.
+
+    Example:
+        >>> round(steps_ratio(MODES["quick"]), 4), round(steps_ratio(MODES["full"]), 4)
+        (0.5833, 0.5458)
+    """
+    nets = {net.key: net for net in s.nets}
+
+    def total(net: common.Net) -> int:
+        return sum(
+            net.n_steps << sum(1 for e in net.refine_epochs if e <= epoch)
+            for epoch in range(s.epochs_of(net))
+        )
+
+    return total(nets[REFINED]) / total(nets[FIXED])
+
+
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
-    """Refinement is faster, at comparable (recalibrated) accuracy, and both at once."""
-    tol = setup.settings.acc_tolerance
+    """Refinement is faster (a check: the schedule makes it so), at comparable
+    (recalibrated) accuracy (a paper claim), and both at once (a paper claim on times,
+    judged only on a machine that was not contended)."""
+    s = setup.settings
+    tol = s.acc_tolerance
     time_ratio = partial(_ratio, metric="train_seconds")
+    final = next(net for net in s.nets if net.key == REFINED).final_steps
 
     def faster(v: Values) -> bool:
         return time_ratio(v) < TIME_RATIO_MAX
 
     def comparable(v: Values) -> bool:
-        return _gain(v) >= -tol
+        return _gain(v) > -tol
 
     return [
         Claim(
             key="refinement_faster",
-            text=f"refinement is faster: training time (test evaluation excluded) refined "
-            f"over fixed below {TIME_RATIO_MAX:g}; ours: the ratio",
+            text="refinement trains faster than the fixed depth (Sec. 5.2, Fig. 7)",
             published=PUBLISHED["time_ratio"],
             ours=time_ratio,
             holds=faster,
             spec=".2f",
+            kind="check",
+            detail=f"ours: training time (test evaluation excluded), refined over fixed; holds "
+            f"below {TIME_RATIO_MAX:g}. Guaranteed by the schedule, so no reproduction: the "
+            f"refined run trains its first epochs at N_t < {final}, and its sum of N_t over "
+            f"the epochs is {steps_ratio(s):.2f} of the fixed run's",
         ),
-        Claim(
-            key="accuracy_comparable",
-            text=f"at comparable accuracy: the refined run's recalibrated test accuracy at most "
-            f"{tol * 100:g} points below the fixed run's; ours: the difference",
-            published=PUBLISHED["accuracy"],
-            ours=_gain,
-            holds=comparable,
+        Claim.difference(
+            "accuracy_comparable",
+            "refinement keeps the accuracy nearly identical (Sec. 5.2)",
+            PUBLISHED["accuracy"],
+            (REFINED, "test_accuracy_recalibrated"),
+            (FIXED, "test_accuracy_recalibrated"),
+            above=-tol,
+            kind="paper",
             spec="+.1f",
             scale=100,
             unit=" points",
+            detail="ours: the refined run's recalibrated test accuracy minus the fixed run's, "
+            f"paired by seed; holds above -{tol * 100:g} points",
         ),
         Claim(
             key="refinement_faster_at_comparable_accuracy",
-            text="refinement is faster at comparable accuracy (both); ours: the time ratio",
+            text="refinement is faster at nearly identical accuracy (Sec. 5.2: 608 vs 1053 min)",
             published=f"{PUBLISHED['time_ratio']:.2f} at nearly identical accuracy",
             ours=time_ratio,
             holds=lambda v: faster(v) and comparable(v),
             spec=".2f",
+            kind="paper",
+            timing=True,
+            detail=f"ours: the training time ratio, refined over fixed; holds where it is "
+            f"below {TIME_RATIO_MAX:g} and the accuracy difference above -{tol * 100:g} "
+            "points on the same seeds",
         ),
     ]
 
@@ -147,6 +189,15 @@ def sections(result: Result[common.RefineSettings]) -> str:
     def ratio(metric: str) -> str:
         return _per_seed(result, partial(_ratio, metric=metric)).cell(".2f")
 
+    resumed = result.setup.options.resume
+    wall = (
+        []
+        if resumed
+        else [
+            row("wall time of the run (with evaluation)", "run_wall_seconds", ".2f", 1 / 60, " min")
+            + f" {ratio('run_wall_seconds')} | not published | not published | – |"
+        ]
+    )
     lines = [
         f"Data: {data_name(result.details(FIXED)['dataset'])}, {s.sizes()}; "
         f"{result.cell(FIXED, 'epochs', '.0f')} epochs each, {s.training.describe()}.",
@@ -161,8 +212,7 @@ def sections(result: Result[common.RefineSettings]) -> str:
         row("training time", "train_seconds", ".2f", 1 / 60, " min")
         + f" {ratio('train_seconds')} | {p['fixed_minutes']:.0f} min | "
         f"{p['refined_minutes']:.0f} min | {p['time_ratio']:.2f} |",
-        row("wall time of the run (with evaluation)", "run_wall_seconds", ".2f", 1 / 60, " min")
-        + f" {ratio('run_wall_seconds')} | not published | not published | – |",
+        *wall,
         row("s/epoch, first epoch", "seconds_first_epoch", ".2f") + " – | 394 | 16 | – |",
         row("s/epoch, last epoch", "seconds_last_epoch", ".2f") + " – | 394 | 394 | – |",
         row("test accuracy", "test_accuracy", ".2f", 100, "%")
@@ -176,7 +226,7 @@ def sections(result: Result[common.RefineSettings]) -> str:
         f"proportional to N_t): {ratio('n_steps_sum')}. Training time excludes test "
         "evaluation, as the paper's Fig. 7 does; the paper's figures are on one V100 with "
         "150-160 epochs. The paper gives no accuracies for this comparison beyond 'nearly "
-        "identical'.",
+        "identical'." + (f" {RESUMED_WALL}" if resumed else ""),
         "",
         "## Per epoch"
         + (f" (seed {result.setup.seeds[0]})" if len(result.setup.seeds) > 1 else ""),
