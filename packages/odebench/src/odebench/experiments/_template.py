@@ -24,7 +24,8 @@ Example:
     ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
     ...     claims=lambda setup: [Claim(
     ...         key="fits", text="the NODE's test MSE is below 1", published="not published",
-    ...         ours=lambda v: v["node", "test_loss"], holds=lambda v: v["node", "test_loss"] < 1)],
+    ...         ours=lambda v: v["node", "test_loss"], holds=lambda v: v["node", "test_loss"] < 1,
+    ...         kind="paper")],
     ... )
     >>> toy.settings_for("standard", epochs=2)
     Toy(seeds=3, epochs=2)
