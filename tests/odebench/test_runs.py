@@ -626,6 +626,20 @@ def test_publish_follows_no_linked_folder_to_a_figure(tmp_path, checkout, capsys
     assert f"{run / 'figures/loss.png'} is not a regular file: {run / 'figures'} is a" in line
 
 
+def test_publish_writes_through_no_link_in_the_destination(tmp_path, checkout, capsys):
+    """A report.md in --to that links elsewhere would be overwritten where it points."""
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    target = tmp_path / "elsewhere.md"
+    target.write_text("keep me")
+    dest = tmp_path / "pub" / run.name  # where `publish RUN --to pub` writes
+    dest.mkdir(parents=True)
+    (dest / "report.md").symlink_to(target)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{dest / 'report.md'} is a symbolic link" in line
+    assert target.read_text() == "keep me"
+
+
 # -- interrupts ------------------------------------------------------------------------------
 
 

@@ -302,6 +302,8 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         if not source.is_file():
             raise FileNotFoundError(f"{run_dir / 'report.md'} links to {link}, which is missing")
         files.append(source.relative_to(root))
+    for file in files:  # writing through a link in dest would write outside it
+        _refuse_links(dest, file)
     _unpublish(dest)
     for file in files:
         (dest / file).parent.mkdir(parents=True, exist_ok=True)
