@@ -127,7 +127,7 @@ class _LoadSampler:
 class Provenance:
     """Where one run came from; :meth:`to_json` is ``results.json``'s ``provenance``.
 
-    Made by :func:`provenance_started`; :meth:`finish` records the end.
+    Made by ``provenance_started()``; :meth:`finish` records the end.
 
     Args:
         commit: the checkout's ``HEAD`` (40 hex digits), ``None`` outside a checkout.
@@ -178,9 +178,11 @@ class Provenance:
 
     @property
     def contended(self) -> bool:
-        """Whether the machine was busier than this run alone: the largest load seen
-        exceeds the run's own threads by half a core or more. Timings taken so are
-        not judged (see :attr:`~odebench.experiments.Claim.timing`)."""
+        """Whether the machine was busier than this run alone.
+
+        True when the largest load seen exceeds the run's own threads by half a core
+        or more. Timings taken so are not judged (see the ``timing`` of
+        :class:`~odebench.experiments.Claim`)."""
         peak = self.load.get("max")
         return peak is not None and peak >= min(self.threads, self.cores) + 0.5
 

@@ -352,7 +352,7 @@ class Claim:
 
     Args:
         key: a stable identifier (``results.json`` and tests look the verdict up by it).
-        text: the claim in a few words (at most :data:`MAX_CLAIM_TEXT` characters).
+        text: the claim in a few words (at most ``MAX_CLAIM_TEXT`` (90) characters).
         published: the paper's value: a number (formatted like ours) or a statement.
         ours: the number that shows our side of the claim, from one set of
             :class:`Values` (a metric, a ratio, a difference).
@@ -362,7 +362,7 @@ class Claim:
         spec: the format of ``ours`` (and of a numeric ``published``).
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``, ``"×"``).
-        kind: ``"paper"`` or ``"check"`` (see :data:`ClaimKind`); no default, so
+        kind: ``"paper"`` or ``"check"`` (see ``ClaimKind``); no default, so
             that every claim says which it is.
         timing: the claim compares times. It is judged only when the machine was
             not contended while the run trained (:attr:`Provenance.contended`).
@@ -370,7 +370,7 @@ class Claim:
 
     Raises:
         ValueError: an unknown ``kind``, a ``text`` longer than
-            :data:`MAX_CLAIM_TEXT`, or a timing claim that is a check.
+            ``MAX_CLAIM_TEXT`` (90), or a timing claim that is a check.
 
     Example:
         >>> claim = Claim(key="cheap", text="the ODE-Net saves less than the RK-Net",
@@ -621,7 +621,7 @@ class Verdict:
 
     @property
     def status(self) -> str:
-        """One of :data:`VERDICTS`, by :func:`verdict_status`."""
+        """One of ``VERDICTS``, by :func:`verdict_status`."""
         return verdict_status(self.kind, self.holds, self.held_on, self.contended)
 
     @property
