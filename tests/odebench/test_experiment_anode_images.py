@@ -55,22 +55,27 @@ def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
     assert standard.seeds >= 3 and standard.epochs >= 2 and standard.lr == full.lr
     assert standard.train_size is not None and standard.test_size is not None
     assert quick.train_size is not None and quick.train_size < standard.train_size <= 8004
-    assert standard.test_size <= 1996  # the test images of MNIST-10k
+    assert 1000 <= standard.test_size <= 1996  # one image at most 0.1 points; MNIST-10k's
     assert standard.train_size % standard.batch_size == 0  # no image dropped
-    assert standard.epochs * (standard.train_size // standard.batch_size) >= 50  # steps
+    assert standard.epochs * (standard.train_size // standard.batch_size) >= 400  # steps
+
+
+def test_quick_and_standard_run_on_one_thread() -> None:
+    assert anode_images.TEMPLATE.one_thread_modes == ("quick", "standard")
 
 
 def test_mode_notes_say_what_each_mode_trains() -> None:
-    from odebench.experiments._images import mode_note
-
     quick, standard, full = (
-        mode_note(m, s.epochs, s.train_size, s.batch_size, authors="they train", tests="this")
-        for m, s in ((m, anode_images.TEMPLATE.settings_for(m)) for m in MODES)
+        anode_images._mode_note(m, anode_images.TEMPLATE.settings_for(m)) for m in MODES
     )
     assert "smoke test" in quick and "1 epoch(s) of 128 images" in quick
-    assert "2 epoch(s) of 1024 images (64 steps of batch 32), where they train" in standard
-    assert "smoke test" not in standard and "What it tests is this." in standard
-    assert full == "This run trains on all the images, where they train."
+    assert standard.startswith(
+        "This run, sized for a CPU, trains 2 epoch(s) of 2000 images (500 steps of batch 8), "
+        "where the authors' configuration trains 20 epochs of all 60,000 at batch 256"
+    )
+    assert "The claim that both reach 95% on MNIST says whether they still trained" in standard
+    assert "smoke test" not in standard
+    assert full.startswith("This run trains on all the images, where the authors'")
 
 
 def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
@@ -103,6 +108,7 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
     for dataset in anode_images.DATASETS:
         claims = anode_images.dataset_claims(dataset)
         assert {c.key: c.kind for c in claims} == {
+            f"{dataset}_both_trained": "paper",
             f"{dataset}_anode_more_accurate": "paper",
             f"{dataset}_anode_fewer_nfe": "paper",
             f"{dataset}_parameters_matched": "check",
@@ -111,19 +117,68 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
         assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
 
 
-def test_anode_more_accurate_is_a_paired_difference_above_zero() -> None:
+def _seeds(*pairs: tuple[float, float], images: int = 1000) -> list[Any]:
+    """One set of values per ``(anode, node)`` pair of test accuracies."""
     from odebench.experiments._template import Values
 
-    claim = anode_images.dataset_claims("mnist")[0]
-    seeds = [
-        Values({"mnist/anode": {"test_acc": a}, "mnist/node": {"test_acc": n}})
-        for a, n in ((0.92, 0.90), (0.90, 0.90), (0.95, 0.91))
+    return [
+        Values({f"mnist/{m}": {"test_acc": acc, "test_images": images}
+                for m, acc in (("anode", a), ("node", n))})
+        for a, n in pairs
+    ]  # fmt: skip
+
+
+def test_anode_more_accurate_is_a_paired_difference_above_its_standard_error() -> None:
+    claim = {c.key: c for c in anode_images.dataset_claims("mnist", 1000)}[
+        "mnist_anode_more_accurate"
     ]
-    verdict = claim.check(seeds)
-    assert verdict.ours.values == pytest.approx((0.02, 0.0, 0.04))
-    assert verdict.held_on == (True, False, True)  # a tie is not "more accurate"
+    # the standard error of the difference is about 0.6-0.8 points here
+    verdict = claim.check(_seeds((0.975, 0.96), (0.965, 0.96), (0.99, 0.97)))
+    assert verdict.ours.values == pytest.approx((0.015, 0.005, 0.02))
+    assert verdict.held_on == (True, False, True)  # half a point is within the noise
     assert verdict.words == "held on 2 of 3 seeds"
     assert verdict.published == "+1.8 points"  # Table 1: 98.2% against 96.4%
+    assert "one image is 0.1 points" in claim.detail and "standard error" in claim.detail
+    assert claim.check(_seeds((0.97, 0.96), images=100)).held_on == (False,)  # n matters
+
+
+def test_standard_error_is_the_binomial_one_of_the_difference() -> None:
+    (v,) = _seeds((0.98, 0.96))
+    expected = math.sqrt((0.98 * 0.02 + 0.96 * 0.04) / 1000)
+    assert anode_images.standard_error(v, "mnist/node", "mnist/anode") == pytest.approx(expected)
+
+
+def test_a_model_below_95_percent_is_not_a_comparison() -> None:
+    claims = {c.key: c for c in anode_images.dataset_claims("mnist", 1000)}
+    seeds = _seeds((0.97, 0.94), (0.98, 0.96), (0.93, 0.90))  # the NODE untrained on two
+    trained = claims["mnist_both_trained"].check(seeds)
+    assert trained.held_on == (False, True, False) and trained.status == "mixed"
+    assert trained.published == "96.4%"  # the lower of Table 1's two
+    assert trained.ours.values == pytest.approx((0.94, 0.96, 0.90))
+    accurate = claims["mnist_anode_more_accurate"].check(seeds)
+    assert accurate.held_on == (False, True, False)  # ahead by 3 points, but not trained
+    assert accurate.status == "mixed"
+    untrained = claims["mnist_anode_more_accurate"].check(_seeds((0.90, 0.80)))
+    assert untrained.status == "not held"
+
+
+def test_the_report_says_plainly_when_a_model_did_not_train(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from odebench.experiments._template import Stat
+
+    def result(node: list[float], anode: list[float]) -> Any:
+        metrics = {"mnist/node": {"test_acc": Stat.of(node)},
+                   "mnist/anode": {"test_acc": Stat.of(anode)}}  # fmt: skip
+        setup = SimpleNamespace(seeds=tuple(range(len(node))))
+        return SimpleNamespace(setup=setup, stat=lambda run, key: metrics[run][key])
+
+    fine = anode_images.trained_note(result([0.96, 0.95], [0.97, 0.98]), "mnist")
+    assert fine.startswith("On MNIST both models reached 95% test accuracy on every seed")
+    bad = anode_images.trained_note(result([0.96, 0.93, 0.90], [0.97, 0.98, 0.99]), "mnist")
+    assert bad.startswith("**Not reproduced: a model did not train.** On MNIST")
+    assert "the NODE on 1 of 3, the ANODE on 3 of 3 seeds reached it" in bad
+    assert "on 2 of 3 seeds the accuracy comparison is not a test of Table 1" in bad
 
 
 @pytest.mark.slow
@@ -166,6 +221,10 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     for key in ("mnist_anode_more_accurate", "mnist_anode_fewer_nfe"):
         assert claims[key]["kind"] == "paper"
         assert claims[key]["status"] in ("held", "mixed", "not held")
+    # 16 images for one epoch: neither model trains, and the comparison cannot hold
+    assert claims["mnist_both_trained"]["status"] == "not held"
+    assert claims["mnist_anode_more_accurate"]["status"] == "not held"
+    assert summary["metrics"]["mnist/node"]["test_images"]["seeds"] == [16, 16]
     node, anode = (summary["metrics"][f"mnist/{m}"]["test_acc"]["seeds"] for m in ("node", "anode"))
     expected = [a - n for a, n in zip(anode, node, strict=True)]
     assert claims["mnist_anode_more_accurate"]["ours"]["seeds"] == pytest.approx(expected)
@@ -187,13 +246,16 @@ def test_report_has_the_rows_and_the_published_numbers(
     assert "Not run here: needs CIFAR-10 (`odebench download cifar10`), or give its" in text
     assert "Not run here: needs SVHN (`odebench download svhn`)" in text
     assert "This is a quick run" in text
+    assert "## Did the models train?" in text
+    assert "**Not reproduced: a model did not train.** On MNIST" in text
     assert "not published" in text
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers
-    for claim in anode_images.dataset_claims("mnist"):
+    for claim in anode_images.dataset_claims("mnist", TINY.test_size):
         row = f"| **{claim.text}**: {claim.detail} |"
         assert row in (checks if claim.kind == "check" else papers), claim.key
     assert "| +1.8 points |" in papers  # the published difference, in the claim's format
+    assert "On 16 test images per seed one image is 6.2 points" in papers
     for name in FIGURES:
         assert f"]({name})" in text, name
 

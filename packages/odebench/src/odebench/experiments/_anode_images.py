@@ -9,6 +9,7 @@ parameter budgets (84k on MNIST, 172k on CIFAR-10 and SVHN).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,18 +54,29 @@ MATCHED = 0.02
 BUDGET = 0.05
 """Each count is within this fraction of the paper's budget (84k or 172k)."""
 
+TRAINED = {"mnist": 0.95, "cifar10": 0.50, "svhn": 0.78}
+"""The test accuracy both models must reach for their comparison to test Table 1.
+
+MNIST: 95%, 1.4 points under the paper's NODE (96.4%): a model below it has not
+trained as the paper's did, and which of two untrained models is ahead says nothing
+of the paper's claim. CIFAR-10 and SVHN: about 3 points under the paper's NODE."""
+
 MODES = {
     "quick": AnodeSettings(
         seeds=2, epochs=1, lr=1e-3, batch_size=32, train_size=128, test_size=128,
     ),
-    # Sized for a 2-core CPU: about 8 minutes with the three seeds (at most 12). The
-    # models run on the whole 28x28 image, so an epoch of 1024 images (tested on 256)
-    # took 74 s for the NODE and 41 s for the ANODE on one busy core; 2 epochs of 1024
-    # images, tested on 500, cost about 160 s and 90 s of one core per seed, and two
-    # idle cores nearly halve that. Batch 32, not 256: 64 steps instead of 8 (after
-    # that epoch the NODE had 79% test accuracy at batch 32, 60% at batch 128).
+    # Judged on 1,000 test images (one image is 0.1 points), on one torch thread
+    # (`one_thread_modes`); batch 8 for 500 steps. A trial of seed 0 on MNIST-10k, one
+    # thread, 2 shared cores at load 3.5 rising to 7 (mean 6): the NODE took 717 s
+    # (503 s of training, about 100 s per evaluation of the 1,000 images) and reached
+    # 84.6% then 88.0%; the ANODE reached 86.9% after its first epoch and evaluation
+    # (207 s; stopped there to keep the trial short: about 415 s for two). About 19
+    # busy minutes a seed, so about 14 to 28 minutes for the three seeds on an idle
+    # machine, 2-4x faster. That is short of 95%, and the report says so: by the NODE's
+    # error (15.4% to 12.0% for twice the images) 95% needs about 11 times this
+    # training, hours on a CPU.
     "standard": AnodeSettings(
-        seeds=3, epochs=2, lr=1e-3, batch_size=32, train_size=1024, test_size=500,
+        seeds=3, epochs=2, lr=1e-3, batch_size=8, train_size=2000, test_size=1000,
     ),
     # The authors' config_img.json: Adam 1e-3, batch 256, 5 repeats, 20 epochs (the
     # paper states none).
@@ -90,26 +102,70 @@ def runs(setup: Setup[AnodeSettings], seed: int) -> list[Run]:
 
 
 def measure(setup: Setup[AnodeSettings], trained: Trained) -> Measurement:
-    """Final test accuracy and training loss, parameters, forward NFE per batch."""
+    """Final test accuracy and training loss, parameters, forward NFE per batch, and the
+    number of test images the accuracy was measured on (``test_images``)."""
     result = trained.result
-    extra = {"parameters": result["parameters"], "train_seconds": result["train_seconds"]}
+    extra = {
+        "parameters": result["parameters"],
+        "train_seconds": result["train_seconds"],
+        "test_images": result["examples"]["test"],
+    }
     return epoch_numbers(trained, {"test_acc": "test_acc", "train_loss": "train_loss"}, extra)
 
 
-def dataset_claims(dataset: str) -> list[Claim]:
+def standard_error(v: Values, node: str, anode: str) -> float:
+    """The binomial standard error of the difference of the two models' test accuracies.
+
+    ``sqrt((a (1 - a) + b (1 - b)) / n)`` for accuracies ``a`` and ``b`` on ``n`` test
+    images: the spread the difference would have from the draw of the test images
+    alone, were the two models' errors independent. They are not (both miss the same
+    hard digits), so the paired difference varies less: this errs on the strict side.
+
+    Example:
+        >>> from odebench.experiments._template import Values
+        >>> v = Values({"n": {"test_acc": 0.964, "test_images": 1000},
+        ...             "a": {"test_acc": 0.982, "test_images": 1000}})
+        >>> round(100 * standard_error(v, "n", "a"), 2)  # points, at Table 1's accuracies
+        0.72
+    """
+    a, b, n = v[anode, "test_acc"], v[node, "test_acc"], v[node, "test_images"]
+    return math.sqrt((a * (1 - a) + b * (1 - b)) / n)
+
+
+def dataset_claims(dataset: str, test_images: int | None = None) -> list[Claim]:
     """The paper's claims on one data set, and the checks of our parameter counts.
+
+    Args:
+        dataset: a name of :data:`DATASETS`.
+        test_images: the test images per seed (``None``: all), for the details.
 
     Example:
         >>> [(claim.key, claim.kind) for claim in dataset_claims("svhn")][::2]
-        [('svhn_anode_more_accurate', 'paper'), ('svhn_parameters_matched', 'check')]
+        [('svhn_both_trained', 'paper'), ('svhn_anode_fewer_nfe', 'paper'), \
+('svhn_parameters_on_budget', 'check')]
     """
     label, node, anode = data_name(dataset), f"{dataset}/node", f"{dataset}/anode"
     budget = PUBLISHED[dataset]["node"]["params"]
     paper = PUBLISHED[dataset]
+    bar = TRAINED[dataset]
     fixed = (
         "A check of our models, not a reproduction: the counts follow from the "
         "architecture and are the same on every seed"
     )
+    images = (
+        f"On {test_images:,} test images per seed one image is {100 / test_images:.2g} points"
+        if test_images
+        else "On n test images one image is 100/n points"
+    )
+
+    def lower(v: Values) -> float:
+        return min(v[node, "test_acc"], v[anode, "test_acc"])
+
+    def trained(v: Values) -> bool:
+        return lower(v) >= bar
+
+    def diff(v: Values) -> float:
+        return v[anode, "test_acc"] - v[node, "test_acc"]
 
     def off_budget(v: Values) -> float:
         return max(abs(v[run, "parameters"] - budget) / budget for run in (node, anode))
@@ -118,14 +174,31 @@ def dataset_claims(dataset: str) -> list[Claim]:
         return all(abs(v[run, "parameters"] - budget) <= BUDGET * budget for run in (node, anode))
 
     return [
-        Claim.difference(
+        Claim(
+            f"{dataset}_both_trained",
+            f"{label}, Table 1: both models reach {bar:.0%} test accuracy",
+            min(paper["node"]["acc"], paper["anode"]["acc"]),
+            ours=lower, holds=trained, spec=".1f", scale=100, unit="%", kind="paper",
+            detail=f"ours: the lower of the two models' test accuracies; holds at "
+            f"{bar:.0%} or more. Below it a model did not train as the paper's did, and "
+            "the accuracy comparison below does not count that seed: it is not "
+            "reproduced, because a model did not train",
+        ),
+        Claim(
             f"{dataset}_anode_more_accurate",
             f"{label}, Table 1: ANODEs are more accurate than NODEs",
             paper["anode"]["acc"] - paper["node"]["acc"],
-            (anode, "test_acc"), (node, "test_acc"),
-            above=0.0, kind="paper", spec="+.1f", scale=100, unit=" points",
-            detail="ours: the ANODE's test accuracy minus the NODE's, paired per seed; "
-            "holds above 0",
+            ours=diff,
+            holds=lambda v: trained(v) and diff(v) > standard_error(v, node, anode),
+            spec="+.1f", scale=100, unit=" points", kind="paper",
+            detail="ours: the ANODE's test accuracy minus the NODE's, paired per seed (the "
+            "same training and test images). Holds when both models reach "
+            f"{bar:.0%} and the difference is above its binomial standard error, "
+            "sqrt((a(1-a) + b(1-b))/n) for accuracies a and b on n test images (about "
+            "0.7 points at Table 1's accuracies on 1,000 images): a margin larger than "
+            "the draw of the test images alone would give, smaller than the paper's "
+            f"{100 * (paper['anode']['acc'] - paper['node']['acc']):.1f} points. "
+            f"{images}",
         ),
         Claim.difference(
             f"{dataset}_anode_fewer_nfe",
@@ -157,10 +230,43 @@ def dataset_claims(dataset: str) -> list[Claim]:
     ]  # fmt: skip
 
 
+def trained_note(result: Result[AnodeSettings], dataset: str) -> str:
+    """Whether both models reached :data:`TRAINED` on every seed, said plainly.
+
+    Returns:
+        ``"**Not reproduced: a model did not train.** ..."`` when a model stayed below
+        the bar on a seed, else a sentence that both reached it on every seed.
+    """
+    bar, n = TRAINED[dataset], len(result.setup.seeds)
+    reached = {
+        model: [
+            v is not None and v >= bar for v in result.stat(f"{dataset}/{model}", "test_acc").values
+        ]
+        for model in MODELS
+    }
+    label = data_name(dataset)
+    if all(all(r) for r in reached.values()):
+        return (
+            f"On {label} both models reached {bar:.0%} test accuracy on every seed: the "
+            "accuracy comparison compares trained models."
+        )
+    both = sum(all(pair) for pair in zip(*reached.values(), strict=True))
+    counts = ", ".join(f"the {LABELS[m]} on {sum(r)} of {n}" for m, r in reached.items())
+    return (
+        f"**Not reproduced: a model did not train.** On {label} a model stayed below "
+        f"{bar:.0%} test accuracy ({counts} seeds reached it), so on {n - both} of {n} "
+        "seeds the accuracy comparison is not a test of Table 1: which of two models that "
+        "did not train is ahead says nothing of the paper's claim. Only seeds where both "
+        "reached it count towards that claim."
+    )
+
+
 def sections(result: Result[AnodeSettings]) -> str:
     """Table 1 per data set, ours beside the paper's, the notes and the figures."""
     n = len(result.setup.seeds)
-    lines = ["## Settings", "", _settings(result.settings), ""]
+    lines = ["## Did the models train?", ""]
+    lines += [f"{trained_note(result, dataset)}\n" for dataset in _trained(result)]
+    lines += ["## Settings", "", _settings(result.settings), ""]
     for dataset in _trained(result):
         lines += [
             f"## {data_name(dataset)}",
@@ -201,16 +307,7 @@ def sections(result: Result[AnodeSettings]) -> str:
         "Our counts are those of the authors' code, which a replication also finds 0.4–1.1% "
         "above the paper's.",
         "",
-        mode_note(
-            result.setup.mode,
-            result.settings.epochs,
-            result.settings.train_size,
-            result.settings.batch_size,
-            authors="the authors' configuration trains 20 epochs of all 60,000 at batch 256 "
-            "(about 4,700 steps)",
-            tests="the comparison: the two models after the same training, their NFE early "
-            "in training (the start of Fig. 10's curves), and their parameters",
-        ),
+        _mode_note(result.setup.mode, result.settings),
         "",
         "## Figures",
         "",
@@ -300,6 +397,31 @@ def _plot_loss_nfe(result: Result[AnodeSettings], path: Path) -> None:
     save_png(path, fig, dpi=90)
 
 
+def _mode_note(mode: str, s: AnodeSettings) -> str:
+    """What the mode's training is beside the authors', for the report.
+
+    Example:
+        >>> _mode_note("standard", MODES["standard"])[:62]
+        'This run, sized for a CPU, trains 2 epoch(s) of 2000 images (5'
+    """
+    authors = (
+        "the authors' configuration trains 20 epochs of all 60,000 at batch 256 (about 4,700 steps)"
+    )
+    if mode != "standard":
+        tests = "the comparison of the two models after the same training"
+        return mode_note(mode, s.epochs, s.train_size, s.batch_size, authors, tests)
+    steps = s.epochs * (s.train_size or 0) // s.batch_size
+    return (
+        f"This run, sized for a CPU, trains {s.epochs} epoch(s) of {s.train_size} images "
+        f"({steps} steps of batch {s.batch_size}), where {authors}: its models train far "
+        "less than the paper's. The claim that both reach "
+        f"{TRAINED['mnist']:.0%} on MNIST says whether they still trained; where one did "
+        "not, the accuracy comparison is not reproduced. What it tests is the comparison "
+        "of the two models after the same training, their NFE early in training (the "
+        "start of Fig. 10's curves), and their parameters."
+    )
+
+
 def _trained(result: Result[AnodeSettings]) -> list[str]:
     """The data sets the runs trained on."""
     return [d for d in DATASETS if f"{d}/node" in result.metrics]
@@ -334,13 +456,16 @@ TEMPLATE = register_template(
         modes=MODES,
         runs=runs,
         measure=measure,
-        claims=lambda setup: [c for d in _datasets(setup)[0] for c in dataset_claims(d)],
+        claims=lambda setup: [
+            c for d in _datasets(setup)[0] for c in dataset_claims(d, setup.settings.test_size)
+        ],
         sections=sections,
         figures=[
             Figure("accuracy_params.png", _plot_accuracy_params),
             Figure("nfe.png", _plot_nfe),
             Figure("loss_nfe.png", _plot_loss_nfe),
         ],
+        one_thread_modes=("quick", "standard"),
         published=PUBLISHED,
     )
 )
