@@ -29,6 +29,7 @@ EXPECTED_ALL = [
     "Bosh3",
     "ButcherTableau",
     "Checkpoint",
+    "CompileFallbackWarning",
     "ConfigurationError",
     "ConstantStepSize",
     "DOPRI5_TABLEAU",

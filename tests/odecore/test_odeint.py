@@ -284,6 +284,7 @@ def test_option_lists():
         "grid_constructor",
         "perturb",
         "interp",
+        "compile",
     )
     assert set(odecore.ADAPTIVE_OPTIONS) == {
         "first_step",
@@ -300,6 +301,7 @@ def test_option_lists():
         "max_num_steps",
         "min_step",
         "dtype",
+        "compile",
     }
 
 

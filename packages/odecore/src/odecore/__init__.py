@@ -18,7 +18,13 @@ from ._controllers import (
     PIDController,
     rms_norm,
 )
-from ._errors import ConfigurationError, OdeCoreError, SolverError, Status
+from ._errors import (
+    CompileFallbackWarning,
+    ConfigurationError,
+    OdeCoreError,
+    SolverError,
+    Status,
+)
 from ._esdirk import Kvaerno5
 from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
@@ -117,6 +123,7 @@ __all__ = [
     "Bosh3",
     "ButcherTableau",
     "Checkpoint",
+    "CompileFallbackWarning",
     "ConfigurationError",
     "ConstantStepSize",
     "Dopri5",

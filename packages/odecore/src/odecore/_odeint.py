@@ -186,6 +186,8 @@ def odeint(
             step on) and ``max_num_steps``. ``scipy:`` methods take
             ``first_step``, ``max_step``, ``jump_t`` and ``step_t`` (scipy restarts
             at each), ``max_num_steps`` (accepted steps), and for LSODA ``min_step``;
+            odecore's own methods take ``compile`` (True: one ``torch.compile`` graph
+            per solve, see :func:`solve`);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
             ``options`` to torchdiffeq unchanged.
         event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
@@ -588,6 +590,7 @@ def odeint_dense(
         throw=True,
         gradient=None,
         make_loop=_make_loop,
+        compile=config.spec.compile,
     )
     return sol.evaluate
 
@@ -653,6 +656,7 @@ def _run(
         make_loop=make_loop if scipy else _make_loop,
         event=event,
         event_time_gradient=False,  # torchdiffeq's: odeint_event adds it
+        compile=config.spec.compile,
     )
     if event is None:
         return sol.ys

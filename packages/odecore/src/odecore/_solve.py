@@ -727,6 +727,7 @@ def solve(
     throw: bool = True,
     gradient: AbstractGradient | None = None,
     event: Event | None = None,
+    compile: bool = False,
 ) -> Solution:
     """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1``.
 
@@ -761,6 +762,13 @@ def solve(
             left out, and ``SaveAt(t1=True)`` saves the state at the event. If ``f``
             has torchdiffeq's step callbacks (``callback_step``,
             ``callback_accept_step``, ``callback_reject_step``), the loop calls them.
+        compile: run the solve as one ``torch.compile`` graph (``fullgraph=True``),
+            forward and backward, with the same result. It covers explicit
+            fixed-step solvers with :class:`ConstantStepSize` and :class:`Autograd`;
+            anything else, or a machine where inductor cannot run, solves eagerly
+            with one :class:`CompileFallbackWarning` that says why. The first call
+            of a new number of steps compiles (seconds); later calls with other
+            times or another batch size reuse the graph.
 
     Returns:
         A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.
@@ -794,11 +802,50 @@ def solve(
         gradient=gradient,
         make_loop=_make_loop,
         event=event,
+        compile=compile,
     )
 
 
 LoopFactory = Callable[[list[float], list[float], int], Loop]
 """Builds the solve loop from the jump times, the step times and the step budget."""
+
+
+def _compiled_or_eager(
+    compile: object,
+    loop: Loop,
+    problem: Problem,
+    gradient: AbstractGradient,
+    f: VectorField,
+    event: Event | None,
+    saveat: SaveAt,
+    make_loop: LoopFactory,
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+) -> Loop:
+    """The compiled loop for ``compile=True``, or ``loop`` with a warning that says
+    what keeps the solve from compiling."""
+    if compile is not True:
+        raise TypeError(f"`compile` must be True or False, got {compile!r}.")
+    # Imported here: an eager solve never loads torch._dynamo.
+    from ._compiled import compiled_loop, fall_back, fallback_reasons, not_covered
+
+    if problem.f is not f:  # a tuple state's flat field: failures are the user's field's
+        problem.f.__wrapped__ = f  # type: ignore[attr-defined]
+    reasons = fallback_reasons(
+        solver=problem.solver,
+        controller=problem.controller,
+        gradient=gradient,
+        problem=problem,
+        f=problem.f,
+        event=event is not None,
+        dense=saveat.dense,
+        backend=make_loop is not _make_loop,
+    )
+    if reasons:
+        fall_back(not_covered(reasons))
+        return loop
+    return compiled_loop(jumps, steps, max_steps)
 
 
 def _solve(
@@ -819,6 +866,7 @@ def _solve(
     make_loop: LoopFactory,
     event: Event | None = None,
     event_time_gradient: bool = True,
+    compile: bool = False,
 ) -> Solution:
     """:func:`solve`, with the solve loop built by ``make_loop``.
 
@@ -955,6 +1003,10 @@ def _solve(
         step_tensor=step_tensor,
         jump_ts=tuple(jumps),
     )
+    if compile is not False:
+        loop = _compiled_or_eager(
+            compile, loop, problem, gradient, f, event, saveat, make_loop, jumps, steps, max_steps
+        )
     event_t = None
     if event is None:
         run = gradient.run(loop, problem)

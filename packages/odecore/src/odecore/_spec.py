@@ -98,8 +98,9 @@ DEFAULT_METHOD = "dopri5"
 
 _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
-                 "grid_constructor", "perturb", "interp")  # fmt: skip
-"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3)."""
+                 "grid_constructor", "perturb", "interp", "compile")  # fmt: skip
+"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3;
+``compile``, True or False, is odecore's: see :attr:`OdeSpec.compile`)."""
 IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
 """Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
 ADAPTIVE_OPTIONS = (
@@ -117,11 +118,13 @@ ADAPTIVE_OPTIONS = (
     "max_num_steps",
     "min_step",
     "dtype",
+    "compile",
 )
-"""Options accepted by adaptive methods (``dtype`` only as ``torch.float64``)."""
+"""Options accepted by adaptive methods (``dtype`` only as ``torch.float64``;
+``compile`` as for :data:`FIXED_OPTIONS`)."""
 
 # The options that choose how to step, which a spec holds; the others belong to a call.
-_FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps")
+_FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps", "compile")
 _IMPLICIT_SPEC_OPTIONS = (*_FIXED_SPEC_OPTIONS, "max_iters")
 _ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in _CALL_OPTIONS)
 _SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
@@ -170,10 +173,14 @@ class OdeSpec:
         n_steps: fixed-step solvers only: this many equal steps over the solve's
             span, instead of ``dt0``.
         max_steps: the step budget of one solve.
+        compile: solve as one ``torch.compile`` graph (see :func:`solve`'s
+            ``compile``); the option ``compile`` of :meth:`from_method` and
+            :func:`odeint`.
 
     Raises:
         ConfigurationError: for an object of the wrong kind, ``n_steps`` with
             ``dt0`` or with an adaptive solver, or a count that is not positive.
+        TypeError: if ``compile`` is not ``True`` or ``False``.
 
     Example:
         >>> import odecore
@@ -191,6 +198,7 @@ class OdeSpec:
     dt0: float | None = None
     n_steps: int | None = None
     max_steps: int = 100_000
+    compile: bool = False
 
     def __post_init__(self) -> None:
         for name, kind in (
@@ -223,6 +231,7 @@ class OdeSpec:
         if self.dt0 is not None:
             object.__setattr__(self, "dt0", positive("dt0", self.dt0))
         _check_count("max_steps", self.max_steps)
+        _check_flag("compile", self.compile)
 
     @classmethod
     def from_method(
@@ -249,7 +258,8 @@ class OdeSpec:
                 ``first_step``, ``min_step``, ``max_step``, ``safety``, ``ifactor``,
                 ``dfactor``, ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` and
                 ``dtype=torch.float64``; for SciPy's ``first_step``, ``max_step``
-                and (LSODA) ``min_step``; for all ``max_num_steps``. Options about
+                and (LSODA) ``min_step``; for all ``max_num_steps``, and for
+                odecore's own methods ``compile`` (:attr:`compile`). Options about
                 one call's times (``jump_t``, ``step_t``, ``grid_constructor``,
                 ``perturb``, ``interp``) belong to :func:`odeint`.
 
@@ -320,6 +330,8 @@ def resolve(
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"`max_num_steps` must be a positive integer, got {max_steps!r}.")
     grad = gradient_for(gradient)
+    compile = opts.get("compile", False)
+    _check_flag("compile", compile, "option ")
     first = positive("first_step", opts["first_step"]) if "first_step" in opts else None
     if isinstance(solver, ScipySolver):
         max_step = positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
@@ -339,7 +351,9 @@ def resolve(
                 "state's dtype, as torchdiffeq does by default. Remove the option."
             )
         solver = with_solve_tolerances(solver, rtol, atol)  # an implicit pair's Newton
-        return OdeSpec(solver, PIDController(**kwargs), grad, dt0=first, max_steps=max_steps)
+        return OdeSpec(
+            solver, PIDController(**kwargs), grad, dt0=first, max_steps=max_steps, compile=compile
+        )
     if "step_size" in opts and "n_steps" in opts:
         raise ConfigurationError("Give one of the options `step_size` and `n_steps`, not both.")
     if "max_iters" in opts:
@@ -354,7 +368,15 @@ def resolve(
         isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1
     ):
         raise ValueError(f"`n_steps` must be a positive integer, got {n_steps!r}.")
-    return OdeSpec(solver, ConstantStepSize(), grad, dt0=dt0, n_steps=n_steps, max_steps=max_steps)
+    return OdeSpec(
+        solver,
+        ConstantStepSize(),
+        grad,
+        dt0=dt0,
+        n_steps=n_steps,
+        max_steps=max_steps,
+        compile=compile,
+    )
 
 
 def gradient_for(gradient: str | AbstractGradient) -> AbstractGradient:
@@ -429,6 +451,12 @@ def nonnegative(name: str, value: Any) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
+
+
+def _check_flag(name: str, value: object, kind: str = "") -> None:
+    """``value`` must be ``True`` or ``False`` (``kind``: "option " for an option)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"The {kind}`{name}` must be True or False, got {value!r}.")
 
 
 def _check_count(name: str, value: object) -> None:

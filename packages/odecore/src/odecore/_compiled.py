@@ -1,0 +1,614 @@
+"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph.
+
+The eager loop decides every step in Python floats and reads tensors on the host
+(finiteness, statuses), which ``torch.compile`` cannot put in a graph. Here the two
+halves are pulled apart:
+
+* :func:`_schedule` runs the eager loop's time arithmetic alone, in floats, outside
+  the graph: where every step starts and ends, which output times fall in which
+  step, the time of every evaluation of the field (one-sided limits at jumps
+  included), the step sizes and the dense-output weights. Its structure (the number
+  of steps, which outputs each reads, the tableau) selects the graph; its numbers
+  become three tensors, the graph's inputs.
+* :func:`_graph` is a pure tensor function of the state and those tensors: every
+  step, every output, and the peak magnitudes of the first derivative and the last
+  state, with no host read. It is compiled with ``fullgraph=True`` and
+  differentiated by AOTAutograd, so the forward and the backward pass are one graph
+  each.
+
+After the graph, one host read checks that the state stayed finite; a solve that
+did not is run again eagerly, whose loop finds the failing step and sets the status.
+Times are tensor inputs, so new values of ``t`` reuse the graph; the leading
+dimension of the state (the batch) is marked dynamic, so a new batch size reuses it
+too; a new number of steps or pattern of outputs is a new graph, compiled once and
+cached (:func:`_compiled`). Everything here is imported only when a solve asks for
+``compile=True``: the eager path does not load ``torch._dynamo``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import os
+import sys
+import types
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._controllers import AbstractController, ConstantStepSize
+from ._errors import CompileFallbackWarning, Status
+from ._events import CALLBACKS
+from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
+from ._solve import _SNAP, _check_derivative, _make_loop, _merge_stops, _tiny
+from ._solvers import (
+    AbstractExplicitRK,
+    AbstractSolver,
+    _hermite_basis,
+    _hermite_weights,
+    _interior_nodes,
+    _Plan,
+    _plan,
+    _poly_weights,
+    _Sum,
+)
+
+_BACKEND: Any = "inductor"
+"""The ``torch.compile`` backend of compiled solves. Tests swap in ``"aot_eager"`` or
+a compile counter, which exercise dynamo and AOTAutograd without inductor's C++."""
+
+_PACKAGE = os.path.dirname(__file__)
+
+
+# --- what compiles ------------------------------------------------------------------
+
+
+def fallback_reasons(
+    *,
+    solver: AbstractSolver,
+    controller: AbstractController,
+    gradient: AbstractGradient,
+    problem: Problem,
+    f: object,
+    event: bool,
+    dense: bool,
+    backend: bool,
+) -> list[str]:
+    """What keeps this solve from compiling, in words; empty when it compiles."""
+    reasons = []
+    if backend:
+        reasons.append("a SciPy method (SciPy takes the steps)")
+    elif not isinstance(solver, AbstractExplicitRK):
+        reasons.append(f"the solver {type(solver).__name__} (not an explicit Runge-Kutta method)")
+    elif solver.adaptive:
+        reasons.append(f"the adaptive solver {type(solver).__name__} (adaptive steps)")
+    elif any(
+        getattr(type(solver), name) is not getattr(AbstractExplicitRK, name)
+        for name in ("step", "init", "interpolate", "reader")
+    ):
+        reasons.append(f"the solver {type(solver).__name__}, which overrides how it steps")
+    if not backend and type(controller) is not ConstantStepSize:
+        reasons.append(f"the controller {type(controller).__name__}")
+    if not isinstance(gradient, Autograd):
+        reasons.append(f"the gradient method {type(gradient).__name__}")
+    if event:
+        reasons.append("an event")
+    if dense:
+        reasons.append("SaveAt(dense=True)")
+    if any(getattr(f, name, None) is not None for name in CALLBACKS):
+        reasons.append("the field's step callbacks")
+    if problem.times() is not None:
+        reasons.append("output or step times that require grad")
+    return reasons
+
+
+def fall_back(why: str) -> None:
+    """Say, once per message, that a solve asked to compile runs eagerly, and why."""
+    warnings.warn(
+        f"compile=True: this solve runs eagerly: {why}. The result is the eager "
+        "solve's; pass compile=False to silence this.",
+        CompileFallbackWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def not_covered(reasons: Sequence[str]) -> str:
+    """The warning's reason for a solve that compiled solves do not cover yet."""
+    return (
+        f"compiled solves do not cover {'; '.join(reasons)} yet (they cover explicit "
+        "fixed-step methods with ConstantStepSize and Autograd)"
+    )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel``, for a warning raised in the caller of this function's caller,
+    of the first frame outside odecore: the line of the user's call."""
+    frame: types.FrameType | None = sys._getframe(2)
+    level = 2
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == _PACKAGE:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+@functools.cache
+def inductor_problem(device_type: str) -> str | None:
+    """Why inductor cannot compile for this device type, or ``None`` when it can.
+
+    A cheap probe, run once per device type: on the CPU inductor writes C++ and needs
+    a compiler (``torch._inductor`` looks for ``g++`` by default); on CUDA it writes
+    Triton kernels. Any other failure surfaces at the first call, and is caught there.
+    """
+    try:
+        if device_type == "cpu":
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+        elif device_type == "cuda":
+            from torch.utils._triton import has_triton
+
+            if not has_triton():
+                return "Triton is not installed, and inductor writes CUDA kernels in Triton"
+    except Exception as err:  # the probe's own failure says the same: no compiler
+        name = type(err).__name__
+        return f"inductor finds no C++ compiler ({name}); install g++ or set CXX"
+    return None
+
+
+# --- the schedule: the loop's time arithmetic, in floats ------------------------------
+
+
+@dataclass(frozen=True)
+class _Program:
+    """The structure of a compiled solve; equal programs share one graph.
+
+    Attributes:
+        plan: the tableau's coefficients as the stepping reads them.
+        polynomial: dense output by the tableau's continuous extension (else Hermite).
+        nodes: Hermite's interior nodes (sub-steps per step that holds outputs).
+        negate: the solve runs backward in time (the field's sign flips).
+        steps: per step, whether ``f0`` is evaluated (else carried, first-same-as-last)
+            and, per output time in it, whether it lies inside (else at the end).
+    """
+
+    plan: _Plan
+    polynomial: bool
+    nodes: int
+    negate: bool
+    steps: tuple[tuple[bool, tuple[bool, ...]], ...]
+
+
+@dataclass
+class _Schedule:
+    """A program and the numbers it runs on, for one set of times.
+
+    ``times`` are the evaluation times in the increasing time ``s`` with their
+    one-sided limit (-1 from the left, +1 from the right, 0 none), in the order the
+    graph evaluates the field; ``sizes`` the step sizes in the order it reads them;
+    ``weights`` one row of dense-output weights per output inside a step.
+    """
+
+    program: _Program
+    times: list[tuple[float, int]]
+    sizes: list[float]
+    weights: list[list[float]]
+    direction: float
+    first_out: int  # outputs before it are y0 itself
+    n_outputs: int  # outputs the graph returns (those reached)
+    ends: list[float]  # the end of every step, increasing time
+    status: Status
+    s_reached: float
+    tables: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor, Tensor]]
+
+    def tensors(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """The graph's inputs: evaluation times in the state's dtype (as the eager
+        field receives them), step sizes and weights in float64, as the eager loop's
+        Python floats; made once per dtype and device."""
+        key = (dtype, device)
+        if key not in self.tables:
+            d = self.direction
+            wide = torch.tensor([d * t for t, _ in self.times], dtype=torch.float64)
+            times = wide.to(dtype)
+            sides = [side for _, side in self.times]
+            if any(sides):  # one-sided limits at jumps: the neighbouring float
+                side = torch.tensor(sides, dtype=dtype)
+                toward = torch.where(side < 0, -d * math.inf, d * math.inf).to(dtype)
+                times = torch.where(side != 0, torch.nextafter(times, toward), times)
+            width = len(self.weights[0]) if self.weights else 0
+            weights = torch.tensor(self.weights, dtype=torch.float64).reshape(
+                len(self.weights), width
+            )
+            sizes = torch.tensor(self.sizes, dtype=torch.float64)
+            self.tables[key] = (times.to(device), sizes.to(device), weights.to(device))
+        return self.tables[key]
+
+
+class _Clockwork:
+    """Collects a schedule's evaluation times with the eager field's limit rules."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, int]] = []
+        self.left: float | None = None
+        self.right: float | None = None
+
+    def at(self, t: float) -> None:
+        self.times.append((t, -1 if t == self.left else 1 if t == self.right else 0))
+
+
+def _stage_times(plan: _Plan, clock: _Clockwork, t0: float, t1: float) -> None:
+    """The evaluation times of one step's stages from ``t0`` to ``t1`` (after ``f0``)."""
+    h = t1 - t0
+    for c, _ in plan.stages:
+        clock.at(t1 if c == 1.0 else t0 + c * h)
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(
+    solver: AbstractExplicitRK,
+    s0: float,
+    s1: float,
+    taus: tuple[float, ...],
+    stops: tuple[float, ...],
+    jump_set: frozenset[float],
+    dt: float,
+    max_steps: int,
+    direction: float,
+) -> _Schedule:
+    """The fixed-step loop of ``_integrate`` on floats alone: the same steps, the same
+    evaluation times, the same statuses, in the order the graph takes them."""
+    plan = _plan(solver.tableau)
+    polynomial = solver.dense_kind == "polynomial"
+    nodes, matrix = _hermite_basis(_interior_nodes(solver.order))
+    clock = _Clockwork()
+    sizes: list[float] = []
+    weights: list[list[float]] = []
+    steps: list[tuple[bool, tuple[bool, ...]]] = []
+    ends: list[float] = []
+    status = Status.SUCCESS
+
+    out_i = 0
+    while out_i < len(taus) and taus[out_i] == s0:
+        out_i += 1
+    first_out = out_i
+    s = s0
+    fresh = True
+    span = s1 - s0
+    stop_i = 0
+    if s0 < s1:
+        clock.right = s0 if s0 in jump_set else None
+    while s < s1:
+        if len(steps) >= max_steps:
+            status = Status.MAX_STEPS_REACHED
+            break
+        while stops[stop_i] <= s:
+            stop_i += 1
+        target = stops[stop_i]
+        s_next = s + dt
+        if s_next >= target - _SNAP * dt:
+            s_next = target
+        if dt <= _tiny(s, span):
+            status = Status.DT_UNDERFLOW
+            break
+        if fresh:  # f0 at the start of the step; the limits of the step before
+            clock.at(s)
+        clock.left = s_next if s_next in jump_set else None
+        clock.right = s if s in jump_set else None
+        h = s_next - s
+        sizes.append(h)
+        _stage_times(plan, clock, s, s_next)
+        out_j = bisect.bisect_right(taus, s_next, lo=out_i)
+        reads = tuple(tau != s_next for tau in taus[out_i:out_j])
+        if any(reads) and polynomial:
+            assert solver.tableau.dense is not None  # ensured by dense_kind
+            for tau in taus[out_i:out_j]:
+                if tau != s_next:
+                    weights.append(
+                        [h * w for w in _poly_weights(solver.tableau.dense, (tau - s) / h)]
+                    )
+        elif any(reads):
+            for theta in nodes[1:-1]:
+                tm = s + theta * (s_next - s)
+                sizes.append(tm - s)
+                _stage_times(plan, clock, s, tm)
+                if not plan.fsal:
+                    clock.at(tm)
+            if not plan.fsal:
+                clock.at(s_next)
+            n = len(nodes)
+            for tau in taus[out_i:out_j]:
+                if tau != s_next:
+                    w = _hermite_weights(matrix, (tau - s) / h)
+                    weights.append([*w[:n], *(h * v for v in w[n:])])
+        steps.append((fresh, reads))
+        ends.append(s_next)
+        out_i = out_j
+        s = s_next
+        fresh = not (plan.fsal and s not in jump_set)
+        clock.left, clock.right = None, (s if s in jump_set else None)
+    program = _Program(plan, polynomial, len(nodes) - 2, direction < 0, tuple(steps))
+    return _Schedule(
+        program=program,
+        times=clock.times,
+        sizes=sizes,
+        weights=weights,
+        direction=direction,
+        first_out=first_out,
+        n_outputs=out_i - first_out,
+        ends=ends,
+        status=status,
+        s_reached=s,
+        tables={},
+    )
+
+
+# --- the graph: a pure tensor function ------------------------------------------------
+
+
+def _sum(y0: Tensor | None, h: Tensor, terms: _Sum | None, ks: Sequence[Tensor]) -> Tensor:
+    """``y0 + h * sum_i w_i k_i`` as the eager ``_combine_terms`` sums it, with ``h`` a
+    0-dim float64 tensor instead of a Python float."""
+    if terms is None:
+        return torch.zeros_like(ks[0]) if y0 is None else y0
+    scale = h * terms.weight
+    base = ks[terms.base]
+    if base.dtype in (torch.float16, torch.bfloat16):  # summed in float32, rounded once
+        wide = base.float()
+        for i, ratio in terms.rest:
+            wide = torch.add(wide, ks[i], alpha=ratio)
+        out = wide * scale if y0 is None else y0 + wide * scale
+        return out.to(base.dtype)
+    acc = base
+    for i, ratio in terms.rest:
+        acc = torch.add(acc, ks[i], alpha=ratio)
+    return acc * scale if y0 is None else y0 + acc * scale
+
+
+class _GraphField:
+    """The field as the graph calls it: the eager field's checks and sign, no counting."""
+
+    def __init__(self, f: FlatField, like: Tensor, negate: bool) -> None:
+        self.f, self.like, self.negate = f, like, negate
+        self.cast: bool | None = None
+
+    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
+        out = self.f(t, y)
+        if self.cast is None:  # on metadata only: decided while tracing
+            like = self.like
+            self.cast = _check_derivative(out, like.shape, like.dtype, like.device)
+        if self.cast:
+            out = out.to(self.like.dtype)
+        return -out if self.negate else out
+
+
+def _rk_step(
+    plan: _Plan, field: _GraphField, times: Tensor, nt: int, y0: Tensor, h: Tensor, f0: Tensor
+) -> tuple[Tensor, Tensor | None, list[Tensor], int]:
+    """One explicit Runge-Kutta step; returns ``y1``, ``f1`` (FSAL), the stages and the
+    index of the next evaluation time."""
+    ks = [f0]
+    yi = y0
+    for _, terms in plan.stages:
+        yi = _sum(y0, h, terms, ks)
+        ks.append(field(times[nt], yi))
+        nt += 1
+    if plan.fsal:
+        return yi, ks[-1], ks, nt
+    return _sum(y0, h, plan.b, ks), None, ks, nt
+
+
+def _peak(y: Tensor) -> Tensor:
+    """The largest magnitude in ``y``: finite exactly when every element is."""
+    if y.numel() == 0:
+        return y.new_zeros(())
+    return y.detach().abs().amax()
+
+
+def _weighted(row: Tensor, xs: Sequence[Tensor], y0: Tensor | None = None) -> Tensor:
+    """``y0 + sum_j row[j] * xs[j]`` (``y0 = None``: zero)."""
+    out = y0
+    for j, x in enumerate(xs):
+        term = x * row[j]
+        out = term if out is None else out + term
+    assert out is not None
+    return out
+
+
+def _graph(
+    f: FlatField,
+    y0: Tensor,
+    times: Tensor,
+    sizes: Tensor,
+    weights: Tensor,
+    program: _Program,
+) -> tuple[list[Tensor], Tensor]:
+    """The whole solve: the state at every output the steps reach, in order, and the
+    peak magnitudes of the first ``f0`` and of the last state. Every step adds to the
+    state, so a non-finite value never becomes finite again: the two are finite
+    exactly when the eager loop's checks of ``f0`` and of every step pass. No Python
+    float and no host read: a graph for ``torch.compile``."""
+    plan = program.plan
+    field = _GraphField(f, y0, program.negate)
+    outputs: list[Tensor] = []
+    marks: list[Tensor] = []
+    nt = nh = nw = 0
+    y = y0
+    f0 = y0  # replaced by the first step, which always evaluates it
+    for fresh, reads in program.steps:
+        if fresh:
+            f0 = field(times[nt], y)
+            nt += 1
+            if not marks:
+                marks.append(_peak(f0))
+        h = sizes[nh]
+        nh += 1
+        y1, f1, ks, nt = _rk_step(plan, field, times, nt, y, h, f0)
+        if any(reads):
+            if program.polynomial:
+                inside = [_weighted(weights[nw + i], ks, y) for i in range(sum(reads))]
+            else:
+                ys, fs = [y], [f0]
+                for _ in range(program.nodes):
+                    hs = sizes[nh]
+                    nh += 1
+                    sub, sub_f1, _, nt = _rk_step(plan, field, times, nt, y, hs, f0)
+                    ys.append(sub)
+                    if sub_f1 is None:
+                        sub_f1 = field(times[nt], sub)
+                        nt += 1
+                    fs.append(sub_f1)
+                ys.append(y1)
+                if f1 is None:
+                    fs.append(field(times[nt], y1))
+                    nt += 1
+                else:
+                    fs.append(f1)
+                inside = [_weighted(weights[nw + i], [*ys, *fs]) for i in range(sum(reads))]
+            nw += len(inside)
+            for within in reads:
+                outputs.append(inside.pop(0) if within else y1)
+        else:
+            outputs.extend([y1] * len(reads))
+        y = y1
+        if f1 is not None:
+            f0 = f1
+    marks.append(_peak(y))
+    return outputs, torch.stack(marks)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(program: _Program, backend: Any) -> Callable[..., tuple[list[Tensor], Tensor]]:
+    """The compiled graph of one program.
+
+    Each program gets a function with a code object of its own: dynamo keeps its
+    compiled graphs (and counts recompilations against its limit) per code object,
+    so programs do not evict each other. ``dynamic=None`` with the state's leading
+    dimension marked dynamic (:func:`torch._dynamo.maybe_mark_dynamic`, at the call)
+    keeps the batch size symbolic and every other size static: a new batch reuses the
+    graph, and the state's inner sizes (fixed in a model) give inductor its best
+    kernels. Times and step sizes are tensor inputs, so their values never recompile.
+    """
+    code = _graph.__code__.replace()
+    fn = types.FunctionType(code, _graph.__globals__, _graph.__name__, (program,))
+    compiled: Callable[..., tuple[list[Tensor], Tensor]] = torch.compile(
+        fn, backend=backend, fullgraph=True, dynamic=None
+    )
+    return compiled
+
+
+# --- the loop that gradient methods call ------------------------------------------------
+
+
+_COMPILE_ERRORS: tuple[type[Exception], ...] = tuple(
+    error
+    for error in (
+        getattr(torch._dynamo.exc, "TorchDynamoException", None),
+        getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", None),  # not one of them
+    )
+    if error is not None
+)
+"""What ``torch.compile`` raises when it cannot compile (errors of the field itself
+raise again in the eager solve that follows)."""
+
+_FAILED: set[tuple[_Program, object]] = set()
+"""Programs and fields whose compilation failed: they run eagerly at once, with the
+warning. A field is known by its code (a function) or its class (a module)."""
+
+
+def _field_key(f: object) -> object:
+    """What a failure to compile is remembered by: the user's field (a tuple state's
+    flat field carries it as ``__wrapped__``), by its code or its class."""
+    user = getattr(f, "__wrapped__", f)
+    return getattr(user, "__code__", None) or type(user)
+
+
+def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
+    """The solve loop of ``_make_loop`` for a fixed-step explicit solve, run as one
+    compiled graph; it falls back to the eager loop, with a warning, when dynamo or
+    the backend cannot compile it."""
+    eager = _make_loop(jumps, steps, max_steps)
+
+    def loop(
+        f: FlatField,
+        y0: Tensor,
+        t0: float,
+        t1: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+        *,
+        step_ts: Sequence[float] = (),
+        on_step: Callable[[float, Tensor], None] | None = None,
+        times: Any = None,
+    ) -> LoopResult:
+        assert isinstance(solver, AbstractExplicitRK) and on_step is None and times is None
+
+        def run_eagerly() -> LoopResult:
+            return eager(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
+
+        direction = 1.0 if t1 >= t0 else -1.0
+        s0, s1 = direction * t0, direction * t1
+        stops, jump_set = _merge_stops(
+            s0,
+            s1,
+            {direction * t for t in jumps},
+            {direction * t for t in (*steps, *step_ts)},
+        )
+        dt = None if dt0 is None else abs(dt0)
+        if dt is None:  # ConstantStepSize's own message: it needs dt0
+            controller.init(f, s0, s1, y0, y0, solver, dt)  # type: ignore[arg-type]
+        assert dt is not None
+        taus = tuple(direction * t for t in ts)
+        schedule = _schedule(
+            solver, s0, s1, taus, tuple(stops), frozenset(jump_set), dt, max_steps, direction
+        )
+        ys: list[Tensor | None] = [None] * len(ts)
+        ys[: schedule.first_out] = [y0] * schedule.first_out
+        stats = Stats()
+        if not schedule.program.steps:
+            return LoopResult(ys, stats, schedule.status, direction * schedule.s_reached)
+        program = schedule.program
+        failed = (program, _field_key(f)) in _FAILED
+        backend = _BACKEND
+        problem = inductor_problem(y0.device.type) if backend == "inductor" and not failed else None
+        if failed or problem is not None:
+            if problem is not None:
+                fall_back(f"inductor cannot run here: {problem}")
+            return run_eagerly()
+        tables = schedule.tensors(y0.dtype, y0.device)
+        y = y0.view_as(y0)  # marks the alias, not the caller's tensor
+        if y.dim() > 0:
+            torch._dynamo.maybe_mark_dynamic(y, 0)
+        try:
+            outputs, marks = _compiled(program, backend)(f, y, *tables)
+        except _COMPILE_ERRORS as err:
+            result = run_eagerly()  # the field's own error, if it was one, raises here
+            _FAILED.add((program, _field_key(f)))
+            fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
+            return result
+        if not bool(torch.isfinite(marks).all()):  # the one host read of the solve
+            # A failed solve: the eager loop finds the step that went wrong, and says so.
+            return run_eagerly()
+        stop = schedule.first_out + schedule.n_outputs
+        ys[schedule.first_out : stop] = outputs
+        n = len(program.steps)
+        stats.n_steps = stats.n_accepted = n
+        stats.nfe = len(schedule.times)
+        return LoopResult(
+            ys,
+            stats,
+            schedule.status,
+            direction * schedule.s_reached,
+            [direction * e for e in schedule.ends],
+        )
+
+    return loop
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

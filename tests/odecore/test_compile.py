@@ -1,0 +1,318 @@
+"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph.
+
+Most tests compile with dynamo's ``CompileCounter`` or ``"aot_eager"`` backends: the
+same graph capture and AOTAutograd as inductor, without its C++. One test runs
+inductor itself, and is skipped, with the reason, where inductor cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import odecore
+import pytest
+import torch
+from odecore import _compiled
+from torch._dynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.compile
+
+F64, F32 = torch.float64, torch.float32
+TOL = {F64: 1e-12, F32: 1e-5}
+FIXED = sorted({cls for cls in odecore.FIXED_METHODS.values()}, key=lambda cls: cls.__name__)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch):
+    """Each test starts with no compiled graph, and compiles with ``aot_eager``."""
+    torch._dynamo.reset()
+    _compiled._compiled.cache_clear()
+    _compiled._schedule.cache_clear()
+    _compiled._FAILED.clear()
+    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def counter(monkeypatch: pytest.MonkeyPatch) -> CompileCounter:
+    """Compile with a counter of frames (graphs) and operations, no backend at all."""
+    count = CompileCounter()
+    monkeypatch.setattr(_compiled, "_BACKEND", count)
+    return count
+
+
+class Field(torch.nn.Module):
+    """A small nonlinear field with parameters, reading its time."""
+
+    def __init__(self, dtype: torch.dtype = F64) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([[-0.5, 1.0], [-1.0, -0.2]], dtype=dtype))
+        self.b = torch.nn.Parameter(torch.tensor([0.1, -0.3], dtype=dtype))
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(y @ self.a) + self.b * torch.cos(t)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max() / b.abs().max()) if b.numel() else 0.0
+
+
+def _solve(solver, y0, *, compile, ts=(0.0, 0.3, 0.7), dt0=0.25, field=None, **kwargs):
+    """Four steps of 0.25 (the last one shortened to end on 1.0), with output times at
+    step ends and inside steps: the dense output is compiled too."""
+    field = field if field is not None else Field(y0.dtype)
+    return odecore.solve(
+        field, y0, t0=0.0, t1=1.0, solver=solver, dt0=dt0,
+        saveat=odecore.SaveAt(ts=list(ts), t1=True), compile=compile, **kwargs,
+    )  # fmt: skip
+
+
+# --- the same numbers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
+@pytest.mark.parametrize("method", FIXED, ids=lambda cls: cls.__name__)
+def test_compiled_solve_matches_eager(method, dtype):
+    y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0], [0.2, 0.0]], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiled
+        compiled = _solve(method(), y0, compile=True)
+    eager = _solve(method(), y0, compile=False)
+    assert _rel(compiled.ys.detach(), eager.ys.detach()) <= TOL[dtype]
+    assert compiled.stats == eager.stats
+    assert compiled.status == eager.status and compiled.t_final == eager.t_final
+    assert torch.equal(compiled.ts, eager.ts)
+
+
+@pytest.mark.parametrize(
+    ("method", "dtype"),
+    [*((cls, F64) for cls in FIXED), (odecore.RK4, F32), (odecore.Heun3, F32)],
+    ids=lambda p: getattr(p, "__name__", str(p).removeprefix("torch.")),
+)
+def test_compiled_gradients_match_eager(method, dtype):
+    grads = []
+    for compile in (True, False):
+        field = Field(dtype)
+        y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=dtype, requires_grad=True)
+        sol = _solve(method(), y0, compile=compile, field=field)
+        (sol.ys**2).sum().backward()
+        grads.append([y0.grad, field.a.grad, field.b.grad])
+    for compiled, eager in zip(*grads):
+        assert _rel(compiled, eager) <= TOL[dtype]
+
+
+def test_backward_in_time_tuple_state_and_jumps_match_eager():
+    """Integration from 1 down to 0, a tuple state, a jump of the field at 0.5 (the
+    stages next to it see one-sided limits) and a step time at 0.6."""
+
+    def field(t, state):
+        x, v = state
+        kick = torch.where(t < 0.5, 1.0, -2.0).to(x.dtype)
+        return v, -x * kick
+
+    x0, v0 = torch.tensor([1.0, 0.2], dtype=F64), torch.tensor([0.0, 1.0], dtype=F64)
+    out = []
+    for compile in (True, False):
+        sol = odecore.solve(
+            field, (x0, v0), t0=1.0, t1=0.0, solver=odecore.RK4(), dt0=0.15,
+            saveat=odecore.SaveAt(ts=[1.0, 0.55, 0.2, 0.0]), jump_ts=[0.5], step_ts=[0.6],
+            compile=compile,
+        )  # fmt: skip
+        out.append(sol)
+    (cx, cv), (ex, ev) = out[0].ys, out[1].ys
+    assert _rel(cx, ex) <= 1e-12 and _rel(cv, ev) <= 1e-12
+    assert out[0].stats == out[1].stats
+
+
+def test_failures_are_the_eager_statuses():
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    # The step budget runs out after three steps of four.
+    short = [_solve(odecore.RK4(), y0, compile=c, max_steps=3, throw=False) for c in (True, False)]
+    assert short[0].status == short[1].status == odecore.Status.MAX_STEPS_REACHED
+    assert short[0].t_final == short[1].t_final
+    assert torch.equal(short[0].ys.isnan(), short[1].ys.isnan())
+
+    def blows_up(t, y):
+        return torch.where(t > 0.4, torch.full_like(y, math.inf), -y)
+
+    bad = [_solve(odecore.RK4(), y0, compile=c, field=blows_up, throw=False) for c in (True, False)]
+    assert bad[0].status == bad[1].status == odecore.Status.NONFINITE
+    assert bad[0].t_final == bad[1].t_final == 0.25
+    assert torch.allclose(bad[0].ys, bad[1].ys, equal_nan=True)
+
+
+def test_a_field_error_is_the_eager_error():
+    with pytest.raises(ValueError, match=r"`func` returned shape \(3,\)"):
+        _solve(odecore.RK4(), torch.ones(2, dtype=F64), compile=True,
+               field=lambda t, y: torch.ones(3, dtype=F64))  # fmt: skip
+
+
+# --- one graph, compiled once -------------------------------------------------------------
+
+
+def test_the_solve_is_one_graph(counter):
+    y0 = torch.ones(4, 2, dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)
+        _solve(odecore.RK4(), y0, compile=True)
+    assert counter.frame_count == 1  # one frame, one graph: no graph break
+    assert counter.op_count > 0
+
+
+def test_explain_finds_no_graph_break():
+    # Four steps of RK4 over [0, 1], outputs at 0.3 and 0.7 (inside steps) and at 1.
+    schedule = _compiled._schedule(
+        odecore.RK4(), 0.0, 1.0, (0.3, 0.7, 1.0), (1.0,), frozenset(), 0.25, 100, 1.0
+    )
+    assert len(schedule.program.steps) == 4
+    y0 = torch.ones(4, 2, dtype=F64)
+    tables = schedule.tensors(F64, y0.device)
+    explanation = torch._dynamo.explain(_compiled._graph)(Field(), y0, *tables, schedule.program)
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+
+
+def test_no_recompilation_for_new_times_or_batch_size(counter):
+    field = Field(F32)
+    for batch, t in ((8, [0.0, 0.5, 1.0]), (5, [0.0, 0.7, 2.0]), (11, [1.0, 1.2, 1.3])):
+        odecore.odeint(field, torch.randn(batch, 2), torch.tensor(t), method="rk4",
+                       options={"compile": True})  # fmt: skip
+    assert counter.frame_count == 1
+
+
+def test_a_new_number_of_steps_compiles_once_more(counter):
+    field = Field(F32)
+    for n in (3, 4, 3, 4):
+        t = torch.linspace(0.0, 1.0, n + 1)
+        odecore.odeint(field, torch.randn(2, 2), t, method="euler", options={"compile": True})
+    assert counter.frame_count == 2
+
+
+# --- the switch ----------------------------------------------------------------------------
+
+
+def test_the_odeint_option_compiles(counter):
+    t = torch.linspace(0.0, 1.0, 4, dtype=F64)
+    y0 = torch.ones(3, 2, dtype=F64)
+    ys = odecore.odeint(Field(), y0, t, method="midpoint", options={"compile": True})
+    assert counter.frame_count == 1
+    assert _rel(ys, odecore.odeint(Field(), y0, t, method="midpoint")) <= 1e-12
+
+
+def test_the_spec_carries_compile():
+    spec = odecore.OdeSpec.from_method("rk4", options={"n_steps": 4, "compile": True})
+    assert spec.compile is True
+    assert odecore.OdeSpec().compile is False
+    assert odecore.OdeSpec(solver=odecore.RK4(), n_steps=2, compile=True).compile
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: odecore.OdeSpec(compile=1), r"`compile` must be True or False, got 1"),
+        (
+            lambda: odecore.OdeSpec.from_method("rk4", options={"compile": "yes"}),
+            r"The option `compile` must be True or False, got 'yes'",
+        ),
+        (
+            lambda: _solve(odecore.RK4(), torch.ones(1), compile="inductor"),
+            r"`compile` must be True or False, got 'inductor'",
+        ),
+    ],
+    ids=["spec", "option", "solve"],
+)
+def test_compile_must_be_a_bool(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_unknown_option_lists_compile():
+    with pytest.raises(ValueError, match=r"known options: .*compile"):
+        odecore.odeint(lambda t, y: -y, torch.ones(1), torch.tensor([0.0, 1.0]),
+                       method="rk4", options={"compiled": True})  # fmt: skip
+
+
+# --- what does not compile says so ---------------------------------------------------------
+
+
+def _event(t, y):
+    return y[0] - 0.5
+
+
+FALLBACKS = {
+    "adaptive": ({"solver": odecore.Dopri5()}, r"the adaptive solver Dopri5"),
+    "implicit": ({"solver": odecore.ImplicitEuler()}, r"the solver ImplicitEuler"),
+    "adjoint": ({"gradient": odecore.Adjoint()}, r"the gradient method Adjoint"),
+    "checkpoint": ({"gradient": odecore.Checkpoint()}, r"the gradient method Checkpoint"),
+    "event": ({"event": odecore.Event(_event)}, r"an event"),
+    "dense": ({"saveat": odecore.SaveAt(dense=True)}, r"SaveAt\(dense=True\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACKS))
+def test_what_does_not_compile_runs_eagerly_with_one_warning(case, counter):
+    kwargs, match = FALLBACKS[case]
+    kwargs = {"solver": odecore.RK4(), "dt0": 0.25, **kwargs}
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    with pytest.warns(odecore.CompileFallbackWarning, match=match) as caught:
+        sol = odecore.solve(lambda t, y: -y, y0, t0=0.0, t1=1.0, compile=True, **kwargs)
+    assert len(caught) == 1
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert counter.frame_count == 0
+    eager = odecore.solve(lambda t, y: -y, y0, t0=0.0, t1=1.0, **kwargs)
+    if sol.ys.numel():
+        assert torch.equal(sol.ys, eager.ys)
+
+
+def test_odeint_adjoint_with_compile_warns_once():
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    with pytest.warns(odecore.CompileFallbackWarning, match=r"Adjoint") as caught:
+        odecore.odeint_adjoint(lambda t, y: -y, torch.ones(2, dtype=F64), t, method="rk4",
+                               options={"compile": True})  # fmt: skip
+    assert len(caught) == 1
+
+
+def test_a_field_that_does_not_compile_runs_eagerly_with_a_warning():
+    def reads_the_host(t, y):
+        return -torch.tensor(y.tolist(), dtype=y.dtype)  # a host read: no single graph
+
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    with pytest.warns(odecore.CompileFallbackWarning, match=r"torch.compile failed"):
+        sol = _solve(odecore.RK4(), y0, compile=True, field=reads_the_host)
+    eager = _solve(odecore.RK4(), y0, compile=False, field=reads_the_host)
+    assert torch.equal(sol.ys, eager.ys)
+
+
+def test_without_inductor_the_solve_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    monkeypatch.setattr(_compiled, "inductor_problem", lambda device: "no C++ compiler (test)")
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    with pytest.warns(odecore.CompileFallbackWarning, match=r"inductor cannot run here: no C\+\+"):
+        sol = _solve(odecore.RK4(), y0, compile=True)
+    assert torch.equal(sol.ys, _solve(odecore.RK4(), y0, compile=False).ys)
+
+
+# --- inductor itself -----------------------------------------------------------------------
+
+_INDUCTOR = _compiled.inductor_problem("cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
+def test_inductor_compiles_forward_and_backward(monkeypatch):
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    grads = []
+    for compile in (True, False):
+        field = Field()
+        y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=F64, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=odecore.Midpoint(),
+                                dt0=0.5, compile=compile)  # fmt: skip
+        sol.ys.sum().backward()
+        grads.append((sol.ys.detach(), y0.grad, field.a.grad))
+    for compiled, eager in zip(*grads):
+        assert _rel(compiled, eager) <= 1e-12
