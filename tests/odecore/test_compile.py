@@ -127,6 +127,23 @@ def test_backward_in_time_tuple_state_and_jumps_match_eager():
     assert out[0].stats == out[1].stats
 
 
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (torch.bfloat16, 1e-2)])
+def test_perturbed_grid_and_half_precision_match_eager(dtype, tol):
+    """``perturb``: every step end is a jump, so the stages at both ends of every step
+    see one-sided limits; outputs fall inside steps of 0.3."""
+
+    def switch(t, y):
+        return torch.where(t < 0.5, 1.0, -1.0).to(y) * y.flip(-1) - y
+
+    y0 = torch.tensor([[0.5, 1.0], [1.0, -1.0]], dtype=dtype)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    opts = {"perturb": True, "step_size": 0.3}
+    compiled = odecore.odeint(switch, y0, t, method="rk4", options={**opts, "compile": True})
+    eager = odecore.odeint(switch, y0, t, method="rk4", options=opts)
+    assert compiled.dtype == dtype
+    assert _rel(compiled.double(), eager.double()) <= tol
+
+
 def test_failures_are_the_eager_statuses():
     y0 = torch.tensor([1.0, 2.0], dtype=F64)
     # The step budget runs out after three steps of four.

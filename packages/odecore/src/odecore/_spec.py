@@ -100,7 +100,7 @@ _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
                  "grid_constructor", "perturb", "interp", "compile")  # fmt: skip
 """Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3;
-``compile``, True or False, is odecore's: see :attr:`OdeSpec.compile`)."""
+``compile``, True or False, is odecore's: a solve as one ``torch.compile`` graph)."""
 IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
 """Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
 ADAPTIVE_OPTIONS = (
@@ -259,7 +259,7 @@ class OdeSpec:
                 ``dfactor``, ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` and
                 ``dtype=torch.float64``; for SciPy's ``first_step``, ``max_step``
                 and (LSODA) ``min_step``; for all ``max_num_steps``, and for
-                odecore's own methods ``compile`` (:attr:`compile`). Options about
+                odecore's own methods ``compile`` (True or False). Options about
                 one call's times (``jump_t``, ``step_t``, ``grid_constructor``,
                 ``perturb``, ``interp``) belong to :func:`odeint`.
 
