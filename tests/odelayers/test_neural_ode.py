@@ -53,6 +53,17 @@ def test_spec_fields_are_replaced_by_the_arguments():
         NeuralODE(Linear(torch.eye(2)), spec="dopri5")
 
 
+def test_the_specs_compile_switch_reaches_the_solve():
+    """An adaptive solve does not compile yet: the one warning that says so shows that
+    the layer passed the switch on (it was dropped, and the layer solved eagerly without
+    a word)."""
+    layer = NeuralODE(Linear(torch.eye(2)), spec=odecore.OdeSpec(compile=True))
+    x = torch.randn(3, 2)
+    with pytest.warns(odecore.CompileFallbackWarning, match="Dopri5"):
+        y = layer(x)
+    torch.testing.assert_close(y, NeuralODE(Linear(torch.eye(2)))(x))
+
+
 def test_linear_field_against_the_matrix_exponential_and_trajectory():
     a = torch.tensor([[-0.3, 1.0], [-1.0, -0.3]], dtype=F64)
     ts = [0.0, 0.25, 0.5, 1.0]

@@ -289,6 +289,7 @@ class NeuralODE(nn.Module):
             jump_ts=self._depth_jumps(t0, t1) or None,
             max_steps=self.max_steps,
             gradient=gradient,
+            compile=self.spec.compile,
         )
         self.nfe = sol.stats.nfe
         self._stats = sol.stats
