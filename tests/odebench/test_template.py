@@ -323,7 +323,8 @@ def _seeds(*oks: float) -> list[Values]:
     [
         ((1, 1, 1), "held", "held on 3 of 3 seeds"),
         ((1, 1, 0), "held", "held on 2 of 3 seeds"),  # mean 0.67 > 0.5, most seeds
-        ((1, 0.9, 0, 0), "mixed", "mixed: held on 2 of 4 seeds"),  # mean 0.475: two of four
+        ((1, 1, 0.4, 0), "mixed", "mixed: held on 2 of 4 seeds"),  # mean 0.6, half the seeds
+        ((1, 0.9, 0, 0), "mixed", "mixed: held on 2 of 4 seeds, not on the mean"),  # 0.475
         ((1, 0.8, 0, 0, 0), "mixed", "mixed: held on 2 of 5 seeds, not on the mean"),
         ((1, 1, 0, 0, 0), "mixed", "mixed: held on 2 of 5 seeds, not on the mean"),
         ((1, 0, 0), "mixed", "mixed: held on 1 of 3 seeds, not on the mean"),
