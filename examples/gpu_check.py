@@ -15,6 +15,14 @@ each piece of that path works on the device, and times it:
   weights must come out the same in all of them. With one GPU the check is skipped,
   and says why; on the CPU (``--device cpu``) it runs over gloo with two processes.
 
+* with ``--compile`` (``--only-compile``: those alone), odecore's compiled solve
+  (``compile=True``) against its eager solve: rk4 x 100 on the Van der Pol, MLP and
+  conv fields of ``odebench perf solvers`` (batch 256), forward and with backprop;
+  each reports the compiled time, the compiled / eager ratio, the first call (the
+  compile) and the distance from the eager and the float64 results (the compiled
+  solve must be about as close to float64 as the eager one), and a
+  forward solve is also replayed from a CUDA graph where one can be captured.
+
 Every training check reports the median time of a step after a few warm-up steps,
 images per second, the peak of allocated GPU memory (``torch.cuda.max_memory_allocated``)
 and, for the ODE models, the function evaluations of the last step; it fails when a
@@ -27,6 +35,7 @@ installed):
     python examples/gpu_check.py --device cpu            # the same checks on the CPU
     python examples/gpu_check.py --smoke                 # one step per check, CPU: seconds
     python examples/gpu_check.py --smoke --device cuda   # the same, on the GPU
+    python examples/gpu_check.py --only-compile          # compiled against eager solves
 
 ``--out`` names the JSON file, or a folder for ``gpu_check.json`` (default
 ``examples/output``). Without a CUDA device, and without ``--device cpu`` or
@@ -37,6 +46,7 @@ the checks and exits with status 1 if any of them failed.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import functools
 import gc
@@ -204,7 +214,7 @@ def synthetic_batch(
     return x, y
 
 
-def time_steps(step: Callable[[], None], device: torch.device, sizes: Sizes) -> tuple[float, ...]:
+def time_steps(step: Callable[[], object], device: torch.device, sizes: Sizes) -> tuple[float, ...]:
     """Run ``step`` ``sizes.warmup`` times, then time it ``sizes.steps`` times."""
     for _ in range(sizes.warmup):
         step()
@@ -264,6 +274,120 @@ def model_check(case: Case, device: torch.device, sizes: Sizes) -> Timing:
     model = case.build().to(device)
     x, y = synthetic_batch(case.shape, sizes.batch, device, seed=0)
     return Timing(train_steps(model, x, y, sizes), sizes.batch, nfe_detail(model))
+
+
+COMPILE_FIELDS = ("vdp", "mlp", "conv_relu")
+"""The fields of the compile checks: ``odebench perf solvers``'s problems of those names."""
+
+COMPILE_STEPS = 100  # rk4 steps of the compiled solves: the fixed-step solve compiles whole
+COMPILE_BATCH = 256
+
+
+def _solve_rk4(field: nn.Module, y0: Tensor, t1: float, compile: bool) -> Tensor:
+    """``y(t1)`` by rk4 in ``COMPILE_STEPS`` steps from 0, eager or as one compiled graph."""
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=t1, solver=odecore.RK4(), dt0=t1 / COMPILE_STEPS, compile=compile
+    )
+    return sol.ys[-1]
+
+
+def _cuda_graph(
+    run: Callable[[], Tensor], device: torch.device
+) -> tuple[Callable[[], Tensor], str]:
+    """``run`` replayed from a CUDA graph, or ``run`` itself and why it could not be
+    captured (a solve that reads a tensor on the host cannot be)."""
+    if device.type != "cuda":
+        return run, "CUDA graphs: CUDA only"
+    try:
+        stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+    except Exception as exc:  # the reason is the result: it goes into the note
+        torch.cuda.synchronize(device)
+        lines = str(exc).strip().splitlines() or [""]
+        return run, f"CUDA graph not captured ({type(exc).__name__}: {lines[0][:80]})"
+
+    def replay() -> Tensor:
+        graph.replay()
+        return out
+
+    return replay, ""
+
+
+def compile_check(name: str, backward: bool, device: torch.device, sizes: Sizes) -> Timing:
+    """rk4 x ``COMPILE_STEPS`` of ``name``'s field: compiled against eager odecore.
+
+    Reports the compiled solve's time per solve (forward, or forward + backward by
+    backprop); the detail gives the eager time, the ratio, the first call (the
+    compile) and the largest differences from the eager and the float64 results: the
+    compiled solve must be within 1e-5 relative of the float64 one, or within three
+    times the eager float32 solve's own distance from it. Forward solves are also
+    replayed from a CUDA graph where one can be captured.
+    """
+    from odebench.perf._problems import Sizes as ProblemSizes
+    from odebench.perf._problems import make_problem
+
+    problem_sizes = ProblemSizes(mlp_batch=COMPILE_BATCH, vdp_batch=COMPILE_BATCH)
+    if sizes is SMOKE:
+        problem_sizes = ProblemSizes.quick()
+    problem = make_problem(name, problem_sizes, seed=0)
+    field = problem.field.to(device)
+    y0 = problem.y0.to(device)
+    t1 = problem.t1 - problem.t0
+
+    def run(compile: bool, f: nn.Module = field, y0: Tensor = y0) -> Callable[[], Tensor]:
+        def once() -> Tensor:
+            if not backward:
+                with torch.no_grad():
+                    return _solve_rk4(f, y0, t1, compile)
+            y = y0.detach().requires_grad_(True)
+            f.zero_grad(set_to_none=True)
+            _solve_rk4(f, y, t1, compile).square().sum().backward()  # type: ignore[no-untyped-call]
+            assert y.grad is not None
+            return y.grad
+
+        return once
+
+    eager, compiled = run(False), run(True)
+    synchronize(device)
+    tick = time.perf_counter()
+    out_compiled = compiled()
+    synchronize(device)
+    first = time.perf_counter() - tick
+    out_eager = eager()
+    # The two float32 solves round differently, which a long solve amplifies: the
+    # compiled one must be about as close to the float64 solve as the eager one is.
+    exact = run(False, copy.deepcopy(field).double(), y0.double())()
+    scale = float(exact.abs().max()) or 1.0
+    diff = float((out_compiled - out_eager).abs().max()) / scale
+    rounding = float((out_eager.double() - exact).abs().max()) / scale
+    error = float((out_compiled.double() - exact).abs().max()) / scale
+    if not error <= max(1e-5, 3 * rounding):
+        raise AssertionError(
+            f"the compiled solve is {error:.1e} (relative) from the float64 solve, the eager "
+            f"one {rounding:.1e}: over 1e-5 and three times the eager solve's rounding"
+        )
+    eager_s = statistics.median(time_steps(eager, device, sizes))
+    seconds = time_steps(compiled, device, sizes)
+    ratio = statistics.median(seconds) / eager_s
+    detail = (
+        f"eager {1e3 * eager_s:.2f} ms, compiled/eager {ratio:.2f}, first call {first:.0f} s, "
+        f"from eager {diff:.0e}, from float64 {error:.0e} (eager {rounding:.0e})"
+    )
+    if not backward:
+        graphed, why = _cuda_graph(compiled, device)
+        if why:
+            detail += f"; {why}"
+        else:
+            graph_s = statistics.median(time_steps(graphed, device, sizes))
+            detail += f"; CUDA graph {1e3 * graph_s:.2f} ms ({graph_s / eager_s:.2f} of eager)"
+    return Timing(seconds, problem.y0.shape[0], detail)
 
 
 def trainer_check(device: torch.device, sizes: Sizes) -> Timing:
@@ -463,6 +587,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="one step per check: seconds")
     parser.add_argument("--threads", type=int, default=None, help="torch threads on the CPU")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="add the compile checks: rk4 x 100 compiled against eager odecore, forward and "
+        "backprop, on a Van der Pol, an MLP and a conv field (a minute or more each: they compile)",
+    )
+    parser.add_argument(
+        "--only-compile", action="store_true", help="the compile checks alone (implies --compile)"
+    )
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be positive")
@@ -479,15 +612,27 @@ def main(argv: list[str] | None = None) -> int:
     sizes = SMOKE if args.smoke else FULL
 
     start = time.perf_counter()
-    checks: list[tuple[str, Callable[[], Timing]]] = [
-        (case.name, functools.partial(model_check, case, device, sizes)) for case in CASES
-    ]
-    checks.append(("trainer", functools.partial(trainer_check, device, sizes)))
-    checks.append(("ddp", functools.partial(ddp_check, device, sizes, args.threads)))
+    checks: list[tuple[str, Callable[[], Timing]]] = []
+    if not args.only_compile:
+        checks += [
+            (case.name, functools.partial(model_check, case, device, sizes)) for case in CASES
+        ]
+        checks.append(("trainer", functools.partial(trainer_check, device, sizes)))
+        checks.append(("ddp", functools.partial(ddp_check, device, sizes, args.threads)))
+    if args.compile or args.only_compile:
+        for field_name in COMPILE_FIELDS:
+            for backward in (False, True):
+                check = f"compile-{field_name}-{'bp' if backward else 'fwd'}"
+                body: Callable[[], Timing] = functools.partial(
+                    compile_check, field_name, backward, device, sizes
+                )
+                checks.append((check, body))
     results = []
     for name, body in checks:
         print(f"{name} ...", file=sys.stderr, flush=True)
         results.append(run_check(name, body, device))
+        last = results[-1]
+        print(f"  {last.error or last.skipped or last.detail or 'ok'}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
 
     env = environment(device)

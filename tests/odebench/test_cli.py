@@ -70,9 +70,10 @@ def test_quick_run_prints_the_tables(quick_run):
 def test_quick_run_writes_the_documented_structure(quick_run):
     _, doc, _ = quick_run
     assert set(doc) == {
-        "environment", "problems", "evaluations", "results", "ratios", "memory",
-        "gradients", "stiff", "notes",
+        "environment", "problems", "evaluations", "results", "ratios", "compiled",
+        "memory", "gradients", "stiff", "notes",
     }  # fmt: skip
+    assert doc["compiled"] == []  # filled by --compile alone
     env = doc["environment"]
     for key in ("date", "torch", "threads", "libraries", "unavailable", "python", "quick"):
         assert key in env

@@ -184,7 +184,7 @@ def test_run_solvers_with_the_stiff_problem_alone(tmp_path):
         quick=True, problems=("vdp_stiff",), memory=False, gradients=False, threads=1
     )
     doc = run_solvers(config)
-    assert doc["environment"]["schema_version"] == 4
+    assert doc["environment"]["schema_version"] == 5
     assert doc["results"] == [] and doc["ratios"] == []
     assert [p["name"] for p in doc["problems"]] == ["vdp_stiff"]
     assert doc["problems"][0]["reference"].startswith("SciPy Radau")

@@ -15,7 +15,7 @@
                    [--resume | --overwrite] [--progress | --no-progress]
     odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
                           [--repeats N] [--problems NAMES] [--libraries NAMES]
-                          [--no-memory] [--no-gradients]
+                          [--no-memory] [--no-gradients] [--compile]
     odebench perf plot JSON [--out PATH]
     odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
                           [--batch N] [--n-steps N]
@@ -389,6 +389,12 @@ def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
     )
     solvers.add_argument(
         "--no-gradients", action="store_true", help="skip the finite-difference gradient check"
+    )
+    solvers.add_argument(
+        "--compile",
+        action="store_true",
+        help="add odecore's compiled solve (compile=True) beside eager odecore where it "
+        "compiles (rk4, forward and backprop), its first call timed apart",
     )
 
 
@@ -874,6 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             libraries=args.libraries,
             memory=not args.no_memory,
             gradients=not args.no_gradients,
+            compile=args.compile,
         )
     except ValueError as exc:
         sub.error(str(exc))

@@ -25,7 +25,7 @@ which runs out of its step budget and is reported as failed.
 The JSON document (``--json PATH``) is one object:
 
 ``environment``
-    ``schema_version`` (4), ``date`` (start of the run, UTC, ISO 8601), ``python``,
+    ``schema_version`` (5), ``date`` (start of the run, UTC, ISO 8601), ``python``,
     ``platform``, ``machine``, ``processor``, ``cpu_count``, ``torch``, ``threads``,
     ``libraries`` (``{name: version}`` of those measured), ``unavailable``
     (``{name: reason}``), ``quick``, ``repeats``, ``cell_budget_s``, ``dtype``,
@@ -83,6 +83,16 @@ The JSON document (``--json PATH``) is one object:
     ``figure``, ``library`` (always ``"odecore"``), ``peer``, ``value`` (odecore's
     median over the peer's; below 1 means odecore is faster, needs fewer
     evaluations or is more accurate) and ``note``.
+``compiled``
+    With ``--compile`` (``SolversConfig(compile=True)``), odecore's compiled solve
+    (the library ``odecore-compiled``, also in ``results``) against eager odecore,
+    one object per problem x method x mode where it compiles (``rk4``, forward and
+    backprop): ``problem``, ``method``, ``mode``, ``eager_time_s``,
+    ``compiled_time_s`` (medians of the same interleaved rounds), ``ratio``
+    (compiled over eager), ``first_call_s`` (the compiled library's first call,
+    which compiles; never in the medians), ``y1_max_abs_diff`` and
+    ``grad_rel_diff`` (its ``y(t1)`` and gradient against eager odecore's) and
+    ``note`` (a failure). Empty without ``--compile``.
 ``stiff``
     The stiff problems' sweep, one object per problem x configuration x figure:
     ``problem``, ``method`` (its label, e.g. ``kvaerno5@1e-06``), ``solver``,

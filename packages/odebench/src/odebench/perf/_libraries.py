@@ -18,6 +18,8 @@ import odecore
 import torch
 from torch import Tensor, nn
 
+from ._problems import CountingField
+
 MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint")
 """How a solve runs: ``forward`` (no gradient), or forward plus backward with a gradient method."""
 
@@ -108,6 +110,8 @@ class Library(abc.ABC):
 
     name: str = ""
     version: str = ""
+    compiles: bool = False
+    """Whether its first call of a configuration compiles (timed apart, never in the medians)."""
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         """Why this library cannot run ``method`` with ``mode``; ``None`` if it can."""
@@ -199,6 +203,54 @@ class OdecoreLibrary(Library):
                 )
             return _last(sol.ys)
         raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
+
+
+COMPILED = "odecore-compiled"
+"""The name of :class:`CompiledOdecoreLibrary` in the benchmark's tables."""
+
+
+class CompiledOdecoreLibrary(Library):
+    """odecore's ``solve(..., compile=True)``: the solve as one ``torch.compile`` graph.
+
+    It runs what compiles, fixed-step solves with backprop; everything else would
+    run eagerly (odecore says so with a ``CompileFallbackWarning``) and is left to the
+    eager library. A compiled graph calls the field without Python, so a
+    :class:`CountingField`'s count would stop at the trace: the field inside it is
+    solved, and its ``nfe`` is advanced by the solve's own count.
+    """
+
+    compiles = True
+
+    def __init__(self) -> None:
+        self.name = COMPILED
+        self.version = str(getattr(odecore, "__version__", "unknown"))
+
+    def unsupported(self, method: Method, mode: str) -> str | None:
+        if method.adaptive:
+            return "compile=True covers fixed-step solves (an adaptive solve runs eagerly)"
+        if mode not in ("forward", "backprop"):
+            return f"compile=True covers backprop (mode {mode} runs eagerly)"
+        return super().unsupported(method, mode)
+
+    def solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        reason = self.unsupported(method, mode)
+        if reason is not None:
+            raise UnsupportedError(reason)
+        assert method.n_steps is not None
+        sol = odecore.solve(
+            field.field if isinstance(field, CountingField) else field,
+            y0,
+            t0=t0,
+            t1=t1,
+            solver=odecore.RK4(),
+            dt0=(t1 - t0) / method.n_steps,
+            compile=True,
+        )
+        if isinstance(field, CountingField):
+            field.nfe += sol.stats.nfe
+        return _last(sol.ys)
 
 
 class _PeerLibrary(Library):
@@ -356,7 +408,9 @@ class TorchdynLibrary(_PeerLibrary):
         return model(y0, t_span)[-1]  # type: ignore[no-any-return]
 
 
-def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[str, str]]:
+def discover(
+    names: Sequence[str] | None = None, *, compiled: bool = False
+) -> tuple[list[Library], dict[str, str]]:
     """The libraries that import cleanly, and why each of the others does not.
 
     ``odecore`` always comes first. A peer is skipped if it is not installed or if
@@ -365,6 +419,8 @@ def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[st
 
     Args:
         names: the libraries to try; default all of :data:`LIBRARIES`.
+        compiled: add :class:`CompiledOdecoreLibrary` right after odecore (which it
+            is compared with, and which must then be among ``names``).
 
     Returns:
         The available libraries, and a dict ``{name: reason}`` of the unavailable ones.
@@ -376,6 +432,8 @@ def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[st
     unknown = [n for n in wanted if n not in LIBRARIES]
     if unknown:
         raise ValueError(f"Unknown libraries {unknown}; known libraries: {', '.join(LIBRARIES)}.")
+    if compiled and "odecore" not in wanted:
+        raise ValueError("The compiled odecore is compared with odecore: keep odecore in `names`.")
     available: list[Library] = []
     missing: dict[str, str] = {}
     for name in LIBRARIES:
@@ -383,6 +441,8 @@ def discover(names: Sequence[str] | None = None) -> tuple[list[Library], dict[st
             continue
         if name == "odecore":
             available.append(OdecoreLibrary())
+            if compiled:
+                available.append(CompiledOdecoreLibrary())
             continue
         try:
             module = importlib.import_module(name)

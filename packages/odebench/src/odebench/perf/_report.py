@@ -211,6 +211,7 @@ def format_report(doc: dict[str, Any]) -> str:
         out += _table(["problem", "method", "peer", *(c[0] for c in ratio_cols)], rrows, left=3)
         out.append("")
 
+    out += _compiled_table(doc)
     out += _stiff_table(doc)
 
     if doc["memory"]:
@@ -298,6 +299,36 @@ def format_report(doc: dict[str, Any]) -> str:
         out.append("")
     out.append(f"Wall time: {env.get('wall_time_s', 0.0):.0f} s")
     return "\n".join(out)
+
+
+def _compiled_table(doc: dict[str, Any]) -> list[str]:
+    """``--compile``: compiled odecore against eager odecore, one line per cell."""
+    rows = doc.get("compiled") or []
+    if not rows:
+        return []
+    table = [
+        [
+            r["problem"],
+            r["method"],
+            r["mode"],
+            _ms(r["eager_time_s"]),
+            _ms(r["compiled_time_s"]),
+            _f2(r["ratio"]),
+            _g(r["first_call_s"]),
+            _e(r["y1_max_abs_diff"]),
+            _e(r["grad_rel_diff"]),
+            r["note"] or "",
+        ]
+        for r in rows
+    ]
+    header = ["problem", "method", "mode", "eager ms", "compiled ms", "ratio", "first s"]
+    out = [
+        "Compiled odecore / eager odecore (ratio below 1: compiled faster; first: the "
+        "first call, which compiles; diff: compiled result and gradient against eager):"
+    ]
+    out += _table([*header, "y1 diff", "grad diff", "note"], table, left=3)
+    out.append("")
+    return out
 
 
 def _stiff_table(doc: dict[str, Any]) -> list[str]:

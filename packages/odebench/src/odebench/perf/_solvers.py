@@ -15,7 +15,15 @@ from typing import Any
 import torch
 
 from ._gradcheck import GradcheckSizes, gradient_check
-from ._libraries import GRADIENT_MODES, MODES, Library, Method, describe_error, discover
+from ._libraries import (
+    COMPILED,
+    GRADIENT_MODES,
+    MODES,
+    Library,
+    Method,
+    describe_error,
+    discover,
+)
 from ._problems import (
     KNOWN_PROBLEMS,
     PROBLEMS,
@@ -31,7 +39,7 @@ from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_f
 from ._stiff import run_stiff, stiff_methods, stiff_reference
 from ._timing import FieldTimer, Observation, Tape, loss_weight, record, replay_once, run_once
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 FULL_METHODS = (
     Method("dopri5", rtol=1e-3, atol=1e-3),
@@ -95,6 +103,11 @@ class SolversConfig:
             across all libraries; the repetitions are cut to fit, down to the warm-up
             run alone. Default 20 (quick: no limit, one run).
         seed: the seed of the problems' parameters and initial states.
+        compile: add odecore's compiled solve (``compile=True``) beside eager odecore,
+            where it compiles (``rk4`` forward and with backprop), each
+            configuration's first call (the compile) timed apart; ``compiled`` in the
+            document holds compiled / eager ratios. The memory measurements and the
+            gradient check run the eager libraries alone.
     """
 
     quick: bool = False
@@ -106,6 +119,7 @@ class SolversConfig:
     gradients: bool = True
     cell_budget_s: float = 20.0
     seed: int = 0
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.repeats is not None and (isinstance(self.repeats, bool) or self.repeats < 1):
@@ -221,6 +235,7 @@ class _Cell:
     chained_s: list[float] = field(default_factory=list)
     solver_s: dict[str, list[float]] = field(default_factory=dict)
     solver_notes: dict[str, str] = field(default_factory=dict)
+    first_call_s: dict[str, float] = field(default_factory=dict)
 
 
 _FIELD = "(field alone)"
@@ -281,6 +296,11 @@ def _measure_cell(
             failures[lib.name] = describe_error(exc)
             return None
 
+    for lib in libraries:
+        if lib.compiles:  # the compile, timed apart: never a warm-up or a timed run
+            first = attempt(lib)
+            if first is not None:
+                cell.first_call_s[lib.name] = first.time_s
     repeats = config.n_repeats
     if config.quick:
         warm: dict[str, Observation] = {}
@@ -310,6 +330,9 @@ def _measure_cell(
     tapes: dict[str, Tape] = {}
     if mode == "forward":
         for name in names:
+            if by_name[name].compiles:
+                cell.solver_notes[name] = "not recorded: a graph does not run a Python tape"
+                continue
             try:
                 tapes[name] = record(by_name[name], problem, counter, method)
             except Exception as exc:
@@ -377,8 +400,9 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     load_start = _load_average()
-    libraries, missing = discover(config.libraries)
-    peers = [lib.name for lib in libraries if lib.name != "odecore"]
+    libraries, missing = discover(config.libraries, compiled=config.compile)
+    eager = [lib for lib in libraries if not lib.compiles]
+    peers = [lib.name for lib in eager if lib.name != "odecore"]
     notes = _general_notes(config)
     for name, reason in missing.items():
         notes.append(f"{name} is left out: {reason}.")
@@ -388,6 +412,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     ratios: list[dict[str, Any]] = []
     problems_out: list[dict[str, Any]] = []
     evaluations: list[dict[str, Any]] = []
+    compiled: list[dict[str, Any]] = []
 
     def add(
         problem: str,
@@ -493,6 +518,8 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
                         medians[(lib.name, figure)] = finite(value)
                     if mode == "backprop" and cell.observations[lib.name]:
                         backprop_obs[lib.name] = cell.observations[lib.name][-1]
+                if COMPILED in cell.first_call_s or COMPILED in cell.failures:
+                    compiled.append(_compiled_row(pname, method, mode, cell))
             if any(lib.name == "odecore" for lib in libraries):
                 for peer in peers:
                     for figure in RATIO_FIGURES:
@@ -529,7 +556,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
 
         say(f"memory: rk4 with {', '.join(map(str, config.memory_steps))} steps, fresh processes")
         memory = measure_memory(
-            libraries,
+            eager,
             config.memory_steps,
             threads=config.threads,
             batch=config.sizes.mlp_batch,
@@ -544,7 +571,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     if config.gradients:
         say("gradient check against finite differences (float64)")
         sizes = GradcheckSizes.quick() if config.quick else GradcheckSizes()
-        gradients = gradient_check(libraries, sizes=sizes, log=say, seed=config.seed)
+        gradients = gradient_check(eager, sizes=sizes, log=say, seed=config.seed)
     else:
         notes.append("Gradients were not checked against finite differences (--no-gradients).")
     environment = _environment(config, libraries, missing, load_start, date)
@@ -562,11 +589,37 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
         "evaluations": evaluations,
         "results": results,
         "ratios": ratios,
+        "compiled": compiled,
         "stiff": stiff,
         "memory": memory,
         "gradients": gradients,
         "notes": notes,
     }
+
+
+def _compiled_row(pname: str, method: Method, mode: str, cell: _Cell) -> dict[str, Any]:
+    """Compiled against eager odecore in one cell: their median times, the ratio,
+    the first call, and how far the compiled solve's result is from the eager one's."""
+    eager_obs, compiled_obs = cell.observations["odecore"], cell.observations[COMPILED]
+    eager_s = median(o.time_s for o in eager_obs)
+    compiled_s = median(o.time_s for o in compiled_obs)
+    row: dict[str, Any] = {
+        "problem": pname,
+        "method": method.label,
+        "mode": mode,
+        "eager_time_s": eager_s,
+        "compiled_time_s": compiled_s,
+        "ratio": ratio(compiled_s, eager_s),
+        "first_call_s": cell.first_call_s.get(COMPILED),
+        "y1_max_abs_diff": None,
+        "grad_rel_diff": None,
+        "note": cell.failures.get(COMPILED),
+    }
+    if eager_obs and compiled_obs:
+        a, b = eager_obs[-1], compiled_obs[-1]
+        row["y1_max_abs_diff"] = finite(float((a.y1 - b.y1).abs().max()))
+        row["grad_rel_diff"] = _grad_diff(b, a)
+    return row
 
 
 def _stiff_problem(
@@ -712,44 +765,60 @@ def _us(seconds: float | None) -> float | None:
 
 
 def _general_notes(config: SolversConfig) -> list[str]:
-    return [
-        "Times are medians over interleaved repetitions (A B A B ...) after one warm-up run "
-        "per library" + (" (quick mode: one run, no warm-up)." if config.quick else "."),
-        "ratios are odecore / peer: below 1 means odecore is faster, needs fewer "
-        "evaluations or is more accurate.",
-        "forward_overhead = forward time / (NFE x time of one evaluation alone); "
-        "backprop_overhead = time / (NFE x time of one evaluation with its VJP); "
-        "adjoint and checkpoint overhead = time / (NFE forward x evaluation + "
-        "NFE backward x evaluation with VJP). The physical limit is 1.0.",
-        "The evaluation times of each (problem, method, mode) are medians of blocks of "
-        "the field alone, one per round of that cell's runs and about as long as one "
-        "run (see evaluations); the problems list gives one measurement taken "
-        "before the cells.",
-        "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
-        "solver's own time per evaluation, estimated by subtraction.",
-        "forward_solver_time_s is the forward solve with the field replaced by a tape of "
-        "its outputs in that library's recorded run: the same steps, no evaluation cost. "
-        "It is the solver alone, measured; forward_solver_overhead is it over NFE x "
-        "evaluation time (its part of forward_overhead), forward_solver_cost_per_eval_us "
-        "it over NFE. "
-        "What the forward time holds beyond NFE x evaluation time and the solver alone is "
-        "the field and the solver slowing each other (caches, threads).",
-        "chained_eval_time_s (evaluations, forward cells) is one evaluation in a block "
-        "of evaluations chained by one axpy each, y <- y + eps f(t, y): what any solver "
-        "pays per evaluation at the least. chained / eval_time_s is the practical limit "
-        "of forward_overhead on the machine of the run.",
-        "error is the largest absolute difference at t1 from the problem's reference "
-        "(exact for the linear system, a float64 dopri8 solve otherwise).",
-        "{mode}_grad_diff = |g - g_backprop| / |g_backprop| against the same library's "
-        "backprop gradient of the same solve configuration (for y0 and all parameters).",
-        "rk4 is each library's own: RK4-classic in odecore, Kutta's 3/8 rule in "
-        "torchdiffeq; both take 4 evaluations per step.",
-        "NFE counts calls of the vector field through one wrapper module, whichever "
-        "library calls it; a backward-pass evaluation (with its VJP) counts as one.",
-    ] + [
-        "Stiff problems (stiff): forward solves in float64 by odecore's kvaerno5 and by "
-        "SciPy's Radau and BDF through odecore's scipy: backend, at each tolerance of a "
-        "sweep (rtol = atol), and dopri5 with a step budget that it runs out of; error "
-        "against SciPy's Radau at rtol = atol = 1e-12, solved once per run. NFE counts "
-        "the Jacobians' evaluations too.",
-    ] * any(p in STIFF_PROBLEMS for p in config.problem_names)
+    return (
+        [
+            "Times are medians over interleaved repetitions (A B A B ...) after one warm-up run "
+            "per library" + (" (quick mode: one run, no warm-up)." if config.quick else "."),
+            "ratios are odecore / peer: below 1 means odecore is faster, needs fewer "
+            "evaluations or is more accurate.",
+        ]
+        + [
+            "compiled (--compile) compares odecore's solve(..., compile=True) with eager "
+            "odecore in the same cells: ratio = compiled / eager median time (below 1: the "
+            "compiled solve is faster); first_call_s is the compiled library's first call of "
+            "each configuration, which compiles the graph, left out of the medians. "
+            "y1_max_abs_diff and grad_rel_diff compare its result and gradient with the "
+            "eager solve's. Its solve is solve(RK4(), dt0 = span / steps), eager odecore's "
+            "odeint(method='rk4'): the same steps.",
+        ]
+        * config.compile
+        + [
+            "forward_overhead = forward time / (NFE x time of one evaluation alone); "
+            "backprop_overhead = time / (NFE x time of one evaluation with its VJP); "
+            "adjoint and checkpoint overhead = time / (NFE forward x evaluation + "
+            "NFE backward x evaluation with VJP). The physical limit is 1.0.",
+            "The evaluation times of each (problem, method, mode) are medians of blocks of "
+            "the field alone, one per round of that cell's runs and about as long as one "
+            "run (see evaluations); the problems list gives one measurement taken "
+            "before the cells.",
+            "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
+            "solver's own time per evaluation, estimated by subtraction.",
+            "forward_solver_time_s is the forward solve with the field replaced by a tape of "
+            "its outputs in that library's recorded run: the same steps, no evaluation cost. "
+            "It is the solver alone, measured; forward_solver_overhead is it over NFE x "
+            "evaluation time (its part of forward_overhead), forward_solver_cost_per_eval_us "
+            "it over NFE. "
+            "What the forward time holds beyond NFE x evaluation time and the solver alone is "
+            "the field and the solver slowing each other (caches, threads).",
+            "chained_eval_time_s (evaluations, forward cells) is one evaluation in a block "
+            "of evaluations chained by one axpy each, y <- y + eps f(t, y): what any solver "
+            "pays per evaluation at the least. chained / eval_time_s is the practical limit "
+            "of forward_overhead on the machine of the run.",
+            "error is the largest absolute difference at t1 from the problem's reference "
+            "(exact for the linear system, a float64 dopri8 solve otherwise).",
+            "{mode}_grad_diff = |g - g_backprop| / |g_backprop| against the same library's "
+            "backprop gradient of the same solve configuration (for y0 and all parameters).",
+            "rk4 is each library's own: RK4-classic in odecore, Kutta's 3/8 rule in "
+            "torchdiffeq; both take 4 evaluations per step.",
+            "NFE counts calls of the vector field through one wrapper module, whichever "
+            "library calls it; a backward-pass evaluation (with its VJP) counts as one.",
+        ]
+        + [
+            "Stiff problems (stiff): forward solves in float64 by odecore's kvaerno5 and by "
+            "SciPy's Radau and BDF through odecore's scipy: backend, at each tolerance of a "
+            "sweep (rtol = atol), and dopri5 with a step budget that it runs out of; error "
+            "against SciPy's Radau at rtol = atol = 1e-12, solved once per run. NFE counts "
+            "the Jacobians' evaluations too.",
+        ]
+        * any(p in STIFF_PROBLEMS for p in config.problem_names)
+    )

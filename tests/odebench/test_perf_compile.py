@@ -1,0 +1,109 @@
+"""``odebench perf solvers --compile``: compiled odecore beside eager odecore.
+
+The compiled solves use dynamo's ``aot_eager`` backend: the same graph capture and
+AOTAutograd as inductor, in seconds instead of minutes, and without a C++ compiler.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from odebench.perf import SolversConfig, format_report, run_solvers
+from odebench.perf._libraries import COMPILED, CompiledOdecoreLibrary, Method, discover
+from odebench.perf._problems import CountingField, Sizes, make_problem
+from odecore import _compiled
+
+pytestmark = pytest.mark.compile
+
+
+@pytest.fixture(autouse=True)
+def _aot_eager(monkeypatch: pytest.MonkeyPatch):
+    torch._dynamo.reset()
+    _compiled._compiled.cache_clear()
+    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict:
+    config = SolversConfig(
+        quick=True,
+        problems=("linear",),
+        libraries=("odecore",),
+        memory=False,
+        gradients=False,
+        compile=True,
+        threads=1,
+    )
+    torch._dynamo.reset()
+    _compiled._compiled.cache_clear()
+    previous = _compiled._BACKEND
+    _compiled._BACKEND = "aot_eager"
+    try:
+        return run_solvers(config)
+    finally:
+        _compiled._BACKEND = previous
+
+
+def test_discover_adds_the_compiled_library_after_odecore_only_when_asked():
+    names = [lib.name for lib in discover(("odecore",))[0]]
+    assert names == ["odecore"]
+    names = [lib.name for lib in discover(("odecore",), compiled=True)[0]]
+    assert names == ["odecore", COMPILED]
+    with pytest.raises(ValueError, match="keep odecore"):
+        discover(("torchdiffeq",), compiled=True)
+
+
+def test_the_compiled_library_takes_what_compiles_and_says_why_not_the_rest():
+    lib = CompiledOdecoreLibrary()
+    rk4, dopri5 = Method("rk4", n_steps=10), Method("dopri5", rtol=1e-6, atol=1e-6)
+    assert lib.unsupported(rk4, "forward") is None
+    assert lib.unsupported(rk4, "backprop") is None
+    assert "fixed-step" in (lib.unsupported(dopri5, "forward") or "")
+    assert "adjoint" in (lib.unsupported(rk4, "adjoint") or "")
+
+
+def test_the_compiled_solve_counts_the_evaluations_the_eager_one_makes():
+    problem = make_problem("vdp", Sizes.quick())
+    counter = CountingField(problem.field)
+    lib = CompiledOdecoreLibrary()
+    with torch.no_grad():
+        y1 = lib.solve(
+            counter, problem.y0, problem.t0, problem.t1, Method("rk4", n_steps=40), "forward"
+        )
+    assert counter.nfe == 4 * 40  # the wrapper, not called inside the graph, is advanced
+    assert torch.isfinite(y1).all()
+
+
+def test_compiled_rows_compare_rk4_forward_and_backprop_with_eager(doc: dict):
+    rows = {(r["method"], r["mode"]): r for r in doc["compiled"]}
+    assert set(rows) == {("rk4x40", "forward"), ("rk4x40", "backprop")}
+    scale = max(1.0, float(make_problem("linear", Sizes.quick()).y0.abs().max()))
+    for row in rows.values():
+        assert row["note"] is None
+        assert row["first_call_s"] > 0
+        assert row["ratio"] == pytest.approx(row["compiled_time_s"] / row["eager_time_s"])
+        assert row["y1_max_abs_diff"] <= 1e-5 * scale
+    assert rows[("rk4x40", "backprop")]["grad_rel_diff"] <= 1e-5
+
+
+def test_the_compiled_library_sits_out_adaptive_cells_with_its_reason(doc: dict):
+    dopri5 = [
+        r for r in doc["results"] if r["library"] == COMPILED and r["method"].startswith("dopri5")
+    ]
+    assert dopri5 and all(not r["supported"] and "fixed-step" in r["note"] for r in dopri5)
+    nfe = {
+        r["library"]: r["value"]
+        for r in doc["results"]
+        if r["method"] == "rk4x40" and r["figure"] == "nfe_forward"
+    }
+    assert nfe["odecore"] == nfe[COMPILED] == 160
+    assert not any(r["peer"] == COMPILED for r in doc["ratios"])
+
+
+def test_the_report_has_the_compiled_table(doc: dict):
+    text = format_report(doc)
+    assert "Compiled odecore / eager odecore" in text
+    line = next(x for x in text.splitlines() if "rk4x40" in x and "backprop" in x)
+    assert "linear" in line or line.strip().startswith("rk4x40")
