@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import odebench
@@ -252,6 +253,42 @@ def test_compile_trains_the_weights_eager_mode_trains(one_epoch):
         torch.testing.assert_close(value, eager_weights[name], rtol=1e-4, atol=1e-5, msg=name)
     assert compiled["nfe_forward"] == eager["nfe_forward"]
     assert math.isclose(compiled["test_loss"], eager["test_loss"], rel_tol=1e-4)
+
+
+def test_compile_solves_a_fixed_step_layer_whole_and_compiles_the_field_of_an_adaptive_one():
+    from odebench.training._loop import _compile_in_place
+
+    def toy(spec: odecore.OdeSpec) -> torch.nn.Module:
+        return build_model("toy-node", in_channels=1, num_classes=1, image_size=0, spec=spec)
+
+    fixed = toy(odecore.OdeSpec.from_method("rk4", options={"n_steps": 4}))
+    adaptive = toy(odecore.OdeSpec.from_method("dopri5"))
+    for model in (fixed, adaptive):
+        _compile_in_place(model)
+    (fixed_layer,), (adaptive_layer,) = ode_layers(fixed), ode_layers(adaptive)
+    assert fixed_layer.spec.compile and fixed_layer.vector_field._compiled_call_impl is None
+    assert not adaptive_layer.spec.compile
+    assert adaptive_layer.vector_field._compiled_call_impl is not None
+
+
+def test_compile_of_a_fixed_step_solve_trains_the_weights_eager_mode_trains(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    from odecore import _compiled
+
+    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")  # inductor's C++ takes minutes
+    weights = []
+    for compile in (False, True):
+        config = TrainConfig(
+            **TOY, method="rk4", n_steps=4, epochs=1, batch_size=100, train_size=300,
+            progress=False, compile=compile,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            train(config, tmp_path / f"compile-{compile}", log=lambda line: None)
+        weights.append(load_model(tmp_path / f"compile-{compile}")[0].state_dict())
+    for name, value in weights[1].items():
+        torch.testing.assert_close(value, weights[0][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_bf16_autocast_trains_close_to_float32(one_epoch):

@@ -333,3 +333,38 @@ def test_inductor_compiles_forward_and_backward(monkeypatch):
         grads.append((sol.ys.detach(), y0.grad, field.a.grad))
     for compiled, eager in zip(*grads):
         assert _rel(compiled, eager) <= 1e-12
+
+
+SPECS = [
+    ("rk4", {"n_steps": 4}, "backprop"),
+    ("euler", {"n_steps": 3}, "backprop"),
+    ("dopri5", None, "backprop"),
+    ("rk4", {"n_steps": 4}, "adjoint"),
+    ("rk4", {"n_steps": 4}, "checkpoint"),
+    ("implicit_euler", {"n_steps": 4}, "backprop"),
+]
+
+
+@pytest.mark.parametrize(("method", "options", "gradient"), SPECS)
+def test_compile_blockers_name_what_makes_a_solve_of_the_spec_fall_back(
+    method, options, gradient, counter
+):
+    spec = odecore.OdeSpec.from_method(method, options=options, gradient=gradient)
+    blockers = spec.compile_blockers()
+    compiled = odecore.OdeSpec.from_method(
+        method, options={**(options or {}), "compile": True}, gradient=gradient
+    )
+    y0 = torch.tensor([[1.0, -0.5]], dtype=F64)
+    field = Field()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", odecore.CompileFallbackWarning)
+        odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=compiled.solver, controller=compiled.controller,
+            gradient=compiled.gradient, dt0=compiled.step_size(0.0, 1.0), compile=True,
+        )  # fmt: skip
+    fallbacks = [str(w.message) for w in caught if w.category is odecore.CompileFallbackWarning]
+    if blockers:
+        assert len(fallbacks) == 1 and all(b in fallbacks[0] for b in blockers)
+        assert counter.frame_count == 0
+    else:
+        assert fallbacks == [] and counter.frame_count == 1

@@ -304,7 +304,12 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
         help="ContinuousNet models: epochs at whose start N_t and M double "
         "(default: none)")  # fmt: skip
     add("--bf16", action="store_true", help="bfloat16 autocast")
-    add("--compile", action="store_true", help="torch.compile the vector fields (or the model)")
+    add(
+        "--compile",
+        action="store_true",
+        help="torch.compile the ODE layers' fixed-step solves whole, the other layers' "
+        "vector fields (or a model without ODE layers)",
+    )
     _add_common(train, default, out="runs/MODEL-DATASET")
 
 

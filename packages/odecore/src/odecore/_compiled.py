@@ -68,18 +68,14 @@ _PACKAGE = os.path.dirname(__file__)
 # --- what compiles ------------------------------------------------------------------
 
 
-def fallback_reasons(
-    *,
+def method_reasons(
     solver: AbstractSolver,
     controller: AbstractController,
     gradient: AbstractGradient,
-    problem: Problem,
-    f: object,
-    event: bool,
-    dense: bool,
-    backend: bool,
+    backend: bool = False,
 ) -> list[str]:
-    """What keeps this solve from compiling, in words; empty when it compiles."""
+    """What of the method (solver, controller, gradient) keeps a solve from
+    compiling, in words; empty when the method compiles."""
     reasons = []
     if backend:
         reasons.append("a SciPy method (SciPy takes the steps)")
@@ -96,6 +92,22 @@ def fallback_reasons(
         reasons.append(f"the controller {type(controller).__name__}")
     if not isinstance(gradient, Autograd):
         reasons.append(f"the gradient method {type(gradient).__name__}")
+    return reasons
+
+
+def fallback_reasons(
+    *,
+    solver: AbstractSolver,
+    controller: AbstractController,
+    gradient: AbstractGradient,
+    problem: Problem,
+    f: object,
+    event: bool,
+    dense: bool,
+    backend: bool,
+) -> list[str]:
+    """What keeps this solve from compiling, in words; empty when it compiles."""
+    reasons = method_reasons(solver, controller, gradient, backend)
     if event:
         reasons.append("an event")
     if dense:

@@ -233,6 +233,28 @@ class OdeSpec:
         _check_count("max_steps", self.max_steps)
         _check_flag("compile", self.compile)
 
+    def compile_blockers(self) -> tuple[str, ...]:
+        """What of this spec keeps its solves from compiling, in words; empty when
+        ``compile=True`` would compile them.
+
+        Compiled solves cover explicit fixed-step methods with
+        :class:`ConstantStepSize` and :class:`Autograd` (see :func:`solve`'s
+        ``compile``). A solve of a spec that compiles may still run eagerly for
+        what the spec does not hold: an event, dense output, output times that
+        require grad, or a field that does not trace.
+
+        Example:
+            >>> import odecore
+            >>> odecore.OdeSpec.from_method("rk4", options={"n_steps": 8}).compile_blockers()
+            ()
+            >>> odecore.OdeSpec().compile_blockers()
+            ('the adaptive solver Dopri5 (adaptive steps)', 'the controller PIDController')
+        """
+        from ._compiled import method_reasons  # here: as in solve, only when asked
+
+        assert self.controller is not None  # set in __post_init__
+        return tuple(method_reasons(self.solver, self.controller, self.gradient))
+
     @classmethod
     def from_method(
         cls,

@@ -91,10 +91,11 @@ class TrainConfig:
         bf16: autocast to bfloat16. Adaptive solvers then meet their tolerance
             against a vector field evaluated to about three digits, so keep ``tol``
             at 1e-3 or looser.
-        compile: ``torch.compile`` the model in place: the vector fields of its
-            Neural ODE layers (the solver loop stays eager: its step sizes are
-            chosen at run time), or the whole model when it has no ODE layer. Not
-            for the ContinuousNet models.
+        compile: ``torch.compile`` the model in place: a Neural ODE layer whose
+            solver compiles (fixed-step explicit, backprop) solves as one graph,
+            steps and field together (``OdeSpec(compile=True)``); any other keeps
+            its eager solver loop and compiles its vector field; a model without
+            ODE layers is compiled whole. Not for the ContinuousNet models.
         progress: a progress bar per epoch on stderr: ``True`` always, ``False``
             never, ``None`` (the default) only when stderr is a terminal (checked when
             the bar is made), so that the logs of batch jobs and CI hold no

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib
 import math
@@ -63,21 +64,27 @@ def _process() -> _Process:
 
 
 def _compile_in_place(module: nn.Module) -> None:
-    """``torch.compile`` what of ``module`` compiles: the vector fields of its ODE layers.
+    """``torch.compile`` what of ``module`` compiles.
 
-    The solver loop stays eager: its step sizes are Python floats chosen at run time,
-    on which a compiled loop would specialise and recompile (or fail) at every step.
-    A model without ODE layers is compiled whole. Parameter names do not change, so
-    checkpoints are the same with and without compilation.
+    A Neural ODE layer whose spec compiles (a fixed-step explicit solver with
+    backprop, :meth:`odecore.OdeSpec.compile_blockers`) solves as one graph,
+    ``compile=True``: the steps and the field together. Any other ODE layer keeps its
+    eager solver loop, whose step sizes are Python floats chosen at run time, and
+    compiles its vector field alone. A model without ODE layers is compiled whole.
+    Parameter names do not change, so checkpoints are the same with and without
+    compilation.
     """
-    fields = [
-        node.vector_field
+    layers = [
+        node
         for node in module.modules()
         if isinstance(node, NeuralODE) and isinstance(node.vector_field, nn.Module)
     ]
-    for vector_field in fields:
-        vector_field.compile()
-    if not fields:
+    for layer in layers:
+        if layer.spec.compile_blockers():
+            cast(nn.Module, layer.vector_field).compile()
+        else:
+            layer.spec = dataclasses.replace(layer.spec, compile=True)
+    if not layers:
         module.compile()
 
 
