@@ -107,3 +107,15 @@ def test_the_report_has_the_compiled_table(doc: dict):
     assert "Compiled odecore / eager odecore" in text
     line = next(x for x in text.splitlines() if "rk4x40" in x and "backprop" in x)
     assert "linear" in line or line.strip().startswith("rk4x40")
+
+
+def test_an_eager_fallback_fails_the_compiled_cell_instead_of_being_timed(monkeypatch):
+    import odecore
+
+    monkeypatch.setattr(_compiled, "inductor_problem", lambda device_type: "no C++ compiler")
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    problem = make_problem("vdp", Sizes.quick())
+    with pytest.raises(odecore.CompileFallbackWarning, match=r"no C\+\+ compiler"):
+        CompiledOdecoreLibrary().solve(
+            problem.field, problem.y0, problem.t0, problem.t1, Method("rk4", n_steps=4), "forward"
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,15 +240,19 @@ class CompiledOdecoreLibrary(Library):
         if reason is not None:
             raise UnsupportedError(reason)
         assert method.n_steps is not None
-        sol = odecore.solve(
-            field.field if isinstance(field, CountingField) else field,
-            y0,
-            t0=t0,
-            t1=t1,
-            solver=odecore.RK4(),
-            dt0=(t1 - t0) / method.n_steps,
-            compile=True,
-        )
+        with warnings.catch_warnings():
+            # An eager fallback (no C++ compiler, a field that does not trace) would
+            # be timed as the compiled solve: it fails the cell instead.
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sol = odecore.solve(
+                field.field if isinstance(field, CountingField) else field,
+                y0,
+                t0=t0,
+                t1=t1,
+                solver=odecore.RK4(),
+                dt0=(t1 - t0) / method.n_steps,
+                compile=True,
+            )
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
         return _last(sol.ys)
