@@ -122,6 +122,12 @@ class Library(abc.ABC):
             return "seminorm applies to adaptive methods only"
         return None
 
+    def require(self, method: Method, mode: str) -> None:
+        """Raise :class:`UnsupportedError` with the reason where :meth:`unsupported` has one."""
+        reason = self.unsupported(method, mode)
+        if reason is not None:
+            raise UnsupportedError(reason)
+
     @abc.abstractmethod
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
@@ -236,9 +242,7 @@ class CompiledOdecoreLibrary(Library):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        reason = self.unsupported(method, mode)
-        if reason is not None:
-            raise UnsupportedError(reason)
+        self.require(method, mode)
         assert method.n_steps is not None
         with warnings.catch_warnings():
             # An eager fallback (no C++ compiler, a field that does not trace) would
@@ -343,9 +347,7 @@ class TorchodeLibrary(_PeerLibrary):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        reason = self.unsupported(method, mode)
-        if reason is not None:
-            raise UnsupportedError(reason)
+        self.require(method, mode)
         to = self.module
         batch = y0.shape[0]
         term = to.ODETerm(_FlatField(field, y0.shape))
@@ -382,9 +384,7 @@ class TorchdynLibrary(_PeerLibrary):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        reason = self.unsupported(method, mode)
-        if reason is not None:
-            raise UnsupportedError(reason)
+        self.require(method, mode)
         neural_ode = importlib.import_module("torchdyn.core").NeuralODE
         if method.adaptive:
             t_span = _times(t0, t1, y0)
