@@ -6,6 +6,7 @@ import builtins
 import gzip
 import hashlib
 import io
+import json
 import math
 import os
 import pickle
@@ -14,6 +15,7 @@ import struct
 import tarfile
 import urllib.error
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import odebench.data
@@ -351,6 +353,93 @@ def test_fashion_mnist_from_the_debian_package():
     pixels = train.inputs.double() / 255
     assert pixels.mean().item() == pytest.approx(0.2860, abs=1e-4)
     assert pixels.std().item() == pytest.approx(0.3530, abs=1e-4)
+
+
+# MNIST and Fashion-MNIST share file names: the images tell them apart.
+
+needs_mnist = pytest.mark.skipif(
+    not (MNIST_DIR / "train-images-idx3-ubyte.gz").is_file(),
+    reason=f"the MNIST subset is not at {MNIST_DIR} (set ODEBENCH_MNIST_DIR)",
+)
+needs_fashion = pytest.mark.skipif(
+    not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file(),
+    reason=f"Fashion-MNIST is not at {FASHION_DIR} (apt-get install dataset-fashion-mnist)",
+)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _copy_some(source: Path, dest: Path, n: int) -> Path:
+    """The first ``n`` test images of ``source`` and their labels, written to ``dest``."""
+    images = read_idx(source / "t10k-images-idx3-ubyte.gz")[:n].numpy()
+    labels = read_idx(source / "t10k-labels-idx1-ubyte.gz")[:n].numpy()
+    write_mnist(dest, images, labels, prefix="t10k")
+    return dest
+
+
+@needs_mnist
+@pytest.mark.parametrize("n", [None, 150], ids=["the-subset", "150-of-it"])
+def test_mnist_digits_asked_for_as_fashion_mnist_are_refused_in_one_line(tmp_path, n):
+    root = MNIST_DIR if n is None else _copy_some(MNIST_DIR, tmp_path / "digits", n)
+    with pytest.raises(DataError) as info:
+        load_mnist(root, train=False, kind="fashion-mnist")
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith(f"{root} holds MNIST, not Fashion-MNIST: its t10k-images")
+    assert "load these as 'mnist'" in message
+    assert load_mnist(root, train=False, kind="mnist").name == "mnist"  # as what it is
+
+
+@needs_fashion
+@pytest.mark.parametrize("n", [None, 150], ids=["the-set", "150-of-it"])
+def test_fashion_mnist_asked_for_as_mnist_is_refused(tmp_path, n):
+    root = FASHION_DIR if n is None else _copy_some(FASHION_DIR, tmp_path / "clothes", n)
+    with pytest.raises(DataError, match=r"holds Fashion-MNIST, not MNIST: .*as 'fashion-mnist'"):
+        load_mnist(root, train=False, kind="mnist")
+    assert load_mnist(root, train=False, kind="fashion-mnist").name == "fashion-mnist"
+
+
+@pytest.mark.parametrize(
+    ("images", "kind"),
+    [
+        (np.zeros((100, 28, 28), np.uint8), "mnist"),  # an empty frame: nothing on the border
+        (np.zeros((99, 28, 28), np.uint8), None),  # too few to judge
+        (random_images(200), None),  # noise looks like neither
+        (np.zeros((200, 32, 32), np.uint8), None),  # not 28x28
+    ],
+)
+def test_identify_mnist_kind_judges_only_what_it_can(images, kind):
+    assert odebench.data._idx.identify_mnist_kind(torch.from_numpy(images)) == kind
+
+
+@needs_mnist
+def test_a_loaded_set_and_a_run_record_the_files_read(tmp_path):
+    from odebench.experiments._template import _data_files
+    from odebench.training import TrainConfig, train
+
+    test = load_mnist(MNIST_DIR, train=False)
+    names = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+    expected = [{"path": str(MNIST_DIR.resolve() / n), "sha256": _sha256(MNIST_DIR / n)}
+                for n in names]  # fmt: skip
+    assert list(test.subset(5).sources) == expected  # kept by subset
+    config = TrainConfig(model="mlp", dataset="mnist", data_dir=str(MNIST_DIR), epochs=1,
+                         train_size=64, test_size=64, batch_size=32, device="cpu",
+                         progress=False)  # fmt: skip
+    result = train(config, tmp_path / "run", log=lambda _: None)
+    assert result["data_files"][2:] == expected  # train's two files, then test's
+    assert (
+        json.loads((tmp_path / "run" / "results.json").read_text())["data_files"]
+        == (result["data_files"])
+    )
+    # An experiment's results.json names each file once, by its folder and name only.
+    files = _data_files([SimpleNamespace(result=result)] * 2)
+    assert [f["file"] for f in files] == [
+        f"{MNIST_DIR.name}/{n}" for n in ("train-images-idx3-ubyte.gz",
+                                          "train-labels-idx1-ubyte.gz", *names)
+    ]  # fmt: skip
+    assert files[2]["sha256"] == expected[0]["sha256"]
 
 
 # ---------------------------------------------------------------------------------------

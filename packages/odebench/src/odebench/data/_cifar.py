@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset
+from ._dataset import DataError, DataNotFoundError, Dataset, file_sources
 from ._idx import _listing
 
 
@@ -277,4 +277,5 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         num_classes=classes,
         mean=spec.mean,
         std=spec.std,
+        sources=file_sources(*(directory / name for name in files)),
     )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -40,6 +42,18 @@ class DataNotFoundError(DataError, FileNotFoundError):
     """
 
 
+def file_sources(*paths: Path) -> tuple[dict[str, str], ...]:
+    """``{"path": absolute path, "sha256": hex digest}`` of each file: :attr:`Dataset.sources`."""
+    sources = []
+    for path in paths:
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        sources.append({"path": str(path.resolve()), "sha256": digest.hexdigest()})
+    return tuple(sources)
+
+
 @dataclass(frozen=True, eq=False)
 class Dataset:
     """One split of a data set, held in memory as tensors.
@@ -64,6 +78,9 @@ class Dataset:
             :meth:`normalize`; ``None`` for no centring.
         std: per-channel standard deviation on the [0, 1] scale; ``None`` for no
             scaling.
+        sources: the files the set was read from, ``{"path", "sha256"}`` each (the
+            absolute path, the file's SHA-256); empty for a generated set. A run's ``results.json``
+            records them.
 
     Raises:
         TypeError: if ``inputs`` or ``targets`` is not a tensor.
@@ -86,6 +103,7 @@ class Dataset:
     num_classes: int | None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    sources: tuple[dict[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.inputs, Tensor) or not isinstance(self.targets, Tensor):

@@ -11,7 +11,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset
+from ._dataset import DataError, DataNotFoundError, Dataset, file_sources
 from ._idx import _listing
 from ._inflate import CHUNK, deflate_bound
 
@@ -127,6 +127,7 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
         num_classes=10,
         mean=SVHN_MEAN,
         std=SVHN_STD,
+        sources=file_sources(path),
     )
 
 

@@ -679,6 +679,9 @@ class Result(Generic[S]):
             ``--resume``, which skips finished runs).
         data: the data the runs trained on, in words (``"mnist (8004 train / 1996
             test)"``).
+        data_files: the files the ``config`` runs read, each once: ``{"file", "sha256"}``,
+            the file named by its folder and name only (published results hold no path
+            of the machine that made them).
         provenance: where the run came from (commit, versions, machine, load).
     """
 
@@ -693,6 +696,7 @@ class Result(Generic[S]):
     published: Mapping[str, Any] = field(default_factory=dict)
     train_seconds: float = 0.0
     data: str = ""
+    data_files: tuple[dict[str, str], ...] = ()
     provenance: Provenance | None = None
 
     @property
@@ -733,6 +737,7 @@ class Result(Generic[S]):
             "wall_seconds": self.wall_seconds,
             "train_seconds": self.train_seconds,
             "data": self.data,
+            "data_files": self.data_files,
             "seeds": list(setup.seeds),
             "settings": dataclasses.asdict(setup.settings),
             "claims": {v.key: v.to_json() for v in self.verdicts},
@@ -964,6 +969,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         published=template.published,
         train_seconds=sum(t.seconds for t in trained),
         data=template.data(setup) if template.data else _data(trained),
+        data_files=_data_files(trained),
         provenance=provenance,
     )
     for figure in template.figures:
@@ -985,6 +991,15 @@ def _data(trained: Sequence[Trained]) -> str:
         if "examples" in t.result
     }
     return ", ".join(seen)
+
+
+def _data_files(trained: Sequence[Trained]) -> tuple[dict[str, str], ...]:
+    """The files the ``config`` runs read (``results.json``'s ``data_files``), each once."""
+    paths = [
+        (Path(f["path"]), f["sha256"]) for t in trained for f in t.result.get("data_files", ())
+    ]
+    seen = {(f"{path.parent.name}/{path.name}", sha256): None for path, sha256 in paths}
+    return tuple({"file": file, "sha256": sha256} for file, sha256 in seen)
 
 
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
@@ -1034,6 +1049,9 @@ def _report(template: Template[S], result: Result[S]) -> str:
         "",
         *_provenance_lines(result.provenance),
     ]
+    if result.data_files:
+        files = ", ".join(f"{f['file']} (SHA-256 {f['sha256'][:16]})" for f in result.data_files)
+        lines += [f"Data files read: {files}.", ""]
     papers = [v for v in result.verdicts if v.kind == "paper"]
     checks = [v for v in result.verdicts if v.kind == "check"]
     lines += ["## Claims of the paper", ""]

@@ -856,6 +856,7 @@ class Trainer:
             "model": self.config.model,
             "dataset": self.config.dataset,
             "examples": {"train": len(self._train_set), "test": len(self._test_set)},
+            "data_files": [*self._train_set.sources, *self._test_set.sources],
             "parameters": count_parameters(self.model),
             "epochs": len(metrics),
             "final": metrics[-1] if metrics else None,
