@@ -22,13 +22,15 @@ from odebench.training import (
     Interrupted,
     RunExistsError,
     TrainConfig,
+    Trainer,
+    TrainingFailedError,
     evaluate,
     find_data,
     load_model,
     train,
 )
 from odebench.training._data import epoch_order, shard, train_batches
-from odebench.training._io import write_atomic, write_csv
+from odebench.training._io import save_checkpoint, write_atomic, write_csv
 
 TOY = {"model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3}
 TIMING = ("images_per_second", "epoch_seconds")
@@ -562,3 +564,76 @@ def test_cli_trains_with_refinement(tmp_path, digits):
     config = json.loads((out / "config.json").read_text())["config"]
     assert (config["method"], config["n_steps"], config["refine_epochs"]) == ("rk4", 1, [1])
     assert [m["n_steps"] for m in json.loads((out / "metrics.json").read_text())] == [1, 2]
+
+
+# -- a run that diverges stops on the first non-finite loss or weight, whatever the model --
+
+
+def _mlp_args(digits: Path, out: Path, *more: str) -> list[str]:
+    return [
+        "train", "--model", "mlp", "--dataset", "mnist", "--data-dir", str(digits),
+        "--train-size", "96", "--test-size", "32", "--batch-size", "32", "--optimizer", "sgd",
+        "--momentum", "0", "--device", "cpu", "--no-progress", "--out", str(out), *more,
+    ]  # fmt: skip
+
+
+def test_a_model_without_an_ode_stops_on_a_nan_loss_and_keeps_the_last_finite_checkpoint(
+    tmp_path, digits, capsys
+):
+    # Was: exit 0, the checkpoint of epoch 1 replaced with NaN weights, and a test
+    # accuracy of the NaN network in results.json. Epoch 1 ends finite at this rate;
+    # a batch of epoch 2 has a NaN loss.
+    out = tmp_path / "run"
+    assert odebench.main(_mlp_args(digits, out, "--lr", "1e4", "--epochs", "3")) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("odebench train: training failed: epoch 2, batch "), last
+    assert "loss is nan" in last
+    assert last.endswith(f"lower --lr; {out / 'checkpoint.pt'} holds epoch 1."), last
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["batch"]) == (1, 0)
+    assert all(t.isfinite().all() for t in state["model"].values())
+    assert not (out / "results.json").exists()
+    assert [m["epoch"] for m in json.loads((out / "metrics.json").read_text())] == [1]
+    assert not (out / ".lock").exists()
+
+
+def test_a_nan_test_loss_stops_the_run_before_it_is_recorded(tmp_path, digits, capsys):
+    # At this rate epoch 1 trains on finite losses but the network it ends with
+    # gives NaN on the test set: nothing of epoch 1 is recorded or saved.
+    out = tmp_path / "run"
+    assert odebench.main(_mlp_args(digits, out, "--lr", "1e8", "--epochs", "2")) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("odebench train: training failed: epoch 1, evaluation: "), last
+    assert "test loss is nan" in last and last.endswith("lower --lr."), last
+    assert not (out / "checkpoint.pt").exists() and not (out / "results.json").exists()
+
+
+def test_a_nan_weight_stops_the_run_though_the_loss_is_finite(tmp_path, monkeypatch):
+    # A weight can go non-finite where no loss sees it (here: in the epoch's last
+    # step; a ReLU that masks -inf would do too); the weights are checked before
+    # every checkpoint.
+    config = TrainConfig(**TOY, epochs=1, batch_size=32, train_size=64, progress=False)
+    trainer = Trainer(config, tmp_path / "run", log=lambda line: None)
+    step, steps = trainer.optimizer.step, []
+
+    def poison(*args, **kwargs):
+        step(*args, **kwargs)
+        steps.append(1)
+        if len(steps) == 2:
+            with torch.no_grad():
+                next(trainer.model.parameters()).view(-1)[0] = float("-inf")
+
+    monkeypatch.setattr(trainer.optimizer, "step", poison)
+    with pytest.raises(TrainingFailedError, match=r"epoch 1, batch 2: the weight \S+ is not fin"):
+        trainer.fit()
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_the_checkpoint_writer_refuses_non_finite_weights(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"epoch": 1, "model": {"w": torch.ones(2)}})
+    with pytest.raises(ValueError, match=rf"{path}: not saved: the weight w is not finite"):
+        save_checkpoint(path, {"epoch": 2, "model": {"w": torch.tensor([1.0, math.nan])}})
+    assert torch.load(path, weights_only=True)["epoch"] == 1

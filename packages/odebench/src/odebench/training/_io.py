@@ -62,7 +62,16 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` atomically."""
+    """``torch.save`` atomically, unless a weight (of ``state["model"]``) is not finite.
+
+    Raises:
+        ValueError: a weight is NaN or infinite; the file in ``path`` is kept.
+    """
+    for name, tensor in state.get("model", {}).items():
+        if tensor.is_floating_point() and not tensor.isfinite().all():
+            raise ValueError(
+                f"{path}: not saved: the weight {name} is not finite; the checkpoint there is kept"
+            )
     write_atomic(path, lambda f: torch.save(state, f))
 
 

@@ -36,7 +36,7 @@ Log = Callable[[str], None]
 
 
 class TrainingFailedError(RuntimeError):
-    """The solver of an ODE model failed during training (the weights diverged)."""
+    """Training stopped on a non-finite loss or weight, or on a solver's failure."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -529,6 +529,7 @@ class Trainer:
         self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
         self._gen = torch.Generator(device=device)  # the current epoch's augmentation
         self._stop = _Stop()
+        self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
         log(self._summary())
 
     @property
@@ -728,6 +729,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr_at(epoch)
         first, totals = self._epoch_start(epoch)
+        self._nan_batch.fill_(-1)
         order = epoch_order(len(self._train_set), self.config.seed, epoch)
         order = order.to(self._train_set.inputs.device)
         bar = self._progress_bar(epoch, first)
@@ -742,6 +744,7 @@ class Trainer:
                 bar.set_postfix(_postfix(totals, seconds, self._process))
             if self._stop.requested:
                 totals.seconds += time.perf_counter() - tick
+                self._check_finite(epoch, i + 1)
                 self.save_checkpoint(epoch, i + 1, totals)
                 bar.close()
                 raise Interrupted(
@@ -750,7 +753,37 @@ class Trainer:
                 )
         bar.close()
         totals.seconds += time.perf_counter() - tick
+        self._check_finite(epoch, self.n_batches)
         return totals
+
+    def _check_finite(self, epoch: int, batches: int) -> None:
+        """Stop the run, before anything of it is recorded, on a non-finite loss or weight.
+
+        The losses are checked on the device as they come (no host sync per batch);
+        the first non-finite one of the epoch is looked at here, at the end of the
+        epoch and before a checkpoint, once for every process. The weights are the
+        same on every process.
+
+        Args:
+            epoch: the epoch, from 0.
+            batches: the batches of ``epoch`` done.
+
+        Raises:
+            TrainingFailedError: naming the epoch and the batch.
+        """
+        first = self._nan_batch.clone()
+        if self._process.world > 1:
+            dist.all_reduce(first, op=dist.ReduceOp.MAX)
+        if int(first) >= 0:
+            where, what = f"epoch {epoch + 1}, batch {int(first) + 1}", "the training loss is nan"
+        else:
+            name = next(
+                (n for n, p in self.model.named_parameters() if not p.isfinite().all()), None
+            )
+            if name is None:
+                return
+            where, what = f"epoch {epoch + 1}, batch {batches}", f"the weight {name} is not finite"
+        raise _diverged(where, f"{what}.", self.checkpoint_path, epoch)
 
     def _epoch_start(self, epoch: int) -> tuple[int, _Totals]:
         """The first batch of ``epoch`` and its totals so far; seeds its augmentation."""
@@ -792,6 +825,8 @@ class Trainer:
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16):
                 logits = self._net(x)
             loss = _loss(self.config.loss, logits, y)
+            bad = (self._nan_batch < 0) & ~loss.detach().isfinite()
+            self._nan_batch = torch.where(bad, i, self._nan_batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
         except odecore.SolverError as exc:
@@ -811,10 +846,11 @@ class Trainer:
             What the function :func:`evaluate` returns, on the test set.
 
         Raises:
-            TrainingFailedError: the solver of an ODE model failed.
+            TrainingFailedError: the solver of an ODE model failed, or the test loss is
+                not finite.
         """
         try:
-            return evaluate(
+            test = evaluate(
                 self.model,
                 self._test_set,
                 self.config.loss,
@@ -826,6 +862,11 @@ class Trainer:
         except odecore.SolverError as exc:
             where = f"epoch {epoch + 1}, evaluation"
             raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+        loss = cast(float, test["loss"])
+        if not math.isfinite(loss):
+            where = f"epoch {epoch + 1}, evaluation"
+            raise _diverged(where, f"the test loss is {loss}.", self.checkpoint_path, epoch)
+        return test
 
     def _finish_epoch(self, epoch: int, totals: _Totals) -> None:
         """Evaluate ``epoch``, record and save it; stop after it if a signal asked to."""
@@ -867,8 +908,10 @@ class Trainer:
         }
 
 
-def _diverged(where: str, exc: odecore.SolverError, path: Path, epoch: int) -> TrainingFailedError:
-    """The one-line error of a solver failure in training or evaluation."""
+def _diverged(
+    where: str, exc: odecore.SolverError | str, path: Path, epoch: int
+) -> TrainingFailedError:
+    """The one-line error of a non-finite loss or weight, or of a solver's failure."""
     kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
     return TrainingFailedError(
         f"{where}: {exc} The weights have probably diverged: lower --lr{kept}."
@@ -886,11 +929,6 @@ def _postfix(totals: _Totals, seconds: float, process: _Process) -> dict[str, st
     return post
 
 
-def _finite(value: float | None) -> float | None:
-    """``None`` for a NaN or infinite figure (a diverged run), which JSON cannot hold."""
-    return value if value is None or math.isfinite(value) else None
-
-
 def _row(
     epoch: int,
     config: TrainConfig,
@@ -901,7 +939,7 @@ def _row(
     count = max(totals.count, 1)
     batches = max(totals.batches, 1)
     classify = config.loss == "cross_entropy"
-    row: dict[str, Any] = {
+    return {
         "epoch": epoch + 1,
         "lr": config.lr_at(epoch),
         "train_loss": float(totals.loss) / count,
@@ -914,17 +952,13 @@ def _row(
         "images_per_second": totals.count / max(totals.seconds, 1e-9),
         "epoch_seconds": totals.seconds,
     }
-    return {k: _finite(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
 def _line(row: dict[str, Any], epochs: int) -> str:
-    def num(value: float | None) -> str:
-        return "nan" if value is None else f"{value:.4g}"
-
-    parts = [f"epoch {row['epoch']}/{epochs}", f"train loss {num(row['train_loss'])}"]
+    parts = [f"epoch {row['epoch']}/{epochs}", f"train loss {row['train_loss']:.4g}"]
     if row["train_acc"] is not None:
         parts.append(f"acc {100 * row['train_acc']:.2f}%")
-    parts.append(f"test loss {num(row['test_loss'])}")
+    parts.append(f"test loss {row['test_loss']:.4g}")
     if row["test_acc"] is not None:
         parts.append(f"acc {100 * row['test_acc']:.2f}%")
     if row["nfe_forward"] is not None:
