@@ -12,7 +12,7 @@ from pathlib import Path
 import odebench
 import pytest
 from odebench import main
-from odebench.experiments import EXPERIMENTS
+from odebench.experiments import EXPERIMENTS, RunOptions
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -61,6 +61,32 @@ def test_run_refuses_quick_with_another_mode(capsys):
         main(["run", "quickstart", "--quick", "--mode", "full"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+@pytest.mark.parametrize("device", ["bogus", "cuda:x"])
+def test_a_bad_device_is_one_line_for_run_and_train(command, device, tmp_path, capsys):
+    # `run` printed a 22-line traceback of torch.device's RuntimeError.
+    train = ["--model", "mlp", "--dataset", "mnist"]
+    what = ["quickstart", "--quick"] if command == "run" else train
+    argv = [command, *what, "--device", device, "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(
+        f"odebench {command}: error: argument --device: `device` must be 'auto', 'cpu', "
+        f"'cuda' or 'cuda:N', got {device!r}."
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x"])
+def test_run_options_refuse_a_bad_device(device):
+    with pytest.raises(ValueError, match=r"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        RunOptions(out=Path("out"), device=device)
 
 
 def test_download_fetches_into_the_data_dir_and_reports_where(tmp_path, monkeypatch, capsys):

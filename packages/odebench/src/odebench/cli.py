@@ -325,10 +325,17 @@ def _add_common(
         epochs: what sets the number of epochs when ``default`` has none (``None``).
         out: the output directory when none is given.
     """
-    from .training._config import MAX_SEED
+    from .training._config import MAX_SEED, check_device
+
+    def device(text: str) -> str:
+        try:
+            check_device(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
 
     add = parser.add_argument
-    add("--device", default=default["device"],
+    add("--device", type=device, default=default["device"],
         help="auto (cuda when available), cpu, cuda or cuda:N")  # fmt: skip
     add("--epochs", type=_non_negative_int, default=default["epochs"], metavar="N",
         help="number of epochs" + (f" (default: {epochs})" if epochs else ""))  # fmt: skip

@@ -69,6 +69,9 @@ class RunOptions:
     bf16: bool = False
 
     def __post_init__(self) -> None:
+        from ..training._config import check_device
+
+        check_device(self.device)
         if self.quick and self.mode not in (None, "quick"):
             raise ValueError(f"`quick` runs the mode 'quick', not `mode` {self.mode!r}; give one.")
         if self.mode == "quick":

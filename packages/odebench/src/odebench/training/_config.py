@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,16 @@ def _check_positive_int(name: str, value: object, *, zero: bool = False) -> None
 
 #: The largest seed: the derived seeds of the data order and augmentation stay in 64 bits.
 MAX_SEED = 2**32 - 1
+
+
+def check_device(name: object) -> None:
+    """Refuse a ``device`` that is not ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        ValueError: in one line, naming what was given.
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise ValueError(f"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}.")
 
 
 def _check_positive_float(name: str, value: object) -> None:
@@ -184,10 +195,7 @@ class TrainConfig:
                 f"got {self.progress!r}."
             )
         self._check_continuous()
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(
-                f"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}."
-            )
+        check_device(self.device)
 
     def _check_continuous(self) -> None:
         """``refine_epochs``, and the solver fields: valid, resolved, for this model."""
