@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -466,6 +467,39 @@ def test_download_into_an_unwritable_folder_exits_2(tmp_path, capsys, monkeypatc
     assert _main("download", "mnist", "--data-dir", str(tmp_path / "ro")) == 2
     line = _one_line(capsys.readouterr().err.split("\n", 1)[1])
     assert f"cannot write {tmp_path / 'ro'}" in line and "Permission denied" in line
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_at_the_lock_is_one_line_naming_the_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(os, "fsync", _disk_full)  # the lock is written, then synced
+    out = tmp_path / "run"
+    assert _main(*TOY_ARGS, "--out", str(out)) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == (
+        f"odebench train: error: --out {out}: cannot write its lock there (No space left on "
+        "device); free some space, or choose another --out"
+    )
+    assert not out.exists()
+
+
+def test_a_full_disk_at_the_checkpoint_is_one_line_and_keeps_the_last(
+    run_copy, monkeypatch, capsys
+):
+    before = (run_copy / "checkpoint.pt").read_bytes()
+    monkeypatch.setattr(torch, "save", _disk_full)
+    assert _main(*TOY_ARGS, "--epochs", "2", "--resume", "--out", str(run_copy)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last == (
+        f"odebench train: error: cannot write checkpoint.pt in {run_copy} (No space left on "
+        "device); every file there is whole, as last written: free some space, then --resume"
+    )
+    assert (run_copy / "checkpoint.pt").read_bytes() == before
+    assert sorted(p.name for p in run_copy.iterdir() if p.name.startswith(".")) == []
 
 
 def _published_run(root: Path, results: str) -> Path:

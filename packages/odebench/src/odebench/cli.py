@@ -633,15 +633,24 @@ def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
     """Run a training job; turn its expected failures into an exit status and one line.
 
     2: bad input (unknown name, missing data, an existing run, a folder in use, a
-    resume with changed settings, a bad checkpoint); 130: interrupted
+    resume with changed settings, a bad checkpoint) or a file that cannot be written
+    (a full disk; every file of the run stays whole); 130: interrupted
     (after a checkpoint, or by a second Ctrl-C without one); 1: training failed.
     """
     from .training import Interrupted, RunExistsError, TrainingFailedError
+    from .training._io import WriteError
 
     try:
         job()
     except (ValueError, FileNotFoundError, RunExistsError) as exc:
         return _fail(parser, str(exc))
+    except WriteError as exc:  # a full disk: each file is written whole or not at all
+        where = Path(exc.filename)
+        return _fail(
+            parser,
+            f"cannot write {where.name} in {where.parent} ({exc.strerror or exc}); every file "
+            "there is whole, as last written: free some space, then --resume",
+        )
     except Interrupted as exc:
         _log(str(exc))
         return 130

@@ -14,6 +14,15 @@ from typing import Any
 import torch
 
 CHECKPOINT = "checkpoint.pt"
+
+
+class WriteError(OSError):
+    """A file of a run could not be written (a full disk, say); the old one is kept.
+
+    ``filename`` is the file; ``errno`` and ``strerror`` are the system's.
+    """
+
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -23,9 +32,15 @@ def write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> No
 
     A crash at any moment leaves either the old file or the new one, never half of
     one.
+
+    Raises:
+        WriteError: the file cannot be written (a full disk, say); ``path`` is as it was.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the run from others
         with os.fdopen(fd, "wb") as f:
@@ -33,8 +48,10 @@ def write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> No
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 

@@ -348,6 +348,8 @@ def train(
         TrainingFailedError: the solver of an ODE model failed (diverged weights) in
             training or evaluation; the checkpoint of the last finished epoch is kept.
         FileNotFoundError: the data set's files are not where they were looked for.
+        WriteError: a file of the run cannot be written (a full disk); the file it
+            would have replaced is kept (an ``OSError``).
     """
     out = Path(out)
     process = _process()

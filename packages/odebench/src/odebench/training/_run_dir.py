@@ -177,6 +177,13 @@ class RunFolder:
                     f"{self.flag} {self.path}: no permission to write there; "
                     f"choose another {self.flag}"
                 ) from None
+            except RunExistsError:
+                raise
+            except OSError as exc:  # a full disk
+                raise RunFolderError(
+                    f"{self.flag} {self.path}: cannot write its lock there ({exc.strerror}); "
+                    f"free some space, or choose another {self.flag}"
+                ) from None
             if fd is not None:
                 self._fd = fd
                 return
@@ -189,14 +196,13 @@ class RunFolder:
     def release(self) -> None:
         """Remove the lock (and the folder, if this run created it and left it empty)."""
         fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        lock = self.path / LOCK
-        with contextlib.suppress(OSError):
-            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
-                lock.unlink()
-        os.close(fd)
-        if self._created:
+        if fd is not None:
+            lock = self.path / LOCK
+            with contextlib.suppress(OSError):
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    lock.unlink()
+            os.close(fd)
+        if self._created:  # also when the lock could not be written
             with contextlib.suppress(OSError):
                 self.path.rmdir()  # only when empty
 
