@@ -354,6 +354,16 @@ def test_the_carried_flag_is_saved_with_the_model():
         other.eval()(X)
 
 
+def test_a_failed_training_pass_leaves_the_statistics_marked_carried():
+    block = small(solver="rk4", n_steps=2).manifest(n_steps=4).ode_blocks()[0]
+    assert block.carried.all()
+    with pytest.raises(RuntimeError):
+        block.train()(torch.randn(3, 5, 6, 6, dtype=F64))  # R takes 2 channels
+    assert block.carried.all()  # nothing measured: eval() still warns
+    block(torch.randn(3, 2, 6, 6, dtype=F64))
+    assert not block.carried.any()
+
+
 def test_recalibrate_measures_the_plain_average_and_keeps_the_rest():
     net = small(solver="midpoint", n_steps=2)
     params = {k: p.detach().clone() for k, p in net.named_parameters()}
@@ -386,6 +396,80 @@ def test_recalibrate_bad_batches(batches, error, match):
         contnet.recalibrate(net, batches)
     if error is ValueError:  # refused before anything was reset
         assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
+NAN = torch.full((3, 1, 12, 12), math.nan, dtype=F64)
+
+
+@pytest.mark.parametrize(
+    ("batches", "error", "match"),
+    [
+        ([[1, 2]], TypeError, r"`batches`: batch 0 is a list"),
+        ([X.to(torch.uint8)], TypeError, r"`batches`: batch 0 has dtype torch.uint8; the net"),
+        ([torch.randn(3, 2, 12, 12, dtype=F64)], RuntimeError, r"channels"),
+        ([NAN], ValueError, r"`batches`: batch 0 holds NaN or infinite values"),
+        (iter([X, X / 0]), ValueError, r"`batches`: batch 1 holds NaN or infinite values"),
+        ([(X, None), "x"], TypeError, r"`batches`: batch 1 is a str"),
+    ],
+    ids=["not-a-tensor", "uint8", "channels", "nan", "inf-later", "bad-later"],
+)
+def test_a_refused_recalibration_leaves_every_statistic_as_it_was(batches, error, match):
+    net = small(solver="rk4", n_steps=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with pytest.raises(error, match=match):
+        contnet.recalibrate(net, batches)
+    after = net.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items()), "statistics changed"
+    assert not net.training and all(not m.training for m in net.modules())
+
+
+def _old_format(state: dict[str, torch.Tensor], pieces: int) -> dict[str, torch.Tensor]:
+    """``state`` as contnet saved it before per-evaluation statistics: one set per piece
+    of the basis in each block's ContinuousModule (``continuous.buffer__<name>``, and one
+    batch count ``continuous.shared__<name>``), no ``carried`` flags."""
+    old = {}
+    for key, value in state.items():
+        block, _, name = key.partition(".statistics__")
+        if not name:
+            if not key.endswith(".carried"):
+                old[key] = value
+        elif name.endswith("num_batches_tracked"):
+            old[f"{block}.continuous.shared__{name}"] = value[0]
+        else:
+            old[f"{block}.continuous.buffer__{name}"] = value[:pieces]
+    return old
+
+
+def test_a_state_dict_from_before_per_evaluation_statistics_is_refused_in_one_line():
+    net = small(solver="rk4", n_steps=2)
+    old = _old_format(small(solver="rk4", n_steps=2, n_basis=2).state_dict(), pieces=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with pytest.raises(RuntimeError) as info:
+        net.load_state_dict(old)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and len(message) < 500, message
+    assert "format from before per-evaluation batch-norm statistics in blocks.0, blocks.1, " in (
+        message
+    )
+    assert "strict=False" in message and "contnet.recalibrate(" in message
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in before.items())  # nothing loaded
+
+
+def test_a_state_dict_from_before_per_evaluation_statistics_loads_its_weights_with_a_warning():
+    source = small(solver="rk4", n_steps=2)
+    net = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
+                        n_steps=2).double()  # fmt: skip
+    fresh = net.blocks[0].statistics()["0.running_var"].clone()
+    with pytest.warns(UserWarning, match=r"Loaded the weights only: .*contnet.recalibrate\("):
+        keys = net.load_state_dict(_old_format(source.state_dict(), pieces=2), strict=False)
+    assert "blocks.0.statistics__0__running_mean" in keys.missing_keys
+    assert not keys.unexpected_keys
+    assert all(torch.equal(p, q) for p, q in zip(net.parameters(), source.parameters()))
+    assert torch.equal(net.blocks[0].statistics()["0.running_var"], fresh)  # not loaded
+    # The current format loads as before, without a word.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net.load_state_dict(source.state_dict())
 
 
 def test_recalibrate_takes_input_target_pairs():

@@ -6,7 +6,9 @@ import copy
 import functools
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import odecore
 import torch
@@ -14,6 +16,7 @@ from odecore import AbstractExplicitRK, ButcherTableau
 from odelayers.basis import AbstractBasis
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.modules.module import _IncompatibleKeys
 
 from ._continuous import ContinuousModule, _attr
 
@@ -276,9 +279,12 @@ class OdeBlock(nn.Module):
         return self.field(t, x, left=left, slices=slices, statistics=next(statistics))
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.training:
-            self.carried.fill_(False)
-        elif not self._warned and self.continuous.statistic_names and bool(self.carried.any()):
+        if (
+            not self.training
+            and not self._warned
+            and self.continuous.statistic_names
+            and bool(self.carried.any())
+        ):
             self._warned = True
             warnings.warn(
                 f"This OdeBlock ({self.method}, N_t = {self.n_steps}) is evaluated in eval() "
@@ -295,6 +301,8 @@ class OdeBlock(nn.Module):
         for k in range(self.n_steps):
             f = functools.partial(self._step_field, k, h, slices, statistics)
             x = take_step(self.solver, f, h, x)
+        if self.training:  # measured now, once the pass has gone through
+            self.carried.fill_(False)
         return x
 
     def manifest(self, *, solver: Solver | None = None, n_steps: int | None = None) -> OdeBlock:
@@ -334,6 +342,73 @@ class OdeBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"method={self.method!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
+        """:meth:`torch.nn.Module.load_state_dict`, after :func:`check_statistics_format`."""
+        state = check_statistics_format(self, state_dict, strict=strict)
+        keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
+        return keys
+
+
+def check_statistics_format(
+    root: nn.Module, state_dict: Mapping[str, Any], *, strict: bool
+) -> Mapping[str, Any]:
+    """``state_dict`` for ``root.load_state_dict``, refused or cut when its OdeBlocks'
+    statistics are in contnet's format from before per-evaluation statistics.
+
+    That format kept one set of batch-norm statistics per piece of the basis
+    (``<block>.continuous.buffer__<name>``), where an OdeBlock keeps one per evaluation
+    of ``R`` (``<block>.statistics__<name>``): they cannot be converted exactly.
+
+    Args:
+        root: the module that loads ``state_dict``.
+        state_dict: what it loads.
+        strict: as in :meth:`torch.nn.Module.load_state_dict`.
+
+    Returns:
+        ``state_dict`` itself, or without its old statistics when ``strict`` is false
+        (the weights load, a warning says the statistics did not).
+
+    Raises:
+        RuntimeError: in one line, for the old format when ``strict`` (before anything
+            is loaded).
+    """
+    old: dict[str, list[str]] = {}
+    for name, block in root.named_modules():
+        if isinstance(block, OdeBlock):
+            prefix, names = f"{name}." if name else "", block.continuous.statistic_names
+            keys = [f"{prefix}continuous.{kind}__{_attr(n)}" for n in names for kind in _KINDS]
+            keys = [key for key in keys if key in state_dict]
+            if keys and not any(prefix + _stat(n) in state_dict for n in names):
+                old[name or "the OdeBlock"] = keys
+    if not old:
+        return state_dict
+    message = (
+        f"the state_dict is in contnet's format from before per-evaluation batch-norm "
+        f"statistics in {', '.join(old)} (one set per piece, {next(iter(old.values()))[0]}, "
+        "...; now one per evaluation of R)"
+    )
+    if strict:
+        raise RuntimeError(
+            f"Cannot load {message}. Load it with strict=False (the weights load, the "
+            "statistics do not), then measure them: contnet.recalibrate(net, training_batches)."
+        )
+    warnings.warn(
+        f"Loaded the weights only: {message}. The statistics are as they were; measure them "
+        "with contnet.recalibrate(net, training_batches) before eval().",
+        stacklevel=3,
+    )
+    dropped = {key for keys in old.values() for key in keys}
+    state = OrderedDict((k, v) for k, v in state_dict.items() if k not in dropped)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:
+        state._metadata = metadata  # type: ignore[attr-defined]
+    return state
+
+
+_KINDS = ("buffer", "shared")  # the old format's names: per piece, and one batch count
 
 
 def _stat(name: str) -> str:

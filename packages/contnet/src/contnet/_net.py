@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from odecore import AbstractExplicitRK, ButcherTableau
@@ -17,8 +17,9 @@ from odelayers.basis import (
     PiecewiseLinear,
 )
 from torch import Tensor, nn
+from torch.nn.modules.module import _IncompatibleKeys
 
-from ._block import OdeBlock, Solver, fixed_solver, take_step
+from ._block import OdeBlock, Solver, check_statistics_format, fixed_solver, take_step
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -189,6 +190,17 @@ class ContinuousNet(nn.Module):
             [Stitch(channels[0], channels[1]), Stitch(channels[1], channels[2])]
         )
         self.head = _head(channels[2], num_classes)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
+        """:meth:`torch.nn.Module.load_state_dict`; a ``state_dict`` from before the
+        per-evaluation batch-norm statistics is refused in one line, or with
+        ``strict=False`` loaded without its statistics, with a warning: then
+        :func:`contnet.recalibrate` measures them."""
+        state = check_statistics_format(self, state_dict, strict=strict)
+        keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
+        return keys
 
     def forward(self, x: Tensor) -> Tensor:
         return _classify(self.stem, self.blocks, self.stitches, self.head, x)

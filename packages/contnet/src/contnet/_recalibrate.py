@@ -43,8 +43,12 @@ def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
 
     Raises:
         TypeError: if ``net`` is not a module, or a batch is neither a tensor nor a
-            sequence starting with one.
-        ValueError: if ``batches`` is empty.
+            sequence starting with one, or its inputs are not floating point.
+        ValueError: if ``batches`` is empty, or a batch holds a NaN or an infinity.
+
+    Whatever fails (one of these, or ``net`` refusing a batch of the wrong shape), no
+    statistic of ``net`` has changed: the first batch is checked before anything is
+    reset, and the statistics are put back as they were when a later one fails.
 
     Example:
         >>> import torch
@@ -62,6 +66,7 @@ def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
     first = next(stream, None)
     if first is None:  # before anything is reset
         raise ValueError("`batches` gave no batch; recalibrate needs at least one.")
+    _inputs(first, 0)  # a bad first batch is refused before anything is reset
     blocks = [m for m in net.modules() if isinstance(m, OdeBlock)]
     modules = list(net.modules())
     for block in blocks:  # R is not a submodule of its block
@@ -71,16 +76,22 @@ def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
     device = parameter.device if parameter is not None else None
     momenta = [m.momentum for m in norms]
     modes = {m: m.training for m in modules}
-    for block in blocks:
-        block.reset_statistics()
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
+    saved = [(b, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)]
     try:
+        for block in blocks:
+            block.reset_statistics()
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
         net.train()
         with torch.no_grad():
             for n, batch in enumerate(itertools.chain([first], stream)):
                 net(_inputs(batch, n).to(device))
+    except BaseException:
+        with torch.no_grad():  # every statistic back as it was
+            for buffer, value in saved:
+                buffer.copy_(value)
+        raise
     finally:
         for m, momentum in zip(norms, momenta):
             m.momentum = momentum
@@ -90,11 +101,24 @@ def recalibrate(net: M, batches: Iterable[Tensor | Sequence[Tensor]]) -> M:
 
 
 def _inputs(batch: object, n: int) -> Tensor:
+    """The inputs of batch ``n``, checked: a floating tensor of finite values."""
     if isinstance(batch, Tensor):
-        return batch
-    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
-        return batch[0]
-    raise TypeError(
-        f"`batches`: batch {n} is a {type(batch).__name__}; expected a tensor of inputs or "
-        "an (inputs, targets) tuple."
-    )
+        x = batch
+    elif isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+        x = batch[0]
+    else:
+        raise TypeError(
+            f"`batches`: batch {n} is a {type(batch).__name__}; expected a tensor of inputs "
+            "or an (inputs, targets) tuple."
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"`batches`: batch {n} has dtype {x.dtype}; the net takes floating inputs. "
+            "Pass the inputs as the net sees them (e.g. normalised images)."
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"`batches`: batch {n} holds NaN or infinite values, which would make the "
+            "running statistics NaN; recalibrate on finite inputs."
+        )
+    return x
