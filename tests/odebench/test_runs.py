@@ -525,6 +525,19 @@ def test_publish_names_a_results_json_that_is_not_an_object(tmp_path, capsys, re
     assert not (tmp_path / "pub").exists()
 
 
+@pytest.mark.parametrize("name", ["report.md", "results.json"])
+def test_publish_names_a_file_that_is_not_utf8(tmp_path, checkout, capsys, name):
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    (run / name).write_bytes(b"# R\xe9sultats\n")  # Latin-1
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run / name} is not UTF-8 text (byte 0xe9 at offset 3)" in line, line
+    assert not (tmp_path / "pub").exists()
+    if name == "report.md":  # `report` reads it too
+        assert _main("report", str(run), "--out", str(tmp_path / "all.md")) == 2
+        assert f"{run / name} is not UTF-8 text" in _one_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("below", [False, True], ids=["a-file", "under-a-file"])
 def test_publish_to_a_file_exits_2(tmp_path, capsys, below):
     run = _published_run(tmp_path, '{"mode": "standard"}')

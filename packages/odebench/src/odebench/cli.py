@@ -752,7 +752,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     try:
         text = combine_reports(args.run_dirs, args.out)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         return _fail(parser, str(exc))
     write_text(args.out, text)
     _log(f"wrote {args.out}")

@@ -216,7 +216,7 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     for d in run_dirs:
         rel = os.path.relpath(d, out.parent if str(out.parent) else ".")
         parts += ["", f'<a id="{d.name}"></a>', ""]
-        for line in (d / "report.md").read_text(encoding="utf-8").splitlines():
+        for line in read_text(d / "report.md").splitlines():
             if line.startswith("#"):
                 line = "#" + line
             line = line.replace("](", f"]({rel}/") if "![" in line else line
@@ -292,7 +292,7 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     why = publishable(doc, str(run_dir))
     if why is not None:
         raise ValueError(why)
-    report = (run_dir / "report.md").read_text(encoding="utf-8")
+    report = read_text(run_dir / "report.md")
     files = [Path("report.md"), Path("results.json")]
     root = run_dir.resolve()
     for link in dict.fromkeys(_IMAGE.findall(report)):
@@ -330,6 +330,21 @@ def _refuse_links(run_dir: Path, path: Path) -> None:
             )
 
 
+def read_text(path: Path) -> str:
+    """The text of a UTF-8 file.
+
+    Raises:
+        ValueError: naming the file and the first byte that is not UTF-8.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start]
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {byte:#04x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+
+
 def read_results(path: Path) -> dict[str, Any]:
     """The object a ``results.json`` holds.
 
@@ -346,7 +361,7 @@ def read_results(path: Path) -> dict[str, Any]:
         ValueError: .../results.json holds a JSON list, not the object of an experiment's results
     """
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
@@ -363,7 +378,7 @@ def _unpublish(dest: Path) -> None:
     if not report.is_file():
         raise ValueError(f"{dest} is not empty and holds no published report.md; choose another")
     root = dest.resolve()
-    old = [(dest / link).resolve() for link in _IMAGE.findall(report.read_text(encoding="utf-8"))]
+    old = [(dest / link).resolve() for link in _IMAGE.findall(read_text(report))]
     for path in [*old, report.resolve(), root / "results.json"]:
         if not path.is_relative_to(root):
             continue  # a hand-edited link out of dest: never delete outside it
