@@ -562,3 +562,33 @@ def test_successful_solve_status():
 @pytest.mark.parametrize("status", list(Status), ids=lambda s: s.name)
 def test_every_status_reads_as_a_sentence(status):
     assert len(str(status)) > 20
+
+
+def test_newton_failure_status_names_the_options_to_change():
+    # A fixed-step implicit solve whose Newton iteration fails: the status says the
+    # step is the suspect, with the option names odeint and solve spell.
+    sentence = str(Status.NEWTON_FAILED)
+    assert sentence.startswith(
+        "Newton's iteration for an implicit method's stages did not converge"
+    )
+    for option in ("`step_size`", "`n_steps`", "`dt0`", "`max_iters`", "rtol=..., atol=..."):
+        assert option in sentence
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["implicit_euler", "implicit_midpoint", "trapezoid", "gauss_legendre2", "gauss_legendre4",
+     "gauss_legendre6", "radauIIA3", "radauIIA5"],
+)  # fmt: skip
+def test_newton_failure_with_fixed_steps(method):
+    # y' = -y, then from t = 0.44 on a stiff cubic term: the step from 0.4 to 0.5 fails.
+    def field(t, y):
+        return -y - (1000.0 if float(t) > 0.44 else 0.0) * y**3
+
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    with pytest.raises(
+        SolverError, match=r"Newton did not converge at step size h = 0\.1 "
+    ) as info:
+        odeint(t=t, func=field, method=method, options={"step_size": 0.1, "max_iters": 2})
+    assert_says_where(info.value, Status.NEWTON_FAILED, 1.0)
+    assert info.value.t == pytest.approx(0.4)

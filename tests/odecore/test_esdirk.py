@@ -235,7 +235,10 @@ def test_failed_iterations_are_retried_smaller_and_the_solve_succeeds():
 def test_a_failed_iteration_under_constant_steps_fails_the_solve():
     f = _vdp(1000.0)
     y0 = torch.tensor([2.0, 0.0], dtype=F64)
-    with pytest.raises(odecore.SolverError, match="non-finite"):
+    with pytest.raises(
+        odecore.SolverError,
+        match=r"Newton did not converge at step size h = 50 \(t = 0\.0\) after 1 iteration",
+    ) as info:
         odecore.solve(
             f,
             y0,
@@ -245,6 +248,66 @@ def test_a_failed_iteration_under_constant_steps_fails_the_solve():
             controller=odecore.ConstantStepSize(),
             dt0=50.0,
         )
+    assert info.value.status is odecore.Status.NEWTON_FAILED
+
+
+def _stiffens(t, y):
+    """``y' = -y``, and from ``t = 0.44`` on ``y' = -y - 1000 y^3``: the iteration
+    fails in the step from 0.4 to 0.5 (see ``test_implicit.stiffens``)."""
+    c = 1000.0 if float(t) > 0.44 else 0.0
+    return -y - c * y**3
+
+
+def _solve_stiffening(max_iters, t1=1.0, **kwargs):
+    return odecore.solve(
+        _stiffens,
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=t1,
+        dt0=0.1,
+        solver=Kvaerno5(newton=Newton(max_iters=max_iters)),
+        controller=odecore.ConstantStepSize(),
+        saveat=odecore.SaveAt(ts=[i / 10 for i in range(11) if i / 10 <= t1]),
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("max_iters", [2, 10])
+def test_a_failed_iteration_under_constant_steps_is_a_status_without_throw(max_iters):
+    sol = _solve_stiffening(max_iters, throw=False)
+    assert sol.status is odecore.Status.NEWTON_FAILED
+    assert sol.t_final == 0.4
+    ref = _solve_stiffening(max_iters, t1=0.4)
+    assert torch.equal(sol.ys[:5], ref.ys)
+    assert torch.isnan(sol.ys[5:]).all()
+    with pytest.raises(
+        odecore.SolverError,
+        match=(
+            r"^solve\(\) stopped at t = 0\.4 before reaching t1 = 1\.0: .* Newton did not "
+            r"converge at step size h = 0\.1 \(t = 0\.4\) after \d+ iteration\(s\): .*`max_iters`"
+        ),
+    ):
+        _solve_stiffening(max_iters)
+
+
+def test_a_failed_iteration_at_the_smallest_step_is_a_newton_failure():
+    # The controller retries a failed step shorter, but not below dt_min: there the
+    # solve ends with the iteration's failure, not as a non-finite state.
+    kwargs = {
+        "t0": 0.0,
+        "t1": 1.0,
+        "dt0": 0.1,
+        "solver": Kvaerno5(newton=Newton(max_iters=2)),
+        "controller": odecore.PIDController(rtol=1e-6, atol=1e-6, dt_min=0.1),
+    }
+    y0 = torch.ones(2, dtype=F64)
+    sol = odecore.solve(_stiffens, y0, throw=False, **kwargs)
+    assert sol.status is odecore.Status.NEWTON_FAILED
+    assert sol.t_final == pytest.approx(0.4)
+    with pytest.raises(
+        odecore.SolverError, match=r"Newton did not converge at step size h = 0\.1 \(t = 0\.4"
+    ):
+        odecore.solve(_stiffens, y0, **kwargs)
 
 
 # --- the stiff goal: Van der Pol, mu = 1000 --------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import odecore
@@ -299,9 +300,9 @@ def test_newton_that_does_not_converge_raises_solver_error():
     with pytest.raises(
         odecore.SolverError,
         match=(
-            r"Newton's iteration for the implicit stages did not converge in the step from "
-            r"t = 0\.0 to t = 0\.1 after 1 iteration\(s\): the last update's scaled norm was "
-            r".*`step_size`.*`max_iters`.*float64"
+            r"Newton did not converge at step size h = 0\.1 \(t = 0\.0\) after 1 "
+            r"iteration\(s\): the iterations ran out \(`max_iters` = 1\); the last update's "
+            r"scaled norm was .*`step_size`.*`max_iters`.*rtol=\.\.\., atol=\.\.\.\)`"
         ),
     ):
         odecore.odeint(
@@ -314,7 +315,7 @@ def test_newton_that_does_not_converge_raises_solver_error():
 
 
 def test_newton_failure_names_the_time_of_a_backward_solve():
-    with pytest.raises(odecore.SolverError, match=r"from t = 0\.0 to t = -0\.1 ") as info:
+    with pytest.raises(odecore.SolverError, match=r"h = 0\.1 \(t = 0\.0\) ") as info:
         odecore.solve(
             _vdp(1000.0),
             torch.tensor([2.0, 0.0], dtype=F64),
@@ -324,6 +325,7 @@ def test_newton_failure_names_the_time_of_a_backward_solve():
             dt0=0.1,
         )
     assert info.value.t == 0.0
+    assert info.value.status is odecore.Status.NEWTON_FAILED
 
 
 def test_a_diverging_newton_iteration_raises():
@@ -332,7 +334,7 @@ def test_a_diverging_newton_iteration_raises():
     def f(t, y):
         return -1e6 * torch.sign(y) * y.abs().sqrt()
 
-    with pytest.raises(odecore.SolverError, match="Newton's iteration"):
+    with pytest.raises(odecore.SolverError, match="Newton did not converge") as info:
         odecore.solve(
             f,
             torch.tensor([1.0], dtype=F64),
@@ -341,6 +343,110 @@ def test_a_diverging_newton_iteration_raises():
             solver=odecore.ImplicitEuler(newton=Newton(max_iters=50)),
             dt0=0.5,
         )
+    assert info.value.status is odecore.Status.NEWTON_FAILED
+
+
+SWITCH = 0.44
+TS = [i / 10 for i in range(11)]
+
+
+def stiffens(t, y):
+    """``y' = -y``, and from ``t = 0.44`` on ``y' = -y - 1000 y^3``: Newton's iteration
+    converges on every step up to ``t = 0.4``; in the step from 0.4 to 0.5 a stage past
+    the switch meets a field whose Jacobian is hundreds of times that at the step's
+    start, and the iteration fails (it runs out of iterations, or diverges)."""
+    c = 1000.0 if float(t) > SWITCH else 0.0
+    return -y - c * y**3
+
+
+def solve_stiffening(solver, t1=1.0, **kwargs):
+    return odecore.solve(
+        stiffens,
+        torch.ones(2, dtype=F64),
+        t0=0.0,
+        t1=t1,
+        dt0=0.1,
+        solver=solver,
+        saveat=odecore.SaveAt(ts=[t for t in TS if t <= t1]),
+        **kwargs,
+    )
+
+
+REASONS = {2: r"the iterations ran out \(`max_iters` = 2\)", 10: r"the iteration diverged"}
+
+
+@pytest.mark.parametrize("max_iters", sorted(REASONS))
+@pytest.mark.parametrize("cls", CLASSES, ids=_ids)
+def test_newton_failure_is_a_status_without_throw(cls, max_iters):
+    solver = cls(newton=Newton(max_iters=max_iters))
+    sol = solve_stiffening(solver, throw=False)
+    assert sol.status is odecore.Status.NEWTON_FAILED
+    assert sol.t_final == 0.4
+    # What was reached is what a solve that stops there gives; the rest is NaN.
+    ref = solve_stiffening(solver, t1=0.4)
+    assert ref.status is odecore.Status.SUCCESS
+    assert torch.equal(sol.ys[:5], ref.ys)
+    assert torch.isnan(sol.ys[5:]).all()
+
+
+@pytest.mark.parametrize("max_iters", sorted(REASONS))
+@pytest.mark.parametrize("cls", CLASSES, ids=_ids)
+def test_newton_failure_raises_naming_t_h_and_the_reason(cls, max_iters):
+    with pytest.raises(odecore.SolverError) as info:
+        solve_stiffening(cls(newton=Newton(max_iters=max_iters)))
+    err = info.value
+    assert err.status is odecore.Status.NEWTON_FAILED
+    assert err.t == 0.4
+    message = str(err)
+    assert message.startswith("solve() stopped at t = 0.4 before reaching t1 = 1.0: ")
+    assert re.search(
+        r"Newton did not converge at step size h = 0\.1 \(t = 0\.4\) after \d+ "
+        rf"iteration\(s\): {REASONS[max_iters]}",
+        message,
+    )
+    for option in ("`step_size`", "`n_steps`", "`dt0`", "`max_iters`", "rtol=..., atol=..."):
+        assert option in message
+
+
+@pytest.mark.parametrize("jacobian", ["dense", "krylov"])
+@pytest.mark.parametrize(("cls", "h"), [(odecore.ImplicitEuler, 1.0), (odecore.Trapezoid, 2.0)])
+def test_a_singular_iteration_matrix_is_a_newton_failure(cls, h, jacobian):
+    # y' = y: the iteration matrix 1 - h a J is zero when h a = 1, and the stage
+    # equation y1 = y0 + y1 has no solution. The dense path's LU factorisation used
+    # to raise torch's own error; the matrix-free one returned y0 + h f0 as if solved.
+    solver = cls(newton=Newton(jacobian=jacobian))
+    y0 = torch.ones(1, dtype=F64)
+    sol = odecore.solve(lambda t, y: y, y0, t0=0.0, t1=2 * h, dt0=h, solver=solver, throw=False)
+    assert sol.status is odecore.Status.NEWTON_FAILED
+    assert sol.t_final == 0.0
+    assert torch.isnan(sol.ys[-1]).all()
+    with pytest.raises(
+        odecore.SolverError,
+        match=(
+            rf"Newton did not converge at step size h = {h:g} \(t = 0\.0\) after 0 "
+            r"iteration\(s\): the iteration matrix I - h \(A ⊗ J\) is singular"
+        ),
+    ):
+        odecore.solve(lambda t, y: y, y0, t0=0.0, t1=2 * h, dt0=h, solver=solver)
+
+
+@pytest.mark.parametrize("name", sorted(IMPLICIT))
+def test_odeint_reports_a_newton_failure_at_the_step(name):
+    with pytest.raises(odecore.SolverError) as info:
+        odecore.odeint(
+            stiffens,
+            torch.ones(2, dtype=F64),
+            torch.tensor(TS, dtype=F64),
+            method=name,
+            options={"step_size": 0.1, "max_iters": 2},
+        )
+    assert info.value.status is odecore.Status.NEWTON_FAILED
+    assert info.value.t == pytest.approx(0.4)
+    assert re.search(
+        r"Newton did not converge at step size h = 0\.1 \(t = 0\.4\d*\) after 2 "
+        r"iteration\(s\): the iterations ran out \(`max_iters` = 2\)",
+        str(info.value),
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,13 @@ class SolverError(OdeCoreError, RuntimeError):
 
     The message says at which time and why: the step size underflowed, the step
     budget (``max_steps`` / ``max_num_steps``) ran out, the state became
-    non-finite, or a backend (``odeint``'s ``scipy:`` methods) failed, in its own
-    words.
+    non-finite, an implicit method's Newton iteration did not converge (at which
+    step size, after how many iterations, and why), or a backend (``odeint``'s
+    ``scipy:`` methods) failed, in its own words.
+
+    A solver that cannot take a step returns one, not raised, as its result's
+    ``failure`` (:class:`~odecore.StepResult`); the solve ends with its status and message
+    when no smaller step follows.
 
     Attributes:
         status: the :class:`Status` that ended the solve.
@@ -66,6 +71,7 @@ class Status(enum.IntEnum):
     DT_UNDERFLOW = 2
     NONFINITE = 3
     BACKEND_FAILED = 4
+    NEWTON_FAILED = 5
 
     def __str__(self) -> str:
         return _STATUS_MESSAGES[self]
@@ -88,5 +94,11 @@ _STATUS_MESSAGES = {
     Status.BACKEND_FAILED: (
         "the backend's solver failed (its own message follows); loosen the tolerances "
         "or try another method"
+    ),
+    Status.NEWTON_FAILED: (
+        "Newton's iteration for an implicit method's stages did not converge: the step may "
+        "be too large for the field; take smaller steps (`step_size` or `n_steps` in "
+        "odeint's options, `dt0` in solve()), or raise `max_iters` or loosen the "
+        "iteration's tolerances (`Newton(max_iters=..., rtol=..., atol=...)`)"
     ),
 }

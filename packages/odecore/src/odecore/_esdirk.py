@@ -28,8 +28,11 @@ the step's start (a strongly nonlinear field, or a long step), the Jacobian is t
 again at that stage's first guess, kept for the later stages, and the stage retried
 once. If it fails again the step is rejected: its state and error estimate are NaN,
 which the :class:`~odecore.PIDController` answers with a step five times smaller, as it
-does for any non-finite step. Under :class:`~odecore.ConstantStepSize`, which accepts
-every step, the state becomes NaN and the solve ends with ``Status.NONFINITE``.
+does for any non-finite step. The step carries the reason
+(:func:`odecore._newton.failure`): under :class:`~odecore.ConstantStepSize`, which
+accepts every step, the solve ends before the step with ``Status.NEWTON_FAILED``, and a
+:class:`~odecore.SolverError` under ``throw=True`` names the step size, the time and
+the reason; so does an adaptive solve whose retries shrink the step to nothing.
 
 **Gradients** of a step by backpropagation do not go through the iterations: each
 stage's converged value gets the implicit function theorem's derivative
@@ -39,7 +42,6 @@ stage's converged value gets the implicit function theorem's derivative
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -51,7 +53,7 @@ from torch import Tensor
 from ._controllers import ATOL, RTOL
 from ._errors import ConfigurationError
 from ._implicit import ImplicitButcherTableau
-from ._newton import Newton, StageMatrix, attach_gradient, newton_solve
+from ._newton import Newton, StageMatrix, attach_gradient, failed_step, failure, newton_solve
 from ._solvers import (
     AbstractSolver,
     Field,
@@ -161,13 +163,6 @@ def _matrix(
 # --- the solver -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _ESDIRKStep(StepResult):
-    """A step's result, and whether every stage's Newton iteration converged."""
-
-    converged: bool = True
-
-
 Interpolation = Literal["hermite", "cubic"]
 
 
@@ -225,7 +220,8 @@ class _AbstractESDIRK(_HermiteDense):
                     matrix = _matrix(f, ti, guess[0], hg, self.newton)
                 result = newton_solve(residual, guess, matrix, self.newton, scale)
             if not result.converged:
-                return _failed(y0, len(ks))
+                why = failure(result, t0, t1, getattr(f, "direction", 1.0))
+                return failed_step(y0, why, len(ks), adaptive=True)
             z = result.z[0]
             if graph:
                 z = self._with_gradient(f, ti, z, psi, hg)
@@ -233,7 +229,7 @@ class _AbstractESDIRK(_HermiteDense):
             zs.append(z)
         with torch.no_grad():
             y_err = zs[-1].detach() - zs[-2].detach()
-        return _ESDIRKStep(y1=zs[-1], y_err=y_err, ks=tuple(ks), f1=ks[-1])
+        return StepResult(y1=zs[-1], y_err=y_err, ks=tuple(ks), f1=ks[-1])
 
     def _with_gradient(self, f: Field, t: float, z: Tensor, psi: Tensor, hg: float) -> Tensor:
         """``z`` with the implicit function theorem's derivative with respect to
@@ -257,7 +253,7 @@ class _AbstractESDIRK(_HermiteDense):
         for theta in nodes[1:-1]:
             tm = t0 + theta * (t1 - t0)
             sub = self.step(f, t0, tm, y0, f0)
-            if not (isinstance(sub, _ESDIRKStep) and sub.converged):
+            if sub.failure is not None:
                 _, matrix = _hermite_basis(0)
                 return matrix, [y0, step.y1], [f0, f1]
             ys.append(sub.y1)
@@ -291,13 +287,6 @@ def with_solve_tolerances(solver: AbstractSolver, rtol: float, atol: float) -> A
     return solver
 
 
-def _failed(y0: Tensor, n_stages: int) -> _ESDIRKStep:
-    """A step whose iteration failed: NaN state and error, so that a controller
-    rejects it (and a fixed-step solve reports a non-finite state)."""
-    nan = torch.full_like(y0.detach(), math.nan)
-    return _ESDIRKStep(y1=nan, y_err=nan, ks=(nan,) * n_stages, f1=None, converged=False)
-
-
 @final
 @dataclass(frozen=True)
 class Kvaerno5(_AbstractESDIRK):
@@ -315,11 +304,12 @@ class Kvaerno5(_AbstractESDIRK):
     step's start, from autograd, or finite differences for a field without a graph);
     states with more than ``newton.dense_limit`` elements use matrix-free GMRES
     instead. A step whose iteration does not converge is rejected and retried
-    smaller. A step costs a Jacobian plus one evaluation per Newton iteration, a few
-    per stage. Gradients by backpropagation come from the implicit function theorem
-    at each stage, not from the iterations; with gradients enabled a stage costs one
-    more evaluation and the exact Jacobian at the stage, so run inference under
-    ``torch.no_grad()``.
+    smaller; under :class:`~odecore.ConstantStepSize` it ends the solve with
+    ``Status.NEWTON_FAILED``. A step costs a Jacobian plus one evaluation per Newton
+    iteration, a few per stage. Gradients by backpropagation come from the implicit
+    function theorem at each stage, not from the iterations; with gradients enabled a
+    stage costs one more evaluation and the exact Jacobian at the stage, so run
+    inference under ``torch.no_grad()``.
 
     The third stage is evaluated at ``t0 + 1.23 h``, past the end of the step: a
     field must accept times slightly beyond the solve's span, and a jump of the

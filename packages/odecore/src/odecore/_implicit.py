@@ -29,7 +29,15 @@ import torch
 from torch import Tensor
 
 from ._errors import ConfigurationError
-from ._newton import Newton, StageMatrix, attach_gradient, failure, newton_solve, sum_rows
+from ._newton import (
+    Newton,
+    StageMatrix,
+    attach_gradient,
+    failed_step,
+    failure,
+    newton_solve,
+    sum_rows,
+)
 from ._solvers import (
     Field,
     StepResult,
@@ -151,8 +159,12 @@ class AbstractImplicitRK(_HermiteDense):
     Subclasses set the class variables ``tableau`` and ``order``. The stage
     equations are solved by simplified Newton (see :class:`Newton`): one Jacobian of
     the field at the start of each step, one factorisation, and a few iterations of
-    ``s`` evaluations each. A step whose iteration fails raises
-    :class:`SolverError`.
+    ``s`` evaluations each. A step whose iteration fails (it runs out of
+    ``max_iters``, stops contracting, or meets a singular iteration matrix) is a NaN
+    step that carries the reason: a fixed-step solve ends there with
+    ``Status.NEWTON_FAILED`` (under ``throw=True`` a :class:`SolverError` naming the
+    step size, the time and the reason), with the output up to the step's start as a
+    solve to that time gives it; a step-size controller would retry it smaller.
 
     Gradients: the iteration runs without a graph, and the stages get the
     derivative of the exact solution of the stage equations from the implicit
@@ -219,7 +231,8 @@ class AbstractImplicitRK(_HermiteDense):
             lambda z: residual(z, base0, f0_bare), guess, matrix, self.newton, scale
         )
         if not result.converged:
-            raise failure(result, t0, t1, getattr(f, "direction", 1.0))
+            why = failure(result, t0, t1, getattr(f, "direction", 1.0))
+            return failed_step(y0, why, 1, self.tableau.adaptive)
         z = result.z
         if torch.is_grad_enabled():
             with torch.enable_grad():

@@ -42,9 +42,13 @@ stages are as accurate as the tolerance, or when an update is below ``kappa``
 (the first one, before a rate is known), or when an update within the tolerance
 stops shrinking (``theta_k >= 1``: the iterates wander at the rounding level). It
 fails when ``theta_k >= 1`` twice in a row above the tolerance (the iteration does
-not contract), on a non-finite update, or after ``max_iters`` iterations; what to
-do with a failure is the caller's (a fixed-step method raises :class:`SolverError`,
-an adaptive one can retry a smaller step).
+not contract), on a non-finite update, after ``max_iters`` iterations, or at once
+when the iteration matrix is singular (or GMRES makes no progress on it). A failed
+step is not an exception: the method returns a NaN step carrying a
+:class:`SolverError`, not raised (:func:`failure`), which an adaptive controller
+rejects and retries smaller, and which ends a fixed-step solve with
+``Status.NEWTON_FAILED`` (under ``throw=True`` a :class:`SolverError` that names the
+step size, the time and the reason).
 
 The default tolerances, ``1e-12`` (at least ``100 eps`` of the state's dtype), make
 the stages of a fixed-step method far more accurate than its truncation error in
@@ -81,6 +85,7 @@ import torch
 from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
+from ._solvers import StepResult
 
 JacobianKind = Literal["auto", "dense", "krylov"]
 
@@ -88,6 +93,7 @@ Residual = Callable[[Tensor], Tensor]
 """``G(Z)``: the residual of the stage equations, for ``Z`` of shape ``(s, *state)``."""
 
 _TOL = 1e-12  # the default rtol and atol
+_SINGULAR = "the iteration matrix I - h (A ⊗ J) is singular"
 _FLOOR = 100.0  # tolerances are at least this many eps of the state's dtype
 
 
@@ -323,7 +329,14 @@ class StageMatrix(abc.ABC):
     ``J`` is the field's Jacobian either at one point for every stage (simplified
     Newton) or at each stage's own point (the exact matrix, for gradients): block
     ``(i, j)`` of ``M`` is ``δ_ij I - h a_ij J_j``.
+
+    Attributes:
+        singular: why ``M`` cannot be solved with (it is singular, or GMRES made no
+            progress on it), once found; ``None`` while it can. A solve after that
+            returns NaN.
     """
+
+    singular: str | None = None
 
     @abc.abstractmethod
     def solve(self, r: Tensor) -> Tensor:
@@ -393,9 +406,13 @@ class _DenseMatrix(StageMatrix):
             ).neg_()
         m.diagonal().add_(1.0)
         wide = dtype in (torch.float16, torch.bfloat16)
-        self.lu, self.pivots = torch.linalg.lu_factor(m.float() if wide else m)
+        self.lu, self.pivots, info = torch.linalg.lu_factor_ex(m.float() if wide else m)
+        if int(info) != 0:  # a zero pivot: lu_solve would divide by zero
+            self.singular = _SINGULAR
 
     def _solve(self, r: Tensor, adjoint: bool) -> Tensor:
+        if self.singular is not None:
+            return torch.full_like(r, math.nan)
         rhs = r.reshape(-1, 1).to(self.lu.dtype)
         x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs, adjoint=adjoint)
         return x.to(r.dtype).view_as(r)
@@ -447,13 +464,25 @@ class _KrylovMatrix(StageMatrix):
 
     def _gmres(self, op: Callable[[Tensor], Tensor], r: Tensor) -> Tensor:
         nw = self.newton
-        x = gmres(
+        if self.singular is not None:
+            return torch.full_like(r, math.nan)
+        b = r.reshape(-1)
+        x, residual = _gmres(
             lambda v: op(v.view_as(r)).reshape(-1),
-            r.reshape(-1),
+            b,
             rtol=self.rtol,
             restart=nw.krylov_restart,
             max_iters=nw.krylov_max_iters,
         )
+        b_norm = float(torch.linalg.vector_norm(b))
+        if 0.0 < b_norm <= residual:
+            # No progress at all (a singular M: x = 0 with the residual b). Taken as a
+            # solution, the zero update would pass Newton's convergence test.
+            self.singular = (
+                f"{_SINGULAR}, or GMRES made no progress on it (try "
+                "`Newton(jacobian='dense')` or a larger `krylov_max_iters`)"
+            )
+            return torch.full_like(r, math.nan)
         return x.view_as(r)
 
     def solve(self, r: Tensor) -> Tensor:
@@ -507,10 +536,18 @@ def gmres(
         >>> torch.allclose(a @ x, torch.tensor([1.0, 2.0], dtype=torch.float64))
         True
     """
+    return _gmres(matvec, b, rtol=rtol, restart=restart, max_iters=max_iters)[0]
+
+
+def _gmres(
+    matvec: Callable[[Tensor], Tensor], b: Tensor, *, rtol: float, restart: int, max_iters: int
+) -> tuple[Tensor, float]:
+    """:func:`gmres`, and the norm of the residual ``b - A x`` it leaves (computed, not
+    the least-squares estimate, which a singular ``A`` makes zero)."""
     x = torch.zeros_like(b)
     b_norm = float(torch.linalg.vector_norm(b))
     if b_norm == 0.0 or not math.isfinite(b_norm):
-        return x if b_norm == 0.0 else torch.full_like(b, math.nan)
+        return (x, 0.0) if b_norm == 0.0 else (torch.full_like(b, math.nan), math.nan)
     target = rtol * b_norm
     r = b
     used = 0
@@ -560,7 +597,7 @@ def gmres(
         used += 1
         if abs(g[k]) <= target:
             break
-    return x
+    return x, float(torch.linalg.vector_norm(r))
 
 
 # --- the iteration --------------------------------------------------------------------
@@ -578,6 +615,8 @@ class NewtonResult:
         rate: the last contraction rate ``theta`` (``nan`` before two iterations).
         diverged: the iteration stopped because it did not contract or a value
             became non-finite.
+        singular: why the iteration matrix could not be solved with (see
+            :attr:`StageMatrix.singular`); ``None`` if it could.
     """
 
     z: Tensor
@@ -586,6 +625,7 @@ class NewtonResult:
     update: float
     rate: float
     diverged: bool
+    singular: str | None = None
 
 
 def newton_solve(
@@ -616,9 +656,13 @@ def newton_solve(
     rate = math.nan
     slow = 0
     update = math.inf
+    if matrix.singular is not None:
+        return NewtonResult(z, False, 0, update, rate, False, matrix.singular)
     with torch.no_grad():
         for k in range(newton.max_iters):
             dz = matrix.solve(residual(z))
+            if matrix.singular is not None:
+                return NewtonResult(z, False, k, update, rate, False, matrix.singular)
             z = z - dz
             update = float(torch.linalg.vector_norm(dz / scale)) / math.sqrt(max(dz.numel(), 1))
             if not math.isfinite(update):
@@ -642,7 +686,9 @@ def newton_solve(
 
 
 def failure(result: NewtonResult, t0: float, t1: float, direction: float = 1.0) -> SolverError:
-    """The :class:`SolverError` that a fixed-step method raises for a failed solve.
+    """Why a step failed, for a solve to end with: a :class:`SolverError` (returned on
+    the step's result, not raised) with ``Status.NEWTON_FAILED`` and a sentence that
+    names the step and the reason.
 
     Args:
         result: the failed iteration.
@@ -651,28 +697,62 @@ def failure(result: NewtonResult, t0: float, t1: float, direction: float = 1.0) 
         direction: ``-1.0`` when the caller integrates backward in time.
 
     Returns:
-        The error, naming the step, the iterations and the last update, and what to
-        try. Its ``status`` is :attr:`Status.NONFINITE` for a non-finite update, else
-        :attr:`Status.BACKEND_FAILED` (the solver's own message says why).
+        The error, its ``t`` the step's start (the caller's time). Its message
+        starts ``Newton did not converge at step size h = <|t1 - t0|> (t = <t>)
+        after <n> iteration(s): <reason>``, the reason one of "the iterations ran
+        out", "the iteration diverged", "the iteration produced a non-finite value"
+        and "the iteration matrix I - h (A ⊗ J) is singular", and then names the
+        options to change.
+
+    Example:
+        >>> import math, torch
+        >>> result = NewtonResult(torch.zeros(1), False, 4, 37.0, 0.9, False)
+        >>> str(failure(result, 0.5, 0.75))[:72]
+        'Newton did not converge at step size h = 0.25 (t = 0.5) after 4 iteratio'
     """
-    how = (
-        "diverged (the update stopped shrinking)"
-        if result.diverged and math.isfinite(result.update)
-        else "produced a non-finite value"
-        if result.diverged
-        else "did not converge"
-    )
-    rate = "" if math.isnan(result.rate) else f", contraction rate {result.rate:.3g}"
-    status = Status.NONFINITE if not math.isfinite(result.update) else Status.BACKEND_FAILED
+    if result.singular is not None:
+        why = result.singular
+    else:
+        if not result.diverged:
+            how = f"the iterations ran out (`max_iters` = {result.iters})"
+        elif math.isfinite(result.update):
+            how = "the iteration diverged (its update stopped shrinking)"
+        else:
+            how = "the iteration produced a non-finite value"
+        rate = "" if math.isnan(result.rate) else f", contraction rate {result.rate:.3g}"
+        why = (
+            f"{how}; the last update's scaled norm was {result.update:.3g} (1 is the "
+            f"tolerance){rate}"
+        )
+    t = direction * t0 + 0.0  # no -0.0
     return SolverError(
-        f"Newton's iteration for the implicit stages {how} in the step from t = {direction * t0!r} "
-        f"to t = {direction * t1!r} after {result.iters} iteration(s): the last update's scaled "
-        f"norm was {result.update:.3g} (1 is the tolerance){rate}. Try a smaller "
-        "`step_size` (or more `n_steps`), a larger `max_iters` (odeint's option, or "
-        "`Newton(max_iters=...)`), or a float64 state; for a stiff problem with an "
-        "inaccurate Jacobian, `Newton(jacobian='dense')`.",
-        status=status,
-        t=direction * t0,
+        f"Newton did not converge at step size h = {abs(t1 - t0):.6g} "
+        f"(t = {t!r}) after {result.iters} iteration(s): {why}. A smaller "
+        "step, a larger `max_iters` or looser tolerances may converge: odeint's options "
+        "`step_size` (or `n_steps`) and `max_iters`; in solve(), `dt0` and the solver's "
+        "`newton=odecore.Newton(max_iters=..., rtol=..., atol=...)`.",
+        status=Status.NEWTON_FAILED,
+        t=t,
+    )
+
+
+def failed_step(y0: Tensor, why: SolverError, n_ks: int, adaptive: bool) -> StepResult:
+    """The result of a step that ``why`` says failed: NaN state (and error estimate,
+    for an adaptive method), so that a controller rejects it and nothing reads it as
+    a state.
+
+    Args:
+        y0: the step's start, for the shape, dtype and device.
+        why: the failure.
+        n_ks: how many stage derivatives the method's results carry.
+        adaptive: whether the method has an error estimate.
+
+    Returns:
+        The step's result, with ``failure=why``.
+    """
+    nan = torch.full_like(y0.detach(), math.nan)
+    return StepResult(
+        y1=nan, y_err=nan if adaptive else None, ks=(nan,) * n_ks, f1=None, failure=why
     )
 
 

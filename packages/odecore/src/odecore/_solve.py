@@ -490,6 +490,7 @@ class _Run:
     stats: Stats
     status: Status
     s_reached: float
+    message: str = ""
 
 
 def _integrate(
@@ -511,12 +512,15 @@ def _integrate(
     """The step loop, in increasing time ``s``: step, judge, save, repeat.
 
     Returns the states at ``taus`` (``None`` where not reached), the statistics, the
-    status and the last time reached. Failures are statuses, never exceptions.
+    status and the last time reached. Failures are statuses, never exceptions; a step
+    the solver could not take (``step.failure``) ends the loop before it, with its
+    status and message, unless the controller retries it smaller.
     ``on_step(s, y)`` is called after every accepted step; ``hooks`` (the field's step
     callbacks, an event) around every step, and an event stops the loop.
     """
     stats = Stats()
     status = Status.SUCCESS
+    message = ""
     ys: list[Tensor | None] = [None] * len(taus)
 
     out_i = 0
@@ -564,6 +568,11 @@ def _integrate(
             verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             cstate = verdict.state
             retry = not verdict.accept
+            if verdict.accept and step.failure is not None:  # no smaller step follows
+                if fe.clock is not None:
+                    fe.clock.end()
+                status, message = step.failure.status, str(step.failure)
+                break
             if verdict.accept:
                 stats.n_accepted += 1
                 out_j = bisect.bisect_right(taus, s_next, lo=out_i)
@@ -610,6 +619,8 @@ def _integrate(
                     fe.clock.end()
                 if not verdict.finite and verdict.dt <= _tiny(s, span):
                     status = Status.NONFINITE
+                    if step.failure is not None:
+                        status, message = step.failure.status, str(step.failure)
                     break
             if verdict.accept and s_next == target and verdict.dt < dt:
                 # A step shortened to land on a stop says little about the step size.
@@ -621,7 +632,7 @@ def _integrate(
             s = finite.times[first - 1] if first > 0 else s0
             status = Status.NONFINITE
     stats.nfe = fe.nfe
-    return _Run(ys=ys, stats=stats, status=status, s_reached=s)
+    return _Run(ys=ys, stats=stats, status=status, s_reached=s, message=message)
 
 
 def _moved(
@@ -706,7 +717,9 @@ def _make_loop(
             fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
             jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction), dense,
         )  # fmt: skip
-        return LoopResult(run.ys, run.stats, run.status, direction * run.s_reached, step_ends)
+        return LoopResult(
+            run.ys, run.stats, run.status, direction * run.s_reached, step_ends, run.message
+        )
 
     return loop
 

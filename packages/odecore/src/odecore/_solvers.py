@@ -17,7 +17,7 @@ from typing import ClassVar, Literal, final
 import torch
 from torch import Tensor
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, SolverError
 from ._tableau import (
     BOSH3_TABLEAU,
     DOPRI5_TABLEAU,
@@ -48,12 +48,17 @@ class StepResult:
         y_err: the embedded local error estimate, or ``None`` for fixed-step methods.
         ks: the stages ``k_i`` (used for dense output).
         f1: ``f(t1, y1)`` when the method computed it anyway (FSAL), else ``None``.
+        failure: why the solver could not take the step (an implicit method's Newton
+            iteration failed), as a :class:`SolverError` that is not raised; else
+            ``None``. ``y1`` and ``y_err`` are then NaN, so that a controller rejects
+            the step; a solve that accepts it ends with the error's status and message.
     """
 
     y1: Tensor
     y_err: Tensor | None
     ks: tuple[Tensor, ...]
     f1: Tensor | None
+    failure: SolverError | None = None
 
 
 class AbstractSolver(abc.ABC):
@@ -134,12 +139,16 @@ class _HermiteDense(AbstractSolver):
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
     ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
         """The Hermite interpolant's matrix, and the values and derivatives at its nodes
-        (the interior ones reached by sub-steps of the method)."""
+        (the interior ones reached by sub-steps of the method; the cubic through the
+        ends if a sub-step fails)."""
         nodes, matrix = _hermite_basis(_interior_nodes(self.order))
         ys, fs = [y0], [f0]
         for theta in nodes[1:-1]:
             tm = t0 + theta * (t1 - t0)
             sub = self.step(f, t0, tm, y0, f0)
+            if sub.failure is not None:  # the cubic through the ends
+                f1 = step.f1 if step.f1 is not None else f(t1, step.y1)
+                return _hermite_basis(0)[1], [y0, step.y1], [f0, f1]
             ys.append(sub.y1)
             fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
         ys.append(step.y1)
