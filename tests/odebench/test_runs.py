@@ -235,6 +235,13 @@ def test_resume_may_change_the_epochs_device_and_progress(run_copy):
     assert len(json.loads((run_copy / "metrics.json").read_text())) == 2
 
 
+def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(run_copy):
+    state = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    del state["config"]["solver_options"]  # a run of the release before it
+    torch.save(state, run_copy / "checkpoint.pt")
+    assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "2") == 0
+
+
 def test_resume_cannot_shorten_a_run(run_copy, capsys):
     assert _main(*TOY_ARGS, "--out", str(run_copy), "--resume", "--epochs", "0") == 2
     assert "has reached epoch 1 already; resume it with --epochs 1 or more, not 0" in (

@@ -637,3 +637,59 @@ def test_the_checkpoint_writer_refuses_non_finite_weights(tmp_path):
     with pytest.raises(ValueError, match=rf"{path}: not saved: the weight w is not finite"):
         save_checkpoint(path, {"epoch": 2, "model": {"w": torch.tensor([1.0, math.nan])}})
     assert torch.load(path, weights_only=True)["epoch"] == 1
+
+
+# -- an implicit method's Newton iteration: its failure is the step size's, not the rate's --
+
+
+def _implicit(out: Path, *more: str) -> list[str]:
+    return [
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",
+        "--lr", "0.03", "--train-size", "256", "--batch-size", "32", "--epochs", "2",
+        "--method", "implicit_euler", "--device", "cpu", "--no-progress", "--out", str(out),
+        *more,
+    ]  # fmt: skip
+
+
+def test_newton_failing_at_a_step_size_is_not_blamed_on_the_learning_rate(tmp_path, capsys):
+    # At this rate --n-steps 8 trains; --n-steps 4 stops in Newton's iteration, and
+    # the line said "The weights have probably diverged: lower --lr".
+    assert odebench.main(_implicit(tmp_path / "run", "--n-steps", "4")) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("odebench train: training failed: epoch "), last
+    assert "Newton" in last and "--lr" not in last, last
+    assert "--solver-option NAME=VALUE" in last, last
+
+
+def test_odecore_options_pass_through_by_odecore_names(tmp_path, capsys):
+    config = TrainConfig(**TOY, method="implicit_euler", n_steps=4, solver_options={"max_iters": 3})
+    assert config.spec.solver.newton.max_iters == 3
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    out = tmp_path / "run"
+    argv = _implicit(out, "--n-steps", "8", "--solver-option", "max_iters=12", "--epochs", "1")
+    assert odebench.main(argv) == 0
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert saved["solver_options"] == {"max_iters": 12}
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            "max_iter=3",
+            "Unknown option(s) ['max_iter'] for method 'implicit_euler'; known options:",
+        ),
+        ("max_iters=0", "`max_iters` must be a positive integer, got 0."),
+        ("max_iters", "argument --solver-option: expected NAME=VALUE, got 'max_iters'"),
+        ("n_steps=3", "`solver_options` cannot set n_steps; use `n_steps` (--n-steps)"),
+    ],
+)
+def test_a_bad_odecore_option_is_one_line(option, message, tmp_path, capsys):
+    argv = _implicit(tmp_path / "run", "--n-steps", "4", "--solver-option", option)
+    try:
+        status = odebench.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        status = exc.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err

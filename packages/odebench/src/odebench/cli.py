@@ -11,7 +11,8 @@
     odebench publish RUN_DIR... --to DEST
     odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
                    [--optimizer sgd|adam] [--method NAME] [--rtol R] [--atol A]
-                   [--gradient G] [--n-steps N] [--refine-epochs E,E,...] ...
+                   [--gradient G] [--n-steps N] [--solver-option NAME=VALUE]
+                   [--refine-epochs E,E,...] ...
                    [--resume | --overwrite] [--progress | --no-progress]
     odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
                           [--repeats N] [--problems NAMES] [--libraries NAMES]
@@ -121,6 +122,20 @@ def _out_dir(text: str) -> Path:
                 )
             break
     return path
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """An argparse type: ``NAME=VALUE``, the value a number, true, false or a word."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    words: dict[str, Any] = {"true": True, "false": False}
+    for parse in (int, float):
+        try:
+            return name.strip(), parse(value)
+        except ValueError:
+            pass
+    return name.strip(), words.get(value.lower(), value)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -300,6 +315,10 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
         help="steps of a fixed-step --method; ContinuousNet models: N_t = M of every "
         "block at epoch 0 (default: none, required by a fixed-step method; ContinuousNet "
         f"models: {CONTNET_STEPS})")  # fmt: skip
+    add("--solver-option", type=_option, action="append", default=None, metavar="NAME=VALUE",
+        help="an option of --method by odecore's name, as odecore.odeint takes it (implicit "
+        "methods: max_iters, Newton's iterations per step; adaptive: max_num_steps, "
+        "first_step, ...); repeat for more (default: odecore's)")  # fmt: skip
     add("--refine-epochs", type=_int_list, default=default["refine_epochs"], metavar="E,E,...",
         help="ContinuousNet models: epochs at whose start N_t and M double "
         "(default: none)")  # fmt: skip
@@ -818,6 +837,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             atol=args.atol,
             gradient=args.gradient,
             n_steps=args.n_steps,
+            solver_options=dict(args.solver_option or ()),
             refine_epochs=args.refine_epochs,
             bf16=args.bf16,
             compile=args.compile,

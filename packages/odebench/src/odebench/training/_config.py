@@ -7,7 +7,7 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, Literal
@@ -93,6 +93,10 @@ class TrainConfig:
         n_steps: steps of a fixed-step method: for an ODE model with one, the steps
             over ``[0, 1]`` (required); for the ContinuousNet models ``N_t = M`` of
             every block at epoch 0 (``None``: 8).
+        solver_options: odecore's options of ``method`` by odecore's names, passed to
+            ``odecore.OdeSpec.from_method`` as its ``options`` (an implicit method's
+            ``max_iters``, an adaptive one's ``max_num_steps``, ...); odecore refuses
+            an unknown one, listing the known. ``n_steps`` is a field of its own.
         refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
             start ``N_t`` and ``M`` double (:class:`contnet.RefinementSchedule`, the
             optimiser's state carried over), as Queiruga et al. train. The blocks'
@@ -150,6 +154,7 @@ class TrainConfig:
     atol: float = TRAIN_TOL
     gradient: str = "backprop"
     n_steps: int | None = None
+    solver_options: dict[str, Any] = field(default_factory=dict, hash=False)
     refine_epochs: tuple[int, ...] = ()
     bf16: bool = False
     compile: bool = False
@@ -248,9 +253,16 @@ class TrainConfig:
                 f"`gradient` {self.gradient!r} does not apply to `model` {self.model!r}, a "
                 "discrete network differentiated by backprop through its steps; leave it unset."
             )
+        if not isinstance(self.solver_options, dict):
+            raise ValueError(
+                "`solver_options` must be a dict of odecore's options, "
+                f"got {self.solver_options!r}."
+            )
+        if "n_steps" in self.solver_options:
+            raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
-            for name in ("method", "n_steps"):
-                if getattr(self, name) is not None:
+            for name in ("method", "n_steps", "solver_options"):
+                if getattr(self, name) not in (None, {}):
                     raise ValueError(
                         f"`{name}` does not apply to `model` {self.model!r}, which solves no "
                         "ODE (the RK-Net: always 6 RK4 steps); leave it unset."
@@ -276,12 +288,9 @@ class TrainConfig:
                 "leave it unset or choose a fixed-step `method`."
             )
         steps = self.n_steps if self.n_steps is not None else (CONTNET_STEPS if contnet else None)
+        options = dict(self.solver_options) | ({"n_steps": steps} if steps is not None else {})
         return odecore.OdeSpec.from_method(
-            method,
-            rtol=self.rtol,
-            atol=self.atol,
-            gradient=self.gradient,
-            options={"n_steps": steps} if steps is not None else None,
+            method, rtol=self.rtol, atol=self.atol, gradient=self.gradient, options=options
         )
 
     @property

@@ -910,14 +910,29 @@ class Trainer:
         }
 
 
+#: How a solve ends when the weights have grown too large for it.
+_DIVERGED = (
+    odecore.Status.NONFINITE,
+    odecore.Status.MAX_STEPS_REACHED,
+    odecore.Status.DT_UNDERFLOW,
+)
+
+
 def _diverged(
     where: str, exc: odecore.SolverError | str, path: Path, epoch: int
 ) -> TrainingFailedError:
-    """The one-line error of a non-finite loss or weight, or of a solver's failure."""
+    """The one-line error of a non-finite loss or weight, or of a solver's failure.
+
+    A solver's failure is blamed on the weights (lower the rate) only when its status
+    says the state blew up; any other (Newton's iteration at too large a step, a
+    backend) passes the solver's own message on, with how the options reach it.
+    """
     kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
-    return TrainingFailedError(
-        f"{where}: {exc} The weights have probably diverged: lower --lr{kept}."
-    )
+    if isinstance(exc, odecore.SolverError) and exc.status not in _DIVERGED:
+        hint = "The solver's options: --n-steps, --rtol, --atol, --solver-option NAME=VALUE"
+    else:
+        hint = "The weights have probably diverged: lower --lr"
+    return TrainingFailedError(f"{where}: {exc} {hint}{kept}.")
 
 
 def _postfix(totals: _Totals, seconds: float, process: _Process) -> dict[str, str]:

@@ -420,7 +420,9 @@ class RunFolder:
             saved = _saved_config(self.path / "config.json")
         if saved is None:
             return
-        changed = changed_settings(saved, config.to_dict())
+        # A setting added since the run was saved had its default there.
+        defaults = TrainConfig(model=config.model, dataset=config.dataset).to_dict()
+        changed = changed_settings({**defaults, **saved}, config.to_dict())
         if changed:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changed)
             raise SettingsChangedError(
