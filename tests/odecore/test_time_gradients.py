@@ -1,7 +1,8 @@
 """No silent gradient: every input that requires grad gets the right one.
 
 Oracles: torchdiffeq on the same call, ``torch.autograd.gradcheck`` in float64 (exact
-for the discrete scheme), and the closed form of ``y' = a y + b sin(t)``.
+for the discrete scheme), and the closed forms of ``y' = a y + b sin(t)`` and
+``y' = -0.7 y + sin(3 t)``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
-
-torchdiffeq = pytest.importorskip("torchdiffeq")
 
 F64 = torch.float64
 GRADIENTS = {
@@ -67,6 +66,7 @@ def _loss(ys: torch.Tensor) -> torch.Tensor:
     ],
 )
 def test_time_gradient_matches_torchdiffeq(ours: str, theirs: str, rtol: float) -> None:
+    torchdiffeq = pytest.importorskip("torchdiffeq")
     a = torch.tensor(-0.7, dtype=F64)
     f = _linear(a, torch.tensor(1.0, dtype=F64))
     y0 = torch.tensor([1.0], dtype=F64)
@@ -365,3 +365,201 @@ def test_a_jump_at_t0_starts_from_the_limit_after_it(gradient: str) -> None:
     assert sol.ys[-1].item() == pytest.approx(1.0, rel=1e-12)
     sol.ys[-1].sum().backward()
     assert w.grad is not None and w.grad.item() == pytest.approx(1.0, rel=1e-9)
+
+
+# --- fixed grids: every step end and every output time keeps its time gradient ----------
+#
+# y' = -0.7 y + sin(3 t), y(t[0]) = 1; the outputs are y at t[1] and t[2]. An output time
+# that falls on the fixed grid used to lose its gradient to the grid point of the same
+# value (the grid of `n_steps` or `grid_constructor` is a function of t[0] and t[-1]
+# only), and the grids of the Adams methods' `step_size` were Python floats.
+
+ADAMS = ["explicit_adams", "implicit_adams", "fixed_adams"]
+ONE_STEP = sorted(odecore.FIXED_METHODS)
+IMPLICIT = sorted(odecore.IMPLICIT_METHODS)
+_A = -0.7
+
+
+def _forced(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _A * y + torch.sin(3 * t)
+
+
+def _forced_exact(t: torch.Tensor) -> torch.Tensor:
+    """``y(t)`` of ``y' = a y + sin(3 t)``, ``y(t[0]) = 1``: ``C e^{a t}`` plus the
+    particular solution ``-(a sin(3 t) + 3 cos(3 t)) / (9 + a^2)``."""
+
+    def particular(s: torch.Tensor) -> torch.Tensor:
+        return -(_A * torch.sin(3 * s) + 3 * torch.cos(3 * s)) / (9 + _A * _A)
+
+    return (1.0 - particular(t[0])) * torch.exp(_A * (t - t[0])) + particular(t)
+
+
+def _uniform4(func, y0, t: torch.Tensor) -> torch.Tensor:
+    """Four uniform steps, built from ``t`` so that the grid carries its gradient."""
+    inner = t[0] + (t[-1] - t[0]) * torch.tensor([0.25, 0.5, 0.75], dtype=t.dtype)
+    return torch.cat([t[:1], inner, t[-1:]])
+
+
+GRIDS = {
+    # t[1] = 0.5 is on the grid of n_steps 4 and 2, of step_size 0.25 and of _uniform4.
+    "n_steps=4": ([0.0, 0.5, 1.0], {"n_steps": 4}),
+    "n_steps=2": ([0.0, 0.5, 1.0], {"n_steps": 2}),
+    "n_steps=4 backward": ([1.0, 0.5, 0.0], {"n_steps": 4}),
+    "n_steps=5 (off the grid)": ([0.0, 0.5, 1.0], {"n_steps": 5}),
+    # A step size that divides the span puts a kink at t[0] and t[-1] (one step more or
+    # less): these spans are not multiples of it.
+    "step_size=0.25": ([0.0, 0.5, 1.1], {"step_size": 0.25}),
+    "step_size=0.25 backward": ([1.0, 0.5, -0.1], {"step_size": 0.25}),
+    "step_size=0.3 (off the grid)": ([0.0, 0.5, 1.1], {"step_size": 0.3}),
+    "grid_constructor": ([0.0, 0.5, 1.0], {"grid_constructor": _uniform4}),
+    "default grid": ([0.0, 0.5, 1.0], {}),
+}
+
+
+def _outputs(method: str, options: dict):
+    def run(t: torch.Tensor) -> torch.Tensor:
+        y0 = torch.ones(1, dtype=F64)
+        return odecore.odeint(_forced, y0, t, method=method, options=options)[1:, 0]
+
+    return run
+
+
+@pytest.mark.filterwarnings("ignore:The Adams-Moulton corrector did not converge")
+@pytest.mark.parametrize("grid", list(GRIDS))
+@pytest.mark.parametrize("method", ONE_STEP + ADAMS)
+def test_every_fixed_grid_gives_each_time_its_gradient(method: str, grid: str) -> None:
+    """Backprop is exact for the discrete scheme: gradcheck's central differences of the
+    same solve, float64 (the wrong gradients were off by 0.1 to 1; the interpolant's
+    second derivative, which jumps at a grid point, costs about eps here)."""
+    times, options = GRIDS[grid]
+    t = torch.tensor(times, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(_outputs(method, options), (t,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("grid", ["n_steps=4", "step_size=0.25", "default grid"])
+@pytest.mark.parametrize("method", IMPLICIT)
+def test_implicit_fixed_grids_give_each_time_its_gradient(method: str, grid: str) -> None:
+    times, options = GRIDS[grid]
+    t = torch.tensor(times, dtype=F64, requires_grad=True)
+    run = _outputs(method, {**options, "max_iters": 50})
+    assert torch.autograd.gradcheck(run, (t,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [
+        *(
+            (method, options)
+            for method in ("rk4", "rk4_38")
+            for options in (
+                {"n_steps": 4},
+                {"n_steps": 40},
+                {"step_size": 0.05},
+                {"step_size": 0.25},
+            )
+        ),
+        # The Adams methods' coefficients assume equal steps: with `step_size` the
+        # shortened last step makes the discrete time gradient an O(h) one.
+        *((method, {"n_steps": 40}) for method in ADAMS),
+    ],
+    ids=str,
+)
+def test_the_issue_example_against_the_closed_form(method: str, options: dict) -> None:
+    """The issue's loss ``2 y(0.5) + 3 y(1)``: close to the exact gradient (loosely, the
+    scheme's error), ``[2.03, 0.62, -1.63]`` and not ``[2.34, 0, -1.31]``."""
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64, requires_grad=True)
+    ys = odecore.odeint(_forced, torch.ones(1, dtype=F64), t, method=method, options=options)
+    (grad,) = torch.autograd.grad(2 * ys[1, 0] + 3 * ys[2, 0], t)
+    exact = t.detach().clone().requires_grad_(True)
+    y = _forced_exact(exact)
+    (oracle,) = torch.autograd.grad(2 * y[1] + 3 * y[2], exact)
+    torch.testing.assert_close(grad, oracle, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("method", ONE_STEP)
+def test_n_steps_with_the_adjoint_against_the_closed_form(method: str) -> None:
+    """The adjoint's time gradient is the continuous one, on any grid."""
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64, requires_grad=True)
+    ys = odecore.odeint_adjoint(
+        _forced, torch.ones(1, dtype=F64), t, method=method, options={"n_steps": 400}
+    )
+    (grad,) = torch.autograd.grad(2 * ys[1, 0] + 3 * ys[2, 0], t)
+    exact = t.detach().clone().requires_grad_(True)
+    y = _forced_exact(exact)
+    (oracle,) = torch.autograd.grad(2 * y[1] + 3 * y[2], exact)
+    torch.testing.assert_close(grad, oracle, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"step_size": 0.3, "jump_t": [0.5]},
+        {"step_size": 0.3, "step_t": [0.5]},
+        {"step_size": 0.3, "step_t": torch.tensor([0.5], dtype=F64)},
+        {"n_steps": 4, "perturb": True},  # 0.6 on the grid, every step end a jump
+        {"n_steps": 4, "step_t": [0.5]},
+        {"perturb": True},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("method", ["rk4", "midpoint"])
+def test_a_constant_step_time_on_an_output_time_stays_put(method: str, options: dict) -> None:
+    """A jump or step time given as a number is a constant: a step that ends on it does
+    not move with the output time of the same value (0.5 here; 1.2 is no multiple of
+    0.3 after 0.5, which would put a kink at the end)."""
+    t = torch.tensor([0.0, 0.5, 0.6, 1.2], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(_outputs(method, options), (t,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("gradient", ["autograd", "checkpoint"])
+@pytest.mark.parametrize("solver", [odecore.RK4(), odecore.Midpoint()], ids=repr)
+def test_solve_tells_an_output_time_from_a_step_time_of_the_same_value(
+    solver: odecore.AbstractSolver, gradient: str
+) -> None:
+    """``solve`` with a constant step size, step times and output times as separate
+    tensors that share the value 0.5: each gets its own gradient."""
+
+    def run(ts: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        sol = odecore.solve(
+            _forced,
+            torch.ones(1, dtype=F64),
+            t0=0.0,
+            t1=1.0,
+            solver=solver,
+            controller=odecore.ConstantStepSize(),
+            dt0=0.3,
+            step_ts=steps,
+            saveat=odecore.SaveAt(ts=ts),
+            gradient=GRADIENTS[gradient],
+        )
+        return sol.ys[:, 0]
+
+    ts = torch.tensor([0.2, 0.5, 0.9], dtype=F64, requires_grad=True)
+    steps = torch.tensor([0.25, 0.5, 0.75], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(run, (ts, steps), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+@pytest.mark.parametrize(
+    ("solver", "dt0"), [(odecore.RK4(), 0.25), (odecore.Dopri5(), None)], ids=["rk4", "dopri5"]
+)
+def test_repeated_output_times_each_keep_their_gradient(
+    solver: odecore.AbstractSolver, dt0: float | None, gradient: str
+) -> None:
+    """``SaveAt(ts=[0.2, 0.5, 0.5, 0.8])``: the two outputs at 0.5 are two inputs, each
+    with the gradient of its own output (the slope there, times its weight)."""
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=F64)
+    grads = []
+    for times in ([0.2, 0.5, 0.5, 0.8], [0.2, 0.5, 0.8]):
+        ts = torch.tensor(times, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            _forced, torch.ones(1, dtype=F64), t0=0.0, t1=1.0, solver=solver, dt0=dt0,
+            saveat=odecore.SaveAt(ts=ts), gradient=GRADIENTS[gradient],
+        )  # fmt: skip
+        w = weights if len(times) == 4 else torch.ones(3, dtype=F64)
+        (grad,) = torch.autograd.grad((w * sol.ys[:, 0]).sum(), ts)
+        grads.append(grad)
+    repeated, single = grads
+    slope = single[1]
+    expected = torch.stack([single[0], 2 * slope, 3 * slope, 4 * single[2]])
+    torch.testing.assert_close(repeated, expected, rtol=1e-12, atol=1e-12)

@@ -157,6 +157,8 @@ class AdamsBashforthMoulton:
         Returns:
             The solution at each time of ``t``, stacked on a new first dimension.
         """
+        # Output times on another grid move relative to it (not so on the grid `t`).
+        moves = grid is not t and t.requires_grad and torch.is_grad_enabled()
         grid = grid.to(y0.dtype)
         times = [float(v) for v in grid.detach().tolist()]
         ys, fs = [y0], [f(grid[0], y0)]
@@ -196,7 +198,7 @@ class AdamsBashforthMoulton:
             ys.append(y + dy)
             if n + 2 < len(times):
                 fs.append(f(t1, ys[-1]))
-        return _read_out(f, grid, times, ys, fs, t)
+        return _read_out(f, grid, times, ys, fs, t, moves)
 
 
 def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor) -> Tensor:
@@ -208,19 +210,32 @@ def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor) -> Tensor:
 
 
 def _read_out(
-    f: Field, grid: Tensor, times: list[float], ys: list[Tensor], fs: list[Tensor], t: Tensor
+    f: Field,
+    grid: Tensor,
+    times: list[float],
+    ys: list[Tensor],
+    fs: list[Tensor],
+    t: Tensor,
+    moves: bool,
 ) -> Tensor:
-    """The solution at ``t``: on the grid as stepped, between grid points cubic Hermite."""
+    """The solution at ``t``: on the grid as stepped, between grid points cubic Hermite.
+
+    With ``moves``, an output time on the grid is a time of its own that may move off
+    it: its value is the grid point's, and its derivative that of the interpolant
+    there, ``f`` at the grid point, times ``t[j] - grid[i]`` (zero-valued).
+    """
     direction = 1.0 if times[-1] >= times[0] else -1.0
     out = []
     i = 0
     for j, tj in enumerate(float(v) for v in t.detach().tolist()):
         while i + 1 < len(times) - 1 and (times[i + 1] - tj) * direction < 0:
             i += 1
-        if tj == times[i]:
-            out.append(ys[i])
-        elif tj == times[i + 1]:
-            out.append(ys[i + 1])
+        on = i if tj == times[i] else i + 1 if tj == times[i + 1] else None
+        if on is not None:
+            if moves and len(fs) < len(ys) and on == len(ys) - 1:
+                fs.append(f(grid[-1], ys[-1]))
+            moved = (t[j].to(grid.dtype) - grid[on]) * fs[on] if moves else None
+            out.append(ys[on] if moved is None else ys[on] + moved)
         else:
             if len(fs) < len(ys):  # the last step's end derivative, only when needed
                 fs.append(f(grid[-1], ys[-1]))

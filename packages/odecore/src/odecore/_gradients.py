@@ -79,14 +79,19 @@ class TimeTensors:
         t0: the solve's start time.
         t1: the solve's end time.
         tensors: 1-D tensors of times: the output times and the step times that the
-            caller gave as tensors requiring gradients. A step that ends on one of
-            them ends on the tensor; the others are measured from the last such time
-            before them (or ``t0``) by constant step sizes.
+            caller gave as tensors requiring gradients. A step that ends on a step
+            time (or on ``t0`` or ``t1`` among the output times) ends on the tensor;
+            the others are measured from the last such time before them (or ``t0``)
+            by constant step sizes.
+        output: the index in ``tensors`` of the output times, ``None`` if they are
+            constants. Each output time has its own gradient, also where a step
+            time or another output time has the same value.
     """
 
     t0: float
     t1: float
     tensors: tuple[Tensor, ...]
+    output: int | None = None
 
 
 class Loop(Protocol):
@@ -154,10 +159,11 @@ class Problem:
         """The time tensors that need gradients now, or ``None``."""
         if not torch.is_grad_enabled():
             return None
+        outputs = self.ts_tensor is not None and self.ts_tensor.requires_grad
         tensors = tuple(
             x for x in (self.ts_tensor, self.step_tensor) if x is not None and x.requires_grad
         )
-        return TimeTensors(self.t0, self.t1, tensors) if tensors else None
+        return TimeTensors(self.t0, self.t1, tensors, 0 if outputs else None) if tensors else None
 
 
 class AbstractGradient(abc.ABC):
@@ -718,7 +724,10 @@ class Checkpoint(AbstractGradient):
         forward = torch.stack([y for y in result.ys if y is not None])
         times = p.times()
         tensors = () if times is None else times.tensors
-        spec = _CheckpointSpec(loop, p, result.stats, result.step_ends, starts, every, len(params))
+        output = None if times is None else times.output
+        spec = _CheckpointSpec(
+            loop, p, result.stats, result.step_ends, starts, every, len(params), output
+        )
         ys = _CheckpointFunction.apply(spec, forward, p.y0, *params, *tensors)  # type: ignore[no-untyped-call]
         return replace(result, ys=list(ys.unbind(0)))
 
@@ -732,6 +741,7 @@ class _CheckpointSpec:
     starts: list[Tensor]
     every: int
     n_params: int
+    output: int | None = None  # which time tensor holds the output times
 
 
 class _Replay(AbstractController):
@@ -773,7 +783,7 @@ class _CheckpointFunction(torch.autograd.Function):
         p = spec.problem
         # The replays step on the same times as tensors: leaves of their own here.
         clocks = tuple(x.detach().requires_grad_(True) for x in saved[spec.n_params :])
-        times = TimeTensors(p.t0, p.t1, clocks) if clocks else None
+        times = TimeTensors(p.t0, p.t1, clocks, spec.output) if clocks else None
         params = (*params, *clocks)
         sign = 1.0 if p.t1 >= p.t0 else -1.0
         ends = spec.step_ends

@@ -167,14 +167,19 @@ def odeint(
             (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's fixed-grid
             Adams methods ``explicit_adams``, ``implicit_adams`` (and its other name
             ``fixed_adams``) are multistep: they take only ``step_size``,
-            ``n_steps``, ``grid_constructor``, ``max_order`` (4 to 12, default 12)
-            and, implicit, ``max_iters`` (the corrector's, default 4; ``rtol`` and
-            ``atol`` end it early), and no ``event_fn``. The variable-order
-            ``adams`` is planned: its name raises an error that says so.
+            ``n_steps``, ``grid_constructor``, ``max_order`` (4 to 12; default 12,
+            torchdiffeq's, for the implicit ones and 5 for ``explicit_adams``,
+            whose stability region shrinks with the order: ``max_order=12`` is
+            torchdiffeq's scheme) and, implicit, ``max_iters`` (the corrector's,
+            default 4; ``rtol`` and ``atol`` end it early), and no ``event_fn``.
+            The variable-order ``adams`` is planned: its name raises an error that
+            says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
             steps over the whole span) and ``grid_constructor`` (``(func, y0, t) ->``
-            the grid, from ``t[0]`` to ``t[-1]``), the default being one step per
-            interval of ``t``; ``perturb`` (one-sided limits of ``func`` at every
+            the grid, from ``t[0]`` to ``t[-1]``; built from ``t`` by tensor
+            operations it carries the gradient with respect to ``t``, from Python
+            floats it is a constant), the default being one step per interval of
+            ``t``; ``perturb`` (one-sided limits of ``func`` at every
             step end) and ``interp="cubic"`` (for order <= 3, odecore's interpolant
             anyway); implicit ones also ``max_iters`` (Newton's iterations per
             step; ``rtol`` and ``atol`` do not loosen the Newton solve, see
@@ -307,7 +312,7 @@ def odeint_adjoint(
     Gradients reach ``y0``, ``t`` and the tensors in ``adjoint_params``, by default
     every tensor requiring grad that ``func`` reads: an ``nn.Module``'s parameters
     and what a plain function closes over (torchdiffeq raises for a plain function
-    instead), found from the forward solve's first evaluation, made with a graph.
+    instead), found in the graphs of the forward solve's evaluations.
 
     Args:
         func: the vector field, as for :func:`odeint`.
@@ -330,7 +335,8 @@ def odeint_adjoint(
             the state and its adjoint only (Kidger et al. 2021), which saves steps
             (not with ``scipy:`` methods, whose norm is their own).
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
-            every tensor requiring grad that ``func`` reads at ``(t[0], y0)``.
+            every tensor requiring grad that an evaluation of the forward solve
+            reads (see :class:`Adjoint`).
 
     Returns:
         The solution at each time of ``t``, as :func:`odeint`.
@@ -340,6 +346,9 @@ def odeint_adjoint(
             arguments alike.
         SolverError: if the forward solve, or in ``backward()`` the adjoint solve,
             cannot finish.
+        ConfigurationError: in ``backward()``, without ``adjoint_params``, if the
+            adjoint solve's evaluations read a tensor requiring grad that no forward
+            evaluation read.
         ImportError: as :func:`odeint`, for a backend that is not installed.
 
     Example:
@@ -699,8 +708,10 @@ def _configure(
     """Translate a method name and torchdiffeq options into odecore objects.
 
     ``grid`` is ``(func, y0, t)`` of the forward solve: the grids of ``n_steps`` and
-    ``grid_constructor`` are built from it as tensors (with their graph) and passed as
-    ``step_ts``. The adjoint's backward solve has none: its fixed steps are ``dt0``.
+    ``grid_constructor``, and the default grid ``t``, are built from it as tensors
+    (with their graph) and passed as ``step_ts``; ``step_size`` steps from ``t[0]``,
+    whose gradient the solve's clock carries. The adjoint's backward solve has none:
+    its fixed steps are ``dt0``.
     """
     opts = dict(options or {})
     if method == SCIPY_SOLVER:
@@ -765,10 +776,11 @@ def _configure(
         dt0, step_ts = (span if span > 0 else 1.0), _with_step_t(built, step_t)
         ends = [*_times(built), *extra]
     else:
-        # torchdiffeq's default for fixed-step methods: one step per interval of `t`.
-        step_ts = [*ts, *extra]
+        # torchdiffeq's default for fixed-step methods: one step per interval of `t`,
+        # on `t` itself: its times are the step times, with their graph.
         dt0 = span if span > 0 else 1.0
-        ends = step_ts
+        ends = [*ts, *extra]
+        step_ts = ends if grid is None else _with_step_t(grid[2].to(torch.float64), step_t)
     jump_ts = call.get("jump_t")
     if perturb:
         # Every step end is a jump: the first stage of a step sees f's limit from
@@ -810,7 +822,7 @@ def _adams(
     grid: Tensor
     if "step_size" in opts:
         h = positive("step_size", opts["step_size"])
-        grid = torch.tensor(_step_size_grid(ts[0], ts[-1], h), dtype=torch.float64)
+        grid = _step_size_tensor(t, _step_size_grid(ts[0], ts[-1], h), h)
     elif "n_steps" in opts:
         n = opts["n_steps"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -884,6 +896,15 @@ def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
         ends.append(t0 + direction * k * h)
         k += 1
     return [*ends, t1]
+
+
+def _step_size_tensor(t: Tensor, ends: list[float], h: float) -> Tensor:
+    """The grid ``ends`` of :func:`_step_size_grid` as a float64 tensor with ``t``'s
+    graph: ``t[0] + k h`` and ``t[-1]``, the same values."""
+    t64 = t.to(torch.float64)
+    direction = 1.0 if ends[-1] >= ends[0] else -1.0
+    k = torch.arange(len(ends) - 1, dtype=torch.float64, device=t.device)
+    return torch.cat([t64[0] + (direction * k) * h, t64[-1].reshape(1)])
 
 
 def _uniform_grid(t: Tensor, n: int) -> Tensor:

@@ -247,15 +247,24 @@ class _Clock:
     zero-valued tensor ``shift(s)`` that carries the derivative of ``s`` with respect
     to the time tensors of the call: each step end is its anchor (``t0``, a stop
     given as a tensor, or a constant stop) plus a constant offset, as a step of a
-    fixed size taken from there. Inside a step from ``S`` to ``E`` the stage times
+    fixed size taken from there. An output time is not a step time, even where the
+    two have the same value (an output on the grid of ``n_steps``): it has its own
+    tensor, ``outputs[s][k]`` for the ``k``-th output at ``s``, and moves relative to
+    the step it falls in. Inside a step from ``S`` to ``E`` the stage times
     are ``S + c (E - S)`` and the field is scaled by ``(E - S) / h``, so that
     ``h * k_i`` is ``(E - S) * f(S + c (E - S), Y_i)``: autograd then sees the
     step as the discrete scheme computes it, and every value stays bit for bit the
     one of the float loop. Times are increasing ``s = direction * t`` here.
     """
 
-    def __init__(self, anchors: dict[float, Tensor | None], grid: list[float]) -> None:
-        self.anchors = anchors  # s -> zero-valued tensor (None: a constant time)
+    def __init__(
+        self,
+        anchors: dict[float, Tensor | None],
+        outputs: dict[float, list[Tensor]],
+        grid: list[float],
+    ) -> None:
+        self.anchors = anchors  # step time s -> zero-valued tensor (None: a constant time)
+        self.outputs = outputs  # output time s -> a zero-valued tensor per output at s
         self.grid = sorted(grid)  # the times a step end is measured from
         self.step: tuple[float, float, Tensor | None, Tensor | None, Tensor | None] | None = None
 
@@ -284,13 +293,14 @@ class _Clock:
         s0, h, start, span, scale = self.step
         return _plus(start, None if span is None else span * ((s - s0) / h)), scale
 
-    def offset(self, tau: float) -> Tensor | None:
-        """How the output time ``tau`` moves within the current step: the shift of
-        ``T - S - theta (E - S)``, with ``theta`` its place in the step."""
+    def offset(self, tau: float, k: int = 0) -> Tensor | None:
+        """How the ``k``-th output at the time ``tau`` moves within the current step:
+        the shift of ``T - S - theta (E - S)``, with ``theta`` its place in the step."""
         assert self.step is not None
         s0, h, start, span, _ = self.step
         moved = None if span is None else span * (-(tau - s0) / h)
-        return _plus(self.anchors.get(tau), _minus(start), moved)
+        own = self.outputs.get(tau, [])
+        return _plus(own[k] if k < len(own) else None, _minus(start), moved)
 
 
 def _plus(*terms: Tensor | None) -> Tensor | None:
@@ -649,7 +659,9 @@ def _moved(
 ) -> list[Tensor]:
     """Output values inside a step, with the derivative of the dense output along the
     moves of their times relative to the step (a zero-valued term)."""
-    offsets = [clock.offset(tau) for tau in taus]
+    # Equal output times are consecutive, and all in this step: the k-th of them is
+    # the k-th output at that time.
+    offsets = [clock.offset(tau, taus[:i].count(tau)) for i, tau in enumerate(taus)]
     if all(offset is None for offset in offsets):
         return values
     with torch.no_grad():
@@ -661,15 +673,32 @@ def _moved(
 
 
 def _clock(times: TimeTensors, direction: float, stops: Sequence[float]) -> _Clock:
-    """The clock of a solve whose times ``times.tensors`` need gradients."""
+    """The clock of a solve whose times ``times.tensors`` need gradients.
+
+    Step ends are anchored to the step times given as tensors, and to the output
+    times only at ``t0`` and ``t1``, where the solve starts and ends; an output time
+    elsewhere is never a step end's anchor, nor a stop given as a number (a jump, a
+    step time), which stays where it is when an output time of its value moves.
+    """
     anchors: dict[float, Tensor | None] = {}
-    for tensor in times.tensors:
+    outputs: dict[float, list[Tensor]] = {}
+    for i, tensor in enumerate(times.tensors):
         shift = direction * (tensor - tensor.detach())
         for value, part in zip(tensor.detach().reshape(-1).tolist(), shift.reshape(-1).unbind()):
-            if math.isfinite(value):  # an event solve's end may be infinite
-                anchors[direction * float(value)] = part
-    grid = [direction * times.t0, direction * times.t1, *(direction * t for t in stops)]
-    return _Clock(anchors, grid)
+            if not math.isfinite(value):  # an event solve's end may be infinite
+                continue
+            s = direction * float(value)
+            if i == times.output:
+                outputs.setdefault(s, []).append(part)
+            else:
+                anchors[s] = part
+    s0, s1 = direction * times.t0, direction * times.t1
+    if s1 in outputs:
+        anchors[s1] = outputs[s1][-1]
+    if s0 in outputs:
+        anchors[s0] = outputs[s0][0]
+    grid = [s0, s1, *(direction * t for t in stops)]
+    return _Clock(anchors, outputs, grid)
 
 
 def _make_loop(
