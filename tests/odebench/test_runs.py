@@ -641,6 +641,62 @@ def test_publish_refuses_a_run_without_a_clean_commit(tmp_path, checkout, capsys
     assert not (tmp_path / "pub").exists()
 
 
+def _resumed_run(root: Path, head: str, segments: list[dict] | None) -> Path:
+    """An experiment resumed at ``head`` from a clean tree, with one training whose
+    stretches are ``segments`` (``None``: a training that recorded none)."""
+    doc = {"mode": "standard", "provenance": {"commit": head, "dirty": False, "resumed": True,
+                                              "source": "now"}}  # fmt: skip
+    run = _published_run(root, json.dumps(doc))
+    (run / "a").mkdir()
+    (run / "a" / "config.json").write_text("{}")
+    training = {"epochs": 2} | ({"provenance": {"segments": segments}} if segments else {})
+    (run / "a" / "results.json").write_text(json.dumps(training))
+    return run
+
+
+def _part(commit: str, dirty: bool, source: str | None) -> dict:
+    return {"commit": commit, "dirty": dirty, "source": source, "started": "then", "finished": "x"}
+
+
+def test_publish_refuses_a_resumed_run_part_of_which_ran_other_code(tmp_path, checkout, capsys):
+    # Was published: the provenance read {commit: later, dirty: false, resumed: true}.
+    first = _git(checkout, "rev-parse", "HEAD")
+    (checkout / "later.txt").write_text("later")
+    _git(checkout, "add", "later.txt")
+    _git(checkout, "commit", "-q", "--no-gpg-sign", "-m", "later")
+    head = _git(checkout, "rev-parse", "HEAD")
+    parts = [_part(first, True, "then"), _part(head, False, "now")]
+    run = _resumed_run(tmp_path, head, parts)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.endswith(
+        f"{run}: its training {run / 'a'} ran a part at {first[:10]} from a dirty tree "
+        f"(started then) with code other than {head[:10]}'s: rerun it with --overwrite"
+    ), line
+    assert not (tmp_path / "pub").exists()
+
+
+@pytest.mark.parametrize("parts", ["same-code", "same-clean-commit"])
+def test_publish_takes_a_resumed_run_whose_parts_ran_the_same_code(
+    tmp_path, checkout, capsys, parts
+):
+    head = _git(checkout, "rev-parse", "HEAD")
+    # A dirty tree at another commit whose packages' sources were the same; or, with
+    # no hash recorded, the same commit from a clean tree.
+    first = _part("0" * 40, True, "now") if parts == "same-code" else _part(head, False, None)
+    run = _resumed_run(tmp_path, head, [first, _part(head, False, "now")])
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 0
+
+
+def test_publish_refuses_a_resumed_run_whose_trainings_record_no_segments(
+    tmp_path, checkout, capsys
+):
+    run = _resumed_run(tmp_path, _git(checkout, "rev-parse", "HEAD"), None)
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{run} was resumed, but its training {run / 'a'} records no segments" in line
+
+
 def test_publish_checks_commits_against_this_checkout(tmp_path):
     top = _provenance.repository()
     if top is None:

@@ -693,3 +693,31 @@ def test_a_bad_odecore_option_is_one_line(option, message, tmp_path, capsys):
     assert status == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+# -- provenance: every stretch of a run, its start and each resume, is recorded ------------
+
+
+def test_a_resumed_run_records_where_each_of_its_stretches_came_from(tmp_path, monkeypatch):
+    from odebench.training import _provenance
+
+    out = tmp_path / "run"
+    config = TrainConfig(**TOY, epochs=1, batch_size=32, train_size=64, progress=False)
+    first = _provenance.segment()
+    monkeypatch.setattr(_provenance, "segment", lambda: {**first, "source": "before"})
+    once = train(config, out, log=lambda line: None)
+    assert once["provenance"]["resumed"] is False
+    assert [s["source"] for s in once["provenance"]["segments"]] == ["before"]
+    monkeypatch.undo()
+    twice = train(config.__class__(**{**config.to_dict(), "epochs": 2}), out, resume=True,
+                  log=lambda line: None)  # fmt: skip
+    prov = twice["provenance"]
+    assert prov["resumed"] is True and len(prov["segments"]) == 2
+    before, after = prov["segments"]
+    assert before["source"] == "before" and after["source"] == _provenance.source_hash()
+    assert (prov["commit"], prov["dirty"]) == (after["commit"], after["dirty"])
+    assert all(s["started"] <= s["finished"] for s in prov["segments"])
+    assert json.loads((out / "results.json").read_text())["provenance"] == prov
+    environment = json.loads((out / "config.json").read_text())["environment"]
+    assert environment["device"] == "cpu" and environment["processes"] == 1
+    assert set(environment["versions"]) >= {"torch", "odecore", "odebench"}

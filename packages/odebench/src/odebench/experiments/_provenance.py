@@ -1,94 +1,28 @@
-"""Where a run came from: the commit, the versions, the machine and its load.
+"""Where an experiment came from: its segments, the machine and its load.
 
 Every experiment's ``results.json`` carries a ``provenance`` object
-(:func:`provenance_started`, then :meth:`Provenance.finish`), and
-:func:`~odebench.experiments.publish` refuses a run whose provenance does not
-tie it to a clean commit of the current history (:func:`publishable`).
-
-The commit is read with ``git`` from the checkout that holds odebench's source (an
-editable install) or, failing that, from the working directory (``nox -s
-reproductions`` runs there with the packages installed from it). ``dirty`` is true
-when ``git status --porcelain`` lists anything: a modified, staged or untracked
-file that is not ignored.
+(:func:`provenance_started`, then :meth:`Provenance.finish`): the commit, the tree's
+state and the hash of the sources of the segment that finished it
+(:mod:`odebench.training._provenance`, which every training run records per segment
+too), the versions and the machine, and the load while it ran. :func:`publishable`
+refuses a run that is not tied to a clean commit of the current history, or one of
+whose training runs has a segment that ran other code.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
-import platform
-import re
-import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-import torch
-
-PACKAGES = ("odecore", "odelayers", "contnet", "odebench")
-"""The project's packages, whose versions every provenance records."""
+from ..training._provenance import HEX40, environment, now, repository, segment
+from ..training._provenance import git as _git
 
 LOAD_SAMPLE_SECONDS = 30.0
 """How often the 1-minute load average is read while a run trains."""
-
-_HEX40 = re.compile(r"[0-9a-f]{40}")
-
-
-def _git(args: list[str], cwd: Path) -> str | None:
-    """``git args`` in ``cwd``: its stdout stripped, or ``None`` where git fails."""
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def repository() -> Path | None:
-    """The top of the git checkout the run's code comes from, or ``None``.
-
-    The checkout that holds odebench's own source when it is installed in editable
-    mode, else the one around the working directory.
-    """
-    for start in (Path(__file__).resolve().parent, Path.cwd()):
-        top = _git(["rev-parse", "--show-toplevel"], start)
-        if top:
-            return Path(top)
-    return None
-
-
-def _versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-    for name in ("numpy", *PACKAGES):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def _cpu() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _load() -> float | None:
@@ -96,10 +30,6 @@ def _load() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:  # not on this platform
         return None
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class _LoadSampler:
@@ -132,6 +62,7 @@ class Provenance:
     Args:
         commit: the checkout's ``HEAD`` (40 hex digits), ``None`` outside a checkout.
         dirty: whether the checkout had changes (``None`` outside a checkout).
+        source: the hash of the installed sources of the four packages.
         versions: python, torch, numpy and the four packages.
         threads: torch's thread count while the runs trained.
         cpu: the CPU's model name.
@@ -145,6 +76,7 @@ class Provenance:
 
     commit: str | None
     dirty: bool | None
+    source: str | None
     versions: dict[str, str | None]
     threads: int
     cpu: str
@@ -172,7 +104,7 @@ class Provenance:
         )
         if threads is not None:
             self.threads = threads
-        self.finished = _now()
+        self.finished = now()
         self._sampler = None
         return self
 
@@ -211,41 +143,64 @@ def provenance_started(
         >>> sorted(p.to_json()["versions"])[:3], p.finished is not None
         (['contnet', 'numpy', 'odebench'], True)
     """
-    top = repository()
-    commit = _git(["rev-parse", "HEAD"], top) if top else None
-    status = _git(["status", "--porcelain"], top) if top else None
+    here = segment()
+    del here["finished"]
     return Provenance(
-        commit=commit if commit and _HEX40.fullmatch(commit) else None,
-        dirty=None if status is None else bool(status),
-        versions=_versions(),
-        threads=torch.get_num_threads(),
-        cpu=_cpu(),
-        cores=os.cpu_count() or 1,
-        device=device,
-        started=_now(),
-        load={"before": _load()},
-        _sampler=_LoadSampler(sample_every),
+        **here, **environment(device), load={"before": _load()}, _sampler=_LoadSampler(sample_every)
     )
 
 
-def publishable(doc: Mapping[str, Any], where: str) -> str | None:
+def publishable(
+    doc: Mapping[str, Any],
+    where: str,
+    trainings: Sequence[tuple[str, Mapping[str, Any]]] = (),
+) -> str | None:
     """Why a run's ``results.json`` may not be published, in one line, or ``None``.
 
     A run is published only when its provenance names a commit of the current
-    history (``git merge-base --is-ancestor``) and a clean tree.
+    history (``git merge-base --is-ancestor``) and a clean tree, and when every
+    segment of each of its training runs (a start, or a ``--resume``) ran the code it
+    finished with: the same hash of the four packages' sources, or (a segment that
+    recorded none) the same commit from a clean tree. Their settings cannot differ: a
+    resume refuses changed settings but for where and how long it runs. A resumed run
+    whose trainings record no segments is refused.
 
     Args:
         doc: the run's ``results.json``.
         where: the run's folder, for the message.
+        trainings: ``(folder, results.json)`` of each of its training runs.
     """
     prov = doc.get("provenance")
     if not isinstance(prov, Mapping) or not prov.get("commit"):
         return f"{where} records no commit (no provenance): rerun it from a clean checkout"
     commit = str(prov["commit"])
-    if not _HEX40.fullmatch(commit):
+    if not HEX40.fullmatch(commit):
         return f"{where} records the commit {commit!r}, which is not 40 hex digits"
     if prov.get("dirty") is not False:
         return f"{where} ran from a dirty tree at {commit[:10]}: commit, then rerun it"
+    for run, result in trainings:
+        segments = result.get("provenance", {}).get("segments")
+        if not segments:
+            if prov.get("resumed"):
+                return (
+                    f"{where} was resumed, but its training {run} records no segments "
+                    "(where each part of it came from): rerun it with --overwrite"
+                )
+            continue
+        for part in segments:
+            same = (
+                part.get("source") == prov.get("source")
+                if part.get("source") and prov.get("source")
+                else part.get("commit") == commit and part.get("dirty") is False
+            )
+            if not same:
+                at = str(part.get("commit") or "no commit")[:10]
+                dirty = "" if part.get("dirty") is False else " from a dirty tree"
+                return (
+                    f"{where}: its training {run} ran a part at {at}{dirty} (started "
+                    f"{part.get('started')}) with code other than {commit[:10]}'s: rerun it "
+                    "with --overwrite"
+                )
     top = repository()
     if top is None:
         return f"{where}: no git checkout here to check its commit {commit[:10]} against"

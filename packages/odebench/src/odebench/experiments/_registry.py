@@ -236,7 +236,10 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     Reproductions pages include reports published this way into ``docs/results/``.
     Only a run that a sceptic can check is published: its ``results.json`` must name,
     in its ``provenance``, a commit of the current history (``git merge-base
-    --is-ancestor``) whose tree was clean when the run started. Only regular files inside
+    --is-ancestor``) whose tree was clean when the run started, and every stretch of
+    each of its training runs (the ``segments`` in their ``results.json``; a resumed
+    run's may come from earlier commits) must have run the same code: the same hash
+    of the four packages' sources. Only regular files inside
     ``run_dir`` are copied, never a symbolic link, which could lead anywhere.
     Files already in ``dest`` that the new report does not use are removed first, so
     a republished directory never shows a stale figure; a non-empty ``dest`` that
@@ -289,7 +292,12 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
             "or full run (`odebench run NAME`)"
         )
-    why = publishable(doc, str(run_dir))
+    trainings = [
+        (str(path.parent), read_results(path))
+        for path in sorted(run_dir.rglob("results.json"))
+        if path.parent != run_dir and (path.parent / "config.json").is_file()
+    ]
+    why = publishable(doc, str(run_dir), trainings)
     if why is not None:
         raise ValueError(why)
     report = read_text(run_dir / "report.md")

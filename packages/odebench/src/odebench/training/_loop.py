@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
-from . import _io
+from . import _io, _provenance
 from ._config import TrainConfig, show_progress
 from ._data import epoch_order, load_splits, shard, train_batches
 from ._run_dir import BadCheckpointError, RunFolder, load_checkpoint
@@ -246,20 +246,6 @@ def evaluate(
         "loss": float(totals.loss) / count,
         "acc": float(totals.correct) / count if loss_kind == "cross_entropy" else None,
         "nfe": totals.nfe_forward / batches / process.world if totals.nfe_forward else None,
-    }
-
-
-def _environment(device: torch.device, process: _Process) -> dict[str, Any]:
-    from .. import __version__
-
-    return {
-        "odebench": __version__,
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "processes": process.world,
-        "threads": torch.get_num_threads(),
     }
 
 
@@ -532,6 +518,8 @@ class Trainer:
         self._gen = torch.Generator(device=device)  # the current epoch's augmentation
         self._stop = _Stop()
         self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
+        self._segments: list[dict[str, Any]] = []  # of the stretches before this one
+        self._segment = dict(_provenance.UNKNOWN_SEGMENT)  # this one's, set by `fit`
         log(self._summary())
 
     @property
@@ -607,6 +595,7 @@ class Trainer:
         if self.device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
         self.metrics = list(state["metrics"])
+        self._segments = list(state.get("segments") or [_provenance.UNKNOWN_SEGMENT])
         self._start = _Start(
             state["epoch"], state["batch"], state.get("partial"), state.get("aug_rng")
         )
@@ -638,8 +627,19 @@ class Trainer:
             "partial": totals.state() if totals is not None else None,
             "metrics": self.metrics,
             "config": self.config.to_dict(),
+            "segments": self.segments(),
         }
         _io.save_checkpoint(self.checkpoint_path, state)
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Where each stretch of the run came from: one segment per start or resume.
+
+        Each holds the ``commit``, whether the tree was ``dirty``, the ``source`` hash
+        of the packages, when it ``started`` and when it ``finished`` (or last saved,
+        for this one). A stretch of a checkpoint from before segments were recorded
+        has every field ``None``.
+        """
+        return [*self._segments, {**self._segment, "finished": _provenance.now()}]
 
     def fit(self) -> dict[str, Any]:
         """Train from where the run stands to ``config.epochs``, writing the run's files.
@@ -654,6 +654,7 @@ class Trainer:
                 batch, so that the caller stops all the same.
             TrainingFailedError: the solver of an ODE model failed.
         """
+        self._segment = _provenance.segment()
         if self._process.main:
             _io.write_json(self.out / "config.json", self._description())
         self._net = self._wrap(self.model)
@@ -684,7 +685,10 @@ class Trainer:
             "config": self.config.to_dict(),
             "parameters": self._parameters,
             "dims": self._dims,
-            "environment": _environment(self.device, self._process),
+            "environment": {
+                **_provenance.environment(self.device),
+                "processes": self._process.world,
+            },
         }
 
     def _wrap(self, module: nn.Module) -> nn.Module:
@@ -907,6 +911,12 @@ class Trainer:
             "train_seconds": sum(m["epoch_seconds"] for m in metrics),
             "wall_seconds": wall_seconds,
             "config": self.config.to_dict(),
+            "provenance": {
+                "commit": self._segment["commit"],
+                "dirty": self._segment["dirty"],
+                "resumed": bool(self._segments),
+                "segments": self.segments(),
+            },
         }
 
 
