@@ -397,3 +397,103 @@ def test_adjoint_of_a_field_without_the_state_or_parameters(method):
     f = lambda s: -0.1 * math.exp(-0.1 * s)  # noqa: E731
     expected = torch.tensor([-3 * f(0.0), 0.0, 3 * f(1.0)], dtype=torch.float64)
     torch.testing.assert_close(t.grad, expected, rtol=1e-10, atol=1e-12)
+
+
+# --- tensors the field reads only after t0 ---------------------------------------------
+
+
+def _late_field(w: torch.Tensor):
+    """``-y`` until t = 0.5, then ``-(1 + w (t - 0.5)) y``: ``w`` is read only after 0.5,
+    never at ``(t0, y0)``. ``y(1) = y0 exp(-1 - w / 8)``."""
+
+    def field(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if float(t) <= 0.5:
+            return -y
+        return -(1 + w * (t - 0.5)) * y
+
+    return field
+
+
+class _LateModule(torch.nn.Module):
+    """:func:`_late_field` as a module that holds ``w`` without registering it."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self._w = [w]
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _late_field(self._w[0])(t, y)
+
+
+def _late_oracle(w: float, y0: float) -> tuple[float, float]:
+    """``d y(1) / dw`` and ``d y(1) / d y0`` in closed form."""
+    y1 = y0 * math.exp(-1 - w / 8)
+    return -y1 / 8, y1 / y0
+
+
+@pytest.mark.parametrize("form", ["leaf", "non-leaf", "module-held"])
+@pytest.mark.parametrize("interface", ["odeint_adjoint", "solve", "interpolated"])
+def test_adjoint_finds_a_tensor_read_only_after_t0(form, interface):
+    # w.grad was None without an error: the tensors were searched at (t0, y0) only.
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    read = w * 1.0 if form == "non-leaf" else w
+    field = _LateModule(read) if form == "module-held" else _late_field(read)
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    if interface == "odeint_adjoint":
+        t = torch.tensor([0.0, 1.0], dtype=F64)
+        y1 = odecore.odeint_adjoint(field, y0, t, rtol=1e-11, atol=1e-12)[-1]
+    else:
+        state = "interpolated" if interface == "interpolated" else "auto"
+        y1 = odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-11, atol=1e-12),
+            gradient=odecore.Adjoint(state=state),
+        ).ys[-1]  # fmt: skip
+    y1.sum().backward()
+    dw, dy0 = _late_oracle(0.7, 1.5)
+    assert w.grad is not None, "the adjoint left w without a gradient"
+    assert w.grad.item() == pytest.approx(dw, rel=1e-7)
+    assert y0.grad.item() == pytest.approx(dy0, rel=1e-7)
+
+
+def test_adjoint_raises_for_a_tensor_only_its_backward_pass_reads():
+    # The forward RK4 steps of 0.25 never evaluate the field inside (0.04, 0.06); the
+    # backward steps of 0.1 do (at 0.05). w's gradient cannot be returned: an error
+    # that says which argument takes it, not a silent None.
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        return -w * y if 0.04 < float(t) < 0.06 else -y
+
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25,
+        gradient=odecore.Adjoint(dt0=0.1),
+    )  # fmt: skip
+    with pytest.raises(
+        odecore.ConfigurationError,
+        match=r"Adjoint\(params=\.\.\.\).*`adjoint_params=` of `odeint_adjoint`",
+    ):
+        sol.ys[-1].sum().backward()
+
+
+def test_adjoint_of_a_field_that_differentiates_inside():
+    # A Hamiltonian field makes a fresh leaf of its state at every call to take
+    # dH/dy: that leaf is no parameter, and the backward pass does not flag it.
+    w = torch.tensor(0.8, dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        with torch.enable_grad():
+            x = y if y.requires_grad else y.detach().requires_grad_(True)
+            energy = 0.5 * (w * x[..., 0] ** 2 + x[..., 1] ** 2)
+            (d,) = torch.autograd.grad(energy.sum(), x, create_graph=True)
+        return torch.stack([d[..., 1], -d[..., 0]], dim=-1)
+
+    y0 = torch.tensor([1.0, 0.0], dtype=F64, requires_grad=True)
+    kw = {"solver": odecore.Dopri5(), "controller": odecore.PIDController(rtol=1e-11, atol=1e-12)}
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Adjoint()):
+        w.grad, y0.grad = None, None
+        odecore.solve(field, y0, t0=0.0, t1=1.0, gradient=gradient, **kw).ys[-1][0].backward()
+        grads.append((w.grad.clone(), y0.grad.clone()))
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-7, atol=1e-9)

@@ -434,8 +434,8 @@ def test_scipy_adjoint_restarts_at_jumps(name):
 
 
 def test_scipy_backward_failure_raises_in_backward():
-    def nan_in_backward(t, y):  # fine forward (no grad), NaN in the adjoint's solve
-        return -y * (math.nan if torch.is_grad_enabled() else 1.0)
+    def nan_in_backward(t, y):  # fine forward, NaN in the adjoint's solve (y needs grad)
+        return -y * (math.nan if y.requires_grad else 1.0)
 
     y0 = torch.ones(1, dtype=F64, requires_grad=True)
     ys = scipy_odeint("RK45", nan_in_backward, y0, torch.tensor([0.0, 1.0], dtype=F64))

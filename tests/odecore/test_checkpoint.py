@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import odecore
 import pytest
 import torch
@@ -113,3 +115,39 @@ def test_forward_keeps_no_graph_of_the_steps():
 def test_every_must_be_a_positive_integer(every):
     with pytest.raises(ValueError, match=r"`every` must be a positive integer"):
         odecore.Checkpoint(every=every)
+
+
+@pytest.mark.parametrize("form", ["leaf", "non-leaf"])
+def test_checkpoint_finds_a_tensor_read_only_after_t0(form):
+    # w.grad was None without an error: the tensors were searched at (t0, y0) only.
+    # ``-y`` until t = 0.5, then ``-(1 + w (t - 0.5)) y``: y(1) = y0 exp(-1 - w / 8).
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Checkpoint(every=3)):
+        w.grad, y0.grad = None, None
+        read = w * 1.0 if form == "non-leaf" else w
+
+        def field(t, y, read=read):
+            return -y if float(t) <= 0.5 else -(1 + read * (t - 0.5)) * y
+
+        sol = odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-11, atol=1e-12), gradient=gradient,
+        )  # fmt: skip
+        sol.ys[-1].sum().backward()
+        assert w.grad is not None, f"{gradient} left w without a gradient"
+        grads.append((w.grad.clone(), y0.grad.clone()))
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-14)
+    y1 = 1.5 * math.exp(-1 - 0.7 / 8)
+    assert grads[1][0].item() == pytest.approx(-y1 / 8, rel=1e-7)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Autograd(), odecore.Checkpoint()])
+def test_checkpoint_of_a_solve_without_steps(gradient):
+    # t1 == t0: no step to replay (the replay indexed an empty list of step ends).
+    y0 = torch.tensor([1.5, -2.0], dtype=F64, requires_grad=True)
+    sol = odecore.solve(lambda t, y: -y, y0, t0=0.3, t1=0.3, solver=odecore.Dopri5(),
+                        gradient=gradient)  # fmt: skip
+    (2 * sol.ys[-1]).sum().backward()
+    torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import bisect
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, final
@@ -207,17 +208,22 @@ class Adjoint(AbstractGradient):
     """The continuous adjoint method (Chen et al. 2018): memory constant in the steps
     (with ``state="backsolve"``, the default for explicit solvers).
 
-    The forward solve keeps no graph. The backward pass integrates the state (or,
-    with ``state="interpolated"``, reads it from the forward steps), its
-    adjoint ``a = dL/dy`` and the parameter gradients backward in time,
+    The forward solve keeps no graph (each evaluation's is dropped once walked,
+    below). The backward pass integrates the state (or, with
+    ``state="interpolated"``, reads it from the forward steps), its adjoint
+    ``a = dL/dy`` and the parameter gradients backward in time,
     ``da/dt = -a ∂f/∂y`` and ``dg/dt = -a ∂f/∂θ``, restarting at every output time
     (where ``dL/dy(t_i)`` is added to ``a``) and at every jump of ``jump_ts``, so a
     piecewise-constant weight function is handled exactly. Gradients reach ``y0``,
     the output times (``ts`` of :class:`SaveAt`, ``t`` of :func:`odeint_adjoint`) and
     the parameters: ``params`` if given, else every tensor requiring grad that the
     vector field reads — an ``nn.Module``'s parameters and whatever it or a plain
-    function closes over, found from the forward solve's first evaluation, at
-    ``(t0, y0)``, made with a graph that is then walked.
+    function closes over, found by walking the graph of every evaluation of the
+    forward solve (each made with a graph, then dropped; no evaluation is added), so
+    a tensor read only at later times (``if t > 0.5``) is found too. A tensor that
+    only the backward pass's evaluations read (where no forward evaluation went) has
+    no gradient to receive: ``backward()`` raises :class:`ConfigurationError` for it
+    rather than leave its ``.grad`` unset; pass ``params`` for such a field.
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
@@ -231,7 +237,9 @@ class Adjoint(AbstractGradient):
         seminorm: measure the backward error on the state and its adjoint only, not
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
         params: the tensors to differentiate besides ``y0`` and the times; default
-            every tensor requiring grad that the field reads at ``(t0, y0)``.
+            every tensor requiring grad that an evaluation of the forward solve
+            reads. Given, exactly these get gradients (and no tensor is searched
+            for: the forward solve costs no more than without a gradient).
         state: where the backward pass takes the state ``y(t)`` from.
             ``"backsolve"`` integrates it backward in time with the adjoint: memory
             constant in the steps, but a stiff problem's damped modes grow backward
@@ -249,7 +257,9 @@ class Adjoint(AbstractGradient):
 
     Raises:
         ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
-            ``"interpolated"``.
+            ``"interpolated"``; in ``backward()``, if ``params`` was not given and
+            the backward pass's evaluations read a tensor requiring grad that no
+            forward evaluation read.
 
     Example:
         >>> import torch, odecore
@@ -284,7 +294,7 @@ class Adjoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        params, f = _parameters(self.params, p)
+        reads, f = _parameters(self.params, p)
         steps: _Steps | None = None
         with torch.no_grad():
             if self.interpolates(p.solver):
@@ -302,89 +312,119 @@ class Adjoint(AbstractGradient):
                     )
             else:
                 result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
+        params = _found(self.params, p, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         forward = torch.stack([y for y in result.ys if y is not None])
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
-        spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps)
+        spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps, reads is not None)
         ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
         return replace(result, ys=list(ys.unbind(0)))
 
 
-def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[tuple[Tensor, ...], FlatField]:
-    """The tensors to differentiate besides ``y0`` — given, or the field's module's
-    parameters and every other tensor requiring grad that the field reads — and the
-    field for the forward solve.
-
-    The tensors the field reads are found by one evaluation at ``(t0, y0)`` with a
-    graph, and a walk of that graph. A plain function's closure
-    (``lambda t, y: -w * y``), or a tensor a module holds without registering it, is
-    invisible to a gradient method that keeps no graph forward; without this its
-    gradient would be silently lost. That evaluation is the forward solve's first
-    (the returned field serves it), so it costs nothing more. A tensor that the field
-    reads only at other times or states is missed: pass ``params`` for such a field.
+def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | None, FlatField]:
+    """How a method that keeps no graph forward finds the tensors to differentiate
+    besides ``y0``: ``given`` (checked here), or, with grad mode on, a :class:`_Reads`
+    that the forward solve calls in place of the field (returned twice: as the
+    recorder, then as the field for the loop).
     """
-    if given is not None or not torch.is_grad_enabled():
-        params = tuple(given or ())
-        f = p.f
-    else:
-        y = p.y0.detach()
-        with torch.enable_grad():
-            out = p.f(torch.tensor(p.t0, dtype=y.dtype, device=y.device), y)
-        if not isinstance(out, Tensor):  # the solve's own check says what is wrong
-            return (), p.f
-        own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
-        known = {id(q) for q in own}
-        params = (*own, *(q for q in graph_leaves(out) if id(q) not in known))
-        # At a jump at t0 the solve's first evaluation is a one-sided limit: not this one.
-        span = max(1.0, abs(p.t0))
-        at_jump = any(abs(j - p.t0) <= 8 * _EPS * span for j in p.jump_ts)
-        f = p.f if at_jump else _Primed(p.f, p.y0, out.detach())
-    for i, q in enumerate(params):
-        if not isinstance(q, Tensor):
-            raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
-    return params, f
+    if given is not None:
+        for i, q in enumerate(given):
+            if not isinstance(q, Tensor):
+                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+        return None, p.f
+    if not torch.is_grad_enabled():
+        return None, p.f
+    reads = _Reads(p.f)
+    return reads, reads
 
 
-class _Primed:
-    """A field whose first call with the state ``y0`` itself returns an evaluation made
-    already at ``(t0, y0)``: the solve loop's first call is exactly that one (it starts
-    from ``y0``, at ``t0``). No time is read back from the device to check it.
+def _found(given: Sequence[Tensor] | None, p: Problem, reads: _Reads | None) -> tuple[Tensor, ...]:
+    """The tensors to differentiate besides ``y0``, once the forward solve has run:
+    ``given``, or the field's module's parameters and every other tensor requiring
+    grad that an evaluation of the forward solve read."""
+    if given is not None:
+        return tuple(given)
+    if reads is None:
+        return ()
+    own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
+    known = {id(q) for q in own}
+    return (*own, *(q for q in reads.tensors() if id(q) not in known))
 
-    Attribute reads (torchdiffeq's step callbacks) go to the field itself.
+
+class _Reads:
+    """The vector field as the forward solve of :class:`Adjoint` and :class:`Checkpoint`
+    calls it: every evaluation is made with a graph, walked for the tensors requiring
+    grad that it reaches (an ``nn.Module``'s parameters, what a plain function closes
+    over, leaf or computed from a leaf), then dropped. No evaluation is added, and a
+    tensor the field reads only at some times or states (``if t > 0.5``) is found
+    wherever the forward solve evaluates there.
+
+    A tensor that dies with its evaluation (a leaf the field makes of its state to
+    differentiate inside, ``y.detach().requires_grad_()``) is nobody's input and is
+    not kept: the tensors are held weakly, and :meth:`tensors` returns those alive
+    after the solve. The state and time passed in are not searched.
+
+    A caller in grad mode (an implicit solver's Jacobian) gets the graph; the solve
+    loop, in no-grad mode, gets the value alone. Attribute reads (torchdiffeq's step
+    callbacks) go to the field itself.
     """
 
-    def __init__(self, f: FlatField, y0: Tensor, value: Tensor) -> None:
-        self.f, self.y0 = f, y0
-        self.value: Tensor | None = value
+    def __init__(self, f: FlatField) -> None:
+        self.f = f
+        self.recording = True
+        self._found: dict[int, weakref.ref[Tensor]] = {}
 
     def __call__(self, t: Tensor, y: Tensor) -> Tensor:
-        value = self.value
-        if value is not None and y is self.y0:
-            self.value = None
-            return value
-        return self.f(t, y)
+        if not self.recording:
+            return self.f(t, y)
+        outer = torch.is_grad_enabled()
+        with torch.enable_grad():
+            out = self.f(t, y)
+        if isinstance(out, Tensor) and out.requires_grad:  # else the solve says what is wrong
+            found = self._found
+            for q in graph_leaves(out, skip=(t, y)):
+                ref = found.get(id(q))
+                if ref is None or ref() is not q:  # an id may outlive its tensor
+                    found[id(q)] = weakref.ref(q)
+            if not outer:
+                out = out.detach()
+        return out
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors found, in the order found, that outlive the forward solve; the
+        field is called plainly from now on."""
+        self.recording = False
+        alive = (ref() for ref in self._found.values())
+        return tuple(q for q in alive if q is not None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.f, name)
 
 
-def graph_leaves(out: object) -> tuple[Tensor, ...]:
-    """The leaf tensors requiring grad that the graph of ``out`` reaches."""
+def graph_leaves(out: object, skip: Sequence[object] = ()) -> tuple[Tensor, ...]:
+    """The leaf tensors requiring grad that the graph of ``out`` reaches, in the order
+    reached; not through, nor at, the tensors of ``skip`` (a field's state and time)."""
     if not isinstance(out, Tensor) or out.grad_fn is None:
         return ()
     found: dict[int, Tensor] = {}
-    seen: set[int] = set()
+    seen = {x.grad_fn for x in skip if isinstance(x, Tensor) and x.grad_fn is not None}
+    skipped = {id(x) for x in skip}
+    if out.grad_fn in seen:
+        return ()
     stack = [out.grad_fn]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        following = node.next_functions
+        if following:
+            for next_node, _ in following:
+                if next_node is not None and next_node not in seen:
+                    seen.add(next_node)
+                    stack.append(next_node)
             continue
-        seen.add(id(node))
-        leaf = getattr(node, "variable", None)
-        if isinstance(leaf, Tensor):
+        leaf = getattr(node, "variable", None)  # an AccumulateGrad node: a leaf
+        if isinstance(leaf, Tensor) and id(leaf) not in skipped:
             found.setdefault(id(leaf), leaf)
-        stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
     return tuple(found.values())
 
 
@@ -414,6 +454,7 @@ class _AdjointSpec:
     stats: Stats
     n_params: int
     steps: _Steps | None = None
+    watch: bool = False  # the parameters were found: check that the backward finds no more
 
 
 class _Recorder(AbstractSolver):
@@ -565,6 +606,10 @@ def _adjoint_backward(
             f"`Adjoint(seminorm=True)` needs a PIDController, got {type(controller).__name__}."
         )
     nfe = 0
+    # Tensors requiring grad that the backward evaluations read and the forward ones
+    # did not (a parameter found forward has its gradient; these cannot get one).
+    known = {id(q) for q in params}
+    unknown: dict[int, tuple[weakref.ref[Tensor], float]] = {}
 
     shape = p.y0.shape
 
@@ -576,6 +621,10 @@ def _adjoint_backward(
         with torch.enable_grad():
             y = y.detach().requires_grad_(True)
             fy = p.f(t, y)
+            if spec.watch and fy.requires_grad:
+                for q in graph_leaves(fy, skip=(t, y)):
+                    if id(q) not in known and id(q) not in unknown:
+                        unknown[id(q)] = (weakref.ref(q), float(t))
             # retain_graph: a parameter may be reached through a graph outside the
             # field (a closed-over tensor computed from a leaf), shared by every call.
             vjps: tuple[Tensor | None, ...]
@@ -643,10 +692,26 @@ def _adjoint_backward(
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
     spec.stats.nfe_backward += nfe
+    _check_unread(unknown)
     grad_params = tuple(
         chunk.view_as(q).to(q.dtype) for chunk, q in zip(torch.split(g, sizes), params)
     )
     return a, grad_ts if need_ts else None, grad_params
+
+
+def _check_unread(unknown: dict[int, tuple[weakref.ref[Tensor], float]]) -> None:
+    """Raise if a tensor requiring grad that only the adjoint's backward evaluations
+    read is still alive (one that died with its evaluation is nobody's input)."""
+    for ref, t in unknown.values():
+        q = ref()
+        if q is not None:
+            raise ConfigurationError(
+                f"`Adjoint()`: in the backward pass the vector field read a tensor that "
+                f"requires grad (shape {tuple(q.shape)}, {q.dtype}) at t = {t!r}, where no "
+                "evaluation of the forward solve read it, so its gradient cannot be "
+                "returned. Pass the tensors to differentiate yourself: "
+                "`Adjoint(params=...)`, or `adjoint_params=` of `odeint_adjoint`."
+            )
 
 
 def _time(t: float, like: Tensor) -> Tensor:
@@ -670,8 +735,9 @@ class Checkpoint(AbstractGradient):
     Args:
         every: steps per segment; default ``ceil(sqrt(accepted steps))``.
         params: the tensors to differentiate besides ``y0``; default every tensor
-            requiring grad that the field reads at ``(t0, y0)``, as for
-            :class:`Adjoint`.
+            requiring grad that an evaluation of the forward solve reads, as for
+            :class:`Adjoint`. The replays evaluate the field where the forward solve
+            did, so every tensor they read is among these.
 
     Raises:
         ValueError: if ``every`` is not a positive integer.
@@ -699,7 +765,7 @@ class Checkpoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
-        params, f = _parameters(self.params, p)
+        reads, f = _parameters(self.params, p)
         states: list[Tensor] = []
         with torch.no_grad():
             result = loop(
@@ -713,9 +779,12 @@ class Checkpoint(AbstractGradient):
                 p.dt0,
                 on_step=lambda t, y: states.append(y),
             )
+        params = _found(self.params, p, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         n = len(result.step_ends)
+        if n == 0:  # no step to replay (t1 == t0): backpropagation keeps no more
+            return Autograd().run(loop, p)
         every = self.every or max(1, math.ceil(math.sqrt(n)))
         # Segment k covers steps [k * every, (k + 1) * every); it starts from the state
         # at the end of the step before it (y0 for the first).
