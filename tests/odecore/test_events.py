@@ -461,3 +461,92 @@ def test_event_must_be_an_event():
             solver=odecore.Dopri5(),
             event=lambda t, y: y,  # type: ignore[arg-type]
         )
+
+
+# --- degenerate events ----------------------------------------------------------------
+
+AT_START = {
+    "t - t0": lambda t, y: t - 0.25,
+    "y - y0": lambda t, y: y[..., 0] - 1.5,
+}
+
+
+def _start_state(loss_of_y0, at_y0: float = 1.5) -> tuple[float, float]:
+    """The value and central difference of ``loss_of_y0`` at ``y0 = at_y0``."""
+    h = 1e-6
+    diff = (loss_of_y0(at_y0 + h) - loss_of_y0(at_y0 - h)) / (2 * h)
+    return loss_of_y0(at_y0), diff
+
+
+@pytest.mark.parametrize("event", sorted(AT_START))
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_odeint_event_at_the_start_time_has_the_identity_gradient(event, interface):
+    # The event happens at t0 (an element is zero there), so it ends at (t0, y0): the
+    # state's gradient is the identity and the event time's zero. It was NaN: the
+    # implicit function theorem divided 0 by 0.
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    t0 = _scalar(0.25)
+    interface_fn = getattr(odecore, interface)
+    t_e, ys = odecore.odeint_event(
+        lambda t, y: -y, y0, t0, event_fn=AT_START[event], odeint_interface=interface_fn
+    )
+    assert t_e.item() == 0.25
+    (t_e + 3 * ys[-1].sum()).backward()
+    assert y0.grad.item() == 3.0
+    if event == "t - t0":  # the event time is t0 for every y0: finite differences agree
+
+        def loss(v: float) -> float:
+            start = torch.tensor([v], dtype=F64)
+            te, yv = odecore.odeint_event(
+                lambda t, y: -y, start, t0, event_fn=AT_START[event],
+                odeint_interface=interface_fn,
+            )  # fmt: skip
+            return float(te + 3 * yv[-1].sum())
+
+        assert y0.grad.item() == pytest.approx(_start_state(loss)[1], rel=1e-8)
+
+
+@pytest.mark.parametrize("event", sorted(AT_START))
+@pytest.mark.parametrize("gradient", sorted(GRADIENTS))
+def test_solve_event_at_the_start_time_has_the_identity_gradient(event, gradient):
+    # NaN under backpropagation and the adjoint; an IndexError under checkpointing
+    # (the second solve, from t0 to the event at t0, has no step to replay).
+    y0 = torch.tensor([1.5, 2.0], dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: -y, y0, t0=0.25, t1=math.inf, solver=odecore.Dopri5(),
+        gradient=GRADIENTS[gradient](), event=odecore.Event(AT_START[event]),
+        saveat=odecore.SaveAt(t1=True),
+    )  # fmt: skip
+    assert sol.event_t.item() == 0.25
+    torch.testing.assert_close(sol.ys[-1], y0.detach())
+    (sol.event_t + (sol.ys[-1] * torch.tensor([3.0, -1.0], dtype=F64)).sum()).backward()
+    torch.testing.assert_close(y0.grad, torch.tensor([3.0, -1.0], dtype=F64))
+
+
+@pytest.mark.parametrize("solver", [odecore.Dopri5(), odecore.Tsit5()], ids=["dopri5", "tsit5"])
+def test_event_that_never_happens_on_a_zero_field_is_a_status_without_throw(solver):
+    # A zero field lets the adaptive steps grow without bound: the windows of the
+    # search for t1 = inf doubled until 2**k overflowed a float (OverflowError).
+    sol = odecore.solve(
+        lambda t, y: torch.zeros_like(y), torch.ones(1, dtype=F64), t0=0.0, t1=math.inf,
+        solver=solver, event=odecore.Event(lambda t, y: y - 0.5), throw=False,
+    )  # fmt: skip
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    assert sol.event_t is None
+    assert sol.t_final > 1e300
+
+
+def test_event_that_never_happens_on_a_zero_field_raises_solver_error():
+    with pytest.raises(odecore.SolverError, match=r"event did not happen"):
+        odecore.solve(
+            lambda t, y: torch.zeros_like(y), torch.ones(1, dtype=F64), t0=0.0,
+            t1=-math.inf, solver=odecore.Dopri5(), event=odecore.Event(lambda t, y: y - 0.5),
+        )  # fmt: skip
+
+
+def test_odeint_event_that_never_happens_on_a_zero_field_raises_solver_error():
+    with pytest.raises(odecore.SolverError, match=r"event did not happen"):
+        odecore.odeint_event(
+            lambda t, y: torch.zeros_like(y), torch.ones(1, dtype=F64), _scalar(0.0),
+            event_fn=lambda t, y: y - 0.5,
+        )  # fmt: skip

@@ -34,6 +34,7 @@ from ._solvers import AbstractSolver, StepResult
 
 _EPS = 2.220446049250313e-16
 _MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
+_MAX_EXPONENT = 1024  # 2.0**1024 overflows a double
 CALLBACKS = ("callback_step", "callback_accept_step", "callback_reject_step")
 """The step callbacks that the solve loop looks up on the vector field (torchdiffeq's)."""
 
@@ -46,11 +47,12 @@ class Event:
     The event happens at the first time after ``t0`` where an element of
     ``fn(t, y)`` reaches zero or takes the opposite sign to the one it had at
     ``t0`` (an element that is zero at ``t0`` makes the event happen at ``t0``, as
-    in torchdiffeq). The solve checks ``fn`` at the end of every accepted step and,
-    once the sign has changed, finds the crossing on the solver's dense output by
-    the Illinois method (regula falsi that halves a stale end's value, with a
-    bisection step whenever the bracket shrinks slowly) down to the rounding of the
-    time: the event time is as accurate as the solution is. A sign change that
+    in torchdiffeq, whatever the inputs: its time has a zero gradient and the
+    state there, ``y0``, the identity). The solve checks ``fn`` at the end of every
+    accepted step and, once the sign has changed, finds the crossing on the
+    solver's dense output by the Illinois method (regula falsi that halves a stale
+    end's value, with a bisection step whenever the bracket shrinks slowly) down to
+    the rounding of the time: the event time is as accurate as the solution is. A sign change that
     starts and ends inside one step (two crossings) goes unseen.
 
     With an event, :func:`solve` stops there: ``Solution.event_t`` holds the event
@@ -65,7 +67,7 @@ class Event:
     state at the event moves with it by ``f(t_e, y_e) dt_e``. This holds for every
     gradient method; the tensors ``fn`` reads (an ``nn.Module``'s parameters, what
     a plain function closes over) get their share. An event that grazes zero
-    (``dc/dt = 0``) has no gradient.
+    (``dc/dt = 0``) has no gradient: it comes out infinite or NaN.
 
     Args:
         fn: the event function ``fn(t, y) -> Tensor``: ``t`` a 0-dim tensor in the
@@ -288,7 +290,7 @@ def _unpacker(y0: Tensor | tuple[Tensor, ...]) -> Callable[[Tensor], Any]:
 
 def combined_event(
     fn: Callable[[Tensor, Any], Tensor], t0: float, y0: Tensor, unpack: Callable[[Tensor], Any]
-) -> tuple[Callable[[Tensor, Tensor], Tensor], bool]:
+) -> tuple[CombinedEvent, bool]:
     """The event function on the flat state as one scalar, positive before the event,
     and whether the event happens at ``t0`` already.
 
@@ -308,12 +310,29 @@ def combined_event(
             f"the event function must return a non-empty floating tensor, got {got}; "
             "return e.g. `y[..., 0]` (an element crossing zero is the event)."
         )
-    sign0 = torch.sign(g0)
+    at_start = bool((g0 == 0).any())
+    return CombinedEvent(fn, unpack, torch.sign(g0), at_start), at_start
 
-    def value(t: Tensor, y: Tensor) -> Tensor:
-        return (fn(t, unpack(y)) * sign0).min()
 
-    return value, bool((g0 == 0).any())
+@dataclass(frozen=True, eq=False)
+class CombinedEvent:
+    """The combined event function ``value(t, y)`` of :func:`combined_event`.
+
+    Attributes:
+        fn: the user's event function.
+        unpack: the flat state to the user's structure.
+        sign0: the sign of each element of ``fn`` at ``t0``.
+        at_start: an element is zero at ``t0``: the event happens there, whatever
+            the inputs (its time does not move with them).
+    """
+
+    fn: Callable[[Tensor, Any], Tensor]
+    unpack: Callable[[Tensor], Any]
+    sign0: Tensor
+    at_start: bool
+
+    def __call__(self, t: Tensor, y: Tensor) -> Tensor:
+        return (self.fn(t, self.unpack(y)) * self.sign0).min()
 
 
 @dataclass
@@ -382,7 +401,7 @@ def run_event(
     t_e, y_e = search.found
     kept = [t for t in user_ts if direction * t <= direction * t_e]
     ts = [*kept, t_e]
-    if single:
+    if single or at_start:  # at t0 there is nothing to solve again: the state is y0
         ys = [*run.ys[: len(kept)], y_e]
     else:
         ts_tensor = p.ts_tensor
@@ -406,7 +425,8 @@ def run_event(
 
 def _windows(t0: float, t1: float, dt0: float | None) -> Iterator[float]:
     """The ends of the solves that cover ``[t0, t1]``: ``t1`` alone when finite, else
-    ends at ``t0 + D (2^k - 1)`` (multiples of a constant step ``dt0``) for ever."""
+    ends at ``t0 + D (2^k - 1)`` (multiples of a constant step ``dt0``) as long as a
+    float holds them."""
     if math.isfinite(t1):
         yield t1
         return
@@ -414,10 +434,11 @@ def _windows(t0: float, t1: float, dt0: float | None) -> Iterator[float]:
     unit = max(1.0, abs(t0))
     if dt0 is not None:
         unit = abs(dt0) * math.ceil(unit / abs(dt0))
-    k = 1
-    while True:
-        yield t0 + direction * unit * (2**k - 1)
-        k += 1
+    for k in range(1, _MAX_EXPONENT):  # until the ends overflow a float
+        end = t0 + direction * unit * float(2**k - 1)
+        if not math.isfinite(end):
+            return
+        yield end
 
 
 def _locate(
@@ -479,7 +500,13 @@ def _locate(
             last = [a, *run.step_ends][-2:]
             dt0 = abs(last[1] - last[0])
         a = b
-    raise AssertionError("unreachable")  # pragma: no cover
+    # The windows ran out of floats (a field that lets the steps grow without bound,
+    # such as a zero one): no number of steps goes further.
+    message = (
+        f"The event did not happen by t = {a!r}, the last time of the search before a "
+        "float overflows; more steps would not reach it."
+    )
+    return LoopResult(ys, stats or Stats(), Status.MAX_STEPS_REACHED, a, ends, message), None
 
 
 def _sum_stats(into: Stats, more: Stats) -> Stats:
@@ -502,6 +529,7 @@ def _add_stats(run: LoopResult, more: Stats) -> LoopResult:
 class _EventSpec:
     f: FlatField
     value: Callable[[Tensor, Tensor], Tensor]
+    fixed: bool = False  # the event is at t0 whatever the inputs: no time gradient
 
 
 class _EventTimeGradient(torch.autograd.Function):
@@ -529,6 +557,8 @@ class _EventTimeGradient(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         spec: _EventSpec = ctx.spec
         t_e, y_e, *params = ctx.saved_tensors
+        if spec.fixed:  # t_e = t0 and y_e = y0 for all inputs: the identity
+            return (None, None, grad_y, *(None for _ in params))
         with torch.enable_grad():
             t = t_e.detach().to(y_e.dtype).requires_grad_(True)
             y = y_e.detach().requires_grad_(True)
@@ -555,12 +585,18 @@ def reroute(
     """``(event_t, state)`` with the event time's gradient added by the implicit
     function theorem (flat state, caller's time). The event function's own tensors
     (a module's parameters, what a plain function closes over) get their share: they
-    are found by one evaluation at the event whose graph is walked."""
+    are found by one evaluation at the event whose graph is walked.
+
+    An event at ``t0`` because an element of the event function is zero there
+    (``value.at_start``) is at ``t0`` for all inputs: its time has a zero gradient and
+    the state there is ``y0``, whose gradient passes unchanged (the implicit function
+    theorem would divide 0 by 0 there: the combined function is zero near ``t0``)."""
+    fixed = isinstance(value, CombinedEvent) and value.at_start
     params: tuple[Tensor, ...] = ()
-    if torch.is_grad_enabled():
+    if torch.is_grad_enabled() and not fixed:
         with torch.enable_grad():
             params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
     out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
-        _EventSpec(f, value), event_t, state, *params
+        _EventSpec(f, value, fixed), event_t, state, *params
     )
     return out
