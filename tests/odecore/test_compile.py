@@ -8,6 +8,7 @@ inductor itself, and is skipped, with the reason, where inductor cannot run.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import odecore
@@ -102,6 +103,62 @@ def test_compiled_gradients_match_eager(method, dtype):
         grads.append([y0.grad, field.a.grad, field.b.grad])
     for compiled, eager in zip(*grads):
         assert _rel(compiled, eager) <= TOL[dtype]
+
+
+def _state(shape, dtype):
+    """A state of ``shape`` (``"tuple"``: a 0-dim and a 1-dim tensor) in ``dtype``."""
+    if shape == "tuple":
+        return (torch.tensor(0.8, dtype=dtype), torch.tensor([0.1, -0.4], dtype=dtype))
+    return torch.linspace(-1.0, 1.0, math.prod(shape), dtype=dtype).reshape(shape) + 0.3
+
+
+def _reads_time(t, y):
+    """A field that reads its time: the time's dtype meets the state's."""
+    if isinstance(y, tuple):
+        x, v = y
+        return -x * torch.cos(t) + v.sum(), x - v
+    return torch.cos(t) * y - 0.5 * y**3
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [*((s, d) for s in [(), (3,), (2, 3), "tuple"] for d in (F32, F64)), ((), torch.bfloat16)],
+    ids=str,
+)
+def test_outputs_keep_the_state_dtype(shape, dtype):
+    """Step sizes and dense-output weights are 0-dim float64 tensors in the graph; times
+    one 0-dim float32 state, they promoted every output to float64."""
+    y0 = _state(shape, dtype)
+    kwargs = {"solver": odecore.Midpoint(), "dt0": 0.5, "ts": (0.0, 0.3), "field": _reads_time}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiled
+        compiled = _solve(y0=y0, compile=True, **kwargs)
+    eager = _solve(y0=y0, compile=False, **kwargs)
+    if shape == "tuple":
+        pairs = list(zip(compiled.ys, eager.ys, y0))
+    else:
+        pairs = [(compiled.ys, eager.ys, y0)]
+    for c, e, y in pairs:
+        assert c.dtype == e.dtype == y.dtype
+        assert _rel(c.double(), e.double()) <= TOL.get(dtype, 1e-2)
+
+
+def test_double_backward_says_to_solve_eagerly():
+    """AOTAutograd compiles a first-order backward; through it, ``create_graph=True``
+    raised torch's own error about donated buffers. The message now names the fix, and
+    the eager solve it names gives the second derivative."""
+    y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    sol = _solve(odecore.Midpoint(), y0, compile=True, ts=(), field=_reads_time)
+    with pytest.raises(RuntimeError, match=r"cannot be differentiated twice.*compile=False"):
+        torch.autograd.grad(sol.ys.sum(), y0, create_graph=True)
+    (first,) = torch.autograd.grad(sol.ys.sum(), y0)  # the graph is intact: first order works
+    eager = _solve(odecore.Midpoint(), y0, compile=False, ts=(), field=_reads_time)
+    assert _rel(first, torch.autograd.grad(eager.ys.sum(), y0)[0]) <= 1e-12
+
+    def solve(y):
+        return _solve(odecore.Midpoint(), y, compile=False, ts=(), field=_reads_time).ys
+
+    assert torch.autograd.gradgradcheck(solve, (y0,))
 
 
 def test_backward_in_time_tuple_state_and_jumps_match_eager():
@@ -206,6 +263,34 @@ def test_a_new_number_of_steps_compiles_once_more(counter):
         t = torch.linspace(0.0, 1.0, n + 1)
         odecore.odeint(field, torch.randn(2, 2), t, method="euler", options={"compile": True})
     assert counter.frame_count == 2
+
+
+def test_the_recompile_limit_is_named_once_with_how_to_raise_it(counter):
+    """Each new field is a new graph of one step schedule (the program); past dynamo's
+    limit (2 here, 8 by default) the solve ran eagerly with "Hard failure due to
+    fullgraph=True" as its reason, and dynamo logged the limit at every solve."""
+    fields = [lambda t, y: -y, lambda t, y: -2 * y, lambda t, y: y / -3, lambda t, y: y.neg()]
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", odecore.CompileFallbackWarning)
+            sols = [_solve(odecore.Euler(), y0, compile=True, field=f) for f in fields]
+        messages = [str(w.message) for w in caught if w.category is odecore.CompileFallbackWarning]
+        assert len(messages) == 1, messages
+        assert re.search(
+            r"recompile limit.*`torch\._dynamo\.config\.recompile_limit` = 2.*one field.*"
+            r"torch\._dynamo\.config\.recompile_limit = 4",
+            messages[0],
+        ), messages[0]
+        assert "Hard failure" not in messages[0]
+        assert counter.frame_count == 2
+        for sol, f in zip(sols, fields):
+            assert _rel(sol.ys, _solve(odecore.Euler(), y0, compile=False, field=f).ys) <= 1e-12
+        # Raised as the warning says, the limit lets the next field compile.
+        with torch._dynamo.config.patch(recompile_limit=4), warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            _solve(odecore.Euler(), y0, compile=True, field=fields[-1])
+    assert counter.frame_count == 3
 
 
 # --- the switch ----------------------------------------------------------------------------

@@ -21,8 +21,12 @@ did not is run again eagerly, whose loop finds the failing step and sets the sta
 Times are tensor inputs, so new values of ``t`` reuse the graph; the leading
 dimension of the state (the batch) is marked dynamic, so a new batch size reuses it
 too; a new number of steps or pattern of outputs is a new graph, compiled once and
-cached (:func:`_compiled`). Everything here is imported only when a solve asks for
-``compile=True``: the eager path does not load ``torch._dynamo``.
+cached (:func:`_compiled`). Dynamo compiles one program for at most
+``torch._dynamo.config.recompile_limit`` different fields; past it, solves with new
+fields run eagerly, after one warning that says how to raise it. AOTAutograd's
+backward is first order: differentiating it again (``create_graph=True``) raises an
+error that names ``compile=False``. Everything here is imported only when a solve
+asks for ``compile=True``: the eager path does not load ``torch._dynamo``.
 """
 
 from __future__ import annotations
@@ -362,17 +366,22 @@ def _schedule(
 
 def _sum(y0: Tensor | None, h: Tensor, terms: _Sum | None, ks: Sequence[Tensor]) -> Tensor:
     """``y0 + h * sum_i w_i k_i`` as the eager ``_combine_terms`` sums it, with ``h`` a
-    0-dim float64 tensor instead of a Python float."""
+    0-dim float64 tensor instead of a Python float.
+
+    ``h * w`` is formed in float64, as the eager loop's Python floats, and cast to the
+    dtype of the sum, as the eager kernels read a Python number: a 0-dim float64
+    tensor would promote a 0-dim state (two 0-dim tensors promote) to float64."""
     if terms is None:
         return torch.zeros_like(ks[0]) if y0 is None else y0
-    scale = h * terms.weight
     base = ks[terms.base]
     if base.dtype in (torch.float16, torch.bfloat16):  # summed in float32, rounded once
         wide = base.float()
         for i, ratio in terms.rest:
             wide = torch.add(wide, ks[i], alpha=ratio)
-        out = wide * scale if y0 is None else y0 + wide * scale
+        wide = wide * (h * terms.weight).to(wide.dtype)
+        out = wide if y0 is None else y0 + wide
         return out.to(base.dtype)
+    scale = (h * terms.weight).to(base.dtype)
     acc = base
     for i, ratio in terms.rest:
         acc = torch.add(acc, ks[i], alpha=ratio)
@@ -420,13 +429,19 @@ def _peak(y: Tensor) -> Tensor:
 
 
 def _weighted(row: Tensor, xs: Sequence[Tensor], y0: Tensor | None = None) -> Tensor:
-    """``y0 + sum_j row[j] * xs[j]`` (``y0 = None``: zero)."""
-    out = y0
+    """``y0 + sum_j row[j] * xs[j]`` (``y0 = None``: zero), in the dtype of ``xs``.
+
+    The float64 weights are cast to the dtype the sum is taken in (float32 for half
+    precision, summed there and rounded once, as the eager dense output does), so a
+    0-dim state is not promoted to float64."""
+    dtype = xs[0].dtype
+    wide = torch.promote_types(dtype, torch.float32)
+    out = None if y0 is None else y0.to(wide)
     for j, x in enumerate(xs):
-        term = x * row[j]
+        term = x.to(wide) * row[j].to(wide)
         out = term if out is None else out + term
     assert out is not None
-    return out
+    return out.to(dtype)
 
 
 def _graph(
@@ -491,8 +506,31 @@ def _graph(
     return outputs, torch.stack(marks)
 
 
+@dataclass
+class _Compiled:
+    """One program's compiled function, and what dynamo's recompile limit left of it.
+
+    Attributes:
+        run: the compiled :func:`_graph` of the program.
+        fields: the fields (by :func:`_field_key`) it has run; dynamo holds their graphs.
+        limit: the recompile limit it reached, as the name of dynamo's setting and its
+            value then; ``None`` while it has not.
+    """
+
+    run: Callable[..., tuple[list[Tensor], Tensor]]
+    fields: set[object]
+    limit: tuple[str, int] | None = None
+
+    def at_limit(self) -> bool:
+        """Whether the limit it reached still holds (it was not raised since)."""
+        if self.limit is None:
+            return False
+        name, value = self.limit
+        return bool(getattr(torch._dynamo.config, name, value) <= value)
+
+
 @functools.lru_cache(maxsize=32)
-def _compiled(program: _Program, backend: Any) -> Callable[..., tuple[list[Tensor], Tensor]]:
+def _compiled(program: _Program, backend: Any) -> _Compiled:
     """The compiled graph of one program.
 
     Each program gets a function with a code object of its own: dynamo keeps its
@@ -508,7 +546,7 @@ def _compiled(program: _Program, backend: Any) -> Callable[..., tuple[list[Tenso
     compiled: Callable[..., tuple[list[Tensor], Tensor]] = torch.compile(
         fn, backend=backend, fullgraph=True, dynamic=None
     )
-    return compiled
+    return _Compiled(compiled, set())
 
 
 # --- the loop that gradient methods call ------------------------------------------------
@@ -524,6 +562,69 @@ _COMPILE_ERRORS: tuple[type[Exception], ...] = tuple(
 )
 """What ``torch.compile`` raises when it cannot compile (errors of the field itself
 raise again in the eager solve that follows)."""
+
+_RECOMPILE_LIMIT: Any = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
+"""What dynamo raises, with ``fullgraph=True``, for a call that would compile a code
+object once more than its recompile limit allows."""
+
+_LIMITS = (
+    "accumulated_recompile_limit",
+    "recompile_limit",
+    "accumulated_cache_size_limit",  # the names before torch 2.6
+    "cache_size_limit",
+)
+
+
+def _limit_reached(err: BaseException) -> tuple[str, int] | None:
+    """The recompile limit that ``err`` reports reaching, as the name of dynamo's
+    setting and its value; ``None`` for any other failure."""
+    if not isinstance(err, _RECOMPILE_LIMIT):
+        return None
+    said = f"{err}\n{err.__cause__}"  # the cause names the limit (its explanation)
+    config = torch._dynamo.config
+    known = [name for name in _LIMITS if hasattr(config, name)]
+    plain = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    name = next((n for n in known if n in said), plain)
+    return name, int(getattr(config, name, 0))
+
+
+def _at_limit(name: str, value: int) -> str:
+    """The warning's reason for a solve that dynamo's recompile limit kept from compiling."""
+    return (
+        f"torch.compile reached its recompile limit on this step schedule: dynamo compiled "
+        f"its graph for `torch._dynamo.config.{name}` = {value} different fields (a new "
+        "function, or a closure over new values, is a new field to dynamo) and compiles "
+        "no more of them, so solves of this schedule with other fields run eagerly. Share "
+        "one field across solves (one nn.Module: new values of its parameters do not "
+        f"recompile), or raise the limit before solving: torch._dynamo.config.{name} = "
+        f"{max(2 * value, 1)}"
+    )
+
+
+_TWICE = (
+    "compile=True: a compiled solve cannot be differentiated twice (backward or "
+    "torch.autograd.grad with create_graph=True): torch.compile's AOTAutograd compiles a "
+    "first-order backward only. Solve with compile=False where you need higher-order "
+    "gradients (a Hessian, a penalty on a gradient)."
+)
+
+
+class _FirstOrder(torch.autograd.Function):
+    """The identity on a compiled solve's outputs, whose backward refuses
+    ``create_graph=True`` with :data:`_TWICE` before the compiled backward fails on it
+    with torch's own words (donated buffers, or "does not currently support double
+    backward")."""
+
+    @staticmethod
+    def forward(ctx: Any, *outputs: Tensor) -> tuple[Tensor, ...]:
+        return tuple(y.view_as(y) for y in outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor, ...]:
+        if torch.is_grad_enabled():  # set during a backward exactly by create_graph=True
+            raise RuntimeError(_TWICE)
+        return grads
+
 
 _FAILED: set[tuple[_Program, object]] = set()
 """Programs and fields whose compilation failed: they run eagerly at once, with the
@@ -584,27 +685,39 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
         if not schedule.program.steps:
             return LoopResult(ys, stats, schedule.status, direction * schedule.s_reached)
         program = schedule.program
-        failed = (program, _field_key(f)) in _FAILED
+        key = _field_key(f)
+        failed = (program, key) in _FAILED
         backend = _BACKEND
         problem = inductor_problem(y0.device.type) if backend == "inductor" and not failed else None
         if failed or problem is not None:
             if problem is not None:
                 fall_back(f"inductor cannot run here: {problem}")
             return run_eagerly()
+        compiled = _compiled(program, backend)
+        if key not in compiled.fields and compiled.at_limit():
+            return run_eagerly()  # a new field past the limit: said when it was reached
         tables = schedule.tensors(y0.dtype, y0.device)
         y = y0.view_as(y0)  # marks the alias, not the caller's tensor
         if y.dim() > 0:
             torch._dynamo.maybe_mark_dynamic(y, 0)
         try:
-            outputs, marks = _compiled(program, backend)(f, y, *tables)
+            outputs, marks = compiled.run(f, y, *tables)
         except _COMPILE_ERRORS as err:
             result = run_eagerly()  # the field's own error, if it was one, raises here
-            _FAILED.add((program, _field_key(f)))
-            fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
+            limit = _limit_reached(err)
+            if limit is None:
+                _FAILED.add((program, key))
+                fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
+            elif not compiled.at_limit():  # once per limit reached
+                compiled.limit = limit
+                fall_back(_at_limit(*limit))
             return result
+        compiled.fields.add(key)
         if not bool(torch.isfinite(marks).all()):  # the one host read of the solve
             # A failed solve: the eager loop finds the step that went wrong, and says so.
             return run_eagerly()
+        if torch.is_grad_enabled() and any(out.requires_grad for out in outputs):
+            outputs = list(_FirstOrder.apply(*outputs))  # type: ignore[no-untyped-call]
         stop = schedule.first_out + schedule.n_outputs
         ys[schedule.first_out : stop] = outputs
         n = len(program.steps)
