@@ -352,3 +352,31 @@ def test_an_autocast_field_is_brought_to_the_state_dtype(state):
     reference = odecore.solve(by_hand, y0, t0=0.0, t1=1.0, solver=solver, controller=controller)
     expected = reference.ys[0] if state == "tuple" else reference.ys
     torch.testing.assert_close(ys, expected, rtol=2e-2, atol=2e-2)
+
+
+# --- a 0-dim state keeps its dtype ------------------------------------------------------
+
+ZERO_DIM_METHODS = {
+    "euler": {"step_size": 0.25},
+    "rk4": {"step_size": 0.25},
+    "explicit_adams": {"step_size": 0.1},
+    "implicit_adams": {"step_size": 0.1},
+    "implicit_euler": {"step_size": 0.25},
+    "radauIIA5": {"step_size": 0.25},
+    "dopri5": None,
+    "tsit5": None,
+    "kvaerno5": None,
+}
+
+
+@pytest.mark.parametrize("method", sorted(ZERO_DIM_METHODS))
+def test_a_zero_dim_float32_state_stays_float32(method):
+    """Two 0-dim tensors promote: a 0-dim float64 step size or time times a 0-dim
+    float32 state would make the solution float64. Times are float64 here."""
+    y0 = torch.tensor(0.7, requires_grad=True)
+    t = torch.tensor([0.0, 0.3, 1.0], dtype=torch.float64)
+    ys = odecore.odeint(lambda t, y: torch.cos(t) * y - 0.5 * y**3, y0, t, method=method,
+                        options=ZERO_DIM_METHODS[method])  # fmt: skip
+    assert ys.dtype == torch.float32 and ys.shape == (3,)
+    ys.sum().backward()
+    assert y0.grad is not None and y0.grad.dtype == torch.float32
