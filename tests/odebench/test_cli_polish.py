@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import odebench
 import pytest
 from odebench import cli, main
+from odebench._io import curves_figure, metric_label
 from odebench.training import TrainConfig, train
 from odebench.training._config import show_progress
-from odebench.training._io import curves_figure, metric_label
 
 TOY = {
     "model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3, "epochs": 1,
@@ -325,7 +325,7 @@ def _whole_ticks(ax) -> bool:
 
 @pytest.mark.parametrize("epochs", [1, 2, 3, 7])
 def test_curves_have_words_for_labels_and_whole_epochs(epochs):
-    from odebench.training._io import pyplot
+    from odebench._io import pyplot
 
     fig = curves_figure(_rows(epochs), "odenet on mnist", loss="cross_entropy")
     try:
@@ -347,7 +347,7 @@ def test_curves_have_words_for_labels_and_whole_epochs(epochs):
 
 
 def test_curves_leave_out_a_panel_without_data():
-    from odebench.training._io import pyplot
+    from odebench._io import pyplot
 
     rows = [{"epoch": e, "train_loss": 1.0 / e, "test_loss": 1.0 / e} for e in (1, 2)]
     fig = curves_figure(rows, "toy-node on annuli-1d", loss="mse")
@@ -365,9 +365,9 @@ def test_metric_labels(key, label):
 
 
 def test_the_quickstart_figure_has_words_and_whole_epochs(tmp_path):
+    from odebench._io import pyplot
     from odebench.experiments import RunOptions
     from odebench.experiments import _quickstart as quickstart
-    from odebench.training._io import pyplot
 
     settings = quickstart.TEMPLATE.settings_for("quick")
     options = RunOptions(out=tmp_path / "out", mode="quick")

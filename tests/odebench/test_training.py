@@ -17,6 +17,7 @@ import odebench
 import odecore
 import pytest
 import torch
+from odebench._io import save_checkpoint, write_atomic, write_csv
 from odebench.models import build_model, ode_layers
 from odebench.training import (
     Interrupted,
@@ -30,7 +31,6 @@ from odebench.training import (
     train,
 )
 from odebench.training._data import epoch_order, shard, train_batches
-from odebench.training._io import save_checkpoint, write_atomic, write_csv
 
 TOY = {"model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3}
 TIMING = ("images_per_second", "epoch_seconds")
@@ -699,7 +699,7 @@ def test_a_bad_odecore_option_is_one_line(option, message, tmp_path, capsys):
 
 
 def test_a_resumed_run_records_where_each_of_its_stretches_came_from(tmp_path, monkeypatch):
-    from odebench.training import _provenance
+    from odebench import _provenance
 
     out = tmp_path / "run"
     config = TrainConfig(**TOY, epochs=1, batch_size=32, train_size=64, progress=False)

@@ -656,8 +656,8 @@ def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
     (a full disk; every file of the run stays whole); 130: interrupted
     (after a checkpoint, or by a second Ctrl-C without one); 1: training failed.
     """
+    from ._io import WriteError
     from .training import Interrupted, RunExistsError, TrainingFailedError
-    from .training._io import WriteError
 
     try:
         job()
@@ -766,8 +766,8 @@ def _run_one(
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._io import write_text
     from .experiments import combine_reports
-    from .training._io import write_text
 
     try:
         text = combine_reports(args.run_dirs, args.out)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._io import pyplot, save_png
 from ..training import TrainConfig
-from ..training._io import pyplot, save_png
 from ._template import Measurement, Result, Settings, Trained
 
 MODELS = ("node", "anode")

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..training._io import save_png
+from .._io import save_png
 from ._anode_common import (
     COLORS,
     LABELS,

@@ -22,10 +22,10 @@ import torch
 from odelayers import NeuralODE
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import build_model, count_parameters, ode_layers
 from ..models._toy import TOY_HIDDEN
-from ..training._io import pyplot, save_png
 from ._anode_toy import monotone_floor
 from ._registry import fmt
 from ._template import (

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import build_model, ode_layers
 from ..training import load_model
 from ..training._data import load_splits
-from ..training._io import pyplot, save_png
 from ._anode_common import (
     COLORS,
     LABELS,

@@ -26,7 +26,7 @@ import odelayers
 import torch
 from torch import Tensor, nn
 
-from ..training._io import pyplot, save_png
+from .._io import pyplot, save_png
 from . import _template
 from ._template import Claim, Figure, Fitted, Measurement, Result, Run, Settings, Setup, Trained
 

@@ -36,12 +36,12 @@ import odecore
 import torch
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png
 from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import TrainConfig
 from ..training._config import Optimizer
 from ..training._data import load_splits
-from ..training._io import pyplot, save_png
 from ._chen import MNIST_10K, fit_line, optimiser_words
 from ._registry import fmt
 from ._template import (

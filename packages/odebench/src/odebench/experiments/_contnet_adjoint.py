@@ -38,10 +38,10 @@ import torch
 from odelayers.basis import PiecewiseConstant
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png
 from ..data import Dataset
 from ..training import TrainConfig, evaluate
 from ..training._data import load_splits
-from ..training._io import pyplot, save_png
 from . import _contnet_common as common
 from ._images import data_name
 from ._template import (

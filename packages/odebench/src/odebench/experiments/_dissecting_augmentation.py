@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from .._io import pyplot, save_png
 from ..training import TrainConfig
-from ..training._io import pyplot, save_png
 from ._images import available_datasets, data_name, mode_note
 from ._registry import fmt
 from ._template import (

@@ -33,8 +33,8 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png, write_json
 from ..data import annuli, reflection
-from ..training._io import pyplot, save_png, write_json
 from ._template import (
     Claim,
     ClaimKind,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import contnet
 import torch
 
-from ..training._io import pyplot, save_png
+from .._io import pyplot, save_png
 from . import _contnet_common as common
 from ._images import data_name
 from ._template import Claim, Figure, Measurement, Stat, Template, register_template

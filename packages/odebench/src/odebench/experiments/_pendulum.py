@@ -21,8 +21,8 @@ import odecore
 import torch
 from torch import Tensor, nn
 
+from .._io import pyplot, save_png
 from ..data import pendulum as pendulum_data
-from ..training._io import pyplot, save_png
 from . import _template
 from ._template import (
     Claim,

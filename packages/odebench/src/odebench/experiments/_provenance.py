@@ -3,7 +3,7 @@
 Every experiment's ``results.json`` carries a ``provenance`` object
 (:func:`provenance_started`, then :meth:`Provenance.finish`): the commit, the tree's
 state and the hash of the sources of the segment that finished it
-(:mod:`odebench.training._provenance`, which every training run records per segment
+(:mod:`odebench._provenance`, which every training run records per segment
 too), the versions and the machine, and the load while it ran. :func:`publishable`
 refuses a run that is not tied to a clean commit of the current history, or one of
 whose training runs has a segment that ran other code.
@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training._provenance import HEX40, environment, now, repository, segment
-from ..training._provenance import git as _git
+from .._provenance import HEX40, environment, now, repository, segment
+from .._provenance import git as _git
 
 LOAD_SAMPLE_SECONDS = 30.0
 """How often the 1-minute load average is read while a run trains."""

@@ -49,8 +49,8 @@ from typing import Any, Generic, Literal, TypeVar, cast
 import torch
 from torch import nn
 
+from .._io import write_json, write_text
 from ..training import TrainConfig, load_model, resolve_device, train
-from ..training._io import write_json, write_text
 from ._provenance import Provenance, provenance_started
 from ._registry import (
     _REGISTRY,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..training._io import pyplot, save_png
+from .._io import pyplot, save_png
 
 _LIBRARY_COLORS = {
     "odecore": "#1f77b4",

@@ -25,9 +25,9 @@ from contnet import ContinuousNet, RefinementSchedule, refine
 from odelayers import NeuralODE
 from torch import Tensor, nn
 
+from .. import _io, _provenance
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
-from . import _io, _provenance
 from ._config import TrainConfig, show_progress
 from ._data import epoch_order, load_splits, shard, train_batches
 from ._run_dir import BadCheckpointError, RunFolder, load_checkpoint

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from .._io import CHECKPOINT
 from ._config import TrainConfig
-from ._io import CHECKPOINT
 
 try:
     import fcntl
