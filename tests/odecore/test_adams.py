@@ -5,6 +5,7 @@ gradients, and errors on bad options."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from fractions import Fraction
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from odecore._adams import (
     AdamsBashforthMoulton,
+    adams_for,
     bashforth_coefficients,
     moulton_coefficients,
 )
@@ -176,8 +178,48 @@ def test_gradcheck(method):
     assert torch.autograd.gradcheck(run, (w, y0))
 
 
-def test_corrector_that_does_not_converge_warns():
-    with pytest.warns(RuntimeWarning, match="did not converge in max_iters=1"):
+IMPLICIT_ADAMS = ["implicit_adams", "fixed_adams"]
+T101 = torch.linspace(0.0, 1.0, 101, dtype=F64)  # the default grid: steps of 0.01
+
+
+def stiff_from_half(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """y' = -y, and from t = 0.505 on y' = -2000 y: the corrector's fixed-point
+    iteration (contraction about h |b0| 2000 > 1) cannot converge in the step from 0.5."""
+    return -(2000.0 if float(t) > 0.505 else 1.0) * y
+
+
+def nan_from_half(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """y' = -y, NaN from t = 0.505 on."""
+    return -y * (math.nan if float(t) > 0.505 else 1.0)
+
+
+@pytest.mark.parametrize("method", IMPLICIT_ADAMS)
+def test_corrector_that_does_not_converge_fails(method):
+    # torchdiffeq warns and goes on with the unconverged value; odecore stops at the
+    # step's start, as its implicit one-step methods do, and says why.
+    with pytest.raises(odecore.SolverError) as info:
+        odecore.odeint(stiff_from_half, torch.ones(2, dtype=F64), T101, method=method)
+    error = info.value
+    assert error.status is odecore.Status.NEWTON_FAILED
+    assert error.t == pytest.approx(0.5)
+    message = str(error)
+    assert message.startswith(f"odeint stopped at t = {error.t!r} before reaching t1 = 1.0: ")
+    assert str(odecore.Status.NEWTON_FAILED) in message
+    assert re.search(
+        r"the Adams-Moulton corrector \(a fixed-point iteration, not Newton's\) did not "
+        r"converge at step size h = 0\.01 \(t = 0\.5\) after \d+ iteration\(s\): the "
+        r"iteration diverged \(its update stopped shrinking\)",
+        message,
+    )
+    assert "`step_size`" in message and "`max_iters`" in message
+
+
+def test_corrector_that_runs_out_of_iterations_fails():
+    # y' = -50 y with steps of 0.01: one iteration leaves the corrector far from its
+    # fixed point; the first corrected step (after two RK4 steps) is at t = 0.02.
+    with pytest.raises(
+        odecore.SolverError, match=r"the iterations ran out \(`max_iters` = 1\)"
+    ) as info:
         odecore.odeint(
             lambda t, y: -50.0 * y,
             torch.ones(1, dtype=F64),
@@ -185,6 +227,86 @@ def test_corrector_that_does_not_converge_warns():
             method="implicit_adams",
             options={"step_size": 0.01, "max_iters": 1},
         )
+    assert info.value.status is odecore.Status.NEWTON_FAILED
+    assert info.value.t == pytest.approx(0.02)
+
+
+def test_a_contracting_corrector_within_the_tolerance_of_its_fixed_point_passes():
+    # Steps of 0.25 on y' = -0.7 y + sin(3 t): after 4 iterations successive increments
+    # still differ by more than rtol, but the contraction rate (about 0.07) puts the
+    # increment within the tolerance of the fixed point: the same values as ever.
+    def forced(t, y):
+        return -0.7 * y + torch.sin(3 * t)
+
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    ours = odecore.odeint(forced, torch.ones(1, dtype=F64), t, method="implicit_adams",
+                          options={"n_steps": 40}, rtol=1e-4, atol=1e-6)  # fmt: skip
+    theirs = torchdiffeq.odeint(forced, torch.ones(1, dtype=F64), t, method="implicit_adams",
+                                options={"step_size": 0.025}, rtol=1e-4, atol=1e-6)  # fmt: skip
+    torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    ("method", "field", "status"),
+    [
+        *((method, nan_from_half, odecore.Status.NONFINITE) for method in ADAMS),
+        *((method, stiff_from_half, odecore.Status.NEWTON_FAILED) for method in IMPLICIT_ADAMS),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) or getattr(v, "name", str(v)),
+)
+def test_a_failure_keeps_the_outputs_before_it(method, field, status):
+    # A failed run returns the outputs up to where it stopped, those of a solve that
+    # ends there, and NaN after (what odeint raises for).
+    adams = adams_for(method, {})
+    y0 = torch.tensor([1.0, 2.0], dtype=F64)
+    done = adams.run(field, y0, T101, T101, 1e-7, 1e-9)
+    assert done.status is status
+    assert str(status) in done.message and f"stopped at t = {done.t_final!r}" in done.message
+    # The explicit method's state is NaN from 0.52 on (f(0.51) is NaN); the corrector
+    # evaluates f at the step's end, so the implicit ones stop at 0.5.
+    assert done.t_final == pytest.approx(0.51 if method == "explicit_adams" else 0.5)
+    n = sum(1 for v in T101.tolist() if v <= done.t_final)
+    oracle = odecore.odeint(field, y0, T101[:n], method=method)
+    torch.testing.assert_close(done.ys[:n], oracle, rtol=0, atol=0)
+    assert torch.isnan(done.ys[n:]).all()
+    with pytest.raises(odecore.SolverError) as info:
+        odecore.odeint(field, y0, T101, method=method)
+    assert info.value.status is status
+    assert info.value.t == done.t_final
+    assert str(info.value) == done.message
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_a_nonfinite_state_raises(method):
+    with pytest.raises(odecore.SolverError, match=r"became non-finite") as info:
+        odecore.odeint(nan_from_half, torch.ones(3, dtype=F64), T101, method=method,
+                       options={"step_size": 0.01})  # fmt: skip
+    assert info.value.status is odecore.Status.NONFINITE
+    assert info.value.t == pytest.approx(0.51 if method == "explicit_adams" else 0.5)
+
+
+def test_a_failure_between_output_times_keeps_the_earlier_outputs():
+    # Outputs every 0.25 on a grid of 0.01: the one at 0.25 is read from the grid, the
+    # ones after the failure (at 0.5) are NaN.
+    t = torch.tensor([0.0, 0.25, 0.75, 1.0], dtype=F64)
+    grid = T101
+    done = adams_for("implicit_adams", {}).run(stiff_from_half, torch.ones(1, dtype=F64),
+                                                grid, t, 1e-7, 1e-9)  # fmt: skip
+    assert done.status is odecore.Status.NEWTON_FAILED
+    oracle = odecore.odeint(stiff_from_half, torch.ones(1, dtype=F64), t[:2],
+                            method="implicit_adams", options={"step_size": 0.01})  # fmt: skip
+    torch.testing.assert_close(done.ys[:2], oracle, rtol=0, atol=0)
+    assert torch.isnan(done.ys[2:]).all()
+
+
+def test_a_failure_in_the_first_step_keeps_y0():
+    done = adams_for("explicit_adams", {}).run(
+        lambda t, y: y * math.nan, torch.ones(2, dtype=F64), T101[:3], T101[:3], 1e-7, 1e-9
+    )
+    assert done.status is odecore.Status.NONFINITE
+    assert done.t_final == 0.0
+    assert torch.equal(done.ys[0], torch.ones(2, dtype=F64))
+    assert torch.isnan(done.ys[1:]).all()
 
 
 def test_converged_corrector_does_not_warn():

@@ -19,12 +19,21 @@ fixed point at most ``max_iters`` times, until successive increments agree withi
 ``rtol`` and ``atol``. The coefficients are computed exactly with fractions (the
 integrals of the Lagrange basis polynomials), for any order. Between grid points the
 output is the cubic Hermite interpolant on the step's ends.
+
+A step fails where torchdiffeq only warns and goes on: a corrector that is not within
+the tolerance of its fixed point after ``max_iters`` iterations (judged, as
+:class:`~odecore.Newton` judges its iteration, by the last update and the contraction
+rate ``theta``: ``theta / (1 - theta)`` times the update within the tolerance), or
+whose update stops shrinking, ends the solve at the step's start with
+``Status.NEWTON_FAILED``; a non-finite state (or a non-finite value in the corrector)
+ends it at the last finite grid point with ``Status.NONFINITE``. :meth:`run` returns
+the outputs up to there and NaN after; :meth:`integrate` (``odeint``) raises
+:class:`~odecore.SolverError`, naming the step size, the time and the reason.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,7 +43,8 @@ from typing import Any, final
 import torch
 from torch import Tensor
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, SolverError, Status
+from ._solve import _FiniteRecord
 
 MAX_ORDER = 12
 """The highest ``max_order`` (torchdiffeq's bound, and its default)."""
@@ -156,14 +166,42 @@ class AdamsBashforthMoulton:
 
         Returns:
             The solution at each time of ``t``, stacked on a new first dimension.
+
+        Raises:
+            SolverError: a step failed (see :meth:`run`); the message names the time
+                reached, the status and, for the corrector, the step size and why.
+        """
+        done = self.run(f, y0, grid, t, rtol, atol)
+        if done.status != Status.SUCCESS:
+            raise SolverError(done.message, status=done.status, t=done.t_final)
+        return done.ys
+
+    def run(
+        self, f: Field, y0: Tensor, grid: Tensor, t: Tensor, rtol: float, atol: float
+    ) -> AdamsRun:
+        """:meth:`integrate`, with a failure as a status instead of an exception.
+
+        A corrector that does not converge ends the solve at the start of its step
+        (``Status.NEWTON_FAILED``); a non-finite state or corrector value, at the last
+        finite grid point (``Status.NONFINITE``). The outputs up to there are those of
+        a solve that ends there; the later ones are NaN.
+
+        Args:
+            f, y0, grid, t, rtol, atol: as for :meth:`integrate`.
+
+        Returns:
+            The outputs at ``t``, the status, the last time reached and, after a
+            failure, the message of the :class:`SolverError` that :meth:`integrate`
+            raises.
         """
         # Output times on another grid move relative to it (not so on the grid `t`).
         moves = grid is not t and t.requires_grad and torch.is_grad_enabled()
         grid = grid.to(y0.dtype)
         times = [float(v) for v in grid.detach().tolist()]
         ys, fs = [y0], [f(grid[0], y0)]
+        finite = _FiniteRecord(y0.detach().reshape(-1))  # each state's extremes, read once
         history: list[Tensor] = []  # newest first
-        warned = False
+        failed: tuple[int, Status, str] | None = None  # the step, the status, why
         for n in range(len(times) - 1):
             t0, t1 = grid[n], grid[n + 1]
             dt = t1 - t0
@@ -178,27 +216,136 @@ class AdamsBashforthMoulton:
                 if self.implicit:
                     am = moulton_coefficients(k + 1)
                     known = dt * sum((float(w) * fj for w, fj in zip(am[1:], history, strict=True)))
-                    converged = False
-                    for _ in range(self.max_iters):
-                        previous = dy
-                        dy = dt * float(am[0]) * f(t1, y + dy) + known
-                        tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
-                        if bool(((dy - previous).abs() / tol).max() < 1):
-                            converged = True
-                            break
-                    if not converged and not warned:
-                        warned = True
-                        warnings.warn(
-                            f"The Adams-Moulton corrector did not converge in max_iters="
-                            f"{self.max_iters} iterations at t={times[n + 1]!r}; the "
-                            "solution may be inaccurate: use smaller steps or more iterations.",
-                            RuntimeWarning,
-                            stacklevel=3,
-                        )
+                    dy, failure = self._correct(f, t1, y, dy, dt * float(am[0]), known, rtol, atol)
+                    if failure is not None:
+                        failed = (n, *failure)
+                        break
             ys.append(y + dy)
+            finite.append(times[n + 1], ys[-1])
             if n + 2 < len(times):
                 fs.append(f(t1, ys[-1]))
-        return _read_out(f, grid, times, ys, fs, t, moves)
+        first = finite.first_false()  # index into ys[1:]
+        if first is not None:
+            reached, status, why = (
+                first,
+                Status.NONFINITE,
+                (
+                    f"the state became non-finite in the step from t = {times[first]!r} to "
+                    f"t = {times[first + 1]!r}."
+                ),
+            )
+        elif failed is not None:
+            n, status, why = failed
+            reached, why = n, why.format(h=abs(times[n + 1] - times[n]), t=times[n])
+        else:
+            return AdamsRun(_read_out(f, grid, times, ys, fs, t, moves), Status.SUCCESS, times[-1])
+        return _failed_run(f, grid, times, ys, fs, t, moves, reached, status, why)
+
+    def _correct(
+        self,
+        f: Field,
+        t1: Tensor,
+        y: Tensor,
+        dy: Tensor,
+        weight: Tensor,
+        known: Tensor,
+        rtol: float,
+        atol: float,
+    ) -> tuple[Tensor, tuple[Status, str] | None]:
+        """The Adams-Moulton corrector's fixed-point iteration from the predicted ``dy``:
+        the increment, and ``None`` or why it failed (a message with ``{h}`` and ``{t}``
+        to fill in).
+
+        The iterates are torchdiffeq's: at most ``max_iters``, until successive
+        increments agree within the tolerance (a scaled update below 1). Stopped
+        short of that, the increment is still taken as converged when the contraction
+        rate ``theta`` says it is within the tolerance of the fixed point (``theta /
+        (1 - theta)`` times the update at most 1, :class:`~odecore.Newton`'s test).
+        """
+        update, rate, growing = math.inf, math.nan, 0
+        iters = 0
+        for iters in range(1, self.max_iters + 1):
+            previous, last = dy, update
+            dy = weight * f(t1, y + dy) + known
+            tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
+            update = float(((dy - previous).abs() / tol).max().detach())  # one host sync
+            if not math.isfinite(update):
+                return dy, (
+                    Status.NONFINITE,
+                    "the Adams-Moulton corrector produced a non-finite value in the step "
+                    f"of size h = {{h:.6g}} from t = {{t!r}} (iteration {iters}).",
+                )
+            if update < 1:
+                return dy, None
+            if math.isfinite(last):
+                rate = update / last
+                growing = growing + 1 if rate >= 1 else 0
+                if growing >= 2:
+                    break
+        if rate < 1 and rate / (1 - rate) * update <= 1:
+            return dy, None
+        if rate >= 1:
+            how = "the iteration diverged (its update stopped shrinking)"
+        else:
+            how = f"the iterations ran out (`max_iters` = {self.max_iters})"
+        rate_said = "" if math.isnan(rate) else f", contraction rate {rate:.3g}"
+        return dy, (
+            Status.NEWTON_FAILED,
+            "the Adams-Moulton corrector (a fixed-point iteration, not Newton's) did not "
+            f"converge at step size h = {{h:.6g}} (t = {{t!r}}) after {iters} iteration(s): "
+            f"{how}; the last update's scaled norm was {update:.3g} (1 is the tolerance)"
+            f"{rate_said}. A smaller `step_size` (or more `n_steps`), a larger `max_iters` "
+            "or looser `rtol` and `atol` may converge (torchdiffeq warns here and goes on "
+            "with the unconverged value).",
+        )
+
+
+@dataclass(frozen=True)
+class AdamsRun:
+    """What :meth:`AdamsBashforthMoulton.run` returns.
+
+    Attributes:
+        ys: the solution at each output time, stacked; NaN at the times not reached.
+        status: how the solve ended.
+        t_final: the last time reached: the end time, or where the solve stopped.
+        message: empty on success, else the text of the :class:`SolverError` that
+            :meth:`AdamsBashforthMoulton.integrate` raises.
+    """
+
+    ys: Tensor
+    status: Status
+    t_final: float
+    message: str = ""
+
+
+def _failed_run(
+    f: Field,
+    grid: Tensor,
+    times: list[float],
+    ys: list[Tensor],
+    fs: list[Tensor],
+    t: Tensor,
+    moves: bool,
+    reached: int,
+    status: Status,
+    why: str,
+) -> AdamsRun:
+    """The outputs of a solve that reached only ``grid[reached]``: as a solve that ends
+    there, NaN after."""
+    direction = 1.0 if times[-1] >= times[0] else -1.0
+    end = times[reached]
+    outs = [float(v) for v in t.detach().tolist()]
+    n_in = sum(1 for tj in outs if (tj - end) * direction <= 0)
+    nan = torch.full_like(ys[0], math.nan)
+    if reached == 0:
+        values = [ys[0] for _ in range(n_in)]
+    else:
+        del fs[reached + 1 :]
+        kept = slice(0, reached + 1)
+        values = list(_read_out(f, grid[kept], times[kept], ys[kept], fs, t[:n_in], moves))
+    out = torch.stack([*values, *(nan for _ in range(len(outs) - n_in))])
+    message = f"odeint stopped at t = {end!r} before reaching t1 = {times[-1]!r}: {status}. {why}"
+    return AdamsRun(out, status, end, message)
 
 
 def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor) -> Tensor:

@@ -171,7 +171,9 @@ def odeint(
             torchdiffeq's, for the implicit ones and 5 for ``explicit_adams``,
             whose stability region shrinks with the order: ``max_order=12`` is
             torchdiffeq's scheme) and, implicit, ``max_iters`` (the corrector's,
-            default 4; ``rtol`` and ``atol`` end it early), and no ``event_fn``.
+            default 4; ``rtol`` and ``atol`` end it early, and a corrector left
+            farther than them from its fixed point raises where torchdiffeq only
+            warns), and no ``event_fn``.
             The variable-order ``adams`` is planned: its name raises an error that
             says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
