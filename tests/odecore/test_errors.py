@@ -592,3 +592,65 @@ def test_newton_failure_with_fixed_steps(method):
         odeint(t=t, func=field, method=method, options={"step_size": 0.1, "max_iters": 2})
     assert_says_where(info.value, Status.NEWTON_FAILED, 1.0)
     assert info.value.t == pytest.approx(0.4)
+
+
+def _stiffens(t, y):  # the field of test_newton_failure_with_fixed_steps
+    return -y - (1000.0 if float(t) > 0.44 else 0.0) * y**3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "says"),
+    [
+        (
+            {"f": _stiffens, "solver": odecore.RadauIIA5(newton=odecore.Newton(max_iters=2)),
+             "dt0": 0.1},
+            Status.NEWTON_FAILED,
+            r"Newton did not converge at step size h = 0\.1 \(t = 0\.4\)",
+        ),
+        ({"f": nan_after(0.5), "solver": odecore.RK4(), "dt0": 0.1}, Status.NONFINITE, ""),
+        ({"f": lambda t, y: y**2, "t1": 2.0}, Status.DT_UNDERFLOW, ""),
+        ({"t1": 10.0, "max_steps": 5}, Status.MAX_STEPS_REACHED, ""),
+    ],
+    ids=["newton", "nonfinite", "underflow", "max_steps"],
+)  # fmt: skip
+def test_throw_false_keeps_the_message_the_error_would_have(kwargs, status, says):
+    # With throw=False the status and t_final remain, and the text of the SolverError
+    # that throw=True raises: where, the status's sentence, and the step size and
+    # reason of a failed Newton iteration.
+    sol = solve(throw=False, **kwargs)
+    with pytest.raises(SolverError) as info:
+        solve(**kwargs)
+    assert sol.status is status is info.value.status
+    assert sol.message == str(info.value)
+    assert sol.message.startswith(f"solve() stopped at t = {sol.t_final!r} before reaching t1")
+    assert str(status) in sol.message
+    assert re.search(says, sol.message)
+
+
+def test_a_solve_that_succeeds_has_no_message():
+    sol = solve(throw=False)
+    assert sol.status is Status.SUCCESS and sol.message == ""
+
+
+def test_checkpoint_replay_failure_says_why():
+    # The field turns stiff between the forward solve and backward(): the replay's
+    # Newton iteration fails, and its error names the step size and the reason, as
+    # the adjoint's backward solve does.
+    stiff = {"on": False}
+
+    def field(t, y):
+        return -y - (1000.0 if stiff["on"] and float(t) > 0.44 else 0.0) * y**3
+
+    y0 = torch.ones(2, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=1.0, dt0=0.1,
+        solver=odecore.RadauIIA5(newton=odecore.Newton(max_iters=2)),
+        gradient=odecore.Checkpoint(),
+    )  # fmt: skip
+    stiff["on"] = True
+    with pytest.raises(SolverError, match=r"the checkpointed replay did not retrace") as info:
+        sol.ys.sum().backward()
+    assert info.value.status is Status.NEWTON_FAILED
+    # The replay runs backward segment by segment: the last one, from t = 0.8, fails.
+    assert info.value.t == pytest.approx(0.8)
+    assert f"Newton did not converge at step size h = 0.1 (t = {info.value.t!r})" in str(info.value)

@@ -894,7 +894,8 @@ class _CheckpointFunction(torch.autograd.Function):
                 if len(outputs) != len(idx) + 1 or run.step_ends != ends[first : last + 1]:
                     raise SolverError(
                         "the checkpointed replay did not retrace the forward steps between "
-                        f"t = {t_a!r} and t = {t_b!r}: {run.status}.",
+                        f"t = {t_a!r} and t = {t_b!r}: {run.status}."
+                        + (f" {run.message}" if run.message else ""),
                         status=run.status,
                         t=run.t_final,
                     )

@@ -110,6 +110,11 @@ class Solution:
         event_t: with an :class:`Event`, the time it happened, a 0-dim tensor in the
             time dtype whose gradient is the event time's (implicit function
             theorem); ``None`` when the solve reached ``t1`` first or had no event.
+        message: empty when the solve reached ``t1``; after a failure with
+            ``throw=False``, the text of the :class:`SolverError` that ``throw=True``
+            raises: where the solve stopped, the status's sentence and the failure's
+            own account (an implicit method's step size and reason, a backend's
+            message).
     """
 
     ts: Tensor
@@ -118,6 +123,7 @@ class Solution:
     status: Status = Status.SUCCESS
     t_final: float = math.nan
     event_t: Tensor | None = None
+    message: str = ""
     dense: _Dense | None = field(default=None, repr=False)
 
     def evaluate(self, t: float | Tensor) -> State:
@@ -796,7 +802,8 @@ def solve(
         step_ts: times on which a step must end (no restart).
         max_steps: the most steps (accepted and rejected) before the solve fails.
         throw: raise :class:`SolverError` on failure; with ``False`` the failure is
-            reported in ``Solution.status``.
+            reported in ``Solution.status``, and the error's text in
+            ``Solution.message``.
         gradient: how the solve is differentiated: :class:`Autograd` (the default,
             backpropagation through the steps) or :class:`Adjoint`.
         event: an :class:`Event` that stops the solve where its function changes
@@ -1062,13 +1069,13 @@ def _solve(
     time_dtype = flat0.dtype
     direction = 1.0 if t1 >= t0 else -1.0
 
-    if status != Status.SUCCESS and throw:
-        raise SolverError(
-            f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}."
-            + (f" {run.message}" if run.message else ""),
-            status=status,
-            t=t_reached,
-        )
+    message = ""
+    if status != Status.SUCCESS:
+        message = f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}."
+        if run.message:
+            message += f" {run.message}"
+        if throw:
+            raise SolverError(message, status=status, t=t_reached)
 
     def reached(i: int, v: Tensor | None) -> bool:
         if v is None:
@@ -1101,5 +1108,6 @@ def _solve(
         status=status,
         t_final=t_reached,
         event_t=event_t,
+        message=message,
         dense=dense,
     )
