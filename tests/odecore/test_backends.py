@@ -643,3 +643,44 @@ def test_missing_torchdiffeq(monkeypatch, adjoint):
             torch.tensor([0.0, 1.0]),
             method="torchdiffeq:dopri5",
         )
+
+
+@pytest.mark.parametrize(
+    ("func", "t1", "options", "status", "said"),
+    [
+        (lambda t, y: y**2, 2.0, None, odecore.Status.DT_UNDERFLOW, r"underflow in dt"),
+        (lambda t, y: -y, 100.0, {"max_num_steps": 5}, odecore.Status.MAX_STEPS_REACHED,
+         r"max_num_steps exceeded \(5>=5\)"),
+    ],
+    ids=["underflow", "max_num_steps"],
+)  # fmt: skip
+@pytest.mark.parametrize("adjoint", [False, True], ids=["odeint", "odeint_adjoint"])
+def test_torchdiffeq_failure_is_a_solver_error(func, t1, options, status, said, adjoint):
+    # torchdiffeq fails with an AssertionError: odecore's SolverError with the status
+    # that says so, quoting torchdiffeq's message, the assertion its cause.
+    t = torch.tensor([0.0, t1], dtype=F64)
+    y0 = torch.ones(1, dtype=F64, requires_grad=adjoint)
+    kw = {"method": "torchdiffeq:dopri5", "options": options}
+    with pytest.raises(odecore.SolverError, match=said) as info:
+        if adjoint:
+            odecore.odeint_adjoint(func, y0, t, adjoint_params=(), **kw)
+        else:
+            odecore.odeint(func, y0, t, **kw)
+    error = info.value
+    assert error.status is status
+    assert str(error).startswith(
+        f"torchdiffeq's dopri5 stopped before reaching t1 = {t1!r} (it does not say at which t): "
+        f"{status}. torchdiffeq says: "
+    )
+    assert math.isnan(error.t)
+    assert isinstance(error.__cause__, AssertionError)
+
+
+def test_an_assertion_in_the_field_is_not_torchdiffeqs():
+    def field(t, y):
+        assert float(t) < 0.5, "the field's own check"
+        return -y
+
+    with pytest.raises(AssertionError, match="the field's own check"):
+        odecore.odeint(field, torch.ones(1, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64),
+                       method="torchdiffeq:dopri5")  # fmt: skip

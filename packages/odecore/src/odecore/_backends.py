@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import AbstractController, PIDController
-from ._errors import ConfigurationError, Status
+from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import FlatField, Loop, LoopResult, Stats, TimeTensors
 from ._solve import _check_derivative, _make_loop, _merge_stops
 from ._solvers import (
@@ -515,10 +515,21 @@ def torchdiffeq_odeint(
     method: str,
     options: Mapping[str, Any] | None,
 ) -> Any:
-    """``torchdiffeq.odeint`` with ``method`` (``"torchdiffeq:<name>"``) and the rest as given."""
+    """``torchdiffeq.odeint`` with ``method`` (``"torchdiffeq:<name>"``) and the rest as given.
+
+    Raises:
+        SolverError: torchdiffeq failed the solve with one of its assertions (see
+            :func:`_torchdiffeq_failure`); the assertion is its ``__cause__``.
+    """
     tdq = torchdiffeq_module(method)
     name = method.removeprefix(TORCHDIFFEQ_PREFIX)
-    return tdq.odeint(func, y0, t, rtol=rtol, atol=atol, method=name, options=options)
+    try:
+        return tdq.odeint(func, y0, t, rtol=rtol, atol=atol, method=name, options=options)
+    except AssertionError as error:
+        failure = _torchdiffeq_failure(error, name, t)
+        if failure is None:
+            raise
+        raise failure from error
 
 
 def torchdiffeq_odeint_adjoint(
@@ -536,15 +547,49 @@ def torchdiffeq_odeint_adjoint(
     adjoint_options: Mapping[str, Any] | None,
     adjoint_params: Sequence[Tensor] | None,
 ) -> Any:
-    """``torchdiffeq.odeint_adjoint``: both methods ``"torchdiffeq:<name>"`` (or no adjoint one)."""
+    """``torchdiffeq.odeint_adjoint``: both methods ``"torchdiffeq:<name>"`` (or no adjoint one).
+
+    Raises:
+        SolverError: as :func:`torchdiffeq_odeint`, for the forward solve (the backward
+            one runs in torchdiffeq's ``backward()``, where its assertions pass as they
+            are).
+    """
     tdq = torchdiffeq_module(method)
+    name = method.removeprefix(TORCHDIFFEQ_PREFIX)
+    try:
+        return _torchdiffeq_adjoint(
+            tdq, func, y0, t, rtol, atol, name, options, adjoint_rtol, adjoint_atol,
+            adjoint_method, adjoint_options, adjoint_params,
+        )  # fmt: skip
+    except AssertionError as error:
+        failure = _torchdiffeq_failure(error, name, t)
+        if failure is None:
+            raise
+        raise failure from error
+
+
+def _torchdiffeq_adjoint(
+    tdq: ModuleType,
+    func: Any,
+    y0: Any,
+    t: Tensor,
+    rtol: float,
+    atol: float,
+    name: str,
+    options: Mapping[str, Any] | None,
+    adjoint_rtol: float | None,
+    adjoint_atol: float | None,
+    adjoint_method: str | None,
+    adjoint_options: Mapping[str, Any] | None,
+    adjoint_params: Sequence[Tensor] | None,
+) -> Any:
     return tdq.odeint_adjoint(
         func,
         y0,
         t,
         rtol=rtol,
         atol=atol,
-        method=method.removeprefix(TORCHDIFFEQ_PREFIX),
+        method=name,
         options=options,
         adjoint_rtol=adjoint_rtol,
         adjoint_atol=adjoint_atol,
@@ -553,4 +598,39 @@ def torchdiffeq_odeint_adjoint(
         ),
         adjoint_options=adjoint_options,
         adjoint_params=adjoint_params,
+    )
+
+
+# torchdiffeq's run-time failures are assertions; what each says, and its status.
+_TORCHDIFFEQ_FAILURES = (
+    ("underflow in dt", Status.DT_UNDERFLOW),
+    ("max_num_steps exceeded", Status.MAX_STEPS_REACHED),
+    ("non-finite values", Status.NONFINITE),
+)
+
+
+def _torchdiffeq_failure(error: AssertionError, name: str, t: Tensor) -> SolverError | None:
+    """The :class:`SolverError` for an assertion that torchdiffeq raised, or ``None``
+    when it came from elsewhere (the vector field's own ``assert``).
+
+    torchdiffeq fails a solve with an ``AssertionError`` ("underflow in dt ...",
+    "max_num_steps exceeded ...", "non-finite values in state ..."): it becomes the
+    status that says so, any other of its assertions ``Status.BACKEND_FAILED``. The
+    message quotes torchdiffeq's. torchdiffeq does not say at which time it stopped:
+    the error's ``t`` is NaN.
+    """
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = "" if tb is None else str(tb.tb_frame.f_globals.get("__name__", ""))
+    if where.split(".")[0] != "torchdiffeq":
+        return None
+    said = str(error)
+    status = next((s for text, s in _TORCHDIFFEQ_FAILURES if text in said), Status.BACKEND_FAILED)
+    t1 = float(t.detach()[-1])
+    return SolverError(
+        f"torchdiffeq's {name} stopped before reaching t1 = {t1!r} (it does not say at "
+        f"which t): {status}. torchdiffeq says: {said}",
+        status=status,
+        t=math.nan,
     )

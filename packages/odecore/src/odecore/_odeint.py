@@ -215,8 +215,11 @@ def odeint(
         ValueError: for an unknown method or option, bad times, tolerances,
             shapes, or a non-finite ``y0``.
         SolverError: if the solve cannot finish (step size underflow, step budget
-            exhausted, non-finite state, a failure of scipy's solver in its own
-            words); it says at which ``t``.
+            exhausted, non-finite state, an implicit method's Newton iteration or an
+            implicit Adams method's corrector that does not converge in a step,
+            ``Status.NEWTON_FAILED``, naming the step size and the reason, or a
+            failure of scipy's solver or torchdiffeq's in its own words); it says at
+            which ``t`` (torchdiffeq does not say: there ``t`` is NaN).
         ImportError: for a ``scipy:`` or ``torchdiffeq:`` method whose package is
             not installed; the message names the extra to install.
 
