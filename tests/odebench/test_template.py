@@ -398,7 +398,7 @@ def test_a_difference_is_paired_per_seed() -> None:
 def test_results_carry_their_provenance(quick: tuple[Path, dict[str, Any]]) -> None:
     import subprocess
 
-    from odebench.experiments._provenance import repository
+    from odebench._provenance import repository
 
     out, result = quick
     prov = result["provenance"]
@@ -423,15 +423,15 @@ def test_the_load_is_sampled_while_the_run_trains(monkeypatch: pytest.MonkeyPatc
     ended idle."""
     import time
 
-    from odebench.experiments import _provenance
+    from odebench import _provenance
 
     loads = iter([0.1, 3.0, 3.0, 3.0] + [0.1] * 1000)
-    monkeypatch.setattr(_provenance, "_load", lambda: next(loads))
+    monkeypatch.setattr(_provenance, "load_average", lambda: next(loads))
     started = _provenance.provenance_started(sample_every=0.01)
     time.sleep(0.2)
     prov = started.finish(threads=1)
     assert prov.load["before"] == 0.1 and prov.load["after"] == 0.1
     assert prov.load["max"] == 3.0 and prov.contended
-    monkeypatch.setattr(_provenance, "_load", lambda: 2.4)  # two threads, busy alone
+    monkeypatch.setattr(_provenance, "load_average", lambda: 2.4)  # two threads, busy alone
     quiet = _provenance.provenance_started(sample_every=3600).finish(threads=2)
     assert quiet.cores < 2 or not quiet.contended

@@ -12,10 +12,14 @@ editable install) or, failing that, from the working directory. ``dirty`` is tru
 when ``git status --porcelain`` lists anything: a modified, staged or untracked file
 that is not ignored. The hash of the sources needs no git: two segments with the same
 hash ran the same code of every package, whatever their commits.
+
+The one recorder of runs: training records :func:`segment` and :func:`environment`, an
+experiment its :class:`Provenance` (those and the load), ``odebench perf`` :func:`machine`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -23,6 +27,8 @@ import os
 import platform
 import re
 import subprocess
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -140,3 +146,149 @@ def environment(device: torch.device | str) -> dict[str, Any]:
         "cores": os.cpu_count() or 1,
         "device": named,
     }
+
+
+def machine() -> dict[str, Any]:
+    """The machine and torch (its threads too), as ``odebench perf``'s documents record them."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+LOAD_SAMPLE_SECONDS = 30.0
+"""How often the 1-minute load average is read while a run trains."""
+
+
+def load_average() -> float | None:
+    """The machine's one-minute load average (others slow the timings), ``None`` without one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not on this platform
+        return None
+
+
+class _LoadSampler:
+    """Reads the 1-minute load average every :data:`LOAD_SAMPLE_SECONDS` in a daemon thread."""
+
+    def __init__(self, every: float) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _loop(self, every: float) -> None:
+        while not self._stop.wait(every):
+            load = load_average()
+            if load is not None:
+                self.samples.append(load)
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.samples
+
+
+@dataclass
+class Provenance:
+    """Where one run came from; :meth:`to_json` is ``results.json``'s ``provenance``.
+
+    Made by ``provenance_started()``; :meth:`finish` records the end.
+
+    Args:
+        commit: the checkout's ``HEAD`` (40 hex digits), ``None`` outside a checkout.
+        dirty: whether the checkout had changes (``None`` outside a checkout).
+        source: the hash of the installed sources of the four packages.
+        versions: python, torch, numpy and the four packages.
+        threads: torch's thread count while the runs trained.
+        cpu: the CPU's model name.
+        cores: how many CPUs the machine has.
+        device: the device the runs trained on.
+        load: the 1-minute load average ``before`` the run, ``after`` it, and the
+            ``max`` and ``mean`` of the samples taken while it ran.
+        started: when it started, ISO 8601 in UTC.
+        finished: when it finished.
+    """
+
+    commit: str | None
+    dirty: bool | None
+    source: str | None
+    versions: dict[str, str | None]
+    threads: int
+    cpu: str
+    cores: int
+    device: str
+    started: str
+    load: dict[str, float | None] = field(default_factory=dict)
+    finished: str | None = None
+    _sampler: _LoadSampler | None = field(default=None, repr=False, compare=False)
+
+    def finish(self, threads: int | None = None) -> Provenance:
+        """Record the end: the load after the run, the samples, the time.
+
+        Args:
+            threads: torch's thread count while the runs trained, where it differed
+                from the count at the start (an experiment that trains on one thread).
+        """
+        samples = self._sampler.stop() if self._sampler is not None else []
+        after = load_average()
+        seen = [x for x in (self.load.get("before"), *samples, after) if x is not None]
+        self.load.update(
+            after=after,
+            max=max(seen) if seen else None,
+            mean=round(sum(samples) / len(samples), 2) if samples else None,
+        )
+        if threads is not None:
+            self.threads = threads
+        self.finished = now()
+        self._sampler = None
+        return self
+
+    @property
+    def contended(self) -> bool:
+        """Whether the machine was busier than this run alone.
+
+        True when the largest load seen exceeds the run's own threads by half a core
+        or more. Timings taken so are not judged (see the ``timing`` of
+        :class:`~odebench.experiments.Claim`)."""
+        peak = self.load.get("max")
+        return peak is not None and peak >= min(self.threads, self.cores) + 0.5
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (``contended`` included)."""
+        doc = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if not f.name.startswith("_")
+        }
+        doc["contended"] = self.contended
+        return doc
+
+
+def provenance_started(
+    device: str = "cpu", *, sample_every: float = LOAD_SAMPLE_SECONDS
+) -> Provenance:
+    """The provenance of a run that starts now; the load is sampled until :meth:`Provenance.finish`.
+
+    Args:
+        device: the device the run trains on, in words.
+        sample_every: seconds between readings of the load average.
+
+    Example:
+        >>> p = provenance_started(sample_every=3600).finish()
+        >>> sorted(p.to_json()["versions"])[:3], p.finished is not None
+        (['contnet', 'numpy', 'odebench'], True)
+    """
+    here = segment()
+    del here["finished"]
+    return Provenance(
+        **here,
+        **environment(device),
+        load={"before": load_average()},
+        _sampler=_LoadSampler(sample_every),
+    )

@@ -21,8 +21,8 @@ from . import _dissecting_augmentation, _dissecting_depth  # noqa: F401  # isort
 from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
 from . import _anode_resnet, _chen_cnf, _contnet_adjoint  # noqa: F401  # isort: skip
+from .._provenance import Provenance
 from ._index import reproductions_table
-from ._provenance import Provenance
 from ._registry import (
     DEFAULT_MODE,
     EXPERIMENTS,

@@ -50,8 +50,8 @@ import torch
 from torch import nn
 
 from .._io import write_json, write_text
+from .._provenance import Provenance, provenance_started
 from ..training import TrainConfig, load_model, resolve_device, train
-from ._provenance import Provenance, provenance_started
 from ._registry import (
     _REGISTRY,
     MODES,

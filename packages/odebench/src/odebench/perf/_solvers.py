@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .._provenance import load_average, machine
 from ._gradcheck import GradcheckSizes, gradient_check
 from ._libraries import (
     COMPILED,
@@ -162,14 +162,6 @@ class SolversConfig:
         return (10, 100) if self.quick else (10, 100, 1000)
 
 
-def _load_average() -> float | None:
-    """The one-minute load average of the machine (other processes slow the timings)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 def command_line(argv: list[str] | None = None) -> str | None:
     """The command that started this run, as the user would type it again.
 
@@ -197,13 +189,7 @@ def _environment(
     return {
         "schema_version": SCHEMA_VERSION,
         "date": date,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        **machine(),
         "libraries": {lib.name: lib.version for lib in libraries},
         "unavailable": dict(missing),
         "quick": config.quick,
@@ -212,7 +198,7 @@ def _environment(
         "dtype": "float32 (gradient check and stiff problems: float64)",
         "command": command_line(),
         "load_average_start": load_start,
-        "load_average_end": _load_average(),
+        "load_average_end": load_average(),
     }
 
 
@@ -399,7 +385,7 @@ def run_solvers(
 def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    load_start = _load_average()
+    load_start = load_average()
     libraries, missing = discover(config.libraries, compiled=config.compile)
     eager = [lib for lib in libraries if not lib.compiles]
     peers = [lib.name for lib in eager if lib.name != "odecore"]
