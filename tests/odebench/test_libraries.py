@@ -25,6 +25,14 @@ def test_method_labels():
     assert Method("rk4", n_steps=100).label == "rk4x100"
 
 
+def test_methods_are_odecore_specs():
+    rk4, dopri5 = Method("rk4", n_steps=4), Method("dopri5", rtol=1e-3, atol=1e-4, max_steps=7)
+    assert not rk4.adaptive and rk4.spec == odecore.OdeSpec.from_method(
+        "rk4", options={"n_steps": 4}
+    )
+    assert dopri5.adaptive and dopri5.spec.max_steps == 7 and dopri5.spec.controller.atol == 1e-4
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

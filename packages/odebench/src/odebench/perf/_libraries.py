@@ -9,6 +9,7 @@ cleanly; a peer that cannot do a method or mode says why (:meth:`Library.unsuppo
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
 import warnings
 from collections.abc import Sequence
@@ -30,11 +31,27 @@ PEERS = ("torchdiffeq", "torchode", "torchdyn")
 LIBRARIES = ("odecore", *PEERS)
 
 
+PEER_METHODS: dict[str, dict[str, str]] = {
+    "dopri5": {"torchdiffeq": "dopri5", "torchode": "Dopri5", "torchdyn": "dopri5"},
+    "rk4": {"torchdiffeq": "rk4", "torchdyn": "rk4"},
+}
+"""The methods the peers run too, by odecore's name, with each peer's own name for it (torchode's:
+its step class). torchdiffeq's ``rk4`` is Kutta's 3/8 rule; torchode has no rk4."""
+
 STIFF_METHODS = ("kvaerno5", "scipy:Radau", "scipy:BDF")
 """The implicit adaptive methods of the stiff problems: odecore's own and SciPy's, by
 odecore's ``scipy:`` backend. They run in odecore alone, forward only."""
 
-METHOD_NAMES = ("dopri5", "rk4", *STIFF_METHODS)
+METHOD_NAMES = (*PEER_METHODS, *STIFF_METHODS)
+
+
+@functools.cache
+def _adaptive(name: str) -> bool:
+    """Whether odecore's solver of the method ``name`` adapts its steps."""
+    try:
+        return odecore.OdeSpec.from_method(name).solver.adaptive
+    except ImportError:  # a scipy: method without SciPy (SciPy chooses its own steps)
+        return True
 
 
 @dataclass(frozen=True)
@@ -59,28 +76,43 @@ class Method:
     max_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if self.name == "rk4":
-            if self.n_steps is None or self.n_steps < 1:
-                raise ValueError(f"`rk4` needs a positive `n_steps`, got {self.n_steps!r}.")
-            if self.max_steps is not None:
-                raise ValueError("`max_steps` is for adaptive methods; `rk4` takes `n_steps`.")
-        elif self.name in METHOD_NAMES:
-            if self.rtol is None or self.atol is None:
-                raise ValueError(f"`{self.name}` needs `rtol` and `atol`.")
-            if self.max_steps is not None and (
-                isinstance(self.max_steps, bool) or self.max_steps < 1
-            ):
-                raise ValueError(
-                    f"`max_steps` must be a positive number of steps, got {self.max_steps!r}."
-                )
-        else:
+        if self.name not in METHOD_NAMES:
             raise ValueError(
                 f"Unknown method {self.name!r}; the benchmark knows {', '.join(METHOD_NAMES)}."
+            )
+        if not self.adaptive:
+            if self.n_steps is None or self.n_steps < 1:
+                raise ValueError(f"`{self.name}` needs a positive `n_steps`, got {self.n_steps!r}.")
+            if self.max_steps is not None:
+                raise ValueError(
+                    f"`max_steps` is for adaptive methods; `{self.name}` takes `n_steps`."
+                )
+        elif self.rtol is None or self.atol is None:
+            raise ValueError(f"`{self.name}` needs `rtol` and `atol`.")
+        elif self.max_steps is not None and (
+            isinstance(self.max_steps, bool) or self.max_steps < 1
+        ):
+            raise ValueError(
+                f"`max_steps` must be a positive number of steps, got {self.max_steps!r}."
             )
 
     @property
     def adaptive(self) -> bool:
-        return self.name != "rk4"
+        """Whether the method adapts its steps, asked of odecore's solver of it."""
+        return _adaptive(self.name)
+
+    @property
+    def odeint_kwargs(self) -> dict[str, Any]:
+        """``method``, ``rtol``, ``atol`` and ``options`` as odecore's ``odeint`` takes them."""
+        if not self.adaptive:
+            return {"method": self.name, "options": {"n_steps": self.n_steps}}
+        budget = {} if self.max_steps is None else {"options": {"max_num_steps": self.max_steps}}
+        return {"method": self.name, "rtol": self.rtol, "atol": self.atol, **budget}
+
+    @property
+    def spec(self) -> odecore.OdeSpec:
+        """The configuration as odecore's spec, by :meth:`odecore.OdeSpec.from_method`."""
+        return odecore.OdeSpec.from_method(**self.odeint_kwargs)
 
     @property
     def stiff(self) -> bool:
@@ -92,7 +124,7 @@ class Method:
         """A short name for tables and JSON: ``dopri5@1e-06``, ``rk4x100``,
         ``kvaerno5@1e-06`` or, with a step budget, ``dopri5@1e-06,max_steps=10000``."""
         if not self.adaptive:
-            return f"rk4x{self.n_steps}"
+            return f"{self.name}x{self.n_steps}"
         if self.rtol == self.atol:
             label = f"{self.name}@{self.rtol:g}"
         else:
@@ -164,13 +196,7 @@ class OdecoreLibrary(Library):
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         t = _times(t0, t1, y0)
-        kwargs: dict[str, Any] = {"method": method.name}
-        if method.adaptive:
-            kwargs.update(rtol=method.rtol, atol=method.atol)
-            if method.max_steps is not None:
-                kwargs["options"] = {"max_num_steps": method.max_steps}
-        else:
-            kwargs["options"] = {"n_steps": method.n_steps}
+        kwargs = method.odeint_kwargs
         if mode in ("forward", "backprop"):
             return _last(odecore.odeint(field, y0, t, **kwargs))
         if mode == "adjoint":
@@ -182,32 +208,18 @@ class OdecoreLibrary(Library):
             checkpoint = getattr(odecore, "Checkpoint", None)
             if checkpoint is None:
                 raise UnsupportedError(f"odecore {self.version} has no Checkpoint gradient method")
-            if method.adaptive:
-                assert method.rtol is not None and method.atol is not None
-                budget: dict[str, Any] = {}
-                if method.max_steps is not None:
-                    budget["max_steps"] = method.max_steps
-                sol = odecore.solve(
-                    field,
-                    y0,
-                    t0=t0,
-                    t1=t1,
-                    solver=odecore.Dopri5(),
-                    controller=odecore.PIDController(rtol=method.rtol, atol=method.atol),
-                    gradient=checkpoint(),
-                    **budget,
-                )
-            else:
-                assert method.n_steps is not None
-                sol = odecore.solve(
-                    field,
-                    y0,
-                    t0=t0,
-                    t1=t1,
-                    solver=odecore.RK4(),
-                    dt0=(t1 - t0) / method.n_steps,
-                    gradient=checkpoint(),
-                )
+            spec = method.spec
+            sol = odecore.solve(
+                field,
+                y0,
+                t0=t0,
+                t1=t1,
+                solver=spec.solver,
+                controller=spec.controller,
+                gradient=checkpoint(),
+                dt0=spec.step_size(t0, t1),
+                max_steps=spec.max_steps,
+            )
             return _last(sol.ys)
         raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
 
@@ -243,7 +255,7 @@ class CompiledOdecoreLibrary(Library):
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         self.require(method, mode)
-        assert method.n_steps is not None
+        spec = method.spec
         with warnings.catch_warnings():
             # An eager fallback (no C++ compiler, a field that does not trace) would
             # be timed as the compiled solve: it fails the cell instead.
@@ -253,8 +265,8 @@ class CompiledOdecoreLibrary(Library):
                 y0,
                 t0=t0,
                 t1=t1,
-                solver=odecore.RK4(),
-                dt0=(t1 - t0) / method.n_steps,
+                solver=spec.solver,
+                dt0=spec.step_size(t0, t1),
                 compile=True,
             )
         if isinstance(field, CountingField):
@@ -270,8 +282,12 @@ class _PeerLibrary(Library):
         self.version = str(getattr(module, "__version__", "unknown"))
         self.module = module
 
+    def own_name(self, method: Method) -> str | None:
+        """This peer's name for ``method`` (:data:`PEER_METHODS`); ``None`` if it has none."""
+        return PEER_METHODS.get(method.name, {}).get(self.name)
+
     def unsupported(self, method: Method, mode: str) -> str | None:
-        if method.stiff:
+        if method.name not in PEER_METHODS:
             return f"{method.name} runs in odecore only"
         if method.max_steps is not None:
             return "a step budget (`max_steps`) is set through odecore only"
@@ -290,7 +306,7 @@ class TorchdiffeqLibrary(_PeerLibrary):
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         t = _times(t0, t1, y0)
-        kwargs: dict[str, Any] = {"method": method.name}
+        kwargs: dict[str, Any] = {"method": self.own_name(method)}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
         else:
@@ -338,8 +354,8 @@ class TorchodeLibrary(_PeerLibrary):
         super().__init__("torchode", module)
 
     def unsupported(self, method: Method, mode: str) -> str | None:
-        if not method.adaptive:
-            return "torchode has no rk4"
+        if method.name in PEER_METHODS and self.own_name(method) is None:
+            return f"torchode has no {method.name}"
         if mode == "adjoint_seminorm":
             return "torchode's adjoint has no seminorm option"
         return super().unsupported(method, mode)
@@ -351,7 +367,7 @@ class TorchodeLibrary(_PeerLibrary):
         to = self.module
         batch = y0.shape[0]
         term = to.ODETerm(_FlatField(field, y0.shape))
-        step = to.Dopri5(term=term)
+        step = getattr(to, PEER_METHODS[method.name][self.name])(term=term)  # required above
         controller = to.IntegralController(atol=method.atol, rtol=method.rtol, term=term)
         t_eval = _times(t0, t1, y0).expand(batch, 2)
         problem = to.InitialValueProblem(y0=y0.reshape(batch, -1), t_eval=t_eval)
@@ -403,8 +419,8 @@ class TorchdynLibrary(_PeerLibrary):
         sensitivity = "autograd" if mode in ("forward", "backprop") else "adjoint"
         model = neural_ode(
             _ArgsField(field),
-            solver=method.name,
-            solver_adjoint=method.name,
+            solver=self.own_name(method),
+            solver_adjoint=self.own_name(method),
             sensitivity=sensitivity,
             seminorm=mode == "adjoint_seminorm",
             return_t_eval=False,
