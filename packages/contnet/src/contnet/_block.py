@@ -41,20 +41,22 @@ def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
     Raises:
         ValueError: for an unknown method name or an adaptive solver.
     """
+    resolved: object = solver
     if isinstance(solver, str):
         try:  # the name is parsed by odecore's resolver, the one place that does it
-            resolved: object = odecore.OdeSpec.from_method(solver).solver
+            resolved = odecore.OdeSpec.from_method(solver).solver
         except ValueError:
             resolved = None
-        if not isinstance(resolved, AbstractExplicitRK) or resolved.adaptive:
-            raise ValueError(
-                f"Unknown `solver` {solver!r}; known fixed-step methods: "
-                f"{', '.join(odecore.FIXED_METHODS)}."
-            )
-        return solver, resolved
-    if isinstance(solver, AbstractExplicitRK) and not solver.adaptive:
+    if isinstance(resolved, AbstractExplicitRK) and not resolved.adaptive:  # asked of odecore
+        if isinstance(solver, str):
+            return solver, resolved
         names = {cls: name for name, cls in reversed(odecore.FIXED_METHODS.items())}
-        return names.get(type(solver), type(solver).__name__), solver  # the first name
+        return names.get(type(solver), type(solver).__name__), resolved  # the first name
+    if isinstance(solver, str):
+        raise ValueError(
+            f"Unknown `solver` {solver!r}; known fixed-step methods: "
+            f"{', '.join(odecore.FIXED_METHODS)}."
+        )
     raise ValueError(
         f"`solver` must be the name of a fixed-step method ({', '.join(odecore.FIXED_METHODS)}) "
         f"or such an odecore solver object (e.g. odecore.RK4()), got {solver!r}."
