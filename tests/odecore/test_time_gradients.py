@@ -424,7 +424,7 @@ def _outputs(method: str, options: dict):
     return run
 
 
-@pytest.mark.filterwarnings("ignore:The Adams-Moulton corrector did not converge")
+@pytest.mark.filterwarnings("ignore:the Adams-Moulton corrector:RuntimeWarning")
 @pytest.mark.parametrize("grid", list(GRIDS))
 @pytest.mark.parametrize("method", ONE_STEP + ADAMS)
 def test_every_fixed_grid_gives_each_time_its_gradient(method: str, grid: str) -> None:

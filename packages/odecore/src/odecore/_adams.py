@@ -20,11 +20,12 @@ fixed point at most ``max_iters`` times, until successive increments agree withi
 integrals of the Lagrange basis polynomials), for any order. Between grid points the
 output is the cubic Hermite interpolant on the step's ends.
 
-A step fails where torchdiffeq only warns and goes on: a corrector that is not within
-the tolerance of its fixed point after ``max_iters`` iterations (judged, as
-:class:`~odecore.Newton` judges its iteration, by the last update and the contraction
-rate ``theta``: ``theta / (1 - theta)`` times the update within the tolerance), or
-whose update stops shrinking, ends the solve at the step's start with
+A corrector that is not within the tolerance of its fixed point after ``max_iters``
+iterations (judged, as :class:`~odecore.Newton` judges its iteration, by the last
+update and the contraction rate ``theta``: ``theta / (1 - theta)`` times the update
+within the tolerance) warns once, naming the step, and goes on, as torchdiffeq does.
+One whose update stops shrinking has diverged, where torchdiffeq warns and goes on
+with a meaningless value: it ends the solve at the step's start with
 ``Status.NEWTON_FAILED``; a non-finite state (or a non-finite value in the corrector)
 ends it at the last finite grid point with ``Status.NONFINITE``. :meth:`run` returns
 the outputs up to there and NaN after; :meth:`integrate` (``odeint``) raises
@@ -34,6 +35,7 @@ the outputs up to there and NaN after; :meth:`integrate` (``odeint``) raises
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -181,7 +183,7 @@ class AdamsBashforthMoulton:
     ) -> AdamsRun:
         """:meth:`integrate`, with a failure as a status instead of an exception.
 
-        A corrector that does not converge ends the solve at the start of its step
+        A corrector that diverges ends the solve at the start of its step
         (``Status.NEWTON_FAILED``); a non-finite state or corrector value, at the last
         finite grid point (``Status.NONFINITE``). The outputs up to there are those of
         a solve that ends there; the later ones are NaN.
@@ -202,6 +204,7 @@ class AdamsBashforthMoulton:
         finite = _FiniteRecord(y0.detach().reshape(-1))  # each state's extremes, read once
         history: list[Tensor] = []  # newest first
         failed: tuple[int, Status, str] | None = None  # the step, the status, why
+        warned = False  # a corrector that ran out while contracting warns once
         for n in range(len(times) - 1):
             t0, t1 = grid[n], grid[n + 1]
             dt = t1 - t0
@@ -217,9 +220,15 @@ class AdamsBashforthMoulton:
                     am = moulton_coefficients(k + 1)
                     known = dt * sum((float(w) * fj for w, fj in zip(am[1:], history, strict=True)))
                     dy, failure = self._correct(f, t1, y, dy, dt * float(am[0]), known, rtol, atol)
-                    if failure is not None:
-                        failed = (n, *failure)
+                    if failure is not None and failure[0] is not None:
+                        failed = (n, failure[0], failure[1])
                         break
+                    if failure is not None and not warned:
+                        warned = True
+                        h = abs(times[n + 1] - times[n])
+                        warnings.warn(
+                            failure[1].format(h=h, t=times[n]), RuntimeWarning, stacklevel=4
+                        )
             ys.append(y + dy)
             finite.append(times[n + 1], ys[-1])
             if n + 2 < len(times):
@@ -251,16 +260,19 @@ class AdamsBashforthMoulton:
         known: Tensor,
         rtol: float,
         atol: float,
-    ) -> tuple[Tensor, tuple[Status, str] | None]:
+    ) -> tuple[Tensor, tuple[Status | None, str] | None]:
         """The Adams-Moulton corrector's fixed-point iteration from the predicted ``dy``:
-        the increment, and ``None`` or why it failed (a message with ``{h}`` and ``{t}``
-        to fill in).
+        the increment, and ``None`` or what went wrong: a status and a message with
+        ``{h}`` and ``{t}`` to fill in. The status is ``None`` for an iteration that ran
+        out while contracting: the caller warns, as torchdiffeq does, and goes on.
 
         The iterates are torchdiffeq's: at most ``max_iters``, until successive
         increments agree within the tolerance (a scaled update below 1). Stopped
         short of that, the increment is still taken as converged when the contraction
         rate ``theta`` says it is within the tolerance of the fixed point (``theta /
         (1 - theta)`` times the update at most 1, :class:`~odecore.Newton`'s test).
+        An iteration whose update stops shrinking diverges: its value is no
+        approximation of the step, and the step fails.
         """
         update, rate, growing = math.inf, math.nan, 0
         iters = 0
@@ -284,20 +296,23 @@ class AdamsBashforthMoulton:
                     break
         if rate < 1 and rate / (1 - rate) * update <= 1:
             return dy, None
-        if rate >= 1:
-            how = "the iteration diverged (its update stopped shrinking)"
-        else:
-            how = f"the iterations ran out (`max_iters` = {self.max_iters})"
+        diverged = rate >= 1
         rate_said = "" if math.isnan(rate) else f", contraction rate {rate:.3g}"
-        return dy, (
-            Status.NEWTON_FAILED,
+        said = (
             "the Adams-Moulton corrector (a fixed-point iteration, not Newton's) did not "
             f"converge at step size h = {{h:.6g}} (t = {{t!r}}) after {iters} iteration(s): "
-            f"{how}; the last update's scaled norm was {update:.3g} (1 is the tolerance)"
+            + (
+                "the iteration diverged (its update stopped shrinking)"
+                if diverged
+                else f"the iterations ran out (`max_iters` = {self.max_iters})"
+            )
+            + f"; the last update's scaled norm was {update:.3g} (1 is the tolerance)"
             f"{rate_said}. A smaller `step_size` (or more `n_steps`), a larger `max_iters` "
-            "or looser `rtol` and `atol` may converge (torchdiffeq warns here and goes on "
-            "with the unconverged value).",
+            "or looser `rtol` and `atol` may converge"
         )
+        if diverged:
+            return dy, (Status.NEWTON_FAILED, said + ".")
+        return dy, (None, said + "; the solve goes on with the unconverged value.")
 
 
 @dataclass(frozen=True)

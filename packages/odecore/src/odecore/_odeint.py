@@ -216,7 +216,7 @@ def odeint(
             shapes, or a non-finite ``y0``.
         SolverError: if the solve cannot finish (step size underflow, step budget
             exhausted, non-finite state, an implicit method's Newton iteration or an
-            implicit Adams method's corrector that does not converge in a step,
+            implicit Adams method's corrector that diverges in a step,
             ``Status.NEWTON_FAILED``, naming the step size and the reason, or a
             failure of scipy's solver or torchdiffeq's in its own words); it says at
             which ``t`` (torchdiffeq does not say: there ``t`` is NaN).
