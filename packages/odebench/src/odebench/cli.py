@@ -236,7 +236,7 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
 
 
 def _download_arguments(download: argparse.ArgumentParser) -> None:
-    from .data._download import DOWNLOADABLE
+    from .data import DOWNLOADABLE
 
     download.add_argument(
         "name", metavar="NAME", choices=DOWNLOADABLE,
@@ -264,10 +264,8 @@ def _publish_arguments(publish: argparse.ArgumentParser) -> None:
 def _train_arguments(train: argparse.ArgumentParser) -> None:
     import odecore
 
-    from .models import MODELS
-    from .models._build import CONTNET_METHOD, CONTNET_STEPS, TRAIN_METHOD
-    from .training import DATASETS, TrainConfig
-    from .training._config import Optimizer
+    from .models import CONTNET_METHOD, CONTNET_STEPS, MODELS, TRAIN_METHOD
+    from .training import DATASETS, Optimizer, TrainConfig
 
     default = _defaults(TrainConfig)
     odecore_tol = odecore.PIDController()
@@ -344,7 +342,7 @@ def _add_common(
         epochs: what sets the number of epochs when ``default`` has none (``None``).
         out: the output directory when none is given.
     """
-    from .training._config import MAX_SEED, check_device
+    from .training import MAX_SEED, check_device
 
     def device(text: str) -> str:
         try:
@@ -381,9 +379,7 @@ def _add_common(
 
 
 def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
-    from .perf import SolversConfig
-    from .perf._libraries import LIBRARIES
-    from .perf._problems import PROBLEMS
+    from .perf import LIBRARIES, PROBLEMS, SolversConfig
 
     default = _defaults(SolversConfig)
     solvers.add_argument(
@@ -780,7 +776,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _download(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .data import DataError, download
-    from .training._data import download_root
+    from .training import download_root
 
     root = args.data_dir or download_root()
     _log(f"downloading {args.name} into {root}")
@@ -905,8 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _contnet(sub, args)
     if args.perf_command == "plot":
         return _plot(sub, args)
-    from .perf import SolversConfig, format_report, plot_solvers, run_solvers
-    from .perf._libraries import LIBRARIES
+    from .perf import LIBRARIES, SolversConfig, format_report, plot_solvers, run_solvers
 
     if args.libraries is not None:
         unknown = [n for n in args.libraries if n not in LIBRARIES]

@@ -30,6 +30,10 @@ from ._idx import load_mnist, read_idx
 from ._svhn import load_svhn
 from ._toy import annuli, nested_spirals, pendulum, reflection
 
+# isort: split
+# For the layers above, not for users (not in __all__).
+from ._download import DOWNLOADABLE as DOWNLOADABLE
+
 __all__ = [
     "Augment",
     "DataError",

@@ -24,8 +24,7 @@ from torch import Tensor, nn
 
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
-from ..models import build_model, count_parameters, ode_layers
-from ..models._toy import TOY_HIDDEN
+from ..models import TOY_HIDDEN, build_model, count_parameters, ode_layers
 from ._anode_toy import monotone_floor
 from ._registry import fmt
 from ._template import (

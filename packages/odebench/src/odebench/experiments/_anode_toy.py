@@ -19,8 +19,7 @@ from torch import Tensor, nn
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import build_model, ode_layers
-from ..training import load_model
-from ..training._data import load_splits
+from ..training import load_model, load_splits
 from ._anode_common import (
     COLORS,
     LABELS,

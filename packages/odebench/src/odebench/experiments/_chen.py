@@ -16,10 +16,8 @@ from torch import Tensor, nn
 from .._io import pyplot, save_png
 from ..data import Dataset
 from ..models import nfe, ode_layers
-from ..perf._contnet import saved_bytes
-from ..training import TrainConfig
-from ..training._config import Optimizer
-from ..training._data import load_splits
+from ..perf import saved_bytes
+from ..training import Optimizer, TrainConfig, load_splits
 from ._template import (
     Claim,
     Figure,

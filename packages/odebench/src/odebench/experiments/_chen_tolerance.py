@@ -39,9 +39,7 @@ from torch import Tensor, nn
 from .._io import pyplot, save_png
 from ..data import Dataset
 from ..models import nfe, ode_layers
-from ..training import TrainConfig
-from ..training._config import Optimizer
-from ..training._data import load_splits
+from ..training import Optimizer, TrainConfig, load_splits
 from ._chen import MNIST_10K, fit_line, optimiser_words
 from ._registry import fmt
 from ._template import (

@@ -40,8 +40,7 @@ from torch import Tensor, nn
 
 from .._io import pyplot, save_png
 from ..data import Dataset
-from ..training import TrainConfig, evaluate
-from ..training._data import load_splits
+from ..training import TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
 from ._images import data_name
 from ._template import (

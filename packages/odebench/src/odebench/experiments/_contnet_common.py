@@ -25,8 +25,7 @@ from torch import nn
 
 from .._io import pyplot, save_png
 from ..data import Dataset
-from ..training import TrainConfig, evaluate, find_data
-from ..training._data import load_splits
+from ..training import TrainConfig, evaluate, find_data, load_splits
 from ._images import not_run
 from ._template import Fitted, Measurement, Result, Run, Settings, Setup, Trained
 

@@ -12,8 +12,7 @@ import torch
 
 from .._io import integer_ticks, metric_label, pyplot, save_png
 from ..data import DataError, download
-from ..training import TrainConfig, find_data, load_model
-from ..training._data import TOY_SIZES, download_root, search_paths
+from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
 from ._template import (
     Claim,
     Figure,

@@ -69,7 +69,7 @@ class RunOptions:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        from ..training._config import check_device
+        from ..training import check_device
 
         check_device(self.device)
         if self.quick and self.mode not in (None, "quick"):
@@ -134,7 +134,7 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str
         odebench.training.RunExistsError: ``options.out`` holds a run and neither flag
             is set, or another process holds its lock (a ``FileExistsError``).
     """
-    from ..training._run_dir import RunFolder
+    from ..training import RunFolder
 
     if name not in EXPERIMENTS:
         raise ValueError(f"Unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}.")
@@ -263,7 +263,7 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         A run made at the checkout's ``HEAD`` from a clean tree:
 
         >>> import subprocess, tempfile
-        >>> from odebench.experiments._provenance import repository
+        >>> from odebench._provenance import repository
         >>> head = subprocess.run(
         ...     ["git", "rev-parse", "HEAD"], cwd=repository(), capture_output=True, text=True
         ... ).stdout.strip()

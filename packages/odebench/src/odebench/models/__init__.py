@@ -18,4 +18,14 @@ Example:
 
 from ._build import MODELS, ModelInfo, build_model, count_parameters, nfe, ode_layers
 
+# isort: split
+# For the layers above, not for users (not in __all__).
+from ._build import CONTINUOUS_NETS as CONTINUOUS_NETS
+from ._build import CONTNET_METHOD as CONTNET_METHOD
+from ._build import CONTNET_STEPS as CONTNET_STEPS
+from ._build import ODE_MODELS as ODE_MODELS
+from ._build import TRAIN_METHOD as TRAIN_METHOD
+from ._build import TRAIN_TOL as TRAIN_TOL
+from ._toy import TOY_HIDDEN as TOY_HIDDEN
+
 __all__ = ["MODELS", "ModelInfo", "build_model", "count_parameters", "nfe", "ode_layers"]

@@ -139,6 +139,12 @@ from ._plot import Bars, Lines, plot_solvers, solver_panels
 from ._report import format_report
 from ._solvers import SolversConfig, run_solvers
 
+# isort: split
+# For the layers above, not for users (not in __all__).
+from ._contnet import saved_bytes as saved_bytes
+from ._libraries import LIBRARIES as LIBRARIES
+from ._problems import PROBLEMS as PROBLEMS
+
 __all__ = [
     "Bars",
     "ContnetConfig",

@@ -21,6 +21,16 @@ from ._loop import (
 )
 from ._run_dir import RunExistsError
 
+# isort: split
+# For the layers above, not for users (not in __all__).
+from ._config import MAX_SEED as MAX_SEED
+from ._config import Optimizer as Optimizer
+from ._config import check_device as check_device
+from ._data import TOY_SIZES as TOY_SIZES
+from ._data import download_root as download_root
+from ._data import load_splits as load_splits
+from ._run_dir import RunFolder as RunFolder
+
 __all__ = [
     "DATASETS",
     "DatasetInfo",

@@ -14,7 +14,7 @@ from typing import IO, Any, Literal
 
 import odecore
 
-from ..models._build import TRAIN_TOL
+from ..models import TRAIN_TOL
 
 Optimizer = Literal["sgd", "adam"]
 
@@ -204,7 +204,7 @@ class TrainConfig:
 
     def _check_continuous(self) -> None:
         """``refine_epochs``, and the solver fields: valid, resolved, for this model."""
-        from ..models._build import CONTINUOUS_NETS
+        from ..models import CONTINUOUS_NETS
 
         if isinstance(self.refine_epochs, list):
             object.__setattr__(self, "refine_epochs", tuple(self.refine_epochs))
@@ -235,7 +235,7 @@ class TrainConfig:
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
-        from ..models._build import (
+        from ..models import (
             CONTINUOUS_NETS,
             CONTNET_METHOD,
             CONTNET_STEPS,
@@ -303,7 +303,7 @@ class TrainConfig:
     @property
     def final_steps(self) -> int | None:
         """``N_t`` after every refinement (``None`` for a model that is not a ContinuousNet)."""
-        from ..models._build import CONTINUOUS_NETS
+        from ..models import CONTINUOUS_NETS
 
         if self.model not in CONTINUOUS_NETS or self.spec is None or self.spec.n_steps is None:
             return None
