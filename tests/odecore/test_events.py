@@ -550,3 +550,45 @@ def test_odeint_event_that_never_happens_on_a_zero_field_raises_solver_error():
             lambda t, y: torch.zeros_like(y), torch.ones(1, dtype=F64), _scalar(0.0),
             event_fn=lambda t, y: y - 0.5,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("reverse_time", [False, True])
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_odeint_event_at_the_start_time_moves_with_the_start_time(interface, reverse_time):
+    # `y - y0` is zero at t0 wherever t0 is: the event is at t0, d t_e / d t0 = 1 (the
+    # event time came back from a number, connected to nothing: its gradient was None).
+    # The state there is y0 for every t0, d y_e / d t0 = 0: the loss's is 1 as well.
+    def run(start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return odecore.odeint_event(
+            lambda t, y: -y * torch.cos(t), torch.tensor([1.5], dtype=F64), start,
+            event_fn=AT_START["y - y0"], reverse_time=reverse_time,
+            odeint_interface=getattr(odecore, interface),
+        )  # fmt: skip
+
+    t0 = _scalar(0.25, requires_grad=True)
+    t_e, ys = run(t0)
+    assert t_e.item() == 0.25
+    (t_e + 3 * ys[-1].sum()).backward()
+    h = 1e-6
+    with torch.no_grad():
+        fd = (run(_scalar(0.25 + h))[0] - run(_scalar(0.25 - h))[0]).item() / (2 * h)
+    assert fd == pytest.approx(1.0, rel=1e-8)
+    assert t0.grad is not None
+    assert t0.grad.item() == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_odeint_event_mode_time_carries_no_gradient_at_the_start_time_or_later(interface):
+    # The direct keyword is torchdiffeq's: its event time carries no gradient, at t0 as
+    # after it (odeint_event adds it), and the state at an event at t0 is y0.
+    t = torch.tensor([0.25, 1.25], dtype=F64, requires_grad=True)
+    for event_fn in (AT_START["y - y0"], lambda t, y: y[..., 0] - 1.0):
+        t_e, ys = getattr(odecore, interface)(
+            lambda t, y: -y, torch.tensor([1.5], dtype=F64), t, event_fn=event_fn
+        )
+        assert not t_e.requires_grad
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    t_e, ys = getattr(odecore, interface)(lambda t, y: -y, y0, t, event_fn=AT_START["y - y0"])
+    assert t_e.item() == 0.25
+    (ys[-1] * 3).sum().backward()
+    assert y0.grad.item() == 3.0

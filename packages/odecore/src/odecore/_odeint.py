@@ -515,8 +515,12 @@ def odeint_event(
     else:
         unpack, f_flat = (lambda flat: flat), func  # type: ignore[assignment]
         flat0, state = y0, solution[-1]
-    value, _ = combined_event(event_fn, float(t0), flat0.detach(), unpack)
+    value, at_start = combined_event(event_fn, float(start[0].detach()), flat0.detach(), unpack)
     event_t, state = reroute(f_flat, value, event_t, state)
+    if at_start:
+        # An element is zero at t0, the event is there whatever the state: it moves
+        # with t0 (the solve returned the time as a number, connected to nothing).
+        event_t = event_t + (start[0] - start[0].detach()).to(event_t.dtype)
     if isinstance(y0, tuple):
         ends = unpack(state)
         assert isinstance(ends, tuple)
