@@ -94,12 +94,28 @@ def test_selective_second_order():
 
 def test_higher_order_on_images_and_gradcheck():
     conv = nn.Conv2d(4, 2, 3, padding=1).double()
-    # A module (not a closure), so that the adjoint finds the convolution's parameters.
     field = HigherOrder(DepthSequential(conv), features=2)
     node = NeuralODE(field, controller=TIGHT)
     z0 = torch.randn(1, 4, 3, 3, dtype=F64, requires_grad=True)
     assert node(z0).shape == (1, 4, 3, 3)
     assert torch.autograd.gradcheck(lambda z, w: node(z), (z0, conv.weight), atol=1e-6)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_higher_order_of_a_plain_function_differentiates_what_it_closes_over(gradient):
+    # HigherOrder is a module without parameters: the layer fixed the method's `params`
+    # to none, and the stiffness `k` the wrapped function closes over got no gradient.
+    def grads(method):
+        k = torch.tensor([1.5, 0.7], dtype=F64, requires_grad=True)
+        spring = HigherOrder(lambda t, z: -k * torch.sin(z[:, :2]), features=2)
+        z0 = torch.tensor([[1.0, -0.5, 0.0, 0.3]], dtype=F64, requires_grad=True)
+        NeuralODE(spring, controller=TIGHT, gradient=method)(z0).pow(2).sum().backward()
+        return k.grad, z0.grad
+
+    ours, reference = grads(gradient), grads(odecore.Autograd())
+    assert ours[0] is not None
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,23 @@ def test_gradcheck_cnf():
     assert torch.autograd.gradcheck(lambda x, w: flow.log_prob(x), (x, field[0].weight), atol=1e-6)
 
 
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_log_prob_of_a_plain_function_flow_differentiates_what_it_closes_over(gradient):
+    # The layer fixed the method's `params` to a module's parameters (none for a plain
+    # function): the flow's matrix got no gradient, its log-density needed none.
+    x = torch.randn(5, 3, dtype=F64)
+
+    def grads(method):
+        a = A.clone().requires_grad_()
+        flow = CNF(lambda t, z: torch.tanh(z @ a.T), controller=TIGHT, gradient=method)
+        flow.log_prob(x).sum().backward()
+        return a.grad
+
+    ours = grads(gradient)
+    assert ours is not None
+    torch.testing.assert_close(ours, grads(odecore.Autograd()), rtol=1e-6, atol=1e-8)
+
+
 def test_bad_trace():
     with pytest.raises(ValueError, match=r"`estimator` \(CNF's `trace`\) must be 'exact'"):
         NegativeTrace("approximate")

@@ -88,6 +88,29 @@ def test_regulariser_gradients_agree_with_backprop(gradient):
         torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_integral_loss_differentiates_the_tensors_it_closes_over(gradient):
+    # The layer fixed the method's `params` to the field's parameters: the target of a
+    # depth-distributed loss, a tensor its function closes over, got no gradient. (A
+    # field of torch's layers, whose parameters are all it reads: the loss decides.)
+    field = DepthSequential(DepthConcat(), nn.Linear(3, 2, dtype=F64))
+    x = torch.randn(3, 2, dtype=F64)
+
+    def grads(method):
+        field.zero_grad()
+        target = torch.tensor([0.5, -0.25], dtype=F64, requires_grad=True)
+        term = IntegralLoss(lambda t, z: (z - target).pow(2).sum(dim=1))
+        layer = NeuralODE(field, controller=TIGHT, gradient=method, integrals=[term])
+        layer(x)
+        layer.integrals["loss"].sum().backward()
+        return target.grad, field[1].weight.grad.clone()
+
+    ours, reference = grads(gradient), grads(odecore.Autograd())
+    assert ours[0] is not None
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
+
+
 def test_integral_terms_need_distinct_names_and_valid_outputs():
     with pytest.raises(ValueError, match=r"distinct names"):
         NeuralODE(lambda t, x: -x, integrals=[KineticEnergy(), KineticEnergy()])

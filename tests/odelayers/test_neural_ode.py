@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import odecore
 import pytest
@@ -275,3 +276,133 @@ def test_without_autocast_a_bfloat16_state_is_still_refused():
     )
     with pytest.raises(Exception, match="below the resolution"):
         layer(torch.randn(2, 4, dtype=torch.bfloat16))
+
+
+# --- every tensor the field reads gets its gradient --------------------------------------
+
+
+class Unregistered(nn.Module):
+    """A field that reads a tensor it holds as a plain attribute (no parameter, no buffer)."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 2, dtype=F64)
+        self.w = w
+
+    def forward(self, t, y):
+        return torch.tanh(self.linear(y)) @ self.w
+
+
+def _closure(w):
+    return lambda t, y: torch.tanh(y @ w) * torch.cos(t)
+
+
+def _replaced_weight(w):
+    linear = nn.Linear(2, 2, dtype=F64)
+    del linear.weight
+    linear.weight = w  # a plain tensor, read by the layer's forward, no parameter
+    return DepthSequential(linear, nn.Tanh())
+
+
+def _hooked(w):
+    linear = nn.Linear(2, 2, dtype=F64)
+    linear.register_forward_pre_hook(lambda module, args: (args[0] @ w,))
+    return DepthSequential(linear, nn.Tanh())
+
+
+READERS = {
+    "plain function": _closure,
+    "unregistered tensor": Unregistered,
+    "torch layer with a replaced weight": _replaced_weight,
+    "torch layer with a forward hook": _hooked,
+}
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_tensor_the_field_reads_besides_its_parameters_gets_its_gradient(reader, gradient):
+    # The layer fixed the method's `params` to the module's parameters, so odecore did
+    # not look for more: `w` got no gradient (a plain function's output needed none).
+    def grads(method):
+        torch.manual_seed(0)
+        w = (0.8 * torch.randn(2, 2, dtype=F64)).requires_grad_()
+        field = READERS[reader](w)
+        x = torch.randn(4, 2, dtype=F64, requires_grad=True)
+        NeuralODE(field, controller=TIGHT, gradient=method)(x).pow(2).sum().backward()
+        params = list(field.parameters()) if isinstance(field, nn.Module) else []
+        return [q.grad for q in (w, x, *params)]
+
+    ours, reference = grads(gradient), grads(odecore.Autograd())
+    assert all(g is not None for g in ours)
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_adaptive_depth_with_a_plain_function_field(gradient):
+    def grads(method):
+        torch.manual_seed(0)
+        w = (0.8 * torch.randn(2, 2, dtype=F64)).requires_grad_()
+        horizon = nn.Linear(2, 1, dtype=F64)
+        field = lambda t, z: torch.tanh(z @ w)  # noqa: E731 - t: one depth per sample
+        layer = AdaptiveDepthNODE(field, horizon, controller=TIGHT, gradient=method)
+        x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+        layer(x).pow(2).sum().backward()
+        return [q.grad for q in (w, x, *horizon.parameters())]
+
+    ours, reference = grads(gradient), grads(odecore.Autograd())
+    assert all(g is not None for g in ours)
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize("model", ["data control", "adaptive depth"])
+def test_given_params_keep_the_layers_own_inputs_to_the_field(model, gradient):
+    # With `params` given (the field's parameters), the input the layer hands its
+    # data-control layers, or the depths of AdaptiveDepthNODE, got no gradient: the
+    # caller cannot name them. x lost the control's share; the horizon network all.
+    def grads(method):
+        torch.manual_seed(0)
+        first = DataControl() if model == "data control" else DepthConcat()
+        field = DepthSequential(first, nn.Linear(4 if model == "data control" else 3, 2))
+        field = field.double()
+        if not isinstance(method, odecore.Autograd):
+            method = replace(method, params=tuple(field.parameters()))
+        horizon = nn.Linear(2, 1, dtype=F64)
+        layer = (
+            NeuralODE(field, controller=TIGHT, gradient=method)
+            if model == "data control"
+            else AdaptiveDepthNODE(field, horizon, controller=TIGHT, gradient=method)
+        )
+        extra = list(horizon.parameters()) if model == "adaptive depth" else []
+        x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+        layer(x).pow(2).sum().backward()
+        return [q.grad for q in (x, *field.parameters(), *extra)]
+
+    ours, reference = grads(gradient), grads(odecore.Autograd())
+    assert all(g is not None for g in ours)
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_the_graph_before_a_data_control_layer_is_differentiated_once(gradient):
+    # A field of torch's and odelayers' layers reads nothing but its parameters and the
+    # control: these are the method's `params`, the backward stops at the control, and
+    # the layers that computed it are differentiated once, not at every evaluation of
+    # the backward pass (as they are when odecore has to search the field's reads).
+    def grads(method, calls):
+        torch.manual_seed(0)
+        encoder = nn.Linear(2, 2, dtype=F64)
+        field = DepthSequential(DataControl(), DepthConcat(), nn.Linear(5, 2, dtype=F64))
+        x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+        encoder.weight.register_hook(lambda g: calls.append(g))
+        NeuralODE(field, controller=TIGHT, gradient=method)(encoder(x)).pow(2).sum().backward()
+        return [q.grad for q in (x, *encoder.parameters(), *field.parameters())]
+
+    calls: list[torch.Tensor] = []
+    ours, reference = grads(gradient, calls), grads(odecore.Autograd(), [])
+    assert len(calls) == 1
+    for g, expected in zip(ours, reference):
+        torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)

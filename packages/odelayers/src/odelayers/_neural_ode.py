@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import softplus
 
+from . import _augment, _fields
 from ._fields import DataControl, DepthLayer, depth_layers
-from ._integrals import IntegralTerm
+from ._integrals import IntegralTerm, JacobianFrobenius, KineticEnergy
 
 Field = Callable[[Tensor, Tensor], Tensor]
 
@@ -77,8 +78,14 @@ class NeuralODE(nn.Module):
         controller: an odecore controller (the spec's ``controller``).
         gradient: ``odecore.Autograd()`` (backprop through the steps),
             ``odecore.Adjoint()`` or ``odecore.Checkpoint()``. Their ``params`` default
-            to the field's parameters plus any tensor the field reads from outside
-            (the control input of data-control layers).
+            to every tensor requiring grad that the field reads: its parameters, the
+            control input of data-control layers, and any tensor it closes over or
+            holds unregistered. For a field made of ``torch.nn``'s and odelayers'
+            layers alone, the parameters and the control are known to be all; for any
+            other, odecore finds them in the forward solve's evaluations (which then
+            run with a graph, walked and dropped). Given ``params`` get the layer's
+            input to its data-control layers (and the depths of
+            :class:`AdaptiveDepthNODE`) added: the caller cannot name them.
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``.
@@ -230,14 +237,29 @@ class NeuralODE(nn.Module):
     def _gradient(
         self, field: nn.Module | Field, bindings: list[tuple[DepthLayer, str, Tensor]]
     ) -> odecore.AbstractGradient:
+        """The gradient method of the solve.
+
+        Without ``params``, an :class:`odecore.Adjoint` or :class:`odecore.Checkpoint`
+        gets the field's parameters and the inputs the layer hands its layers
+        (:meth:`_bindings`) only where these are provably all the tensors requiring
+        grad that the field reads (:func:`_own_tensors`); otherwise the method is passed
+        on as it is and odecore finds them in every evaluation of the forward solve (a
+        tensor a module holds unregistered, what a plain function closes over). A fixed
+        list that missed one would leave its gradient unset. Given ``params`` get the
+        bound inputs, which the caller cannot name, added.
+        """
         method = self.gradient
-        if isinstance(method, (odecore.Adjoint, odecore.Checkpoint)) and method.params is None:
-            params: list[Tensor] = []
-            if isinstance(field, nn.Module):
-                params = [q for q in field.parameters() if q.requires_grad]
-            params += [value for _, _, value in bindings if value.requires_grad]
-            method = replace(method, params=tuple(params))
-        return method
+        if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
+            return method
+        bound = [value for _, _, value in bindings if value.requires_grad]
+        if method.params is None:
+            own = _own_tensors(field, [value for _, _, value in bindings])
+            if own is None:
+                return method
+            return replace(method, params=(*own, *bound))
+        given = {id(q) for q in method.params}
+        extra = [value for value in bound if id(value) not in given]
+        return replace(method, params=(*method.params, *extra)) if extra else method
 
     def _set_control(self, x: Tensor) -> None:
         if isinstance(self.vector_field, nn.Module):
@@ -307,6 +329,62 @@ class NeuralODE(nn.Module):
 
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
+
+
+def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tensor] | None:
+    """The field's parameters and buffers that require grad, when these and the
+    ``bound`` inputs are provably every tensor requiring grad that it reads; else
+    ``None`` (odecore then searches the forward solve's evaluations for them).
+
+    Provable means: an ``nn.Module`` made only of ``torch.nn``'s own layers and
+    odelayers' field layers (exact types: a subclass may read anything), no forward
+    hook (one may read anything), no plain function held (a closure; an
+    :class:`IntegralLoss`), and no tensor requiring grad held outside the parameters,
+    buffers and bound inputs (an unregistered one, or a weight replaced by one).
+    Knowing this costs no evaluation: the forward solve then runs without a graph,
+    and the backward stops at the bound inputs instead of differentiating, at every
+    evaluation, the graph that computed them (the layers before a data-controlled one).
+    """
+    if not isinstance(field, nn.Module):
+        return None
+    hooks = torch.nn.modules.module
+    if getattr(hooks, "_global_forward_hooks", True) or getattr(
+        hooks, "_global_forward_pre_hooks", True
+    ):
+        return None
+    tensors = [q for q in (*field.parameters(), *field.buffers()) if q.requires_grad]
+    known = {id(q) for q in (*tensors, *bound)}
+    for module in field.modules():
+        kind = type(module)
+        if kind not in _PLAIN_LAYERS and not kind.__module__.startswith("torch.nn.modules."):
+            return None
+        if module._forward_hooks or module._forward_pre_hooks:
+            return None
+        for value in vars(module).values():
+            if not isinstance(value, dict) and not _plain(value, known):
+                return None
+    return tensors
+
+
+def _plain(value: object, known: set[int]) -> bool:
+    """Whether a layer's attribute is no tensor requiring grad but ``known`` ones, and
+    no callable but odelayers' bases and parameter-free integrands (which hold no
+    such tensor either: a basis's ``t0`` could be one)."""
+    if isinstance(value, Tensor):
+        return not value.requires_grad or id(value) in known
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v, known) for v in value)
+    if isinstance(value, nn.Module):  # one kept out of the module tree
+        return False
+    if callable(value):
+        from ._cnf import NegativeTrace  # here: _cnf imports this module
+
+        kind: type = type(value)
+        known_kind = kind in {KineticEnergy, JacobianFrobenius, NegativeTrace} or (
+            kind.__module__ == "odelayers.basis"
+        )
+        return known_kind and all(_plain(v, known) for v in vars(value).values())
+    return True
 
 
 class _Rescaled(DepthLayer):
@@ -410,3 +488,22 @@ class AdaptiveDepthNODE(nn.Module):
 
 _BOUND: dict[type, str] = {DataControl: "control", _Rescaled: "depth"}
 """Depth layers that read an input besides their parameters, and its attribute."""
+
+_PLAIN_LAYERS: frozenset[type] = frozenset(
+    {
+        _fields.DepthSequential,
+        _fields.DepthConcat,
+        _fields.DataControl,
+        _fields.GalerkinLinear,
+        _fields.GalerkinConv2d,
+        _augment.HigherOrder,
+        _augment.ZeroAugmentation,
+        _augment.InputLayerAugmentation,
+        _augment.DropAugmented,
+        _augment.ProjectAugmented,
+        _WithIntegrals,
+        _Rescaled,
+    }
+)
+"""odelayers' layers that read no tensor but their parameters, buffers, arguments,
+bound inputs (:data:`_BOUND`) and the attributes :func:`_plain` checks."""
