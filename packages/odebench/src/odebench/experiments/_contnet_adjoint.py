@@ -332,18 +332,15 @@ def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
         out: Tensor = block.manifest(n_steps=n_steps)(x)
         return out
     params = tuple(block.parameters())
-    gradient: odecore.AbstractGradient = (
-        odecore.Adjoint(params=params)
-        if method.gradient == "adjoint"
-        else odecore.Checkpoint(params=params)
-    )
+    gradient = odecore.Adjoint if method.gradient == "adjoint" else odecore.Checkpoint
+    spec = odecore.OdeSpec(block.solver, gradient=gradient(params=params), n_steps=n_steps)
 
     def field(t: Tensor, y: Tensor | tuple[Tensor, ...]) -> Tensor:
         return block.field(float(t), cast(Tensor, y))  # y0 is one tensor: so is y
 
     solution = odecore.solve(
-        field, x, t0=0.0, t1=1.0, solver=block.solver, dt0=1.0 / n_steps,
-        jump_ts=block.basis.jump_ts if method.knots else None, gradient=gradient,
+        field, x, t0=0.0, t1=1.0, solver=spec.solver, dt0=spec.step_size(0.0, 1.0),
+        jump_ts=block.basis.jump_ts if method.knots else None, gradient=spec.gradient,
     )  # fmt: skip
     return cast(Tensor, solution.ys)[-1]
 
