@@ -44,9 +44,10 @@ def test_subpackage_snapshots():
         "MODELS", "ModelInfo", "build_model", "count_parameters", "nfe", "ode_layers",
     ]  # fmt: skip
     assert sorted(odebench.training.__all__) == [
-        "DATASETS", "DatasetInfo", "Interrupted", "RunExistsError", "TrainConfig", "Trainer",
-        "TrainingFailedError", "default_out", "evaluate", "find_data", "load_model",
-        "resolve_device", "search_paths", "train",
+        "DATASETS", "DatasetInfo", "Epoch", "Interrupted", "RunExistsError", "Task",
+        "TrainConfig", "Trainer", "Training", "TrainingFailedError", "default_out",
+        "default_row", "evaluate", "find_data", "fit", "load_model", "resolve_device",
+        "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
         "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "MODES",

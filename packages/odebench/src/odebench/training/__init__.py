@@ -10,15 +10,17 @@ results. ``odebench train`` is this function on the command line, and
 
 from ._config import DATASETS, DatasetInfo, TrainConfig, default_out
 from ._data import find_data, search_paths
-from ._loop import (
+from ._fit import (
+    Epoch,
     Interrupted,
-    Trainer,
+    Task,
+    Training,
     TrainingFailedError,
-    evaluate,
-    load_model,
+    default_row,
+    fit,
     resolve_device,
-    train,
 )
+from ._loop import Trainer, evaluate, load_model, train
 from ._run_dir import RunExistsError
 
 # isort: split
@@ -34,14 +36,19 @@ from ._run_dir import RunFolder as RunFolder
 __all__ = [
     "DATASETS",
     "DatasetInfo",
+    "Epoch",
     "Interrupted",
     "RunExistsError",
+    "Task",
     "TrainConfig",
     "Trainer",
+    "Training",
     "TrainingFailedError",
     "default_out",
+    "default_row",
     "evaluate",
     "find_data",
+    "fit",
     "load_model",
     "resolve_device",
     "search_paths",

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from .._io import CHECKPOINT
-from ._config import TrainConfig
 
 try:
     import fcntl
@@ -36,7 +35,8 @@ Log = Callable[[str], None]
 LOCK = ".lock"
 
 #: The settings ``--resume`` may change: where and how the run goes on, and how long.
-#: Every other field of :class:`TrainConfig` must equal the run's.
+#: Every other setting of the run (a field of :class:`~odebench.training.TrainConfig`)
+#: must equal the run's.
 RESUMABLE = frozenset({"epochs", "device", "data_dir", "progress", "compile"})
 
 #: What a checkpoint of :func:`~odebench.training.train` holds, at least.
@@ -385,13 +385,16 @@ class RunFolder:
 
     # -- resuming a training run ------------------------------------------------------
 
-    def check_resume(self, config: TrainConfig) -> None:
-        """Check that ``config`` may continue the training run in the folder.
+    def check_resume(
+        self, settings: Mapping[str, Any], epochs: int, defaults: Mapping[str, Any]
+    ) -> None:
+        """Check that a run with ``settings`` may continue the training run in the folder.
 
-        The checkpoint must load safely and be one of :func:`train`'s, its settings
-        (or, without a checkpoint, those of ``config.json``) must equal ``config``'s
-        except for :data:`RESUMABLE`, and ``config.epochs`` must not fall short of the
-        epochs done. A folder with results but no checkpoint cannot be continued.
+        The checkpoint must load safely and be a training run's, its settings (or,
+        without a checkpoint, those of ``config.json``, with ``defaults`` for those it
+        lacks) must equal ``settings`` except for :data:`RESUMABLE`, and ``epochs``
+        must not fall short of the epochs done. A folder with results but no
+        checkpoint cannot be continued.
 
         Raises:
             BadCheckpointError: the checkpoint cannot be loaded safely.
@@ -405,10 +408,10 @@ class RunFolder:
             saved = state.get("config")
             # A checkpoint inside an epoch (batch > 0) is one into epoch ``epoch + 1``.
             reached = int(state["epoch"]) + (1 if int(state["batch"]) > 0 else 0)
-            if config.epochs < reached:
+            if epochs < reached:
                 raise SettingsChangedError(
                     f"{self.path} has reached epoch {reached} already; resume it with "
-                    f"--epochs {reached} or more, not {config.epochs}"
+                    f"--epochs {reached} or more, not {epochs}"
                 )
         else:
             if any((self.path / n).exists() for n in ("metrics.json", "results.json")):
@@ -421,8 +424,7 @@ class RunFolder:
         if saved is None:
             return
         # A setting added since the run was saved had its default there.
-        defaults = TrainConfig(model=config.model, dataset=config.dataset).to_dict()
-        changed = changed_settings({**defaults, **saved}, config.to_dict())
+        changed = changed_settings({**defaults, **saved}, settings)
         if changed:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changed)
             raise SettingsChangedError(

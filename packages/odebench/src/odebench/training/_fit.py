@@ -1,0 +1,913 @@
+"""``fit``: one training run of a :class:`Task`, inside a run folder that survives a crash."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import importlib
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal
+
+import odecore
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from .. import _io, _provenance
+from ..models import nfe
+from ._config import show_progress
+from ._data import shard
+from ._run_dir import BadCheckpointError, RunFolder, load_checkpoint
+
+Log = Callable[[str], None]
+Batch = tuple[Tensor, ...]
+Loss = Tensor | tuple[Tensor, Mapping[str, Tensor]]
+Optimizer = torch.optim.Optimizer
+Schedule = torch.optim.lr_scheduler.LRScheduler
+
+
+class TrainingFailedError(RuntimeError):
+    """Training stopped on a non-finite loss or weight, or on a solver's failure."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped on SIGINT or SIGTERM after saving a checkpoint."""
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One finished epoch, as ``Task.row`` receives it (sums over every process).
+
+    Args:
+        index: the epoch, from 0.
+        loss: the mean training loss per example.
+        losses: each batch's loss, in order (this process's share of the batch).
+        sums: the sums of what the loss returned beside the loss (``{"correct": ...}``).
+        count: the examples trained on.
+        batches: the batches of this process.
+        nfe_forward: function evaluations of the ODE layers in the forward passes.
+        nfe_backward: the same in the backward passes.
+        seconds: the time the epoch took, over all its resumptions.
+        world: the number of processes.
+        evaluation: what ``Task.evaluate`` returned at its end (``{}`` without one).
+    """
+
+    index: int
+    loss: float
+    losses: tuple[float, ...]
+    sums: Mapping[str, float]
+    count: int
+    batches: int
+    nfe_forward: int
+    nfe_backward: int
+    seconds: float
+    world: int = 1
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+
+
+def default_row(epoch: Epoch) -> dict[str, Any]:
+    """The row of an epoch: ``epoch`` (from 1), ``train_loss``, every sum per example,
+    the evaluation's numbers and ``epoch_seconds``."""
+    per_example = {k: v / max(epoch.count, 1) for k, v in epoch.sums.items()}
+    return {
+        "epoch": epoch.index + 1,
+        "train_loss": epoch.loss,
+        **per_example,
+        **epoch.evaluation,
+        "epoch_seconds": epoch.seconds,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """What one training run needs; :func:`fit` runs it in a run folder.
+
+    Every random stream of the run is seeded from ``seed`` and saved in the checkpoint,
+    so a run killed at any point and resumed with :func:`fit` ``(resume=True)`` ends
+    with the same weights and rows as an uninterrupted one.
+
+    Args:
+        model: builds the model; called with torch's generator seeded with ``seed``,
+            inside :func:`torch.random.fork_rng` (the global state is left as it was).
+        data: the training tensors, indexed together by each batch's examples.
+        loss: ``loss(model, batch) -> loss``, the mean loss of a batch (a tuple of
+            ``data``'s rows); or ``(loss, {name: tensor})``, whose values are summed
+            over the epoch into ``Epoch.sums``. ``fit`` zeroes the gradients,
+            backpropagates and steps the optimiser.
+        step: instead of ``loss``: ``step(model, optimizer, batch) -> loss`` does the
+            whole step itself and returns the loss it recorded.
+        optimizer: ``optimizer(parameters)``, e.g. ``partial(torch.optim.Adam, lr=1e-3)``.
+        epochs: passes over ``data``.
+        batch_size: examples per step (the global batch, split over the processes).
+        seed: seeds the model, the order generator and the augmentation.
+        order: ``order(epoch, generator) -> indices`` of the epoch's examples; the
+            generator is ``fit``'s, seeded once with ``seed`` and checkpointed.
+            ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
+        drop_last: drop the epoch's last incomplete batch.
+        schedule: ``schedule(optimizer)``, a learning-rate scheduler, stepped after
+            every batch or at the end of every epoch (``schedule_every``).
+        schedule_every: ``"batch"`` or ``"epoch"``.
+        row: the epoch's row of the run's rows (``metrics.json``) from its
+            :class:`Epoch`; JSON-ready values only.
+        evaluate: ``evaluate(model, epoch) -> numbers``, at the end of every epoch,
+            given to ``row`` as ``Epoch.evaluation``.
+        after_epoch: ``after_epoch(rows)``, after each epoch's checkpoint, on every
+            process (write files from the first); ``None``: a line to the log.
+        refine: ``refine(epoch, model, optimizer, log) -> (model, optimizer)`` at the
+            start of each epoch of ``refine_epochs``; replayed, silently, on a fresh
+            model before a checkpoint is loaded into it.
+        refine_epochs: the epochs (from 0) at whose start ``refine`` is called.
+        augment: ``augment(batch, generator) -> batch`` before the loss, with a
+            generator on the device seeded per epoch and checkpointed inside it.
+        compile: compiles the model in place before training (and after a refinement).
+        settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
+            ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
+            change on resume.
+
+    Raises:
+        ValueError: neither or both of ``loss`` and ``step``; a bad number.
+
+    Example:
+        >>> import functools, tempfile
+        >>> x = torch.linspace(-1, 1, 64)[:, None]
+        >>> task = Task(
+        ...     model=lambda: nn.Linear(1, 1),
+        ...     data=(x, 3 * x),
+        ...     loss=lambda model, batch: nn.functional.mse_loss(model(batch[0]), batch[1]),
+        ...     optimizer=functools.partial(torch.optim.Adam, lr=0.1),
+        ...     epochs=3, batch_size=16, seed=0, settings={"lr": 0.1},
+        ... )
+        >>> with tempfile.TemporaryDirectory() as out:
+        ...     done = fit(task, out, log=lambda line: None, progress=False)
+        ...     again = fit(task, out, resume=True, log=lambda line: None, progress=False)
+        >>> [row["epoch"] for row in done.rows], again.rows == done.rows
+        ([1, 2, 3], True)
+    """
+
+    model: Callable[[], nn.Module]
+    data: tuple[Tensor, ...]
+    loss: Callable[[nn.Module, Batch], Loss] | None = None
+    step: Callable[[nn.Module, Optimizer, Batch], Tensor] | None = None
+    optimizer: Callable[[Iterator[nn.Parameter]], Optimizer]
+    epochs: int
+    batch_size: int
+    seed: int = 0
+    order: Callable[[int, torch.Generator], Tensor] | None = None
+    drop_last: bool = True
+    schedule: Callable[[Optimizer], Schedule] | None = None
+    schedule_every: Literal["batch", "epoch"] = "batch"
+    row: Callable[[Epoch], dict[str, Any]] = default_row
+    evaluate: Callable[[nn.Module, int], Mapping[str, Any]] | None = None
+    after_epoch: Callable[[list[dict[str, Any]]], None] | None = None
+    refine: Callable[[int, nn.Module, Optimizer, Log], tuple[nn.Module, Optimizer]] | None = None
+    refine_epochs: tuple[int, ...] = ()
+    augment: Callable[[Batch, torch.Generator], Batch] | None = None
+    compile: Callable[[nn.Module], None] | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.loss is None) == (self.step is None):
+            raise ValueError("Task: give exactly one of `loss` and `step`.")
+        for name, least in (("epochs", 0), ("batch_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"`{name}` must be an integer of at least {least}, got {value!r}.")
+        if not self.data:
+            raise ValueError("`data` must hold at least one tensor.")
+
+
+@dataclass
+class _Process:
+    """Where this process stands among the processes of a ``torchrun`` job."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _process() -> _Process:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Process()
+    return _Process(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``"auto"``: the GPU when there is one (``cuda:LOCAL_RANK`` under torchrun)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"`device` is {name!r} but torch sees no CUDA device; use --device cpu.")
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+@dataclass
+class _Tally:
+    """Running sums over one epoch, on the device (no host sync per batch)."""
+
+    loss: Tensor
+    sums: dict[str, Tensor] = field(default_factory=dict)
+    losses: list[Tensor] = field(default_factory=list)
+    count: int = 0
+    batches: int = 0
+    nfe_forward: int = 0
+    nfe_backward: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> _Tally:
+        return cls(torch.zeros((), dtype=torch.float64, device=device))
+
+    @classmethod
+    def load(cls, state: dict[str, Any]) -> _Tally:
+        """The tally of a mid-epoch checkpoint (``correct`` alone: one from before ``sums``)."""
+        sums = state.get("sums", {"correct": state["correct"]} if "correct" in state else {})
+        losses = state.get("losses")
+        return cls(
+            state["loss"], dict(sums), list(losses.unbind()) if losses is not None else [],
+            state["count"], state["batches"], state["nfe_forward"], state["nfe_backward"],
+            state["seconds"],
+        )  # fmt: skip
+
+    def add(
+        self, loss: Tensor, extras: Mapping[str, Tensor], n: int, counts: tuple[int, int]
+    ) -> None:
+        """Count one batch of ``n`` examples: its mean ``loss``, its extras, its NFE."""
+        self.loss += loss.detach().double() * n
+        for name, value in extras.items():
+            total = self.sums.setdefault(name, torch.zeros_like(self.loss))
+            total += value.detach().double()
+        self.losses.append(loss.detach())
+        self.count += n
+        self.batches += 1
+        self.nfe_forward += counts[0]
+        self.nfe_backward += counts[1]
+
+    def state(self) -> dict[str, Any]:
+        losses = torch.stack(self.losses) if self.losses else torch.zeros(0)
+        return {**dataclasses.asdict(self), "sums": dict(self.sums), "losses": losses}
+
+    def close(self, index: int, process: _Process) -> Epoch:
+        """The epoch, summed over every process (of a pass whose shards they each took)."""
+        names = sorted(self.sums)
+        floats = torch.stack([self.loss, *(self.sums[k] for k in names)])
+        ints = [self.count, self.nfe_forward, self.nfe_backward]
+        if process.world > 1:
+            summed = torch.tensor(ints, dtype=torch.float64, device=floats.device)
+            dist.all_reduce(summed)
+            dist.all_reduce(floats)
+            ints = [int(v) for v in summed.tolist()]
+        values = floats.tolist()
+        losses = tuple(torch.stack(self.losses).tolist()) if self.losses else ()
+        sums = dict(zip(names, values[1:], strict=True))
+        return Epoch(
+            index, values[0] / max(ints[0], 1), losses, sums, ints[0], self.batches,
+            ints[1], ints[2], self.seconds, process.world,
+        )  # fmt: skip
+
+
+@dataclass
+class _Stop:
+    """Set by SIGINT/SIGTERM; the loop checks it between batches."""
+
+    requested: bool = False
+    signal_name: str = ""
+    previous: dict[int, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(enabled: bool) -> Iterator[_Stop]:
+    """Turn SIGINT/SIGTERM into a request to stop at the next batch.
+
+    Only for a single process: under torchrun the launcher stops every worker, and a
+    worker that ignored its SIGTERM would only delay that.
+    """
+    stop = _Stop()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.requested:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        stop.requested = True
+        stop.signal_name = signal.Signals(signum).name
+
+    for sig in (signal.SIGINT.value, signal.SIGTERM.value):
+        stop.previous[sig] = signal.signal(sig, handler)
+    try:
+        yield stop
+    finally:
+        for sig, previous in stop.previous.items():
+            signal.signal(sig, previous)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run starts: an epoch, a batch in it, and what a mid-epoch checkpoint kept."""
+
+    epoch: int = 0
+    batch: int = 0
+    partial: dict[str, Any] | None = None  # the epoch's running totals so far
+    aug_rng: Tensor | None = None  # the state of the epoch's augmentation generator
+
+    @property
+    def inside(self) -> bool:
+        """Whether the run resumes inside :attr:`epoch` (refined already, if it refines)."""
+        return self.batch > 0
+
+
+#: How a solve ends when the weights have grown too large for it.
+_DIVERGED = (
+    odecore.Status.NONFINITE,
+    odecore.Status.MAX_STEPS_REACHED,
+    odecore.Status.DT_UNDERFLOW,
+)
+
+
+def _diverged(
+    where: str, exc: odecore.SolverError | str, path: Path, epoch: int
+) -> TrainingFailedError:
+    """The one-line error of a non-finite loss or weight, or of a solver's failure.
+
+    A solver's failure is blamed on the weights (lower the rate) only when its status
+    says the state blew up; any other (Newton's iteration at too large a step, a
+    backend) passes the solver's own message on, with how the options reach it.
+    """
+    kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
+    if isinstance(exc, odecore.SolverError) and exc.status not in _DIVERGED:
+        hint = "The solver's options: --n-steps, --rtol, --atol, --solver-option NAME=VALUE"
+    else:
+        hint = "The weights have probably diverged: lower --lr"
+    return TrainingFailedError(f"{where}: {exc} {hint}{kept}.")
+
+
+def _postfix(tally: _Tally, seconds: float, process: _Process) -> dict[str, str]:
+    count = max(tally.count, 1)
+    post = {"loss": f"{float(tally.loss) / count:.4f}"}
+    if "correct" in tally.sums and float(tally.sums["correct"]):
+        post["acc"] = f"{100 * float(tally.sums['correct']) / count:.1f}%"
+    if tally.nfe_forward:
+        post["nfe"] = f"{tally.nfe_forward / max(tally.batches, 1):.0f}"
+    post["img/s"] = f"{tally.count * process.world / max(seconds, 1e-9):.0f}"
+    return post
+
+
+class Training:
+    """One run of a :class:`Task` in ``out``, in steps: build, :meth:`resume`, :meth:`run`.
+
+    ``Training(task, out)`` moves the data to the device, builds the model (seeded),
+    its optimiser and schedule. It neither locks nor checks ``out`` (:func:`fit` does),
+    and under ``torchrun`` needs the process group started.
+
+    Args:
+        task: the run.
+        out: its folder: ``checkpoint.pt`` (after every epoch, and mid-epoch on
+            SIGINT/SIGTERM) and ``metrics.json`` (the rows).
+        device: where it trains (a name: see :func:`resolve_device`).
+        log: where the one-line summaries go.
+        progress: draw a progress bar per epoch on stderr (``None``: when it is a terminal).
+
+    Attributes:
+        model: the model as it trains, unwrapped (a refinement replaces it).
+        optimizer: its optimiser (a refinement replaces it).
+        rows: one row per finished epoch.
+
+    Raises:
+        ValueError: under ``torchrun``, ``batch_size`` does not split evenly.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        out: str | os.PathLike[str],
+        *,
+        device: torch.device | str = "auto",
+        log: Log = print,
+        progress: bool | None = None,
+    ) -> None:
+        self.task = task
+        self.out = Path(out)
+        self.process = _process()
+        _check_split(task.batch_size, self.process)
+        if not isinstance(device, torch.device):
+            device = resolve_device(device, self.process.local_rank)
+        self.device = device
+        self._log = log
+        self._progress = progress
+        self.data = tuple(t.to(device) for t in task.data)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(task.seed)
+            self.model: nn.Module = task.model().to(device)
+        self.optimizer = task.optimizer(self.model.parameters())
+        self.schedule = task.schedule(self.optimizer) if task.schedule is not None else None
+        self.rows: list[dict[str, Any]] = []
+        self._order_gen = torch.Generator().manual_seed(task.seed)
+        self._order_state = self._order_gen.get_state()  # before the epoch in progress drew
+        self._aug_gen = torch.Generator(device=device)  # the current epoch's augmentation
+        self._start = _Start()
+        self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
+        self._stop = _Stop()
+        self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
+        self._segments: list[dict[str, Any]] = []  # of the stretches before this one
+        self._segment = dict(_provenance.UNKNOWN_SEGMENT)  # this one's, set by `run`
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``out/checkpoint.pt``."""
+        return self.out / _io.CHECKPOINT
+
+    @property
+    def n_batches(self) -> int:
+        """Global batches per epoch."""
+        n, size = len(self.data[0]), self.task.batch_size
+        return n // size if self.task.drop_last else math.ceil(n / size)
+
+    @property
+    def seconds(self) -> float:
+        """The epochs' time (``epoch_seconds`` of the rows), over every resumption."""
+        return float(sum(row.get("epoch_seconds", 0.0) for row in self.rows))
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the run continues one that stopped."""
+        return bool(self._segments)
+
+    def resume(self) -> bool:
+        """Continue the run from ``out/checkpoint.pt``, when there is one.
+
+        Returns:
+            Whether there was a checkpoint (without one the run starts afresh).
+
+        Raises:
+            ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
+                a training run, asks for code to run (refused unrun), or holds tensors
+                that do not fit the model or optimiser (missing keys, other shapes).
+        """
+        if not self.checkpoint_path.exists():
+            self._log(f"no checkpoint in {self.out}: starting afresh")
+            return False
+        state = load_checkpoint(self.checkpoint_path, self.device)
+        try:
+            self.restore(state)
+        except (RuntimeError, KeyError, ValueError) as exc:  # tensors that do not fit
+            # load_state_dict's first line only names the module; the next says what.
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            detail = lines[1] if len(lines) > 1 else (lines[0] if lines else repr(exc))
+            detail = detail.rstrip(".")
+            if len(detail) > 160:
+                detail = detail[:157] + "..."
+            raise BadCheckpointError(
+                f"{self.checkpoint_path} does not fit this run's model or optimiser: {detail}. "
+                "Delete it, or pass --overwrite to move the run aside and start afresh"
+            ) from None
+        start = self._start
+        self._log(f"resuming {self.out} at epoch {start.epoch + 1}, batch {start.batch}")
+        return True
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put the run back where ``state``, a checkpoint of :meth:`save_checkpoint`, left it.
+
+        The refinements made so far are replayed first; then the model, the optimiser,
+        the schedule, torch's random state, the order generator, the rows and the
+        position (epoch and batch, with the running totals of a mid-epoch checkpoint).
+        """
+        epoch, batch = state["epoch"], state["batch"]
+        # A refinement comes at the start of its epoch: a run inside epoch e has made e's.
+        for done in (e for e in self.task.refine_epochs if (e, 0) < (epoch, batch)):
+            self._replace(*self._refined(done, lambda line: None))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.schedule is not None and state.get("schedule") is not None:
+            self.schedule.load_state_dict(state["schedule"])
+        elif self.schedule is not None:  # a checkpoint from before schedules were saved
+            every = self.task.schedule_every == "epoch"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for _ in range(epoch if every else epoch * self.n_batches + batch):
+                    self.schedule.step()
+        torch.set_rng_state(state["rng"].cpu())
+        if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
+        if state.get("order_rng") is not None:
+            self._order_gen.set_state(state["order_rng"].cpu())
+        self.rows = list(state["metrics"])
+        self._segments = list(state.get("segments") or [_provenance.UNKNOWN_SEGMENT])
+        self._start = _Start(epoch, batch, state.get("partial"), state.get("aug_rng"))
+        self._net = self.model
+
+    def save_checkpoint(self, epoch: int, batch: int, tally: _Tally | None = None) -> None:
+        """Save the run, ``batch`` batches into ``epoch``, to ``out/checkpoint.pt``.
+
+        Only the first process writes; the file is replaced atomically and loads with
+        ``torch.load(..., weights_only=True)``.
+        """
+        if not self.process.main:
+            return
+        cuda = self.device.type == "cuda"
+        state = {
+            "epoch": epoch,
+            "batch": batch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict() if self.schedule is not None else None,
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if cuda else None,
+            "aug_rng": self._aug_gen.get_state(),
+            "order_rng": self._order_state if batch else self._order_gen.get_state(),
+            "partial": tally.state() if tally is not None else None,
+            "metrics": self.rows,
+            "config": dict(self.task.settings),
+            "segments": self.segments(),
+        }
+        _io.save_checkpoint(self.checkpoint_path, state)
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Where each stretch of the run came from: one segment per start or resume.
+
+        Each holds the ``commit``, whether the tree was ``dirty``, the ``source`` hash
+        of the packages, when it ``started`` and when it ``finished`` (or last saved,
+        for this one). A stretch of a checkpoint from before segments were recorded
+        has every field ``None``.
+        """
+        return [*self._segments, {**self._segment, "finished": _provenance.now()}]
+
+    def run(self) -> None:
+        """Train from where the run stands to ``task.epochs``.
+
+        A signal after the last batch lets the run finish: :meth:`raise_if_stopped`
+        then tells the caller, after it has written what it writes at the end.
+
+        Raises:
+            ValueError: ``batch_size`` exceeds the training examples.
+            Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
+                is saved.
+            TrainingFailedError: a non-finite loss or weight, or a solver's failure.
+        """
+        self._segment = _provenance.segment()
+        self._net = self._wrap(self.model)
+        if self.n_batches == 0:
+            raise ValueError(
+                f"`batch_size` {self.task.batch_size} exceeds the "
+                f"{len(self.data[0])} training examples."
+            )
+        with _stop_on_signals(self.process.world == 1) as self._stop:
+            for epoch in range(self._start.epoch, self.task.epochs):
+                self._refine(epoch)
+                tally = self._train_epoch(epoch)
+                self._finish_epoch(epoch, tally)
+        self._net = self.model  # nothing may hold the DDP wrapper when the group ends
+
+    def raise_if_stopped(self) -> None:
+        """Raise :class:`Interrupted` if a signal came after the last batch.
+
+        Raises:
+            Interrupted: the run is complete, but the caller should stop all the same.
+        """
+        if self._stop.requested:
+            raise Interrupted(
+                f"{self._stop.signal_name}: stopped after the last epoch, {len(self.rows)}; "
+                f"the run is complete in {self.out}"
+            )
+
+    def _wrap(self, module: nn.Module) -> nn.Module:
+        """``module`` as it trains: compiled if asked, under DDP across processes."""
+        if self.task.compile is not None:
+            self.task.compile(module)
+        if self.process.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
+        return module
+
+    def _refined(self, epoch: int, log: Log) -> tuple[nn.Module, Optimizer]:
+        assert self.task.refine is not None  # only called for refine_epochs
+        return self.task.refine(epoch, self.model, self.optimizer, log)
+
+    def _replace(self, model: nn.Module, optimizer: Optimizer) -> None:
+        """Train ``model`` with ``optimizer`` from now on; the schedule carries over."""
+        self.model, self.optimizer = model, optimizer
+        if self.schedule is not None and self.task.schedule is not None:
+            state = self.schedule.state_dict()
+            self.schedule = self.task.schedule(optimizer)
+            self.schedule.load_state_dict(state)
+            for group, lr in zip(optimizer.param_groups, self.schedule.get_last_lr(), strict=True):
+                group["lr"] = lr
+
+    def _refine(self, epoch: int) -> None:
+        """Refine at the start of ``epoch`` if the task says so (not when resuming inside it)."""
+        inside = epoch == self._start.epoch and self._start.inside
+        if self.task.refine is None or epoch not in self.task.refine_epochs or inside:
+            return
+        self._replace(*self._refined(epoch, self._log))
+        self._net = self._wrap(self.model)
+
+    def _train_epoch(self, epoch: int) -> _Tally:
+        """Train one epoch (its remaining batches, in a run resumed inside it)."""
+        first, tally = self._epoch_start(epoch)
+        self._nan_batch.fill_(-1)
+        self._order_state = self._order_gen.get_state()
+        if self.task.order is not None:
+            order = self.task.order(epoch, self._order_gen)
+        else:
+            order = torch.randperm(len(self.data[0]), generator=self._order_gen)
+        order = order.to(self.data[0].device)
+        bar = self._progress_bar(epoch, first)
+        size = self.task.batch_size
+        self._net.train()
+        tick = time.perf_counter()
+        for i in range(first, self.n_batches):
+            self._step(epoch, i, order[i * size : (i + 1) * size], tally)
+            bar.update(1)
+            done = i + 1  # a host sync every 10 batches, and none without a bar
+            if not bar.disable and (done % 10 == 0 or done == self.n_batches):
+                seconds = time.perf_counter() - tick + tally.seconds
+                bar.set_postfix(_postfix(tally, seconds, self.process))
+            if self._stop.requested:
+                tally.seconds += time.perf_counter() - tick
+                self._check_finite(epoch, i + 1)
+                self.save_checkpoint(epoch, i + 1, tally)
+                bar.close()
+                raise Interrupted(
+                    f"{self._stop.signal_name}: stopped at epoch {epoch + 1}, batch {i + 1}; "
+                    f"checkpoint saved in {self.checkpoint_path}"
+                )
+        bar.close()
+        tally.seconds += time.perf_counter() - tick
+        self._check_finite(epoch, self.n_batches)
+        if self.schedule is not None and self.task.schedule_every == "epoch":
+            with warnings.catch_warnings():  # an epoch resumed after its last batch
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
+                self.schedule.step()
+        return tally
+
+    def _check_finite(self, epoch: int, batches: int) -> None:
+        """Stop the run, before anything of it is saved, on a non-finite loss or weight.
+
+        The losses are checked on the device as they come (no host sync per batch); the
+        epoch's first non-finite one is looked at here, before a checkpoint, once for
+        every process. Raises :class:`TrainingFailedError` naming the epoch and batch.
+        """
+        first = self._nan_batch.clone()
+        if self.process.world > 1:
+            dist.all_reduce(first, op=dist.ReduceOp.MAX)
+        if int(first) >= 0:
+            where, what = f"epoch {epoch + 1}, batch {int(first) + 1}", "the training loss is nan"
+        else:
+            name = next(
+                (n for n, p in self.model.named_parameters() if not p.isfinite().all()), None
+            )
+            if name is None:
+                return
+            where, what = f"epoch {epoch + 1}, batch {batches}", f"the weight {name} is not finite"
+        raise _diverged(where, f"{what}.", self.checkpoint_path, epoch)
+
+    def _epoch_start(self, epoch: int) -> tuple[int, _Tally]:
+        """The first batch of ``epoch`` and its totals so far; seeds its augmentation."""
+        self._aug_gen = torch.Generator(device=self.device).manual_seed(
+            self.task.seed * 7919 + epoch
+        )
+        start = self._start
+        if epoch != start.epoch:
+            return 0, _Tally.zeros(self.device)
+        if start.partial is None:
+            return start.batch, _Tally.zeros(self.device)
+        if start.aug_rng is not None:
+            self._aug_gen.set_state(start.aug_rng.cpu())
+        return start.batch, _Tally.load(start.partial)
+
+    def _progress_bar(self, epoch: int, first: int) -> Any:
+        """The epoch's tqdm bar on stderr, drawn by the first process when ``progress``
+        asks for it (``None``: when stderr is a terminal)."""
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+        draw = show_progress(self._progress) and self.process.main
+        return tqdm(
+            total=self.n_batches,
+            initial=first,
+            desc=f"epoch {epoch + 1}/{self.task.epochs}",
+            file=sys.stderr,
+            disable=not draw,
+            dynamic_ncols=True,
+            leave=False,
+        )
+
+    def _step(self, epoch: int, i: int, idx: Tensor, tally: _Tally) -> None:
+        """Train on batch ``i`` of ``epoch``, the examples ``idx``; add it to ``tally``."""
+        batch = tuple(t[idx] for t in self.data)
+        if self.task.augment is not None:
+            batch = self.task.augment(batch, self._aug_gen)
+        batch = tuple(shard(t, self.process.rank, self.process.world) for t in batch)
+        try:
+            if self.task.step is not None:
+                out: Loss = self.task.step(self._net, self.optimizer, batch)
+            else:
+                assert self.task.loss is not None  # Task checks that it has one of the two
+                out = self.task.loss(self._net, batch)
+            loss, extras = out if isinstance(out, tuple) else (out, {})
+            bad = (self._nan_batch < 0) & ~loss.detach().isfinite()
+            self._nan_batch = torch.where(bad, i, self._nan_batch)
+            if self.task.step is None:
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # type: ignore[no-untyped-call]
+        except odecore.SolverError as exc:
+            where = f"epoch {epoch + 1}, batch {i + 1}"
+            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+        if self.task.step is None:
+            self.optimizer.step()
+        if self.schedule is not None and self.task.schedule_every == "batch":
+            self.schedule.step()
+        tally.add(loss, extras, len(batch[0]), nfe(self.model))
+
+    def _evaluate(self, epoch: int) -> Mapping[str, Any]:
+        if self.task.evaluate is None:
+            return {}
+        try:
+            return self.task.evaluate(self.model, epoch)
+        except odecore.SolverError as exc:
+            where = f"epoch {epoch + 1}, evaluation"
+            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+
+    def _finish_epoch(self, epoch: int, tally: _Tally) -> None:
+        """Evaluate ``epoch``, record and save it; stop after it if a signal asked to."""
+        summed = tally.close(epoch, self.process)
+        summed = dataclasses.replace(summed, evaluation=self._evaluate(epoch))
+        self.rows.append(self.task.row(summed))
+        self.save_checkpoint(epoch + 1, 0)
+        if self.process.main:
+            _io.write_json(self.out / "metrics.json", self.rows)
+        if self.task.after_epoch is not None:
+            self.task.after_epoch(self.rows)
+        else:
+            self._log(
+                f"epoch {epoch + 1}/{self.task.epochs}  train loss {summed.loss:.4g}  "
+                f"{summed.seconds:.1f} s"
+            )
+        if self._stop.requested and epoch + 1 < self.task.epochs:
+            raise Interrupted(
+                f"{self._stop.signal_name}: stopped after epoch {epoch + 1}; "
+                f"checkpoint saved in {self.checkpoint_path}"
+            )
+
+
+def _start_group(backend: str) -> None:
+    """Start the default process group; see ``_end_group``.
+
+    ``torch.distributed.nn.functional`` binds ``group.WORLD`` into the defaults of its
+    functions when it is imported, and ``DistributedDataParallel`` imports it (through
+    ``torch._dynamo``) the first time it wraps a module. Imported after the group has
+    started, it would hold the group for good; imported first, its defaults are ``None``.
+    """
+    importlib.import_module("torch.distributed.nn.functional")
+    dist.init_process_group(backend)
+
+
+def _end_group() -> None:
+    """Destroy the default process group, and with it gloo's worker threads.
+
+    A group still held after ``destroy_process_group`` keeps gloo's threads running
+    until the interpreter's shutdown, and a worker that had finished its run once
+    aborted at exit in that state ("terminate called without an active exception").
+
+    The ``DistributedDataParallel`` wrapper holds the group, and reference cycles can
+    hold the wrapper after the run returns: the exceptions that pyparsing raises
+    and catches while matplotlib draws the curves sit in cycles with their tracebacks,
+    whose frames reach up to the loop's, and through its ``self`` to the wrapper.
+    Collecting the cycles first leaves the group's registry, which
+    ``destroy_process_group`` empties, its last holder.
+    """
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def _check_split(batch_size: int, process: _Process) -> None:
+    """Refuse a global batch that the processes cannot share evenly."""
+    if process.world > 1 and batch_size % process.world:
+        raise ValueError(
+            f"`batch_size` {batch_size} does not split evenly over {process.world} "
+            "processes; choose a multiple of the number of processes."
+        )
+
+
+@contextlib.contextmanager
+def held(
+    out: str | os.PathLike[str],
+    *,
+    device: str,
+    batch_size: int,
+    settings: Mapping[str, Any],
+    epochs: int,
+    resume: bool,
+    overwrite: bool,
+    log: Log,
+    defaults: Mapping[str, Any] | None = None,
+) -> Iterator[torch.device]:
+    """Hold the run folder ``out`` (and, under ``torchrun``, the process group) for a run.
+
+    The first process locks ``out`` and checks it may take the run (no-overwrite rule,
+    the ``settings`` of a resumed run against the checkpoint's); every process raises
+    its error. A process group started here is destroyed when the run ends.
+
+    Yields:
+        The device this process trains on.
+    """
+    process = _process()
+    started_group = False
+    if process.world > 1 and not dist.is_initialized():
+        _start_group("nccl" if resolve_device(device).type == "cuda" else "gloo")
+        started_group = True
+    folder = RunFolder(out)
+    try:
+        where = resolve_device(device, process.local_rank)
+        if where.type == "cuda":
+            torch.cuda.set_device(where)
+        _check_split(batch_size, process)
+        error: BaseException | None = None
+        if process.main:
+            try:
+                folder.acquire(log)
+                folder.prepare(resume=resume, overwrite=overwrite, log=log)
+                if resume:
+                    folder.check_resume(settings, epochs, defaults or {})
+            except (ValueError, OSError) as exc:
+                error = exc
+        if process.world > 1:  # every process raises the first one's error
+            verdict = [error]
+            dist.broadcast_object_list(verdict, src=0)
+            error = verdict[0]
+        if error is not None:
+            raise error
+        yield where
+    finally:
+        folder.release()
+        if started_group:
+            _end_group()
+
+
+def fit(
+    task: Task,
+    out: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Log = print,
+    device: str = "auto",
+    progress: bool | None = None,
+) -> Training:
+    """Run ``task`` in the run folder ``out``: locked, checkpointed, resumable.
+
+    While it runs, the run holds the lock ``out/.lock``: a second run into ``out`` is
+    refused, and the lock of a run that was killed is taken over. A folder that holds
+    anything is never overwritten: ``resume`` continues the run in it from
+    ``checkpoint.pt`` (its ``settings`` must equal the task's), ``overwrite`` moves it
+    aside to ``<out>.old-<time>`` first. SIGINT and SIGTERM save a checkpoint at the
+    next batch and raise :class:`Interrupted`; a non-finite loss or weight stops the
+    run before anything of its epoch is saved. Under ``torchrun`` (``WORLD_SIZE > 1``)
+    the model is wrapped in ``DistributedDataParallel`` and every global batch is
+    split over the processes.
+
+    Args:
+        task: the run.
+        out: its folder.
+        resume: continue from ``out/checkpoint.pt`` (a fresh start when there is none).
+        overwrite: move what ``out`` holds aside, then start afresh.
+        log: where the one-line summaries go.
+        device: where it trains (see :func:`resolve_device`).
+        progress: draw a progress bar (``None``: when stderr is a terminal).
+
+    Returns:
+        The finished run: its ``model``, ``rows`` and ``seconds``.
+
+    Raises:
+        RunExistsError: ``out`` holds a run and neither ``resume`` nor ``overwrite`` is
+            set, or another process holds its lock (a ``FileExistsError``).
+        ValueError: ``resume`` with changed settings; a bad checkpoint.
+        Interrupted: on SIGINT or SIGTERM, after the checkpoint is saved.
+        TrainingFailedError: a non-finite loss or weight, or a solver's failure.
+    """
+    with held(
+        out, device=str(device), batch_size=task.batch_size, settings=task.settings,
+        epochs=task.epochs, resume=resume, overwrite=overwrite, log=log,
+    ) as where:  # fmt: skip
+        training = Training(task, out, device=where, log=log, progress=progress)
+        if resume:
+            training.resume()
+        training.run()
+    training.raise_if_stopped()
+    return training
