@@ -4,16 +4,16 @@ A NODE's flow is a homeomorphism, so it cannot carry the inner ball of g(x) thro
 the surrounding shell; a ResNet of the same width and size takes discrete steps,
 whose trajectories can cross, and fits g(x). On a function whose two classes can be
 separated without tearing the plane (two shifted sine curves) both fit about
-equally. Both models train in one loop of this module, on the same data and batches
-per seed, and their training loss is recorded per iteration as in the paper's Fig. 5.
+equally. Both models train as one task each, on the same data and batches per seed,
+and their training loss is recorded per iteration as in the paper's Fig. 5.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ from torch import Tensor, nn
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters, ode_layers
+from ..training import Task
 from ._anode_toy import monotone_floor
 from ._registry import fmt
 from ._template import (
     Claim,
     Figure,
-    Fitted,
     Measurement,
     Result,
     Run,
@@ -311,53 +311,40 @@ def build(model: str, dim: int) -> nn.Module:
 def runs(setup: Setup[ResnetSettings], seed: int) -> list[Run]:
     """Both models on each task, in the order of :data:`TASKS`."""
     return [
-        Run(f"{task}/{model}", fit=functools.partial(_fit, setup, task, model, seed))
+        Run(f"{task}/{model}", task=_task(setup.settings, task, model, seed))
         for task, _ in TASKS
         for model in MODELS
     ]
 
 
-def _fit(
-    setup: Setup[ResnetSettings], task: str, model_name: str, seed: int, device: torch.device
-) -> Fitted:
-    """Adam on the MSE, batch ``batch_size``, ``epochs`` epochs; one history row per
-    ``record_every`` iterations (the mean batch loss over them). The initialisation is
-    drawn from ``seed`` and the batch order from its own ``seed`` stream, without
-    touching the global random state: both models of a seed see the same batches."""
-    s = setup.settings
+def _task(s: ResnetSettings, task: str, model: str, seed: int) -> Task:
+    """Adam on the MSE, batch ``batch_size``, ``epochs`` epochs, every batch's loss kept.
+    The initialisation and the batch order are drawn from ``seed``: both models of a
+    seed see the same batches."""
     data = task_data(task, s.train_size, seed, "train")
-    x, y = data.inputs.to(device), data.targets.to(device)
-    started = time.perf_counter()
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model = build(model_name, task_dim(task)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=s.lr)
-    order_gen = torch.Generator().manual_seed(seed)
-    history: list[dict[str, float]] = []
-    window: list[float] = []
-    iteration = 0
-    model.train()
-    for _ in range(s.epochs):
-        order = torch.randperm(len(x), generator=order_gen).to(device)
-        for start in range(0, len(order) - s.batch_size + 1, s.batch_size):
-            idx = order[start : start + s.batch_size]
-            loss = nn.functional.mse_loss(model(x[idx]), y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            iteration += 1
-            window.append(float(loss.detach()))
-            if len(window) == s.record_every:
-                history.append({"iteration": float(iteration), "train_loss": _mean(window)})
-                window = []
-    if window:
-        history.append({"iteration": float(iteration), "train_loss": _mean(window)})
-    seconds = time.perf_counter() - started
-    setup.log(
-        f"[{task}/{model_name} seed {seed}] {iteration} iterations in {seconds:.1f} s, "
-        f"last batch loss {history[-1]['train_loss']:.4g}"
+    return Task(
+        model=functools.partial(build, model, task_dim(task)),
+        data=(data.inputs, data.targets),
+        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
+        epochs=s.epochs,
+        batch_size=s.batch_size,
+        seed=seed,
+        row=lambda epoch: {"losses": list(epoch.losses), "epoch_seconds": epoch.seconds},
+        settings={"run": f"{task}/{model}", "seed": seed, **dataclasses.asdict(s)},
     )
-    return Fitted(model.eval(), history)
+
+
+def _curve(rows: Sequence[Mapping[str, Any]], every: int) -> list[dict[str, float]]:
+    """The loss curve: the mean batch loss over each ``every`` iterations (and the rest)."""
+    losses = [loss for row in rows for loss in row["losses"]]
+    return [
+        {
+            "iteration": float(min(k + every, len(losses))),
+            "train_loss": _mean(losses[k : k + every]),
+        }
+        for k in range(0, len(losses), every)
+    ]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -388,7 +375,7 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
             prediction = model(data.inputs.to(device))
             return float(nn.functional.mse_loss(prediction, data.targets.to(device)))
 
-    curve = [dict(row) for row in trained.history]
+    curve = _curve(trained.history, s.record_every)
     metrics: dict[str, float | None] = {
         "train_mse": mse(train_set),
         "test_mse": mse(test_set),

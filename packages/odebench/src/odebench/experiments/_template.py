@@ -51,7 +51,7 @@ from torch import nn
 
 from .._io import write_json, write_text
 from .._provenance import Provenance, provenance_started
-from ..training import TrainConfig, load_model, resolve_device, train
+from ..training import Task, TrainConfig, fit, load_model, resolve_device, train
 from ._registry import (
     _REGISTRY,
     MODES,
@@ -145,9 +145,9 @@ class Fitted:
 
 @dataclass(frozen=True)
 class Run:
-    """One model an experiment trains for one seed: a configuration or its own loop.
+    """One model an experiment trains for one seed: a configuration, a task or its own loop.
 
-    Give exactly one of ``config`` and ``fit``.
+    Give exactly one of ``config``, ``task`` and ``fit``.
 
     Args:
         name: the run's name; its folder is :meth:`Setup.run_dir`, and the claims and
@@ -157,26 +157,31 @@ class Run:
             ``progress`` are replaced by the options' (``--device``, ``--data-dir``,
             ``--progress``/``--no-progress``): where and how a run trains is not the
             experiment's to say.
-        fit: ``fit(device) -> Fitted``, an experiment's own training loop (for what
-            :class:`~odebench.training.TrainConfig` cannot say). It writes no
-            checkpoint: ``--resume`` trains it again.
+        task: trained by :func:`odebench.training.fit` (for what
+            :class:`~odebench.training.TrainConfig` cannot say), with the same
+            checkpoints, ``--resume``, ``--device`` and ``--progress``.
+        fit: ``fit(device) -> Fitted``, an experiment's own training loop, being
+            replaced by ``task``. It writes no checkpoint: ``--resume`` trains it again.
 
     Example:
         >>> Run("node")
         Traceback (most recent call last):
         ...
-        ValueError: Run 'node': give exactly one of `config` and `fit`.
+        ValueError: Run 'node': give exactly one of `config` and `fit` or `task`.
     """
 
     name: str
     config: TrainConfig | None = None
     fit: Callable[[torch.device], Fitted] | None = None
+    task: Task | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name.startswith("/") or ".." in self.name.split("/"):
             raise ValueError(f"`name` must be a relative folder name, got {self.name!r}.")
-        if (self.config is None) == (self.fit is None):
-            raise ValueError(f"Run {self.name!r}: give exactly one of `config` and `fit`.")
+        if [self.config, self.fit, self.task].count(None) != 2:
+            raise ValueError(
+                f"Run {self.name!r}: give exactly one of `config` and `fit` or `task`."
+            )
 
 
 @dataclass(frozen=True)
@@ -188,13 +193,14 @@ class Trained:
         seed: its seed.
         dir: its folder.
         config: the configuration it trained with (``run.config`` with the options'
-            device, data directory and progress); ``None`` for a ``fit`` run.
+            device, data directory and progress); ``None`` for a ``task`` or ``fit`` run.
         result: :func:`odebench.training.train`'s results (``results.json`` of the
-            folder); empty for a ``fit`` run.
+            folder); empty for a ``task`` or ``fit`` run.
         history: the rows of ``metrics.json`` (one per epoch), or the ``fit``'s rows.
-        model: the ``fit``'s model; ``None`` for a ``config`` run (see :meth:`load`).
-        seconds: its training time: the epochs' time of a ``config`` run (over all its
-            resumptions), the ``fit``'s wall time.
+        model: the trained model of a ``task`` or ``fit`` run; ``None`` for a
+            ``config`` run (see :meth:`load`).
+        seconds: its training time: the epochs' time of a ``config`` or ``task`` run
+            (over all its resumptions), the ``fit``'s wall time.
     """
 
     run: Run
@@ -1012,6 +1018,12 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
         seconds = time.perf_counter() - started
         return Trained(run, seed, out, None, {}, list(fitted.history), fitted.model, seconds)
     options = setup.options
+    if run.task is not None:
+        done = fit(
+            run.task, out, resume=options.resume, log=prefixed(setup.log, tag),
+            device=options.device, progress=options.progress,
+        )  # fmt: skip
+        return Trained(run, seed, out, None, {}, done.rows, done.model.eval(), done.seconds)
     config = dataclasses.replace(
         cast(TrainConfig, run.config),  # Run checks that it has one of the two
         device=options.device,
