@@ -1,0 +1,71 @@
+"""Every experiment run trains through `fit`: killed anywhere, it resumes bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import odebench
+import pytest
+
+#: What legitimately differs between two runs of the same experiment.
+VOLATILE = ("date", "command", "provenance")
+
+
+def _stable(value: object) -> object:
+    """``value`` without its times, date, command and provenance (recursively)."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE and "seconds" not in k}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def _run(out: Path, *more: str) -> list[str]:
+    return [
+        sys.executable, "-m", "odebench", "run", "anode-resnet", "--quick", "--device", "cpu",
+        "--no-progress", "--out", str(out), *more,
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(Path(odebench.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+@pytest.mark.slow
+def test_an_experiment_killed_mid_training_resumes_to_the_same_results(tmp_path):
+    whole = tmp_path / "whole"
+    done = subprocess.run(_run(whole), capture_output=True, text=True, env=_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    out = tmp_path / "killed"
+    first = out / "1d" / "node" / "seed0" / "checkpoint.pt"  # after the first run's epoch 1
+    proc = subprocess.Popen(_run(out), stderr=subprocess.PIPE, text=True, env=_env())
+    deadline = time.monotonic() + 300
+    while not first.exists():
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"{first} did not appear"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "results.json").exists()
+
+    again = subprocess.run(
+        _run(out, "--resume"), capture_output=True, text=True, env=_env(), timeout=600
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming" in again.stderr
+    resumed = json.loads((out / "results.json").read_text())
+    uninterrupted = json.loads((whole / "results.json").read_text())
+    assert _stable(resumed) == _stable(uninterrupted)
+    assert resumed["details"] == uninterrupted["details"]  # the loss curves, bit for bit
