@@ -7,6 +7,7 @@ training set and the models are evaluated on it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import build_model, ode_layers
-from ..training import load_model, load_splits
+from ..training import Task, load_model, load_splits
 from ._anode_common import (
     COLORS,
     LABELS,
@@ -30,7 +31,7 @@ from ._anode_common import (
     train_config,
 )
 from ._registry import fmt
-from ._template import Claim, Figure, Fitted, Measurement, Run, Template, register_template
+from ._template import Claim, Figure, Measurement, Run, Template, register_template
 
 if TYPE_CHECKING:
     from ._template import Result, Setup, Trained, Values
@@ -120,10 +121,7 @@ def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
             for dim in DIMS
             for name, model in MODELS
         ),
-        *(
-            Run(f"slice/{name}", fit=functools.partial(_fit_slice, s, model, seed))
-            for name, model in MODELS
-        ),
+        *(Run(f"slice/{name}", task=_slice_task(s, model, seed)) for name, model in MODELS),
     ]
 
 
@@ -134,31 +132,22 @@ def _slice_data(s: ToySettings, seed: int) -> tuple[Dataset, Tensor]:
     return data, (angle >= SLICE[0]) & (angle <= SLICE[1])
 
 
-def _fit_slice(s: ToySettings, model_name: str, seed: int, device: torch.device) -> Fitted:
-    """Train on 2-D g(x) without the slice of :data:`SLICE`.
-
-    A plain loop: Adam, batch ``s.batch_size``, ``s.epochs`` epochs, the model's
-    default solver (dopri5 at ``rtol = atol = 1e-3``), the same model builder as
-    :func:`odebench.training.train`, seeded (initialisation, data and order) without
-    touching the global random state.
-    """
+def _slice_task(s: ToySettings, model: str, seed: int) -> Task:
+    """Train on 2-D g(x) without the slice of :data:`SLICE`: Adam on the MSE, batch
+    ``s.batch_size``, ``s.epochs`` epochs, the model's default solver (dopri5 at
+    ``rtol = atol = 1e-3``), the model builder of :func:`odebench.training.train`;
+    initialisation and order drawn from ``seed``."""
     data, held = _slice_data(s, seed)
-    x_train, y_train = data.inputs[~held].to(device), data.targets[~held].to(device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model = build_model(model_name, in_channels=2, num_classes=1, image_size=0).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=s.lr)
-        order_gen = torch.Generator().manual_seed(seed)
-        model.train()
-        for _ in range(s.epochs):
-            order = torch.randperm(len(x_train), generator=order_gen).to(device)
-            for start in range(0, len(order) - s.batch_size + 1, s.batch_size):
-                idx = order[start : start + s.batch_size]
-                loss = nn.functional.mse_loss(model(x_train[idx]), y_train[idx])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
-    return Fitted(model.eval())
+    return Task(
+        model=functools.partial(build_model, model, in_channels=2, num_classes=1, image_size=0),
+        data=(data.inputs[~held], data.targets[~held]),
+        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
+        epochs=s.epochs,
+        batch_size=s.batch_size,
+        seed=seed,
+        settings={"run": f"slice/{model}", "seed": seed, **dataclasses.asdict(s)},
+    )
 
 
 def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
