@@ -24,9 +24,9 @@ The gradients are also compared with backprop's at the same ``N_t``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,16 +37,16 @@ import odecore
 import torch
 from odelayers.basis import PiecewiseConstant
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._io import pyplot, save_png
 from ..data import Dataset
-from ..training import TrainConfig, evaluate, load_splits
+from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
 from ._images import data_name
 from ._template import (
     Claim,
     Figure,
-    Fitted,
     Measurement,
     Result,
     Run,
@@ -428,8 +428,8 @@ def build(s: AdjointSettings, train: Dataset, seed: int, method: Method = BACKPR
 
 def runs(setup: Setup[AdjointSettings], seed: int) -> list[Run]:
     """One net per method of :data:`TRAINED`, from the same initialisation and batches."""
-    data_of(setup, seed)  # a data set not found fails now, not after a run
-    return [Run(m.key, fit=functools.partial(_fit, setup, m, seed)) for m in TRAINED]
+    train, _ = data_of(setup, seed)  # a data set not found fails now, not after a run
+    return [Run(m.key, task=_task(setup.settings, train, m, seed)) for m in TRAINED]
 
 
 def _grad_batch(
@@ -440,44 +440,32 @@ def _grad_batch(
     return train.normalize(images.to(device)), labels.to(device)
 
 
-def _fit(setup: Setup[AdjointSettings], method: Method, seed: int, device: torch.device) -> Fitted:
-    """Train the net of ``seed`` with ``method``'s gradients: SGD, cosine-annealed
-    learning rate, the seed's batches; one row per epoch (train loss and accuracy,
-    seconds so far)."""
-    s = setup.settings
-    train, _ = data_of(setup, seed)
-    net = build(s, train, seed, method).to(device)
-    history: list[dict[str, float]] = []
-    opt = torch.optim.SGD(
-        net.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay
-    )
-    steps = len(train) // s.batch_size
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
-        opt, T_max=max(1, s.epochs * steps), eta_min=s.lr / 100
-    )
-    started = time.perf_counter()
-    for epoch in range(s.epochs):
-        total = correct = seen = 0.0
-        for images, labels in common.batches(train, s.batch_size, seed * 1000 + epoch):
-            x, y = train.normalize(images.to(device)), labels.to(device)
-            logits = net(x)
-            loss = nn.functional.cross_entropy(logits, y)
-            opt.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(y)
-            correct += float((logits.detach().argmax(1) == y).sum())
-            seen += len(y)
-        seconds = time.perf_counter() - started
-        row = {"epoch": epoch + 1.0, "train_loss": total / max(seen, 1.0),
-               "train_accuracy": correct / max(seen, 1.0), "seconds": seconds}  # fmt: skip
-        history.append(row)
-        setup.log(
-            f"[{method.key} seed {seed}] epoch {epoch + 1}/{s.epochs}: train loss "
-            f"{row['train_loss']:.3f}, {seconds:.0f} s"
-        )
-    return Fitted(net, history)
+def _task(s: AdjointSettings, train: Dataset, method: Method, seed: int) -> Task:
+    """SGD with ``method``'s gradients, the learning rate cosine-annealed per batch, the
+    full batches in the order ``seed * 1000 + epoch`` draws; one row per epoch."""
+    n, gen = len(train), torch.Generator()
+
+    def loss(net: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Tensor]]:
+        logits = net(train.normalize(batch[0]))
+        correct = (logits.detach().argmax(1) == batch[1]).sum()
+        return nn.functional.cross_entropy(logits, batch[1]), {"correct": correct}
+
+    return Task(
+        model=functools.partial(build, s, train, seed, method),
+        data=(train.inputs, train.targets), loss=loss,
+        optimizer=functools.partial(torch.optim.SGD, lr=s.lr, momentum=s.momentum,
+                                    weight_decay=s.weight_decay),
+        epochs=s.epochs, batch_size=s.batch_size, seed=seed,
+        order=lambda e, _: torch.randperm(n, generator=gen.manual_seed(seed * 1000 + e)),
+        schedule=lambda o: CosineAnnealingLR(o, max(1, s.epochs * (n // s.batch_size)), s.lr / 100),
+        row=_row, settings={"run": method.key, "seed": seed, **dataclasses.asdict(s)},
+    )  # fmt: skip
+
+
+def _row(epoch: Epoch) -> dict[str, float]:
+    accuracy = epoch.sums["correct"] / max(epoch.count, 1)
+    return {"epoch": epoch.index + 1.0, "train_loss": epoch.loss, "train_accuracy": accuracy,
+            "epoch_seconds": epoch.seconds}  # fmt: skip
 
 
 def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
@@ -486,7 +474,7 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
     at initialisation (the seed's, rebuilt) and after training (``grad_error@<method>``
     and ``grad_error_trained@<method>``)."""
     s, method = setup.settings, BY_KEY[trained.run.name]
-    net = cast(AdjointNet, trained.model)  # a fit run's model, built by _fit
+    net = cast(AdjointNet, trained.model)  # a task run's model, built by build
     train, test = data_of(setup, trained.seed)
     device = next(net.parameters()).device
     result = evaluate(net, test, "cross_entropy", batch_size=s.eval_batch_size, device=device)
@@ -497,8 +485,8 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
         "train_loss": last["train_loss"],
         "train_accuracy": last["train_accuracy"],
         "n_steps": float(method.n_steps(s.pieces)),
-        "train_seconds": last["seconds"],
-        "seconds_per_epoch": last["seconds"] / len(rows),
+        "train_seconds": trained.seconds,
+        "seconds_per_epoch": trained.seconds / len(rows),
     }
     if method == BACKPROP:
         images, labels = _grad_batch(train, s.grad_batch, trained.seed, device)
@@ -514,7 +502,7 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
             f"{metrics['grad_error@checkpoint-1M']:.1e}/{after['checkpoint-1M']:.1e}"
         )
     setup.log(f"[{method.key} seed {trained.seed}] test accuracy {result['acc']:.4f}")
-    per_epoch = [{k: row[k] for k in ("epoch", "train_loss", "seconds")} for row in rows]
+    per_epoch = [{k: row[k] for k in ("epoch", "train_loss", "epoch_seconds")} for row in rows]
     return Measurement(metrics, {"per_epoch": per_epoch})
 
 
