@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -72,6 +73,23 @@ def test_fit_slope_and_global_error():
     truth = torch.zeros(2, 3, 2)
     truth[0, 1] = torch.tensor([3.0, 4.0])  # error 5 at one sample of the first trajectory
     assert global_error(ys, truth) == pytest.approx(2.5)
+
+
+def test_runs_train_on_the_cpu_whatever_the_device(tmp_path: Path):
+    """The tiny float64 field trains on the CPU even when ``--device cuda`` is asked for
+    (on a machine without CUDA, that request alone would fail)."""
+    from odebench.experiments._template import Setup
+    from odebench.training import fit
+
+    template = EXPERIMENTS["pendulum"].run.args[0]
+    settings = dataclasses.replace(template.settings_for("quick"), n_train=2, epochs=1)
+    options = RunOptions(out=tmp_path, device="cuda")
+    setup = Setup("pendulum", "quick", settings, options, (0,), print)
+    run = pendulum_experiment.runs(setup, 0)[0]
+    assert run.task is not None
+    done = fit(run.task, tmp_path / "euler", device="cuda", log=lambda line: None, progress=False)
+    assert {p.device.type for p in done.model.parameters()} == {"cpu"}
+    assert [row["epoch"] for row in done.rows] == [1.0] and done.rows[0]["train_mse"] > 0
 
 
 CHECKS = {"rk4_reaches_model_error"}

@@ -9,26 +9,28 @@ converges as ``dt'`` shrinks; one that learned a discrete map tied to ``dt`` doe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import odecore
 import torch
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._io import pyplot, save_png
 from ..data import pendulum as pendulum_data
+from ..training import Task
 from . import _template
 from ._template import (
     Claim,
     ClaimKind,
     Figure,
-    Fitted,
     Measurement,
     Result,
     Run,
@@ -237,47 +239,39 @@ def _data(s: PendulumSettings, seed: int) -> tuple[tuple[Tensor, Tensor], Tensor
 def runs(setup: Setup[PendulumSettings], seed: int) -> list[Run]:
     """One model per scheme, on the data of ``seed``; the i-th initialises and shuffles
     with ``seed + i``."""
-    return [
-        Run(scheme, fit=functools.partial(_fit, setup, scheme, seed, k))
-        for k, scheme in enumerate(SCHEMES)
-    ]
+    return [Run(scheme, task=_task(setup, scheme, seed, k)) for k, scheme in enumerate(SCHEMES)]
 
 
-def _fit(
-    setup: Setup[PendulumSettings], scheme: str, seed: int, k: int, device: torch.device
-) -> Fitted:
-    """Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``: one row per epoch (train MSE,
-    seconds so far). The tiny float64 model trains on the CPU, whatever ``device``."""
+def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Task:
+    """Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``: Adam, cosine-annealed per batch,
+    the last batch kept; one row per epoch (the train MSE), a log line every fifth of the
+    epochs. The tiny float64 model trains on the CPU, whatever ``--device``."""
     s = setup.settings
     (x, y), _, _ = _data(s, seed)
-    if k == 0:
-        setup.log(f"pendulum: {len(x)} training pairs, dt = {s.dt:g}, {s.epochs} epochs")
-    started = time.perf_counter()
-    torch.manual_seed(seed + k)
-    model = mlp_field(s.hidden)
-    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
-    n_batches = max(1, math.ceil(len(x) / s.batch_size))
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
-        opt, T_max=max(1, s.epochs * n_batches), eta_min=s.lr / 100
+    iterations = s.epochs * math.ceil(len(x) / s.batch_size)
+    return Task(
+        model=functools.partial(mlp_field, s.hidden),
+        data=(x, y),
+        loss=lambda f, batch: ((step(f, batch[0], s.dt, scheme) - batch[1]) ** 2).mean(),
+        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
+        epochs=s.epochs,
+        batch_size=s.batch_size,
+        seed=seed + k,
+        drop_last=False,
+        schedule=lambda o: CosineAnnealingLR(o, T_max=iterations, eta_min=s.lr / 100),
+        row=lambda e: {"epoch": e.index + 1.0, "train_mse": e.loss, "epoch_seconds": e.seconds},
+        after_epoch=functools.partial(_log_progress, setup.log, scheme, s.epochs),
+        device="cpu",
+        settings={"run": scheme, "seed": seed + k, **dataclasses.asdict(s)},
     )
-    gen = torch.Generator().manual_seed(seed + k)
-    history: list[dict[str, float]] = []
-    for epoch in range(s.epochs):
-        perm = torch.randperm(len(x), generator=gen)
-        total = 0.0
-        for i in range(n_batches):
-            idx = perm[i * s.batch_size : (i + 1) * s.batch_size]
-            loss = ((step(model, x[idx], s.dt, scheme) - y[idx]) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-            total += float(loss.detach()) * len(idx)
-        mse, seconds = total / len(x), time.perf_counter() - started
-        history.append({"epoch": epoch + 1.0, "train_mse": mse, "seconds": seconds})
-        if epoch == s.epochs - 1 or (epoch + 1) % max(1, s.epochs // 5) == 0:
-            setup.log(f"[{scheme}] epoch {epoch + 1}/{s.epochs}: train MSE {mse:.3e}")
-    return Fitted(model.eval(), history)
+
+
+def _log_progress(
+    log: Callable[[str], None], scheme: str, epochs: int, rows: list[dict[str, Any]]
+) -> None:
+    """A line with the train MSE after every fifth of the ``epochs`` and the last."""
+    if len(rows) == epochs or len(rows) % max(1, epochs // 5) == 0:
+        log(f"[{scheme}] epoch {len(rows)}/{epochs}: train MSE {rows[-1]['train_mse']:.3e}")
 
 
 def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
@@ -308,7 +302,7 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     last = trained.history[-1]
     metrics = {
         "train_mse": last["train_mse"],
-        "train_seconds": last["seconds"],
+        "train_seconds": trained.seconds,
         **{f"error@{f:g}dt": e for f, e in zip(s.dt_factors, errors)},
         "error_fine_rk4": global_error(fine, common),
         **{f"error_vs_own_limit@{f:g}dt": e for f, e in zip(s.dt_factors, own)},

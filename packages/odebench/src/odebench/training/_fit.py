@@ -131,6 +131,8 @@ class Task:
         augment: ``augment(batch, generator) -> batch`` before the loss, with a
             generator on the device seeded per epoch and checkpointed inside it.
         compile: compiles the model in place before training (and after a refinement).
+        device: where it trains, whatever :func:`fit`'s ``device`` (``"cpu"`` for a
+            model too small for a GPU); ``None``: :func:`fit`'s.
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
             change on resume.
@@ -174,6 +176,7 @@ class Task:
     refine_epochs: tuple[int, ...] = ()
     augment: Callable[[Batch, torch.Generator], Batch] | None = None
     compile: Callable[[nn.Module], None] | None = None
+    device: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -888,7 +891,7 @@ def fit(
         resume: continue from ``out/checkpoint.pt`` (a fresh start when there is none).
         overwrite: move what ``out`` holds aside, then start afresh.
         log: where the one-line summaries go.
-        device: where it trains (see :func:`resolve_device`).
+        device: where it trains (see :func:`resolve_device`), unless ``task.device`` says.
         progress: draw a progress bar (``None``: when stderr is a terminal).
 
     Returns:
@@ -902,8 +905,8 @@ def fit(
         TrainingFailedError: a non-finite loss or weight, or a solver's failure.
     """
     with held(
-        out, device=str(device), batch_size=task.batch_size, settings=task.settings,
-        epochs=task.epochs, resume=resume, overwrite=overwrite, log=log,
+        out, device=task.device or str(device), batch_size=task.batch_size,
+        settings=task.settings, epochs=task.epochs, resume=resume, overwrite=overwrite, log=log,
     ) as where:  # fmt: skip
         training = Training(task, out, device=where, log=log, progress=progress)
         if resume:
