@@ -112,7 +112,9 @@ class Task:
         batch_size: examples per step (the global batch, split over the processes).
         seed: seeds the model, the order generator and the augmentation.
         order: ``order(epoch, generator) -> indices`` of the epoch's examples; the
-            generator is ``fit``'s, seeded once with ``seed`` and checkpointed.
+            generator is ``fit``'s, seeded once with ``seed`` and checkpointed. Their
+            number sets the epoch's batches (it may differ from ``data``'s, for
+            indices drawn with replacement).
             ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
         drop_last: drop the epoch's last incomplete batch.
         schedule: ``schedule(optimizer)``, a learning-rate scheduler, stepped after
@@ -424,6 +426,7 @@ class Training:
         self.rows: list[dict[str, Any]] = []
         self._order_gen = torch.Generator().manual_seed(task.seed)
         self._order_state = self._order_gen.get_state()  # before the epoch in progress drew
+        self._examples = len(self.data[0])  # the epoch in progress's, once its order is drawn
         self._aug_gen = torch.Generator(device=device)  # the current epoch's augmentation
         self._start = _Start()
         self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
@@ -439,8 +442,8 @@ class Training:
 
     @property
     def n_batches(self) -> int:
-        """Global batches per epoch."""
-        n, size = len(self.data[0]), self.task.batch_size
+        """Global batches of the epoch in progress (of ``data``, before the first)."""
+        n, size = self._examples, self.task.batch_size
         return n // size if self.task.drop_last else math.ceil(n / size)
 
     @property
@@ -631,6 +634,7 @@ class Training:
         else:
             order = torch.randperm(len(self.data[0]), generator=self._order_gen)
         order = order.to(self.data[0].device)
+        self._examples = len(order)
         bar = self._progress_bar(epoch, first)
         size = self.task.batch_size
         self._net.train()
