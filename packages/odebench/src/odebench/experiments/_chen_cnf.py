@@ -14,12 +14,13 @@ equals the log-determinant of the flow map's Jacobian taken by finite difference
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import odecore
 import odelayers
@@ -27,8 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from .._io import pyplot, save_png
+from ..training import Epoch, Task
 from . import _template
-from ._template import Claim, Figure, Fitted, Measurement, Result, Run, Settings, Setup, Trained
+from ._template import Claim, Figure, Measurement, Result, Run, Settings, Setup, Trained
 
 DENSITIES: tuple[str, ...] = ("moons", "circles")
 """The target densities, each trained as its own CNF and Gaussian."""
@@ -326,99 +328,93 @@ class Gaussian(nn.Module):
 
 
 def runs(setup: Setup[CnfSettings], seed: int) -> list[Run]:
-    """Per density, a CNF and the Gaussian, on that density's data of ``seed``."""
-    return [
-        run
-        for density in DENSITIES
-        for run in (
-            Run(f"{density}/cnf", fit=functools.partial(_fit_cnf, setup, density, seed)),
-            Run(f"{density}/gaussian", fit=functools.partial(_fit_gaussian, setup, density, seed)),
-        )
-    ]
+    """Per density, a CNF on that density's data of ``seed`` (:func:`measure` fits the
+    Gaussian it is compared with, in closed form)."""
+    return [Run(f"{density}/cnf", task=_task(setup, density, seed)) for density in DENSITIES]
 
 
-def _fit_gaussian(
-    setup: Setup[CnfSettings], density: str, seed: int, device: torch.device
-) -> Fitted:
-    """The closed-form fit: mean and (maximum-likelihood) covariance of the training set."""
-    train, _ = _data(setup.settings, density, seed)
-    return Fitted(Gaussian(train))
+def _reading(flow: nn.Module, test: Tensor, rtol: float) -> dict[str, float]:
+    """The test NLL and the NFE of the adaptive Dopri5 solve of ``flow``'s field."""
+    adaptive = adaptive_flow(cast(odelayers.CNF, flow).vector_field, rtol)
+    with torch.no_grad():
+        nll = -float(adaptive.log_prob(test.to(next(flow.parameters()).device)).mean())
+    return {"test_nll": nll, "nfe": float(adaptive.nfe)}
 
 
-def _fit_cnf(setup: Setup[CnfSettings], density: str, seed: int, device: torch.device) -> Fitted:
-    """Train the CNF by maximum likelihood with RK4 in ``steps`` steps, backpropagating
-    through them; every ``eval_every`` iterations (and before the first) read the test
-    NLL and the NFE of the adaptive Dopri5 solve. One row per reading."""
+def _task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
+    """Maximum likelihood with RK4 in ``steps`` steps, backpropagating through them, by
+    Adam, its rate cosine-annealed over the iterations. Each iteration draws
+    ``batch_size`` training points with replacement from the order generator (seeded
+    with ``seed``); an epoch is ``eval_every`` iterations (the last, what is left), after
+    which the test NLL and the NFE of the adaptive solve are read. ``train_nll`` is the
+    mean batch loss of the epoch."""
     s = setup.settings
     train, test = _data(s, density, seed)
-    train, test = train.to(device), test.to(device)
-    setup.log(
-        f"chen-cnf: {LABELS[density]}, {len(train)} training points, {s.iterations} iterations"
+
+    def order(epoch: int, generator: torch.Generator) -> Tensor:
+        draws = min(s.eval_every, s.iterations - epoch * s.eval_every) * s.batch_size
+        return torch.randint(0, len(train), (draws,), generator=generator)
+
+    def row(epoch: Epoch) -> dict[str, Any]:
+        return {
+            "iteration": float(min((epoch.index + 1) * s.eval_every, s.iterations)),
+            "train_nll": sum(epoch.losses) / len(epoch.losses),
+            **epoch.evaluation,
+            "epoch_seconds": epoch.seconds,
+        }
+
+    def after_epoch(rows: list[dict[str, Any]]) -> None:
+        r = rows[-1]
+        setup.log(
+            f"[{density}] iteration {r['iteration']:.0f}/{s.iterations}: train NLL "
+            f"{r['train_nll']:.3f}, test NLL {r['test_nll']:.3f}, NFE {r['nfe']:g}"
+        )
+
+    spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=s.steps)
+    return Task(
+        model=lambda: odelayers.CNF(flow_field(s.hidden), spec=spec),
+        data=(train,),
+        loss=lambda flow, batch: -cast(odelayers.CNF, flow).log_prob(batch[0]).mean(),
+        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
+        schedule=functools.partial(
+            torch.optim.lr_scheduler.CosineAnnealingLR, T_max=s.iterations, eta_min=s.lr / 100
+        ),
+        epochs=math.ceil(s.iterations / s.eval_every),
+        batch_size=s.batch_size,
+        seed=seed,
+        order=order,
+        row=row,
+        evaluate=lambda flow, epoch: _reading(flow, test, s.rtol),
+        after_epoch=after_epoch,
+        settings={"run": f"{density}/cnf", "seed": seed, **dataclasses.asdict(s)},
     )
-    torch.manual_seed(seed)
-    field = flow_field(s.hidden).to(device)
-    flow = odelayers.CNF(field, spec=odecore.OdeSpec(solver=odecore.RK4(), n_steps=s.steps))
-    adaptive = adaptive_flow(field, s.rtol)
-    opt = torch.optim.Adam(flow.parameters(), lr=s.lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=s.iterations, eta_min=s.lr / 100)
-    generator = torch.Generator().manual_seed(seed)
-    history: list[dict[str, float]] = []
-    losses: list[float] = []
-    started = time.perf_counter()
-
-    def reading(iteration: int) -> None:
-        with torch.no_grad():
-            nll = -float(adaptive.log_prob(test).mean())
-        train_nll = sum(losses) / len(losses) if losses else math.nan
-        history.append({
-            "iteration": float(iteration), "train_nll": train_nll, "test_nll": nll,
-            "nfe": float(adaptive.nfe), "seconds": time.perf_counter() - started,
-        })  # fmt: skip
-        losses.clear()
-
-    reading(0)
-    for iteration in range(1, s.iterations + 1):
-        batch = train[torch.randint(0, len(train), (s.batch_size,), generator=generator)]
-        loss = -flow.log_prob(batch).mean()
-        opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        if iteration % s.eval_every == 0 or iteration == s.iterations:
-            reading(iteration)
-            row = history[-1]
-            setup.log(
-                f"[{density}] iteration {iteration}/{s.iterations}: train NLL "
-                f"{row['train_nll']:.3f}, test NLL {row['test_nll']:.3f}, NFE {row['nfe']:g}"
-            )
-    return Fitted(flow.eval(), history)
 
 
 def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
-    """The numbers of one trained model.
+    """The numbers of one trained CNF, and of the Gaussian fitted to its training points.
 
-    Gaussian: its train and test NLL. CNF: its test NLL with the adaptive solve
-    (``test_nll``) and with the RK4 steps it trained with (``test_nll_rk4``), that of
-    the true density (``true_test_nll``), the NFE of the adaptive solve before and
-    after training, the mass of its density on the grid plus that of its samples
-    outside the grid (``mass``), and the two check errors. Saves what the figure
+    The CNF's test NLL with the adaptive solve (``test_nll``) and with the RK4 steps it
+    trained with (``test_nll_rk4``), that of the true density (``true_test_nll``), the
+    NFE of the adaptive solve before training (of the initial model, rebuilt from the
+    seed) and after, the mass of its density on the grid plus that of its samples
+    outside the grid (``mass``), and the two check errors; the Gaussian's train and
+    test NLL (``gaussian_train_nll``, ``gaussian_test_nll``). Saves what the figure
     draws (``flow.pt``).
     """
     s = setup.settings
-    density, kind = trained.run.name.split("/")
+    density = trained.run.name.split("/")[0]
     train, test = _data(s, density, trained.seed)
-    model = trained.load()
-    if isinstance(model, Gaussian):
-        with torch.no_grad():
-            return Measurement({
-                "train_nll": -float(model.log_prob(train).mean()),
-                "test_nll": -float(model.log_prob(test).mean()),
-            })  # fmt: skip
-    if not isinstance(model, odelayers.CNF):
-        raise TypeError(f"run {trained.run.name!r} of {kind!r} gave a {type(model).__name__}.")
+    model = cast(odelayers.CNF, trained.load())
     device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(trained.seed)  # as fit builds it
+        initial = cast(Task, trained.run.task).model().to(device)
+    history = [
+        {"iteration": 0.0, "train_nll": math.nan, **_reading(initial, test, s.rtol)},
+        *trained.history,
+    ]
     adaptive = adaptive_flow(model.vector_field, s.rtol)
+    gaussian = Gaussian(train)
     z0 = torch.randn(s.n_samples, 2, generator=torch.Generator().manual_seed(trained.seed + 1))
     with torch.no_grad():
         test_nll_rk4 = -float(model.log_prob(test.to(device)).mean())
@@ -426,7 +422,7 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
         test_nll = -float(log_p.mean())
         nfe = adaptive.nfe
         # The per-point NLL difference from the Gaussian, for its standard error.
-        diff = Gaussian(train).log_prob(test) - log_p
+        diff = gaussian.log_prob(test) - log_p
         samples = adaptive(z0.to(device))[0].cpu()
         nfe_sampling = adaptive.nfe
     on_grid, outside, log_density = mass(
@@ -435,15 +431,13 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
     total = on_grid + outside
     error = logdet_error(model.vector_field, z0[: s.n_logdet].to(device), s.logdet_steps)
     trained.dir.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"log_density": log_density, "samples": samples},
-        trained.dir / "flow.pt",
-    )
-    history = trained.history
+    torch.save({"log_density": log_density, "samples": samples}, trained.dir / "flow.pt")
     metrics = {
         "test_nll": test_nll,
         "test_nll_rk4": test_nll_rk4,
         "true_test_nll": -float(true_log_prob(density, test, s.noise).mean()),
+        "gaussian_train_nll": -float(gaussian.log_prob(train).mean()),
+        "gaussian_test_nll": -float(gaussian.log_prob(test).mean()),
         "paired_se": float(diff.std() / math.sqrt(len(diff))),
         "train_nll": history[-1]["train_nll"],
         "nfe_initial": history[0]["nfe"],
@@ -455,7 +449,7 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
         "mass": total,
         "mass_error": abs(total - 1.0),
         "logdet_error": error,
-        "train_seconds": history[-1]["seconds"],
+        "train_seconds": trained.seconds,
     }
     setup.log(
         f"[{density}] test NLL {test_nll:.3f} (RK4 {test_nll_rk4:.3f}, truth "
@@ -471,15 +465,14 @@ def gap_closed(v: _template.Values, density: str) -> float:
 
     Example:
         >>> from odebench.experiments._template import Values
-        >>> v = Values({"moons/cnf": {"test_nll": 1.9, "true_test_nll": 1.8},
-        ...             "moons/gaussian": {"test_nll": 2.8}})
+        >>> v = Values({"moons/cnf": {"test_nll": 1.9, "true_test_nll": 1.8,
+        ...                           "gaussian_test_nll": 2.8}})
         >>> round(gap_closed(v, "moons"), 3)
         0.9
     """
-    gaussian = v[f"{density}/gaussian", "test_nll"]
-    return (gaussian - v[f"{density}/cnf", "test_nll"]) / (
-        gaussian - v[f"{density}/cnf", "true_test_nll"]
-    )
+    cnf = f"{density}/cnf"
+    gaussian = v[cnf, "gaussian_test_nll"]
+    return (gaussian - v[cnf, "test_nll"]) / (gaussian - v[cnf, "true_test_nll"])
 
 
 def _fits(v: _template.Values, density: str) -> bool:
@@ -500,13 +493,13 @@ def claims(setup: Setup[CnfSettings]) -> list[Claim]:
     out: list[Claim] = []
     for density in DENSITIES:
         label = LABELS[density]
-        cnf, gaussian = f"{density}/cnf", f"{density}/gaussian"
+        cnf = f"{density}/cnf"
         out += [
             Claim.difference(
                 f"{density}_beats_gaussian",
                 f"Sec. 4: on {label} the CNF's test NLL beats the best Gaussian's",
                 "figures only, no number",
-                (cnf, "test_nll"), (gaussian, "test_nll"),
+                (cnf, "test_nll"), (cnf, "gaussian_test_nll"),
                 below=-NATS_BETTER, kind="paper", spec="+.3f", unit=" nats",
                 detail=f"ours: the CNF's held-out NLL ({tol}) minus the closed-form Gaussian's, "
                 f"paired per seed; holds below -{NATS_BETTER:g} nats, a margin several times "
@@ -590,14 +583,11 @@ def sections(result: Result[CnfSettings]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for density in DENSITIES:
-        cnf, gaussian = f"{density}/cnf", f"{density}/gaussian"
+        cnf = f"{density}/cnf"
         values = [
-            _template.Values(
-                {run: {m: st.values[k] for m, st in result.metrics[run].items()}
-                 for run in (cnf, gaussian)}
-            )
+            _template.Values({cnf: {m: st.values[k] for m, st in result.metrics[cnf].items()}})
             for k in range(len(result.setup.seeds))
-        ]  # fmt: skip
+        ]
         closed = _template.Stat.of([gap_closed(v, density) for v in values])
         nfe = f"{result.cell(cnf, 'nfe_initial', '.0f')} → {result.cell(cnf, 'nfe', '.0f')}"
         label = LABELS[density]
@@ -605,8 +595,8 @@ def sections(result: Result[CnfSettings]) -> str:
             f"| {label} | CNF | {result.cell(cnf, 'train_nll', '.3f')} | "
             f"{result.cell(cnf, 'test_nll', '.3f')} | {result.cell(cnf, 'test_nll_rk4', '.3f')} "
             f"| {closed.cell('.0f', 100, '%')} | {nfe} |",
-            f"| {label} | Gaussian | {result.cell(gaussian, 'train_nll', '.3f')} | "
-            f"{result.cell(gaussian, 'test_nll', '.3f')} | – | 0% | – |",
+            f"| {label} | Gaussian | {result.cell(cnf, 'gaussian_train_nll', '.3f')} | "
+            f"{result.cell(cnf, 'gaussian_test_nll', '.3f')} | – | 0% | – |",
             f"| {label} | true density | – | {result.cell(cnf, 'true_test_nll', '.3f')} | – "
             "| 100% | – |",
         ]
@@ -690,7 +680,7 @@ def _plot_training(result: Result[CnfSettings], path: Path) -> None:
             its = [r["iteration"] for r in rows]
             axes[0, k].plot(its, [r["test_nll"] for r in rows], color=f"C{i}", lw=1)
             axes[1, k].plot(its, [r["nfe"] for r in rows], color=f"C{i}", lw=1)
-        gaussian = result.stat(f"{density}/gaussian", "test_nll").values[0]
+        gaussian = result.stat(cnf, "gaussian_test_nll").values[0]
         truth = result.stat(cnf, "true_test_nll").values[0]
         for value, name in ((gaussian, "Gaussian"), (truth, "true density")):
             if value is not None:
