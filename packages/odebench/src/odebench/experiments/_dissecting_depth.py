@@ -6,16 +6,16 @@ loss on the ODE's output) and the 2-D concentric annuli (Sec. 5.3, the inner bal
 against the outer shell, an MSE on the label through a linear readout). The models:
 a vanilla (depth-invariant) field, two depth-varying ones (Galerkin, in a Fourier
 basis, and stacked, piecewise constant in depth; Sec. 3), a data-controlled field
-(Sec. 5.1) and an adaptive-depth model (Sec. 5.2). Each is trained by its own
-full-batch loop (:func:`fit`), so an "epoch" (``--epochs``) is one Adam step.
+(Sec. 5.1) and an adaptive-depth model (Sec. 5.2). Each is trained full-batch
+(:func:`_task`), so an "epoch" (``--epochs``) is one Adam step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,13 +33,13 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
-from .._io import pyplot, save_png, write_json
+from .._io import CHECKPOINT, pyplot, save_png
 from ..data import annuli, reflection
+from ..training import Task
 from ._template import (
     Claim,
     ClaimKind,
     Figure,
-    Fitted,
     Measurement,
     Run,
     Settings,
@@ -226,47 +226,36 @@ def _loss(task: str, prediction: Tensor, targets: Tensor) -> Tensor:
 
 
 def runs(setup: Setup[DepthSettings], seed: int) -> list[Run]:
-    """Every model on both tasks (``"<task>/<model>"``), each by :func:`fit`."""
-    return [
-        Run(f"{task}/{kind}", fit=functools.partial(fit, setup.settings, task, kind, seed))
-        for task in TASKS
-        for kind in MODELS
-    ]
+    """Every model on both tasks (``"<task>/<model>"``), each a :func:`_task`."""
+    return [Run(f"{t}/{kind}", task=_task(setup.settings, t, kind, seed))
+            for t in TASKS for kind in MODELS]  # fmt: skip
 
 
-def fit(s: DepthSettings, task: str, kind: str, seed: int, device: torch.device) -> Fitted:
-    """Train ``kind`` on ``task`` with full-batch Adam, seeded, without touching the global RNG.
-
-    ``seed`` seeds the data and the initialisation. Returns the model (on ``device``)
-    and one row per step: ``step``, ``loss`` and the ``seconds`` since the start.
-    """
-    started = time.perf_counter()
-    x, y = (v.to(device) for v in _data(task, s, seed))
-    iterations = s.reflection_iterations if task == "reflection" else s.annuli_iterations
-    lr = s.reflection_lr if task == "reflection" else s.annuli_lr
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model = _model(task, kind, s.tol).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        history = []
-        for step in range(iterations):
-            loss = _loss(task, model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            seconds = time.perf_counter() - started
-            history.append({"step": step + 1.0, "loss": float(loss.detach()), "seconds": seconds})
-    return Fitted(model, history)
+def _task(s: DepthSettings, name: str, kind: str, seed: int) -> Task:
+    """Full-batch Adam on the task ``name``, one step an epoch; ``seed`` seeds the data
+    and the initialisation. One row per step: ``step``, ``loss``, ``epoch_seconds``."""
+    x, y = _data(name, s, seed)
+    lr = s.reflection_lr if name == "reflection" else s.annuli_lr
+    return Task(
+        model=functools.partial(_model, name, kind, s.tol), data=(x, y),
+        loss=lambda model, batch: _loss(name, model(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.Adam, lr=lr),
+        epochs=s.reflection_iterations if name == "reflection" else s.annuli_iterations,
+        batch_size=len(x), seed=seed, order=lambda epoch, generator: torch.arange(len(x)),
+        row=lambda e: {"step": e.index + 1.0, "loss": e.losses[0], "epoch_seconds": e.seconds},
+        after_epoch=lambda rows: None,  # a line per step would drown the log
+        settings={"run": f"{name}/{kind}", "seed": seed, **dataclasses.asdict(s)},
+    )  # fmt: skip
 
 
 def measure(setup: Setup[DepthSettings], trained: Trained) -> Measurement:
     """On the training points and on held-out ones (``test_`` names): the full-batch
     loss, the annuli accuracy, the reflection's L1-median bound; the forward NFE of the
-    training evaluation. Saves the weights and the loss per step for the figures."""
+    training evaluation."""
     s, task = setup.settings, trained.run.name.split("/")[0]
     model = trained.load()
     device = next(model.parameters()).device
-    metrics = {"seconds": trained.history[-1]["seconds"] if trained.history else 0.0}
+    metrics = {"seconds": trained.seconds}
     for prefix, test in (("test_", True), ("", False)):  # NFE: of the training points
         x, y = (v.to(device) for v in _data(task, s, trained.seed, test))
         with torch.no_grad():
@@ -277,9 +266,6 @@ def measure(setup: Setup[DepthSettings], trained: Trained) -> Measurement:
         else:
             metrics[f"{prefix}accuracy"] = float((prediction.sign() == y).float().mean())
     metrics["nfe"] = float(_ode(model).nfe)
-    trained.dir.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), trained.dir / "model.pt")
-    write_json(trained.dir / "metrics.json", list(trained.history))
     numbers = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
     setup.log(f"[{trained.run.name} seed {trained.seed}] {numbers}")
     return Measurement(metrics)
@@ -423,12 +409,12 @@ def sections(result: Result[DepthSettings]) -> str:
 
 
 def _load(result: Result[DepthSettings], task: str, kind: str) -> nn.Module:
-    """The model of the first seed, from the weights :func:`measure` saved."""
+    """The model of the first seed, from its run's checkpoint."""
     setup = result.setup
     with torch.random.fork_rng(devices=[]):
         model = _model(task, kind, result.settings.tol)
-    weights = setup.run_dir(f"{task}/{kind}", setup.seeds[0]) / "model.pt"
-    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    weights = setup.run_dir(f"{task}/{kind}", setup.seeds[0]) / CHECKPOINT
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True)["model"])
     return model
 
 
