@@ -50,7 +50,7 @@ def test_subpackage_snapshots():
         "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
-        "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "Fitted", "MODES",
+        "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "MODES",
         "Measurement", "Provenance", "Result", "Run", "RunOptions", "Settings", "Setup", "Stat",
         "Template", "Trained", "Values", "Verdict", "combine_reports", "publish", "register",
         "register_template", "reproductions_table", "run_experiment", "run_template",

@@ -10,6 +10,7 @@ from odebench.cli import main
 from odebench.experiments import RunOptions, run_experiment
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._continuousnet_cifar import MODES, claims
+from odebench.experiments._images import not_run
 from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
 
 KEYS = ("euler", "rk4-refined")
@@ -126,11 +127,11 @@ def test_cifar10_alone_trains_its_pair_and_reports_the_wide_pair_as_not_run(tmp_
     runs = {run.name: run for run in common.runs_where_found(setup, 7)}
     for key in ("euler", "rk4-refined"):
         config = runs[key].config
-        assert config is not None and runs[key].fit is None
+        assert config is not None and runs[key].skipped is None
         assert (config.dataset, config.seed, config.train_size) == ("cifar10", 7, 2000)
     assert runs["rk4-refined"].config.refine_epochs == (2, 4)
     for key in ("wide-euler", "wide-rk4-refined"):
-        assert runs[key].config is None and runs[key].fit is not None
+        assert runs[key].config is None and runs[key].skipped == not_run("cifar100")
     keys = [claim.key for claim in claims(setup)]
     assert keys and all(key.startswith("rk4-refined_") for key in keys)
 

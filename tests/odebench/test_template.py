@@ -14,7 +14,6 @@ from odebench.experiments import (
     EXPERIMENTS,
     Claim,
     Figure,
-    Fitted,
     Measurement,
     Result,
     Run,
@@ -29,7 +28,7 @@ from odebench.experiments import (
     run_experiment,
 )
 from odebench.experiments._registry import _REGISTRY, command
-from odebench.training import TrainConfig
+from odebench.training import Task, TrainConfig
 from torch import nn
 
 
@@ -52,13 +51,19 @@ def _runs(setup: Setup[Tiny], seed: int) -> list[Run]:
         model="toy-node", dataset="annuli-1d", epochs=s.epochs, batch_size=32,
         optimizer="adam", lr=1e-2, train_size=s.train_size, test_size=64, seed=seed,
     )  # fmt: skip
-    return [Run("node", config=config), Run("line", fit=lambda device: _line(seed))]
+    return [Run("node", config=config), Run("line", task=_line(seed))]
 
 
-def _line(seed: int) -> Fitted:
-    """An experiment's own "training": a seeded linear map, one history row."""
-    torch.manual_seed(seed)
-    return Fitted(nn.Linear(1, 1), [{"step": 0.0, "loss": float(seed)}])
+def _line(seed: int) -> Task:
+    """An experiment's own task: a seeded linear map, trained for no epoch."""
+    x = torch.zeros(4, 1)
+    return Task(
+        model=lambda: nn.Linear(1, 1),
+        data=(x, x),
+        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=torch.optim.SGD,
+        epochs=0, batch_size=4, seed=seed, settings={"seed": seed},
+    )  # fmt: skip
 
 
 def _measure(setup: Setup[Tiny], trained: Trained) -> Measurement:
@@ -270,7 +275,7 @@ def test_declaration_errors_are_clear() -> None:
     with pytest.raises(ValueError, match="--epochs does not apply to t"):
         Template(name="t", description="", title="", modes=MODES, runs=_runs,
                  measure=_measure, epoch_fields=()).settings_for("quick", 3)  # fmt: skip
-    with pytest.raises(ValueError, match="give exactly one of `config` and `fit`"):
+    with pytest.raises(ValueError, match="give exactly one of `config`, `task` and `skipped`"):
         Run("node")
     with pytest.raises(ValueError, match="`seeds` must be a positive integer, got 0"):
         Tiny(epochs=1, train_size=1, seeds=0)

@@ -37,7 +37,6 @@ from ._registry import (
 from ._template import (
     Claim,
     Figure,
-    Fitted,
     Measurement,
     Result,
     Run,
@@ -60,7 +59,6 @@ __all__ = [
     "Claim",
     "Experiment",
     "Figure",
-    "Fitted",
     "Measurement",
     "Provenance",
     "Result",

@@ -21,13 +21,12 @@ from typing import TypeVar, cast
 
 import contnet
 import torch
-from torch import nn
 
 from .._io import pyplot, save_png
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
 from ._images import not_run
-from ._template import Fitted, Measurement, Result, Run, Settings, Setup, Trained
+from ._template import Measurement, Result, Run, Settings, Setup, Trained
 
 
 def digits(data_dir: str | None) -> str:
@@ -238,17 +237,14 @@ def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
     return [train_run(setup, net, seed) for net in setup.settings.nets]
 
 
-def _untrained(device: torch.device) -> Fitted:
-    """The ``fit`` of a net that is not run: it trains nothing."""
-    return Fitted(nn.Identity())
-
-
 def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
     """A :func:`train_run` per net whose data set is found; the others are runs that
     train nothing, which :func:`measure_refined` reports as not run."""
     gone = missing(setup.settings.nets, setup.options.data_dir)
     return [
-        Run(net.key, fit=_untrained) if net.dataset in gone else train_run(setup, net, seed)
+        Run(net.key, skipped=not_run(net.dataset))
+        if net.dataset in gone
+        else train_run(setup, net, seed)
         for net in setup.settings.nets
     ]
 
@@ -321,10 +317,9 @@ def measure_refined(
         trained: the run.
         restored: its :func:`restore` where the caller has it already.
     """
-    if trained.config is None:
+    if trained.run.skipped is not None:
         net = next(n for n in setup.settings.nets if n.key == trained.run.name)
-        dataset = cast(str, net.dataset)
-        return Measurement({}, {"dataset": dataset, "not_run": not_run(dataset)})
+        return Measurement({}, {"dataset": net.dataset, "not_run": trained.run.skipped})
     r = restored or restore(setup, trained)
     result, rows = trained.result, trained.history
     seconds = [row["epoch_seconds"] for row in rows]

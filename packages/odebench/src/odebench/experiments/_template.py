@@ -131,23 +131,10 @@ class Setup(Generic[S]):
 
 
 @dataclass(frozen=True)
-class Fitted:
-    """What an experiment's own training loop (``fit`` of a :class:`Run`) returns.
-
-    Args:
-        model: the trained model.
-        history: one row of numbers per step or epoch, as the loop records them.
-    """
-
-    model: nn.Module
-    history: Sequence[Mapping[str, float]] = ()
-
-
-@dataclass(frozen=True)
 class Run:
-    """One model an experiment trains for one seed: a configuration, a task or its own loop.
+    """One model an experiment trains for one seed: a configuration or a task.
 
-    Give exactly one of ``config``, ``task`` and ``fit``.
+    Give exactly one of ``config``, ``task`` and ``skipped``.
 
     Args:
         name: the run's name; its folder is :meth:`Setup.run_dir`, and the claims and
@@ -160,27 +147,27 @@ class Run:
         task: trained by :func:`odebench.training.fit` (for what
             :class:`~odebench.training.TrainConfig` cannot say), with the same
             checkpoints, ``--resume``, ``--device`` and ``--progress``.
-        fit: ``fit(device) -> Fitted``, an experiment's own training loop, being
-            replaced by ``task``. It writes no checkpoint: ``--resume`` trains it again.
+        skipped: why the run trains nothing (its data set was not found); ``measure``
+            receives it untrained, to say so.
 
     Example:
         >>> Run("node")
         Traceback (most recent call last):
         ...
-        ValueError: Run 'node': give exactly one of `config` and `fit` or `task`.
+        ValueError: Run 'node': give exactly one of `config`, `task` and `skipped`.
     """
 
     name: str
     config: TrainConfig | None = None
-    fit: Callable[[torch.device], Fitted] | None = None
     task: Task | None = None
+    skipped: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name.startswith("/") or ".." in self.name.split("/"):
             raise ValueError(f"`name` must be a relative folder name, got {self.name!r}.")
-        if [self.config, self.fit, self.task].count(None) != 2:
+        if [self.config, self.task, self.skipped].count(None) != 2:
             raise ValueError(
-                f"Run {self.name!r}: give exactly one of `config` and `fit` or `task`."
+                f"Run {self.name!r}: give exactly one of `config`, `task` and `skipped`."
             )
 
 
@@ -193,14 +180,13 @@ class Trained:
         seed: its seed.
         dir: its folder.
         config: the configuration it trained with (``run.config`` with the options'
-            device, data directory and progress); ``None`` for a ``task`` or ``fit`` run.
+            device, data directory and progress); ``None`` for a ``task`` run.
         result: :func:`odebench.training.train`'s results (``results.json`` of the
-            folder); empty for a ``task`` or ``fit`` run.
-        history: the rows of ``metrics.json`` (one per epoch), or the ``fit``'s rows.
-        model: the trained model of a ``task`` or ``fit`` run; ``None`` for a
-            ``config`` run (see :meth:`load`).
-        seconds: its training time: the epochs' time of a ``config`` or ``task`` run
-            (over all its resumptions), the ``fit``'s wall time.
+            folder); empty for a ``task`` run.
+        history: the rows of ``metrics.json`` (one per epoch).
+        model: the trained model of a ``task`` run; ``None`` for a ``config`` run
+            (see :meth:`load`) and a skipped one.
+        seconds: its training time: the epochs' time over all its resumptions.
     """
 
     run: Run
@@ -213,7 +199,7 @@ class Trained:
     seconds: float = 0.0
 
     def load(self, device: torch.device | str = "cpu") -> nn.Module:
-        """The trained model: the ``fit``'s, or rebuilt from the checkpoint in eval mode."""
+        """The trained model: the ``task``'s, or rebuilt from the checkpoint in eval mode."""
         if self.model is not None:
             return self.model
         return load_model(self.dir, str(device))[0]
@@ -810,7 +796,7 @@ class Template(Generic[S]):
             CPU: steadier timings, and the same numbers from machine to machine).
         published: the paper's numbers, copied into ``results.json``.
         data: ``data(setup)``: the data the runs train on, in words, for experiments
-            whose runs are their own loops (``fit``); ``None``: read from the
+            whose runs are tasks; ``None``: read from the
             configurations of the trained runs.
 
     Raises:
@@ -1012,11 +998,8 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     """Train one run of one seed into its folder (resuming it with ``--resume``)."""
     out = setup.run_dir(run.name, seed)
     tag = run.name if len(setup.seeds) == 1 else f"{run.name} seed {seed}"
-    if run.fit is not None:
-        started = time.perf_counter()
-        fitted = run.fit(setup.device)
-        seconds = time.perf_counter() - started
-        return Trained(run, seed, out, None, {}, list(fitted.history), fitted.model, seconds)
+    if run.skipped is not None:
+        return Trained(run, seed, out, None, {}, [])
     options = setup.options
     if run.task is not None:
         done = fit(
