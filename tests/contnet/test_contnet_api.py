@@ -24,6 +24,7 @@ EXPECTED_ALL = [
     "carry_optimizer",
     "carry_statistics",
     "convergence_study",
+    "fixed_solver",
     "make_basis",
     "manifestation_sweep",
     "recalibrate",

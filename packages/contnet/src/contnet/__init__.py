@@ -11,7 +11,7 @@ continuous form and a plain ResNet.
 """
 
 from ._analysis import Convergence, convergence_study, manifestation_sweep
-from ._block import CarriedStatisticsWarning, OdeBlock, carry_statistics
+from ._block import CarriedStatisticsWarning, OdeBlock, carry_statistics, fixed_solver
 from ._continuous import ContinuousModule, transfer
 from ._net import (
     ContinuousNet,
@@ -41,6 +41,7 @@ __all__ = [
     "carry_optimizer",
     "carry_statistics",
     "convergence_study",
+    "fixed_solver",
     "make_basis",
     "manifestation_sweep",
     "recalibrate",

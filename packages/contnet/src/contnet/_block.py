@@ -35,11 +35,35 @@ class CarriedStatisticsWarning(UserWarning):
     """
 
 
-def fixed_solver(solver: Solver) -> tuple[str, AbstractExplicitRK]:
-    """The method name and odecore solver of a fixed-step solver given by name or object.
+def fixed_solver(solver: str | odecore.AbstractSolver) -> tuple[str, AbstractExplicitRK]:
+    """The method name and odecore solver of a solver a ContinuousNet can manifest with.
+
+    The one place that decides it: a fixed-step explicit Runge-Kutta method, given by
+    a name of :data:`odecore.FIXED_METHODS` (parsed by
+    :meth:`odecore.OdeSpec.from_method`) or as an odecore solver object, which is
+    asked whether it is adaptive.
+
+    Args:
+        solver: a method name or an odecore solver object.
+
+    Returns:
+        ``(name, solver)``: the name as given, or for an object the first name
+        :data:`odecore.FIXED_METHODS` has for its class; and the solver object.
 
     Raises:
-        ValueError: for an unknown method name or an adaptive solver.
+        ValueError: for an unknown method name, or a solver that is adaptive,
+            implicit or not an odecore solver.
+
+    Example:
+        >>> import contnet, odecore
+        >>> contnet.fixed_solver("rk4")
+        ('rk4', RK4(interpolation='auto'))
+        >>> contnet.fixed_solver(odecore.Euler())[0]
+        'euler'
+        >>> contnet.fixed_solver(odecore.Dopri5())
+        Traceback (most recent call last):
+        ...
+        ValueError: `solver` must be the name of a fixed-step method (euler, ...
     """
     resolved: object = solver
     if isinstance(solver, str):

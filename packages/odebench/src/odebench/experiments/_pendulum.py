@@ -20,6 +20,7 @@ from typing import Any
 
 import odecore
 import torch
+from contnet import fixed_solver
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
@@ -152,15 +153,13 @@ def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
 
 
 @functools.lru_cache(maxsize=32)  # a rollout asks at every step; solvers are immutable
-def _fixed(scheme: str) -> odecore.AbstractSolver:
-    """The fixed-step solver ``scheme`` names, parsed by odecore's resolver."""
+def _fixed(scheme: str) -> odecore.AbstractExplicitRK:
+    """The solver ``scheme`` names, one a ContinuousNet steps (as contnet decides)."""
     try:
-        solver = odecore.OdeSpec.from_method(scheme).solver
+        return fixed_solver(scheme)[1]
     except ValueError:
-        solver = None
-    if solver is None or solver.adaptive:
-        raise ValueError(f"Unknown scheme {scheme!r}; known: {', '.join(odecore.FIXED_METHODS)}.")
-    return solver
+        known = ", ".join(odecore.FIXED_METHODS)
+        raise ValueError(f"Unknown scheme {scheme!r}; known: {known}.") from None
 
 
 def rollout(field: Field, y0: Tensor, dt: float, n_steps: int, scheme: str) -> Tensor:

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Literal
 
 import odecore
-from contnet import ContinuousNet
+from contnet import ContinuousNet, fixed_solver
 from odelayers import NeuralODE
 from torch import nn
 
@@ -348,13 +348,12 @@ def _contnet_steps(
     name: str, spec: odecore.OdeSpec | None
 ) -> tuple[odecore.AbstractExplicitRK, int]:
     """The solver and ``N_t`` of a ContinuousNet model from its spec, checked."""
-    if spec is None:
-        spec = CONTNET_SPEC
-    if (
-        not isinstance(spec.solver, odecore.AbstractExplicitRK)
-        or spec.solver.adaptive
-        or spec.dt0 is not None
-    ):
+    spec = CONTNET_SPEC if spec is None else spec
+    try:  # contnet decides which solvers a ContinuousNet steps
+        solver = fixed_solver(spec.solver)[1]
+    except ValueError:
+        solver = None
+    if solver is None or spec.dt0 is not None:
         raise ValueError(
             f"{name!r} steps a fixed-step method a fixed number of times per block; give a "
             f"spec with a fixed-step solver and `n_steps`, got {spec.solver!r}"
@@ -365,7 +364,7 @@ def _contnet_steps(
             f"{name!r} is a discrete network differentiated by backprop through its steps; "
             f"the gradient method {spec.gradient!r} does not apply."
         )
-    return spec.solver, CONTNET_STEPS if spec.n_steps is None else spec.n_steps
+    return solver, CONTNET_STEPS if spec.n_steps is None else spec.n_steps
 
 
 def ode_layers(model: nn.Module) -> list[NeuralODE]:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import IO, Any, Literal
 
 import odecore
+from contnet import fixed_solver
 
 from ..models import TRAIN_TOL
 
@@ -269,29 +270,34 @@ class TrainConfig:
                     )
             return None
         method = self.method or (CONTNET_METHOD if contnet else TRAIN_METHOD)
-        # The name is parsed once, by odecore; what it names is asked of the solver.
-        solver = odecore.OdeSpec.from_method(method, rtol=self.rtol, atol=self.atol).solver
-        fixed = not solver.adaptive
-        if contnet and not (fixed and isinstance(solver, odecore.AbstractExplicitRK)):
-            raise ValueError(
-                f"`method` {method!r} does not apply to `model` {self.model!r}: a ContinuousNet "
-                f"steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
-            )
-        if fixed and not contnet and self.n_steps is None:
+        # The name is parsed once, by odecore; whether a ContinuousNet steps it, by contnet.
+        spec = odecore.OdeSpec.from_method(
+            method,
+            rtol=self.rtol,
+            atol=self.atol,
+            gradient=self.gradient,
+            options=self.solver_options,
+        )
+        if contnet:
+            try:
+                fixed_solver(spec.solver)
+            except ValueError:
+                raise ValueError(
+                    f"`method` {method!r} does not apply to `model` {self.model!r}: a "
+                    f"ContinuousNet steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
+                ) from None
+        elif not spec.solver.adaptive and self.n_steps is None:
             raise ValueError(
                 f"The fixed-step `method` {method!r} needs `n_steps`, the number of steps "
                 "over the ODE's depth [0, 1]."
             )
-        if self.n_steps is not None and not fixed:
+        if self.n_steps is not None and spec.solver.adaptive:
             raise ValueError(
                 f"`n_steps` applies to fixed-step methods, not to the adaptive {method!r}; "
                 "leave it unset or choose a fixed-step `method`."
             )
         steps = self.n_steps if self.n_steps is not None else (CONTNET_STEPS if contnet else None)
-        options = dict(self.solver_options) | ({"n_steps": steps} if steps is not None else {})
-        return odecore.OdeSpec.from_method(
-            method, rtol=self.rtol, atol=self.atol, gradient=self.gradient, options=options
-        )
+        return spec if steps is None else dataclasses.replace(spec, n_steps=steps)
 
     @property
     def spec(self) -> odecore.OdeSpec | None:
