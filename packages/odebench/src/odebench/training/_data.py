@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -140,18 +139,6 @@ def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
     """
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=gen)
-
-
-def train_batches(
-    order: Tensor, batch_size: int, *, start: int = 0
-) -> Iterator[tuple[int, Tensor]]:
-    """``(index, examples)`` of each full global batch of ``order``, from batch ``start``.
-
-    The last incomplete batch is dropped, so every batch has the same size, and the
-    shards of a batch over several processes have equal sizes too.
-    """
-    for i in range(start, len(order) // batch_size):
-        yield i, order[i * batch_size : (i + 1) * batch_size]
 
 
 def shard(batch: Tensor, rank: int, world: int) -> Tensor:

@@ -242,14 +242,8 @@ class _Tally:
 
     @classmethod
     def load(cls, state: dict[str, Any]) -> _Tally:
-        """The tally of a mid-epoch checkpoint (``correct`` alone: one from before ``sums``)."""
-        sums = state.get("sums", {"correct": state["correct"]} if "correct" in state else {})
-        losses = state.get("losses")
-        return cls(
-            state["loss"], dict(sums), list(losses.unbind()) if losses is not None else [],
-            state["count"], state["batches"], state["nfe_forward"], state["nfe_backward"],
-            state["seconds"],
-        )  # fmt: skip
+        """The tally of a mid-epoch checkpoint (what :meth:`state` saved)."""
+        return cls(**{**state, "sums": dict(state["sums"]), "losses": list(state["losses"])})
 
     def add(
         self, loss: Tensor, extras: Mapping[str, Tensor], n: int, counts: tuple[int, int]
@@ -332,11 +326,6 @@ class _Start:
     batch: int = 0
     partial: dict[str, Any] | None = None  # the epoch's running totals so far
     aug_rng: Tensor | None = None  # the state of the epoch's augmentation generator
-
-    @property
-    def inside(self) -> bool:
-        """Whether the run resumes inside :attr:`epoch` (refined already, if it refines)."""
-        return self.batch > 0
 
 
 #: How a solve ends when the weights have grown too large for it.
@@ -451,11 +440,6 @@ class Training:
         """The epochs' time (``epoch_seconds`` of the rows), over every resumption."""
         return float(sum(row.get("epoch_seconds", 0.0) for row in self.rows))
 
-    @property
-    def resumed(self) -> bool:
-        """Whether the run continues one that stopped."""
-        return bool(self._segments)
-
     def resume(self) -> bool:
         """Continue the run from ``out/checkpoint.pt``, when there is one.
 
@@ -498,22 +482,15 @@ class Training:
         epoch, batch = state["epoch"], state["batch"]
         # A refinement comes at the start of its epoch: a run inside epoch e has made e's.
         for done in (e for e in self.task.refine_epochs if (e, 0) < (epoch, batch)):
-            self._replace(*self._refined(done, lambda line: None))
+            self._refine_at(done, lambda line: None)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.schedule is not None and state.get("schedule") is not None:
+        if self.schedule is not None:
             self.schedule.load_state_dict(state["schedule"])
-        elif self.schedule is not None:  # a checkpoint from before schedules were saved
-            every = self.task.schedule_every == "epoch"
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for _ in range(epoch if every else epoch * self.n_batches + batch):
-                    self.schedule.step()
         torch.set_rng_state(state["rng"].cpu())
         if self.device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
-        if state.get("order_rng") is not None:
-            self._order_gen.set_state(state["order_rng"].cpu())
+        self._order_gen.set_state(state["order_rng"].cpu())
         self.rows = list(state["metrics"])
         self._segments = list(state.get("segments") or [_provenance.UNKNOWN_SEGMENT])
         self._start = _Start(epoch, batch, state.get("partial"), state.get("aug_rng"))
@@ -602,12 +579,10 @@ class Training:
             module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
         return module
 
-    def _refined(self, epoch: int, log: Log) -> tuple[nn.Module, Optimizer]:
+    def _refine_at(self, epoch: int, log: Log) -> None:
+        """Refine for ``epoch``: train the new model and optimiser; the schedule carries over."""
         assert self.task.refine is not None  # only called for refine_epochs
-        return self.task.refine(epoch, self.model, self.optimizer, log)
-
-    def _replace(self, model: nn.Module, optimizer: Optimizer) -> None:
-        """Train ``model`` with ``optimizer`` from now on; the schedule carries over."""
+        model, optimizer = self.task.refine(epoch, self.model, self.optimizer, log)
         self.model, self.optimizer = model, optimizer
         if self.schedule is not None and self.task.schedule is not None:
             state = self.schedule.state_dict()
@@ -618,10 +593,10 @@ class Training:
 
     def _refine(self, epoch: int) -> None:
         """Refine at the start of ``epoch`` if the task says so (not when resuming inside it)."""
-        inside = epoch == self._start.epoch and self._start.inside
+        inside = epoch == self._start.epoch and self._start.batch > 0  # refined already
         if self.task.refine is None or epoch not in self.task.refine_epochs or inside:
             return
-        self._replace(*self._refined(epoch, self._log))
+        self._refine_at(epoch, self._log)
         self._net = self._wrap(self.model)
 
     def _train_epoch(self, epoch: int) -> _Tally:
@@ -691,12 +666,9 @@ class Training:
             self.task.seed * 7919 + epoch
         )
         start = self._start
-        if epoch != start.epoch:
+        if epoch != start.epoch or start.partial is None or start.aug_rng is None:
             return 0, _Tally.zeros(self.device)
-        if start.partial is None:
-            return start.batch, _Tally.zeros(self.device)
-        if start.aug_rng is not None:
-            self._aug_gen.set_state(start.aug_rng.cpu())
+        self._aug_gen.set_state(start.aug_rng.cpu())
         return start.batch, _Tally.load(start.partial)
 
     def _progress_bar(self, epoch: int, first: int) -> Any:
@@ -773,36 +745,6 @@ class Training:
             )
 
 
-def _start_group(backend: str) -> None:
-    """Start the default process group; see ``_end_group``.
-
-    ``torch.distributed.nn.functional`` binds ``group.WORLD`` into the defaults of its
-    functions when it is imported, and ``DistributedDataParallel`` imports it (through
-    ``torch._dynamo``) the first time it wraps a module. Imported after the group has
-    started, it would hold the group for good; imported first, its defaults are ``None``.
-    """
-    importlib.import_module("torch.distributed.nn.functional")
-    dist.init_process_group(backend)
-
-
-def _end_group() -> None:
-    """Destroy the default process group, and with it gloo's worker threads.
-
-    A group still held after ``destroy_process_group`` keeps gloo's threads running
-    until the interpreter's shutdown, and a worker that had finished its run once
-    aborted at exit in that state ("terminate called without an active exception").
-
-    The ``DistributedDataParallel`` wrapper holds the group, and reference cycles can
-    hold the wrapper after the run returns: the exceptions that pyparsing raises
-    and catches while matplotlib draws the curves sit in cycles with their tracebacks,
-    whose frames reach up to the loop's, and through its ``self`` to the wrapper.
-    Collecting the cycles first leaves the group's registry, which
-    ``destroy_process_group`` empties, its last holder.
-    """
-    gc.collect()
-    dist.destroy_process_group()
-
-
 def _check_split(batch_size: int, process: _Process) -> None:
     """Refuse a global batch that the processes cannot share evenly."""
     if process.world > 1 and batch_size % process.world:
@@ -825,19 +767,21 @@ def held(
     log: Log,
     defaults: Mapping[str, Any] | None = None,
 ) -> Iterator[torch.device]:
-    """Hold the run folder ``out`` (and, under ``torchrun``, the process group) for a run.
+    """Hold the run folder ``out`` (and, under ``torchrun``, the process group) for a run;
+    yield the device this process trains on.
 
     The first process locks ``out`` and checks it may take the run (no-overwrite rule,
     the ``settings`` of a resumed run against the checkpoint's); every process raises
     its error. A process group started here is destroyed when the run ends.
-
-    Yields:
-        The device this process trains on.
     """
     process = _process()
     started_group = False
     if process.world > 1 and not dist.is_initialized():
-        _start_group("nccl" if resolve_device(device).type == "cuda" else "gloo")
+        # DDP imports this (through torch._dynamo) when it first wraps a module, and
+        # imported after the group has started, it would bind the group into its
+        # functions' defaults for good; imported first, its defaults are None.
+        importlib.import_module("torch.distributed.nn.functional")
+        dist.init_process_group("nccl" if resolve_device(device).type == "cuda" else "gloo")
         started_group = True
     folder = RunFolder(out)
     try:
@@ -864,7 +808,13 @@ def held(
     finally:
         folder.release()
         if started_group:
-            _end_group()
+            # A group still held after it is destroyed keeps gloo's threads running, and
+            # a worker once aborted at exit so ("terminate called without an active
+            # exception"). Reference cycles can hold the DDP wrapper, and with it the
+            # group: pyparsing's caught exceptions while matplotlib draws the curves,
+            # whose tracebacks reach the loop's frames. Collected first, they hold none.
+            gc.collect()
+            dist.destroy_process_group()
 
 
 def fit(

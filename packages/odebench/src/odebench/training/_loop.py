@@ -38,15 +38,10 @@ from ._run_dir import load_checkpoint
 
 
 def _compile_in_place(module: nn.Module) -> None:
-    """``torch.compile`` what of ``module`` compiles.
+    """``torch.compile`` what of ``module`` compiles, as :class:`TrainConfig`'s ``compile``
+    says (whether a layer's spec compiles: :meth:`odecore.OdeSpec.compile_blockers`).
 
-    A Neural ODE layer whose spec compiles (a fixed-step explicit solver with
-    backprop, :meth:`odecore.OdeSpec.compile_blockers`) solves as one graph,
-    ``compile=True``: the steps and the field together. Any other ODE layer keeps its
-    eager solver loop, whose step sizes are Python floats chosen at run time, and
-    compiles its vector field alone. A model without ODE layers is compiled whole.
-    Parameter names do not change, so checkpoints are the same with and without
-    compilation.
+    Parameter names do not change, so checkpoints are the same with and without it.
     """
     layers = [
         node
@@ -69,16 +64,16 @@ def _loss(kind: str, out: Tensor, target: Tensor) -> Tensor:
 
 
 def _dims(data: Dataset) -> dict[str, int]:
-    if data.inputs.dim() == 4:
-        image_size = data.inputs.shape[-1]
-        return {"in_channels": data.inputs.shape[1], "image_size": image_size}
-    return {"in_channels": data.inputs.shape[-1], "image_size": 0}
-
-
-def _outputs(data: Dataset) -> int:
+    """The model's ``in_channels``, ``image_size`` and ``num_classes`` (outputs) for ``data``."""
     if data.num_classes is not None:
-        return data.num_classes
-    return int(data.targets.shape[-1]) if data.targets.dim() > 1 else 1
+        outputs = data.num_classes
+    else:
+        outputs = int(data.targets.shape[-1]) if data.targets.dim() > 1 else 1
+    if data.inputs.dim() == 4:
+        channels, size = data.inputs.shape[1], data.inputs.shape[-1]
+    else:
+        channels, size = data.inputs.shape[-1], 0
+    return {"in_channels": channels, "image_size": size, "num_classes": outputs}
 
 
 def evaluate(
@@ -132,9 +127,8 @@ def train(
     """Train ``config.model`` on ``config.dataset`` and write the run into ``out``.
 
     :func:`fit` of the :class:`Trainer`'s task: the same lock, no-overwrite rule,
-    checkpoints, resume (the same settings but for ``epochs``, ``device``,
-    ``data_dir``, ``progress`` and ``compile``), signals and processes. Files (written
-    by the first process only, each atomically): ``config.json`` (the resolved
+    checkpoints, resume, signals, processes and errors (see its ``Raises``). Files
+    (written by the first process only, each atomically): ``config.json`` (the resolved
     configuration and the environment), ``metrics.json`` and ``metrics.csv`` (one row
     per epoch), ``curves.png``, ``checkpoint.pt`` and, at the end, ``results.json``.
 
@@ -149,13 +143,8 @@ def train(
         The content of ``results.json``.
 
     Raises:
-        RunExistsError: ``out`` holds a run and neither ``resume`` nor ``overwrite`` is
-            set, or another process holds its lock (a ``FileExistsError``).
-        ValueError: ``out`` is a file; ``resume`` with changed settings; a bad checkpoint.
-        Interrupted: on SIGINT or SIGTERM, after the checkpoint is saved.
-        TrainingFailedError: a non-finite loss or weight, or a solver's failure; the
-            checkpoint of the last finished epoch is kept.
-        FileNotFoundError: the data set's files are not where they were looked for.
+        FileNotFoundError: (beside :func:`fit`'s errors) the data set's files are not
+            where they were looked for.
         WriteError: a file of the run cannot be written (a full disk); the file it
             would have replaced is kept (an ``OSError``).
     """
@@ -179,24 +168,14 @@ def _optimizer(config: TrainConfig, parameters: Iterator[nn.Parameter]) -> torch
     return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 
-def _augment(config: TrainConfig) -> Augment | None:
-    """Random crops (and flips on CIFAR) when ``config.augment``, else ``None``."""
-    if not config.augment:
-        return None
-    return Augment(crop_padding=4, flip=config.dataset.startswith("cifar"))
-
-
 class Trainer(Training):
     """One training run of a :class:`TrainConfig`: the config as a :class:`Task`.
 
-    ``Trainer(config, out)`` loads the data and builds the model (initialised from
-    ``config.seed``) and its optimiser. :meth:`resume` puts the run back where
-    ``out/checkpoint.pt`` left it; :meth:`fit` trains to ``config.epochs`` and writes
-    the files that :func:`train` describes. What is the CLI's own lives here: the model
-    and data from their names, the loss, augmentation, refinement, the test evaluation
-    and the metrics row; the loop, checkpoints, signals and the NaN stop are
-    :class:`Training`'s. A ``Trainer`` neither locks nor checks ``out``
-    (:func:`train` does), and under ``torchrun`` needs the process group started.
+    ``Trainer(config, out)`` loads the data and builds the model; :meth:`fit` trains
+    to ``config.epochs`` and writes the files that :func:`train` describes. What is the
+    CLI's own lives here: the model and data from their names, the loss, augmentation,
+    refinement, the test evaluation and the metrics row; the rest (the steps, the
+    checkpoints, what ``out`` and ``torchrun`` need) is :class:`Training`'s.
 
     Args:
         config: the run.
@@ -227,7 +206,7 @@ class Trainer(Training):
         >>> files  # doctest: +NORMALIZE_WHITESPACE
         ['checkpoint.pt', 'config.json', 'curves.png', 'metrics.csv', 'metrics.json',
          'results.json']
-        >>> resumed, results["epochs"], final["epochs"], [row["epoch"] for row in longer.metrics]
+        >>> resumed, results["epochs"], final["epochs"], [row["epoch"] for row in longer.rows]
         (True, 1, 2, [1, 2])
     """
 
@@ -243,8 +222,9 @@ class Trainer(Training):
         device = device or resolve_device(config.device, _process().local_rank)
         train_set, test_set = load_splits(config)
         self._train_set, self._test_set = train_set.to(device), test_set.to(device)
-        self._dims = {**_dims(self._train_set), "num_classes": _outputs(self._train_set)}
-        self._augment = _augment(config)
+        self._dims = _dims(self._train_set)
+        flip = config.dataset.startswith("cifar")  # random crops, and flips on CIFAR
+        self._augment = Augment(crop_padding=4, flip=flip) if config.augment else None
         self._schedule = RefinementSchedule(epochs=config.refine_epochs)
         n, gamma, milestones = len(self._train_set), config.gamma, config.milestones
         task = Task(
@@ -279,11 +259,6 @@ class Trainer(Training):
             + (f", {self.process.world} processes" if self.process.world > 1 else "")
         )
 
-    @property
-    def metrics(self) -> list[dict[str, Any]]:
-        """One row per finished epoch, as in ``metrics.json``."""
-        return self.rows
-
     def fit(self) -> dict[str, Any]:
         """Train from where the run stands to ``config.epochs``, writing the run's files.
 
@@ -298,7 +273,14 @@ class Trainer(Training):
             TrainingFailedError: a non-finite loss or weight, or a solver's failure.
         """
         if self.process.main:
-            _io.write_json(self.out / "config.json", self._description())
+            environment = {**_provenance.environment(self.device), "processes": self.process.world}
+            description = {
+                "config": self.config.to_dict(),
+                "parameters": self._parameters,
+                "dims": self._dims,
+                "environment": environment,
+            }
+            _io.write_json(self.out / "config.json", description)
         started = time.perf_counter()
         self.run()
         results = self._results(time.perf_counter() - started)
@@ -306,18 +288,6 @@ class Trainer(Training):
             _io.write_json(self.out / "results.json", results)
         self.raise_if_stopped()
         return results
-
-    def _description(self) -> dict[str, Any]:
-        """The content of ``config.json``."""
-        return {
-            "config": self.config.to_dict(),
-            "parameters": self._parameters,
-            "dims": self._dims,
-            "environment": {
-                **_provenance.environment(self.device),
-                "processes": self.process.world,
-            },
-        }
 
     def _prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
         """A batch of the training set as the model takes it: normalised, augmented."""
@@ -406,7 +376,7 @@ class Trainer(Training):
 
     def _results(self, wall_seconds: float) -> dict[str, Any]:
         """The content of ``results.json``."""
-        metrics = self.metrics
+        metrics = self.rows
         accuracies = [m["test_acc"] for m in metrics if m["test_acc"] is not None]
         segments = self.segments()
         return {
@@ -424,7 +394,7 @@ class Trainer(Training):
             "provenance": {
                 "commit": segments[-1]["commit"],
                 "dirty": segments[-1]["dirty"],
-                "resumed": self.resumed,
+                "resumed": bool(self._segments),
                 "segments": segments,
             },
         }

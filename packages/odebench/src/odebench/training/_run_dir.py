@@ -44,19 +44,11 @@ _CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "me
 
 
 class RunExistsError(FileExistsError):
-    """The output directory already holds a run, and ``resume`` was not asked for."""
-
-
-class RunLockedError(RunExistsError):
-    """Another process holds the lock of the output directory."""
+    """The output directory holds a run (and ``resume`` was not asked for), or is in use."""
 
 
 class RunFolderError(ValueError):
     """The output directory cannot hold a run (a file, a changed resume, a bad checkpoint)."""
-
-
-class SettingsChangedError(RunFolderError):
-    """``resume`` with settings that differ from the run's in more than :data:`RESUMABLE`."""
 
 
 class BadCheckpointError(RunFolderError):
@@ -138,21 +130,19 @@ class RunFolder:
 
     Args:
         path: the folder (created if missing).
-        flag: how the command line names it, for messages.
 
     Example:
         >>> import tempfile
         >>> folder = RunFolder(Path(tempfile.mkdtemp()) / "run")
         >>> with folder:
-        ...     (folder.path / LOCK).exists(), folder.holds_run()
-        (True, False)
+        ...     (folder.path / LOCK).exists(), folder.entries()
+        (True, [])
         >>> (folder.path / LOCK).exists()
         False
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, flag: str = "--out") -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.flag = flag
         self._fd: int | None = None
         self._created = False
 
@@ -162,7 +152,7 @@ class RunFolder:
         """Lock the folder, creating it if needed.
 
         Raises:
-            RunLockedError: another live process holds the lock.
+            RunExistsError: another live process holds the lock.
             RunFolderError: the path is a file, or the folder cannot be created.
         """
         self._make()
@@ -174,22 +164,21 @@ class RunFolder:
                     fd = self._take_over(lock, log)
             except PermissionError:
                 raise RunFolderError(
-                    f"{self.flag} {self.path}: no permission to write there; "
-                    f"choose another {self.flag}"
+                    f"--out {self.path}: no permission to write there; choose another --out"
                 ) from None
             except RunExistsError:
                 raise
             except OSError as exc:  # a full disk
                 raise RunFolderError(
-                    f"{self.flag} {self.path}: cannot write its lock there ({exc.strerror}); "
-                    f"free some space, or choose another {self.flag}"
+                    f"--out {self.path}: cannot write its lock there ({exc.strerror}); "
+                    "free some space, or choose another --out"
                 ) from None
             if fd is not None:
                 self._fd = fd
                 return
             time.sleep(0.05)  # the lock came and went meanwhile: look again
-        raise RunLockedError(
-            f"{self.flag} {self.path}: its lock {lock} keeps changing hands; "
+        raise RunExistsError(
+            f"--out {self.path}: its lock {lock} keeps changing hands; "
             "another run is starting there, choose another folder"
         )
 
@@ -215,20 +204,18 @@ class RunFolder:
 
     def _make(self) -> None:
         if self.path.exists() and not self.path.is_dir():
-            raise RunFolderError(
-                f"{self.flag} {self.path} is a file, not a folder; choose another {self.flag}"
-            )
+            raise RunFolderError(f"--out {self.path} is a file, not a folder; choose another --out")
         self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise RunFolderError(
-                f"{self.flag} {self.path}: a part of the path is a file; choose another {self.flag}"
+                f"--out {self.path}: a part of the path is a file; choose another --out"
             ) from None
         except OSError as exc:
             raise RunFolderError(
-                f"{self.flag} {self.path}: cannot create the folder ({exc.strerror}); "
-                f"choose another {self.flag}"
+                f"--out {self.path}: cannot create the folder ({exc.strerror}); "
+                "choose another --out"
             ) from None
 
     def _content(self) -> bytes:
@@ -279,7 +266,7 @@ class RunFolder:
         """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile.
 
         Raises:
-            RunLockedError: its holder runs still.
+            RunExistsError: its holder runs still.
         """
         try:
             fd = os.open(lock, os.O_RDWR)
@@ -289,7 +276,7 @@ class RunFolder:
             taken = _flock(fd)
             holder = _Holder.read(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             if taken is False or holder.alive() or (taken is None and holder.pid is None):
-                raise RunLockedError(self._held(holder, lock))
+                raise RunExistsError(self._held(holder, lock))
             try:
                 same = os.stat(lock).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -308,11 +295,11 @@ class RunFolder:
             raise
 
     def _held(self, holder: _Holder, lock: Path) -> str:
-        message = f"{self.flag} {self.path} is in use by {holder.describe()}"
+        message = f"--out {self.path} is in use by {holder.describe()}"
         if holder.pid is not None and holder.host == socket.gethostname():
-            return f"{message}; wait for it to end or choose another {self.flag}"
+            return f"{message}; wait for it to end or choose another --out"
         return (
-            f"{message}; wait for it to end or choose another {self.flag} "
+            f"{message}; wait for it to end or choose another --out "
             f"(if no run uses the folder any more, delete {lock})"
         )
 
@@ -328,19 +315,11 @@ class RunFolder:
             if p.name != LOCK and not (p.name.startswith(".") and p.name.endswith(".tmp"))
         )
 
-    def holds_run(self) -> bool:
-        """Whether the folder holds anything a run writes (or anything else)."""
-        return bool(self.entries())
-
-    def move_aside(self, log: Log) -> Path | None:
-        """Move everything the folder holds (but the lock) into ``<folder>.old-<time>``.
-
-        Returns:
-            The folder that now holds the old run; ``None`` when there was nothing.
-        """
+    def move_aside(self, log: Log) -> None:
+        """Move everything the folder holds (but the lock) into ``<folder>.old-<time>``."""
         entries = self.entries()
         if not entries:
-            return None
+            return
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = self.path if self.path.name else self.path.resolve()
         for n in range(1, 1000):
@@ -351,17 +330,16 @@ class RunFolder:
             except FileExistsError:
                 continue
         else:  # pragma: no cover - a thousand runs moved aside within a second
-            raise RunFolderError(f"{self.flag} {self.path}: no free name to move the run aside to")
+            raise RunFolderError(f"--out {self.path}: no free name to move the run aside to")
         try:
             for entry in entries:
                 os.rename(entry, aside / entry.name)
         except OSError as exc:
             raise RunFolderError(
-                f"{self.flag} {self.path}: cannot move {entry.name} aside to {aside} "
+                f"--out {self.path}: cannot move {entry.name} aside to {aside} "
                 f"({exc.strerror}); move the old run away yourself"
             ) from None
         log(f"moved the run in {self.path} aside to {aside}")
-        return aside
 
     def prepare(self, *, resume: bool, overwrite: bool, log: Log) -> None:
         """Apply the no-overwrite rule: refuse, keep (``resume``) or move aside (``overwrite``).
@@ -377,7 +355,7 @@ class RunFolder:
             )
         if overwrite:
             self.move_aside(log)
-        elif not resume and self.holds_run():
+        elif not resume and self.entries():
             raise RunExistsError(
                 f"{self.path} holds a run already; pass --resume to continue it, --overwrite "
                 "to move it aside and start afresh, or choose another --out"
@@ -398,7 +376,7 @@ class RunFolder:
 
         Raises:
             BadCheckpointError: the checkpoint cannot be loaded safely.
-            SettingsChangedError: the settings differ, or ``epochs`` is too small.
+            RunFolderError: the settings differ, or ``epochs`` is too small.
             RunExistsError: results without a checkpoint.
         """
         path = self.path / CHECKPOINT
@@ -409,7 +387,7 @@ class RunFolder:
             # A checkpoint inside an epoch (batch > 0) is one into epoch ``epoch + 1``.
             reached = int(state["epoch"]) + (1 if int(state["batch"]) > 0 else 0)
             if epochs < reached:
-                raise SettingsChangedError(
+                raise RunFolderError(
                     f"{self.path} has reached epoch {reached} already; resume it with "
                     f"--epochs {reached} or more, not {epochs}"
                 )
@@ -427,7 +405,7 @@ class RunFolder:
         changed = changed_settings({**defaults, **saved}, settings)
         if changed:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changed)
-            raise SettingsChangedError(
+            raise RunFolderError(
                 f"{self.path}: --resume with settings that differ from the run's: {listed}; "
                 f"only {', '.join(sorted(RESUMABLE))} may change on resume. Resume with the "
                 "run's settings, or pass --overwrite to move it aside and start afresh"
@@ -491,13 +469,12 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     except Exception as exc:  # torch raises many kinds; each means a bad file
         import pickle
 
+        found = _GLOBAL.search(str(exc)) if isinstance(exc, pickle.UnpicklingError) else None
         if path.stat().st_size == 0:
             what = "is empty"
-        elif isinstance(exc, pickle.UnpicklingError) and _GLOBAL.search(str(exc)):
-            found = _GLOBAL.search(str(exc))
-            asks = f" ({found.group(1)})" if found else ""
+        elif found:
             what = (
-                f"asks for code to run{asks}, which a checkpoint never does; "
+                f"asks for code to run ({found.group(1)}), which a checkpoint never does; "
                 "it was refused and nothing in it ran"
             )
         elif isinstance(exc, pickle.UnpicklingError) and "operand" not in str(exc):
