@@ -162,7 +162,7 @@ def test_a_resnet_represents_what_no_node_can() -> None:
 def test_node_paths_do_not_cross_and_end_at_the_output() -> None:
     torch.manual_seed(0)
     node = exp.build("node", 1).eval()
-    details = exp._paths_1d(node, "node")
+    details = exp._paths_1d(node)
     states = torch.tensor(details["paths"]["states"])  # (starts, depths)
     assert states.shape == (len(exp.PATH_STARTS), exp.NODE_DEPTHS)
     torch.testing.assert_close(states[:, 0], torch.tensor(exp.PATH_STARTS))
@@ -173,7 +173,7 @@ def test_node_paths_do_not_cross_and_end_at_the_output() -> None:
         mapped = node(torch.linspace(-1.5, 1.5, exp.MAP_POINTS)[:, None])[:, 0]
     torch.testing.assert_close(states[:, -1], end, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.tensor(details["map"]["prediction"]), mapped)
-    resnet = exp._paths_1d(_hand_set_resnet(), "resnet")["paths"]
+    resnet = exp._paths_1d(_hand_set_resnet())["paths"]
     assert resnet["depths"] == [0.0, 0.5, 1.0]
     rows = torch.tensor(resnet["states"])
     assert not bool((rows[1:, 1] > rows[:-1, 1]).all())  # the hand-set ResNet's cross

@@ -18,12 +18,16 @@ from odebench.experiments._pendulum import (
     SCHEMES,
     fit_slope,
     global_error,
-    pendulum_field,
     rollout,
     step,
 )
 
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def pendulum_field(gravity: float = 9.81):
+    """The exact vector field ``(theta, omega) -> (omega, -g sin theta)`` (length 1)."""
+    return lambda y: torch.stack([y[..., 1], -gravity * torch.sin(y[..., 0])], dim=-1)
 
 
 def test_registered():

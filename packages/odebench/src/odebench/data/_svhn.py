@@ -26,7 +26,6 @@ SVHN_MAX_BYTES = 1 << 31
 official training file holds 225 MB, the ``extra`` split 1.6 GB)."""
 
 # MATLAB 5 data types (the tags of data elements) and the header's size.
-_MI_MATRIX = 14
 _MI_COMPRESSED = 15
 _MAT_HEADER = 128
 _HEAD = 4096  # inflated bytes enough to hold a variable's tag, flags, dimensions and name

@@ -389,7 +389,7 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
     if task == "1d":
         if model_name == "node":
             metrics["monotone_floor"] = monotone_floor(train_set.inputs, train_set.targets)
-        details.update(_paths_1d(model.cpu(), model_name))
+        details.update(_paths_1d(model.cpu()))
     setup.log(
         f"[{trained.run.name} seed {trained.seed}] train MSE {fmt(metrics['train_mse'])}, "
         f"test MSE {fmt(metrics['test_mse'])}"
@@ -397,7 +397,7 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
     return Measurement(metrics, details)
 
 
-def _paths_1d(model: nn.Module, model_name: str) -> dict[str, Any]:
+def _paths_1d(model: nn.Module) -> dict[str, Any]:
     """The learned map on ``[-1.5, 1.5]`` and the state over depth of :data:`PATH_STARTS`."""
     x = torch.linspace(-1.5, 1.5, MAP_POINTS)[:, None]
     starts = torch.tensor(PATH_STARTS)[:, None]

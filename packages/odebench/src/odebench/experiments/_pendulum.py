@@ -117,22 +117,6 @@ def mlp_field(hidden: int) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(hidden, 2)).to(_F64)
 
 
-def pendulum_field(gravity: float = 9.81, length: float = 1.0) -> Field:
-    """The exact vector field ``(theta, omega) -> (omega, -(g / L) sin theta)``.
-
-    Example:
-        >>> import torch
-        >>> pendulum_field()(torch.tensor([[0.0, 1.0]])).tolist()
-        [[1.0, -0.0]]
-    """
-    k = gravity / length
-
-    def field(y: Tensor) -> Tensor:
-        return torch.stack([y[..., 1], -k * torch.sin(y[..., 0])], dim=-1)
-
-    return field
-
-
 def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
     """One step of ``scheme`` (a name of :data:`odecore.FIXED_METHODS`) from ``y``.
 

@@ -50,8 +50,6 @@ class RunOptions:
         bf16: bfloat16 autocast in every run trained from a configuration.
 
     Example:
-        >>> RunOptions(out=Path("runs/quickstart"), quick=True).epochs_or(10)
-        10
         >>> RunOptions(out=Path("runs/quickstart")).mode_name
         'standard'
     """
@@ -84,10 +82,6 @@ class RunOptions:
         if self.mode is not None:
             return self.mode
         return "quick" if self.quick else DEFAULT_MODE
-
-    def epochs_or(self, default: int) -> int:
-        """``epochs`` when it was given, ``default`` otherwise."""
-        return default if self.epochs is None else self.epochs
 
 
 @dataclass(frozen=True)

@@ -707,10 +707,9 @@ class Result(Generic[S]):
         """A table cell of one metric: ``mean ± std`` over the seeds (see :meth:`Stat.cell`)."""
         return self.stat(run, metric).cell(spec, scale, unit)
 
-    def details(self, run: str, seed: int | None = None) -> Mapping[str, Any]:
-        """The details of ``run`` measured on ``seed`` (default: the first seed)."""
-        index = 0 if seed is None else self.setup.seeds.index(seed)
-        return self.measurements[run][index].details
+    def details(self, run: str) -> Mapping[str, Any]:
+        """The details of ``run`` measured on the first seed."""
+        return self.measurements[run][0].details
 
     def to_json(self) -> dict[str, Any]:
         """The content of ``results.json``."""
