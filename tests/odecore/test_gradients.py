@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import odecore
@@ -167,3 +168,48 @@ def test_no_graph_without_requires_grad(field):
     assert not ys.requires_grad
     ys = odeint(field, torch.randn(3, dtype=F64), T_DENSE, "dopri5")
     assert ys.requires_grad  # through the module's parameters
+
+
+def _copies():
+    """A saved-tensors hook that keeps a detached copy of each saved tensor, as
+    ``torch.autograd.graph.save_on_cpu`` (from a GPU) or a memory counter does."""
+    return torch.autograd.graph.saved_tensors_hooks(lambda x: x.detach().clone(), lambda x: x)
+
+
+@pytest.mark.parametrize(
+    "gradient",
+    [odecore.Adjoint(), odecore.Checkpoint(), odecore.Adjoint(state="interpolated")],
+    ids=["adjoint", "checkpoint", "adjoint-interpolated"],
+)
+@pytest.mark.parametrize("event", [False, True], ids=["solve", "event"])
+def test_gradients_hold_under_a_saved_tensors_hook(gradient, event):
+    # The parameters reached the backward pass through save_for_backward, whose hook
+    # returned copies the field's graph knows nothing of: their gradients came back
+    # zero (the adjoint's) without a word. Backprop without a hook is the oracle.
+    net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    net = net.to(F64)
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)  # closed over
+    c = torch.tensor(0.6, dtype=F64, requires_grad=True)  # the event function's
+
+    def field(t, y):
+        return w * net(y)
+
+    y0 = torch.tensor([[0.3, -0.2, 0.5]], dtype=F64, requires_grad=True)
+    crossing = odecore.Event(lambda t, y: t + 0.1 * y[..., 0].sum() - c)
+    kwargs = {"event": crossing} if event else {}
+    inputs = (*net.parameters(), w, y0, *((c,) if event else ()))
+
+    def grads(method, hook):
+        for q in inputs:
+            q.grad = None
+        with hook:
+            sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+                                controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+                                gradient=method, **kwargs)  # fmt: skip
+            loss = sol.ys[-1].pow(2).sum() + (sol.ts[-1] if event else 0.0)
+            loss.backward()
+        return [q.grad.clone() for q in inputs]
+
+    expected = grads(odecore.Autograd(), contextlib.nullcontext())
+    for got, want in zip(grads(gradient, _copies()), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)

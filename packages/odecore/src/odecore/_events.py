@@ -548,7 +548,8 @@ class _EventTimeGradient(torch.autograd.Function):
         ctx: Any, spec: _EventSpec, t_e: Tensor, y_e: Tensor, *params: Tensor
     ) -> tuple[Tensor, Tensor]:
         ctx.spec = spec
-        ctx.save_for_backward(t_e, y_e, *params)
+        ctx.params = params  # not saved: a saved-tensors hook would return copies
+        ctx.save_for_backward(t_e, y_e)
         return t_e.clone(), y_e.clone()
 
     @staticmethod
@@ -556,7 +557,8 @@ class _EventTimeGradient(torch.autograd.Function):
         ctx: Any, grad_t: Tensor, grad_y: Tensor
     ) -> tuple[Tensor | None, ...]:
         spec: _EventSpec = ctx.spec
-        t_e, y_e, *params = ctx.saved_tensors
+        t_e, y_e = ctx.saved_tensors
+        params = ctx.params
         if spec.fixed:  # t_e = t0 and y_e = y0 for all inputs: the identity
             return (None, None, grad_y, *(None for _ in params))
         with torch.enable_grad():

@@ -562,13 +562,18 @@ class _AdjointFunction(torch.autograd.Function):
     ) -> Tensor:
         ctx.spec = spec
         ctx.ts_dtype = ts.dtype
-        ctx.save_for_backward(forward, *params)
+        # The parameters are kept as they are, not through save_for_backward: a
+        # saved-tensors hook (torch.autograd.graph.save_on_cpu, a memory counter)
+        # would return copies, of which the field's graph knows nothing.
+        ctx.params = params
+        ctx.save_for_backward(forward)
         return forward.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         spec: _AdjointSpec = ctx.spec
-        forward, *params = ctx.saved_tensors
+        (forward,) = ctx.saved_tensors
+        params = ctx.params
         need_ts = bool(ctx.needs_input_grad[3])
         grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
@@ -841,13 +846,13 @@ class _CheckpointFunction(torch.autograd.Function):
     ) -> Tensor:
         """``inputs``: the parameters, then the time tensors that need gradients."""
         ctx.spec = spec
-        ctx.save_for_backward(*inputs)
+        ctx.inputs = inputs  # not saved: a saved-tensors hook would return copies
         return forward.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         spec: _CheckpointSpec = ctx.spec
-        saved = tuple(ctx.saved_tensors)
+        saved = tuple(ctx.inputs)
         params = saved[: spec.n_params]
         p = spec.problem
         # The replays step on the same times as tensors: leaves of their own here.
