@@ -10,7 +10,6 @@ that autograd keeps for the backward pass (bytes of the saved tensors).
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
+from .._provenance import machine
 from ._solvers import command_line
 from ._stats import median
 
@@ -175,10 +175,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
         "environment": {
             "schema_version": SCHEMA_VERSION,
             "date": date,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
+            **machine(),
             "quick": config.quick,
             "repeats": config.n_repeats,
             "batch": config.n_batch,
