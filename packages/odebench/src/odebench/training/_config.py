@@ -408,19 +408,8 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
 
 
 def show_progress(progress: bool | None, stream: IO[str] | None = None) -> bool:
-    """Whether to draw progress bars: ``progress`` itself when it is a bool, and for
-    ``None`` (automatic) whether ``stream`` is a terminal.
-
-    The one place where the automatic choice is made: a bar redraws its line with
-    carriage returns, which a terminal shows as one line moving and a log file (CI,
-    ``nohup``, a pipe) keeps as hundreds of lines.
-
-    Args:
-        progress: ``True`` (always), ``False`` (never) or ``None`` (automatic).
-        stream: where the bars go; default ``sys.stderr`` (read when called).
-
-    Returns:
-        Whether bars are drawn.
+    """Whether to draw progress bars: ``progress`` itself, or for ``None`` whether
+    ``stream`` (default ``sys.stderr``) is a terminal; the one place that decides.
 
     Example:
         >>> import io

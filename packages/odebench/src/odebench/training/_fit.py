@@ -282,42 +282,6 @@ class _Tally:
         )  # fmt: skip
 
 
-@dataclass
-class _Stop:
-    """Set by SIGINT/SIGTERM; the loop checks it between batches."""
-
-    requested: bool = False
-    signal_name: str = ""
-    previous: dict[int, Any] = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(enabled: bool) -> Iterator[_Stop]:
-    """Turn SIGINT/SIGTERM into a request to stop at the next batch.
-
-    Only for a single process: under torchrun the launcher stops every worker, and a
-    worker that ignored its SIGTERM would only delay that.
-    """
-    stop = _Stop()
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.requested:  # a second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        stop.requested = True
-        stop.signal_name = signal.Signals(signum).name
-
-    for sig in (signal.SIGINT.value, signal.SIGTERM.value):
-        stop.previous[sig] = signal.signal(sig, handler)
-    try:
-        yield stop
-    finally:
-        for sig, previous in stop.previous.items():
-            signal.signal(sig, previous)
-
-
 @dataclass(frozen=True)
 class _Start:
     """Where a run starts: an epoch, a batch in it, and what a mid-epoch checkpoint kept."""
@@ -419,7 +383,7 @@ class Training:
         self._aug_gen = torch.Generator(device=device)  # the current epoch's augmentation
         self._start = _Start()
         self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
-        self._stop = _Stop()
+        self._stopped = ""  # the name of the signal that asked the run to stop
         self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
         self._segments: list[dict[str, Any]] = []  # of the stretches before this one
         self._segment = dict(_provenance.UNKNOWN_SEGMENT)  # this one's, set by `run`
@@ -523,13 +487,8 @@ class Training:
         _io.save_checkpoint(self.checkpoint_path, state)
 
     def segments(self) -> list[dict[str, Any]]:
-        """Where each stretch of the run came from: one segment per start or resume.
-
-        Each holds the ``commit``, whether the tree was ``dirty``, the ``source`` hash
-        of the packages, when it ``started`` and when it ``finished`` (or last saved,
-        for this one). A stretch of a checkpoint from before segments were recorded
-        has every field ``None``.
-        """
+        """Where each stretch of the run came from: one provenance segment per start or
+        resume (``finished``: when the last one last saved)."""
         return [*self._segments, {**self._segment, "finished": _provenance.now()}]
 
     def run(self) -> None:
@@ -551,7 +510,7 @@ class Training:
                 f"`batch_size` {self.task.batch_size} exceeds the "
                 f"{len(self.data[0])} training examples."
             )
-        with _stop_on_signals(self.process.world == 1) as self._stop:
+        with self._stop_on_signals():
             for epoch in range(self._start.epoch, self.task.epochs):
                 self._refine(epoch)
                 tally = self._train_epoch(epoch)
@@ -564,11 +523,33 @@ class Training:
         Raises:
             Interrupted: the run is complete, but the caller should stop all the same.
         """
-        if self._stop.requested:
+        if self._stopped:
             raise Interrupted(
-                f"{self._stop.signal_name}: stopped after the last epoch, {len(self.rows)}; "
+                f"{self._stopped}: stopped after the last epoch, {len(self.rows)}; "
                 f"the run is complete in {self.out}"
             )
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self) -> Iterator[None]:
+        """Turn SIGINT/SIGTERM into a request to stop at the next batch; only for a single
+        process (under torchrun the launcher stops every worker)."""
+        self._stopped = ""
+        if self.process.world > 1 or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stopped:  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            self._stopped = signal.Signals(signum).name
+
+        signals = (signal.SIGINT.value, signal.SIGTERM.value)
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handled in previous.items():
+                signal.signal(sig, handled)
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         """``module`` as it trains: compiled if asked, under DDP across processes."""
@@ -621,13 +602,13 @@ class Training:
             if not bar.disable and (done % 10 == 0 or done == self.n_batches):
                 seconds = time.perf_counter() - tick + tally.seconds
                 bar.set_postfix(_postfix(tally, seconds, self.process))
-            if self._stop.requested:
+            if self._stopped:
                 tally.seconds += time.perf_counter() - tick
                 self._check_finite(epoch, i + 1)
                 self.save_checkpoint(epoch, i + 1, tally)
                 bar.close()
                 raise Interrupted(
-                    f"{self._stop.signal_name}: stopped at epoch {epoch + 1}, batch {i + 1}; "
+                    f"{self._stopped}: stopped at epoch {epoch + 1}, batch {i + 1}; "
                     f"checkpoint saved in {self.checkpoint_path}"
                 )
         bar.close()
@@ -640,12 +621,8 @@ class Training:
         return tally
 
     def _check_finite(self, epoch: int, batches: int) -> None:
-        """Stop the run, before anything of it is saved, on a non-finite loss or weight.
-
-        The losses are checked on the device as they come (no host sync per batch); the
-        epoch's first non-finite one is looked at here, before a checkpoint, once for
-        every process. Raises :class:`TrainingFailedError` naming the epoch and batch.
-        """
+        """Raise :class:`TrainingFailedError` before a checkpoint if a loss of the epoch
+        (marked on the device as it came) or a weight is not finite, on every process."""
         first = self._nan_batch.clone()
         if self.process.world > 1:
             dist.all_reduce(first, op=dist.ReduceOp.MAX)
@@ -672,8 +649,7 @@ class Training:
         return start.batch, _Tally.load(start.partial)
 
     def _progress_bar(self, epoch: int, first: int) -> Any:
-        """The epoch's tqdm bar on stderr, drawn by the first process when ``progress``
-        asks for it (``None``: when stderr is a terminal)."""
+        """The epoch's tqdm bar on stderr, drawn by the first process when ``progress`` asks."""
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
         draw = show_progress(self._progress) and self.process.main
@@ -738,9 +714,9 @@ class Training:
                 f"epoch {epoch + 1}/{self.task.epochs}  train loss {summed.loss:.4g}  "
                 f"{summed.seconds:.1f} s"
             )
-        if self._stop.requested and epoch + 1 < self.task.epochs:
+        if self._stopped and epoch + 1 < self.task.epochs:
             raise Interrupted(
-                f"{self._stop.signal_name}: stopped after epoch {epoch + 1}; "
+                f"{self._stopped}: stopped after epoch {epoch + 1}; "
                 f"checkpoint saved in {self.checkpoint_path}"
             )
 

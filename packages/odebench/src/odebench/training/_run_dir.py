@@ -1,9 +1,5 @@
-"""``RunFolder``: one run's output folder, held by one process, never silently overwritten.
-
-A run holds a lock on its folder while it writes there, refuses a folder that holds
-another run unless asked to resume it (with the same settings) or to move it aside,
-and loads its checkpoint without running anything a file could smuggle in.
-"""
+"""``RunFolder``: one run's output folder, held by one process, never silently overwritten;
+and ``load_checkpoint``, which runs nothing a file could smuggle in."""
 
 from __future__ import annotations
 
@@ -110,8 +106,6 @@ def _flock(fd: int) -> bool | None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
             return False
@@ -391,20 +385,23 @@ class RunFolder:
                     f"{self.path} has reached epoch {reached} already; resume it with "
                     f"--epochs {reached} or more, not {epochs}"
                 )
-        else:
-            if any((self.path / n).exists() for n in ("metrics.json", "results.json")):
-                raise RunExistsError(
-                    f"{self.path} holds a run's results but no {CHECKPOINT} to continue from; "
-                    "pass --overwrite to move it aside and start afresh, or choose another --out"
-                )
+        elif any((self.path / n).exists() for n in ("metrics.json", "results.json")):
+            raise RunExistsError(
+                f"{self.path} holds a run's results but no {CHECKPOINT} to continue from; "
+                "pass --overwrite to move it aside and start afresh, or choose another --out"
+            )
         if not isinstance(saved, Mapping):
             saved = _saved_config(self.path / "config.json")
         if saved is None:
             return
-        # A setting added since the run was saved had its default there.
-        changed = changed_settings({**defaults, **saved}, settings)
+        saved = {**defaults, **saved}  # a setting added since the run was saved had its default
+        keys = [k for k in dict.fromkeys([*saved, *settings]) if k not in RESUMABLE]
+        unset = "(unset)"
+        changed = [k for k in keys if saved.get(k, unset) != settings.get(k, unset)]
         if changed:
-            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changed)
+            listed = ", ".join(
+                f"{k} {saved.get(k, unset)!r} -> {settings.get(k, unset)!r}" for k in changed
+            )
             raise RunFolderError(
                 f"{self.path}: --resume with settings that differ from the run's: {listed}; "
                 f"only {', '.join(sorted(RESUMABLE))} may change on resume. Resume with the "
@@ -425,24 +422,6 @@ def _saved_config(path: Path) -> Mapping[str, Any] | None:
         ) from None
     config = saved.get("config") if isinstance(saved, dict) else None
     return config if isinstance(config, Mapping) else None
-
-
-def changed_settings(
-    saved: Mapping[str, Any], new: Mapping[str, Any]
-) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` for each setting outside :data:`RESUMABLE` that differs.
-
-    Example:
-        >>> changed_settings({"lr": 0.1, "epochs": 2}, {"lr": 0.2, "epochs": 5})
-        [('lr', 0.1, 0.2)]
-    """
-    keys = [k for k in dict.fromkeys([*saved, *new]) if k not in RESUMABLE]
-    missing = "(unset)"
-    return [
-        (k, saved.get(k, missing), new.get(k, missing))
-        for k in keys
-        if saved.get(k, missing) != new.get(k, missing)
-    ]
 
 
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
