@@ -1,11 +1,8 @@
 """Training runs: one model on one data set, with checkpoints that survive a crash.
 
-:func:`train` runs a :class:`TrainConfig` and writes everything into an output
-directory: the resolved configuration, metrics per epoch (JSON and CSV), a PNG of the
-curves, an atomic checkpoint after every epoch (and on SIGINT/SIGTERM), and the final
-results. ``odebench train`` is this function on the command line, and
-``torchrun --nproc_per_node=N -m odebench train ...`` runs it on several processes.
-``Trainer`` is the run itself, in steps (build, resume, fit), without the lock.
+:func:`fit` runs a :class:`Task` in a run folder; :func:`train` runs a
+:class:`TrainConfig` so, and is ``odebench train`` (``torchrun --nproc_per_node=N -m
+odebench train ...`` on several processes).
 """
 
 from ._config import DATASETS, DatasetInfo, TrainConfig, default_out

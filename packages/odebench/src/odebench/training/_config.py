@@ -177,10 +177,8 @@ class TrainConfig:
         for name in ("train_size", "test_size"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
-        _check_positive_float("lr", self.lr)
-        _check_positive_float("rtol", self.rtol)
-        _check_positive_float("atol", self.atol)
-        _check_positive_float("gamma", self.gamma)
+        for name in ("lr", "rtol", "atol", "gamma"):
+            _check_positive_float(name, getattr(self, name))
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
         if not 0.0 <= self.momentum < 1.0:

@@ -98,8 +98,7 @@ class Task:
     with the same weights and rows as an uninterrupted one.
 
     Args:
-        model: builds the model; called with torch's generator seeded with ``seed``,
-            inside :func:`torch.random.fork_rng` (the global state is left as it was).
+        model: builds the model, inside :func:`torch.random.fork_rng` seeded with ``seed``.
         data: the training tensors, indexed together by each batch's examples.
         loss: ``loss(model, batch) -> loss``, the mean loss of a batch (a tuple of
             ``data``'s rows); or ``(loss, {name: tensor})``, whose values are summed
@@ -111,11 +110,9 @@ class Task:
         epochs: passes over ``data``.
         batch_size: examples per step (the global batch, split over the processes).
         seed: seeds the model, the order generator and the augmentation.
-        order: ``order(epoch, generator) -> indices`` of the epoch's examples; the
-            generator is ``fit``'s, seeded once with ``seed`` and checkpointed. Their
-            number sets the epoch's batches (it may differ from ``data``'s, for
-            indices drawn with replacement).
-            ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
+        order: ``order(epoch, generator) -> indices`` of the epoch's examples (their number
+            sets the epoch's batches), from ``fit``'s generator, seeded once with ``seed``
+            and checkpointed. ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
         drop_last: drop the epoch's last incomplete batch.
         schedule: ``schedule(optimizer)``, a learning-rate scheduler, stepped after
             every batch or at the end of every epoch (``schedule_every``).

@@ -319,13 +319,7 @@ class Trainer(Training):
         return refined, optimizer
 
     def evaluate(self, epoch: int) -> dict[str, float | None]:
-        """Test loss, accuracy and forward NFE of the model at the end of ``epoch``.
-
-        Args:
-            epoch: the epoch just trained, from 0 (for the error message).
-
-        Returns:
-            What the function :func:`evaluate` returns, on the test set.
+        """What :func:`evaluate` returns on the test set at the end of ``epoch`` (from 0).
 
         Raises:
             TrainingFailedError: the test loss is not finite.
@@ -420,11 +414,8 @@ def _line(row: dict[str, Any], epochs: int) -> str:
 
 
 def _build(config: TrainConfig, dims: dict[str, int]) -> nn.Module:
-    """The run's model as it starts, before any refinement.
-
-    A ContinuousNet's blocks get the time scale of its final ``N_t``
-    (:attr:`TrainConfig.final_steps`), the same with or without refinement.
-    """
+    """The run's model as it starts; a ContinuousNet's blocks get the time scale of its
+    final ``N_t`` (:attr:`TrainConfig.final_steps`), the same with or without refinement."""
     final = config.final_steps
     return build_model(
         config.model,
