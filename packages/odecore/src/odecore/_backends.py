@@ -12,9 +12,10 @@ used, never when odecore is.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, NoReturn, TypeVar, final
@@ -523,13 +524,8 @@ def torchdiffeq_odeint(
     """
     tdq = torchdiffeq_module(method)
     name = method.removeprefix(TORCHDIFFEQ_PREFIX)
-    try:
+    with _torchdiffeq_failures(name, t):
         return tdq.odeint(func, y0, t, rtol=rtol, atol=atol, method=name, options=options)
-    except AssertionError as error:
-        failure = _torchdiffeq_failure(error, name, t)
-        if failure is None:
-            raise
-        raise failure from error
 
 
 def torchdiffeq_odeint_adjoint(
@@ -556,16 +552,11 @@ def torchdiffeq_odeint_adjoint(
     """
     tdq = torchdiffeq_module(method)
     name = method.removeprefix(TORCHDIFFEQ_PREFIX)
-    try:
+    with _torchdiffeq_failures(name, t):
         return _torchdiffeq_adjoint(
             tdq, func, y0, t, rtol, atol, name, options, adjoint_rtol, adjoint_atol,
             adjoint_method, adjoint_options, adjoint_params,
         )  # fmt: skip
-    except AssertionError as error:
-        failure = _torchdiffeq_failure(error, name, t)
-        if failure is None:
-            raise
-        raise failure from error
 
 
 def _torchdiffeq_adjoint(
@@ -607,6 +598,19 @@ _TORCHDIFFEQ_FAILURES = (
     ("max_num_steps exceeded", Status.MAX_STEPS_REACHED),
     ("non-finite values", Status.NONFINITE),
 )
+
+
+@contextlib.contextmanager
+def _torchdiffeq_failures(name: str, t: Tensor) -> Iterator[None]:
+    """Raise torchdiffeq's assertions that say why a solve failed as :class:`SolverError`
+    (see :func:`_torchdiffeq_failure`), with the assertion as ``__cause__``."""
+    try:
+        yield
+    except AssertionError as error:
+        failure = _torchdiffeq_failure(error, name, t)
+        if failure is None:
+            raise
+        raise failure from error
 
 
 def _torchdiffeq_failure(error: AssertionError, name: str, t: Tensor) -> SolverError | None:
