@@ -145,8 +145,8 @@ def train(
     Raises:
         FileNotFoundError: (beside :func:`fit`'s errors) the data set's files are not
             where they were looked for.
-        WriteError: a file of the run cannot be written (a full disk); the file it
-            would have replaced is kept (an ``OSError``).
+        OSError: a file of the run cannot be written (a full disk); the file it
+            would have replaced is kept, and the message names it.
     """
     with held(
         out, device=config.device, batch_size=config.batch_size, settings=config.to_dict(),
