@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import odebench
 import pytest
@@ -23,16 +21,9 @@ from odebench.perf._solvers import (
     _mode_figures,
     command_line,
 )
+from subprocess_env import odebench_env
 
 ROW_SECTIONS = ("results", "ratios", "memory", "gradients")
-
-
-def _env() -> dict[str, str]:
-    """This process's environment, with the odebench under test first on the path."""
-    env = dict(os.environ)
-    src = str(Path(odebench.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +40,7 @@ def quick_run(tmp_path_factory):
         sys.executable, "-m", "odebench", "perf", "solvers", "--quick", "--threads", "1",
         "--json", str(path), "--plot", str(png),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=odebench_env(None))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(path.read_text(encoding="utf-8")), png
 
@@ -254,7 +245,10 @@ def test_output_path_that_is_a_directory(tmp_path, capsys, flag):
 
 def test_module_entry_point_help():
     proc = subprocess.run(
-        [sys.executable, "-m", "odebench", "--help"], capture_output=True, text=True, env=_env()
+        [sys.executable, "-m", "odebench", "--help"],
+        capture_output=True,
+        text=True,
+        env=odebench_env(None),
     )
     assert proc.returncode == 0
     assert "perf" in proc.stdout
@@ -267,7 +261,7 @@ def test_perf_contnet_quick_writes_json(tmp_path):
         sys.executable, "-m", "odebench", "perf", "contnet", "--quick", "--threads", "1",
         "--repeats", "1", "--batch", "2", "--json", str(path),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=odebench_env(None))
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert set(doc) == {"environment", "results", "ratios", "checks", "notes"}

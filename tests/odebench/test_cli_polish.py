@@ -7,18 +7,16 @@ import argparse
 import dataclasses
 import io
 import math
-import os
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-import odebench
 import pytest
 from odebench import cli, main
 from odebench._io import curves_figure, metric_label
 from odebench.training import TrainConfig, train
 from odebench.training._config import show_progress
+from subprocess_env import odebench_env
 
 TOY = {
     "model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3, "epochs": 1,
@@ -29,14 +27,6 @@ TOY_ARGS = [
     "--lr", "3e-3", "--epochs", "1", "--batch-size", "32", "--train-size", "64",
     "--test-size", "64", "--device", "cpu",
 ]  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(odebench.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    return env
 
 
 def _parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -96,7 +86,11 @@ def test_help_and_version_import_no_torch(argv):
         "print('HEAVY', heavy)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=60
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=odebench_env(),
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout, proc.stdout.splitlines()[-1]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import odebench
 import pytest
+from subprocess_env import odebench_env
 
 #: What legitimately differs between two runs of the same experiment.
 VOLATILE = ("date", "command", "provenance")
@@ -33,23 +32,17 @@ def _run(out: Path, *more: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(odebench.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 @pytest.mark.slow
 def test_an_experiment_killed_mid_training_resumes_to_the_same_results(tmp_path):
     whole = tmp_path / "whole"
-    done = subprocess.run(_run(whole), capture_output=True, text=True, env=_env(), timeout=600)
+    done = subprocess.run(
+        _run(whole), capture_output=True, text=True, env=odebench_env(), timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
     out = tmp_path / "killed"
     first = out / "1d" / "node" / "seed0" / "checkpoint.pt"  # after the first run's epoch 1
-    proc = subprocess.Popen(_run(out), stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(_run(out), stderr=subprocess.PIPE, text=True, env=odebench_env())
     deadline = time.monotonic() + 300
     while not first.exists():
         assert proc.poll() is None, proc.communicate()[1][-2000:]
@@ -61,7 +54,7 @@ def test_an_experiment_killed_mid_training_resumes_to_the_same_results(tmp_path)
     assert not (out / "results.json").exists()
 
     again = subprocess.run(
-        _run(out, "--resume"), capture_output=True, text=True, env=_env(), timeout=600
+        _run(out, "--resume"), capture_output=True, text=True, env=odebench_env(), timeout=600
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming" in again.stderr

@@ -31,17 +31,10 @@ from odebench.training import (
     train,
 )
 from odebench.training._data import epoch_order, shard
+from subprocess_env import odebench_env
 
 TOY = {"model": "toy-node", "dataset": "annuli-1d", "optimizer": "adam", "lr": 3e-3}
 TIMING = ("images_per_second", "epoch_seconds")
-
-
-def _env(threads: int = 1) -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(odebench.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = str(threads)
-    return env
 
 
 def _cli(*args: str) -> list[str]:
@@ -53,7 +46,7 @@ def _two_processes(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
          *args],
-        capture_output=True, text=True, env=_env(), timeout=180,
+        capture_output=True, text=True, env=odebench_env(), timeout=180,
     )  # fmt: skip
 
 
@@ -345,7 +338,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "run"
-    proc = subprocess.run(_train_cmd(out, 3), capture_output=True, text=True, env=_env())
+    proc = subprocess.run(_train_cmd(out, 3), capture_output=True, text=True, env=odebench_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((out / "results.json").read_text())
 
@@ -353,14 +346,16 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.slow
 def test_a_run_killed_mid_epoch_resumes_to_the_same_result(tmp_path, uninterrupted):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(
+        _train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=odebench_env()
+    )
     _wait_for(out / "metrics.json", proc)  # epoch 1 done: the process is inside epoch 2
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "results.json").exists()
     resumed = subprocess.run(
-        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=_env()
+        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=odebench_env()
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming" in resumed.stderr
@@ -371,7 +366,9 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_result(tmp_path, uninterrupt
 @pytest.mark.slow
 def test_sigterm_saves_a_mid_epoch_checkpoint_that_resumes_exactly(tmp_path, uninterrupted):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(
+        _train_cmd(out, 3), stderr=subprocess.PIPE, text=True, env=odebench_env()
+    )
     _wait_for(out / "curves.png", proc)  # the last file of epoch 1
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
@@ -381,7 +378,7 @@ def test_sigterm_saves_a_mid_epoch_checkpoint_that_resumes_exactly(tmp_path, uni
     assert state["batch"] > 0 or state["epoch"] > 1, "stopped at an epoch boundary"
     assert "checkpoint saved" in err
     resumed = subprocess.run(
-        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=_env()
+        [*_train_cmd(out, 3), "--resume"], capture_output=True, text=True, env=odebench_env()
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads((out / "results.json").read_text())
@@ -434,7 +431,10 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
         "--no-progress",
     ]  # fmt: skip
     one = subprocess.run(
-        _cli(*common, "--out", str(tmp_path / "one")), capture_output=True, text=True, env=_env()
+        _cli(*common, "--out", str(tmp_path / "one")),
+        capture_output=True,
+        text=True,
+        env=odebench_env(),
     )
     assert one.returncode == 0, one.stderr[-2000:]
     two = _two_processes("-m", "odebench", *common, "--out", str(tmp_path / "two"))
