@@ -20,8 +20,9 @@ import torch
 from odebench.experiments import RunOptions, _provenance, publish, register, run_experiment
 from odebench.experiments._registry import _REGISTRY
 from odebench.training import RunExistsError, TrainConfig, load_model, train
+from subprocess_env import odebench_env
 from test_cli_runs import _run
-from test_training import TOY, _env, _train_cmd, _two_processes, _wait_for
+from test_training import TOY, _train_cmd, _two_processes, _wait_for
 
 TOY_ARGS = [
     "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",
@@ -79,7 +80,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
     out = tmp_path / "run"
     log = (tmp_path / "first.log").open("w")
     cmd = _train_cmd(out, 100_000)  # runs until stopped
-    first = subprocess.Popen(cmd, stderr=log, env=_env())
+    first = subprocess.Popen(cmd, stderr=log, env=odebench_env())
     try:
         _wait_for(out / "config.json", first)
         config = (out / "config.json").read_bytes()
