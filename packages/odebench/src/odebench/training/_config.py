@@ -52,6 +52,60 @@ def _check_positive_float(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
+class DatasetInfo:
+    """What the trainer needs to know of a data set before reading it.
+
+    Args:
+        description: one line for ``odebench list``.
+        regression: targets are numbers (MSE), not classes.
+        toy: generated from the seed, not read from files.
+        folders: sub-folders of a search path that may hold its files.
+        label: its name in reports (``"CIFAR-10"``); empty: the key.
+    """
+
+    description: str
+    regression: bool = False
+    toy: bool = False
+    folders: tuple[str, ...] = ()
+    label: str = ""
+
+
+DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
+    {
+        "mnist": DatasetInfo(
+            "MNIST digits, IDX files", folders=("mnist", "MNIST", "mnist-10k"), label="MNIST"
+        ),
+        "fashion-mnist": DatasetInfo(
+            "Fashion-MNIST, IDX files",
+            folders=("fashion-mnist", "FashionMNIST", "fashion_mnist"),
+            label="Fashion-MNIST",
+        ),
+        "cifar10": DatasetInfo(
+            "CIFAR-10, python batch files",
+            folders=("cifar10", "cifar-10-batches-py", "cifar-10"),
+            label="CIFAR-10",
+        ),
+        "cifar100": DatasetInfo(
+            "CIFAR-100, python batch files",
+            folders=("cifar100", "cifar-100-python", "cifar-100"),
+            label="CIFAR-100",
+        ),
+        "svhn": DatasetInfo(
+            "SVHN cropped digits, train_32x32.mat and test_32x32.mat",
+            folders=("svhn", "SVHN"),
+            label="SVHN",
+        ),
+        "annuli-1d": DatasetInfo("Dupont et al.'s g(x) on [-1.5, 1.5]", regression=True, toy=True),
+        "annuli-2d": DatasetInfo(
+            "Dupont et al.'s g(x) on concentric annuli", regression=True, toy=True
+        ),
+        "reflection": DatasetInfo("x -> -x, Massaroli et al.", regression=True, toy=True),
+        "spirals": DatasetInfo("two nested 2-D spirals of half a turn, two classes", toy=True),
+    }
+)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """One training run: model, data, optimiser, schedule, solver and machine settings.
 
@@ -349,60 +403,6 @@ class TrainConfig:
             if key in values:
                 values[key] = tuple(values[key])
         return cls(**values)
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """What the trainer needs to know of a data set before reading it.
-
-    Args:
-        description: one line for ``odebench list``.
-        regression: targets are numbers (MSE), not classes.
-        toy: generated from the seed, not read from files.
-        folders: sub-folders of a search path that may hold its files.
-        label: its name in reports (``"CIFAR-10"``); empty: the key.
-    """
-
-    description: str
-    regression: bool = False
-    toy: bool = False
-    folders: tuple[str, ...] = ()
-    label: str = ""
-
-
-DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
-    {
-        "mnist": DatasetInfo(
-            "MNIST digits, IDX files", folders=("mnist", "MNIST", "mnist-10k"), label="MNIST"
-        ),
-        "fashion-mnist": DatasetInfo(
-            "Fashion-MNIST, IDX files",
-            folders=("fashion-mnist", "FashionMNIST", "fashion_mnist"),
-            label="Fashion-MNIST",
-        ),
-        "cifar10": DatasetInfo(
-            "CIFAR-10, python batch files",
-            folders=("cifar10", "cifar-10-batches-py", "cifar-10"),
-            label="CIFAR-10",
-        ),
-        "cifar100": DatasetInfo(
-            "CIFAR-100, python batch files",
-            folders=("cifar100", "cifar-100-python", "cifar-100"),
-            label="CIFAR-100",
-        ),
-        "svhn": DatasetInfo(
-            "SVHN cropped digits, train_32x32.mat and test_32x32.mat",
-            folders=("svhn", "SVHN"),
-            label="SVHN",
-        ),
-        "annuli-1d": DatasetInfo("Dupont et al.'s g(x) on [-1.5, 1.5]", regression=True, toy=True),
-        "annuli-2d": DatasetInfo(
-            "Dupont et al.'s g(x) on concentric annuli", regression=True, toy=True
-        ),
-        "reflection": DatasetInfo("x -> -x, Massaroli et al.", regression=True, toy=True),
-        "spirals": DatasetInfo("two nested 2-D spirals of half a turn, two classes", toy=True),
-    }
-)
 
 
 def show_progress(progress: bool | None, stream: IO[str] | None = None) -> bool:
