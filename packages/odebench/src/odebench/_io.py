@@ -7,7 +7,7 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +204,41 @@ def plot_curves(
 ) -> None:
     """Write :func:`curves_figure` as a PNG to ``path``, atomically."""
     save_png(path, curves_figure(metrics, title, loss=loss))
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table: the header, its rule, then a line per row (``|`` in a cell escaped).
+
+    Example:
+        >>> print(markdown_table(["model", "error"], [["ResNet", "0.41%"], ["a|b", "–"]]))
+        | model | error |
+        |---|---|
+        | ResNet | 0.41% |
+        | a\\|b | – |
+    """
+    lines = [_markdown_row(header), "|" + "---|" * len(header)]
+    return "\n".join(lines + [_markdown_row(row) for row in rows])
+
+
+def _markdown_row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """The same table for a terminal: columns aligned, numbers to the right, a rule below
+    the header.
+
+    Example:
+        >>> print(text_table(["model", "error"], [["ResNet", "0.41%"], ["ODE-Net", "0.42%"]]))
+        model    error
+        --------------
+        ResNet   0.41%
+        ODE-Net  0.42%
+    """
+    table = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[k]) for row in table) for k in range(len(header))]
+    text = [
+        "  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths)))
+        for row in table
+    ]
+    return "\n".join([text[0], "-" * len(text[0]), *text[1:]])

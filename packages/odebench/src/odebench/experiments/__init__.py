@@ -22,7 +22,9 @@ from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
 from . import _anode_resnet, _chen_cnf, _contnet_adjoint  # noqa: F401  # isort: skip
 from .._provenance import Provenance
+from ._claims import Claim, Verdict, verdict_status
 from ._index import reproductions_table
+from ._metrics import Metric, Ref, Stat, Values
 from ._registry import (
     DEFAULT_MODE,
     EXPERIMENTS,
@@ -34,43 +36,48 @@ from ._registry import (
     register,
     run_experiment,
 )
+from ._tables import Col, Row, Table
 from ._template import (
-    Claim,
+    TEMPLATES,
     Figure,
     Measurement,
     Result,
     Run,
     Settings,
     Setup,
-    Stat,
     Template,
     Trained,
-    Values,
-    Verdict,
+    check_declaration,
     register_template,
     run_template,
-    verdict_status,
 )
 
 __all__ = [
     "DEFAULT_MODE",
     "EXPERIMENTS",
     "MODES",
+    "TEMPLATES",
     "Claim",
+    "Col",
     "Experiment",
     "Figure",
     "Measurement",
+    "Metric",
     "Provenance",
+    "Ref",
     "Result",
+    "Row",
     "Run",
     "RunOptions",
     "Settings",
     "Setup",
     "Stat",
+    "Table",
     "Template",
     "Trained",
     "Values",
     "Verdict",
+    "check_declaration",
     "combine_reports",
     "publish",
     "register",

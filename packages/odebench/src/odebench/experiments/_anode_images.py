@@ -26,12 +26,14 @@ from ._anode_common import (
     plot_curves,
     train_config,
 )
+from ._claims import Claim
 from ._images import available_datasets, data_name, mode_note
 from ._registry import fmt
-from ._template import Claim, Figure, Measurement, Run, Template, register_template
+from ._template import Figure, Measurement, Run, Template, register_template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup, Trained, Values
+    from ._metrics import Values
+    from ._template import Result, Setup, Trained
 
 DATASETS = ("mnist", "cifar10", "svhn")
 """MNIST always; CIFAR-10 and SVHN when :func:`odebench.training.find_data` finds them."""

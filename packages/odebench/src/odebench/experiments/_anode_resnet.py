@@ -27,19 +27,18 @@ from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters, ode_layers
 from ..training import Task
 from ._anode_toy import monotone_floor
+from ._claims import Claim
+from ._metrics import Stat, Values
 from ._registry import fmt
 from ._template import (
-    Claim,
     Figure,
     Measurement,
     Result,
     Run,
     Settings,
     Setup,
-    Stat,
     Template,
     Trained,
-    Values,
     register_template,
 )
 

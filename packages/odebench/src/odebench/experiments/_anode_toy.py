@@ -30,11 +30,13 @@ from ._anode_common import (
     plot_curves,
     train_config,
 )
+from ._claims import Claim
 from ._registry import fmt
-from ._template import Claim, Figure, Measurement, Run, Template, register_template
+from ._template import Figure, Measurement, Run, Template, register_template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup, Trained, Values
+    from ._metrics import Values
+    from ._template import Result, Setup, Trained
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""

@@ -18,8 +18,9 @@ from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
+from ._claims import Claim
+from ._metrics import Values
 from ._template import (
-    Claim,
     Figure,
     Measurement,
     Result,
@@ -28,7 +29,6 @@ from ._template import (
     Setup,
     Template,
     Trained,
-    Values,
     register_template,
 )
 

@@ -29,8 +29,9 @@ from torch import Tensor, nn
 
 from .._io import pyplot, save_png
 from ..training import Epoch, Task
-from . import _template
-from ._template import Claim, Figure, Measurement, Result, Run, Settings, Setup, Trained
+from . import _metrics, _template
+from ._claims import Claim
+from ._template import Figure, Measurement, Result, Run, Settings, Setup, Trained
 
 DENSITIES: tuple[str, ...] = ("moons", "circles")
 """The target densities, each trained as its own CNF and Gaussian."""
@@ -459,7 +460,7 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
     return Measurement(metrics, {"history": [dict(row) for row in history]})
 
 
-def gap_closed(v: _template.Values, density: str) -> float:
+def gap_closed(v: _metrics.Values, density: str) -> float:
     """The fraction of the test-NLL gap from the Gaussian to the true density that the
     CNF closes: 1 matches the truth, 0 is no better than the Gaussian.
 
@@ -475,12 +476,12 @@ def gap_closed(v: _template.Values, density: str) -> float:
     return (gaussian - v[cnf, "test_nll"]) / (gaussian - v[cnf, "true_test_nll"])
 
 
-def _fits(v: _template.Values, density: str) -> bool:
+def _fits(v: _metrics.Values, density: str) -> bool:
     """Whether the CNF closes at least :data:`GAP_CLOSED` of the gap on ``density``."""
     return gap_closed(v, density) >= GAP_CLOSED
 
 
-def _worst(v: _template.Values, metric: str) -> float:
+def _worst(v: _metrics.Values, metric: str) -> float:
     """The largest value of a CNF metric over the densities."""
     return max(v[f"{density}/cnf", metric] for density in DENSITIES)
 
@@ -585,10 +586,10 @@ def sections(result: Result[CnfSettings]) -> str:
     for density in DENSITIES:
         cnf = f"{density}/cnf"
         values = [
-            _template.Values({cnf: {m: st.values[k] for m, st in result.metrics[cnf].items()}})
+            _metrics.Values({cnf: {m: st.values[k] for m, st in result.metrics[cnf].items()}})
             for k in range(len(result.setup.seeds))
         ]
-        closed = _template.Stat.of([gap_closed(v, density) for v in values])
+        closed = _metrics.Stat.of([gap_closed(v, density) for v in values])
         nfe = f"{result.cell(cnf, 'nfe_initial', '.0f')} → {result.cell(cnf, 'nfe', '.0f')}"
         label = LABELS[density]
         lines += [

@@ -41,9 +41,10 @@ from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import Optimizer, TrainConfig, load_splits
 from ._chen import MNIST_10K, fit_line, optimiser_words
+from ._claims import Claim
+from ._metrics import Values
 from ._registry import fmt
 from ._template import (
-    Claim,
     Figure,
     Measurement,
     Result,
@@ -52,7 +53,6 @@ from ._template import (
     Setup,
     Template,
     Trained,
-    Values,
     register_template,
 )
 

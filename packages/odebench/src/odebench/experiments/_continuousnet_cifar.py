@@ -25,8 +25,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import _contnet_common as common
+from ._claims import Claim
 from ._images import data_name
-from ._template import Claim, Figure, Template, register_template
+from ._template import Figure, Template, register_template
 
 if TYPE_CHECKING:
     from ._template import Result, Setup

@@ -43,19 +43,18 @@ from .._io import pyplot, save_png
 from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
+from ._claims import Claim
 from ._images import data_name
+from ._metrics import Stat, Values
 from ._template import (
-    Claim,
     Figure,
     Measurement,
     Result,
     Run,
     Settings,
     Setup,
-    Stat,
     Template,
     Trained,
-    Values,
     register_template,
 )
 

@@ -19,22 +19,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .._io import pyplot, save_png
 from ..training import TrainConfig
+from ._claims import Claim, ClaimKind
 from ._images import available_datasets, data_name, mode_note
+from ._metrics import Stat
 from ._registry import fmt
-from ._template import (
-    Claim,
-    ClaimKind,
-    Figure,
-    Measurement,
-    Run,
-    Settings,
-    Stat,
-    Template,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Template, register_template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup, Trained, Values
+    from ._metrics import Values
+    from ._template import Result, Setup, Trained
 
 DATASETS = ("mnist", "cifar10")
 """MNIST always; CIFAR-10 when :func:`odebench.training.find_data` finds it."""

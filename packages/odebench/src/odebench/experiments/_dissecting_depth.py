@@ -36,19 +36,12 @@ from torch import Tensor, nn
 from .._io import CHECKPOINT, pyplot, save_png
 from ..data import annuli, reflection
 from ..training import Task
-from ._template import (
-    Claim,
-    ClaimKind,
-    Figure,
-    Measurement,
-    Run,
-    Settings,
-    Template,
-    register_template,
-)
+from ._claims import Claim, ClaimKind
+from ._template import Figure, Measurement, Run, Settings, Template, register_template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup, Trained, Values
+    from ._metrics import Values
+    from ._template import Result, Setup, Trained
 
 LABELS = {
     "vanilla": "vanilla NODE",

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._claims import MAX_CLAIM_TEXT, Verdict, verdict_status
+from ._metrics import Stat
 from ._registry import EXPERIMENTS, read_results
-from ._template import MAX_CLAIM_TEXT, Stat, Verdict, verdict_status
 
 SUMMARY_HEADER = "| experiment | paper claims | checks | data | seeds | training | commit |"
 CLAIMS_HEADER = "| experiment | claim | published | ours (mean ± std) | verdict |"

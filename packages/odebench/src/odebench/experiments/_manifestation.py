@@ -24,8 +24,10 @@ import torch
 
 from .._io import pyplot, save_png
 from . import _contnet_common as common
+from ._claims import Claim
 from ._images import data_name
-from ._template import Claim, Figure, Measurement, Stat, Template, register_template
+from ._metrics import Stat
+from ._template import Figure, Measurement, Template, register_template
 
 if TYPE_CHECKING:
     from ._template import Result, Setup, Trained

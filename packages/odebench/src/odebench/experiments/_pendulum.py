@@ -28,17 +28,8 @@ from .._io import pyplot, save_png
 from ..data import pendulum as pendulum_data
 from ..training import Task
 from . import _template
-from ._template import (
-    Claim,
-    ClaimKind,
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Trained,
-)
+from ._claims import Claim, ClaimKind
+from ._template import Figure, Measurement, Result, Run, Settings, Setup, Trained
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""

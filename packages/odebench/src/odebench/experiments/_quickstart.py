@@ -13,8 +13,8 @@ import torch
 from .._io import integer_ticks, metric_label, pyplot, save_png
 from ..data import DataError, download
 from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
+from ._claims import Claim
 from ._template import (
-    Claim,
     Figure,
     Measurement,
     Result,

@@ -17,9 +17,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import _contnet_common as common
+from ._claims import Claim
 from ._images import data_name
+from ._metrics import Stat, Values
 from ._registry import fmt
-from ._template import Claim, Figure, Stat, Template, Values, register_template
+from ._template import Figure, Template, register_template
 
 if TYPE_CHECKING:
     from ._template import Result, Setup

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 from torch import nn
@@ -52,6 +51,8 @@ from torch import nn
 from .._io import write_json, write_text
 from .._provenance import Provenance, provenance_started
 from ..training import Task, TrainConfig, fit, load_model, resolve_device, train
+from ._claims import Claim, Verdict
+from ._metrics import Ref, Stat, Values
 from ._registry import (
     _REGISTRY,
     MODES,
@@ -59,10 +60,11 @@ from ._registry import (
     Log,
     RunOptions,
     command,
-    fmt,
     one_thread,
     prefixed,
 )
+from ._report import Prose, report, with_details
+from ._tables import Table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,429 +232,6 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Stat:
-    """A metric over seeds: mean and sample standard deviation of the finite values.
-
-    The one place where per-seed values are aggregated. ``std`` is
-    ``statistics.stdev`` (``n - 1`` in the denominator); one value has no spread,
-    and ``std`` is ``None``.
-
-    Args:
-        mean: the mean of the finite values; ``None`` when there are none.
-        std: their sample standard deviation; ``None`` for fewer than two.
-        n: how many values were finite.
-        values: the value of each seed (``None`` where missing or not finite).
-
-    Example:
-        >>> Stat.of([0.1, 0.2, None, 0.3]).cell(".1f", 100, "%")
-        '20.0 ± 10.0%'
-        >>> Stat.of([0.25]).cell(".1f", 100, "%")
-        '25.0%'
-    """
-
-    mean: float | None
-    std: float | None
-    n: int
-    values: tuple[float | None, ...]
-
-    @classmethod
-    def of(cls, values: Sequence[float | None]) -> Stat:
-        """The statistics of one value per seed."""
-        kept = tuple(float(v) if v is not None and math.isfinite(v) else None for v in values)
-        finite = [v for v in kept if v is not None]
-        mean = statistics.fmean(finite) if finite else None
-        std = statistics.stdev(finite) if len(finite) > 1 else None
-        return cls(mean, std, len(finite), kept)
-
-    def cell(self, spec: str = ".4g", scale: float = 1.0, unit: str = "") -> str:
-        """A table cell: ``mean ± std`` (``mean`` alone for one seed, ``–`` for none)."""
-        if self.mean is None:
-            return "–"
-        if self.std is None:
-            return f"{fmt(self.mean, spec, scale)}{unit}"
-        return f"{fmt(self.mean, spec, scale)} ± {fmt(self.std, spec, scale)}{unit}"
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"mean", "std", "n", "seeds"}`` for ``results.json``."""
-        return {"mean": self.mean, "std": self.std, "n": self.n, "seeds": list(self.values)}
-
-
-@dataclass(frozen=True)
-class Values:
-    """One set of metric values, looked up as ``values[run, metric]``: one seed's, or
-    the means over the seeds. What a :class:`Claim` tests.
-
-    Args:
-        table: ``{run: {metric: value}}``.
-        what: which set it is (``"seed 0"``, ``"the means"``), for error messages.
-
-    Example:
-        >>> v = Values({"odenet": {"saved_mib": 14.2, "nfe": None}}, "seed 0")
-        >>> v["odenet", "saved_mib"], v["odenet", "nfe"]
-        (14.2, nan)
-        >>> v["odenet", "memory"]
-        Traceback (most recent call last):
-        ...
-        KeyError: "no metric 'memory' of run 'odenet' in seed 0; known: saved_mib, nfe"
-    """
-
-    table: Mapping[str, Mapping[str, float | None]]
-    what: str = "these values"
-
-    @classmethod
-    def means(cls, seeds: Sequence[Values]) -> Values:
-        """The means over the seeds of every metric (see :class:`Stat`)."""
-        names: dict[str, dict[str, None]] = {}
-        for v in seeds:
-            for run, metrics in v.table.items():
-                names.setdefault(run, {}).update(dict.fromkeys(metrics))
-        table = {
-            run: {m: Stat.of([v.table.get(run, {}).get(m) for v in seeds]).mean for m in metrics}
-            for run, metrics in names.items()
-        }
-        return cls(table, "the means over the seeds")
-
-    def __getitem__(self, key: tuple[str, str]) -> float:
-        """The value of ``(run, metric)``; NaN when it is missing or not finite."""
-        run, metric = key
-        if run not in self.table:
-            raise KeyError(f"no run {run!r} in {self.what}; known: {', '.join(self.table)}")
-        metrics = self.table[run]
-        if metric not in metrics:
-            raise KeyError(
-                f"no metric {metric!r} of run {run!r} in {self.what}; known: {', '.join(metrics)}"
-            )
-        value = metrics[metric]
-        return math.nan if value is None or not math.isfinite(value) else float(value)
-
-
-ClaimKind = Literal["paper", "check"]
-"""What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
-``"check"``, a property of our implementation (a parameter count, a bound, an exact
-identity) that would hold on any seed. Only paper claims count as reproduced."""
-
-CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")
-
-MAX_CLAIM_TEXT = 90
-"""The longest :attr:`Claim.text`: the index shows it in one table cell; the
-details go in :attr:`Claim.detail`, which the experiment's report shows."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim of the paper, or a check of our code, and how our numbers test it.
-
-    Args:
-        key: a stable identifier (``results.json`` and tests look the verdict up by it).
-        text: the claim in a few words (at most ``MAX_CLAIM_TEXT`` (90) characters).
-        published: the paper's value: a number (formatted like ours) or a statement.
-        ours: the number that shows our side of the claim, from one set of
-            :class:`Values` (a metric, a ratio, a difference).
-        holds: the test, with its threshold. It is run on the means over the seeds
-            and on each seed; see :class:`Verdict` for how the two make the verdict.
-            A missing value reads as NaN, and comparisons with NaN are false.
-        spec: the format of ``ours`` (and of a numeric ``published``).
-        scale: multiplies them before formatting (100 for percent).
-        unit: follows them (``"%"``, ``" MiB"``, ``"×"``).
-        kind: ``"paper"`` or ``"check"`` (see ``ClaimKind``); no default, so
-            that every claim says which it is.
-        timing: the claim compares times. It is judged only when the machine was
-            not contended while the run trained (:attr:`Provenance.contended`).
-        detail: what ``ours`` is and how the threshold was chosen, for the report.
-
-    Raises:
-        ValueError: an unknown ``kind``, a ``text`` longer than
-            ``MAX_CLAIM_TEXT`` (90), or a timing claim that is a check.
-
-    Example:
-        >>> claim = Claim(key="cheap", text="the ODE-Net saves less than the RK-Net",
-        ...               published="O(1) against O(L~)",
-        ...               ours=lambda v: v["odenet", "mib"] / v["rknet", "mib"],
-        ...               holds=lambda v: v["odenet", "mib"] < v["rknet", "mib"],
-        ...               spec=".2f", unit="×", kind="paper")
-        >>> seeds = [Values({"odenet": {"mib": m}, "rknet": {"mib": 60.0}}) for m in (14.0, 70.0)]
-        >>> verdict = claim.check(seeds)
-        >>> verdict.ours.cell(".2f"), verdict.status, verdict.words
-        ('0.70 ± 0.66', 'mixed', 'mixed: held on 1 of 2 seeds')
-    """
-
-    key: str
-    text: str
-    published: str | float
-    ours: Callable[[Values], float]
-    holds: Callable[[Values], bool]
-    spec: str = ".3g"
-    scale: float = 1.0
-    unit: str = ""
-    kind: ClaimKind = field(kw_only=True)
-    timing: bool = field(default=False, kw_only=True)
-    detail: str = field(default="", kw_only=True)
-
-    def __post_init__(self) -> None:
-        if self.kind not in CLAIM_KINDS:
-            raise ValueError(
-                f"Claim {self.key!r}: `kind` must be one of {', '.join(CLAIM_KINDS)}, "
-                f"got {self.kind!r}."
-            )
-        if len(self.text) > MAX_CLAIM_TEXT:
-            raise ValueError(
-                f"Claim {self.key!r}: `text` has {len(self.text)} characters, at most "
-                f"{MAX_CLAIM_TEXT} fit the index; move the rest into `detail`."
-            )
-        if self.timing and self.kind != "paper":
-            raise ValueError(f"Claim {self.key!r}: a timing claim is a claim of the paper.")
-
-    @classmethod
-    def difference(
-        cls,
-        key: str,
-        text: str,
-        published: str | float,
-        first: tuple[str, str],
-        second: tuple[str, str],
-        *,
-        kind: ClaimKind,
-        above: float | None = None,
-        below: float | None = None,
-        spec: str = "+.2f",
-        scale: float = 1.0,
-        unit: str = "",
-        detail: str = "",
-    ) -> Claim:
-        """A comparison of two models by their paired per-seed difference ``v[first] - v[second]``.
-
-        Both models train on the same seeds, so ``ours`` is the difference on each seed:
-        its spread over the seeds is the paired spread, not that of two unpaired means.
-
-        Args:
-            key, text, published, kind, spec, scale, unit, detail: as for :class:`Claim`.
-            first: ``(run, metric)`` of the first model.
-            second: ``(run, metric)`` of the second.
-            above: the claim holds when the difference is above this.
-            below: the claim holds when the difference is below this (with ``above``: both).
-
-        Raises:
-            ValueError: neither ``above`` nor ``below``.
-
-        Example:
-            >>> claim = Claim.difference("better", "the ANODE is more accurate", "+1.2 points",
-            ...                          ("anode", "acc"), ("node", "acc"), above=0.0,
-            ...                          kind="paper", scale=100, unit=" points")
-            >>> seeds = [Values({"anode": {"acc": a}, "node": {"acc": 0.9}})
-            ...          for a in (0.92, 0.93, 0.89)]
-            >>> verdict = claim.check(seeds)
-            >>> verdict.ours.cell(*claim.format), verdict.words
-            ('+1.33 ± +2.08 points', 'held on 2 of 3 seeds')
-        """
-        if above is None and below is None:
-            raise ValueError(f"Claim.difference {key!r}: give `above`, `below` or both.")
-
-        def diff(v: Values) -> float:
-            return v[first] - v[second]
-
-        def holds(v: Values) -> bool:
-            d = diff(v)
-            return (above is None or d > above) and (below is None or d < below)
-
-        return cls(
-            key, text, published, diff, holds, spec=spec, scale=scale, unit=unit,
-            kind=kind, detail=detail,
-        )  # fmt: skip
-
-    @classmethod
-    def ratio(
-        cls,
-        key: str,
-        text: str,
-        published: str | float,
-        over: tuple[str, str],
-        under: tuple[str, str],
-        *,
-        kind: ClaimKind,
-        below: float | None = None,
-        above: float | None = None,
-        spec: str = ".2f",
-        timing: bool = False,
-        detail: str = "",
-    ) -> Claim:
-        """A claim on the ratio of two metrics, ``v[over] / v[under]``, shown as ``0.23×``.
-
-        Args:
-            key, text, published, kind, timing, detail: as for :class:`Claim`.
-            over: ``(run, metric)`` of the numerator.
-            under: ``(run, metric)`` of the denominator.
-            below: the claim holds when the ratio is below this.
-            above: the claim holds when the ratio is above this (with ``below``: both).
-            spec: the format of the ratio.
-
-        Raises:
-            ValueError: neither ``below`` nor ``above``.
-
-        Example:
-            >>> claim = Claim.ratio("small", "the ODE-Net is small", 0.37,
-            ...                     ("odenet", "parameters"), ("resnet", "parameters"),
-            ...                     below=0.5, kind="check")
-            >>> seed = Values({"odenet": {"parameters": 2e5}, "resnet": {"parameters": 6e5}})
-            >>> claim.check([seed]).ours.cell(*claim.format), claim.check([seed]).words
-            ('0.33×', 'passed')
-        """
-        if below is None and above is None:
-            raise ValueError(f"Claim.ratio {key!r}: give `below`, `above` or both.")
-
-        def ratio(v: Values) -> float:
-            return v[over] / v[under]
-
-        def holds(v: Values) -> bool:
-            r = ratio(v)
-            return (below is None or r < below) and (above is None or r > above)
-
-        return cls(
-            key, text, published, ratio, holds, spec=spec, unit="×", kind=kind,
-            timing=timing, detail=detail,
-        )  # fmt: skip
-
-    def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
-        """The verdict on the values of each seed (in order) and on their means.
-
-        ``ours`` shows the number the verdict is judged on, ``ours`` of the means, with
-        the spread of its values over the seeds: for a claim that is not linear in the
-        metrics (a maximum, a ratio) the mean of the per-seed values would differ.
-
-        Args:
-            seeds: one set of values per seed.
-            contended: the machine was busier than the run alone while it trained
-                (:attr:`Provenance.contended`); a timing claim is then not judged.
-        """
-        means = Values.means(seeds)
-        try:
-            ours = Stat.of([self.ours(v) for v in seeds])
-            on_means = self.ours(means)
-            if math.isfinite(on_means):
-                ours = dataclasses.replace(ours, mean=float(on_means))
-            held_on = tuple(bool(self.holds(v)) for v in seeds)
-            holds = bool(self.holds(means))
-        except KeyError as exc:
-            raise KeyError(f"claim {self.key!r}: {exc.args[0]}") from None
-        published = (
-            self.published
-            if isinstance(self.published, str)
-            else f"{fmt(self.published, self.spec, self.scale)}{self.unit}"
-        )
-        return Verdict(
-            self.key, self.text, published, ours, holds, held_on, self.format,
-            kind=self.kind, detail=self.detail, contended=self.timing and contended,
-        )  # fmt: skip
-
-    @property
-    def format(self) -> tuple[str, float, str]:
-        """``(spec, scale, unit)`` of the claim's numbers."""
-        return self.spec, self.scale, self.unit
-
-
-VERDICTS = ("held", "mixed", "not held", "contended", "passed", "failed")
-"""The statuses of a :class:`Verdict`: the first four of a paper claim, the last two
-of a check."""
-
-
-def verdict_status(kind: str, holds: bool, held_on: Sequence[bool], contended: bool = False) -> str:
-    """The one rule that turns a claim's test results into its status.
-
-    A **paper claim** is ``"held"`` when it holds on the means *and* on most seeds
-    (more than half), ``"not held"`` when it holds on neither the means nor any seed,
-    and ``"mixed"`` otherwise. A timing claim measured on a contended machine is
-    ``"contended"``, whatever its numbers. A **check** (``kind="check"``) is
-    ``"passed"`` only when it holds on the means and on every seed, else ``"failed"``.
-
-    Example:
-        >>> verdict_status("paper", True, [True, False, True])
-        'held'
-        >>> verdict_status("paper", True, [True, False, False])
-        'mixed'
-        >>> verdict_status("paper", False, [False, False])
-        'not held'
-        >>> verdict_status("check", True, [True, False])
-        'failed'
-    """
-    count, n = sum(held_on), len(held_on)
-    if kind == "check":
-        return "passed" if holds and count == n else "failed"
-    if contended:
-        return "contended"
-    if holds and 2 * count > n:
-        return "held"
-    return "not held" if not holds and count == 0 else "mixed"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A checked :class:`Claim`: what the report's table shows of it.
-
-    Args:
-        key: the claim's key.
-        text: the claim.
-        published: the paper's value, as text.
-        ours: the claim's number over the seeds.
-        holds: whether the claim holds on the means.
-        held_on: whether it holds on each seed, in the order of the seeds.
-        format: ``(spec, scale, unit)`` of ``ours``.
-        kind: the claim's kind, ``"paper"`` or ``"check"``.
-        detail: the claim's details, for the report.
-        contended: a timing claim measured on a contended machine: not judged.
-    """
-
-    key: str
-    text: str
-    published: str
-    ours: Stat
-    holds: bool
-    held_on: tuple[bool, ...]
-    format: tuple[str, float, str] = (".3g", 1.0, "")
-    kind: ClaimKind = "paper"
-    detail: str = ""
-    contended: bool = False
-
-    @property
-    def status(self) -> str:
-        """One of ``VERDICTS``, by :func:`verdict_status`."""
-        return verdict_status(self.kind, self.holds, self.held_on, self.contended)
-
-    @property
-    def words(self) -> str:
-        """The status in words, with the per-seed count where there are several seeds.
-
-        ``"held on 3 of 3 seeds"``, ``"mixed: held on 1 of 3 seeds, not on the mean"``,
-        ``"not held"``, ``"contended: not judged"``, ``"passed"``,
-        ``"failed on 1 of 3 seeds"``.
-        """
-        status, count, n = self.status, sum(self.held_on), len(self.held_on)
-        seeds = f"{count} of {n} seeds"
-        if status == "held":
-            return f"held on {seeds}" if n > 1 else "held"
-        if status == "mixed":
-            return f"mixed: held on {seeds}" + ("" if self.holds else ", not on the mean")
-        if status == "contended":
-            return "contended: not judged"
-        if status == "failed":
-            return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
-        return status
-
-    def to_json(self) -> dict[str, Any]:
-        """The verdict for ``results.json``."""
-        return {
-            "kind": self.kind,
-            "text": self.text,
-            "detail": self.detail,
-            "published": self.published,
-            "ours": self.ours.to_json(),
-            "holds": self.holds,
-            "held_on_seeds": list(self.held_on),
-            "status": self.status,
-            "verdict": self.words,
-            "cell": self.ours.cell(*self.format),
-        }
-
-
-@dataclass(frozen=True)
 class Result(Generic[S]):
     """A finished experiment: what the report, the figures and ``results.json`` show.
 
@@ -696,15 +275,25 @@ class Result(Generic[S]):
         """The settings of the mode."""
         return self.setup.settings
 
-    def stat(self, run: str, metric: str) -> Stat:
-        """The :class:`Stat` of one metric of one run (all missing if the run has none)."""
+    def stat(self, run: str | Ref, metric: str = "") -> Stat:
+        """The :class:`Stat` of a :class:`Ref`, or of ``metric`` of ``run`` (all missing
+        if the run has none)."""
+        name, key = (run.run, run.key) if isinstance(run, Ref) else (run, metric)
         missing = Stat(None, None, 0, tuple(None for _ in self.setup.seeds))
-        return self.metrics.get(run, {}).get(metric, missing)
+        return self.metrics.get(name, {}).get(key, missing)
 
     def cell(
-        self, run: str, metric: str, spec: str = ".4g", scale: float = 1.0, unit: str = ""
+        self,
+        run: str | Ref,
+        metric: str = "",
+        spec: str = ".4g",
+        scale: float = 1.0,
+        unit: str = "",
     ) -> str:
-        """A table cell of one metric: ``mean ± std`` over the seeds (see :meth:`Stat.cell`)."""
+        """A table cell of one metric: ``mean ± std`` over the seeds (see :meth:`Stat.cell`),
+        in the :class:`Ref`'s format when given one."""
+        if isinstance(run, Ref):
+            return self.stat(run).cell(*run.format)
         return self.stat(run, metric).cell(spec, scale, unit)
 
     def details(self, run: str) -> Mapping[str, Any]:
@@ -769,6 +358,14 @@ def _no_sections(result: Result[Any]) -> str:
     return ""
 
 
+def _no_tables(setup: Setup[Any]) -> Mapping[str, Table]:
+    return {}
+
+
+def _no_words(result: Result[Any]) -> Mapping[str, object]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Template(Generic[S]):
     """An experiment of ``odebench run``, declared; :func:`register_template` adds it.
@@ -787,7 +384,12 @@ class Template(Generic[S]):
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
         claims: ``claims(setup)``: the paper's claims, checked on the aggregated numbers.
         sections: ``sections(result)``: the experiment's own Markdown, after the claims
-            table (its tables, figure links, notes).
+            table (its tables, figure links, notes), before its ``text``.
+        text: the file of its report text and claim details in ``text/``
+            (:class:`~odebench.experiments._report.Prose`); ``""``: none.
+        tables: ``tables(setup)``: its declared tables by name, which the text shows
+            as ``{table[name]}`` and the terminal gets at the end of the run.
+        words: ``words(result)``: further values the text's fields read.
         figures: drawn after the runs, before the report.
         epoch_fields: the settings' fields that ``--epochs`` sets; ``()``: the
             experiment refuses ``--epochs``.
@@ -811,6 +413,9 @@ class Template(Generic[S]):
     measure: Callable[[Setup[S], Trained], Measurement]
     claims: Callable[[Setup[S]], Sequence[Claim]] = _no_claims
     sections: Callable[[Result[S]], str] = _no_sections
+    text: str = ""
+    tables: Callable[[Setup[S]], Mapping[str, Table]] = _no_tables
+    words: Callable[[Result[S]], Mapping[str, object]] = _no_words
     figures: Sequence[Figure[S]] = ()
     epoch_fields: tuple[str, ...] = ("epochs",)
     one_thread_modes: tuple[str, ...] = ()
@@ -857,6 +462,48 @@ class Template(Generic[S]):
         return dataclasses.replace(settings, **{f: epochs for f in self.epoch_fields})
 
 
+_TEMPLATES: dict[str, Template[Any]] = {}
+TEMPLATES: Mapping[str, Template[Any]] = MappingProxyType(_TEMPLATES)
+"""The declared experiments by name, as :func:`register_template` added them."""
+
+
+def check_declaration(template: Template[Any], mode: str) -> None:
+    """Check what ``template`` declares for ``mode`` before any training: every claim and
+    table reads only runs the mode trains, and its text has details for exactly the
+    claims that give none in code and shows only declared tables.
+
+    Raises:
+        KeyError: a claim or a table that reads an unknown run.
+        ValueError: a claim without details, details of no claim, or an undeclared
+            table in the text.
+    """
+    options = RunOptions(out=Path("unused"), mode=mode)
+    settings = template.settings_for(mode)
+    setup = Setup(template.name, mode, settings, options, (0,), lambda _: None)
+    runs = [run.name for run in template.runs(setup, 0)]
+    claims = list(template.claims(setup))
+    for claim in claims:
+        claim.check_runs(runs)
+    for name, table in template.tables(setup).items():
+        for row in table.rows:
+            for col in table.columns:
+                run = col.run or row.run
+                if col.metric is not None and run not in runs:
+                    raise KeyError(f"{template.name}: table {name!r} reads unknown run {run!r}")
+    if not template.text:
+        return
+    prose = Prose.of(template.text)
+    bare = {c.key for c in claims if not c.detail}
+    if bare != set(prose.details):
+        raise ValueError(
+            f"text/{template.text}: details for {sorted(set(prose.details) - bare)} match no "
+            f"claim without details; {sorted(bare - set(prose.details))} have none"
+        )
+    unknown = prose.tables() - set(template.tables(setup))
+    if unknown:
+        raise ValueError(f"text/{template.text}: no table {sorted(unknown)} is declared")
+
+
 def register_template(template: Template[S]) -> Template[S]:
     """Add ``template`` to :data:`~odebench.experiments.EXPERIMENTS` under its name.
 
@@ -866,6 +513,7 @@ def register_template(template: Template[S]) -> Template[S]:
     Returns:
         ``template``, unchanged.
     """
+    _TEMPLATES[template.name] = template
     _REGISTRY[template.name] = Experiment(
         template.name,
         template.description,
@@ -963,12 +611,15 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         data_files=_data_files(trained),
         provenance=provenance,
     )
+    result = dataclasses.replace(result, verdicts=with_details(template, result))
     for figure in template.figures:
         figure.draw(result, options.out / figure.path)
     result = dataclasses.replace(result, wall_seconds=time.perf_counter() - started)
     doc = result.to_json()
     write_json(options.out / "results.json", doc)
-    write_text(options.out / "report.md", _report(template, result))
+    write_text(options.out / "report.md", report(template, result))
+    for name, table in template.tables(setup).items():
+        log(f"{name}:\n{table.text(result)}")
     log(f"{template.name}: {result.wall_seconds:.0f} s; report in {options.out / 'report.md'}")
     return doc
 
@@ -1016,95 +667,6 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
     history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     return Trained(run, seed, out, config, result, history, seconds=result["train_seconds"])
-
-
-def _report(template: Template[S], result: Result[S]) -> str:
-    """``report.md``: title, command, date, mode, seeds, wall time, claims, sections.
-
-    Args:
-        template: the experiment.
-        result: its result.
-
-    Returns:
-        The Markdown text.
-    """
-    setup = result.setup
-    seeds = ", ".join(str(s) for s in setup.seeds)
-    lines = [
-        f"# {template.title}",
-        "",
-        f"`{result.command}`, {result.date}, mode {setup.mode}, "
-        f"seed{'s' if len(setup.seeds) > 1 else ''} {seeds}, {result.wall_seconds:.0f} s in all"
-        + (
-            f" (resumed: {result.train_seconds:.0f} s of training over every run and seed)."
-            if setup.options.resume
-            else "."
-        ),
-        "",
-        *_provenance_lines(result.provenance),
-    ]
-    if result.data_files:
-        files = ", ".join(f"{f['file']} (SHA-256 {f['sha256'][:16]})" for f in result.data_files)
-        lines += [f"Data files read: {files}.", ""]
-    papers = [v for v in result.verdicts if v.kind == "paper"]
-    checks = [v for v in result.verdicts if v.kind == "check"]
-    lines += ["## Claims of the paper", ""]
-    if papers:
-        lines += [
-            "A claim holds when it holds on the mean over the seeds and on most seeds; "
-            "otherwise it is mixed, with the per-seed count. A comparison of two models "
-            "shows their paired per-seed difference.",
-            "",
-            *_verdict_table(papers),
-        ]
-    else:
-        lines.append("No claim of a paper is checked here.")
-    if checks:
-        lines += [
-            "",
-            "## Checks of our code",
-            "",
-            "Properties of the implementation (counts, bounds, exact identities): they "
-            "hold on every seed or not at all, and are not counted as reproductions.",
-            "",
-            *_verdict_table(checks),
-        ]
-    lines.append("")
-    sections = template.sections(result).strip("\n")
-    return "\n".join([*lines, "", *([sections, ""] if sections else [])])
-
-
-def _verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
-    """The report's table of some verdicts: the claim with its details, published, ours, verdict."""
-    lines = [
-        "| claim | published | ours (mean ± std, n seeds) | verdict |",
-        "|---|---|---|---|",
-    ]
-    for v in verdicts:
-        n = v.ours.n
-        ours = f"{v.ours.cell(*v.format)} ({n} seed{'' if n == 1 else 's'})"
-        claim = f"**{v.text}**" + (f": {v.detail}" if v.detail else "")
-        lines.append(f"| {claim} | {v.published} | {ours} | {v.words} |")
-    return lines
-
-
-def _provenance_lines(provenance: Provenance | None) -> list[str]:
-    """One paragraph of where the run came from, for the report."""
-    if provenance is None:
-        return []
-    commit = provenance.commit[:10] if provenance.commit else "no commit"
-    if provenance.dirty:
-        commit += " (dirty tree: not publishable)"
-    load = provenance.load
-    busy = " (contended: timings not judged)" if provenance.contended else ""
-    versions = ", ".join(f"{k} {v}" for k, v in provenance.versions.items() if v)
-    return [
-        f"Commit {commit}; {versions}; {provenance.threads} thread"
-        f"{'' if provenance.threads == 1 else 's'} on {provenance.cores} × {provenance.cpu}; "
-        f"load {load.get('before')} before, {load.get('max')} at most, {load.get('after')} "
-        f"after{busy}.",
-        "",
-    ]
 
 
 def _json_ready(value: Any) -> Any:

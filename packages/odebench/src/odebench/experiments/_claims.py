@@ -1,0 +1,349 @@
+"""Claims of a paper and checks of our code, and the verdicts on them over the seeds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._metrics import Ref, Stat, Values
+from ._registry import fmt
+
+Key = Ref | tuple[str, str]
+"""What a claim reads: a :class:`Ref`, or ``(run, metric)``."""
+
+
+ClaimKind = Literal["paper", "check"]
+"""What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
+``"check"``, a property of our implementation (a parameter count, a bound, an exact
+identity) that would hold on any seed. Only paper claims count as reproduced."""
+
+CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")
+
+MAX_CLAIM_TEXT = 90
+"""The longest :attr:`Claim.text`: the index shows it in one table cell; the
+details go in :attr:`Claim.detail`, which the experiment's report shows."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, or a check of our code, and how our numbers test it.
+
+    Args:
+        key: a stable identifier (``results.json`` and tests look the verdict up by it).
+        text: the claim in a few words (at most ``MAX_CLAIM_TEXT`` (90) characters).
+        published: the paper's value: a number (formatted like ours) or a statement.
+        ours: the number that shows our side of the claim, from one set of
+            :class:`Values` (a metric, a ratio, a difference).
+        holds: the test, with its threshold. It is run on the means over the seeds
+            and on each seed; see :class:`Verdict` for how the two make the verdict.
+            A missing value reads as NaN, and comparisons with NaN are false.
+        spec: the format of ``ours`` (and of a numeric ``published``).
+        scale: multiplies them before formatting (100 for percent).
+        unit: follows them (``"%"``, ``" MiB"``, ``"×"``).
+        kind: ``"paper"`` or ``"check"`` (see ``ClaimKind``); no default, so
+            that every claim says which it is.
+        timing: the claim compares times. It is judged only when the machine was
+            not contended while the run trained (:attr:`Provenance.contended`).
+        detail: what ``ours`` is and how the threshold was chosen, for the report.
+
+    Raises:
+        ValueError: an unknown ``kind``, a ``text`` longer than
+            ``MAX_CLAIM_TEXT`` (90), or a timing claim that is a check.
+
+    Example:
+        >>> claim = Claim(key="cheap", text="the ODE-Net saves less than the RK-Net",
+        ...               published="O(1) against O(L~)",
+        ...               ours=lambda v: v["odenet", "mib"] / v["rknet", "mib"],
+        ...               holds=lambda v: v["odenet", "mib"] < v["rknet", "mib"],
+        ...               spec=".2f", unit="×", kind="paper")
+        >>> seeds = [Values({"odenet": {"mib": m}, "rknet": {"mib": 60.0}}) for m in (14.0, 70.0)]
+        >>> verdict = claim.check(seeds)
+        >>> verdict.ours.cell(".2f"), verdict.status, verdict.words
+        ('0.70 ± 0.66', 'mixed', 'mixed: held on 1 of 2 seeds')
+    """
+
+    key: str
+    text: str
+    published: str | float
+    ours: Callable[[Values], float]
+    holds: Callable[[Values], bool]
+    spec: str = ".3g"
+    scale: float = 1.0
+    unit: str = ""
+    kind: ClaimKind = field(kw_only=True)
+    timing: bool = field(default=False, kw_only=True)
+    detail: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(
+                f"Claim {self.key!r}: `kind` must be one of {', '.join(CLAIM_KINDS)}, "
+                f"got {self.kind!r}."
+            )
+        if len(self.text) > MAX_CLAIM_TEXT:
+            raise ValueError(
+                f"Claim {self.key!r}: `text` has {len(self.text)} characters, at most "
+                f"{MAX_CLAIM_TEXT} fit the index; move the rest into `detail`."
+            )
+        if self.timing and self.kind != "paper":
+            raise ValueError(f"Claim {self.key!r}: a timing claim is a claim of the paper.")
+
+    @classmethod
+    def difference(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        first: Key,
+        second: Key,
+        *,
+        kind: ClaimKind,
+        above: float | None = None,
+        below: float | None = None,
+        spec: str = "+.2f",
+        scale: float = 1.0,
+        unit: str = "",
+        detail: str = "",
+    ) -> Claim:
+        """A comparison of two models by their paired per-seed difference ``v[first] - v[second]``.
+
+        Both models train on the same seeds, so ``ours`` is the difference on each seed:
+        its spread over the seeds is the paired spread, not that of two unpaired means.
+
+        Args:
+            key, text, published, kind, spec, scale, unit, detail: as for :class:`Claim`.
+            first: ``(run, metric)`` of the first model.
+            second: ``(run, metric)`` of the second.
+            above: the claim holds when the difference is above this.
+            below: the claim holds when the difference is below this (with ``above``: both).
+
+        Raises:
+            ValueError: neither ``above`` nor ``below``.
+
+        Example:
+            >>> claim = Claim.difference("better", "the ANODE is more accurate", "+1.2 points",
+            ...                          ("anode", "acc"), ("node", "acc"), above=0.0,
+            ...                          kind="paper", scale=100, unit=" points")
+            >>> seeds = [Values({"anode": {"acc": a}, "node": {"acc": 0.9}})
+            ...          for a in (0.92, 0.93, 0.89)]
+            >>> verdict = claim.check(seeds)
+            >>> verdict.ours.cell(*claim.format), verdict.words
+            ('+1.33 ± +2.08 points', 'held on 2 of 3 seeds')
+        """
+        if above is None and below is None:
+            raise ValueError(f"Claim.difference {key!r}: give `above`, `below` or both.")
+
+        def diff(v: Values) -> float:
+            return v[first] - v[second]
+
+        def holds(v: Values) -> bool:
+            d = diff(v)
+            return (above is None or d > above) and (below is None or d < below)
+
+        return cls(
+            key, text, published, diff, holds, spec=spec, scale=scale, unit=unit,
+            kind=kind, detail=detail,
+        )  # fmt: skip
+
+    @classmethod
+    def ratio(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        over: Key,
+        under: Key,
+        *,
+        kind: ClaimKind,
+        below: float | None = None,
+        above: float | None = None,
+        spec: str = ".2f",
+        timing: bool = False,
+        detail: str = "",
+    ) -> Claim:
+        """A claim on the ratio of two metrics, ``v[over] / v[under]``, shown as ``0.23×``.
+
+        Args:
+            key, text, published, kind, timing, detail: as for :class:`Claim`.
+            over: ``(run, metric)`` of the numerator.
+            under: ``(run, metric)`` of the denominator.
+            below: the claim holds when the ratio is below this.
+            above: the claim holds when the ratio is above this (with ``below``: both).
+            spec: the format of the ratio.
+
+        Raises:
+            ValueError: neither ``below`` nor ``above``.
+
+        Example:
+            >>> claim = Claim.ratio("small", "the ODE-Net is small", 0.37,
+            ...                     ("odenet", "parameters"), ("resnet", "parameters"),
+            ...                     below=0.5, kind="check")
+            >>> seed = Values({"odenet": {"parameters": 2e5}, "resnet": {"parameters": 6e5}})
+            >>> claim.check([seed]).ours.cell(*claim.format), claim.check([seed]).words
+            ('0.33×', 'passed')
+        """
+        if below is None and above is None:
+            raise ValueError(f"Claim.ratio {key!r}: give `below`, `above` or both.")
+
+        def ratio(v: Values) -> float:
+            return v[over] / v[under]
+
+        def holds(v: Values) -> bool:
+            r = ratio(v)
+            return (below is None or r < below) and (above is None or r > above)
+
+        return cls(
+            key, text, published, ratio, holds, spec=spec, unit="×", kind=kind,
+            timing=timing, detail=detail,
+        )  # fmt: skip
+
+    def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
+        """The verdict on the values of each seed (in order) and on their means.
+
+        ``ours`` shows the number the verdict is judged on, ``ours`` of the means, with
+        the spread of its values over the seeds: for a claim that is not linear in the
+        metrics (a maximum, a ratio) the mean of the per-seed values would differ.
+
+        Args:
+            seeds: one set of values per seed.
+            contended: the machine was busier than the run alone while it trained
+                (:attr:`Provenance.contended`); a timing claim is then not judged.
+        """
+        means = Values.means(seeds)
+        try:
+            ours = Stat.of([self.ours(v) for v in seeds])
+            on_means = self.ours(means)
+            if math.isfinite(on_means):
+                ours = dataclasses.replace(ours, mean=float(on_means))
+            held_on = tuple(bool(self.holds(v)) for v in seeds)
+            holds = bool(self.holds(means))
+        except KeyError as exc:
+            raise KeyError(f"claim {self.key!r}: {exc.args[0]}") from None
+        published = (
+            self.published
+            if isinstance(self.published, str)
+            else f"{fmt(self.published, self.spec, self.scale)}{self.unit}"
+        )
+        return Verdict(
+            self.key, self.text, published, ours, holds, held_on, self.format,
+            kind=self.kind, detail=self.detail, contended=self.timing and contended,
+        )  # fmt: skip
+
+    @property
+    def format(self) -> tuple[str, float, str]:
+        """``(spec, scale, unit)`` of the claim's numbers."""
+        return self.spec, self.scale, self.unit
+
+    def check_runs(self, runs: Sequence[str]) -> None:
+        """Fail unless the claim reads only ``runs``: its test before any training.
+
+        Raises:
+            KeyError: naming the claim and the unknown run.
+        """
+        self.check([Values.dry_run(runs)])
+
+
+VERDICTS = ("held", "mixed", "not held", "contended", "passed", "failed")
+"""The statuses of a :class:`Verdict`: the first four of a paper claim, the last two
+of a check."""
+
+
+def verdict_status(kind: str, holds: bool, held_on: Sequence[bool], contended: bool = False) -> str:
+    """The one rule that turns a claim's test results into its status.
+
+    A **paper claim** is ``"held"`` when it holds on the means *and* on most seeds
+    (more than half), ``"not held"`` when it holds on neither the means nor any seed,
+    and ``"mixed"`` otherwise. A timing claim measured on a contended machine is
+    ``"contended"``, whatever its numbers. A **check** (``kind="check"``) is
+    ``"passed"`` only when it holds on the means and on every seed, else ``"failed"``.
+
+    Example:
+        >>> verdict_status("paper", True, [True, False, True])
+        'held'
+        >>> verdict_status("paper", True, [True, False, False])
+        'mixed'
+        >>> verdict_status("paper", False, [False, False])
+        'not held'
+        >>> verdict_status("check", True, [True, False])
+        'failed'
+    """
+    count, n = sum(held_on), len(held_on)
+    if kind == "check":
+        return "passed" if holds and count == n else "failed"
+    if contended:
+        return "contended"
+    if holds and 2 * count > n:
+        return "held"
+    return "not held" if not holds and count == 0 else "mixed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A checked :class:`Claim`: what the report's table shows of it.
+
+    Args:
+        key: the claim's key.
+        text: the claim.
+        published: the paper's value, as text.
+        ours: the claim's number over the seeds.
+        holds: whether the claim holds on the means.
+        held_on: whether it holds on each seed, in the order of the seeds.
+        format: ``(spec, scale, unit)`` of ``ours``.
+        kind: the claim's kind, ``"paper"`` or ``"check"``.
+        detail: the claim's details, for the report.
+        contended: a timing claim measured on a contended machine: not judged.
+    """
+
+    key: str
+    text: str
+    published: str
+    ours: Stat
+    holds: bool
+    held_on: tuple[bool, ...]
+    format: tuple[str, float, str] = (".3g", 1.0, "")
+    kind: ClaimKind = "paper"
+    detail: str = ""
+    contended: bool = False
+
+    @property
+    def status(self) -> str:
+        """One of ``VERDICTS``, by :func:`verdict_status`."""
+        return verdict_status(self.kind, self.holds, self.held_on, self.contended)
+
+    @property
+    def words(self) -> str:
+        """The status in words, with the per-seed count where there are several seeds.
+
+        ``"held on 3 of 3 seeds"``, ``"mixed: held on 1 of 3 seeds, not on the mean"``,
+        ``"not held"``, ``"contended: not judged"``, ``"passed"``,
+        ``"failed on 1 of 3 seeds"``.
+        """
+        status, count, n = self.status, sum(self.held_on), len(self.held_on)
+        seeds = f"{count} of {n} seeds"
+        if status == "held":
+            return f"held on {seeds}" if n > 1 else "held"
+        if status == "mixed":
+            return f"mixed: held on {seeds}" + ("" if self.holds else ", not on the mean")
+        if status == "contended":
+            return "contended: not judged"
+        if status == "failed":
+            return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
+        return status
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict for ``results.json``."""
+        return {
+            "kind": self.kind,
+            "text": self.text,
+            "detail": self.detail,
+            "published": self.published,
+            "ours": self.ours.to_json(),
+            "holds": self.holds,
+            "held_on_seeds": list(self.held_on),
+            "status": self.status,
+            "verdict": self.words,
+            "cell": self.ours.cell(*self.format),
+        }

@@ -1,0 +1,232 @@
+"""What an experiment measures: declared metrics, their values per seed, and their statistics.
+
+A :class:`Metric` is declared once, with the coordinates it is measured over (a
+tolerance, a number of steps) and how its numbers are shown; :meth:`Metric.key` is the
+one place that turns a metric and its coordinates into the name ``results.json`` keeps.
+A :class:`Ref` points at one metric of one run at given coordinates: claims, tables and
+figures read values through it, never through a name built from text, so a wrong
+coordinate fails where it is written and a wrong run fails the declaration's test
+(:meth:`Values.dry`) before any training.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._registry import fmt
+
+Coordinate = float | str
+"""The value of a metric's coordinate: a number (a tolerance, a step count) or a name."""
+
+
+def _text(value: Coordinate) -> str:
+    """A coordinate as a key shows it: numbers by ``:g``, names as they are."""
+    return value if isinstance(value, str) else format(value, "g")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number an experiment measures of each trained run, declared once.
+
+    Args:
+        name: the metric's name in ``results.json``.
+        over: the names of its coordinates, in the order the key shows them.
+        spec: the format of its numbers in tables and claims.
+        scale: multiplies them before formatting (100 for percent).
+        unit: follows them (``"%"``, ``" MiB"``).
+        label: its words in a table header (default: ``name``).
+        key_format: how :meth:`key` writes the name and coordinates, with one
+            ``{coordinate}`` field per entry of ``over`` and ``{name}``; default
+            ``"{name}@{c1}@{c2}..."``. Numbers are written by ``:g``.
+
+    Raises:
+        ValueError: a ``key_format`` whose fields are not ``name`` and ``over``.
+
+    Example:
+        >>> error = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
+        >>> error.key(tol=1e-3)
+        'test_error@0.001'
+        >>> error.of("relu", tol=1e-3)
+        Ref(run='relu', metric='test_error', at=(('tol', 0.001),))
+        >>> error.key(rtol=1e-3)
+        Traceback (most recent call last):
+        ...
+        ValueError: metric 'test_error' is measured over (tol), got (rtol).
+    """
+
+    name: str
+    over: tuple[str, ...] = ()
+    spec: str = ".4g"
+    scale: float = 1.0
+    unit: str = ""
+    label: str = ""
+    key_format: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key_format:
+            fields = "".join(f"@{{{c}}}" for c in self.over)
+            object.__setattr__(self, "key_format", "{name}" + fields)
+        try:
+            self.key_format.format(name=self.name, **dict.fromkeys(self.over, ""))
+        except (KeyError, IndexError) as exc:
+            raise ValueError(
+                f"metric {self.name!r}: `key_format` {self.key_format!r} may use only "
+                f"{{name}} and its coordinates ({', '.join(self.over)}), not {exc}."
+            ) from None
+
+    def key(self, **at: Coordinate) -> str:
+        """The name of the metric at coordinates ``at`` in ``results.json``."""
+        if set(at) != set(self.over):
+            raise ValueError(
+                f"metric {self.name!r} is measured over ({', '.join(self.over)}), "
+                f"got ({', '.join(at)})."
+            )
+        return self.key_format.format(name=self.name, **{c: _text(v) for c, v in at.items()})
+
+    def of(self, run: str, **at: Coordinate) -> Ref:
+        """The metric of ``run`` at coordinates ``at``."""
+        self.key(**at)  # checks the coordinates here, where the reference is written
+        return Ref(run, self.name, tuple((c, at[c]) for c in self.over), self)
+
+    @property
+    def format(self) -> tuple[str, float, str]:
+        """``(spec, scale, unit)`` of its numbers."""
+        return self.spec, self.scale, self.unit
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One metric of one run at given coordinates: what a claim or a table reads.
+
+    Made by :meth:`Metric.of`.
+    """
+
+    run: str
+    metric: str
+    at: tuple[tuple[str, Coordinate], ...] = ()
+    declared: Metric | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        """The metric's name at its coordinates in ``results.json``."""
+        if self.declared is None:
+            return self.metric
+        return self.declared.key(**dict(self.at))
+
+    @property
+    def format(self) -> tuple[str, float, str]:
+        """``(spec, scale, unit)`` of the metric."""
+        return self.declared.format if self.declared is not None else (".4g", 1.0, "")
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A metric over seeds: mean and sample standard deviation of the finite values.
+
+    The one place where per-seed values are aggregated. ``std`` is
+    ``statistics.stdev`` (``n - 1`` in the denominator); one value has no spread,
+    and ``std`` is ``None``.
+
+    Args:
+        mean: the mean of the finite values; ``None`` when there are none.
+        std: their sample standard deviation; ``None`` for fewer than two.
+        n: how many values were finite.
+        values: the value of each seed (``None`` where missing or not finite).
+
+    Example:
+        >>> Stat.of([0.1, 0.2, None, 0.3]).cell(".1f", 100, "%")
+        '20.0 ± 10.0%'
+        >>> Stat.of([0.25]).cell(".1f", 100, "%")
+        '25.0%'
+    """
+
+    mean: float | None
+    std: float | None
+    n: int
+    values: tuple[float | None, ...]
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat:
+        """The statistics of one value per seed."""
+        kept = tuple(float(v) if v is not None and math.isfinite(v) else None for v in values)
+        finite = [v for v in kept if v is not None]
+        mean = statistics.fmean(finite) if finite else None
+        std = statistics.stdev(finite) if len(finite) > 1 else None
+        return cls(mean, std, len(finite), kept)
+
+    def cell(self, spec: str = ".4g", scale: float = 1.0, unit: str = "") -> str:
+        """A table cell: ``mean ± std`` (``mean`` alone for one seed, ``–`` for none)."""
+        if self.mean is None:
+            return "–"
+        if self.std is None:
+            return f"{fmt(self.mean, spec, scale)}{unit}"
+        return f"{fmt(self.mean, spec, scale)} ± {fmt(self.std, spec, scale)}{unit}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"mean", "std", "n", "seeds"}`` for ``results.json``."""
+        return {"mean": self.mean, "std": self.std, "n": self.n, "seeds": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Values:
+    """One set of metric values, looked up as ``values[ref]`` (a :class:`Ref`) or
+    ``values[run, metric]``: one seed's, or the means over the seeds. What a
+    :class:`~odebench.experiments.Claim` tests.
+
+    Args:
+        table: ``{run: {metric: value}}``.
+        what: which set it is (``"seed 0"``, ``"the means"``), for error messages.
+        dry: the values of a declaration's test (:meth:`dry`): every metric of a known
+            run reads as NaN, an unknown run fails.
+
+    Example:
+        >>> v = Values({"odenet": {"saved_mib": 14.2, "nfe": None}}, "seed 0")
+        >>> v["odenet", "saved_mib"], v["odenet", "nfe"]
+        (14.2, nan)
+        >>> v["odenet", "memory"]
+        Traceback (most recent call last):
+        ...
+        KeyError: "no metric 'memory' of run 'odenet' in seed 0; known: saved_mib, nfe"
+    """
+
+    table: Mapping[str, Mapping[str, float | None]]
+    what: str = "these values"
+    dry: bool = False
+
+    @classmethod
+    def dry_run(cls, runs: Sequence[str]) -> Values:
+        """Values with every metric of ``runs`` unknown (NaN), for checking that a
+        claim reads only runs that exist, before any training."""
+        return cls({run: {} for run in runs}, "the declared runs", dry=True)
+
+    @classmethod
+    def means(cls, seeds: Sequence[Values]) -> Values:
+        """The means over the seeds of every metric (see :class:`Stat`)."""
+        names: dict[str, dict[str, None]] = {}
+        for v in seeds:
+            for run, metrics in v.table.items():
+                names.setdefault(run, {}).update(dict.fromkeys(metrics))
+        table = {
+            run: {m: Stat.of([v.table.get(run, {}).get(m) for v in seeds]).mean for m in metrics}
+            for run, metrics in names.items()
+        }
+        return cls(table, "the means over the seeds", dry=any(v.dry for v in seeds))
+
+    def __getitem__(self, key: Ref | tuple[str, str]) -> float:
+        """The value of ``ref`` or ``(run, metric)``; NaN when it is missing or not finite."""
+        run, metric = (key.run, key.key) if isinstance(key, Ref) else key
+        if run not in self.table:
+            raise KeyError(f"no run {run!r} in {self.what}; known: {', '.join(self.table)}")
+        metrics = self.table[run]
+        if self.dry:
+            return math.nan
+        if metric not in metrics:
+            raise KeyError(
+                f"no metric {metric!r} of run {run!r} in {self.what}; known: {', '.join(metrics)}"
+            )
+        value = metrics[metric]
+        return math.nan if value is None or not math.isfinite(value) else float(value)

@@ -1,0 +1,139 @@
+"""Declared tables of a report: rows of runs and coordinates, columns of metrics.
+
+A :class:`Table` is data: its :class:`Row` objects say which run (and at which
+coordinates) a row shows, its :class:`Col` objects which metric (at which further
+coordinates) a column shows, or a text. :meth:`Table.render` reads the cells from a
+:class:`~odebench.experiments.Result`, in each metric's declared format, and the
+same cells go to the report's Markdown (:meth:`Table.markdown`) and to the terminal
+(:meth:`Table.text`).
+
+Example:
+    >>> from odebench.experiments import Metric
+    >>> error = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
+    >>> table = Table(
+    ...     "tolerance",
+    ...     rows=[Row(f"{tol:g}", run="relu", at={"tol": tol}) for tol in (0.1, 0.001)],
+    ...     columns=[Col("test error", error), Col("paper", text="not published")],
+    ... )
+    >>> [col.header for col in table.columns]
+    ['test error', 'paper']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._io import markdown_table, text_table
+from ._metrics import Coordinate, Metric
+
+if TYPE_CHECKING:
+    from ._template import Result
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a :class:`Table`.
+
+    Args:
+        label: the first cell.
+        run: the run whose metrics the row shows (a column may name another).
+        at: the coordinates of the row's metrics (a column adds its own).
+        text: the cells of text columns, by header (the paper's numbers of this row).
+    """
+
+    label: str
+    run: str = ""
+    at: Mapping[str, Coordinate] = field(default_factory=dict)
+    text: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a :class:`Table`: a metric, a text, or a cell computed from the result.
+
+    Args:
+        header: the column's header.
+        metric: the metric it shows, of the row's run (or ``run``) at the row's
+            coordinates and ``at``, as ``mean ± std`` over the seeds in its format.
+        at: coordinates the column adds.
+        run: the run it shows, whatever the row's.
+        text: the cell where the row has no text under ``header``.
+        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text.
+    """
+
+    header: str
+    metric: Metric | None = None
+    at: Mapping[str, Coordinate] = field(default_factory=dict)
+    run: str = ""
+    text: str = "–"
+    cell: Callable[[Result[Any], Row], str] | None = None
+
+    def render(self, result: Result[Any], row: Row) -> str:
+        """The cell of ``row`` in this column."""
+        if self.cell is not None:
+            return self.cell(result, row)
+        if self.metric is not None:
+            ref = self.metric.of(self.run or row.run, **{**row.at, **self.at})
+            return result.cell(ref)
+        return row.text.get(self.header, self.text)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of a report.
+
+    Args:
+        header: the header of the first column, the rows' labels.
+        rows: the rows, in order.
+        columns: the columns after the first, in order.
+    """
+
+    header: str
+    rows: Sequence[Row]
+    columns: Sequence[Col]
+
+    def render(self, result: Result[Any]) -> list[list[str]]:
+        """The header, then every row, as cells."""
+        cells = [
+            [row.label, *(col.render(result, row) for col in self.columns)] for row in self.rows
+        ]
+        return [[self.header, *(col.header for col in self.columns)], *cells]
+
+    def markdown(self, result: Result[Any]) -> str:
+        """The table in Markdown, for the report."""
+        header, *rows = self.render(result)
+        return markdown_table(header, rows)
+
+    def text(self, result: Result[Any]) -> str:
+        """The table aligned for a terminal."""
+        header, *rows = self.render(result)
+        return text_table(header, rows)
+
+
+def by_run(
+    header: str,
+    runs: Mapping[str, str],
+    columns: Sequence[Col],
+    text: Mapping[str, Mapping[str, str]] | None = None,
+) -> Table:
+    """A table of one row per run: ``runs`` maps each run to its label, ``text`` each
+    run to its text cells (the paper's numbers) by column header."""
+    text = text or {}
+    return Table(
+        header, [Row(label, run, text=text.get(run, {})) for run, label in runs.items()], columns
+    )
+
+
+def by_coordinate(
+    header: str,
+    run: str,
+    name: str,
+    values: Sequence[Coordinate],
+    columns: Sequence[Col],
+    spec: str = "g",
+) -> Table:
+    """A table of one row per value of the coordinate ``name`` of ``run``'s metrics."""
+    rows = [Row(v if isinstance(v, str) else format(v, spec), run, {name: v}) for v in values]
+    return Table(header, rows, columns)

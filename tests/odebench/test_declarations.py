@@ -1,0 +1,100 @@
+"""Every experiment's declaration holds before any training: claims and tables read runs
+that exist, metrics are read at the coordinates they are measured over, and the text
+of a report details exactly the claims that need it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from odebench.experiments import (
+    MODES,
+    TEMPLATES,
+    Claim,
+    Col,
+    Metric,
+    Row,
+    Table,
+    Template,
+    Values,
+    check_declaration,
+)
+from odebench.experiments._report import Prose
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_every_declared_experiment_reads_only_what_it_declares(name: str, mode: str) -> None:
+    try:
+        check_declaration(TEMPLATES[name], mode)
+    except FileNotFoundError as exc:  # a mode whose runs look for a data set not here
+        pytest.skip(str(exc))
+
+
+def test_a_metric_read_at_the_wrong_coordinates_fails_where_it_is_written() -> None:
+    error = Metric("test_error", over=("tol",))
+    assert error.of("relu", tol=1e-3).key == "test_error@0.001"
+    with pytest.raises(ValueError, match=r"measured over \(tol\), got \(rtol\)"):
+        error.of("relu", rtol=1e-3)
+    saved = Metric(
+        "saved_mib", over=("gradient", "steps"), key_format="saved_mib_{gradient}@{steps}"
+    )
+    assert saved.key(gradient="adjoint", steps=4) == "saved_mib_adjoint@4"
+    with pytest.raises(ValueError, match="may use only"):
+        Metric("x", over=("tol",), key_format="{name}@{rtol}")
+
+
+def test_a_claim_on_an_unknown_run_fails_its_dry_run() -> None:
+    acc = Metric("test_acc")
+    claim = Claim("fits", "fits", "1", ours=lambda v: v[acc.of("nod")],
+                  holds=lambda v: v[acc.of("nod")] > 0.5, kind="paper")  # fmt: skip
+    with pytest.raises(KeyError, match="no run 'nod'"):
+        claim.check_runs(["node", "anode"])
+    claim.check_runs(["nod"])
+    assert Values.dry_run(["nod"])[acc.of("nod")] != Values.dry_run(["nod"])[acc.of("nod")]
+
+
+def _template(tmp_path: Path, text: str, claims: list[Claim], tables: dict[str, Table]) -> Template:
+    from odebench.experiments import Measurement, Run, Settings
+    from odebench.training import TrainConfig
+
+    tmp_path.mkdir()
+    file = tmp_path / "text.md"
+    file.write_text(text)
+    config = TrainConfig(model="toy-node", dataset="annuli-1d", epochs=1)
+    return Template(
+        name="t", description="t", title="t",
+        modes={m: Settings() for m in MODES},
+        runs=lambda setup, seed: [Run("node", config=config)],
+        measure=lambda setup, trained: Measurement({}),
+        claims=lambda setup: claims, tables=lambda setup: tables, text=str(file),
+        epoch_fields=(),
+    ), file  # fmt: skip
+
+
+def test_the_text_must_detail_exactly_the_claims_without_details(tmp_path: Path) -> None:
+    acc = Metric("test_acc")
+    bare = Claim("fits", "fits", "1", ours=lambda v: v[acc.of("node")],
+                 holds=lambda v: True, kind="paper")  # fmt: skip
+    table = Table("model", [Row("NODE", "node")], [Col("accuracy", acc)])
+    text = "{table[main]}\n<!-- claims -->\nfits: ours\n{s.seeds}\n"
+    good, file = _template(tmp_path / "good", text, [bare], {"main": table})
+    check_declaration(good, "quick")
+    assert Prose.of(str(file)).details == {"fits": "ours {s.seeds}"}
+    no_details, _ = _template(tmp_path / "bare", "{table[main]}\n", [bare], {"main": table})
+    with pytest.raises(ValueError, match=r"\['fits'\] have none"):
+        check_declaration(no_details, "quick")
+    no_table, _ = _template(tmp_path / "table", "{table[other]}\n", [], {"main": table})
+    with pytest.raises(ValueError, match=r"no table \['other'\] is declared"):
+        check_declaration(no_table, "quick")
+    elsewhere = Table("model", [Row("NODE", "anode")], [Col("accuracy", acc)])
+    wrong_run, _ = _template(tmp_path / "run", "", [], {"main": elsewhere})
+    with pytest.raises(KeyError, match="unknown run 'anode'"):
+        check_declaration(wrong_run, "quick")
+
+
+def test_a_paragraph_of_details_without_a_key_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "text.md"
+    file.write_text("report\n<!-- claims -->\nno key here\n")
+    with pytest.raises(ValueError, match="each paragraph is `key: details`"):
+        Prose.of(str(file))
