@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import sys
-import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
@@ -261,73 +260,34 @@ def _publish_arguments(publish: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+#: The parsers of ``odebench train``'s values, by the names its fields' metadata give.
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "positive_int": _positive_int,
+    "positive_float": _positive_float,
+    "non_negative_float": _non_negative_float,
+    "fraction": _fraction,
+    "int_list": _int_list,
+    "option": _option,
+}
+
+
 def _train_arguments(train: argparse.ArgumentParser) -> None:
-    import odecore
+    """One option per field of ``TrainConfig``, from the field's metadata (``_flag`` in
+    ``training/_config.py``); those of ``run`` too (``"shared"``) from :func:`_add_common`."""
+    from .training import TrainConfig
 
-    from .models import CONTNET_METHOD, CONTNET_STEPS, MODELS, TRAIN_METHOD
-    from .training import DATASETS, Optimizer, TrainConfig
-
-    default = _defaults(TrainConfig)
-    odecore_tol = odecore.PIDController()
-    train.add_argument("--model", required=True, metavar="M", help=f"one of: {', '.join(MODELS)}")
-    train.add_argument(
-        "--dataset", required=True, metavar="D", help=f"one of: {', '.join(DATASETS)}"
-    )
-    add = train.add_argument
-    add("--batch-size", type=_positive_int, default=default["batch_size"], metavar="N",
-        help="the global batch, split over the processes")  # fmt: skip
-    add("--eval-batch-size", type=_positive_int, default=default["eval_batch_size"], metavar="N",
-        help="the batch of the evaluation passes")  # fmt: skip
-    add("--lr", type=_positive_float, default=default["lr"], help="learning rate")
-    add("--optimizer", choices=typing.get_args(Optimizer), default=default["optimizer"],
-        help="sgd (with --momentum) or adam")  # fmt: skip
-    add("--momentum", type=_fraction, default=default["momentum"], help="SGD momentum, in [0, 1)")
-    add("--weight-decay", type=_non_negative_float, default=default["weight_decay"],
-        help="L2 penalty")  # fmt: skip
-    add("--milestones", type=_int_list, default=default["milestones"], metavar="E,E,...",
-        help="epochs at which the learning rate is multiplied by --gamma "
-        "(default: none)")  # fmt: skip
-    add("--gamma", type=_positive_float, default=default["gamma"],
-        help="learning-rate factor of a milestone")  # fmt: skip
-    add("--train-size", type=_positive_int, default=default["train_size"], metavar="N",
-        help="train on a seeded subset of N examples (default: all)")  # fmt: skip
-    add("--test-size", type=_positive_int, default=default["test_size"], metavar="N",
-        help="evaluate on a seeded subset of N examples (default: all)")  # fmt: skip
-    add("--augment", action="store_true", help="random crops (pad 4); flips on CIFAR")
-    add("--activation", default=default["activation"],
-        help="of the vector field: relu, softplus, ...")  # fmt: skip
-    add("--method", default=default["method"], metavar="NAME",
-        help="ODE method: an adaptive one (dopri5, tsit5, bosh3, ...) or a fixed-step one "
-        f"with --n-steps (euler, rk4, ...) (default: {TRAIN_METHOD} for ODE models, "
-        f"{CONTNET_METHOD} for ContinuousNet models)")  # fmt: skip
-    add("--rtol", type=_positive_float, default=default["rtol"],
-        help="relative tolerance (default: %(default)g, Chen et al.'s MNIST setting; "
-        f"odecore's own default, {odecore_tol.rtol:g}, is for reference accuracy and costs "
-        "several times more)")  # fmt: skip
-    add("--atol", type=_positive_float, default=default["atol"],
-        help="absolute tolerance (default: %(default)g; odecore's own default is "
-        f"{odecore_tol.atol:g})")  # fmt: skip
-    add("--gradient", choices=tuple(odecore.GRADIENTS), default=default["gradient"],
-        help="gradient method of ODE models")  # fmt: skip
-    add("--n-steps", type=_positive_int, default=default["n_steps"], metavar="N",
-        help="steps of a fixed-step --method; ContinuousNet models: N_t = M of every "
-        "block at epoch 0 (default: none, required by a fixed-step method; ContinuousNet "
-        f"models: {CONTNET_STEPS})")  # fmt: skip
-    add("--solver-option", type=_option, action="append", default=None, metavar="NAME=VALUE",
-        help="an option of --method by odecore's name, as odecore.odeint takes it (implicit "
-        "methods: max_iters, Newton's iterations per step; adaptive: max_num_steps, "
-        "first_step, ...); repeat for more (default: odecore's)")  # fmt: skip
-    add("--refine-epochs", type=_int_list, default=default["refine_epochs"], metavar="E,E,...",
-        help="ContinuousNet models: epochs at whose start N_t and M double "
-        "(default: none)")  # fmt: skip
-    add("--bf16", action="store_true", help="bfloat16 autocast")
-    add(
-        "--compile",
-        action="store_true",
-        help="torch.compile the ODE layers' fixed-step solves whole, the other layers' "
-        "vector fields (or a model without ODE layers)",
-    )
-    _add_common(train, default, out="runs/MODEL-DATASET")
+    for f in dataclasses.fields(TrainConfig):
+        flag = f.metadata["flag"]
+        if flag in (None, "shared"):
+            continue
+        keywords = dict(flag)
+        option = keywords.pop("option", "--" + f.name.replace("_", "-"))
+        if "type" in keywords:
+            keywords["type"] = _PARSERS[keywords["type"]]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if f.default is dataclasses.MISSING else f.default
+        train.add_argument(option, required=required, default=default, **keywords)
+    _add_common(train, _defaults(TrainConfig), out="runs/MODEL-DATASET")
 
 
 def _add_common(
@@ -809,36 +769,13 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .training import TrainConfig, default_out, train
 
     def job() -> None:
-        config = TrainConfig(
-            model=args.model,
-            dataset=args.dataset,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            eval_batch_size=args.eval_batch_size,
-            lr=args.lr,
-            optimizer=args.optimizer,
-            momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            milestones=args.milestones,
-            gamma=args.gamma,
-            seed=args.seed,
-            device=args.device,
-            data_dir=args.data_dir,
-            train_size=args.train_size,
-            test_size=args.test_size,
-            augment=args.augment,
-            activation=args.activation,
-            method=args.method,
-            rtol=args.rtol,
-            atol=args.atol,
-            gradient=args.gradient,
-            n_steps=args.n_steps,
-            solver_options=dict(args.solver_option or ()),
-            refine_epochs=args.refine_epochs,
-            bf16=args.bf16,
-            compile=args.compile,
-            progress=args.progress,
-        )
+        values = {
+            f.name: getattr(args, f.name)
+            for f in dataclasses.fields(TrainConfig)
+            if f.metadata["flag"] is not None and f.name != "solver_options"
+        }
+        values["solver_options"] = dict(args.solver_option or ())  # each --solver-option N=V
+        config = TrainConfig(**values)
         out = args.out or default_out(config)
         train(config, out, resume=args.resume, overwrite=args.overwrite, log=_log)
 

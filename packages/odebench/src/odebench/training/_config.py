@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, get_args
 
 import odecore
 from contnet import fixed_solver
 
-from ..models import TRAIN_TOL
+from ..models import CONTNET_METHOD, CONTNET_STEPS, MODELS, TRAIN_METHOD, TRAIN_TOL
 
 Optimizer = Literal["sgd", "adam"]
 
@@ -105,6 +105,47 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
 )
 
 
+#: The parsers of the command line's values, by the names :func:`_flag` takes.
+_Parse = Literal[
+    "positive_int", "positive_float", "non_negative_float", "fraction", "int_list", "option"
+]
+
+#: The metadata of a field whose option ``odebench run`` has too (``--epochs``,
+#: ``--seed``, ...): the command line declares those once, for both commands.
+_SHARED: Mapping[str, Any] = MappingProxyType({"flag": "shared"})
+
+
+def _flag(
+    help: str,
+    *,
+    metavar: str | None = None,
+    type: _Parse | None = None,
+    choices: tuple[str, ...] | None = None,
+    action: Literal["store_true", "append"] | None = None,
+    option: str | None = None,
+) -> Mapping[str, Any]:
+    """The metadata of a field of :class:`TrainConfig` that is an option of ``odebench train``.
+
+    ``odebench train`` has one option per field, in their order, made from the field's
+    metadata ``"flag"``: what this returns (``add_argument``'s keywords and the option's
+    name), ``"shared"`` (:data:`_SHARED`) or ``None`` (no option). The option has the
+    field's default (none: the option is required), and its value is the field's.
+
+    Args:
+        help: the option's help; ``(default: ...)`` follows unless it states its default.
+        metavar: the value's name in the help (default: the field's name in capitals).
+        type: the parser of the value, by its name in ``odebench.cli``; default: the
+            text as given.
+        choices: the values allowed.
+        action: ``"store_true"`` for a switch; ``"append"`` for an option given once per
+            value, whose values come as a list (``None`` when it is not given).
+        option: the option, when it is not ``--`` and the field's name with dashes.
+    """
+    keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
+                "action": action, "option": option}  # fmt: skip
+    return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run: model, data, optimiser, schedule, solver and machine settings.
@@ -113,6 +154,9 @@ class TrainConfig:
     rate 0.1, batch 128, dopri5 at ``rtol = atol = 1e-3``), with one epoch.
     Construction checks every field and resolves the solver fields once into
     :attr:`spec`, so a bad value fails before any data is read.
+
+    Each field is an option of ``odebench train`` too (``batch_size``: ``--batch-size``),
+    and its metadata holds the option's help.
 
     Args:
         model: a name from :data:`odebench.models.MODELS`.
@@ -186,38 +230,70 @@ class TrainConfig:
         (Dopri5(interpolation='auto'), 0.0001, 0.001, 'Adjoint')
     """
 
-    model: str
-    dataset: str
-    epochs: int = 1
-    batch_size: int = 128
-    eval_batch_size: int = 1000
-    lr: float = 0.1
-    optimizer: Optimizer = "sgd"
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    milestones: tuple[int, ...] = ()
-    gamma: float = 0.1
-    seed: int = 0
-    device: str = "auto"
-    data_dir: str | None = None
-    train_size: int | None = None
-    test_size: int | None = None
-    augment: bool = False
-    activation: str = "relu"
-    method: str | None = None
-    rtol: float = TRAIN_TOL
-    atol: float = TRAIN_TOL
-    gradient: str = "backprop"
-    n_steps: int | None = None
-    solver_options: dict[str, Any] = field(default_factory=dict, hash=False)
-    refine_epochs: tuple[int, ...] = ()
-    bf16: bool = False
-    compile: bool = False
-    progress: bool | None = None
+    model: str = field(metadata=_flag(f"one of: {', '.join(MODELS)}", metavar="M"))
+    dataset: str = field(metadata=_flag(f"one of: {', '.join(DATASETS)}", metavar="D"))
+    epochs: int = field(default=1, metadata=_SHARED)
+    batch_size: int = field(default=128, metadata=_flag(
+        "the global batch, split over the processes", metavar="N",
+        type="positive_int"))  # fmt: skip
+    eval_batch_size: int = field(default=1000, metadata=_flag(
+        "the batch of the evaluation passes", metavar="N", type="positive_int"))  # fmt: skip
+    lr: float = field(default=0.1, metadata=_flag("learning rate", type="positive_float"))
+    optimizer: Optimizer = field(default="sgd", metadata=_flag(
+        "sgd (with --momentum) or adam", choices=get_args(Optimizer)))  # fmt: skip
+    momentum: float = field(default=0.9, metadata=_flag("SGD momentum, in [0, 1)", type="fraction"))
+    weight_decay: float = field(default=0.0, metadata=_flag(
+        "L2 penalty", type="non_negative_float"))  # fmt: skip
+    milestones: tuple[int, ...] = field(default=(), metadata=_flag(
+        "epochs at which the learning rate is multiplied by --gamma (default: none)",
+        metavar="E,E,...", type="int_list"))  # fmt: skip
+    gamma: float = field(default=0.1, metadata=_flag(
+        "learning-rate factor of a milestone", type="positive_float"))  # fmt: skip
+    seed: int = field(default=0, metadata=_SHARED)
+    device: str = field(default="auto", metadata=_SHARED)
+    data_dir: str | None = field(default=None, metadata=_SHARED)
+    train_size: int | None = field(default=None, metadata=_flag(
+        "train on a seeded subset of N examples (default: all)", metavar="N",
+        type="positive_int"))  # fmt: skip
+    test_size: int | None = field(default=None, metadata=_flag(
+        "evaluate on a seeded subset of N examples (default: all)", metavar="N",
+        type="positive_int"))  # fmt: skip
+    augment: bool = field(default=False, metadata=_flag(
+        "random crops (pad 4); flips on CIFAR", action="store_true"))  # fmt: skip
+    activation: str = field(default="relu", metadata=_flag(
+        "of the vector field: relu, softplus, ..."))  # fmt: skip
+    method: str | None = field(default=None, metadata=_flag(
+        "ODE method: an adaptive one (dopri5, tsit5, bosh3, ...) or a fixed-step one with "
+        f"--n-steps (euler, rk4, ...) (default: {TRAIN_METHOD} for ODE models, "
+        f"{CONTNET_METHOD} for ContinuousNet models)", metavar="NAME"))  # fmt: skip
+    rtol: float = field(default=TRAIN_TOL, metadata=_flag(
+        "relative tolerance (default: %(default)g, Chen et al.'s MNIST setting; odecore's own "
+        f"default, {odecore.PIDController().rtol:g}, is for reference accuracy and costs "
+        "several times more)", type="positive_float"))  # fmt: skip
+    atol: float = field(default=TRAIN_TOL, metadata=_flag(
+        "absolute tolerance (default: %(default)g; odecore's own default is "
+        f"{odecore.PIDController().atol:g})", type="positive_float"))  # fmt: skip
+    gradient: str = field(default="backprop", metadata=_flag(
+        "gradient method of ODE models", choices=tuple(odecore.GRADIENTS)))  # fmt: skip
+    n_steps: int | None = field(default=None, metadata=_flag(
+        "steps of a fixed-step --method; ContinuousNet models: N_t = M of every block at "
+        "epoch 0 (default: none, required by a fixed-step method; ContinuousNet models: "
+        f"{CONTNET_STEPS})", metavar="N", type="positive_int"))  # fmt: skip
+    solver_options: dict[str, Any] = field(default_factory=dict, hash=False, metadata=_flag(
+        "an option of --method by odecore's name, as odecore.odeint takes it (implicit "
+        "methods: max_iters, Newton's iterations per step; adaptive: max_num_steps, "
+        "first_step, ...); repeat for more (default: odecore's)", option="--solver-option",
+        metavar="NAME=VALUE", type="option", action="append"))  # fmt: skip
+    refine_epochs: tuple[int, ...] = field(default=(), metadata=_flag(
+        "ContinuousNet models: epochs at whose start N_t and M double (default: none)",
+        metavar="E,E,...", type="int_list"))  # fmt: skip
+    bf16: bool = field(default=False, metadata=_flag("bfloat16 autocast", action="store_true"))
+    compile: bool = field(default=False, metadata=_flag(
+        "torch.compile the ODE layers' fixed-step solves whole, the other layers' vector "
+        "fields (or a model without ODE layers)", action="store_true"))  # fmt: skip
+    progress: bool | None = field(default=None, metadata=_SHARED)
 
     def __post_init__(self) -> None:
-        from ..models import MODELS
-
         if self.model not in MODELS:
             raise ValueError(f"Unknown `model` {self.model!r}; known: {', '.join(MODELS)}.")
         if self.dataset not in DATASETS:
@@ -288,13 +364,7 @@ class TrainConfig:
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
-        from ..models import (
-            CONTINUOUS_NETS,
-            CONTNET_METHOD,
-            CONTNET_STEPS,
-            ODE_MODELS,
-            TRAIN_METHOD,
-        )
+        from ..models import CONTINUOUS_NETS, ODE_MODELS
 
         contnet = self.model in CONTINUOUS_NETS
         if self.gradient not in odecore.GRADIENTS:
