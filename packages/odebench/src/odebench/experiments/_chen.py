@@ -7,30 +7,23 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import odecore
-import torch
 from torch import Tensor, nn
 
 from .._io import pyplot, save_png
-from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
 from ._claims import Claim
-from ._metrics import Values
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._metrics import Metric
+from ._tables import Col, Row, Table, by_run
+from ._template import Figure, Measurement, Run, Settings, Template, register_template
+
+if TYPE_CHECKING:
+    from ._metrics import Values
+    from ._template import Result, Setup, Trained
 
 
 class Published(TypedDict):
@@ -70,6 +63,21 @@ FLAT_SLOPE = 0.05
 """The adjoint's memory is constant in depth when its MiB per step is below this
 fraction of backprop's."""
 
+# What each run measures; the costs are of one training step on the cost batch.
+TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
+PARAMETERS = Metric("parameters", spec=".3f", scale=1e-6, unit="M")
+SAVED = Metric("saved_mib", spec=".1f")  # what autograd saves for the backward pass
+STEP = Metric("step_seconds", spec=".0f", scale=1e3)
+NFE_FORWARD, NFE_BACKWARD = Metric("nfe_forward", spec=".0f"), Metric("nfe_backward", spec=".0f")
+TRAIN_IMAGES, TEST_IMAGES = Metric("train_images", spec=".0f"), Metric("test_images", spec=".0f")
+# The ODE-Net's block in `steps` RK4 steps: the saved MiB, and their slope against `steps`.
+SAVED_AT_DEPTH = Metric(
+    "saved_mib", over=("gradient", "steps"), spec=".1f", key_format="saved_mib_{gradient}@{steps}"
+)
+MIB_PER_STEP = Metric(
+    "mib_per_step", over=("gradient",), spec=".2f", key_format="mib_per_step_{gradient}"
+)
+
 
 @dataclass(frozen=True)
 class ChenSettings(Settings):
@@ -86,12 +94,8 @@ class ChenSettings(Settings):
         cost_batch: the batch of test images memory and time are measured on.
         optimizer: ``"sgd"`` (momentum 0.9) or ``"adam"``.
 
-    Example:
-        >>> ChenSettings(epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False,
-        ...              train_size=64, test_size=64, cost_batch=8, optimizer="rmsprop")
-        Traceback (most recent call last):
-        ...
-        ValueError: `optimizer` must be 'sgd' or 'adam', got 'rmsprop'.
+    Raises:
+        ValueError: another optimiser, or a ``cost_batch`` that is not a positive integer.
     """
 
     epochs: int
@@ -142,86 +146,55 @@ def runs(setup: Setup[ChenSettings], seed: int) -> list[Run]:
     """The four models of Table 1 on the same data; the ODE-Net trains with the adjoint."""
     s = setup.settings
     return [
-        Run(
-            model,
-            config=TrainConfig(
-                model=model,
-                dataset="mnist",
-                epochs=s.epochs,
-                batch_size=s.batch_size,
-                lr=s.lr,
-                optimizer=s.optimizer,
-                milestones=s.milestones,
-                augment=s.augment,
-                train_size=s.train_size,
-                test_size=s.test_size,
-                gradient="adjoint" if model == "odenet" else "backprop",
-                rtol=1e-3,
-                atol=1e-3,
-                seed=seed,
-            ),
-        )
+        Run(model, config=TrainConfig(
+            model=model, dataset="mnist", epochs=s.epochs, batch_size=s.batch_size, lr=s.lr,
+            optimizer=s.optimizer, milestones=s.milestones, augment=s.augment,
+            train_size=s.train_size, test_size=s.test_size, rtol=1e-3, atol=1e-3, seed=seed,
+            gradient="adjoint" if model == "odenet" else "backprop",
+        ))
         for model in PUBLISHED
-    ]
+    ]  # fmt: skip
 
 
 def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
-    """Test error and parameters, and the costs of one training step on test images;
-    for the ODE-Net also what it saves at each depth of :data:`MEMORY_STEPS`."""
+    """Test error and parameters, and the costs of one training step on the first
+    ``cost_batch`` test images: what autograd saves for the backward pass, the time (the
+    median of three steps after a warm-up) and the NFE; for the ODE-Net also what it
+    saves at each depth of :data:`MEMORY_STEPS`."""
     assert trained.config is not None  # every run of `runs` has a config
     acc = trained.final_metrics()["test_acc"]
     train, test = load_splits(trained.config)
-    model = trained.load(setup.device)
-    x, y = _batch(test, setup.settings.cost_batch, setup.device)
+    model = trained.load(setup.device).train()
+    batch = setup.settings.cost_batch
+    x = test.normalize(test.inputs[:batch].to(setup.device))
+    y = test.targets[:batch].to(setup.device)
+    saved = saved_bytes(model, x, y) / 2**20
+    times = []
+    for _ in range(4):
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
+        times.append(time.perf_counter() - start)
+    forward, backward = nfe(model)
+    result = trained.result
     metrics: dict[str, float | None] = {
-        "parameters": trained.result["parameters"],
-        "test_error": None if acc is None else 1.0 - acc,
-        "epochs": trained.result["epochs"],
-        "train_seconds": trained.result["train_seconds"],
-        "train_images": float(len(train)),
-        "test_images": float(len(test)),
-        **_costs(model, x, y),
-    }
+        PARAMETERS.name: result["parameters"], TEST_ERROR.name: None if acc is None else 1 - acc,
+        "epochs": result["epochs"], "train_seconds": result["train_seconds"],
+        TRAIN_IMAGES.name: float(len(train)), TEST_IMAGES.name: float(len(test)),
+        SAVED.name: saved, STEP.name: statistics.median(times[1:]),
+        NFE_FORWARD.name: float(forward), NFE_BACKWARD.name: float(backward),
+        "batch": float(len(y)),
+    }  # fmt: skip
     if trained.run.name == "odenet":
         metrics |= _memory_by_depth(model, x, y)
     return Measurement(metrics)
 
 
-def _batch(test: Dataset, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """The first ``batch`` test images, normalised, and their labels, on ``device``."""
-    return test.normalize(test.inputs[:batch].to(device)), test.targets[:batch].to(device)
-
-
-def _costs(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float]:
-    """Memory saved for the backward pass and the time of one training step on the
-    batch ``x, y`` (the median of three steps after a warm-up), and its NFE."""
-    model.train()
-    memory = saved_bytes(model, x, y) / 2**20
-    times = []
-    for _ in range(4):
-        model.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()  # type: ignore[no-untyped-call]
-        times.append(time.perf_counter() - start)
-    forward, backward = nfe(model)
-    return {
-        "saved_mib": memory,
-        "step_seconds": statistics.median(times[1:]),
-        "nfe_forward": float(forward),
-        "nfe_backward": float(backward),
-        "batch": float(len(y)),
-    }
-
-
 def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float | None]:
     """What autograd saves (MiB) with the ODE blocks of ``model`` in ``L`` fixed RK4
-    steps, for each ``L`` of :data:`MEMORY_STEPS` and each gradient method of
-    :data:`MEMORY_GRADIENTS`: ``saved_mib_<gradient>@<L>``, and the least-squares
-    slope through them, ``mib_per_step_<gradient>``. The blocks' specs are put back.
-
-    The memory does not depend on the weights, so trained or not makes no difference.
-    """
+    steps, for each ``L`` of :data:`MEMORY_STEPS` and gradient of :data:`MEMORY_GRADIENTS`,
+    and the least-squares slope through them; the blocks' specs are put back. The memory
+    does not depend on the weights, so trained or not makes no difference."""
     layers = ode_layers(model)
     kept = [layer.spec for layer in layers]
     model.train()
@@ -236,9 +209,9 @@ def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float 
                 for layer in layers:
                     layer.spec = spec
                 mib = saved_bytes(model, x, y) / 2**20
-                metrics[f"saved_mib_{gradient}@{steps}"] = mib
+                metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mib
                 points.append((float(steps), mib))
-            metrics[f"mib_per_step_{gradient}"] = fit_line(points)["slope"]
+            metrics[MIB_PER_STEP.key(gradient=gradient)] = fit_line(points)["slope"]
     finally:
         for layer, spec in zip(layers, kept):
             layer.spec = spec
@@ -261,117 +234,63 @@ def fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
     if len(points) < 2 or statistics.pvariance(xs) == 0:
         return {"slope": None, "intercept": None, "correlation": None}
     slope, intercept = statistics.linear_regression(xs, ys)
-    constant = statistics.pvariance(ys) == 0
-    return {
-        "slope": slope,
-        "intercept": intercept,
-        "correlation": None if constant else statistics.correlation(xs, ys),
-    }
+    correlation = None if statistics.pvariance(ys) == 0 else statistics.correlation(xs, ys)
+    return {"slope": slope, "intercept": intercept, "correlation": correlation}
 
 
 def _flatness(v: Values) -> float:
     """The adjoint's MiB per step over backprop's (NaN where backprop's is 0)."""
-    backprop = v["odenet", "mib_per_step_backprop"]
-    return v["odenet", "mib_per_step_adjoint"] / backprop if backprop else math.nan
+    backprop = v[MIB_PER_STEP.of("odenet", gradient="backprop")]
+    return v[MIB_PER_STEP.of("odenet", gradient="adjoint")] / backprop if backprop else math.nan
 
 
 def _error_claim(name: str) -> Claim:
     """The test error of model ``name`` is at most :data:`TARGET_ERROR`."""
-
-    def error(v: Values) -> float:
-        return v[name, "test_error"]
-
+    error = TEST_ERROR.of(name)
     return Claim(
         f"{name}_error_at_most_{100 * TARGET_ERROR:g}pct",
         f"the {LABELS[name]} reaches a low MNIST test error (Table 1)",
-        PUBLISHED[name]["error"] / 100,
-        ours=error,
-        holds=lambda v: error(v) <= TARGET_ERROR,
-        spec=".2f",
-        scale=100,
-        unit="%",
-        kind="paper",
-        detail=f"ours: its test error; holds at most {TARGET_ERROR:.1%}, our bar for MNIST-10k "
-        "(the paper's figure is of all 60,000 images, long trained)",
-    )
+        PUBLISHED[name]["error"] / 100, ours=lambda v: v[error],
+        holds=lambda v: v[error] <= TARGET_ERROR, spec=".2f", scale=100, unit="%", kind="paper",
+    )  # fmt: skip
 
 
 def claims(setup: Setup[ChenSettings]) -> list[Claim]:
-    """The paper's claims about error, and the checks of memory and size.
-
-    The error claims are tested by training. The parameter ratio is set by the two
-    architectures, and the memory claims by the gradient method (the adjoint saves the
-    block's input and output, whatever the weights): they are checks, the same on
-    every seed.
-    """
-    saved, params, steps = "saved_mib", "parameters", ", ".join(map(str, MEMORY_STEPS))
-    errors = [_error_claim(name) for name in ("resnet", "rknet", "odenet")]
+    """The paper's claims about error, tested by training, and the checks of memory and
+    size, which the architectures and the gradient method set (the same on every seed)."""
+    backprop = MIB_PER_STEP.of("odenet", gradient="backprop")
     return [
-        *errors,
+        *(_error_claim(name) for name in ("resnet", "rknet", "odenet")),
         Claim.difference(
             "odenet_error_near_resnet",
             "the ODE-Net's test error is about the ResNet's (Table 1)",
             (PUBLISHED["odenet"]["error"] - PUBLISHED["resnet"]["error"]) / 100,
-            ("odenet", "test_error"),
-            ("resnet", "test_error"),
-            below=GAP_POINTS,
-            kind="paper",
-            scale=100,
-            unit=" points",
-            detail="ours: the ODE-Net's test error minus the ResNet's, paired by seed; holds "
-            f"below {100 * GAP_POINTS:.1f} points",
+            TEST_ERROR.of("odenet"), TEST_ERROR.of("resnet"),
+            below=GAP_POINTS, kind="paper", scale=100, unit=" points",
         ),
         Claim.ratio(
             "odenet_params_about_a_third_of_resnet",
             "the ODE-Net has about a third of the ResNet's parameters (Table 1)",
             0.22 / 0.60,
-            ("odenet", params),
-            ("resnet", params),
-            above=0.25,
-            below=0.45,
-            kind="check",
-            detail="ours: the ratio of the parameter counts; holds between 0.25 and 0.45. "
-            "The architectures fix it: the same on every seed",
+            PARAMETERS.of("odenet"), PARAMETERS.of("resnet"),
+            above=0.25, below=0.45, kind="check",
         ),
-        Claim.ratio(
-            "odenet_saves_less_than_rknet",
-            "the ODE-Net's memory is below the RK-Net's (Table 1: O(1) against O(L~))",
-            "O(1) against O(L~)",
-            ("odenet", saved),
-            ("rknet", saved),
-            below=1.0,
-            kind="check",
-            detail="ours: what autograd saves for one training step, the ODE-Net (adjoint) "
-            "over the RK-Net (backprop through the steps); holds below 1. The adjoint saves "
-            "only the block's input and output, whatever the weights",
-        ),
-        Claim.ratio(
-            "odenet_saves_less_than_resnet",
-            "the ODE-Net's memory is below the ResNet's (Table 1: O(1) against O(L))",
-            "O(1) against O(L)",
-            ("odenet", saved),
-            ("resnet", saved),
-            below=1.0,
-            kind="check",
-            detail="ours: what autograd saves for one training step, the ODE-Net over the "
-            "ResNet; holds below 1. Set by the architectures and the adjoint, not by training",
+        *(
+            Claim.ratio(
+                f"odenet_saves_less_than_{name}",
+                f"the ODE-Net's memory is below the {LABELS[name]}'s (Table 1: O(1) against {o})",
+                f"O(1) against {o}", SAVED.of("odenet"), SAVED.of(name), below=1.0, kind="check",
+            )
+            for name, o in (("rknet", "O(L~)"), ("resnet", "O(L)"))
         ),
         Claim(
             "adjoint_memory_constant_in_depth",
             "the adjoint's memory is constant in depth (Table 1: O(1) against O(L))",
-            "O(1) against O(L)",
-            ours=_flatness,
-            holds=lambda v: (
-                v["odenet", "mib_per_step_backprop"] > 0 and abs(_flatness(v)) < FLAT_SLOPE
-            ),
-            spec=".3f",
-            unit="×",
-            kind="check",
-            detail=f"ours: the ODE-Net's block at {steps} RK4 steps, the adjoint's MiB per step "
-            f"over backprop's; holds below {FLAT_SLOPE:.0%}. What autograd saves does not "
-            "depend on the weights",
+            "O(1) against O(L)", ours=_flatness,
+            holds=lambda v: v[backprop] > 0 and abs(_flatness(v)) < FLAT_SLOPE,
+            spec=".3f", unit="×", kind="check",
         ),
-    ]
+    ]  # fmt: skip
 
 
 def optimiser_words(optimizer: str, lr: float, milestones: tuple[int, ...], augment: bool) -> str:
@@ -388,68 +307,50 @@ def optimiser_words(optimizer: str, lr: float, milestones: tuple[int, ...], augm
     return words + (", random crops" if augment else "")
 
 
-def sections(result: Result[ChenSettings]) -> str:
+def _nfe(result: Result[ChenSettings], row: Row) -> str:
+    """``forward / backward`` NFE of the row's run; ``–`` for a model without ODE blocks."""
+    if not result.stat(NFE_FORWARD.of(row.run)).mean:
+        return "–"
+    return " / ".join(result.cell(m.of(row.run)) for m in (NFE_FORWARD, NFE_BACKWARD))
+
+
+def tables(setup: Setup[ChenSettings]) -> dict[str, Table]:
     """Table 1, ours beside the paper's column by column, and memory against depth."""
-    lines = [
-        "## Table 1",
-        "",
-        "| model | test error (ours) | test error (paper) | parameters (ours) | parameters "
-        "(paper) | saved for backward, MiB | memory (paper) | time per step, ms | "
-        "time (paper) | NFE forward / backward |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, p in PUBLISHED.items():
-        forward, backward = (
-            result.cell(name, f"nfe_{way}", ".0f") for way in ("forward", "backward")
-        )
-        nfe_cell = f"{forward} / {backward}" if result.stat(name, "nfe_forward").mean else "–"
-        lines.append(
-            f"| {LABELS[name]} | {result.cell(name, 'test_error', '.2f', 100, '%')} | "
-            f"{p['error']:.2f}% | {result.cell(name, 'parameters', '.3f', 1e-6, 'M')} | "
-            f"{p['params']} | {result.cell(name, 'saved_mib', '.1f')} | {p['memory']} | "
-            f"{result.cell(name, 'step_seconds', '.0f', 1e3)} | {p['time']} | {nfe_cell} |"
-        )
+    papers = {
+        name: {"test error (paper)": f"{p['error']:.2f}%", "parameters (paper)": p["params"],
+               "memory (paper)": p["memory"], "time (paper)": p["time"]}
+        for name, p in PUBLISHED.items()
+    }  # fmt: skip
+    table1 = by_run("model", LABELS, [
+        Col("test error (ours)", TEST_ERROR), Col("test error (paper)"),
+        Col("parameters (ours)", PARAMETERS), Col("parameters (paper)"),
+        Col("saved for backward, MiB", SAVED), Col("memory (paper)"),
+        Col("time per step, ms", STEP), Col("time (paper)"),
+        Col("NFE forward / backward", cell=_nfe),
+    ], papers)  # fmt: skip
+    memory = Table(
+        "gradient",
+        [Row(gradient, "odenet", {"gradient": gradient}, {"paper": paper})
+         for gradient, paper in zip(MEMORY_GRADIENTS, ("O(1)", "O(L)"))],
+        [*(Col(f"L = {L}, MiB", SAVED_AT_DEPTH, {"steps": L}) for L in MEMORY_STEPS),
+         Col("MiB per step", MIB_PER_STEP), Col("paper")],
+    )  # fmt: skip
+    return {"table1": table1, "memory": memory}
+
+
+def words(result: Result[ChenSettings]) -> dict[str, object]:
+    """The data and the optimiser of the runs, and the claims' bars, for the text."""
     s = result.settings
-    lines += [
-        "",
-        f"Every model trained for {s.epochs} epoch(s) of "
-        f"{result.cell('resnet', 'train_images', '.0f')} training images (tested on "
-        f"{result.cell('resnet', 'test_images', '.0f')}), batch {s.batch_size}, "
-        f"{optimiser_words(s.optimizer, s.lr, s.milestones, s.augment)}; the paper trained "
-        "on all 60,000."
-        + (
-            " Quick mode, a check of the code path: the errors are far from the paper's."
-            if result.setup.mode == "quick"
-            else ""
-        ),
-        f"Memory is what autograd saves for the backward pass of one training step on a "
-        f"batch of {s.cost_batch} test images; time is one training step on that batch. "
-        "The ODE-Net trains with the adjoint method, which saves only the block's input "
-        "and output.",
-        "",
-        "## Memory against depth",
-        "",
-        "The trained ODE-Net with its block in L fixed RK4 steps (4L evaluations), "
-        "differentiated by the adjoint or by backprop through the steps, on the same "
-        "batch: what autograd saves, and the slope of a line fitted through the three.",
-        "",
-        "| gradient | "
-        + " | ".join(f"L = {steps}, MiB" for steps in MEMORY_STEPS)
-        + " | MiB per step | paper |",
-        "|---|" + "---|" * (len(MEMORY_STEPS) + 2),
-    ]
-    for gradient, paper in zip(MEMORY_GRADIENTS, ("O(1)", "O(L)")):
-        cells = [
-            result.cell("odenet", f"saved_mib_{gradient}@{steps}", ".1f") for steps in MEMORY_STEPS
-        ]
-        slope = result.cell("odenet", f"mib_per_step_{gradient}", ".2f")
-        lines.append(f"| {gradient} | {' | '.join(cells)} | {slope} | {paper} |")
-    lines += ["", f"![memory against depth]({MEMORY_FIGURE})"]
-    return "\n".join(lines)
-
-
-MEMORY_FIGURE = "memory_vs_depth.png"
-"""The figure of the memory sweep, in the output directory."""
+    quick = " Quick mode, a check of the code path: the errors are far from the paper's."
+    return {
+        "train_images": result.cell(TRAIN_IMAGES.of("resnet")),
+        "test_images": result.cell(TEST_IMAGES.of("resnet")),
+        "optimiser": optimiser_words(s.optimizer, s.lr, s.milestones, s.augment),
+        "quick": quick if result.setup.mode == "quick" else "",
+        # The claims' bars, for their details.
+        "target": TARGET_ERROR, "gap_points": 100 * GAP_POINTS, "flat": FLAT_SLOPE,
+        "steps": ", ".join(map(str, MEMORY_STEPS)),
+    }  # fmt: skip
 
 
 def _plot_memory(result: Result[ChenSettings], path: Path) -> None:
@@ -457,17 +358,15 @@ def _plot_memory(result: Result[ChenSettings], path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.4))
     for gradient, style in zip(MEMORY_GRADIENTS, ("o-", "s--")):
-        mib = [result.stat("odenet", f"saved_mib_{gradient}@{L}").mean for L in MEMORY_STEPS]
-        slope = result.stat("odenet", f"mib_per_step_{gradient}").mean
+        at = [SAVED_AT_DEPTH.of("odenet", gradient=gradient, steps=L) for L in MEMORY_STEPS]
+        mib = [result.stat(ref).mean for ref in at]
+        slope = result.stat(MIB_PER_STEP.of("odenet", gradient=gradient)).mean
         label = gradient if slope is None else f"{gradient}: {slope:.2f} MiB per step"
         ax.plot(MEMORY_STEPS, [math.nan if m is None else m for m in mib], style, label=label)
     ax.set(
-        xlabel="RK4 steps L of the ODE block",
-        ylabel="saved for backward (MiB)",
-        title="memory against depth",
-        xticks=MEMORY_STEPS,
-        ylim=(0, None),
-    )
+        xlabel="RK4 steps L of the ODE block", ylabel="saved for backward (MiB)",
+        title="memory against depth", xticks=MEMORY_STEPS, ylim=(0, None),
+    )  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -480,12 +379,8 @@ register_template(
         description="Chen et al. (2018) Table 1: MNIST test error, parameters, memory and "
         "time of the 1-layer MLP, ResNet, RK-Net and ODE-Net, and memory against depth",
         title="Chen et al. (2018), Table 1: MNIST",
-        modes=MODES,
-        runs=runs,
-        measure=measure,
-        claims=claims,
-        sections=sections,
-        figures=[Figure(MEMORY_FIGURE, _plot_memory)],
-        published=PUBLISHED,
+        modes=MODES, runs=runs, measure=measure, claims=claims,
+        text="chen-table1.md", tables=tables, words=words,
+        figures=[Figure("memory_vs_depth.png", _plot_memory)], published=PUBLISHED,
     )
-)
+)  # fmt: skip
