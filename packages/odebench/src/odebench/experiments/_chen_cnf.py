@@ -29,27 +29,54 @@ from torch import Tensor, nn
 
 from .._io import pyplot, save_png
 from ..training import Epoch, Task
-from . import _metrics, _template
 from ._claims import Claim
-from ._template import Figure, Measurement, Result, Run, Settings, Setup, Trained
+from ._metrics import Metric, Stat, Values
+from ._tables import Col, Row, Table, by_run
+from ._template import (
+    Figure,
+    Measurement,
+    Result,
+    Run,
+    Settings,
+    Setup,
+    Template,
+    Trained,
+    register_template,
+)
 
 DENSITIES: tuple[str, ...] = ("moons", "circles")
-"""The target densities, each trained as its own CNF and Gaussian."""
+"""The target densities, each fitted by its own CNF (the run ``<density>/cnf``)."""
 
 LABELS = {"moons": "two moons", "circles": "two circles"}
+RADII = (1.6, 0.8)  # of the two circles, outer and inner
+TRUTH_NODES = 4000  # quadrature nodes along the centre curve for the true density
 
-RADII = (1.6, 0.8)
-"""The radii of the two circles (outer, inner)."""
-
-TRUTH_NODES = 4000
-"""Quadrature nodes along the centre curve for the true density."""
-
-# Thresholds of the claims, and why each is what it is (the report repeats them).
+# Thresholds of the claims (the text says why each is what it is).
 NATS_BETTER = 0.1  # the CNF's test NLL at least this far below the Gaussian's
 GAP_CLOSED = 0.8  # the CNF closes at least this fraction of the Gaussian-to-truth gap
 NFE_GROWTH = 1.5  # adaptive NFE of the trained flow over that of the initial flow
 MASS_TOL = 0.01  # abs(mass on the grid + mass of the samples outside it - 1)
 LOGDET_TOL = 1e-4  # abs(delta + log abs det J) in nats, float64, J by central differences
+
+# What measure records of each CNF, in this order. NLLs are in nats per held-out point,
+# of the adaptive solve (Dopri5) unless said otherwise; NFEs are the adaptive solve's.
+TEST_NLL = Metric("test_nll", spec=".3f")
+TEST_NLL_RK4 = Metric("test_nll_rk4", spec=".3f")  # with the RK4 steps it trained with
+TRUE_TEST_NLL = Metric("true_test_nll", spec=".3f")
+GAUSSIAN_TRAIN_NLL = Metric("gaussian_train_nll", spec=".3f")
+GAUSSIAN_TEST_NLL = Metric("gaussian_test_nll", spec=".3f")
+PAIRED_SE = Metric("paired_se", spec=".3f")  # standard error of the CNF's - Gaussian's
+TRAIN_NLL = Metric("train_nll", spec=".3f")  # mean batch loss of the last epoch
+NFE_INITIAL = Metric("nfe_initial", spec=".0f")  # before training
+NFE = Metric("nfe", spec=".0f")
+NFE_SAMPLING = Metric("nfe_sampling", spec=".0f")  # pushing the base samples through
+NFE_TRAINING = Metric("nfe_training", spec=".0f")  # per RK4 solve in training
+MASS_IN_GRID = Metric("mass_in_grid", spec=".4f")
+MASS_OUTSIDE = Metric("mass_outside", spec=".4f")  # the flow's samples outside the grid
+MASS = Metric("mass", spec=".4f")
+MASS_ERROR = Metric("mass_error", spec=".1e")
+LOGDET_ERROR = Metric("logdet_error", spec=".1e")
+TRAIN_SECONDS = Metric("train_seconds", spec=".0f", unit=" s")
 
 _F64 = torch.float64
 Field = Callable[[Tensor, Tensor], Tensor]
@@ -96,10 +123,9 @@ class CnfSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.iterations < 1:
-            raise ValueError(f"`iterations` must be a positive integer, got {self.iterations}.")
-        if self.eval_every < 1:
-            raise ValueError(f"`eval_every` must be a positive integer, got {self.eval_every}.")
+        for name in ("iterations", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}.")
 
 
 MODES = {
@@ -148,12 +174,6 @@ def sample_density(density: str, n: int, noise: float, generator: torch.Generato
 
     Raises:
         ValueError: an unknown ``density``.
-
-    Example:
-        >>> import torch
-        >>> x = sample_density("circles", 1000, 0.0, torch.Generator().manual_seed(0))
-        >>> sorted({round(r, 4) for r in x.norm(dim=1).tolist()})
-        [0.8, 1.6]
     """
     u = torch.rand(n, generator=generator)
     return _centres(density, u) + noise * torch.randn(n, 2, generator=generator)
@@ -166,13 +186,6 @@ def true_log_prob(density: str, x: Tensor, noise: float, nodes: int = TRUTH_NODE
     noise^2 I)``, computed by the midpoint rule over ``nodes`` values of ``u`` (the
     nodes lie far closer than ``noise`` along the curve, so the sum is exact to many
     digits).
-
-    Example:
-        >>> import math, torch
-        >>> x = torch.tensor([[1.6, 0.0], [0.0, 0.0]])
-        >>> p = true_log_prob("circles", x, 0.15).exp()
-        >>> bool(p[0] > 100 * p[1])  # on the outer circle, not in the hole
-        True
     """
     u = (torch.arange(nodes, dtype=_F64) + 0.5) / nodes
     centres = _centres(density, u)
@@ -181,6 +194,20 @@ def true_log_prob(density: str, x: Tensor, noise: float, nodes: int = TRUTH_NODE
         sq = (chunk[:, None, :] - centres[None]).pow(2).sum(-1)
         out.append(torch.logsumexp(-sq / (2 * noise**2), dim=1))
     return torch.cat(out) - math.log(nodes) - math.log(2 * math.pi * noise**2)
+
+
+def gaussian(points: Tensor) -> Callable[[Tensor], Tensor]:
+    """The log-density, per point, of the maximum-likelihood Gaussian of ``points`` (their
+    mean and covariance): what a flow that learnt only a linear map would reach."""
+    mean, chol = points.mean(dim=0), torch.linalg.cholesky(torch.cov(points.T, correction=0))
+    log_det = 2 * chol.diagonal().log().sum()
+
+    def log_prob(x: Tensor) -> Tensor:
+        white = torch.linalg.solve_triangular(chol, (x - mean).T, upper=False)
+        out: Tensor = white.pow(2).sum(dim=0) + log_det + x.shape[1] * math.log(2 * math.pi)
+        return -0.5 * out
+
+    return log_prob
 
 
 @functools.lru_cache(maxsize=8)
@@ -234,13 +261,6 @@ def trace_and_logdet(
     from RK4 solves of a float64 copy of ``field`` in ``steps`` steps. The change of
     variables, ``log p1(z(1)) = log p0(z0) - log abs det J``, makes ``delta =
     -log abs det J``.
-
-    Example:
-        >>> import torch
-        >>> a = torch.tensor([[0.3, 0.8], [0.0, -0.5]], dtype=torch.float64)
-        >>> delta, logdet = trace_and_logdet(lambda t, z: z @ a.T, torch.randn(3, 2), steps=16)
-        >>> delta.round(decimals=6).tolist(), logdet.round(decimals=6).tolist()
-        ([0.2, 0.2, 0.2], [-0.2, -0.2, -0.2])
     """
     field64 = copy.deepcopy(field).to(_F64) if isinstance(field, nn.Module) else field
     spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=steps)
@@ -259,13 +279,7 @@ def trace_and_logdet(
 
 def logdet_error(field: Field, z0: Tensor, steps: int, eps: float = 1e-5) -> float:
     """The largest ``abs(delta + log abs det J)`` over the points ``z0`` (see
-    :func:`trace_and_logdet`): zero up to the solves' and the differences' errors.
-
-    Example:
-        >>> import torch
-        >>> logdet_error(flow_field(8), torch.randn(4, 2), steps=32) < 1e-6
-        True
-    """
+    :func:`trace_and_logdet`): zero up to the solves' and the differences' errors."""
     delta, logdet = trace_and_logdet(field, z0, steps, eps)
     return float((delta + logdet).abs().max())
 
@@ -285,13 +299,6 @@ def mass(
         The midpoint sum of the density over the grid's cells, the fraction of
         ``samples`` outside the grid (their sum is 1 for a normalised density), and
         the log-density at the cells' centres, ``(grid, grid)`` with y along the rows.
-
-    Example:
-        >>> import torch
-        >>> normal = torch.distributions.MultivariateNormal(torch.zeros(2), torch.eye(2))
-        >>> on_grid, outside, _ = mass(normal.log_prob, normal.sample((1000,)), 80, 6.0)
-        >>> round(on_grid, 6), outside
-        (1.0, 0.0)
     """
     points, h = grid_points(grid, box)
     with torch.no_grad():
@@ -299,33 +306,6 @@ def mass(
     on_grid = float(log_density.double().exp().sum()) * h * h
     outside = float((samples.abs() > box).any(dim=1).double().mean())
     return on_grid, outside, log_density.reshape(grid, grid)
-
-
-class Gaussian(nn.Module):
-    """The maximum-likelihood Gaussian of some points: their mean and covariance.
-
-    Example:
-        >>> import torch
-        >>> g = Gaussian(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
-        >>> g.mean.tolist(), g.cov.tolist()
-        ([1.0, 1.0], [[1.0, 0.0], [0.0, 1.0]])
-    """
-
-    mean: Tensor
-    cov: Tensor
-
-    def __init__(self, points: Tensor) -> None:
-        super().__init__()
-        self.register_buffer("mean", points.mean(dim=0))
-        self.register_buffer("cov", torch.cov(points.T, correction=0))
-
-    def log_prob(self, x: Tensor) -> Tensor:
-        """The log-density at ``x``, per point."""
-        chol = torch.linalg.cholesky(self.cov)
-        white = torch.linalg.solve_triangular(chol, (x - self.mean).T, upper=False)
-        log_det = 2 * chol.diagonal().log().sum()
-        out: Tensor = white.pow(2).sum(dim=0) + log_det + x.shape[1] * math.log(2 * math.pi)
-        return -0.5 * out
 
 
 def runs(setup: Setup[CnfSettings], seed: int) -> list[Run]:
@@ -339,7 +319,7 @@ def _reading(flow: nn.Module, test: Tensor, rtol: float) -> dict[str, float]:
     adaptive = adaptive_flow(cast(odelayers.CNF, flow).vector_field, rtol)
     with torch.no_grad():
         nll = -float(adaptive.log_prob(test.to(next(flow.parameters()).device)).mean())
-    return {"test_nll": nll, "nfe": float(adaptive.nfe)}
+    return {TEST_NLL.key(): nll, NFE.key(): float(adaptive.nfe)}
 
 
 def _task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
@@ -359,7 +339,7 @@ def _task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
     def row(epoch: Epoch) -> dict[str, Any]:
         return {
             "iteration": float(min((epoch.index + 1) * s.eval_every, s.iterations)),
-            "train_nll": sum(epoch.losses) / len(epoch.losses),
+            TRAIN_NLL.key(): sum(epoch.losses) / len(epoch.losses),
             **epoch.evaluation,
             "epoch_seconds": epoch.seconds,
         }
@@ -368,7 +348,7 @@ def _task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
         r = rows[-1]
         setup.log(
             f"[{density}] iteration {r['iteration']:.0f}/{s.iterations}: train NLL "
-            f"{r['train_nll']:.3f}, test NLL {r['test_nll']:.3f}, NFE {r['nfe']:g}"
+            f"{r[TRAIN_NLL.key()]:.3f}, test NLL {r[TEST_NLL.key()]:.3f}, NFE {r[NFE.key()]:g}"
         )
 
     spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=s.steps)
@@ -392,16 +372,9 @@ def _task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
 
 
 def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
-    """The numbers of one trained CNF, and of the Gaussian fitted to its training points.
-
-    The CNF's test NLL with the adaptive solve (``test_nll``) and with the RK4 steps it
-    trained with (``test_nll_rk4``), that of the true density (``true_test_nll``), the
-    NFE of the adaptive solve before training (of the initial model, rebuilt from the
-    seed) and after, the mass of its density on the grid plus that of its samples
-    outside the grid (``mass``), and the two check errors; the Gaussian's train and
-    test NLL (``gaussian_train_nll``, ``gaussian_test_nll``). Saves what the figure
-    draws (``flow.pt``).
-    """
+    """The metrics declared above of one trained CNF, and of the Gaussian fitted to its
+    training points; the readings of its training (the first, of the initial model
+    rebuilt from the seed) as details. Saves what the figure draws (``flow.pt``)."""
     s = setup.settings
     density = trained.run.name.split("/")[0]
     train, test = _data(s, density, trained.seed)
@@ -411,237 +384,181 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
         torch.manual_seed(trained.seed)  # as fit builds it
         initial = cast(Task, trained.run.task).model().to(device)
     history = [
-        {"iteration": 0.0, "train_nll": math.nan, **_reading(initial, test, s.rtol)},
+        {"iteration": 0.0, TRAIN_NLL.key(): math.nan, **_reading(initial, test, s.rtol)},
         *trained.history,
     ]
     adaptive = adaptive_flow(model.vector_field, s.rtol)
-    gaussian = Gaussian(train)
+    fitted = gaussian(train)
     z0 = torch.randn(s.n_samples, 2, generator=torch.Generator().manual_seed(trained.seed + 1))
     with torch.no_grad():
         test_nll_rk4 = -float(model.log_prob(test.to(device)).mean())
         log_p = adaptive.log_prob(test.to(device)).cpu()
-        test_nll = -float(log_p.mean())
         nfe = adaptive.nfe
-        # The per-point NLL difference from the Gaussian, for its standard error.
-        diff = gaussian.log_prob(test) - log_p
+        diff = fitted(test) - log_p  # per point, for the standard error
         samples = adaptive(z0.to(device))[0].cpu()
         nfe_sampling = adaptive.nfe
     on_grid, outside, log_density = mass(
         lambda x: adaptive.log_prob(x.to(device)), samples, s.grid, s.box
     )
-    total = on_grid + outside
-    error = logdet_error(model.vector_field, z0[: s.n_logdet].to(device), s.logdet_steps)
     trained.dir.mkdir(parents=True, exist_ok=True)
     torch.save({"log_density": log_density, "samples": samples}, trained.dir / "flow.pt")
-    metrics = {
-        "test_nll": test_nll,
-        "test_nll_rk4": test_nll_rk4,
-        "true_test_nll": -float(true_log_prob(density, test, s.noise).mean()),
-        "gaussian_train_nll": -float(gaussian.log_prob(train).mean()),
-        "gaussian_test_nll": -float(gaussian.log_prob(test).mean()),
-        "paired_se": float(diff.std() / math.sqrt(len(diff))),
-        "train_nll": history[-1]["train_nll"],
-        "nfe_initial": history[0]["nfe"],
-        "nfe": float(nfe),
-        "nfe_sampling": float(nfe_sampling),
-        "nfe_training": 4.0 * s.steps,
-        "mass_in_grid": on_grid,
-        "mass_outside": outside,
-        "mass": total,
-        "mass_error": abs(total - 1.0),
-        "logdet_error": error,
-        "train_seconds": trained.seconds,
+    values = {
+        TEST_NLL: -float(log_p.mean()),
+        TEST_NLL_RK4: test_nll_rk4,
+        TRUE_TEST_NLL: -float(true_log_prob(density, test, s.noise).mean()),
+        GAUSSIAN_TRAIN_NLL: -float(fitted(train).mean()),
+        GAUSSIAN_TEST_NLL: -float(fitted(test).mean()),
+        PAIRED_SE: float(diff.std() / math.sqrt(len(diff))),
+        TRAIN_NLL: history[-1][TRAIN_NLL.key()],
+        NFE_INITIAL: history[0][NFE.key()],
+        NFE: float(nfe),
+        NFE_SAMPLING: float(nfe_sampling),
+        NFE_TRAINING: 4.0 * s.steps,
+        MASS_IN_GRID: on_grid,
+        MASS_OUTSIDE: outside,
+        MASS: on_grid + outside,
+        MASS_ERROR: abs(on_grid + outside - 1.0),
+        LOGDET_ERROR: logdet_error(model.vector_field, z0[: s.n_logdet].to(device), s.logdet_steps),
+        TRAIN_SECONDS: trained.seconds,
     }
-    setup.log(
-        f"[{density}] test NLL {test_nll:.3f} (RK4 {test_nll_rk4:.3f}, truth "
-        f"{metrics['true_test_nll']:.3f}); NFE {metrics['nfe_initial']:g} -> {nfe}; mass "
-        f"{total:.4f}; log-det error {error:.1e}"
-    )
-    return Measurement(metrics, {"history": [dict(row) for row in history]})
+    details = {"history": [dict(row) for row in history]}
+    return Measurement({m.key(): v for m, v in values.items()}, details)
 
 
-def gap_closed(v: _metrics.Values, density: str) -> float:
+def gap_closed(v: Values, run: str) -> float:
     """The fraction of the test-NLL gap from the Gaussian to the true density that the
-    CNF closes: 1 matches the truth, 0 is no better than the Gaussian.
+    CNF of ``run`` closes: 1 matches the truth, 0 is no better than the Gaussian.
 
     Example:
-        >>> from odebench.experiments._template import Values
         >>> v = Values({"moons/cnf": {"test_nll": 1.9, "true_test_nll": 1.8,
         ...                           "gaussian_test_nll": 2.8}})
-        >>> round(gap_closed(v, "moons"), 3)
+        >>> round(gap_closed(v, "moons/cnf"), 3)
         0.9
     """
-    cnf = f"{density}/cnf"
-    gaussian = v[cnf, "gaussian_test_nll"]
-    return (gaussian - v[cnf, "test_nll"]) / (gaussian - v[cnf, "true_test_nll"])
+    gaussian_nll = v[GAUSSIAN_TEST_NLL.of(run)]
+    return (gaussian_nll - v[TEST_NLL.of(run)]) / (gaussian_nll - v[TRUE_TEST_NLL.of(run)])
 
 
-def _fits(v: _metrics.Values, density: str) -> bool:
-    """Whether the CNF closes at least :data:`GAP_CLOSED` of the gap on ``density``."""
-    return gap_closed(v, density) >= GAP_CLOSED
+def _fits(v: Values, run: str) -> bool:
+    """Whether the CNF of ``run`` closes at least :data:`GAP_CLOSED` of the gap."""
+    return gap_closed(v, run) >= GAP_CLOSED
 
 
-def _worst(v: _metrics.Values, metric: str) -> float:
-    """The largest value of a CNF metric over the densities."""
-    return max(v[f"{density}/cnf", metric] for density in DENSITIES)
+def _worst(metric: Metric) -> Callable[[Values], float]:
+    """The largest value of ``metric`` over the CNFs."""
+    return lambda v: max(v[metric.of(f"{density}/cnf")] for density in DENSITIES)
 
 
 def claims(setup: Setup[CnfSettings]) -> list[Claim]:
     """Per density: the CNF beats the Gaussian, closes most of the gap to the truth, and
-    its adaptive NFE grows in training. Over both: the two checks of the code."""
-    s = setup.settings
-    tol = f"Dopri5 at rtol = atol = {s.rtol:g}"
+    its adaptive NFE grows in training. Over both: the two checks of the code. Their
+    details are in the text."""
     out: list[Claim] = []
-    for density in DENSITIES:
-        label = LABELS[density]
+    for density, label in LABELS.items():
         cnf = f"{density}/cnf"
         out += [
             Claim.difference(
                 f"{density}_beats_gaussian",
                 f"Sec. 4: on {label} the CNF's test NLL beats the best Gaussian's",
-                "figures only, no number",
-                (cnf, "test_nll"), (cnf, "gaussian_test_nll"),
+                "figures only, no number", TEST_NLL.of(cnf), GAUSSIAN_TEST_NLL.of(cnf),
                 below=-NATS_BETTER, kind="paper", spec="+.3f", unit=" nats",
-                detail=f"ours: the CNF's held-out NLL ({tol}) minus the closed-form Gaussian's, "
-                f"paired per seed; holds below -{NATS_BETTER:g} nats, a margin several times "
-                "the standard error of a paired difference over the test set and still far "
-                "from what a flow that learnt only a linear map (the Gaussian) can reach",
             ),
             Claim(
-                key=f"{density}_fits_density",
-                text=f"Fig. 5: the CNF fits {label}: most of the NLL gap to the truth closed",
-                published="figures only, no number",
-                ours=functools.partial(gap_closed, density=density),
-                holds=functools.partial(_fits, density=density),
-                spec=".0f", scale=100, unit="%", kind="paper",
-                detail="ours: (Gaussian's test NLL - CNF's) / (Gaussian's - true density's), "
-                f"the fraction of the way from the best Gaussian to the exact density; holds "
-                f"at {GAP_CLOSED:.0%} or more. The paper shows the fit as pictures; this "
-                "threshold turns 'looks like the target' into a number a picture cannot hide",
+                f"{density}_fits_density",
+                f"Fig. 5: the CNF fits {label}: most of the NLL gap to the truth closed",
+                "figures only, no number", ours=functools.partial(gap_closed, run=cnf),
+                holds=functools.partial(_fits, run=cnf), spec=".0f", scale=100, unit="%",
+                kind="paper",
             ),
             Claim.ratio(
-                f"{density}_nfe_grows",
-                f"Fig. 3d: the NFE grows during training ({label})",
-                "stated, no number",
-                (cnf, "nfe"), (cnf, "nfe_initial"),
-                above=NFE_GROWTH, kind="paper",
-                detail=f"ours: the NFE of the adaptive solve ({tol}) of the held-out log-density "
-                f"after training over that before; holds above {NFE_GROWTH:g}×. The paper "
-                "states it for its MNIST ODE-Net; training here takes fixed RK4 steps, so the "
-                "NFE measures how hard the learned field is to integrate",
+                f"{density}_nfe_grows", f"Fig. 3d: the NFE grows during training ({label})",
+                "stated, no number", NFE.of(cnf), NFE_INITIAL.of(cnf), above=NFE_GROWTH,
+                kind="paper",
             ),
         ]  # fmt: skip
-    out += [
+    mass_error, logdet = _worst(MASS_ERROR), _worst(LOGDET_ERROR)
+    return [
+        *out,
         Claim(
-            key="density_integrates_to_one",
-            text="the CNF's density integrates to one (change of variables)",
-            published="exact identity",
-            ours=lambda v: _worst(v, "mass_error"),
-            holds=lambda v: _worst(v, "mass_error") < MASS_TOL,
-            spec=".1e", kind="check",
-            detail=f"ours: the largest abs(mass - 1) over the densities, where mass is the "
-            f"density ({tol}) summed over a {s.grid}×{s.grid} grid on [-{s.box:g}, {s.box:g}]² "
-            f"plus the fraction of {s.n_samples} flow samples outside it; passes below "
-            f"{MASS_TOL:g}. A wrong sign or a missing term of the trace moves it by far more; "
-            "training cannot, since any field's flow conserves mass",
+            "density_integrates_to_one",
+            "the CNF's density integrates to one (change of variables)", "exact identity",
+            ours=mass_error, holds=lambda v: mass_error(v) < MASS_TOL, spec=".1e", kind="check",
         ),
         Claim(
-            key="trace_matches_logdet",
-            text="the exact trace integral equals log abs det J by finite differences",
-            published="exact identity",
-            ours=lambda v: _worst(v, "logdet_error"),
-            holds=lambda v: _worst(v, "logdet_error") < LOGDET_TOL,
-            spec=".1e", unit=" nats", kind="check",
-            detail=f"ours: the largest abs(delta + log abs det J) over {s.n_logdet} base points "
-            "and the densities, delta the CNF's -int tr(df/dz) dt and J the Jacobian of z0 -> z(1) "
-            f"by central differences (step 1e-5), both from float64 RK4 solves in "
-            f"{s.logdet_steps} steps of the trained field; passes below {LOGDET_TOL:g} nats, "
-            "far above the solves' and differences' errors and far below any error of the trace",
+            "trace_matches_logdet",
+            "the exact trace integral equals log abs det J by finite differences",
+            "exact identity", ours=logdet, holds=lambda v: logdet(v) < LOGDET_TOL, spec=".1e",
+            unit=" nats", kind="check",
         ),
     ]  # fmt: skip
-    return out
 
 
-def sections(result: Result[CnfSettings]) -> str:
-    """The set-up, the NLL and NFE table, the checks table, the figures."""
-    s = result.settings
-    lines = [
-        "Chen et al. (2018), Sec. 4 and Figs. 4-5. For each density, a CNF "
-        f"(`odelayers.CNF`, exact trace; field [z, t] -> {s.hidden} -> {s.hidden} -> 2 with "
-        f"tanh) is trained by maximum likelihood on {s.n_train} points drawn from the "
-        f"seed (noise std {s.noise:g} around the curve), with RK4 in {s.steps} steps over "
-        f"t in [0, 1] and backpropagation through them, Adam, lr {s.lr:g} cosine-annealed, "
-        f"batch {s.batch_size}, {s.iterations} iterations, one torch thread. The trained "
-        f"field is evaluated as the continuous model: Dopri5 at rtol = atol = {s.rtol:g}. "
-        f"The Gaussian is the maximum-likelihood one (mean and covariance of the training "
-        f"points). The true density is exact (a mean of Gaussians along the curve, "
-        f"{TRUTH_NODES} nodes). NLLs are in nats per point on {s.n_test} held-out points.",
-        "",
-        "## Negative log-likelihood and function evaluations",
-        "",
-        "| density | model | train NLL | test NLL (Dopri5) | test NLL (RK4, as trained) "
-        "| gap closed | NFE before → after training |",
-        "|---|---|---|---|---|---|---|",
+MODELS = ("CNF", "Gaussian", "true density")
+"""The rows of each density in the table of NLLs."""
+
+Cell = Metric | str | Callable[[Result[Any], str], str]
+"""A cell of the table of NLLs: a metric of the density's CNF run, a text, or
+``cell(result, run)``."""
+
+
+def _by_model(header: str, cnf: Cell, gaussian: Cell = "–", truth: Cell = "–") -> Col:
+    """A column of the table of NLLs, whose cell depends on the row's model."""
+    cells = dict(zip(MODELS, (cnf, gaussian, truth)))
+
+    def cell(result: Result[Any], row: Row) -> str:
+        this = cells[row.text["model"]]
+        if isinstance(this, Metric):
+            return result.cell(this.of(row.run))
+        return this if isinstance(this, str) else this(result, row.run)
+
+    return Col(header, cell=cell)
+
+
+def _gap_cell(result: Result[Any], run: str) -> str:
+    """The gap the CNF of ``run`` closes, over the seeds."""
+    seeds = [
+        Values({run: {m: st.values[k] for m, st in result.metrics[run].items()}})
+        for k in range(len(result.setup.seeds))
     ]
-    for density in DENSITIES:
-        cnf = f"{density}/cnf"
-        values = [
-            _metrics.Values({cnf: {m: st.values[k] for m, st in result.metrics[cnf].items()}})
-            for k in range(len(result.setup.seeds))
-        ]
-        closed = _metrics.Stat.of([gap_closed(v, density) for v in values])
-        nfe = f"{result.cell(cnf, 'nfe_initial', '.0f')} → {result.cell(cnf, 'nfe', '.0f')}"
-        label = LABELS[density]
-        lines += [
-            f"| {label} | CNF | {result.cell(cnf, 'train_nll', '.3f')} | "
-            f"{result.cell(cnf, 'test_nll', '.3f')} | {result.cell(cnf, 'test_nll_rk4', '.3f')} "
-            f"| {closed.cell('.0f', 100, '%')} | {nfe} |",
-            f"| {label} | Gaussian | {result.cell(cnf, 'gaussian_train_nll', '.3f')} | "
-            f"{result.cell(cnf, 'gaussian_test_nll', '.3f')} | – | 0% | – |",
-            f"| {label} | true density | – | {result.cell(cnf, 'true_test_nll', '.3f')} | – "
-            "| 100% | – |",
-        ]
-    lines += [
-        "",
-        "The paper gives no numbers for these densities (Figs. 4-5 are pictures). "
-        f"Training takes {4 * s.steps} evaluations per solve (RK4, {s.steps} steps) "
-        "whatever the field; the NFE columns are the adaptive solve's on the held-out "
-        "points, before and after training. The train NLL is the mean minibatch loss "
-        f"over the last {s.eval_every} iterations. The standard error of the mean "
-        "per-point difference of test NLL between the CNF and the Gaussian (the paired "
-        "difference the first claim of each density tests) is "
-        + ", ".join(
-            f"{result.cell(f'{d}/cnf', 'paired_se', '.3f')} nats on {LABELS[d]}" for d in DENSITIES
-        )
-        + ".",
-        "",
-        "## The checks in numbers",
-        "",
-        "| density | mass on the grid | mass of samples outside it | total | "
-        "max log-det error (nats) |",
-        "|---|---|---|---|---|",
+    return Stat.of([gap_closed(v, run) for v in seeds]).cell(".0f", 100, "%")
+
+
+def _nfe_cell(result: Result[Any], run: str) -> str:
+    """The NFE of the CNF of ``run`` before and after training."""
+    return f"{result.cell(NFE_INITIAL.of(run))} → {result.cell(NFE.of(run))}"
+
+
+def tables(setup: Setup[CnfSettings]) -> dict[str, Table]:
+    """The table of NLLs and NFEs (per density: the CNF, the Gaussian, the true density),
+    and that of the checks' numbers."""
+    runs = {f"{density}/cnf": label for density, label in LABELS.items()}
+    rows = [Row(label, run, text={"model": m}) for run, label in runs.items() for m in MODELS]
+    nll = [
+        Col("model"),
+        _by_model("train NLL", TRAIN_NLL, GAUSSIAN_TRAIN_NLL),
+        _by_model("test NLL (Dopri5)", TEST_NLL, GAUSSIAN_TEST_NLL, TRUE_TEST_NLL),
+        _by_model("test NLL (RK4, as trained)", TEST_NLL_RK4),
+        _by_model("gap closed", _gap_cell, "0%", "100%"),
+        _by_model("NFE before → after training", _nfe_cell),
     ]
-    for density in DENSITIES:
-        cnf = f"{density}/cnf"
-        lines.append(
-            f"| {LABELS[density]} | {result.cell(cnf, 'mass_in_grid', '.4f')} | "
-            f"{result.cell(cnf, 'mass_outside', '.4f')} | {result.cell(cnf, 'mass', '.4f')} | "
-            f"{result.cell(cnf, 'logdet_error', '.1e')} |"
-        )
-    lines += [
-        "",
-        "![densities](densities.png)",
-        "",
-        "First seed. Columns: held-out points of the target; the true density; the "
-        "CNF's density on the grid (Dopri5); base samples pushed through the flow. The "
-        "two density columns share one colour scale per row.",
-        "",
-        "![training](training.png)",
-        "",
-        "Held-out NLL (Dopri5) and the adaptive solve's NFE during training, one line "
-        "per seed; dashed: the Gaussian's and the true density's test NLL (first seed).",
+    checks = [
+        Col("mass on the grid", MASS_IN_GRID),
+        Col("mass of samples outside it", MASS_OUTSIDE),
+        Col("total", MASS),
+        Col("max log-det error (nats)", LOGDET_ERROR),
     ]
-    return "\n".join(lines)
+    return {"nll": Table("density", rows, nll), "checks": by_run("density", runs, checks)}
+
+
+def words(result: Result[CnfSettings]) -> dict[str, object]:
+    """What the text reads beyond the settings: the claims' thresholds, the true
+    density's nodes, RK4's evaluations per training solve, the paired standard errors."""
+    return {
+        "nats_better": NATS_BETTER, "gap_closed": GAP_CLOSED, "nfe_growth": NFE_GROWTH,
+        "mass_tol": MASS_TOL, "logdet_tol": LOGDET_TOL, "truth_nodes": TRUTH_NODES,
+        "rk4_evaluations": 4 * result.settings.steps,
+        "paired_se": {d: result.cell(PAIRED_SE.of(f"{d}/cnf")) for d in DENSITIES},
+    }  # fmt: skip
 
 
 def _plot_densities(result: Result[CnfSettings], path: Path) -> None:
@@ -679,11 +596,10 @@ def _plot_training(result: Result[CnfSettings], path: Path) -> None:
         for i, m in enumerate(result.measurements[cnf]):
             rows = m.details["history"]
             its = [r["iteration"] for r in rows]
-            axes[0, k].plot(its, [r["test_nll"] for r in rows], color=f"C{i}", lw=1)
-            axes[1, k].plot(its, [r["nfe"] for r in rows], color=f"C{i}", lw=1)
-        gaussian = result.stat(cnf, "gaussian_test_nll").values[0]
-        truth = result.stat(cnf, "true_test_nll").values[0]
-        for value, name in ((gaussian, "Gaussian"), (truth, "true density")):
+            axes[0, k].plot(its, [r[TEST_NLL.key()] for r in rows], color=f"C{i}", lw=1)
+            axes[1, k].plot(its, [r[NFE.key()] for r in rows], color=f"C{i}", lw=1)
+        for metric, name in ((GAUSSIAN_TEST_NLL, "Gaussian"), (TRUE_TEST_NLL, "true density")):
+            value = result.stat(metric.of(cnf)).values[0]
             if value is not None:
                 axes[0, k].axhline(value, color="0.4", ls="--", lw=1)
                 axes[0, k].text(0, value, f" {name}", va="bottom", fontsize=8, color="0.3")
@@ -695,8 +611,8 @@ def _plot_training(result: Result[CnfSettings], path: Path) -> None:
     save_png(path, fig, dpi=90)
 
 
-_template.register_template(
-    _template.Template(
+register_template(
+    Template(
         name="chen-cnf",
         description="a continuous normalizing flow fitted to two 2-D densities against the "
         "best Gaussian and the true density (Chen et al. 2018, Sec. 4, Figs. 4-5)",
@@ -711,7 +627,9 @@ _template.register_template(
         runs=runs,
         measure=measure,
         claims=claims,
-        sections=sections,
+        text="chen-cnf.md",
+        tables=tables,
+        words=words,
         figures=[
             Figure("densities.png", _plot_densities),
             Figure("training.png", _plot_training),
