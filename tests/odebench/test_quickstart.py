@@ -97,15 +97,17 @@ def test_the_fallback_toy_task_really_learns(tmp_path, monkeypatch):
 
 def test_every_claim_has_a_kind_and_none_is_a_check(tmp_path):
     """The quickstart claims one thing of the paper, tested by training; it checks nothing."""
-    from odebench.experiments._template import MAX_CLAIM_TEXT
+    from odebench.experiments._claims import MAX_CLAIM_TEXT
+    from odebench.experiments._report import Prose
 
     claims = quickstart.TEMPLATE.claims(_setup(tmp_path, None))
     assert [(c.key, c.kind) for c in claims] == [("anode_fits_better", "paper")]
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
+    assert list(Prose.of("quickstart.md").details) == ["anode_fits_better"]
 
 
 def test_the_claim_is_the_paired_difference_of_the_test_mses():
-    from odebench.experiments._template import Values
+    from odebench.experiments import Values
 
     (claim,) = quickstart.CLAIMS
     seeds = [

@@ -14,6 +14,8 @@ from .._io import integer_ticks, metric_label, pyplot, save_png
 from ..data import DataError, download
 from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
 from ._claims import Claim
+from ._metrics import Metric
+from ._tables import Col, Table, by_run
 from ._template import (
     Figure,
     Measurement,
@@ -27,6 +29,14 @@ from ._template import (
 )
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))
+"""The toy runs and their models."""
+
+PARAMETERS, EPOCHS = Metric("parameters", spec=".0f"), Metric("epochs", spec=".0f")
+TRAIN_LOSS, TEST_LOSS = Metric("train_loss"), Metric("test_loss")
+TEST_ACC = Metric("test_acc", spec=".2f", scale=100, unit="%")
+NFE_FORWARD, NFE_BACKWARD = Metric("nfe_forward", spec=".1f"), Metric("nfe_backward", spec=".1f")
+IMAGES_PER_SECOND = Metric("images_per_second", spec=".0f")
+TRAIN_SECONDS = Metric("train_seconds", spec=".1f")
 
 
 @dataclass(frozen=True)
@@ -134,9 +144,14 @@ def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
         )
         for name, model in TOY
     ]
-    data = _image_data(setup)
+    return [*toy, Run("image", config=_image_config(setup, seed))]
+
+
+def _image_config(setup: Setup[QuickstartSettings], seed: int) -> TrainConfig:
+    """An ODE-Net on MNIST, or the toy ANODE on the spirals without it."""
+    s, data = setup.settings, _image_data(setup)
     digits = data.dataset == "mnist"
-    image = TrainConfig(
+    return TrainConfig(
         model="odenet" if digits else "toy-anode",
         dataset=data.dataset,
         epochs=s.image_epochs if digits else s.toy_epochs,
@@ -148,7 +163,6 @@ def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
         test_size=s.image_test_size if digits else None,
         seed=seed,
     )
-    return [*toy, Run("image", config=image)]
 
 
 def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
@@ -172,76 +186,36 @@ CLAIMS = [
         "anode_fits_better",
         "an ANODE fits g(x) better than a NODE, which cannot represent it (Dupont et al. 2019)",
         "the NODE cannot represent g(x); the ANODE can",
-        ("anode", "test_loss"),
-        ("node", "test_loss"),
+        TEST_LOSS.of("anode"),
+        TEST_LOSS.of("node"),
         below=0.0,
         kind="paper",
         spec="+.3g",
-        detail="ours: the ANODE's test MSE minus the NODE's, paired per seed; the claim holds "
-        "where it is below 0",
     )
 ]
 """The claim checked on the toy runs; the image run only shows that training works."""
 
 
-#: The columns of the tables: ``(metric, format, scale, unit)``.
-TOY_COLUMNS = (
-    ("parameters", ".0f", 1.0, ""), ("epochs", ".0f", 1.0, ""), ("train_loss", ".4g", 1.0, ""),
-    ("test_loss", ".4g", 1.0, ""), ("nfe_forward", ".1f", 1.0, ""),
-    ("nfe_backward", ".1f", 1.0, ""),
-)  # fmt: skip
-IMAGE_COLUMNS = (
-    ("parameters", ".0f", 1.0, ""), ("epochs", ".0f", 1.0, ""), ("test_acc", ".2f", 100.0, "%"),
-    ("test_loss", ".4g", 1.0, ""), ("nfe_forward", ".1f", 1.0, ""),
-    ("images_per_second", ".0f", 1.0, ""), ("train_seconds", ".1f", 1.0, ""),
-)  # fmt: skip
+def tables(setup: Setup[QuickstartSettings]) -> dict[str, Table]:
+    """The toy runs side by side, and the image run."""
+    toy = by_run("model", {name: name.upper() for name, _ in TOY}, [
+        Col("parameters", PARAMETERS), Col("epochs", EPOCHS), Col("train MSE", TRAIN_LOSS),
+        Col("test MSE", TEST_LOSS), Col("forward NFE", NFE_FORWARD),
+        Col("backward NFE", NFE_BACKWARD),
+    ])  # fmt: skip
+    image = by_run("model", {"image": _image_config(setup, setup.seeds[0]).model}, [
+        Col("parameters", PARAMETERS), Col("epochs", EPOCHS), Col("test accuracy", TEST_ACC),
+        Col("test loss", TEST_LOSS), Col("forward NFE", NFE_FORWARD),
+        Col("images/s", IMAGES_PER_SECOND), Col("train time (s)", TRAIN_SECONDS),
+    ])  # fmt: skip
+    return {"toy": toy, "image": image}
 
 
-def _row(
-    result: Result[QuickstartSettings],
-    run: str,
-    label: str,
-    columns: tuple[tuple[str, str, float, str], ...],
-) -> str:
-    return " | ".join(["", label, *(result.cell(run, *column) for column in columns), ""]).strip()
-
-
-def sections(result: Result[QuickstartSettings]) -> str:
-    """The toy table and figure, the image run's table and curves."""
-    s, setup = result.settings, result.setup
-    image = result.details("image")
+def words(result: Result[QuickstartSettings]) -> dict[str, object]:
+    """The image run's model, data and training, and where its curves are."""
+    setup, image = result.setup, result.details("image")
     curves = setup.run_dir("image", setup.seeds[0]).relative_to(setup.out).as_posix()
-    return "\n".join(
-        [
-            "## NODE against ANODE on g(x) in one dimension",
-            "",
-            "g(x) = -1 for |x| <= 0.5 and +1 for 1 <= |x| <= 1.5 (Dupont et al., 2019). A NODE",
-            "on a line is an increasing map, so it cannot send the inner points below the outer",
-            "ones on both sides; an ANODE, with five extra zero dimensions, can.",
-            "",
-            "| model | parameters | epochs | train MSE | test MSE | forward NFE | backward NFE |",
-            "|---|---|---|---|---|---|---|",
-            *(_row(result, name, name.upper(), TOY_COLUMNS) for name, _ in TOY),
-            "",
-            "![learned g(x), loss and NFE](toy.png)",
-            "",
-            f"## {image['model']} on {image['dataset']}",
-            "",
-            f"Data: {image['why']}.",
-            "",
-            _training(s, image),
-            "",
-            "| model | parameters | epochs | test accuracy | test loss | forward NFE | "
-            "images/s | train time (s) |",
-            "|---|---|---|---|---|---|---|---|",
-            _row(result, "image", image["model"], IMAGE_COLUMNS),
-            "",
-            f"![training curves]({curves}/curves.png)",
-            "",
-            "Every run's configuration, metrics per epoch (JSON, CSV), curves and checkpoint",
-            "are in its sub-directory (`node/`, `anode/`, `image/`).",
-        ]
-    )
+    return {"image": image, "training": _training(result.settings, image), "curves": curves}
 
 
 MNIST_SPLIT = (60_000, 10_000)
@@ -327,7 +301,9 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        sections=sections,
+        text="quickstart.md",
+        tables=tables,
+        words=words,
         figures=[Figure("toy.png", _plot_toy)],
         epoch_fields=("toy_epochs", "image_epochs"),
     )
