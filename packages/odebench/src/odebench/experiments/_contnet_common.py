@@ -7,7 +7,8 @@ trained net with its batch-norm statistics recalibrated (:func:`recalibrate`,
 :func:`restore`, :func:`measure_refined`) and draw its time and accuracy per epoch
 (:func:`plot_epochs`). ``continuousnet-cifar`` keeps a net whose data set is not found
 as a run that is not trained (:func:`runs_where_found`): its report says what to
-download.
+download. What the three measure of every run is declared here (:data:`RECALIBRATED`
+and its siblings), and so are the fields their texts share (:func:`words`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import contnet
 import torch
@@ -25,7 +26,8 @@ import torch
 from .._io import pyplot, save_png
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
-from ._images import not_run
+from ._images import data_name, not_run
+from ._metrics import Metric
 from ._template import Measurement, Result, Run, Settings, Setup, Trained
 
 
@@ -298,6 +300,23 @@ def restore(setup: Setup[N], trained: Trained) -> Restored:
 #: The numbers of each epoch a run keeps in its details.
 EPOCH_ROW = ("epoch", "n_steps", "parameters", "epoch_seconds", "test_acc", "train_acc")
 
+#: What :func:`measure_refined` measures of every run, in the reports' formats: the
+#: parameters and ``N_t`` at the end, the sum of ``N_t`` over the epochs, the accuracies
+#: of the last epoch (test as trained and recalibrated, train in train mode), the
+#: training seconds per epoch and in all, and the wall time of the run with its tests.
+PARAMETERS = Metric("parameters", spec=".3f", scale=1e-6, unit="M")
+EPOCHS = Metric("epochs", spec=".0f")
+N_STEPS_FINAL = Metric("n_steps_final", spec=".0f")
+N_STEPS_SUM = Metric("n_steps_sum", spec=".0f")
+TEST_ACCURACY = Metric("test_accuracy", spec=".2f", scale=100, unit="%")
+RECALIBRATED = Metric("test_accuracy_recalibrated", spec=".2f", scale=100, unit="%")
+TRAIN_ACCURACY = Metric("train_accuracy", spec=".2f", scale=100, unit="%")
+SECONDS_PER_EPOCH = Metric("seconds_per_epoch", spec=".2f")
+SECONDS_FIRST_EPOCH = Metric("seconds_first_epoch", spec=".2f")
+SECONDS_LAST_EPOCH = Metric("seconds_last_epoch", spec=".2f")
+TRAIN_SECONDS = Metric("train_seconds", spec=".2f", scale=1 / 60, unit=" min")
+RUN_WALL_SECONDS = Metric("run_wall_seconds", spec=".2f", scale=1 / 60, unit=" min")
+
 
 def measure_refined(
     setup: Setup[N], trained: Trained, restored: Restored | None = None
@@ -324,26 +343,42 @@ def measure_refined(
     result, rows = trained.result, trained.history
     seconds = [row["epoch_seconds"] for row in rows]
     final = trained.final_metrics()
+    values = {
+        PARAMETERS: result["parameters"],
+        EPOCHS: result["epochs"],
+        N_STEPS_FINAL: final.get("n_steps"),
+        N_STEPS_SUM: sum(row["n_steps"] for row in rows),
+        TEST_ACCURACY: final.get("test_acc"),
+        RECALIBRATED: r.accuracy(r.net),
+        TRAIN_ACCURACY: final.get("train_acc"),
+        SECONDS_PER_EPOCH: sum(seconds) / len(seconds),
+        SECONDS_FIRST_EPOCH: seconds[0],
+        SECONDS_LAST_EPOCH: seconds[-1],
+        TRAIN_SECONDS: result["train_seconds"],
+        # train()'s wall time is of its last call alone: under --resume that
+        # leaves out the earlier stretches of the run, so it is not kept.
+        RUN_WALL_SECONDS: None if setup.options.resume else result["wall_seconds"],
+    }
     return Measurement(
-        {
-            "parameters": result["parameters"],
-            "epochs": result["epochs"],
-            "n_steps_final": final.get("n_steps"),
-            "n_steps_sum": sum(row["n_steps"] for row in rows),
-            "test_accuracy": final.get("test_acc"),
-            "test_accuracy_recalibrated": r.accuracy(r.net),
-            "train_accuracy": final.get("train_acc"),
-            "seconds_per_epoch": sum(seconds) / len(seconds),
-            "seconds_first_epoch": seconds[0],
-            "seconds_last_epoch": seconds[-1],
-            "train_seconds": result["train_seconds"],
-            # train()'s wall time is of its last call alone: under --resume that
-            # leaves out the earlier stretches of the run, so it is not kept.
-            "run_wall_seconds": None if setup.options.resume else result["wall_seconds"],
-        },
+        {metric.key(): value for metric, value in values.items()},
         {"dataset": r.config.dataset,
          "per_epoch": [{k: row.get(k) for k in EPOCH_ROW} for row in rows]},
     )  # fmt: skip
+
+
+def words(result: Result[N]) -> dict[str, Any]:
+    """The fields the three texts share: ``data`` (the data sets of the nets trained),
+    ``sizes``, ``training`` (the optimiser in words) and ``quick_note`` (a paragraph
+    of its own in quick mode, else nothing)."""
+    s = result.settings
+    data = (data_name(result.details(net.key)["dataset"]) for net in ran(result))
+    quick = result.setup.mode == "quick"
+    return {
+        "data": ", ".join(dict.fromkeys(data)),
+        "sizes": s.sizes(),
+        "training": s.training.describe(),
+        "quick_note": f"\n\n{QUICK_NOTE}" if quick else "",
+    }
 
 
 def plot_epochs(result: Result[N], path: Path, *, stacked: bool) -> None:

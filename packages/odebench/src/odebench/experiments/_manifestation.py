@@ -15,7 +15,9 @@ a subset of Fashion-MNIST, full mode on CIFAR-10.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,8 +27,8 @@ import torch
 from .._io import pyplot, save_png
 from . import _contnet_common as common
 from ._claims import Claim
-from ._images import data_name
-from ._metrics import Stat
+from ._metrics import Metric, Stat
+from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Template, register_template
 
 if TYPE_CHECKING:
@@ -37,11 +39,20 @@ SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4", "rk4_38")
 TRAINED: tuple[str, ...] = ("euler", "rk4")
 #: Flat: the RK4-trained range at most this; degrades: the Euler-trained at least this.
 FLAT_RANGE, DEGRADED_RANGE = 0.05, 0.10
-#: The two grids, by how their batch-norm statistics were set.
-GRIDS = {
-    "grid": "recalibrated per manifestation",
-    "grid_fixed_stats": "statistics of the training manifestation",
-}
+#: Largest minus smallest test accuracy of a grid (``stats``: ``RECAL``, recalibrated per
+#: manifestation, or ``FIXED``), over all its columns (``columns``: ``WHOLE``) or over
+#: ``N_t >=`` the training ``N_t`` (``REFINED``), where the paper expects no degradation.
+RANGE = Metric(
+    "range", over=("columns", "stats"), key_format="{name}{columns}{stats}", spec=".1f", scale=100
+)
+WHOLE, REFINED, RECAL, FIXED = "", "_refined", "", "_fixed_stats"
+#: The two grids by their key in the details, with the ``stats`` of their ranges.
+GRIDS = {"grid": RECAL, "grid_fixed_stats": FIXED}
+#: The accuracies of each net at its own manifestation, as the report shows them.
+ACCURACIES = tuple(
+    dataclasses.replace(m, spec=".1f")
+    for m in (common.RECALIBRATED, common.TEST_ACCURACY, common.TRAIN_ACCURACY)
+)
 #: What Queiruga et al. (2020), Fig. 9 and its text, report.
 PUBLISHED: dict[str, Any] = {
     "rk4_trained": "accuracy does not degrade when time steps are added (or removed, up to a "
@@ -140,16 +151,17 @@ def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
     grids and their ranges."""
     s, restored = setup.settings, common.restore(setup, trained)
     base = common.measure_refined(setup, trained, restored)
-    metrics = dict(base.metrics)
     grids = {key: _grid(restored, s, recal=key == "grid") for key in GRIDS}
-    for key, grid in grids.items():
-        suffix = key.removeprefix("grid")
-        metrics[f"range{suffix}"] = _range(grid, s.grid_steps)
-        metrics[f"range_refined{suffix}"] = _range(grid, s.grid_steps, s.n_steps)
+    ranges = {
+        RANGE.key(columns=columns, stats=GRIDS[key]): _range(grid, s, least)
+        for key, grid in grids.items()
+        for columns, least in ((WHOLE, 0), (REFINED, s.n_steps))
+    }
+    metrics = {**base.metrics, **ranges}
     setup.log(
-        f"[{trained.run.name}-trained] train acc {metrics['train_accuracy']:.3f}, test acc "
-        f"{metrics['test_accuracy_recalibrated']:.3f} (recalibrated), grid range "
-        f"{metrics['range']:.3f}"
+        f"[{trained.run.name}-trained] train acc {metrics[common.TRAIN_ACCURACY.key()]:.3f}, "
+        f"test acc {metrics[common.RECALIBRATED.key()]:.3f} (recalibrated), grid range "
+        f"{metrics[RANGE.key(columns=WHOLE, stats=RECAL)]:.3f}"
     )
     return Measurement(metrics, {**base.details, **grids})
 
@@ -172,9 +184,9 @@ def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list
     return [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
 
 
-def _range(grid: list[list[float]], steps: tuple[int, ...], least: int = 0) -> float:
+def _range(grid: list[list[float]], s: SweepSettings, least: int) -> float:
     """Largest minus smallest accuracy over the columns with ``N_t >= least``."""
-    values = [v for row in grid for v, n in zip(row, steps) if n >= least]
+    values = [v for row in grid for v, n in zip(row, s.grid_steps) if n >= least]
     return max(values) - min(values)
 
 
@@ -184,57 +196,35 @@ POINTS: dict[str, Any] = {"spec": ".1f", "scale": 100, "unit": " points"}
 
 def claims(setup: Setup[SweepSettings]) -> list[Claim]:
     """Fig. 9 on the accuracy ranges: RK4-trained below Euler-trained (over the whole
-    grid, over ``N_t >=`` the training ``N_t``, where the paper expects no degradation,
-    and with fixed statistics); RK4-trained flat, Euler-trained degraded. All are
-    tested by training: the ranges are those of the trained weights."""
+    grid, over ``N_t >=`` the training ``N_t`` and with fixed statistics); RK4-trained
+    flat, Euler-trained degraded. All are tested by training: the ranges are those of
+    the trained weights."""
     n = setup.settings.n_steps
+    rk4, euler = (RANGE.of(run, columns=REFINED, stats=RECAL) for run in ("rk4", "euler"))
     return [
-        *(_below(suffix, where, detail) for suffix, where, detail in (
-            ("", "over the whole grid", "over the whole grid"),
-            ("_refined", f"over N_t >= {n}", f"over N_t >= {n}"),
-            ("_fixed_stats", "with fixed BN statistics",
-             "over the whole grid with the statistics of the training manifestation"))),
-        Claim(
-            key="rk4_trained_flat_refined",
-            text=f"the RK4-trained model's accuracy is flat over N_t >= {n} (Fig. 9)",
-            published=PUBLISHED["rk4_trained"],
-            ours=lambda v: v["rk4", "range_refined"],
-            holds=lambda v: v["rk4", "range_refined"] <= FLAT_RANGE,
-            **POINTS,
-            kind="paper",
-            detail=f"ours: the range (largest minus smallest test accuracy) of the RK4-trained "
-            f"model over the manifestations with N_t >= {n}; holds at most "
-            f"{FLAT_RANGE * 100:g} points",
-        ),
-        Claim(
-            key="euler_trained_degrades_refined",
-            text=f"the Euler-trained model's accuracy changes over N_t >= {n} (Fig. 9)",
-            published=PUBLISHED["euler_trained"],
-            ours=lambda v: v["euler", "range_refined"],
-            holds=lambda v: v["euler", "range_refined"] >= DEGRADED_RANGE,
-            **POINTS,
-            kind="paper",
-            detail=f"ours: the range of the Euler-trained model's test accuracy over the "
-            f"manifestations with N_t >= {n}; holds at {DEGRADED_RANGE * 100:g} points or more",
-        ),
+        _below("over the whole grid", columns=WHOLE, stats=RECAL),
+        _below(f"over N_t >= {n}", columns=REFINED, stats=RECAL),
+        _below("with fixed BN statistics", columns=WHOLE, stats=FIXED),
+        Claim("rk4_trained_flat_refined",
+              f"the RK4-trained model's accuracy is flat over N_t >= {n} (Fig. 9)",
+              PUBLISHED["rk4_trained"], lambda v: v[rk4], lambda v: v[rk4] <= FLAT_RANGE,
+              **POINTS, kind="paper"),
+        Claim("euler_trained_degrades_refined",
+              f"the Euler-trained model's accuracy changes over N_t >= {n} (Fig. 9)",
+              PUBLISHED["euler_trained"], lambda v: v[euler],
+              lambda v: v[euler] >= DEGRADED_RANGE, **POINTS, kind="paper"),
     ]  # fmt: skip
 
 
-def _below(suffix: str, where: str, detail: str) -> Claim:
-    """The RK4-trained accuracy range ``range<suffix>`` below the Euler-trained one."""
-    metric = "range" + suffix
+def _below(where: str, **at: str) -> Claim:
+    """The RK4-trained accuracy range at ``at`` below the Euler-trained one."""
+    rk4, euler = RANGE.of("rk4", **at), RANGE.of("euler", **at)
     return Claim.difference(
-        f"rk4_range_below_euler_range{suffix}",
+        f"rk4_range_below_euler_{rk4.key}",
         f"RK4-trained accuracy varies less than Euler-trained, {where} (Fig. 9)",
         "RK4-trained flat, Euler-trained not (Fig. 9); numbers not published",
-        ("rk4", metric),
-        ("euler", metric),
-        below=0.0,
-        kind="paper",
-        **{**POINTS, "spec": "+.1f"},
-        detail=f"ours: the RK4-trained model's accuracy range {detail}, minus the "
-        "Euler-trained one's, paired by seed; holds below 0",
-    )
+        rk4, euler, below=0.0, kind="paper", **{**POINTS, "spec": "+.1f"},
+    )  # fmt: skip
 
 
 def _mean_grid(result: Result[SweepSettings], run: str, key: str) -> list[list[Stat]]:
@@ -243,62 +233,47 @@ def _mean_grid(result: Result[SweepSettings], run: str, key: str) -> list[list[S
     return [[Stat.of(cells) for cells in zip(*rows)] for rows in zip(*grids)]
 
 
-def _ranges(result: Result[SweepSettings], run: str, metric: str) -> str:
-    """A range in points, recalibrated and with fixed statistics."""
-    fixed = result.cell(run, metric + "_fixed_stats", ".1f", 100)
-    return f"{result.cell(run, metric, '.1f', 100)} points (fixed statistics: {fixed})"
+def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
+    """Published beside ours (the ranges and each net's own accuracies), and each grid
+    of each net: test accuracy (%) of every scheme (rows) and ``N_t`` (columns)."""
+    s = setup.settings
+    published = Table("Quantity", [
+        *(Row(f"{r}-trained: accuracy range over the grid", r, {"columns": WHOLE},
+              {"Published": PUBLISHED[f"{r}_trained"]}) for r in TRAINED),
+        *(Row(f"{r}-trained: test accuracy at its own manifestation", r) for r in TRAINED),
+        *(Row(f"{r}-trained: range over N_t >= {s.n_steps}", r, {"columns": REFINED})
+          for r in TRAINED),
+    ], [Col("Published", text="not published"), Col("Ours", cell=_ours)])  # fmt: skip
+    grids: dict[str, Table] = {}
+    for key in GRIDS:
+        steps = enumerate(s.grid_steps)
+        cols = [Col(f"N_t={n}", cell=partial(_grid_cell, key=key, column=j)) for j, n in steps]
+        for r in TRAINED:
+            grids[f"{r}_{key}"] = Table("scheme", [Row(scheme, r) for scheme in SCHEMES], cols)
+    return {"published": published, **grids}
 
 
-def sections(result: Result[SweepSettings]) -> str:
-    """The settings, the published statements beside ours, both grids, the figures."""
-    s, n, cell = result.settings, result.settings.n_steps, result.cell
-    nets = {net.key: net for net in s.nets}
-    data = data_name(result.details("euler")["dataset"])
-    lines = [
-        f"Data: {data}, {s.sizes()}. ContinuousNet channels "
-        f"16-32-64, piecewise-constant basis; Euler-trained [{nets['euler'].depth()}], "
-        f"RK4-trained [{nets['rk4'].depth()}]; {s.epochs} epochs, {s.training.describe()}. "
-        f"Batch-norm statistics recalibrated on {s.recal_batches} training batches after "
-        "training and per manifestation.",
-        *(["", common.QUICK_NOTE] if result.setup.mode == "quick" else []),
-        "",
-        "## Published beside ours",
-        "",
-        "| Quantity | Published | Ours |",
-        "|---|---|---|",
-    ]
-    for r in TRAINED:
-        lines.append(f"| {r}-trained: accuracy range over the grid | {PUBLISHED[r + '_trained']} | "
-                     f"{_ranges(result, r, 'range')} |")  # fmt: skip
-    for r in TRAINED:
-        lines.append(
-            f"| {r}-trained: test accuracy at its own manifestation | not published | "
-            f"{cell(r, 'test_accuracy_recalibrated', '.1f', 100, '%')} recalibrated, "
-            f"{cell(r, 'test_accuracy', '.1f', 100, '%')} as trained "
-            f"(train {cell(r, 'train_accuracy', '.1f', 100, '%')}) |"
-        )
-    for r in TRAINED:
-        lines.append(f"| {r}-trained: range over N_t >= {n} | not published | "
-                     f"{_ranges(result, r, 'range_refined')} |")  # fmt: skip
-    lines += ["", "## Grids (test accuracy, %, mean ± std over the seeds)", ""]
-    for r in TRAINED:
-        for key, label in GRIDS.items():
-            lines += [
-                f"Trained [{nets[r].depth()}], {label}:",
-                "",
-                "| scheme | " + " | ".join(f"N_t={k}" for k in s.grid_steps) + " |",
-                "|---" * (len(s.grid_steps) + 1) + "|",
-                *(
-                    f"| {name} | " + " | ".join(c.cell(".1f", 100) for c in row) + " |"
-                    for name, row in zip(SCHEMES, _mean_grid(result, r, key))
-                ),
-                "",
-            ]
-    figures = [
-        "![Fig. 9 analogue](fig9_heatmaps.png)",
-        "![accuracy against N_t](accuracy_vs_steps.png)",
-    ]
-    return "\n".join([*lines, figures[0], "", figures[1]])
+def _ours(result: Result[SweepSettings], row: Row) -> str:
+    """Ours beside the published: the row's range, recalibrated and with fixed statistics,
+    or (a row without coordinates) the net's accuracies at its own manifestation."""
+    if row.at:
+        recal, fixed = (result.cell(RANGE.of(row.run, stats=st, **row.at)) for st in (RECAL, FIXED))
+        return f"{recal} points (fixed statistics: {fixed})"
+    recal, trained, train = (result.cell(m.of(row.run)) for m in ACCURACIES)
+    return f"{recal} recalibrated, {trained} as trained (train {train})"
+
+
+def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -> str:
+    """One cell of a grid: the accuracy (%) of a scheme (the row) at one ``N_t``."""
+    return _mean_grid(result, row.run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
+
+
+def words(result: Result[SweepSettings]) -> dict[str, Any]:
+    """The text's fields: :func:`~odebench.experiments._contnet_common.words`, each
+    net's depth and the claims' thresholds in points."""
+    nets = {net.key: net.depth() for net in result.settings.nets}
+    return {**common.words(result), **nets, "flat": FLAT_RANGE * 100,
+            "degraded": DEGRADED_RANGE * 100}  # fmt: skip
 
 
 def _grids(result: Result[SweepSettings]) -> dict[str, list[list[float]]]:
@@ -360,6 +335,8 @@ register_template(
         published=PUBLISHED,
         figures=[Figure("fig9_heatmaps.png", _plot_heatmaps),
                  Figure("accuracy_vs_steps.png", _plot_lines)],
-        sections=sections,
+        text="manifestation-sweep.md",
+        tables=tables,
+        words=words,
     )
 )  # fmt: skip
