@@ -17,8 +17,11 @@ from odebench.experiments._chen_tolerance import (
     claims,
     train_config,
 )
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
-from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
+from odebench.experiments._report import Prose
+from odebench.experiments._template import TEMPLATES, Setup, check_declaration
 
 #: Every claim is tested by training; the one on times is judged on a quiet machine only.
 KEYS = (
@@ -88,8 +91,12 @@ def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path: Path) -> None:
     assert [c.key for c in made] == list(KEYS)
     assert {c.kind for c in made} == {"paper"}
     assert [c.key for c in made if c.timing] == ["time_proportional_to_nfe"]
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail.startswith("ours: ") for c in made)
-    assert all("solver's minimum" in c.detail for c in made)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and not c.detail for c in made)
+    # The details are in the text, one per claim; the text shows declared tables only.
+    details = Prose.of(TEMPLATES["chen-tolerance"].text).details
+    assert list(details) == list(KEYS)
+    assert all(d.startswith("ours: ") and "solver's minimum" in d for d in details.values())
+    check_declaration(TEMPLATES["chen-tolerance"], "standard")
 
 
 def _sweep_seed(nfes: list[float], off: list[float], **extra: float) -> Values:

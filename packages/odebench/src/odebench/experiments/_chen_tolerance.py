@@ -1,23 +1,14 @@
 """``odebench run chen-tolerance``: Chen et al. (2018), Fig. 3 on MNIST.
 
 Fig. 3 shows statistics of a *trained* ODE-Net. The experiment trains chen-table1's
-ODE-Net (the same :class:`~odebench.training.TrainConfig`: ReLU field, dopri5 at
-``rtol = atol = 1e-3``, the adjoint, the mode's schedule) and its twin with a softplus
-field, the one difference. Then, on each trained model:
-
-- the **tolerance sweep** (Fig. 3a-b, the ReLU model): test error, forward NFE and
-  forward time of every test batch at each tolerance;
-- the **gradient probe** (Fig. 3a, 3c, the seminorm): on a few test batches at each
-  tolerance, the ODE block's solve error against a reference solve, and the forward
-  and backward NFE of one gradient pass with the default error norm and with the
-  seminorm, the weights left as trained;
-- the **solver's minimum**: the NFE of each of those batches at :data:`FLOOR_TOL`, a
-  tolerance that no error estimate reaches, where dopri5 takes the fewest steps it
-  can. A claim that reads NFE is judged only where the NFE is off this minimum:
-  a field the solver resolves in its fewest steps at every tolerance says nothing
-  about tolerance or cost.
-
-Fig. 3d (NFE over training) reads the training's per-epoch mean NFE.
+ODE-Net (the same :class:`~odebench.training.TrainConfig`) and its twin with a softplus
+field, then measures on each trained model: the **tolerance sweep** (Fig. 3a-b, the
+ReLU model: test error, forward NFE and time of every test batch at each tolerance),
+the **gradient probe** (Fig. 3a, 3c, the seminorm: the ODE block's solve error, and the
+forward and backward NFE of a gradient pass with the default norm and the seminorm) and
+the **solver's minimum** (each batch's NFE at :data:`FLOOR_TOL`). A claim that reads
+NFE is judged only where the NFE is off this minimum. Fig. 3d reads the training's
+per-epoch mean NFE. The report's text is ``text/chen-tolerance.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ import dataclasses
 import itertools
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +33,9 @@ from ..models import nfe, ode_layers
 from ..training import Optimizer, TrainConfig, load_splits
 from ._chen import MNIST_10K, fit_line, optimiser_words
 from ._claims import Claim
-from ._metrics import Values
+from ._metrics import Metric, Ref, Values
 from ._registry import fmt
+from ._tables import Col, Row, Table, by_coordinate, by_run
 from ._template import (
     Figure,
     Measurement,
@@ -71,23 +63,49 @@ REFERENCE_TOL = 1e-7
 """The ``rtol = atol`` of the reference solve that the probe's solve errors are
 measured against (float32, two decades below the sweep's tightest)."""
 
+GUARD_WORDS = "not reproduced: NFE at the solver's minimum"
+"""What the report says of a claim on a seed where the NFE it reads is not off the minimum."""
+
+Batch = tuple[Tensor, Tensor]
+"""Test images and their labels."""
+
+WAYS = ("forward", "backward", "backward_seminorm")
+"""The probe's NFE: forward, backward with the default norm, backward with the seminorm."""
+
+# Of each model: test error, training, the probe, and what the claims read of the probe
+# over the tolerances off the solver's minimum (see _probe_metrics).
+TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
+TRAIN_SECONDS, EPOCHS = Metric("train_seconds", spec=".0f"), Metric("epochs")
+TRAINING_NFE = Metric("nfe", over=("way", "end"), spec=".1f", key_format="nfe_{way}_{end}")
+FLOOR = Metric("floor", over=("way",), spec=".1f", key_format="floor_{way}")
+PROBE = Metric("probe", over=("way", "tol"), spec=".1f", key_format="probe_{way}@{tol}")
+SOLVE_ERROR = Metric("solve_error", over=("tol",), spec=".1e")
+PROBE_OFF = Metric("probe_off_floor", over=("tol",))
+RATIO, RATIO_TOLERANCES = Metric("ratio", spec=".2f"), Metric("ratio_tolerances", spec=".1f")
+BACKWARD_OFF, SEMINORM_OFF = Metric("backward_off_floor"), Metric("backward_seminorm_off_floor")
+SEMINORM_TOLERANCES = Metric("seminorm_tolerances")
+# Of the sweep's model: the sweep, the line through forward time against NFE, the minimum.
+SWEEP_ERROR = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
+SWEEP_NFE = Metric("nfe_forward", over=("tol",), spec=".1f")
+SECONDS = Metric("seconds_per_batch", over=("tol",), spec=".1f", scale=1e3)
+SWEEP_OFF = Metric("sweep_off_floor", over=("tol",))
+TIME_NFE = {
+    "slope": Metric("time_nfe_slope", spec=".2f", scale=1e3),
+    "intercept": Metric("time_nfe_intercept"),
+    "correlation": Metric("time_nfe_correlation", spec=".3f"),
+}
+FLOOR_SWEEP = Metric("floor_sweep", spec=".1f")
+
 
 @dataclass(frozen=True)
 class ToleranceSettings(Settings):
-    """The training of the two models, and what is measured on them, in one mode.
-
-    The training fields are chen-table1's (:class:`~odebench.experiments._chen.ChenSettings`):
-    with the same values, the ReLU model is the ODE-Net that chen-table1 reports.
+    """The training of the two models (chen-table1's fields: with the same values, the
+    ReLU model is the ODE-Net that chen-table1 reports), and what is measured on them.
 
     Args:
-        epochs: epochs of each model, at least one.
-        batch_size: the training batch, and the probe's.
-        lr: the learning rate.
-        milestones: epochs (from 0) at which the rate is multiplied by 0.1.
-        augment: random crops with padding 4.
-        train_size: training images (``None``: all).
-        test_size: test images (``None``: all).
-        optimizer: ``"sgd"`` (momentum 0.9) or ``"adam"``.
+        epochs, batch_size, lr, milestones, augment, train_size, test_size, optimizer: the
+            training, as :class:`~odebench.experiments._chen.ChenSettings` has them (at
+            least one epoch; ``batch_size`` is the probe's batch too).
         tolerances: the sweep's ``rtol = atol``, loosest first; they include ``train_tol``.
         eval_batch: the batch of the sweep's test passes.
         probe_size: the first test images the gradient probe runs on, in training batches.
@@ -119,33 +137,27 @@ class ToleranceSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.epochs < 1:
-            raise ValueError(f"chen-tolerance needs at least one epoch, got {self.epochs}.")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
-        if self.train_size is not None and self.train_size < self.batch_size:
-            raise ValueError(
-                f"`train_size` ({self.train_size}) must hold one batch ({self.batch_size})."
-            )
         tols = self.tolerances
-        if len(tols) < 2 or min(tols) <= 0 or list(tols) != sorted(set(tols), reverse=True):
-            raise ValueError(
-                f"`tolerances` must be positive and loosest first, got {self.tolerances!r}."
-            )
-        if self.train_tol not in tols:
-            raise ValueError(
-                f"`tolerances` {tols!r} must include `train_tol` ({self.train_tol:g}): "
-                "Fig. 3d's guard reads the sweep at the training tolerance."
-            )
-        if self.probe_size < 1 or self.eval_batch < 1:
-            raise ValueError(
-                f"`probe_size` and `eval_batch` must be positive, got {self.probe_size!r} "
-                f"and {self.eval_batch!r}."
-            )
-        if self.sweep not in ACTIVATIONS:
-            raise ValueError(
-                f"`sweep` must be one of {', '.join(ACTIVATIONS)}, got {self.sweep!r}."
-            )
+        problems = [
+            (self.epochs < 1, f"chen-tolerance needs at least one epoch, got {self.epochs}."),
+            (self.optimizer not in ("sgd", "adam"),
+             f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}."),
+            (self.train_size is not None and self.train_size < self.batch_size,
+             f"`train_size` ({self.train_size}) must hold one batch ({self.batch_size})."),
+            (len(tols) < 2 or min(tols) <= 0 or list(tols) != sorted(set(tols), reverse=True),
+             f"`tolerances` must be positive and loosest first, got {tols!r}."),
+            (self.train_tol not in tols,
+             f"`tolerances` {tols!r} must include `train_tol` ({self.train_tol:g}): "
+             "Fig. 3d's guard reads the sweep at the training tolerance."),
+            (self.probe_size < 1 or self.eval_batch < 1,
+             f"`probe_size` and `eval_batch` must be positive, got {self.probe_size!r} "
+             f"and {self.eval_batch!r}."),
+            (self.sweep not in ACTIVATIONS,
+             f"`sweep` must be one of {', '.join(ACTIVATIONS)}, got {self.sweep!r}."),
+        ]  # fmt: skip
+        for bad, message in problems:
+            if bad:
+                raise ValueError(message)
 
 
 MODES = {
@@ -155,15 +167,8 @@ MODES = {
         test_size=256, optimizer="adam", tolerances=(1e-1, 1e-3, 1e-5), eval_batch=128,
         probe_size=64,
     ),
-    # chen-table1's standard training (8 epochs of MNIST-10k, batch 64, Adam 1e-3, the
-    # rate times 0.1 for the last two) for each of the two models, three seeds, one torch
-    # thread. Trial, seed 0 on a shared 2-core CPU at load 4.2-6.7: the ReLU model
-    # trained in 603 s of CPU time (1381 s wall) to 1.50% test error, NFE 14 to 56 over
-    # the tolerances; its sweep and probe took 75 s. A softplus step costs 0.75 of a
-    # ReLU step (15 steps each at the initial NFE), about 455 s for its training and
-    # 30 s for its probe. On an idle core: about 20 minutes a seed, an hour for the
-    # three (65 minutes if the softplus NFE grows to the ReLU's), under the 90 minutes
-    # of a standard mode.
+    # chen-table1's standard training for each of the two models, three seeds, one torch
+    # thread: about 20 minutes a seed on an idle core (the docs page gives the trial).
     "standard": ToleranceSettings(
         seeds=3, epochs=8, batch_size=64, lr=1e-3, milestones=(6,), augment=False,
         train_size=MNIST_10K[0], test_size=MNIST_10K[1], optimizer="adam",
@@ -188,22 +193,11 @@ def train_config(s: ToleranceSettings, seed: int, activation: str) -> TrainConfi
         'softplus'
     """
     return TrainConfig(
-        model="odenet",
-        dataset="mnist",
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        lr=s.lr,
-        optimizer=s.optimizer,
-        milestones=s.milestones,
-        augment=s.augment,
-        train_size=s.train_size,
-        test_size=s.test_size,
-        gradient="adjoint",
-        rtol=s.train_tol,
-        atol=s.train_tol,
-        seed=seed,
-        activation=activation,
-    )
+        model="odenet", dataset="mnist", epochs=s.epochs, batch_size=s.batch_size, lr=s.lr,
+        optimizer=s.optimizer, milestones=s.milestones, augment=s.augment,
+        train_size=s.train_size, test_size=s.test_size, gradient="adjoint",
+        rtol=s.train_tol, atol=s.train_tol, seed=seed, activation=activation,
+    )  # fmt: skip
 
 
 def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
@@ -220,10 +214,9 @@ def _solving(model: nn.Module, tol: float, seminorm: bool = False) -> Iterator[N
     try:
         for layer in layers:
             spec = layer.spec
-            controller = spec.controller
+            controller, gradient = spec.controller, spec.gradient
             if isinstance(controller, odecore.PIDController):
                 controller = dataclasses.replace(controller, rtol=tol, atol=tol)
-            gradient = spec.gradient
             if isinstance(gradient, odecore.Adjoint):
                 gradient = dataclasses.replace(gradient, seminorm=seminorm)
             layer.spec = dataclasses.replace(spec, controller=controller, gradient=gradient)
@@ -233,22 +226,29 @@ def _solving(model: nn.Module, tol: float, seminorm: bool = False) -> Iterator[N
             layer.spec = spec
 
 
-def _batches(data: Dataset, size: int, limit: int | None = None) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` of consecutive batches of ``size`` over the first ``limit`` items."""
+def _batches(model: nn.Module, data: Dataset, size: int, limit: int | None = None) -> list[Batch]:
+    """Consecutive batches of ``size`` over the first ``limit`` items,
+    normalised, on the model's device; the model in eval mode."""
+    device = next(model.parameters()).device
+    model.eval()
     n = len(data) if limit is None else min(limit, len(data))
-    for start in range(0, n, size):
-        yield start, min(start + size, n)
+    spans = [(a, min(a + size, n)) for a in range(0, n, size)]
+    return [(data.normalize(data.inputs[a:b].to(device)), data.targets[a:b].to(device))
+            for a, b in spans]  # fmt: skip
+
+
+def _at_floor(nfes: list[float], floors: list[float]) -> float:
+    """The share of batches whose NFE is at (or, by a rounding of the last step,
+    under) their NFE at the solver's minimum."""
+    return sum(n <= f for n, f in zip(nfes, floors)) / len(nfes)
 
 
 def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[dict[str, Any]]:
     """At each tolerance, over the test set in batches of ``eval_batch``: test error,
     forward NFE, forward seconds, and the NFE of each batch at the solver's minimum."""
-    device = next(model.parameters()).device
-    model.eval()
-    batches = [
-        (test.normalize(test.inputs[a:b].to(device)), test.targets[a:b].to(device))
-        for a, b in _batches(test, s.eval_batch)
-    ]
+    batches = _batches(model, test, s.eval_batch)
+    device = batches[0][0].device
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
     floors = []
     with torch.no_grad(), _solving(model, FLOOR_TOL):
         for x, _ in batches:
@@ -259,32 +259,19 @@ def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[dict[s
         wrong, nfes, seconds = 0, [], []
         with torch.no_grad(), _solving(model, tol):
             for x, y in batches:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 start = time.perf_counter()
                 logits = model(x)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 seconds.append(time.perf_counter() - start)
                 nfes.append(float(nfe(model)[0]))
                 wrong += int((logits.argmax(1) != y).sum().item())
-        rows.append(
-            {
-                "tol": tol,
-                "test_error": wrong / len(test),
-                "nfe_forward": statistics.mean(nfes),
-                "seconds_per_batch": statistics.mean(seconds),
-                "at_floor": _share_at_floor(nfes, floors),
-                "batches": [[n, t, f] for n, t, f in zip(nfes, seconds, floors)],
-            }
-        )
+        rows.append({
+            "tol": tol, "test_error": wrong / len(test), "nfe_forward": statistics.mean(nfes),
+            "seconds_per_batch": statistics.mean(seconds), "at_floor": _at_floor(nfes, floors),
+            "batches": [[n, t, f] for n, t, f in zip(nfes, seconds, floors)],
+        })  # fmt: skip
     return rows
-
-
-def _share_at_floor(nfes: list[float], floors: list[float]) -> float:
-    """The share of batches whose NFE is at (or, by a rounding of the last step,
-    under) their NFE at the solver's minimum."""
-    return sum(n <= f for n, f in zip(nfes, floors)) / len(nfes)
 
 
 def _ode_outputs(model: nn.Module, x: Tensor, y: Tensor, *, grad: bool) -> Tensor:
@@ -318,47 +305,36 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> dict[str, A
     ODE output's error relative to the reference) and one with the seminorm (backward
     NFE). The gradients are discarded: the weights stay as trained.
     """
-    device = next(model.parameters()).device
-    model.eval()
-    batches = [
-        (test.normalize(test.inputs[a:b].to(device)), test.targets[a:b].to(device))
-        for a, b in _batches(test, s.batch_size, s.probe_size)
-    ]
+    batches = _batches(model, test, s.batch_size, s.probe_size)
     references, floors = [], []
     for x, y in batches:
         with _solving(model, REFERENCE_TOL):
             references.append(_ode_outputs(model, x, y, grad=False))
         with _solving(model, FLOOR_TOL):
             _ode_outputs(model, x, y, grad=True)
-            floors.append(nfe(model))
+            floors.append([float(n) for n in nfe(model)])
     rows = []
     for tol in s.tolerances:
         forward, backward, seminorm, errors = [], [], [], []
         for (x, y), reference in zip(batches, references):
             with _solving(model, tol):
                 out = _ode_outputs(model, x, y, grad=True)
-            f, b = nfe(model)
-            forward.append(float(f))
-            backward.append(float(b))
+            forward.append(float(nfe(model)[0]))
+            backward.append(float(nfe(model)[1]))
             errors.append(float((out - reference).norm() / reference.norm()))
             with _solving(model, tol, seminorm=True):
                 _ode_outputs(model, x, y, grad=True)
             seminorm.append(float(nfe(model)[1]))
-        rows.append(
-            {
-                "tol": tol,
-                "forward": statistics.mean(forward),
-                "backward": statistics.mean(backward),
-                "backward_seminorm": statistics.mean(seminorm),
-                "solve_error": statistics.mean(errors),
-                "forward_at_floor": _share_at_floor(forward, [float(f) for f, _ in floors]),
-                "backward_at_floor": _share_at_floor(backward, [float(b) for _, b in floors]),
-            }
-        )
+        rows.append({
+            "tol": tol, "forward": statistics.mean(forward), "backward": statistics.mean(backward),
+            "backward_seminorm": statistics.mean(seminorm), "solve_error": statistics.mean(errors),
+            "forward_at_floor": _at_floor(forward, [f for f, _ in floors]),
+            "backward_at_floor": _at_floor(backward, [b for _, b in floors]),
+        })  # fmt: skip
     model.zero_grad(set_to_none=True)
     return {
-        "floor_forward": statistics.mean(float(f) for f, _ in floors),
-        "floor_backward": statistics.mean(float(b) for _, b in floors),
+        "floor_forward": statistics.mean(f for f, _ in floors),
+        "floor_backward": statistics.mean(b for _, b in floors),
         "images": sum(len(y) for _, y in batches),
         "rows": rows,
     }
@@ -367,115 +343,101 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> dict[str, A
 def _probe_metrics(probe: dict[str, Any]) -> dict[str, float | None]:
     """The probe's numbers per tolerance, and what the claims read of them.
 
-    ``ratio`` is the median backward/forward NFE over the tolerances at which the
-    forward NFE is off the solver's minimum (on most batches), ``ratio_tolerances``
-    how many there were. ``backward_off_floor`` and ``backward_seminorm_off_floor`` are
-    the mean backward NFE with the default norm and with the seminorm over the
-    tolerances at which the default norm's backward NFE is off its minimum,
-    ``seminorm_tolerances`` how many. With none, these are ``None``.
+    :data:`RATIO` is the median backward/forward NFE over the tolerances at which the
+    forward NFE is off the solver's minimum (on most batches), :data:`RATIO_TOLERANCES`
+    how many there were. :data:`BACKWARD_OFF` and :data:`SEMINORM_OFF` are the mean
+    backward NFE with the default norm and with the seminorm over the tolerances at which
+    the default norm's backward NFE is off its minimum, :data:`SEMINORM_TOLERANCES` how
+    many. With none, these are ``None``.
     """
     rows = probe["rows"]
-    metrics: dict[str, float | None] = {
-        "floor_forward": probe["floor_forward"],
-        "floor_backward": probe["floor_backward"],
-    }
+    metrics: dict[str, float | None] = {FLOOR.key(way=w): probe[f"floor_{w}"] for w in WAYS[:2]}
     for r in rows:
-        tag = f"@{r['tol']:g}"
-        metrics |= {
-            "probe_forward" + tag: r["forward"],
-            "probe_backward" + tag: r["backward"],
-            "probe_backward_seminorm" + tag: r["backward_seminorm"],
-            "solve_error" + tag: r["solve_error"],
-            "probe_off_floor" + tag: float(r["forward_at_floor"] < 0.5),
-        }
+        metrics |= {PROBE.key(way=w, tol=r["tol"]): r[w] for w in WAYS}
+        metrics[SOLVE_ERROR.key(tol=r["tol"])] = r["solve_error"]
+        metrics[PROBE_OFF.key(tol=r["tol"])] = float(r["forward_at_floor"] < 0.5)
     off = [r for r in rows if r["forward_at_floor"] < 0.5]
     back = [r for r in rows if r["backward_at_floor"] < 0.5]
-    metrics |= {
-        "ratio": statistics.median(r["backward"] / r["forward"] for r in off) if off else None,
-        "ratio_tolerances": float(len(off)),
-        "backward_off_floor": statistics.mean(r["backward"] for r in back) if back else None,
-        "backward_seminorm_off_floor": (
-            statistics.mean(r["backward_seminorm"] for r in back) if back else None
-        ),
-        "seminorm_tolerances": float(len(back)),
+    return metrics | {
+        RATIO.key(): statistics.median(r["backward"] / r["forward"] for r in off) if off else None,
+        RATIO_TOLERANCES.key(): float(len(off)),
+        BACKWARD_OFF.key(): statistics.mean(r["backward"] for r in back) if back else None,
+        SEMINORM_OFF.key(): statistics.mean(r[WAYS[2]] for r in back) if back else None,
+        SEMINORM_TOLERANCES.key(): float(len(back)),
     }
-    return metrics
+
+
+def _sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The sweep's numbers per tolerance, the line through time against NFE over every
+    batch, and the sweep's minimum."""
+    metrics: dict[str, float | None] = {}
+    for r in rows:
+        metrics |= {
+            SWEEP_ERROR.key(tol=r["tol"]): r["test_error"],
+            SWEEP_NFE.key(tol=r["tol"]): r["nfe_forward"],
+            SECONDS.key(tol=r["tol"]): r["seconds_per_batch"],
+            SWEEP_OFF.key(tol=r["tol"]): float(r["at_floor"] < 0.5),
+        }
+    fit = fit_line([(n, t) for r in rows for n, t, _ in r["batches"]])
+    metrics |= {TIME_NFE[key].key(): value for key, value in fit.items()}
+    return metrics | {FLOOR_SWEEP.key(): statistics.mean(f for _, _, f in rows[0]["batches"])}
 
 
 def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     """The training's NFE per epoch, the probe, and for the sweep's model the sweep."""
     assert trained.config is not None  # every run of `runs` has a config
-    s = setup.settings
     name = trained.run.name
     model = trained.load(setup.device)
     _, test = load_splits(trained.config)
     history = [dict(row) for row in trained.history]
     acc = trained.final_metrics()["test_acc"]
     metrics: dict[str, float | None] = {
-        "test_error": None if acc is None else 1.0 - acc,
-        "train_seconds": trained.seconds,
-        "epochs": float(len(history)),
-        **{f"nfe_{way}_{end}": history[i][f"nfe_{way}"]
-           for way in ("forward", "backward") for end, i in (("first", 0), ("last", -1))},
+        TEST_ERROR.key(): None if acc is None else 1.0 - acc,
+        TRAIN_SECONDS.key(): trained.seconds,
+        EPOCHS.key(): float(len(history)),
+        **{TRAINING_NFE.key(way=way, end=end): history[i][f"nfe_{way}"]
+           for way in WAYS[:2] for end, i in (("first", 0), ("last", -1))},
     }  # fmt: skip
-    probe = _probe(model, test, s)
+    probe = _probe(model, test, setup.settings)
     metrics |= _probe_metrics(probe)
-    details: dict[str, Any] = {
-        "history": [
-            {k: row.get(k) for k in ("epoch", "test_acc", "nfe_forward", "nfe_backward")}
-            for row in history
-        ],
-        "probe": probe,
-    }
-    if name == s.sweep:
-        rows = _sweep(model, test, s)
-        fit = fit_line([(n, t) for r in rows for n, t, _ in r["batches"]])
-        for r in rows:
-            tag = f"@{r['tol']:g}"
-            metrics |= {key + tag: r[key] for key in ("test_error", "nfe_forward")}
-            metrics |= {
-                "seconds_per_batch" + tag: r["seconds_per_batch"],
-                "sweep_off_floor" + tag: float(r["at_floor"] < 0.5),
-            }
-        metrics |= {f"time_nfe_{key}": value for key, value in fit.items()}
-        metrics["floor_sweep"] = statistics.mean(f for _, _, f in rows[0]["batches"])
-        details["tolerance_sweep"] = rows
-        setup.log(f"[{name}] sweep: time vs NFE correlation {fmt(fit['correlation'], '.3f')}")
+    keys = ("epoch", "test_acc", "nfe_forward", "nfe_backward")
+    details = {"history": [{k: row.get(k) for k in keys} for row in history], "probe": probe}
+    if name == setup.settings.sweep:
+        details["tolerance_sweep"] = rows = _sweep(model, test, setup.settings)
+        metrics |= _sweep_metrics(rows)
+        r = fmt(metrics[TIME_NFE["correlation"].key()], ".3f")
+        setup.log(f"[{name}] sweep: time vs NFE correlation {r}")
     setup.log(
-        f"[{name}] seed {trained.seed}: test error {fmt(metrics['test_error'], '.2%')}, "
+        f"[{name}] seed {trained.seed}: test error {fmt(metrics[TEST_ERROR.key()], '.2%')}, "
         f"minimum NFE {probe['floor_forward']:.0f}/{probe['floor_backward']:.0f}, "
-        f"backward/forward {fmt(metrics['ratio'], '.2f')} over "
-        f"{metrics['ratio_tolerances']:.0f} tolerance(s) off the minimum"
+        f"backward/forward {fmt(metrics[RATIO.key()], '.2f')} over "
+        f"{metrics[RATIO_TOLERANCES.key()]:.0f} tolerance(s) off the minimum"
     )
     return Measurement(metrics, details)
 
 
-def _guards(s: ToleranceSettings) -> dict[str, list[tuple[str, str]]]:
-    """For each claim that reads NFE, the ``(run, metric)`` that says whether that NFE
-    is off the solver's minimum: above 0.5 (a share of seeds on the means) where it is."""
-    sweep, tight, trained = s.sweep, f"@{s.tolerances[-1]:g}", f"@{s.train_tol:g}"
-    ratios = [("relu", "ratio_tolerances"), ("softplus", "ratio_tolerances")]
+def _guards(s: ToleranceSettings) -> dict[str, list[Ref]]:
+    """For each claim, what says whether the NFE it reads is off the solver's minimum:
+    above 0.5 (a share of seeds on the means) where it is."""
+    tight = [SWEEP_OFF.of(s.sweep, tol=s.tolerances[-1])]
+    ratios = [RATIO_TOLERANCES.of(n) for n in ACTIVATIONS]
     return {
-        "nfe_grows_as_tolerance_tightens": [(sweep, "sweep_off_floor" + tight)],
-        "solve_error_falls_as_tolerance_tightens": [(sweep, "probe_off_floor" + tight)],
-        "error_at_tightest_not_above_loosest": [(sweep, "sweep_off_floor" + tight)],
-        "time_proportional_to_nfe": [(sweep, "sweep_off_floor" + tight)],
+        "nfe_grows_as_tolerance_tightens": tight,
+        "solve_error_falls_as_tolerance_tightens": [PROBE_OFF.of(s.sweep, tol=s.tolerances[-1])],
+        "error_at_tightest_not_above_loosest": tight,
+        "time_proportional_to_nfe": tight,
         "softplus_ratio_roughly_half": ratios[1:],
         "softplus_ratio_near_corrected": ratios[1:],
         "relu_ratio_above_softplus": ratios,
-        "seminorm_fewer_backward_nfe_relu": [("relu", "seminorm_tolerances")],
-        "seminorm_fewer_backward_nfe_softplus": [("softplus", "seminorm_tolerances")],
-        "nfe_increases_during_training": [(sweep, "sweep_off_floor" + trained)],
+        **{f"seminorm_fewer_backward_nfe_{n}": [SEMINORM_TOLERANCES.of(n)] for n in ACTIVATIONS},
+        "nfe_increases_during_training": [SWEEP_OFF.of(s.sweep, tol=s.train_tol)],
     }
 
 
-def _off_floor(v: Values, pairs: list[tuple[str, str]]) -> bool:
-    """Whether every guard of ``pairs`` says the NFE is off the solver's minimum."""
-    return all(v[pair] > 0.5 for pair in pairs)
-
-
-GUARD_WORDS = "not reproduced: NFE at the solver's minimum"
-"""What the report says of a claim on a seed where the NFE it reads is not off the minimum."""
+def _grows(values: list[float]) -> bool:
+    """Never falls from one value to the next, and ends higher than it starts (negated:
+    never rises, and ends lower)."""
+    return all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]
 
 
 def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
@@ -487,125 +449,78 @@ def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
     at the solver's minimum (see :func:`_guards`) does not hold on that seed.
     """
     s = setup.settings
-    sweep, loose, tight = s.sweep, f"@{s.tolerances[0]:g}", f"@{s.tolerances[-1]:g}"
-    tols = f"{s.tolerances[0]:g} and {s.tolerances[-1]:g}"
-    guards = _guards(s)
-    floor = "; not held where that NFE sits at the solver's minimum"
+    sweep, loose, tight = s.sweep, s.tolerances[0], s.tolerances[-1]
+    r = TIME_NFE["correlation"].of(sweep)
+    last, first = (TRAINING_NFE.of(sweep, way="forward", end=end) for end in ("last", "first"))
 
-    def series(v: Values, metric: str) -> list[float]:
-        return [v[sweep, f"{metric}@{tol:g}"] for tol in s.tolerances]
+    def at(v: Values, metric: Metric, tol: float) -> float:
+        return v[metric.of(sweep, tol=tol)]
 
     def ratio(v: Values) -> float:
-        return v["softplus", "ratio"]
+        return v[RATIO.of("softplus")]
 
-    ratio_words = (
-        "the softplus model's backward/forward NFE of a gradient pass on probe test "
-        "batches, the median over the tolerances at which its forward NFE is off the "
-        "solver's minimum"
-    )
-    seminorm = [
-        Claim.difference(
-            f"seminorm_fewer_backward_nfe_{n}",
-            f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
-            "fewer (Kidger et al., 2021)",
-            (n, "backward_seminorm_off_floor"),
-            (n, "backward_off_floor"),
-            below=0.0,
-            kind="paper",
-            spec="+.1f",
-            detail=f"ours: on the trained {n} model and the same probe batches, the backward "
-            "NFE of a gradient pass with the seminorm minus that with the default norm, the "
-            "mean over the tolerances at which the default norm's is off the solver's "
-            "minimum; holds below 0" + floor,
-        )
-        for n in ACTIVATIONS
-    ]
     made = [
         Claim("nfe_grows_as_tolerance_tightens",
               "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
               "grows; numbers not published",
-              ours=lambda v: v[sweep, "nfe_forward" + tight] / v[sweep, "nfe_forward" + loose],
-              holds=lambda v: all(b >= a for a, b in itertools.pairwise(series(v, "nfe_forward")))
-              and series(v, "nfe_forward")[-1] > series(v, "nfe_forward")[0],
-              spec=".2f", unit="×", kind="paper",
-              detail=f"ours: the trained {sweep} model's mean forward NFE over the test batches "
-              f"at tolerances {tols}, tightest over loosest; holds where it never falls from "
-              "one tolerance to the next and ends higher" + floor),
+              ours=lambda v: at(v, SWEEP_NFE, tight) / at(v, SWEEP_NFE, loose),
+              holds=lambda v: _grows([at(v, SWEEP_NFE, t) for t in s.tolerances]),
+              spec=".2f", unit="×", kind="paper"),
         Claim("solve_error_falls_as_tolerance_tightens",
               "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
               "falls; numbers not published",
-              ours=lambda v: v[sweep, "solve_error" + tight] / v[sweep, "solve_error" + loose],
-              holds=lambda v: all(b <= a for a, b in itertools.pairwise(series(v, "solve_error")))
-              and series(v, "solve_error")[-1] < series(v, "solve_error")[0],
-              spec=".2g", unit="×", kind="paper",
-              detail=f"ours: the trained {sweep} model's ODE output on the probe batches, its "
-              f"error relative to a solve at {REFERENCE_TOL:g}, at tolerance "
-              f"{s.tolerances[-1]:g} over that at {s.tolerances[0]:g}; holds where it never "
-              "rises from one tolerance to the next and ends lower" + floor),
+              ours=lambda v: at(v, SOLVE_ERROR, tight) / at(v, SOLVE_ERROR, loose),
+              holds=lambda v: _grows([-at(v, SOLVE_ERROR, t) for t in s.tolerances]),
+              spec=".2g", unit="×", kind="paper"),
         Claim("error_at_tightest_not_above_loosest",
               "test error is no higher at the tightest tolerance (Fig. 3a)",
               "falls as it tightens; numbers not published",
-              ours=lambda v: v[sweep, "test_error" + tight] - v[sweep, "test_error" + loose],
-              holds=lambda v: v[sweep, "test_error" + tight] <= v[sweep, "test_error" + loose],
-              spec="+.2f", scale=100, unit=" points", kind="paper",
-              detail=f"ours: the trained {sweep} model's test error at tolerances {tols}, "
-              "tightest minus loosest (one model, two tolerances); holds at 0 or below" + floor),
-        Claim("time_proportional_to_nfe",
-              "forward time is proportional to NFE (Fig. 3b)",
-              "proportional; slope not published",
-              ours=lambda v: v[sweep, "time_nfe_correlation"],
-              holds=lambda v: v[sweep, "time_nfe_correlation"] > 0.9, kind="paper",
-              timing=True,
-              detail=f"ours: the correlation of forward time and NFE over every test batch of "
-              f"the trained {sweep} model's sweep; holds above 0.9" + floor),
+              ours=lambda v: at(v, SWEEP_ERROR, tight) - at(v, SWEEP_ERROR, loose),
+              holds=lambda v: at(v, SWEEP_ERROR, tight) <= at(v, SWEEP_ERROR, loose),
+              spec="+.2f", scale=100, unit=" points", kind="paper"),
+        Claim("time_proportional_to_nfe", "forward time is proportional to NFE (Fig. 3b)",
+              "proportional; slope not published", ours=lambda v: v[r],
+              holds=lambda v: v[r] > 0.9, kind="paper", timing=True),
         Claim("softplus_ratio_roughly_half",
-              "softplus backward NFE is roughly half the forward (Fig. 3c)",
-              "about 0.5", ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f",
-              kind="paper", detail=f"ours: {ratio_words}; holds from 0.35 to 0.65" + floor),
+              "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
+              ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f", kind="paper"),
         Claim("softplus_ratio_near_corrected",
               "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
               "about 0.8 (0.78-0.86)", ours=ratio, holds=lambda v: 0.7 <= ratio(v) <= 0.95,
-              spec=".2f", kind="paper",
-              detail=f"ours: {ratio_words}; holds from 0.7 to 0.95" + floor),
-        Claim.difference(
-            "relu_ratio_above_softplus",
-            "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
-            "not published (smooth fields only)",
-            ("relu", "ratio"), ("softplus", "ratio"), above=0.0, kind="paper",
-            detail="ours: the two models' backward/forward NFE (each the median over the "
-            "tolerances off its solver's minimum), ReLU minus softplus, paired by seed; holds "
-            "above 0" + floor),
-        *seminorm,
-        Claim("nfe_increases_during_training",
-              "forward NFE increases during training (Fig. 3d)",
-              "increases; numbers not published",
-              ours=lambda v: v[sweep, "nfe_forward_last"] / v[sweep, "nfe_forward_first"],
-              holds=lambda v: v[sweep, "nfe_forward_last"] > v[sweep, "nfe_forward_first"],
-              spec=".2f", unit="×", kind="paper",
-              detail=f"ours: the {sweep} model's mean forward NFE per training step in its "
-              f"last epoch over its first; holds above 1" + floor.replace(
-                  "that NFE sits", f"the trained model's NFE at tolerance {s.train_tol:g} sits")),
+              spec=".2f", kind="paper"),
+        Claim.difference("relu_ratio_above_softplus",
+                         "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
+                         "not published (smooth fields only)", RATIO.of("relu"),
+                         RATIO.of("softplus"), above=0.0, kind="paper"),
+        *(Claim.difference(f"seminorm_fewer_backward_nfe_{n}",
+                           f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
+                           "fewer (Kidger et al., 2021)", SEMINORM_OFF.of(n), BACKWARD_OFF.of(n),
+                           below=0.0, kind="paper", spec="+.1f") for n in ACTIVATIONS),
+        Claim("nfe_increases_during_training", "forward NFE increases during training (Fig. 3d)",
+              "increases; numbers not published", ours=lambda v: v[last] / v[first],
+              holds=lambda v: v[last] > v[first], spec=".2f", unit="×", kind="paper"),
     ]  # fmt: skip
+    guards = _guards(s)
     return [_guarded(claim, guards[claim.key]) for claim in made]
 
 
-def _guarded(claim: Claim, pairs: list[tuple[str, str]]) -> Claim:
-    """``claim``, holding only where every guard of ``pairs`` is off the solver's minimum."""
+def _guarded(claim: Claim, guards: list[Ref]) -> Claim:
+    """``claim``, holding only where every one of ``guards`` is off the solver's minimum."""
     test = claim.holds
 
     def holds(v: Values) -> bool:
-        return _off_floor(v, pairs) and test(v)
+        return all(v[ref] > 0.5 for ref in guards) and test(v)
 
     return dataclasses.replace(claim, holds=holds)
 
 
-def _guard_words(result: Result[ToleranceSettings], pairs: list[tuple[str, str]]) -> str:
+def _guard_words(result: Result[Any], guards: list[Ref]) -> str:
     """Whether the NFE a claim reads is off the solver's minimum, seed by seed, in words."""
     seeds = result.setup.seeds
     stuck = [
         seed
         for k, seed in enumerate(seeds)
-        if not all((result.stat(*pair).values[k] or 0.0) > 0.5 for pair in pairs)
+        if not all((result.stat(ref).values[k] or 0.0) > 0.5 for ref in guards)
     ]
     if not stuck:
         return f"off the minimum on {len(seeds)} of {len(seeds)} seed(s)"
@@ -613,187 +528,138 @@ def _guard_words(result: Result[ToleranceSettings], pairs: list[tuple[str, str]]
     return f"{GUARD_WORDS} on seed(s) {which} ({len(stuck)} of {len(seeds)})"
 
 
-def sections(result: Result[ToleranceSettings]) -> str:
-    """The guards, the sweep, the probe, the training, the figures."""
+def _probe_cell(way: str) -> Callable[[Result[Any], Row], str]:
+    """A cell of the probe's table: its NFE at the row's tolerance or, on a row without
+    one, at the solver's minimum (where the seminorm is not measured)."""
+
+    def cell(result: Result[Any], row: Row) -> str:
+        if row.at:
+            return result.cell(PROBE.of(row.run, way=way, **row.at))
+        return "" if way == WAYS[2] else result.cell(FLOOR.of(row.run, way=way))
+
+    return cell
+
+
+def _probe_ratio(result: Result[Any], row: Row) -> str:
+    """The probe's backward over forward NFE at the row's tolerance, the mean of the
+    seeds' ratios; none on the row of the solver's minimum."""
+    if not row.at:
+        return ""
+    pairs = zip(*(result.stat(PROBE.of(row.run, way=w, **row.at)).values for w in WAYS[:2]))
+    known = [b / f for f, b in pairs if f is not None and b is not None and f != 0]
+    return fmt(statistics.fmean(known) if known else None, ".2f")
+
+
+def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
+    """The guards, the sweep, the probe, the ratios, the training."""
+    s = setup.settings
+    texts = {c.key: c.text for c in claims(setup)}
+    guards = {texts[key]: refs for key, refs in _guards(s).items()}
+    minimum = f"minimum ({FLOOR_TOL:g})"
+    probe = [
+        Row(n, n, at, text={"tolerance": f"{at['tol']:g}" if at else minimum})
+        for n in ACTIVATIONS
+        for at in ({}, *({"tol": tol} for tol in s.tolerances))
+    ]
+
+    def first_last(way: str) -> Col:
+        return Col(
+            f"{way} NFE, first / last epoch",
+            cell=lambda result, row: " / ".join(
+                result.cell(TRAINING_NFE.of(row.run, way=way, end=end)) for end in ("first", "last")
+            ),
+        )
+
+    def seeds_off(result: Result[Any], row: Row) -> str:
+        off = result.stat(SWEEP_OFF.of(row.run, **row.at))
+        return f"{sum(1 for v in off.values if v is not None and v > 0.5)} of {off.n}"
+
+    models = {n: n for n in ACTIVATIONS}
+    return {
+        "guards": Table("claim", [Row(text) for text in guards], [Col(
+            "the NFE it reads", cell=lambda result, row: _guard_words(result, guards[row.label]))]),
+        "sweep": by_coordinate("tolerance", s.sweep, "tol", s.tolerances, [
+            Col("test error", SWEEP_ERROR), Col("forward NFE", SWEEP_NFE),
+            Col("off the minimum (seeds)", cell=seeds_off),
+            Col("forward time per batch, ms", SECONDS), Col("solve error (probe)", SOLVE_ERROR),
+            Col("paper", text="not published")]),
+        "probe": Table("model", probe, [
+            Col("tolerance"), Col("forward NFE", cell=_probe_cell("forward")),
+            Col("backward NFE", cell=_probe_cell("backward")),
+            Col("backward, seminorm", cell=_probe_cell("backward_seminorm")),
+            Col("backward/forward", cell=_probe_ratio)]),
+        "ratios": by_run("model", models, [
+            Col("backward/forward off the minimum (ours)", RATIO),
+            Col("tolerances off the minimum", RATIO_TOLERANCES), Col("paper", text="~0.5"),
+            Col("corrected (third party)", text="~0.8 (0.78-0.86)")]),
+        "training": by_run("model", models, [
+            Col("test error", TEST_ERROR), first_last("forward"), first_last("backward"),
+            Col("training, s", TRAIN_SECONDS)]),
+    }  # fmt: skip
+
+
+def words(result: Result[ToleranceSettings]) -> dict[str, object]:
+    """What the text reads besides the settings: the training in words, the tolerances
+    of the claims, and the sweep's minimum and time-NFE line."""
     s = result.settings
-    sweep = s.sweep
-    made = {c.key: c for c in claims(result.setup)}
-    lines = [
-        "The ReLU model is chen-table1's ODE-Net (its configuration, field by field); the "
-        "softplus model differs only in its vector field's activation. Each trained for "
-        f"{s.epochs} epoch(s) of {'all' if s.train_size is None else s.train_size} training "
-        f"images, batch {s.batch_size}, "
-        f"{optimiser_words(s.optimizer, s.lr, s.milestones, s.augment)}; dopri5 at "
-        f"rtol = atol = {s.train_tol:g} with the adjoint in training.",
-        "",
-        "## Is the NFE off the solver's minimum?",
-        "",
-        f"The solver's minimum is a batch's NFE at rtol = atol = {FLOOR_TOL:g}, where no "
-        "error estimate binds and dopri5 takes the fewest steps it can. A field that the "
-        "solver resolves in its fewest steps at a tolerance shows nothing of what that "
-        "tolerance costs, so a claim that reads such NFE does not hold on that seed.",
-        "",
-        "| claim | the NFE it reads |",
-        "|---|---|",
-    ]
-    for key, pairs in _guards(s).items():
-        lines.append(f"| {made[key].text} | {_guard_words(result, pairs)} |")
-    lines += [
-        "",
-        f"## Fig. 3a-b: tolerance sweep ({sweep} model)",
-        "",
-        "| tolerance | test error | forward NFE | off the minimum (seeds) | forward time per "
-        "batch, ms | solve error (probe) | paper |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for tol in s.tolerances:
-        tag = f"@{tol:g}"
-        off = result.stat(sweep, "sweep_off_floor" + tag)
-        count = sum(1 for value in off.values if value is not None and value > 0.5)
-        lines.append(
-            f"| {tol:g} | {result.cell(sweep, 'test_error' + tag, '.2f', 100, '%')} | "
-            f"{result.cell(sweep, 'nfe_forward' + tag, '.1f')} | {count} of {off.n} | "
-            f"{result.cell(sweep, 'seconds_per_batch' + tag, '.1f', 1e3)} | "
-            f"{result.cell(sweep, 'solve_error' + tag, '.1e')} | not published |"
-        )
-    lines += [
-        "",
-        f"The solver's minimum on the sweep's batches: "
-        f"{result.cell(sweep, 'floor_sweep', '.1f')} forward NFE. Time "
-        f"against NFE over every batch: correlation "
-        f"{result.cell(sweep, 'time_nfe_correlation', '.3f')}, "
-        f"{result.cell(sweep, 'time_nfe_slope', '.2f', 1e3)} ms per evaluation (paper: "
-        "proportional, slope not published). The solve error is the ODE block's output "
-        f"on the probe batches against a solve at {REFERENCE_TOL:g}, relative.",
-        "",
-        "![error vs tolerance](fig3a_error_vs_tol.png) ![time vs NFE](fig3b_time_vs_nfe.png)",
-        "",
-        "## Fig. 3c: backward against forward NFE (gradient probe)",
-        "",
-        f"One gradient pass per probe batch ({s.probe_size} test images in batches of "
-        f"{s.batch_size}) at each tolerance, the trained weights unchanged.",
-        "",
-        "| model | tolerance | forward NFE | backward NFE | backward, seminorm | "
-        "backward/forward |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name in ACTIVATIONS:
-        lines.append(
-            f"| {name} | minimum ({FLOOR_TOL:g}) | {result.cell(name, 'floor_forward', '.1f')} "
-            f"| {result.cell(name, 'floor_backward', '.1f')} | | |"
-        )
-        for tol in s.tolerances:
-            tag = f"@{tol:g}"
-            ratio = [
-                None if f is None or b is None or f == 0 else b / f
-                for f, b in zip(
-                    result.stat(name, "probe_forward" + tag).values,
-                    result.stat(name, "probe_backward" + tag).values,
-                )
-            ]
-            known = [r for r in ratio if r is not None]
-            ratio_cell = fmt(statistics.fmean(known) if known else None, ".2f")
-            lines.append(
-                f"| {name} | {tol:g} | {result.cell(name, 'probe_forward' + tag, '.1f')} | "
-                f"{result.cell(name, 'probe_backward' + tag, '.1f')} | "
-                f"{result.cell(name, 'probe_backward_seminorm' + tag, '.1f')} | {ratio_cell} |"
-            )
-    lines += [
-        "",
-        "| model | backward/forward off the minimum (ours) | tolerances off the minimum | "
-        "paper | corrected (third party) |",
-        "|---|---|---|---|---|",
-    ]
-    for name in ACTIVATIONS:
-        lines.append(
-            f"| {name} | {result.cell(name, 'ratio', '.2f')} | "
-            f"{result.cell(name, 'ratio_tolerances', '.1f')} | ~0.5 | ~0.8 (0.78-0.86) |"
-        )
-    lines += [
-        "",
-        "The published ratios are for smooth dynamics; the adjoint of a ReLU field has a",
-        "right-hand side discontinuous in time, which can make it more expensive.",
-        "",
-        "![ratio](fig3c_ratio.png)",
-        "",
-        "## Fig. 3d: NFE over training",
-        "",
-        f"The mean NFE per training step of each epoch, in dopri5 at {s.train_tol:g}: what "
-        f"this mode's {s.epochs}-epoch training does to the field, not the paper's 160 "
-        "epochs of SGD.",
-        "",
-        "| model | test error | forward NFE, first / last epoch | backward NFE, first / last "
-        "epoch | training, s |",
-        "|---|---|---|---|---|",
-    ]
-    for name in ACTIVATIONS:
-        lines.append(
-            f"| {name} | {result.cell(name, 'test_error', '.2f', 100, '%')} | "
-            f"{result.cell(name, 'nfe_forward_first', '.1f')} / "
-            f"{result.cell(name, 'nfe_forward_last', '.1f')} | "
-            f"{result.cell(name, 'nfe_backward_first', '.1f')} / "
-            f"{result.cell(name, 'nfe_backward_last', '.1f')} | "
-            f"{result.cell(name, 'train_seconds', '.0f')} |"
-        )
-    lines += ["", "![NFE](fig3d_nfe.png)"]
-    return "\n".join(lines)
+    return {
+        "train_images": "all" if s.train_size is None else s.train_size,
+        "optimiser": optimiser_words(s.optimizer, s.lr, s.milestones, s.augment),
+        "floor_tol": FLOOR_TOL,
+        "reference_tol": REFERENCE_TOL,
+        "loosest": s.tolerances[0],
+        "tightest": s.tolerances[-1],
+        "floor_sweep": result.cell(FLOOR_SWEEP.of(s.sweep)),
+        "correlation": result.cell(TIME_NFE["correlation"].of(s.sweep)),
+        "slope": result.cell(TIME_NFE["slope"].of(s.sweep)),
+    }
+
+
+def _save(fig: Any, path: Path, legend: float = 0) -> None:
+    """Grid every axis of ``fig`` (with a legend in that font size), and write it."""
+    for ax in fig.axes:
+        ax.grid(alpha=0.3, which="both")
+        if legend:
+            ax.legend(fontsize=legend)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)
 
 
 def _plot_error(result: Result[ToleranceSettings], path: Path) -> None:
     """Fig. 3a: test error and solve error against tolerance (the first seed)."""
-    sweep = result.settings.sweep
-    rows = result.details(sweep)["tolerance_sweep"]
-    probe = result.details(sweep)["probe"]["rows"]
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.4))
+    details = result.details(result.settings.sweep)
+    rows, probe = details["tolerance_sweep"], details["probe"]["rows"]
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(8, 3.4))
     left.semilogx([r["tol"] for r in rows], [100 * r["test_error"] for r in rows], "o-")
     left.set(xlabel="tolerance (rtol = atol)", ylabel="test error (%)", title="test error")
     right.loglog([r["tol"] for r in probe], [r["solve_error"] for r in probe], "s-")
-    right.set(
-        xlabel="tolerance (rtol = atol)",
-        ylabel=f"relative error against {REFERENCE_TOL:g}",
-        title="(a) solve error",
-    )
-    for ax in (left, right):
-        ax.invert_xaxis()
-        ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    right.set(xlabel="tolerance (rtol = atol)", title="(a) solve error",
+              ylabel=f"relative error against {REFERENCE_TOL:g}")  # fmt: skip
+    left.invert_xaxis()
+    right.invert_xaxis()
+    _save(fig, path)
 
 
 def _plot_time(result: Result[ToleranceSettings], path: Path) -> None:
     """Fig. 3b: forward time per batch against NFE, with the fit (the first seed)."""
     sweep = result.settings.sweep
     rows = result.details(sweep)["tolerance_sweep"]
-    first = result.measurements[sweep][0].metrics
-    slope, intercept = first["time_nfe_slope"], first["time_nfe_intercept"]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for r in rows:
-        ax.plot([b[0] for b in r["batches"]], [b[1] for b in r["batches"]], "o", alpha=0.6,
-                label=f"tol {r['tol']:g}")  # fmt: skip
+    slope, intercept, r = (result.stat(m.of(sweep)).values[0] for m in TIME_NFE.values())
+    fig, ax = pyplot().subplots(figsize=(5, 3.6))
+    for row in rows:
+        ax.plot([b[0] for b in row["batches"]], [b[1] for b in row["batches"]], "o", alpha=0.6,
+                label=f"tol {row['tol']:g}")  # fmt: skip
     if slope is not None and intercept is not None:
-        xs = [b[0] for r in rows for b in r["batches"]]
-        lo, hi = min(xs), max(xs)
-        ax.plot(
-            [lo, hi],
-            [slope * lo + intercept, slope * hi + intercept],
-            "k--",
-            lw=1,
-            label=f"fit, r = {first['time_nfe_correlation']:.3f}",
-        )
+        ends = [f(b[0] for row in rows for b in row["batches"]) for f in (min, max)]
+        ax.plot(ends, [slope * x + intercept for x in ends], "k--", lw=1, label=f"fit, r = {r:.3f}")
     ax.set(xlabel="forward NFE", ylabel="forward time per batch (s)", title="(b) time vs NFE")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    _save(fig, path, legend=8)
 
 
 def _plot_ratio(result: Result[ToleranceSettings], path: Path) -> None:
     """Fig. 3c: the probe's backward NFE against its forward NFE, one point per
     tolerance (filled: default norm; open: seminorm), the first seed of each model."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.8))
+    fig, ax = pyplot().subplots(figsize=(5, 3.8))
     top = 0.0
     for name, colour in zip(ACTIVATIONS, ("C0", "C1")):
         probe = result.details(name)["probe"]
@@ -803,32 +669,24 @@ def _plot_ratio(result: Result[ToleranceSettings], path: Path) -> None:
                 mfc="none", label=f"{name}, seminorm")  # fmt: skip
         ax.plot([probe["floor_forward"]], [probe["floor_backward"]], "x", color=colour)
         top = max(top, *forward)
-    xs = [0.0, top]
-    ax.plot(xs, [0.5 * x for x in xs], ":", color="0.5", lw=1, label="paper: 0.5")
-    ax.plot(xs, [0.8 * x for x in xs], "--", color="0.3", lw=1, label="corrected: 0.8")
+    for slope, style, shade, who in ((0.5, ":", "0.5", "paper"), (0.8, "--", "0.3", "corrected")):
+        ax.plot([0.0, top], [0.0, slope * top], style, color=shade, lw=1, label=f"{who}: {slope}")
     ax.set(xlabel="forward NFE", ylabel="backward NFE", title="(c) backward vs forward NFE")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    _save(fig, path, legend=7)
 
 
 def _plot_training(result: Result[ToleranceSettings], path: Path) -> None:
     """Fig. 3d: the mean forward NFE per training step of each epoch (the first seed of
     each model), with the solver's minimum dotted."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig, ax = pyplot().subplots(figsize=(5, 3.6))
     for name, colour in zip(ACTIVATIONS, ("C0", "C1")):
         history = result.details(name)["history"]
         ax.plot([h["epoch"] for h in history], [h["nfe_forward"] for h in history], "o-",
                 color=colour, label=name)  # fmt: skip
-        floor = result.details(name)["probe"]["floor_forward"]
+        floor = result.stat(FLOOR.of(name, way="forward")).values[0]
         ax.axhline(floor, color=colour, ls=":", lw=1, label=f"{name}: solver's minimum")
     ax.set(xlabel="training epoch", ylabel="forward NFE per step", title="(d) NFE over training")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    _save(fig, path, legend=7)
 
 
 register_template(
@@ -842,7 +700,9 @@ register_template(
         runs=runs,
         measure=measure,
         claims=claims,
-        sections=sections,
+        text="chen-tolerance.md",
+        tables=tables,
+        words=words,
         figures=[
             Figure("fig3a_error_vs_tol.png", _plot_error),
             Figure("fig3b_time_vs_nfe.png", _plot_time),
