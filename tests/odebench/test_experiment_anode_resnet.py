@@ -12,8 +12,16 @@ import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments import _anode_resnet as exp  # registers the experiment
-from odebench.experiments._anode_toy import monotone_floor
-from odebench.experiments._template import MAX_CLAIM_TEXT, Values
+from odebench.experiments._anode_common import (
+    MAP_POINTS,
+    NODE_DEPTHS,
+    PATH_STARTS,
+    flow_1d,
+    monotone_floor,
+)
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Values
 from odebench.models import count_parameters
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -162,18 +170,19 @@ def test_a_resnet_represents_what_no_node_can() -> None:
 def test_node_paths_do_not_cross_and_end_at_the_output() -> None:
     torch.manual_seed(0)
     node = exp.build("node", 1).eval()
-    details = exp._paths_1d(node)
+    details = flow_1d(node)
     states = torch.tensor(details["paths"]["states"])  # (starts, depths)
-    assert states.shape == (len(exp.PATH_STARTS), exp.NODE_DEPTHS)
-    torch.testing.assert_close(states[:, 0], torch.tensor(exp.PATH_STARTS))
+    assert states.shape == (len(PATH_STARTS), NODE_DEPTHS)
+    torch.testing.assert_close(states[:, 0], torch.tensor(PATH_STARTS))
     # A flow keeps the order of its trajectories at every depth.
     assert bool((states[1:] > states[:-1]).all())
     with torch.no_grad():
-        end = node.ode(torch.tensor(exp.PATH_STARTS)[:, None])[:, 0]
-        mapped = node(torch.linspace(-1.5, 1.5, exp.MAP_POINTS)[:, None])[:, 0]
+        end = node.ode(torch.tensor(PATH_STARTS)[:, None])[:, 0]
+        mapped = node(torch.linspace(-1.5, 1.5, MAP_POINTS)[:, None])[:, 0]
     torch.testing.assert_close(states[:, -1], end, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.tensor(details["map"]["prediction"]), mapped)
-    resnet = exp._paths_1d(_hand_set_resnet())["paths"]
+    hand_set = _hand_set_resnet()
+    resnet = flow_1d(hand_set, hand_set.states)["paths"]
     assert resnet["depths"] == [0.0, 0.5, 1.0]
     rows = torch.tensor(resnet["states"])
     assert not bool((rows[1:, 1] > rows[:-1, 1]).all())  # the hand-set ResNet's cross
@@ -204,7 +213,8 @@ def test_claims_have_kinds_short_texts_and_details() -> None:
         "separable_gap_smaller": "paper", "matched_parameters": "check",
         "node_1d_at_floor": "check",
     }  # fmt: skip
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in exp.CLAIMS)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in exp.CLAIMS)
+    assert set(Prose.of(exp.TEMPLATE.text).details) == set(kinds)  # the details are text
 
 
 def test_claims_hold_and_fail_on_constructed_values() -> None:
@@ -268,6 +278,7 @@ def test_quick_run_numbers(quick_run: tuple[Path, dict[str, Any]]) -> None:
     claims = on_disk["claims"]
     assert {k: c["kind"] for k, c in claims.items()} == {c.key: c.kind for c in exp.CLAIMS}
     assert claims["matched_parameters"]["status"] == "passed"
+    assert "test: within 10% of 1" in claims["matched_parameters"]["detail"]
     assert claims["node_1d_at_floor"]["status"] == "passed"
     floor = on_disk["metrics"]["1d/node"]["monotone_floor"]["seeds"]
     node = on_disk["metrics"]["1d/node"]["train_mse"]["seeds"]

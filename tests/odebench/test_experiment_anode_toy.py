@@ -11,7 +11,10 @@ import odebench.experiments._anode_toy as anode_toy
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
-from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
+from odebench.experiments._anode_common import monotone_floor
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Setup, Values
 
 FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -47,7 +50,7 @@ def test_registered() -> None:
 def test_monotone_floor_is_two_thirds_for_equal_thirds() -> None:
     x = torch.tensor([[-1.2], [-1.1], [-0.3], [0.2], [1.3], [1.4]])
     y = torch.tensor([[1.0], [1.0], [-1.0], [-1.0], [1.0], [1.0]])
-    assert anode_toy.monotone_floor(x, y) == pytest.approx(2 / 3)
+    assert monotone_floor(x, y) == pytest.approx(2 / 3)
 
 
 def test_quick_settings_are_small_and_epochs_override() -> None:
@@ -65,9 +68,10 @@ def test_every_claim_has_a_kind_and_the_floor_is_a_check() -> None:
     claims = anode_toy.TEMPLATE.claims(setup)
     assert all(c.kind in ("paper", "check") for c in claims)
     assert [c.key for c in claims if c.kind == "check"] == ["node_1d_at_floor"]
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
-    floor = next(c for c in claims if c.key == "node_1d_at_floor")
-    assert "passes at 0.9× or more" in floor.detail and "not a reproduction" in floor.detail
+    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
+    details = Prose.of(anode_toy.TEMPLATE.text).details  # every claim's details are text
+    assert set(details) == {c.key for c in claims}
+    assert "passes at {floor_margin}× or more" in details["node_1d_at_floor"]
 
 
 def test_anode_below_node_is_the_paired_difference() -> None:
@@ -122,13 +126,15 @@ def test_results_have_every_key_with_finite_numbers(run: tuple[Path, dict[str, A
     assert all(isinstance(v["holds"], bool) for v in saved["claims"].values())
     for claim in anode_toy.CLAIMS:
         entry = saved["claims"][claim.key]
-        assert (entry["kind"], entry["detail"]) == (claim.kind, claim.detail)
+        assert entry["kind"] == claim.kind and entry["detail"]
         assert len(entry["held_on_seeds"]) == 2
     # The paired difference: one value per seed, of the seed's own two runs.
     diff = saved["claims"]["anode_1d_below_node"]["ours"]["seeds"]
     anode, node = (saved["metrics"][f"1d/{m}"]["train_mse"]["seeds"] for m in ("anode", "node"))
     assert diff == pytest.approx([a - n for a, n in zip(anode, node, strict=True)])
     assert _finite(saved["wall_seconds"])
+    floor = saved["claims"]["node_1d_at_floor"]["detail"]
+    assert "passes at 0.9× or more" in floor and "not a reproduction" in floor
 
 
 @pytest.mark.slow
@@ -146,7 +152,7 @@ def test_anode_fits_1d_and_node_sits_at_the_floor(run: tuple[Path, dict[str, Any
 
 @pytest.mark.slow
 def test_report_has_the_table_and_figures(run: tuple[Path, dict[str, Any]]) -> None:
-    out, _ = run
+    out, summary = run
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "`odebench run anode-toy --quick`" in text
     for row in (
@@ -163,6 +169,6 @@ def test_report_has_the_table_and_figures(run: tuple[Path, dict[str, Any]]) -> N
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Claims\n" not in text
     for claim in anode_toy.CLAIMS:
-        row = f"| **{claim.text}**: {claim.detail} |"
+        row = f"| **{claim.text}**: {summary['claims'][claim.key]['detail']} |"
         assert row in (checks if claim.kind == "check" else papers), claim.key
     assert "| passed |" in checks

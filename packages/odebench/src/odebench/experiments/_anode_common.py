@@ -1,34 +1,58 @@
-"""What Dupont et al. (2019)'s two experiments share: settings, training, curves.
+"""What Dupont et al. (2019)'s experiments share: settings, training, curves, g(x).
 
 ``anode-toy`` and ``anode-images`` train a NODE and an ANODE the way the authors'
 configurations do (Adam, dopri5 at ``rtol = atol = 1e-3``, backpropagation through
 the solver, ReLU), read the same numbers off each run's epochs, and draw per-epoch
 curves as a mean over the seeds with a band from the minimum to the maximum.
+``anode-toy`` and ``anode-resnet`` also train tasks of their own on g(x)
+(:func:`mse_task`), bound a 1-D NODE by :func:`monotone_floor` and draw its
+trajectories (:func:`trajectory`, :func:`plot_paths`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor, nn
+
 from .._io import pyplot, save_png
-from ..training import TrainConfig
+from ..models import ode_layers
+from ..training import Epoch, Task, TrainConfig, default_row
+from ._claims import Claim
+from ._metrics import Metric
+from ._tables import Row
 from ._template import Measurement, Result, Settings, Trained
 
 MODELS = ("node", "anode")
 """The two models compared, by their short names."""
-LABELS = {"node": "NODE", "anode": "ANODE"}
-COLORS = {"node": "tab:blue", "anode": "tab:orange"}
+LABELS = {"node": "NODE", "anode": "ANODE", "resnet": "ResNet"}
+COLORS = {"node": "tab:blue", "anode": "tab:orange", "resnet": "tab:green"}
 Curves = list[Sequence[Mapping[str, Any]]]
 """The per-epoch rows of one run, one list per seed."""
+NFE_FIRST = Metric("nfe_first", spec=".1f")
+"""Forward NFE per batch in the first epoch."""
+NFE_LAST = Metric("nfe_last", spec=".1f")
+"""Forward NFE per batch in the last epoch."""
+FLOOR = Metric("monotone_floor", spec=".3f")
+"""The least MSE of a monotone map on the 1-D training set (:func:`monotone_floor`)."""
+PATH_STARTS = (-1.4, -1.2, -1.05, -0.45, -0.25, 0.0, 0.25, 0.45, 1.05, 1.2, 1.4)
+"""Inputs whose 1-D trajectories over depth :func:`flow_1d` keeps."""
+MAP_POINTS = 121
+"""Points of a learned 1-D map on ``[-1.5, 1.5]`` that :func:`flow_1d` keeps."""
+NODE_DEPTHS = 21
+"""Depths in ``[0, 1]`` at which :func:`flow_1d` keeps a NODE's 1-D trajectories."""
 
 
 @dataclass(frozen=True)
 class AnodeSettings(Settings):
-    """The training of every run of one mode.
+    """The training of every run of one mode; every ``int`` field is positive.
 
     Args:
         epochs: epochs of every run.
@@ -43,6 +67,17 @@ class AnodeSettings(Settings):
     batch_size: int
     train_size: int | None
     test_size: int | None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type not in ("int", "int | None") or (value is None and f.type != "int"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
+        if not self.lr > 0:
+            raise ValueError(f"`lr` must be positive, got {self.lr!r}.")
 
 
 def train_config(s: AnodeSettings, model: str, dataset: str, seed: int) -> TrainConfig:
@@ -93,12 +128,18 @@ def epoch_numbers(
     return Measurement(
         {
             **{metric: rows[-1][column] for metric, column in final.items()},
-            "nfe_first": rows[0]["nfe_forward"],
-            "nfe_last": rows[-1]["nfe_forward"],
+            NFE_FIRST.key(): rows[0]["nfe_forward"],
+            NFE_LAST.key(): rows[-1]["nfe_forward"],
             **(extra or {}),
         },
         {"curve": [{k: row[k] for k in dict.fromkeys(keys)} for row in rows]},
     )
+
+
+def model_cell(model: str, metric: Metric) -> Callable[[Result[Any], Row], str]:
+    """A table cell: ``metric`` of the run ``<row.run>/<model>``, for tables with a row
+    per task (``row.run`` is the task) and a column per model."""
+    return lambda result, row: result.cell(metric.of(f"{row.run}/{model}"))
 
 
 def panels(n: int, height: float = 3.6) -> tuple[Any, list[Any]]:
@@ -120,38 +161,185 @@ def plot_curves(
     path: Path,
     dashed: str | None = None,
     log: bool = False,
+    *,
+    models: Sequence[str] = MODELS,
+    x: str | None = None,
 ) -> None:
     """``key`` per epoch (the mean over the seeds, with a band from the least to the
-    largest), NODE against ANODE, in a panel per ``(prefix, title)`` of ``groups``: the
-    runs ``<prefix>/node`` and ``<prefix>/anode``. ``dashed``: a second column, dashed
-    and without a band (the test loss)."""
+    largest), a line per model of ``models``, in a panel per ``(prefix, title)`` of
+    ``groups``: the runs ``<prefix>/<model>``. ``dashed``: a second column, dashed
+    and without a band (the test loss); ``x``: the rows' column on the x axis (default:
+    the row's number from 1, the epoch)."""
     fig, axes = panels(len(groups))
     for ax, (prefix, title) in zip(axes, groups, strict=False):
-        for model in MODELS:
+        for model in models:
             rows = curves(result, f"{prefix}/{model}")
-            _plot_mean(ax, rows, key, model, LABELS[model])
+            _plot_mean(ax, rows, key, model, LABELS[model], x=x)
             if dashed is not None:
-                _plot_mean(ax, rows, dashed, model, f"{LABELS[model]} test", band=False)
-        ax.set(xlabel="epoch", ylabel=ylabel, title=title, yscale="log" if log else "linear")
+                _plot_mean(ax, rows, dashed, model, f"{LABELS[model]} test", band=False, x=x)
+        ax.set(xlabel=x or "epoch", ylabel=ylabel, title=title, yscale="log" if log else "linear")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
-def _plot_mean(ax: Any, rows: Curves, key: str, model: str, label: str, band: bool = True) -> None:
-    """``key`` per epoch: the mean over the seeds' ``rows``, with a band from the least
-    to the largest seed (dashed and without the band when ``band`` is false)."""
+def _plot_mean(
+    ax: Any, rows: Curves, key: str, model: str, label: str, band: bool = True, x: str | None = None
+) -> None:
+    """``key`` per row: the mean over the seeds' ``rows``, with a band from the least
+    to the largest seed (dashed and without the band when ``band`` is false); ``x``
+    as for :func:`plot_curves`."""
     n = min(len(c) for c in rows)
-    epochs = list(range(1, n + 1))
+    xs = [rows[0][e][x] for e in range(n)] if x else list(range(1, n + 1))
     values = [[num(c[e][key]) for c in rows] for e in range(n)]
     means = [sum(v) / len(v) for v in values]
-    ax.plot(epochs, means, "o-" if band else "--", color=COLORS[model], label=label)
+    solid = "o-" if n <= 40 else "-"  # markers where they can be told apart
+    ax.plot(xs, means, solid if band else "--", color=COLORS[model], label=label)
     if band:
         lows, highs = [min(v) for v in values], [max(v) for v in values]
-        ax.fill_between(epochs, lows, highs, color=COLORS[model], alpha=0.2)
+        ax.fill_between(xs, lows, highs, color=COLORS[model], alpha=0.2)
 
 
 def num(value: float | None) -> float:
     """``value`` as a float for a plot: NaN for a missing one."""
     return math.nan if value is None else float(value)
+
+
+def mse_task(
+    s: AnodeSettings,
+    model: Callable[[], nn.Module],
+    data: tuple[Tensor, Tensor],
+    seed: int,
+    run: str,
+    row: Callable[[Epoch], dict[str, Any]] = default_row,
+) -> Task:
+    """Adam at ``s.lr`` on the MSE of ``data`` (inputs, targets), batch ``s.batch_size``
+    (the last partial batch dropped), ``s.epochs`` epochs; the initialisation and the
+    batch order drawn from ``seed``, so every model of a seed sees the same batches."""
+    return Task(
+        model=model,
+        data=data,
+        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
+        epochs=s.epochs,
+        batch_size=s.batch_size,
+        seed=seed,
+        row=row,
+        settings={"run": run, "seed": seed, **dataclasses.asdict(s)},
+    )
+
+
+def mse(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
+    """The MSE of ``model`` on ``inputs`` against ``targets``, on the model's device."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return float(nn.functional.mse_loss(model(inputs.to(device)), targets.to(device)))
+
+
+def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
+    """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data.
+
+    A 1-D NODE's flow is an increasing map of the line and its readout is affine, so
+    its prediction is monotone in ``x``. On g(x) the best nondecreasing fit pools the
+    left shell (+1, ``a`` points) with the ball (-1, ``b`` points), costing
+    ``4ab / (a + b)`` in squared error, and keeps the right shell at +1; the best
+    nonincreasing fit does the same on the right. About 2/3 for the paper's sizes.
+
+    Args:
+        inputs: ``(n, 1)`` points.
+        targets: ``(n, 1)`` their g(x), -1 or +1.
+
+    Returns:
+        The floor, a mean squared error.
+
+    Example:
+        >>> x = torch.tensor([[-1.2], [-0.2], [0.3], [1.1]])
+        >>> y = torch.tensor([[1.0], [-1.0], [-1.0], [1.0]])
+        >>> round(monotone_floor(x, y), 4)
+        0.6667
+    """
+    x, y = inputs[:, 0], targets[:, 0]
+    inner = int((y < 0).sum())
+    left = int(((y > 0) & (x < 0)).sum())
+    right = int(((y > 0) & (x > 0)).sum())
+
+    def pooled(outer: int) -> float:
+        return 4.0 * outer * inner / (outer + inner) if outer + inner else 0.0
+
+    return min(pooled(left), pooled(right)) / max(len(y), 1)
+
+
+def floor_claim(text: str, published: str, train_mse: Metric, slack: float, spec: str) -> Claim:
+    """``node_1d_at_floor``, a check: the train MSE of the run ``1d/node`` is at least
+    ``slack`` times its :data:`FLOOR`, which binds every 1-D NODE whatever its training."""
+    mse, floor = train_mse.of("1d/node"), FLOOR.of("1d/node")
+    return Claim(
+        "node_1d_at_floor", text, published, ours=lambda v: v[mse] / v[floor],
+        holds=lambda v: v[mse] >= slack * v[floor], spec=spec, unit="×", kind="check",
+    )  # fmt: skip
+
+
+def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
+    """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``:
+    ``(len(ts), N, d + p)``."""
+    layer = ode_layers(model)[0]
+    saved = layer.ts
+    layer.ts = ts
+    try:
+        with torch.no_grad():
+            z: Tensor = layer(model.get_submodule("augment")(x))
+    finally:
+        layer.ts = saved
+    return z
+
+
+def flow_1d(
+    model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = None
+) -> dict[str, Any]:
+    """What a 1-D toy ``model`` does: its map on ``[-1.5, 1.5]`` (:data:`MAP_POINTS`
+    points) and the state over depth of :data:`PATH_STARTS` (its first coordinate): a
+    NODE's at :data:`NODE_DEPTHS` depths in ``[0, 1]``, or ``steps(x)``, the states of a
+    ResNet before and after each block, at depths ``k / blocks``."""
+    x = torch.linspace(-1.5, 1.5, MAP_POINTS)[:, None]
+    starts = torch.tensor(PATH_STARTS)[:, None]
+    with torch.no_grad():
+        prediction = model(x)[:, 0]
+        if steps is None:
+            depths = torch.linspace(0.0, 1.0, NODE_DEPTHS).tolist()
+            states = trajectory(model, starts, depths)[:, :, 0]
+        else:
+            hs = steps(starts)
+            depths = [k / (len(hs) - 1) for k in range(len(hs))]
+            states = torch.stack(hs)[:, :, 0]
+    return {
+        "map": {"x": x[:, 0].tolist(), "prediction": prediction.tolist()},
+        "paths": {"starts": list(PATH_STARTS), "depths": depths, "states": states.T.tolist()},
+    }
+
+
+def plot_flows_1d(path: Path, seed: int, flows: Mapping[str, Mapping[str, Any]]) -> None:
+    """The learned maps against g(x), then a panel per model of its trajectories over
+    depth (blue where g = -1, red where g = +1); ``flows``: :func:`flow_1d` by model."""
+    fig, axes = pyplot().subplots(1, 1 + len(flows), figsize=(13, 3.6))
+    x = torch.linspace(-1.5, 1.5, MAP_POINTS)
+    g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
+    axes[0].plot(x, g, color="0.5", lw=3, label="g(x)")
+    for ax, (model, flow) in zip(axes[1:], flows.items(), strict=True):
+        learned, paths = flow["map"], flow["paths"]
+        axes[0].plot(learned["x"], learned["prediction"], color=COLORS[model], label=LABELS[model])
+        style = "o-" if model == "resnet" else "-"  # discrete steps: a point per block
+        for start, states in zip(paths["starts"], paths["states"], strict=True):
+            color = "tab:blue" if abs(start) <= 0.5 else "tab:red"
+            ax.plot(paths["depths"], states, style, color=color, lw=1.2, ms=3)
+        ax.set(
+            xlabel="depth (block k / blocks)" if model == "resnet" else "depth t",
+            ylabel="h(t), first coordinate",
+            title=f"{LABELS[model]} trajectories (blue: g = -1)",
+        )
+        ax.grid(alpha=0.3)
+    axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
+    axes[0].legend(fontsize=8)
+    axes[0].grid(alpha=0.3)
+    fig.tight_layout()
+    save_png(path, fig, dpi=90)

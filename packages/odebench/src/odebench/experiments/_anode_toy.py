@@ -7,36 +7,27 @@ training set and the models are evaluated on it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
-from ..models import build_model, ode_layers
+from ..models import build_model
 from ..training import Task, load_model, load_splits
-from ._anode_common import (
-    COLORS,
-    LABELS,
-    AnodeSettings,
-    epoch_numbers,
-    panels,
-    plot_curves,
-    train_config,
-)
+from . import _anode_common as common
+from ._anode_common import NFE_FIRST, NFE_LAST
 from ._claims import Claim
+from ._metrics import Metric, Values
 from ._registry import fmt
-from ._template import Figure, Measurement, Run, Template, register_template
-
-if TYPE_CHECKING:
-    from ._metrics import Values
-    from ._template import Result, Setup, Trained
+from ._tables import Col, Row, Table
+from ._template import Figure, Measurement, Result, Run, Setup, Template, Trained, register_template
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""
@@ -54,9 +45,16 @@ DOUBLES = 1.5  # NFE growth (last epoch over first) at least this: "nearly doubl
 HARDLY = 1.25  # NFE growth at most this: "hardly increases"
 LARGE_GAP = 0.1  # held-out-slice MSE minus train MSE at least this: "a large gap"
 
+# What each run measures: its final train and test MSE (the slice test's on the points
+# kept and on the slice), forward NFE per batch in the first and last epoch (common's
+# NFE_FIRST, NFE_LAST), and for the 1-D NODE common.FLOOR, the floor of monotone maps.
+TRAIN_MSE = Metric("train_mse", spec=".3f")
+TEST_MSE = Metric("test_mse", spec=".3f")
+SLICE_MSE = Metric("slice_mse", spec=".3f")
+
 
 @dataclass(frozen=True)
-class ToySettings(AnodeSettings):
+class ToySettings(common.AnodeSettings):
     """The runs of one mode (``epochs`` and the rest also train the slice test).
 
     Args:
@@ -81,45 +79,12 @@ MODES = {
 }  # fmt: skip
 
 
-def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
-    """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data.
-
-    A 1-D NODE's flow is an increasing map of the line and its readout is affine, so
-    its prediction is monotone in ``x``. On g(x) the best nondecreasing fit pools the
-    left shell (+1, ``a`` points) with the ball (-1, ``b`` points), costing
-    ``4ab / (a + b)`` in squared error, and keeps the right shell at +1; the best
-    nonincreasing fit does the same on the right. About 2/3 for the paper's sizes.
-
-    Args:
-        inputs: ``(n, 1)`` points.
-        targets: ``(n, 1)`` their g(x), -1 or +1.
-
-    Returns:
-        The floor, a mean squared error.
-
-    Example:
-        >>> x = torch.tensor([[-1.2], [-0.2], [0.3], [1.1]])
-        >>> y = torch.tensor([[1.0], [-1.0], [-1.0], [1.0]])
-        >>> round(monotone_floor(x, y), 4)
-        0.6667
-    """
-    x, y = inputs[:, 0], targets[:, 0]
-    inner = int((y < 0).sum())
-    left = int(((y > 0) & (x < 0)).sum())
-    right = int(((y > 0) & (x > 0)).sum())
-
-    def pooled(outer: int) -> float:
-        return 4.0 * outer * inner / (outer + inner) if outer + inner else 0.0
-
-    return min(pooled(left), pooled(right)) / max(len(y), 1)
-
-
 def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
     """Both models on g(x) in each dimension, then both in the slice test."""
     s = setup.settings
     return [
         *(
-            Run(f"{dim}d/{name}", config=train_config(s, model, f"annuli-{dim}d", seed))
+            Run(f"{dim}d/{name}", config=common.train_config(s, model, f"annuli-{dim}d", seed))
             for dim in DIMS
             for name, model in MODELS
         ),
@@ -135,50 +100,37 @@ def _slice_data(s: ToySettings, seed: int) -> tuple[Dataset, Tensor]:
 
 
 def _slice_task(s: ToySettings, model: str, seed: int) -> Task:
-    """Train on 2-D g(x) without the slice of :data:`SLICE`: Adam on the MSE, batch
-    ``s.batch_size``, ``s.epochs`` epochs, the model's default solver (dopri5 at
-    ``rtol = atol = 1e-3``), the model builder of :func:`odebench.training.train`;
-    initialisation and order drawn from ``seed``."""
+    """Train on 2-D g(x) without the slice of :data:`SLICE` (:func:`common.mse_task`),
+    the model's default solver (dopri5 at ``rtol = atol = 1e-3``)."""
     data, held = _slice_data(s, seed)
-    return Task(
-        model=functools.partial(build_model, model, in_channels=2, num_classes=1, image_size=0),
-        data=(data.inputs[~held], data.targets[~held]),
-        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
-        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        seed=seed,
-        settings={"run": f"slice/{model}", "seed": seed, **dataclasses.asdict(s)},
-    )
+    build = functools.partial(build_model, model, in_channels=2, num_classes=1, image_size=0)
+    return common.mse_task(s, build, (data.inputs[~held], data.targets[~held]), seed,
+                           f"slice/{model}")  # fmt: skip
 
 
 def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
     """Final MSEs and forward NFE per batch (first and last epoch), the 1-D NODE's
     monotone floor; for the slice test, the MSE on the points kept and removed."""
-    name = trained.run.name
     if trained.config is None:
         return _measure_slice(setup, trained)
     extra: dict[str, float | None] = {}
-    if name == "1d/node":
+    if trained.run.name == "1d/node":
         train_set, _ = load_splits(trained.config)
-        extra["monotone_floor"] = monotone_floor(train_set.inputs, train_set.targets)
-    return epoch_numbers(trained, {"train_mse": "train_loss", "test_mse": "test_loss"}, extra)
+        extra[common.FLOOR.key()] = common.monotone_floor(train_set.inputs, train_set.targets)
+    final = {TRAIN_MSE.key(): "train_loss", TEST_MSE.key(): "test_loss"}
+    return common.epoch_numbers(trained, final, extra)
 
 
 def _measure_slice(setup: Setup[ToySettings], trained: Trained) -> Measurement:
     data, held = _slice_data(setup.settings, trained.seed)
     model = trained.load()
-    device = next(model.parameters()).device
-
-    def mse_on(mask: Tensor) -> float:
-        with torch.no_grad():
-            prediction = model(data.inputs[mask].to(device))
-            return float(nn.functional.mse_loss(prediction, data.targets[mask].to(device)))
-
-    mse = {"train_mse": mse_on(~held), "slice_mse": mse_on(held)}
+    mse = {
+        TRAIN_MSE.key(): common.mse(model, data.inputs[~held], data.targets[~held]),
+        SLICE_MSE.key(): common.mse(model, data.inputs[held], data.targets[held]),
+    }
     setup.log(
-        f"[{trained.run.name} seed {trained.seed}] train MSE {fmt(mse['train_mse'])}, "
-        f"held-out slice MSE {fmt(mse['slice_mse'])}"
+        f"[{trained.run.name} seed {trained.seed}] train MSE {fmt(mse[TRAIN_MSE.key()])}, "
+        f"held-out slice MSE {fmt(mse[SLICE_MSE.key()])}"
     )
     counts = {"train_points": int((~held).sum()), "slice_points": int(held.sum())}
     return Measurement(mse, {"angles": list(SLICE), **counts})
@@ -186,39 +138,33 @@ def _measure_slice(setup: Setup[ToySettings], trained: Trained) -> Measurement:
 
 def _growth(v: Values, name: str, dim: int) -> float:
     """Forward NFE per batch, last epoch over first."""
-    return v[f"{dim}d/{name}", "nfe_last"] / v[f"{dim}d/{name}", "nfe_first"]
+    return v[NFE_LAST.of(f"{dim}d/{name}")] / v[NFE_FIRST.of(f"{dim}d/{name}")]
 
 
+def _slice_gap(v: Values) -> float:
+    """The NODE's MSE on the held-out slice minus its train MSE."""
+    return v[SLICE_MSE.of("slice/node")] - v[TRAIN_MSE.of("slice/node")]
+
+
+NODE_1D, ANODE_1D = TRAIN_MSE.of("1d/node"), TRAIN_MSE.of("1d/anode")
 CLAIMS = [
-    Claim(
-        "node_1d_at_floor",
+    common.floor_claim(
         "Prop. 1: a 1-D NODE cannot fit g(x); its MSE stays at the floor of monotone maps",
-        "cannot fit g(x); no MSE published",
-        ours=lambda v: v["1d/node", "train_mse"] / v["1d/node", "monotone_floor"],
-        holds=lambda v: v["1d/node", "train_mse"] >= FLOOR_MARGIN * v["1d/node", "monotone_floor"],
-        spec=".2f", unit="×", kind="check",
-        detail="ours: its train MSE over the floor (the least MSE of any monotone map on our "
-        f"training set); passes at {FLOOR_MARGIN}× or more. A check of our model, not a "
-        "reproduction: a 1-D flow is an increasing map of the line and the readout affine, "
-        "so no seed can go below the floor (the margin covers the solver's tolerance and "
-        "the per-batch mean of the training loss)",
+        "cannot fit g(x); no MSE published", TRAIN_MSE, FLOOR_MARGIN, ".2f",
     ),
     Claim(
         "anode_1d_near_zero",
         "an ANODE fits 1-D g(x), MSE about 0",
         "about 0 (0.0000 in a replication)",
-        ours=lambda v: v["1d/anode", "train_mse"],
-        holds=lambda v: v["1d/anode", "train_mse"] < NEAR_ZERO,
+        ours=lambda v: v[ANODE_1D],
+        holds=lambda v: v[ANODE_1D] < NEAR_ZERO,
         spec=".3f", kind="paper",
-        detail=f"ours: its train MSE; holds below {NEAR_ZERO}",
     ),
     Claim.difference(
         "anode_1d_below_node",
         "an ANODE fits 1-D g(x) better than a NODE",
         "ANODE ~0, NODE at a floor",
-        ("1d/anode", "train_mse"), ("1d/node", "train_mse"),
-        below=0.0, spec="+.3f", kind="paper",
-        detail="ours: the ANODE's train MSE minus the NODE's, paired per seed; holds below 0",
+        ANODE_1D, NODE_1D, below=0.0, spec="+.3f", kind="paper",
     ),
     Claim(
         "node_nfe_nearly_doubles",
@@ -227,8 +173,6 @@ CLAIMS = [
         ours=lambda v: min(_growth(v, "node", dim) for dim in DIMS),
         holds=lambda v: all(_growth(v, "node", dim) >= DOUBLES for dim in DIMS),
         spec=".2f", unit="×", kind="paper",
-        detail="ours: forward NFE per batch, last epoch over first, the smaller of 1-D and "
-        f"2-D; holds at {DOUBLES}× or more in both",
     ),
     Claim(
         "anode_nfe_hardly_increases",
@@ -237,146 +181,90 @@ CLAIMS = [
         ours=lambda v: max(_growth(v, "anode", dim) for dim in DIMS),
         holds=lambda v: all(_growth(v, "anode", dim) <= HARDLY for dim in DIMS),
         spec=".2f", unit="×", kind="paper",
-        detail="ours: forward NFE per batch, last epoch over first, the larger of 1-D and "
-        f"2-D; holds at {HARDLY}× or less in both",
     ),
     Claim(
         "node_slice_gap_large",
         "Fig. 9: NODEs show a large generalisation gap on a held-out slice",
         "a large gap (curves only)",
-        ours=lambda v: v["slice/node", "slice_mse"] - v["slice/node", "train_mse"],
-        holds=lambda v: v["slice/node", "slice_mse"] - v["slice/node", "train_mse"] >= LARGE_GAP,
-        spec=".3f", kind="paper",
-        detail="ours: the NODE's MSE on the held-out slice minus its train MSE; holds at "
-        f"{LARGE_GAP} or more",
+        ours=_slice_gap, holds=lambda v: _slice_gap(v) >= LARGE_GAP, spec=".3f", kind="paper",
     ),
     Claim(
         "anode_slice_near_zero",
         "Fig. 9: ANODEs reach near-zero loss on the held-out slice",
         "near zero (curves only)",
-        ours=lambda v: v["slice/anode", "slice_mse"],
-        holds=lambda v: v["slice/anode", "slice_mse"] < NEAR_ZERO,
+        ours=lambda v: v[SLICE_MSE.of("slice/anode")],
+        holds=lambda v: v[SLICE_MSE.of("slice/anode")] < NEAR_ZERO,
         spec=".3f", kind="paper",
-        detail=f"ours: the ANODE's MSE on the held-out slice; holds below {NEAR_ZERO}",
     ),
 ]  # fmt: skip
-"""The paper's claims on g(x) (Figs. 8-9) and the check of Prop. 1's floor."""
+"""The paper's claims on g(x) (Figs. 8-9) and the check of Prop. 1's floor; their
+details are in ``text/anode-toy.md``."""
+
+Cell = Callable[[Result[Any], str], str]
+"""A cell of the table against the paper: ``cell(result, model)``."""
 
 
-def sections(result: Result[ToySettings]) -> str:
-    """Our numbers beside the published ones, the monotone floor, the figures."""
+def _mse(prefix: str, metric: Metric) -> Cell:
+    return lambda result, model: result.cell(metric.of(f"{prefix}/{model}"))
+
+
+def _nfe(dim: int) -> Cell:
+    def cell(result: Result[Any], model: str) -> str:
+        first, last = (result.stat(m.of(f"{dim}d/{model}")).mean for m in (NFE_FIRST, NFE_LAST))
+        growth = last / first if first and last is not None else None
+        return f"{fmt(first, '.1f')} → {fmt(last, '.1f')} (×{fmt(growth, '.2f')})"
+
+    return cell
+
+
+FIG8 = 'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not published)'
+AGAINST_PAPER: dict[str, tuple[Cell, str]] = {
+    "1-D train MSE": (_mse("1d", TRAIN_MSE), "NODE at a floor (1.0001 on the ±1 crossing "
+                      "map of Prop. 1, replication), ANODE ~0 (0.0000)"),
+    "1-D test MSE": (_mse("1d", TEST_MSE), "not published"),
+    "2-D train MSE": (_mse("2d", TRAIN_MSE), "not published (curves only, Fig. 7)"),
+    "2-D test MSE": (_mse("2d", TEST_MSE), "not published"),
+    "1-D forward NFE, first → last epoch (growth)": (_nfe(1), FIG8),
+    "2-D forward NFE, first → last epoch (growth)": (_nfe(2), FIG8),
+    "slice test: train MSE": (_mse("slice", TRAIN_MSE), "not published"),
+    "slice test: held-out slice MSE": (_mse("slice", SLICE_MSE), "NODE large gap, ANODE "
+                                       "near zero (Fig. 9, numbers not published)"),
+}  # fmt: skip
+"""The rows of the table against the paper: each row's cell of a model, and the paper's."""
+
+
+def _model_col(name: str) -> Col:
+    label = f"{common.LABELS[name]} (ours)"
+    return Col(label, cell=lambda result, row: AGAINST_PAPER[row.label][0](result, name))
+
+
+PAPER_TABLE = Table(
+    "figure",
+    [Row(label, text={"published": paper}) for label, (_, paper) in AGAINST_PAPER.items()],
+    [*(_model_col(name) for name, _ in MODELS), Col("published")],
+)
+
+
+def words(result: Result[ToySettings]) -> dict[str, object]:
+    """The text's numbers: the training sizes, the monotone floor, the slice, thresholds."""
     s = result.settings
-
-    def mse(run: str, metric: str) -> list[str]:
-        return [result.cell(f"{run}/{name}", metric, ".3f") for name, _ in MODELS]
-
-    def nfe(dim: int) -> list[str]:
-        cells = []
-        for name, _ in MODELS:
-            first, last = (
-                result.stat(f"{dim}d/{name}", f"nfe_{k}").mean for k in ("first", "last")
-            )
-            growth = last / first if first and last is not None else None
-            cells.append(f"{fmt(first, '.1f')} → {fmt(last, '.1f')} (×{fmt(growth, '.2f')})")
-        return cells
-
-    fig8 = 'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not published)'
-    rows = [
-        ("1-D train MSE", *mse("1d", "train_mse"), "NODE at a floor (1.0001 on the ±1 crossing map "
-         "of Prop. 1, replication), ANODE ~0 (0.0000)"),
-        ("1-D test MSE", *mse("1d", "test_mse"), "not published"),
-        ("2-D train MSE", *mse("2d", "train_mse"), "not published (curves only, Fig. 7)"),
-        ("2-D test MSE", *mse("2d", "test_mse"), "not published"),
-        ("1-D forward NFE, first → last epoch (growth)", *nfe(1), fig8),
-        ("2-D forward NFE, first → last epoch (growth)", *nfe(2), fig8),
-        ("slice test: train MSE", *mse("slice", "train_mse"), "not published"),
-        ("slice test: held-out slice MSE", *mse("slice", "slice_mse"),
-         "NODE large gap, ANODE near zero (Fig. 9, numbers not published)"),
-    ]  # fmt: skip
-    floor = result.stat("1d/node", "monotone_floor").mean
-    train = "3000 (1000 inner + 2000 outer)" if s.train_size is None else s.train_size
-    held = result.details("slice/node")["slice_points"]
-    return "\n".join(
-        [
-            "## Ours against the paper",
-            "",
-            f"Settings: {s.epochs} epochs; Adam, learning rate {s.lr:g}, batch {s.batch_size}; "
-            f"dopri5 at rtol = atol = 1e-3; {train} training points; "
-            f"{'1000' if s.test_size is None else s.test_size} test points. Paper: Adam 1e-3, "
-            "batch 64, 30 (repo) or 50 (appendix) epochs, 1000 inner + 2000 outer points, p = 5.",
-            "",
-            "| figure | NODE (ours) | ANODE (ours) | published |",
-            "|---|---|---|---|",
-            *(f"| {' | '.join(row)} |" for row in rows),
-            "",
-            "The 1-D NODE's prediction is a monotone function of x (its flow is an increasing "
-            "map of the line, its readout affine), so its MSE on g(x) cannot go below "
-            f"**{fmt(floor, '.3f')}**, the best monotone fit of our training sets (2/3 for "
-            "equal thirds). The replication's 1.0001 is the floor of a different map, Prop. "
-            "1's x = ±1 -> ∓1; the paper gives no number for g(x).",
-            "",
-            "Quick runs (`--quick`) train for a few epochs at a higher learning rate: expect the",
-            "ANODE's MSE above zero there and the NFE growth to differ from a standard run's.",
-            "",
-            "## Figures",
-            "",
-            "Loss per epoch (mean over seeds, band from min to max; dashed: test):",
-            "",
-            "![loss curves](loss.png)",
-            "",
-            "Forward NFE per batch during training (Fig. 8):",
-            "",
-            "![NFE per epoch](nfe.png)",
-            "",
-            "1-D: the learned map against g(x), and the state over depth t for inputs in "
-            "[-1.5, 1.5] (NODE trajectories cannot cross; the ANODE's first coordinate can, "
-            "since they separate in the augmented dimensions):",
-            "",
-            "![1-D flows](flows_1d.png)",
-            "",
-            "2-D: the test points and their features at t = 1 (first two coordinates), "
-            "coloured by g(x):",
-            "",
-            "![2-D features](features_2d.png)",
-            "",
-            f"Slice test (Fig. 9): points with angle in [0, π/5] ({held} of {s.slice_points}) "
-            "removed from training and used for evaluation:",
-            "",
-            "![slice test](slice.png)",
-            "",
-            "Every training run (configuration, metrics per epoch, curves, checkpoint) is in "
-            "`<dim>d/<model>/seed<N>/`.",
-        ]
-    )
+    return {
+        "train": "3000 (1000 inner + 2000 outer)" if s.train_size is None else s.train_size,
+        "test": "1000" if s.test_size is None else s.test_size,
+        "floor": fmt(result.stat(common.FLOOR.of("1d/node")).mean, ".3f"),
+        "held": result.details("slice/node")["slice_points"],
+        "floor_margin": FLOOR_MARGIN, "near_zero": NEAR_ZERO, "doubles": DOUBLES,
+        "hardly": HARDLY, "large_gap": LARGE_GAP,
+    }  # fmt: skip
 
 
 def _plot_flows_1d(result: Result[ToySettings], path: Path) -> None:
-    """1-D: the learned map against g(x), and the state over depth for a few inputs."""
+    """1-D, first seed: the learned maps against g(x), and each model's states over depth."""
     seed = result.setup.seeds[0]
-    fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.6))
-    x = torch.linspace(-1.5, 1.5, 300)[:, None]
-    g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
-    axes[0].plot(x[:, 0], g[:, 0], color="0.5", lw=3, label="g(x)")
-    starts = torch.tensor([-1.4, -1.2, -1.05, -0.45, -0.25, 0.0, 0.25, 0.45, 1.05, 1.2, 1.4])
-    ts = torch.linspace(0.0, 1.0, 41).tolist()
-    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
-        model, _config = load_model(result.setup.run_dir(f"1d/{name}", seed), "cpu")
-        with torch.no_grad():
-            axes[0].plot(x[:, 0], model(x)[:, 0], color=COLORS[name], label=LABELS[name])
-        z = _trajectory(model, starts[:, None], ts)
-        for i, start in enumerate(starts.tolist()):
-            ax.plot(ts, z[:, i, 0], color="tab:blue" if abs(start) <= 0.5 else "tab:red", lw=1.2)
-        ax.set(
-            xlabel="depth t",
-            ylabel="h(t), first coordinate",
-            title=f"{LABELS[name]} trajectories (blue: g = -1)",
-        )
-        ax.grid(alpha=0.3)
-    axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
-    axes[0].legend(fontsize=8)
-    axes[0].grid(alpha=0.3)
-    fig.tight_layout()
-    save_png(path, fig, dpi=90)
+    run_dir = result.setup.run_dir
+    flows = {name: common.flow_1d(load_model(run_dir(f"1d/{name}", seed), "cpu")[0])
+             for name, _ in MODELS}  # fmt: skip
+    common.plot_flows_1d(path, seed, flows)
 
 
 def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
@@ -390,9 +278,9 @@ def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
     axes[0].set(title="test inputs (blue: g = -1)", xlabel="x1", ylabel="x2")
     for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
         model, _c = load_model(result.setup.run_dir(f"2d/{name}", seed), "cpu")
-        z = _trajectory(model, x, [0.0, 1.0])[-1]
+        z = common.trajectory(model, x, [0.0, 1.0])[-1]
         ax.scatter(z[:, 0], z[:, 1], c=y, cmap="coolwarm", s=5)
-        ax.set(title=f"{LABELS[name]} features at t = 1", xlabel="h1", ylabel="h2")
+        ax.set(title=f"{common.LABELS[name]} features at t = 1", xlabel="h1", ylabel="h2")
     for ax in axes:
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
@@ -403,7 +291,7 @@ def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
 def _plot_slice(result: Result[ToySettings], path: Path) -> None:
     """The slice left out of training, and train against held-out MSE per model."""
     data, held = _slice_data(result.settings, result.setup.seeds[0])
-    fig, axes = panels(2, height=4)
+    fig, axes = common.panels(2, height=4)
     kept = data.inputs[~held]
     axes[0].scatter(kept[:, 0], kept[:, 1], c=data.targets[~held, 0], cmap="coolwarm", s=4)
     axes[0].scatter(
@@ -413,29 +301,16 @@ def _plot_slice(result: Result[ToySettings], path: Path) -> None:
     axes[0].set_aspect("equal")
     axes[0].legend(fontsize=8, loc="lower left")
     pos = torch.arange(len(MODELS), dtype=torch.float64)
-    for offset, key, label in ((-0.2, "train_mse", "train"), (0.2, "slice_mse", "held-out slice")):
-        stats = [result.stat(f"slice/{name}", key) for name, _ in MODELS]
+    for offset, metric, label in ((-0.2, TRAIN_MSE, "train"), (0.2, SLICE_MSE, "held-out slice")):
+        stats = [result.stat(metric.of(f"slice/{name}")) for name, _ in MODELS]
         means, stds = [st.mean or 0.0 for st in stats], [st.std or 0.0 for st in stats]
         axes[1].bar(pos + offset, means, width=0.4, yerr=stds, label=label)
-    axes[1].set_xticks(pos.tolist(), [LABELS[name] for name, _ in MODELS])
+    axes[1].set_xticks(pos.tolist(), [common.LABELS[name] for name, _ in MODELS])
     axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
     axes[1].legend(fontsize=8)
     axes[1].grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save_png(path, fig, dpi=90)
-
-
-def _trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
-    """The ODE state of ``model`` at depths ``ts`` for inputs ``x``: ``(len(ts), N, d + p)``."""
-    layer = ode_layers(model)[0]
-    saved = layer.ts
-    layer.ts = ts
-    try:
-        with torch.no_grad():
-            z: Tensor = layer(model.get_submodule("augment")(x))
-    finally:
-        layer.ts = saved
-    return z
 
 
 TEMPLATE = register_template(
@@ -449,17 +324,21 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        sections=sections,
+        text="anode-toy.md",
+        tables=lambda setup: {"paper": PAPER_TABLE},
+        words=words,
         figures=[
             Figure(
                 "loss.png",
                 functools.partial(
-                    plot_curves, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
+                    common.plot_curves, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
                 ),
             ),
             Figure(
                 "nfe.png",
-                functools.partial(plot_curves, PANELS, "nfe_forward", "forward NFE per batch"),
+                functools.partial(
+                    common.plot_curves, PANELS, "nfe_forward", "forward NFE per batch"
+                ),
             ),
             Figure("flows_1d.png", _plot_flows_1d),
             Figure("features_2d.png", _plot_features_2d),
