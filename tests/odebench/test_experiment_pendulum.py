@@ -15,6 +15,8 @@ from odebench.data import pendulum as pendulum_data
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments._pendulum import (
     DT_FACTORS,
+    ERROR,
+    ERROR_VS_OWN_LIMIT,
     SCHEMES,
     fit_slope,
     global_error,
@@ -102,7 +104,10 @@ CHECKS = {"rk4_reaches_model_error"}
 
 def test_every_claim_has_a_kind_and_the_identity_is_a_check():
     """RK4 at dt/8 against RK4 at dt/32 of the same field is 1.000 by construction."""
-    from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
+    from odebench.experiments import Result, Values
+    from odebench.experiments._claims import MAX_CLAIM_TEXT
+    from odebench.experiments._report import with_details
+    from odebench.experiments._template import Setup
 
     template = EXPERIMENTS["pendulum"].run.args[0]
     setup = Setup("pendulum", "standard", template.settings_for("standard"),
@@ -110,8 +115,11 @@ def test_every_claim_has_a_kind_and_the_identity_is_a_check():
     claims = template.claims(setup)
     assert len(claims) == 6 and all(c.kind in ("paper", "check") for c in claims)
     assert {c.key for c in claims if c.kind == "check"} == CHECKS
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
-    details = {c.key: c.detail for c in claims}
+    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
+    # The details come from the text, filled in from the settings and the bounds.
+    verdicts = tuple(c.check([Values.dry_run(SCHEMES)]) for c in claims)
+    result = Result(setup, "odebench run pendulum", "today", 0.0, {}, {}, verdicts)
+    details = {v.key: v.detail for v in with_details(template, result)}
     assert (
         details["rk4_error_shrinks"]
         == "ours: its error at dt/8 over that at 4 dt; holds below 0.5×"
@@ -127,8 +135,8 @@ def _models(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     models = {}
     for scheme, stats in summary["metrics"].items():
         m = {k: s["mean"] for k, s in stats.items()}
-        m["error"] = [m[f"error@{f:g}dt"] for f in DT_FACTORS]
-        m["error_vs_own_limit"] = [m[f"error_vs_own_limit@{f:g}dt"] for f in DT_FACTORS]
+        m["error"] = [m[ERROR.key(dt=f)] for f in DT_FACTORS]
+        m["error_vs_own_limit"] = [m[ERROR_VS_OWN_LIMIT.key(dt=f)] for f in DT_FACTORS]
         models[scheme] = m
     return models
 
@@ -204,7 +212,7 @@ def test_quick_run_reproduces_the_paper(quick_run: tuple[Path, dict[str, Any]]):
     )
     # The RK4 model against the Euler model at dt/8, paired: the RK4 model's error is lower.
     rk4_beats = summary["claims"]["rk4_beats_euler_at_finest"]
-    i_finest = f"error@{min(DT_FACTORS):g}dt"
+    i_finest = ERROR.key(dt=min(DT_FACTORS))
     rk4, euler = (summary["metrics"][s][i_finest]["seeds"] for s in ("rk4", "euler"))
     assert rk4_beats["ours"]["seeds"] == pytest.approx([r - e for r, e in zip(rk4, euler)])
     models = _models(summary)

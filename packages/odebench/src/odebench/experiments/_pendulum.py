@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import odecore
 import torch
@@ -27,9 +27,20 @@ from torch.optim.lr_scheduler import CosineAnnealingLR
 from .._io import pyplot, save_png
 from ..data import pendulum as pendulum_data
 from ..training import Task
-from . import _template
 from ._claims import Claim, ClaimKind
-from ._template import Figure, Measurement, Result, Run, Settings, Setup, Trained
+from ._metrics import Metric, Ref
+from ._tables import Col, Row, Table
+from ._template import (
+    Figure,
+    Measurement,
+    Result,
+    Run,
+    Settings,
+    Setup,
+    Template,
+    Trained,
+    register_template,
+)
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -41,6 +52,26 @@ DT_FACTORS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 FINE_FACTOR = 1.0 / 32.0
 """The step of the fine RK4 reference rollout of each learned field, over ``dt``."""
+
+# The bounds of the claims' ratios of errors (the text says what each ratio is).
+FLAT = 0.5  # the Euler model's error at the finest dt' over that at dt, at least
+ACCURATE = 1.0  # the Euler model's error at dt over its field's, below
+OVERFIT = 2.0  # the Euler model's field error over the RK4 model's, above
+SHRINKS = 0.5  # the RK4 model's error at the finest dt' over that at the coarsest, below
+REACHES = 2.0  # the RK4 model's error at the finest dt' over its field's, below
+
+# What measure records of each model, in this order. An error is global (see
+# global_error), at dt' = dt times the coordinate ``dt``.
+TRAIN_MSE = Metric("train_mse", spec=".3g")  # of the last epoch
+TRAIN_SECONDS = Metric("train_seconds")
+ERROR = Metric("error", over=("dt",), spec=".3g", key_format="{name}@{dt}dt")
+ERROR_FINE_RK4 = Metric("error_fine_rk4", spec=".3g")  # its field's, by fine RK4 steps
+ERROR_VS_OWN_LIMIT = Metric(  # against the fine RK4 rollout of its own field
+    "error_vs_own_limit", over=("dt",), spec=".3g", key_format="{name}@{dt}dt"
+)
+SLOPE = Metric("slope", spec=".2f")  # of log error against log dt', over every dt'
+SLOPE_REFINE = Metric("slope_refine", spec=".2f")  # over dt' <= dt
+SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
 
 _F64 = torch.float64
 Field = Callable[[Tensor], Tensor]
@@ -233,7 +264,7 @@ def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Tas
         seed=seed + k,
         drop_last=False,
         schedule=lambda o: CosineAnnealingLR(o, T_max=iterations, eta_min=s.lr / 100),
-        row=lambda e: {"epoch": e.index + 1.0, "train_mse": e.loss, "epoch_seconds": e.seconds},
+        row=lambda e: {"epoch": e.index + 1.0, TRAIN_MSE.key(): e.loss, "epoch_seconds": e.seconds},
         after_epoch=functools.partial(_log_progress, setup.log, scheme, s.epochs),
         device="cpu",
         settings={"run": scheme, "seed": seed + k, **dataclasses.asdict(s)},
@@ -245,14 +276,14 @@ def _log_progress(
 ) -> None:
     """A line with the train MSE after every fifth of the ``epochs`` and the last."""
     if len(rows) == epochs or len(rows) % max(1, epochs // 5) == 0:
-        log(f"[{scheme}] epoch {len(rows)}/{epochs}: train MSE {rows[-1]['train_mse']:.3e}")
+        log(f"[{scheme}] epoch {len(rows)}/{epochs}: train MSE {rows[-1][TRAIN_MSE.key()]:.3e}")
 
 
 def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
-    """The model's errors with its scheme at each ``dt'`` (``error@<factor>dt``, read
-    every ``dt * max(dt_factors)``, which every ``dt'`` hits), against its own limit (a
-    fine RK4 rollout: ``error_vs_own_limit@...``; that limit's error is the field's,
-    ``error_fine_rk4``), and the slopes. Saves the field for the phase portraits."""
+    """The metrics declared above of one trained model: its errors with its scheme at
+    each ``dt'``, read every ``dt * max(dt_factors)`` (which every ``dt'`` hits), against
+    the truth and against its own limit (a fine RK4 rollout, whose error is the field's),
+    and the slopes. Saves the field for the phase portraits."""
     s, scheme = setup.settings, trained.run.name
     model = trained.load()
     _, y0, truth = _data(s, trained.seed)
@@ -273,46 +304,33 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     refine = s.dt_factors.index(1.0) + 1
     trained.dir.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), trained.dir / "field.pt")
-    last = trained.history[-1]
     metrics = {
-        "train_mse": last["train_mse"],
-        "train_seconds": trained.seconds,
-        **{f"error@{f:g}dt": e for f, e in zip(s.dt_factors, errors)},
-        "error_fine_rk4": global_error(fine, common),
-        **{f"error_vs_own_limit@{f:g}dt": e for f, e in zip(s.dt_factors, own)},
-        "slope": fit_slope(dts, errors),
-        "slope_refine": fit_slope(dts[:refine], errors[:refine]),
-        "slope_vs_own_limit": fit_slope(dts, own),
+        TRAIN_MSE.key(): trained.history[-1][TRAIN_MSE.key()],
+        TRAIN_SECONDS.key(): trained.seconds,
+        **{ERROR.key(dt=f): e for f, e in zip(s.dt_factors, errors)},
+        ERROR_FINE_RK4.key(): global_error(fine, common),
+        **{ERROR_VS_OWN_LIMIT.key(dt=f): e for f, e in zip(s.dt_factors, own)},
+        SLOPE.key(): fit_slope(dts, errors),
+        SLOPE_REFINE.key(): fit_slope(dts[:refine], errors[:refine]),
+        SLOPE_VS_OWN_LIMIT.key(): fit_slope(dts, own),
     }
-    listed = ", ".join(f"{e:.2e}" for e in errors)
-    steps = f"{at(s.dt_factors[0])} ... {at(coarsest)}"
-    setup.log(
-        f"[{scheme}] error at dt' = {steps}: {listed}; fine RK4 {metrics['error_fine_rk4']:.2e}"
-    )
     return Measurement(metrics)
 
 
-#: How a claim compares its ratio with its bound, and that test in words.
 _TESTS = {"at least": operator.ge, "above": operator.gt, "below": operator.lt}
-_WORDS = {"at least": "at {}× or more", "above": "above {}×", "below": "below {}×"}
+"""How a claim compares its ratio with its bound."""
 
 
-def _claim(
+def _ratio(
     key: str,
     text: str,
-    num: tuple[str, str],
-    den: tuple[str, str],
-    test: str,
+    num: Ref,
+    den: Ref,
+    test: Literal["at least", "above", "below"],
     bound: float,
-    *,
-    ours: str,
     kind: ClaimKind = "paper",
-    why: str = "",
 ) -> Claim:
-    """A claim that ``num / den`` is ``test`` (a key of ``_TESTS``) ``bound``, for two
-    ``(run, metric)`` of our numbers; ``ours`` says what the ratio is, ``why`` why a
-    check is one."""
-    verb = "holds" if kind == "paper" else "passes"
+    """A claim that the ratio of two of our errors, ``num / den``, is ``test`` ``bound``."""
     return Claim(
         key=key,
         text=text,
@@ -321,111 +339,76 @@ def _claim(
         holds=lambda v: _TESTS[test](v[num], bound * v[den]),
         unit="×",
         kind=kind,
-        detail=f"ours: {ours}; {verb} {_WORDS[test].format(f'{bound:g}')}"
-        + (f". {why}" if why else ""),
     )
 
 
 def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
     """The paper's claims (Sec. 3), each a ratio of two of our errors against a bound or
-    a paired difference, and the check that the RK4 rollouts reach their own limit."""
+    a paired difference, and the check that the RK4 rollouts reach their own limit.
+    Their details are in the text."""
     factors = setup.settings.dt_factors
-    fine, coarse = f"error@{min(factors):g}dt", f"error@{max(factors):g}dt"
-    at_fine, at_coarse, field = at(min(factors)), at(max(factors)), "error_fine_rk4"
-    at_field = at(setup.settings.fine_factor)
+    fine, coarse = min(factors), max(factors)
+    euler_field, rk4_field = ERROR_FINE_RK4.of("euler"), ERROR_FINE_RK4.of("rk4")
     return [
-        _claim("euler_error_flat",
+        _ratio("euler_error_flat",
                "Sec. 3: the Euler (ResNet) model's error does not shrink as dt' is refined",
-               ("euler", fine), ("euler", "error@1dt"), "at least", 0.5,
-               ours=f"its error at {at_fine} over that at dt"),
-        _claim("euler_accurate_at_training_dt",
+               ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0), "at least", FLAT),
+        _ratio("euler_accurate_at_training_dt",
                "Sec. 3: at dt the ResNet is much more accurate than a discretisation of its "
                "own field",
-               ("euler", "error@1dt"), ("euler", field), "below", 1.0,
-               ours=f"its error at dt over its field's error (RK4 at {at_field})"),
-        _claim("euler_field_worse_than_rk4",
+               ERROR.of("euler", dt=1.0), euler_field, "below", ACCURATE),
+        _ratio("euler_field_worse_than_rk4",
                "Sec. 3: the ResNet overfits to the sample rate: its f is not the vector field",
-               ("euler", field), ("rk4", field), "above", 2.0,
-               ours=f"the field error (RK4 at {at_field}) of the Euler model over that of "
-               "the RK4 model, per seed"),
-        _claim("rk4_error_shrinks",
+               euler_field, rk4_field, "above", OVERFIT),
+        _ratio("rk4_error_shrinks",
                "Sec. 3: the RK4 model is a discretisation of an ODE: its error shrinks with dt'",
-               ("rk4", fine), ("rk4", coarse), "below", 0.5,
-               ours=f"its error at {at_fine} over that at {at_coarse}"),
-        _claim("rk4_reaches_model_error",
+               ERROR.of("rk4", dt=fine), ERROR.of("rk4", dt=coarse), "below", SHRINKS),
+        _ratio("rk4_reaches_model_error",
                "Sec. 3: the RK4 model's error shrinks down to the model error",
-               ("rk4", fine), ("rk4", field), "below", 2.0,
-               ours=f"its error at {at_fine} over its field's error (RK4 at {at_field})",
-               kind="check",
-               why=f"A check of our rollouts, not a reproduction: both are RK4 rollouts of "
-               f"the same field, at {at_fine} and {at_field}, which differ by RK4's "
-               "discretisation error at that step, far below the model error: the ratio "
-               "is 1.000 on any seed"),
+               ERROR.of("rk4", dt=fine), rk4_field, "below", REACHES, kind="check"),
         Claim.difference(
             "rk4_beats_euler_at_finest",
             "Sec. 3: higher-order schemes have much lower discretisation error",
             "stated, no number",
-            ("rk4", fine), ("euler", fine),
+            ERROR.of("rk4", dt=fine), ERROR.of("euler", dt=fine),
             below=0.0, kind="paper", spec="+.3g",
-            detail=f"ours: the RK4 model's error at {at_fine} minus the Euler model's, "
-            "paired per seed; holds below 0",
         ),
     ]  # fmt: skip
 
 
-def sections(result: Result[PendulumSettings]) -> str:
-    """The set-up, the table of errors and slopes, the figures."""
+def _column(header: str, metric: Metric, **coords: float) -> Col:
+    """A column of ``metric`` at ``coords`` for each model; the paper's row (no run) has none."""
+
+    def cell(result: Result[Any], row: Row) -> str:
+        return result.cell(metric.of(row.run, **coords)) if row.run else "not published"
+
+    return Col(header, cell=cell)
+
+
+def tables(setup: Setup[PendulumSettings]) -> dict[str, Table]:
+    """The models' errors at each ``dt'`` and their slopes, beside the paper's (none)."""
+    s = setup.settings
+    columns = [
+        _column("train MSE", TRAIN_MSE),
+        *(_column(f"dt' = {f:g} dt", ERROR, dt=f) for f in s.dt_factors),
+        _column(f"field error (RK4, {at(s.fine_factor)})", ERROR_FINE_RK4),
+        _column("slope (all dt')", SLOPE),
+        _column("slope (dt' <= dt)", SLOPE_REFINE),
+        _column("slope against own limit", SLOPE_VS_OWN_LIMIT),
+    ]
+    rows = [*(Row(LABELS[scheme], scheme) for scheme in SCHEMES), Row("published (paper)")]
+    return {"errors": Table("model", rows, columns)}
+
+
+def words(result: Result[PendulumSettings]) -> dict[str, object]:
+    """What the text reads beyond the settings: steps in words, the claims' bounds."""
     s = result.settings
-    factors = s.dt_factors
-    head = " | ".join(f"dt' = {f:g} dt" for f in factors)
-    lines = [
-        "Queiruga et al. (2020), Sec. 3 and Figs. 3-4. A vector field f (MLP 2 -> "
-        f"{s.hidden} -> {s.hidden} -> 2, tanh, float64, one torch thread) is trained as the "
-        f"one-step map y(k+1) = Step(f, y(k), dt) of each scheme at dt = {s.dt:g}, on "
-        f"{s.n_train} noisy trajectories of {s.steps} steps (noise std {s.noise:g}; "
-        f"g = 9.81, L = 1), Adam, lr {s.lr:g} cosine-annealed, batch {s.batch_size}, "
-        f"{s.epochs} epochs. Each model is then rolled out with the same scheme at other "
-        f"steps dt' from {s.n_test} held-out clean initial states over t in "
-        f"[0, {s.horizon:g}], and with RK4 at {at(s.fine_factor)} (its field integrated "
-        "almost exactly). The global error is the mean over trajectories of the largest "
-        "Euclidean state error against the exact solution at t = 0, "
-        f"{max(factors) * s.dt:g}, ... .",
-        "",
-        "## Global error against the evaluation step",
-        "",
-        f"| model | train MSE | {head} | field error (RK4, {at(s.fine_factor)}) | "
-        "slope (all dt') | slope (dt' <= dt) | slope against own limit |",
-        "|---|---|" + "---|" * len(factors) + "---|---|---|---|",
-    ]
-    for scheme in SCHEMES:
-        cells = [
-            result.cell(scheme, "train_mse", ".3g"),
-            *(result.cell(scheme, f"error@{f:g}dt", ".3g") for f in factors),
-            result.cell(scheme, "error_fine_rk4", ".3g"),
-            *(result.cell(scheme, k, ".2f") for k in ("slope", "slope_refine")),
-            result.cell(scheme, "slope_vs_own_limit", ".2f"),
-        ]
-        lines.append(f"| {LABELS[scheme]} | {' | '.join(cells)} |")
-    lines += [
-        "| published (paper) |" + " not published |" * (len(factors) + 5),
-        "",
-        "The paper's text gives no numbers for the pendulum, nor its time step, noise, "
-        "width or training length (Figs. 3-4 only); the settings here are ours. The slope "
-        "against the own limit compares each rollout with the fine RK4 rollout of the same "
-        "field: it is the scheme's order (1, 2, 4) for every model, which shows that each "
-        "converges, but the Euler model to a wrong field.",
-        "",
-        "![global error against dt'](error_vs_dt.png)",
-        "",
-        f"Solid: each model with its own scheme; dashed: the same field with RK4 at "
-        f"{at(s.fine_factor)}.",
-        "",
-        "![phase portraits](phase.png)",
-        "",
-        "Grey: the exact trajectories; solid: the model at the training dt; dashed: at "
-        f"{at(min(factors))}.",
-    ]
-    return "\n".join(lines)
+    return {
+        "at_fine": at(min(s.dt_factors)), "at_coarse": at(max(s.dt_factors)),
+        "at_field": at(s.fine_factor), "every": max(s.dt_factors) * s.dt,
+        "flat": FLAT, "accurate": ACCURATE, "overfit": OVERFIT, "shrinks": SHRINKS,
+        "reaches": REACHES,
+    }  # fmt: skip
 
 
 def _plot_errors(result: Result[PendulumSettings], path: Path) -> None:
@@ -435,9 +418,9 @@ def _plot_errors(result: Result[PendulumSettings], path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
-        errors = [result.stat(scheme, f"error@{f:g}dt").mean for f in s.dt_factors]
+        errors = [result.stat(ERROR.of(scheme, dt=f)).mean for f in s.dt_factors]
         ax.loglog(dts, errors, "o-", color=color, label=f"{LABELS[scheme]} model")
-        ax.axhline(result.stat(scheme, "error_fine_rk4").mean, color=color, ls="--", lw=1)
+        ax.axhline(result.stat(ERROR_FINE_RK4.of(scheme)).mean, color=color, ls="--", lw=1)
     ax.set_xticks(dts, [f"{h:g}" for h in dts], minor=False)
     ax.set_xticks([], minor=True)
     ax.axvline(s.dt, color="0.5", ls=":", lw=1)
@@ -481,8 +464,8 @@ def _plot_phase(result: Result[PendulumSettings], path: Path) -> None:
     save_png(path, fig, dpi=100)
 
 
-_template.register_template(
-    _template.Template(
+register_template(
+    Template(
         name="pendulum",
         description="Euler (ResNet), Midpoint and RK4 ODE-Nets of the nonlinear pendulum "
         "evaluated at other time steps: global error against dt' (Queiruga et al. 2020, Sec. 3)",
@@ -496,7 +479,9 @@ _template.register_template(
         runs=runs,
         measure=measure,
         claims=claims,
-        sections=sections,
+        text="pendulum.md",
+        tables=tables,
+        words=words,
         figures=[Figure("error_vs_dt.png", _plot_errors), Figure("phase.png", _plot_phase)],
     )
 )
