@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
-from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
-from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
+from odebench.experiments import EXPERIMENTS, MODES, RunOptions, Stat, Values, run_template
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Setup
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits
@@ -114,13 +116,15 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
             f"{dataset}_parameters_matched": "check",
             f"{dataset}_parameters_on_budget": "check",
         }
-        assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+        assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
+        # MNIST's details are in the text; another data set's are the same words, filled.
+        assert all(bool(c.detail) is (dataset != "mnist") for c in claims)
+    details = Prose.of(anode_images.TEXT).details
+    assert list(details) == [c.key for c in anode_images.dataset_claims("mnist")]
 
 
 def _seeds(*pairs: tuple[float, float], images: int = 1000) -> list[Any]:
     """One set of values per ``(anode, node)`` pair of test accuracies."""
-    from odebench.experiments._template import Values
-
     return [
         Values({f"mnist/{m}": {"test_acc": acc, "test_images": images}
                 for m, acc in (("anode", a), ("node", n))})
@@ -138,7 +142,12 @@ def test_anode_more_accurate_is_a_paired_difference_above_its_standard_error() -
     assert verdict.held_on == (True, False, True)  # half a point is within the noise
     assert verdict.words == "held on 2 of 3 seeds"
     assert verdict.published == "+1.8 points"  # Table 1: 98.2% against 96.4%
-    assert "one image is 0.1 points" in claim.detail and "standard error" in claim.detail
+    fields = anode_images.claim_fields("mnist", 1000)
+    assert fields["images"] == "On 1,000 test images per seed one image is 0.1 points"
+    svhn = {c.key: c for c in anode_images.dataset_claims("svhn", 1000)}
+    detail = svhn["svhn_anode_more_accurate"].detail
+    assert "one image is 0.1 points" in detail and "standard error" in detail
+    assert "smaller than the paper's 2.5 points" in detail  # SVHN's: 83.5% against 81.0%
     assert claim.check(_seeds((0.97, 0.96), images=100)).held_on == (False,)  # n matters
 
 
@@ -165,13 +174,11 @@ def test_a_model_below_95_percent_is_not_a_comparison() -> None:
 def test_the_report_says_plainly_when_a_model_did_not_train(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from odebench.experiments._template import Stat
-
     def result(node: list[float], anode: list[float]) -> Any:
         metrics = {"mnist/node": {"test_acc": Stat.of(node)},
                    "mnist/anode": {"test_acc": Stat.of(anode)}}  # fmt: skip
         setup = SimpleNamespace(seeds=tuple(range(len(node))))
-        return SimpleNamespace(setup=setup, stat=lambda run, key: metrics[run][key])
+        return SimpleNamespace(setup=setup, stat=lambda ref: metrics[ref.run][ref.key])
 
     fine = anode_images.trained_note(result([0.96, 0.95], [0.97, 0.98]), "mnist")
     assert fine.startswith("On MNIST both models reached 95% test accuracy on every seed")
@@ -235,7 +242,7 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
 def test_report_has_the_rows_and_the_published_numbers(
     run: tuple[Path, dict[str, Any], list[str]],
 ) -> None:
-    out, _, _ = run
+    out, summary, _ = run
     text = (out / "report.md").read_text(encoding="utf-8")
     first, _, rest = text.partition("\n")
     assert first.startswith("# ")
@@ -252,7 +259,7 @@ def test_report_has_the_rows_and_the_published_numbers(
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers
     for claim in anode_images.dataset_claims("mnist", TINY.test_size):
-        row = f"| **{claim.text}**: {claim.detail} |"
+        row = f"| **{claim.text}**: {summary['claims'][claim.key]['detail']} |"
         assert row in (checks if claim.kind == "check" else papers), claim.key
     assert "| +1.8 points |" in papers  # the published difference, in the claim's format
     assert "On 16 test images per seed one image is 6.2 points" in papers
