@@ -98,3 +98,23 @@ def test_a_paragraph_of_details_without_a_key_is_refused(tmp_path: Path) -> None
     file.write_text("report\n<!-- claims -->\nno key here\n")
     with pytest.raises(ValueError, match="each paragraph is `key: details`"):
         Prose.of(str(file))
+
+
+def test_a_table_shows_a_row_s_text_before_the_column_s_metric() -> None:
+    from odebench.experiments import Measurement, Result, RunOptions, Settings, Setup, Stat
+
+    acc = Metric("test_acc", spec=".1f", scale=100, unit="%")
+    setup = Setup("t", "quick", Settings(), RunOptions(out=Path("unused")), (0, 1), print)
+    stats = {"node": {"test_acc": Stat.of([0.5, 0.7])}}
+    result = Result(setup, "", "", 0.0, stats, {"node": (Measurement({}),) * 2}, ())
+    table = Table(
+        "model",
+        [Row("NODE", "node", text={"paper": "61.0%"}), Row("published", text={"ours": "n/a"})],
+        [Col("ours", acc), Col("paper")],
+    )
+    assert table.render(result) == [
+        ["model", "ours", "paper"],
+        ["NODE", "60.0 ± 14.1%", "61.0%"],
+        ["published", "n/a", "–"],
+    ]
+    assert [v[acc.of("node")] for v in result.per_seed()] == [0.5, 0.7]

@@ -40,7 +40,8 @@ class Row:
         label: the first cell.
         run: the run whose metrics the row shows (a column may name another).
         at: the coordinates of the row's metrics (a column adds its own).
-        text: the cells of text columns, by header (the paper's numbers of this row).
+        text: cells by column header, shown instead of what the column would show
+            (the paper's numbers of this row, or a row of text under metric columns).
     """
 
     label: str
@@ -71,7 +72,10 @@ class Col:
     cell: Callable[[Result[Any], Row], str] | None = None
 
     def render(self, result: Result[Any], row: Row) -> str:
-        """The cell of ``row`` in this column."""
+        """The cell of ``row`` in this column: the row's text under the header where it
+        has one, else the column's cell, metric or text."""
+        if self.header in row.text:
+            return row.text[self.header]
         if self.cell is not None:
             return self.cell(result, row)
         if self.metric is not None:

@@ -296,6 +296,20 @@ class Result(Generic[S]):
             return self.stat(run).cell(*run.format)
         return self.stat(run, metric).cell(spec, scale, unit)
 
+    def per_seed(self) -> list[Values]:
+        """The values of each seed, in order: what a claim is tested on. Every metric is
+        in every seed's values; one missing in a seed reads as NaN there."""
+        return [
+            Values(
+                {
+                    run: {m: st.values[k] for m, st in stats.items()}
+                    for run, stats in self.metrics.items()
+                },
+                f"seed {seed}",
+            )
+            for k, seed in enumerate(self.setup.seeds)
+        ]
+
     def details(self, run: str) -> Mapping[str, Any]:
         """The details of ``run`` measured on the first seed."""
         return self.measurements[run][0].details
@@ -488,7 +502,7 @@ def check_declaration(template: Template[Any], mode: str) -> None:
         for row in table.rows:
             for col in table.columns:
                 run = col.run or row.run
-                if col.metric is not None and run not in runs:
+                if col.metric is not None and col.header not in row.text and run not in runs:
                     raise KeyError(f"{template.name}: table {name!r} reads unknown run {run!r}")
     if not template.text:
         return
@@ -585,14 +599,6 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         }
         for name, ms in measured.items()
     }
-    # Every metric in every seed's values: one missing in a seed reads as NaN there.
-    per_seed = [
-        Values(
-            {run: {m: st.values[k] for m, st in stats.items()} for run, stats in metrics.items()},
-            f"seed {seed}",
-        )
-        for k, seed in enumerate(seeds)
-    ]
     result = Result(
         setup=setup,
         command=command(template.name, options),
@@ -600,10 +606,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         wall_seconds=time.perf_counter() - started,
         metrics=metrics,
         measurements=measured,
-        verdicts=tuple(
-            claim.check(per_seed, contended=provenance.contended)
-            for claim in template.claims(setup)
-        ),
+        verdicts=(),
         figures=tuple(f.path for f in template.figures),
         published=template.published,
         train_seconds=sum(t.seconds for t in trained),
@@ -611,6 +614,10 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         data_files=_data_files(trained),
         provenance=provenance,
     )
+    verdicts = (
+        c.check(result.per_seed(), contended=provenance.contended) for c in template.claims(setup)
+    )
+    result = dataclasses.replace(result, verdicts=tuple(verdicts))
     result = dataclasses.replace(result, verdicts=with_details(template, result))
     for figure in template.figures:
         figure.draw(result, options.out / figure.path)
