@@ -98,6 +98,10 @@ def test_a_paragraph_of_details_without_a_key_is_refused(tmp_path: Path) -> None
     file.write_text("report\n<!-- claims -->\nno key here\n")
     with pytest.raises(ValueError, match="each paragraph is `key: details`"):
         Prose.of(str(file))
+    shared = tmp_path / "shared.md"
+    shared.write_text("report\n<!-- claims -->\na, b: one detail\nfor two\n\nc: another\n")
+    assert Prose.of(str(shared)).details == {"a": "one detail for two", "b": "one detail for two",
+                                             "c": "another"}  # fmt: skip
 
 
 def test_a_table_shows_a_row_s_text_before_the_column_s_metric() -> None:

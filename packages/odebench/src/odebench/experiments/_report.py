@@ -2,7 +2,8 @@
 
 The text of an experiment lives in Markdown beside the code, ``text/<name>.md``
 (:class:`Prose`): the report's sections, then, after a line ``<!-- claims -->``, the
-details of its claims, a paragraph each that starts with the claim's key and a colon.
+details of its claims, a paragraph each that starts with the claim's key (or several
+keys, comma-separated, that share it) and a colon.
 Both are filled in by ``str.format_map`` from :func:`namespace`: ``{s.epochs}`` (the
 settings), ``{table[name]}`` (a declared table, in Markdown), and what the
 experiment's ``words`` adds.
@@ -56,13 +57,14 @@ class Prose:
         report, _, claims = text.partition(CLAIMS_MARK)
         details: dict[str, str] = {}
         for paragraph in claims.strip().split("\n\n") if claims.strip() else ():
-            key, colon, detail = paragraph.partition(":")
-            if not colon or not key.strip().isidentifier() or key.strip() in details:
+            head, colon, detail = paragraph.partition(":")
+            keys = [key.strip() for key in head.split(",")]
+            if not colon or not all(k.isidentifier() and k not in details for k in keys):
                 raise ValueError(
-                    f"text/{file}: after {CLAIMS_MARK}, each paragraph is `key: details` with a "
-                    f"new claim key; got {paragraph[:60]!r}"
+                    f"text/{file}: after {CLAIMS_MARK}, each paragraph is `key: details` (or "
+                    f"`key, key: details`) with new claim keys; got {paragraph[:60]!r}"
                 )
-            details[key.strip()] = " ".join(detail.split())
+            details.update(dict.fromkeys(keys, " ".join(detail.split())))
         return Prose(report, details)
 
     def tables(self) -> set[str]:
