@@ -11,7 +11,10 @@ from typing import Any
 import odebench.experiments._dissecting_augmentation as augmentation
 import pytest
 from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
-from odebench.experiments._template import MAX_CLAIM_TEXT, Result, Setup, Stat, Values
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._metrics import Stat, Values
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Result, Setup
 from odebench.models import build_model, count_parameters
 
 FIGURES = ("augmentation.png", "nfe.png")
@@ -92,7 +95,12 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
         kinds = {c.key.removeprefix(f"{dataset}_"): c.kind for c in claims}
         keys = [k for k in augmentation.CLAIMS if dataset in augmentation.TRAINED or k != TRAINED]
         assert kinds == {k: "check" if k in CHECKS else "paper" for k in keys}
-        assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+        assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
+    # MNIST's claims are detailed in the text; CIFAR-10's, found or not, in code.
+    details = Prose.of(augmentation.TEXT).details
+    assert set(details) == {c.key for c in augmentation.dataset_claims("mnist")}
+    assert not any(c.detail for c in augmentation.dataset_claims("mnist"))
+    assert all(c.detail for c in augmentation.dataset_claims("cifar10"))
 
 
 def test_augmentation_against_vanilla_is_two_paired_differences() -> None:
@@ -118,7 +126,10 @@ def test_a_comparison_holds_only_where_both_models_pass_90_percent() -> None:
     claims = {c.key: c for c in augmentation.dataset_claims("mnist")}
     il, every = claims["mnist_input_layer_beats_vanilla"], claims[f"mnist_{TRAINED}"]
     assert augmentation.TRAINED["mnist"] == 0.90 and every.published == 0.968
-    assert il.detail.endswith("holds above 0, and where IL and NODE reach 90%")
+    detail = Prose.of(augmentation.TEXT).details["mnist_input_layer_beats_vanilla"]
+    assert detail.format_map(augmentation.THRESHOLDS).endswith(
+        "holds above 0, and where IL and NODE reach 90%"
+    )
     # The IL-NODE well ahead of a NODE at 20-89%: not a comparison of trained models.
     seeds = [
         Values({f"mnist/{n}": {"test_acc": 0.95} for n in augmentation.MODELS}
@@ -136,6 +147,10 @@ def test_a_comparison_holds_only_where_both_models_pass_90_percent() -> None:
     assert f"cifar10_{TRAINED}" not in cifar
     low = [Values({"cifar10/ilnode": {"test_acc": 0.5}, "cifar10/node": {"test_acc": 0.4}})]
     assert cifar["cifar10_input_layer_beats_vanilla"].check(low).status == "held"
+    assert cifar["cifar10_input_layer_beats_vanilla"].detail == (
+        "ours: the IL-NODE's test accuracy minus the NODE's, paired per seed; holds above 0"
+    )
+    assert cifar["cifar10_input_layer_near_best"].detail.endswith("holds at -1 point or more")
 
 
 @pytest.mark.slow
@@ -184,7 +199,7 @@ def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
 def test_report_has_the_rows_and_the_poster_numbers(
     run: tuple[Path, dict[str, Any], list[str]],
 ) -> None:
-    out, _, _ = run
+    out, summary, _ = run
     text = (out / "report.md").read_text(encoding="utf-8")
     first, _, rest = text.partition("\n")
     assert first.startswith("# ")
@@ -200,10 +215,10 @@ def test_report_has_the_rows_and_the_poster_numbers(
     assert "| NFE at convergence, fewest first | 2nd order > IL > 0-aug > NODE |" in text
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Claims\n" not in text
-    for claim in augmentation.dataset_claims("mnist"):
-        row = f"| **{claim.text}**: {claim.detail} |"
-        key = claim.key.removeprefix("mnist_")
-        assert row in (checks if key in CHECKS else papers), key
+    for key, claim in summary["claims"].items():
+        row = f"| **{claim['text']}**: {claim['detail']} |"
+        assert claim["detail"].startswith("ours: "), key
+        assert row in (checks if key.removeprefix("mnist_") in CHECKS else papers), key
     assert "**Not trained past 90% test accuracy**" in text or "passed 90%" in text
     for name in FIGURES:
         assert f"]({name})" in text, name
@@ -224,13 +239,15 @@ def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
     assert "smoke test" not in note
 
 
-def _result(acc: dict[str, list[float]], nfe: dict[str, list[float]]) -> Result[Any]:
+def _result(
+    acc: dict[str, list[float]], nfe: dict[str, list[float]], dataset: str = "mnist"
+) -> Result[Any]:
     """A standard-mode result of three seeds with these accuracies and NFE per model."""
     settings = augmentation.TEMPLATE.settings_for("standard")
     setup = Setup("dissecting-augmentation", "standard", settings,
                   RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
     metrics = {
-        f"mnist/{n}": {"test_acc": Stat.of(acc[n]), "nfe_forward": Stat.of(nfe[n])}
+        f"{dataset}/{n}": {"test_acc": Stat.of(acc[n]), "nfe_forward": Stat.of(nfe[n])}
         for n in augmentation.MODELS
     }
     return Result(setup, "odebench run dissecting-augmentation", "", 0.0, metrics, {}, ())
@@ -241,7 +258,7 @@ POSTER_NFE = {"node": [98.0] * 3, "anode": [71.0] * 3, "ilnode": [44.0] * 3, "so
 
 def test_orderings_as_the_posters_say_so() -> None:
     acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.7] * 3, "sonode": [0.8] * 3}
-    text = "\n".join(augmentation.orderings(_result(acc, POSTER_NFE), "mnist"))
+    text = augmentation.section(_result(acc, POSTER_NFE), "mnist")
     assert text.count("| 6 of 6 |") == 2
     assert "Both orderings are the poster's." in text and "another order" not in text
 
@@ -251,7 +268,7 @@ def test_orderings_name_each_swapped_pair_and_explain_it() -> None:
     acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.74, 0.74, 0.70],
            "sonode": [0.70, 0.70, 0.72]}  # fmt: skip
     nfe = {**POSTER_NFE, "node": [30.0, 30.0, None]}  # NODE the cheapest, one seed missing
-    text = "\n".join(augmentation.orderings(_result(acc, nfe), "mnist"))
+    text = augmentation.section(_result(acc, nfe), "mnist")
     assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE | " in text
     assert "| IL > 2nd order > 0-aug > NODE | 5 of 6 |" in text
     assert "| NODE > 2nd order > IL > 0-aug | 3 of 6 |" in text
@@ -264,16 +281,21 @@ def test_orderings_name_each_swapped_pair_and_explain_it() -> None:
     assert "at a tolerance of 0.001, the poster's at 0.0001" in text
 
 
-def test_the_report_names_each_model_below_90_percent_and_its_seeds() -> None:
+def test_the_report_names_each_model_below_90_percent_and_its_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     acc = {"node": [0.84, 0.86, 0.91], "anode": [0.95] * 3, "ilnode": [0.96, 0.89, 0.97],
            "sonode": [0.96] * 3}  # fmt: skip
-    text = "\n".join(augmentation.undertrained(_result(acc, POSTER_NFE), "mnist"))
+    text = augmentation.section(_result(acc, POSTER_NFE), "mnist")
     assert "**Not trained past 90% test accuracy**" in text
     assert "- NODE (no augmentation): 87.0 ± 3.6%, below 90% on 2 of 3 seed(s) (0, 1)" in text
     assert "- IL-NODE (input layer): 94.0 ± 4.4%, below 90% on 1 of 3 seed(s) (1)" in text
-    assert "0-augmented" not in text and "2nd-order" not in text
+    assert "- ANODE (0-augmented)" not in text and "- 2nd-order" not in text
     passed = {n: [0.95] * 3 for n in augmentation.MODELS}
-    assert augmentation.undertrained(_result(passed, POSTER_NFE), "mnist")[0] == (
-        "Every model passed 90% test accuracy on every seed."
-    )
-    assert augmentation.undertrained(_result(acc, POSTER_NFE), "cifar10") == []
+    text = augmentation.section(_result(passed, POSTER_NFE), "mnist")
+    assert "\n\nEvery model passed 90% test accuracy on every seed.\n\n### Orderings" in text
+    # CIFAR-10 has no bar: its table is followed by the orderings.
+    monkeypatch.setattr(augmentation, "_found", lambda setup: (["mnist", "cifar10"], {}))
+    text = augmentation.section(_result(acc, POSTER_NFE, "cifar10"), "cifar10")
+    assert text.startswith("## CIFAR-10\n\n| model |") and "Not trained" not in text
+    assert "|\n\n### Orderings, CIFAR-10\n\n| ordering |" in text
