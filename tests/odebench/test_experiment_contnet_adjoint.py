@@ -13,7 +13,9 @@ import torch
 from odebench.experiments import RunOptions, Values, run_experiment
 from odebench.experiments import _contnet_adjoint as adjoint
 from odebench.experiments._contnet_adjoint import (
+    ALL,
     BACKPROP,
+    BLOCK,
     COMPARED,
     TRAINED,
     AdjointNet,
@@ -21,6 +23,7 @@ from odebench.experiments._contnet_adjoint import (
     gradient_errors,
     integrate,
 )
+from odebench.experiments._report import Prose
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -92,12 +95,14 @@ def test_gradient_errors_against_autograd_by_hand():
         torch.nn.functional.cross_entropy(net(images, m), labels).backward()
         grads[m.key] = [p.grad.clone() for p in net.parameters()]
     full = [torch.cat([g.reshape(-1) for g in grads[k]]) for k in ("backprop-2M", "adjoint-2M")]
-    assert errors["adjoint-2M"] == pytest.approx(float((full[1] - full[0]).norm() / full[0].norm()))
+    assert errors["adjoint-2M", ALL] == pytest.approx(
+        float((full[1] - full[0]).norm() / full[0].norm())
+    )
     n_stem, n_block = 1, len(list(net.block.parameters()))
     block = [torch.cat([g.reshape(-1) for g in grads[k][n_stem : n_stem + n_block]])
              for k in ("backprop-2M", "adjoint-2M")]  # fmt: skip
     expected = float((block[1] - block[0]).norm() / block[0].norm())
-    assert errors["adjoint-2M/block"] == pytest.approx(expected)
+    assert errors["adjoint-2M", BLOCK] == pytest.approx(expected)
 
 
 def test_without_knots_the_first_piece_gets_no_gradient():
@@ -123,10 +128,10 @@ def test_adjoint_errors_shrink_with_steps_and_knots():
     images, labels = _batch()
     errors = gradient_errors(net, images, labels)
     for name in ("adjoint", "knot"):
-        series = [errors[f"{name}-{k}M"] for k in (1, 2, 3, 4)]
+        series = [errors[f"{name}-{k}M", ALL] for k in (1, 2, 3, 4)]
         assert series == sorted(series, reverse=True)
-    assert errors["knot-1M"] < errors["adjoint-1M"]
-    assert errors["knot-1M"] > 1e-2  # not backprop's gradient: O(h) remains
+    assert errors["knot-1M", ALL] < errors["adjoint-1M", ALL]
+    assert errors["knot-1M", ALL] > 1e-2  # not backprop's gradient: O(h) remains
 
 
 def test_settings_refuse_non_positive_counts():
@@ -146,14 +151,16 @@ def _values(acc: dict[str, float] | None = None, errors: dict[str, float] | None
     errors = {"adjoint-1M": 0.6, "adjoint-4M": 0.2, "knot-1M": 0.4, "knot-4M": 0.13,
               "checkpoint-1M": 0.0, **(errors or {})}  # fmt: skip
     table: dict[str, dict[str, float | None]] = {k: {"test_accuracy": v} for k, v in acc.items()}
-    table["backprop"].update({f"grad_error@{k}": v for k, v in errors.items()})
-    table["backprop"]["grad_error_trained@checkpoint-1M"] = errors["checkpoint-1M"]
+    table["backprop"].update(
+        {adjoint.GRAD_ERROR.key(method=k, part=ALL): v for k, v in errors.items()}
+    )
+    trained = adjoint.GRAD_ERROR_TRAINED.key(method="checkpoint-1M", part=ALL)
+    table["backprop"][trained] = errors["checkpoint-1M"]
     return Values(table, "seed 0")
 
 
 def _statuses(values: Values) -> dict[str, str]:
-    setup: Any = None  # the claims read no settings
-    return {c.key: c.check([values]).status for c in adjoint.claims(setup)}
+    return {c.key: c.check([values]).status for c in adjoint.CLAIMS}
 
 
 def test_claims_hold_and_pass_on_the_expected_values():
@@ -167,7 +174,7 @@ def test_claims_hold_and_pass_on_the_expected_values():
         "knots_lower_adjoint_error": "passed",
         "knot_adjoint_error_is_first_order": "passed",
     }
-    kinds = {c.key: c.kind for c in adjoint.claims(None)}  # type: ignore[arg-type]
+    kinds = {c.key: c.kind for c in adjoint.CLAIMS}
     assert [k for k, v in kinds.items() if v == "paper"] == [
         "adjoint_m_below_backprop", "adjoint_3m_reaches_backprop", "adjoint_4m_reaches_backprop",
     ]  # fmt: skip
@@ -194,7 +201,7 @@ def test_accuracy_claims_are_paired_over_seeds():
     """The adjoint at M 3 points below backprop on two seeds, 1 above on the third:
     held on 2 of 3 seeds and on the mean of the paired differences; below on one seed
     only: mixed."""
-    claim = next(c for c in adjoint.claims(None) if c.key == "adjoint_m_below_backprop")  # type: ignore[arg-type]
+    claim = next(c for c in adjoint.CLAIMS if c.key == "adjoint_m_below_backprop")
 
     def seeds(*pairs: tuple[float, float]) -> list[Values]:
         return [_values(acc={"backprop": b, "adjoint-1M": a}) for b, a in pairs]
@@ -216,8 +223,9 @@ def test_missing_data_fails_before_training(tmp_path: Path, mode: str, data: str
 
 
 def test_claim_texts_fit_the_index():
-    for claim in adjoint.claims(None):  # type: ignore[arg-type]
-        assert len(claim.text) <= 90 and claim.detail
+    assert all(len(claim.text) <= 90 for claim in adjoint.CLAIMS)
+    details = Prose.of(adjoint.TEMPLATE.text).details  # every claim's details are text
+    assert set(details) == {claim.key for claim in adjoint.CLAIMS}
 
 
 # A quick run: the structure of what it writes, and the numbers the claims read.
@@ -259,6 +267,7 @@ def test_quick_run_files(quick_run: tuple[Path, dict[str, Any]]):
     claims = on_disk["claims"]
     assert [claims[k]["kind"] for k in claims].count("paper") == 3
     assert claims["checkpoint_is_backprop"]["status"] == "passed"
+    assert "holds below 1e-05: the solve" in claims["checkpoint_is_backprop"]["detail"]
     report = (out / "report.md").read_text(encoding="utf-8")
     for heading in ("## Claims of the paper", "## Checks of our code",
                     "## Test accuracy per gradient method",
