@@ -116,14 +116,15 @@ def test_peers_and_gradient_modes_leave_the_stiff_configurations_to_odecore_forw
 
 @pytest.fixture(scope="module")
 def quick_stiff():
-    """The quick sweep on [0, 300], one run each, and its reference."""
+    """The quick sweep on [0, 300], one run each, and its reference; the rows as the
+    document holds them."""
     pytest.importorskip("scipy")
     problem = make_problem("vdp_stiff", QUICK)
     reference, note = stiff_reference(problem)
     rows = run_stiff(
         OdecoreLibrary(), problem, stiff_methods(quick=True), reference, repeats=1, warm_up=False
     )
-    return problem, reference, note, rows
+    return problem, reference, note, [r.to_json() for r in rows]
 
 
 def test_stiff_reference_is_scipy_radau_and_agrees_with_the_exact_jacobian_solve(quick_stiff):

@@ -17,14 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ._document import GradientRow, Measured, figure_rows, unmeasured
 from ._libraries import GRADIENT_MODES, Library, Method, describe_error
 from ._problems import ConvField, CountingField
-from ._stats import finite
 
 F64 = torch.float64
 
@@ -92,167 +91,141 @@ def _directional_fd(
     return (values[0] - values[1]) / (2 * eps)
 
 
+@dataclass(frozen=True)
+class _Case:
+    """One conv field in float64 with its ``y0``, loss weight and random unit directions
+    in ``(y0, parameters)``."""
+
+    name: str
+    field: nn.Module
+    y0: Tensor
+    w: Tensor
+    directions: list[list[Tensor]]
+
+    @classmethod
+    def build(cls, activation: str, s: GradcheckSizes, seed: int) -> _Case:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            field = ConvField(s.channels, activation).to(F64)
+            y0 = torch.randn(s.batch, s.channels, s.size, s.size, dtype=F64)
+            w = torch.randn(y0.shape, dtype=F64) / y0.numel() ** 0.5
+            directions = []
+            for _ in range(s.directions):
+                parts = [torch.randn_like(x) for x in (y0, *field.parameters())]
+                norm = torch.sqrt(sum((p * p).sum() for p in parts))  # type: ignore[arg-type]
+                directions.append([p / norm for p in parts])
+        return cls(f"conv_{activation}", field, y0, w, directions)
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        return list(self.field.parameters())
+
+    def loss(self, n_steps: int) -> float:
+        """The loss of the reference's own rk4 solve with ``n_steps`` steps."""
+        with torch.no_grad():
+            return float((self.w * rk4_final(self.field, self.y0, 0.0, 1.0, n_steps)).sum())
+
+
 def gradient_check(
     libraries: list[Library],
     *,
     sizes: GradcheckSizes | None = None,
     log: Callable[[str], None] = lambda _: None,
     seed: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[GradientRow]:
     """Measure every library's gradient methods against finite differences.
 
     Returns:
-        Rows ``{problem, method, library, gradient, figure, value, unit, note}``;
-        the reference's own rows have ``library = "finite differences"``.
+        The rows of the document's ``gradients``; the reference's own rows have
+        ``library = "finite differences"``.
     """
     s = sizes or GradcheckSizes()
     method = Method("dopri5", rtol=s.tol, atol=s.tol)
-    rows: list[dict[str, Any]] = []
-
-    def row(
-        problem: str,
-        library: str,
-        gradient: str,
-        figure: str,
-        value: float | None,
-        unit: str,
-        note: str | None = None,
-        supported: bool = True,
-    ) -> None:
-        value = finite(value)
-        if value is None and note is None:
-            note = "not measured"
-        rows.append(
-            {
-                "problem": problem,
-                "method": method.label if library != "finite differences" else "rk4 reference",
-                "library": library,
-                "gradient": gradient,
-                "figure": figure,
-                "value": value,
-                "unit": unit,
-                "note": note,
-                "supported": supported,
-            }
-        )
-
+    rows: list[GradientRow] = []
     for activation in ("relu", "softplus"):
-        name = f"conv_{activation}"
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            field = ConvField(s.channels, activation).to(F64)
-            y0 = torch.randn(s.batch, s.channels, s.size, s.size, dtype=F64)
-            w = torch.randn(y0.shape, dtype=F64) / y0.numel() ** 0.5
-            params = list(field.parameters())
-            directions = []
-            for _ in range(s.directions):
-                parts = [torch.randn_like(x) for x in (y0, *params)]
-                norm = torch.sqrt(sum((p * p).sum() for p in parts))  # type: ignore[arg-type]
-                directions.append([p / norm for p in parts])
-
-        def loss(n_steps: int, field: nn.Module = field, y0: Tensor = y0, w: Tensor = w) -> float:
-            with torch.no_grad():
-                return float((w * rk4_final(field, y0, 0.0, 1.0, n_steps)).sum())
-
+        case = _Case.build(activation, s, seed)
         fd_steps = s.fd_steps_relu if activation == "relu" else s.fd_steps_softplus
-        log(f"  gradient check {name}: finite differences ({fd_steps} rk4 steps, float64)")
-        start = time.perf_counter()
-        tensors = [y0, *params]
-        reference = [_directional_fd(loss, tensors, d, s.eps, fd_steps) for d in directions]
-        coarse = [_directional_fd(loss, tensors, d, s.eps, fd_steps // 2) for d in directions]
-        resolution = max(abs(a - b) for a, b in zip(reference, coarse))
-        row(
-            name,
-            "finite differences",
-            "-",
-            "fd_resolution",
-            resolution,
-            "abs",
-            f"|D(n) - D(n/2)| with n = {fd_steps} rk4 steps, eps = {s.eps:g}",
-        )
-        row(
-            name,
-            "finite differences",
-            "-",
-            "fd_scale",
-            max(abs(r) for r in reference),
-            "abs",
-            "largest directional derivative |D| (the scale of the errors below)",
-        )
-        row(
-            name,
-            "finite differences",
-            "-",
-            "time_s",
-            time.perf_counter() - start,
-            "s",
-            f"state {s.batch} x {s.channels} x {s.size} x {s.size} in float64, "
-            f"{s.directions} random unit direction(s) in (y0, parameters)",
-        )
-
+        log(f"  gradient check {case.name}: finite differences ({fd_steps} rk4 steps, float64)")
+        reference, figures = _finite_differences(case, s, fd_steps)
+        key = (case.name, "rk4 reference", "finite differences", "-")
+        rows += figure_rows(GradientRow, key, figures, _FD_UNITS)
         for library in libraries:
             for mode in GRADIENT_MODES:
+                key = (case.name, method.label, library.name, mode)
                 reason = library.unsupported(method, mode)
                 if reason is not None:
-                    for figure in _FIGURES:
-                        row(name, library.name, mode, figure, None, _UNITS[figure], reason, False)
+                    figures = unmeasured(_UNITS, reason)
+                    rows += figure_rows(GradientRow, key, figures, _UNITS, supported=False)
                     continue
-                log(f"  gradient check {name}: {library.name} {mode}")
-                counter = CountingField(field)
-                for p in params:
-                    p.grad = None
-                y = y0.detach().clone().requires_grad_(True)
-                start = time.perf_counter()
-                try:
-                    y1 = library.solve(counter, y, 0.0, 1.0, method, mode)
-                    nfe_forward = counter.nfe
-                    torch.autograd.backward((w * y1).sum())
-                except Exception as exc:
-                    for figure in _FIGURES:
-                        row(
-                            name,
-                            library.name,
-                            mode,
-                            figure,
-                            None,
-                            _UNITS[figure],
-                            describe_error(exc),
-                        )
-                    continue
-                elapsed = time.perf_counter() - start
-                nfe_backward = counter.nfe - nfe_forward
-                grads = [y.grad, *(p.grad for p in params)]
-                derivs = [
-                    float(sum((g * v).sum() for g, v in zip(grads, d) if g is not None))
-                    for d in directions
-                ]
-                abs_err = max(abs(a - b) for a, b in zip(derivs, reference))
-                rel = [abs(a - b) / abs(b) for a, b in zip(derivs, reference) if b != 0]
-                row(name, library.name, mode, "grad_abs_error", abs_err, "abs")
-                row(
-                    name,
-                    library.name,
-                    mode,
-                    "grad_rel_error",
-                    max(rel) if rel else None,
-                    "relative",
-                    None if rel else "zero reference derivative",
-                )
-                row(name, library.name, mode, "nfe_forward", nfe_forward, "evaluations")
-                row(name, library.name, mode, "nfe_backward", nfe_backward, "evaluations")
-                row(
-                    name,
-                    library.name,
-                    mode,
-                    "nfe_backward_over_forward",
-                    nfe_backward / nfe_forward if nfe_forward else None,
-                    "ratio",
-                    None if nfe_forward else "no forward evaluations",
-                )
-                row(name, library.name, mode, "time_s", elapsed, "s")
-        for p in params:
+                log(f"  gradient check {case.name}: {library.name} {mode}")
+                figures = _library_gradient(case, library, method, mode, reference)
+                rows += figure_rows(GradientRow, key, figures, _UNITS)
+        for p in case.params:
             p.grad = None
     return rows
+
+
+def _finite_differences(
+    case: _Case, s: GradcheckSizes, fd_steps: int
+) -> tuple[list[float], Measured]:
+    """The reference's directional derivatives, and its figures: resolution, scale, time."""
+    start = time.perf_counter()
+    tensors = [case.y0, *case.params]
+    reference = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps) for d in case.directions]
+    coarse = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps // 2) for d in case.directions]
+    resolution = max(abs(a - b) for a, b in zip(reference, coarse))
+    return reference, {
+        "fd_resolution": (
+            resolution,
+            f"|D(n) - D(n/2)| with n = {fd_steps} rk4 steps, eps = {s.eps:g}",
+        ),
+        "fd_scale": (
+            max(abs(r) for r in reference),
+            "largest directional derivative |D| (the scale of the errors below)",
+        ),
+        "time_s": (
+            time.perf_counter() - start,
+            f"state {s.batch} x {s.channels} x {s.size} x {s.size} in float64, "
+            f"{s.directions} random unit direction(s) in (y0, parameters)",
+        ),
+    }
+
+
+def _library_gradient(
+    case: _Case, library: Library, method: Method, mode: str, reference: list[float]
+) -> Measured:
+    """One library's gradient by ``mode``: its error along the directions, its evaluations
+    and its time; a failure is every figure's note."""
+    counter = CountingField(case.field)
+    for p in case.params:
+        p.grad = None
+    y = case.y0.detach().clone().requires_grad_(True)
+    start = time.perf_counter()
+    try:
+        y1 = library.solve(counter, y, 0.0, 1.0, method, mode)
+        nfe_forward = counter.nfe
+        torch.autograd.backward((case.w * y1).sum())
+    except Exception as exc:
+        return unmeasured(_UNITS, describe_error(exc))
+    elapsed = time.perf_counter() - start
+    nfe_backward = counter.nfe - nfe_forward
+    grads = [y.grad, *(p.grad for p in case.params)]
+    derivs = [
+        float(sum((g * v).sum() for g, v in zip(grads, d) if g is not None))
+        for d in case.directions
+    ]
+    rel = [abs(a - b) / abs(b) for a, b in zip(derivs, reference) if b != 0]
+    return {
+        "grad_abs_error": (max(abs(a - b) for a, b in zip(derivs, reference)), None),
+        "grad_rel_error": (max(rel) if rel else None, None if rel else "zero reference derivative"),
+        "nfe_forward": (nfe_forward, None),
+        "nfe_backward": (nfe_backward, None),
+        "nfe_backward_over_forward": (
+            nfe_backward / nfe_forward if nfe_forward else None,
+            None if nfe_forward else "no forward evaluations",
+        ),
+        "time_s": (elapsed, None),
+    }
 
 
 _UNITS = {
@@ -263,4 +236,4 @@ _UNITS = {
     "nfe_backward_over_forward": "ratio",
     "time_s": "s",
 }
-_FIGURES = tuple(_UNITS)
+_FD_UNITS = {"fd_resolution": "abs", "fd_scale": "abs", "time_s": "s"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import gc
 import json
 import os
@@ -25,11 +26,12 @@ import resource
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from ._document import Measured, MemoryRow, figure_rows, unmeasured
 from ._libraries import LIBRARIES, Library, Method, describe_error, discover
 from ._problems import CountingField, Sizes, make_problem
 from ._stats import finite, ratio
@@ -68,6 +70,22 @@ def _maxrss_kib() -> int:
     return value // 1024 if sys.platform == "darwin" else value
 
 
+@dataclass(frozen=True)
+class Peak:
+    """What a child prints after :data:`MARK`: its peak above the baseline, or an error."""
+
+    baseline_rss_mib: float | None = None
+    peak_rss_mib: float | None = None
+    peak_delta_mib: float | None = None
+    nfe_forward: int | None = None
+    nfe_backward: int | None = None
+    how: str | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        return MARK + json.dumps(dataclasses.asdict(self))
+
+
 def child(argv: Sequence[str] | None = None) -> int:
     """The child process: measure one configuration and print its JSON line."""
     parser = argparse.ArgumentParser(prog="python -m odebench.perf._memory")
@@ -81,7 +99,7 @@ def child(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     libraries, missing = discover([args.library])
     if not libraries:
-        print(MARK + json.dumps({"error": missing.get(args.library, "unavailable")}))
+        print(Peak(error=missing.get(args.library, "unavailable")).line())
         return 0
     library = libraries[0]
     problem = make_problem("mlp", Sizes(mlp_batch=args.batch))
@@ -96,19 +114,19 @@ def child(argv: Sequence[str] | None = None) -> int:
         obs = run_once(library, problem, counter, method, args.gradient, weight)
         peak = _status_kib("VmHWM") if resettable else _maxrss_kib()
     except Exception as exc:
-        print(MARK + json.dumps({"error": describe_error(exc)}))
+        print(Peak(error=describe_error(exc)).line())
         return 0
     assert baseline is not None and peak is not None
-    result = {
-        "baseline_rss_mib": baseline / _MIB,
-        "peak_rss_mib": peak / _MIB,
-        "peak_delta_mib": (peak - baseline) / _MIB,
-        "nfe_forward": obs.nfe_forward,
-        "nfe_backward": obs.nfe_backward,
-        "how": "VmHWM after clear_refs" if resettable else "ru_maxrss (peak not resettable)",
-        "error": None,
-    }
-    print(MARK + json.dumps(result))
+    how = "VmHWM after clear_refs" if resettable else "ru_maxrss (peak not resettable)"
+    result = Peak(
+        baseline_rss_mib=baseline / _MIB,
+        peak_rss_mib=peak / _MIB,
+        peak_delta_mib=(peak - baseline) / _MIB,
+        nfe_forward=obs.nfe_forward,
+        nfe_backward=obs.nfe_backward,
+        how=how,
+    )
+    print(result.line())
     return 0
 
 
@@ -123,34 +141,34 @@ def _child_env() -> dict[str, str]:
 
 def _run_child(
     library: str, gradient: str, steps: int, threads: int, batch: int, timeout_s: float
-) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "odebench.perf._memory",
-        "--library",
-        library,
-        "--gradient",
-        gradient,
-        "--steps",
-        str(steps),
-        "--threads",
-        str(threads),
-        "--batch",
-        str(batch),
-    ]
+) -> Peak:
+    cmd = [sys.executable, "-m", "odebench.perf._memory", "--library", library]
+    cmd += ["--gradient", gradient, "--steps", str(steps)]
+    cmd += ["--threads", str(threads), "--batch", str(batch)]
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env(), check=False
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"the child process ran past {timeout_s:g} s"}
+        return Peak(error=f"the child process ran past {timeout_s:g} s")
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARK):
-            parsed: dict[str, Any] = json.loads(line[len(MARK) :])
-            return parsed
+            return Peak(**json.loads(line[len(MARK) :]))
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": f"the child process exited with status {proc.returncode}: {tail[:200]}"}
+    return Peak(error=f"the child process exited with status {proc.returncode}: {tail[:200]}")
+
+
+_FIGURES = {
+    "peak_delta_mib": "MiB",
+    "peak_rss_mib": "MiB",
+    "baseline_rss_mib": "MiB",
+    "nfe_forward": "evaluations",
+    "nfe_backward": "evaluations",
+}
+_GROWTH = {"mib_per_step": "MiB/step", "delta_growth": "ratio"}
+
+_Job = tuple[str, str, int]
+"""A child's configuration: library, gradient method, number of steps."""
 
 
 def measure_memory(
@@ -162,129 +180,92 @@ def measure_memory(
     log: Callable[[str], None] = lambda _: None,
     workers: int = 2,
     timeout_s: float = 600.0,
-) -> list[dict[str, Any]]:
+) -> list[MemoryRow]:
     """Peak memory of every (library, gradient method, number of steps), each in a fresh process.
 
     Returns:
-        Rows ``{problem, method, n_steps, library, gradient, figure, value, unit, note}``
-        with figures ``peak_delta_mib``, ``peak_rss_mib``, ``baseline_rss_mib``,
+        Rows with figures ``peak_delta_mib``, ``peak_rss_mib``, ``baseline_rss_mib``,
         ``nfe_forward``, ``nfe_backward``; then, per (library, gradient), the derived
         ``mib_per_step`` (slope between the fewest and the most steps) and
         ``delta_growth`` (the peak at the most steps over the peak at the fewest),
         with ``n_steps`` null.
     """
-    rows: list[dict[str, Any]] = []
-
-    def row(
-        n: int | None,
-        library: str,
-        gradient: str,
-        figure: str,
-        value: Any,
-        unit: str,
-        note: str | None = None,
-        supported: bool = True,
-    ) -> None:
-        value = finite(value)
-        if value is None and note is None:
-            note = "not measured"
-        rows.append(
-            {
-                "problem": "mlp",
-                "method": f"rk4x{n}" if n is not None else "rk4",
-                "n_steps": n,
-                "library": library,
-                "gradient": gradient,
-                "figure": figure,
-                "value": value,
-                "unit": unit,
-                "note": note,
-                "supported": supported,
-            }
-        )
-
-    figures = {
-        "peak_delta_mib": "MiB",
-        "peak_rss_mib": "MiB",
-        "baseline_rss_mib": "MiB",
-        "nfe_forward": "evaluations",
-        "nfe_backward": "evaluations",
-    }
-    jobs: list[tuple[str, str, int]] = []
+    rows: list[MemoryRow] = []
+    jobs: list[_Job] = []
     for n in steps:
         for library in libraries:
             for gradient in MEMORY_MODES:
                 reason = library.unsupported(Method("rk4", n_steps=n), gradient)
-                if reason is not None:
-                    for figure, unit in figures.items():
-                        row(n, library.name, gradient, figure, None, unit, reason, False)
-                else:
+                if reason is None:
                     jobs.append((library.name, gradient, n))
+                    continue
+                key = _key(library.name, gradient, n)
+                missing = unmeasured(_FIGURES, reason)
+                rows += figure_rows(MemoryRow, key, missing, _FIGURES, supported=False)
+    peaks = _run_children(jobs, threads, batch, timeout_s, workers, log)
+    for lib, grad, n in jobs:
+        peak = peaks[(lib, grad, n)]
+        figures = {f: (None if peak.error else getattr(peak, f), peak.error) for f in _FIGURES}
+        rows += figure_rows(MemoryRow, _key(lib, grad, n), figures, _FIGURES)
+    for library in libraries:
+        for gradient in MEMORY_MODES:
+            rows += _growth(library, gradient, steps, peaks)
+    return rows
 
-    results: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+def _key(library: str, gradient: str, n: int | None) -> tuple[object, ...]:
+    """The key fields of a memory row: ``n`` steps, or ``None`` for the derived figures."""
+    return ("mlp", f"rk4x{n}" if n is not None else "rk4", n, library, gradient)
+
+
+def _run_children(
+    jobs: list[_Job],
+    threads: int,
+    batch: int,
+    timeout_s: float,
+    workers: int,
+    log: Callable[[str], None],
+) -> dict[_Job, Peak]:
+    """Each job's peak, ``workers`` children at a time."""
+    peaks: dict[_Job, Peak] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = {
             pool.submit(_run_child, lib, grad, n, threads, batch, timeout_s): (lib, grad, n)
             for lib, grad, n in jobs
         }
         for future in concurrent.futures.as_completed(futures):
-            key = futures[future]
-            results[key] = future.result()
-            res = results[key]
-            shown = (
-                f"{res['peak_delta_mib']:.1f} MiB"
-                if res.get("error") is None
-                else f"failed: {res['error']}"
-            )
-            log(f"  memory {key[0]} {key[1]} rk4x{key[2]}: {shown}")
+            lib, grad, n = key = futures[future]
+            peak = peaks[key] = future.result()
+            shown = f"failed: {peak.error}" if peak.error else f"{peak.peak_delta_mib:.1f} MiB"
+            log(f"  memory {lib} {grad} rk4x{n}: {shown}")
+    return peaks
 
-    for key in jobs:
-        lib, grad, n = key
-        res = results[key]
-        error = res.get("error")
-        for figure, unit in figures.items():
-            row(n, lib, grad, figure, None if error else res.get(figure), unit, error)
 
+def _growth(
+    library: Library, gradient: str, steps: Sequence[int], peaks: dict[_Job, Peak]
+) -> list[MemoryRow]:
+    """``mib_per_step`` and ``delta_growth`` of one library and gradient method."""
     lo, hi = min(steps), max(steps)
-    for library in libraries:
-        for gradient in MEMORY_MODES:
-            a = results.get((library.name, gradient, lo), {})
-            b = results.get((library.name, gradient, hi), {})
-            note = None
-            if lo == hi:
-                note = "needs two step counts"
-            elif (library.name, gradient, lo) not in results:
-                reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
-                if reason is not None:
-                    row(
-                        None,
-                        library.name,
-                        gradient,
-                        "mib_per_step",
-                        None,
-                        "MiB/step",
-                        reason,
-                        False,
-                    )
-                    row(None, library.name, gradient, "delta_growth", None, "ratio", reason, False)
-                    continue
-                note = "not run"
-            elif a.get("error") or b.get("error"):
-                note = "a configuration failed"
-            da, db = finite(a.get("peak_delta_mib")), finite(b.get("peak_delta_mib"))
-            slope = None if note or da is None or db is None else (db - da) / (hi - lo)
-            growth = None if note else ratio(db, da)
-            row(None, library.name, gradient, "mib_per_step", slope, "MiB/step", note)
-            row(
-                None,
-                library.name,
-                gradient,
-                "delta_growth",
-                growth,
-                "ratio",
-                note or (None if growth is not None else "zero peak at the fewest steps"),
-            )
-    return rows
+    key = _key(library.name, gradient, None)
+    note = None
+    if lo == hi:
+        note = "needs two step counts"
+    elif (library.name, gradient, lo) not in peaks:
+        reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
+        if reason is not None:
+            missing = unmeasured(_GROWTH, reason)
+            return figure_rows(MemoryRow, key, missing, _GROWTH, supported=False)
+        note = "not run"
+    a = peaks.get((library.name, gradient, lo), Peak())
+    b = peaks.get((library.name, gradient, hi), Peak())
+    if note is None and (a.error or b.error):
+        note = "a configuration failed"
+    da, db = finite(a.peak_delta_mib), finite(b.peak_delta_mib)
+    slope = None if note or da is None or db is None else (db - da) / (hi - lo)
+    growth = None if note else ratio(db, da)
+    zero = None if growth is not None else "zero peak at the fewest steps"
+    figures: Measured = {"mib_per_step": (slope, note), "delta_growth": (growth, note or zero)}
+    return figure_rows(MemoryRow, key, figures, _GROWTH)
 
 
 if __name__ == "__main__":

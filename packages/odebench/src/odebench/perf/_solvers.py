@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 import os
 import sys
@@ -14,6 +15,16 @@ from typing import Any
 import torch
 
 from .._provenance import load_average, machine
+from ._document import (
+    CompiledRow,
+    Document,
+    EvaluationRow,
+    ProblemRow,
+    RatioRow,
+    ResultRow,
+    figure_rows,
+    unmeasured,
+)
 from ._gradcheck import GradcheckSizes, gradient_check
 from ._libraries import (
     COMPILED,
@@ -49,23 +60,30 @@ FULL_METHODS = (
 # rk4 needs 40 steps for Van der Pol on [0, 5] to stay stable (h |lambda| < 2.8).
 QUICK_METHODS = (Method("dopri5", rtol=1e-3, atol=1e-3), Method("rk4", n_steps=40))
 
-# Figures of the ``results`` list and their units. ``{mode}`` is each gradient mode.
-FIGURE_UNITS: dict[str, str] = {
-    "forward_time_s": "s",
-    "nfe_forward": "evaluations",
-    "error": "max abs error at t1",
-    "forward_overhead": "ratio",
-    "forward_cost_per_eval_us": "us",
-    "forward_solver_time_s": "s",
-    "forward_solver_overhead": "ratio",
-    "forward_solver_cost_per_eval_us": "us",
+MODE_FIGURES: dict[str, dict[str, str]] = {
+    "forward": {
+        "forward_time_s": "s",
+        "nfe_forward": "evaluations",
+        "error": "max abs error at t1",
+        "forward_overhead": "ratio",
+        "forward_cost_per_eval_us": "us",
+        "forward_solver_time_s": "s",
+        "forward_solver_overhead": "ratio",
+        "forward_solver_cost_per_eval_us": "us",
+    },
+    **{
+        mode: {
+            f"{mode}_time_s": "s",
+            f"{mode}_nfe_backward": "evaluations",
+            f"{mode}_overhead": "ratio",
+            **({f"{mode}_grad_diff": "relative"} if mode != "backprop" else {}),
+        }
+        for mode in GRADIENT_MODES
+    },
 }
-for _mode in GRADIENT_MODES:
-    FIGURE_UNITS[f"{_mode}_time_s"] = "s"
-    FIGURE_UNITS[f"{_mode}_nfe_backward"] = "evaluations"
-    FIGURE_UNITS[f"{_mode}_overhead"] = "ratio"
-    if _mode != "backprop":
-        FIGURE_UNITS[f"{_mode}_grad_diff"] = "relative"
+"""The figures of the ``results`` list for each mode, with their units."""
+
+FIGURE_UNITS = {f: unit for figures in MODE_FIGURES.values() for f, unit in figures.items()}
 
 # Figures compared as odecore / peer in ``ratios``.
 RATIO_FIGURES = (
@@ -382,166 +400,62 @@ def run_solvers(
         torch.set_num_threads(threads_before)
 
 
+@dataclass
+class _Run:
+    """A run in progress: what it runs, and the document it fills."""
+
+    config: SolversConfig
+    libraries: list[Library]
+    say: Callable[[str], None]
+    doc: Document = field(default_factory=Document)
+
+
 def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     load_start = load_average()
     libraries, missing = discover(config.libraries, compiled=config.compile)
     eager = [lib for lib in libraries if not lib.compiles]
-    peers = [lib.name for lib in eager if lib.name != "odecore"]
-    notes = _general_notes(config)
-    for name, reason in missing.items():
-        notes.append(f"{name} is left out: {reason}.")
-    if not any(lib.name == "odecore" for lib in libraries):
+    has_odecore = any(lib.name == "odecore" for lib in libraries)
+    run = _Run(config, libraries, say)
+    notes = run.doc.notes
+    notes += _general_notes(config)
+    notes += [f"{name} is left out: {reason}." for name, reason in missing.items()]
+    if not has_odecore:
         notes.append("odecore is not among the libraries: no ratios.")
-    results: list[dict[str, Any]] = []
-    ratios: list[dict[str, Any]] = []
-    problems_out: list[dict[str, Any]] = []
-    evaluations: list[dict[str, Any]] = []
-    compiled: list[dict[str, Any]] = []
-
-    def add(
-        problem: str,
-        method: str,
-        library: str,
-        figure: str,
-        value: Any,
-        note: str | None = None,
-        supported: bool = True,
-    ) -> None:
-        value = finite(value)
-        if value is None and note is None:
-            note = "not measured"
-        results.append(
-            {
-                "problem": problem,
-                "method": method,
-                "library": library,
-                "figure": figure,
-                "value": value,
-                "unit": FIGURE_UNITS[figure],
-                "note": note,
-                "supported": supported,
-            }
-        )
-
     say(f"libraries: {', '.join(f'{lib.name} {lib.version}' for lib in libraries)}")
     for name, reason in missing.items():
         say(f"left out: {name} ({reason})")
-
-    stiff: list[dict[str, Any]] = []
+    for pname in config.problem_names:
+        if pname not in STIFF_PROBLEMS:
+            _explicit_problem(run, pname)
+    if has_odecore:
+        peers = [lib.name for lib in eager if lib.name != "odecore"]
+        run.doc.ratios = _ratio_rows(run.doc.results, peers)
     for pname in config.problem_names:
         if pname in STIFF_PROBLEMS:
-            continue
-        problem = make_problem(pname, config.sizes, seed=config.seed)
-        counter = CountingField(problem.field)
-        timer = FieldTimer(counter, problem)
-        weight = loss_weight(problem)
-        reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
-        if config.quick:
-            eval_s, vjp_s = timer.evaluation_times(block_s=0.005, blocks=3)
-        else:
-            eval_s, vjp_s = timer.evaluation_times()
-        say(
-            f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
-            f"with its VJP {vjp_s * 1e6:.0f} us"
+            _stiff_problem(run, pname)
+    _memory_and_gradients(run, eager)
+    run.doc.environment = _environment(config, libraries, missing, load_start, date)
+    run.doc.environment["wall_time_s"] = time.perf_counter() - started
+    if load_start is not None and load_start >= 1.0:
+        notes.append(
+            f"The machine's one-minute load average was {load_start:.2f} when the run "
+            "started: other processes may have been busy and slowed the timings, the more "
+            "so with several torch threads. (The load average at the end counts this run's "
+            "own threads.)"
         )
-        problems_out.append(
-            {
-                "name": pname,
-                "description": problem.description,
-                "state_shape": list(problem.y0.shape),
-                "n_parameters": problem.n_parameters,
-                "t0": problem.t0,
-                "t1": problem.t1,
-                "eval_time_s": eval_s,
-                "eval_vjp_time_s": vjp_s,
-                "reference": reference_note,
-            }
-        )
-        for method in config.methods:
-            medians: dict[tuple[str, str], float | None] = {}
-            backprop_obs: dict[str, Observation] = {}
-            for mode in MODES:
-                runnable = [lib for lib in libraries if lib.unsupported(method, mode) is None]
-                for lib in libraries:
-                    why = lib.unsupported(method, mode)
-                    if why is not None:
-                        for figure in _mode_figures(mode):
-                            add(pname, method.label, lib.name, figure, None, why, False)
-                            medians[(lib.name, figure)] = None
-                if not runnable:
-                    continue
-                t0 = time.perf_counter()
-                cell = _measure_cell(
-                    runnable, problem, counter, method, mode, weight, config, timer
-                )
-                among_eval_s, among_vjp_s = median(cell.eval_s), median(cell.vjp_s)
-                cell_eval_s = among_eval_s or eval_s
-                cell_vjp_s = among_vjp_s or vjp_s
-                evaluations.append(
-                    {
-                        "problem": pname,
-                        "method": method.label,
-                        "mode": mode,
-                        "eval_time_s": among_eval_s,
-                        "eval_vjp_time_s": among_vjp_s,
-                        "chained_eval_time_s": median(cell.chained_s),
-                        "blocks": max(len(cell.eval_s), len(cell.vjp_s)),
-                    }
-                )
-                say(
-                    f"  {pname} {method.label} {mode}: "
-                    + ", ".join(_summary(lib.name, cell) for lib in runnable)
-                    + f" ({time.perf_counter() - t0:.1f} s)"
-                )
-                for lib in runnable:
-                    values = _cell_figures(
-                        lib.name, cell, mode, cell_eval_s, cell_vjp_s, reference, backprop_obs
-                    )
-                    for figure, (value, note) in values.items():
-                        add(pname, method.label, lib.name, figure, value, note)
-                        medians[(lib.name, figure)] = finite(value)
-                    if mode == "backprop" and cell.observations[lib.name]:
-                        backprop_obs[lib.name] = cell.observations[lib.name][-1]
-                if COMPILED in cell.first_call_s or COMPILED in cell.failures:
-                    compiled.append(_compiled_row(pname, method, mode, cell))
-            if any(lib.name == "odecore" for lib in libraries):
-                for peer in peers:
-                    for figure in RATIO_FIGURES:
-                        ours, theirs = medians.get(("odecore", figure)), medians.get((peer, figure))
-                        value = ratio(ours, theirs)
-                        note = None
-                        if value is None:
-                            note = (
-                                "odecore's figure is missing"
-                                if ours is None
-                                else f"{peer}'s figure is missing"
-                                if theirs is None
-                                else f"{peer}'s figure is zero"
-                            )
-                        ratios.append(
-                            {
-                                "problem": pname,
-                                "method": method.label,
-                                "figure": figure,
-                                "library": "odecore",
-                                "peer": peer,
-                                "value": value,
-                                "note": note,
-                            }
-                        )
+    return run.doc.to_json()
 
-    for pname in config.problem_names:
-        if pname in STIFF_PROBLEMS:
-            problems_out.append(_stiff_problem(pname, config, libraries, stiff, notes, say))
 
-    memory: list[dict[str, Any]] = []
+def _memory_and_gradients(run: _Run, eager: list[Library]) -> None:
+    """Peak memory in fresh processes and the gradient check, each unless switched off."""
+    config, say = run.config, run.say
     if config.memory:
         from ._memory import measure_memory  # not at import time: the child runs it as __main__
 
         say(f"memory: rk4 with {', '.join(map(str, config.memory_steps))} steps, fresh processes")
-        memory = measure_memory(
+        run.doc.memory = measure_memory(
             eager,
             config.memory_steps,
             threads=config.threads,
@@ -552,90 +466,181 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
             workers=max(1, (os.cpu_count() or 1) // config.threads),
         )
     else:
-        notes.append("Memory was not measured (--no-memory).")
-    gradients: list[dict[str, Any]] = []
+        run.doc.notes.append("Memory was not measured (--no-memory).")
     if config.gradients:
         say("gradient check against finite differences (float64)")
         sizes = GradcheckSizes.quick() if config.quick else GradcheckSizes()
-        gradients = gradient_check(eager, sizes=sizes, log=say, seed=config.seed)
+        run.doc.gradients = gradient_check(eager, sizes=sizes, log=say, seed=config.seed)
     else:
-        notes.append("Gradients were not checked against finite differences (--no-gradients).")
-    environment = _environment(config, libraries, missing, load_start, date)
-    environment["wall_time_s"] = time.perf_counter() - started
-    if load_start is not None and load_start >= 1.0:
-        notes.append(
-            f"The machine's one-minute load average was {load_start:.2f} when the run "
-            "started: other processes may have been busy and slowed the timings, the more "
-            "so with several torch threads. (The load average at the end counts this run's "
-            "own threads.)"
+        run.doc.notes.append(
+            "Gradients were not checked against finite differences (--no-gradients)."
         )
-    return {
-        "environment": environment,
-        "problems": problems_out,
-        "evaluations": evaluations,
-        "results": results,
-        "ratios": ratios,
-        "compiled": compiled,
-        "stiff": stiff,
-        "memory": memory,
-        "gradients": gradients,
-        "notes": notes,
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """An explicit problem ready for its cells: the field's counter and timer, the loss's
+    weight, the reference ``y(t1)`` and the evaluation times taken before the cells."""
+
+    name: str
+    problem: Problem
+    counter: CountingField
+    timer: FieldTimer
+    weight: torch.Tensor
+    reference: torch.Tensor
+    eval_s: float
+    vjp_s: float
+
+
+def _evaluation_times(timer: FieldTimer, quick: bool) -> tuple[float, float]:
+    if quick:
+        return timer.evaluation_times(block_s=0.005, blocks=3)
+    return timer.evaluation_times()
+
+
+def _problem_row(name: str, problem: Problem, eval_s: float, vjp_s: float, ref: str) -> ProblemRow:
+    shape = list(problem.y0.shape)
+    return ProblemRow(
+        name, problem.description, shape, problem.n_parameters, problem.t0, problem.t1,
+        eval_s, vjp_s, ref,
+    )  # fmt: skip
+
+
+def _explicit_problem(run: _Run, pname: str) -> None:
+    """Every method, mode and library on one explicit problem, then odecore's ratios."""
+    config = run.config
+    problem = make_problem(pname, config.sizes, seed=config.seed)
+    counter = CountingField(problem.field)
+    timer = FieldTimer(counter, problem)
+    weight = loss_weight(problem)
+    reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
+    eval_s, vjp_s = _evaluation_times(timer, config.quick)
+    run.say(
+        f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
+        f"with its VJP {vjp_s * 1e6:.0f} us"
+    )
+    run.doc.problems.append(_problem_row(pname, problem, eval_s, vjp_s, reference_note))
+    setup = _Setup(pname, problem, counter, timer, weight, reference, eval_s, vjp_s)
+    for method in config.methods:
+        _method(run, setup, method)
+
+
+def _method(run: _Run, setup: _Setup, method: Method) -> None:
+    """Every mode of ``method`` on the problem, each library's rows into the document."""
+    backprop_obs: dict[str, Observation] = {}
+    for mode in MODES:
+        runnable = []
+        for lib in run.libraries:
+            why = lib.unsupported(method, mode)
+            if why is None:
+                runnable.append(lib)
+                continue
+            key = (setup.name, method.label, lib.name)
+            missing = unmeasured(MODE_FIGURES[mode], why)
+            run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
+        if not runnable:
+            continue
+        cell, figures = _cell(run, setup, method, mode, runnable, backprop_obs)
+        for lib in runnable:
+            key = (setup.name, method.label, lib.name)
+            run.doc.results += figure_rows(ResultRow, key, figures[lib.name], FIGURE_UNITS)
+            if mode == "backprop" and cell.observations[lib.name]:
+                backprop_obs[lib.name] = cell.observations[lib.name][-1]
+
+
+def _cell(
+    run: _Run,
+    setup: _Setup,
+    method: Method,
+    mode: str,
+    libraries: list[Library],
+    backprop_obs: dict[str, Observation],
+) -> tuple[_Cell, dict[str, dict[str, tuple[float | None, str | None]]]]:
+    """Measure one cell; its evaluation times (and compiled row) go into the document.
+
+    Returns the cell and each library's figures.
+    """
+    t0 = time.perf_counter()
+    s = setup
+    cell = _measure_cell(
+        libraries, s.problem, s.counter, method, mode, s.weight, run.config, s.timer
+    )
+    eval_s, vjp_s = median(cell.eval_s), median(cell.vjp_s)
+    blocks = max(len(cell.eval_s), len(cell.vjp_s))
+    chained_s = median(cell.chained_s)
+    run.doc.evaluations.append(
+        EvaluationRow(s.name, method.label, mode, eval_s, vjp_s, chained_s, blocks)
+    )
+    run.say(
+        f"  {s.name} {method.label} {mode}: "
+        + ", ".join(_summary(lib.name, cell) for lib in libraries)
+        + f" ({time.perf_counter() - t0:.1f} s)"
+    )
+    if COMPILED in cell.first_call_s or COMPILED in cell.failures:
+        run.doc.compiled.append(_compiled_row(s.name, method, mode, cell))
+    eval_s, vjp_s = eval_s or s.eval_s, vjp_s or s.vjp_s
+    return cell, {
+        lib.name: _cell_figures(lib.name, cell, mode, eval_s, vjp_s, s.reference, backprop_obs)
+        for lib in libraries
     }
 
 
-def _compiled_row(pname: str, method: Method, mode: str, cell: _Cell) -> dict[str, Any]:
+def _ratio_rows(results: list[ResultRow], peers: list[str]) -> list[RatioRow]:
+    """odecore's figure over each peer's, for each problem, method and figure of
+    ``RATIO_FIGURES``."""
+    values = {(r.problem, r.method, r.library, r.figure): r.value for r in results}
+    rows = []
+    for problem, method in dict.fromkeys((r.problem, r.method) for r in results):
+        for peer, figure in itertools.product(peers, RATIO_FIGURES):
+            ours = values.get((problem, method, "odecore", figure))
+            theirs = values.get((problem, method, peer, figure))
+            value, note = ratio(ours, theirs), None
+            if ours is None:
+                note = "odecore's figure is missing"
+            elif theirs is None:
+                note = f"{peer}'s figure is missing"
+            elif value is None:
+                note = f"{peer}'s figure is zero"
+            rows.append(RatioRow(problem, method, figure, "odecore", peer, value, note))
+    return rows
+
+
+def _compiled_row(pname: str, method: Method, mode: str, cell: _Cell) -> CompiledRow:
     """Compiled against eager odecore in one cell: their median times, the ratio,
     the first call, and how far the compiled solve's result is from the eager one's."""
     eager_obs, compiled_obs = cell.observations["odecore"], cell.observations[COMPILED]
     eager_s = median(o.time_s for o in eager_obs)
     compiled_s = median(o.time_s for o in compiled_obs)
-    row: dict[str, Any] = {
-        "problem": pname,
-        "method": method.label,
-        "mode": mode,
-        "eager_time_s": eager_s,
-        "compiled_time_s": compiled_s,
-        "ratio": ratio(compiled_s, eager_s),
-        "first_call_s": cell.first_call_s.get(COMPILED),
-        "y1_max_abs_diff": None,
-        "grad_rel_diff": None,
-        "note": cell.failures.get(COMPILED),
-    }
+    y1_diff = grad_diff = None
     if eager_obs and compiled_obs:
         a, b = eager_obs[-1], compiled_obs[-1]
-        row["y1_max_abs_diff"] = finite(float((a.y1 - b.y1).abs().max()))
-        row["grad_rel_diff"] = _grad_diff(b, a)
-    return row
+        y1_diff = finite(float((a.y1 - b.y1).abs().max()))
+        grad_diff = _grad_diff(b, a)
+    return CompiledRow(
+        pname, method.label, mode, eager_s, compiled_s, ratio(compiled_s, eager_s),
+        cell.first_call_s.get(COMPILED), y1_diff, grad_diff, cell.failures.get(COMPILED),
+    )  # fmt: skip
 
 
-def _stiff_problem(
-    pname: str,
-    config: SolversConfig,
-    libraries: list[Library],
-    rows: list[dict[str, Any]],
-    notes: list[str],
-    say: Callable[[str], None],
-) -> dict[str, Any]:
-    """Run a stiff problem's sweep into ``rows``; return its entry of ``problems``.
+def _stiff_problem(run: _Run, pname: str) -> None:
+    """Run a stiff problem's sweep into the document, with its entry of ``problems``.
 
     The reference is solved once, here, and serves every configuration of the sweep.
     """
+    config, say = run.config, run.say
     problem = make_problem(pname, config.sizes, seed=config.seed)
     timer = FieldTimer(CountingField(problem.field), problem)
-    if config.quick:
-        eval_s, vjp_s = timer.evaluation_times(block_s=0.005, blocks=3)
-    else:
-        eval_s, vjp_s = timer.evaluation_times()
+    eval_s, vjp_s = _evaluation_times(timer, config.quick)
     say(f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us")
-    odecore_lib = next((lib for lib in libraries if lib.name == "odecore"), None)
+    odecore_lib = next((lib for lib in run.libraries if lib.name == "odecore"), None)
     reference_note = "none: not run"
     if odecore_lib is None:
-        notes.append(f"{pname} was not run: its methods are odecore's, which is left out.")
+        run.doc.notes.append(f"{pname} was not run: its methods are odecore's, which is left out.")
     else:
         start = time.perf_counter()
         reference, reference_note = stiff_reference(problem)
         say(f"  {pname} reference: {reference_note} ({time.perf_counter() - start:.1f} s)")
-        rows += run_stiff(
+        run.doc.stiff += run_stiff(
             odecore_lib,
             problem,
             config.stiff_methods,
@@ -645,35 +650,11 @@ def _stiff_problem(
             budget_s=None if config.quick else config.cell_budget_s,
             log=say,
         )
-    return {
-        "name": pname,
-        "description": problem.description,
-        "state_shape": list(problem.y0.shape),
-        "n_parameters": problem.n_parameters,
-        "t0": problem.t0,
-        "t1": problem.t1,
-        "eval_time_s": eval_s,
-        "eval_vjp_time_s": vjp_s,
-        "reference": reference_note,
-    }
+    run.doc.problems.append(_problem_row(pname, problem, eval_s, vjp_s, reference_note))
 
 
 def _mode_figures(mode: str) -> list[str]:
-    if mode == "forward":
-        return [
-            "forward_time_s",
-            "nfe_forward",
-            "error",
-            "forward_overhead",
-            "forward_cost_per_eval_us",
-            "forward_solver_time_s",
-            "forward_solver_overhead",
-            "forward_solver_cost_per_eval_us",
-        ]
-    figures = [f"{mode}_time_s", f"{mode}_nfe_backward", f"{mode}_overhead"]
-    if mode != "backprop":
-        figures.append(f"{mode}_grad_diff")
-    return figures
+    return list(MODE_FIGURES[mode])
 
 
 def _summary(name: str, cell: _Cell) -> str:

@@ -15,15 +15,15 @@ import importlib.util
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import odecore
 import torch
 from torch import Tensor
 
+from ._document import StiffRow, figure_rows, unmeasured
 from ._libraries import Library, Method, describe_error
 from ._problems import CountingField, Problem, max_abs_error
-from ._stats import finite, median
+from ._stats import median
 from ._timing import Observation, loss_weight, run_once
 
 SWEEP_TOLERANCES = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
@@ -112,7 +112,7 @@ def run_stiff(
     warm_up: bool = True,
     budget_s: float | None = None,
     log: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[StiffRow]:
     """Time each configuration of ``methods`` on ``problem``, forward, and return the rows.
 
     Each configuration gets a warm-up run (with ``warm_up``) and then ``repeats``
@@ -132,86 +132,81 @@ def run_stiff(
         log: called with one line per configuration.
 
     Returns:
-        Rows ``{problem, method, solver, rtol, atol, max_steps, library, figure,
-        value, unit, note}`` for each configuration and figure of
-        :data:`STIFF_FIGURE_UNITS`.
+        The rows of the document's ``stiff`` section: each configuration's figures
+        of :data:`STIFF_FIGURE_UNITS`.
     """
     say = log or (lambda _: None)
     counter = CountingField(problem.field, limit=STIFF_LIMIT)
     weight = loss_weight(problem)
-    rows: list[dict[str, Any]] = []
-
-    def add(method: Method, figure: str, value: float | None, note: str | None) -> None:
-        value = finite(value)
-        rows.append(
-            {
-                "problem": problem.name,
-                "method": method.label,
-                "solver": method.name,
-                "rtol": method.rtol,
-                "atol": method.atol,
-                "max_steps": method.max_steps,
-                "library": library.name,
-                "figure": figure,
-                "value": value,
-                "unit": STIFF_FIGURE_UNITS[figure],
-                "note": "not measured" if value is None and note is None else note,
-            }
-        )
-
-    for method in methods:
-        why = _unavailable(method) or library.unsupported(method, "forward")
+    rows: list[StiffRow] = []
+    for m in methods:
+        why = _unavailable(m) or library.unsupported(m, "forward")
         if why is not None:
-            for figure in STIFF_FIGURE_UNITS:
-                add(method, figure, None, why)
-            say(f"  {problem.name} {method.label}: left out ({why})")
-            continue
-        observations: list[Observation] = []
-        failure: str | None = None
-        started = time.perf_counter()
-        runs = repeats + (1 if warm_up else 0)
-        for i in range(runs):
-            try:
-                o = run_once(library, problem, counter, method, "forward", weight)
-            except Exception as exc:
-                elapsed = time.perf_counter() - started
-                failure = (
-                    f"failed: {describe_error(exc)} (after {counter.nfe:,} evaluations, "
-                    f"{elapsed:.1f} s)"
-                )
-                break
-            if warm_up and i == 0:
-                if budget_s is not None and o.time_s > 0:
-                    runs = 1 + max(1, min(repeats, math.floor(budget_s / o.time_s)))
-                continue
-            observations.append(o)
-            if i + 1 >= runs:
-                break
-        if failure is not None and not observations:
-            for figure in STIFF_FIGURE_UNITS:
-                add(method, figure, None, failure)
-            say(f"  {problem.name} {method.label}: {failure}")
-            continue
-        t = median(o.time_s for o in observations)
-        nfe = median(o.nfe_forward for o in observations)
-        y1 = observations[-1].y1
-        ok = bool(torch.isfinite(y1).all())
-        error = max_abs_error(y1, reference) if ok else None
-        note = None
-        if len(observations) < repeats:
-            note = f"{len(observations)} runs instead of {repeats} to fit the time budget"
-        if failure is not None:
-            note = f"a later run {failure}"
-        add(method, "forward_time_s", t, note)
-        add(method, "nfe_forward", nfe, None)
-        add(method, "error", error, None if ok else "the solution holds NaN or inf")
-        say(
-            f"  {problem.name} {method.label}: {_seconds(t)}, {nfe or 0:,.0f} evaluations, "
-            f"error {error:.1e}"
-            if error is not None
-            else f"  {problem.name} {method.label}: the solution holds NaN or inf"
-        )
+            say(f"  {problem.name} {m.label}: left out ({why})")
+            figures = unmeasured(STIFF_FIGURE_UNITS, why)
+        else:
+            runs, failure = _runs(library, problem, counter, m, weight, repeats, warm_up, budget_s)
+            figures = _figures(runs, failure, repeats, reference)
+            t, nfe, (error, why) = figures.values()
+            if error is not None:
+                why = f"{_seconds(t[0])}, {nfe[0] or 0:,.0f} evaluations, error {error:.1e}"
+            say(f"  {problem.name} {m.label}: {why}")
+        key = (problem.name, m.label, m.name, m.rtol, m.atol, m.max_steps, library.name)
+        rows += figure_rows(StiffRow, key, figures, STIFF_FIGURE_UNITS)
     return rows
+
+
+def _figures(
+    observations: list[Observation], failure: str | None, repeats: int, reference: Tensor
+) -> dict[str, tuple[float | None, str | None]]:
+    """A configuration's figures from its runs (the failure's note where none succeeded)."""
+    if not observations:
+        return unmeasured(STIFF_FIGURE_UNITS, failure or "no run")
+    t = median(o.time_s for o in observations)
+    nfe = median(o.nfe_forward for o in observations)
+    y1 = observations[-1].y1
+    error: tuple[float | None, str | None] = (None, "the solution holds NaN or inf")
+    if bool(torch.isfinite(y1).all()):
+        error = (max_abs_error(y1, reference), None)
+    note = None
+    if len(observations) < repeats:
+        note = f"{len(observations)} runs instead of {repeats} to fit the time budget"
+    if failure is not None:
+        note = f"a later run {failure}"
+    return {"forward_time_s": (t, note), "nfe_forward": (nfe, None), "error": error}
+
+
+def _runs(
+    library: Library,
+    problem: Problem,
+    counter: CountingField,
+    method: Method,
+    weight: Tensor,
+    repeats: int,
+    warm_up: bool,
+    budget_s: float | None,
+) -> tuple[list[Observation], str | None]:
+    """The timed runs of one configuration, and the failure that ended them, if one did."""
+    observations: list[Observation] = []
+    started = time.perf_counter()
+    runs = repeats + (1 if warm_up else 0)
+    for i in range(runs):
+        try:
+            o = run_once(library, problem, counter, method, "forward", weight)
+        except Exception as exc:
+            elapsed = time.perf_counter() - started
+            return observations, (
+                f"failed: {describe_error(exc)} (after {counter.nfe:,} evaluations, "
+                f"{elapsed:.1f} s)"
+            )
+        if warm_up and i == 0:
+            if budget_s is not None and o.time_s > 0:
+                runs = 1 + max(1, min(repeats, math.floor(budget_s / o.time_s)))
+            continue
+        observations.append(o)
+        if i + 1 >= runs:
+            break
+    return observations, None
 
 
 def _seconds(t: float | None) -> str:

@@ -1,0 +1,212 @@
+"""The rows of the solver benchmark's JSON document: one frozen dataclass per kind.
+
+The measurements build these rows; :meth:`Document.to_json` turns the document into
+its JSON object (the schema :mod:`odebench.perf` describes, each row's keys in its
+fields' order), and :meth:`Document.from_json` reads one back for the report.
+
+A measured ``value`` is a finite number or ``None``, and a ``None`` has a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from ._stats import finite
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a section: its JSON object is its fields, in order."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+R = TypeVar("R", bound=Row)
+
+
+@dataclass(frozen=True)
+class _Figure(Row):
+    """A row with a ``value`` and a ``note``: the value kept only if finite, and a
+    ``None`` without a note is "not measured"."""
+
+    def __post_init__(self) -> None:
+        row = cast("FigureRow", self)  # each subclass declares the fields
+        value = finite(row.value)
+        object.__setattr__(self, "value", value)
+        if value is None and row.note is None:
+            object.__setattr__(self, "note", "not measured")
+
+
+Measured = Mapping[str, tuple[float | None, str | None]]
+"""Figures as a measurement gives them: ``{figure: (value, note)}``."""
+
+
+def unmeasured(figures: Iterable[str], why: str) -> dict[str, tuple[float | None, str | None]]:
+    """Every figure of ``figures`` without a value, for the reason ``why``."""
+    return {f: (None, why) for f in figures}
+
+
+def figure_rows(
+    kind: Callable[..., R],
+    key: tuple[object, ...],
+    figures: Measured,
+    units: Mapping[str, str],
+    **flags: bool,
+) -> list[R]:
+    """A row of ``kind`` per figure: ``kind(*key, figure, value, unit, note, **flags)``.
+
+    Every row type with figures lists its key fields first (``problem``, ``method``,
+    ...), then ``figure``, ``value``, ``unit`` and ``note``.
+    """
+    return [kind(*key, f, value, units[f], note, **flags) for f, (value, note) in figures.items()]
+
+
+@dataclass(frozen=True)
+class ProblemRow(Row):
+    name: str
+    description: str
+    state_shape: list[int]
+    n_parameters: int
+    t0: float
+    t1: float
+    eval_time_s: float
+    eval_vjp_time_s: float
+    reference: str
+
+
+@dataclass(frozen=True)
+class EvaluationRow(Row):
+    problem: str
+    method: str
+    mode: str
+    eval_time_s: float | None
+    eval_vjp_time_s: float | None
+    chained_eval_time_s: float | None
+    blocks: int
+
+
+@dataclass(frozen=True)
+class ResultRow(_Figure):
+    problem: str
+    method: str
+    library: str
+    figure: str
+    value: float | None
+    unit: str
+    note: str | None = None
+    supported: bool = True
+
+
+@dataclass(frozen=True)
+class RatioRow(Row):
+    problem: str
+    method: str
+    figure: str
+    library: str
+    peer: str
+    value: float | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class CompiledRow(Row):
+    problem: str
+    method: str
+    mode: str
+    eager_time_s: float | None
+    compiled_time_s: float | None
+    ratio: float | None
+    first_call_s: float | None
+    y1_max_abs_diff: float | None
+    grad_rel_diff: float | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class StiffRow(_Figure):
+    problem: str
+    method: str
+    solver: str
+    rtol: float | None
+    atol: float | None
+    max_steps: int | None
+    library: str
+    figure: str
+    value: float | None
+    unit: str
+    note: str | None
+
+
+@dataclass(frozen=True)
+class MemoryRow(_Figure):
+    problem: str
+    method: str
+    n_steps: int | None
+    library: str
+    gradient: str
+    figure: str
+    value: float | None
+    unit: str
+    note: str | None = None
+    supported: bool = True
+
+
+@dataclass(frozen=True)
+class GradientRow(_Figure):
+    problem: str
+    method: str
+    library: str
+    gradient: str
+    figure: str
+    value: float | None
+    unit: str
+    note: str | None = None
+    supported: bool = True
+
+
+FigureRow = ResultRow | RatioRow | StiffRow | MemoryRow | GradientRow
+"""The rows with a ``figure``, a ``value`` and a ``note``."""
+
+
+@dataclass
+class Document:
+    """The document of ``odebench perf solvers``, filled section by section."""
+
+    environment: dict[str, Any] = field(default_factory=dict)
+    problems: list[ProblemRow] = field(default_factory=list)
+    evaluations: list[EvaluationRow] = field(default_factory=list)
+    results: list[ResultRow] = field(default_factory=list)
+    ratios: list[RatioRow] = field(default_factory=list)
+    compiled: list[CompiledRow] = field(default_factory=list)
+    stiff: list[StiffRow] = field(default_factory=list)
+    memory: list[MemoryRow] = field(default_factory=list)
+    gradients: list[GradientRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Document:
+        """Read a document back; sections that an older schema lacks come back empty."""
+
+        def rows(name: str, kind: type[R]) -> list[R]:
+            section: Iterable[Mapping[str, Any]] = doc.get(name) or []
+            return [kind(**row) for row in section]
+
+        return cls(
+            environment=dict(doc["environment"]),
+            problems=rows("problems", ProblemRow),
+            evaluations=rows("evaluations", EvaluationRow),
+            results=rows("results", ResultRow),
+            ratios=rows("ratios", RatioRow),
+            compiled=rows("compiled", CompiledRow),
+            stiff=rows("stiff", StiffRow),
+            memory=rows("memory", MemoryRow),
+            gradients=rows("gradients", GradientRow),
+            notes=list(doc.get("notes", [])),
+        )

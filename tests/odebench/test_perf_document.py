@@ -1,0 +1,116 @@
+"""The rows of ``odebench perf solvers``'s document: typed while measured, the same
+JSON objects as before when written."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from odebench.perf import format_report
+from odebench.perf._document import (
+    CompiledRow,
+    Document,
+    GradientRow,
+    MemoryRow,
+    ResultRow,
+    StiffRow,
+    figure_rows,
+    unmeasured,
+)
+from odebench.perf._memory import MARK, Peak
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "results" / "perf-solvers"
+PUBLISHED_SECTIONS = ("problems", "evaluations", "results", "ratios", "memory", "gradients")
+
+
+@pytest.fixture(scope="module")
+def published() -> dict:
+    return json.loads((PUBLISHED / "solvers.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("section", PUBLISHED_SECTIONS)
+def test_every_published_row_reads_back_and_writes_the_same_object(published, section):
+    rows = published[section]
+    assert rows
+    written = Document.from_json(published).to_json()[section]
+    assert written == rows
+    assert all(list(a) == list(b) for a, b in zip(written, rows))  # the keys' order too
+
+
+def test_the_published_document_still_reads_as_a_report(published):
+    text = format_report(published)
+    assert "Speed (medians)" in text and "Peak memory" in text and "Gradient error" in text
+
+
+# The keys of the rows that the published document has none of, as the benchmark
+# wrote them before its rows were typed.
+@pytest.mark.parametrize(
+    ("row", "keys"),
+    [
+        (
+            CompiledRow("linear", "rk4x40", "forward", 1.0, 0.5, 0.5, 3.0, 0.0, None, None),
+            "problem method mode eager_time_s compiled_time_s ratio first_call_s "
+            "y1_max_abs_diff grad_rel_diff note",
+        ),
+        (
+            StiffRow(
+                "vdp_stiff",
+                "kvaerno5@1e-06",
+                "kvaerno5",
+                1e-6,
+                1e-6,
+                None,
+                "odecore",
+                "error",
+                1e-7,
+                "max abs error at t1",
+                None,
+            ),
+            "problem method solver rtol atol max_steps library figure value unit note",
+        ),
+    ],
+)
+def test_rows_without_a_published_example_write_the_keys_of_the_schema(row, keys):
+    assert list(row.to_json()) == keys.split()
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, None, True])
+def test_a_figure_that_is_not_a_finite_number_is_null_and_says_why(value):
+    row = ResultRow("mlp", "rk4x40", "odecore", "nfe_forward", value, "evaluations")
+    assert row.value is None and row.note == "not measured"
+    failed = MemoryRow(
+        "mlp", "rk4x10", 10, "odecore", "adjoint", "peak_rss_mib", value, "MiB", "failed: boom"
+    )
+    assert failed.to_json()["value"] is None and failed.note == "failed: boom"
+
+
+def test_a_count_is_written_as_a_float():
+    row = ResultRow("mlp", "rk4x40", "odecore", "nfe_forward", 160, "evaluations")
+    assert row.to_json()["value"] == 160.0 and isinstance(row.value, float)
+
+
+def test_figure_rows_put_the_key_first_and_the_unit_of_each_figure():
+    units = {"grad_abs_error": "abs", "time_s": "s"}
+    key = ("conv_relu", "dopri5@1e-06", "odecore", "adjoint")
+    rows = figure_rows(
+        GradientRow, key, {"grad_abs_error": (1e-4, None), "time_s": (0.5, None)}, units
+    )
+    assert rows == [
+        GradientRow(*key, "grad_abs_error", 1e-4, "abs"),
+        GradientRow(*key, "time_s", 0.5, "s"),
+    ]
+    missing = figure_rows(
+        GradientRow, key, unmeasured(units, "no such mode"), units, supported=False
+    )
+    assert [(r.value, r.note, r.supported) for r in missing] == [(None, "no such mode", False)] * 2
+
+
+@pytest.mark.parametrize(
+    "peak", [Peak(1.0, 2.5, 1.5, 40, 40, "VmHWM after clear_refs"), Peak(error="SolverError: boom")]
+)
+def test_a_memory_child_line_reads_back(peak):
+    line = peak.line()
+    assert line.startswith(MARK)
+    assert Peak(**json.loads(line[len(MARK) :])) == peak
