@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
+from odebench.perf._document import Document, EvaluationRow, ResultRow
 from odebench.perf._report import _forward_split
 
 
 def _row(library, figure, value):
-    return {
-        "problem": "mlp", "method": "dopri5@1e-06", "library": library, "figure": figure,
-        "value": value, "unit": "", "note": None, "supported": True,
-    }  # fmt: skip
+    return ResultRow("mlp", "dopri5@1e-06", library, figure, value, "")
+
+
+def _evaluation(mode, eval_s, chained_s):
+    return EvaluationRow("mlp", "dopri5@1e-06", mode, eval_s, None, chained_s, 1)
 
 
 def test_the_forward_split_adds_up_to_the_overhead_factor():
-    doc = {
-        "evaluations": [
-            {
-                "problem": "mlp",
-                "method": "dopri5@1e-06",
-                "mode": "forward",
-                "eval_time_s": 0.5e-3,
-                "chained_eval_time_s": 0.51e-3,
-            },
-            {
-                "problem": "mlp",
-                "method": "dopri5@1e-06",
-                "mode": "backprop",
-                "eval_time_s": None,
-                "chained_eval_time_s": None,
-            },
+    doc = Document(
+        evaluations=[
+            _evaluation("forward", 0.5e-3, 0.51e-3),
+            _evaluation("backprop", None, None),
         ],
-        "results": [
+        results=[
             # 20 evaluations of 0.5 ms: 10 ms of field; 15 ms in all, 3 ms replayed.
             _row("odecore", "forward_overhead", 1.5),
             _row("odecore", "forward_solver_overhead", 0.3),
@@ -39,8 +29,8 @@ def test_the_forward_split_adds_up_to_the_overhead_factor():
             _row("torchdiffeq", "forward_overhead", 2.0),
             _row("torchdiffeq", "forward_solver_overhead", None),
         ],
-    }
-    lines = _forward_split(doc)
+    )
+    lines = "\n".join(_forward_split(doc)).splitlines()
     (row,) = [line for line in lines if "odecore" in line]
     # ovh 1.50 = floor 1.02 + solver 0.30 + rest 0.18
     assert row.split()[-5:] == ["1.50", "1.02", "0.30", "0.18", "150.0"]
@@ -48,7 +38,4 @@ def test_the_forward_split_adds_up_to_the_overhead_factor():
 
 
 def test_a_run_without_replays_has_no_split():
-    assert (
-        _forward_split({"evaluations": [], "results": [_row("odecore", "forward_overhead", 1.2)]})
-        == []
-    )
+    assert _forward_split(Document(results=[_row("odecore", "forward_overhead", 1.2)])) == []
