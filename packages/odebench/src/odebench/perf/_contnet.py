@@ -20,7 +20,9 @@ import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
+from .._io import text_table
 from .._provenance import machine
+from ._document import Row
 from ._solvers import command_line
 from ._stats import median
 
@@ -101,6 +103,69 @@ def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
     return sum(n for ptr, n in seen.items() if ptr not in params)
 
 
+@dataclass(frozen=True)
+class ModelFigure(Row):
+    """A row of ``results``: one figure of one model."""
+
+    model: str
+    figure: str
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class ModelRatio(Row):
+    """A row of ``ratios``: a figure of one model over the same of another."""
+
+    figure: str
+    numerator: str
+    denominator: str
+    value: float
+
+
+_UNITS = {"saved_for_backward_mib": "MiB", "parameters": "count"}
+"""The units of the figures that are not times (``{mode}_time_s``, in seconds)."""
+
+
+def _models(config: ContnetConfig) -> dict[str, nn.Module]:
+    """ContinuousNet[euler, n], its ResNet export and its RK4 manifestation, in training mode."""
+    n = config.steps
+    net = ContinuousNet(3, 10, config.channels, n_steps=n).train()
+    return {
+        f"ContinuousNet[euler, {n}]": net,
+        "ResNet export": net.to_resnet().train(),
+        f"ContinuousNet[rk4, {n}]": net.manifest(solver="rk4"),
+    }
+
+
+def _times(
+    models: dict[str, nn.Module], x: Tensor, y: Tensor, repeats: int, log: Callable[[str], None]
+) -> dict[tuple[str, str], float]:
+    """Median seconds of each ``(model, figure)``: a training step and a forward pass,
+    after one warm-up run each, the models interleaved (A B C A B C ...)."""
+    times: dict[tuple[str, str], float] = {}
+    for mode in ("train_step", "forward"):
+        runs = {
+            name: _train_step(m, x, y) if mode == "train_step" else _forward(m, x)
+            for name, m in models.items()
+        }
+        for run in runs.values():  # warm-up
+            run()
+        seconds: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(repeats):
+            for name, run in runs.items():
+                t0 = time.perf_counter()
+                run()
+                seconds[name].append(time.perf_counter() - t0)
+        for name, values in seconds.items():
+            value = median(values)
+            assert value is not None  # every list holds repeats >= 1 values
+            times[(name, f"{mode}_time_s")] = value
+        summary = ", ".join(f"{k} {times[(k, f'{mode}_time_s')] * 1e3:.1f} ms" for k in runs)
+        log(f"  {mode}: {summary}")
+    return times
+
+
 def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the benchmark and return its JSON document (see the module docstring)."""
     torch.set_num_threads(config.threads)
@@ -111,66 +176,27 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
     n = config.steps
     x = torch.randn(config.n_batch, 3, 32, 32, generator=gen)
     y = torch.randint(0, 10, (config.n_batch,), generator=gen)
-    net = ContinuousNet(3, 10, config.channels, n_steps=n).train()
-    resnet = net.to_resnet().train()
-    rk4 = net.manifest(solver="rk4")
-    models: dict[str, nn.Module] = {
-        f"ContinuousNet[euler, {n}]": net,
-        "ResNet export": resnet,
-        f"ContinuousNet[rk4, {n}]": rk4,
-    }
+    models = _models(config)
+    cont, res, rk = list(models)
     with torch.no_grad():
-        net.eval()
-        resnet.eval()
-        agreement = float((net(x) - resnet(x)).abs().max())
-        net.train()
-        resnet.train()
+        models[cont].eval()
+        models[res].eval()
+        agreement = float((models[cont](x) - models[res](x)).abs().max())
+        models[cont].train()
+        models[res].train()
     log(f"contnet: batch {config.n_batch} x 3 x 32 x 32, channels {config.channels}, N_t = M = {n}")
-    times: dict[tuple[str, str], list[float]] = {}
-
-    def med(key: tuple[str, str]) -> float:
-        value = median(times[key])
-        assert value is not None  # every list holds n_repeats >= 1 values
-        return value
-
-    for mode in ("train_step", "forward"):
-        runs = {
-            name: _train_step(m, x, y) if mode == "train_step" else _forward(m, x)
-            for name, m in models.items()
-        }
-        for run in runs.values():  # warm-up
-            run()
-        for _ in range(config.n_repeats):
-            for name, run in runs.items():  # interleaved: A B C A B C ...
-                t0 = time.perf_counter()
-                run()
-                times.setdefault((name, mode), []).append(time.perf_counter() - t0)
-        summary = ", ".join(f"{k} {med((k, mode)) * 1e3:.1f} ms" for k in runs)
-        log(f"  {mode}: {summary}")
-    results: list[dict[str, Any]] = []
-    figures: dict[tuple[str, str], float] = {}
-    for key in times:
-        figures[(key[0], f"{key[1]}_time_s")] = med(key)
+    figures = _times(models, x, y, config.n_repeats, log)
     for name, model in models.items():
         figures[(name, "saved_for_backward_mib")] = saved_bytes(model, x, y) / 2**20
         figures[(name, "parameters")] = float(sum(p.numel() for p in model.parameters()))
-    units = {"saved_for_backward_mib": "MiB", "parameters": "count"}
-    for (name, figure), value in figures.items():
-        results.append(
-            {"model": name, "figure": figure, "value": value, "unit": units.get(figure, "s")}
-        )
-    cont, res, rk = list(models)
+    results = [ModelFigure(m, f, v, _UNITS.get(f, "s")) for (m, f), v in figures.items()]
 
-    def ratio(a: str, b: str, figure: str) -> float:
-        return figures[(a, figure)] / figures[(b, figure)]
+    def ratio(a: str, b: str, figure: str) -> ModelRatio:
+        return ModelRatio(figure, a, b, figures[(a, figure)] / figures[(b, figure)])
 
-    ratios = [
-        {"figure": f, "numerator": cont, "denominator": res, "value": ratio(cont, res, f)}
-        for f in ("train_step_time_s", "forward_time_s", "saved_for_backward_mib")
-    ] + [
-        {"figure": f, "numerator": rk, "denominator": cont, "value": ratio(rk, cont, f)}
-        for f in ("train_step_time_s", "forward_time_s")
-    ]
+    timed = ("train_step_time_s", "forward_time_s")
+    ratios = [ratio(cont, res, f) for f in (*timed, "saved_for_backward_mib")]
+    ratios += [ratio(rk, cont, f) for f in timed]
     return {
         "environment": {
             "schema_version": SCHEMA_VERSION,
@@ -184,8 +210,8 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
             "command": command_line(),
             "wall_time_s": time.perf_counter() - started,
         },
-        "results": results,
-        "ratios": ratios,
+        "results": [r.to_json() for r in results],
+        "ratios": [r.to_json() for r in ratios],
         "checks": {"max_abs_output_difference_eval": agreement},
         "notes": [
             f"Goal: ContinuousNet[euler, N_t = M] at most {GOAL}x its ResNet export "
@@ -201,24 +227,33 @@ def format_contnet_report(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     values = {(r["model"], r["figure"]): r["value"] for r in doc["results"]}
     models = list(dict.fromkeys(r["model"] for r in doc["results"]))
-    lines = [
-        f"odebench perf contnet: {env['date']}, torch {env['torch']}, {env['threads']} threads",
-        f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(env['channels'])}, "
-        f"N_t = M = {env['n_steps']}, {env['repeats']} repetitions",
-        "",
-        f"{'model':<26} {'train step ms':>13} {'forward ms':>11} {'saved MiB':>10} {'params':>9}",
-        "-" * 73,
+    rows = [
+        [
+            m,
+            f"{values[(m, 'train_step_time_s')] * 1e3:.1f}",
+            f"{values[(m, 'forward_time_s')] * 1e3:.1f}",
+            f"{values[(m, 'saved_for_backward_mib')]:.2f}",
+            f"{int(values[(m, 'parameters')]):d}",
+        ]
+        for m in models
     ]
-    for m in models:
-        lines.append(
-            f"{m:<26} {values[(m, 'train_step_time_s')] * 1e3:>13.1f} "
-            f"{values[(m, 'forward_time_s')] * 1e3:>11.1f} "
-            f"{values[(m, 'saved_for_backward_mib')]:>10.2f} {int(values[(m, 'parameters')]):>9d}"
-        )
-    lines += ["", "Ratios:"]
-    for r in doc["ratios"]:
-        lines.append(f"  {r['figure']:<24} {r['numerator']} / {r['denominator']}: {r['value']:.3f}")
+    ratios = [
+        [r["figure"], f"{r['numerator']} / {r['denominator']}", f"{r['value']:.3f}"]
+        for r in doc["ratios"]
+    ]
     diff = doc["checks"]["max_abs_output_difference_eval"]
-    lines += ["", f"ContinuousNet vs its export, eval outputs: max |difference| {diff:.1e}"]
-    lines += [f"note: {note}" for note in doc["notes"]]
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            f"odebench perf contnet: {env['date']}, torch {env['torch']}, {env['threads']} threads",
+            f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(env['channels'])}, "
+            f"N_t = M = {env['n_steps']}, {env['repeats']} repetitions",
+            "",
+            text_table(["model", "train step ms", "forward ms", "saved MiB", "params"], rows),
+            "",
+            "Ratios:",
+            text_table(["figure", "numerator / denominator", "ratio"], ratios),
+            "",
+            f"ContinuousNet vs its export, eval outputs: max |difference| {diff:.1e}",
+            *(f"note: {note}" for note in doc["notes"]),
+        ]
+    )
