@@ -319,12 +319,9 @@ their details are in ``text/anode-resnet.md``."""
 
 def _ratio_cell(result: Result[Any], row: Row) -> str:
     """The ResNet's train MSE over the NODE's on the row's task, paired per seed."""
-    node, resnet = (result.stat(TRAIN_MSE.of(f"{row.run}/{m}")).values for m in MODELS)
-    per_seed = [
-        r / n if r is not None and n is not None and n > 0 else None
-        for r, n in zip(resnet, node, strict=True)
-    ]
-    return Stat.of(per_seed).cell(".3f", unit="×")
+    node, resnet = (TRAIN_MSE.of(f"{row.run}/{m}") for m in MODELS)
+    ratios = [v[resnet] / v[node] if v[node] > 0 else None for v in result.per_seed()]
+    return Stat.of(ratios).cell(".3f", unit="×")
 
 
 def _parameters_cell(result: Result[Any], row: Row) -> str:

@@ -491,8 +491,8 @@ def _paired(result: Result[Any], row: Row) -> str:
     """The row's test accuracy minus backprop's, paired per seed (``–`` for backprop)."""
     if row.run == BACKPROP.key:
         return "–"
-    ours, backprop = (result.stat(r).values for r in (TEST_ACCURACY.of(row.run), BACKPROP_ACCURACY))
-    diffs = [None if a is None or b is None else a - b for a, b in zip(ours, backprop, strict=True)]
+    ours = TEST_ACCURACY.of(row.run)
+    diffs = [v[ours] - v[BACKPROP_ACCURACY] for v in result.per_seed()]
     return Stat.of(diffs).cell(POINTS["spec"], POINTS["scale"], POINTS["unit"])
 
 
