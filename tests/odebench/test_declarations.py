@@ -122,3 +122,18 @@ def test_a_table_shows_a_row_s_text_before_the_column_s_metric() -> None:
         ["published", "n/a", "–"],
     ]
     assert [v[acc.of("node")] for v in result.per_seed()] == [0.5, 0.7]
+
+
+def test_the_parts_of_a_text_are_filled_in_by_name(tmp_path: Path) -> None:
+    file = tmp_path / "parts.md"
+    file.write_text(
+        "Report {s.seeds}.\n<!-- part: found -->\n## {label}\n\n<!-- part: skipped -->\n"
+        "{label}: skipped.\n<!-- claims -->\na: details\n"
+    )
+    prose = Prose.of(str(file))
+    assert prose.report == "Report {s.seeds}.\n"
+    assert prose.part("found", label="MNIST") == "## MNIST"
+    assert prose.part("skipped", label="SVHN") == "SVHN: skipped."
+    assert prose.details == {"a": "details"}
+    with pytest.raises(KeyError, match="no part 'trained' in the text; its parts: found, skipped"):
+        prose.part("trained")

@@ -7,9 +7,7 @@ Table 1, the forward NFE per batch over training, and Fig. 10's loss against NFE
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,7 +67,7 @@ MNIST: 95%, 1.4 points under the paper's NODE (96.4%): a model below it has not
 trained as the paper's did, and which of two untrained models is ahead says nothing
 of the paper's claim. CIFAR-10 and SVHN: about 3 points under the paper's NODE."""
 
-TEXT, PARTS = "anode-images.md", "anode-images-parts.md"
+TEXT = "anode-images.md"
 """The report's text and the MNIST claims' details; the paragraphs the result chooses
 between, each under a line ``<!-- part: NAME -->``."""
 
@@ -231,21 +229,14 @@ def claims(setup: Setup[AnodeSettings]) -> list[Claim]:
     return [c for d in _datasets(setup)[0] for c in dataset_claims(d, setup.settings.test_size)]
 
 
-@functools.cache
-def _parts() -> dict[str, str]:
-    """The paragraphs of :data:`PARTS` by name."""
-    pieces = re.split(r"^<!-- part: (\w+) -->\n", Prose.of(PARTS).report, flags=re.MULTILINE)
-    return {name: text.strip("\n") for name, text in zip(pieces[1::2], pieces[2::2], strict=True)}
-
-
 def _part(name: str, **fields: object) -> str:
-    """The paragraph ``name`` of :data:`PARTS`, its fields filled in."""
-    return _parts()[name].format(**fields)
+    """The part ``name`` of the text, filled in."""
+    return Prose.of(TEXT).part(name, **fields)
 
 
 def trained_note(result: Result[AnodeSettings], dataset: str) -> str:
     """Whether both models reached :data:`TRAINED` on every seed, said plainly: the part
-    ``trained`` or ``untrained`` of :data:`PARTS`."""
+    ``trained`` or ``untrained`` of the text."""
     bar, n, label = TRAINED[dataset], len(result.setup.seeds), data_name(dataset)
     accs = {m: result.stat(TEST_ACC.of(f"{dataset}/{m}")).values for m in MODELS}
     reached = {m: [v is not None and v >= bar for v in values] for m, values in accs.items()}
@@ -311,7 +302,7 @@ def words(result: Result[AnodeSettings]) -> dict[str, object]:
 
 def _mode_note(mode: str, s: AnodeSettings) -> str:
     """What the mode's training is beside the authors', for the report: the part
-    ``standard`` of :data:`PARTS`, or the words of every image experiment."""
+    ``standard`` of the text, or the words of every image experiment."""
     authors = (
         "the authors' configuration trains 20 epochs of all 60,000 at batch 256 (about 4,700 steps)"
     )

@@ -10,7 +10,6 @@ the last epoch) and parameters beside the numbers of the authors' NeurIPS poster
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +73,7 @@ THRESHOLDS = {"bar": TRAINED["mnist"], "near_best": NEAR_BEST * 100, "within": P
 """The thresholds as the claims' details in the text name them."""
 NOTEBOOK_TOL = 1e-4
 """dopri5's ``rtol = atol`` in the authors' notebooks."""
-TEXT, PARTS = "dissecting-augmentation.md", "dissecting-augmentation-parts.md"
+TEXT = "dissecting-augmentation.md"
 """The report's text; a data set's section and the paragraphs the result chooses from."""
 
 
@@ -235,9 +234,8 @@ def _order(values: Mapping[str, float | None], key: str) -> str:
 
 
 def _part(name: str, **fields: object) -> str:
-    """The paragraph of :data:`PARTS` under the line ``<!-- part: NAME -->``, filled in."""
-    pieces = re.split(r"^<!-- part: (\w+) -->\n", Prose.of(PARTS).report, flags=re.MULTILINE)
-    return dict(zip(pieces[1::2], pieces[2::2], strict=True))[name].strip("\n").format(**fields)
+    """The part ``name`` of the text, filled in."""
+    return Prose.of(TEXT).part(name, **fields)
 
 
 def _compare(result: Result[AugmentationSettings], dataset: str, key: str) -> list[str]:

@@ -3,7 +3,8 @@
 The text of an experiment lives in Markdown beside the code, ``text/<name>.md``
 (:class:`Prose`): the report's sections, then, after a line ``<!-- claims -->``, the
 details of its claims, a paragraph each that starts with the claim's key (or several
-keys, comma-separated, that share it) and a colon.
+keys, comma-separated, that share it) and a colon. Paragraphs that the experiment
+chooses between follow the sections, each after a line ``<!-- part: NAME -->``.
 Both are filled in by ``str.format_map`` from :func:`namespace`: ``{s.epochs}`` (the
 settings), ``{table[name]}`` (a declared table, in Markdown), and what the
 experiment's ``words`` adds.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,10 +39,14 @@ class Prose:
     Args:
         report: the sections, with ``str.format`` fields.
         details: each claim's details by its key, with fields as well.
+        parts: paragraphs that the experiment's ``words`` chooses between (a data set
+            found or skipped, a model trained or not), by name: each follows a line
+            ``<!-- part: NAME -->`` after the report's sections; see :meth:`part`.
     """
 
     report: str
     details: Mapping[str, str]
+    parts: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     @functools.cache
@@ -54,7 +60,9 @@ class Prose:
         path = Path(file)
         where = path if path.is_absolute() else resources.files(__package__) / "text" / file
         text = where.read_text(encoding="utf-8")
-        report, _, claims = text.partition(CLAIMS_MARK)
+        text, _, claims = text.partition(CLAIMS_MARK)
+        report, *pieces = re.split(r"^<!-- part: (\w+) -->\n", text, flags=re.MULTILINE)
+        parts = {name: part.strip("\n") for name, part in zip(pieces[::2], pieces[1::2])}
         details: dict[str, str] = {}
         for paragraph in claims.strip().split("\n\n") if claims.strip() else ():
             head, colon, detail = paragraph.partition(":")
@@ -65,7 +73,17 @@ class Prose:
                     f"`key, key: details`) with new claim keys; got {paragraph[:60]!r}"
                 )
             details.update(dict.fromkeys(keys, " ".join(detail.split())))
-        return Prose(report, details)
+        return Prose(report, details, parts)
+
+    def part(self, name: str, **fields: object) -> str:
+        """The paragraph ``name`` of the text with its fields filled in.
+
+        Raises:
+            KeyError: naming the part and the parts there are.
+        """
+        if name not in self.parts:
+            raise KeyError(f"no part {name!r} in the text; its parts: {', '.join(self.parts)}")
+        return self.parts[name].format(**fields)
 
     def tables(self) -> set[str]:
         """The names of the tables its text shows (``{table[name]}``)."""
