@@ -13,14 +13,15 @@ the same continuous model. Quick mode does the same on a subset of MNIST.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _contnet_common as common
 from ._claims import Claim
-from ._images import data_name
-from ._metrics import Stat, Values
+from ._metrics import Metric, Stat, Values
 from ._registry import fmt
+from ._tables import Col, Row, Table
 from ._template import Figure, Template, register_template
 
 if TYPE_CHECKING:
@@ -82,14 +83,9 @@ MODES = {
 }  # fmt: skip
 
 
-def _ratio(v: Values, metric: str) -> float:
+def _ratio(v: Values, metric: Metric) -> float:
     """The refined run's ``metric`` over the fixed run's."""
-    return v[REFINED, metric] / v[FIXED, metric]
-
-
-def _gain(v: Values) -> float:
-    """The refined run's recalibrated test accuracy minus the fixed run's."""
-    return v[REFINED, "test_accuracy_recalibrated"] - v[FIXED, "test_accuracy_recalibrated"]
+    return v[metric.of(REFINED)] / v[metric.of(FIXED)]
 
 
 def steps_ratio(s: common.RefineSettings) -> float:
@@ -116,59 +112,30 @@ def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
     """Refinement is faster (a check: the schedule makes it so), at comparable
     (recalibrated) accuracy (a paper claim), and both at once (a paper claim on times,
     judged only on a machine that was not contended)."""
-    s = setup.settings
-    tol = s.acc_tolerance
-    time_ratio = partial(_ratio, metric="train_seconds")
-    final = next(net for net in s.nets if net.key == REFINED).final_steps
+    tol = setup.settings.acc_tolerance
+    time_ratio = partial(_ratio, metric=common.TRAIN_SECONDS)
+    accuracy = Claim.difference(
+        "accuracy_comparable",
+        "refinement keeps the accuracy nearly identical (Sec. 5.2)",
+        PUBLISHED["accuracy"],
+        common.RECALIBRATED.of(REFINED),
+        common.RECALIBRATED.of(FIXED),
+        above=-tol, kind="paper", spec="+.1f", scale=100, unit=" points",
+    )  # fmt: skip
 
     def faster(v: Values) -> bool:
         return time_ratio(v) < TIME_RATIO_MAX
 
-    def comparable(v: Values) -> bool:
-        return _gain(v) > -tol
-
     return [
-        Claim(
-            key="refinement_faster",
-            text="refinement trains faster than the fixed depth (Sec. 5.2, Fig. 7)",
-            published=PUBLISHED["time_ratio"],
-            ours=time_ratio,
-            holds=faster,
-            spec=".2f",
-            kind="check",
-            detail=f"ours: training time (test evaluation excluded), refined over fixed; holds "
-            f"below {TIME_RATIO_MAX:g}. Guaranteed by the schedule, so no reproduction: the "
-            f"refined run trains its first epochs at N_t < {final}, and its sum of N_t over "
-            f"the epochs is {steps_ratio(s):.2f} of the fixed run's",
-        ),
-        Claim.difference(
-            "accuracy_comparable",
-            "refinement keeps the accuracy nearly identical (Sec. 5.2)",
-            PUBLISHED["accuracy"],
-            (REFINED, "test_accuracy_recalibrated"),
-            (FIXED, "test_accuracy_recalibrated"),
-            above=-tol,
-            kind="paper",
-            spec="+.1f",
-            scale=100,
-            unit=" points",
-            detail="ours: the refined run's recalibrated test accuracy minus the fixed run's, "
-            f"paired by seed; holds above -{tol * 100:g} points",
-        ),
-        Claim(
-            key="refinement_faster_at_comparable_accuracy",
-            text="refinement is faster at nearly identical accuracy (Sec. 5.2: 608 vs 1053 min)",
-            published=f"{PUBLISHED['time_ratio']:.2f} at nearly identical accuracy",
-            ours=time_ratio,
-            holds=lambda v: faster(v) and comparable(v),
-            spec=".2f",
-            kind="paper",
-            timing=True,
-            detail=f"ours: the training time ratio, refined over fixed; holds where it is "
-            f"below {TIME_RATIO_MAX:g} and the accuracy difference above -{tol * 100:g} "
-            "points on the same seeds",
-        ),
-    ]
+        Claim("refinement_faster",
+              "refinement trains faster than the fixed depth (Sec. 5.2, Fig. 7)",
+              PUBLISHED["time_ratio"], time_ratio, faster, spec=".2f", kind="check"),
+        accuracy,
+        Claim("refinement_faster_at_comparable_accuracy",
+              "refinement is faster at nearly identical accuracy (Sec. 5.2: 608 vs 1053 min)",
+              f"{PUBLISHED['time_ratio']:.2f} at nearly identical accuracy", time_ratio,
+              lambda v: faster(v) and accuracy.holds(v), spec=".2f", kind="paper", timing=True),
+    ]  # fmt: skip
 
 
 def _per_seed(result: Result[common.RefineSettings], of: Callable[[Values], float]) -> Stat:
@@ -178,73 +145,104 @@ def _per_seed(result: Result[common.RefineSettings], of: Callable[[Values], floa
     return Stat.of([of(Values({run: ms[run][k].metrics for run in ms})) for k in seeds])
 
 
-def sections(result: Result[common.RefineSettings]) -> str:
-    """The comparison beside the paper's, and the epochs of both runs."""
-    s, p = result.settings, PUBLISHED
-    refined = next(net for net in s.nets if net.key == REFINED)
-    schedule = ", ".join(str(e) for e in refined.refine_epochs)
+@dataclass(frozen=True, kw_only=True)
+class _Quantity(Row):
+    """A row of the comparison: one metric of both runs, beside the paper's.
 
-    def row(label: str, metric: str, spec: str, scale: float = 1, unit: str = "") -> str:
-        cells = (result.cell(run, metric, spec, scale, unit) for run in (FIXED, REFINED))
-        return f"| {label} | {' | '.join(cells)} |"
+    Args:
+        metric: the metric both runs' cells show.
+        ratio: the row shows the refined run's metric over the fixed run's, per seed.
+        refined: the words around the refined run's cell (``{}`` the cell).
+    """
 
-    def ratio(metric: str) -> str:
-        return _per_seed(result, partial(_ratio, metric=metric)).cell(".2f")
+    metric: Metric
+    ratio: bool = False
+    refined: str = "{}"
 
-    resumed = result.setup.options.resume
-    wall = (
-        []
-        if resumed
-        else [
-            row("wall time of the run (with evaluation)", "run_wall_seconds", ".2f", 1 / 60, " min")
-            + f" {ratio('run_wall_seconds')} | not published | not published | – |"
-        ]
-    )
-    lines = [
-        f"Data: {data_name(result.details(FIXED)['dataset'])}, {s.sizes()}; "
-        f"{result.cell(FIXED, 'epochs', '.0f')} epochs each, {s.training.describe()}.",
-        *(["", common.QUICK_NOTE] if result.setup.mode == "quick" else []),
-        "",
-        "| quantity | fixed depth (ours) | refined (ours) | ratio (ours) | fixed (paper) | "
-        "refined (paper) | ratio (paper) |",
-        "|---|---|---|---|---|---|---|",
-        f"| N_t = M | {result.cell(FIXED, 'n_steps_final', '.0f')} | {refined.n_steps} -> "
-        f"{result.cell(REFINED, 'n_steps_final', '.0f')} (epochs {schedule}) | – | 32 | "
-        "1 -> 32 (epochs 20, 40, 60, 70, 80) | – |",
-        row("training time", "train_seconds", ".2f", 1 / 60, " min")
-        + f" {ratio('train_seconds')} | {p['fixed_minutes']:.0f} min | "
-        f"{p['refined_minutes']:.0f} min | {p['time_ratio']:.2f} |",
-        *wall,
-        row("s/epoch, first epoch", "seconds_first_epoch", ".2f") + " – | 394 | 16 | – |",
-        row("s/epoch, last epoch", "seconds_last_epoch", ".2f") + " – | 394 | 394 | – |",
-        row("test accuracy", "test_accuracy", ".2f", 100, "%")
-        + " – | not confirmed | not confirmed | – |",
-        row("test accuracy, recalibrated BN", "test_accuracy_recalibrated", ".2f", 100, "%")
-        + " – | not confirmed | not confirmed | – |",
-        row("parameters (final)", "parameters", ".3f", 1e-6, "M")
-        + " – | about 3.2M | about 3.2M | – |",
-        "",
-        f"Sum of N_t over the epochs, refined over fixed (the ratio if time were "
-        f"proportional to N_t): {ratio('n_steps_sum')}. Training time excludes test "
-        "evaluation, as the paper's Fig. 7 does; the paper's figures are on one V100 with "
-        "150-160 epochs. The paper gives no accuracies for this comparison beyond 'nearly "
-        "identical'." + (f" {RESUMED_WALL}" if resumed else ""),
-        "",
-        "## Per epoch"
-        + (f" (seed {result.setup.seeds[0]})" if len(result.setup.seeds) > 1 else ""),
-        "",
-        "| epoch | N_t fixed | s fixed | test acc. fixed | N_t refined | s refined | "
-        "test acc. refined |",
-        "|---|---|---|---|---|---|---|",
+
+def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
+    """The comparison (a quantity per row, ours beside the paper's) and each epoch of
+    both runs (first seed)."""
+    s, p = setup.settings, PUBLISHED
+    net = next(net for net in s.nets if net.key == REFINED)
+    schedule = ", ".join(str(e) for e in net.refine_epochs)
+    deep, shallow = (f"{p[f'seconds_per_epoch_{k}']:.0f}" for k in ("deep", "shallow"))
+    paper = ("fixed (paper)", "refined (paper)", "ratio (paper)")
+
+    def row(label: str, metric: Metric, *published: str, **kw: Any) -> _Quantity:
+        return _Quantity(label, text=dict(zip(paper, published)), metric=metric, **kw)
+
+    wall = row("wall time of the run (with evaluation)", common.RUN_WALL_SECONDS,
+               "not published", "not published", ratio=True)  # fmt: skip
+    rows = [
+        row("N_t = M", common.N_STEPS_FINAL, "32", "1 -> 32 (epochs 20, 40, 60, 70, 80)",
+            refined=f"{net.n_steps} -> {{}} (epochs {schedule})"),
+        row("training time", common.TRAIN_SECONDS, f"{p['fixed_minutes']:.0f} min",
+            f"{p['refined_minutes']:.0f} min", f"{p['time_ratio']:.2f}", ratio=True),
+        *([] if setup.options.resume else [wall]),
+        row("s/epoch, first epoch", common.SECONDS_FIRST_EPOCH, deep, shallow),
+        row("s/epoch, last epoch", common.SECONDS_LAST_EPOCH, deep, deep),
+        row("test accuracy", common.TEST_ACCURACY, "not confirmed", "not confirmed"),
+        row("test accuracy, recalibrated BN", common.RECALIBRATED, "not confirmed",
+            "not confirmed"),
+        row("parameters (final)", common.PARAMETERS, "about 3.2M", "about 3.2M"),
+    ]  # fmt: skip
+    ours = [Col(f"{name} (ours)", cell=partial(_ours, run=run))
+            for name, run in (("fixed depth", FIXED), ("refined", REFINED))]  # fmt: skip
+    comparison = Table("quantity", rows, [*ours, Col("ratio (ours)", cell=_ours_ratio),
+                                          *(Col(h) for h in paper)])  # fmt: skip
+    epochs = [
+        Col(f"{what} {name}", cell=partial(_epoch, run=run, key=key))
+        for run, name in ((FIXED, "fixed"), (REFINED, "refined"))
+        for what, key in (("N_t", "n_steps"), ("s", "epoch_seconds"), ("test acc.", "test_acc"))
     ]
-    for a, b in zip(result.details(FIXED)["per_epoch"], result.details(REFINED)["per_epoch"]):
-        lines.append(
-            f"| {a['epoch']} | {a['n_steps']} | {fmt(a['epoch_seconds'], '.2f')} | "
-            f"{fmt(a['test_acc'], '.1f', 100)}% | {b['n_steps']} | "
-            f"{fmt(b['epoch_seconds'], '.2f')} | {fmt(b['test_acc'], '.1f', 100)}% |"
-        )
-    lines += ["", "![time and test accuracy per epoch](time_and_accuracy_per_epoch.png)"]
-    return "\n".join(lines)
+    per_epoch = Table("epoch", [Row(str(e)) for e in range(1, s.epochs + 1)], epochs)
+    return {"comparison": comparison, "per_epoch": per_epoch}
+
+
+def _ours(result: Result[common.RefineSettings], row: Row, run: str) -> str:
+    """The cell of ``run`` in a row of the comparison."""
+    q = cast(_Quantity, row)
+    cell = result.cell(q.metric.of(run))
+    return q.refined.format(cell) if run == REFINED else cell
+
+
+def _ours_ratio(result: Result[common.RefineSettings], row: Row) -> str:
+    """The refined run's number over the fixed run's, per seed, where the row has one."""
+    q = cast(_Quantity, row)
+    return _per_seed(result, partial(_ratio, metric=q.metric)).cell(".2f") if q.ratio else "–"
+
+
+#: How the per-epoch table shows each number of an epoch.
+EPOCH_CELLS: dict[str, Callable[[Any], str]] = {
+    "n_steps": str,
+    "epoch_seconds": lambda v: fmt(v, ".2f"),
+    "test_acc": lambda v: f"{fmt(v, '.1f', 100)}%",
+}
+
+
+def _epoch(result: Result[common.RefineSettings], row: Row, run: str, key: str) -> str:
+    """One number of one epoch (the row) of ``run``'s first seed."""
+    return EPOCH_CELLS[key](result.details(run)["per_epoch"][int(row.label) - 1][key])
+
+
+def words(result: Result[common.RefineSettings]) -> dict[str, Any]:
+    """The text's fields: :func:`~odebench.experiments._contnet_common.words`, the
+    epochs, the ratio of the sums of ``N_t``, the notes of a resumed run and of several
+    seeds, and the claims' thresholds."""
+    s, setup = result.settings, result.setup
+    n_steps = _per_seed(result, partial(_ratio, metric=common.N_STEPS_SUM))
+    return {
+        **common.words(result),
+        "epochs": result.cell(common.EPOCHS.of(FIXED)),
+        "n_steps_ratio": n_steps.cell(".2f"),
+        "resumed": f" {RESUMED_WALL}" if setup.options.resume else "",
+        "seed": f" (seed {setup.seeds[0]})" if len(setup.seeds) > 1 else "",
+        "time_ratio_max": TIME_RATIO_MAX,
+        "final": next(net for net in s.nets if net.key == REFINED).final_steps,
+        "steps_ratio": steps_ratio(s),
+        "tolerance": s.acc_tolerance * 100,
+    }
 
 
 register_template(
@@ -259,7 +257,9 @@ register_template(
         "refinement against fixed depth at comparable accuracy (paper: 608 vs 1053 min)",
         claims=claims,
         published=PUBLISHED,
-        sections=sections,
+        text="refinement-timing.md",
+        tables=tables,
+        words=words,
         figures=[
             Figure("time_and_accuracy_per_epoch.png", partial(common.plot_epochs, stacked=False))
         ],
