@@ -9,9 +9,12 @@ import pytest
 from odebench.cli import main
 from odebench.experiments import RunOptions, run_experiment
 from odebench.experiments import _contnet_common as common
-from odebench.experiments._continuousnet_cifar import MODES, claims
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._continuousnet_cifar import MODES, TEXT, claims, tables
 from odebench.experiments._images import not_run
-from odebench.experiments._template import MAX_CLAIM_TEXT, Setup, Values
+from odebench.experiments._metrics import Values
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Setup
 
 KEYS = ("euler", "rk4-refined")
 
@@ -187,3 +190,14 @@ def test_standard_and_full_modes():
     assert MODES["full"].nets[1].refine_epochs == (20, 40, 60, 70, 80)
     assert MODES["full"].nets[3].refine_epochs == (20, 50, 80)
     assert MODES["full"].training == common.FULL_TRAINING
+
+
+def test_the_text_shows_declared_tables_and_details_each_kind_of_claim(tmp_path):
+    """The template does not read this experiment's text (it has another report where
+    nothing trained, and claims per pair): what check_declaration checks of a text."""
+    options = RunOptions(out=tmp_path / "out")
+    setup = Setup("continuousnet-cifar", "quick", MODES["quick"], options, (0,), print)
+    prose = Prose.of(TEXT)
+    assert prose.tables() == set(tables(setup))
+    kinds = {"reached_final_steps", "first_epoch_faster_than_last", "within_tolerance"}
+    assert set(prose.details) == kinds

@@ -17,6 +17,11 @@ for the CIFAR data.
 Reported per model: test accuracy (as trained, and with the batch-norm statistics
 recalibrated), parameters, training time per epoch and in total, beside the paper's.
 The Table 1 accuracies are not confirmed and are never quoted; the V100 timings are.
+
+Its text, ``text/continuousnet-cifar.md``, is rendered by :func:`sections` rather than by
+the template, for what the template's text cannot say: a run that trained nothing has
+another report, and the claims are made per pair trained, keyed by hyphenated run
+names; the text details them once, by kind, and :func:`claims` fills in each pair.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from . import _contnet_common as common
 from ._claims import Claim
 from ._images import data_name
+from ._report import Prose, namespace
+from ._tables import Col, Row, Table, by_run
 from ._template import Figure, Template, register_template
 
 if TYPE_CHECKING:
@@ -52,12 +59,6 @@ PUBLISHED: dict[str, dict[str, Any]] = {
                          "seconds_per_epoch": NOT_PUBLISHED, "total_minutes": NOT_PUBLISHED,
                          "schedule": "N_t = M = 1 -> 8 at epochs 20, 50, 80 (Sec. 5.2)"},
 }  # fmt: skip
-#: The paper's qualitative reading of Table 1 (Sec. 5 text).
-PUBLISHED_READING = (
-    "ContinuousNet(Euler) generalises about as well as the ResNet; ContinuousNet(RK4-classic) "
-    "is (slightly) worse; RK4 trained without refinement gives nearly identical results "
-    "except for time"
-)
 
 
 def _pair(
@@ -103,151 +104,134 @@ MODES = {
 }  # fmt: skip
 #: Each model trained at a fixed depth with Euler, and its twin refined with RK4.
 PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
+#: The report's text, and the details of each pair's claims by kind.
+TEXT = "continuousnet-cifar.md"
+#: The report where no data set was found.
+NOTHING_TRAINED = "No model was trained: no data set of this experiment was found."
+
+
+def _found(setup: Setup[common.RefineSettings]) -> list[common.Net]:
+    """The nets whose data set is found (all in quick mode)."""
+    s = setup.settings
+    gone = common.missing(s.nets, setup.options.data_dir)
+    return [net for net in s.nets if net.dataset not in gone]
 
 
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
     """Per pair trained (its data set found): the refined model reaches its depth, its
     shallow epochs are cheaper, and its recalibrated accuracy is at most the tolerance
     below the Euler model's."""
-    s = setup.settings
-    nets, gone = {net.key: net for net in s.nets}, common.missing(s.nets, setup.options.data_dir)
-    return [
-        c
-        for e, r in PAIRS
-        if r in nets and nets[r].dataset not in gone
-        for c in _claims(nets[e], nets[r], s.acc_tolerance)
-    ]
+    nets = {net.key: net for net in _found(setup)}
+    tol = setup.settings.acc_tolerance
+    return [c for e, r in PAIRS if r in nets for c in _claims(nets[e], nets[r], tol)]
 
 
 def _claims(euler: common.Net, rk4: common.Net, tol: float) -> list[Claim]:
     """The claims of one pair. That the refined model reaches its depth, and that its
     shallow first epoch is cheaper than its deep last one, follow from the schedule on
     any seed: checks. The accuracy comparison is tested by training."""
-    e, r, acc = euler.key, rk4.key, "test_accuracy_recalibrated"
-    final = rk4.final_steps
+    e, r, final = euler.key, rk4.key, rk4.final_steps
+    details = Prose.of(TEXT).details
+    fields = {"final": final, "depth": rk4.depth(), "first": rk4.n_steps,
+              "euler": euler.label, "tolerance": tol * 100}  # fmt: skip
+    detail = {kind: text.format_map(fields) for kind, text in details.items()}
+    steps = common.N_STEPS_FINAL.of(r)
+    first, last = common.SECONDS_FIRST_EPOCH.of(r), common.SECONDS_LAST_EPOCH.of(r)
     return [
-        Claim(
-            key=f"{r}_reached_final_steps",
-            text=f"{rk4.label} reaches N_t = M = {final} by refinement (Sec. 5.2)",
-            published=PUBLISHED[r]["schedule"],
-            ours=lambda v: v[r, "n_steps_final"],
-            holds=lambda v: v[r, "n_steps_final"] == final,
-            spec=".0f",
-            kind="check",
-            detail=f"ours: its N_t at the last epoch; holds at {final}. The schedule "
-            f"({rk4.depth()}) sets it on any seed",
-        ),
-        Claim(
-            key=f"{r}_first_epoch_faster_than_last",
-            text=f"{rk4.label}: a shallow epoch trains faster than a deep one (Fig. 7)",
-            published=PUBLISHED[r]["seconds_per_epoch"],
-            ours=lambda v: v[r, "seconds_first_epoch"] / v[r, "seconds_last_epoch"],
-            holds=lambda v: v[r, "seconds_first_epoch"] < v[r, "seconds_last_epoch"],
-            spec=".2f",
-            unit="×",
-            kind="check",
-            detail=f"ours: the first epoch's training time (N_t = {rk4.n_steps}) over the "
-            f"last's (N_t = {final}); holds below 1. The schedule makes the first epoch's "
-            "blocks take fewer steps: no reproduction",
-        ),
+        Claim(f"{r}_reached_final_steps",
+              f"{rk4.label} reaches N_t = M = {final} by refinement (Sec. 5.2)",
+              PUBLISHED[r]["schedule"], lambda v: v[steps], lambda v: v[steps] == final,
+              spec=".0f", kind="check", detail=detail["reached_final_steps"]),
+        Claim(f"{r}_first_epoch_faster_than_last",
+              f"{rk4.label}: a shallow epoch trains faster than a deep one (Fig. 7)",
+              PUBLISHED[r]["seconds_per_epoch"], lambda v: v[first] / v[last],
+              lambda v: v[first] < v[last], spec=".2f", unit="×", kind="check",
+              detail=detail["first_epoch_faster_than_last"]),
         Claim.difference(
             f"{r}_within_tolerance_of_{e}",
             f"{rk4.label}: at most slightly worse than the Euler model (Table 1)",
             "(slightly) worse; Table 1 numbers not confirmed",
-            (r, acc),
-            (e, acc),
-            above=-tol,
-            kind="paper",
-            spec="+.1f",
-            scale=100,
-            unit=" points",
-            detail=f"ours: its recalibrated test accuracy minus {euler.label}'s, paired by "
-            f"seed; holds above -{tol * 100:g} points (no more than slightly worse)",
+            common.RECALIBRATED.of(r), common.RECALIBRATED.of(e), above=-tol, kind="paper",
+            spec="+.1f", scale=100, unit=" points", detail=detail["within_tolerance"],
         ),
-    ]
+    ]  # fmt: skip
+
+
+def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
+    """Table 1 (accuracy, parameters) and Fig. 7 (training time) of the nets whose data
+    set is found, ours beside the paper's."""
+    nets = {net.key: net.label for net in _found(setup)}
+    table1 = by_run("model", nets, [
+        Col("data", cell=lambda result, row: data_name(result.details(row.run)["dataset"])),
+        Col("scheme, N_t = M", cell=_depth),
+        Col("test acc. (ours)", common.TEST_ACCURACY),
+        Col("recalibrated BN (ours)", common.RECALIBRATED),
+        Col("test acc. (paper)"),
+        Col("parameters (ours)", common.PARAMETERS),
+        Col("parameters (paper)"),
+    ], {k: {"test acc. (paper)": PUBLISHED[k]["test_accuracy"],
+            "parameters (paper)": PUBLISHED[k]["parameters"]} for k in nets})  # fmt: skip
+    fig7 = by_run("model", nets, [
+        Col("s/epoch, mean (ours)", common.SECONDS_PER_EPOCH),
+        Col("first epoch", common.SECONDS_FIRST_EPOCH),
+        Col("last epoch", common.SECONDS_LAST_EPOCH),
+        Col("s/epoch (paper, V100)"),
+        Col("total training (ours)", common.TRAIN_SECONDS),
+        Col("total (paper, V100)"),
+    ], {k: _published_time(PUBLISHED[k]) for k in nets})  # fmt: skip
+    return {"table1": table1, "fig7": fig7}
+
+
+def _depth(result: Result[common.RefineSettings], row: Row) -> str:
+    """``"rk4, 1 -> 4 (refined at epochs 1, 2)"``: the scheme and ``N_t = M`` of a net,
+    the final one as measured."""
+    net = next(net for net in result.settings.nets if net.key == row.run)
+    if not net.refine_epochs:
+        return f"{net.method}, {net.n_steps}"
+    epochs = ", ".join(str(e) for e in net.refine_epochs)
+    final = result.cell(common.N_STEPS_FINAL.of(net.key))
+    return f"{net.method}, {net.n_steps} -> {final} (refined at epochs {epochs})"
+
+
+def _published_time(p: dict[str, Any]) -> dict[str, str]:
+    """The paper's cells of Fig. 7 for one net: seconds per epoch and total minutes."""
+    total, per_epoch = p["total_minutes"], p["seconds_per_epoch"]
+    if not isinstance(total, str):
+        total = f"{total:.0f} min"
+    if "total_minutes_without_refinement" in p:
+        total += f" ({p['total_minutes_without_refinement']:.0f} min without refinement)"
+    per_epoch = per_epoch if isinstance(per_epoch, str) else f"{per_epoch:.0f}"
+    return {"s/epoch (paper, V100)": per_epoch, "total (paper, V100)": total}
+
+
+def words(result: Result[common.RefineSettings]) -> dict[str, Any]:
+    """The text's fields: :func:`~odebench.experiments._contnet_common.words` and the
+    epochs of the CIFAR-100 nets, where they trained."""
+    s = result.settings
+    wide = s.epochs_cifar100 is not None and any(
+        net.dataset == "cifar100" for net in common.ran(result)
+    )
+    epochs = f" ({s.epochs_cifar100} on CIFAR-100)" if wide else ""
+    return {**common.words(result), "cifar100_epochs": epochs}
 
 
 def sections(result: Result[common.RefineSettings]) -> str:
-    """The models not run (their data set not found), then, of those trained, Table 1
-    (accuracy, parameters) and Fig. 7 (time), ours beside the paper's."""
-    s, cell = result.settings, result.cell
-    nets = common.ran(result)
+    """The models not run (their data set not found), then, where any trained, the text:
+    Table 1 (accuracy, parameters) and Fig. 7 (time), ours beside the paper's."""
     absent: dict[str, list[str]] = {}
-    for net in s.nets:
-        if net not in nets:
-            absent.setdefault(result.details(net.key)["not_run"], []).append(net.label)
-    lines = []
-    if absent:
-        lines += [
-            "## Not run here",
-            "",
-            *(f"- {'; '.join(labels)}: {why}." for why, labels in absent.items()),
-            "",
-        ]
-    if not nets:
-        return "\n".join(
-            [*lines, "No model was trained: no data set of this experiment was found."]
-        )
-    data = ", ".join(dict.fromkeys(data_name(result.details(n.key)["dataset"]) for n in nets))
-    wide = s.epochs_cifar100 is not None and any(n.dataset == "cifar100" for n in nets)
-    lines += [
-        f"Data: {data}, {s.sizes()}; {s.epochs} epochs"
-        f"{f' ({s.epochs_cifar100} on CIFAR-100)' if wide else ''}, {s.training.describe()}.",
-        *(["", common.QUICK_NOTE] if result.setup.mode == "quick" else []),
-        "",
-        "## Table 1: accuracy and parameters",
-        "",
-        "| model | data | scheme, N_t = M | test acc. (ours) | recalibrated BN (ours) "
-        "| test acc. (paper) | parameters (ours) | parameters (paper) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for net in nets:
-        k, p = net.key, PUBLISHED[net.key]
-        depth = f"{net.method}, {net.n_steps}"
-        if net.refine_epochs:
-            epochs = ", ".join(str(e) for e in net.refine_epochs)
-            depth += f" -> {cell(k, 'n_steps_final', '.0f')} (refined at epochs {epochs})"
-        lines.append(
-            f"| {net.label} | {data_name(result.details(k)['dataset'])} | {depth} | "
-            f"{cell(k, 'test_accuracy', '.2f', 100, '%')} | "
-            f"{cell(k, 'test_accuracy_recalibrated', '.2f', 100, '%')} | {p['test_accuracy']} | "
-            f"{cell(k, 'parameters', '.3f', 1e-6, 'M')} | {p['parameters']} |"
-        )
-    lines += [
-        "",
-        "## Fig. 7: training time",
-        "",
-        "| model | s/epoch, mean (ours) | first epoch | last epoch | s/epoch (paper, V100) | "
-        "total training (ours) | total (paper, V100) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for net in nets:
-        k, p = net.key, PUBLISHED[net.key]
-        total, per_epoch = p["total_minutes"], p["seconds_per_epoch"]
-        if not isinstance(total, str):
-            total = f"{total:.0f} min"
-        if "total_minutes_without_refinement" in p:
-            total += f" ({p['total_minutes_without_refinement']:.0f} min without refinement)"
-        lines.append(
-            f"| {net.label} | {cell(k, 'seconds_per_epoch', '.2f')} | "
-            f"{cell(k, 'seconds_first_epoch', '.2f')} | {cell(k, 'seconds_last_epoch', '.2f')} "
-            f"| {per_epoch if isinstance(per_epoch, str) else f'{per_epoch:.0f}'} | "
-            f"{cell(k, 'train_seconds', '.2f', 1 / 60, ' min')} | {total} |"
-        )
-    lines += [
-        "",
-        "Times are the training passes only (test evaluation excluded, as in the paper's "
-        "Fig. 7). Test accuracy is that of the last epoch; the recalibrated column "
-        "re-estimates the batch-norm statistics on a few training batches first. The "
-        "Table 1 accuracies and parameter counts are not confirmed from the paper, so none "
-        "is quoted. The paper's reading of Table 1: " + PUBLISHED_READING + ".",
-        "",
-        "![time per epoch and test accuracy](fig7_time_and_accuracy.png)",
-    ]
-    return "\n".join(lines)
+    for net in result.settings.nets:
+        why = result.details(net.key).get("not_run")
+        if why is not None:
+            absent.setdefault(why, []).append(net.label)
+    items = [f"- {'; '.join(labels)}: {why}." for why, labels in absent.items()]
+    lines = ["## Not run here", "", *items, ""] if absent else []
+    if not common.ran(result):
+        return "\n".join([*lines, NOTHING_TRAINED])
+    text = Prose.of(TEXT).report.format_map(namespace(EXPERIMENT, result))
+    return "\n".join([*lines, text.strip("\n")])
 
 
-register_template(
+EXPERIMENT = register_template(
     Template(
         name="continuousnet-cifar",
         title="Queiruga et al. (2020), Table 1 and Fig. 7: ContinuousNet, fixed depth "
@@ -262,6 +246,8 @@ register_template(
         claims=claims,
         figures=[Figure("fig7_time_and_accuracy.png", partial(common.plot_epochs, stacked=True))],
         sections=sections,
+        tables=tables,
+        words=words,
         one_thread_modes=("quick",),
         published=PUBLISHED,
     )
