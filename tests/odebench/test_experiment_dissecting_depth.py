@@ -11,7 +11,9 @@ import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
-from odebench.experiments._template import MAX_CLAIM_TEXT, Setup
+from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._report import Prose
+from odebench.experiments._template import Setup
 
 FIGURES = ("loss.png", "reflection.png", "annuli.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,11 +67,13 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
     assert [c.key for c in claims] == list(dissecting.CLAIMS)
     assert all(c.kind in ("paper", "check") for c in claims)
     assert {c.key for c in claims if c.kind == "check"} == CHECKS
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail for c in claims)
+    assert all(len(c.text) <= MAX_CLAIM_TEXT and not c.detail for c in claims)
+    details = Prose.of(dissecting.TEMPLATE.text).details  # each claim's, in the text
+    assert set(details) == set(dissecting.CLAIMS)
     for claim in claims:
-        said, test = dissecting.CLAIMS[claim.key]
-        assert claim.text == said and claim.detail.startswith(test)
-        assert ("passes" in test) == (claim.key in CHECKS)
+        assert claim.text == dissecting.CLAIMS[claim.key][0]
+        assert details[claim.key].startswith("ours: the held-out")
+        assert ("; passes" in details[claim.key]) == (claim.key in CHECKS)
 
 
 @pytest.mark.slow
@@ -106,15 +110,18 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
 
 @pytest.mark.slow
 def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
-    out, _ = run
+    out, summary = run
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "odebench run dissecting-depth --quick" in text
     for label in dissecting.LABELS.values():
         assert f"| {label} |" in text
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Claims\n" not in text
-    for key, (said, test) in dissecting.CLAIMS.items():
-        assert f"| **{said}**: {test}" in (checks if key in CHECKS else papers), key
+    for key, claim in summary["claims"].items():
+        assert claim["detail"].startswith("ours: the held-out"), key
+        row = f"| **{claim['text']}**: {claim['detail']} |"
+        assert row in (checks if key in CHECKS else papers), key
+    assert "held-out L1 loss over their L1-median bound; holds below 0.2×" in papers
     for name in FIGURES:
         assert f"]({name})" in text
 
