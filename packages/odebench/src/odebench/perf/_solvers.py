@@ -540,12 +540,9 @@ def _method(run: _Run, setup: _Setup, method: Method) -> None:
             run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
         if not runnable:
             continue
-        cell, figures = _cell(run, setup, method, mode, runnable, backprop_obs)
-        for lib in runnable:
-            key = (setup.name, method.label, lib.name)
-            run.doc.results += figure_rows(ResultRow, key, figures[lib.name], FIGURE_UNITS)
-            if mode == "backprop" and cell.observations[lib.name]:
-                backprop_obs[lib.name] = cell.observations[lib.name][-1]
+        cell = _cell(run, setup, method, mode, runnable, backprop_obs)
+        if mode == "backprop":
+            backprop_obs = {name: obs[-1] for name, obs in cell.observations.items() if obs}
 
 
 def _cell(
@@ -555,11 +552,9 @@ def _cell(
     mode: str,
     libraries: list[Library],
     backprop_obs: dict[str, Observation],
-) -> tuple[_Cell, dict[str, dict[str, tuple[float | None, str | None]]]]:
-    """Measure one cell; its evaluation times (and compiled row) go into the document.
-
-    Returns the cell and each library's figures.
-    """
+) -> _Cell:
+    """Measure one cell into the document: its evaluation times, each library's figures
+    and, with the compiled library, its row of ``compiled``."""
     t0 = time.perf_counter()
     s = setup
     cell = _measure_cell(
@@ -576,13 +571,14 @@ def _cell(
         + ", ".join(_summary(lib.name, cell) for lib in libraries)
         + f" ({time.perf_counter() - t0:.1f} s)"
     )
+    eval_s, vjp_s = eval_s or s.eval_s, vjp_s or s.vjp_s
+    for lib in libraries:
+        figures = _cell_figures(lib.name, cell, mode, eval_s, vjp_s, s.reference, backprop_obs)
+        key = (s.name, method.label, lib.name)
+        run.doc.results += figure_rows(ResultRow, key, figures, FIGURE_UNITS)
     if COMPILED in cell.first_call_s or COMPILED in cell.failures:
         run.doc.compiled.append(_compiled_row(s.name, method, mode, cell))
-    eval_s, vjp_s = eval_s or s.eval_s, vjp_s or s.vjp_s
-    return cell, {
-        lib.name: _cell_figures(lib.name, cell, mode, eval_s, vjp_s, s.reference, backprop_obs)
-        for lib in libraries
-    }
+    return cell
 
 
 def _ratio_rows(results: list[ResultRow], peers: list[str]) -> list[RatioRow]:

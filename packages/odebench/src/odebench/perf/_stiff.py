@@ -147,9 +147,10 @@ def run_stiff(
         else:
             runs, failure = _runs(library, problem, counter, m, weight, repeats, warm_up, budget_s)
             figures = _figures(runs, failure, repeats, reference)
-            t, nfe, (error, why) = figures.values()
+            error, why = figures["error"]
             if error is not None:
-                why = f"{_seconds(t[0])}, {nfe[0] or 0:,.0f} evaluations, error {error:.1e}"
+                t, nfe = figures["forward_time_s"][0], figures["nfe_forward"][0]
+                why = f"{_seconds(t)}, {nfe or 0:,.0f} evaluations, error {error:.1e}"
             say(f"  {problem.name} {m.label}: {why}")
         key = (problem.name, m.label, m.name, m.rtol, m.atol, m.max_steps, library.name)
         rows += figure_rows(StiffRow, key, figures, STIFF_FIGURE_UNITS)
