@@ -50,9 +50,10 @@ def test_subpackage_snapshots():
         "search_paths", "train",
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
-        "Claim", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "MODES",
-        "Measurement", "Provenance", "Result", "Run", "RunOptions", "Settings", "Setup", "Stat",
-        "Template", "Trained", "Values", "Verdict", "combine_reports", "publish", "register",
+        "Claim", "Col", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "MODES",
+        "Measurement", "Metric", "Provenance", "Ref", "Result", "Row", "Run", "RunOptions",
+        "Settings", "Setup", "Stat", "TEMPLATES", "Table", "Template", "Trained", "Values",
+        "Verdict", "check_declaration", "combine_reports", "publish", "register",
         "register_template", "reproductions_table", "run_experiment", "run_template",
         "verdict_status",
     ]  # fmt: skip
