@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -224,9 +225,14 @@ def _markdown_row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
 
+_NUMBER = re.compile(r"^([-+]?[\d.]|–$|$)")
+"""A cell that a terminal table aligns to the right: a number, or a missing one."""
+
+
 def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """The same table for a terminal: columns aligned, numbers to the right, a rule below
-    the header.
+    """The same table for a terminal: columns aligned, those of numbers (or en dashes
+    for missing ones) to the right, the first and those of words to the left, a rule
+    below the header.
 
     Example:
         >>> print(text_table(["model", "error"], [["ResNet", "0.41%"], ["ODE-Net", "0.42%"]]))
@@ -237,8 +243,11 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """
     table = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
     widths = [max(len(row[k]) for row in table) for k in range(len(header))]
+    numeric = [
+        k > 0 and all(_NUMBER.match(row[k]) for row in table[1:]) for k in range(len(header))
+    ]
     text = [
-        "  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths)))
+        "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric)).rstrip()
         for row in table
     ]
     return "\n".join([text[0], "-" * len(text[0]), *text[1:]])
