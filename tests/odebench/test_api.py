@@ -54,8 +54,8 @@ def test_subpackage_snapshots():
         "Measurement", "Metric", "Provenance", "Ref", "Result", "Row", "Run", "RunOptions",
         "Settings", "Setup", "Stat", "TEMPLATES", "Table", "Template", "Trained", "Values",
         "Verdict", "check_declaration", "combine_reports", "publish", "register",
-        "register_template", "reproductions_table", "run_experiment", "run_template",
-        "verdict_status",
+        "register_template", "reproductions_table", "rerender", "run_experiment",
+        "run_template", "verdict_status",
     ]  # fmt: skip
     for package in (odebench.data, odebench.models, odebench.training, odebench.experiments):
         assert (package.__doc__ or "").strip(), package

@@ -211,18 +211,19 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> s
     """A Markdown table: the header, its rule, then a line per row (``|`` in a cell escaped).
 
     Example:
-        >>> print(markdown_table(["model", "error"], [["ResNet", "0.41%"], ["a|b", "–"]]))
+        >>> print(markdown_table(["model", "error"], [["ResNet", "0.41%"], ["a|b", ""]]))
         | model | error |
         |---|---|
         | ResNet | 0.41% |
-        | a\\|b | – |
+        | a\\|b | |
     """
     lines = [_markdown_row(header), "|" + "---|" * len(header)]
     return "\n".join(lines + [_markdown_row(row) for row in rows])
 
 
 def _markdown_row(cells: Sequence[object]) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    texts = (str(c).replace("|", "\\|") for c in cells)
+    return "|" + "|".join(f" {t} " if t else " " for t in texts) + "|"
 
 
 _NUMBER = re.compile(r"^([-+]?[\d.]|–$|$)")

@@ -49,6 +49,7 @@ from ._template import (
     Trained,
     check_declaration,
     register_template,
+    rerender,
     run_template,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "register",
     "register_template",
     "reproductions_table",
+    "rerender",
     "run_experiment",
     "run_template",
     "verdict_status",

@@ -62,6 +62,7 @@ from ._registry import (
     command,
     one_thread,
     prefixed,
+    read_results,
 )
 from ._report import Prose, report, with_details
 from ._tables import Table
@@ -313,6 +314,40 @@ class Result(Generic[S]):
     def details(self, run: str) -> Mapping[str, Any]:
         """The details of ``run`` measured on the first seed."""
         return self.measurements[run][0].details
+
+    @classmethod
+    def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
+        """The result ``results.json`` holds (``doc``, its folder ``out``), without its
+        verdicts, which :func:`rerender` checks again."""
+        mode, seeds = doc["mode"], tuple(doc["seeds"])
+        example = template.modes[mode]
+        fields = {k: _like(getattr(example, k), v) for k, v in doc["settings"].items()}
+        known = {f.name for f in dataclasses.fields(Provenance) if not f.name.startswith("_")}
+        prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
+        options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
+        metrics = {
+            run: {m: Stat(s["mean"], s["std"], s["n"], tuple(s["seeds"])) for m, s in stats.items()}
+            for run, stats in doc["metrics"].items()
+        }
+        details = doc.get("details", {})
+        measurements = {
+            run: tuple(
+                Measurement(
+                    {m: st.values[k] for m, st in stats.items()},
+                    (details.get(run) or [{}] * len(seeds))[k],
+                )
+                for k in range(len(seeds))
+            )
+            for run, stats in metrics.items()
+        }
+        return cls(
+            setup=Setup(template.name, mode, type(example)(**fields), options, seeds, print),
+            command=doc["command"], date=doc["date"], wall_seconds=doc["wall_seconds"],
+            metrics=metrics, measurements=measurements, verdicts=(),
+            figures=tuple(doc.get("figures", ())), published=doc.get("published", {}),
+            train_seconds=doc["train_seconds"], data=doc.get("data", ""),
+            data_files=tuple(doc.get("data_files", ())), provenance=Provenance(**prov),
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The content of ``results.json``."""
@@ -614,20 +649,67 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         data_files=_data_files(trained),
         provenance=provenance,
     )
-    verdicts = (
-        c.check(result.per_seed(), contended=provenance.contended) for c in template.claims(setup)
-    )
-    result = dataclasses.replace(result, verdicts=tuple(verdicts))
-    result = dataclasses.replace(result, verdicts=with_details(template, result))
+    result = _checked(template, result)
     for figure in template.figures:
         figure.draw(result, options.out / figure.path)
     result = dataclasses.replace(result, wall_seconds=time.perf_counter() - started)
     doc = result.to_json()
     write_json(options.out / "results.json", doc)
-    write_text(options.out / "report.md", report(template, result))
-    for name, table in template.tables(setup).items():
+    _write_report(template, result, log)
+    return doc
+
+
+def _checked(template: Template[S], result: Result[S]) -> Result[S]:
+    """``result`` with its claims checked on its values, each with its details."""
+    contended = result.provenance is not None and result.provenance.contended
+    claims = template.claims(result.setup)
+    verdicts = tuple(c.check(result.per_seed(), contended=contended) for c in claims)
+    result = dataclasses.replace(result, verdicts=verdicts)
+    return dataclasses.replace(result, verdicts=with_details(template, result))
+
+
+def _write_report(template: Template[S], result: Result[S], log: Log) -> None:
+    """Write ``report.md`` into the output directory, and the tables to ``log``."""
+    write_text(result.setup.out / "report.md", report(template, result))
+    for name, table in template.tables(result.setup).items():
         log(f"{name}:\n{table.text(result)}")
-    log(f"{template.name}: {result.wall_seconds:.0f} s; report in {options.out / 'report.md'}")
+    log(f"{template.name}: {result.wall_seconds:.0f} s; report in {result.setup.out / 'report.md'}")
+
+
+def rerender(run_dir: Path, log: Log = print) -> dict[str, Any]:
+    """Write an experiment's ``report.md`` again from the per-seed values its
+    ``results.json`` holds, with this code: no training.
+
+    The claims are checked again on the stored values, and ``results.json``'s
+    ``claims`` replaced; everything measured (metrics, details, settings, provenance,
+    times) and the figures stay as they were. What published reports do after a
+    change to an experiment's text, tables or claims.
+
+    Returns:
+        The new ``results.json``; compare its ``claims`` with the old to see a
+        verdict that changed.
+
+    Raises:
+        ValueError: a ``results.json`` of no declared experiment, of a run without
+            provenance (one made before it was recorded), or with a ``correction`` of
+            its report.
+    """
+    doc = read_results(run_dir / "results.json")
+    template = TEMPLATES.get(doc.get("experiment", ""))
+    if template is None or "provenance" not in doc:
+        raise ValueError(
+            f"{run_dir / 'results.json'} is not the result of a declared experiment with its "
+            "provenance; rerun it (`odebench run NAME`)"
+        )
+    if "correction" in doc:
+        raise ValueError(
+            f"{run_dir / 'results.json'} holds a correction of its report, which a report "
+            "written again would drop; rerun it (`odebench run NAME`)"
+        )
+    result = _checked(template, Result.from_json(template, doc, run_dir))
+    doc = {**doc, "claims": result.to_json()["claims"]}
+    write_json(run_dir / "results.json", doc)
+    _write_report(template, result, log)
     return doc
 
 
@@ -674,6 +756,21 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
     history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     return Trained(run, seed, out, config, result, history, seconds=result["train_seconds"])
+
+
+def _like(example: Any, value: Any) -> Any:
+    """``value`` read from JSON in the type of ``example``: a tuple or a dataclass (of
+    tuples or dataclasses) where the settings hold one."""
+    if isinstance(example, tuple) and isinstance(value, list):
+        inner = example[0] if example else None
+        return tuple(_like(inner, v) for v in value)
+    if (
+        dataclasses.is_dataclass(example)
+        and not isinstance(example, type)
+        and isinstance(value, dict)
+    ):
+        return type(example)(**{k: _like(getattr(example, k), v) for k, v in value.items()})
+    return value
 
 
 def _json_ready(value: Any) -> Any:
