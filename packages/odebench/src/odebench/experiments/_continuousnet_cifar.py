@@ -21,7 +21,8 @@ The Table 1 accuracies are not confirmed and are never quoted; the V100 timings 
 Its text, ``text/continuousnet-cifar.md``, is rendered by :func:`sections` rather than by
 the template, for what the template's text cannot say: a run that trained nothing has
 another report, and the claims are made per pair trained, keyed by hyphenated run
-names; the text details them once, by kind, and :func:`claims` fills in each pair.
+names; the text's parts detail them once, by kind, and :func:`claims` fills in each
+pair.
 """
 
 from __future__ import annotations
@@ -104,10 +105,9 @@ MODES = {
 }  # fmt: skip
 #: Each model trained at a fixed depth with Euler, and its twin refined with RK4.
 PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
-#: The report's text, and the details of each pair's claims by kind.
+#: The report's text; its parts: the report of a run that trained nothing, and the
+#: details of each pair's claims by kind.
 TEXT = "continuousnet-cifar.md"
-#: The report where no data set was found.
-NOTHING_TRAINED = "No model was trained: no data set of this experiment was found."
 
 
 def _found(setup: Setup[common.RefineSettings]) -> list[common.Net]:
@@ -131,28 +131,26 @@ def _claims(euler: common.Net, rk4: common.Net, tol: float) -> list[Claim]:
     shallow first epoch is cheaper than its deep last one, follow from the schedule on
     any seed: checks. The accuracy comparison is tested by training."""
     e, r, final = euler.key, rk4.key, rk4.final_steps
-    details = Prose.of(TEXT).details
-    fields = {"final": final, "depth": rk4.depth(), "first": rk4.n_steps,
-              "euler": euler.label, "tolerance": tol * 100}  # fmt: skip
-    detail = {kind: text.format_map(fields) for kind, text in details.items()}
+    detail = partial(Prose.of(TEXT).part, final=final, depth=rk4.depth(), first=rk4.n_steps,
+                     euler=euler.label, tolerance=tol * 100)  # fmt: skip
     steps = common.N_STEPS_FINAL.of(r)
     first, last = common.SECONDS_FIRST_EPOCH.of(r), common.SECONDS_LAST_EPOCH.of(r)
     return [
         Claim(f"{r}_reached_final_steps",
               f"{rk4.label} reaches N_t = M = {final} by refinement (Sec. 5.2)",
               PUBLISHED[r]["schedule"], lambda v: v[steps], lambda v: v[steps] == final,
-              spec=".0f", kind="check", detail=detail["reached_final_steps"]),
+              spec=".0f", kind="check", detail=detail("reached_final_steps")),
         Claim(f"{r}_first_epoch_faster_than_last",
               f"{rk4.label}: a shallow epoch trains faster than a deep one (Fig. 7)",
               PUBLISHED[r]["seconds_per_epoch"], lambda v: v[first] / v[last],
               lambda v: v[first] < v[last], spec=".2f", unit="×", kind="check",
-              detail=detail["first_epoch_faster_than_last"]),
+              detail=detail("first_epoch_faster_than_last")),
         Claim.difference(
             f"{r}_within_tolerance_of_{e}",
             f"{rk4.label}: at most slightly worse than the Euler model (Table 1)",
             "(slightly) worse; Table 1 numbers not confirmed",
             common.RECALIBRATED.of(r), common.RECALIBRATED.of(e), above=-tol, kind="paper",
-            spec="+.1f", scale=100, unit=" points", detail=detail["within_tolerance"],
+            spec="+.1f", scale=100, unit=" points", detail=detail("within_tolerance"),
         ),
     ]  # fmt: skip
 
@@ -226,7 +224,7 @@ def sections(result: Result[common.RefineSettings]) -> str:
     items = [f"- {'; '.join(labels)}: {why}." for why, labels in absent.items()]
     lines = ["## Not run here", "", *items, ""] if absent else []
     if not common.ran(result):
-        return "\n".join([*lines, NOTHING_TRAINED])
+        return "\n".join([*lines, Prose.of(TEXT).part("nothing_trained")])
     text = Prose.of(TEXT).report.format_map(namespace(EXPERIMENT, result))
     return "\n".join([*lines, text.strip("\n")])
 

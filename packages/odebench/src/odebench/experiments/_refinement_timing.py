@@ -21,6 +21,7 @@ from . import _contnet_common as common
 from ._claims import Claim
 from ._metrics import Metric, Stat, Values
 from ._registry import fmt
+from ._report import Prose
 from ._tables import Col, Row, Table
 from ._template import Figure, Template, register_template
 
@@ -37,12 +38,8 @@ PUBLISHED: dict[str, Any] = {
 #: Faster: the refined run's training time below this fraction of the fixed run's.
 TIME_RATIO_MAX = 1.0
 FIXED, REFINED = "rk4-fixed", "rk4-refined"
-#: Why the report of a resumed run has no wall time of the runs.
-RESUMED_WALL = (
-    "The wall time of the runs (with evaluation) is not shown: under --resume a run's "
-    "wall time is that of its last stretch only, not of its earlier ones; the training "
-    "time is summed over every epoch."
-)
+#: The report's text; its part ``resumed`` says why a resumed run shows no wall time.
+TEXT = "refinement-timing.md"
 
 
 def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[common.Net, ...]:
@@ -138,11 +135,9 @@ def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
     ]  # fmt: skip
 
 
-def _per_seed(result: Result[common.RefineSettings], of: Callable[[Values], float]) -> Stat:
-    """``of`` of each seed's numbers, over the seeds."""
-    seeds = range(len(result.setup.seeds))
-    ms = result.measurements
-    return Stat.of([of(Values({run: ms[run][k].metrics for run in ms})) for k in seeds])
+def _ratios(result: Result[common.RefineSettings], metric: Metric) -> str:
+    """The refined run's ``metric`` over the fixed run's on each seed, over the seeds."""
+    return Stat.of([_ratio(v, metric) for v in result.per_seed()]).cell(".2f")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +205,7 @@ def _ours(result: Result[common.RefineSettings], row: Row, run: str) -> str:
 def _ours_ratio(result: Result[common.RefineSettings], row: Row) -> str:
     """The refined run's number over the fixed run's, per seed, where the row has one."""
     q = cast(_Quantity, row)
-    return _per_seed(result, partial(_ratio, metric=q.metric)).cell(".2f") if q.ratio else "–"
+    return _ratios(result, q.metric) if q.ratio else "–"
 
 
 #: How the per-epoch table shows each number of an epoch.
@@ -231,12 +226,12 @@ def words(result: Result[common.RefineSettings]) -> dict[str, Any]:
     epochs, the ratio of the sums of ``N_t``, the notes of a resumed run and of several
     seeds, and the claims' thresholds."""
     s, setup = result.settings, result.setup
-    n_steps = _per_seed(result, partial(_ratio, metric=common.N_STEPS_SUM))
+    resumed = f" {Prose.of(TEXT).part('resumed')}" if setup.options.resume else ""
     return {
         **common.words(result),
         "epochs": result.cell(common.EPOCHS.of(FIXED)),
-        "n_steps_ratio": n_steps.cell(".2f"),
-        "resumed": f" {RESUMED_WALL}" if setup.options.resume else "",
+        "n_steps_ratio": _ratios(result, common.N_STEPS_SUM),
+        "resumed": resumed,
         "seed": f" (seed {setup.seeds[0]})" if len(setup.seeds) > 1 else "",
         "time_ratio_max": TIME_RATIO_MAX,
         "final": next(net for net in s.nets if net.key == REFINED).final_steps,
@@ -257,7 +252,7 @@ register_template(
         "refinement against fixed depth at comparable accuracy (paper: 608 vs 1053 min)",
         claims=claims,
         published=PUBLISHED,
-        text="refinement-timing.md",
+        text=TEXT,
         tables=tables,
         words=words,
         figures=[
