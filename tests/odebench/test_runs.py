@@ -405,11 +405,15 @@ def test_the_lock_file_is_written_whole(tmp_path):
     lines: list[str] = []
     from odebench.training._run_dir import RunFolder
 
-    with RunFolder(tmp_path / "run") as folder:
+    folder = RunFolder(tmp_path / "run")
+    folder.acquire(lines.append)
+    try:
         holder = json.loads((folder.path / ".lock").read_text())
         lines.append(holder["host"])
         assert holder["pid"] == os.getpid()
         assert time.strptime(holder["started"], "%Y-%m-%d %H:%M:%S")
+    finally:
+        folder.release()
     assert lines == [socket.gethostname()]
     assert not (tmp_path / "run").exists()
 

@@ -455,7 +455,6 @@ class Training:
         self.rows = list(state["metrics"])
         self._segments = list(state.get("segments") or [_provenance.UNKNOWN_SEGMENT])
         self._start = _Start(epoch, batch, state.get("partial"), state.get("aug_rng"))
-        self._net = self.model
 
     def save_checkpoint(self, epoch: int, batch: int, tally: _Tally | None = None) -> None:
         """Save the run, ``batch`` batches into ``epoch``, to ``out/checkpoint.pt``.
@@ -748,17 +747,17 @@ def held(
     its error. A process group started here is destroyed when the run ends.
     """
     process = _process()
+    where = resolve_device(device, process.local_rank)
     started_group = False
     if process.world > 1 and not dist.is_initialized():
         # DDP imports this (through torch._dynamo) when it first wraps a module, and
         # imported after the group has started, it would bind the group into its
         # functions' defaults for good; imported first, its defaults are None.
         importlib.import_module("torch.distributed.nn.functional")
-        dist.init_process_group("nccl" if resolve_device(device).type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if where.type == "cuda" else "gloo")
         started_group = True
     folder = RunFolder(out)
     try:
-        where = resolve_device(device, process.local_rank)
         if where.type == "cuda":
             torch.cuda.set_device(where)
         _check_split(batch_size, process)

@@ -57,10 +57,18 @@ def _compile_in_place(module: nn.Module) -> None:
         module.compile()
 
 
-def _loss(kind: str, out: Tensor, target: Tensor) -> Tensor:
+def _loss(
+    model: nn.Module, batch: Batch, *, kind: str, device: torch.device, bf16: bool
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss ``kind`` of ``model`` on ``batch``, with its correct predictions when it
+    classifies."""
+    x, y = batch
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        out = model(x)
     if kind == "mse":
-        return nn.functional.mse_loss(out.float(), target)
-    return nn.functional.cross_entropy(out.float(), target)
+        return nn.functional.mse_loss(out.float(), y), {}
+    correct = (out.detach().argmax(dim=1) == y).sum()
+    return nn.functional.cross_entropy(out.float(), y), {"correct": correct}
 
 
 def _dims(data: Dataset) -> dict[str, int]:
@@ -102,10 +110,8 @@ def evaluate(
             idx = indices[start : start + batch_size]
             x = data.normalize(data.inputs[idx].to(device, non_blocking=True))
             y = data.targets[idx].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                out = model(x)
-            extras = {"correct": (out.argmax(dim=1) == y).sum()} if classify else {}
-            tally.add(_loss(loss_kind, out, y), extras, len(y), (nfe(model)[0], 0))
+            loss, extras = _loss(model, (x, y), kind=loss_kind, device=device, bf16=bf16)
+            tally.add(loss, extras, len(y), (nfe(model)[0], 0))
     model.train(was_training)
     summed = tally.close(0, process)
     batches = max(math.ceil(len(data) / batch_size), 1)
@@ -230,7 +236,7 @@ class Trainer(Training):
         task = Task(
             model=functools.partial(_build, config, self._dims),
             data=(self._train_set.inputs, self._train_set.targets),
-            loss=self._loss,
+            loss=functools.partial(_loss, kind=config.loss, device=device, bf16=config.bf16),
             optimizer=functools.partial(_optimizer, config),
             epochs=config.epochs,
             batch_size=config.batch_size,
@@ -295,16 +301,6 @@ class Trainer(Training):
         if self._augment is not None:
             x = self._augment(x, generator)
         return x, batch[1]
-
-    def _loss(self, model: nn.Module, batch: Batch) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """The batch's loss (with its correct predictions, when it classifies)."""
-        x, y = batch
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16):
-            logits = model(x)
-        loss = _loss(self.config.loss, logits, y)
-        if self.config.loss != "cross_entropy":
-            return loss
-        return loss, {"correct": (logits.detach().argmax(dim=1) == y).sum()}
 
     def _refine_net(
         self, epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer, log: Log

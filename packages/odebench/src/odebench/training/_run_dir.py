@@ -128,9 +128,10 @@ class RunFolder:
     Example:
         >>> import tempfile
         >>> folder = RunFolder(Path(tempfile.mkdtemp()) / "run")
-        >>> with folder:
-        ...     (folder.path / LOCK).exists(), folder.entries()
+        >>> folder.acquire(print)
+        >>> (folder.path / LOCK).exists(), folder.entries()
         (True, [])
+        >>> folder.release()
         >>> (folder.path / LOCK).exists()
         False
     """
@@ -142,7 +143,7 @@ class RunFolder:
 
     # -- the lock ----------------------------------------------------------------------
 
-    def acquire(self, log: Log | None = None) -> None:
+    def acquire(self, log: Log) -> None:
         """Lock the folder, creating it if needed.
 
         Raises:
@@ -188,13 +189,6 @@ class RunFolder:
         if self._created:  # also when the lock could not be written
             with contextlib.suppress(OSError):
                 self.path.rmdir()  # only when empty
-
-    def __enter__(self) -> RunFolder:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
     def _make(self) -> None:
         if self.path.exists() and not self.path.is_dir():
@@ -256,7 +250,7 @@ class RunFolder:
         os.write(fd, self._content())
         return fd
 
-    def _take_over(self, lock: Path, log: Log | None) -> int | None:
+    def _take_over(self, lock: Path, log: Log) -> int | None:
         """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile.
 
         Raises:
@@ -280,8 +274,7 @@ class RunFolder:
                 return None
             os.ftruncate(fd, 0)
             os.pwrite(fd, self._content(), 0)
-            if log is not None:
-                log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
+            log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
             return fd
         except BaseException:
             with contextlib.suppress(OSError):
