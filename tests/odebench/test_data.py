@@ -416,7 +416,7 @@ def test_identify_mnist_kind_judges_only_what_it_can(images, kind):
 
 @needs_mnist
 def test_a_loaded_set_and_a_run_record_the_files_read(tmp_path):
-    from odebench.experiments._template import _data_files
+    from odebench.experiments._runner import _data_files
     from odebench.training import TrainConfig, train
 
     test = load_mnist(MNIST_DIR, train=False)

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
-from odebench.experiments import EXPERIMENTS, MODES, RunOptions, Stat, Values, run_template
+from odebench.experiments import EXPERIMENTS, MODES, RunOptions, Setup, Stat, Values, run_template
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments import EXPERIMENTS, RunOptions, Values, run_experiment
 from odebench.experiments import _anode_resnet as exp  # registers the experiment
 from odebench.experiments._anode_common import (
     MAP_POINTS,
@@ -21,7 +21,6 @@ from odebench.experiments._anode_common import (
 )
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Values
 from odebench.models import count_parameters
 
 PNG = b"\x89PNG\r\n\x1a\n"

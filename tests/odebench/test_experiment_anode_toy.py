@@ -10,11 +10,10 @@ from typing import Any
 import odebench.experiments._anode_toy as anode_toy
 import pytest
 import torch
-from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments import EXPERIMENTS, RunOptions, Setup, Values, run_experiment
 from odebench.experiments._anode_common import monotone_floor
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup, Values
 
 FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

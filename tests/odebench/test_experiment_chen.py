@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from odebench.experiments import RunOptions, Values, run_experiment
+from odebench.experiments import RunOptions, Setup, Values, run_experiment
 from odebench.experiments._chen import (
     FLAT_SLOPE,
     GAP_POINTS,
@@ -23,7 +23,6 @@ from odebench.experiments._chen import (
 )
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup
 from odebench.models import build_model, ode_layers
 
 MODELS = ("mlp", "resnet", "rknet", "odenet")

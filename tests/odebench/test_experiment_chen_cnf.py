@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from odebench.experiments import TEMPLATES, RunOptions, check_declaration, run_experiment
+from odebench.experiments import TEMPLATES, RunOptions, Values, check_declaration, run_experiment
 from odebench.experiments import _chen_cnf as chen_cnf  # registers the experiment
 from odebench.experiments._chen_cnf import (
     DENSITIES,
@@ -28,7 +28,6 @@ from odebench.experiments._chen_cnf import (
     trace_and_logdet,
     true_log_prob,
 )
-from odebench.experiments._template import Values
 from odebench.training import Interrupted, fit
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from odebench.experiments import _chen
+from odebench.experiments import TEMPLATES, Setup, _chen, check_declaration
 from odebench.experiments._chen_tolerance import (
     ACTIVATIONS,
     GUARD_WORDS,
@@ -21,7 +21,6 @@ from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments._report import Prose
-from odebench.experiments._template import TEMPLATES, Setup, check_declaration
 
 #: Every claim is tested by training; the one on times is judged on a quiet machine only.
 KEYS = (

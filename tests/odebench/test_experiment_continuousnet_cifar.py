@@ -7,14 +7,13 @@ import json
 
 import pytest
 from odebench.cli import main
-from odebench.experiments import RunOptions, run_experiment
+from odebench.experiments import RunOptions, Setup, run_experiment
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._continuousnet_cifar import MODES, TEXT, claims, tables
 from odebench.experiments._images import not_run
 from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup
 
 KEYS = ("euler", "rk4-refined")
 

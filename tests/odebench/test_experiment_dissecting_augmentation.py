@@ -10,11 +10,10 @@ from typing import Any
 
 import odebench.experiments._dissecting_augmentation as augmentation
 import pytest
-from odebench.experiments import EXPERIMENTS, MODES, RunOptions, run_template
+from odebench.experiments import EXPERIMENTS, MODES, Result, RunOptions, Setup, run_template
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Stat, Values
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Result, Setup
 from odebench.models import build_model, count_parameters
 
 FIGURES = ("augmentation.png", "nfe.png")

@@ -10,10 +10,9 @@ from typing import Any
 import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
-from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
+from odebench.experiments import EXPERIMENTS, RunOptions, Setup, run_experiment
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup
 
 FIGURES = ("loss.png", "reflection.png", "annuli.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -84,7 +84,7 @@ def test_fit_slope_and_global_error():
 def test_runs_train_on_the_cpu_whatever_the_device(tmp_path: Path):
     """The tiny float64 field trains on the CPU even when ``--device cuda`` is asked for
     (on a machine without CUDA, that request alone would fail)."""
-    from odebench.experiments._template import Setup
+    from odebench.experiments import Setup
     from odebench.training import fit
 
     template = EXPERIMENTS["pendulum"].run.args[0]
@@ -104,10 +104,9 @@ CHECKS = {"rk4_reaches_model_error"}
 
 def test_every_claim_has_a_kind_and_the_identity_is_a_check():
     """RK4 at dt/8 against RK4 at dt/32 of the same field is 1.000 by construction."""
-    from odebench.experiments import Result, Values
+    from odebench.experiments import Result, Setup, Values
     from odebench.experiments._claims import MAX_CLAIM_TEXT
     from odebench.experiments._report import with_details
-    from odebench.experiments._template import Setup
 
     template = EXPERIMENTS["pendulum"].run.args[0]
     setup = Setup("pendulum", "standard", template.settings_for("standard"),

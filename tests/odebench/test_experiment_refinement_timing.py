@@ -8,12 +8,11 @@ import math
 import statistics
 
 import pytest
-from odebench.experiments import RunOptions, run_experiment
+from odebench.experiments import RunOptions, Setup, run_experiment
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._refinement_timing import MODES, TEXT, claims, steps_ratio
 from odebench.experiments._report import Prose
-from odebench.experiments._template import Setup
 
 #: Why a resumed run's report shows no wall time of its runs.
 RESUMED_WALL = Prose.of(TEXT).part("resumed")

@@ -295,7 +295,7 @@ def test_old_claims_are_unclassified_by_the_new_rule_and_not_counted(tmp_path):
 
 
 def test_an_old_claims_long_text_is_shortened_to_a_new_ones_length(tmp_path):
-    from odebench.experiments._template import MAX_CLAIM_TEXT
+    from odebench.experiments._claims import MAX_CLAIM_TEXT
 
     claims = _sections(_index(tmp_path, {"pendulum": _old_doc()}))["Claims of the paper"]
     text = claims[-1][1]

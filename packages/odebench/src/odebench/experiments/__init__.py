@@ -36,21 +36,18 @@ from ._registry import (
     register,
     run_experiment,
 )
+from ._result import Result
+from ._runner import TEMPLATES, register_template, rerender, run_template
 from ._tables import Col, Row, Table
 from ._template import (
-    TEMPLATES,
     Figure,
     Measurement,
-    Result,
     Run,
     Settings,
     Setup,
     Template,
     Trained,
     check_declaration,
-    register_template,
-    rerender,
-    run_template,
 )
 
 __all__ = [

@@ -27,8 +27,9 @@ from ..models import ode_layers
 from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
 from ._metrics import Metric
+from ._result import Result
 from ._tables import Row
-from ._template import Measurement, Result, Settings, Trained
+from ._template import Measurement, Settings, Trained
 
 MODELS = ("node", "anode")
 """The two models compared, by their short names."""

@@ -32,12 +32,14 @@ from ._images import available_datasets, data_name, mode_note
 from ._metrics import Metric
 from ._registry import fmt
 from ._report import Prose
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Template, register_template
+from ._template import Figure, Measurement, Run, Template
 
 if TYPE_CHECKING:
     from ._metrics import Values
-    from ._template import Result, Setup, Trained
+    from ._result import Result
+    from ._template import Setup, Trained
 
 DATASETS = ("mnist", "cifar10", "svhn")
 """MNIST always; CIFAR-10 and SVHN when :func:`odebench.training.find_data` finds them."""

@@ -27,8 +27,10 @@ from . import _anode_common as common
 from ._claims import Claim
 from ._metrics import Metric, Stat, Values
 from ._registry import fmt
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Result, Run, Setup, Template, Trained, register_template
+from ._template import Figure, Measurement, Run, Setup, Template, Trained
 
 TASKS = (("1d", "g(x), d = 1"), ("2d", "g(x), d = 2"), ("separable", "separable function, d = 2"))
 """``(short name, title)`` of the three panels of Fig. 5: the runs ``<task>/<model>``."""

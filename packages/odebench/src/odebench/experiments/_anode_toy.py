@@ -26,8 +26,10 @@ from ._anode_common import NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._metrics import Metric, Values
 from ._registry import fmt
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Result, Run, Setup, Template, Trained, register_template
+from ._template import Figure, Measurement, Run, Setup, Template, Trained
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""

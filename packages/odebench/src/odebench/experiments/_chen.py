@@ -18,12 +18,14 @@ from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
 from ._claims import Claim
 from ._metrics import Metric
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Settings, Template, register_template
+from ._template import Figure, Measurement, Run, Settings, Template
 
 if TYPE_CHECKING:
     from ._metrics import Values
-    from ._template import Result, Setup, Trained
+    from ._result import Result
+    from ._template import Setup, Trained
 
 
 class Published(TypedDict):

@@ -31,18 +31,10 @@ from .._io import pyplot, save_png
 from ..training import Epoch, Task
 from ._claims import Claim
 from ._metrics import Metric, Stat, Values
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
 DENSITIES: tuple[str, ...] = ("moons", "circles")
 """The target densities, each fitted by its own CNF (the run ``<density>/cnf``)."""

@@ -35,18 +35,10 @@ from ._chen import MNIST_10K, fit_line, optimiser_words
 from ._claims import Claim
 from ._metrics import Metric, Ref, Values
 from ._registry import fmt
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
 ACTIVATIONS = ("relu", "softplus")
 """The two trained models, named by their vector field's activation: ``relu`` is

@@ -34,11 +34,13 @@ from . import _contnet_common as common
 from ._claims import Claim
 from ._images import data_name
 from ._report import Prose, namespace
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Template, register_template
+from ._template import Figure, Template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup
+    from ._result import Result
+    from ._template import Setup
 
 NOT_CONFIRMED, NOT_PUBLISHED = "not confirmed", "not published"
 #: What Queiruga et al. (2020) publish for each model (Table 1 and Sec. 5.2, single

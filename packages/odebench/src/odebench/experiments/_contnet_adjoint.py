@@ -35,18 +35,10 @@ from . import _contnet_common as common
 from ._claims import Claim
 from ._images import data_name
 from ._metrics import Metric, Ref, Stat, Values
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
 from ._images import data_name, not_run
 from ._metrics import Metric
-from ._template import Measurement, Result, Run, Settings, Setup, Trained
+from ._result import Result
+from ._template import Measurement, Run, Settings, Setup, Trained
 
 
 def digits(data_dir: str | None) -> str:

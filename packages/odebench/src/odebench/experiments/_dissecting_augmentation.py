@@ -22,12 +22,14 @@ from ._images import available_datasets, data_name, mode_note
 from ._metrics import Metric, Stat
 from ._registry import fmt
 from ._report import Prose
+from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Settings, Template, register_template
+from ._template import Figure, Measurement, Run, Settings, Template
 
 if TYPE_CHECKING:
     from ._metrics import Values
-    from ._template import Result, Setup, Trained
+    from ._result import Result
+    from ._template import Setup, Trained
 
 DATASETS = ("mnist", "cifar10")
 """MNIST always; CIFAR-10 when :func:`odebench.training.find_data` finds it."""

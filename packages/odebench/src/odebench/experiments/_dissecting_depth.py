@@ -35,12 +35,14 @@ from ..data import annuli, reflection
 from ..training import Task
 from ._claims import Claim, ClaimKind
 from ._metrics import Metric
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Settings, Template, register_template
+from ._template import Figure, Measurement, Run, Settings, Template
 
 if TYPE_CHECKING:
     from ._metrics import Values
-    from ._template import Result, Setup, Trained
+    from ._result import Result
+    from ._template import Setup, Trained
 
 LABELS = {"vanilla": "vanilla NODE", "galerkin": "Galerkin (Fourier)",
           "stacked": "stacked (piecewise const.)", "data_control": "data-controlled",

@@ -35,7 +35,7 @@ class _Claim:
 
     Args:
         kind: ``"paper"``, ``"check"``, or :data:`UNCLASSIFIED` for an old run's claim.
-        status: its status (see :data:`~odebench.experiments._template.VERDICTS`).
+        status: its status (see :data:`~odebench.experiments._claims.VERDICTS`).
         text: the claim.
         published: the paper's value, as text.
         ours: our value over the seeds, as text.

@@ -28,11 +28,13 @@ from .._io import pyplot, save_png
 from . import _contnet_common as common
 from ._claims import Claim
 from ._metrics import Metric, Stat
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Template, register_template
+from ._template import Figure, Measurement, Template
 
 if TYPE_CHECKING:
-    from ._template import Result, Setup, Trained
+    from ._result import Result
+    from ._template import Setup, Trained
 
 #: The schemes of the grid (rows of Fig. 9), and the two trained with (the nets' keys).
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4", "rk4_38")

@@ -29,18 +29,10 @@ from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim, ClaimKind
 from ._metrics import Metric, Ref
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""

@@ -15,18 +15,10 @@ from ..data import DataError, download
 from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
 from ._claims import Claim
 from ._metrics import Metric
+from ._result import Result
+from ._runner import register_template
 from ._tables import Col, Table, by_run
-from ._template import (
-    Figure,
-    Measurement,
-    Result,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-    register_template,
-)
+from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))
 """The toy runs and their models."""

@@ -26,7 +26,8 @@ from .._provenance import Provenance
 from ._claims import Verdict
 
 if TYPE_CHECKING:
-    from ._template import Result, Template
+    from ._result import Result
+    from ._template import Template
 
 CLAIMS_MARK = "<!-- claims -->"
 """The line of a text file after which the claims' details stand."""

@@ -29,7 +29,7 @@ from .._io import markdown_table, text_table
 from ._metrics import Coordinate, Metric
 
 if TYPE_CHECKING:
-    from ._template import Result
+    from ._result import Result
 
 
 @dataclass(frozen=True)

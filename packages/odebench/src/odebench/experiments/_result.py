@@ -1,0 +1,195 @@
+"""A finished experiment: its numbers over the seeds, its verdicts, and ``results.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, cast
+
+from .._provenance import Provenance
+from ._claims import Verdict
+from ._metrics import Ref, Stat, Values
+from ._registry import RunOptions
+from ._template import Measurement, S, Setup, Template
+
+
+@dataclass(frozen=True)
+class Result(Generic[S]):
+    """A finished experiment: what the report, the figures and ``results.json`` show.
+
+    Args:
+        setup: the mode, settings and options it ran with.
+        command: the ``odebench run`` command that reproduces it.
+        date: when it finished, ISO 8601 in UTC.
+        wall_seconds: its wall time so far (the figures are drawn before the last
+            reading).
+        metrics: ``{run: {metric: Stat}}``, in the order the runs were trained.
+        measurements: ``{run: (one Measurement per seed)}``.
+        verdicts: the checked claims, in the template's order.
+        figures: the figure files, relative to ``setup.out``.
+        published: the template's published numbers.
+        train_seconds: the training time of every run and seed, summed (it survives
+            ``--resume``, which skips finished runs).
+        data: the data the runs trained on, in words (``"mnist (8004 train / 1996
+            test)"``).
+        data_files: the files the ``config`` runs read, each once: ``{"file", "sha256"}``,
+            the file named by its folder and name only (published results hold no path
+            of the machine that made them).
+        provenance: where the run came from (commit, versions, machine, load).
+    """
+
+    setup: Setup[S]
+    command: str
+    date: str
+    wall_seconds: float
+    metrics: Mapping[str, Mapping[str, Stat]]
+    measurements: Mapping[str, tuple[Measurement, ...]]
+    verdicts: tuple[Verdict, ...]
+    figures: tuple[str, ...] = ()
+    published: Mapping[str, Any] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    data: str = ""
+    data_files: tuple[dict[str, str], ...] = ()
+    provenance: Provenance | None = None
+
+    @property
+    def settings(self) -> S:
+        """The settings of the mode."""
+        return self.setup.settings
+
+    def stat(self, run: str | Ref, metric: str = "") -> Stat:
+        """The :class:`Stat` of a :class:`Ref`, or of ``metric`` of ``run`` (all missing
+        if the run has none)."""
+        name, key = (run.run, run.key) if isinstance(run, Ref) else (run, metric)
+        missing = Stat(None, None, 0, tuple(None for _ in self.setup.seeds))
+        return self.metrics.get(name, {}).get(key, missing)
+
+    def cell(
+        self,
+        run: str | Ref,
+        metric: str = "",
+        spec: str = ".4g",
+        scale: float = 1.0,
+        unit: str = "",
+    ) -> str:
+        """A table cell of one metric: ``mean ± std`` over the seeds (see :meth:`Stat.cell`),
+        in the :class:`Ref`'s format when given one."""
+        if isinstance(run, Ref):
+            return self.stat(run).cell(*run.format)
+        return self.stat(run, metric).cell(spec, scale, unit)
+
+    def per_seed(self) -> list[Values]:
+        """The values of each seed, in order: what a claim is tested on. Every metric is
+        in every seed's values; one missing in a seed reads as NaN there."""
+        return [
+            Values(
+                {
+                    run: {m: st.values[k] for m, st in stats.items()}
+                    for run, stats in self.metrics.items()
+                },
+                f"seed {seed}",
+            )
+            for k, seed in enumerate(self.setup.seeds)
+        ]
+
+    def details(self, run: str) -> Mapping[str, Any]:
+        """The details of ``run`` measured on the first seed."""
+        return self.measurements[run][0].details
+
+    @classmethod
+    def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
+        """The result ``results.json`` holds (``doc``, its folder ``out``), without its
+        verdicts, which :func:`rerender` checks again."""
+        mode, seeds = doc["mode"], tuple(doc["seeds"])
+        example = template.modes[mode]
+        fields = {k: _like(getattr(example, k), v) for k, v in doc["settings"].items()}
+        known = {f.name for f in dataclasses.fields(Provenance) if not f.name.startswith("_")}
+        prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
+        options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
+        metrics = {
+            run: {m: Stat(s["mean"], s["std"], s["n"], tuple(s["seeds"])) for m, s in stats.items()}
+            for run, stats in doc["metrics"].items()
+        }
+        details = doc.get("details", {})
+        measurements = {
+            run: tuple(
+                Measurement(
+                    {m: st.values[k] for m, st in stats.items()},
+                    (details.get(run) or [{}] * len(seeds))[k],
+                )
+                for k in range(len(seeds))
+            )
+            for run, stats in metrics.items()
+        }
+        return cls(
+            setup=Setup(template.name, mode, type(example)(**fields), options, seeds, print),
+            command=doc["command"], date=doc["date"], wall_seconds=doc["wall_seconds"],
+            metrics=metrics, measurements=measurements, verdicts=(),
+            figures=tuple(doc.get("figures", ())), published=doc.get("published", {}),
+            train_seconds=doc["train_seconds"], data=doc.get("data", ""),
+            data_files=tuple(doc.get("data_files", ())), provenance=Provenance(**prov),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The content of ``results.json``."""
+        setup = self.setup
+        details = {
+            run: [m.details for m in ms]
+            for run, ms in self.measurements.items()
+            if any(m.details for m in ms)
+        }
+        doc: dict[str, Any] = {
+            "experiment": setup.name,
+            "mode": setup.mode,
+            "quick": setup.mode == "quick",
+            "command": self.command,
+            "date": self.date,
+            "wall_seconds": self.wall_seconds,
+            "train_seconds": self.train_seconds,
+            "data": self.data,
+            "data_files": self.data_files,
+            "seeds": list(setup.seeds),
+            "settings": dataclasses.asdict(setup.settings),
+            "claims": {v.key: v.to_json() for v in self.verdicts},
+            "metrics": {
+                run: {name: stat.to_json() for name, stat in stats.items()}
+                for run, stats in self.metrics.items()
+            },
+            "details": details,
+            "figures": list(self.figures),
+        }
+        if self.provenance is not None:
+            # A resumed run's earlier trainings may come from another commit.
+            doc["provenance"] = {**self.provenance.to_json(), "resumed": setup.options.resume}
+        if self.published:
+            doc["published"] = dict(self.published)
+        return cast(dict[str, Any], _json_ready(doc))
+
+
+def _like(example: Any, value: Any) -> Any:
+    """``value`` read from JSON in the type of ``example``: a tuple or a dataclass (of
+    tuples or dataclasses) where the settings hold one."""
+    if isinstance(example, tuple) and isinstance(value, list):
+        inner = example[0] if example else None
+        return tuple(_like(inner, v) for v in value)
+    if (
+        dataclasses.is_dataclass(example)
+        and not isinstance(example, type)
+        and isinstance(value, dict)
+    ):
+        return type(example)(**{k: _like(getattr(example, k), v) for k, v in value.items()})
+    return value
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` as plain JSON: lists for tuples, ``None`` for NaN and infinities."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value

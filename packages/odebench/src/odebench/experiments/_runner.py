@@ -1,0 +1,244 @@
+"""The runner of declared experiments: train every run of every seed, measure, check
+the claims, write the report; and write a published report again from its values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, cast
+
+import torch
+
+from .._io import write_json, write_text
+from .._provenance import provenance_started
+from ..training import TrainConfig, fit, resolve_device, train
+from ._metrics import Stat
+from ._registry import (
+    _REGISTRY,
+    MODES,
+    Experiment,
+    Log,
+    RunOptions,
+    command,
+    one_thread,
+    prefixed,
+    read_results,
+)
+from ._report import report, with_details
+from ._result import Result
+from ._template import Measurement, Run, S, Setup, Template, Trained
+
+_TEMPLATES: dict[str, Template[Any]] = {}
+TEMPLATES: Mapping[str, Template[Any]] = MappingProxyType(_TEMPLATES)
+"""The declared experiments by name, as :func:`register_template` added them."""
+
+
+def register_template(template: Template[S]) -> Template[S]:
+    """Add ``template`` to :data:`~odebench.experiments.EXPERIMENTS` under its name.
+
+    ``odebench run NAME`` then runs it with :func:`run_template`, and its modes show
+    in the :class:`~odebench.experiments.Experiment` record.
+
+    Returns:
+        ``template``, unchanged.
+    """
+    _TEMPLATES[template.name] = template
+    _REGISTRY[template.name] = Experiment(
+        template.name,
+        template.description,
+        partial(run_template, template),
+        modes={
+            mode: f"{s.seeds} seed{'s' if s.seeds > 1 else ''}"
+            for mode, s in ((mode, template.modes[mode]) for mode in MODES)
+        },
+    )
+    return template
+
+
+def run_template(template: Template[S], options: RunOptions, log: Log = print) -> dict[str, Any]:
+    """Run an experiment declared by ``template``: train, measure, aggregate, report.
+
+    For every run of the template's ``runs`` and every seed (run by run, seed by
+    seed): train it into :meth:`Setup.run_dir` (continuing from its checkpoint with
+    ``options.resume``) and measure it. Then aggregate every metric over the seeds
+    (:class:`Stat`), check the claims (:class:`Verdict`), draw the figures and write
+    ``results.json`` (:meth:`Result.to_json`) and ``report.md``: the title, the
+    command, date, mode, seeds and wall time, the claims table, then the
+    experiment's own sections.
+
+    Use it through :func:`~odebench.experiments.run_experiment`, which locks and
+    prepares ``options.out`` first.
+
+    Args:
+        template: the experiment.
+        options: the options of ``odebench run``; ``options.mode_name`` picks the mode.
+        log: where progress lines go, each tagged with its run (and seed).
+
+    Returns:
+        The content of ``results.json``.
+
+    Raises:
+        ValueError: an unknown mode, ``--epochs`` where it does not apply, or runs
+            that differ in name from seed to seed.
+    """
+    started = time.perf_counter()
+    provenance = provenance_started(str(resolve_device(options.device)))
+    mode = options.mode_name
+    settings = template.settings_for(mode, options.epochs)
+    seeds = tuple(options.seed + k for k in range(settings.seeds))
+    setup = Setup(template.name, mode, settings, options, seeds, log)
+    plans = {seed: list(template.runs(setup, seed)) for seed in seeds}
+    names = [run.name for run in plans[seeds[0]]]
+    for seed, runs in plans.items():
+        if [run.name for run in runs] != names or len(set(names)) < len(names):
+            raise ValueError(
+                f"{template.name}: the runs of seed {seed} are {[r.name for r in runs]}, "
+                f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
+            )
+    measured: dict[str, tuple[Measurement, ...]] = {}
+    trained: list[Trained] = []
+    threads = torch.get_num_threads()
+    try:
+        with one_thread(mode in template.one_thread_modes):
+            threads = torch.get_num_threads()
+            for i, name in enumerate(names):
+                done = [_train(setup, plans[seed][i], seed) for seed in seeds]
+                measured[name] = tuple(template.measure(setup, t) for t in done)
+                trained += done
+    finally:
+        provenance.finish(threads)
+    metrics = {
+        name: {
+            metric: Stat.of([m.metrics.get(metric) for m in ms])
+            for metric in dict.fromkeys(k for m in ms for k in m.metrics)
+        }
+        for name, ms in measured.items()
+    }
+    result = Result(
+        setup=setup,
+        command=command(template.name, options),
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        wall_seconds=time.perf_counter() - started,
+        metrics=metrics,
+        measurements=measured,
+        verdicts=(),
+        figures=tuple(f.path for f in template.figures),
+        published=template.published,
+        train_seconds=sum(t.seconds for t in trained),
+        data=template.data(setup) if template.data else _data(trained),
+        data_files=_data_files(trained),
+        provenance=provenance,
+    )
+    result = _checked(template, result)
+    for figure in template.figures:
+        figure.draw(result, options.out / figure.path)
+    result = dataclasses.replace(result, wall_seconds=time.perf_counter() - started)
+    doc = result.to_json()
+    write_json(options.out / "results.json", doc)
+    _write_report(template, result, log)
+    return doc
+
+
+def _checked(template: Template[S], result: Result[S]) -> Result[S]:
+    """``result`` with its claims checked on its values, each with its details."""
+    contended = result.provenance is not None and result.provenance.contended
+    claims = template.claims(result.setup)
+    verdicts = tuple(c.check(result.per_seed(), contended=contended) for c in claims)
+    result = dataclasses.replace(result, verdicts=verdicts)
+    return dataclasses.replace(result, verdicts=with_details(template, result))
+
+
+def _write_report(template: Template[S], result: Result[S], log: Log) -> None:
+    """Write ``report.md`` into the output directory, and the tables to ``log``."""
+    write_text(result.setup.out / "report.md", report(template, result))
+    for name, table in template.tables(result.setup).items():
+        log(f"{name}:\n{table.text(result)}")
+    log(f"{template.name}: {result.wall_seconds:.0f} s; report in {result.setup.out / 'report.md'}")
+
+
+def rerender(run_dir: Path, log: Log = print) -> dict[str, Any]:
+    """Write an experiment's ``report.md`` again from the per-seed values its
+    ``results.json`` holds, with this code: no training.
+
+    The claims are checked again on the stored values, and ``results.json``'s
+    ``claims`` replaced; everything measured (metrics, details, settings, provenance,
+    times) and the figures stay as they were. What published reports do after a
+    change to an experiment's text, tables or claims.
+
+    Returns:
+        The new ``results.json``; compare its ``claims`` with the old to see a
+        verdict that changed.
+
+    Raises:
+        ValueError: a ``results.json`` of no declared experiment, of a run without
+            provenance (one made before it was recorded), or with a ``correction`` of
+            its report.
+    """
+    doc = read_results(run_dir / "results.json")
+    template = TEMPLATES.get(doc.get("experiment", ""))
+    if template is None or "provenance" not in doc:
+        raise ValueError(
+            f"{run_dir / 'results.json'} is not the result of a declared experiment with its "
+            "provenance; rerun it (`odebench run NAME`)"
+        )
+    if "correction" in doc:
+        raise ValueError(
+            f"{run_dir / 'results.json'} holds a correction of its report, which a report "
+            "written again would drop; rerun it (`odebench run NAME`)"
+        )
+    result = _checked(template, Result.from_json(template, doc, run_dir))
+    doc = {**doc, "claims": result.to_json()["claims"]}
+    write_json(run_dir / "results.json", doc)
+    _write_report(template, result, log)
+    return doc
+
+
+def _data(trained: Sequence[Trained]) -> str:
+    """The data sets of the ``config`` runs with their sizes, in words."""
+    seen = {
+        f"{t.result['dataset']} ({t.result['examples']['train']} train / "
+        f"{t.result['examples']['test']} test)": None
+        for t in trained
+        if "examples" in t.result
+    }
+    return ", ".join(seen)
+
+
+def _data_files(trained: Sequence[Trained]) -> tuple[dict[str, str], ...]:
+    """The files the ``config`` runs read (``results.json``'s ``data_files``), each once."""
+    paths = [
+        (Path(f["path"]), f["sha256"]) for t in trained for f in t.result.get("data_files", ())
+    ]
+    seen = {(f"{path.parent.name}/{path.name}", sha256): None for path, sha256 in paths}
+    return tuple({"file": file, "sha256": sha256} for file, sha256 in seen)
+
+
+def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
+    """Train one run of one seed into its folder (resuming it with ``--resume``)."""
+    out = setup.run_dir(run.name, seed)
+    tag = run.name if len(setup.seeds) == 1 else f"{run.name} seed {seed}"
+    if run.skipped is not None:
+        return Trained(run, seed, out, None, {}, [])
+    options = setup.options
+    if run.task is not None:
+        done = fit(
+            run.task, out, resume=options.resume, log=prefixed(setup.log, tag),
+            device=options.device, progress=options.progress,
+        )  # fmt: skip
+        return Trained(run, seed, out, None, {}, done.rows, done.model.eval(), done.seconds)
+    config = dataclasses.replace(
+        cast(TrainConfig, run.config),  # Run checks that it has one of the two
+        device=options.device,
+        data_dir=options.data_dir,
+        progress=options.progress,
+        bf16=options.bf16 or cast(TrainConfig, run.config).bf16,
+    )
+    result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
+    history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    return Trained(run, seed, out, config, result, history, seconds=result["train_seconds"])
