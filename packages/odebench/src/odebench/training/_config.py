@@ -309,7 +309,7 @@ class TrainConfig:
                 _check_positive_int(name, getattr(self, name))
         for name in ("lr", "rtol", "atol", "gamma"):
             _check_positive_float(name, getattr(self, name))
-        if self.optimizer not in ("sgd", "adam"):
+        if self.optimizer not in get_args(Optimizer):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"`momentum` must lie in [0, 1), got {self.momentum!r}.")

@@ -28,9 +28,8 @@ from .. import _io, _provenance
 from ..models import nfe
 from ._config import show_progress
 from ._data import shard
-from ._run_dir import BadCheckpointError, RunFolder, load_checkpoint
+from ._run_dir import BadCheckpointError, Log, RunFolder, load_checkpoint
 
-Log = Callable[[str], None]
 Batch = tuple[Tensor, ...]
 Loss = Tensor | tuple[Tensor, Mapping[str, Tensor]]
 Optimizer = torch.optim.Optimizer

@@ -24,7 +24,6 @@ from ._data import epoch_order, load_splits
 from ._fit import (
     Batch,
     Epoch,
-    Log,
     Task,
     Training,
     _diverged,
@@ -34,7 +33,7 @@ from ._fit import (
     held,
     resolve_device,
 )
-from ._run_dir import load_checkpoint
+from ._run_dir import Log, load_checkpoint
 
 
 def _compile_in_place(module: nn.Module) -> None:

@@ -431,7 +431,6 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
             :func:`train` (a negative epoch or batch included), or asks for code to
             run; the message names the file.
     """
-    what: str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
