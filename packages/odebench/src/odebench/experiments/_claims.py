@@ -11,10 +11,6 @@ from typing import Any, Literal
 from ._metrics import Ref, Stat, Values
 from ._registry import fmt
 
-Key = Ref | tuple[str, str]
-"""What a claim reads: a :class:`Ref`, or ``(run, metric)``."""
-
-
 ClaimKind = Literal["paper", "check"]
 """What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
 ``"check"``, a property of our implementation (a parameter count, a bound, an exact
@@ -54,11 +50,11 @@ class Claim:
             ``MAX_CLAIM_TEXT`` (90), or a timing claim that is a check.
 
     Example:
+        >>> from odebench.experiments import Metric
+        >>> ode, rk = Metric("mib").of("odenet"), Metric("mib").of("rknet")
         >>> claim = Claim(key="cheap", text="the ODE-Net saves less than the RK-Net",
-        ...               published="O(1) against O(L~)",
-        ...               ours=lambda v: v["odenet", "mib"] / v["rknet", "mib"],
-        ...               holds=lambda v: v["odenet", "mib"] < v["rknet", "mib"],
-        ...               spec=".2f", unit="×", kind="paper")
+        ...               published="O(1) against O(L~)", ours=lambda v: v[ode] / v[rk],
+        ...               holds=lambda v: v[ode] < v[rk], spec=".2f", unit="×", kind="paper")
         >>> seeds = [Values({"odenet": {"mib": m}, "rknet": {"mib": 60.0}}) for m in (14.0, 70.0)]
         >>> verdict = claim.check(seeds)
         >>> verdict.ours.cell(".2f"), verdict.status, verdict.words
@@ -97,8 +93,8 @@ class Claim:
         key: str,
         text: str,
         published: str | float,
-        first: Key,
-        second: Key,
+        first: Ref,
+        second: Ref,
         *,
         kind: ClaimKind,
         above: float | None = None,
@@ -124,8 +120,10 @@ class Claim:
             ValueError: neither ``above`` nor ``below``.
 
         Example:
+            >>> from odebench.experiments import Metric
+            >>> acc = Metric("acc")
             >>> claim = Claim.difference("better", "the ANODE is more accurate", "+1.2 points",
-            ...                          ("anode", "acc"), ("node", "acc"), above=0.0,
+            ...                          acc.of("anode"), acc.of("node"), above=0.0,
             ...                          kind="paper", scale=100, unit=" points")
             >>> seeds = [Values({"anode": {"acc": a}, "node": {"acc": 0.9}})
             ...          for a in (0.92, 0.93, 0.89)]
@@ -154,8 +152,8 @@ class Claim:
         key: str,
         text: str,
         published: str | float,
-        over: Key,
-        under: Key,
+        over: Ref,
+        under: Ref,
         *,
         kind: ClaimKind,
         below: float | None = None,
@@ -178,8 +176,10 @@ class Claim:
             ValueError: neither ``below`` nor ``above``.
 
         Example:
+            >>> from odebench.experiments import Metric
+            >>> params = Metric("parameters")
             >>> claim = Claim.ratio("small", "the ODE-Net is small", 0.37,
-            ...                     ("odenet", "parameters"), ("resnet", "parameters"),
+            ...                     params.of("odenet"), params.of("resnet"),
             ...                     below=0.5, kind="check")
             >>> seed = Values({"odenet": {"parameters": 2e5}, "resnet": {"parameters": 6e5}})
             >>> claim.check([seed]).ours.cell(*claim.format), claim.check([seed]).words

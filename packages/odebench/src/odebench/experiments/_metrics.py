@@ -173,9 +173,9 @@ class Stat:
 
 @dataclass(frozen=True)
 class Values:
-    """One set of metric values, looked up as ``values[ref]`` (a :class:`Ref`) or
-    ``values[run, metric]``: one seed's, or the means over the seeds. What a
-    :class:`~odebench.experiments.Claim` tests.
+    """One set of metric values, looked up as ``values[ref]`` (a :class:`Ref`): one
+    seed's, or the means over the seeds. What a :class:`~odebench.experiments.Claim`
+    tests.
 
     Args:
         table: ``{run: {metric: value}}``.
@@ -184,10 +184,11 @@ class Values:
             run reads as NaN, an unknown run fails.
 
     Example:
+        >>> saved, nfe, memory = Metric("saved_mib"), Metric("nfe"), Metric("memory")
         >>> v = Values({"odenet": {"saved_mib": 14.2, "nfe": None}}, "seed 0")
-        >>> v["odenet", "saved_mib"], v["odenet", "nfe"]
+        >>> v[saved.of("odenet")], v[nfe.of("odenet")]
         (14.2, nan)
-        >>> v["odenet", "memory"]
+        >>> v[memory.of("odenet")]
         Traceback (most recent call last):
         ...
         KeyError: "no metric 'memory' of run 'odenet' in seed 0; known: saved_mib, nfe"
@@ -216,9 +217,9 @@ class Values:
         }
         return cls(table, "the means over the seeds", dry=any(v.dry for v in seeds))
 
-    def __getitem__(self, key: Ref | tuple[str, str]) -> float:
-        """The value of ``ref`` or ``(run, metric)``; NaN when it is missing or not finite."""
-        run, metric = (key.run, key.key) if isinstance(key, Ref) else key
+    def __getitem__(self, ref: Ref) -> float:
+        """The value of ``ref``; NaN when it is missing or not finite."""
+        run, metric = ref.run, ref.key
         if run not in self.table:
             raise KeyError(f"no run {run!r} in {self.what}; known: {', '.join(self.table)}")
         metrics = self.table[run]

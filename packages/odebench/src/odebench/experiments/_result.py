@@ -60,26 +60,15 @@ class Result(Generic[S]):
         """The settings of the mode."""
         return self.setup.settings
 
-    def stat(self, run: str | Ref, metric: str = "") -> Stat:
-        """The :class:`Stat` of a :class:`Ref`, or of ``metric`` of ``run`` (all missing
-        if the run has none)."""
-        name, key = (run.run, run.key) if isinstance(run, Ref) else (run, metric)
+    def stat(self, ref: Ref) -> Stat:
+        """The :class:`Stat` of one metric of one run (all missing if the run has none)."""
         missing = Stat(None, None, 0, tuple(None for _ in self.setup.seeds))
-        return self.metrics.get(name, {}).get(key, missing)
+        return self.metrics.get(ref.run, {}).get(ref.key, missing)
 
-    def cell(
-        self,
-        run: str | Ref,
-        metric: str = "",
-        spec: str = ".4g",
-        scale: float = 1.0,
-        unit: str = "",
-    ) -> str:
-        """A table cell of one metric: ``mean ± std`` over the seeds (see :meth:`Stat.cell`),
-        in the :class:`Ref`'s format when given one."""
-        if isinstance(run, Ref):
-            return self.stat(run).cell(*run.format)
-        return self.stat(run, metric).cell(spec, scale, unit)
+    def cell(self, ref: Ref) -> str:
+        """A table cell of one metric: ``mean ± std`` over the seeds in the metric's
+        format (see :meth:`Stat.cell`)."""
+        return self.stat(ref).cell(*ref.format)
 
     def per_seed(self) -> list[Values]:
         """The values of each seed, in order: what a claim is tested on. Every metric is

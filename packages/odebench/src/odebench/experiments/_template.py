@@ -10,6 +10,7 @@ from its checkpoint), measures it, aggregates each metric over the seeds into
 
 Example:
     >>> from dataclasses import dataclass
+    >>> from odebench.experiments import Metric
     >>> @dataclass(frozen=True)
     ... class Toy(Settings):
     ...     epochs: int
@@ -17,6 +18,7 @@ Example:
     ...     config = TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam",
     ...                          epochs=setup.settings.epochs, seed=seed, progress=False)
     ...     return [Run("node", config=config)]
+    >>> loss = Metric("test_loss").of("node")
     >>> toy = Template(
     ...     name="toy-example", description="a NODE on g(x)", title="A NODE on g(x)",
     ...     modes={"quick": Toy(epochs=1), "standard": Toy(epochs=5, seeds=3),
@@ -24,8 +26,7 @@ Example:
     ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
     ...     claims=lambda setup: [Claim(
     ...         key="fits", text="the NODE's test MSE is below 1", published="not published",
-    ...         ours=lambda v: v["node", "test_loss"], holds=lambda v: v["node", "test_loss"] < 1,
-    ...         kind="paper")],
+    ...         ours=lambda v: v[loss], holds=lambda v: v[loss] < 1, kind="paper")],
     ... )
     >>> toy.settings_for("standard", epochs=2)
     Toy(seeds=3, epochs=2)
