@@ -14,6 +14,10 @@ def _check_batch(images: Tensor, what: str) -> None:
         raise ValueError(f"{what}() needs a batch of images (N, C, H, W), got {shape}.")
 
 
+def _is_padding(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _draw_device(images: Tensor, generator: torch.Generator | None) -> torch.device:
     """Where the random numbers are drawn: on the generator's device, else the batch's."""
     return generator.device if generator is not None else images.device
@@ -53,7 +57,7 @@ def random_crop(
         (torch.Size([1, 1, 4, 4]), torch.uint8)
     """
     _check_batch(images, "random_crop")
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+    if not _is_padding(padding):
         raise ValueError(f"`padding` must be a non-negative integer, got {padding!r}.")
     if padding == 0:
         return images
@@ -135,11 +139,7 @@ class Augment:
     flip: bool = True
 
     def __post_init__(self) -> None:
-        if self.crop_padding is not None and (
-            isinstance(self.crop_padding, bool)
-            or not isinstance(self.crop_padding, int)
-            or self.crop_padding < 0
-        ):
+        if self.crop_padding is not None and not _is_padding(self.crop_padding):
             raise ValueError(
                 f"`crop_padding` must be a non-negative integer or None, got {self.crop_padding!r}."
             )

@@ -137,11 +137,8 @@ _CIFARS = {
 
 
 def _get(batch: dict[Any, Any], key: str) -> Any:
-    """``batch[key]`` under a bytes key (Python 2 files) or a str key."""
-    for k in (key.encode("ascii"), key):
-        if k in batch:
-            return batch[k]
-    return None
+    """``batch[key]`` under a bytes key (Python 2 files) or a str key; ``None`` under neither."""
+    return batch.get(key.encode("ascii"), batch.get(key))
 
 
 def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
@@ -196,8 +193,7 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
 
 def _cifar_dir(root: Path, spec: _Cifar, files: tuple[str, ...]) -> Path:
     """``root`` or ``root/<folder>``, whichever holds all of ``files``."""
-    candidates = (root, root / spec.folder)
-    for directory in candidates:
+    for directory in (root, root / spec.folder):
         if all((directory / name).is_file() for name in files):
             return directory
     if not root.is_dir():

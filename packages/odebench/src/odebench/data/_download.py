@@ -29,29 +29,17 @@ class _Resource:
 _MAX_MEMBERS = 1000
 
 
-_MNIST_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
-
 _RESOURCES: dict[str, _Resource] = {
     "mnist": _Resource(
         mirrors=(
             "https://ossci-datasets.s3.amazonaws.com/mnist/",
             "http://yann.lecun.com/exdb/mnist/",
         ),
-        files=tuple(
-            zip(
-                _MNIST_FILES,
-                (
-                    "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-                    "d53e105ee54ea40749a09fcbcd1e9432",
-                    "9fb629c4189551a2d022fa330f9573f3",
-                    "ec29112dd5afa0611ce80d1b7f02629c",
-                ),
-            )
+        files=(
+            ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+            ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
+            ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
+            ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
         ),
     ),
     "fashion-mnist": _Resource(
@@ -59,16 +47,11 @@ _RESOURCES: dict[str, _Resource] = {
             "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
         ),
-        files=tuple(
-            zip(
-                _MNIST_FILES,
-                (
-                    "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-                    "25c81989df183df01b3e8a0aad5dffbe",
-                    "bef4ecab320f06d8554ea6380940ec79",
-                    "bb300cfdad3c16e7a12a480ee83cd310",
-                ),
-            )
+        files=(
+            ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
+            ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
+            ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
+            ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
         ),
     ),
     "cifar10": _Resource(
@@ -90,8 +73,6 @@ _RESOURCES: dict[str, _Resource] = {
     ),
 }
 
-_CHUNK = CHUNK
-
 DOWNLOADABLE = tuple(sorted(_RESOURCES))
 """The names :func:`download` (and ``odebench download NAME``) accepts."""
 
@@ -100,20 +81,27 @@ def _fetch(url: str, dest: Path) -> None:
     """Write the body of ``url`` to ``dest``. Tests replace this function."""
     request = urllib.request.Request(url, headers={"User-Agent": "odebench"})
     with urllib.request.urlopen(request, timeout=60) as response, dest.open("wb") as out:
-        shutil.copyfileobj(response, out, _CHUNK)
+        shutil.copyfileobj(response, out, CHUNK)
 
 
 def _md5(path: Path) -> str:
     digest = hashlib.md5(usedforsecurity=False)
     with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(_CHUNK), b""):
+        for chunk in iter(lambda: file.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def _download_file(resource: _Resource, name: str, md5: str, directory: Path) -> Path:
-    """Fetch ``name`` into ``directory`` from the first mirror that serves the right bytes."""
+def _download_file(
+    resource: _Resource, name: str, md5: str, directory: Path, *, force: bool
+) -> None:
+    """Fetch ``name`` into ``directory`` from the first mirror that serves the right bytes.
+
+    A file already there with the right MD5 is kept, unless ``force``.
+    """
     final = directory / name
+    if not force and final.is_file() and _md5(final) == md5:
+        return
     failures = []
     for base in resource.mirrors:
         url = base + name
@@ -133,7 +121,7 @@ def _download_file(resource: _Resource, name: str, md5: str, directory: Path) ->
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
-        return final
+        return
     raise DataError(
         f"Could not download {name} into {directory}; nothing was kept. Attempts: "
         + "; ".join(failures)
@@ -202,7 +190,6 @@ def _checked_members(
         parts = PurePosixPath(member.name).parts
         bad = (
             member.name.startswith(("/", "\\"))
-            or PurePosixPath(member.name).is_absolute()
             or ".." in parts
             or ":" in member.name
             or not (member.isfile() or member.isdir())
@@ -235,24 +222,19 @@ def _extract_member(
     tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, archive: Path
 ) -> None:
     """Write the ``member.size`` bytes of ``member`` to ``target``, and no more."""
-    written = 0
-    try:
-        source = tar.extractfile(member)
-        if source is None:  # pragma: no cover - isfile() members always have data
-            raise DataError(f"Cannot read {member.name!r} from {archive}.")
-        with source, target.open("wb") as out:
-            while written < member.size:
-                chunk = source.read(min(CHUNK, member.size - written))
-                if not chunk:
-                    break
-                out.write(chunk)
-                written += len(chunk)
-    except (tarfile.TarError, EOFError, zlib.error) as err:
-        raise DataError(
-            f"Cannot unpack {member.name!r} ({member.size} bytes declared) from {archive} "
-            f"after {written} bytes ({err}); it is truncated or corrupt: delete it and "
-            "download it again."
-        ) from err
+    source = tar.extractfile(member)
+    if source is None:  # pragma: no cover - isfile() members always have data
+        raise DataError(f"Cannot read {member.name!r} from {archive}.")
+    with source, target.open("wb") as out:
+        try:  # a member's file object ends at its declared size
+            shutil.copyfileobj(source, out, CHUNK)
+        except (tarfile.TarError, EOFError, zlib.error) as err:
+            raise DataError(
+                f"Cannot unpack {member.name!r} ({member.size} bytes declared) from {archive} "
+                f"after {out.tell()} bytes ({err}); it is truncated or corrupt: delete it and "
+                "download it again."
+            ) from err
+        written = out.tell()
     if written != member.size:
         raise DataError(
             f"{archive} is truncated: its member {member.name!r} declares {member.size} "
@@ -316,16 +298,12 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
         directory = root / name
         directory.mkdir(parents=True, exist_ok=True)
         for file, md5 in resource.files:
-            path = directory / file
-            if force or not path.is_file() or _md5(path) != md5:
-                _download_file(resource, file, md5, directory)
+            _download_file(resource, file, md5, directory, force=force)
         return directory
     root.mkdir(parents=True, exist_ok=True)
     extracted = root / resource.extract_to
     if extracted.is_dir() and not force:
         return extracted
     (file, md5), *_ = resource.files
-    archive = root / file
-    if force or not archive.is_file() or _md5(archive) != md5:
-        _download_file(resource, file, md5, root)
-    return _safe_extract(archive, root, resource.extract_to, resource.max_unpacked)
+    _download_file(resource, file, md5, root, force=force)
+    return _safe_extract(root / file, root, resource.extract_to, resource.max_unpacked)

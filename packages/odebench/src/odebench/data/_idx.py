@@ -170,36 +170,30 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
             f"{parent}, but {where}."
         )
     try:
-        file = path.open("rb")
-    except OSError as err:
-        raise DataError(f"Cannot read IDX file {path}: {err}.") from err
-    with file:
-        try:
+        with path.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
             compressed = file.read(2) == _GZIP_MAGIC
             file.seek(0)
-        except OSError as err:
-            raise DataError(f"Cannot read IDX file {path}: {err}.") from err
-        if not compressed:
-            reader = _Reader(file, path, None)
+            if not compressed:
+                return _read_idx_stream(_Reader(file, path, None), size)
+            reader = _Reader(gzip.GzipFile(fileobj=file, mode="rb"), path, size)
             try:
                 return _read_idx_stream(reader, size)
-            except OSError as err:
-                raise DataError(f"Cannot read IDX file {path}: {err}.") from err
-        reader = _Reader(gzip.GzipFile(fileobj=file, mode="rb"), path, size)
-        try:
-            return _read_idx_stream(reader, size)
-        except (OSError, EOFError, zlib.error) as err:
-            declared = "" if reader.declared is None else f" of the {reader.declared} it declares"
-            raise DataError(
-                f"IDX file {path} starts like a gzip file but cannot be decompressed "
-                f"({err}) after {reader.count} bytes{declared}; it is probably truncated "
-                "or corrupt: fetch it again."
-            ) from err
+            except (OSError, EOFError, zlib.error) as err:
+                declared = (
+                    "" if reader.declared is None else f" of the {reader.declared} it declares"
+                )
+                raise DataError(
+                    f"IDX file {path} starts like a gzip file but cannot be decompressed "
+                    f"({err}) after {reader.count} bytes{declared}; it is probably truncated "
+                    "or corrupt: fetch it again."
+                ) from err
+    except OSError as err:
+        raise DataError(f"Cannot read IDX file {path}: {err}.") from err
 
 
 class _Reader:
-    """A stream read to the end of each request, counting the bytes it gave."""
+    """A stream read in chunks of :data:`CHUNK` bytes, counting the bytes it gave."""
 
     def __init__(self, stream: io.BufferedIOBase, path: Path, compressed: int | None) -> None:
         self.stream = stream
@@ -207,17 +201,7 @@ class _Reader:
         self.compressed = compressed  # the size of the gzip file; None when not compressed
         self.count = 0  # bytes read (after decompression)
         self.declared: int | None = None  # header and data, once the header is read
-
-    def read(self, size: int) -> bytes:
-        parts = []
-        while size > 0:
-            part = self.stream.read(min(size, CHUNK))
-            if not part:
-                break
-            parts.append(part)
-            self.count += len(part)
-            size -= len(part)
-        return b"".join(parts)
+        self.once = "" if compressed is None else " once decompressed"  # for sizes in messages
 
     def readinto(self, buffer: memoryview) -> int:
         done = 0
@@ -229,32 +213,22 @@ class _Reader:
             self.count += n
         return done
 
+    def read(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        return bytes(buffer[: self.readinto(memoryview(buffer))])
+
     def excess(self) -> int:
-        """How many bytes follow, counted up to a little over :data:`TRAILING_SCAN`."""
-        extra = 0
-        while extra <= TRAILING_SCAN:
-            part = self.stream.read(CHUNK)
-            if not part:
-                break
-            extra += len(part)
-            self.count += len(part)
-        return extra
+        """How many bytes follow, counted up to a chunk past :data:`TRAILING_SCAN`."""
+        return self.readinto(memoryview(bytearray(TRAILING_SCAN + CHUNK)))
 
 
-def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
-    """The tensor held by the IDX data of ``reader``, from a file of ``size`` bytes.
-
-    The header is read first, and the data are read into an array of the size it
-    declares, never more: a compressed file is inflated only as far as the header
-    says, plus :data:`TRAILING_SCAN` bytes to tell that it is longer.
-    """
+def _read_header(reader: _Reader) -> tuple[int, tuple[int, ...]]:
+    """The type code and the dimensions of the IDX header of ``reader``, checked."""
     path = reader.path
-    gz = reader.compressed is not None
-    once = " once decompressed" if gz else ""
     head = reader.read(4)
     if len(head) < 4:
         raise DataError(
-            f"IDX file {path} is truncated: {len(head)} bytes{once}, shorter than the "
+            f"IDX file {path} is truncated: {len(head)} bytes{reader.once}, shorter than the "
             "4-byte magic number."
         )
     if head[0] != 0 or head[1] != 0:
@@ -271,64 +245,82 @@ def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
         )
     if ndim == 0:
         raise DataError(f"IDX file {path} declares 0 dimensions; expected at least 1.")
-    header = 4 + 4 * ndim
     sizes = reader.read(4 * ndim)
     if len(sizes) < 4 * ndim:
         raise DataError(
             f"IDX file {path} is truncated: its header announces {ndim} dimensions "
-            f"({header} header bytes) but the file has {4 + len(sizes)} bytes{once}."
+            f"({4 + 4 * ndim} header bytes) but the file has {4 + len(sizes)} bytes{reader.once}."
         )
-    dims = struct.unpack(f">{ndim}I", sizes)
-    dtype = np.dtype(_IDX_TYPES[code][0])
-    what = _IDX_TYPES[code][1]
-    count = math.prod(dims)
-    expected = count * dtype.itemsize
-    shape = " x ".join(str(d) for d in dims)
-    reader.declared = header + expected
+    return code, struct.unpack(f">{ndim}I", sizes)
+
+
+def _check_declared(reader: _Reader, size: int, header: int, expected: int, values: str) -> None:
+    """Refuse ``expected`` data bytes that the file of ``size`` bytes cannot hold.
+
+    A compressed file is only checked against what it could inflate to; an
+    uncompressed one must hold exactly the ``header`` and the data.
+    """
+    path = reader.path
     if expected > MAX_IDX_BYTES:
         raise DataError(
-            f"IDX file {path} declares {shape} values of type {what} ({expected} bytes), "
-            f"more than the {MAX_IDX_BYTES} bytes an IDX file may hold; its header is "
-            "corrupt: fetch the file again."
+            f"IDX file {path} declares {values} ({expected} bytes), more than the "
+            f"{MAX_IDX_BYTES} bytes an IDX file may hold; its header is corrupt: fetch the "
+            "file again."
         )
     if reader.compressed is not None:
         bound = deflate_bound(reader.compressed)
         if header + expected > bound:
             raise DataError(
-                f"IDX file {path} declares {shape} values of type {what} ({header + expected} "
-                f"bytes with the header), but a gzip file of {reader.compressed} bytes "
-                f"inflates to at most {bound} bytes; its header is corrupt: fetch the file again."
+                f"IDX file {path} declares {values} ({header + expected} bytes with the "
+                f"header), but a gzip file of {reader.compressed} bytes inflates to at most "
+                f"{bound} bytes; its header is corrupt: fetch the file again."
             )
-    else:
-        got = size - header
-        if got < expected:
-            raise DataError(
-                f"IDX file {path} is truncated: the header announces {shape} values of type "
-                f"{what} ({expected} bytes) but only {got} bytes follow."
-            )
-        if got > expected:
-            raise DataError(
-                f"IDX file {path} has {got - expected} bytes after the {expected} bytes of "
-                f"data its header announces ({shape} values of type {what}); it is not a "
-                "well-formed IDX file."
-            )
+        return
+    got = size - header
+    if got < expected:
+        raise DataError(
+            f"IDX file {path} is truncated: the header announces {values} ({expected} bytes) "
+            f"but only {got} bytes follow."
+        )
+    if got > expected:
+        raise DataError(
+            f"IDX file {path} has {got - expected} bytes after the {expected} bytes of data "
+            f"its header announces ({values}); it is not a well-formed IDX file."
+        )
+
+
+def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
+    """The tensor held by the IDX data of ``reader``, from a file of ``size`` bytes.
+
+    The header is read first, and the data are read into an array of the size it
+    declares, never more: a compressed file is inflated only as far as the header
+    says, plus :data:`TRAILING_SCAN` bytes to tell that it is longer.
+    """
+    path = reader.path
+    code, dims = _read_header(reader)
+    stored, what = _IDX_TYPES[code]
+    dtype = np.dtype(stored)
+    count = math.prod(dims)
+    header = 4 + 4 * len(dims)
+    expected = count * dtype.itemsize
+    values = f"{' x '.join(str(d) for d in dims)} values of type {what}"
+    reader.declared = header + expected
+    _check_declared(reader, size, header, expected, values)
     array = np.empty(count, dtype=dtype.newbyteorder("="))
     got = reader.readinto(array.data.cast("B"))
     if got < expected:
         raise DataError(
-            f"IDX file {path} is truncated: the header announces {shape} values of type "
-            f"{what} ({expected} bytes) but only {got} bytes follow{once}."
+            f"IDX file {path} is truncated: the header announces {values} ({expected} bytes) "
+            f"but only {got} bytes follow{reader.once}."
         )
-    if gz:
-        extra = reader.excess()
-        if extra:
-            amount = f"more than {TRAILING_SCAN}" if extra > TRAILING_SCAN else str(extra)
-            raise DataError(
-                f"IDX file {path} has {amount} bytes after the {expected} bytes of data "
-                f"its header announces ({shape} values of type {what}) once decompressed, "
-                f"{header + expected} bytes in all; decompression stopped there. It is not "
-                "a well-formed IDX file: fetch it again."
-            )
+    extra = 0 if reader.compressed is None else reader.excess()
+    if extra:
+        amount = f"more than {TRAILING_SCAN}" if extra > TRAILING_SCAN else str(extra)
+        raise DataError(
+            f"IDX file {path} has {amount} bytes after the {expected} bytes of data its "
+            f"header announces ({values}) once decompressed, {header + expected} bytes in "
+            "all; decompression stopped there. It is not a well-formed IDX file: fetch it again."
+        )
     if dtype.itemsize > 1 and sys.byteorder == "little":
         array.byteswap(inplace=True)  # the file is big-endian
     return torch.from_numpy(array.reshape(dims))
@@ -408,8 +400,7 @@ def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = 
             f"{' and '.join(expected)}. Fetch the files with "
             f"odebench.data.download({kind!r}, ...) or give the directory that has them."
         )
-    image_path = _find_idx(root, stems[0], expected, title)
-    label_path = _find_idx(root, stems[1], expected, title)
+    image_path, label_path = (_find_idx(root, stem, expected, title) for stem in stems)
     images = read_idx(image_path)
     labels = read_idx(label_path)
     if images.dtype != torch.uint8 or images.dim() != 3:

@@ -198,15 +198,11 @@ def _inflated_size(
     remaining = count
     try:
         while True:
-            data = b""
-            if inflater.unconsumed_tail:
-                data = inflater.unconsumed_tail
-            elif remaining and not inflater.eof:
+            data = inflater.unconsumed_tail
+            if not data and remaining and not inflater.eof:
                 data = file.read(min(CHUNK, remaining))
                 remaining -= len(data)
-                if not data:
-                    break
-            else:
+            if not data:
                 break
             out = inflater.decompress(data, CHUNK)
             found += len(out)

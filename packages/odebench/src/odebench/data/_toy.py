@@ -25,11 +25,6 @@ def _check_count(n: int, what: str = "n") -> None:
         raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
 
 
-def _check_dim(dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"`dim` must be a positive integer, got {dim!r}.")
-
-
 def _directions(n: int, dim: int, generator: torch.Generator | None) -> Tensor:
     """``n`` unit vectors uniform on the sphere in ``dim`` dimensions (``±1`` for ``dim=1``)."""
     z = torch.randn(n, dim, generator=generator, dtype=_F64)
@@ -84,7 +79,7 @@ def annuli(
         E. Dupont, A. Doucet, Y. W. Teh, "Augmented Neural ODEs", NeurIPS 2019, Sec. 4.
     """
     _check_count(n)
-    _check_dim(dim)
+    _check_count(dim, "dim")
     _check_generator(generator)
     if not 0 < r1 < r2 < r3:
         raise ValueError(f"The radii must satisfy 0 < r1 < r2 < r3, got {r1}, {r2}, {r3}.")
@@ -138,7 +133,7 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
         ODEs", NeurIPS 2020, Sec. 5.
     """
     _check_count(n)
-    _check_dim(dim)
+    _check_count(dim, "dim")
     _check_generator(generator)
     x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
     return Dataset(inputs=x, targets=-x, name=f"reflection-{dim}d", num_classes=None)
