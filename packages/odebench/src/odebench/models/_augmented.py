@@ -47,7 +47,7 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
-from ._common import group_norm
+from ._common import augmented_node, group_norm
 
 DUPONT: dict[str, dict[bool, tuple[int, int]]] = {
     "node": {True: (92, 0), False: (125, 0)},
@@ -109,24 +109,17 @@ def dupont(
     """Dupont et al.'s NODE (``name="node"``) or ANODE (``"anode"``) image classifier."""
     filters, extra = DUPONT[name][in_channels == 1]
     channels = in_channels + extra
-    augment: nn.Module = ZeroAugmentation(extra) if extra else nn.Identity()
-    return nn.Sequential(
-        OrderedDict(
-            augment=augment,
-            ode=NeuralODE(dupont_field(channels, filters, activation), spec=spec),
-            head=FlatReadout(channels, image_size, num_classes),
-        )
+    return augmented_node(
+        ZeroAugmentation(extra) if extra else nn.Identity(),
+        dupont_field(channels, filters, activation),
+        spec,
+        FlatReadout(channels, image_size, num_classes),
     )
 
 
 def massaroli_width(in_channels: int) -> int:
     """The ODE state's channels: 42 (the CIFAR-10 notebooks), 32 for 1-channel images."""
     return 32 if in_channels == 1 else 42
-
-
-def massaroli_vanilla_hidden(in_channels: int) -> int:
-    """Hidden width of the vanilla field: 62 (the CIFAR-10 notebook), 48 for 1-channel images."""
-    return 48 if in_channels == 1 else 62
 
 
 def massaroli_field(
@@ -167,14 +160,25 @@ def massaroli_vanilla(
     The head's 1x1 conv keeps the ``C`` channels (3 -> 3 in the notebook), so the
     linear layer reads ``16 C`` features.
     """
-    hidden = massaroli_vanilla_hidden(in_channels)
-    return nn.Sequential(
-        OrderedDict(
-            augment=nn.Identity(),
-            ode=NeuralODE(massaroli_field(in_channels, in_channels, activation, hidden), spec=spec),
-            head=_massaroli_head(in_channels, num_classes, head_channels=in_channels),
-        )
+    hidden = 48 if in_channels == 1 else 62  # 62: the CIFAR-10 notebook's
+    return augmented_node(
+        nn.Identity(),
+        massaroli_field(in_channels, in_channels, activation, hidden),
+        spec,
+        _massaroli_head(in_channels, num_classes, head_channels=in_channels),
     )
+
+
+def _massaroli_node(
+    augment: nn.Module,
+    width: int,
+    num_classes: int,
+    activation: type[nn.Module],
+    spec: odecore.OdeSpec,
+) -> nn.Sequential:
+    """``augment`` to ``width`` channels, a NODE of the field on ``width`` channels, the head."""
+    field = massaroli_field(width, width, activation)
+    return augmented_node(augment, field, spec, _massaroli_head(width, num_classes))
 
 
 def massaroli_zero_augmented(
@@ -182,13 +186,8 @@ def massaroli_zero_augmented(
 ) -> nn.Sequential:
     """0-augmentation: the image plus ``W - C`` zero channels, a NODE on ``W``, the head."""
     width = massaroli_width(in_channels)
-    return nn.Sequential(
-        OrderedDict(
-            augment=ZeroAugmentation(width - in_channels),
-            ode=NeuralODE(massaroli_field(width, width, activation), spec=spec),
-            head=_massaroli_head(width, num_classes),
-        )
-    )
+    augment = ZeroAugmentation(width - in_channels)
+    return _massaroli_node(augment, width, num_classes, activation, spec)
 
 
 def ilnode(
@@ -197,13 +196,8 @@ def ilnode(
     """Input-layer augmentation: ``z(0) = conv3x3(x)`` at ``W`` channels, a NODE, the head."""
     width = massaroli_width(in_channels)
     lift = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
-    return nn.Sequential(
-        OrderedDict(
-            augment=InputLayerAugmentation(in_channels, width, layer=lift),
-            ode=NeuralODE(massaroli_field(width, width, activation), spec=spec),
-            head=_massaroli_head(width, num_classes),
-        )
-    )
+    augment = InputLayerAugmentation(in_channels, width, layer=lift)
+    return _massaroli_node(augment, width, num_classes, activation, spec)
 
 
 def sonode(

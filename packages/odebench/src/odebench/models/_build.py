@@ -14,7 +14,7 @@ from odelayers import NeuralODE
 from torch import nn
 
 from . import _augmented, _chen, _toy
-from ._common import ACTIVATIONS, check_choice, check_int
+from ._common import ACTIVATIONS, check_int
 
 TRAIN_METHOD = "dopri5"
 """The method of odebench's ODE models when none is named."""
@@ -85,6 +85,12 @@ _DUPONT = "Dupont et al. 2019"
 _MASSAROLI = "Massaroli et al. 2020"
 _QUEIRUGA = "Queiruga et al. 2020"
 
+
+def _dupont_image(name: str, description: str) -> ModelInfo:
+    """Dupont et al.'s image NODE and ANODE share one budget: 84k on MNIST, 172k on CIFAR-10."""
+    return ModelInfo(name, description, "image", _DUPONT, 84_000, "mnist", (("cifar10", 172_000),))
+
+
 _INFOS = (
     ModelInfo(
         "mlp",
@@ -118,23 +124,11 @@ _INFOS = (
         220_000,
         "mnist",
     ),
-    ModelInfo(
-        "node",
-        "Dupont et al.'s image NODE: conv field on the image itself, linear readout.",
-        "image",
-        _DUPONT,
-        84_000,
-        "mnist",
-        (("cifar10", 172_000),),
+    _dupont_image(
+        "node", "Dupont et al.'s image NODE: conv field on the image itself, linear readout."
     ),
-    ModelInfo(
-        "anode",
-        "Dupont et al.'s image ANODE: the NODE on the image plus zero channels.",
-        "image",
-        _DUPONT,
-        84_000,
-        "mnist",
-        (("cifar10", 172_000),),
+    _dupont_image(
+        "anode", "Dupont et al.'s image ANODE: the NODE on the image plus zero channels."
     ),
     ModelInfo(
         "dissecting-node",
@@ -290,7 +284,9 @@ def build_model(
     """
     if name not in MODELS:
         raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODELS)}.")
-    act = ACTIVATIONS[check_choice("activation", activation, tuple(ACTIVATIONS))]
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"Unknown `activation` {activation!r}; known: {', '.join(ACTIVATIONS)}.")
+    act = ACTIVATIONS[activation]
     check_int("in_channels", in_channels, 1)
     check_int("num_classes", num_classes, 1)
     if spec is not None and not isinstance(spec, odecore.OdeSpec):

@@ -114,5 +114,4 @@ def odenet(
 def rknet(in_channels: int, num_classes: int, activation: type[nn.Module]) -> nn.Sequential:
     """The ODE-Net's layout with RK4 in fixed steps, differentiated by backprop (RK-Net)."""
     spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=RKNET_STEPS, gradient=odecore.Autograd())
-    ode = NeuralODE(ode_function(WIDTH, activation), spec=spec)
-    return nn.Sequential(OrderedDict(stem=_stem(in_channels), ode=ode, head=_head(num_classes)))
+    return odenet(in_channels, num_classes, activation, spec)

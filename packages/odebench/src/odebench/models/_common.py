@@ -1,7 +1,11 @@
-"""What the models share: activations, argument checks, norms."""
+"""What the models share: activations, argument checks, norms, the augment-ODE-head layout."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import odecore
+from odelayers import NeuralODE
 from torch import nn
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -20,13 +24,6 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-def check_choice(name: str, value: object, known: dict[str, object] | tuple[str, ...]) -> str:
-    """``value`` if it is one of ``known``, else a ``ValueError`` listing them."""
-    if not isinstance(value, str) or value not in known:
-        raise ValueError(f"Unknown `{name}` {value!r}; known: {', '.join(known)}.")
-    return value
-
-
 def group_norm(channels: int) -> nn.GroupNorm:
     """GroupNorm with at most 32 groups of at least two channels (Chen's ``min(32, C)``).
 
@@ -35,3 +32,10 @@ def group_norm(channels: int) -> nn.GroupNorm:
     limit = min(32, max(1, channels // 2))
     groups = max(g for g in range(1, limit + 1) if channels % g == 0)
     return nn.GroupNorm(groups, channels)
+
+
+def augmented_node(
+    augment: nn.Module, field: nn.Module, spec: odecore.OdeSpec, head: nn.Module
+) -> nn.Sequential:
+    """``augment``, a :class:`odelayers.NeuralODE` of ``field`` solved by ``spec``, ``head``."""
+    return nn.Sequential(OrderedDict(augment=augment, ode=NeuralODE(field, spec=spec), head=head))

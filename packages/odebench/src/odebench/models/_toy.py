@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import odecore
-from odelayers import DepthConcat, DepthSequential, NeuralODE, ZeroAugmentation
+from odelayers import DepthConcat, DepthSequential, ZeroAugmentation
 from torch import nn
+
+from ._common import augmented_node
 
 TOY_HIDDEN = 32
 """Hidden units of the toy vector field's two layers."""
@@ -35,10 +35,9 @@ def toy(
 ) -> nn.Sequential:
     """``augment`` zero dimensions (none: a NODE), the ODE, a linear readout."""
     features = in_features + augment
-    return nn.Sequential(
-        OrderedDict(
-            augment=ZeroAugmentation(augment) if augment else nn.Identity(),
-            ode=NeuralODE(toy_field(features, activation), spec=spec),
-            head=nn.Linear(features, out_features),
-        )
+    return augmented_node(
+        ZeroAugmentation(augment) if augment else nn.Identity(),
+        toy_field(features, activation),
+        spec,
+        nn.Linear(features, out_features),
     )
