@@ -15,6 +15,8 @@ from odebench.experiments import (
     Claim,
     Figure,
     Measurement,
+    Metric,
+    Ref,
     Result,
     Run,
     RunOptions,
@@ -30,6 +32,11 @@ from odebench.experiments import (
 from odebench.experiments._registry import _REGISTRY, command
 from odebench.training import Task, TrainConfig
 from torch import nn
+
+
+def _m(run: str, metric: str) -> Ref:
+    """The metric named ``metric`` of ``run``."""
+    return Metric(metric).of(run)
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,8 @@ CLAIMS = [
         key="seed_is_zero",
         text="the seed is zero",
         published=0.0,
-        ours=lambda v: v["line", "seed"],
-        holds=lambda v: v["line", "seed"] < 0.75,
+        ours=lambda v: v[_m("line", "seed")],
+        holds=lambda v: v[_m("line", "seed")] < 0.75,
         kind="paper",
         detail="ours: the mean seed",
     ),
@@ -87,8 +94,8 @@ CLAIMS = [
         key="node_fits",
         text="the NODE's test MSE is finite",
         published="finite",
-        ours=lambda v: v["node", "test_loss"],
-        holds=lambda v: v["node", "test_loss"] < 1e9,
+        ours=lambda v: v[_m("node", "test_loss")],
+        holds=lambda v: v[_m("node", "test_loss")] < 1e9,
         kind="check",
     ),
 ]
@@ -106,7 +113,9 @@ TEMPLATE = Template(
     runs=_runs,
     measure=_measure,
     claims=lambda setup: CLAIMS,
-    sections=lambda result: f"## Mine\n\nweight {result.cell('line', 'weight', '.3f')}\n",
+    sections=lambda result: (
+        f"## Mine\n\nweight {result.cell(Metric('weight', spec='.3f').of('line'))}\n"
+    ),
     figures=[Figure("drawn.txt", _draw)],
 )
 
@@ -282,7 +291,7 @@ def test_declaration_errors_are_clear() -> None:
 
 
 def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
-    claim = Claim(key="k", text="", published="", ours=lambda v: v["a", "nope"],
+    claim = Claim(key="k", text="", published="", ours=lambda v: v[_m("a", "nope")],
                   holds=lambda v: True, kind="paper")  # fmt: skip
     with pytest.raises(KeyError, match="claim 'k': no metric 'nope' of run 'a'"):
         claim.check([Values({"a": {"x": 1.0}}, "seed 0")])
@@ -301,8 +310,8 @@ def test_ours_shows_the_number_the_verdict_is_judged_on() -> None:
     means (0, the verdict's); the table shows the latter, with the seeds' spread."""
     claim = Claim(
         key="best", text="", published="",
-        ours=lambda v: v["il", "acc"] - max(v["il", "acc"], v["so", "acc"]),
-        holds=lambda v: v["il", "acc"] >= max(v["il", "acc"], v["so", "acc"]) - 1,
+        ours=lambda v: v[_m("il", "acc")] - max(v[_m("il", "acc")], v[_m("so", "acc")]),
+        holds=lambda v: v[_m("il", "acc")] >= max(v[_m("il", "acc")], v[_m("so", "acc")]) - 1,
         kind="paper",
     )  # fmt: skip
     seeds = [Values({"il": {"acc": 80.0}, "so": {"acc": 70.0}}, "seed 0"),
@@ -315,8 +324,8 @@ def test_ours_shows_the_number_the_verdict_is_judged_on() -> None:
 
 def _flag(key: str = "k", *, kind: str = "paper", timing: bool = False) -> Claim:
     """A claim that holds where the metric ``ok`` is 1."""
-    return Claim(key=key, text="ok", published="", ours=lambda v: v["r", "ok"],
-                 holds=lambda v: v["r", "ok"] > 0.5, kind=kind, timing=timing)  # type: ignore[arg-type]  # fmt: skip
+    return Claim(key=key, text="ok", published="", ours=lambda v: v[_m("r", "ok")],
+                 holds=lambda v: v[_m("r", "ok")] > 0.5, kind=kind, timing=timing)  # type: ignore[arg-type]  # fmt: skip
 
 
 def _seeds(*oks: float) -> list[Values]:
@@ -348,8 +357,8 @@ def test_a_paper_claim_holds_only_on_the_mean_and_on_most_seeds(
 
 def test_a_claim_on_the_mean_alone_is_mixed_not_held() -> None:
     """The mean of (3, 0, 0) passes a threshold that two of three seeds miss."""
-    claim = Claim(key="k", text="big", published="", ours=lambda v: v["r", "x"],
-                  holds=lambda v: v["r", "x"] > 0.9, kind="paper")  # fmt: skip
+    claim = Claim(key="k", text="big", published="", ours=lambda v: v[_m("r", "x")],
+                  holds=lambda v: v[_m("r", "x")] > 0.9, kind="paper")  # fmt: skip
     verdict = claim.check([Values({"r": {"x": x}}) for x in (3.0, 0.0, 0.0)])
     assert verdict.holds and verdict.status == "mixed"
 
@@ -383,20 +392,22 @@ def test_claims_declare_a_kind_and_a_short_text() -> None:
     with pytest.raises(ValueError, match="a timing claim is a claim of the paper"):
         _flag(kind="check", timing=True)
     with pytest.raises(ValueError, match="give `above`, `below` or both"):
-        Claim.difference("d", "t", "", ("a", "x"), ("b", "x"), kind="paper")
+        Claim.difference("d", "t", "", _m("a", "x"), _m("b", "x"), kind="paper")
 
 
 def test_a_difference_is_paired_per_seed() -> None:
     """Two models whose accuracies move together over seeds: the unpaired spread (10
     points) hides a difference that is +1 point on every seed."""
-    claim = Claim.difference("d", "a beats b", "", ("a", "acc"), ("b", "acc"), above=0.0,
+    claim = Claim.difference("d", "a beats b", "", _m("a", "acc"), _m("b", "acc"), above=0.0,
                              kind="paper", scale=100)  # fmt: skip
     seeds = [Values({"a": {"acc": b + 0.01}, "b": {"acc": b}}) for b in (0.7, 0.8, 0.9)]
     verdict = claim.check(seeds)
     assert verdict.ours.values == pytest.approx((0.01, 0.01, 0.01))
     assert verdict.ours.std == pytest.approx(0.0, abs=1e-12)
     assert verdict.status == "held" and verdict.ours.cell(*claim.format) == "+1.00 ± +0.00"
-    below = Claim.difference("d", "a", "", ("a", "acc"), ("b", "acc"), below=0.005, kind="paper")
+    below = Claim.difference(
+        "d", "a", "", _m("a", "acc"), _m("b", "acc"), below=0.005, kind="paper"
+    )
     assert below.check(seeds).status == "not held"
 
 
