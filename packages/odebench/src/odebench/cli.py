@@ -35,13 +35,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Config = TypeVar("_Config", bound="DataclassInstance")
 
 #: The largest integer an option takes: torch keeps integers in 64 bits.
 _MAX_INT = 2**63 - 1
@@ -68,32 +74,24 @@ _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "a non-negative integer")
 
 
-def _float(text: str, what: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+def _float_in(what: str, within: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argparse type: a number for which ``within`` holds, described as ``what`` in errors."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not within(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = _float(text, "a positive number")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _float(text, "a finite number >= 0")
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _float(text, "a number in [0, 1)")
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
-    return value
+_positive_float = _float_in("a positive number", lambda value: 0 < value < math.inf)
+_non_negative_float = _float_in("a finite number >= 0", lambda value: 0 <= value < math.inf)
+_fraction = _float_in("a number in [0, 1)", lambda value: 0 <= value < 1)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -155,8 +153,7 @@ class _HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if (
-            "%(default)" in text
-            or "(default" in text
+            "(default" in text  # also "%(default)s"
             or action.default is None
             or action.default is argparse.SUPPRESS
             or not action.option_strings
@@ -187,10 +184,11 @@ def _defaults(config: type) -> dict[str, Any]:
     }
 
 
-def _with_quick(config: Callable[..., Any], attribute: str) -> str:
-    """``"7; with --quick: 2"``: ``attribute`` of ``config()`` and of ``config(quick=True)``."""
-    full, quick = getattr(config(), attribute), getattr(config(quick=True), attribute)
-    return f"{full}; with --quick: {quick}"
+def _from_args(config: type[_Config], args: argparse.Namespace, **given: Any) -> _Config:
+    """The dataclass ``config`` made of ``given`` and, for each other field, the value of
+    the option of its name in ``args`` (a field without an option keeps its default)."""
+    names = [f.name for f in dataclasses.fields(config) if f.name not in given]
+    return config(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
 
 
 # The arguments of each sub-command. Their help names what the registries hold and the
@@ -218,7 +216,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     mode.add_argument("--quick", action="store_true", help="the same as --mode quick")
     _add_common(
         run,
-        _defaults(RunOptions),
+        RunOptions,
         epochs="the experiment's, for its mode",
         out="runs/NAME; runs/EXPERIMENT for each experiment of all",
     )
@@ -287,19 +285,19 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if f.default is dataclasses.MISSING else f.default
         train.add_argument(option, required=required, default=default, **keywords)
-    _add_common(train, _defaults(TrainConfig), out="runs/MODEL-DATASET")
+    _add_common(train, TrainConfig, out="runs/MODEL-DATASET")
 
 
 def _add_common(
-    parser: argparse.ArgumentParser, default: Mapping[str, Any], *, epochs: str = "", out: str
+    parser: argparse.ArgumentParser, config: type, *, epochs: str = "", out: str
 ) -> None:
     """Add the options of ``run`` and ``train``.
 
     Args:
         parser: the sub-command's parser.
-        default: the defaults of the fields of what the options set
+        config: the dataclass whose fields the options set, with their defaults
             (``RunOptions``, ``TrainConfig``).
-        epochs: what sets the number of epochs when ``default`` has none (``None``).
+        epochs: what sets the number of epochs when ``config`` has no default (``None``).
         out: the output directory when none is given.
     """
     from .training import MAX_SEED, check_device
@@ -311,6 +309,7 @@ def _add_common(
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
 
+    default = _defaults(config)
     add = parser.add_argument
     add("--device", type=device, default=default["device"],
         help="auto (cuda when available), cpu, cuda or cuda:N")  # fmt: skip
@@ -338,77 +337,83 @@ def _add_common(
         "terminal)")  # fmt: skip
 
 
+def _count(
+    parser: argparse.ArgumentParser, config: type, name: str, help: str, resolved: str = ""
+) -> None:
+    """Add ``--NAME N`` (``name`` with dashes): a positive integer, the field ``name`` of
+    the dataclass ``config``, with that field's default.
+
+    Args:
+        parser: the benchmark's parser.
+        config: its configuration (``SolversConfig``, ``ContnetConfig``).
+        name: the field.
+        help: what the number counts.
+        resolved: the property of ``config`` that gives the number the field leaves unset
+            (``None``); the help then names its values without and with ``--quick``
+            (``"(default: 7; with --quick: 2)"``).
+    """
+    if resolved:
+        full, quick = (getattr(c, resolved) for c in (config(), config(quick=True)))
+        help += f" (default: {full}; with --quick: {quick})"
+    parser.add_argument(
+        "--" + name.replace("_", "-"), type=_positive_int, default=_defaults(config)[name],
+        metavar="N", help=help,
+    )  # fmt: skip
+
+
+def _benchmark_arguments(
+    parser: argparse.ArgumentParser, config: type, *, quick: str, repeats: str, plot: bool = False
+) -> None:
+    """Add the options of every benchmark: ``--quick`` (``quick`` says what it runs),
+    ``--json``, with ``plot`` ``--plot``, ``--threads`` and ``--repeats`` (``repeats``
+    says what is repeated), the last two fields of ``config``."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument(
+        "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
+    )
+    if plot:
+        parser.add_argument(
+            "--plot", metavar="PATH", type=Path,
+            help="draw the results here, as a PNG (default: not drawn)",
+        )  # fmt: skip
+    _count(parser, config, "threads", "torch threads")
+    _count(parser, config, "repeats", repeats, "n_repeats")
+
+
 def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
     from .perf import LIBRARIES, PROBLEMS, SolversConfig
 
+    _benchmark_arguments(
+        solvers, SolversConfig, plot=True,
+        quick="small problems, fewer methods and steps, one run each (a few minutes)",
+        repeats="timed runs per library and configuration",
+    )  # fmt: skip
     default = _defaults(SolversConfig)
-    solvers.add_argument(
-        "--quick",
-        action="store_true",
-        help="small problems, fewer methods and steps, one run each (a few minutes)",
-    )
-    solvers.add_argument(
-        "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
-    )
-    solvers.add_argument(
-        "--plot", metavar="PATH", type=Path,
-        help="draw the results here, as a PNG (default: not drawn)",
-    )  # fmt: skip
-    solvers.add_argument(
-        "--threads", type=_positive_int, default=default["threads"], metavar="N",
-        help="torch threads",
-    )  # fmt: skip
-    solvers.add_argument(
-        "--repeats", type=_positive_int, default=default["repeats"], metavar="N",
-        help="timed runs per library and configuration "
-        f"(default: {_with_quick(SolversConfig, 'n_repeats')})",
-    )  # fmt: skip
-    solvers.add_argument(
-        "--problems", type=_names, default=default["problems"], metavar="NAMES",
-        help=f"comma-separated subset of: {', '.join(PROBLEMS)} (default: all)",
-    )  # fmt: skip
-    solvers.add_argument(
-        "--libraries", type=_names, default=default["libraries"], metavar="NAMES",
-        help=f"comma-separated subset of: {', '.join(LIBRARIES)} (default: all that import)",
-    )  # fmt: skip
-    solvers.add_argument(
-        "--no-memory", action="store_true", help="skip the peak-memory measurements"
-    )
-    solvers.add_argument(
-        "--no-gradients", action="store_true", help="skip the finite-difference gradient check"
-    )
-    solvers.add_argument(
-        "--compile",
-        action="store_true",
-        help="add odecore's compiled solve (compile=True) beside eager odecore where it "
-        "compiles (rk4, forward and backprop), its first call timed apart",
-    )
+    for name, known, unset in (
+        ("problems", PROBLEMS, "all"),
+        ("libraries", LIBRARIES, "all that import"),
+    ):
+        solvers.add_argument(
+            f"--{name}", type=_names, default=default[name], metavar="NAMES",
+            help=f"comma-separated subset of: {', '.join(known)} (default: {unset})",
+        )  # fmt: skip
+    for switch, help in (
+        ("--no-memory", "skip the peak-memory measurements"),
+        ("--no-gradients", "skip the finite-difference gradient check"),
+        ("--compile", "add odecore's compiled solve (compile=True) beside eager odecore where "
+         "it compiles (rk4, forward and backprop), its first call timed apart"),
+    ):  # fmt: skip
+        solvers.add_argument(switch, action="store_true", help=help)
 
 
 def _contnet_arguments(contnet: argparse.ArgumentParser) -> None:
     from .perf import ContnetConfig
 
-    default = _defaults(ContnetConfig)
-    contnet.add_argument("--quick", action="store_true", help="a small batch, seconds")
-    contnet.add_argument(
-        "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
+    _benchmark_arguments(
+        contnet, ContnetConfig, quick="a small batch, seconds", repeats="timed runs per model"
     )
-    contnet.add_argument(
-        "--threads", type=_positive_int, default=default["threads"], metavar="N",
-        help="torch threads",
-    )  # fmt: skip
-    contnet.add_argument(
-        "--repeats", type=_positive_int, default=default["repeats"], metavar="N",
-        help=f"timed runs per model (default: {_with_quick(ContnetConfig, 'n_repeats')})",
-    )  # fmt: skip
-    contnet.add_argument(
-        "--batch", type=_positive_int, default=default["batch"], metavar="N",
-        help=f"images per batch (default: {_with_quick(ContnetConfig, 'n_batch')})",
-    )  # fmt: skip
-    contnet.add_argument(
-        "--n-steps", type=_positive_int, default=default["n_steps"], metavar="N",
-        help=f"N_t = M of every block (default: {_with_quick(ContnetConfig, 'steps')})",
-    )  # fmt: skip
+    _count(contnet, ContnetConfig, "batch", "images per batch", "n_batch")
+    _count(contnet, ContnetConfig, "n_steps", "N_t = M of every block", "steps")
 
 
 def _plot_arguments(plot: argparse.ArgumentParser) -> None:
@@ -419,159 +424,12 @@ def _plot_arguments(plot: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-class _Command(NamedTuple):
-    """A sub-command: its line in the list of commands, its description, and the function
-    that adds its arguments (``None``: it takes none)."""
-
-    help: str
-    description: str
-    arguments: Callable[[argparse.ArgumentParser], None] | None = None
-
-
-#: The sub-commands, in the order ``odebench --help`` lists them.
-_COMMANDS = {
-    "list": _Command(
-        "the experiments, models and data sets, one line each",
-        "List the experiments of `odebench run`, the models and the data sets.",
-    ),
-    "run": _Command(
-        "run an experiment (`odebench list` shows them)",
-        "Run an experiment; its files go to --out (default runs/NAME).",
-        _run_arguments,
-    ),
-    "report": _Command(
-        "combine the reports of experiment runs into one page",
-        "Combine the report.md of each RUN_DIR into one Markdown page.",
-        _report_arguments,
-    ),
-    "download": _Command(
-        "download an image data set from its official mirror, checked by MD5",
-        "Download NAME into DIR (default $ODEBENCH_DATA_DIR, else ~/.cache/odebench), "
-        "where `odebench run` and `odebench train` look for it.",
-        _download_arguments,
-    ),
-    "publish": _Command(
-        "copy runs' reports, results and figures (no checkpoints) for committing",
-        "Copy report.md, results.json and the figures the report shows of each RUN_DIR "
-        "into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch files behind: "
-        "the docs include reports published into docs/results/. A run is refused unless "
-        "it ran at a clean commit of the current history; symbolic links are never copied.",
-        _publish_arguments,
-    ),
-    "train": _Command(
-        "train one model on one data set",
-        "Train one model on one data set, with a progress bar per epoch on a terminal, "
-        "metrics (JSON, CSV, PNG) and a checkpoint after every epoch in --out (default "
-        "runs/MODEL-DATASET). Under torchrun the global batch is split over the processes.",
-        _train_arguments,
-    ),
-    "perf": _Command("performance benchmarks", "Performance benchmarks."),
-}
-
-#: The benchmarks of ``odebench perf``, in the order its help lists them.
-_BENCHMARKS = {
-    "solvers": _Command(
-        "odecore against torchdiffeq (and torchode, torchdyn where installed)",
-        "Time odecore against torchdiffeq, and torchode and torchdyn where they import, on "
-        "an MLP, two conv fields, Van der Pol and a linear system with dopri5 at 1e-3 and "
-        "1e-6 and rk4 with 100 steps: forward, forward + backward by backprop, adjoint, "
-        "adjoint with seminorm and checkpointing; NFE, error, overhead factors and ratios; "
-        "peak memory in fresh processes; gradient error against finite differences. "
-        "Prints tables; --json writes every figure.",
-        _solvers_arguments,
-    ),
-    "contnet": _Command(
-        "ContinuousNet against its own ResNet export",
-        "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
-        "against its to_resnet() export on the same batch, and of the RK4 manifestation; "
-        "memory saved for the backward pass. Prints a table; --json writes every figure.",
-        _contnet_arguments,
-    ),
-    "plot": _Command(
-        "draw the results of `perf solvers --json` as a PNG",
-        "Draw the JSON file of `odebench perf solvers --json` as one PNG: the forward and "
-        "the forward + backward overhead factors per problem and library, peak memory "
-        "against the number of steps, and the gradient error against finite differences.",
-        _plot_arguments,
-    ),
-}
-
-
-def _add_commands(
-    parent: argparse.ArgumentParser,
-    table: Mapping[str, _Command],
-    *,
-    dest: str,
-    metavar: str,
-    prefix: str,
-    commands: Collection[str] | None,
-) -> dict[str, argparse.ArgumentParser]:
-    """Give ``parent`` the sub-commands of ``table``, each with its help, and with its
-    arguments if ``commands`` names it (as ``prefix`` + its name; ``None``: all)."""
-    subparsers = parent.add_subparsers(dest=dest, metavar=metavar)
-    parsers = {}
-    for name, command in table.items():
-        sub = subparsers.add_parser(name, help=command.help, description=command.description)
-        sub.set_defaults(command_parser=sub)
-        if command.arguments is not None and (commands is None or prefix + name in commands):
-            command.arguments(sub)
-        parsers[name] = sub
-    return parsers
-
-
-def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of the command line.
-
-    Every sub-command is there with its line of help, which needs no import, but only
-    those in ``commands`` get their arguments, whose help lists the registries and the
-    defaults of modules that import torch. So ``odebench --help`` and ``--version``
-    answer at once, and ``odebench train --help`` waits only for what ``train`` needs.
-
-    Args:
-        commands: the sub-commands to give their arguments, by name, ``"perf NAME"`` for
-            a benchmark (what :func:`_named` returns); ``None``: every one.
-
-    Returns:
-        The parser; each sub-command's parser is in its namespace as ``command_parser``.
-    """
-    parser = _Parser(
-        prog="odebench",
-        description="Benchmarks for continuous-depth networks.",
-    )
-    parser.add_argument("--version", action="version", version=f"odebench {__version__}")
-    parsers = _add_commands(
-        parser, _COMMANDS, dest="command", metavar="COMMAND", prefix="", commands=commands
-    )
-    _add_commands(
-        parsers["perf"], _BENCHMARKS, dest="perf_command", metavar="BENCHMARK",
-        prefix="perf ", commands=commands,
-    )  # fmt: skip
-    return parser
-
-
-def _named(argv: Sequence[str]) -> frozenset[str]:
-    """The sub-command that ``argv`` names, as :func:`_parser` takes it: its first word
-    that is no option (``odebench`` itself takes none with a value), and after ``perf``
-    the next one.
-
-    Example:
-        >>> sorted(_named(["--help"])), sorted(_named(["train", "--model", "odenet"]))
-        ([], ['train'])
-        >>> sorted(_named(["perf", "solvers", "--quick"]))
-        ['perf solvers']
-    """
-    words = [arg for arg in argv if not arg.startswith("-")]
-    if words[:1] == ["perf"]:
-        return frozenset([" ".join(words[:2])])
-    return frozenset(words[:1])
-
-
 def _log(line: str) -> None:
     if os.environ.get("RANK", "0") == "0":
         print(line, file=sys.stderr, flush=True)
 
 
-def _list() -> int:
+def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .experiments import EXPERIMENTS
     from .models import MODELS
     from .training import DATASETS
@@ -705,19 +563,7 @@ def _run_one(
 ) -> int:
     from .experiments import RunOptions, run_experiment
 
-    options = RunOptions(
-        out=out,
-        quick=args.quick,
-        mode=args.mode,
-        device=args.device,
-        epochs=args.epochs,
-        data_dir=args.data_dir,
-        seed=args.seed,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        progress=args.progress,
-        bf16=args.bf16,
-    )
+    options = _from_args(RunOptions, args, out=out)
     return _guarded(parser, lambda: run_experiment(name, options, log=_log))
 
 
@@ -769,13 +615,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .training import TrainConfig, default_out, train
 
     def job() -> None:
-        values = {
-            f.name: getattr(args, f.name)
-            for f in dataclasses.fields(TrainConfig)
-            if f.metadata["flag"] is not None and f.name != "solver_options"
-        }
-        values["solver_options"] = dict(args.solver_option or ())  # each --solver-option N=V
-        config = TrainConfig(**values)
+        options = dict(args.solver_option or ())  # each --solver-option N=V
+        config = _from_args(TrainConfig, args, solver_options=options)
         out = args.out or default_out(config)
         train(config, out, resume=args.resume, overwrite=args.overwrite, log=_log)
 
@@ -797,68 +638,21 @@ def _check_output(
         parser.error(f"{flag} {path}: not writable")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``odebench`` command line.
-
-    Args:
-        argv: the arguments after the program name; default ``sys.argv[1:]``.
-
-    Returns:
-        The exit status: 0 on success, 2 for a usage error (argparse's), 130 when
-        interrupted.
-
-    Example:
-        >>> import odebench
-        >>> odebench.main(["perf"])  # no benchmark named: the help goes to stderr
-        2
-    """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(_named(argv))
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
-    sub: argparse.ArgumentParser = args.command_parser
-    if args.command == "list":
-        return _list()
-    if args.command == "report":
-        return _report(sub, args)
-    if args.command == "publish":
-        return _publish(sub, args)
-    if args.command == "download":
-        return _download(sub, args)
-    if args.command == "run":
-        return _run(sub, args)
-    if args.command == "train":
-        return _train(sub, args)
-    if args.perf_command is None:
-        sub.print_help(sys.stderr)
-        return 2
-    if args.perf_command == "contnet":
-        return _contnet(sub, args)
-    if args.perf_command == "plot":
-        return _plot(sub, args)
+def _solvers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .perf import LIBRARIES, SolversConfig, format_report, plot_solvers, run_solvers
 
     if args.libraries is not None:
         unknown = [n for n in args.libraries if n not in LIBRARIES]
         if unknown:
-            sub.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
+            parser.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
     try:
-        config = SolversConfig(
-            quick=args.quick,
-            repeats=args.repeats,
-            threads=args.threads,
-            problems=args.problems,
-            libraries=args.libraries,
-            memory=not args.no_memory,
-            gradients=not args.no_gradients,
-            compile=args.compile,
+        config = _from_args(
+            SolversConfig, args, memory=not args.no_memory, gradients=not args.no_gradients
         )
     except ValueError as exc:
-        sub.error(str(exc))
+        parser.error(str(exc))
     return _benchmark(
-        sub, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
+        parser, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
     )
 
 
@@ -884,13 +678,7 @@ def _plot(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .perf import ContnetConfig, format_contnet_report, run_contnet
 
-    config = ContnetConfig(
-        quick=args.quick,
-        repeats=args.repeats,
-        threads=args.threads,
-        batch=args.batch,
-        n_steps=args.n_steps,
-    )
+    config = _from_args(ContnetConfig, args)
     return _benchmark(parser, args, lambda log: run_contnet(config, log=log), format_contnet_report)
 
 
@@ -927,3 +715,188 @@ def _benchmark(
         draw(doc, figure)
         log(f"wrote {figure}")
     return 0
+
+
+class _Command(NamedTuple):
+    """A sub-command: its line in the list of commands, its description, the function
+    that adds its arguments (``None``: it takes none), and the one that runs it with its
+    parser and arguments and returns the exit status (``None``: it has sub-commands)."""
+
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    run: Callable[[argparse.ArgumentParser, argparse.Namespace], int] | None = None
+
+
+#: The sub-commands, in the order ``odebench --help`` lists them.
+_COMMANDS = {
+    "list": _Command(
+        "the experiments, models and data sets, one line each",
+        "List the experiments of `odebench run`, the models and the data sets.",
+        run=_list,
+    ),
+    "run": _Command(
+        "run an experiment (`odebench list` shows them)",
+        "Run an experiment; its files go to --out (default runs/NAME).",
+        _run_arguments,
+        _run,
+    ),
+    "report": _Command(
+        "combine the reports of experiment runs into one page",
+        "Combine the report.md of each RUN_DIR into one Markdown page.",
+        _report_arguments,
+        _report,
+    ),
+    "download": _Command(
+        "download an image data set from its official mirror, checked by MD5",
+        "Download NAME into DIR (default $ODEBENCH_DATA_DIR, else ~/.cache/odebench), "
+        "where `odebench run` and `odebench train` look for it.",
+        _download_arguments,
+        _download,
+    ),
+    "publish": _Command(
+        "copy runs' reports, results and figures (no checkpoints) for committing",
+        "Copy report.md, results.json and the figures the report shows of each RUN_DIR "
+        "into DEST/<name of RUN_DIR>/, leaving checkpoints and per-epoch files behind: "
+        "the docs include reports published into docs/results/. A run is refused unless "
+        "it ran at a clean commit of the current history; symbolic links are never copied.",
+        _publish_arguments,
+        _publish,
+    ),
+    "train": _Command(
+        "train one model on one data set",
+        "Train one model on one data set, with a progress bar per epoch on a terminal, "
+        "metrics (JSON, CSV, PNG) and a checkpoint after every epoch in --out (default "
+        "runs/MODEL-DATASET). Under torchrun the global batch is split over the processes.",
+        _train_arguments,
+        _train,
+    ),
+    "perf": _Command("performance benchmarks", "Performance benchmarks."),
+}
+
+#: The benchmarks of ``odebench perf``, in the order its help lists them.
+_BENCHMARKS = {
+    "solvers": _Command(
+        "odecore against torchdiffeq (and torchode, torchdyn where installed)",
+        "Time odecore against torchdiffeq, and torchode and torchdyn where they import, on "
+        "an MLP, two conv fields, Van der Pol and a linear system with dopri5 at 1e-3 and "
+        "1e-6 and rk4 with 100 steps: forward, forward + backward by backprop, adjoint, "
+        "adjoint with seminorm and checkpointing; NFE, error, overhead factors and ratios; "
+        "peak memory in fresh processes; gradient error against finite differences. "
+        "Prints tables; --json writes every figure.",
+        _solvers_arguments,
+        _solvers,
+    ),
+    "contnet": _Command(
+        "ContinuousNet against its own ResNet export",
+        "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
+        "against its to_resnet() export on the same batch, and of the RK4 manifestation; "
+        "memory saved for the backward pass. Prints a table; --json writes every figure.",
+        _contnet_arguments,
+        _contnet,
+    ),
+    "plot": _Command(
+        "draw the results of `perf solvers --json` as a PNG",
+        "Draw the JSON file of `odebench perf solvers --json` as one PNG: the forward and "
+        "the forward + backward overhead factors per problem and library, peak memory "
+        "against the number of steps, and the gradient error against finite differences.",
+        _plot_arguments,
+        _plot,
+    ),
+}
+
+
+def _add_commands(
+    parent: argparse.ArgumentParser,
+    table: Mapping[str, _Command],
+    *,
+    dest: str,
+    metavar: str,
+    prefix: str,
+    commands: Collection[str] | None,
+) -> dict[str, argparse.ArgumentParser]:
+    """Give ``parent`` the sub-commands of ``table``, each with its help, and with its
+    arguments if ``commands`` names it (as ``prefix`` + its name; ``None``: all)."""
+    subparsers = parent.add_subparsers(dest=dest, metavar=metavar)
+    parsers = {}
+    for name, command in table.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.description)
+        sub.set_defaults(command_parser=sub, run=command.run)
+        if command.arguments is not None and (commands is None or prefix + name in commands):
+            command.arguments(sub)
+        parsers[name] = sub
+    return parsers
+
+
+def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the command line.
+
+    Every sub-command is there with its line of help, which needs no import, but only
+    those in ``commands`` get their arguments, whose help lists the registries and the
+    defaults of modules that import torch. So ``odebench --help`` and ``--version``
+    answer at once, and ``odebench train --help`` waits only for what ``train`` needs.
+
+    Args:
+        commands: the sub-commands to give their arguments, by name, ``"perf NAME"`` for
+            a benchmark (what :func:`_named` returns); ``None``: every one.
+
+    Returns:
+        The parser. Its namespace holds the parser of the sub-command named (its own with
+        none) as ``command_parser``, and the function that runs it (:class:`_Command`) as
+        ``run``.
+    """
+    parser = _Parser(
+        prog="odebench",
+        description="Benchmarks for continuous-depth networks.",
+    )
+    parser.add_argument("--version", action="version", version=f"odebench {__version__}")
+    parser.set_defaults(command_parser=parser, run=None)
+    parsers = _add_commands(
+        parser, _COMMANDS, dest="command", metavar="COMMAND", prefix="", commands=commands
+    )
+    _add_commands(
+        parsers["perf"], _BENCHMARKS, dest="perf_command", metavar="BENCHMARK",
+        prefix="perf ", commands=commands,
+    )  # fmt: skip
+    return parser
+
+
+def _named(argv: Sequence[str]) -> frozenset[str]:
+    """The sub-command that ``argv`` names, as :func:`_parser` takes it: its first word
+    that is no option (``odebench`` itself takes none with a value), and after ``perf``
+    the next one.
+
+    Example:
+        >>> sorted(_named(["--help"])), sorted(_named(["train", "--model", "odenet"]))
+        ([], ['train'])
+        >>> sorted(_named(["perf", "solvers", "--quick"]))
+        ['perf solvers']
+    """
+    words = [arg for arg in argv if not arg.startswith("-")]
+    if words[:1] == ["perf"]:
+        return frozenset([" ".join(words[:2])])
+    return frozenset(words[:1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``odebench`` command line.
+
+    Args:
+        argv: the arguments after the program name; default ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 on success, 2 for a usage error (argparse's), 130 when
+        interrupted.
+
+    Example:
+        >>> import odebench
+        >>> odebench.main(["perf"])  # no benchmark named: the help goes to stderr
+        2
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(_named(argv)).parse_args(argv)
+    if args.run is None:  # no command, or perf without a benchmark: the help, on stderr
+        args.command_parser.print_help(sys.stderr)
+        return 2
+    status: int = args.run(args.command_parser, args)
+    return status
