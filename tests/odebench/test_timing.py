@@ -171,9 +171,9 @@ def test_a_replay_takes_the_recorded_steps_without_calling_the_field(library, me
     for _ in range(2):  # a tape replays any number of times
         assert replay_once(library, problem, tape, method) > 0
         assert counter.nfe == 0  # the field itself was never called
-        assert tape.field.position == tape.nfe
+        assert tape.position == tape.nfe
     # The tape carries the field's parameters, for libraries that look for them.
-    assert list(tape.field.parameters()) == list(problem.field.parameters())
+    assert list(tape.parameters()) == list(problem.field.parameters())
 
 
 def test_a_replay_that_strays_from_the_recording_raises():
@@ -182,14 +182,14 @@ def test_a_replay_that_strays_from_the_recording_raises():
     lib, rk4 = OdecoreLibrary(), Method("rk4", n_steps=2)
     tape = record(lib, problem, counter, rk4)
     assert tape.nfe == 8
-    tape.field.outputs.append(tape.field.outputs[-1])
+    tape.outputs.append(tape.outputs[-1])
     with pytest.raises(ReplayError, match="made 8 evaluations, the recorded run 9"):
         replay_once(lib, problem, tape, rk4)
-    del tape.field.outputs[-2:]
+    del tape.outputs[-2:]
     with pytest.raises(ReplayError, match="more than the 7 recorded evaluations"):
         replay_once(lib, problem, tape, rk4)
     tape = record(lib, problem, counter, rk4)
-    tape.field.outputs[3] = tape.field.outputs[3] * 2  # as if a solver changed it in place
+    tape.outputs[3] = tape.outputs[3] * 2  # as if a solver changed it in place
     with pytest.raises(ReplayError, match="another y\\(t1\\)"):
         replay_once(lib, problem, tape, rk4)
 
@@ -201,7 +201,7 @@ def test_a_failed_replay_leaves_a_note_and_no_time():
     tape = record(lib, problem, counter, rk4)
     cell = _cell(Observation(0.1, 8, 0, Y1))
     _replay(cell, lib, problem, tape, rk4)
-    tape.field.outputs.pop()
+    tape.outputs.pop()
     _replay(cell, lib, problem, tape, rk4)
     assert "odecore" not in cell.solver_s
     assert cell.solver_notes["odecore"].startswith("replay failed: ReplayError: the replay asked")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import torch
@@ -70,21 +71,15 @@ class ContnetConfig:
         return self.n_steps or (2 if self.quick else 4)
 
 
-def _train_step(model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
-    def run() -> None:
-        model.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()  # type: ignore[no-untyped-call]
-
-    return run
+def _train_step(model: nn.Module, x: Tensor, y: Tensor) -> None:
+    model.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()  # type: ignore[no-untyped-call]
 
 
-def _forward(model: nn.Module, x: Tensor) -> Callable[[], None]:
-    def run() -> None:
-        with torch.no_grad():
-            model(x)
-
-    return run
+@torch.no_grad()
+def _forward(model: nn.Module, x: Tensor) -> None:
+    model(x)
 
 
 def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
@@ -146,7 +141,7 @@ def _times(
     times: dict[tuple[str, str], float] = {}
     for mode in ("train_step", "forward"):
         runs = {
-            name: _train_step(m, x, y) if mode == "train_step" else _forward(m, x)
+            name: partial(_train_step, m, x, y) if mode == "train_step" else partial(_forward, m, x)
             for name, m in models.items()
         }
         for run in runs.values():  # warm-up

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, get_args, get_type_hints
 
 from ._stats import finite
 
@@ -192,21 +192,15 @@ class Document:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Document:
-        """Read a document back; sections that an older schema lacks come back empty."""
+        """Read a document back; sections that an older schema lacks come back empty.
 
-        def rows(name: str, kind: type[R]) -> list[R]:
-            section: Iterable[Mapping[str, Any]] = doc.get(name) or []
-            return [kind(**row) for row in section]
-
-        return cls(
-            environment=dict(doc["environment"]),
-            problems=rows("problems", ProblemRow),
-            evaluations=rows("evaluations", EvaluationRow),
-            results=rows("results", ResultRow),
-            ratios=rows("ratios", RatioRow),
-            compiled=rows("compiled", CompiledRow),
-            stiff=rows("stiff", StiffRow),
-            memory=rows("memory", MemoryRow),
-            gradients=rows("gradients", GradientRow),
-            notes=list(doc.get("notes", [])),
-        )
+        Every section but ``environment`` and ``notes`` is a list of the row type its
+        field declares.
+        """
+        hints = get_type_hints(cls)
+        sections = {
+            f.name: [get_args(hints[f.name])[0](**row) for row in doc.get(f.name) or []]
+            for f in dataclasses.fields(cls)
+            if f.name not in ("environment", "notes")
+        }
+        return cls(dict(doc["environment"]), notes=list(doc.get("notes", [])), **sections)

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from ._document import GradientRow, Measured, figure_rows, unmeasured
 from ._libraries import GRADIENT_MODES, Library, Method, describe_error
-from ._problems import ConvField, CountingField
+from ._problems import ConvField, CountingField, Problem
+from ._timing import run_once
 
 F64 = torch.float64
 
@@ -117,8 +118,9 @@ class _Case:
         return cls(f"conv_{activation}", field, y0, w, directions)
 
     @property
-    def params(self) -> list[nn.Parameter]:
-        return list(self.field.parameters())
+    def problem(self) -> Problem:
+        """The case as a problem on ``[0, 1]``, for :func:`~odebench.perf._timing.run_once`."""
+        return Problem(self.name, self.name, self.field, self.y0, 0.0, 1.0)
 
     def loss(self, n_steps: int) -> float:
         """The loss of the reference's own rk4 solve with ``n_steps`` steps."""
@@ -160,8 +162,6 @@ def gradient_check(
                 log(f"  gradient check {case.name}: {library.name} {mode}")
                 figures = _library_gradient(case, library, method, mode, reference)
                 rows += figure_rows(GradientRow, key, figures, _UNITS)
-        for p in case.params:
-            p.grad = None
     return rows
 
 
@@ -170,7 +170,7 @@ def _finite_differences(
 ) -> tuple[list[float], Measured]:
     """The reference's directional derivatives, and its figures: resolution, scale, time."""
     start = time.perf_counter()
-    tensors = [case.y0, *case.params]
+    tensors = [case.y0, *case.field.parameters()]
     reference = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps) for d in case.directions]
     coarse = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps // 2) for d in case.directions]
     resolution = max(abs(a - b) for a, b in zip(reference, coarse))
@@ -196,24 +196,17 @@ def _library_gradient(
 ) -> Measured:
     """One library's gradient by ``mode``: its error along the directions, its evaluations
     and its time; a failure is every figure's note."""
-    counter = CountingField(case.field)
-    for p in case.params:
-        p.grad = None
-    y = case.y0.detach().clone().requires_grad_(True)
-    start = time.perf_counter()
     try:
-        y1 = library.solve(counter, y, 0.0, 1.0, method, mode)
-        nfe_forward = counter.nfe
-        torch.autograd.backward((case.w * y1).sum())
+        run = run_once(library, case.problem, CountingField(case.field), method, mode, case.w)
     except Exception as exc:
         return unmeasured(_UNITS, describe_error(exc))
-    elapsed = time.perf_counter() - start
-    nfe_backward = counter.nfe - nfe_forward
-    grads = [y.grad, *(p.grad for p in case.params)]
+    assert run.gradient is not None  # a gradient mode's run has one
+    # y0's gradient, then each parameter's: the parts of a direction
+    grads = torch.split(run.gradient, [v.numel() for v in case.directions[0]])
     derivs = [
-        float(sum((g * v).sum() for g, v in zip(grads, d) if g is not None))
-        for d in case.directions
+        float(sum((g.view_as(v) * v).sum() for g, v in zip(grads, d))) for d in case.directions
     ]
+    nfe_forward, nfe_backward = run.nfe_forward, run.nfe_backward
     rel = [abs(a - b) / abs(b) for a, b in zip(derivs, reference) if b != 0]
     return {
         "grad_abs_error": (max(abs(a - b) for a, b in zip(derivs, reference)), None),
@@ -224,7 +217,7 @@ def _library_gradient(
             nfe_backward / nfe_forward if nfe_forward else None,
             None if nfe_forward else "no forward evaluations",
         ),
-        "time_s": (elapsed, None),
+        "time_s": (run.time_s, None),
     }
 
 

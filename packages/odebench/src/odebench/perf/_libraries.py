@@ -20,7 +20,7 @@ import odecore
 import torch
 from torch import Tensor, nn
 
-from ._problems import CountingField
+from ._problems import CountingField, last_state
 
 MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint")
 """How a solve runs: ``forward`` (no gradient), or forward plus backward with a gradient method."""
@@ -174,40 +174,29 @@ def _times(t0: float, t1: float, like: Tensor) -> Tensor:
     return torch.tensor([t0, t1], dtype=like.dtype, device=like.device)
 
 
-def _last(ys: Any) -> Tensor:
-    if not isinstance(ys, Tensor):  # pragma: no cover - every state here is a tensor
-        raise TypeError(f"expected a tensor solution, got {type(ys).__name__}")
-    return ys[-1]
+def _odeint(
+    module: Any, field: nn.Module, y0: Tensor, t: Tensor, mode: str, **kwargs: Any
+) -> Tensor:
+    """``y(t1)`` through torchdiffeq's signature (torchdiffeq's own, or odecore's facade):
+    ``odeint`` forward and by backprop, ``odeint_adjoint`` by the adjoint, with seminorm
+    in mode ``adjoint_seminorm``."""
+    if mode in ("forward", "backprop"):
+        return last_state(module.odeint(field, y0, t, **kwargs))
+    if mode == "adjoint_seminorm":
+        kwargs["adjoint_options"] = {"norm": "seminorm"}
+    return last_state(module.odeint_adjoint(field, y0, t, **kwargs))
 
 
 class OdecoreLibrary(Library):
     """odecore through torchdiffeq's signature (``odeint``, ``odeint_adjoint``) and ``solve``."""
 
-    def __init__(self) -> None:
-        self.name = "odecore"
-        self.version = str(getattr(odecore, "__version__", "unknown"))
-
-    def unsupported(self, method: Method, mode: str) -> str | None:
-        if mode == "checkpoint" and getattr(odecore, "Checkpoint", None) is None:
-            return f"odecore {self.version} has no Checkpoint gradient method"
-        return super().unsupported(method, mode)
+    name = "odecore"
+    version = odecore.__version__
 
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        t = _times(t0, t1, y0)
-        kwargs = method.odeint_kwargs
-        if mode in ("forward", "backprop"):
-            return _last(odecore.odeint(field, y0, t, **kwargs))
-        if mode == "adjoint":
-            return _last(odecore.odeint_adjoint(field, y0, t, **kwargs))
-        if mode == "adjoint_seminorm":
-            kwargs["adjoint_options"] = {"norm": "seminorm"}
-            return _last(odecore.odeint_adjoint(field, y0, t, **kwargs))
         if mode == "checkpoint":
-            checkpoint = getattr(odecore, "Checkpoint", None)
-            if checkpoint is None:
-                raise UnsupportedError(f"odecore {self.version} has no Checkpoint gradient method")
             spec = method.spec
             sol = odecore.solve(
                 field,
@@ -216,12 +205,14 @@ class OdecoreLibrary(Library):
                 t1=t1,
                 solver=spec.solver,
                 controller=spec.controller,
-                gradient=checkpoint(),
+                gradient=odecore.Checkpoint(),
                 dt0=spec.step_size(t0, t1),
                 max_steps=spec.max_steps,
             )
-            return _last(sol.ys)
-        raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
+            return last_state(sol.ys)
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
+        return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
 
 
 COMPILED = "odecore-compiled"
@@ -238,11 +229,9 @@ class CompiledOdecoreLibrary(Library):
     solved, and its ``nfe`` is advanced by the solve's own count.
     """
 
+    name = COMPILED
+    version = odecore.__version__
     compiles = True
-
-    def __init__(self) -> None:
-        self.name = COMPILED
-        self.version = str(getattr(odecore, "__version__", "unknown"))
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         if method.adaptive:
@@ -271,14 +260,13 @@ class CompiledOdecoreLibrary(Library):
             )
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
-        return _last(sol.ys)
+        return last_state(sol.ys)
 
 
 class _PeerLibrary(Library):
-    """A peer library, imported by the caller: named, versioned, no checkpointing."""
+    """A peer library, imported by the caller: versioned by its module, no checkpointing."""
 
-    def __init__(self, name: str, module: Any) -> None:
-        self.name = name
+    def __init__(self, module: Any) -> None:
         self.version = str(getattr(module, "__version__", "unknown"))
         self.module = module
 
@@ -299,13 +287,11 @@ class _PeerLibrary(Library):
 class TorchdiffeqLibrary(_PeerLibrary):
     """torchdiffeq's ``odeint`` and ``odeint_adjoint``. Its ``rk4`` is Kutta's 3/8 rule."""
 
-    def __init__(self, module: Any) -> None:
-        super().__init__("torchdiffeq", module)
+    name = "torchdiffeq"
 
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        t = _times(t0, t1, y0)
         kwargs: dict[str, Any] = {"method": self.own_name(method)}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
@@ -319,14 +305,9 @@ class TorchdiffeqLibrary(_PeerLibrary):
                 return torch.linspace(float(tt[0]), float(tt[-1]), n + 1, dtype=tt.dtype)
 
             kwargs["options"] = {"grid_constructor": grid}
-        if mode in ("forward", "backprop"):
-            return _last(self.module.odeint(field, y0, t, **kwargs))
-        if mode == "adjoint":
-            return _last(self.module.odeint_adjoint(field, y0, t, **kwargs))
-        if mode == "adjoint_seminorm":
-            kwargs["adjoint_options"] = {"norm": "seminorm"}
-            return _last(self.module.odeint_adjoint(field, y0, t, **kwargs))
-        raise UnsupportedError(f"torchdiffeq cannot run mode {mode!r}")
+        if mode == "checkpoint" or mode not in MODES:
+            raise UnsupportedError(f"torchdiffeq cannot run mode {mode!r}")
+        return _odeint(self.module, field, y0, _times(t0, t1, y0), mode, **kwargs)
 
 
 class _FlatField(nn.Module):
@@ -350,8 +331,7 @@ class TorchodeLibrary(_PeerLibrary):
     evaluated together, so one call of the field counts as one evaluation.
     """
 
-    def __init__(self, module: Any) -> None:
-        super().__init__("torchode", module)
+    name = "torchode"
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         if method.name in PEER_METHODS and self.own_name(method) is None:
@@ -394,8 +374,7 @@ class _ArgsField(nn.Module):
 class TorchdynLibrary(_PeerLibrary):
     """torchdyn's ``NeuralODE`` with ``sensitivity="autograd"`` or ``"adjoint"``."""
 
-    def __init__(self, module: Any) -> None:
-        super().__init__("torchdyn", module)
+    name = "torchdyn"
 
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
@@ -429,6 +408,13 @@ class TorchdynLibrary(_PeerLibrary):
         return model(y0, t_span)[-1]  # type: ignore[no-any-return]
 
 
+_PEER_LIBRARIES: dict[str, type[_PeerLibrary]] = {
+    "torchdiffeq": TorchdiffeqLibrary,
+    "torchode": TorchodeLibrary,
+    "torchdyn": TorchdynLibrary,
+}
+
+
 def discover(
     names: Sequence[str] | None = None, *, compiled: bool = False
 ) -> tuple[list[Library], dict[str, str]]:
@@ -455,43 +441,31 @@ def discover(
         raise ValueError(f"Unknown libraries {unknown}; known libraries: {', '.join(LIBRARIES)}.")
     if compiled and "odecore" not in wanted:
         raise ValueError("The compiled odecore is compared with odecore: keep odecore in `names`.")
-    available: list[Library] = []
+    available: list[Library] = [OdecoreLibrary()] if "odecore" in wanted else []
+    if compiled:  # odecore is wanted too, checked above
+        available.append(CompiledOdecoreLibrary())
     missing: dict[str, str] = {}
-    for name in LIBRARIES:
+    for name in PEERS:
         if name not in wanted:
-            continue
-        if name == "odecore":
-            available.append(OdecoreLibrary())
-            if compiled:
-                available.append(CompiledOdecoreLibrary())
             continue
         try:
             module = importlib.import_module(name)
             if name == "torchdyn":
                 importlib.import_module("torchdyn.core")
         except ImportError as exc:
-            missing[name] = f"not installed ({type(exc).__name__}: {_first_line(exc)})"
+            missing[name] = f"not installed ({describe_error(exc)})"
             continue
         except Exception as exc:  # a broken install must not stop the benchmark
-            missing[name] = f"import failed ({type(exc).__name__}: {_first_line(exc)})"
+            missing[name] = f"import failed ({describe_error(exc)})"
             continue
-        peer: Library
-        if name == "torchdiffeq":
-            peer = TorchdiffeqLibrary(module)
-        elif name == "torchode":
-            peer = TorchodeLibrary(module)
-        else:
-            peer = TorchdynLibrary(module)
-        available.append(peer)
+        available.append(_PEER_LIBRARIES[name](module))
     return available, missing
 
 
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def describe_error(exc: BaseException) -> str:
+def describe_error(exc: BaseException, limit: int = 200) -> str:
     """``TypeName: first line of the message``, short enough for a table note."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) > limit:
+        line = line[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {line}"

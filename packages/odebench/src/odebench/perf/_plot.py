@@ -181,10 +181,7 @@ def _gradient_error(doc: Mapping[str, Any]) -> Bars:
     rows = [r for r in _rows(doc, "gradients") if r["figure"] == "grad_rel_error"]
     if not rows:
         return Bars(title, ylabel, [], {}, empty="gradients not checked in this run")
-    keys: list[tuple[str, str]] = []
-    for r in rows:
-        if (r["problem"], r["gradient"]) not in keys:
-            keys.append((r["problem"], r["gradient"]))
+    keys = list(dict.fromkeys((r["problem"], r["gradient"]) for r in rows))
     value = {(r["problem"], r["gradient"], r["library"]): r["value"] for r in rows}
     series = {lib: [value.get((p, g, lib)) for p, g in keys] for lib in _libraries(doc, rows)}
     methods = sorted({r["method"] for r in rows})
@@ -260,10 +257,7 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
     _check(doc)
     rows = _rows(doc, "stiff")
     try:
-        problems: list[str] = []
-        for r in rows:
-            if r["problem"] not in problems:
-                problems.append(r["problem"])
+        problems = list(dict.fromkeys(r["problem"] for r in rows))
         described = {p["name"]: p.get("description", p["name"]) for p in doc["problems"]}
         panels = []
         for problem in problems:
@@ -348,11 +342,17 @@ def plot_stiff(doc: Mapping[str, Any], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 6), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
         _draw_work_precision(ax, panel)
-    env = doc["environment"]
+    return _save(fig, doc["environment"], path, what=", stiff problems")
+
+
+def _save(
+    fig: Any, env: Mapping[str, Any], path: str | Path, what: str = "", more: str = ""
+) -> Path:
+    """Title ``fig`` with the run (its date, torch version and threads) and write it to ``path``."""
     date = str(env.get("date", "?"))[:16].replace("T", " ")
     fig.suptitle(
-        f"odebench perf solvers, stiff problems, {date} UTC: torch {env.get('torch', '?')}, "
-        f"{env.get('threads', '?')} threads",
+        f"odebench perf solvers{what}, {date} UTC: torch {env.get('torch', '?')}, "
+        f"{env.get('threads', '?')} threads{more}",
         fontsize=11,
     )
     fig.tight_layout()
@@ -488,15 +488,7 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
         ax.legend(fontsize=7)
     env = doc["environment"]
     quick = ", quick run" if env.get("quick") else ""
-    date = str(env.get("date", "?"))[:16].replace("T", " ")
-    fig.suptitle(
-        f"odebench perf solvers, {date} UTC: torch {env.get('torch', '?')}, "
-        f"{env.get('threads', '?')} threads, {env.get('cpu_count', '?')} CPUs{quick}",
-        fontsize=11,
-    )
-    fig.tight_layout()
-    out = Path(path)
-    save_png(out, fig)
+    out = _save(fig, env, path, more=f", {env.get('cpu_count', '?')} CPUs{quick}")
     if _rows(doc, "stiff"):
         plot_stiff(doc, stiff_path(out))
     return out

@@ -73,13 +73,6 @@ class CountingField(nn.Module):
         return out
 
 
-def _time_like(t: Tensor | float, y: Tensor) -> Tensor:
-    """The time as a tensor of ``y``'s dtype and device, shaped to broadcast."""
-    if isinstance(t, Tensor):
-        return t.to(dtype=y.dtype, device=y.device).reshape(())
-    return torch.tensor(t, dtype=y.dtype, device=y.device)
-
-
 class MLPField(nn.Module):
     """``dy/dt = W3 tanh(W2 tanh(W1 y + b1) + b2) + b3``: two tanh layers, autonomous."""
 
@@ -114,21 +107,17 @@ class ConvField(nn.Module):
         super().__init__()
         if activation not in ("relu", "softplus"):
             raise ValueError(f"`activation` must be 'relu' or 'softplus', got {activation!r}.")
-        self.activation = activation
+        self.act = torch.relu if activation == "relu" else nn.functional.softplus
         self.norm1 = _group_norm(channels)
         self.conv1 = nn.Conv2d(channels + 1, channels, 3, padding=1)
         self.norm2 = _group_norm(channels)
         self.conv2 = nn.Conv2d(channels + 1, channels, 3, padding=1)
 
-    def _act(self, x: Tensor) -> Tensor:
-        if self.activation == "relu":
-            return torch.relu(x)
-        return nn.functional.softplus(x)
-
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
-        tt = _time_like(t, y).expand(y.shape[0], 1, *y.shape[2:])
-        h = self.conv1(torch.cat([tt, self._act(self.norm1(y))], 1))
-        out: Tensor = self.conv2(torch.cat([tt, self._act(self.norm2(h))], 1))
+        tt = torch.as_tensor(t, dtype=y.dtype, device=y.device).reshape(())
+        tt = tt.expand(y.shape[0], 1, *y.shape[2:])
+        h = self.conv1(torch.cat([tt, self.act(self.norm1(y))], 1))
+        out: Tensor = self.conv2(torch.cat([tt, self.act(self.norm2(h))], 1))
         return out
 
 
@@ -145,21 +134,6 @@ class VanDerPol(nn.Module):
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
         x, v = y[..., 0], y[..., 1]
         return torch.stack([v, self.mu * (1 - x * x) * v - x], dim=-1)
-
-    def jacobian(self, y: Tensor) -> Tensor:
-        """The closed-form Jacobian ``d f / d y`` of each state, shape ``(*batch, 2, 2)``.
-
-        ``[[0, 1], [-2 mu x v - 1, mu (1 - x^2)]]``. At ``y = (2, 0)`` its eigenvalues
-        are near ``-3 mu`` and ``-1 / (3 mu)``: the stiffness of ``vdp_stiff``.
-        """
-        x, v = y[..., 0], y[..., 1]
-        mu = self.mu.detach()
-        zero, one = torch.zeros_like(x), torch.ones_like(x)
-        rows = [
-            torch.stack([zero, one], -1),
-            torch.stack([-2 * mu * x * v - 1, mu * (1 - x * x)], -1),
-        ]
-        return torch.stack(rows, dim=-2)
 
 
 class LinearField(nn.Module):
@@ -280,8 +254,7 @@ def make_problem(
             desc = f"Van der Pol, mu = {VDP_STIFF_MU:g}, y0 = (2, 0), t in [0, {t1:g}], float64"
             dtype = torch.float64
         elif name == "linear":
-            lin = LinearField(s.linear_state, generator=gen)
-            field = lin
+            field = LinearField(s.linear_state, generator=gen)
             y0 = torch.randn(s.linear_batch, s.linear_state, generator=gen)
             desc = (
                 f"linear system y' = A y (damped rotation), batch {s.linear_batch}, "
@@ -294,7 +267,7 @@ def make_problem(
             )
     field = field.to(dtype)
     y0 = y0.to(dtype)
-    exact = lin.exact(y0, t1) if name == "linear" else None
+    exact = field.exact(y0, t1) if isinstance(field, LinearField) else None
     return Problem(name, desc, field, y0, 0.0, t1, exact)
 
 
@@ -320,12 +293,24 @@ def reference_solution(problem: Problem, tol: float = 1e-10) -> tuple[Tensor, st
             solver=odecore.Dopri8(),
             controller=odecore.PIDController(rtol=tol, atol=tol),
         )
-    ys = sol.ys
-    if not isinstance(ys, Tensor):  # pragma: no cover - the state is a tensor
+    return last_state(sol.ys), f"odecore dopri8 in float64 at rtol = atol = {tol:g}"
+
+
+def last_state(ys: object) -> Tensor:
+    """The last of a solution's states: every state of the benchmark is one tensor."""
+    if not isinstance(ys, Tensor):  # pragma: no cover - every state here is a tensor
         raise TypeError(f"expected a tensor solution, got {type(ys).__name__}")
-    return ys[-1], f"odecore dopri8 in float64 at rtol = atol = {tol:g}"
+    return ys[-1]
 
 
 def max_abs_error(y: Tensor, reference: Tensor) -> float:
     """The largest absolute difference, computed in float64."""
     return float((y.detach().to(torch.float64) - reference).abs().max())
+
+
+def error_figure(y1: Tensor, reference: Tensor) -> tuple[float | None, str | None]:
+    """A run's ``error``, its largest absolute difference from ``reference`` at ``t1``,
+    as ``(value, note)``: none where the solution is not finite."""
+    if not bool(torch.isfinite(y1).all()):
+        return None, "the solution holds NaN or inf"
+    return max_abs_error(y1, reference), None

@@ -31,12 +31,7 @@ def _ms(v: float | None) -> str:
 def _keys(rows: Sequence[FigureRow], *names: str) -> list[tuple[Any, ...]]:
     """The distinct ``names`` tuples, in order, that have at least one supported row."""
     get = attrgetter(*names)
-    keys: list[tuple[Any, ...]] = []
-    for r in rows:
-        key = get(r)
-        if getattr(r, "supported", True) and key not in keys:
-            keys.append(key)
-    return keys
+    return list(dict.fromkeys(get(r) for r in rows if getattr(r, "supported", True)))
 
 
 def _values(rows: Sequence[FigureRow], *names: str) -> Callable[..., float | None]:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,8 +43,8 @@ from ._problems import (
     CountingField,
     Problem,
     Sizes,
+    error_figure,
     make_problem,
-    max_abs_error,
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
@@ -163,11 +164,6 @@ class SolversConfig:
         return PROBLEMS if self.quick else KNOWN_PROBLEMS
 
     @property
-    def stiff_methods(self) -> tuple[Method, ...]:
-        """The configurations of the stiff problems' sweep: implicit solvers over tolerances."""
-        return stiff_methods(self.quick)
-
-    @property
     def methods(self) -> tuple[Method, ...]:
         return QUICK_METHODS if self.quick else FULL_METHODS
 
@@ -197,29 +193,6 @@ def command_line(argv: list[str] | None = None) -> str | None:
     return " ".join([program, *argv[1:]])
 
 
-def _environment(
-    config: SolversConfig,
-    libraries: list[Library],
-    missing: dict[str, str],
-    load_start: float | None,
-    date: str,
-) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "date": date,
-        **machine(),
-        "libraries": {lib.name: lib.version for lib in libraries},
-        "unavailable": dict(missing),
-        "quick": config.quick,
-        "repeats": config.n_repeats,
-        "cell_budget_s": None if config.quick else config.cell_budget_s,
-        "dtype": "float32 (gradient check and stiff problems: float64)",
-        "command": command_line(),
-        "load_average_start": load_start,
-        "load_average_end": load_average(),
-    }
-
-
 @dataclass
 class _Cell:
     """Observations of one (problem, method, mode) for every library.
@@ -232,8 +205,8 @@ class _Cell:
     """
 
     observations: dict[str, list[Observation]]
-    failures: dict[str, str]
-    notes: dict[str, str]
+    failures: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
     eval_s: list[float] = field(default_factory=list)
     vjp_s: list[float] = field(default_factory=list)
     chained_s: list[float] = field(default_factory=list)
@@ -241,12 +214,6 @@ class _Cell:
     solver_notes: dict[str, str] = field(default_factory=dict)
     first_call_s: dict[str, float] = field(default_factory=dict)
 
-
-_FIELD = "(field alone)"
-"""The entry of the interleaved rounds that times the field by itself."""
-
-_SOLVER_ALONE = "(solver alone)"
-"""Marks the entries of the interleaved rounds that replay a library's recorded run."""
 
 _MAX_BLOCK_CALLS = 100
 
@@ -287,11 +254,8 @@ def _measure_cell(
     forward cell each library's run is recorded once after the warm-up, and a round is
     ``A B ... A' B' ... F``, where ``A'`` is ``A``'s solve of its recorded outputs.
     """
-    obs: dict[str, list[Observation]] = {lib.name: [] for lib in libraries}
-    failures: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    cell = _Cell(obs, failures, notes)
-    by_name = {lib.name: lib for lib in libraries}
+    cell = _Cell({lib.name: [] for lib in libraries})
+    obs, failures, notes = cell.observations, cell.failures, cell.notes
 
     def attempt(lib: Library) -> Observation | None:
         try:
@@ -300,16 +264,20 @@ def _measure_cell(
             failures[lib.name] = describe_error(exc)
             return None
 
+    def timed_run(lib: Library) -> None:
+        if lib.name not in failures:
+            o = attempt(lib)
+            if o is not None:
+                obs[lib.name].append(o)
+
     for lib in libraries:
         if lib.compiles:  # the compile, timed apart: never a warm-up or a timed run
             first = attempt(lib)
             if first is not None:
                 cell.first_call_s[lib.name] = first.time_s
     repeats = config.n_repeats
-    if config.quick:
+    if not config.quick:
         warm: dict[str, Observation] = {}
-    else:
-        warm = {}
         for lib in libraries:
             o = attempt(lib)
             if o is not None:
@@ -330,30 +298,22 @@ def _measure_cell(
                 for name in warm:
                     notes[name] = f"{affordable} runs instead of {repeats} to fit the time budget"
                 repeats = affordable
-    names = [lib.name for lib in libraries if lib.name not in failures]
-    tapes: dict[str, Tape] = {}
+    ready = [lib for lib in libraries if lib.name not in failures]
+    steps: list[Callable[[], None]] = [partial(timed_run, lib) for lib in ready]
     if mode == "forward":
-        for name in names:
-            if by_name[name].compiles:
-                cell.solver_notes[name] = "not recorded: a graph does not run a Python tape"
+        for lib in ready:
+            if lib.compiles:
+                cell.solver_notes[lib.name] = "not recorded: a graph does not run a Python tape"
                 continue
             try:
-                tapes[name] = record(by_name[name], problem, counter, method)
+                tape = record(lib, problem, counter, method)
             except Exception as exc:
-                cell.solver_notes[name] = f"not recorded: {describe_error(exc)}"
-    replays = {f"{name} {_SOLVER_ALONE}": name for name in tapes}
-    for _, name in interleaved([*names, *replays, _FIELD], repeats):
-        if name == _FIELD:
-            _time_field(cell, timer, mode)
-            continue
-        if name in replays:
-            _replay(cell, by_name[replays[name]], problem, tapes[replays[name]], method)
-            continue
-        if name in failures:
-            continue
-        o = attempt(by_name[name])
-        if o is not None:
-            obs[name].append(o)
+                cell.solver_notes[lib.name] = f"not recorded: {describe_error(exc)}"
+                continue
+            steps.append(partial(_replay, cell, lib, problem, tape, method))
+    steps.append(partial(_time_field, cell, timer, mode))  # the field alone ends each round
+    for _, step in interleaved(steps, repeats):
+        step()
     return cell
 
 
@@ -436,8 +396,21 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
         if pname in STIFF_PROBLEMS:
             _stiff_problem(run, pname)
     _memory_and_gradients(run, eager)
-    run.doc.environment = _environment(config, libraries, missing, load_start, date)
-    run.doc.environment["wall_time_s"] = time.perf_counter() - started
+    run.doc.environment = {
+        "schema_version": SCHEMA_VERSION,
+        "date": date,
+        **machine(),
+        "libraries": {lib.name: lib.version for lib in libraries},
+        "unavailable": dict(missing),
+        "quick": config.quick,
+        "repeats": config.n_repeats,
+        "cell_budget_s": None if config.quick else config.cell_budget_s,
+        "dtype": "float32 (gradient check and stiff problems: float64)",
+        "command": command_line(),
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "wall_time_s": time.perf_counter() - started,
+    }
     if load_start is not None and load_start >= 1.0:
         notes.append(
             f"The machine's one-minute load average was {load_start:.2f} when the run "
@@ -479,12 +452,10 @@ def _memory_and_gradients(run: _Run, eager: list[Library]) -> None:
 
 @dataclass(frozen=True)
 class _Setup:
-    """An explicit problem ready for its cells: the field's counter and timer, the loss's
-    weight, the reference ``y(t1)`` and the evaluation times taken before the cells."""
+    """An explicit problem ready for its cells: the timer of its field's counter, the
+    loss's weight, the reference ``y(t1)`` and the evaluation times taken before the cells."""
 
-    name: str
     problem: Problem
-    counter: CountingField
     timer: FieldTimer
     weight: torch.Tensor
     reference: torch.Tensor
@@ -498,20 +469,19 @@ def _evaluation_times(timer: FieldTimer, quick: bool) -> tuple[float, float]:
     return timer.evaluation_times()
 
 
-def _problem_row(name: str, problem: Problem, eval_s: float, vjp_s: float, ref: str) -> ProblemRow:
+def _problem_row(problem: Problem, eval_s: float, vjp_s: float, ref: str) -> ProblemRow:
     shape = list(problem.y0.shape)
     return ProblemRow(
-        name, problem.description, shape, problem.n_parameters, problem.t0, problem.t1,
+        problem.name, problem.description, shape, problem.n_parameters, problem.t0, problem.t1,
         eval_s, vjp_s, ref,
     )  # fmt: skip
 
 
 def _explicit_problem(run: _Run, pname: str) -> None:
-    """Every method, mode and library on one explicit problem, then odecore's ratios."""
+    """Every method, mode and library on one explicit problem, into the document."""
     config = run.config
     problem = make_problem(pname, config.sizes, seed=config.seed)
-    counter = CountingField(problem.field)
-    timer = FieldTimer(counter, problem)
+    timer = FieldTimer(CountingField(problem.field), problem)
     weight = loss_weight(problem)
     reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
     eval_s, vjp_s = _evaluation_times(timer, config.quick)
@@ -519,65 +489,56 @@ def _explicit_problem(run: _Run, pname: str) -> None:
         f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
         f"with its VJP {vjp_s * 1e6:.0f} us"
     )
-    run.doc.problems.append(_problem_row(pname, problem, eval_s, vjp_s, reference_note))
-    setup = _Setup(pname, problem, counter, timer, weight, reference, eval_s, vjp_s)
+    run.doc.problems.append(_problem_row(problem, eval_s, vjp_s, reference_note))
+    setup = _Setup(problem, timer, weight, reference, eval_s, vjp_s)
     for method in config.methods:
-        _method(run, setup, method)
-
-
-def _method(run: _Run, setup: _Setup, method: Method) -> None:
-    """Every mode of ``method`` on the problem, each library's rows into the document."""
-    backprop_obs: dict[str, Observation] = {}
-    for mode in MODES:
-        runnable = []
-        for lib in run.libraries:
-            why = lib.unsupported(method, mode)
-            if why is None:
-                runnable.append(lib)
-                continue
-            key = (setup.name, method.label, lib.name)
-            missing = unmeasured(MODE_FIGURES[mode], why)
-            run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
-        if not runnable:
-            continue
-        cell = _cell(run, setup, method, mode, runnable, backprop_obs)
-        if mode == "backprop":
-            backprop_obs = {name: obs[-1] for name, obs in cell.observations.items() if obs}
+        backprop_obs: dict[str, Observation] = {}  # for the other modes' grad_diff
+        for mode in MODES:
+            cell = _cell(run, setup, method, mode, backprop_obs)
+            if mode == "backprop":
+                backprop_obs = {name: obs[-1] for name, obs in cell.observations.items() if obs}
 
 
 def _cell(
-    run: _Run,
-    setup: _Setup,
-    method: Method,
-    mode: str,
-    libraries: list[Library],
-    backprop_obs: dict[str, Observation],
+    run: _Run, s: _Setup, method: Method, mode: str, backprop_obs: dict[str, Observation]
 ) -> _Cell:
-    """Measure one cell into the document: its evaluation times, each library's figures
-    and, with the compiled library, its row of ``compiled``."""
+    """Measure one cell into the document: why each library that cannot run it cannot, its
+    evaluation times, each library's figures and, with the compiled library, its row of
+    ``compiled``."""
+    pname = s.problem.name
+    libraries = []
+    for lib in run.libraries:
+        why = lib.unsupported(method, mode)
+        if why is None:
+            libraries.append(lib)
+            continue
+        missing = unmeasured(MODE_FIGURES[mode], why)
+        key = (pname, method.label, lib.name)
+        run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
+    if not libraries:
+        return _Cell({})
     t0 = time.perf_counter()
-    s = setup
     cell = _measure_cell(
-        libraries, s.problem, s.counter, method, mode, s.weight, run.config, s.timer
+        libraries, s.problem, s.timer.counter, method, mode, s.weight, run.config, s.timer
     )
     eval_s, vjp_s = median(cell.eval_s), median(cell.vjp_s)
     blocks = max(len(cell.eval_s), len(cell.vjp_s))
     chained_s = median(cell.chained_s)
     run.doc.evaluations.append(
-        EvaluationRow(s.name, method.label, mode, eval_s, vjp_s, chained_s, blocks)
+        EvaluationRow(pname, method.label, mode, eval_s, vjp_s, chained_s, blocks)
     )
     run.say(
-        f"  {s.name} {method.label} {mode}: "
+        f"  {pname} {method.label} {mode}: "
         + ", ".join(_summary(lib.name, cell) for lib in libraries)
         + f" ({time.perf_counter() - t0:.1f} s)"
     )
     eval_s, vjp_s = eval_s or s.eval_s, vjp_s or s.vjp_s
     for lib in libraries:
         figures = _cell_figures(lib.name, cell, mode, eval_s, vjp_s, s.reference, backprop_obs)
-        key = (s.name, method.label, lib.name)
+        key = (pname, method.label, lib.name)
         run.doc.results += figure_rows(ResultRow, key, figures, FIGURE_UNITS)
     if COMPILED in cell.first_call_s or COMPILED in cell.failures:
-        run.doc.compiled.append(_compiled_row(s.name, method, mode, cell))
+        run.doc.compiled.append(_compiled_row(pname, method, mode, cell))
     return cell
 
 
@@ -639,14 +600,14 @@ def _stiff_problem(run: _Run, pname: str) -> None:
         run.doc.stiff += run_stiff(
             odecore_lib,
             problem,
-            config.stiff_methods,
+            stiff_methods(config.quick),
             reference,
             repeats=config.n_repeats,
             warm_up=not config.quick,
             budget_s=None if config.quick else config.cell_budget_s,
             log=say,
         )
-    run.doc.problems.append(_problem_row(pname, problem, eval_s, vjp_s, reference_note))
+    run.doc.problems.append(_problem_row(problem, eval_s, vjp_s, reference_note))
 
 
 def _mode_figures(mode: str) -> list[str]:
@@ -686,14 +647,12 @@ def _cell_figures(
     if len({o.nfe_forward for o in obs}) > 1 or len({o.nfe_backward for o in obs}) > 1:
         nfe_note = "evaluations varied between runs; median shown"
     if mode == "forward":
-        finite_y1 = bool(torch.isfinite(obs[-1].y1).all())
-        error = max_abs_error(obs[-1].y1, reference) if finite_y1 else None
         solver_t = median(cell.solver_s.get(name, []))
         solver_note = cell.solver_notes.get(name)
         return {
             "forward_time_s": (t, note),
             "nfe_forward": (nfe_f, nfe_note),
-            "error": (error, None if finite_y1 else "the solution holds NaN or inf"),
+            "error": error_figure(obs[-1].y1, reference),
             "forward_overhead": (overhead_factor(t, [(nfe_f, eval_s)]), note),
             "forward_cost_per_eval_us": (_us(cost_per_evaluation(t, nfe_f, eval_s)), note),
             "forward_solver_time_s": (solver_t, solver_note),
@@ -705,7 +664,8 @@ def _cell_figures(
     else:
         overhead = overhead_factor(t, [(nfe_f, eval_s), (nfe_b, vjp_s)])
     gradient = obs[-1].gradient
-    if gradient is not None and not bool(torch.isfinite(gradient).all()):
+    not_finite = gradient is not None and not bool(torch.isfinite(gradient).all())
+    if not_finite:
         note = "the gradient holds NaN or inf" + (f"; {note}" if note else "")
     out: dict[str, tuple[float | None, str | None]] = {
         f"{mode}_time_s": (t, note),
@@ -714,12 +674,10 @@ def _cell_figures(
     }
     if mode != "backprop":
         diff = _grad_diff(obs[-1], backprop_obs.get(name))
+        why = "no backprop gradient of this library to compare" if diff is None else None
         out[f"{mode}_grad_diff"] = (
-            diff,
-            None if diff is not None else "no backprop gradient of this library to compare",
+            (None, "the gradient holds NaN or inf") if not_finite else (diff, why)
         )
-        if obs[-1].gradient is not None and not bool(torch.isfinite(obs[-1].gradient).all()):
-            out[f"{mode}_grad_diff"] = (None, "the gradient holds NaN or inf")
     return out
 
 

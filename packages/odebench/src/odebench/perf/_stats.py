@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def finite(value: float | None) -> float | None:
@@ -74,7 +77,7 @@ def cost_per_evaluation(
     return (t - n * e) / n
 
 
-def interleaved(names: Sequence[str], repeats: int) -> list[tuple[int, str]]:
+def interleaved(names: Sequence[T], repeats: int) -> list[tuple[int, T]]:
     """The order of the timed runs: every library once per round, ``A B A B ...``.
 
     Returns ``(round, name)`` pairs. Interleaving spreads slow drifts of the machine

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from ._document import StiffRow, figure_rows, unmeasured
-from ._libraries import Library, Method, describe_error
-from ._problems import CountingField, Problem, max_abs_error
+from ._libraries import STIFF_METHODS, Library, Method, describe_error
+from ._problems import CountingField, Problem, error_figure, last_state
 from ._stats import median
 from ._timing import Observation, loss_weight, run_once
 
@@ -62,11 +62,7 @@ def stiff_methods(quick: bool = False) -> tuple[Method, ...]:
     steps.
     """
     tols = QUICK_SWEEP_TOLERANCES if quick else SWEEP_TOLERANCES
-    sweep = tuple(
-        Method(name, rtol=tol, atol=tol)
-        for name in ("kvaerno5", "scipy:Radau", "scipy:BDF")
-        for tol in tols
-    )
+    sweep = tuple(Method(name, rtol=tol, atol=tol) for name in STIFF_METHODS for tol in tols)
     budget = QUICK_DOPRI5_BUDGET if quick else DOPRI5_BUDGET
     return (*sweep, Method("dopri5", rtol=1e-6, atol=1e-6, max_steps=budget))
 
@@ -83,17 +79,17 @@ def stiff_reference(problem: Problem, tol: float = REFERENCE_TOL) -> tuple[Tenso
     Jacobian by finite differences); where SciPy is not installed, odecore's
     ``Kvaerno5`` at the same tolerances, its stages solved a hundred times tighter.
     """
-    field = problem.field
+    radau = scipy_available()
     y0 = problem.y0.to(torch.float64)
     t = torch.tensor([problem.t0, problem.t1], dtype=torch.float64)
     with torch.no_grad():
-        if scipy_available():
-            ys = odecore.odeint(field, y0, t, method="scipy:Radau", rtol=tol, atol=tol)
-            return ys[
-                -1
-            ], f"SciPy Radau (odecore's scipy:Radau) in float64 at rtol = atol = {tol:g}"
-        ys = odecore.odeint(field, y0, t, method="kvaerno5", rtol=tol, atol=tol)
-        return ys[-1], f"odecore kvaerno5 in float64 at rtol = atol = {tol:g} (no SciPy)"
+        ys = odecore.odeint(
+            problem.field, y0, t, method="scipy:Radau" if radau else "kvaerno5", rtol=tol, atol=tol
+        )
+    at = f"in float64 at rtol = atol = {tol:g}"
+    if radau:
+        return last_state(ys), f"SciPy Radau (odecore's scipy:Radau) {at}"
+    return last_state(ys), f"odecore kvaerno5 {at} (no SciPy)"
 
 
 def _unavailable(method: Method) -> str | None:
@@ -150,7 +146,8 @@ def run_stiff(
             error, why = figures["error"]
             if error is not None:
                 t, nfe = figures["forward_time_s"][0], figures["nfe_forward"][0]
-                why = f"{_seconds(t)}, {nfe or 0:,.0f} evaluations, error {error:.1e}"
+                seconds = "-" if t is None else f"{t:.2f} s"
+                why = f"{seconds}, {nfe or 0:,.0f} evaluations, error {error:.1e}"
             say(f"  {problem.name} {m.label}: {why}")
         key = (problem.name, m.label, m.name, m.rtol, m.atol, m.max_steps, library.name)
         rows += figure_rows(StiffRow, key, figures, STIFF_FIGURE_UNITS)
@@ -165,15 +162,12 @@ def _figures(
         return unmeasured(STIFF_FIGURE_UNITS, failure or "no run")
     t = median(o.time_s for o in observations)
     nfe = median(o.nfe_forward for o in observations)
-    y1 = observations[-1].y1
-    error: tuple[float | None, str | None] = (None, "the solution holds NaN or inf")
-    if bool(torch.isfinite(y1).all()):
-        error = (max_abs_error(y1, reference), None)
     note = None
     if len(observations) < repeats:
         note = f"{len(observations)} runs instead of {repeats} to fit the time budget"
     if failure is not None:
         note = f"a later run {failure}"
+    error = error_figure(observations[-1].y1, reference)
     return {"forward_time_s": (t, note), "nfe_forward": (nfe, None), "error": error}
 
 
@@ -208,7 +202,3 @@ def _runs(
         if i + 1 >= runs:
             break
     return observations, None
-
-
-def _seconds(t: float | None) -> str:
-    return "-" if t is None else f"{t:.2f} s"

@@ -71,14 +71,13 @@ def run_once(
     for p in params:
         p.grad = None
     y0 = problem.y0.detach().clone()
-    if mode != "forward":
-        y0.requires_grad_(True)
     counter.nfe = 0
     if mode == "forward":
         start = time.perf_counter()
         y1 = _solve_forward(library, counter, y0, problem, method)
         elapsed = time.perf_counter() - start
         return Observation(elapsed, counter.nfe, 0, y1.detach())
+    y0.requires_grad_(True)
     start = time.perf_counter()
     y1 = library.solve(counter, y0, problem.t0, problem.t1, method, mode)
     nfe_forward = counter.nfe
@@ -204,8 +203,9 @@ class ReplayError(RuntimeError):
     """A replayed run did not make the recorded run's evaluations, or ended elsewhere."""
 
 
-class FieldTape(nn.Module):
-    """Stands in for the field: returns one run's recorded outputs, in their order.
+class Tape(nn.Module):
+    """One forward run of a library, recorded for replay: it stands in for the field and
+    returns the run's outputs, in their order.
 
     A forward solve of the tape takes exactly the steps the solve of the field took
     (each evaluation returns what the field returned there), while an evaluation costs
@@ -217,13 +217,19 @@ class FieldTape(nn.Module):
         outputs: the field's outputs, in the order of the recorded run's calls.
         field: the field they came from, never called: held so that the tape has the
             field's parameters, as libraries that look for them expect.
+        y1: the recorded run's ``y(t1)``.
     """
 
-    def __init__(self, outputs: list[Tensor], field: nn.Module) -> None:
+    def __init__(self, outputs: list[Tensor], field: nn.Module, y1: Tensor) -> None:
         super().__init__()
         self.outputs = outputs
         self.field = field
+        self.y1 = y1
         self.position = 0
+
+    @property
+    def nfe(self) -> int:
+        return len(self.outputs)
 
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
         if self.position >= len(self.outputs):
@@ -249,29 +255,17 @@ class _Recorder(nn.Module):
         return out
 
 
-@dataclass
-class Tape:
-    """One forward run of a library, recorded for replay: the tape and the run's ``y(t1)``."""
-
-    field: FieldTape
-    y1: Tensor
-
-    @property
-    def nfe(self) -> int:
-        return len(self.field.outputs)
-
-
 def record(library: Library, problem: Problem, counter: CountingField, method: Method) -> Tape:
     """Run one forward solve of ``problem`` (untimed) and record the field's outputs."""
     recorder = _Recorder(counter)
     counter.nfe = 0
     y1 = _solve_forward(library, recorder, problem.y0.detach().clone(), problem, method)
     counter.nfe = 0
-    return Tape(FieldTape(recorder.outputs, counter), y1.detach().clone())
+    return Tape(recorder.outputs, counter, y1.detach().clone())
 
 
 def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) -> float:
-    """Seconds of one forward solve of ``tape.field`` instead of the field: the solver alone.
+    """Seconds of one forward solve of ``tape`` instead of the field: the solver alone.
 
     Raises:
         ReplayError: when the replay makes another number of evaluations than the
@@ -279,13 +273,13 @@ def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) 
             changes the field's outputs in place, or is not deterministic.
     """
     y0 = problem.y0.detach().clone()
-    tape.field.position = 0
+    tape.position = 0
     start = time.perf_counter()
-    y1 = _solve_forward(library, tape.field, y0, problem, method)
+    y1 = _solve_forward(library, tape, y0, problem, method)
     elapsed = time.perf_counter() - start
-    if tape.field.position != tape.nfe:
+    if tape.position != tape.nfe:
         raise ReplayError(
-            f"the replay made {tape.field.position} evaluations, the recorded run {tape.nfe}"
+            f"the replay made {tape.position} evaluations, the recorded run {tape.nfe}"
         )
     if not torch.equal(y1, tape.y1):
         raise ReplayError("the replay ended at another y(t1) than the recorded run")
