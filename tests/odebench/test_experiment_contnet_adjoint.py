@@ -12,14 +12,14 @@ import pytest
 import torch
 from odebench.experiments import RunOptions, Values, run_experiment
 from odebench.experiments import _contnet_adjoint as adjoint
-from odebench.experiments._contnet_adjoint import (
+from odebench.experiments._contnet_adjoint import COMPARED, TRAINED
+from odebench.experiments._contnet_adjoint_net import (
     ALL,
     BACKPROP,
     BLOCK,
-    COMPARED,
-    TRAINED,
     AdjointNet,
     Method,
+    full_gradient,
     gradient_errors,
     integrate,
 )
@@ -72,7 +72,7 @@ def test_backprop_reference_is_autograd():
     loss = torch.nn.functional.cross_entropy(net(images), labels)
     loss.backward()
     expected = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
-    torch.testing.assert_close(adjoint.full_gradient(net, images, labels, BACKPROP), expected)
+    torch.testing.assert_close(full_gradient(net, images, labels, BACKPROP), expected)
 
 
 def test_checkpoint_gradient_is_backprops_in_float64():
@@ -126,7 +126,7 @@ def test_without_knots_the_first_piece_gets_no_gradient():
 def test_adjoint_errors_shrink_with_steps_and_knots():
     net = _net(pieces=2)
     images, labels = _batch()
-    errors = gradient_errors(net, images, labels)
+    errors = gradient_errors(net, images, labels, COMPARED)
     for name in ("adjoint", "knot"):
         series = [errors[f"{name}-{k}M", ALL] for k in (1, 2, 3, 4)]
         assert series == sorted(series, reverse=True)

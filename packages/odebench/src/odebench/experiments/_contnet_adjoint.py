@@ -2,13 +2,12 @@
 
 Queiruga et al. (2020), Sec. 5.2: "the adjoint gradients were sensitive to the number of
 time steps: for the network to converge to a high accuracy, the time steps needed to be
-one third the width of the basis function intervals, i.e. N_t >= 3M". The weights
-``theta(t)`` are piecewise constant on ``M`` pieces, so the field jumps at every knot; a
-backward Euler step of the adjoint that starts on a knot reads the piece after it and
-credits that piece with the gradient. One small ContinuousNet (:class:`AdjointNet`)
-trains from the same initialisation on the same batches with each gradient method of
+one third the width of the basis function intervals, i.e. N_t >= 3M". One small
+ContinuousNet (:class:`~odebench.experiments._contnet_adjoint_net.AdjointNet`) trains
+from the same initialisation on the same batches with each gradient method of
 :data:`TRAINED`, and the gradients are compared with backprop's at the same ``N_t``
-(:func:`gradient_errors`) at initialisation and after training.
+(:func:`~odebench.experiments._contnet_adjoint_net.gradient_errors`) at initialisation
+and after training.
 """
 
 from __future__ import annotations
@@ -16,15 +15,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-import contnet
-import odecore
 import torch
-from odelayers.basis import PiecewiseConstant
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
@@ -33,6 +28,7 @@ from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
 from ._claims import Claim
+from ._contnet_adjoint_net import ALL, BACKPROP, BLOCK, AdjointNet, Method, gradient_errors
 from ._images import data_name
 from ._metrics import Metric, Ref, Stat, Values
 from ._result import Result
@@ -40,51 +36,6 @@ from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
 
-
-@dataclass(frozen=True)
-class Method:
-    """One way to differentiate the block: a gradient method at ``N_t = factor * M``.
-
-    Args:
-        gradient: ``"backprop"`` (contnet's :class:`~contnet.OdeBlock` under autograd),
-            ``"adjoint"`` (:class:`odecore.Adjoint`) or ``"checkpoint"``
-            (:class:`odecore.Checkpoint`, backprop's gradient in less memory), the last
-            two on an odecore solve of the block's field.
-        factor: ``N_t`` over ``M``.
-        knots: the solve gets the basis knots as ``jump_ts`` (it restarts at each, and
-            a step next to one reads the limit from its own side).
-
-    Example:
-        >>> Method("adjoint", 3).key, Method("adjoint", 1, knots=True).label
-        ('adjoint-3M', 'adjoint with jump_t at the knots, N_t = M')
-    """
-
-    gradient: Literal["backprop", "adjoint", "checkpoint"]
-    factor: int = 1
-    knots: bool = False
-
-    @property
-    def key(self) -> str:
-        """The run's name and the metrics' ``method``: ``backprop``, ``adjoint-2M``,
-        ``knot-1M``, ``checkpoint-1M``."""
-        if self.gradient == "backprop":
-            return "backprop" if self.factor == 1 else f"backprop-{self.factor}M"
-        name = "knot" if self.gradient == "adjoint" and self.knots else self.gradient
-        return f"{name}-{self.factor}M"
-
-    @property
-    def label(self) -> str:
-        """The method in words, for the report."""
-        knots = self.gradient == "adjoint" and self.knots
-        what = "adjoint with jump_t at the knots" if knots else self.gradient
-        return f"{what}, N_t = {'M' if self.factor == 1 else f'{self.factor}M'}"
-
-    def n_steps(self, pieces: int) -> int:
-        """``N_t`` of a block of ``pieces`` pieces."""
-        return self.factor * pieces
-
-
-BACKPROP = Method("backprop")
 FACTORS = (1, 2, 3, 4)
 """``N_t / M`` of the plain adjoint, trained and compared."""
 TRAINED = (BACKPROP, *(Method("adjoint", k) for k in FACTORS), Method("adjoint", 1, knots=True))
@@ -94,7 +45,6 @@ COMPARED = (
     Method("checkpoint", 1, knots=True),
 )
 """The gradient methods compared with backprop at the same ``N_t``."""
-BY_KEY = {m.key: m for m in TRAINED}
 
 # The claims' thresholds. ACC_GAP: accuracy within 1 point of backprop's "reaches" it,
 # more than that below is "lower" (about the spread of a paired per-seed difference of
@@ -112,18 +62,16 @@ PUBLISHED: dict[str, Any] = {
     "(standard mode), CIFAR-10 (full mode)",
 }
 
-# What each net measures: its test accuracy at its own N_t, the last epoch's train loss
-# and accuracy, its N_t and training time; backprop's net also the relative error of
-# each compared method's gradient against backprop's at the same N_t (method: a
-# Method's key), over every parameter (part ALL) or the block's alone (part BLOCK), at
-# initialisation (GRAD_ERROR) and after training (GRAD_ERROR_TRAINED).
+# What each net measures: test accuracy at its own N_t, the last epoch's train loss and
+# accuracy, N_t, training time; backprop's net also each compared method's relative
+# gradient error against backprop's at the same N_t (method: its key; part: ALL or
+# BLOCK), at initialisation (GRAD_ERROR) and after training (GRAD_ERROR_TRAINED).
 TEST_ACCURACY = Metric("test_accuracy", spec=".1f", scale=100, unit="%")
 TRAIN_LOSS = Metric("train_loss", spec=".3f")
 TRAIN_ACCURACY = Metric("train_accuracy")
 N_STEPS = Metric("n_steps")
 SECONDS = Metric("train_seconds", spec=".0f")
 SECONDS_PER_EPOCH = Metric("seconds_per_epoch")
-ALL, BLOCK = "", "/block"
 GRAD_ERROR = Metric(
     "grad_error", over=("method", "part"), spec=".2e", key_format="{name}@{method}{part}"
 )
@@ -169,6 +117,11 @@ class AdjointSettings(Settings):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
+    def sizes(self) -> tuple[str, str]:
+        """The training and test images: their numbers, or ``"all"``."""
+        return ("all" if self.train_size is None else str(self.train_size),
+                "all" if self.test_size is None else str(self.test_size))  # fmt: skip
+
 
 MODES = {
     # The digits found, 256 + 128 images, a 4-channel net with M = 2: the code path.
@@ -191,155 +144,22 @@ MODES = {
 }  # fmt: skip
 
 
-def residual_module(channels: int) -> nn.Sequential:
-    """``R``: the paper's pre-activation unit with group norm in place of batch norm.
-
-    Batch norm couples a batch's samples and keeps running statistics per evaluation
-    of ``R``, but the adjoint evaluates ``R`` again on states integrated backward, to
-    which no statistic belongs; group norm makes ``R`` one function of ``(t, x)`` in
-    every evaluation, forward and backward.
-
-    Example:
-        >>> residual_module(4)(torch.zeros(2, 4, 6, 6)).shape
-        torch.Size([2, 4, 6, 6])
-    """
-    groups = 2 if channels % 2 == 0 else 1
-    return nn.Sequential(
-        nn.GroupNorm(groups, channels), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-        nn.GroupNorm(groups, channels), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-    )  # fmt: skip
-
-
-class AdjointNet(nn.Module):
-    """A stride-2 stem to ``channels``, one OdeBlock, a head pooled to ``pool x pool``.
-
-    The block integrates ``dx/dt = M R(x; theta(t))`` on ``[0, 1]`` by forward Euler,
-    ``theta`` piecewise constant on ``M = pieces`` pieces: at ``N_t = M`` a ResNet of
-    ``M`` units, at ``N_t = kM`` the same continuous model in ``k`` times finer steps;
-    :meth:`forward` differentiates it by ``method`` (see :func:`integrate`).
-
-    Example:
-        >>> AdjointNet(1, 10, channels=4, pieces=2, pool=2)(torch.zeros(3, 1, 28, 28)).shape
-        torch.Size([3, 10])
-    """
-
-    def __init__(
-        self, in_channels: int, num_classes: int, *, channels: int, pieces: int, pool: int,
-        method: Method = BACKPROP,
-    ) -> None:  # fmt: skip
-        super().__init__()
-        groups = 2 if channels % 2 == 0 else 1
-        self.method = method
-        self.stem = nn.Conv2d(in_channels, channels, 3, stride=2, padding=1, bias=False)
-        self.block = contnet.OdeBlock(
-            residual_module(channels), basis=PiecewiseConstant(pieces=pieces), solver="euler",
-            n_steps=pieces, epsilon=float(pieces),
-        )  # fmt: skip
-        self.head = nn.Sequential(
-            nn.GroupNorm(groups, channels), nn.ReLU(), nn.AdaptiveAvgPool2d(pool), nn.Flatten(),
-            nn.Linear(channels * pool * pool, num_classes),
-        )  # fmt: skip
-
-    def forward(self, x: Tensor, method: Method | None = None) -> Tensor:
-        """The logits, the block differentiated by ``method`` (default :attr:`method`)."""
-        out: Tensor = self.head(integrate(self.block, self.stem(x), method or self.method))
-        return out
-
-
-def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
-    """The block's output at ``N_t = method.factor * M``, differentiated by ``method``.
-
-    Backprop, and every method when no gradient is recorded, is contnet's own block at
-    that ``N_t`` (:meth:`contnet.OdeBlock.manifest`). The others solve the block's field
-    (:meth:`contnet.OdeBlock.field`) with :func:`odecore.solve`, forward Euler in steps
-    of ``1 / N_t``, the basis knots as ``jump_ts`` where ``method.knots``; the adjoint's
-    backward solve is Euler with the same step.
-
-    Example:
-        >>> net = AdjointNet(1, 10, channels=4, pieces=2, pool=2)
-        >>> x = net.stem(torch.randn(2, 1, 8, 8))
-        >>> same = integrate(net.block, x, Method("adjoint", 2, knots=True))
-        >>> bool(torch.allclose(same, integrate(net.block, x, Method("backprop", 2)), atol=1e-6))
-        True
-    """
-    n_steps = method.n_steps(block.basis.size)
-    if method.gradient == "backprop" or not torch.is_grad_enabled():
-        out: Tensor = block.manifest(n_steps=n_steps)(x)
-        return out
-    params = tuple(block.parameters())
-    gradient = odecore.Adjoint if method.gradient == "adjoint" else odecore.Checkpoint
-    spec = odecore.OdeSpec(block.solver, gradient=gradient(params=params), n_steps=n_steps)
-
-    def field(t: Tensor, y: Tensor | tuple[Tensor, ...]) -> Tensor:
-        return block.field(float(t), cast(Tensor, y))  # y0 is one tensor: so is y
-
-    solution = odecore.solve(
-        field, x, t0=0.0, t1=1.0, solver=spec.solver, dt0=spec.step_size(0.0, 1.0),
-        jump_ts=block.basis.jump_ts if method.knots else None, gradient=spec.gradient,
-    )  # fmt: skip
-    return cast(Tensor, solution.ys)[-1]
-
-
-def full_gradient(net: AdjointNet, images: Tensor, labels: Tensor, method: Method) -> Tensor:
-    """Every parameter's gradient of the mean cross-entropy, flattened into one vector
-    in the order of ``net.parameters()`` (stem, block, head)."""
-    params = list(net.parameters())
-    loss = nn.functional.cross_entropy(net(images, method), labels)
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return torch.cat(
-        [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
-    )
-
-
-def gradient_errors(
-    net: AdjointNet, images: Tensor, labels: Tensor, methods: Sequence[Method] = COMPARED
-) -> dict[tuple[str, str], float]:
-    """Each method's relative gradient error ``|g - g_bp| / |g_bp|`` against backprop at
-    the same ``N_t``, of the mean cross-entropy of ``images``: ``{(method.key, part):
-    error}``, over every parameter (part :data:`ALL`) and the block's alone (:data:`BLOCK`).
-
-    Example:
-        >>> _ = torch.manual_seed(0)
-        >>> net = AdjointNet(1, 10, channels=4, pieces=2, pool=2)
-        >>> images, labels = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
-        >>> errors = gradient_errors(net, images, labels, [Method("checkpoint")])
-        >>> sorted(errors), errors["checkpoint-1M", ALL] < 1e-5
-        ([('checkpoint-1M', ''), ('checkpoint-1M', '/block')], True)
-    """
-    start = sum(p.numel() for p in net.stem.parameters())  # the block's coefficients
-    block = slice(start, start + sum(p.numel() for p in net.block.parameters()))
-    references: dict[int, Tensor] = {}
-    out: dict[tuple[str, str], float] = {}
-    for method in methods:
-        if method.factor not in references:
-            backprop = Method("backprop", method.factor)
-            references[method.factor] = full_gradient(net, images, labels, backprop)
-        reference = references[method.factor]
-        gradient = full_gradient(net, images, labels, method)
-        out[method.key, ALL] = float((gradient - reference).norm() / reference.norm())
-        ref = reference[block]
-        out[method.key, BLOCK] = float((gradient[block] - ref).norm() / ref.norm())
-    return out
-
-
-@functools.lru_cache(maxsize=4)
-def _splits(
-    dataset: str, train_size: int | None, test_size: int | None, seed: int, data_dir: str | None
-) -> tuple[Dataset, Dataset]:
-    """The seed's training and test subsets, read once for the six runs of a seed."""
-    return load_splits(TrainConfig(
-        model="continuousnet", dataset=dataset, train_size=train_size, test_size=test_size,
-        seed=seed, data_dir=data_dir,
-    ))  # fmt: skip
-
-
 def data_of(setup: Setup[AdjointSettings], seed: int) -> tuple[Dataset, Dataset]:
     """The training and test sets of ``seed``: the mode's data set or the digits found
     (the loader's ``FileNotFoundError`` when absent)."""
     s, data_dir = setup.settings, setup.options.data_dir
-    return _splits(s.dataset or common.digits(data_dir), s.train_size, s.test_size, seed, data_dir)
+    return _splits(s, s.dataset or common.digits(data_dir), seed, data_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _splits(
+    s: AdjointSettings, dataset: str, seed: int, data_dir: str | None
+) -> tuple[Dataset, Dataset]:
+    """The seed's training and test subsets, read once for the six runs of a seed."""
+    return load_splits(TrainConfig(
+        model="continuousnet", dataset=dataset, train_size=s.train_size,
+        test_size=s.test_size, seed=seed, data_dir=data_dir,
+    ))  # fmt: skip
 
 
 def build(s: AdjointSettings, train: Dataset, seed: int, method: Method = BACKPROP) -> AdjointNet:
@@ -385,10 +205,9 @@ def _row(epoch: Epoch) -> dict[str, float]:
 
 
 def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
-    """What :data:`TEST_ACCURACY` and the other metrics say of one net; for backprop's,
-    also the gradient comparison (:data:`GRAD_ERROR`) with the weights at initialisation
-    (the seed's, rebuilt) and after training, on a fixed batch of training images."""
-    s, method = setup.settings, BY_KEY[trained.run.name]
+    """The metrics above of one net; backprop's also compares the gradients on a fixed
+    batch of training images, with the seed's initial weights (rebuilt) and trained."""
+    s, method = setup.settings, next(m for m in TRAINED if m.key == trained.run.name)
     net = cast(AdjointNet, trained.model)  # a task run's model, built by build
     train, test = data_of(setup, trained.seed)
     device = next(net.parameters()).device
@@ -405,8 +224,8 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
     if method == BACKPROP:
         images, labels = next(common.batches(train, min(s.grad_batch, len(train)), trained.seed))
         images, labels = train.normalize(images.to(device)), labels.to(device)
-        before = gradient_errors(build(s, train, trained.seed).to(device), images, labels)
-        after = gradient_errors(net, images, labels)
+        before = gradient_errors(build(s, train, trained.seed).to(device), images, labels, COMPARED)
+        after = gradient_errors(net, images, labels, COMPARED)
         for metric, errors in ((GRAD_ERROR, before), (GRAD_ERROR_TRAINED, after)):
             metrics.update({metric.key(method=k, part=p): v for (k, p), v in errors.items()})
         at_m = ", ".join(f"{k} {before[k, ALL]:.2e}/{after[k, ALL]:.2e}"
@@ -474,9 +293,8 @@ CLAIMS = [
         spec=".2e", kind="check",
     ),
 ]  # fmt: skip
-"""The paper's claim on accuracy (paired per-seed differences with backprop), and checks
-of the gradients, at initialisation, against backprop's at the same ``N_t``; their
-details are in ``text/contnet-adjoint.md``."""
+"""The paper's claim on accuracy, and checks of the gradients against backprop's at the
+same ``N_t``; their details are in ``text/contnet-adjoint.md``."""
 
 
 def _paired(result: Result[Any], row: Row) -> str:
@@ -510,12 +328,10 @@ def tables(setup: Setup[AdjointSettings]) -> dict[str, Table]:
 def words(result: Result[AdjointSettings]) -> dict[str, object]:
     """The text's words: the data and its sizes, the final learning rate, thresholds."""
     s = result.settings
-    sizes = ", ".join(
-        f"{'all' if n is None else n} {what}"
-        for n, what in ((s.train_size, "training"), (s.test_size, "test images"))
-    )
+    train, test = s.sizes()
     return {
-        "dataset": data_name(s.dataset) if s.dataset else "the digits found", "sizes": sizes,
+        "dataset": data_name(s.dataset) if s.dataset else "the digits found",
+        "sizes": f"{train} training, {test} test images",
         "lr_final": s.lr / 100, "gap": f"{ACC_GAP * 100:g}", "exact": EXACT, "fall": FALL,
         "knot_ratio": KNOT_RATIO, "knot_floor": KNOT_FLOOR,
     }  # fmt: skip
@@ -525,30 +341,28 @@ def _plot(result: Result[AdjointSettings], path: Path) -> None:
     """Gradient error against ``N_t / M`` per adjoint, and test accuracy per method."""
     plt = pyplot()
     fig, (grads, accs) = plt.subplots(1, 2, figsize=(10.5, 4.0))
-    ks = list(FACTORS)
     for knots, color, name in ((False, "C3", "adjoint"), (True, "C0", "adjoint, jump_t")):
         for metric, style, when in ((GRAD_ERROR, "o-", "init"),
                                     (GRAD_ERROR_TRAINED, "s--", "trained")):  # fmt: skip
-            ys = [result.stat(_error(Method("adjoint", k, knots).key, metric)).mean for k in ks]
-            values = [math.nan if y is None else y for y in ys]
-            grads.loglog(ks, values, style, color=color, label=f"{name} ({when})")
+            stats = [result.stat(_error(Method("adjoint", k, knots).key, metric)) for k in FACTORS]
+            values = [math.nan if st.mean is None else st.mean for st in stats]
+            grads.loglog(FACTORS, values, style, color=color, label=f"{name} ({when})")
     first = result.stat(_error("adjoint-1M")).mean
     if first is not None:
-        grads.loglog(ks, [first / k for k in ks], color="0.6", lw=1, label="1/N_t")
-    grads.set_xticks(ks, [f"{k}M" for k in ks], minor=False)
+        grads.loglog(FACTORS, [first / k for k in FACTORS], color="0.6", lw=1, label="1/N_t")
+    grads.set_xticks(FACTORS, [f"{k}M" for k in FACTORS], minor=False)
     grads.set_xticks([], minor=True)
     grads.set(xlabel="N_t", ylabel="relative gradient error vs backprop",
               title="gradients at the same N_t")  # fmt: skip
     grads.grid(alpha=0.3, which="both")
     grads.legend(fontsize=7)
-    for i, method in enumerate(TRAINED):
-        stat = result.stat(TEST_ACCURACY.of(method.key))
+    stats = [result.stat(TEST_ACCURACY.of(m.key)) for m in TRAINED]
+    for i, stat in enumerate(stats):
         values = [100 * v for v in stat.values if v is not None]
         accs.bar(i, 100 * stat.mean if stat.mean is not None else 0, color="C0", alpha=0.4)
         accs.plot([i] * len(values), values, "k.", ms=5)
     accs.set_xticks(range(len(TRAINED)), [m.key for m in TRAINED], rotation=30, fontsize=8)
-    means = [result.stat(TEST_ACCURACY.of(m.key)).mean for m in TRAINED]
-    finite = [100 * m for m in means if m is not None]
+    finite = [100 * stat.mean for stat in stats if stat.mean is not None]
     if finite:
         accs.set_ylim(max(0.0, min(finite) - 10), min(100.0, max(finite) + 5))
     accs.set(ylabel="test accuracy (%)", title="trained by each gradient method")
@@ -560,8 +374,7 @@ def _plot(result: Result[AdjointSettings], path: Path) -> None:
 def _data(setup: Setup[AdjointSettings]) -> str:
     s = setup.settings
     name = data_name(s.dataset or common.digits(setup.options.data_dir))
-    train = "all" if s.train_size is None else str(s.train_size)
-    test = "all" if s.test_size is None else str(s.test_size)
+    train, test = s.sizes()
     return f"{name} ({train} train / {test} test)"
 
 
