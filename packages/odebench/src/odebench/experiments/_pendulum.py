@@ -13,15 +13,13 @@ import dataclasses
 import functools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import odecore
 import torch
-from contnet import fixed_solver
-from torch import Tensor, nn
+from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._io import pyplot, save_png
@@ -29,6 +27,7 @@ from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim, ClaimKind
 from ._metrics import Metric, Ref
+from ._pendulum_model import fit_slope, global_error, mlp_field, rollout, step
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
@@ -64,9 +63,6 @@ ERROR_VS_OWN_LIMIT = Metric(  # against the fine RK4 rollout of its own field
 SLOPE = Metric("slope", spec=".2f")  # of log error against log dt', over every dt'
 SLOPE_REFINE = Metric("slope_refine", spec=".2f")  # over dt' <= dt
 SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
-
-_F64 = torch.float64
-Field = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -125,85 +121,6 @@ MODES = {
 }  # fmt: skip
 
 
-def mlp_field(hidden: int) -> nn.Sequential:
-    """The learned vector field ``f(y)``: float64, 2 -> hidden -> hidden -> 2 with tanh."""
-    layers = (nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
-    return nn.Sequential(*layers, nn.Linear(hidden, 2)).to(_F64)
-
-
-def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
-    """One step of ``scheme`` (a name of :data:`odecore.FIXED_METHODS`) from ``y``.
-
-    Raises:
-        ValueError: for a scheme that is not a fixed-step method of odecore.
-
-    Example:
-        >>> import torch
-        >>> step(lambda y: -y, torch.ones(1, dtype=torch.float64), 0.1, "euler").tolist()
-        [0.9]
-    """
-    solver = _fixed(scheme)
-
-    def f(t: float, z: Tensor) -> Tensor:
-        return field(z)
-
-    return solver.step(f, 0.0, dt, y, solver.init(f, 0.0, y)).y1
-
-
-@functools.lru_cache(maxsize=32)  # a rollout asks at every step; solvers are immutable
-def _fixed(scheme: str) -> odecore.AbstractExplicitRK:
-    """The solver ``scheme`` names, one a ContinuousNet steps (as contnet decides)."""
-    try:
-        return fixed_solver(scheme)[1]
-    except ValueError:
-        known = ", ".join(odecore.FIXED_METHODS)
-        raise ValueError(f"Unknown scheme {scheme!r}; known: {known}.") from None
-
-
-def rollout(field: Field, y0: Tensor, dt: float, n_steps: int, scheme: str) -> Tensor:
-    """The states ``(N, n_steps + 1, 2)`` of ``n_steps`` steps of ``scheme`` from ``y0``.
-
-    Example:
-        >>> import torch
-        >>> rollout(lambda y: -y, torch.ones(1, 2), 0.5, 2, "euler")[0, :, 0].tolist()
-        [1.0, 0.5, 0.25]
-    """
-    ys = [y0]
-    for _ in range(n_steps):
-        ys.append(step(field, ys[-1], dt, scheme))
-    return torch.stack(ys, dim=1)
-
-
-def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """The least-squares slope of ``log(ys)`` against ``log(xs)``; NaN with < 2 points.
-
-    Non-positive or non-finite values are left out.
-
-    Example:
-        >>> round(fit_slope([0.1, 0.2, 0.4], [0.01, 0.04, 0.16]), 6)
-        2.0
-    """
-    pts = [
-        (math.log(x), math.log(y))
-        for x, y in zip(xs, ys)
-        if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)
-    ]
-    if len(pts) < 2:
-        return math.nan
-    mx = sum(a for a, _ in pts) / len(pts)
-    my = sum(b for _, b in pts) / len(pts)
-    den = sum((a - mx) ** 2 for a, _ in pts)
-    return sum((a - mx) * (b - my) for a, b in pts) / den if den > 0 else math.nan
-
-
-def global_error(ys: Tensor, truth: Tensor) -> float:
-    """Mean over trajectories of the largest Euclidean state error over the samples.
-
-    ``ys`` and ``truth`` are ``(N, T, 2)`` at the same times.
-    """
-    return float((ys - truth).norm(dim=-1).amax(dim=1).mean())
-
-
 def at(factor: float) -> str:
     """A step as a multiple of the training step, in words.
 
@@ -222,13 +139,13 @@ def _data(s: PendulumSettings, seed: int) -> tuple[tuple[Tensor, Tensor], Tensor
     every ``dt * min(dt_factors)``; made once per seed for the three models."""
     gen = torch.Generator().manual_seed(seed)
     states = pendulum_data(
-        s.n_train, dt=s.dt, steps=s.steps, noise=s.noise, dtype=_F64, generator=gen
+        s.n_train, dt=s.dt, steps=s.steps, noise=s.noise, dtype=torch.float64, generator=gen
     ).inputs
     pairs = (states[:, :-1].reshape(-1, 2), states[:, 1:].reshape(-1, 2))
     h = s.dt * min(s.dt_factors)
     gen = torch.Generator().manual_seed(seed + 10_000)
     truth = pendulum_data(
-        s.n_test, dt=h, steps=round(s.horizon / h), dtype=_F64, generator=gen
+        s.n_test, dt=h, steps=round(s.horizon / h), dtype=torch.float64, generator=gen
     ).targets
     return pairs, truth[:, 0], truth
 
