@@ -15,10 +15,10 @@ import pytest
 import torch
 from odebench.experiments import TEMPLATES, RunOptions, Values, check_declaration, run_experiment
 from odebench.experiments import _chen_cnf as chen_cnf  # registers the experiment
-from odebench.experiments._chen_cnf import (
+from odebench.experiments import _chen_cnf_flow as chen_cnf_flow
+from odebench.experiments._chen_cnf import MODES, CnfSettings
+from odebench.experiments._chen_cnf_flow import (
     DENSITIES,
-    MODES,
-    CnfSettings,
     flow_field,
     gaussian,
     grid_points,
@@ -175,7 +175,7 @@ def test_a_cnf_stopped_mid_epoch_resumes_bit_for_bit(tmp_path: Path):
     the resumed run redraws that epoch's batches from the order generator's state."""
     settings = dataclasses.replace(MODES["quick"], iterations=5, eval_every=2)
     setup: Any = type("S", (), {"settings": settings, "log": staticmethod(lambda line: None)})()
-    task = chen_cnf._task(setup, "moons", 0)
+    task = chen_cnf_flow.task(setup, "moons", 0)
     assert task.loss is not None
     whole = fit(task, tmp_path / "whole", log=lambda line: None, progress=False)
     calls = 0
