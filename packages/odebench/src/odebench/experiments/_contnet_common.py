@@ -1,14 +1,10 @@
 """What the ContinuousNet experiments of Queiruga et al. (2020) share.
 
-All three train ContinuousNets with :func:`odebench.training.train`, at a fixed depth
-or refined during training (:class:`Net`, :func:`refine_runs`), on the data set of each
-net or, in quick mode, the 28x28 digits found (:func:`digits`). They measure each
-trained net with its batch-norm statistics recalibrated (:func:`recalibrate`,
-:func:`restore`, :func:`measure_refined`) and draw its time and accuracy per epoch
-(:func:`plot_epochs`). ``continuousnet-cifar`` keeps a net whose data set is not found
-as a run that is not trained (:func:`runs_where_found`): its report says what to
-download. What the three measure of every run is declared here (:data:`RECALIBRATED`
-and its siblings), and so are the fields their texts share (:func:`words`).
+All three train ContinuousNets (:class:`Net`) with :func:`odebench.training.train`, on
+the data set of each net or, in quick mode, the 28x28 digits found (:func:`digits`);
+they measure each trained net with its batch-norm statistics recalibrated
+(:func:`measure_refined`, whose metrics are declared here), fill their texts' shared
+fields (:func:`words`) and draw time and accuracy per epoch (:func:`plot_epochs`).
 """
 
 from __future__ import annotations
@@ -259,14 +255,9 @@ def ran(result: Result[N]) -> list[Net]:
 
 @dataclass(frozen=True)
 class Restored:
-    """A trained net, its batch-norm statistics recalibrated, with its data.
-
-    Args:
-        net: the net, in eval mode, on the run's device.
-        config: the configuration it trained with.
-        train: its training set (the subset it trained on).
-        test: its test set.
-    """
+    """A trained net (in eval mode, on the run's device), its batch-norm statistics
+    recalibrated, with the configuration it trained with and its training and test sets
+    (the subsets it trained and is tested on)."""
 
     net: contnet.ContinuousNet
     config: TrainConfig
@@ -322,8 +313,8 @@ RUN_WALL_SECONDS = Metric("run_wall_seconds", spec=".2f", scale=1 / 60, unit=" m
 def measure_refined(
     setup: Setup[N], trained: Trained, restored: Restored | None = None
 ) -> Measurement:
-    """Accuracy (as trained, and with recalibrated batch-norm statistics), size, depth
-    and training time of a run; its details: the data set and :data:`EPOCH_ROW`.
+    """The metrics above of a run; its details: the data set and :data:`EPOCH_ROW`.
+    ``restored`` is the run's :func:`restore` where the caller has it already.
 
     ``train_seconds`` sums the epochs' training time over every stretch of a resumed
     run; ``run_wall_seconds`` (training with its test passes) is missing under
@@ -331,11 +322,6 @@ def measure_refined(
 
     A run of :func:`runs_where_found` that trained nothing has no numbers; its details
     say why (``"not_run"``).
-
-    Args:
-        setup: the experiment's setup.
-        trained: the run.
-        restored: its :func:`restore` where the caller has it already.
     """
     if trained.run.skipped is not None:
         net = next(n for n in setup.settings.nets if n.key == trained.run.name)
@@ -356,8 +342,6 @@ def measure_refined(
         SECONDS_FIRST_EPOCH: seconds[0],
         SECONDS_LAST_EPOCH: seconds[-1],
         TRAIN_SECONDS: result["train_seconds"],
-        # train()'s wall time is of its last call alone: under --resume that
-        # leaves out the earlier stretches of the run, so it is not kept.
         RUN_WALL_SECONDS: None if setup.options.resume else result["wall_seconds"],
     }
     return Measurement(
