@@ -37,17 +37,20 @@ class Row:
     """One row of a :class:`Table`.
 
     Args:
-        label: the first cell.
+        label: the first cell (and the row's name for cells that look it up).
         run: the run whose metrics the row shows (a column may name another).
         at: the coordinates of the row's metrics (a column adds its own).
         text: cells by column header, shown instead of what the column would show
             (the paper's numbers of this row, or a row of text under metric columns).
+        label_of: ``label_of(result)``, the first cell instead of ``label``, where the
+            run's own record says it (the model a run chose when it ran).
     """
 
     label: str
     run: str = ""
     at: Mapping[str, Coordinate] = field(default_factory=dict)
     text: Mapping[str, str] = field(default_factory=dict)
+    label_of: Callable[[Result[Any]], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,9 @@ class Table:
     def render(self, result: Result[Any]) -> list[list[str]]:
         """The header, then every row, as cells."""
         cells = [
-            [row.label, *(col.render(result, row) for col in self.columns)] for row in self.rows
+            [row.label if row.label_of is None else row.label_of(result)]
+            + [col.render(result, row) for col in self.columns]
+            for row in self.rows
         ]
         return [[self.header, *(col.header for col in self.columns)], *cells]
 
