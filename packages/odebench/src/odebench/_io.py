@@ -104,8 +104,11 @@ def pyplot() -> Any:
     return plt
 
 
-def save_png(path: Path, fig: Any, *, dpi: int = 110) -> None:
-    """Render ``fig`` as a PNG, close it, and write it to ``path`` atomically."""
+def save_png(path: Path, fig: Any, *, dpi: int = 110, tight: bool = True) -> None:
+    """Lay ``fig`` out tight (unless ``tight`` is false: one laid out already, or with a
+    colour bar), render it as a PNG, close it, and write it to ``path`` atomically."""
+    if tight:
+        fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     pyplot().close(fig)
@@ -204,7 +207,7 @@ def plot_curves(
     path: Path, metrics: Sequence[dict[str, Any]], title: str, *, loss: str | None = None
 ) -> None:
     """Write :func:`curves_figure` as a PNG to ``path``, atomically."""
-    save_png(path, curves_figure(metrics, title, loss=loss))
+    save_png(path, curves_figure(metrics, title, loss=loss), tight=False)
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -181,7 +181,6 @@ def plot_curves(
         ax.set(xlabel=x or "epoch", ylabel=ylabel, title=title, yscale="log" if log else "linear")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
@@ -342,5 +341,4 @@ def plot_flows_1d(path: Path, seed: int, flows: Mapping[str, Mapping[str, Any]])
     axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
     axes[0].legend(fontsize=8)
     axes[0].grid(alpha=0.3)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)

@@ -339,7 +339,6 @@ def _plot_accuracy_params(result: Result[AnodeSettings], path: Path) -> None:
         ax.legend(fontsize=8)
     acc_ax.set_title("test accuracy (Table 1)")
     par_ax.set_title("parameters (Sec. 5.2)")
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
@@ -363,7 +362,6 @@ def _plot_loss_nfe(result: Result[AnodeSettings], path: Path) -> None:
                title=f"{data_name(dataset)}: loss against NFE (Fig. 10)")  # fmt: skip
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

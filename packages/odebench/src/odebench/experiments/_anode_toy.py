@@ -286,7 +286,6 @@ def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
     for ax in axes:
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
@@ -311,7 +310,6 @@ def _plot_slice(result: Result[ToySettings], path: Path) -> None:
     axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
     axes[1].legend(fontsize=8)
     axes[1].grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

@@ -371,7 +371,6 @@ def _plot_memory(result: Result[ChenSettings], path: Path) -> None:
     )  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

@@ -288,7 +288,6 @@ def _plot_densities(result: Result[CnfSettings], path: Path) -> None:
         for ax, title in zip(row, titles):
             ax.set(xlim=(-s.box, s.box), ylim=(-s.box, s.box), aspect="equal")
             ax.set_title(f"{LABELS[density]}: {title}", fontsize=9)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
@@ -312,7 +311,6 @@ def _plot_training(result: Result[CnfSettings], path: Path) -> None:
         axes[1, k].set(xlabel="iteration", ylabel="NFE (Dopri5)")
         for ax in axes[:, k]:
             ax.grid(alpha=0.3)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

@@ -294,7 +294,6 @@ def _save(fig: Any, path: Path, legend: float = 0) -> None:
         ax.grid(alpha=0.3, which="both")
         if legend:
             ax.legend(fontsize=legend)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

@@ -367,7 +367,6 @@ def _plot(result: Result[AdjointSettings], path: Path) -> None:
         accs.set_ylim(max(0.0, min(finite) - 10), min(100.0, max(finite) + 5))
     accs.set(ylabel="test accuracy (%)", title="trained by each gradient method")
     accs.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     save_png(path, fig, dpi=100)
 
 

@@ -395,5 +395,4 @@ def plot_epochs(result: Result[N], path: Path, *, stacked: bool) -> None:
         ax.grid(alpha=0.3)
         if nets:
             ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)

@@ -364,7 +364,6 @@ def _plot_table(result: Result[AugmentationSettings], path: Path) -> None:
             ax.set(ylabel=label, title=f"{data_name(dataset)}: {label}")
             ax.grid(alpha=0.3, axis="y")
             ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 
@@ -381,7 +380,6 @@ def _plot_nfe(result: Result[AugmentationSettings], path: Path) -> None:
         ax.set(xlabel="epoch", ylabel="forward NFE per batch", title=data_name(dataset))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

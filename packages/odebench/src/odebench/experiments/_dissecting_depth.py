@@ -317,7 +317,6 @@ def _plot_curves(result: Result[DepthSettings], path: Path) -> None:
         ax.set(xlabel="Adam step", ylabel=ylabel, title=task, yscale="log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
     save_png(path, fig, dpi=80)
 
 
@@ -357,7 +356,6 @@ def _plot_reflection(result: Result[DepthSettings], path: Path) -> None:
     axes[-1].set(xlabel="x", ylabel="z(1)", title=f"learned maps, seed {result.setup.seeds[0]}")
     axes[-1].legend(fontsize=7)
     axes[-1].grid(alpha=0.3)
-    fig.tight_layout()
     save_png(path, fig, dpi=80)
 
 
@@ -377,7 +375,6 @@ def _plot_annuli(result: Result[DepthSettings], path: Path) -> None:
         ax.scatter(x[:, 0], x[:, 1], c=y[:, 0], cmap="coolwarm", s=4, edgecolors="k", lw=0.2)
         ax.set(title=LABELS[kind], xlabel="x1", ylabel="x2")
         ax.set_aspect("equal")
-    fig.tight_layout()
     save_png(path, fig, dpi=80)
 
 

@@ -302,7 +302,7 @@ def _plot_heatmaps(result: Result[SweepSettings], path: Path) -> None:
         ax.set_yticks(range(len(SCHEMES)), list(SCHEMES))
         ax.set(xlabel="N_t at evaluation", title=f"trained [{scheme}, N_t={s.n_steps}]")
     fig.colorbar(image, ax=list(axes), label="test accuracy")
-    save_png(path, fig, dpi=90)
+    save_png(path, fig, dpi=90, tight=False)
 
 
 def _plot_lines(result: Result[SweepSettings], path: Path) -> None:
@@ -319,7 +319,6 @@ def _plot_lines(result: Result[SweepSettings], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy (%)")
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=90)
 
 

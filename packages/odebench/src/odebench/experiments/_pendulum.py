@@ -341,7 +341,6 @@ def _plot_errors(result: Result[PendulumSettings], path: Path) -> None:
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, title="solid: same scheme; dashed: fine RK4", title_fontsize=8)
-    fig.tight_layout()
     save_png(path, fig, dpi=100)
 
 
@@ -369,7 +368,6 @@ def _plot_phase(result: Result[PendulumSettings], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("omega (rad/s)")
-    fig.tight_layout()
     save_png(path, fig, dpi=100)
 
 

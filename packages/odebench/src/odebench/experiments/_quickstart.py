@@ -242,7 +242,7 @@ def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
 
 def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
     """``toy.png``: :func:`toy_figure`."""
-    save_png(path, toy_figure(result))
+    save_png(path, toy_figure(result), tight=False)
 
 
 def toy_figure(result: Result[QuickstartSettings]) -> Any:

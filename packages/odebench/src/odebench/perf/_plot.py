@@ -355,7 +355,6 @@ def _save(
         f"{env.get('threads', '?')} threads{more}",
         fontsize=11,
     )
-    fig.tight_layout()
     out = Path(path)
     save_png(out, fig)
     return out
