@@ -111,8 +111,8 @@ class Claim:
 
         Args:
             key, text, published, kind, spec, scale, unit, detail: as for :class:`Claim`.
-            first: ``(run, metric)`` of the first model.
-            second: ``(run, metric)`` of the second.
+            first: the metric of the first model.
+            second: that of the second.
             above: the claim holds when the difference is above this.
             below: the claim holds when the difference is below this (with ``above``: both).
 
@@ -131,19 +131,9 @@ class Claim:
             >>> verdict.ours.cell(*claim.format), verdict.words
             ('+1.33 ± +2.08 points', 'held on 2 of 3 seeds')
         """
-        if above is None and below is None:
-            raise ValueError(f"Claim.difference {key!r}: give `above`, `below` or both.")
-
-        def diff(v: Values) -> float:
-            return v[first] - v[second]
-
-        def holds(v: Values) -> bool:
-            d = diff(v)
-            return (above is None or d > above) and (below is None or d < below)
-
-        return cls(
-            key, text, published, diff, holds, spec=spec, scale=scale, unit=unit,
-            kind=kind, detail=detail,
+        return cls._between(
+            "difference", key, text, published, lambda v: v[first] - v[second], above, below,
+            spec=spec, scale=scale, unit=unit, kind=kind, detail=detail,
         )  # fmt: skip
 
     @classmethod
@@ -166,14 +156,14 @@ class Claim:
 
         Args:
             key, text, published, kind, timing, detail: as for :class:`Claim`.
-            over: ``(run, metric)`` of the numerator.
-            under: ``(run, metric)`` of the denominator.
+            over: the numerator.
+            under: the denominator.
             below: the claim holds when the ratio is below this.
             above: the claim holds when the ratio is above this (with ``below``: both).
             spec: the format of the ratio.
 
         Raises:
-            ValueError: neither ``below`` nor ``above``.
+            ValueError: neither ``above`` nor ``below``.
 
         Example:
             >>> from odebench.experiments import Metric
@@ -185,20 +175,26 @@ class Claim:
             >>> claim.check([seed]).ours.cell(*claim.format), claim.check([seed]).words
             ('0.33×', 'passed')
         """
-        if below is None and above is None:
-            raise ValueError(f"Claim.ratio {key!r}: give `below`, `above` or both.")
+        return cls._between(
+            "ratio", key, text, published, lambda v: v[over] / v[under], above, below,
+            spec=spec, unit="×", kind=kind, timing=timing, detail=detail,
+        )  # fmt: skip
 
-        def ratio(v: Values) -> float:
-            return v[over] / v[under]
+    @classmethod
+    def _between(
+        cls, how: str, key: str, text: str, published: str | float,
+        value: Callable[[Values], float], above: float | None, below: float | None,
+        **kwargs: Any,
+    ) -> Claim:  # fmt: skip
+        """The claim that ``value`` lies above ``above`` and below ``below``."""
+        if above is None and below is None:
+            raise ValueError(f"Claim.{how} {key!r}: give `above`, `below` or both.")
 
         def holds(v: Values) -> bool:
-            r = ratio(v)
-            return (below is None or r < below) and (above is None or r > above)
+            x = value(v)
+            return (above is None or x > above) and (below is None or x < below)
 
-        return cls(
-            key, text, published, ratio, holds, spec=spec, unit="×", kind=kind,
-            timing=timing, detail=detail,
-        )  # fmt: skip
+        return cls(key, text, published, value, holds, **kwargs)
 
     def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
         """The verdict on the values of each seed (in order) and on their means.

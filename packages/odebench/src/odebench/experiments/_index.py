@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._io import markdown_table
 from ._claims import MAX_CLAIM_TEXT, Verdict, verdict_status
 from ._metrics import Stat
 from ._registry import EXPERIMENTS, read_results
 
-SUMMARY_HEADER = "| experiment | paper claims | checks | data | seeds | training | commit |"
-CLAIMS_HEADER = "| experiment | claim | published | ours (mean ± std) | verdict |"
-CHECKS_HEADER = "| experiment | check | published | ours (mean ± std) | verdict |"
+SUMMARY = ["experiment", "paper claims", "checks", "data", "seeds", "training", "commit"]
 
 UNCLASSIFIED = "unclassified"
 """The status of a claim published before claims had a kind: shown, never counted."""
@@ -117,36 +116,28 @@ def reproductions_table(
     found = [name for name in EXPERIMENTS if (results / name / "results.json").is_file()]
     if not found:
         raise FileNotFoundError(f"no */results.json under {results}; publish runs there first")
-    summary = [SUMMARY_HEADER, _rule(SUMMARY_HEADER)]
-    claims = [CLAIMS_HEADER, _rule(CLAIMS_HEADER)]
-    checks = [CHECKS_HEADER, _rule(CHECKS_HEADER)]
+    summary: list[list[str]] = []
+    tables: dict[str, list[list[str]]] = {"paper": [], "check": []}
     for name in found:
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
         doc = read_results(results / name / "results.json")
         rows = [_claim(claim) for claim in (doc.get("claims") or {}).values()]
         summary.append(_summary_row(label, doc, rows))
-        for reason in _not_run(doc):
-            claims.append(_row(label, f"*{reason}*", "–", "–", "not run"))
+        tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in _not_run(doc)]
         for c in rows:
-            table = checks if c.kind == "check" else claims
-            table.append(_row(label, c.text, c.published, c.ours, c.verdict))
-    return "\n".join(
-        [
-            "### Summary",
-            "",
-            *summary,
-            "",
-            "### Claims of the paper",
-            "",
-            *(claims if len(claims) > 2 else ["No published run declares a claim of its paper."]),
-            "",
-            "### Checks of our code",
-            "",
-            *(checks if len(checks) > 2 else ["No published run declares a check."]),
-            "",
-        ]
-    )
+            table = tables["check" if c.kind == "check" else "paper"]
+            table.append([label, c.text, c.published, c.ours, c.verdict])
+    parts = ["### Summary", "", markdown_table(SUMMARY, summary), ""]
+    for kind, title, none in (
+        ("paper", "Claims of the paper", "No published run declares a claim of its paper."),
+        ("check", "Checks of our code", "No published run declares a check."),
+    ):
+        header = ["experiment", "claim" if kind == "paper" else "check", "published",
+                  "ours (mean ± std)", "verdict"]  # fmt: skip
+        text = markdown_table(header, tables[kind]) if tables[kind] else none
+        parts += [f"### {title}", "", text, ""]
+    return "\n".join(parts)
 
 
 def _claim(claim: dict[str, Any]) -> _Claim:
@@ -177,7 +168,7 @@ def _claim(claim: dict[str, Any]) -> _Claim:
     )
 
 
-def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> str:
+def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> list[str]:
     provenance = doc.get("provenance")
     paper = Counter(c.status for c in claims if c.kind == "paper")
     said = []
@@ -194,7 +185,7 @@ def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> str:
         said.append("published before provenance: rerun pending")
     checks = [c for c in claims if c.kind == "check"]
     passed = sum(c.status == "passed" for c in checks)
-    return _row(
+    return [
         label,
         " · ".join(said) or "none",
         f"{passed} of {len(checks)} passed" if checks else "–",
@@ -202,7 +193,7 @@ def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> str:
         _seeds(doc),
         _minutes(doc) + (", contended" if (provenance or {}).get("contended") else ""),
         _commit(provenance),
-    )
+    ]
 
 
 def _seeds(doc: dict[str, Any]) -> str:
@@ -261,11 +252,3 @@ def _minutes(doc: dict[str, Any]) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
-
-
-def _rule(header: str) -> str:
-    return "|" + "---|" * (header.count("|") - 1)
-
-
-def _row(*cells: object) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
