@@ -166,8 +166,13 @@ nitpick_ignore = [
     ("py:class", "collections.abc.Sequence"),
     ("py:class", "os.PathLike"),
     ("py:class", "pathlib.Path"),
-    # The settings type of the experiment template (Template[S], Setup[S], ...).
+    # The settings type of the experiment template (Template[S], Setup[S], ...), and the
+    # names of the experiments' signatures that autodoc leaves as written where a module
+    # imports a type only for checking (Result and Template refer to each other).
     ("py:class", "odebench.experiments._template.S"),
+    ("py:class", "S"),
+    ("py:class", "Coordinate"),
+    ("py:class", "Path"),
     # contnet.recalibrate returns the module it is given (any nn.Module subclass).
     ("py:class", "contnet._recalibrate.M"),
 ]

@@ -40,14 +40,11 @@ import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar, cast
 
 from . import __version__
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_Config = TypeVar("_Config", bound="DataclassInstance")
+_Config = TypeVar("_Config")
 
 #: The largest integer an option takes: torch keeps integers in 64 bits.
 _MAX_INT = 2**63 - 1
@@ -187,7 +184,7 @@ def _defaults(config: type) -> dict[str, Any]:
 def _from_args(config: type[_Config], args: argparse.Namespace, **given: Any) -> _Config:
     """The dataclass ``config`` made of ``given`` and, for each other field, the value of
     the option of its name in ``args`` (a field without an option keeps its default)."""
-    names = [f.name for f in dataclasses.fields(config) if f.name not in given]
+    names = [f.name for f in dataclasses.fields(cast(Any, config)) if f.name not in given]
     return config(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
 
 

@@ -180,7 +180,7 @@ class Values:
     Args:
         table: ``{run: {metric: value}}``.
         what: which set it is (``"seed 0"``, ``"the means"``), for error messages.
-        dry: the values of a declaration's test (:meth:`dry`): every metric of a known
+        dry: the values of a declaration's test (:meth:`dry_run`): every metric of a known
             run reads as NaN, an unknown run fails.
 
     Example:

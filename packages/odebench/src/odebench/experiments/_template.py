@@ -271,8 +271,9 @@ class Template(Generic[S]):
         claims: ``claims(setup)``: the paper's claims, checked on the aggregated numbers.
         sections: ``sections(result)``: the experiment's own Markdown, after the claims
             table (its tables, figure links, notes), before its ``text``.
-        text: the file of its report text and claim details in ``text/``
-            (:class:`~odebench.experiments._report.Prose`); ``""``: none.
+        text: the file of its report text and claim details in ``text/`` (its sections,
+            ``<!-- part: NAME -->`` paragraphs, and after ``<!-- claims -->`` one
+            ``key: details`` paragraph per claim); ``""``: none.
         tables: ``tables(setup)``: its declared tables by name, which the text shows
             as ``{table[name]}`` and the terminal gets at the end of the run.
         words: ``words(result)``: further values the text's fields read.
