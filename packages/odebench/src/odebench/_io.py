@@ -10,11 +10,16 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 
 CHECKPOINT = "checkpoint.pt"
+
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
+"""A value that JSON writes as it is: what a results file or a row of metrics holds."""
+JsonObject: TypeAlias = "dict[str, Json]"
+"""A JSON object: a document or a record as it is written, keys and values checked by mypy."""
 
 
 class WriteError(OSError):
