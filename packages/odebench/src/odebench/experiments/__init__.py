@@ -47,6 +47,7 @@ from ._template import (
     Setup,
     Template,
     Trained,
+    TrainingSettings,
     check_declaration,
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "Table",
     "Template",
     "Trained",
+    "TrainingSettings",
     "Values",
     "Verdict",
     "check_declaration",

@@ -64,8 +64,13 @@ class Settings:
 
     One instance per mode (``modes`` of :class:`Template`) holds every number the mode
     changes: epochs, data sizes, batch, learning rate, seeds. The runner reads only
-    ``seeds``; ``results.json`` records every field. A subclass that validates its
-    fields in ``__post_init__`` calls ``super().__post_init__()``.
+    ``seeds``; ``results.json`` records every field.
+
+    Every mode is validated here, once, by the fields' types and names: a field typed
+    ``int`` is a positive integer (``int | None``: or ``None``), one named ``lr`` or
+    ending in ``_lr`` a positive number, one named ``optimizer`` ``"sgd"`` or
+    ``"adam"``. A subclass that checks more in ``__post_init__`` calls
+    ``super().__post_init__()``.
 
     Args:
         seeds: how many seeds each run trains: ``--seed S`` gives ``S, S + 1, ...``.
@@ -75,13 +80,44 @@ class Settings:
         Traceback (most recent call last):
         ...
         ValueError: `seeds` must be a positive integer, got 0.
+        >>> TrainingSettings(epochs=2, batch_size=32, lr=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `lr` must be a positive number, got 0.0.
     """
 
     seeds: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise ValueError(f"`seeds` must be a positive integer, got {self.seeds!r}.")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "int | None") and (value is not None or f.type == "int"):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
+            elif f.name == "lr" or f.name.endswith("_lr"):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                    raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
+            elif f.name == "optimizer" and value not in ("sgd", "adam"):
+                raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {value!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings(Settings):
+    """The settings most modes share: how every run of the mode trains.
+
+    Args:
+        epochs: epochs of every run (``--epochs`` replaces it).
+        batch_size: the training batch.
+        lr: the (initial) learning rate.
+        train_size: training examples per run (``None``: all).
+        test_size: test examples per run (``None``: all).
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    train_size: int | None = None
+    test_size: int | None = None
 
 
 S = TypeVar("S", bound=Settings)
