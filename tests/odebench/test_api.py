@@ -51,8 +51,9 @@ def test_subpackage_snapshots():
     ]  # fmt: skip
     assert sorted(odebench.experiments.__all__) == [
         "Claim", "Col", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "MODES",
-        "Measurement", "Metric", "Provenance", "Ref", "Result", "Row", "Run", "RunOptions",
-        "Settings", "Setup", "Stat", "TEMPLATES", "Table", "Template", "Trained", "Values",
+        "Measurement", "Metric", "Plot", "Provenance", "Ref", "Result", "Row", "Run",
+        "RunOptions", "Settings", "Setup", "Stat", "TEMPLATES", "Table", "Template", "Trained",
+        "TrainingSettings", "Values",
         "Verdict", "check_declaration", "combine_reports", "publish", "register",
         "register_template", "reproductions_table", "rerender", "run_experiment",
         "run_template", "verdict_status",

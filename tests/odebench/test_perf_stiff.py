@@ -8,7 +8,8 @@ import json
 
 import pytest
 import torch
-from odebench.perf import SolversConfig, _plot, format_report, plot_solvers, run_solvers
+from odebench import _figures
+from odebench.perf import SolversConfig, format_report, plot_solvers, run_solvers
 from odebench.perf._libraries import Method, OdecoreLibrary, discover
 from odebench.perf._plot import STIFF_XLABEL, STIFF_YLABEL, plot_stiff, stiff_panels, stiff_path
 from odebench.perf._problems import (
@@ -239,9 +240,9 @@ def test_stiff_panel_reads_error_against_time_per_solver_in_words():
 
 def test_stiff_plot_draws_log_axes_with_their_labels(tmp_path, monkeypatch):
     drawn = []
-    save = _plot.save_png
+    save = _figures.save_png
 
-    def keep(path, fig):
+    def keep(path, fig, **options):
         drawn.append(
             [
                 (ax.get_xlabel(), ax.get_ylabel(), ax.get_xscale(), ax.get_yscale())
@@ -249,9 +250,9 @@ def test_stiff_plot_draws_log_axes_with_their_labels(tmp_path, monkeypatch):
             ]
         )
         drawn[-1].append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
-        save(path, fig)
+        save(path, fig, **options)
 
-    monkeypatch.setattr(_plot, "save_png", keep)
+    monkeypatch.setattr(_figures, "save_png", keep)
     out = plot_stiff(_stiff_doc(), tmp_path / "w.png")
     assert out.exists()
     (axis, legend) = drawn[0][0], drawn[0][1]

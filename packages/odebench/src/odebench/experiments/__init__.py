@@ -42,6 +42,7 @@ from ._tables import Col, Row, Table
 from ._template import (
     Figure,
     Measurement,
+    Plot,
     Run,
     Settings,
     Setup,
@@ -62,6 +63,7 @@ __all__ = [
     "Figure",
     "Measurement",
     "Metric",
+    "Plot",
     "Provenance",
     "Ref",
     "Result",

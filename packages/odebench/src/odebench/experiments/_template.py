@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from .._figures import Bars, Lines, draw
 from ..training import Task, TrainConfig, load_model, resolve_device
 from ._claims import Claim
 from ._registry import (
@@ -272,6 +273,34 @@ class Figure(Generic[S]):
     draw: Callable[[Result[S], Path], None]
 
 
+@dataclass(frozen=True)
+class Plot(Generic[S]):
+    """One figure of the report declared as data: panels of lines or bars.
+
+    Args:
+        path: the file, relative to the output directory.
+        panels: ``panels(result)``, the panels, row by row: ``Lines`` or ``Bars`` of
+            ``odebench._figures`` (documented as :class:`odebench.perf.Lines` and
+            :class:`odebench.perf.Bars`; perf draws its figures with them too).
+        columns: panels per row; ``None``: all in one row.
+        size: one panel's width and height, in inches.
+        dpi: the PNG's dots per inch.
+        sharey: the panels share their y axis.
+    """
+
+    path: str
+    panels: Callable[[Result[S]], Sequence[Lines | Bars]]
+    columns: int | None = None
+    size: tuple[float, float] = (5.0, 3.6)
+    dpi: int = 90
+    sharey: bool = False
+
+    def draw(self, result: Result[S], path: Path) -> None:
+        """Draw the panels of ``result`` to ``path``."""
+        draw(path, self.panels(result), columns=self.columns, size=self.size, dpi=self.dpi,
+             sharey=self.sharey)  # fmt: skip
+
+
 def _no_claims(setup: Setup[Any]) -> Sequence[Claim]:
     return ()
 
@@ -313,7 +342,8 @@ class Template(Generic[S]):
         tables: ``tables(setup)``: its declared tables by name, which the text shows
             as ``{table[name]}`` and the terminal gets at the end of the run.
         words: ``words(result)``: further values the text's fields read.
-        figures: drawn after the runs, before the report.
+        figures: drawn after the runs, before the report: a :class:`Plot` declares
+            its panels as data, a :class:`Figure` draws itself.
         epoch_fields: the settings' fields that ``--epochs`` sets; ``()``: the
             experiment refuses ``--epochs``.
         one_thread_modes: modes that run on one torch thread (small models on a busy
@@ -339,7 +369,7 @@ class Template(Generic[S]):
     text: str = ""
     tables: Callable[[Setup[S]], Mapping[str, Table]] = _no_tables
     words: Callable[[Result[S]], Mapping[str, object]] = _no_words
-    figures: Sequence[Figure[S]] = ()
+    figures: Sequence[Figure[S] | Plot[S]] = ()
     epoch_fields: tuple[str, ...] = ("epochs",)
     one_thread_modes: tuple[str, ...] = ()
     published: Mapping[str, Any] = field(default_factory=dict)

@@ -8,13 +8,11 @@ and :func:`plot_stiff` draw it.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._io import pyplot, save_png
+from .._figures import Bars, Lines, Style, draw
 
 _LIBRARY_COLORS = {
     "odecore": "#1f77b4",
@@ -30,46 +28,9 @@ _STIFF_SOLVERS = {
     "scipy:BDF": ("BDF, orders 1 to 5: SciPy through odecore", "#2ca02c", "^"),
 }
 """Each stiff solver's name in words, colour and marker on the work-precision plot."""
-
-
-@dataclass(frozen=True)
-class Bars:
-    """Grouped bars: for each series (a library), one value per group, ``None`` for none.
-
-    ``reference`` is a value to mark with a line (the overhead factors' physical
-    limit, 1.0); ``sections`` label runs of groups (``(label, first, last)``, both
-    indices included); ``empty`` says why a panel has nothing to draw. ``inner``,
-    shaped like ``series``, is the part of each bar drawn solid (the rest pale): for
-    the forward overhead factor, 1 + the solver alone (``forward_solver_overhead``).
-    """
-
-    title: str
-    ylabel: str
-    groups: list[str]
-    series: dict[str, list[float | None]]
-    reference: float | None = None
-    sections: list[tuple[str, int, int]] = field(default_factory=list)
-    empty: str | None = None
-    inner: dict[str, list[float | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Lines:
-    """Curves of ``(x, y)`` points, one per series (``"library, gradient"``, or a
-    stiff solver's name in words).
-
-    ``labels``, shaped like ``series``, names each point (the work-precision plot:
-    its tolerance); ``notes`` are sentences to print on the panel (a configuration
-    that failed).
-    """
-
-    title: str
-    xlabel: str
-    ylabel: str
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    empty: str | None = None
-    labels: dict[str, list[str]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+_STIFF_STYLES = {
+    words: Style(marker + "-", color) for words, color, marker in _STIFF_SOLVERS.values()
+}
 
 
 def _rows(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
@@ -126,7 +87,7 @@ def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> B
     method = _tightest_dopri5(doc)
     rows = _figure_rows(doc, figure, method)
     if not rows:
-        return Bars(title, ylabel, [], {}, empty=f"no {figure} figures in this run")
+        return Bars(title, ylabel, [], {}, empty=f"no {figure} figures in this run", yscale="log")
     problems = [p["name"] for p in doc["problems"] if any(r["problem"] == p["name"] for r in rows)]
     series = _by_library(doc, rows, problems)
     assert method is not None  # rows exist, so the method does
@@ -135,7 +96,8 @@ def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> B
     inner = _solver_alone(doc, method, problems) if figure == "forward_overhead" else {}
     if inner:
         title += "\nsolid: field + solver alone (a replay of its steps); pale: the rest"
-    return Bars(title, ylabel, problems, series, reference=1.0, inner=inner)
+    return Bars(title, ylabel, problems, series, inner=inner, colors=_LIBRARY_COLORS,
+                reference=1.0, reference_label="field alone", yscale="log")  # fmt: skip
 
 
 def _solver_alone(
@@ -162,17 +124,20 @@ def _memory(doc: Mapping[str, Any]) -> Lines:
     problem = rows[0]["problem"]  # the benchmark measures memory on one problem
     rows = [r for r in rows if r["problem"] == problem]
     method = str(rows[0]["method"]).partition("x")[0]
-    series: dict[str, list[tuple[float, float]]] = {}
+    series: dict[str, list[tuple[float, float | None]]] = {}
+    styles: dict[str, Style] = {}
     for lib in _libraries(doc, rows):
-        for grad in _GRADIENT_STYLES:
+        for grad, line in _GRADIENT_STYLES.items():
             points = sorted(
                 (float(r["n_steps"]), float(r["value"]))
                 for r in rows
                 if r["library"] == lib and r["gradient"] == grad and r["value"] > 0
             )
             if points:
-                series[f"{lib}, {grad}"] = points
-    return Lines(f"{title}, {problem}, {method}", "steps", "peak above baseline, MiB", series)
+                series[f"{lib}, {grad}"] = list(points)
+                styles[f"{lib}, {grad}"] = Style("o" + line, _LIBRARY_COLORS.get(lib))
+    return Lines(f"{title}, {problem}, {method}", "steps", "peak above baseline, MiB", series,
+                 styles, xscale="log", yscale="log")  # fmt: skip
 
 
 def _gradient_error(doc: Mapping[str, Any]) -> Bars:
@@ -180,7 +145,7 @@ def _gradient_error(doc: Mapping[str, Any]) -> Bars:
     ylabel = "relative error"
     rows = [r for r in _rows(doc, "gradients") if r["figure"] == "grad_rel_error"]
     if not rows:
-        return Bars(title, ylabel, [], {}, empty="gradients not checked in this run")
+        return Bars(title, ylabel, [], {}, empty="gradients not checked in this run", yscale="log")
     keys = list(dict.fromkeys((r["problem"], r["gradient"]) for r in rows))
     value = {(r["problem"], r["gradient"], r["library"]): r["value"] for r in rows}
     series = {lib: [value.get((p, g, lib)) for p, g in keys] for lib in _libraries(doc, rows)}
@@ -192,9 +157,8 @@ def _gradient_error(doc: Mapping[str, Any]) -> Bars:
             sections[-1] = (p, sections[-1][1], i)
         else:
             sections.append((p, i, i))
-    return Bars(
-        f"{title}, {', '.join(methods)}, float64", ylabel, groups, series, sections=sections
-    )
+    return Bars(f"{title}, {', '.join(methods)}, float64", ylabel, groups, series,
+                colors=_LIBRARY_COLORS, sections=sections, yscale="log")  # fmt: skip
 
 
 def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
@@ -288,7 +252,10 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
                     STIFF_YLABEL,
                     {k: [(e, t) for _, e, t in v] for k, v in series.items()},
                     empty=None if series else "no stiff solve reached t1",
+                    styles=_STIFF_STYLES,
                     labels={k: [f"{tol:g}" for tol, _, _ in v] for k, v in series.items()},
+                    xscale="log",
+                    yscale="log",
                     notes=notes,
                 )
             )
@@ -338,108 +305,17 @@ def plot_stiff(doc: Mapping[str, Any], path: str | Path) -> Path:
         raise ValueError(
             "this document has no stiff rows: run `odebench perf solvers --problems vdp_stiff`."
         )
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 6), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
-        _draw_work_precision(ax, panel)
-    return _save(fig, doc["environment"], path, what=", stiff problems")
+    return draw(Path(path), panels, size=(7.5, 6), dpi=110,
+                title=_title(doc["environment"], ", stiff problems"))  # fmt: skip
 
 
-def _save(
-    fig: Any, env: Mapping[str, Any], path: str | Path, what: str = "", more: str = ""
-) -> Path:
-    """Title ``fig`` with the run (its date, torch version and threads) and write it to ``path``."""
+def _title(env: Mapping[str, Any], what: str = "", more: str = "") -> str:
+    """The figure's title: the run's date, torch version and threads."""
     date = str(env.get("date", "?"))[:16].replace("T", " ")
-    fig.suptitle(
+    return (
         f"odebench perf solvers{what}, {date} UTC: torch {env.get('torch', '?')}, "
-        f"{env.get('threads', '?')} threads{more}",
-        fontsize=11,
+        f"{env.get('threads', '?')} threads{more}"
     )
-    out = Path(path)
-    save_png(out, fig)
-    return out
-
-
-def _draw_work_precision(ax: Any, panel: Lines) -> None:
-    ax.set_title(panel.title, fontsize=10)
-    ax.set_xlabel(panel.xlabel)
-    ax.set_ylabel(panel.ylabel)
-    if panel.empty is not None:
-        ax.text(0.5, 0.6, panel.empty, ha="center", va="center", transform=ax.transAxes)
-    styles = {words: (color, marker) for words, color, marker in _STIFF_SOLVERS.values()}
-    for name, points in panel.series.items():
-        color, marker = styles.get(name, (None, "o"))
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, marker=marker, label=name, color=color)
-        for (x, y), label in zip(points, panel.labels.get(name, [])):
-            ax.annotate(
-                label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                color=color,
-            )  # fmt: skip
-    if panel.series:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right")
-    if panel.notes:  # below the axis: a failed configuration has no point to draw
-        text = "\n".join(textwrap.fill(note, 120) for note in panel.notes)
-        ax.text(0.0, -0.12, text, fontsize=7, transform=ax.transAxes, ha="left", va="top")
-
-
-def _draw_bars(ax: Any, panel: Bars) -> None:
-    from matplotlib.ticker import FormatStrFormatter
-
-    n = max(len(panel.series), 1)
-    width = 0.8 / n
-    for j, (lib, values) in enumerate(panel.series.items()):
-        offset = (j - (n - 1) / 2) * width
-        xs = [i + offset for i, v in enumerate(values) if v is not None]
-        ys = [v for v in values if v is not None]
-        solid = panel.inner.get(lib)
-        color = _LIBRARY_COLORS.get(lib)
-        if solid is None:
-            ax.bar(xs, ys, width, label=lib, color=color)
-        else:
-            ax.bar(xs, ys, width, color=color, alpha=0.4)
-            parts = [(i + offset, v) for i, v in enumerate(solid) if v is not None]
-            ax.bar([x for x, _ in parts], [v for _, v in parts], width, label=lib, color=color)
-        for i, v in enumerate(values):
-            if v is None:  # the library has no such method: say so rather than leave a gap
-                ax.text(
-                    i + offset, 0.02, "n/a", rotation=90, ha="center", va="bottom",
-                    fontsize=6, color=_LIBRARY_COLORS.get(lib), transform=ax.get_xaxis_transform(),
-                )  # fmt: skip
-    ax.set_xticks(range(len(panel.groups)), panel.groups, fontsize=7)
-    for label, first, last in panel.sections:
-        ax.text(
-            (first + last) / 2, -0.1, label, ha="center", va="top", fontsize=8,
-            transform=ax.get_xaxis_transform(),
-        )  # fmt: skip
-        if first > 0:
-            ax.axvline(first - 0.5, color="gray", lw=0.8)
-    ax.set_yscale("log")
-    if panel.reference is not None:  # factors near 1: plain numbers read better than 10^x
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.axhline(panel.reference, color="black", lw=0.8, ls="--")
-        ax.text(
-            1.0, panel.reference, " field alone", ha="left", va="center", fontsize=7,
-            transform=ax.get_yaxis_transform(),
-        )  # fmt: skip
-
-
-def _draw_lines(ax: Any, panel: Lines) -> None:
-    for name, points in panel.series.items():
-        lib, _, grad = name.partition(", ")
-        xs, ys = zip(*points)
-        ax.plot(
-            xs, ys, marker="o", label=name, color=_LIBRARY_COLORS.get(lib),
-            ls=_GRADIENT_STYLES.get(grad, "-"),
-        )  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(panel.xlabel)
 
 
 def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
@@ -468,26 +344,10 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
         >>> plot_solvers(doc, "solvers.png")  # doctest: +SKIP
         PosixPath('solvers.png')
     """
-    panels = solver_panels(doc)
-    plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    for ax, panel in zip(axes.flat, panels):
-        ax.set_title(panel.title, fontsize=10)
-        ax.set_ylabel(panel.ylabel)
-        if panel.empty is not None:
-            ax.text(0.5, 0.5, panel.empty, ha="center", va="center", transform=ax.transAxes)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            continue
-        if isinstance(panel, Bars):
-            _draw_bars(ax, panel)
-        else:
-            _draw_lines(ax, panel)
-        ax.grid(True, axis="y", which="major", alpha=0.3)
-        ax.legend(fontsize=7)
     env = doc["environment"]
     quick = ", quick run" if env.get("quick") else ""
-    out = _save(fig, env, path, more=f", {env.get('cpu_count', '?')} CPUs{quick}")
+    title = _title(env, more=f", {env.get('cpu_count', '?')} CPUs{quick}")
+    out = draw(Path(path), solver_panels(doc), columns=2, size=(6, 4.25), dpi=110, title=title)
     if _rows(doc, "stiff"):
         plot_stiff(doc, stiff_path(out))
     return out
