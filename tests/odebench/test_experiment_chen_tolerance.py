@@ -71,7 +71,7 @@ def test_standard_mode_trains_chen_table1s_schedule_on_three_seeds() -> None:
         ({"sweep": "tanh"}, "`sweep`"),
         ({"optimizer": "rmsprop"}, "`optimizer`"),
         ({"train_size": 16}, "one batch"),
-        ({"epochs": 0}, "at least one epoch"),
+        ({"epochs": 0}, "`epochs` must be a positive integer"),
         ({"probe_size": 0}, "`probe_size`"),
     ],
 )

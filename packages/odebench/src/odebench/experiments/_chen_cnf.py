@@ -102,12 +102,6 @@ class CnfSettings(Settings):
     n_logdet: int = 8
     logdet_steps: int = 128
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("iterations", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}.")
-
 
 MODES = {
     "quick": CnfSettings(

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..training import Optimizer, TrainConfig
-from ._chen import MNIST_10K, optimiser_words
+from ..training import TrainConfig
+from ._chen import MNIST_10K, MnistTraining, mnist_config, optimiser_words
 from ._chen_tolerance_probe import (
     BACKWARD_OFF,
     FLOOR,
@@ -52,7 +52,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
-from ._template import Figure, Run, Settings, Setup, Template
+from ._template import Figure, Run, Setup, Template
 
 ACTIVATIONS = ("relu", "softplus")
 """The two trained models, named by their vector field's activation: ``relu`` is
@@ -62,15 +62,13 @@ GUARD_WORDS = "not reproduced: NFE at the solver's minimum"
 """What the report says of a claim on a seed where the NFE it reads is not off the minimum."""
 
 
-@dataclass(frozen=True)
-class ToleranceSettings(Settings):
-    """The training of the two models (chen-table1's fields: with the same values, the
-    ReLU model is the ODE-Net that chen-table1 reports), and what is measured on them.
+@dataclass(frozen=True, kw_only=True)
+class ToleranceSettings(MnistTraining):
+    """The training of the two models (chen-table1's: with the same values, the ReLU
+    model is the ODE-Net that chen-table1 reports; ``batch_size`` is the probe's batch
+    too), and what is measured on them.
 
     Args:
-        epochs, batch_size, lr, milestones, augment, train_size, test_size, optimizer: the
-            training, as :class:`~odebench.experiments._chen.ChenSettings` has them (at
-            least one epoch; ``batch_size`` is the probe's batch too).
         tolerances: the sweep's ``rtol = atol``, loosest first; they include ``train_tol``.
         eval_batch: the batch of the sweep's test passes.
         probe_size: the first test images the gradient probe runs on, in training batches.
@@ -86,14 +84,6 @@ class ToleranceSettings(Settings):
         ValueError: `tolerances` must be positive and loosest first, got (0.001, 0.1).
     """
 
-    epochs: int
-    batch_size: int
-    lr: float
-    milestones: tuple[int, ...]
-    augment: bool
-    train_size: int | None
-    test_size: int | None
-    optimizer: Optimizer
     tolerances: tuple[float, ...]
     eval_batch: int
     probe_size: int
@@ -104,9 +94,6 @@ class ToleranceSettings(Settings):
         super().__post_init__()
         tols = self.tolerances
         problems = [
-            (self.epochs < 1, f"chen-tolerance needs at least one epoch, got {self.epochs}."),
-            (self.optimizer not in ("sgd", "adam"),
-             f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}."),
             (self.train_size is not None and self.train_size < self.batch_size,
              f"`train_size` ({self.train_size}) must hold one batch ({self.batch_size})."),
             (len(tols) < 2 or min(tols) <= 0 or list(tols) != sorted(set(tols), reverse=True),
@@ -114,9 +101,6 @@ class ToleranceSettings(Settings):
             (self.train_tol not in tols,
              f"`tolerances` {tols!r} must include `train_tol` ({self.train_tol:g}): "
              "Fig. 3d's guard reads the sweep at the training tolerance."),
-            (self.probe_size < 1 or self.eval_batch < 1,
-             f"`probe_size` and `eval_batch` must be positive, got {self.probe_size!r} "
-             f"and {self.eval_batch!r}."),
             (self.sweep not in ACTIVATIONS,
              f"`sweep` must be one of {', '.join(ACTIVATIONS)}, got {self.sweep!r}."),
         ]  # fmt: skip
@@ -150,19 +134,14 @@ MODES = {
 
 
 def train_config(s: ToleranceSettings, seed: int, activation: str) -> TrainConfig:
-    """The training of one model: chen-table1's ODE-Net configuration, field by field,
-    with the vector field's ``activation``.
+    """The training of one model: chen-table1's ODE-Net with the vector field's
+    ``activation``.
 
     Example:
         >>> train_config(MODES["quick"], 0, "softplus").activation
         'softplus'
     """
-    return TrainConfig(
-        model="odenet", dataset="mnist", epochs=s.epochs, batch_size=s.batch_size, lr=s.lr,
-        optimizer=s.optimizer, milestones=s.milestones, augment=s.augment,
-        train_size=s.train_size, test_size=s.test_size, gradient="adjoint",
-        rtol=s.train_tol, atol=s.train_tol, seed=seed, activation=activation,
-    )  # fmt: skip
+    return dataclasses.replace(mnist_config(s, seed, "odenet", s.train_tol), activation=activation)
 
 
 def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
