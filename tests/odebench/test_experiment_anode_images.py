@@ -11,7 +11,16 @@ from typing import Any
 import numpy as np
 import odebench.experiments._anode_images as anode_images
 import pytest
-from odebench.experiments import EXPERIMENTS, MODES, RunOptions, Setup, Stat, Values, run_template
+from odebench.experiments import (
+    EXPERIMENTS,
+    MODES,
+    RunOptions,
+    Setup,
+    Stat,
+    TrainingSettings,
+    Values,
+    run_template,
+)
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
 from odebench.models import build_model, count_parameters
@@ -20,9 +29,7 @@ from odebench.training._data import load_splits
 
 FIGURES = ("accuracy_params.png", "nfe.png", "loss_nfe.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TINY = anode_images.AnodeSettings(
-    seeds=2, epochs=1, lr=1e-3, batch_size=16, train_size=16, test_size=16
-)
+TINY = TrainingSettings(seeds=2, epochs=1, lr=1e-3, batch_size=16, train_size=16, test_size=16)
 """Smaller than ``--quick``: the fixture's digits are easy, and the test must be quick."""
 
 

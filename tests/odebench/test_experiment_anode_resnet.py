@@ -40,7 +40,7 @@ def test_settings_are_checked() -> None:
         dataclasses.replace(quick, record_every=0)
     with pytest.raises(ValueError, match="`batch_size` \\(64\\) must not exceed"):
         dataclasses.replace(quick, train_size=10)
-    with pytest.raises(ValueError, match="`lr` must be positive"):
+    with pytest.raises(ValueError, match="`lr` must be a positive number"):
         dataclasses.replace(quick, lr=0.0)
     assert exp.TEMPLATE.settings_for("standard", epochs=3).epochs == 3
 

@@ -1,4 +1,4 @@
-"""What Dupont et al. (2019)'s experiments share: settings, training, curves, g(x).
+"""What Dupont et al. (2019)'s experiments share: training, curves, g(x).
 
 ``anode-toy`` and ``anode-images`` train a NODE and an ANODE the way the authors'
 configurations do (Adam, dopri5 at ``rtol = atol = 1e-3``, backpropagation through
@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from ._claims import Claim
 from ._metrics import Metric
 from ._result import Result
 from ._tables import Row
-from ._template import Measurement, Settings, Trained
+from ._template import Measurement, Trained, TrainingSettings
 
 MODELS = ("node", "anode")
 """The two models compared, by their short names."""
@@ -51,42 +50,12 @@ NODE_DEPTHS = 21
 """Depths in ``[0, 1]`` at which :func:`flow_1d` keeps a NODE's 1-D trajectories."""
 
 
-@dataclass(frozen=True)
-class AnodeSettings(Settings):
-    """The training of every run of one mode; every ``int`` field is positive.
-
-    Args:
-        epochs: epochs of every run.
-        lr: Adam's learning rate.
-        batch_size: the training batch.
-        train_size: training examples per run (``None``: all).
-        test_size: test examples per run (``None``: all).
-    """
-
-    epochs: int
-    lr: float
-    batch_size: int
-    train_size: int | None
-    test_size: int | None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type not in ("int", "int | None") or (value is None and f.type != "int"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
-        if not self.lr > 0:
-            raise ValueError(f"`lr` must be positive, got {self.lr!r}.")
-
-
-def train_config(s: AnodeSettings, model: str, dataset: str, seed: int) -> TrainConfig:
+def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> TrainConfig:
     """The authors' configuration: Adam without weight decay, dopri5 at ``rtol = atol =
     1e-3``, ReLU, backpropagation through the solver steps.
 
     Example:
-        >>> s = AnodeSettings(epochs=2, lr=1e-3, batch_size=64, train_size=None, test_size=None)
+        >>> s = TrainingSettings(epochs=2, lr=1e-3, batch_size=64)
         >>> c = train_config(s, "toy-anode", "annuli-1d", seed=3)
         >>> c.optimizer, c.method, c.rtol, c.atol, c.gradient, c.seed
         ('adam', 'dopri5', 0.001, 0.001, 'backprop', 3)
@@ -207,7 +176,7 @@ def num(value: float | None) -> float:
 
 
 def mse_task(
-    s: AnodeSettings,
+    s: TrainingSettings,
     model: Callable[[], nn.Module],
     data: tuple[Tensor, Tensor],
     seed: int,

@@ -19,7 +19,6 @@ from ._anode_common import (
     MODELS,
     NFE_FIRST,
     NFE_LAST,
-    AnodeSettings,
     curves,
     epoch_numbers,
     num,
@@ -34,7 +33,7 @@ from ._registry import fmt
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Template
+from ._template import Figure, Measurement, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -78,27 +77,28 @@ PARAMETERS = Metric("parameters", spec=",.0f")
 TEST_IMAGES = Metric("test_images")
 
 MODES = {
-    "quick": AnodeSettings(seeds=2, epochs=1, lr=1e-3, batch_size=32, train_size=128,
-                           test_size=128),
+    "quick": TrainingSettings(seeds=2, epochs=1, lr=1e-3, batch_size=32, train_size=128,
+                              test_size=128),
     # Judged on 1,000 test images (one image is 0.1 points), on one torch thread
     # (`one_thread_modes`); batch 8 for 500 steps: about 14 to 28 minutes for the three
     # seeds on an idle 2-core CPU, by the trial the docs page reports. That is short of
     # 95%, which needs hours on a CPU, and the report says so.
-    "standard": AnodeSettings(seeds=3, epochs=2, lr=1e-3, batch_size=8, train_size=2000,
-                              test_size=1000),
+    "standard": TrainingSettings(seeds=3, epochs=2, lr=1e-3, batch_size=8, train_size=2000,
+                                 test_size=1000),
     # The authors' config_img.json: Adam 1e-3, batch 256, 5 repeats, 20 epochs (the
     # paper states none).
-    "full": AnodeSettings(seeds=5, epochs=20, lr=1e-3, batch_size=256, train_size=None,
-                          test_size=None),
+    "full": TrainingSettings(seeds=5, epochs=20, lr=1e-3, batch_size=256),
 }  # fmt: skip
 
 
-def _datasets(setup: Setup[AnodeSettings], log: bool = False) -> tuple[list[str], dict[str, str]]:
+def _datasets(
+    setup: Setup[TrainingSettings], log: bool = False
+) -> tuple[list[str], dict[str, str]]:
     """The data sets found and why the others are skipped (logged when ``log``)."""
     return available_datasets(DATASETS, setup.options, setup.log if log else lambda _: None)
 
 
-def runs(setup: Setup[AnodeSettings], seed: int) -> list[Run]:
+def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
     """Both models on every data set found (a skipped one is logged once)."""
     found, _ = _datasets(setup, log=seed == setup.seeds[0])
     return [
@@ -108,7 +108,7 @@ def runs(setup: Setup[AnodeSettings], seed: int) -> list[Run]:
     ]
 
 
-def measure(setup: Setup[AnodeSettings], trained: Trained) -> Measurement:
+def measure(setup: Setup[TrainingSettings], trained: Trained) -> Measurement:
     """Final test accuracy and training loss, parameters, forward NFE per batch, and the
     number of test images the accuracy was measured on (``test_images``)."""
     result = trained.result
@@ -226,7 +226,7 @@ def dataset_claims(dataset: str, test_images: int | None = None) -> list[Claim]:
     ]  # fmt: skip
 
 
-def claims(setup: Setup[AnodeSettings]) -> list[Claim]:
+def claims(setup: Setup[TrainingSettings]) -> list[Claim]:
     """The claims of every data set found."""
     return [c for d in _datasets(setup)[0] for c in dataset_claims(d, setup.settings.test_size)]
 
@@ -236,7 +236,7 @@ def _part(name: str, **fields: object) -> str:
     return Prose.of(TEXT).part(name, **fields)
 
 
-def trained_note(result: Result[AnodeSettings], dataset: str) -> str:
+def trained_note(result: Result[TrainingSettings], dataset: str) -> str:
     """Whether both models reached :data:`TRAINED` on every seed, said plainly: the part
     ``trained`` or ``untrained`` of the text."""
     bar, n, label = TRAINED[dataset], len(result.setup.seeds), data_name(dataset)
@@ -254,14 +254,14 @@ def _pct(paper: dict[str, float]) -> str:
     return f"{100 * paper['acc']:.1f} ± {100 * paper['acc_std']:.1f}%"
 
 
-def _means(*metrics: Metric) -> Callable[[Result[AnodeSettings], Row], str]:
+def _means(*metrics: Metric) -> Callable[[Result[TrainingSettings], Row], str]:
     """A cell of the means of ``metrics`` of the row's run, ``first → last``."""
     return lambda result, row: " → ".join(
         fmt(result.stat(m.of(row.run)).mean, m.spec) for m in metrics
     )
 
 
-def tables(setup: Setup[AnodeSettings]) -> dict[str, Table]:
+def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
     """Table 1 of each data set found, ours beside the paper's."""
     columns = [
         Col(f"test accuracy (ours, {len(setup.seeds)} seeds)", TEST_ACC),
@@ -280,7 +280,7 @@ def tables(setup: Setup[AnodeSettings]) -> dict[str, Table]:
     }  # fmt: skip
 
 
-def words(result: Result[AnodeSettings]) -> dict[str, object]:
+def words(result: Result[TrainingSettings]) -> dict[str, object]:
     """The notes, the section of each data set, and the MNIST claims' numbers."""
     s, setup = result.settings, result.setup
     found = tables(setup)
@@ -302,7 +302,7 @@ def words(result: Result[AnodeSettings]) -> dict[str, object]:
     }
 
 
-def _mode_note(mode: str, s: AnodeSettings) -> str:
+def _mode_note(mode: str, s: TrainingSettings) -> str:
     """What the mode's training is beside the authors', for the report: the part
     ``standard`` of the text, or the words of every image experiment."""
     authors = (
@@ -315,7 +315,7 @@ def _mode_note(mode: str, s: AnodeSettings) -> str:
     return _part("standard", s=s, steps=steps, authors=authors, bar=TRAINED["mnist"])
 
 
-def _plot_accuracy_params(result: Result[AnodeSettings], path: Path) -> None:
+def _plot_accuracy_params(result: Result[TrainingSettings], path: Path) -> None:
     """Bars: test accuracy per data set and parameters, ours against the paper's."""
     fig, (acc_ax, par_ax) = panels(2)
     groups = [(d, m) for d in _trained(result) for m in MODELS]
@@ -342,13 +342,13 @@ def _plot_accuracy_params(result: Result[AnodeSettings], path: Path) -> None:
     save_png(path, fig, dpi=90)
 
 
-def _plot_nfe(result: Result[AnodeSettings], path: Path) -> None:
+def _plot_nfe(result: Result[TrainingSettings], path: Path) -> None:
     """Forward NFE per batch against the epoch, one panel per data set."""
     groups = [(dataset, data_name(dataset)) for dataset in _trained(result)]
     plot_curves(groups, "nfe_forward", "forward NFE per batch", result, path)
 
 
-def _plot_loss_nfe(result: Result[AnodeSettings], path: Path) -> None:
+def _plot_loss_nfe(result: Result[TrainingSettings], path: Path) -> None:
     """Fig. 10: training loss against forward NFE per batch, each seed a line."""
     datasets = _trained(result)
     fig, axes = panels(len(datasets))
@@ -365,7 +365,7 @@ def _plot_loss_nfe(result: Result[AnodeSettings], path: Path) -> None:
     save_png(path, fig, dpi=90)
 
 
-def _trained(result: Result[AnodeSettings]) -> list[str]:
+def _trained(result: Result[TrainingSettings]) -> list[str]:
     """The data sets the runs trained on."""
     return [d for d in DATASETS if f"{d}/node" in result.metrics]
 

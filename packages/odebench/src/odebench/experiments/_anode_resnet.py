@@ -30,7 +30,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained
+from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
 
 TASKS = (("1d", "g(x), d = 1"), ("2d", "g(x), d = 2"), ("separable", "separable function, d = 2"))
 """``(short name, title)`` of the three panels of Fig. 5: the runs ``<task>/<model>``."""
@@ -56,8 +56,8 @@ PARAMETERS = Metric("parameters", spec=".0f")
 SECONDS = Metric("train_seconds", spec=".0f")
 
 
-@dataclass(frozen=True)
-class ResnetSettings(common.AnodeSettings):
+@dataclass(frozen=True, kw_only=True)
+class ResnetSettings(TrainingSettings):
     """The training of every run of one mode; ``train_size`` and ``test_size`` points per
     task, at least a batch of training points (an epoch's last partial batch is dropped).
 

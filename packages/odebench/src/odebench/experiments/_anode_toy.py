@@ -29,7 +29,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained
+from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""
@@ -55,8 +55,8 @@ TEST_MSE = Metric("test_mse", spec=".3f")
 SLICE_MSE = Metric("slice_mse", spec=".3f")
 
 
-@dataclass(frozen=True)
-class ToySettings(common.AnodeSettings):
+@dataclass(frozen=True, kw_only=True)
+class ToySettings(TrainingSettings):
     """The runs of one mode (``epochs`` and the rest also train the slice test).
 
     Args:
@@ -74,8 +74,7 @@ MODES = {
     # The paper's: Adam 1e-3, batch 64, 3000 training and 1000 test points; 30 epochs
     # as in the authors' config.json (the appendix says 50). A CPU runs it as it is.
     "standard": (PAPER := ToySettings(
-        seeds=5, epochs=30, lr=1e-3, batch_size=64, train_size=None, test_size=None,
-        slice_points=3000,
+        seeds=5, epochs=30, lr=1e-3, batch_size=64, slice_points=3000
     )),
     "full": PAPER,
 }  # fmt: skip
