@@ -37,7 +37,7 @@ from ._registry import (
     run_experiment,
 )
 from ._result import Result
-from ._runner import TEMPLATES, register_template, rerender, run_template
+from ._runner import TEMPLATES, check_declaration, register_template, rerender, run_template
 from ._tables import Col, Row, Table
 from ._template import (
     Figure,
@@ -49,7 +49,6 @@ from ._template import (
     Template,
     Trained,
     TrainingSettings,
-    check_declaration,
 )
 
 __all__ = [

@@ -52,7 +52,6 @@ from ._registry import (
     Log,
     RunOptions,
 )
-from ._report import Prose
 from ._tables import Table
 
 if TYPE_CHECKING:
@@ -413,40 +412,3 @@ class Template(Generic[S]):
         if not self.epoch_fields:
             raise ValueError(f"--epochs does not apply to {self.name}: it trains no epochs.")
         return dataclasses.replace(settings, **{f: epochs for f in self.epoch_fields})
-
-
-def check_declaration(template: Template[Any], mode: str) -> None:
-    """Check what ``template`` declares for ``mode`` before any training: every claim and
-    table reads only runs the mode trains, and its text has details for exactly the
-    claims that give none in code and shows only declared tables.
-
-    Raises:
-        KeyError: a claim or a table that reads an unknown run.
-        ValueError: a claim without details, details of no claim, or an undeclared
-            table in the text.
-    """
-    options = RunOptions(out=Path("unused"), mode=mode)
-    settings = template.settings_for(mode)
-    setup = Setup(template.name, mode, settings, options, (0,), lambda _: None)
-    runs = [run.name for run in template.runs(setup, 0)]
-    claims = list(template.claims(setup))
-    for claim in claims:
-        claim.check_runs(runs)
-    for name, table in template.tables(setup).items():
-        for row in table.rows:
-            for col in table.columns:
-                run = col.run or row.run
-                if col.metric is not None and col.header not in row.text and run not in runs:
-                    raise KeyError(f"{template.name}: table {name!r} reads unknown run {run!r}")
-    if not template.text:
-        return
-    prose = Prose.of(template.text)
-    bare = {c.key for c in claims if not c.detail}
-    if bare != set(prose.details):
-        raise ValueError(
-            f"text/{template.text}: details for {sorted(set(prose.details) - bare)} match no "
-            f"claim without details; {sorted(bare - set(prose.details))} have none"
-        )
-    unknown = prose.tables() - set(template.tables(setup))
-    if unknown:
-        raise ValueError(f"text/{template.text}: no table {sorted(unknown)} is declared")
