@@ -121,11 +121,10 @@ def reproductions_table(
     for name in found:
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
-        doc = read_results(results / name / "results.json")
-        rows = [_claim(claim) for claim in (doc.get("claims") or {}).values()]
-        summary.append(_summary_row(label, doc, rows))
-        tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in _not_run(doc)]
-        for c in rows:
+        run = _Published.read(results / name / "results.json")
+        summary.append([label, *run.summary()])
+        tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in run.not_run]
+        for c in run.claims:
             table = tables["check" if c.kind == "check" else "paper"]
             table.append([label, c.text, c.published, c.ours, c.verdict])
     parts = ["### Summary", "", markdown_table(SUMMARY, summary), ""]
@@ -168,41 +167,69 @@ def _claim(claim: dict[str, Any]) -> _Claim:
     )
 
 
-def _summary_row(label: str, doc: dict[str, Any], claims: list[_Claim]) -> list[str]:
-    provenance = doc.get("provenance")
-    paper = Counter(c.status for c in claims if c.kind == "paper")
-    said = []
-    if paper:  # held, mixed, not held, then contended (or any other) where there are any
-        said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
-        said += [f"{n} {status}" for status, n in paper.items()]
-    not_run, runs = _runs_not_run(doc)
-    if not_run:
-        said.append(f"{not_run} of {runs} runs not run (data absent)")
-    unclassified = sum(c.kind == UNCLASSIFIED for c in claims)
-    if unclassified:
-        said.append(f"{unclassified} {UNCLASSIFIED}")
-    if provenance is None:
-        said.append("published before provenance: rerun pending")
-    checks = [c for c in claims if c.kind == "check"]
-    passed = sum(c.status == "passed" for c in checks)
-    return [
-        label,
-        " · ".join(said) or "none",
-        f"{passed} of {len(checks)} passed" if checks else "–",
-        doc.get("data") or "–",
-        _seeds(doc),
-        _minutes(doc) + (", contended" if (provenance or {}).get("contended") else ""),
-        _commit(provenance),
-    ]
+@dataclass(frozen=True)
+class _Published:
+    """What the index shows of one published ``results.json``, read once (:meth:`read`):
+    its claims, why runs were not trained, (runs not trained, runs), the data, the
+    seeds' cell, the training seconds, the commit's cell, and whether the machine was
+    contended (``None``: published before provenance)."""
 
+    claims: list[_Claim]
+    not_run: list[str]
+    runs: tuple[int, int]
+    data: str
+    seeds: str
+    seconds: float | None
+    commit: str
+    contended: bool | None
 
-def _seeds(doc: dict[str, Any]) -> str:
-    """How many seeds, and the mode when it is not the standard one."""
-    n = str(len(doc.get("seeds", [])) or 1)
-    mode = doc.get("mode", "standard")
-    if mode == "quick":
-        return f"{n} (quick: a smoke test, not a result)"
-    return n if mode == "standard" else f"{n} ({mode})"
+    @classmethod
+    def read(cls, path: Path) -> _Published:
+        doc = read_results(path)
+        provenance = doc.get("provenance")
+        details = doc.get("details") or {}
+        reasons = (d.get("not_run") for seeds in details.values() for d in seeds if d)
+        skipped = [r for r, seeds in details.items() if any(d and d.get("not_run") for d in seeds)]
+        n = str(len(doc.get("seeds", [])) or 1)
+        mode = doc.get("mode", "standard")
+        seeds = {"standard": n, "quick": f"{n} (quick: a smoke test, not a result)"}
+        return cls(
+            claims=[_claim(claim) for claim in (doc.get("claims") or {}).values()],
+            not_run=list(dict.fromkeys(r for r in reasons if r)),
+            runs=(len(skipped), len(set(doc.get("metrics") or {}) | set(details))),
+            data=doc.get("data") or "–",
+            seeds=seeds.get(mode, f"{n} ({mode})"),
+            seconds=doc.get("train_seconds") or doc.get("wall_seconds"),
+            commit=_commit(provenance),
+            contended=None if provenance is None else bool(provenance.get("contended")),
+        )
+
+    def summary(self) -> list[str]:
+        """The summary row's cells after the experiment's name."""
+        paper = Counter(c.status for c in self.claims if c.kind == "paper")
+        said = []
+        if paper:  # held, mixed, not held, then contended (or any other) where there are any
+            said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
+            said += [f"{n} {status}" for status, n in paper.items()]
+        not_run, runs = self.runs
+        if not_run:
+            said.append(f"{not_run} of {runs} runs not run (data absent)")
+        unclassified = sum(c.kind == UNCLASSIFIED for c in self.claims)
+        if unclassified:
+            said.append(f"{unclassified} {UNCLASSIFIED}")
+        if self.contended is None:
+            said.append("published before provenance: rerun pending")
+        checks = [c for c in self.claims if c.kind == "check"]
+        passed = sum(c.status == "passed" for c in checks)
+        contended = ", contended" if self.contended else ""
+        return [
+            " · ".join(said) or "none",
+            f"{passed} of {len(checks)} passed" if checks else "–",
+            self.data,
+            self.seeds,
+            _minutes(self.seconds) + contended,
+            self.commit,
+        ]
 
 
 def _commit(provenance: dict[str, Any] | None) -> str:
@@ -230,23 +257,7 @@ def _cell(claim: dict[str, Any]) -> str:
     return Stat(ours["mean"], ours["std"], ours["n"], tuple(ours["seeds"])).cell(".3g")
 
 
-def _not_run(doc: dict[str, Any]) -> list[str]:
-    """Why runs were not trained (a data set that is absent), each reason once."""
-    details = doc.get("details") or {}
-    reasons = (d.get("not_run") for seeds in details.values() for d in seeds if d)
-    return list(dict.fromkeys(r for r in reasons if r))
-
-
-def _runs_not_run(doc: dict[str, Any]) -> tuple[int, int]:
-    """How many runs were not trained, and how many runs there are."""
-    details = doc.get("details") or {}
-    runs = set(doc.get("metrics") or {}) | set(details)
-    skipped = [run for run, seeds in details.items() if any(d and d.get("not_run") for d in seeds)]
-    return len(skipped), len(runs)
-
-
-def _minutes(doc: dict[str, Any]) -> str:
-    seconds = doc.get("train_seconds") or doc.get("wall_seconds")
+def _minutes(seconds: float | None) -> str:
     if seconds is None:
         return "–"
     if seconds < 60:
