@@ -19,7 +19,7 @@ from odebench.models import build_model, count_parameters
 FIGURES = ("augmentation.png", "nfe.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = augmentation.AugmentationSettings(
-    seeds=1, epochs=1, batch_size=16, train_size=16, test_size=16
+    seeds=1, epochs=1, batch_size=16, lr=1e-3, train_size=16, test_size=16
 )
 """Smaller than ``--quick``: the fixture's digits are easy, and the test must be quick."""
 

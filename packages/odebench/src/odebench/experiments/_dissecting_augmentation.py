@@ -24,7 +24,7 @@ from ._registry import fmt
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Settings, Template
+from ._template import Figure, Measurement, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -80,16 +80,11 @@ TEXT = "dissecting-augmentation.md"
 
 
 @dataclass(frozen=True)
-class AugmentationSettings(Settings):
-    """The sizes of one mode (``train_size``, ``test_size``: images per run, ``None``: all);
-    where they differ from the notebooks' defaults, Adam's rate ``lr``, times ``gamma`` after
-    each of the ``milestones``, dopri5's ``rtol = atol = tol``, and the ``gradient``."""
+class AugmentationSettings(TrainingSettings):
+    """The sizes of one mode; where they differ from the notebooks' defaults, Adam's rate
+    ``lr`` (the notebooks': 1e-3), times ``gamma`` after each of the ``milestones``,
+    dopri5's ``rtol = atol = tol``, and the ``gradient``."""
 
-    epochs: int
-    batch_size: int
-    train_size: int | None
-    test_size: int | None
-    lr: float = 1e-3
     milestones: tuple[int, ...] = (5, 10, 15)
     gamma: float = 0.9
     tol: float = NOTEBOOK_TOL
@@ -97,15 +92,15 @@ class AugmentationSettings(Settings):
 
 
 MODES = {
-    "quick": AugmentationSettings(seeds=1, epochs=1, batch_size=32, train_size=64, test_size=64),
+    "quick": AugmentationSettings(seeds=1, epochs=1, batch_size=32, lr=1e-3, train_size=64,
+                                  test_size=64),
     # Three seeds in an hour of one core: at the notebooks' settings the NODE stays near
     # chance for long, at 1.4-3.2 s a step (docs/odebench/experiments/dissecting-augmentation.md).
     "standard": AugmentationSettings(seeds=3, epochs=2, batch_size=32, train_size=3200,
                                      test_size=1000, lr=1e-2, milestones=(1,), gamma=0.1,
                                      tol=1e-3, gradient="backprop"),
     # The notebooks: 20 epochs, batch 64, all images; the paper's table: the mean of 10 runs.
-    "full": AugmentationSettings(seeds=10, epochs=20, batch_size=64, train_size=None,
-                                 test_size=None),
+    "full": AugmentationSettings(seeds=10, epochs=20, batch_size=64, lr=1e-3),
 }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
-from .._io import pyplot, save_png
+from .._io import JsonObject, pyplot, save_png
 from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim, ClaimKind
@@ -31,7 +31,7 @@ from ._pendulum_model import fit_slope, global_error, mlp_field, rollout, step
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
+from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -66,8 +66,9 @@ SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
 
 
 @dataclass(frozen=True)
-class PendulumSettings(Settings):
-    """The sizes of one run of the experiment.
+class PendulumSettings(TrainingSettings):
+    """The sizes of one run of the experiment: an epoch is a pass over all consecutive
+    pairs, a batch of pairs is one Adam step, and ``lr`` is cosine-annealed to ``lr / 100``.
 
     Args:
         dt: the training time step (the sample spacing of the data).
@@ -75,9 +76,6 @@ class PendulumSettings(Settings):
         steps: samples per training trajectory, minus one.
         noise: standard deviation of the Gaussian noise on the training states.
         hidden: width of the two hidden layers of the MLP vector field.
-        epochs: passes over all consecutive pairs.
-        batch_size: pairs per Adam step.
-        lr: Adam's initial learning rate (cosine-annealed to ``lr / 100``).
         n_test: held-out clean initial states for the evaluation.
         horizon: the length of the evaluation rollouts (a multiple of ``2 dt``).
         dt_factors: the evaluation steps over ``dt``, increasing; one of them is 1.
@@ -89,9 +87,6 @@ class PendulumSettings(Settings):
     steps: int
     noise: float
     hidden: int
-    epochs: int
-    batch_size: int
-    lr: float
     n_test: int
     horizon: float
     dt_factors: tuple[float, ...] = DT_FACTORS
@@ -99,8 +94,6 @@ class PendulumSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.epochs < 1:
-            raise ValueError(f"`epochs` must be a positive integer, got {self.epochs}.")
         if 1.0 not in self.dt_factors or list(self.dt_factors) != sorted(self.dt_factors):
             raise ValueError(f"`dt_factors` must increase and hold 1.0, got {self.dt_factors}.")
 
@@ -181,7 +174,7 @@ def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Tas
 
 
 def _log_progress(
-    log: Callable[[str], None], scheme: str, epochs: int, rows: list[dict[str, Any]]
+    log: Callable[[str], None], scheme: str, epochs: int, rows: list[JsonObject]
 ) -> None:
     """A line with the train MSE after every fifth of the ``epochs`` and the last."""
     if len(rows) == epochs or len(rows) % max(1, epochs // 5) == 0:
