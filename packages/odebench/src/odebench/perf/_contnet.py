@@ -15,15 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
-from typing import Any
 
 import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
-from .._io import text_table
+from .._io import JsonObject, text_table
 from .._provenance import machine
-from ._document import Row
+from ._document import Row, json_array, json_object
 from ._solvers import command_line
 from ._stats import median
 
@@ -99,6 +98,28 @@ def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
 
 
 @dataclass(frozen=True)
+class ContnetEnvironment(Row):
+    """The ``environment`` of the document: what ran, where, and for how long."""
+
+    schema_version: int
+    date: str
+    python: str
+    platform: str
+    machine: str
+    processor: str
+    cpu_count: int | None
+    torch: str
+    threads: int
+    quick: bool
+    repeats: int
+    batch: int
+    n_steps: int
+    channels: list[int]
+    command: str | None
+    wall_time_s: float
+
+
+@dataclass(frozen=True)
 class ModelFigure(Row):
     """A row of ``results``: one figure of one model."""
 
@@ -161,7 +182,7 @@ def _times(
     return times
 
 
-def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> JsonObject:
     """Run the benchmark and return its JSON document (see the module docstring)."""
     torch.set_num_threads(config.threads)
     started = time.perf_counter()
@@ -193,18 +214,18 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
     ratios = [ratio(cont, res, f) for f in (*timed, "saved_for_backward_mib")]
     ratios += [ratio(rk, cont, f) for f in timed]
     return {
-        "environment": {
-            "schema_version": SCHEMA_VERSION,
-            "date": date,
+        "environment": ContnetEnvironment(
+            SCHEMA_VERSION,
+            date,
             **machine(),
-            "quick": config.quick,
-            "repeats": config.n_repeats,
-            "batch": config.n_batch,
-            "n_steps": n,
-            "channels": list(config.channels),
-            "command": command_line(),
-            "wall_time_s": time.perf_counter() - started,
-        },
+            quick=config.quick,
+            repeats=config.n_repeats,
+            batch=config.n_batch,
+            n_steps=n,
+            channels=list(config.channels),
+            command=command_line(),
+            wall_time_s=time.perf_counter() - started,
+        ).to_json(),
         "results": [r.to_json() for r in results],
         "ratios": [r.to_json() for r in ratios],
         "checks": {"max_abs_output_difference_eval": agreement},
@@ -217,11 +238,12 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> di
     }
 
 
-def format_contnet_report(doc: dict[str, Any]) -> str:
+def format_contnet_report(doc: JsonObject) -> str:
     """The document as the tables the command prints."""
-    env = doc["environment"]
-    values = {(r["model"], r["figure"]): r["value"] for r in doc["results"]}
-    models = list(dict.fromkeys(r["model"] for r in doc["results"]))
+    env = json_object(doc["environment"])
+    results = [ModelFigure.from_json(r) for r in json_array(doc["results"])]
+    values = {(r.model, r.figure): r.value for r in results}
+    models = list(dict.fromkeys(r.model for r in results))
     rows = [
         [
             m,
@@ -233,14 +255,14 @@ def format_contnet_report(doc: dict[str, Any]) -> str:
         for m in models
     ]
     ratios = [
-        [r["figure"], f"{r['numerator']} / {r['denominator']}", f"{r['value']:.3f}"]
-        for r in doc["ratios"]
+        [r.figure, f"{r.numerator} / {r.denominator}", f"{r.value:.3f}"]
+        for r in map(ModelRatio.from_json, json_array(doc["ratios"]))
     ]
-    diff = doc["checks"]["max_abs_output_difference_eval"]
+    diff = json_object(doc["checks"])["max_abs_output_difference_eval"]
     return "\n".join(
         [
             f"odebench perf contnet: {env['date']}, torch {env['torch']}, {env['threads']} threads",
-            f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(env['channels'])}, "
+            f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(json_array(env['channels']))}, "
             f"N_t = M = {env['n_steps']}, {env['repeats']} repetitions",
             "",
             text_table(["model", "train step ms", "forward ms", "saved MiB", "params"], rows),
@@ -249,6 +271,6 @@ def format_contnet_report(doc: dict[str, Any]) -> str:
             text_table(["figure", "numerator / denominator", "ratio"], ratios),
             "",
             f"ContinuousNet vs its export, eval outputs: max |difference| {diff:.1e}",
-            *(f"note: {note}" for note in doc["notes"]),
+            *(f"note: {note}" for note in json_array(doc["notes"])),
         ]
     )

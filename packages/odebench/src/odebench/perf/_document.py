@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, get_args, get_type_hints
+from typing import TypeVar, cast, get_args, get_type_hints
 
+from .._io import Json, JsonObject
 from ._stats import finite
 
 
@@ -21,8 +22,13 @@ from ._stats import finite
 class Row:
     """A row of a section: its JSON object is its fields, in order."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls: type[R], value: Json) -> R:
+        """The row that :meth:`to_json` wrote as ``value``."""
+        return cls(**json_object(value))
 
 
 R = TypeVar("R", bound=Row)
@@ -63,6 +69,31 @@ def figure_rows(
     ...), then ``figure``, ``value``, ``unit`` and ``note``.
     """
     return [kind(*key, f, value, units[f], note, **flags) for f, (value, note) in figures.items()]
+
+
+@dataclass(frozen=True)
+class Environment(Row):
+    """The ``environment`` of the document: what ran, where, and for how long."""
+
+    schema_version: int
+    date: str
+    python: str
+    platform: str
+    machine: str
+    processor: str
+    cpu_count: int | None
+    torch: str
+    threads: int
+    libraries: dict[str, str]
+    unavailable: dict[str, str]
+    quick: bool
+    repeats: int
+    cell_budget_s: float | None
+    dtype: str
+    command: str | None
+    load_average_start: float | None
+    load_average_end: float | None
+    wall_time_s: float
 
 
 @dataclass(frozen=True)
@@ -176,7 +207,7 @@ FigureRow = ResultRow | RatioRow | StiffRow | MemoryRow | GradientRow
 class Document:
     """The document of ``odebench perf solvers``, filled section by section."""
 
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: JsonObject = field(default_factory=dict)
     problems: list[ProblemRow] = field(default_factory=list)
     evaluations: list[EvaluationRow] = field(default_factory=list)
     results: list[ResultRow] = field(default_factory=list)
@@ -187,20 +218,43 @@ class Document:
     gradients: list[GradientRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Document:
+    def from_json(cls, doc: JsonObject) -> Document:
         """Read a document back; sections that an older schema lacks come back empty.
 
         Every section but ``environment`` and ``notes`` is a list of the row type its
-        field declares.
+        field declares; ``environment`` stays the JSON object it was written as.
+
+        Raises:
+            ValueError: a section or a row is not of the JSON type the schema says.
         """
         hints = get_type_hints(cls)
         sections = {
-            f.name: [get_args(hints[f.name])[0](**row) for row in doc.get(f.name) or []]
+            f.name: [
+                get_args(hints[f.name])[0].from_json(row) for row in json_array(doc.get(f.name))
+            ]
             for f in dataclasses.fields(cls)
             if f.name not in ("environment", "notes")
         }
-        return cls(dict(doc["environment"]), notes=list(doc.get("notes", [])), **sections)
+        notes = [str(note) for note in json_array(doc.get("notes"))]
+        return cls(dict(json_object(doc["environment"])), notes=notes, **sections)
+
+
+def json_object(value: Json) -> JsonObject:
+    """``value``, which the schema says is a JSON object."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {value!r}")
+    return value
+
+
+def json_array(value: Json) -> list[Json]:
+    """``value``, which the schema says is a JSON array; none for a section an older
+    schema lacks."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON array, got {value!r}")
+    return value

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from operator import attrgetter
 from typing import Any
 
-from .._io import text_table
-from ._document import Document, FigureRow, GradientRow
+from .._io import JsonObject, text_table
+from ._document import Document, FigureRow, GradientRow, json_object
 from ._solvers import MODE_FIGURES
 from ._stats import ratio
 
@@ -88,7 +88,7 @@ def _table(
     return [*text, text_table(header, rows), *after, ""]
 
 
-def format_report(doc: Mapping[str, Any]) -> str:
+def format_report(doc: JsonObject) -> str:
     """The JSON document of :func:`~odebench.perf.run_solvers` as readable tables."""
     d = Document.from_json(doc)
     sections = (_problems, _speed, _forward_split, _ratios, _compiled, _stiff, _memory, _gradients)
@@ -102,15 +102,19 @@ def format_report(doc: Mapping[str, Any]) -> str:
 
 def _heading(d: Document) -> list[str]:
     env = d.environment
-    libs = ", ".join(f"{k} {v}" for k, v in env["libraries"].items())
+    libs = ", ".join(f"{k} {v}" for k, v in json_object(env["libraries"]).items())
     return [
         f"odebench perf solvers: {env['date']}, torch {env['torch']}, {env['threads']} threads, "
         f"{env['cpu_count']} CPUs ({env['machine']}), python {env['python']}"
         + (", QUICK" if env.get("quick") else ""),
         f"libraries: {libs}",
-        *(f"left out: {name}: {reason}" for name, reason in env.get("unavailable", {}).items()),
+        *(f"left out: {name}: {reason}" for name, reason in _unavailable(env).items()),
         "",
     ]
+
+
+def _unavailable(env: JsonObject) -> JsonObject:
+    return json_object(env["unavailable"]) if "unavailable" in env else {}
 
 
 def _problems(d: Document) -> list[str]:
@@ -265,7 +269,7 @@ def _memory(d: Document) -> list[str]:
     value = _values(d.memory, "library", "gradient", "n_steps", "figure")
     steps = sorted({r.n_steps for r in d.memory if r.n_steps is not None})
     pairs = _keys(d.memory, "library", "gradient")
-    order = list(d.environment["libraries"])
+    order = list(json_object(d.environment["libraries"]))
     pairs.sort(key=lambda p: order.index(p[0]) if p[0] in order else len(order))
     rows = [
         [

@@ -11,14 +11,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import torch
 
+from .._io import JsonObject
 from .._provenance import load_average, machine
 from ._document import (
     CompiledRow,
     Document,
+    Environment,
     EvaluationRow,
     ProblemRow,
     RatioRow,
@@ -339,7 +340,7 @@ def _grad_diff(o: Observation | None, reference: Observation | None) -> float | 
 
 def run_solvers(
     config: SolversConfig | None = None, *, log: Callable[[str], None] | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Run the solver benchmark and return its JSON document (see :mod:`odebench.perf`).
 
     Args:
@@ -370,7 +371,7 @@ class _Run:
     doc: Document = field(default_factory=Document)
 
 
-def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     load_start = load_average()
@@ -396,21 +397,21 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> dict[str, Any]:
         if pname in STIFF_PROBLEMS:
             _stiff_problem(run, pname)
     _memory_and_gradients(run, eager)
-    run.doc.environment = {
-        "schema_version": SCHEMA_VERSION,
-        "date": date,
+    run.doc.environment = Environment(
+        SCHEMA_VERSION,
+        date,
         **machine(),
-        "libraries": {lib.name: lib.version for lib in libraries},
-        "unavailable": dict(missing),
-        "quick": config.quick,
-        "repeats": config.n_repeats,
-        "cell_budget_s": None if config.quick else config.cell_budget_s,
-        "dtype": "float32 (gradient check and stiff problems: float64)",
-        "command": command_line(),
-        "load_average_start": load_start,
-        "load_average_end": load_average(),
-        "wall_time_s": time.perf_counter() - started,
-    }
+        libraries={lib.name: lib.version for lib in libraries},
+        unavailable=dict(missing),
+        quick=config.quick,
+        repeats=config.n_repeats,
+        cell_budget_s=None if config.quick else config.cell_budget_s,
+        dtype="float32 (gradient check and stiff problems: float64)",
+        command=command_line(),
+        load_average_start=load_start,
+        load_average_end=load_average(),
+        wall_time_s=time.perf_counter() - started,
+    ).to_json()
     if load_start is not None and load_start >= 1.0:
         notes.append(
             f"The machine's one-minute load average was {load_start:.2f} when the run "
