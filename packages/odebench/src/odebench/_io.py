@@ -71,7 +71,7 @@ def write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=2, allow_nan=False) + "\n")
 
 
-def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def write_csv(path: Path, rows: Sequence[JsonObject]) -> None:
     """Write rows of dicts as CSV (the union of the keys as the header), atomically."""
     fields: list[str] = []
     for row in rows:

@@ -31,16 +31,41 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch
+
+from ._io import JsonObject
 
 PACKAGES = ("odecore", "odelayers", "contnet", "odebench")
 """The project's packages, whose versions and sources every provenance records."""
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 
-UNKNOWN_SEGMENT: dict[str, Any] = {
+
+class Environment(TypedDict):
+    """What a run runs on, as :func:`environment` records it."""
+
+    versions: dict[str, str | None]
+    threads: int
+    cpu: str
+    cores: int
+    device: str
+
+
+class Machine(TypedDict):
+    """The machine and torch, as :func:`machine` records them for ``odebench perf``."""
+
+    python: str
+    platform: str
+    machine: str
+    processor: str
+    cpu_count: int | None
+    torch: str
+    threads: int
+
+
+UNKNOWN_SEGMENT: JsonObject = {
     "commit": None,
     "dirty": None,
     "source": None,
@@ -90,23 +115,32 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def segment() -> dict[str, Any]:
+def segment() -> JsonObject:
     """The segment of a stretch of a run that starts now (``finished``: ``None``).
 
     Example:
         >>> sorted(segment())
         ['commit', 'dirty', 'finished', 'source', 'started']
     """
-    top = repository()
-    commit = git(["rev-parse", "HEAD"], top) if top else None
-    status = git(["status", "--porcelain"], top) if top else None
+    commit, dirty = _checkout()
     return {
-        "commit": commit if commit and HEX40.fullmatch(commit) else None,
-        "dirty": None if status is None else bool(status),
+        "commit": commit,
+        "dirty": dirty,
         "source": source_hash(),
         "started": now(),
         "finished": None,
     }
+
+
+def _checkout() -> tuple[str | None, bool | None]:
+    """The checkout's ``HEAD`` and whether it has changes; ``None`` outside a checkout."""
+    top = repository()
+    if top is None:
+        return None, None
+    commit = git(["rev-parse", "HEAD"], top)
+    status = git(["status", "--porcelain"], top)
+    dirty = None if status is None else bool(status)
+    return (commit if commit and HEX40.fullmatch(commit) else None), dirty
 
 
 def _cpu() -> str:
@@ -120,7 +154,7 @@ def _cpu() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def environment(device: torch.device | str) -> dict[str, Any]:
+def environment(device: torch.device | str) -> Environment:
     """What a run runs on: versions, torch's threads, the CPU, its cores, the device.
 
     Args:
@@ -148,7 +182,7 @@ def environment(device: torch.device | str) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
     """The machine and torch (its threads too), as ``odebench perf``'s documents record them."""
     return {
         "python": platform.python_version(),
@@ -259,9 +293,9 @@ class Provenance:
         peak = self.load.get("max")
         return peak is not None and peak >= min(self.threads, self.cores) + 0.5
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The JSON object (``contended`` included)."""
-        doc = {
+        doc: JsonObject = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if not f.name.startswith("_")
@@ -284,10 +318,12 @@ def provenance_started(
         >>> sorted(p.to_json()["versions"])[:3], p.finished is not None
         (['contnet', 'numpy', 'odebench'], True)
     """
-    here = segment()
-    del here["finished"]
+    commit, dirty = _checkout()
     return Provenance(
-        **here,
+        commit=commit,
+        dirty=dirty,
+        source=source_hash(),
+        started=now(),
         **environment(device),
         load={"before": load_average()},
         _sampler=_LoadSampler(sample_every),
