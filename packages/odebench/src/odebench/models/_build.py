@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Literal
 
@@ -86,109 +87,92 @@ _MASSAROLI = "Massaroli et al. 2020"
 _QUEIRUGA = "Queiruga et al. 2020"
 
 
-def _dupont_image(name: str, description: str) -> ModelInfo:
-    """Dupont et al.'s image NODE and ANODE share one budget: 84k on MNIST, 172k on CIFAR-10."""
-    return ModelInfo(name, description, "image", _DUPONT, 84_000, "mnist", (("cifar10", 172_000),))
+def _image_info(
+    paper: str, dataset: str, name: str, description: str, params: int, *also: tuple[str, int]
+) -> ModelInfo:
+    """An image model of ``paper`` with ``params`` parameters published on ``dataset``."""
+    return ModelInfo(name, description, "image", paper, params, dataset, also)
 
+
+_chen_info = partial(_image_info, _CHEN, "mnist")
+# Dupont et al.'s image NODE and ANODE share one budget: 84k on MNIST, 172k on CIFAR-10.
+_dupont_info = partial(_image_info, _DUPONT, "mnist")
+_massaroli_info = partial(_image_info, _MASSAROLI, "cifar10")
+_queiruga_info = partial(_image_info, _QUEIRUGA, "cifar10")
 
 _INFOS = (
-    ModelInfo(
+    _chen_info(
         "mlp",
         "One-hidden-layer MLP, pixels -> 300 -> classes (Chen et al.'s Table 1 baseline).",
-        "image",
-        _CHEN,
         240_000,
-        "mnist",
     ),
-    ModelInfo(
+    _chen_info(
         "resnet",
         "Chen et al.'s ResNet: two down-samplings, six residual blocks at 64 channels.",
-        "image",
-        _CHEN,
         600_000,
-        "mnist",
     ),
-    ModelInfo(
+    _chen_info(
         "odenet",
         "Chen et al.'s ODE-Net: the ResNet with its blocks replaced by one adaptive ODE block.",
-        "image",
-        _CHEN,
         220_000,
-        "mnist",
     ),
-    ModelInfo(
+    _chen_info(
         "rknet",
         "Chen et al.'s RK-Net: the ODE-Net's block in 6 fixed RK4 steps, backpropagated.",
-        "image",
-        _CHEN,
         220_000,
-        "mnist",
     ),
-    _dupont_image(
-        "node", "Dupont et al.'s image NODE: conv field on the image itself, linear readout."
+    _dupont_info(
+        "node",
+        "Dupont et al.'s image NODE: conv field on the image itself, linear readout.",
+        84_000,
+        ("cifar10", 172_000),
     ),
-    _dupont_image(
-        "anode", "Dupont et al.'s image ANODE: the NODE on the image plus zero channels."
+    _dupont_info(
+        "anode",
+        "Dupont et al.'s image ANODE: the NODE on the image plus zero channels.",
+        84_000,
+        ("cifar10", 172_000),
     ),
-    ModelInfo(
+    _massaroli_info(
         "dissecting-node",
         "Massaroli et al.'s vanilla image NODE: no augmentation, the field on the image itself.",
-        "image",
-        _MASSAROLI,
         37_100,
-        "cifar10",
-        (("mnist", 21_400),),
+        ("mnist", 21_400),
     ),
-    ModelInfo(
+    _massaroli_info(
         "dissecting-anode",
         "Massaroli et al.'s 0-augmented image NODE: the image plus zero channels, W = 42.",
-        "image",
-        _MASSAROLI,
         35_000,
-        "cifar10",
-        (("mnist", 20_400),),
+        ("mnist", 20_400),
     ),
-    ModelInfo(
+    _massaroli_info(
         "ilnode",
         "Massaroli et al.'s IL-NODE: a conv input layer lifts the image, then a NODE.",
-        "image",
-        _MASSAROLI,
         36_100,
-        "cifar10",
-        (("mnist", 20_700),),
+        ("mnist", 20_700),
     ),
-    ModelInfo(
+    _massaroli_info(
         "sonode",
         "Massaroli et al.'s second-order image NODE: conv positions, zero velocities.",
-        "image",
-        _MASSAROLI,
         34_600,
-        "cifar10",
-        (("mnist", 20_000),),
+        ("mnist", 20_000),
     ),
-    ModelInfo(
+    _queiruga_info(
         "continuousnet",
         "Queiruga et al.'s ContinuousNet, channels 16-32-64, Euler, N_t = M = 8.",
-        "image",
-        _QUEIRUGA,
         860_000,
-        "cifar10",
     ),
-    ModelInfo(
+    _image_info(
+        _QUEIRUGA,
+        "cifar100",
         "wide-continuousnet",
         "Queiruga et al.'s Wide-ContinuousNet, channels 64-128-256, Euler, N_t = M = 8.",
-        "image",
-        _QUEIRUGA,
         13_630_000,
-        "cifar100",
     ),
-    ModelInfo(
+    _queiruga_info(
         "continuous-resnet",
         "A plain ResNet of the ContinuousNet layout (8 units per block), the baseline.",
-        "image",
-        _QUEIRUGA,
         850_000,
-        "cifar10",
     ),
     ModelInfo(
         "toy-node",
