@@ -14,7 +14,7 @@ import importlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import odecore
 import torch
@@ -52,6 +52,15 @@ def _adaptive(name: str) -> bool:
         return odecore.OdeSpec.from_method(name).solver.adaptive
     except ImportError:  # a scipy: method without SciPy (SciPy chooses its own steps)
         return True
+
+
+class OdeintKwargs(TypedDict, total=False):
+    """A :class:`Method` as odecore's ``odeint`` (and ``OdeSpec.from_method``) takes it."""
+
+    method: str
+    rtol: float
+    atol: float
+    options: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,16 @@ class Method:
         return _adaptive(self.name)
 
     @property
-    def odeint_kwargs(self) -> dict[str, Any]:
+    def odeint_kwargs(self) -> OdeintKwargs:
         """``method``, ``rtol``, ``atol`` and ``options`` as odecore's ``odeint`` takes them."""
         if not self.adaptive:
+            assert self.n_steps is not None  # checked in __post_init__
             return {"method": self.name, "options": {"n_steps": self.n_steps}}
-        budget = {} if self.max_steps is None else {"options": {"max_num_steps": self.max_steps}}
-        return {"method": self.name, "rtol": self.rtol, "atol": self.atol, **budget}
+        assert self.rtol is not None and self.atol is not None  # checked in __post_init__
+        kwargs: OdeintKwargs = {"method": self.name, "rtol": self.rtol, "atol": self.atol}
+        if self.max_steps is not None:
+            kwargs["options"] = {"max_num_steps": self.max_steps}
+        return kwargs
 
     @property
     def spec(self) -> odecore.OdeSpec:
@@ -292,7 +305,7 @@ class TorchdiffeqLibrary(_PeerLibrary):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        kwargs: dict[str, Any] = {"method": self.own_name(method)}
+        kwargs: dict[str, object] = {"method": self.own_name(method)}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
         else:
@@ -383,7 +396,7 @@ class TorchdynLibrary(_PeerLibrary):
         neural_ode = importlib.import_module("torchdyn.core").NeuralODE
         if method.adaptive:
             t_span = _times(t0, t1, y0)
-            tol: dict[str, Any] = {
+            tol: dict[str, float | None] = {
                 "atol": method.atol,
                 "rtol": method.rtol,
                 "atol_adjoint": method.atol,
