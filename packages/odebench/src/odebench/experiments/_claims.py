@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._io import JsonObject
 from ._metrics import Ref, Stat, Values
 from ._registry import fmt
 
@@ -329,7 +330,7 @@ class Verdict:
             return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
         return status
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The verdict for ``results.json``."""
         return {
             "kind": self.kind,
@@ -338,7 +339,7 @@ class Verdict:
             "published": self.published,
             "ours": self.ours.to_json(),
             "holds": self.holds,
-            "held_on_seeds": list(self.held_on),
+            "held_on_seeds": [*self.held_on],
             "status": self.status,
             "verdict": self.words,
             "cell": self.ours.cell(*self.format),

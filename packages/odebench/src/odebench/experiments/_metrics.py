@@ -15,8 +15,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from .._io import JsonObject
 from ._registry import fmt
 
 Coordinate = float | str
@@ -166,9 +166,9 @@ class Stat:
             return f"{fmt(self.mean, spec, scale)}{unit}"
         return f"{fmt(self.mean, spec, scale)} ± {fmt(self.std, spec, scale)}{unit}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """``{"mean", "std", "n", "seeds"}`` for ``results.json``."""
-        return {"mean": self.mean, "std": self.std, "n": self.n, "seeds": list(self.values)}
+        return {"mean": self.mean, "std": self.std, "n": self.n, "seeds": [*self.values]}
 
 
 @dataclass(frozen=True)

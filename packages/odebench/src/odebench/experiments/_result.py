@@ -7,8 +7,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, cast
+from typing import Any, Generic
 
+from .._io import Json, JsonObject
 from .._provenance import Provenance
 from ._claims import Verdict
 from ._metrics import Ref, Stat, Values
@@ -122,7 +123,7 @@ class Result(Generic[S]):
             data_files=tuple(doc.get("data_files", ())), provenance=Provenance(**prov),
         )  # fmt: skip
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The content of ``results.json``."""
         setup = self.setup
         details = {
@@ -130,7 +131,7 @@ class Result(Generic[S]):
             for run, ms in self.measurements.items()
             if any(m.details for m in ms)
         }
-        doc: dict[str, Any] = {
+        doc: dict[str, object] = {
             "experiment": setup.name,
             "mode": setup.mode,
             "quick": setup.mode == "quick",
@@ -155,7 +156,7 @@ class Result(Generic[S]):
             doc["provenance"] = {**self.provenance.to_json(), "resumed": setup.options.resume}
         if self.published:
             doc["published"] = dict(self.published)
-        return cast(dict[str, Any], _json_ready(doc))
+        return {k: _json_ready(v) for k, v in doc.items()}
 
 
 def _like(example: Any, value: Any) -> Any:
@@ -173,7 +174,7 @@ def _like(example: Any, value: Any) -> Any:
     return value
 
 
-def _json_ready(value: Any) -> Any:
+def _json_ready(value: object) -> Json:
     """``value`` as plain JSON: lists for tuples, ``None`` for NaN and infinities."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -181,4 +182,6 @@ def _json_ready(value: Any) -> Any:
         return {str(k): _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_ready(v) for v in value]
-    return value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"{type(value).__name__} is not JSON: {value!r}")
