@@ -81,7 +81,7 @@ def test_full_mode_is_the_papers_cifar10_models() -> None:
         ({"nets": MODES["quick"].nets[::-1]}, "one net per scheme"),
         ({"nets": (MODES["quick"].nets[0], MODES["full"].nets[1])}, "one N_t = M"),
         ({"grid_steps": (1, 4, 8)}, "must hold the nets' N_t 2"),
-        ({"epochs": 0}, "at least one epoch"),
+        ({"epochs": 0}, "`epochs` must be a positive integer, got 0"),
     ],
 )
 def test_settings_refuse_what_the_sweep_cannot_compare(

@@ -34,7 +34,7 @@ from ._metrics import Metric, Ref, Stat, Values
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
+from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
 
 FACTORS = (1, 2, 3, 4)
 """``N_t / M`` of the plain adjoint, trained and compared."""
@@ -79,43 +79,28 @@ GRAD_ERROR_TRAINED = dataclasses.replace(GRAD_ERROR, name="grad_error_trained")
 
 
 @dataclass(frozen=True, kw_only=True)
-class AdjointSettings(Settings):
-    """The data, the net and its training; the same for every gradient method.
+class AdjointSettings(TrainingSettings):
+    """The data, the net and its training (SGD, the learning rate cosine-annealed to
+    ``lr / 100``); the same for every gradient method.
 
-    ``dataset`` (``None``: the digits found, MNIST else Fashion-MNIST) in subsets of
-    ``train_size`` and ``test_size`` images drawn by the seed (``None``: all); the
-    block's ``channels`` and ``pieces`` (``M``); the head pools to ``pool x pool``; SGD
-    for ``epochs`` in batches of ``batch_size``, the learning rate ``lr``
-    cosine-annealed to ``lr / 100``; the gradients compared on ``grad_batch`` training
-    images; ``eval_batch_size`` images per test pass. Every count is positive.
-
-    Example:
-        >>> dataclasses.replace(MODES["quick"], pieces=0)
-        Traceback (most recent call last):
-        ...
-        ValueError: `pieces` must be a positive integer, got 0.
+    Args:
+        dataset: ``None``: the digits found, MNIST else Fashion-MNIST; its subsets of
+            ``train_size`` and ``test_size`` images are drawn by the seed.
+        channels: the block's channels.
+        pieces: ``M``, the pieces of the block's basis.
+        pool: the head pools to ``pool x pool``.
+        grad_batch: the training images the gradients are compared on.
+        eval_batch_size: images per test pass.
     """
 
     dataset: str | None
-    train_size: int | None
-    test_size: int | None
     channels: int
     pieces: int
     pool: int
-    epochs: int
-    batch_size: int
-    lr: float
     momentum: float = 0.9
     weight_decay: float = 5e-4
     grad_batch: int = 256
     eval_batch_size: int = 500
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("channels", "pieces", "pool", "epochs", "batch_size", "grad_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
     def sizes(self) -> tuple[str, str]:
         """The training and test images: their numbers, or ``"all"``."""

@@ -77,15 +77,14 @@ class SweepSettings(common.NetSettings):
             ``N_t`` among them.
 
     Raises:
-        ValueError: other nets, nets of different final ``N_t``, a grid without it, or
-            no epoch.
+        ValueError: other nets, nets of different final ``N_t``, or a grid without it.
 
     Example:
         >>> from dataclasses import replace
-        >>> replace(MODES["quick"], epochs=0)
+        >>> replace(MODES["quick"], grid_steps=(1, 4))
         Traceback (most recent call last):
         ...
-        ValueError: manifestation-sweep needs at least one epoch, got 0.
+        ValueError: `grid_steps` (1, 4) must hold the nets' N_t 2.
     """
 
     grid_steps: tuple[int, ...]
@@ -102,8 +101,6 @@ class SweepSettings(common.NetSettings):
             raise ValueError(f"the nets must end at one N_t = M, got {steps}.")
         if steps[0] not in self.grid_steps:
             raise ValueError(f"`grid_steps` {self.grid_steps} must hold the nets' N_t {steps[0]}.")
-        if self.epochs < 1:
-            raise ValueError(f"manifestation-sweep needs at least one epoch, got {self.epochs}.")
 
     @property
     def n_steps(self) -> int:
