@@ -18,11 +18,10 @@ Reported per model: test accuracy (as trained, and with the batch-norm statistic
 recalibrated), parameters, training time per epoch and in total, beside the paper's.
 The Table 1 accuracies are not confirmed and are never quoted; the V100 timings are.
 
-Its text, ``text/continuousnet-cifar.md``, is rendered by :func:`sections` rather than by
-the template, for what the template's text cannot say: a run that trained nothing has
-another report, and the claims are made per pair trained, keyed by hyphenated run
-names; the text's parts detail them once, by kind, and :func:`claims` fills in each
-pair.
+Its text, ``text/continuousnet-cifar.md``, holds the report of a run that trained
+something and of one that trained nothing as parts, which :func:`words` chooses between;
+the claims are made per pair trained, keyed by hyphenated run names, so the text's parts
+detail them once, by kind, and :func:`claims` fills in each pair.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from . import _contnet_common as common
 from ._claims import Claim
 from ._images import data_name
-from ._report import Prose, namespace
+from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
 from ._template import Figure, Template
@@ -107,8 +106,8 @@ MODES = {
 }  # fmt: skip
 #: Each model trained at a fixed depth with Euler, and its twin refined with RK4.
 PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
-#: The report's text; its parts: the report of a run that trained nothing, and the
-#: details of each pair's claims by kind.
+#: The report's text; its parts: the models not run, the report of a run that trained
+#: something or nothing, and the details of each pair's claims by kind.
 TEXT = "continuousnet-cifar.md"
 
 
@@ -204,34 +203,31 @@ def _published_time(p: dict[str, Any]) -> dict[str, str]:
     return {"s/epoch (paper, V100)": per_epoch, "total (paper, V100)": total}
 
 
-def words(result: Result[common.RefineSettings]) -> dict[str, Any]:
-    """The text's fields: :func:`~odebench.experiments._contnet_common.words` and the
-    epochs of the CIFAR-100 nets, where they trained."""
-    s = result.settings
-    wide = s.epochs_cifar100 is not None and any(
-        net.dataset == "cifar100" for net in common.ran(result)
-    )
-    epochs = f" ({s.epochs_cifar100} on CIFAR-100)" if wide else ""
-    return {**common.words(result), "cifar100_epochs": epochs}
-
-
-def sections(result: Result[common.RefineSettings]) -> str:
-    """The models not run (their data set not found), then, where any trained, the text:
-    Table 1 (accuracy, parameters) and Fig. 7 (time), ours beside the paper's."""
+def words(result: Result[common.RefineSettings]) -> dict[str, str]:
+    """The report: the models not run (their data set not found), then, where any
+    trained, the text's part ``trained`` (Table 1 and Fig. 7, ours beside the paper's)
+    with :func:`~odebench.experiments._contnet_common.words` and the epochs of the
+    CIFAR-100 nets, where they trained."""
+    s, prose, trained = result.settings, Prose.of(TEXT), common.ran(result)
     absent: dict[str, list[str]] = {}
-    for net in result.settings.nets:
+    for net in s.nets:
         why = result.details(net.key).get("not_run")
         if why is not None:
             absent.setdefault(why, []).append(net.label)
-    items = [f"- {'; '.join(labels)}: {why}." for why, labels in absent.items()]
-    lines = ["## Not run here", "", *items, ""] if absent else []
-    if not common.ran(result):
-        return "\n".join([*lines, Prose.of(TEXT).part("nothing_trained")])
-    text = Prose.of(TEXT).report.format_map(namespace(EXPERIMENT, result))
-    return "\n".join([*lines, text.strip("\n")])
+    models = "\n".join(f"- {'; '.join(labels)}: {why}." for why, labels in absent.items())
+    if trained:
+        wide = s.epochs_cifar100 is not None and any(n.dataset == "cifar100" for n in trained)
+        epochs = f" ({s.epochs_cifar100} on CIFAR-100)" if wide else ""
+        table = {name: t.markdown(result) for name, t in tables(result.setup).items()}
+        fields = {**common.words(result), "cifar100_epochs": epochs}
+        report = prose.part("trained", s=s, table=table, **fields)
+    else:
+        report = prose.part("nothing_trained")
+    not_run = f"{prose.part('not_run', models=models)}\n\n" if absent else ""
+    return {"not_run": not_run, "report": report}
 
 
-EXPERIMENT = register_template(
+register_template(
     Template(
         name="continuousnet-cifar",
         title="Queiruga et al. (2020), Table 1 and Fig. 7: ContinuousNet, fixed depth "
@@ -245,7 +241,7 @@ EXPERIMENT = register_template(
         measure=common.measure_refined,
         claims=claims,
         figures=[Figure("fig7_time_and_accuracy.png", partial(common.plot_epochs, stacked=True))],
-        sections=sections,
+        text=TEXT,
         tables=tables,
         words=words,
         one_thread_modes=("quick",),
