@@ -13,8 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources
-from ._idx import _listing
+from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
 
 
 def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
@@ -199,9 +198,9 @@ def _cifar_dir(root: Path, spec: _Cifar, files: tuple[str, ...]) -> Path:
     if not root.is_dir():
         where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
     else:
-        where = f"in {root} {_listing(root)}"
+        where = f"in {root} {listing(root)}"
         if (root / spec.folder).is_dir():
-            where += f", and in {root / spec.folder} {_listing(root / spec.folder)}"
+            where += f", and in {root / spec.folder} {listing(root / spec.folder)}"
     raise DataNotFoundError(
         f"{spec.title} batch files are missing: expected {', '.join(files)} in {root} or "
         f"in {root / spec.folder}, but {where}. Fetch them with "

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ._inflate import CHUNK
+
 
 class DataError(ValueError):
     """A data file is missing, corrupt or not what its loader expects.
@@ -42,16 +44,33 @@ class DataNotFoundError(DataError, FileNotFoundError):
     """
 
 
+def file_digest(path: Path, algorithm: str) -> str:
+    """The hex digest by ``algorithm`` (``"md5"``, ``"sha256"``) of ``path``, read in chunks."""
+    digest = hashlib.new(algorithm, usedforsecurity=False)  # a checksum, not a secret
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def file_sources(*paths: Path) -> tuple[dict[str, str], ...]:
     """``{"path": absolute path, "sha256": hex digest}`` of each file: :attr:`Dataset.sources`."""
-    sources = []
-    for path in paths:
-        digest = hashlib.sha256()
-        with path.open("rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        sources.append({"path": str(path.resolve()), "sha256": digest.hexdigest()})
-    return tuple(sources)
+    return tuple(
+        {"path": str(path.resolve()), "sha256": file_digest(path, "sha256")} for path in paths
+    )
+
+
+def listing(directory: Path, limit: int = 12) -> str:
+    """What ``directory`` holds, for error messages."""
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+    except OSError:
+        return "it cannot be listed"
+    if not names:
+        return "it is empty"
+    shown = ", ".join(names[:limit])
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"it holds {shown}{more}"
 
 
 @dataclass(frozen=True, eq=False)

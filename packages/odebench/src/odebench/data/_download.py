@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tarfile
@@ -13,7 +12,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ._dataset import DataError
+from ._dataset import DataError, file_digest
 from ._inflate import CHUNK
 
 
@@ -85,11 +84,7 @@ def _fetch(url: str, dest: Path) -> None:
 
 
 def _md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "md5")
 
 
 def _download_file(

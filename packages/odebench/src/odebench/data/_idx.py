@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources
+from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
 from ._inflate import CHUNK, TRAILING_SCAN, deflate_bound
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -102,19 +102,6 @@ def identify_mnist_kind(images: torch.Tensor) -> str | None:
     return None
 
 
-def _listing(directory: Path, limit: int = 12) -> str:
-    """What ``directory`` holds, for error messages."""
-    try:
-        names = sorted(p.name for p in directory.iterdir())
-    except OSError:
-        return "it cannot be listed"
-    if not names:
-        return "it is empty"
-    shown = ", ".join(names[:limit])
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return f"it holds {shown}{more}"
-
-
 def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
     """Read one IDX file into a tensor of its own shape and type.
 
@@ -164,7 +151,7 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
         if path.is_dir():
             raise DataError(f"IDX file {path} is a directory; expected a file.")
         parent = path.parent
-        where = _listing(parent) if parent.is_dir() else "that directory does not exist"
+        where = listing(parent) if parent.is_dir() else "that directory does not exist"
         raise DataNotFoundError(
             f"IDX file {path} does not exist; expected a file named {path.name} in "
             f"{parent}, but {where}."
@@ -290,12 +277,7 @@ def _check_declared(reader: _Reader, size: int, header: int, expected: int, valu
 
 
 def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
-    """The tensor held by the IDX data of ``reader``, from a file of ``size`` bytes.
-
-    The header is read first, and the data are read into an array of the size it
-    declares, never more: a compressed file is inflated only as far as the header
-    says, plus :data:`TRAILING_SCAN` bytes to tell that it is longer.
-    """
+    """The tensor of the IDX data of ``reader``, a file of ``size`` bytes (see :func:`read_idx`)."""
     path = reader.path
     code, dims = _read_header(reader)
     stored, what = _IDX_TYPES[code]
@@ -333,7 +315,7 @@ def _find_idx(root: Path, stem: str, expected: list[str], title: str) -> Path:
             return root / name
     raise DataNotFoundError(
         f"{title} file {stem}[.gz] is missing from {root}: expected "
-        f"{' and '.join(expected)} (each with or without .gz), but {_listing(root)}."
+        f"{' and '.join(expected)} (each with or without .gz), but {listing(root)}."
     )
 
 

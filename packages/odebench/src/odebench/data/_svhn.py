@@ -11,8 +11,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources
-from ._idx import _listing
+from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
 from ._inflate import CHUNK, deflate_bound
 
 SVHN_FILES = {True: "train_32x32.mat", False: "test_32x32.mat"}
@@ -39,7 +38,7 @@ def _svhn_file(root: Path, name: str) -> Path:
     if not root.is_dir():
         where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
     else:
-        where = f"{root}: {_listing(root)}"
+        where = f"{root}: {listing(root)}"
     raise DataNotFoundError(
         f"SVHN file {name} is missing: looked in {root} and its sub-folders "
         f"{', '.join(SVHN_FOLDERS)}; {where}. Fetch it with odebench.data.download('svhn', ...)."
