@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._io import JsonObject
 from ._provenance import publishable
 
 Log = Callable[[str], None]
@@ -97,7 +98,7 @@ class Experiment:
 
     name: str
     description: str
-    run: Callable[[RunOptions, Log], dict[str, Any]]
+    run: Callable[[RunOptions, Log], JsonObject]
     modes: Mapping[str, str] = field(default_factory=lambda: dict.fromkeys(MODES, ""))
 
 
@@ -108,14 +109,14 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(_REGISTRY)
 def register(name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: add ``fn(options, log) -> dict`` to :data:`EXPERIMENTS` as ``name``."""
 
-    def wrap(fn: Callable[[RunOptions, Log], dict[str, Any]]) -> Callable[..., Any]:
+    def wrap(fn: Callable[[RunOptions, Log], JsonObject]) -> Callable[..., Any]:
         _REGISTRY[name] = Experiment(name, description, fn)
         return fn
 
     return wrap
 
 
-def run_experiment(name: str, options: RunOptions, log: Log = print) -> dict[str, Any]:
+def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObject:
     """Run the experiment ``name`` with ``options``.
 
     The experiment holds the lock of ``options.out`` while it runs. A folder that

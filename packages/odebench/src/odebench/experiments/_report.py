@@ -93,7 +93,7 @@ class Prose:
         return {name[6:-1] for name in names if name and name.startswith("table[")}
 
 
-def namespace(template: Template[Any], result: Result[Any]) -> dict[str, Any]:
+def namespace(template: Template[Any], result: Result[Any]) -> dict[str, object]:
     """What the fields of an experiment's text read: ``s``, ``mode``, ``table`` and the
     experiment's ``words``."""
     tables = template.tables(result.setup)

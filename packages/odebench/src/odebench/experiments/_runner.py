@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import torch
 
-from .._io import write_json, write_text
+from .._io import JsonObject, write_json, write_text
 from .._provenance import provenance_started
 from ..training import TrainConfig, fit, resolve_device, train
 from ._metrics import Stat
@@ -61,7 +61,7 @@ def register_template(template: Template[S]) -> Template[S]:
     return template
 
 
-def run_template(template: Template[S], options: RunOptions, log: Log = print) -> dict[str, Any]:
+def run_template(template: Template[S], options: RunOptions, log: Log = print) -> JsonObject:
     """Run an experiment declared by ``template``: train, measure, aggregate, report.
 
     For every run of the template's ``runs`` and every seed (run by run, seed by
@@ -162,7 +162,7 @@ def _write_report(template: Template[S], result: Result[S], log: Log) -> None:
     log(f"{template.name}: {result.wall_seconds:.0f} s; report in {result.setup.out / 'report.md'}")
 
 
-def rerender(run_dir: Path, log: Log = print) -> dict[str, Any]:
+def rerender(run_dir: Path, log: Log = print) -> JsonObject:
     """Write an experiment's ``report.md`` again from the per-seed values its
     ``results.json`` holds, with this code: no training.
 

@@ -134,8 +134,9 @@ plot (error against wall time per solver) beside it, as ``PATH`` with ``_stiff``
 before the suffix.
 """
 
+from .._figures import Bars, Lines
 from ._contnet import ContnetConfig, format_contnet_report, run_contnet
-from ._plot import Bars, Lines, plot_solvers, solver_panels
+from ._plot import plot_solvers, solver_panels
 from ._report import format_report
 from ._solvers import SolversConfig, run_solvers
 
