@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .._io import JsonObject, text_table
 from .._provenance import machine
-from ._document import Row, json_array, json_object
+from ._document import Provenance, Row, json_array, json_object
 from ._solvers import command_line
 from ._stats import median
 
@@ -98,18 +98,9 @@ def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
 
 
 @dataclass(frozen=True)
-class ContnetEnvironment(Row):
+class ContnetEnvironment(Provenance):
     """The ``environment`` of the document: what ran, where, and for how long."""
 
-    schema_version: int
-    date: str
-    python: str
-    platform: str
-    machine: str
-    processor: str
-    cpu_count: int | None
-    torch: str
-    threads: int
     quick: bool
     repeats: int
     batch: int

@@ -72,8 +72,9 @@ def figure_rows(
 
 
 @dataclass(frozen=True)
-class Environment(Row):
-    """The ``environment`` of the document: what ran, where, and for how long."""
+class Provenance(Row):
+    """How a benchmark's ``environment`` starts: its schema, its date and the machine's
+    fields (``machine()`` of ``odebench._provenance``)."""
 
     schema_version: int
     date: str
@@ -84,6 +85,12 @@ class Environment(Row):
     cpu_count: int | None
     torch: str
     threads: int
+
+
+@dataclass(frozen=True)
+class Environment(Provenance):
+    """The ``environment`` of the document: what ran, where, and for how long."""
+
     libraries: dict[str, str]
     unavailable: dict[str, str]
     quick: bool
