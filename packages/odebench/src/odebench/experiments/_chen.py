@@ -6,13 +6,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 import odecore
 from torch import Tensor, nn
 
-from .._io import pyplot, save_png
+from .._figures import Lines, Point, Style
 from ..models import nfe, ode_layers
 from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
@@ -20,7 +19,7 @@ from ._claims import Claim
 from ._metrics import Metric
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Template, TrainingSettings
+from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -346,23 +345,20 @@ def words(result: Result[ChenSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot_memory(result: Result[ChenSettings], path: Path) -> None:
+def _memory_panels(result: Result[ChenSettings]) -> list[Lines]:
     """Saved MiB against the RK4 steps L, one line per gradient method (the means)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(4.5, 3.4))
-    for gradient, style in zip(MEMORY_GRADIENTS, ("o-", "s--")):
-        at = [SAVED_AT_DEPTH.of("odenet", gradient=gradient, steps=L) for L in MEMORY_STEPS]
-        mib = [result.stat(ref).mean for ref in at]
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    for gradient, fmt in zip(MEMORY_GRADIENTS, ("o-", "s--")):
         slope = result.stat(MIB_PER_STEP.of("odenet", gradient=gradient)).mean
         label = gradient if slope is None else f"{gradient}: {slope:.2f} MiB per step"
-        ax.plot(MEMORY_STEPS, [math.nan if m is None else m for m in mib], style, label=label)
-    ax.set(
-        xlabel="RK4 steps L of the ODE block", ylabel="saved for backward (MiB)",
-        title="memory against depth", xticks=MEMORY_STEPS, ylim=(0, None),
-    )  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+        at = [SAVED_AT_DEPTH.of("odenet", gradient=gradient, steps=L) for L in MEMORY_STEPS]
+        series[label] = [(float(L), result.stat(ref).mean) for L, ref in zip(MEMORY_STEPS, at)]
+        styles[label] = Style(fmt)
+    return [
+        Lines("memory against depth", "RK4 steps L of the ODE block", "saved for backward (MiB)",
+              series, styles, xticks=MEMORY_STEPS, ylim=(0, None))
+    ]  # fmt: skip
 
 
 register_template(
@@ -373,6 +369,6 @@ register_template(
         title="Chen et al. (2018), Table 1: MNIST",
         modes=MODES, runs=runs, measure=measure, claims=claims,
         text="chen-table1.md", tables=tables, words=words,
-        figures=[Figure("memory_vs_depth.png", _plot_memory)], published=PUBLISHED,
+        figures=[Plot("memory_vs_depth.png", _memory_panels, size=(4.5, 3.4))], published=PUBLISHED,
     )
 )  # fmt: skip

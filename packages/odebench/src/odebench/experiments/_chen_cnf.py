@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .._figures import Lines, Mark, Style
 from .._io import pyplot, save_png
 from ._chen_cnf_flow import (
     DENSITIES,
@@ -51,7 +52,7 @@ from ._metrics import Metric, Stat, Values
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Run, Settings, Setup, Template
+from ._template import Figure, Plot, Run, Settings, Setup, Template
 
 LABELS = {"moons": "two moons", "circles": "two circles"}
 
@@ -285,27 +286,30 @@ def _plot_densities(result: Result[CnfSettings], path: Path) -> None:
     save_png(path, fig, dpi=90)
 
 
-def _plot_training(result: Result[CnfSettings], path: Path) -> None:
-    """Held-out NLL and NFE of the adaptive solve against the iteration, per density."""
-    plt = pyplot()
-    fig, axes = plt.subplots(2, len(DENSITIES), figsize=(5.2 * len(DENSITIES), 6.4))
-    for k, density in enumerate(DENSITIES):
+def _training_panels(result: Result[CnfSettings]) -> list[Lines]:
+    """Held-out NLL (above, with the Gaussian's and the true density's) and NFE of the
+    adaptive solve (below) against the iteration, per density and seed."""
+    nll, nfe = [], []
+    for density in DENSITIES:
         cnf = f"{density}/cnf"
-        for i, m in enumerate(result.measurements[cnf]):
-            rows = m.details["history"]
-            its = [r["iteration"] for r in rows]
-            axes[0, k].plot(its, [r[TEST_NLL.key()] for r in rows], color=f"C{i}", lw=1)
-            axes[1, k].plot(its, [r[NFE.key()] for r in rows], color=f"C{i}", lw=1)
-        for metric, name in ((GAUSSIAN_TEST_NLL, "Gaussian"), (TRUE_TEST_NLL, "true density")):
-            value = result.stat(metric.of(cnf)).values[0]
-            if value is not None:
-                axes[0, k].axhline(value, color="0.4", ls="--", lw=1)
-                axes[0, k].text(0, value, f" {name}", va="bottom", fontsize=8, color="0.3")
-        axes[0, k].set(title=LABELS[density], ylabel="held-out NLL (nats)")
-        axes[1, k].set(xlabel="iteration", ylabel="NFE (Dopri5)")
-        for ax in axes[:, k]:
-            ax.grid(alpha=0.3)
-    save_png(path, fig, dpi=90)
+        histories = [m.details["history"] for m in result.measurements[cnf]]
+        styles = {f"seed {i}": Style("-", f"C{i}") for i in range(len(histories))}
+        losses, evaluations = (
+            {
+                f"seed {i}": [(r["iteration"], r[key]) for r in rows]
+                for i, rows in enumerate(histories)
+            }
+            for key in (TEST_NLL.key(), NFE.key())
+        )
+        marks = [
+            Mark(value, label=name, fmt="--", color="0.4")
+            for metric, name in ((GAUSSIAN_TEST_NLL, "Gaussian"), (TRUE_TEST_NLL, "true density"))
+            if (value := result.stat(metric.of(cnf)).values[0]) is not None
+        ]
+        nll.append(Lines(LABELS[density], "", "held-out NLL (nats)", losses, styles, marks=marks,
+                         legend=None))  # fmt: skip
+        nfe.append(Lines("", "iteration", "NFE (Dopri5)", evaluations, styles, legend=None))
+    return [*nll, *nfe]
 
 
 register_template(
@@ -329,7 +333,7 @@ register_template(
         words=words,
         figures=[
             Figure("densities.png", _plot_densities),
-            Figure("training.png", _plot_training),
+            Plot("training.png", _training_panels, columns=len(DENSITIES), size=(5.2, 3.2)),
         ],
     )
 )

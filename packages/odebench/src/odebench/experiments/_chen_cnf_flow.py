@@ -10,13 +10,14 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import odecore
 import odelayers
 import torch
 from torch import Tensor, nn
 
+from .._io import JsonObject
 from ..training import Epoch, Task
 from ._metrics import Metric
 from ._template import Measurement, Setup, Trained
@@ -237,7 +238,7 @@ def task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
         draws = min(s.eval_every, s.iterations - epoch * s.eval_every) * s.batch_size
         return torch.randint(0, len(train), (draws,), generator=generator)
 
-    def row(epoch: Epoch) -> dict[str, Any]:
+    def row(epoch: Epoch) -> JsonObject:
         return {
             "iteration": float(min((epoch.index + 1) * s.eval_every, s.iterations)),
             TRAIN_NLL.key(): sum(epoch.losses) / len(epoch.losses),
@@ -245,7 +246,7 @@ def task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
             "epoch_seconds": epoch.seconds,
         }
 
-    def after_epoch(rows: list[dict[str, Any]]) -> None:
+    def after_epoch(rows: list[JsonObject]) -> None:
         r = rows[-1]
         setup.log(
             f"[{density}] iteration {r['iteration']:.0f}/{s.iterations}: train NLL "

@@ -40,11 +40,11 @@ from ._chen_tolerance_probe import (
     TRAIN_SECONDS,
     TRAINING_NFE,
     WAYS,
+    error_panels,
     measure,
-    plot_error,
-    plot_ratio,
-    plot_time,
-    plot_training,
+    ratio_panels,
+    time_panels,
+    training_panels,
 )
 from ._claims import Claim
 from ._metrics import Metric, Ref, Values
@@ -52,7 +52,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
-from ._template import Figure, Run, Setup, Template
+from ._template import Plot, Run, Setup, Template
 
 ACTIVATIONS = ("relu", "softplus")
 """The two trained models, named by their vector field's activation: ``relu`` is
@@ -360,10 +360,10 @@ register_template(
         tables=tables,
         words=words,
         figures=[
-            Figure("fig3a_error_vs_tol.png", plot_error),
-            Figure("fig3b_time_vs_nfe.png", plot_time),
-            Figure("fig3c_ratio.png", plot_ratio),
-            Figure("fig3d_nfe.png", plot_training),
+            Plot("fig3a_error_vs_tol.png", error_panels, size=(4, 3.4)),
+            Plot("fig3b_time_vs_nfe.png", time_panels),
+            Plot("fig3c_ratio.png", ratio_panels, size=(5, 3.8)),
+            Plot("fig3d_nfe.png", training_panels),
         ],
         one_thread_modes=("quick", "standard"),
     )

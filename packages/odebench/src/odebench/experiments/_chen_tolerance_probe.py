@@ -15,14 +15,13 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import odecore
 import torch
 from torch import Tensor, nn
 
-from .._io import pyplot, save_png
+from .._figures import Lines, Mark, Point, Style
 from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import load_splits
@@ -51,6 +50,42 @@ Batch = tuple[Tensor, Tensor]
 
 WAYS = ("forward", "backward", "backward_seminorm")
 """The probe's NFE: forward, backward with the default norm, backward with the seminorm."""
+
+
+class SweepRow(TypedDict):
+    """The sweep at one tolerance: test error, mean forward NFE and seconds per batch,
+    the share of batches at the solver's minimum, and each batch's ``[NFE, seconds,
+    NFE at the minimum]``."""
+
+    tol: float
+    test_error: float
+    nfe_forward: float
+    seconds_per_batch: float
+    at_floor: float
+    batches: list[list[float]]
+
+
+class ProbeRow(TypedDict):
+    """The probe at one tolerance: the mean NFE of each of :data:`WAYS`, the mean solve
+    error, and the shares of batches whose forward and backward NFE are at the minimum."""
+
+    tol: float
+    forward: float
+    backward: float
+    backward_seminorm: float
+    solve_error: float
+    forward_at_floor: float
+    backward_at_floor: float
+
+
+class Probe(TypedDict):
+    """The gradient probe: the mean NFE at the solver's minimum, the images, each tolerance."""
+
+    floor_forward: float
+    floor_backward: float
+    images: int
+    rows: list[ProbeRow]
+
 
 # Of each model: test error, training, the probe, and what the claims read of the probe
 # over the tolerances off the solver's minimum (see _probe_metrics).
@@ -115,7 +150,7 @@ def _at_floor(nfes: list[float], floors: list[float]) -> float:
     return sum(n <= f for n, f in zip(nfes, floors)) / len(nfes)
 
 
-def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[dict[str, Any]]:
+def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[SweepRow]:
     """At each tolerance, over the test set in batches of ``eval_batch``: test error,
     forward NFE, forward seconds, and the NFE of each batch at the solver's minimum."""
     batches = _batches(model, test, s.eval_batch)
@@ -126,7 +161,7 @@ def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[dict[s
         for x, _ in batches:
             model(x)
             floors.append(float(nfe(model)[0]))
-    rows = []
+    rows: list[SweepRow] = []
     for tol in s.tolerances:
         wrong, nfes, seconds = 0, [], []
         with torch.no_grad(), _solving(model, tol):
@@ -168,7 +203,7 @@ def _ode_outputs(model: nn.Module, x: Tensor, y: Tensor, *, grad: bool) -> Tenso
     return torch.cat(outputs, dim=1)
 
 
-def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> dict[str, Any]:
+def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> Probe:
     """The gradient probe on the first ``probe_size`` test images, in training batches.
 
     For each batch: the ODE output of a solve at :data:`REFERENCE_TOL`; the forward and
@@ -185,7 +220,7 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> dict[str, A
         with _solving(model, FLOOR_TOL):
             _ode_outputs(model, x, y, grad=True)
             floors.append([float(n) for n in nfe(model)])
-    rows = []
+    rows: list[ProbeRow] = []
     for tol in s.tolerances:
         forward, backward, seminorm, errors = [], [], [], []
         for (x, y), reference in zip(batches, references):
@@ -212,7 +247,7 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> dict[str, A
     }
 
 
-def _probe_metrics(probe: dict[str, Any]) -> dict[str, float | None]:
+def _probe_metrics(probe: Probe) -> dict[str, float | None]:
     """The probe's numbers per tolerance, and what the claims read of them.
 
     :data:`RATIO` is the median backward/forward NFE over the tolerances at which the
@@ -223,9 +258,13 @@ def _probe_metrics(probe: dict[str, Any]) -> dict[str, float | None]:
     many. With none, these are ``None``.
     """
     rows = probe["rows"]
-    metrics: dict[str, float | None] = {FLOOR.key(way=w): probe[f"floor_{w}"] for w in WAYS[:2]}
+    metrics: dict[str, float | None] = {
+        FLOOR.key(way="forward"): probe["floor_forward"],
+        FLOOR.key(way="backward"): probe["floor_backward"],
+    }
     for r in rows:
-        metrics |= {PROBE.key(way=w, tol=r["tol"]): r[w] for w in WAYS}
+        nfes = (r["forward"], r["backward"], r["backward_seminorm"])
+        metrics |= {PROBE.key(way=w, tol=r["tol"]): n for w, n in zip(WAYS, nfes)}
         metrics[SOLVE_ERROR.key(tol=r["tol"])] = r["solve_error"]
         metrics[PROBE_OFF.key(tol=r["tol"])] = float(r["forward_at_floor"] < 0.5)
     off = [r for r in rows if r["forward_at_floor"] < 0.5]
@@ -234,12 +273,12 @@ def _probe_metrics(probe: dict[str, Any]) -> dict[str, float | None]:
         RATIO.key(): statistics.median(r["backward"] / r["forward"] for r in off) if off else None,
         RATIO_TOLERANCES.key(): float(len(off)),
         BACKWARD_OFF.key(): statistics.mean(r["backward"] for r in back) if back else None,
-        SEMINORM_OFF.key(): statistics.mean(r[WAYS[2]] for r in back) if back else None,
+        SEMINORM_OFF.key(): statistics.mean(r["backward_seminorm"] for r in back) if back else None,
         SEMINORM_TOLERANCES.key(): float(len(back)),
     }
 
 
-def _sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+def _sweep_metrics(rows: list[SweepRow]) -> dict[str, float | None]:
     """The sweep's numbers per tolerance, the line through time against NFE over every
     batch, and the sweep's minimum."""
     metrics: dict[str, float | None] = {}
@@ -288,86 +327,72 @@ def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     return Measurement(metrics, details)
 
 
-def _save(fig: Any, path: Path, legend: float = 0) -> None:
-    """Grid every axis of ``fig`` (with a legend in that font size), and write it."""
-    for ax in fig.axes:
-        ax.grid(alpha=0.3, which="both")
-        if legend:
-            ax.legend(fontsize=legend)
-    save_png(path, fig, dpi=90)
-
-
-@contextmanager
-def _axes(path: Path, size: tuple[float, float], legend: float, **labels: str) -> Iterator[Any]:
-    """One axis of ``size`` to draw on; then its ``labels``, grid and legend, written."""
-    fig, ax = pyplot().subplots(figsize=size)
-    yield ax
-    ax.set(**labels)
-    _save(fig, path, legend)
-
-
-def plot_error(result: Result[ToleranceSettings], path: Path) -> None:
+def error_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     """Fig. 3a: test error and solve error against tolerance (the first seed)."""
     details = result.details(result.settings.sweep)
     rows, probe = details["tolerance_sweep"], details["probe"]["rows"]
-    fig, (left, right) = pyplot().subplots(1, 2, figsize=(8, 3.4))
-    left.semilogx([r["tol"] for r in rows], [100 * r["test_error"] for r in rows], "o-")
-    left.set(xlabel="tolerance (rtol = atol)", ylabel="test error (%)", title="test error")
-    right.loglog([r["tol"] for r in probe], [r["solve_error"] for r in probe], "s-")
-    right.set(xlabel="tolerance (rtol = atol)", title="(a) solve error",
-              ylabel=f"relative error against {REFERENCE_TOL:g}")  # fmt: skip
-    left.invert_xaxis()
-    right.invert_xaxis()
-    _save(fig, path)
+    xlabel = "tolerance (rtol = atol)"
+    return [
+        Lines("test error", xlabel, "test error (%)", legend=None, xscale="log", invert_x=True,
+              series={"test error": [(r["tol"], 100 * r["test_error"]) for r in rows]}),
+        Lines("(a) solve error", xlabel, f"relative error against {REFERENCE_TOL:g}",
+              series={"solve error": [(r["tol"], r["solve_error"]) for r in probe]},
+              styles={"solve error": Style("s-")}, legend=None, xscale="log", yscale="log",
+              invert_x=True),
+    ]  # fmt: skip
 
 
-def plot_time(result: Result[ToleranceSettings], path: Path) -> None:
+def time_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     """Fig. 3b: forward time per batch against NFE, with the fit (the first seed)."""
     sweep = result.settings.sweep
     rows = result.details(sweep)["tolerance_sweep"]
     slope, intercept, r = (result.stat(m.of(sweep)).values[0] for m in TIME_NFE.values())
-    labels = {"xlabel": "forward NFE", "ylabel": "forward time per batch (s)"}
-    with _axes(path, (5, 3.6), 8, title="(b) time vs NFE", **labels) as ax:
-        for row in rows:
-            ax.plot([b[0] for b in row["batches"]], [b[1] for b in row["batches"]], "o",
-                    alpha=0.6, label=f"tol {row['tol']:g}")  # fmt: skip
-        if slope is not None and intercept is not None:
-            ends = [f(b[0] for row in rows for b in row["batches"]) for f in (min, max)]
-            ax.plot(ends, [slope * x + intercept for x in ends], "k--", lw=1,
-                    label=f"fit, r = {r:.3f}")  # fmt: skip
+    series: dict[str, list[Point]] = {
+        f"tol {row['tol']:g}": [(n, t) for n, t, _ in row["batches"]] for row in rows
+    }
+    styles = dict.fromkeys(series, Style("o", alpha=0.6))
+    if slope is not None and intercept is not None:
+        ends = [f(n for row in rows for n, _, _ in row["batches"]) for f in (min, max)]
+        series[f"fit, r = {r:.3f}"] = [(x, slope * x + intercept) for x in ends]
+        styles[f"fit, r = {r:.3f}"] = Style("--", color="k")
+    return [Lines("(b) time vs NFE", "forward NFE", "forward time per batch (s)", series, styles)]
 
 
-def plot_ratio(result: Result[ToleranceSettings], path: Path) -> None:
+def ratio_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     """Fig. 3c: the probe's backward NFE against its forward NFE, one point per
-    tolerance (filled: default norm; open: seminorm), the first seed of each model."""
-    labels = {"xlabel": "forward NFE", "ylabel": "backward NFE"}
-    with _axes(path, (5, 3.8), 7, title="(c) backward vs forward NFE", **labels) as ax:
-        top = 0.0
-        for name, colour in zip(result.metrics, ("C0", "C1")):
-            probe = result.details(name)["probe"]
-            forward = [r["forward"] for r in probe["rows"]]
-            ax.plot(forward, [r["backward"] for r in probe["rows"]], "o-", color=colour,
-                    label=name)  # fmt: skip
-            ax.plot(forward, [r["backward_seminorm"] for r in probe["rows"]], "o--",
-                    color=colour, mfc="none", label=f"{name}, seminorm")  # fmt: skip
-            ax.plot([probe["floor_forward"]], [probe["floor_backward"]], "x", color=colour)
-            top = max(top, *forward)
-        for slope, style, shade, who in (
-            (0.5, ":", "0.5", "paper"),
-            (0.8, "--", "0.3", "corrected"),
-        ):
-            ax.plot([0.0, top], [0.0, slope * top], style, color=shade, lw=1,
-                    label=f"{who}: {slope}")  # fmt: skip
+    tolerance (circles: default norm; squares, dashed: seminorm; a cross: the minimum),
+    the first seed of each model, beside the paper's and the corrected slopes."""
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    top = 0.0
+    for name, colour in zip(result.metrics, ("C0", "C1")):
+        probe = result.details(name)["probe"]
+        forward = [r["forward"] for r in probe["rows"]]
+        for label, way, line in ((name, "backward", "o-"), (f"{name}, seminorm", WAYS[2], "s--")):
+            series[label] = list(zip(forward, [r[way] for r in probe["rows"]]))
+            styles[label] = Style(line, colour)
+        series[f"_{name} minimum"] = [(probe["floor_forward"], probe["floor_backward"])]
+        styles[f"_{name} minimum"] = Style("x", colour)
+        top = max(top, *forward)
+    for slope, line, shade, who in ((0.5, ":", "0.5", "paper"), (0.8, "--", "0.3", "corrected")):
+        series[f"{who}: {slope}"] = [(0.0, 0.0), (top, slope * top)]
+        styles[f"{who}: {slope}"] = Style(line, shade)
+    title = "(c) backward vs forward NFE"
+    return [Lines(title, "forward NFE", "backward NFE", series, styles)]
 
 
-def plot_training(result: Result[ToleranceSettings], path: Path) -> None:
+def training_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     """Fig. 3d: the mean forward NFE per training step of each epoch (the first seed of
     each model), with the solver's minimum dotted."""
-    labels = {"xlabel": "training epoch", "ylabel": "forward NFE per step"}
-    with _axes(path, (5, 3.6), 7, title="(d) NFE over training", **labels) as ax:
-        for name, colour in zip(result.metrics, ("C0", "C1")):
-            history = result.details(name)["history"]
-            ax.plot([h["epoch"] for h in history], [h["nfe_forward"] for h in history], "o-",
-                    color=colour, label=name)  # fmt: skip
-            floor = result.stat(FLOOR.of(name, way="forward")).values[0]
-            ax.axhline(floor, color=colour, ls=":", lw=1, label=f"{name}: solver's minimum")
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    marks = []
+    for name, colour in zip(result.metrics, ("C0", "C1")):
+        history = result.details(name)["history"]
+        series[name] = [(h["epoch"], h["nfe_forward"]) for h in history]
+        styles[name] = Style("o-", colour)
+        floor = result.stat(FLOOR.of(name, way="forward")).values[0]
+        if floor is not None:
+            marks.append(Mark(floor, label=f"{name}: solver's minimum", color=colour))
+    title, ylabel = "(d) NFE over training", "forward NFE per step"
+    return [Lines(title, "training epoch", ylabel, series, styles, marks=marks)]
