@@ -300,22 +300,6 @@ class Plot(Generic[S]):
              sharey=self.sharey)  # fmt: skip
 
 
-def _no_claims(setup: Setup[Any]) -> Sequence[Claim]:
-    return ()
-
-
-def _no_sections(result: Result[Any]) -> str:
-    return ""
-
-
-def _no_tables(setup: Setup[Any]) -> Mapping[str, Table]:
-    return {}
-
-
-def _no_words(result: Result[Any]) -> Mapping[str, object]:
-    return {}
-
-
 @dataclass(frozen=True)
 class Template(Generic[S]):
     """An experiment of ``odebench run``, declared; :func:`register_template` adds it.
@@ -363,11 +347,11 @@ class Template(Generic[S]):
     modes: Mapping[str, S]
     runs: Callable[[Setup[S], int], Sequence[Run]]
     measure: Callable[[Setup[S], Trained], Measurement]
-    claims: Callable[[Setup[S]], Sequence[Claim]] = _no_claims
-    sections: Callable[[Result[S]], str] = _no_sections
+    claims: Callable[[Setup[S]], Sequence[Claim]] = lambda setup: ()
+    sections: Callable[[Result[S]], str] = lambda result: ""
     text: str = ""
-    tables: Callable[[Setup[S]], Mapping[str, Table]] = _no_tables
-    words: Callable[[Result[S]], Mapping[str, object]] = _no_words
+    tables: Callable[[Setup[S]], Mapping[str, Table]] = lambda setup: {}
+    words: Callable[[Result[S]], Mapping[str, object]] = lambda result: {}
     figures: Sequence[Figure[S] | Plot[S]] = ()
     epoch_fields: tuple[str, ...] = ("epochs",)
     one_thread_modes: tuple[str, ...] = ()
