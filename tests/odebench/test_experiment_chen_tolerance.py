@@ -14,7 +14,7 @@ from odebench.experiments._chen_tolerance import (
     GUARD_WORDS,
     MODES,
     claims,
-    train_config,
+    runs,
 )
 from odebench.experiments._chen_tolerance_probe import _probe_metrics
 from odebench.experiments._claims import MAX_CLAIM_TEXT
@@ -46,11 +46,9 @@ def _chen_setup(tmp_path: Path, mode: str) -> Setup[Any]:
 def test_the_relu_model_is_chen_table1s_odenet(tmp_path: Path, mode: str) -> None:
     """The same configuration, so the sweep runs on the model chen-table1 reports."""
     table1 = {run.name: run.config for run in _chen.runs(_chen_setup(tmp_path, mode), 7)}
-    assert train_config(MODES[mode], 7, "relu") == table1["odenet"]
-    softplus = train_config(MODES[mode], 7, "softplus")
-    assert softplus == dataclasses.replace(
-        train_config(MODES[mode], 7, "relu"), activation="softplus"
-    )
+    ours = {run.name: run.config for run in runs(_setup(tmp_path, mode), 7)}
+    assert ours["relu"] == table1["odenet"]
+    assert ours["softplus"] == dataclasses.replace(table1["odenet"], activation="softplus")
 
 
 def test_standard_mode_trains_chen_table1s_schedule_on_three_seeds() -> None:

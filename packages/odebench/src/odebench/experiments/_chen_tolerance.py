@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..training import TrainConfig
 from ._chen import MNIST_10K, MnistTraining, mnist_config, optimiser_words
 from ._chen_tolerance_probe import (
     BACKWARD_OFF,
@@ -133,20 +132,11 @@ MODES = {
 }  # fmt: skip
 
 
-def train_config(s: ToleranceSettings, seed: int, activation: str) -> TrainConfig:
-    """The training of one model: chen-table1's ODE-Net with the vector field's
-    ``activation``.
-
-    Example:
-        >>> train_config(MODES["quick"], 0, "softplus").activation
-        'softplus'
-    """
-    return dataclasses.replace(mnist_config(s, seed, "odenet", s.train_tol), activation=activation)
-
-
 def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
     """The ReLU model (chen-table1's ODE-Net) and its softplus twin."""
-    return [Run(a, config=train_config(setup.settings, seed, a)) for a in ACTIVATIONS]
+    s = setup.settings
+    odenet = mnist_config(s, seed, "odenet", s.train_tol)
+    return [Run(a, config=dataclasses.replace(odenet, activation=a)) for a in ACTIVATIONS]
 
 
 def _guards(s: ToleranceSettings) -> dict[str, list[Ref]]:
