@@ -72,15 +72,13 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def write_csv(path: Path, rows: Sequence[JsonObject]) -> None:
-    """Write rows of dicts as CSV (the union of the keys as the header), atomically."""
-    fields: list[str] = []
-    for row in rows:
-        fields += [k for k in row if k not in fields]
+    """Write rows of dicts as CSV (the union of the keys as the header, ``None`` and a
+    missing key as an empty cell), atomically."""
+    fields = dict.fromkeys(key for row in rows for key in row)
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(fields), lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    writer.writerows(rows)
     write_text(path, out.getvalue())
 
 

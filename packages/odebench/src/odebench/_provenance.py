@@ -65,13 +65,7 @@ class Machine(TypedDict):
     threads: int
 
 
-UNKNOWN_SEGMENT: JsonObject = {
-    "commit": None,
-    "dirty": None,
-    "source": None,
-    "started": None,
-    "finished": None,
-}
+UNKNOWN_SEGMENT: JsonObject = dict.fromkeys(("commit", "dirty", "source", "started", "finished"))
 """The segment of a stretch that recorded none (a checkpoint of an older release)."""
 
 
