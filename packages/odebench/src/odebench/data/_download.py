@@ -128,13 +128,9 @@ def _download_file(
 def _safe_extract(archive: Path, directory: Path, folder: str, max_bytes: int) -> Path:
     """Unpack ``archive`` (a tarball whose members all lie under ``folder``) into ``directory``.
 
-    Only regular files and directories are accepted, and only under ``folder``: an
-    absolute name, a ``..`` component, a link or a device refuses the whole archive
-    before anything is written. So does an archive whose members declare more than
-    ``max_bytes`` in all, or more than :data:`_MAX_MEMBERS` members: the headers are
-    checked as they are read, so a compressed archive is never inflated further than
-    its declared sizes allow. The archive is unpacked into a temporary directory,
-    then moved into place in one rename.
+    Its members are checked as their headers are read (:func:`_checked_members`), before
+    anything is written, then unpacked into a temporary directory moved into place in one
+    rename.
     """
     with _open_tarball(archive) as tar:
         members = _checked_members(tar, archive, folder, max_bytes)
@@ -169,7 +165,10 @@ def _open_tarball(archive: Path) -> tarfile.TarFile:
 def _checked_members(
     tar: tarfile.TarFile, archive: Path, folder: str, max_bytes: int
 ) -> list[tarfile.TarInfo]:
-    """The members of ``tar``, each checked as its header is read (see :func:`_safe_extract`)."""
+    """The members of ``tar``, each checked as its header is read, so that a compressed archive
+    is never inflated further than its declared sizes allow: only plain files and folders
+    under ``folder`` (no absolute name, ``..``, link or device), at most ``max_bytes`` in all
+    and :data:`_MAX_MEMBERS` members."""
     members: list[tarfile.TarInfo] = []
     total = 0
     while True:
