@@ -16,9 +16,9 @@ from odebench.perf._libraries import GRADIENT_MODES
 from odebench.perf._problems import PROBLEMS
 from odebench.perf._solvers import (
     FIGURE_UNITS,
+    MODE_FIGURES,
     QUICK_METHODS,
     RATIO_FIGURES,
-    _mode_figures,
     command_line,
 )
 from subprocess_env import odebench_env
@@ -130,7 +130,7 @@ def test_results_cover_every_problem_method_library_and_figure(quick_run):
         for m in QUICK_METHODS
         for lib in libraries
         for mode in ("forward", *GRADIENT_MODES)
-        for f in _mode_figures(mode)
+        for f in MODE_FIGURES[mode]
     }
     assert seen == expected
     assert len(seen) == len(doc["results"])  # one row each

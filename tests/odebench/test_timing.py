@@ -7,11 +7,11 @@ import torch
 from odebench.perf._libraries import Method, OdecoreLibrary, discover
 from odebench.perf._problems import CountingField, EvaluationLimitError, Sizes, make_problem
 from odebench.perf._solvers import (
+    MODE_FIGURES,
     SolversConfig,
     _Cell,
     _cell_figures,
     _measure_cell,
-    _mode_figures,
     _replay,
 )
 from odebench.perf._timing import (
@@ -254,7 +254,7 @@ def test_adjoint_overhead_counts_both_passes_and_compares_gradients():
 def test_failed_and_non_finite_runs_become_notes():
     failed = _Cell({"odecore": []}, {"odecore": "SolverError: boom"}, {})
     figures = _cell_figures("odecore", failed, "adjoint", 0.01, 0.04, torch.zeros(2), {})
-    assert set(figures) == set(_mode_figures("adjoint"))
+    assert set(figures) == set(MODE_FIGURES["adjoint"])
     assert all(v is None and note == "failed: SolverError: boom" for v, note in figures.values())
 
     nan = _cell(Observation(0.1, 4, 0, torch.tensor([float("nan"), 0.0])))

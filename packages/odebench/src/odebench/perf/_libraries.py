@@ -421,11 +421,7 @@ class TorchdynLibrary(_PeerLibrary):
         return model(y0, t_span)[-1]  # type: ignore[no-any-return]
 
 
-_PEER_LIBRARIES: dict[str, type[_PeerLibrary]] = {
-    "torchdiffeq": TorchdiffeqLibrary,
-    "torchode": TorchodeLibrary,
-    "torchdyn": TorchdynLibrary,
-}
+_PEER_LIBRARIES = {cls.name: cls for cls in (TorchdiffeqLibrary, TorchodeLibrary, TorchdynLibrary)}
 
 
 def discover(

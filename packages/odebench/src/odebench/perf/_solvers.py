@@ -611,10 +611,6 @@ def _stiff_problem(run: _Run, pname: str) -> None:
     run.doc.problems.append(_problem_row(problem, eval_s, vjp_s, reference_note))
 
 
-def _mode_figures(mode: str) -> list[str]:
-    return list(MODE_FIGURES[mode])
-
-
 def _summary(name: str, cell: _Cell) -> str:
     if name in cell.failures:
         return f"{name} failed ({cell.failures[name]})"
@@ -635,11 +631,10 @@ def _cell_figures(
 ) -> dict[str, tuple[float | None, str | None]]:
     """The figures of one library in one cell, each ``(value, note)``."""
     obs = cell.observations[name]
-    figures = _mode_figures(mode)
     if name in cell.failures and not obs:
-        return {f: (None, f"failed: {cell.failures[name]}") for f in figures}
+        return unmeasured(MODE_FIGURES[mode], f"failed: {cell.failures[name]}")
     if not obs:
-        return {f: (None, "no run") for f in figures}
+        return unmeasured(MODE_FIGURES[mode], "no run")
     note = cell.notes.get(name)
     t = median(o.time_s for o in obs)
     nfe_f = median(o.nfe_forward for o in obs)
