@@ -12,10 +12,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._io import pyplot, save_png
+from .._figures import Bars, Lines, mean_band
 from ..training import TrainConfig
 from ._claims import Claim
 from ._images import available_datasets, data_name, mode_note
@@ -24,7 +23,7 @@ from ._registry import fmt
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Template, TrainingSettings
+from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -342,40 +341,34 @@ def words(result: Result[AugmentationSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot_table(result: Result[AugmentationSettings], path: Path) -> None:
-    """Bars per data set: accuracy, NFE and parameters of the four models, ours and poster's."""
-    found = _found(result.setup)[0]
-    fig, axes = pyplot().subplots(len(found), 3, figsize=(13, 3.4 * len(found)), squeeze=False)
-    pos = list(range(len(MODELS)))
-    panels = (("acc", 100.0, "test accuracy, %"), ("nfe", 1.0, "NFE at convergence"),
-              ("params", 1e-3, "parameters, thousands"))  # fmt: skip
-    for row, dataset in zip(axes, found, strict=True):
-        for ax, (key, scale, label) in zip(row, panels, strict=True):
-            ours = [result.stat(OURS[key].of(f"{dataset}/{n}")).mean or 0.0 for n in MODELS]
-            ax.bar([p - 0.2 for p in pos], [v * scale for v in ours], width=0.4, label="ours")
-            paper = [PUBLISHED[dataset][n][key] * scale for n in MODELS]
-            ax.bar([p + 0.2 for p in pos], paper, width=0.4, label="poster")
-            ax.set_xticks(pos, list(SHORT.values()), fontsize=8)
-            ax.set(ylabel=label, title=f"{data_name(dataset)}: {label}")
-            ax.grid(alpha=0.3, axis="y")
-            ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+POSTER_PANELS = (("acc", 100.0, "test accuracy, %"), ("nfe", 1.0, "NFE at convergence"),
+                 ("params", 1e-3, "parameters, thousands"))  # fmt: skip
+"""The figure's panels of each data set: the poster's key, its scale and its label."""
 
 
-def _plot_nfe(result: Result[AugmentationSettings], path: Path) -> None:
-    """Forward NFE per batch against the epoch, the four models, one panel per data set."""
-    found = _found(result.setup)[0]
-    fig, axes = pyplot().subplots(1, len(found), figsize=(5 * len(found), 3.6), squeeze=False)
-    for ax, dataset in zip(axes[0], found, strict=True):
-        for name in MODELS:
-            runs = [m.details["nfe_per_epoch"] for m in result.measurements[f"{dataset}/{name}"]]
-            n = min(len(r) for r in runs)
-            means = [sum(float(r[e] or 0.0) for r in runs) / len(runs) for e in range(n)]
-            ax.plot(range(1, n + 1), means, "o-", label=LABELS[name])
-        ax.set(xlabel="epoch", ylabel="forward NFE per batch", title=data_name(dataset))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:
+    """Per data set: accuracy, NFE and parameters of the four models, ours and the poster's."""
+    return [
+        Bars(f"{data_name(dataset)}: {label}", label, list(SHORT.values()), series={
+            "ours": [(result.stat(OURS[key].of(f"{dataset}/{n}")).mean or 0.0) * scale
+                     for n in MODELS],
+            "poster": [PUBLISHED[dataset][n][key] * scale for n in MODELS],
+        })
+        for dataset in _found(result.setup)[0] for key, scale, label in POSTER_PANELS
+    ]  # fmt: skip
+
+
+def _nfe_panels(result: Result[AugmentationSettings]) -> list[Lines]:
+    """Forward NFE per batch against the epoch, the mean over the seeds of each model, a
+    panel per data set."""
+    return [
+        Lines(data_name(dataset), "epoch", "forward NFE per batch", series={
+            LABELS[n]: mean_band([m.details["nfe_per_epoch"]
+                                  for m in result.measurements[f"{dataset}/{n}"]])[0]
+            for n in MODELS
+        })
+        for dataset in _found(result.setup)[0]
+    ]  # fmt: skip
 
 
 TEMPLATE = register_template(
@@ -386,7 +379,8 @@ TEMPLATE = register_template(
         title="Augmentation strategies for image NODEs (Massaroli et al. 2020)",
         modes=MODES, runs=runs, measure=measure, text=TEXT, tables=tables, words=words,
         claims=lambda setup: [c for d in _found(setup)[0] for c in dataset_claims(d)],
-        figures=[Figure("augmentation.png", _plot_table), Figure("nfe.png", _plot_nfe)],
+        figures=[Plot("augmentation.png", _poster_panels, columns=3, size=(13 / 3, 3.4)),
+                 Plot("nfe.png", _nfe_panels)],
         published=PUBLISHED, one_thread_modes=("quick", "standard"),  # one thread per run
     )
 )  # fmt: skip

@@ -30,6 +30,7 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
+from .._figures import Lines, Style, mean_band
 from .._io import CHECKPOINT, pyplot, save_png
 from ..data import annuli, reflection
 from ..training import Task
@@ -37,7 +38,7 @@ from ._claims import Claim, ClaimKind
 from ._metrics import Metric
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Settings, Template
+from ._template import Figure, Measurement, Plot, Run, Settings, Template
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -301,23 +302,19 @@ def _load(result: Result[DepthSettings], task: str, kind: str) -> nn.Module:
     return model
 
 
-def _plot_curves(result: Result[DepthSettings], path: Path) -> None:
-    """Loss per step, one panel per task."""
-    fig, axes = pyplot().subplots(1, len(TASKS), figsize=(11, 3.8))
-    for ax, task in zip(axes, TASKS, strict=True):
-        for kind in MODELS:
-            dirs = [result.setup.run_dir(f"{task}/{kind}", seed) for seed in result.setup.seeds]
-            rows = [json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in dirs]
-            curves = torch.tensor([[r["loss"] for r in run] for run in rows], dtype=torch.float64)
-            steps = list(range(1, curves.shape[1] + 1))
-            ax.plot(steps, curves.mean(0), color=COLORS[kind], label=LABELS[kind])
-            low, high = curves.min(0).values, curves.max(0).values
-            ax.fill_between(steps, low, high, color=COLORS[kind], alpha=0.2)
-        ylabel = "L1 loss" if task == "reflection" else "MSE"
-        ax.set(xlabel="Adam step", ylabel=ylabel, title=task, yscale="log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    save_png(path, fig, dpi=80)
+def _loss_panel(result: Result[DepthSettings], task: str) -> Lines:
+    """Loss per Adam step on ``task``: each model's mean over the seeds, and their band."""
+    curves = {}
+    for kind in MODELS:
+        dirs = [result.setup.run_dir(f"{task}/{kind}", seed) for seed in result.setup.seeds]
+        rows = [json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in dirs]
+        curves[LABELS[kind]] = mean_band([[r["loss"] for r in run] for run in rows])
+    return Lines(
+        task, "Adam step", "L1 loss" if task == "reflection" else "MSE",
+        series={label: mean for label, (mean, _) in curves.items()},
+        styles={LABELS[kind]: Style("-", COLORS[kind]) for kind in MODELS},
+        bands={label: band for label, (_, band) in curves.items()}, yscale="log",
+    )  # fmt: skip
 
 
 def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor]:
@@ -387,8 +384,9 @@ TEMPLATE = register_template(
         "annuli over seeds",
         modes=MODES, runs=runs, measure=measure, text="dissecting-depth.md", tables=tables,
         words=words, claims=lambda setup: [_claim(key) for key in CLAIMS],
-        figures=[Figure("loss.png", _plot_curves), Figure("reflection.png", _plot_reflection),
-                 Figure("annuli.png", _plot_annuli)],
+        figures=[Plot("loss.png", lambda result: [_loss_panel(result, t) for t in TASKS],
+                      size=(5.5, 3.8), dpi=80),
+                 Figure("reflection.png", _plot_reflection), Figure("annuli.png", _plot_annuli)],
         epoch_fields=("reflection_iterations", "annuli_iterations"),
         data=lambda setup: f"reflection ({setup.settings.reflection_points} train / as many "
         f"held-out), annuli-2d ({setup.settings.annuli_points} train / as many held-out)",

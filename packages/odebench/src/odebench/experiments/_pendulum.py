@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
+from .._figures import Lines, Mark, Point, Style
 from .._io import JsonObject, pyplot, save_png
 from ..data import pendulum as pendulum_data
 from ..training import Task
@@ -31,7 +32,16 @@ from ._pendulum_model import fit_slope, global_error, mlp_field, rollout, step
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
+from ._template import (
+    Figure,
+    Measurement,
+    Plot,
+    Run,
+    Setup,
+    Template,
+    Trained,
+    TrainingSettings,
+)
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -305,28 +315,23 @@ def words(result: Result[PendulumSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot_errors(result: Result[PendulumSettings], path: Path) -> None:
+def _error_panel(result: Result[PendulumSettings]) -> Lines:
     """Global error against dt' (log-log), one line per model, its field's error dashed."""
     s = result.settings
     dts = [s.dt * f for f in s.dt_factors]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    series: dict[str, list[Point]] = {}
+    styles, marks = {}, [Mark(s.dt, "x", "training dt")]
     for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
+        name = f"{LABELS[scheme]} model"
         errors = [result.stat(ERROR.of(scheme, dt=f)).mean for f in s.dt_factors]
-        ax.loglog(dts, errors, "o-", color=color, label=f"{LABELS[scheme]} model")
-        ax.axhline(result.stat(ERROR_FINE_RK4.of(scheme)).mean, color=color, ls="--", lw=1)
-    ax.set_xticks(dts, [f"{h:g}" for h in dts], minor=False)
-    ax.set_xticks([], minor=True)
-    ax.axvline(s.dt, color="0.5", ls=":", lw=1)
-    ax.text(s.dt, ax.get_ylim()[1], " training dt", va="top", fontsize=8, color="0.4")
-    ax.set(
-        xlabel="evaluation step dt'",
-        ylabel=f"global error over t in [0, {s.horizon:g}]",
-        title="ODE-Nets of the pendulum at other time steps",
-    )
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, title="solid: same scheme; dashed: fine RK4", title_fontsize=8)
-    save_png(path, fig, dpi=100)
+        series[name], styles[name] = list(zip(dts, errors)), Style("o-", color)
+        field = result.stat(ERROR_FINE_RK4.of(scheme)).mean
+        marks.append(Mark(math.nan if field is None else field, fmt="--", color=color))
+    return Lines(
+        "ODE-Nets of the pendulum at other time steps", "evaluation step dt'",
+        f"global error over t in [0, {s.horizon:g}]", series, styles, xscale="log",
+        yscale="log", xticks=dts, marks=marks, legend="solid: same scheme; dashed: fine RK4",
+    )  # fmt: skip
 
 
 def _plot_phase(result: Result[PendulumSettings], path: Path) -> None:
@@ -374,6 +379,11 @@ register_template(
         text="pendulum.md",
         tables=tables,
         words=words,
-        figures=[Figure("error_vs_dt.png", _plot_errors), Figure("phase.png", _plot_phase)],
+        figures=[
+            Plot(
+                "error_vs_dt.png", lambda result: [_error_panel(result)], size=(6.4, 4.4), dpi=100
+            ),
+            Figure("phase.png", _plot_phase),
+        ],
     )
 )
