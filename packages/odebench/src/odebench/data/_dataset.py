@@ -254,14 +254,13 @@ class Dataset:
                 f"`images` must be a uint8 batch (or already floating), got dtype {images.dtype}."
             )
         out = images.to(torch.float32).div_(255.0)
-        for stats, what in ((self.mean, "mean"), (self.std, "std")):
-            if stats is not None and (images.dim() < 3 or images.shape[-3] != len(stats)):
+        for stats, what, apply in ((self.mean, "mean", out.sub_), (self.std, "std", out.div_)):
+            if stats is None:
+                continue
+            if images.dim() < 3 or images.shape[-3] != len(stats):
                 raise ValueError(
                     f"`images` of shape {tuple(images.shape)} do not have the {len(stats)} "
                     f"channel(s) of the {what} of {self.name!r} in dimension -3."
                 )
-        if self.mean is not None:
-            out.sub_(torch.tensor(self.mean, dtype=out.dtype, device=out.device).view(-1, 1, 1))
-        if self.std is not None:
-            out.div_(torch.tensor(self.std, dtype=out.dtype, device=out.device).view(-1, 1, 1))
+            apply(torch.tensor(stats, dtype=out.dtype, device=out.device).view(-1, 1, 1))
         return out
