@@ -175,6 +175,12 @@ nitpick_ignore = [
     ("py:class", "Path"),
     # contnet.recalibrate returns the module it is given (any nn.Module subclass).
     ("py:class", "contnet._recalibrate.M"),
+    # odebench's JSON value types (odebench._io.Json, JsonObject) and the figure
+    # module's Style and Mark, as string annotations leave them.
+    ("py:class", "Json"),
+    ("py:class", "JsonObject"),
+    ("py:class", "Style"),
+    ("py:class", "Mark"),
 ]
 nitpick_ignore_regex = [
     # torch.Tensor, torch.dtype, torch.device, torch.Size, torch.nn.Module, ...;
