@@ -64,9 +64,10 @@ MASS_TOL = 0.01  # abs(mass on the grid + mass of the samples outside it - 1)
 LOGDET_TOL = 1e-4  # abs(delta + log abs det J) in nats, float64, J by central differences
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CnfSettings(Settings):
-    """The sizes of one mode.
+    """The sizes of one mode; the noise, the rate, the tolerance and the box are the same
+    in every mode.
 
     Args:
         n_train: training points of each density, drawn from the seed.
@@ -89,16 +90,16 @@ class CnfSettings(Settings):
 
     n_train: int
     n_test: int
-    noise: float
+    noise: float = 0.15
     hidden: int
     iterations: int
     batch_size: int
-    lr: float
+    lr: float = 5e-3
     steps: int
-    rtol: float
+    rtol: float = 1e-5
     eval_every: int
     grid: int
-    box: float
+    box: float = 4.0
     n_samples: int
     n_logdet: int = 8
     logdet_steps: int = 128
@@ -106,19 +107,16 @@ class CnfSettings(Settings):
 
 MODES = {
     "quick": CnfSettings(
-        n_train=256, n_test=128, noise=0.15, hidden=16, iterations=20, batch_size=64,
-        lr=5e-3, steps=4, rtol=1e-5, eval_every=10, grid=31, box=4.0, n_samples=512,
-        n_logdet=4, logdet_steps=32,
+        n_train=256, n_test=128, hidden=16, iterations=20, batch_size=64, steps=4,
+        eval_every=10, grid=31, n_samples=512, n_logdet=4, logdet_steps=32,
     ),
     "standard": CnfSettings(
-        seeds=3, n_train=8192, n_test=2048, noise=0.15, hidden=64, iterations=1500,
-        batch_size=256, lr=5e-3, steps=8, rtol=1e-5, eval_every=100, grid=161, box=4.0,
-        n_samples=4096,
+        seeds=3, n_train=8192, n_test=2048, hidden=64, iterations=1500, batch_size=256,
+        steps=8, eval_every=100, grid=161, n_samples=4096,
     ),
     "full": CnfSettings(
-        seeds=5, n_train=8192, n_test=2048, noise=0.15, hidden=64, iterations=10_000,
-        batch_size=512, lr=5e-3, steps=8, rtol=1e-5, eval_every=500, grid=161, box=4.0,
-        n_samples=4096,
+        seeds=5, n_train=8192, n_test=2048, hidden=64, iterations=10_000, batch_size=512,
+        steps=8, eval_every=500, grid=161, n_samples=4096,
     ),
 }  # fmt: skip
 
