@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .._io import pyplot, save_png
+from .._figures import Lines, Point, Style, mean_band
+from .._io import JsonObject
 from ..models import ode_layers
 from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
@@ -112,67 +111,46 @@ def model_cell(model: str, metric: Metric) -> Callable[[Result[Any], Row], str]:
     return lambda result, row: result.cell(metric.of(f"{row.run}/{model}"))
 
 
-def panels(n: int, height: float = 3.6) -> tuple[Any, list[Any]]:
-    """A figure of ``n`` panels side by side (at least one), and their axes."""
-    fig, axes = pyplot().subplots(1, max(n, 1), figsize=(5 * max(n, 1), height), squeeze=False)
-    return fig, list(axes[0])
-
-
 def curves(result: Result[Any], run: str) -> Curves:
     """The per-epoch rows of ``run`` (see :func:`epoch_numbers`), one list per seed."""
     return [m.details["curve"] for m in result.measurements[run]]
 
 
-def plot_curves(
+def curve_panels(
+    result: Result[Any],
     groups: Sequence[tuple[str, str]],
     key: str,
     ylabel: str,
-    result: Result[Any],
-    path: Path,
+    *,
     dashed: str | None = None,
     log: bool = False,
-    *,
     models: Sequence[str] = MODELS,
     x: str | None = None,
-) -> None:
+) -> list[Lines]:
     """``key`` per epoch (the mean over the seeds, with a band from the least to the
     largest), a line per model of ``models``, in a panel per ``(prefix, title)`` of
     ``groups``: the runs ``<prefix>/<model>``. ``dashed``: a second column, dashed
     and without a band (the test loss); ``x``: the rows' column on the x axis (default:
     the row's number from 1, the epoch)."""
-    fig, axes = panels(len(groups))
-    for ax, (prefix, title) in zip(axes, groups, strict=False):
+    panels = []
+    for prefix, title in groups:
+        series: dict[str, list[Point]] = {}
+        styles, bands = {}, {}
         for model in models:
             rows = curves(result, f"{prefix}/{model}")
-            _plot_mean(ax, rows, key, model, LABELS[model], x=x)
+            xs = [row[x] for row in rows[0]] if x else None
+            label = LABELS[model]
+            series[label], bands[label] = mean_band([[r[key] for r in c] for c in rows], xs)
+            solid = (
+                "o-" if len(series[label]) <= 40 else "-"
+            )  # markers where they can be told apart
+            styles[label] = Style(solid, COLORS[model])
             if dashed is not None:
-                _plot_mean(ax, rows, dashed, model, f"{LABELS[model]} test", band=False, x=x)
-        ax.set(xlabel=x or "epoch", ylabel=ylabel, title=title, yscale="log" if log else "linear")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
-
-
-def _plot_mean(
-    ax: Any, rows: Curves, key: str, model: str, label: str, band: bool = True, x: str | None = None
-) -> None:
-    """``key`` per row: the mean over the seeds' ``rows``, with a band from the least
-    to the largest seed (dashed and without the band when ``band`` is false); ``x``
-    as for :func:`plot_curves`."""
-    n = min(len(c) for c in rows)
-    xs = [rows[0][e][x] for e in range(n)] if x else list(range(1, n + 1))
-    values = [[num(c[e][key]) for c in rows] for e in range(n)]
-    means = [sum(v) / len(v) for v in values]
-    solid = "o-" if n <= 40 else "-"  # markers where they can be told apart
-    ax.plot(xs, means, solid if band else "--", color=COLORS[model], label=label)
-    if band:
-        lows, highs = [min(v) for v in values], [max(v) for v in values]
-        ax.fill_between(xs, lows, highs, color=COLORS[model], alpha=0.2)
-
-
-def num(value: float | None) -> float:
-    """``value`` as a float for a plot: NaN for a missing one."""
-    return math.nan if value is None else float(value)
+                series[f"{label} test"] = mean_band([[r[dashed] for r in c] for c in rows], xs)[0]
+                styles[f"{label} test"] = Style("--", COLORS[model])
+        yscale = "log" if log else "linear"
+        panels.append(Lines(title, x or "epoch", ylabel, series, styles, bands, yscale=yscale))
+    return panels
 
 
 def mse_task(
@@ -181,7 +159,7 @@ def mse_task(
     data: tuple[Tensor, Tensor],
     seed: int,
     run: str,
-    row: Callable[[Epoch], dict[str, Any]] = default_row,
+    row: Callable[[Epoch], JsonObject] = default_row,
 ) -> Task:
     """Adam at ``s.lr`` on the MSE of ``data`` (inputs, targets), batch ``s.batch_size``
     (the last partial batch dropped), ``s.epochs`` epochs; the initialisation and the
@@ -263,9 +241,7 @@ def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
     return z
 
 
-def flow_1d(
-    model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = None
-) -> dict[str, Any]:
+def flow_1d(model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = None) -> JsonObject:
     """What a 1-D toy ``model`` does: its map on ``[-1.5, 1.5]`` (:data:`MAP_POINTS`
     points) and the state over depth of :data:`PATH_STARTS` (its first coordinate): a
     NODE's at :data:`NODE_DEPTHS` depths in ``[0, 1]``, or ``steps(x)``, the states of a
@@ -287,27 +263,27 @@ def flow_1d(
     }
 
 
-def plot_flows_1d(path: Path, seed: int, flows: Mapping[str, Mapping[str, Any]]) -> None:
+def flow_panels(seed: int, flows: Mapping[str, Mapping[str, Any]]) -> list[Lines]:
     """The learned maps against g(x), then a panel per model of its trajectories over
     depth (blue where g = -1, red where g = +1); ``flows``: :func:`flow_1d` by model."""
-    fig, axes = pyplot().subplots(1, 1 + len(flows), figsize=(13, 3.6))
-    x = torch.linspace(-1.5, 1.5, MAP_POINTS)
-    g = torch.where(x.abs() <= 0.5, -1.0, torch.where(x.abs() >= 1.0, 1.0, math.nan))
-    axes[0].plot(x, g, color="0.5", lw=3, label="g(x)")
-    for ax, (model, flow) in zip(axes[1:], flows.items(), strict=True):
-        learned, paths = flow["map"], flow["paths"]
-        axes[0].plot(learned["x"], learned["prediction"], color=COLORS[model], label=LABELS[model])
-        style = "o-" if model == "resnet" else "-"  # discrete steps: a point per block
-        for start, states in zip(paths["starts"], paths["states"], strict=True):
-            color = "tab:blue" if abs(start) <= 0.5 else "tab:red"
-            ax.plot(paths["depths"], states, style, color=color, lw=1.2, ms=3)
-        ax.set(
-            xlabel="depth (block k / blocks)" if model == "resnet" else "depth t",
-            ylabel="h(t), first coordinate",
-            title=f"{LABELS[model]} trajectories (blue: g = -1)",
-        )
-        ax.grid(alpha=0.3)
-    axes[0].set(xlabel="x", ylabel="prediction", title=f"learned map, seed {seed}")
-    axes[0].legend(fontsize=8)
-    axes[0].grid(alpha=0.3)
-    save_png(path, fig, dpi=90)
+    x = torch.linspace(-1.5, 1.5, MAP_POINTS).tolist()
+    maps: dict[str, list[Point]] = {
+        "g(x)": [(v, -1.0 if abs(v) <= 0.5 else 1.0 if abs(v) >= 1.0 else None) for v in x],
+        **{LABELS[m]: list(zip(f["map"]["x"], f["map"]["prediction"])) for m, f in flows.items()},
+    }
+    styles = {"g(x)": Style("-", "0.5"), **{LABELS[m]: Style("-", COLORS[m]) for m in flows}}
+    panels = [Lines(f"learned map, seed {seed}", "x", "prediction", maps, styles)]
+    for model, flow in flows.items():
+        paths = flow["paths"]
+        fmt = "o-" if model == "resnet" else "-"  # discrete steps: a point per block
+        starts = [f"_{start}" for start in paths["starts"]]  # "_": not in the legend
+        panels.append(Lines(
+            f"{LABELS[model]} trajectories (blue: g = -1)",
+            "depth (block k / blocks)" if model == "resnet" else "depth t",
+            "h(t), first coordinate",
+            {k: list(zip(paths["depths"], states)) for k, states in zip(starts, paths["states"])},
+            {k: Style(fmt, "tab:blue" if abs(start) <= 0.5 else "tab:red")
+             for k, start in zip(starts, paths["starts"])},
+            legend=None,
+        ))  # fmt: skip
+    return panels

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._io import save_png
+from .._figures import Bars, Lines, Style
 from ._anode_common import (
     COLORS,
     LABELS,
     MODELS,
     NFE_FIRST,
     NFE_LAST,
+    curve_panels,
     curves,
     epoch_numbers,
-    num,
-    panels,
-    plot_curves,
     train_config,
 )
 from ._claims import Claim
@@ -33,7 +30,7 @@ from ._registry import fmt
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Template, TrainingSettings
+from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
     from ._metrics import Values
@@ -315,54 +312,38 @@ def _mode_note(mode: str, s: TrainingSettings) -> str:
     return _part("standard", s=s, steps=steps, authors=authors, bar=TRAINED["mnist"])
 
 
-def _plot_accuracy_params(result: Result[TrainingSettings], path: Path) -> None:
+def _accuracy_params(result: Result[TrainingSettings]) -> list[Bars]:
     """Bars: test accuracy per data set and parameters, ours against the paper's."""
-    fig, (acc_ax, par_ax) = panels(2)
     groups = [(d, m) for d in _trained(result) for m in MODELS]
-    pos = list(range(len(groups)))
-    for ax, metric, paper_key, scale, label in (
-        (acc_ax, TEST_ACC, "acc", 100.0, "test accuracy, %"),
-        (par_ax, PARAMETERS, "params", 1e-3, "parameters, thousands"),
+    names = [f"{data_name(d)}\n{LABELS[m]}" for d, m in groups]
+    panels = []
+    for metric, paper_key, scale, title, ylabel in (
+        (TEST_ACC, "acc", 100.0, "test accuracy (Table 1)", "test accuracy, %"),
+        (PARAMETERS, "params", 1e-3, "parameters (Sec. 5.2)", "parameters, thousands"),
     ):
         ours = [result.stat(metric.of(f"{d}/{m}")) for d, m in groups]
         paper = [PUBLISHED[d][m] for d, m in groups]
-        errors = metric is TEST_ACC
-        ax.bar([p - 0.2 for p in pos], [(st.mean or 0.0) * scale for st in ours], width=0.4,
-               yerr=[(st.std or 0.0) * scale for st in ours] if errors else None,
-               label="ours")  # fmt: skip
-        ax.bar([p + 0.2 for p in pos], [pp[paper_key] * scale for pp in paper], width=0.4,
-               yerr=[pp["acc_std"] * scale for pp in paper] if errors else None,
-               label="paper")  # fmt: skip
-        ax.set_xticks(pos, [f"{data_name(d)}\n{LABELS[m]}" for d, m in groups], fontsize=8)
-        ax.set(ylabel=label)
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
-    acc_ax.set_title("test accuracy (Table 1)")
-    par_ax.set_title("parameters (Sec. 5.2)")
-    save_png(path, fig, dpi=90)
+        values = {"ours": [(st.mean or 0.0) * scale for st in ours],
+                  "paper": [pp[paper_key] * scale for pp in paper]}  # fmt: skip
+        errors = {"ours": [(st.std or 0.0) * scale for st in ours],
+                  "paper": [pp["acc_std"] * scale for pp in paper]}  # fmt: skip
+        panels.append(Bars(title, ylabel, names, values, errors if metric is TEST_ACC else {}))
+    return panels
 
 
-def _plot_nfe(result: Result[TrainingSettings], path: Path) -> None:
-    """Forward NFE per batch against the epoch, one panel per data set."""
-    groups = [(dataset, data_name(dataset)) for dataset in _trained(result)]
-    plot_curves(groups, "nfe_forward", "forward NFE per batch", result, path)
-
-
-def _plot_loss_nfe(result: Result[TrainingSettings], path: Path) -> None:
+def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
     """Fig. 10: training loss against forward NFE per batch, each seed a line."""
-    datasets = _trained(result)
-    fig, axes = panels(len(datasets))
-    for ax, dataset in zip(axes, datasets, strict=False):
+    panels = []
+    for dataset in _trained(result):
+        series, styles = {}, {}
         for model in MODELS:
             for k, curve in enumerate(curves(result, f"{dataset}/{model}")):
-                nfes, losses = ([num(r[c]) for r in curve] for c in ("nfe_forward", "train_loss"))
-                label = LABELS[model] if k == 0 else None
-                ax.plot(nfes, losses, "o-", color=COLORS[model], alpha=0.8, label=label)
-        ax.set(xlabel="forward NFE per batch", ylabel="training loss",
-               title=f"{data_name(dataset)}: loss against NFE (Fig. 10)")  # fmt: skip
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+                label = LABELS[model] if k == 0 else f"_{LABELS[model]} {k}"  # "_": no legend
+                series[label] = [(r["nfe_forward"], r["train_loss"]) for r in curve]
+                styles[label] = Style("o-", COLORS[model], alpha=0.8)
+        title = f"{data_name(dataset)}: loss against NFE (Fig. 10)"
+        panels.append(Lines(title, "forward NFE per batch", "training loss", series, styles))
+    return panels
 
 
 def _trained(result: Result[TrainingSettings]) -> list[str]:
@@ -379,8 +360,12 @@ TEMPLATE = register_template(
         title="NODE against ANODE on images (Dupont et al. 2019, Table 1 and Fig. 10)",
         modes=MODES, runs=runs, measure=measure, claims=claims, text=TEXT, tables=tables,
         words=words, figures=[
-            Figure("accuracy_params.png", _plot_accuracy_params),
-            Figure("nfe.png", _plot_nfe), Figure("loss_nfe.png", _plot_loss_nfe),
+            Plot("accuracy_params.png", _accuracy_params),
+            Plot("nfe.png", lambda result: curve_panels(
+                result, [(d, data_name(d)) for d in _trained(result)], "nfe_forward",
+                "forward NFE per batch",
+            )),
+            Plot("loss_nfe.png", _loss_nfe),
         ], one_thread_modes=("quick", "standard"), published=PUBLISHED,
     )
 )  # fmt: skip

@@ -15,12 +15,12 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .._io import JsonObject
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
 from . import _anode_common as common
@@ -30,7 +30,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 TASKS = (("1d", "g(x), d = 1"), ("2d", "g(x), d = 2"), ("separable", "separable function, d = 2"))
 """``(short name, title)`` of the three panels of Fig. 5: the runs ``<task>/<model>``."""
@@ -231,11 +231,11 @@ def runs(setup: Setup[ResnetSettings], seed: int) -> list[Run]:
     ]  # fmt: skip
 
 
-def _curve(rows: Sequence[Mapping[str, Any]], every: int) -> list[dict[str, float]]:
-    """The loss curve: the mean batch loss over each ``every`` iterations (and the rest)."""
+def _curve(rows: Sequence[Mapping[str, Any]], every: int) -> list[tuple[float, float]]:
+    """The loss curve, ``(iteration, loss)``: the mean batch loss over each ``every``
+    iterations (and the rest)."""
     losses = [loss for row in rows for loss in row["losses"]]
-    return [{"iteration": float(min(k + every, len(losses))),
-             "train_loss": _mean(losses[k : k + every])}
+    return [(float(min(k + every, len(losses))), _mean(losses[k : k + every]))
             for k in range(0, len(losses), every)]  # fmt: skip
 
 
@@ -255,12 +255,14 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
     metrics: dict[str, float | None] = {
         TRAIN_MSE.key(): common.mse(model, train_set.inputs, train_set.targets),
         TEST_MSE.key(): common.mse(model, test_set.inputs, test_set.targets),
-        MEAN_LOSS.key(): _mean([row["train_loss"] for row in curve]),
+        MEAN_LOSS.key(): _mean([loss for _, loss in curve]),
         PARAMETERS.key(): float(count_parameters(model)),
         SECONDS.key(): trained.seconds,
     }
     resnet = model if isinstance(model, ToyResNet) else None
-    details: dict[str, Any] = {"curve": curve, **({"blocks": len(resnet.blocks)} if resnet else {})}
+    details: JsonObject = {"curve": [{"iteration": i, "train_loss": loss} for i, loss in curve]}
+    if resnet:
+        details["blocks"] = len(resnet.blocks)
     if task == "1d":
         if model_name == "node":
             metrics[common.FLOOR.key()] = common.monotone_floor(train_set.inputs, train_set.targets)
@@ -361,18 +363,6 @@ def words(result: Result[ResnetSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot_loss(result: Result[ResnetSettings], path: Path) -> None:
-    """Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task."""
-    common.plot_curves(TASKS, "train_loss", "training loss (MSE)", result, path, log=True,
-                       models=MODELS, x="iteration")  # fmt: skip
-
-
-def _plot_crossing(result: Result[ResnetSettings], path: Path) -> None:
-    """1-D, first seed: the learned maps, and NODE and ResNet trajectories over depth."""
-    flows = {m: result.details(f"1d/{m}") for m in MODELS}
-    common.plot_flows_1d(path, result.setup.seeds[0], flows)
-
-
 def _data(setup: Setup[ResnetSettings]) -> str:
     s = setup.settings
     return f"annuli-1d, annuli-2d, shifted sines ({s.train_size} train / {s.test_size} test each)"
@@ -392,7 +382,28 @@ TEMPLATE = register_template(
         text="anode-resnet.md",
         tables=lambda setup: {"losses": LOSSES},
         words=words,
-        figures=[Figure("loss.png", _plot_loss), Figure("crossing_1d.png", _plot_crossing)],
+        figures=[
+            # Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task.
+            Plot(
+                "loss.png",
+                lambda result: common.curve_panels(
+                    result,
+                    TASKS,
+                    "train_loss",
+                    "training loss (MSE)",
+                    log=True,
+                    models=MODELS,
+                    x="iteration",
+                ),
+            ),
+            # 1-D, first seed: the learned maps, and NODE and ResNet trajectories over depth.
+            Plot(
+                "crossing_1d.png",
+                lambda result: common.flow_panels(
+                    result.setup.seeds[0], {m: result.details(f"1d/{m}") for m in MODELS}
+                ),
+            ),
+        ],
         data=_data,
     )
 )

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._figures import Lines
 from .._io import pyplot, save_png
 from ..data import Dataset, annuli
 from ..models import build_model
@@ -29,7 +30,7 @@ from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
+from ._template import Figure, Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
 """``(short name, model name)`` of the two models compared."""
@@ -259,13 +260,13 @@ def words(result: Result[ToySettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot_flows_1d(result: Result[ToySettings], path: Path) -> None:
+def _flow_panels(result: Result[ToySettings]) -> list[Lines]:
     """1-D, first seed: the learned maps against g(x), and each model's states over depth."""
     seed = result.setup.seeds[0]
     run_dir = result.setup.run_dir
     flows = {name: common.flow_1d(load_model(run_dir(f"1d/{name}", seed), "cpu")[0])
              for name, _ in MODELS}  # fmt: skip
-    common.plot_flows_1d(path, seed, flows)
+    return common.flow_panels(seed, flows)
 
 
 def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
@@ -291,7 +292,7 @@ def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
 def _plot_slice(result: Result[ToySettings], path: Path) -> None:
     """The slice left out of training, and train against held-out MSE per model."""
     data, held = _slice_data(result.settings, result.setup.seeds[0])
-    fig, axes = common.panels(2, height=4)
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
     kept = data.inputs[~held]
     axes[0].scatter(kept[:, 0], kept[:, 1], c=data.targets[~held, 0], cmap="coolwarm", s=4)
     axes[0].scatter(
@@ -327,19 +328,19 @@ TEMPLATE = register_template(
         tables=lambda setup: {"paper": PAPER_TABLE},
         words=words,
         figures=[
-            Figure(
+            Plot(
                 "loss.png",
-                functools.partial(
-                    common.plot_curves, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
+                lambda result: common.curve_panels(
+                    result, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
                 ),
             ),
-            Figure(
+            Plot(
                 "nfe.png",
-                functools.partial(
-                    common.plot_curves, PANELS, "nfe_forward", "forward NFE per batch"
+                lambda result: common.curve_panels(
+                    result, PANELS, "nfe_forward", "forward NFE per batch"
                 ),
             ),
-            Figure("flows_1d.png", _plot_flows_1d),
+            Plot("flows_1d.png", _flow_panels),
             Figure("features_2d.png", _plot_features_2d),
             Figure("slice.png", _plot_slice),
         ],

@@ -10,15 +10,17 @@ from typing import Any
 
 import torch
 
-from .._io import integer_ticks, metric_label, pyplot, save_png
-from ..data import DataError, download
+from .._figures import Lines, Point, Style
+from .._io import metric_label
+from ..data import DataError, annuli, download
 from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
 from ._claims import Claim
 from ._metrics import Metric
+from ._report import Prose
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Measurement, Run, Settings, Setup, Template, Trained
+from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))
 """The toy runs and their models."""
@@ -222,10 +224,7 @@ MNIST_SPLIT = (60_000, 10_000)
 def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
     """How the image run trained, with the number of images it read (not "all")."""
     if image["dataset"] != "mnist":
-        return (
-            f"Trained on {TOY_SIZES['train']} points, evaluated on {TOY_SIZES['test']}; Adam, "
-            f"learning rate 0.01 (0.001 from epoch {2 * s.toy_epochs // 3}), batch 64."
-        )
+        return Prose.of("quickstart.md").part("spirals", **TOY_SIZES, epoch=2 * s.toy_epochs // 3)
     train, test = image.get("train_images"), image.get("test_images")
     subset = (
         f" (a subset: MNIST has {MNIST_SPLIT[0]:,} and {MNIST_SPLIT[1]:,})"
@@ -234,58 +233,37 @@ def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
         and (train < MNIST_SPLIT[0] or test < MNIST_SPLIT[1])
         else ""
     )
-    return (
-        f"Trained on {train} images, evaluated on {test}{subset}; SGD with momentum 0.9, "
-        f"learning rate 0.1, batch {s.image_batch_size}."
-    )
+    fields = {"train": train, "test": test, "subset": subset, "batch": s.image_batch_size}
+    return Prose.of("quickstart.md").part("mnist", **fields)
 
 
-def _plot_toy(result: Result[QuickstartSettings], path: Path) -> None:
-    """``toy.png``: :func:`toy_figure`."""
-    save_png(path, toy_figure(result), tight=False)
-
-
-def toy_figure(result: Result[QuickstartSettings]) -> Any:
-    """What the NODE and ANODE learned of g(x), and their loss and NFE per epoch.
-
-    Args:
-        result: the quickstart's result, whose first seed's toy runs are read.
-
-    Returns:
-        The matplotlib ``Figure`` (three panels), not yet saved.
-    """
-    from ..data import annuli
-
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+def toy_panels(result: Result[QuickstartSettings]) -> list[Lines]:
+    """What the NODE and ANODE of the first seed learned of g(x), and their loss and
+    NFE per epoch."""
     data = annuli(400, dim=1, generator=torch.Generator().manual_seed(0))
     x = torch.linspace(-1.6, 1.6, 400)[:, None]
-    axes[0].scatter(data.inputs[:, 0], data.targets[:, 0], s=4, c="0.6", label="g(x) samples")
+    learned = {"g(x) samples": list(zip(data.inputs[:, 0].tolist(), data.targets[:, 0].tolist()))}
+    styles = {"g(x) samples": Style(".", "0.6")}
+    loss: dict[str, list[Point]] = {}
+    nfe: dict[str, list[Point]] = {}
     for name, _ in TOY:
         run_dir = result.setup.run_dir(name, result.setup.seeds[0])
         model, _config = load_model(run_dir, "cpu")
         with torch.no_grad():
-            axes[0].plot(x[:, 0], model(x)[:, 0], label=name.upper())
+            learned[name.upper()] = list(zip(x[:, 0].tolist(), model(x)[:, 0].tolist()))
+        styles[name.upper()] = Style("-")
         metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-        epochs = [m["epoch"] for m in metrics]
-        axes[1].plot(epochs, [m["train_loss"] for m in metrics], "o-", label=name.upper())
-        axes[2].plot(epochs, [m["nfe_forward"] for m in metrics], "o-", label=name.upper())
-    axes[0].set(xlabel="x", ylabel="prediction", title="learned g(x)")
-    axes[1].set(
-        xlabel=metric_label("epoch"), ylabel=f"{metric_label('train_loss')} (mean squared error)",
-        yscale="log", title="loss",
-    )  # fmt: skip
-    axes[2].set(
-        xlabel=metric_label("epoch"), ylabel=f"{metric_label('nfe_forward')} per batch",
-        title="function evaluations during training",
-    )  # fmt: skip
-    for ax in axes[1:]:
-        integer_ticks(ax)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        loss[name.upper()] = [(m["epoch"], m["train_loss"]) for m in metrics]
+        nfe[name.upper()] = [(m["epoch"], m["nfe_forward"]) for m in metrics]
+    epochs = [m["epoch"] for m in metrics][:: 1 + len(metrics) // 16]  # whole, at most 16
+    epoch = metric_label("epoch")
+    return [
+        Lines("learned g(x)", "x", "prediction", learned, styles),
+        Lines("loss", epoch, f"{metric_label('train_loss')} (mean squared error)", loss,
+              yscale="log", xticks=epochs),
+        Lines("function evaluations during training", epoch,
+              f"{metric_label('nfe_forward')} per batch", nfe, xticks=epochs),
+    ]  # fmt: skip
 
 
 TEMPLATE = register_template(
@@ -301,7 +279,7 @@ TEMPLATE = register_template(
         text="quickstart.md",
         tables=tables,
         words=words,
-        figures=[Figure("toy.png", _plot_toy)],
+        figures=[Plot("toy.png", toy_panels)],
         epoch_fields=("toy_epochs", "image_epochs"),
     )
 )
