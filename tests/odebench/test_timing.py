@@ -85,7 +85,7 @@ def test_cells_time_the_field_once_per_round_as_the_mode_needs(mode, kinds):
     counter = CountingField(problem.field)
     config = SolversConfig(repeats=3)
     cell = _measure_cell(
-        [OdecoreLibrary()], problem, counter, Method("rk4", n_steps=2), mode,
+        [OdecoreLibrary()], problem, Method("rk4", n_steps=2), mode,
         loss_weight(problem), config, FieldTimer(counter, problem),
     )  # fmt: skip
     assert len(cell.observations["odecore"]) == 3
@@ -104,7 +104,7 @@ def test_a_cell_over_its_budget_still_times_the_field():
     counter = CountingField(problem.field)
     config = SolversConfig(repeats=3, cell_budget_s=1e-9)
     cell = _measure_cell(
-        [OdecoreLibrary()], problem, counter, Method("rk4", n_steps=2), "forward",
+        [OdecoreLibrary()], problem, Method("rk4", n_steps=2), "forward",
         loss_weight(problem), config, FieldTimer(counter, problem),
     )  # fmt: skip
     assert len(cell.observations["odecore"]) == 1
@@ -280,7 +280,7 @@ def test_a_run_past_the_evaluation_limit_fails_and_the_cell_says_so():
     with pytest.raises(EvaluationLimitError, match="stopped after 7 evaluations"):
         run_once(OdecoreLibrary(), problem, counter, rk4, "forward", loss_weight(problem))
     cell = _measure_cell(
-        [OdecoreLibrary()], problem, counter, rk4, "forward",
+        [OdecoreLibrary()], problem, rk4, "forward",
         loss_weight(problem), SolversConfig(repeats=2), FieldTimer(counter, problem),
     )  # fmt: skip
     assert cell.observations["odecore"] == []

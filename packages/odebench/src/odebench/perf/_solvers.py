@@ -242,7 +242,6 @@ def _time_field(cell: _Cell, timer: FieldTimer, mode: str) -> None:
 def _measure_cell(
     libraries: list[Library],
     problem: Problem,
-    counter: CountingField,
     method: Method,
     mode: str,
     weight: torch.Tensor,
@@ -253,8 +252,10 @@ def _measure_cell(
 
     A round is ``A B ... F``: each library once, then a block of the field alone. In a
     forward cell each library's run is recorded once after the warm-up, and a round is
-    ``A B ... A' B' ... F``, where ``A'`` is ``A``'s solve of its recorded outputs.
+    ``A B ... A' B' ... F``, where ``A'`` is ``A``'s solve of its recorded outputs. The
+    runs go through the field's counter that ``timer`` times.
     """
+    counter = timer.counter
     cell = _Cell({lib.name: [] for lib in libraries})
     obs, failures, notes = cell.observations, cell.failures, cell.notes
 
@@ -519,9 +520,7 @@ def _cell(
     if not libraries:
         return _Cell({})
     t0 = time.perf_counter()
-    cell = _measure_cell(
-        libraries, s.problem, s.timer.counter, method, mode, s.weight, run.config, s.timer
-    )
+    cell = _measure_cell(libraries, s.problem, method, mode, s.weight, run.config, s.timer)
     eval_s, vjp_s = median(cell.eval_s), median(cell.vjp_s)
     blocks = max(len(cell.eval_s), len(cell.vjp_s))
     chained_s = median(cell.chained_s)
