@@ -427,22 +427,17 @@ _PEER_LIBRARIES = {cls.name: cls for cls in (TorchdiffeqLibrary, TorchodeLibrary
 def discover(
     names: Sequence[str] | None = None, *, compiled: bool = False
 ) -> tuple[list[Library], dict[str, str]]:
-    """The libraries that import cleanly, and why each of the others does not.
+    """The libraries of ``names`` (default: all of :data:`LIBRARIES`) that import
+    cleanly, odecore first, and ``{name: reason}`` for each of the others.
 
-    ``odecore`` always comes first. A peer is skipped if it is not installed or if
-    importing it raises anything at all (a peer's own dependencies may not import
-    beside this torch).
-
-    Args:
-        names: the libraries to try; default all of :data:`LIBRARIES`.
-        compiled: add :class:`CompiledOdecoreLibrary` right after odecore (which it
-            is compared with, and which must then be among ``names``).
-
-    Returns:
-        The available libraries, and a dict ``{name: reason}`` of the unavailable ones.
+    A peer is skipped if it is not installed or if importing it raises anything at
+    all (a peer's own dependencies may not import beside this torch). ``compiled``
+    adds :class:`CompiledOdecoreLibrary` right after odecore, which it is compared
+    with and which must then be among ``names``.
 
     Raises:
-        ValueError: for a name that is not in :data:`LIBRARIES`.
+        ValueError: for a name that is not in :data:`LIBRARIES`, or ``compiled``
+            without odecore.
     """
     wanted = list(LIBRARIES if names is None else names)
     unknown = [n for n in wanted if n not in LIBRARIES]

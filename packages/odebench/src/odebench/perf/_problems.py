@@ -161,17 +161,9 @@ class LinearField(nn.Module):
 
 @dataclass
 class Problem:
-    """One benchmark problem.
-
-    Attributes:
-        name: short name (one of :data:`PROBLEMS`).
-        description: what it is, with its sizes, for the report.
-        field: the vector field.
-        y0: the initial state.
-        t0: start time.
-        t1: end time.
-        exact: the exact ``y(t1)`` in float64 when known, else ``None``.
-    """
+    """One benchmark problem, ``dy/dt = field(t, y)`` from ``y0`` at ``t0`` to ``t1``:
+    ``description`` says what it is with its sizes, for the report, and ``exact`` is
+    the exact ``y(t1)`` in float64 where known."""
 
     name: str
     description: str

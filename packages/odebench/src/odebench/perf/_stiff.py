@@ -109,27 +109,16 @@ def run_stiff(
     budget_s: float | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[StiffRow]:
-    """Time each configuration of ``methods`` on ``problem``, forward, and return the rows.
+    """Time each configuration of ``methods`` on ``problem``, forward, and return the
+    rows of the document's ``stiff`` section (the figures of :data:`STIFF_FIGURE_UNITS`).
 
+    ``library`` is odecore (the stiff methods and the ``scipy:`` backend are its own).
     Each configuration gets a warm-up run (with ``warm_up``) and then ``repeats``
-    timed runs, cut to fit ``budget_s`` seconds; times are medians. A run that fails
-    (``dopri5`` out of its step budget, a solver error) is not repeated: its rows
-    carry ``null`` and a note that starts with ``failed:`` and quotes the error.
-
-    Args:
-        library: the library that runs them (odecore: the stiff methods and the
-            ``scipy:`` backend are odecore's).
-        problem: the stiff problem.
-        methods: the configurations (see :func:`stiff_methods`).
-        reference: ``y(t1)`` in float64, for the error.
-        repeats: timed runs per configuration.
-        warm_up: one untimed run before the timed ones.
-        budget_s: seconds of timed runs per configuration; ``None``: no limit.
-        log: called with one line per configuration.
-
-    Returns:
-        The rows of the document's ``stiff`` section: each configuration's figures
-        of :data:`STIFF_FIGURE_UNITS`.
+    timed runs, cut to fit ``budget_s`` seconds (``None``: no limit); times are
+    medians, and ``error`` is against ``reference``. A run that fails (``dopri5`` out
+    of its step budget, a solver error) is not repeated: its rows carry ``null`` and a
+    note that starts with ``failed:`` and quotes the error. ``log`` gets a line per
+    configuration.
     """
     say = log or (lambda _: None)
     counter = CountingField(problem.field, limit=STIFF_LIMIT)
