@@ -30,7 +30,7 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
-from .._figures import Lines, Style, mean_band
+from .._figures import Lines, Point, Style, mean_band
 from .._io import CHECKPOINT, pyplot, save_png
 from ..data import annuli, reflection
 from ..training import Task
@@ -334,26 +334,30 @@ def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor
     return z, s[:, None].expand_as(z)
 
 
-def _plot_reflection(result: Result[DepthSettings], path: Path) -> None:
-    """State over depth per model for inputs in [-1, 1], and the learned maps."""
-    fig, axes = pyplot().subplots(1, len(MODELS) + 1, figsize=(19, 3.5))
+def _reflection_panels(result: Result[DepthSettings]) -> list[Lines]:
+    """State over depth of each model for inputs in [-1, 1] (red: negative), and the
+    learned maps, of the first seed."""
     x = torch.linspace(-1.0, 1.0, 13)[:, None]
     grid = torch.linspace(-1.0, 1.0, 200)[:, None]
-    axes[-1].plot(grid[:, 0], -grid[:, 0], color="0.5", lw=3, label="-x")
-    for ax, kind in zip(axes, MODELS, strict=False):
+    signs = {
+        f"_{i}": Style("-", "tab:red" if v < 0 else "tab:blue")
+        for i, v in enumerate(x[:, 0].tolist())
+    }
+    maps: dict[str, list[Point]] = {}
+    panels = []
+    for kind in MODELS:
         layer = _load(result, "reflection", kind)
         z, depths = _trajectory(layer, x, 41)
-        for i in range(len(x)):
-            color = "tab:red" if float(x[i, 0]) < 0 else "tab:blue"
-            ax.plot(depths[:, i], z[:, i], color=color, lw=1.1)
-        ax.set(xlabel="depth t", ylabel="z(t)", title=LABELS[kind])
-        ax.grid(alpha=0.3)
+        paths = {
+            name: list(zip(depths[:, i].tolist(), z[:, i].tolist())) for i, name in enumerate(signs)
+        }
+        panels.append(Lines(LABELS[kind], "depth t", "z(t)", paths, signs, legend=None))
         with torch.no_grad():
-            axes[-1].plot(grid[:, 0], layer(grid)[:, 0], color=COLORS[kind], label=LABELS[kind])
-    axes[-1].set(xlabel="x", ylabel="z(1)", title=f"learned maps, seed {result.setup.seeds[0]}")
-    axes[-1].legend(fontsize=7)
-    axes[-1].grid(alpha=0.3)
-    save_png(path, fig, dpi=80)
+            maps[LABELS[kind]] = list(zip(grid[:, 0].tolist(), layer(grid)[:, 0].tolist()))
+    maps["-x"] = list(zip(grid[:, 0].tolist(), (-grid[:, 0]).tolist()))  # on top, seen through
+    styles = {LABELS[k]: Style("-", COLORS[k]) for k in MODELS} | {"-x": Style("-", "0.5", 0.5)}
+    title = f"learned maps, seed {result.setup.seeds[0]}"
+    return [*panels, Lines(title, "x", "z(1)", maps, styles)]
 
 
 def _plot_annuli(result: Result[DepthSettings], path: Path) -> None:
@@ -386,7 +390,8 @@ TEMPLATE = register_template(
         words=words, claims=lambda setup: [_claim(key) for key in CLAIMS],
         figures=[Plot("loss.png", lambda result: [_loss_panel(result, t) for t in TASKS],
                       size=(5.5, 3.8), dpi=80),
-                 Figure("reflection.png", _plot_reflection), Figure("annuli.png", _plot_annuli)],
+                 Plot("reflection.png", _reflection_panels, size=(19 / 6, 3.5), dpi=80),
+                 Figure("annuli.png", _plot_annuli)],
         epoch_fields=("reflection_iterations", "annuli_iterations"),
         data=lambda setup: f"reflection ({setup.settings.reflection_points} train / as many "
         f"held-out), annuli-2d ({setup.settings.annuli_points} train / as many held-out)",

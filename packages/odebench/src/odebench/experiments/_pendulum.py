@@ -15,7 +15,6 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -23,7 +22,7 @@ from torch import Tensor
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Lines, Mark, Point, Style
-from .._io import JsonObject, pyplot, save_png
+from .._io import JsonObject
 from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim, ClaimKind
@@ -33,7 +32,6 @@ from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import (
-    Figure,
     Measurement,
     Plot,
     Run,
@@ -334,31 +332,34 @@ def _error_panel(result: Result[PendulumSettings]) -> Lines:
     )  # fmt: skip
 
 
-def _plot_phase(result: Result[PendulumSettings], path: Path) -> None:
-    """Phase portraits of the first seed: rollouts at dt and at the finest dt' of each
-    model against the truth."""
+def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
+    """Phase portraits of the first seed: each model's rollouts of the first three held-out
+    trajectories at dt (solid) and at the finest dt' (dashed), and the truth (grey)."""
     s, setup = result.settings, result.setup
     _, y0, truth = _data(s, setup.seeds[0])
-    plt = pyplot()
-    n_show = min(3, len(y0))
-    fig, axes = plt.subplots(1, len(SCHEMES), figsize=(13, 4.2), sharex=True, sharey=True)
-    for ax, scheme in zip(axes, SCHEMES):
+    y0, truth = y0[:3], truth[:3]
+    panels = []
+    for scheme in SCHEMES:
         field = mlp_field(s.hidden)
         field.load_state_dict(torch.load(setup.run_dir(scheme, setup.seeds[0]) / "field.pt"))
-        for i in range(n_show):
-            ax.plot(*truth[i].T, color="0.6", lw=3, label="exact" if i == 0 else None)
-        for factor, style in ((1.0, "-"), (min(s.dt_factors), "--")):
+        curves = []
+        for factor, fmt in ((1.0, "-"), (min(s.dt_factors), "--")):
             h = s.dt * factor
             with torch.no_grad():
-                ys = rollout(field, y0[:n_show], h, round(s.horizon / h), scheme)
-            for i in range(n_show):
-                label = f"dt' = {h:g}" if i == 0 else None
-                ax.plot(*ys[i].T, style, color=f"C{i}", lw=1.2, label=label)
-        ax.set(title=f"{LABELS[scheme]} model", xlabel="theta (rad)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("omega (rad/s)")
-    save_png(path, fig, dpi=100)
+                curves.append(
+                    (f"dt' = {h:g}", fmt, rollout(field, y0, h, round(s.horizon / h), scheme))
+                )
+        curves.append(("exact", "-", truth))  # on top, seen through
+        series: dict[str, list[Point]] = {}
+        styles = {}
+        for label, fmt, ys in curves:
+            for i, path in enumerate(ys.tolist()):  # one entry in the legend for each kind
+                name = label if i == 0 else f"_{label} {i}"
+                series[name] = [(theta, omega) for theta, omega in path]
+                styles[name] = Style("-", "0.5", 0.5) if label == "exact" else Style(fmt, f"C{i}")
+        ylabel = "omega (rad/s)" if scheme == SCHEMES[0] else ""
+        panels.append(Lines(f"{LABELS[scheme]} model", "theta (rad)", ylabel, series, styles))
+    return panels
 
 
 register_template(
@@ -383,7 +384,7 @@ register_template(
             Plot(
                 "error_vs_dt.png", lambda result: [_error_panel(result)], size=(6.4, 4.4), dpi=100
             ),
-            Figure("phase.png", _plot_phase),
+            Plot("phase.png", _phase_panels, size=(13 / 3, 4.2), dpi=100, sharey=True),
         ],
     )
 )
