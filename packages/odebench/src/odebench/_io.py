@@ -8,7 +8,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -82,13 +82,14 @@ def write_csv(path: Path, rows: Sequence[JsonObject]) -> None:
     write_text(path, out.getvalue())
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, state: Mapping[str, object]) -> None:
     """``torch.save`` atomically, unless a weight (of ``state["model"]``) is not finite.
 
     Raises:
         ValueError: a weight is NaN or infinite; the file in ``path`` is kept.
     """
-    for name, tensor in state.get("model", {}).items():
+    model = state.get("model")
+    for name, tensor in model.items() if isinstance(model, Mapping) else ():
         if tensor.is_floating_point() and not tensor.isfinite().all():
             raise ValueError(
                 f"{path}: not saved: the weight {name} is not finite; the checkpoint there is kept"
