@@ -3,10 +3,10 @@
 ``anode-toy`` and ``anode-images`` train a NODE and an ANODE the way the authors'
 configurations do (Adam, dopri5 at ``rtol = atol = 1e-3``, backpropagation through
 the solver, ReLU), read the same numbers off each run's epochs, and draw per-epoch
-curves as a mean over the seeds with a band from the minimum to the maximum.
-``anode-toy`` and ``anode-resnet`` also train tasks of their own on g(x)
-(:func:`mse_task`), bound a 1-D NODE by :func:`monotone_floor` and draw its
-trajectories (:func:`trajectory`, :func:`plot_paths`).
+curves as a mean over the seeds with a band from the minimum to the maximum
+(:func:`curve_panels`). ``anode-toy`` and ``anode-resnet`` also train tasks of their
+own on g(x) (:func:`mse_task`), bound a 1-D NODE by :func:`monotone_floor` and draw
+its trajectories (:func:`flow_1d`, :func:`flow_panels`).
 """
 
 from __future__ import annotations

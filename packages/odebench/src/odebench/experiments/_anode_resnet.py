@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._figures import Lines
 from .._io import JsonObject
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
@@ -363,6 +364,18 @@ def words(result: Result[ResnetSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
+def _loss_panels(result: Result[ResnetSettings]) -> list[Lines]:
+    """Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task."""
+    return common.curve_panels(result, TASKS, "train_loss", "training loss (MSE)", log=True,
+                               models=MODELS, x="iteration")  # fmt: skip
+
+
+def _crossing_panels(result: Result[ResnetSettings]) -> list[Lines]:
+    """1-D, first seed: the learned maps, and NODE and ResNet trajectories over depth."""
+    flows = {m: result.details(f"1d/{m}") for m in MODELS}
+    return common.flow_panels(result.setup.seeds[0], flows)
+
+
 def _data(setup: Setup[ResnetSettings]) -> str:
     s = setup.settings
     return f"annuli-1d, annuli-2d, shifted sines ({s.train_size} train / {s.test_size} test each)"
@@ -382,28 +395,7 @@ TEMPLATE = register_template(
         text="anode-resnet.md",
         tables=lambda setup: {"losses": LOSSES},
         words=words,
-        figures=[
-            # Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task.
-            Plot(
-                "loss.png",
-                lambda result: common.curve_panels(
-                    result,
-                    TASKS,
-                    "train_loss",
-                    "training loss (MSE)",
-                    log=True,
-                    models=MODELS,
-                    x="iteration",
-                ),
-            ),
-            # 1-D, first seed: the learned maps, and NODE and ResNet trajectories over depth.
-            Plot(
-                "crossing_1d.png",
-                lambda result: common.flow_panels(
-                    result.setup.seeds[0], {m: result.details(f"1d/{m}") for m in MODELS}
-                ),
-            ),
-        ],
+        figures=[Plot("loss.png", _loss_panels), Plot("crossing_1d.png", _crossing_panels)],
         data=_data,
     )
 )

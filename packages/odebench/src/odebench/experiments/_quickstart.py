@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,41 +82,34 @@ class Data:
     why: str
 
 
-_CHOSEN: dict[Setup[QuickstartSettings], Data] = {}
-
-
+@functools.cache
 def _image_data(setup: Setup[QuickstartSettings]) -> Data:
     """MNIST when found; else MNIST downloaded; else, in one line, where it was looked
     for and how to get it, and the toy spirals. Chosen once per run of the experiment."""
-    if setup in _CHOSEN:
-        return _CHOSEN[setup]
     data_dir = setup.options.data_dir
     # The report says what was chosen; where it lies (a path of this machine) goes
     # to the log only.
     try:
-        found = find_data("mnist", data_dir)
-        chosen = Data("mnist", "MNIST's IDX files, found on this machine")
-        setup.log(f"MNIST found in {found}")
+        setup.log(f"MNIST found in {find_data('mnist', data_dir)}")
+        return Data("mnist", "MNIST's IDX files, found on this machine")
     except FileNotFoundError:
         root = Path(data_dir) if data_dir is not None else download_root()
-        setup.log(f"no MNIST found; downloading it into {root}")
-        try:
-            setup.log(f"MNIST downloaded into {download('mnist', root)}")
-            chosen = Data("mnist", "MNIST, not found on this machine, downloaded")
-        except DataError:
-            places = [str(p) for p in ([Path(data_dir)] if data_dir else search_paths())]
-            setup.log(
-                f"no MNIST in {', '.join(places)} and the download failed (get it with "
-                "`odebench download mnist`, or give --data-dir DIR); the toy ANODE on two "
-                "nested spirals instead"
-            )
-            chosen = Data(
-                "spirals",
-                "no MNIST on this machine and the download failed; the toy ANODE on two "
-                "nested spirals instead",
-            )
-    _CHOSEN[setup] = chosen
-    return chosen
+    setup.log(f"no MNIST found; downloading it into {root}")
+    try:
+        setup.log(f"MNIST downloaded into {download('mnist', root)}")
+        return Data("mnist", "MNIST, not found on this machine, downloaded")
+    except DataError:
+        places = [str(p) for p in ([Path(data_dir)] if data_dir else search_paths())]
+    setup.log(
+        f"no MNIST in {', '.join(places)} and the download failed (get it with "
+        "`odebench download mnist`, or give --data-dir DIR); the toy ANODE on two "
+        "nested spirals instead"
+    )
+    return Data(
+        "spirals",
+        "no MNIST on this machine and the download failed; the toy ANODE on two "
+        "nested spirals instead",
+    )
 
 
 def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
