@@ -40,9 +40,12 @@ import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar, cast
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from ._io import JsonObject
 
 _Config = TypeVar("_Config")
 
@@ -118,12 +121,12 @@ def _out_dir(text: str) -> Path:
     return path
 
 
-def _option(text: str) -> tuple[str, Any]:
+def _option(text: str) -> tuple[str, bool | int | float | str]:
     """An argparse type: ``NAME=VALUE``, the value a number, true, false or a word."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    words: dict[str, Any] = {"true": True, "false": False}
+    words: dict[str, bool | str] = {"true": True, "false": False}
     for parse in (int, float):
         try:
             return name.strip(), parse(value)
@@ -172,7 +175,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _defaults(config: type) -> dict[str, Any]:
+def _defaults(config: type) -> dict[str, object]:
     """The defaults of the fields of the dataclass ``config`` (those that have one)."""
     return {
         f.name: f.default
@@ -682,10 +685,10 @@ def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _benchmark(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
-    run: Callable[[Callable[[str], None]], dict[str, Any]],
-    report: Callable[[dict[str, Any]], str],
+    run: Callable[[Callable[[str], None]], JsonObject],
+    report: Callable[[JsonObject], str],
     *,
-    draw: Callable[[dict[str, Any], Path], object] | None = None,
+    draw: Callable[[JsonObject, Path], object] | None = None,
 ) -> int:
     """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json,
     and with ``draw`` the figure to --plot (after the JSON, which a failure to draw

@@ -279,7 +279,8 @@ class TrainConfig:
         "steps of a fixed-step --method; ContinuousNet models: N_t = M of every block at "
         "epoch 0 (default: none, required by a fixed-step method; ContinuousNet models: "
         f"{CONTNET_STEPS})", metavar="N", type="positive_int"))  # fmt: skip
-    solver_options: dict[str, Any] = field(default_factory=dict, hash=False, metadata=_flag(
+    solver_options: dict[str, bool | int | float | str] = field(
+        default_factory=dict, hash=False, metadata=_flag(
         "an option of --method by odecore's name, as odecore.odeint takes it (implicit "
         "methods: max_iters, Newton's iterations per step; adaptive: max_num_steps, "
         "first_step, ...); repeat for more (default: odecore's)", option="--solver-option",

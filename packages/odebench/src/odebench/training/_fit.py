@@ -25,10 +25,18 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .. import _io, _provenance
+from .._io import Json, JsonObject
 from ..models import nfe
 from ._config import show_progress
 from ._data import shard
-from ._run_dir import BadCheckpointError, Log, RunFolder, load_checkpoint
+from ._run_dir import (
+    BadCheckpointError,
+    Checkpoint,
+    Log,
+    RunFolder,
+    TallyState,
+    load_checkpoint,
+)
 
 Batch = tuple[Tensor, ...]
 Loss = Tensor | tuple[Tensor, Mapping[str, Tensor]]
@@ -72,7 +80,7 @@ class Epoch:
     nfe_backward: int
     seconds: float
     world: int = 1
-    evaluation: Mapping[str, Any] = field(default_factory=dict)
+    evaluation: Mapping[str, float | None] = field(default_factory=dict)
 
 
 def default_row(epoch: Epoch) -> dict[str, Any]:
@@ -86,6 +94,12 @@ def default_row(epoch: Epoch) -> dict[str, Any]:
         **epoch.evaluation,
         "epoch_seconds": epoch.seconds,
     }
+
+
+def _number(row: JsonObject, key: str) -> float:
+    """The number ``row[key]`` (0 when the row has none)."""
+    value = row.get(key)
+    return value if isinstance(value, (int, float)) else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +182,7 @@ class Task:
     schedule: Callable[[Optimizer], Schedule] | None = None
     schedule_every: Literal["batch", "epoch"] = "batch"
     row: Callable[[Epoch], dict[str, Any]] = default_row
-    evaluate: Callable[[nn.Module, int], Mapping[str, Any]] | None = None
+    evaluate: Callable[[nn.Module, int], Mapping[str, float | None]] | None = None
     after_epoch: Callable[[list[dict[str, Any]]], None] | None = None
     refine: Callable[[int, nn.Module, Optimizer, Log], tuple[nn.Module, Optimizer]] | None = None
     refine_epochs: tuple[int, ...] = ()
@@ -237,9 +251,12 @@ class _Tally:
         return cls(torch.zeros((), dtype=torch.float64, device=device))
 
     @classmethod
-    def load(cls, state: dict[str, Any]) -> _Tally:
+    def load(cls, state: TallyState) -> _Tally:
         """The tally of a mid-epoch checkpoint (what :meth:`state` saved)."""
-        return cls(**{**state, "sums": dict(state["sums"]), "losses": list(state["losses"])})
+        return cls(
+            state["loss"], dict(state["sums"]), list(state["losses"]), state["count"],
+            state["batches"], state["nfe_forward"], state["nfe_backward"], state["seconds"],
+        )  # fmt: skip
 
     def add(
         self, loss: Tensor, extras: Mapping[str, Tensor], n: int, counts: tuple[int, int]
@@ -255,9 +272,13 @@ class _Tally:
         self.nfe_forward += counts[0]
         self.nfe_backward += counts[1]
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> TallyState:
         losses = torch.stack(self.losses) if self.losses else torch.zeros(0)
-        return {**dataclasses.asdict(self), "sums": dict(self.sums), "losses": losses}
+        return TallyState(
+            loss=self.loss, sums=dict(self.sums), losses=losses, count=self.count,
+            batches=self.batches, nfe_forward=self.nfe_forward,
+            nfe_backward=self.nfe_backward, seconds=self.seconds,
+        )  # fmt: skip
 
     def close(self, index: int, process: _Process) -> Epoch:
         """The epoch, summed over every process (of a pass whose shards they each took)."""
@@ -284,7 +305,7 @@ class _Start:
 
     epoch: int = 0
     batch: int = 0
-    partial: dict[str, Any] | None = None  # the epoch's running totals so far
+    partial: TallyState | None = None  # the epoch's running totals so far
     aug_rng: Tensor | None = None  # the state of the epoch's augmentation generator
 
 
@@ -372,7 +393,7 @@ class Training:
             self.model: nn.Module = task.model().to(device)
         self.optimizer = task.optimizer(self.model.parameters())
         self.schedule = task.schedule(self.optimizer) if task.schedule is not None else None
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[JsonObject] = []
         self._order_gen = torch.Generator().manual_seed(task.seed)
         self._order_state = self._order_gen.get_state()  # before the epoch in progress drew
         self._examples = len(self.data[0])  # the epoch in progress's, once its order is drawn
@@ -381,7 +402,7 @@ class Training:
         self._net = self.model  # as it trains: compiled, under DDP (see `_wrap`)
         self._stopped = ""  # the name of the signal that asked the run to stop
         self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
-        self._segments: list[dict[str, Any]] = []  # of the stretches before this one
+        self._segments: list[JsonObject] = []  # of the stretches before this one
         self._segment = dict(_provenance.UNKNOWN_SEGMENT)  # this one's, set by `run`
 
     @property
@@ -398,7 +419,7 @@ class Training:
     @property
     def seconds(self) -> float:
         """The epochs' time (``epoch_seconds`` of the rows), over every resumption."""
-        return float(sum(row.get("epoch_seconds", 0.0) for row in self.rows))
+        return float(sum(_number(row, "epoch_seconds") for row in self.rows))
 
     def resume(self) -> bool:
         """Continue the run from ``out/checkpoint.pt``, when there is one.
@@ -432,7 +453,7 @@ class Training:
         self._log(f"resuming {self.out} at epoch {start.epoch + 1}, batch {start.batch}")
         return True
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: Checkpoint) -> None:
         """Put the run back where ``state``, a checkpoint of :meth:`save_checkpoint`, left it.
 
         The refinements made so far are replayed first; then the model, the optimiser,
@@ -446,10 +467,13 @@ class Training:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.schedule is not None:
+            if state["schedule"] is None:
+                raise KeyError("schedule")
             self.schedule.load_state_dict(state["schedule"])
         torch.set_rng_state(state["rng"].cpu())
-        if self.device.type == "cuda" and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
+        cuda_rng = state.get("cuda_rng")
+        if self.device.type == "cuda" and cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng.cpu(), self.device)
         self._order_gen.set_state(state["order_rng"].cpu())
         self.rows = list(state["metrics"])
         self._segments = list(state.get("segments") or [_provenance.UNKNOWN_SEGMENT])
@@ -464,7 +488,7 @@ class Training:
         if not self.process.main:
             return
         cuda = self.device.type == "cuda"
-        state = {
+        state: Checkpoint = {
             "epoch": epoch,
             "batch": batch,
             "model": self.model.state_dict(),
@@ -479,7 +503,7 @@ class Training:
             "config": dict(self.task.settings),
             "segments": self.segments(),
         }
-        _io.save_checkpoint(self.checkpoint_path, state)
+        _io.save_checkpoint(self.checkpoint_path, dict(state))
 
     def segments(self) -> list[dict[str, Any]]:
         """Where each stretch of the run came from: one provenance segment per start or
@@ -685,7 +709,7 @@ class Training:
             self.schedule.step()
         tally.add(loss, extras, len(batch[0]), nfe(self.model))
 
-    def _evaluate(self, epoch: int) -> Mapping[str, Any]:
+    def _evaluate(self, epoch: int) -> Mapping[str, float | None]:
         if self.task.evaluate is None:
             return {}
         try:
@@ -731,12 +755,12 @@ def held(
     *,
     device: str,
     batch_size: int,
-    settings: Mapping[str, Any],
+    settings: Mapping[str, Json],
     epochs: int,
     resume: bool,
     overwrite: bool,
     log: Log,
-    defaults: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Json] | None = None,
 ) -> Iterator[torch.device]:
     """Hold the run folder ``out`` (and, under ``torchrun``, the process group) for a run;
     yield the device this process trains on.

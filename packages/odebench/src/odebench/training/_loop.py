@@ -17,6 +17,7 @@ from odelayers import NeuralODE
 from torch import Tensor, nn
 
 from .. import _io, _provenance
+from .._io import JsonObject
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
 from ._config import TrainConfig
@@ -27,6 +28,7 @@ from ._fit import (
     Task,
     Training,
     _diverged,
+    _number,
     _Process,
     _process,
     _Tally,
@@ -334,11 +336,11 @@ class Trainer(Training):
             raise _diverged(where, f"the test loss is {loss}.", self.checkpoint_path, epoch)
         return test
 
-    def _row(self, epoch: Epoch) -> dict[str, Any]:
+    def _row(self, epoch: Epoch) -> JsonObject:
         """The row of ``metrics.json`` of a finished epoch."""
         count = max(epoch.count, 1)
         test, correct = epoch.evaluation, epoch.sums.get("correct")
-        row = {
+        row: JsonObject = {
             "epoch": epoch.index + 1,
             "lr": self.config.lr_at(epoch.index),
             "train_loss": epoch.loss,
@@ -355,7 +357,7 @@ class Trainer(Training):
             row |= {"n_steps": self.model.n_steps, "parameters": count_parameters(self.model)}
         return row
 
-    def _after_epoch(self, rows: list[dict[str, Any]]) -> None:
+    def _after_epoch(self, rows: list[JsonObject]) -> None:
         """Write the curves (first process), and log the epoch's line."""
         if self.process.main:
             _io.write_csv(self.out / "metrics.csv", rows)
@@ -366,7 +368,7 @@ class Trainer(Training):
     def _results(self, wall_seconds: float) -> dict[str, Any]:
         """The content of ``results.json``."""
         metrics = self.rows
-        accuracies = [m["test_acc"] for m in metrics if m["test_acc"] is not None]
+        accuracies = [_number(m, "test_acc") for m in metrics if m["test_acc"] is not None]
         segments = self.segments()
         return {
             "model": self.config.model,
@@ -377,7 +379,7 @@ class Trainer(Training):
             "epochs": len(metrics),
             "final": metrics[-1] if metrics else None,
             "best_test_acc": max(accuracies, default=None),
-            "train_seconds": sum(m["epoch_seconds"] for m in metrics),
+            "train_seconds": sum(_number(m, "epoch_seconds") for m in metrics),
             "wall_seconds": wall_seconds,
             "config": self.config.to_dict(),
             "provenance": {
@@ -389,13 +391,13 @@ class Trainer(Training):
         }
 
 
-def _line(row: dict[str, Any], epochs: int) -> str:
+def _line(row: JsonObject, epochs: int) -> str:
     parts = [f"epoch {row['epoch']}/{epochs}", f"train loss {row['train_loss']:.4g}"]
     if row["train_acc"] is not None:
-        parts.append(f"acc {100 * row['train_acc']:.2f}%")
+        parts.append(f"acc {row['train_acc']:.2%}")
     parts.append(f"test loss {row['test_loss']:.4g}")
     if row["test_acc"] is not None:
-        parts.append(f"acc {100 * row['test_acc']:.2f}%")
+        parts.append(f"acc {row['test_acc']:.2%}")
     if row["nfe_forward"] is not None:
         nb = row["nfe_backward"]
         parts.append(

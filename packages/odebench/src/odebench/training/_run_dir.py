@@ -15,11 +15,12 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import torch
+from torch import Tensor
 
-from .._io import CHECKPOINT
+from .._io import CHECKPOINT, Json, JsonObject
 
 try:
     import fcntl
@@ -37,6 +38,38 @@ RESUMABLE = frozenset({"epochs", "device", "data_dir", "progress", "compile"})
 
 #: What a checkpoint of :func:`~odebench.training.train` holds, at least.
 _CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "metrics"})
+
+
+class TallyState(TypedDict):
+    """The running totals of the epoch that a mid-epoch checkpoint stopped inside."""
+
+    loss: Tensor
+    sums: dict[str, Tensor]
+    losses: Tensor
+    count: int
+    batches: int
+    nfe_forward: int
+    nfe_backward: int
+    seconds: float
+
+
+class Checkpoint(TypedDict):
+    """What ``checkpoint.pt`` holds: where the run stands (``batch`` batches into
+    ``epoch``), its state, its rows (``metrics``) and settings (``config``)."""
+
+    epoch: int
+    batch: int
+    model: dict[str, Tensor]
+    optimizer: dict[str, object]
+    schedule: dict[str, object] | None
+    rng: Tensor
+    cuda_rng: NotRequired[Tensor | None]
+    aug_rng: NotRequired[Tensor]
+    order_rng: Tensor
+    partial: NotRequired[TallyState | None]
+    metrics: list[JsonObject]
+    config: NotRequired[JsonObject]
+    segments: NotRequired[list[JsonObject]]
 
 
 class RunExistsError(FileExistsError):
@@ -351,7 +384,7 @@ class RunFolder:
     # -- resuming a training run ------------------------------------------------------
 
     def check_resume(
-        self, settings: Mapping[str, Any], epochs: int, defaults: Mapping[str, Any]
+        self, settings: Mapping[str, Json], epochs: int, defaults: Mapping[str, Json]
     ) -> None:
         """Check that a run with ``settings`` may continue the training run in the folder.
 
@@ -367,7 +400,7 @@ class RunFolder:
             RunExistsError: results without a checkpoint.
         """
         path = self.path / CHECKPOINT
-        saved: Mapping[str, Any] | None = None
+        saved: Mapping[str, Json] | None = None
         if path.exists():
             state = load_checkpoint(path, torch.device("cpu"))
             saved = state.get("config")
@@ -402,7 +435,7 @@ class RunFolder:
             )
 
 
-def _saved_config(path: Path) -> Mapping[str, Any] | None:
+def _saved_config(path: Path) -> Mapping[str, Json] | None:
     """The ``config`` of a run's ``config.json``; ``None`` when there is none to read."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
@@ -420,7 +453,7 @@ def _saved_config(path: Path) -> Mapping[str, Any] | None:
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
-def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+def load_checkpoint(path: Path, device: torch.device) -> Checkpoint:
     """Load one of :func:`train`'s checkpoints with ``weights_only=True``.
 
     Only tensors and plain containers load; a file that asks for anything else is
@@ -434,7 +467,7 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            state = torch.load(path, map_location=device, weights_only=True)
+            state: Checkpoint = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises many kinds; each means a bad file
