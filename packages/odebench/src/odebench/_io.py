@@ -214,6 +214,18 @@ def plot_curves(
     save_png(path, curves_figure(metrics, title, loss=loss), tight=False)
 
 
+def text_parts(text: str) -> tuple[str, dict[str, str]]:
+    r"""A text file beside the code, split at its ``<!-- part: NAME -->`` lines: the text
+    before the first, and each part by name (blank lines around them dropped).
+
+    Example:
+        >>> text_parts("intro\n<!-- part: found -->\nfound it\n\n<!-- part: lost -->\nlost\n")
+        ('intro\n', {'found': 'found it', 'lost': 'lost'})
+    """
+    head, *pieces = re.split(r"^<!-- part: (\w+) -->\n", text, flags=re.MULTILINE)
+    return head, {name: part.strip("\n") for name, part in zip(pieces[::2], pieces[1::2])}
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A Markdown table: the header, its rule, then a line per row (``|`` in a cell escaped).
 

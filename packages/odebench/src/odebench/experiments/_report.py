@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._io import text_parts
 from .._provenance import Provenance
 from ._claims import Verdict
 
@@ -62,8 +62,7 @@ class Prose:
         where = path if path.is_absolute() else resources.files(__package__) / "text" / file
         text = where.read_text(encoding="utf-8")
         text, _, claims = text.partition(CLAIMS_MARK)
-        report, *pieces = re.split(r"^<!-- part: (\w+) -->\n", text, flags=re.MULTILINE)
-        parts = {name: part.strip("\n") for name, part in zip(pieces[::2], pieces[1::2])}
+        report, parts = text_parts(text)
         details: dict[str, str] = {}
         for paragraph in claims.strip().split("\n\n") if claims.strip() else ():
             head, colon, detail = paragraph.partition(":")

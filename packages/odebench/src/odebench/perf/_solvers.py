@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from importlib import resources
 
 import torch
 
-from .._io import JsonObject
+from .._io import JsonObject, text_parts
 from .._provenance import load_average, machine
 from ._document import (
     CompiledRow,
@@ -681,60 +682,13 @@ def _us(seconds: float | None) -> float | None:
 
 
 def _general_notes(config: SolversConfig) -> list[str]:
-    return (
-        [
-            "Times are medians over interleaved repetitions (A B A B ...) after one warm-up run "
-            "per library" + (" (quick mode: one run, no warm-up)." if config.quick else "."),
-            "ratios are odecore / peer: below 1 means odecore is faster, needs fewer "
-            "evaluations or is more accurate.",
-        ]
-        + [
-            "compiled (--compile) compares odecore's solve(..., compile=True) with eager "
-            "odecore in the same cells: ratio = compiled / eager median time (below 1: the "
-            "compiled solve is faster); first_call_s is the compiled library's first call of "
-            "each configuration, which compiles the graph, left out of the medians. "
-            "y1_max_abs_diff and grad_rel_diff compare its result and gradient with the "
-            "eager solve's. Its solve is solve(RK4(), dt0 = span / steps), eager odecore's "
-            "odeint(method='rk4'): the same steps.",
-        ]
-        * config.compile
-        + [
-            "forward_overhead = forward time / (NFE x time of one evaluation alone); "
-            "backprop_overhead = time / (NFE x time of one evaluation with its VJP); "
-            "adjoint and checkpoint overhead = time / (NFE forward x evaluation + "
-            "NFE backward x evaluation with VJP). The physical limit is 1.0.",
-            "The evaluation times of each (problem, method, mode) are medians of blocks of "
-            "the field alone, one per round of that cell's runs and about as long as one "
-            "run (see evaluations); the problems list gives one measurement taken "
-            "before the cells.",
-            "forward_cost_per_eval_us = (forward time - NFE x evaluation time) / NFE: the "
-            "solver's own time per evaluation, estimated by subtraction.",
-            "forward_solver_time_s is the forward solve with the field replaced by a tape of "
-            "its outputs in that library's recorded run: the same steps, no evaluation cost. "
-            "It is the solver alone, measured; forward_solver_overhead is it over NFE x "
-            "evaluation time (its part of forward_overhead), forward_solver_cost_per_eval_us "
-            "it over NFE. "
-            "What the forward time holds beyond NFE x evaluation time and the solver alone is "
-            "the field and the solver slowing each other (caches, threads).",
-            "chained_eval_time_s (evaluations, forward cells) is one evaluation in a block "
-            "of evaluations chained by one axpy each, y <- y + eps f(t, y): what any solver "
-            "pays per evaluation at the least. chained / eval_time_s is the practical limit "
-            "of forward_overhead on the machine of the run.",
-            "error is the largest absolute difference at t1 from the problem's reference "
-            "(exact for the linear system, a float64 dopri8 solve otherwise).",
-            "{mode}_grad_diff = |g - g_backprop| / |g_backprop| against the same library's "
-            "backprop gradient of the same solve configuration (for y0 and all parameters).",
-            "rk4 is each library's own: RK4-classic in odecore, Kutta's 3/8 rule in "
-            "torchdiffeq; both take 4 evaluations per step.",
-            "NFE counts calls of the vector field through one wrapper module, whichever "
-            "library calls it; a backward-pass evaluation (with its VJP) counts as one.",
-        ]
-        + [
-            "Stiff problems (stiff): forward solves in float64 by odecore's kvaerno5 and by "
-            "SciPy's Radau and BDF through odecore's scipy: backend, at each tolerance of a "
-            "sweep (rtol = atol), and dopri5 with a step budget that it runs out of; error "
-            "against SciPy's Radau at rtol = atol = 1e-12, solved once per run. NFE counts "
-            "the Jacobians' evaluations too.",
-        ]
-        * any(p in STIFF_PROBLEMS for p in config.problem_names)
-    )
+    """The notes of ``text/solvers.md`` that apply to ``config``, in order."""
+    parts = text_parts((resources.files(__package__) / "text" / "solvers.md").read_text("utf-8"))[1]
+    warmup = " (quick mode: one run, no warm-up)." if config.quick else "."
+    names = ["first", "compile", "costs", "stiff"]
+    if not config.compile:
+        names.remove("compile")
+    if not any(p in STIFF_PROBLEMS for p in config.problem_names):
+        names.remove("stiff")
+    notes = [p for name in names for p in parts[name].split("\n\n")]
+    return [" ".join(note.split()).replace("{warmup}", warmup) for note in notes]
