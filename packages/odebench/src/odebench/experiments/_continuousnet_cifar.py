@@ -27,7 +27,7 @@ detail them once, by kind, and :func:`claims` fills in each pair.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _contnet_common as common
 from ._claims import Claim
@@ -35,7 +35,7 @@ from ._images import data_name
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Figure, Template
+from ._template import Plot, Template
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 NOT_CONFIRMED, NOT_PUBLISHED = "not confirmed", "not published"
 #: What Queiruga et al. (2020) publish for each model (Table 1 and Sec. 5.2, single
 #: V100, training only). Words where there is no confirmed number.
-PUBLISHED: dict[str, dict[str, Any]] = {
+PUBLISHED: dict[str, dict[str, float | str]] = {
     "euler": {"test_accuracy": NOT_CONFIRMED, "parameters": NOT_CONFIRMED,
               "seconds_per_epoch": 113.0, "total_minutes": 295.0},
     "rk4-refined": {
@@ -168,8 +168,8 @@ def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
         Col("test acc. (paper)"),
         Col("parameters (ours)", common.PARAMETERS),
         Col("parameters (paper)"),
-    ], {k: {"test acc. (paper)": PUBLISHED[k]["test_accuracy"],
-            "parameters (paper)": PUBLISHED[k]["parameters"]} for k in nets})  # fmt: skip
+    ], {k: {"test acc. (paper)": str(PUBLISHED[k]["test_accuracy"]),
+            "parameters (paper)": str(PUBLISHED[k]["parameters"])} for k in nets})  # fmt: skip
     fig7 = by_run("model", nets, [
         Col("s/epoch, mean (ours)", common.SECONDS_PER_EPOCH),
         Col("first epoch", common.SECONDS_FIRST_EPOCH),
@@ -192,7 +192,7 @@ def _depth(result: Result[common.RefineSettings], row: Row) -> str:
     return f"{net.method}, {net.n_steps} -> {final} (refined at epochs {epochs})"
 
 
-def _published_time(p: dict[str, Any]) -> dict[str, str]:
+def _published_time(p: dict[str, float | str]) -> dict[str, str]:
     """The paper's cells of Fig. 7 for one net: seconds per epoch and total minutes."""
     total, per_epoch = p["total_minutes"], p["seconds_per_epoch"]
     if not isinstance(total, str):
@@ -240,7 +240,9 @@ register_template(
         runs=common.runs_where_found,
         measure=common.measure_refined,
         claims=claims,
-        figures=[Figure("fig7_time_and_accuracy.png", partial(common.plot_epochs, stacked=True))],
+        figures=[
+            Plot("fig7_time_and_accuracy.png", common.epoch_panels, columns=1, size=(6.4, 3.0))
+        ],
         text=TEXT,
         tables=tables,
         words=words,

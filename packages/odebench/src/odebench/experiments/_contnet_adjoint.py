@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
-from .._io import pyplot, save_png
+from .._figures import Bars, Lines, Point, Style
 from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
@@ -34,7 +32,7 @@ from ._metrics import Metric, Ref, Stat, Values
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Run, Setup, Template, Trained, TrainingSettings
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 FACTORS = (1, 2, 3, 4)
 """``N_t / M`` of the plain adjoint, trained and compared."""
@@ -55,7 +53,7 @@ COMPARED = (
 # error at M (0.67-0.74 standard, 0.51-0.81 quick). KNOT_FLOOR: with jump_ts the adjoint
 # still differs from backprop by more than this, a discretisation error (about 0.4).
 ACC_GAP, EXACT, FALL, KNOT_RATIO, KNOT_FLOOR = 0.01, 1e-5, 0.5, 0.85, 1e-2
-PUBLISHED: dict[str, Any] = {
+PUBLISHED: dict[str, str] = {
     "adjoint": "adjoint gradients sensitive to N_t; converging to high accuracy needed "
     "N_t >= 3M (Sec. 5.2); no numbers",
     "data": "CIFAR-10 in the paper; here the digits found (quick mode), Fashion-MNIST "
@@ -221,10 +219,6 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
     return Measurement(metrics, {"per_epoch": per_epoch})
 
 
-#: How the claims show accuracies: in points.
-POINTS: dict[str, Any] = {"spec": "+.1f", "scale": 100, "unit": " points"}
-
-
 def _error(key: str, metric: Metric = GRAD_ERROR) -> Ref:
     """The gradient error of method ``key`` over every parameter (backprop's run)."""
     return metric.of("backprop", method=key, part=ALL)
@@ -245,13 +239,13 @@ CLAIMS = [
         "adjoint_m_below_backprop",
         "The adjoint at N_t = M trains to a lower test accuracy than backprop",
         PUBLISHED["adjoint"], TEST_ACCURACY.of("adjoint-1M"), BACKPROP_ACCURACY,
-        below=-ACC_GAP, kind="paper", **POINTS,
+        below=-ACC_GAP, kind="paper", spec="+.1f", scale=100, unit=" points",
     ),
     *(Claim.difference(
         f"adjoint_{k}m_reaches_backprop",
         f"The adjoint at N_t = {k}M trains to backprop's test accuracy",
         PUBLISHED["adjoint"], TEST_ACCURACY.of(f"adjoint-{k}M"), BACKPROP_ACCURACY,
-        above=-ACC_GAP, kind="paper", **POINTS,
+        above=-ACC_GAP, kind="paper", spec="+.1f", scale=100, unit=" points",
     ) for k in (3, 4)),
     Claim(
         "checkpoint_is_backprop",
@@ -288,7 +282,7 @@ def _paired(result: Result[Any], row: Row) -> str:
         return "–"
     ours = TEST_ACCURACY.of(row.run)
     diffs = [v[ours] - v[BACKPROP_ACCURACY] for v in result.per_seed()]
-    return Stat.of(diffs).cell(POINTS["spec"], POINTS["scale"], POINTS["unit"])
+    return Stat.of(diffs).cell("+.1f", 100, " points")
 
 
 def tables(setup: Setup[AdjointSettings]) -> dict[str, Table]:
@@ -322,37 +316,32 @@ def words(result: Result[AdjointSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _plot(result: Result[AdjointSettings], path: Path) -> None:
+def _panels(result: Result[AdjointSettings]) -> list[Lines | Bars]:
     """Gradient error against ``N_t / M`` per adjoint, and test accuracy per method."""
-    plt = pyplot()
-    fig, (grads, accs) = plt.subplots(1, 2, figsize=(10.5, 4.0))
-    for knots, color, name in ((False, "C3", "adjoint"), (True, "C0", "adjoint, jump_t")):
-        for metric, style, when in ((GRAD_ERROR, "o-", "init"),
-                                    (GRAD_ERROR_TRAINED, "s--", "trained")):  # fmt: skip
-            stats = [result.stat(_error(Method("adjoint", k, knots).key, metric)) for k in FACTORS]
-            values = [math.nan if st.mean is None else st.mean for st in stats]
-            grads.loglog(FACTORS, values, style, color=color, label=f"{name} ({when})")
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    for key, color, name in (("adjoint", "C3", "adjoint"), ("knot", "C0", "adjoint, jump_t")):
+        for metric, fmt, when in (
+            (GRAD_ERROR, "o-", "init"),
+            (GRAD_ERROR_TRAINED, "s--", "trained"),
+        ):
+            label, refs = f"{name} ({when})", [_error(f"{key}-{k}M", metric) for k in FACTORS]
+            series[label] = [(k, result.stat(ref).mean) for k, ref in zip(FACTORS, refs)]
+            styles[label] = Style(fmt, color)
     first = result.stat(_error("adjoint-1M")).mean
     if first is not None:
-        grads.loglog(FACTORS, [first / k for k in FACTORS], color="0.6", lw=1, label="1/N_t")
-    grads.set_xticks(FACTORS, [f"{k}M" for k in FACTORS], minor=False)
-    grads.set_xticks([], minor=True)
-    grads.set(xlabel="N_t", ylabel="relative gradient error vs backprop",
-              title="gradients at the same N_t")  # fmt: skip
-    grads.grid(alpha=0.3, which="both")
-    grads.legend(fontsize=7)
+        series["1/N_t"] = [(k, first / k) for k in FACTORS]
+        styles["1/N_t"] = Style("-", "0.6")
     stats = [result.stat(TEST_ACCURACY.of(m.key)) for m in TRAINED]
-    for i, stat in enumerate(stats):
-        values = [100 * v for v in stat.values if v is not None]
-        accs.bar(i, 100 * stat.mean if stat.mean is not None else 0, color="C0", alpha=0.4)
-        accs.plot([i] * len(values), values, "k.", ms=5)
-    accs.set_xticks(range(len(TRAINED)), [m.key for m in TRAINED], rotation=30, fontsize=8)
-    finite = [100 * stat.mean for stat in stats if stat.mean is not None]
-    if finite:
-        accs.set_ylim(max(0.0, min(finite) - 10), min(100.0, max(finite) + 5))
-    accs.set(ylabel="test accuracy (%)", title="trained by each gradient method")
-    accs.grid(alpha=0.3, axis="y")
-    save_png(path, fig, dpi=100)
+    accuracy = "test accuracy"
+    return [
+        Lines("gradients at the same N_t", "N_t / M", "relative gradient error vs backprop",
+              series, styles, xscale="log", yscale="log", xticks=FACTORS),
+        Bars("trained by each gradient method", "test accuracy (%)", [m.key for m in TRAINED],
+             {accuracy: [None if st.mean is None else 100 * st.mean for st in stats]},
+             points={accuracy: [[100 * v for v in st.values if v is not None] for st in stats]},
+             colors={accuracy: "C0"}, rotation=30),
+    ]  # fmt: skip
 
 
 def _data(setup: Setup[AdjointSettings]) -> str:
@@ -376,7 +365,7 @@ TEMPLATE = register_template(
         text="contnet-adjoint.md",
         tables=tables,
         words=words,
-        figures=[Figure("adjoint.png", _plot)],
+        figures=[Plot("adjoint.png", _panels, size=(5.25, 4.0), dpi=100)],
         published=PUBLISHED,
         data=_data,
     )

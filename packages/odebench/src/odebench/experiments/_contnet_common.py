@@ -4,7 +4,7 @@ All three train ContinuousNets (:class:`Net`) with :func:`odebench.training.trai
 the data set of each net or, in quick mode, the 28x28 digits found (:func:`digits`);
 they measure each trained net with its batch-norm statistics recalibrated
 (:func:`measure_refined`, whose metrics are declared here), fill their texts' shared
-fields (:func:`words`) and draw time and accuracy per epoch (:func:`plot_epochs`).
+fields (:func:`words`) and show time and accuracy per epoch (:func:`epoch_panels`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import contnet
 import torch
 
-from .._io import pyplot, save_png
+from .._figures import Lines, Mark, Point
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
 from ._images import data_name, not_run
@@ -45,18 +44,6 @@ def batches(data: Dataset, batch: int, seed: int) -> Iterator[tuple[torch.Tensor
     for i in range(len(order) // batch):
         idx = order[i * batch : (i + 1) * batch]
         yield data.inputs[idx], data.targets[idx]
-
-
-def recalibrate(
-    net: contnet.ContinuousNet, data: Dataset, n_batches: int, batch: int, seed: int
-) -> None:
-    """:func:`contnet.recalibrate` on the first ``n_batches`` batches of ``data`` in
-    the order ``seed`` draws (each running statistic: the plain average of its batch
-    statistics); ``net`` is left in eval mode."""
-    device = next(net.parameters()).device
-    chosen = itertools.islice(batches(data, batch, seed), n_batches)
-    contnet.recalibrate(net, (data.normalize(images.to(device)) for images, _ in chosen))
-    net.eval()
 
 
 @dataclass(frozen=True)
@@ -273,10 +260,14 @@ class Restored:
         return cast(float, result["acc"])
 
     def recalibrate(self, net: contnet.ContinuousNet, n_batches: int) -> None:
-        """:func:`recalibrate` ``net`` (:attr:`net` or a manifestation of it) on
-        ``n_batches`` training batches of the configuration's batch size, in the order
-        of its seed."""
-        recalibrate(net, self.train, n_batches, self.config.batch_size, self.config.seed)
+        """:func:`contnet.recalibrate` ``net`` (:attr:`net` or a manifestation of it) on
+        the first ``n_batches`` training batches of the configuration's batch size, in
+        the order of its seed (each running statistic: the plain average of its batch
+        statistics); ``net`` is left in eval mode."""
+        device, data, config = next(net.parameters()).device, self.train, self.config
+        chosen = itertools.islice(batches(data, config.batch_size, config.seed), n_batches)
+        contnet.recalibrate(net, (data.normalize(images.to(device)) for images, _ in chosen))
+        net.eval()
 
 
 def restore(setup: Setup[N], trained: Trained) -> Restored:
@@ -351,7 +342,7 @@ def measure_refined(
     )  # fmt: skip
 
 
-def words(result: Result[N]) -> dict[str, Any]:
+def words(result: Result[N]) -> dict[str, str]:
     """The fields the three texts share: ``data`` (the data sets of the nets trained),
     ``sizes``, ``training`` (the optimiser in words) and ``quick_note`` (a paragraph
     of its own in quick mode, else nothing)."""
@@ -366,33 +357,20 @@ def words(result: Result[N]) -> dict[str, Any]:
     }
 
 
-def plot_epochs(result: Result[N], path: Path, *, stacked: bool) -> None:
+def epoch_panels(result: Result[N]) -> list[Lines]:
     """Training seconds per epoch (log scale, dotted lines at the refinements) and test
-    accuracy per epoch, a line per net trained (first seed), one panel above the other
-    (``stacked``) or side by side."""
-    plt = pyplot()
-    if stacked:
-        fig, (times, accs) = plt.subplots(2, 1, figsize=(6.4, 6.0), sharex=True)
-        times.set_title("dotted: refinements (N_t and M double)", fontsize=9)
-    else:
-        fig, (times, accs) = plt.subplots(1, 2, figsize=(9.6, 3.6))
-        times.set(xlabel="epoch", title="dotted: refinements")
+    accuracy per epoch, a line per net trained (first seed)."""
     nets = ran(result)
+    times: dict[str, list[Point]] = {}
+    accs: dict[str, list[Point]] = {}
     for net in nets:
         rows = result.details(net.key)["per_epoch"]
-        epochs = [row["epoch"] for row in rows]
-        times.plot(epochs, [row["epoch_seconds"] for row in rows], "o-", label=net.label)
-        acc = [float("nan") if r["test_acc"] is None else 100 * r["test_acc"] for r in rows]
-        accs.plot(epochs, acc, "o-", label=net.label)
-        for epoch in net.refine_epochs:
-            times.axvline(epoch + 0.5, color="0.6", ls=":", lw=1)
-    if not nets:
-        accs.text(0.5, 0.5, "no net trained: no data set found", ha="center",
-                  transform=accs.transAxes)  # fmt: skip
-    times.set(ylabel="training seconds per epoch", yscale="log")
-    accs.set(xlabel="epoch", ylabel="test accuracy (%)")
-    for ax in (times, accs):
-        ax.grid(alpha=0.3)
-        if nets:
-            ax.legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+        times[net.label] = [(r["epoch"], r["epoch_seconds"]) for r in rows]
+        accs[net.label] = [(r["epoch"], r["test_acc"] and 100 * r["test_acc"]) for r in rows]
+    refinements = [Mark(epoch + 0.5, axis="x") for net in nets for epoch in net.refine_epochs]
+    return [
+        Lines("dotted: refinements (N_t and M double)", "epoch", "training seconds per epoch",
+              times, yscale="log", marks=refinements),
+        Lines("", "epoch", "test accuracy (%)", accs,
+              empty=None if nets else "no net trained: no data set found"),
+    ]  # fmt: skip

@@ -8,7 +8,7 @@ full mode, as the paper's model is). Each is then evaluated with every
 (CIFAR-10 and CIFAR-100): the RK4-trained model's accuracy stays flat across
 manifestations, the Euler-trained one's degrades. The batch-norm statistics are
 recalibrated after training and for every manifestation
-(:func:`~odebench.experiments._contnet_common.recalibrate`); a second grid keeps those
+(:meth:`~odebench.experiments._contnet_common.Restored.recalibrate`); a second grid keeps those
 of the training manifestation. Quick mode runs on the digits found, standard mode on
 a subset of Fashion-MNIST, full mode on CIFAR-10.
 """
@@ -19,18 +19,19 @@ import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import contnet
 import torch
 
+from .._figures import Lines, Mark
 from .._io import pyplot, save_png
 from . import _contnet_common as common
 from ._claims import Claim
 from ._metrics import Metric, Stat
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Template
+from ._template import Figure, Measurement, Plot, Template
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -56,7 +57,7 @@ ACCURACIES = tuple(
     for m in (common.RECALIBRATED, common.TEST_ACCURACY, common.TRAIN_ACCURACY)
 )
 #: What Queiruga et al. (2020), Fig. 9 and its text, report.
-PUBLISHED: dict[str, Any] = {
+PUBLISHED: dict[str, str] = {
     "rk4_trained": "accuracy does not degrade when time steps are added (or removed, up to a "
     "point) or the scheme is exchanged (Fig. 9, CIFAR-10/100); numbers not published",
     "euler_trained": "test error changes with the manifestation (Fig. 9); numbers not published",
@@ -189,10 +190,6 @@ def _range(grid: list[list[float]], s: SweepSettings, least: int) -> float:
     return max(values) - min(values)
 
 
-#: How the claims show a range: in points.
-POINTS: dict[str, Any] = {"spec": ".1f", "scale": 100, "unit": " points"}
-
-
 def claims(setup: Setup[SweepSettings]) -> list[Claim]:
     """Fig. 9 on the accuracy ranges: RK4-trained below Euler-trained (over the whole
     grid, over ``N_t >=`` the training ``N_t`` and with fixed statistics); RK4-trained
@@ -207,11 +204,11 @@ def claims(setup: Setup[SweepSettings]) -> list[Claim]:
         Claim("rk4_trained_flat_refined",
               f"the RK4-trained model's accuracy is flat over N_t >= {n} (Fig. 9)",
               PUBLISHED["rk4_trained"], lambda v: v[rk4], lambda v: v[rk4] <= FLAT_RANGE,
-              **POINTS, kind="paper"),
+              ".1f", 100, " points", kind="paper"),
         Claim("euler_trained_degrades_refined",
               f"the Euler-trained model's accuracy changes over N_t >= {n} (Fig. 9)",
               PUBLISHED["euler_trained"], lambda v: v[euler],
-              lambda v: v[euler] >= DEGRADED_RANGE, **POINTS, kind="paper"),
+              lambda v: v[euler] >= DEGRADED_RANGE, ".1f", 100, " points", kind="paper"),
     ]  # fmt: skip
 
 
@@ -222,7 +219,7 @@ def _below(where: str, **at: str) -> Claim:
         f"rk4_range_below_euler_{rk4.key}",
         f"RK4-trained accuracy varies less than Euler-trained, {where} (Fig. 9)",
         "RK4-trained flat, Euler-trained not (Fig. 9); numbers not published",
-        rk4, euler, below=0.0, kind="paper", **{**POINTS, "spec": "+.1f"},
+        rk4, euler, below=0.0, kind="paper", spec="+.1f", scale=100, unit=" points",
     )  # fmt: skip
 
 
@@ -267,7 +264,7 @@ def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -
     return _mean_grid(result, row.run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
 
 
-def words(result: Result[SweepSettings]) -> dict[str, Any]:
+def words(result: Result[SweepSettings]) -> dict[str, object]:
     """The text's fields: :func:`~odebench.experiments._contnet_common.words`, each
     net's depth and the claims' thresholds in points."""
     nets = {net.key: net.depth() for net in result.settings.nets}
@@ -302,21 +299,18 @@ def _plot_heatmaps(result: Result[SweepSettings], path: Path) -> None:
     save_png(path, fig, dpi=90, tight=False)
 
 
-def _plot_lines(result: Result[SweepSettings], path: Path) -> None:
+def _lines(result: Result[SweepSettings]) -> list[Lines]:
     """Test accuracy against N_t, one line per evaluation scheme, one panel per model."""
-    s, grids = result.settings, _grids(result)
-    fig, axes = pyplot().subplots(1, 2, figsize=(9.0, 3.4), sharey=True)
-    for ax, (scheme, grid) in zip(axes, grids.items()):
-        for name, row in zip(SCHEMES, grid):
-            ax.plot(s.grid_steps, [100 * v for v in row], "o-", label=name)
-        ax.axvline(s.n_steps, color="0.5", ls=":", lw=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(s.grid_steps, [str(n) for n in s.grid_steps])
-        ax.set(xlabel="N_t at evaluation", title=f"trained with {scheme}")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("test accuracy (%)")
-    axes[0].legend(fontsize=8)
-    save_png(path, fig, dpi=90)
+    s = result.settings
+    return [
+        Lines(f"trained with {scheme}", "N_t at evaluation",
+              "test accuracy (%)" if scheme == TRAINED[0] else "",
+              {name: [(n, 100 * v) for n, v in zip(s.grid_steps, row)]
+               for name, row in zip(SCHEMES, grid)},
+              xscale="log2", xticks=s.grid_steps, marks=[Mark(s.n_steps, axis="x")],
+              legend="" if scheme == TRAINED[0] else None)
+        for scheme, grid in _grids(result).items()
+    ]  # fmt: skip
 
 
 register_template(
@@ -332,7 +326,7 @@ register_template(
         claims=claims,
         published=PUBLISHED,
         figures=[Figure("fig9_heatmaps.png", _plot_heatmaps),
-                 Figure("accuracy_vs_steps.png", _plot_lines)],
+                 Plot("accuracy_vs_steps.png", _lines, size=(4.5, 3.4), sharey=True)],
         text="manifestation-sweep.md",
         tables=tables,
         words=words,

@@ -24,14 +24,14 @@ from ._registry import fmt
 from ._report import Prose
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Template
+from ._template import Plot, Template
 
 if TYPE_CHECKING:
     from ._result import Result
     from ._template import Setup
 
 #: Sec. 5.2 of the paper: a single V100, training only.
-PUBLISHED: dict[str, Any] = {
+PUBLISHED: dict[str, float | str] = {
     "fixed_minutes": 1053.0, "refined_minutes": 608.0, "time_ratio": 608.0 / 1053.0,
     "seconds_per_epoch_shallow": 16.0, "seconds_per_epoch_deep": 394.0,
     "accuracy": "nearly identical with and without refinement (footnote); numbers not confirmed",
@@ -223,7 +223,7 @@ def _epoch(result: Result[common.RefineSettings], row: Row, run: str, key: str) 
     return EPOCH_CELLS[key](result.details(run)["per_epoch"][int(row.label) - 1][key])
 
 
-def words(result: Result[common.RefineSettings]) -> dict[str, Any]:
+def words(result: Result[common.RefineSettings]) -> dict[str, object]:
     """The text's fields: :func:`~odebench.experiments._contnet_common.words`, the
     epochs, the ratio of the sums of ``N_t``, the notes of a resumed run and of several
     seeds, and the claims' thresholds."""
@@ -257,8 +257,6 @@ register_template(
         text=TEXT,
         tables=tables,
         words=words,
-        figures=[
-            Figure("time_and_accuracy_per_epoch.png", partial(common.plot_epochs, stacked=False))
-        ],
+        figures=[Plot("time_and_accuracy_per_epoch.png", common.epoch_panels, size=(4.8, 3.6))],
     )
 )
