@@ -233,8 +233,7 @@ def runs(setup: Setup[ResnetSettings], seed: int) -> list[Run]:
 
 
 def _curve(rows: Sequence[Mapping[str, Any]], every: int) -> list[tuple[float, float]]:
-    """The loss curve, ``(iteration, loss)``: the mean batch loss over each ``every``
-    iterations (and the rest)."""
+    """The loss curve, ``(iteration, mean batch loss)`` per ``every`` iterations (and the rest)."""
     losses = [loss for row in rows for loss in row["losses"]]
     return [(float(min(k + every, len(losses))), _mean(losses[k : k + every]))
             for k in range(0, len(losses), every)]  # fmt: skip
