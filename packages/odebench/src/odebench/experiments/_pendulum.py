@@ -15,7 +15,6 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -224,26 +223,23 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     return Measurement(metrics)
 
 
-_TESTS = {"at least": operator.ge, "above": operator.gt, "below": operator.lt}
-"""How a claim compares its ratio with its bound."""
-
-
 def _ratio(
     key: str,
     text: str,
     num: Ref,
     den: Ref,
-    test: Literal["at least", "above", "below"],
+    test: Callable[[float, float], bool],
     bound: float,
     kind: ClaimKind = "paper",
 ) -> Claim:
-    """A claim that the ratio of two of our errors, ``num / den``, is ``test`` ``bound``."""
+    """A claim that the ratio of two of our errors, ``num / den``, passes ``test`` against
+    ``bound`` (``operator.ge``: at least, ``gt``: above, ``lt``: below)."""
     return Claim(
         key=key,
         text=text,
         published="stated, no number",
         ours=lambda v: v[num] / v[den],
-        holds=lambda v: _TESTS[test](v[num], bound * v[den]),
+        holds=lambda v: test(v[num], bound * v[den]),
         unit="×",
         kind=kind,
     )
@@ -259,20 +255,20 @@ def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
     return [
         _ratio("euler_error_flat",
                "Sec. 3: the Euler (ResNet) model's error does not shrink as dt' is refined",
-               ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0), "at least", FLAT),
+               ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0), operator.ge, FLAT),
         _ratio("euler_accurate_at_training_dt",
                "Sec. 3: at dt the ResNet is much more accurate than a discretisation of its "
                "own field",
-               ERROR.of("euler", dt=1.0), euler_field, "below", ACCURATE),
+               ERROR.of("euler", dt=1.0), euler_field, operator.lt, ACCURATE),
         _ratio("euler_field_worse_than_rk4",
                "Sec. 3: the ResNet overfits to the sample rate: its f is not the vector field",
-               euler_field, rk4_field, "above", OVERFIT),
+               euler_field, rk4_field, operator.gt, OVERFIT),
         _ratio("rk4_error_shrinks",
                "Sec. 3: the RK4 model is a discretisation of an ODE: its error shrinks with dt'",
-               ERROR.of("rk4", dt=fine), ERROR.of("rk4", dt=coarse), "below", SHRINKS),
+               ERROR.of("rk4", dt=fine), ERROR.of("rk4", dt=coarse), operator.lt, SHRINKS),
         _ratio("rk4_reaches_model_error",
                "Sec. 3: the RK4 model's error shrinks down to the model error",
-               ERROR.of("rk4", dt=fine), rk4_field, "below", REACHES, kind="check"),
+               ERROR.of("rk4", dt=fine), rk4_field, operator.lt, REACHES, kind="check"),
         Claim.difference(
             "rk4_beats_euler_at_finest",
             "Sec. 3: higher-order schemes have much lower discretisation error",
