@@ -34,10 +34,10 @@ from ._template import (
     Measurement,
     Plot,
     Run,
+    Settings,
     Setup,
     Template,
     Trained,
-    TrainingSettings,
 )
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
@@ -73,11 +73,15 @@ SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
 
 
 @dataclass(frozen=True)
-class PendulumSettings(TrainingSettings):
+class PendulumSettings(Settings):
     """The sizes of one run of the experiment: an epoch is a pass over all consecutive
     pairs, a batch of pairs is one Adam step, and ``lr`` is cosine-annealed to ``lr / 100``.
+    (Not :class:`~odebench.experiments.TrainingSettings`: its data are counted in trajectories.)
 
     Args:
+        epochs: passes over the training pairs.
+        batch_size: pairs per Adam step.
+        lr: Adam's initial learning rate.
         dt: the training time step (the sample spacing of the data).
         n_train: training trajectories.
         steps: samples per training trajectory, minus one.
@@ -89,6 +93,9 @@ class PendulumSettings(TrainingSettings):
         fine_factor: the step of the fine RK4 rollouts over ``dt``.
     """
 
+    epochs: int
+    batch_size: int
+    lr: float
     dt: float
     n_train: int
     steps: int
