@@ -120,7 +120,7 @@ def with_details(template: Template[Any], result: Result[Any]) -> tuple[Verdict,
 
 
 def report(template: Template[Any], result: Result[Any]) -> str:
-    """``report.md``: title, command, date, mode, seeds, wall time, claims, sections.
+    """``report.md``: title, command, date, mode, seeds, wall time, claims, then the text.
 
     Args:
         template: the experiment.
@@ -171,11 +171,9 @@ def report(template: Template[Any], result: Result[Any]) -> str:
             *_verdict_table(checks),
         ]
     lines.append("")
-    sections = [template.sections(result).strip("\n")]
+    body = ""
     if template.text:
-        text = Prose.of(template.text).report.format_map(namespace(template, result))
-        sections.append(text.strip("\n"))
-    body = "\n\n".join(part for part in sections if part)
+        body = Prose.of(template.text).report.format_map(namespace(template, result)).strip("\n")
     return "\n".join([*lines, "", *([body, ""] if body else [])])
 
 

@@ -70,7 +70,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
     (:class:`Stat`), check the claims (:class:`Verdict`), draw the figures and write
     ``results.json`` (:meth:`Result.to_json`) and ``report.md``: the title, the
     command, date, mode, seeds and wall time, the claims table, then the
-    experiment's own sections.
+    experiment's text.
 
     Use it through :func:`~odebench.experiments.run_experiment`, which locks and
     prepares ``options.out`` first.

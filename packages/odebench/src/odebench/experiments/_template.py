@@ -317,11 +317,9 @@ class Template(Generic[S]):
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
         claims: ``claims(setup)``: the paper's claims, checked on the aggregated numbers.
-        sections: ``sections(result)``: the experiment's own Markdown, after the claims
-            table (its tables, figure links, notes), before its ``text``.
-        text: the file of its report text and claim details in ``text/`` (its sections,
-            ``<!-- part: NAME -->`` paragraphs, and after ``<!-- claims -->`` one
-            ``key: details`` paragraph per claim); ``""``: none.
+        text: its text file, in ``text/`` (or an absolute path): the Markdown after the
+            claims table (its sections, ``<!-- part: NAME -->`` paragraphs), then after
+            ``<!-- claims -->`` one ``key: details`` paragraph per claim; ``""``: none.
         tables: ``tables(setup)``: its declared tables by name, which the text shows
             as ``{table[name]}`` and the terminal gets at the end of the run.
         words: ``words(result)``: further values the text's fields read.
@@ -348,7 +346,6 @@ class Template(Generic[S]):
     runs: Callable[[Setup[S], int], Sequence[Run]]
     measure: Callable[[Setup[S], Trained], Measurement]
     claims: Callable[[Setup[S]], Sequence[Claim]] = lambda setup: ()
-    sections: Callable[[Result[S]], str] = lambda result: ""
     text: str = ""
     tables: Callable[[Setup[S]], Mapping[str, Table]] = lambda setup: {}
     words: Callable[[Result[S]], Mapping[str, object]] = lambda result: {}
