@@ -1,25 +1,4 @@
-"""The ``odebench`` command line.
-
-::
-
-    odebench list
-    odebench run NAME [--quick] [--device cpu|cuda] [--epochs N] [--data-dir DIR]
-                      [--out DIR] [--seed S] [--resume | --overwrite]
-                      [--progress | --no-progress]
-    odebench report RUN_DIR... [--out PATH]
-    odebench download NAME [--data-dir DIR] [--force]
-    odebench publish RUN_DIR... --to DEST
-    odebench train --model M --dataset D [--epochs N] [--batch-size N] [--lr LR]
-                   [--optimizer sgd|adam] [--method NAME] [--rtol R] [--atol A]
-                   [--gradient G] [--n-steps N] [--solver-option NAME=VALUE]
-                   [--refine-epochs E,E,...] ...
-                   [--resume | --overwrite] [--progress | --no-progress]
-    odebench perf solvers [--quick] [--json PATH] [--plot PATH] [--threads N]
-                          [--repeats N] [--problems NAMES] [--libraries NAMES]
-                          [--no-memory] [--no-gradients] [--compile]
-    odebench perf plot JSON [--out PATH]
-    odebench perf contnet [--quick] [--json PATH] [--threads N] [--repeats N]
-                          [--batch N] [--n-steps N]
+"""The ``odebench`` command line (``odebench --help`` lists its sub-commands and options).
 
 ``python -m odebench`` is the same command, and
 ``torchrun --nproc_per_node=N -m odebench train ...`` trains on N processes.

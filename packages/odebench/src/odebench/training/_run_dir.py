@@ -315,12 +315,11 @@ class RunFolder:
             raise
 
     def _held(self, holder: _Holder, lock: Path) -> str:
-        message = f"--out {self.path} is in use by {holder.describe()}"
-        if holder.pid is not None and holder.host == socket.gethostname():
-            return f"{message}; wait for it to end or choose another --out"
+        local = holder.pid is not None and holder.host == socket.gethostname()
+        hint = "" if local else f" (if no run uses the folder any more, delete {lock})"
         return (
-            f"{message}; wait for it to end or choose another --out "
-            f"(if no run uses the folder any more, delete {lock})"
+            f"--out {self.path} is in use by {holder.describe()}; "
+            f"wait for it to end or choose another --out{hint}"
         )
 
     # -- what the folder holds -------------------------------------------------------
