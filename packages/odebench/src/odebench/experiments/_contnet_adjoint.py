@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Bars, Lines, Point, Style
+from .._io import JsonObject
 from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
@@ -181,7 +182,7 @@ def _task(s: AdjointSettings, train: Dataset, method: Method, seed: int) -> Task
     )  # fmt: skip
 
 
-def _row(epoch: Epoch) -> dict[str, float]:
+def _row(epoch: Epoch) -> JsonObject:
     accuracy = epoch.sums["correct"] / max(epoch.count, 1)
     return {"epoch": epoch.index + 1.0, "train_loss": epoch.loss, "train_accuracy": accuracy,
             "epoch_seconds": epoch.seconds}  # fmt: skip

@@ -241,7 +241,9 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     )
     result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
     history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    return Trained(run, seed, out, config, result, history, seconds=result["train_seconds"])
+    seconds = result["train_seconds"]
+    assert isinstance(seconds, (int, float))  # train() sums the epochs' times
+    return Trained(run, seed, out, config, result, history, seconds=seconds)
 
 
 def check_declaration(template: Template[Any], mode: str) -> None:

@@ -15,6 +15,7 @@ from typing import IO, Any, Literal, get_args
 import odecore
 from contnet import fixed_solver
 
+from .._io import JsonObject
 from ..models import CONTNET_METHOD, CONTNET_STEPS, MODELS, TRAIN_METHOD, TRAIN_TOL
 
 Optimizer = Literal["sgd", "adam"]
@@ -455,7 +456,7 @@ class TrainConfig:
         """The learning rate of ``epoch`` (0-based) under the milestone schedule."""
         return self.lr * self.gamma ** sum(1 for m in self.milestones if m <= epoch)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """A JSON-ready dictionary of the fields."""
         out = dataclasses.asdict(self)
         out["milestones"] = list(self.milestones)

@@ -83,7 +83,7 @@ class Epoch:
     evaluation: Mapping[str, float | None] = field(default_factory=dict)
 
 
-def default_row(epoch: Epoch) -> dict[str, Any]:
+def default_row(epoch: Epoch) -> JsonObject:
     """The row of an epoch: ``epoch`` (from 1), ``train_loss``, every sum per example,
     the evaluation's numbers and ``epoch_seconds``."""
     per_example = {k: v / max(epoch.count, 1) for k, v in epoch.sums.items()}
@@ -181,9 +181,9 @@ class Task:
     drop_last: bool = True
     schedule: Callable[[Optimizer], Schedule] | None = None
     schedule_every: Literal["batch", "epoch"] = "batch"
-    row: Callable[[Epoch], dict[str, Any]] = default_row
+    row: Callable[[Epoch], JsonObject] = default_row
     evaluate: Callable[[nn.Module, int], Mapping[str, float | None]] | None = None
-    after_epoch: Callable[[list[dict[str, Any]]], None] | None = None
+    after_epoch: Callable[[list[JsonObject]], None] | None = None
     refine: Callable[[int, nn.Module, Optimizer, Log], tuple[nn.Module, Optimizer]] | None = None
     refine_epochs: tuple[int, ...] = ()
     augment: Callable[[Batch, torch.Generator], Batch] | None = None
@@ -505,7 +505,7 @@ class Training:
         }
         _io.save_checkpoint(self.checkpoint_path, dict(state))
 
-    def segments(self) -> list[dict[str, Any]]:
+    def segments(self) -> list[JsonObject]:
         """Where each stretch of the run came from: one provenance segment per start or
         resume (``finished``: when the last one last saved)."""
         return [*self._segments, {**self._segment, "finished": _provenance.now()}]

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
 from contnet import ContinuousNet, RefinementSchedule, refine
@@ -130,7 +130,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     log: Log = print,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Train ``config.model`` on ``config.dataset`` and write the run into ``out``.
 
     :func:`fit` of the :class:`Trainer`'s task: the same lock, no-overwrite rule,
@@ -266,7 +266,7 @@ class Trainer(Training):
             + (f", {self.process.world} processes" if self.process.world > 1 else "")
         )
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self) -> JsonObject:
         """Train from where the run stands to ``config.epochs``, writing the run's files.
 
         Returns:
@@ -365,7 +365,7 @@ class Trainer(Training):
             _io.plot_curves(self.out / "curves.png", rows, title, loss=self.config.loss)
         self._log(_line(rows[-1], self.config.epochs))
 
-    def _results(self, wall_seconds: float) -> dict[str, Any]:
+    def _results(self, wall_seconds: float) -> JsonObject:
         """The content of ``results.json``."""
         metrics = self.rows
         accuracies = [_number(m, "test_acc") for m in metrics if m["test_acc"] is not None]
@@ -374,7 +374,7 @@ class Trainer(Training):
             "model": self.config.model,
             "dataset": self.config.dataset,
             "examples": {"train": len(self._train_set), "test": len(self._test_set)},
-            "data_files": [*self._train_set.sources, *self._test_set.sources],
+            "data_files": [dict(s) for s in (*self._train_set.sources, *self._test_set.sources)],
             "parameters": count_parameters(self.model),
             "epochs": len(metrics),
             "final": metrics[-1] if metrics else None,
@@ -386,7 +386,7 @@ class Trainer(Training):
                 "commit": segments[-1]["commit"],
                 "dirty": segments[-1]["dirty"],
                 "resumed": bool(self._segments),
-                "segments": segments,
+                "segments": [*segments],
             },
         }
 
