@@ -12,8 +12,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from odebench import cli, main
-from odebench._io import curves_figure, metric_label
+from odebench import _figures, cli, main
+from odebench._io import metric_label
 from odebench.training import TrainConfig, train
 from odebench.training._config import show_progress
 from subprocess_env import odebench_env
@@ -317,16 +317,26 @@ def _whole_ticks(ax) -> bool:
     return all(float(t).is_integer() for t in ax.get_xticks())
 
 
+def _curves(rows, loss, tmp_path, monkeypatch):
+    """The figure of a run's curves.png, as the run draws it (kept open, not saved)."""
+    figures = []
+    monkeypatch.setattr(_figures, "save_png", lambda path, fig, **options: figures.append(fig))
+    panels = _figures.curve_panels(rows, loss=loss)
+    _figures.draw(tmp_path / "curves.png", panels, size=(4.2, 3.4), title="a run")
+    return figures[0]
+
+
 @pytest.mark.parametrize("epochs", [1, 2, 3, 7])
-def test_curves_have_words_for_labels_and_whole_epochs(epochs):
+def test_curves_have_words_for_labels_and_whole_epochs(epochs, tmp_path, monkeypatch):
     from odebench._io import pyplot
 
-    fig = curves_figure(_rows(epochs), "odenet on mnist", loss="cross_entropy")
+    fig = _curves(_rows(epochs), "cross_entropy", tmp_path, monkeypatch)
     try:
         axes = fig.axes
         assert [ax.get_ylabel() for ax in axes] == [
             "cross-entropy loss", "accuracy (%)", "function evaluations per batch",
         ]  # fmt: skip
+        assert axes[0].get_yscale() == "log" and axes[1].get_yscale() == "linear"
         for ax in axes:
             assert ax.get_xlabel() == "epoch"
             assert _whole_ticks(ax), ax.get_xticks()
@@ -340,11 +350,11 @@ def test_curves_have_words_for_labels_and_whole_epochs(epochs):
         pyplot().close(fig)
 
 
-def test_curves_leave_out_a_panel_without_data():
+def test_curves_leave_out_a_panel_without_data(tmp_path, monkeypatch):
     from odebench._io import pyplot
 
     rows = [{"epoch": e, "train_loss": 1.0 / e, "test_loss": 1.0 / e} for e in (1, 2)]
-    fig = curves_figure(rows, "toy-node on annuli-1d", loss="mse")
+    fig = _curves(rows, "mse", tmp_path, monkeypatch)
     assert [ax.get_ylabel() for ax in fig.axes] == ["mean squared error"]
     pyplot().close(fig)
 

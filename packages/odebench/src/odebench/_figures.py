@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._io import pyplot, save_png
+from ._io import LOSS_LABELS, Json, metric_label, pyplot, save_png
 
 Point = tuple[float, "float | None"]
 """An ``(x, y)`` point of a line; a ``None`` ``y`` is a gap."""
@@ -82,6 +82,7 @@ class Lines:
         empty: why the panel has nothing to draw; written in it.
         notes: sentences printed below the panel (a configuration that failed).
         legend: the legend's title (``""``: none); ``None``: no legend.
+        integer_x: ticks at whole numbers only (epochs, steps).
         invert_x: the x axis decreasing (tolerances from loose to tight).
         ylim: the y axis' limits; a ``None`` is matplotlib's choice.
     """
@@ -100,6 +101,7 @@ class Lines:
     empty: str | None = None
     notes: Sequence[str] = ()
     legend: str | None = ""
+    integer_x: bool = False
     invert_x: bool = False
     ylim: tuple[float | None, float | None] = (None, None)
 
@@ -166,6 +168,55 @@ def mean_band(
         mean.append((xs[i], sum(finite) / len(finite)))
         band.append((xs[i], min(finite), max(finite)))
     return mean, band
+
+
+def curve_panels(rows: Sequence[Mapping[str, Json]], *, loss: str | None = None) -> list[Lines]:
+    """Loss, accuracy (in %) and NFE against the epoch: the panels of a run's ``curves.png``.
+
+    A panel appears only when some row has one of its metrics; the loss is on a log
+    axis, epochs are ticked at whole numbers, and every metric is named in words
+    (:func:`~odebench._io.metric_label`).
+
+    Args:
+        rows: the rows of ``metrics.json`` (each with ``"epoch"``).
+        loss: the run's loss (``"cross_entropy"`` or ``"mse"``), named on the loss axis;
+            ``None``: just "loss".
+
+    Example:
+        >>> rows = [{"epoch": 1, "train_loss": 0.9, "test_loss": 1.0, "test_acc": 0.5}]
+        >>> for panel in curve_panels(rows, loss="mse"):
+        ...     print(panel.ylabel, list(panel.series))
+        mean squared error ['train loss', 'test loss']
+        accuracy (%) ['test accuracy (%)']
+    """
+    words = "function evaluations per batch"
+    panels = [
+        (LOSS_LABELS.get(loss or "", "loss"), ("train_loss", "test_loss"), 1.0, "log"),
+        ("accuracy (%)", ("train_acc", "test_acc"), 100.0, "linear"),
+        (words, ("nfe_forward", "nfe_backward", "test_nfe"), 1.0, "linear"),
+    ]
+    epochs = [_float(row["epoch"]) for row in rows]
+    out = []
+    for ylabel, keys, scale, yscale in panels:
+        series = {
+            metric_label(key): [(e, _scaled(row.get(key), scale)) for e, row in zip(epochs, rows)]
+            for key in keys
+            if any(row.get(key) is not None for row in rows)
+        }
+        if series:
+            out.append(
+                Lines("", metric_label("epoch"), ylabel, series, yscale=yscale, integer_x=True)
+            )
+    return out
+
+
+def _float(value: Json) -> float:
+    assert isinstance(value, (int, float)), value  # a number in a row of metrics
+    return float(value)
+
+
+def _scaled(value: Json, scale: float) -> float | None:
+    return None if value is None else scale * _float(value)
 
 
 def draw(
@@ -236,6 +287,10 @@ def _draw_lines(ax: Any, panel: Lines) -> None:
     if panel.xticks is not None:
         ax.set_xticks(list(panel.xticks), [f"{x:g}" for x in panel.xticks], minor=False)
         ax.set_xticks([], minor=True)
+    if panel.integer_x:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     if panel.invert_x:
         ax.invert_xaxis()
     if panel.ylim != (None, None):

@@ -154,66 +154,6 @@ def metric_label(key: str) -> str:
     return METRIC_LABELS.get(key, key.replace("_", " "))
 
 
-def integer_ticks(ax: Any) -> None:
-    """Put the major ticks of ``ax``'s x axis (epochs, steps) on whole numbers only."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-
-
-def curves_figure(metrics: Sequence[dict[str, Any]], title: str, *, loss: str | None = None) -> Any:
-    """Loss, accuracy (in %) and NFE against the epoch: the figure of ``curves.png``.
-
-    A panel appears only when some row has one of its metrics; epochs are ticked at
-    whole numbers.
-
-    Args:
-        metrics: the rows of ``metrics.json`` (each with ``"epoch"``).
-        title: the figure's title.
-        loss: the run's loss (``"cross_entropy"`` or ``"mse"``), named on the loss axis;
-            ``None``: just "loss".
-
-    Returns:
-        The matplotlib ``Figure``; the caller saves (:func:`save_png`) or closes it.
-    """
-    plt = pyplot()
-    epochs = [m["epoch"] for m in metrics]
-    panels: list[tuple[str, tuple[str, ...], float]] = [
-        (LOSS_LABELS.get(loss or "", "loss"), ("train_loss", "test_loss"), 1.0),
-        ("accuracy (%)", ("train_acc", "test_acc"), 100.0),
-        ("function evaluations per batch", ("nfe_forward", "nfe_backward", "test_nfe"), 1.0),
-    ]
-    panels = [
-        panel for panel in panels if any(m.get(k) is not None for m in metrics for k in panel[1])
-    ]
-    fig, axes = plt.subplots(
-        1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.4), squeeze=False
-    )
-    for ax, (label, keys, scale) in zip(axes[0], panels):
-        for key in keys:
-            values = [m.get(key) for m in metrics]
-            if any(v is not None for v in values):
-                ys = [float("nan") if v is None else scale * v for v in values]
-                ax.plot(epochs, ys, "o-", label=metric_label(key))
-        ax.set_xlabel(metric_label("epoch"))
-        ax.set_ylabel(label)
-        if keys[0] == "train_loss":
-            ax.set_yscale("log")
-        integer_ticks(ax)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_curves(
-    path: Path, metrics: Sequence[dict[str, Any]], title: str, *, loss: str | None = None
-) -> None:
-    """Write :func:`curves_figure` as a PNG to ``path``, atomically."""
-    save_png(path, curves_figure(metrics, title, loss=loss), tight=False)
-
-
 def text_parts(text: str) -> tuple[str, dict[str, str]]:
     r"""A text file beside the code, split at its ``<!-- part: NAME -->`` lines: the text
     before the first, and each part by name (blank lines around them dropped).

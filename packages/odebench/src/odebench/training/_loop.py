@@ -17,6 +17,7 @@ from odelayers import NeuralODE
 from torch import Tensor, nn
 
 from .. import _io, _provenance
+from .._figures import curve_panels, draw
 from .._io import JsonObject
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
@@ -362,7 +363,8 @@ class Trainer(Training):
         if self.process.main:
             _io.write_csv(self.out / "metrics.csv", rows)
             title = f"{self.config.model} on {self.config.dataset}"
-            _io.plot_curves(self.out / "curves.png", rows, title, loss=self.config.loss)
+            panels = curve_panels(rows, loss=self.config.loss)
+            draw(self.out / "curves.png", panels, size=(4.2, 3.4), dpi=110, title=title)
         self._log(_line(rows[-1], self.config.epochs))
 
     def _results(self, wall_seconds: float) -> JsonObject:
