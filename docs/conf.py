@@ -179,6 +179,8 @@ nitpick_ignore = [
     # module's Style and Mark, as string annotations leave them.
     ("py:class", "Json"),
     ("py:class", "JsonObject"),
+    # Where such a signature is left as written: the experiments' log, Callable[[str], None].
+    ("py:class", "Log"),
     ("py:class", "Style"),
     ("py:class", "Mark"),
 ]
