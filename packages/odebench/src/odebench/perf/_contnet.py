@@ -208,7 +208,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> Js
         "environment": ContnetEnvironment(
             SCHEMA_VERSION,
             date,
-            **machine(),
+            machine(),
             quick=config.quick,
             repeats=config.n_repeats,
             batch=config.n_batch,

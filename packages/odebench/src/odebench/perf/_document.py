@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast, get_args, get_type_hints
 
 from .._io import Json, JsonObject
+from .._provenance import Machine
 from ._stats import finite
 
 
@@ -73,18 +74,19 @@ def figure_rows(
 
 @dataclass(frozen=True)
 class Provenance(Row):
-    """How a benchmark's ``environment`` starts: its schema, its date and the machine's
-    fields (``machine()`` of ``odebench._provenance``)."""
+    """How a benchmark's ``environment`` starts: its schema, its date, and the machine
+    (``machine()`` of ``odebench._provenance``), whose fields the JSON object lists
+    after the date."""
 
     schema_version: int
     date: str
-    python: str
-    platform: str
-    machine: str
-    processor: str
-    cpu_count: int | None
-    torch: str
-    threads: int
+    host: Machine
+
+    def to_json(self) -> JsonObject:
+        doc = super().to_json()
+        host = json_object(doc.pop("host"))
+        head = {key: doc.pop(key) for key in ("schema_version", "date")}
+        return {**head, **host, **doc}
 
 
 @dataclass(frozen=True)

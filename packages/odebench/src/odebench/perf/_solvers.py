@@ -402,7 +402,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
     run.doc.environment = Environment(
         SCHEMA_VERSION,
         date,
-        **machine(),
+        machine(),
         libraries={lib.name: lib.version for lib in libraries},
         unavailable=dict(missing),
         quick=config.quick,
