@@ -1,7 +1,7 @@
 """The rows of the solver benchmark's JSON document: one frozen dataclass per kind.
 
 The measurements build these rows; :meth:`Document.to_json` turns the document into
-its JSON object (the schema :mod:`odebench.perf` describes, each row's keys in its
+its JSON object (the schema docs/odebench/perf.md describes, each row's keys in its
 fields' order), and :meth:`Document.from_json` reads one back for the report.
 
 A measured ``value`` is a finite number or ``None``, and a ``None`` has a note.

@@ -343,7 +343,7 @@ def _grad_diff(o: Observation | None, reference: Observation | None) -> float | 
 def run_solvers(
     config: SolversConfig | None = None, *, log: Callable[[str], None] | None = None
 ) -> JsonObject:
-    """Run the solver benchmark and return its JSON document (see :mod:`odebench.perf`).
+    """Run the solver benchmark and return its JSON document (see :doc:`/odebench/perf`).
 
     Args:
         config: what to run; default the full benchmark.
