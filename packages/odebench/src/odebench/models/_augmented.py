@@ -1,34 +1,14 @@
 """Image models of the augmentation papers: Dupont et al. (2019), Massaroli et al. (2020).
 
-Dupont et al.'s NODE and ANODE run the ODE on the image itself: a convolutional field
-(1x1 conv, activation, 3x3 conv, activation, 1x1 conv, every convolution seeing the
-depth ``t`` as one more channel), optionally ``p`` zero channels appended first, and a
-linear readout of the flattened terminal state. The widths are the papers' budgets:
-``F = 92`` (NODE) and ``F = 64, p = 5`` (ANODE) on MNIST, ``F = 125`` and
-``F = 64, p = 10`` on CIFAR-10; the configuration is chosen by the number of input
-channels (1: MNIST's, otherwise CIFAR-10's).
+Their layouts, widths and parameter counts are tabled, with where each comes from, in
+docs/odebench/models.md. The configuration is chosen by the number of input channels
+(1: MNIST's, otherwise CIFAR-10's); Massaroli et al.'s MNIST models (``W = 32``, the
+vanilla hidden width 48) are our reconstruction, their code not being published.
 
-Massaroli et al.'s augmentation strategies follow the authors' CIFAR-10 notebooks.
-The depth-invariant field is GN, 3x3 conv (no bias), activation, 3x3 conv, activation,
-GN, 1x1 conv; the head a 1x1 conv to 6 channels, 4x4 average pooling and a linear
-layer. The four variants differ in what the ODE starts from:
-
-- vanilla (no augmentation): the image itself, with a field of hidden width 62 (48 for
-  1-channel images) and a head whose 1x1 conv keeps the image's channels;
-- 0-augmented: the image and ``W - C`` zero channels, ``W = 42``;
-- IL-NODE: a 3x3 convolution (no bias) lifting the image to ``W = 42`` channels;
-- second order: ``W / 2`` positions lifted that way and as many zero velocities.
-
-For 1-channel images ``W = 32`` and the vanilla hidden width 48: our reconstruction of
-the MNIST models, whose code is not published. Their counts (21,535, 20,816, 21,104 and
-20,336) come within 2.1% of the poster's 21.4k, 20.4k, 20.7k and 20.0k but match none
-of them exactly; on CIFAR-10 (37,153, 34,996, 36,130, 34,534) they are within 0.2% of
-37.1k, 35.0k, 36.1k and 34.6k.
-
-Two details differ from the notebooks and are kept for every variant alike: the second
-3x3 conv of the field has a bias (the notebooks': none; ``H`` more parameters for
-hidden width ``H``) and the GroupNorms have groups of two channels where the notebooks
-normalise each channel alone (the same parameters).
+Two details differ from Massaroli et al.'s CIFAR-10 notebooks and are kept for every
+variant alike: the second 3x3 conv of the field has a bias (the notebooks': none; ``H``
+more parameters for hidden width ``H``) and the GroupNorms have groups of two channels
+where the notebooks normalise each channel alone (the same parameters).
 """
 
 from __future__ import annotations
@@ -169,35 +149,27 @@ def massaroli_vanilla(
     )
 
 
-def _massaroli_node(
-    augment: nn.Module,
-    width: int,
+def massaroli_augmented(
+    in_channels: int,
     num_classes: int,
     activation: type[nn.Module],
     spec: odecore.OdeSpec,
+    *,
+    lift: bool,
 ) -> nn.Sequential:
-    """``augment`` to ``width`` channels, a NODE of the field on ``width`` channels, the head."""
+    """The image augmented to ``W`` channels, a NODE of the field on ``W``, the head.
+
+    With ``lift`` (IL-NODE) ``z(0) = conv3x3(x)``; else (0-augmentation) ``z(0)`` is the
+    image plus ``W - C`` zero channels.
+    """
+    width = massaroli_width(in_channels)
+    if lift:
+        layer = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
+        augment: nn.Module = InputLayerAugmentation(in_channels, width, layer=layer)
+    else:
+        augment = ZeroAugmentation(width - in_channels)
     field = massaroli_field(width, width, activation)
     return augmented_node(augment, field, spec, _massaroli_head(width, num_classes))
-
-
-def massaroli_zero_augmented(
-    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
-) -> nn.Sequential:
-    """0-augmentation: the image plus ``W - C`` zero channels, a NODE on ``W``, the head."""
-    width = massaroli_width(in_channels)
-    augment = ZeroAugmentation(width - in_channels)
-    return _massaroli_node(augment, width, num_classes, activation, spec)
-
-
-def ilnode(
-    in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
-) -> nn.Sequential:
-    """Input-layer augmentation: ``z(0) = conv3x3(x)`` at ``W`` channels, a NODE, the head."""
-    width = massaroli_width(in_channels)
-    lift = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
-    augment = InputLayerAugmentation(in_channels, width, layer=lift)
-    return _massaroli_node(augment, width, num_classes, activation, spec)
 
 
 def sonode(

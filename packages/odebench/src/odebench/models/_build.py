@@ -302,10 +302,9 @@ def build_model(
         return _augmented.dupont(name, in_channels, num_classes, image_size, act, ode)
     if name == "dissecting-node":
         return _augmented.massaroli_vanilla(in_channels, num_classes, act, ode)
-    if name == "dissecting-anode":
-        return _augmented.massaroli_zero_augmented(in_channels, num_classes, act, ode)
-    if name == "ilnode":
-        return _augmented.ilnode(in_channels, num_classes, act, ode)
+    if name in ("dissecting-anode", "ilnode"):
+        lift = name == "ilnode"
+        return _augmented.massaroli_augmented(in_channels, num_classes, act, ode, lift=lift)
     if name == "sonode":
         return _augmented.sonode(in_channels, num_classes, act, ode)
     solver, steps = _contnet_steps(name, spec)
