@@ -1,20 +1,9 @@
-"""Where a run's code came from and what it ran on, one segment per start of the run.
+"""Where a run's code came from and what it ran on: the one recorder of runs.
 
-A training run records, for each stretch it trained in (its first start and every
-``--resume``), a *segment*: the git commit and whether the tree was dirty, a hash of
-the installed sources of the four packages, and when the stretch started and last
-saved. The segments travel in the checkpoint and end up in ``results.json``, so a run
-resumed at another commit still says where each of its parts came from (see
-:func:`~odebench.experiments.publish`).
-
-The commit is read with ``git`` from the checkout that holds odebench's source (an
-editable install) or, failing that, from the working directory. ``dirty`` is true
-when ``git status --porcelain`` lists anything: a modified, staged or untracked file
-that is not ignored. The hash of the sources needs no git: two segments with the same
-hash ran the same code of every package, whatever their commits.
-
-The one recorder of runs: training records :func:`segment` and :func:`environment`, an
-experiment its :class:`Provenance` (those and the load), ``odebench perf`` :func:`machine`.
+Training records a :func:`segment` for each stretch it trains in (its first start and
+every ``--resume``) and its :func:`environment`, an experiment its :class:`Provenance`
+(those and the load), ``odebench perf`` :func:`machine`. What a segment holds, and how
+it travels from the checkpoint to ``results.json``, is in docs/odebench/training.md.
 """
 
 from __future__ import annotations
@@ -94,7 +83,8 @@ def repository() -> Path | None:
 
 
 def source_hash() -> str:
-    """A SHA-256 of the installed Python sources of :data:`PACKAGES`, paths included."""
+    """A SHA-256 of the installed Python sources of :data:`PACKAGES`, paths included: the
+    same hash, the same code of every package, whatever the commit (no git needed)."""
     digest = hashlib.sha256()
     for name in PACKAGES:
         root = Path(str(importlib.import_module(name).__file__)).parent
@@ -127,7 +117,8 @@ def segment() -> JsonObject:
 
 
 def _checkout() -> tuple[str | None, bool | None]:
-    """The checkout's ``HEAD`` and whether it has changes; ``None`` outside a checkout."""
+    """The checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything (a
+    modified, staged or untracked file that is not ignored); ``None`` outside a checkout."""
     top = repository()
     if top is None:
         return None, None
