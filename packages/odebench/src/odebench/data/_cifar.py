@@ -17,12 +17,8 @@ from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listi
 
 
 def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
-    """The one use of ``_codecs.encode`` in a protocol-2 pickle: bytes written as latin-1 text.
-
-    Python 3 writes a ``bytes`` object in a protocol-2 pickle as
-    ``_codecs.encode(text, "latin1")``. Only that is accepted: any other argument or
-    codec is refused.
-    """
+    """``_codecs.encode(text, "latin1")``, how Python 3 writes bytes in a protocol-2 pickle,
+    and no other use of it."""
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
         raise pickle.UnpicklingError(
             f"_codecs.encode is only allowed on text with the latin1 codec, got "
@@ -47,12 +43,8 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 
 
 class _BatchUnpickler(pickle.Unpickler):
-    """An unpickler that builds plain containers and numpy arrays and nothing else.
-
-    Every global a pickle asks for goes through :meth:`find_class`; anything outside
-    :data:`_ALLOWED` (``os.system``, ``builtins.eval``, any class) is refused before it
-    can be called.
-    """
+    """An unpickler that builds plain containers and numpy arrays and refuses any other
+    global (``os.system``, ``builtins.eval``, any class) before it can be called."""
 
     def __init__(self, file: BinaryIO, path: Path) -> None:
         super().__init__(file, encoding="bytes")

@@ -126,12 +126,8 @@ def _download_file(
 
 
 def _safe_extract(archive: Path, directory: Path, folder: str, max_bytes: int) -> Path:
-    """Unpack ``archive`` (a tarball whose members all lie under ``folder``) into ``directory``.
-
-    Its members are checked as their headers are read (:func:`_checked_members`), before
-    anything is written, then unpacked into a temporary directory moved into place in one
-    rename.
-    """
+    """Unpack ``archive``, its members checked before anything is written, into
+    ``directory/folder`` in one rename."""
     with _open_tarball(archive) as tar:
         members = _checked_members(tar, archive, folder, max_bytes)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder}.", dir=directory))
@@ -165,10 +161,9 @@ def _open_tarball(archive: Path) -> tarfile.TarFile:
 def _checked_members(
     tar: tarfile.TarFile, archive: Path, folder: str, max_bytes: int
 ) -> list[tarfile.TarInfo]:
-    """The members of ``tar``, each checked as its header is read, so that a compressed archive
-    is never inflated further than its declared sizes allow: only plain files and folders
-    under ``folder`` (no absolute name, ``..``, link or device), at most ``max_bytes`` in all
-    and :data:`_MAX_MEMBERS` members."""
+    """The members of ``tar``, each checked as its header is read (before the archive is
+    inflated further): plain files and folders under ``folder``, at most ``max_bytes`` and
+    :data:`_MAX_MEMBERS` members."""
     members: list[tarfile.TarInfo] = []
     total = 0
     while True:

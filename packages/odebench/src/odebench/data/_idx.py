@@ -242,11 +242,8 @@ def _read_header(reader: _Reader) -> tuple[int, tuple[int, ...]]:
 
 
 def _check_declared(reader: _Reader, size: int, header: int, expected: int, values: str) -> None:
-    """Refuse ``expected`` data bytes that the file of ``size`` bytes cannot hold.
-
-    A compressed file is only checked against what it could inflate to; an
-    uncompressed one must hold exactly the ``header`` and the data.
-    """
+    """Refuse ``expected`` data bytes, before they are allocated, that the file of ``size``
+    bytes cannot hold (compressed: inflate to; uncompressed: hold exactly)."""
     path = reader.path
     if expected > MAX_IDX_BYTES:
         raise DataError(

@@ -136,12 +136,8 @@ def _shape(value: object) -> str:
 
 
 def _check_mat_sizes(path: Path, max_bytes: int) -> None:
-    """Refuse a MATLAB 5 file whose variables declare more than ``max_bytes`` in all, or
-    whose compressed variables inflate to other than they declare.
-
-    Files that are not MATLAB 5 (no ``IM``/``MI`` byte-order mark) are left to scipy,
-    which refuses them.
-    """
+    """Refuse a MATLAB 5 file whose variables declare more than ``max_bytes`` in all, or whose
+    compressed variables inflate to other than they declare; leave any other file to scipy."""
     try:
         with path.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
@@ -183,12 +179,8 @@ def _check_mat_sizes(path: Path, max_bytes: int) -> None:
 def _inflated_size(
     file: BinaryIO, count: int, path: Path, position: int, order: str, budget: int
 ) -> int:
-    """The bytes the compressed element of ``count`` bytes at ``position`` declares.
-
-    The element is inflated in chunks of at most :data:`CHUNK` bytes and thrown away:
-    only the first :data:`_HEAD` bytes are kept, to read the declared size. It must
-    inflate to exactly that size, which must not exceed ``budget``.
-    """
+    """The bytes the compressed element of ``count`` bytes at ``position`` declares, once
+    checked that it inflates to exactly that, at most ``budget``, without keeping it."""
     where = f"{path}: the compressed variable at byte {position} ({count} bytes)"
     inflater = zlib.decompressobj()
     head = b""
@@ -242,11 +234,8 @@ def _inflated_size(
 
 
 def _check_matrix(head: bytes, count: int, path: Path, position: int, order: str) -> None:
-    """Check that the first data of a numeric matrix of ``count`` bytes fits in it.
-
-    ``head`` is the start of the matrix (after its tag): flags, dimensions, name and
-    the tag of the real part, whose size scipy allocates before reading it.
-    """
+    """Refuse a numeric matrix of ``count`` bytes, starting ``head``, whose real part (which
+    scipy allocates before reading it) declares more."""
 
     def tag(offset: int) -> tuple[int, int, int] | None:  # (bytes, data offset, next offset)
         if offset + 8 > len(head):
