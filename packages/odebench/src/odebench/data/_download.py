@@ -234,26 +234,12 @@ def _extract_member(
 def download(name: str, root: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Download one of the image data sets from its official mirror, checked by MD5.
 
-    ``"mnist"`` and ``"fashion-mnist"`` are the four gzip-compressed IDX files,
-    written into ``root/mnist`` or ``root/fashion-mnist`` (the two share file names).
-    ``"cifar10"`` and ``"cifar100"`` are the "python version" tarballs, kept in
-    ``root`` and unpacked into ``root/cifar-10-batches-py`` or
-    ``root/cifar-100-python``; a member with an absolute path, a ``..``, or that is
-    a link, is refused, and so is a tarball whose members declare more than 256 MiB
-    in all (the official ones unpack to about 186 MB): the declared sizes are checked
-    as the headers are read, before anything is written. ``"svhn"`` is the training
-    and test ``.mat`` files, written into ``root/svhn``. Each file is written to a
-    temporary file first, its MD5 compared with the published one, and only then
-    renamed into place: an interrupted or corrupted download never leaves a file
-    under the final name.
-    Files already in place with the right MD5 (and an already unpacked CIFAR
+    The data page tables each data set's mirrors and the folder it is written to. Each
+    file is renamed into place only once its MD5 is the published one, so an interrupted
+    or corrupted download never leaves a file under the final name; a CIFAR tarball is
+    unpacked only if its members are plain files under its folder, 256 MiB at most in
+    all. Files already in place with the right MD5 (and an already unpacked CIFAR
     folder) are not fetched again unless ``force``.
-
-    Mirrors: MNIST from ``ossci-datasets.s3.amazonaws.com`` (then
-    ``yann.lecun.com``), Fashion-MNIST from Zalando's GitHub repository (then its S3
-    bucket), CIFAR from ``www.cs.toronto.edu/~kriz``, SVHN from
-    ``ufldl.stanford.edu/housenumbers``. Only the standard library's
-    ``urllib`` is used.
 
     Args:
         name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"cifar100"`` or

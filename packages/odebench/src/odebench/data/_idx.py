@@ -112,15 +112,9 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
     short (``torch.int16``), 0x0C int (``torch.int32``), 0x0D float
     (``torch.float32``), 0x0E double (``torch.float64``).
 
-    The file may be gzip-compressed; that is recognised by its first two bytes, not
-    by its name. The header is checked, and the data must be exactly as long as the
-    sizes announce. The header is read first and the data are read into an array of
-    the size it declares: a compressed file is inflated only that far (and a little
-    further, to tell that it is longer), never whole, so a small file that inflates
-    to far more than its header announces costs no more memory than the data it
-    declares. A header declaring more than 4 GiB of data, or more than its gzip file
-    could hold (deflate inflates at most 1032 bytes per compressed byte), is refused
-    before anything is allocated.
+    The file may be gzip-compressed, as its first two bytes tell. The data must be
+    exactly as long as the header announces; a compressed file is never inflated
+    further than that (the data page says how far the checks go).
 
     Args:
         path: the file.

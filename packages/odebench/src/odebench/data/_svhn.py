@@ -57,11 +57,8 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
     runs nothing. ``mean`` and ``std`` are the usual per-channel statistics of the
     training images on the [0, 1] scale.
 
-    MATLAB files may hold zlib-compressed variables. Before scipy reads the file,
-    each variable's declared size is checked against the file and against
-    ``SVHN_MAX_BYTES`` (2 GiB), and each compressed one is inflated in bounded chunks,
-    without being kept, to check that it holds exactly the bytes it declares: a file
-    that would inflate to more is refused before anything of its size is allocated.
+    Before scipy reads the file, the sizes its variables declare are checked (at most
+    ``SVHN_MAX_BYTES``, 2 GiB, in all), compressed ones by inflating them unkept.
 
     Reading them needs scipy (``pip install "odebench[svhn]"``).
 
