@@ -208,26 +208,9 @@ def build_model(
     already normalised, and return logits ``(N, num_classes)``. Toy models take
     ``(N, in_channels)`` vectors and return ``(N, num_classes)``.
 
-    ``spec`` says how the model solves, passed on unchanged. Every
-    :class:`odelayers.NeuralODE` of the models of ``ODE_MODELS`` integrates over
-    ``[0, 1]`` by it (default ``TRAIN_SPEC``: dopri5 at ``rtol = atol = 1e-3``,
-    backprop). The ContinuousNet models step its fixed-step solver ``spec.n_steps``
-    times per block (default Euler, 8 steps), differentiated by backprop through
-    the steps, which is what they are. The RK-Net always takes 6 RK4 steps and
-    backpropagates through them, and the models without an ODE (``mlp``,
-    ``resnet``, ``continuous-resnet``) have no use for a spec: they refuse one.
-
-    ``activation`` is the nonlinearity of the vector field (of the residual function
-    for the ResNets, of the hidden layer for the MLP); stems and heads keep ReLU.
-    ``"relu"`` is the papers'; a smooth one (``"softplus"``, ``"tanh"``, ``"silu"``)
-    keeps the adjoint's backward solve as cheap as the forward one, where ReLU makes
-    its right-hand side discontinuous in time.
-
-    Dupont et al.'s ``node`` and ``anode`` and Massaroli et al.'s
-    ``dissecting-node``, ``dissecting-anode``, ``ilnode`` and ``sonode`` take the
-    paper's MNIST configuration for 1-channel images and its CIFAR-10 configuration
-    otherwise (Massaroli et al.'s MNIST models are our reconstruction: their code is
-    not published).
+    The models page (docs/odebench/models.md) says what ``spec`` and ``activation``
+    do to each model, and which configuration a model of a paper with an MNIST and a
+    CIFAR-10 one takes (the MNIST one for 1-channel images).
 
     Args:
         name: a key of :data:`MODELS`.
@@ -237,8 +220,13 @@ def build_model(
         image_size: the side of the square images, at least 8; ``node`` and
             ``anode`` read out the flattened state and accept only this size. Toy
             models ignore it.
-        activation: ``"relu"``, ``"softplus"``, ``"tanh"`` or ``"silu"``.
-        spec: how the model solves (see above); ``None``: the model's default.
+        activation: the nonlinearity of the vector field (stems and heads keep ReLU):
+            ``"relu"``, as in the papers, or a smooth ``"softplus"``, ``"tanh"`` or
+            ``"silu"``, which keeps the adjoint's backward solve as cheap as the forward.
+        spec: how the model solves, passed on unchanged to every
+            :class:`odelayers.NeuralODE`; ``None``: ``TRAIN_SPEC`` (dopri5 at ``rtol =
+            atol = 1e-3``, backprop), for the ContinuousNet models Euler, 8 steps per
+            block. The RK-Net (always 6 RK4 steps) and the models without an ODE refuse one.
         epsilon: the ContinuousNet models only: the time scale of every block;
             ``None``: ``spec.n_steps`` (with Euler every step is then a ResNet unit).
 
