@@ -13,10 +13,10 @@ from odebench.experiments._chen_tolerance import (
     ACTIVATIONS,
     GUARD_WORDS,
     MODES,
+    _probe_metrics,
     claims,
     runs,
 )
-from odebench.experiments._chen_tolerance_probe import _probe_metrics
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
