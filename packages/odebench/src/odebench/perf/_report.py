@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from importlib import resources
 from operator import attrgetter
 from typing import Any
 
-from .._io import JsonObject, text_table
+from .._io import JsonObject, text_parts, text_table
 from ._document import Document, FigureRow, GradientRow, json_object
 from ._solvers import MODE_FIGURES
 from ._stats import ratio
@@ -75,17 +76,21 @@ def _blank_repeats(rows: list[list[str]]) -> list[list[str]]:
     return out
 
 
+_TEXT = text_parts((resources.files(__package__) / "text" / "report.md").read_text("utf-8"))[1]
+"""The words above each table, by section (``text/report.md``)."""
+
+
 def _table(
-    text: Sequence[str],
+    section: str,
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
     after: Sequence[str] = (),
 ) -> list[str]:
-    """A section of the report: ``text``, the table, ``after`` and a blank line; nothing
+    """A section of the report: its words, the table, ``after`` and a blank line; nothing
     without rows or ``after``."""
     if not rows and not after:
         return []
-    return [*text, text_table(header, rows), *after, ""]
+    return [*_TEXT[section].splitlines(), text_table(header, rows), *after, ""]
 
 
 def format_report(doc: JsonObject) -> str:
@@ -133,12 +138,8 @@ def _problems(d: Document) -> list[str]:
     refs: dict[str, list[str]] = {}
     for p in d.problems:
         refs.setdefault(p.reference, []).append(p.name)
-    text = [
-        "Problems (one evaluation of the field alone, and with its VJP, before the runs; "
-        "then the range of the same over the cells, timed among the runs):"
-    ]
     after = [f"error reference of {', '.join(names)}: {ref}" for ref, names in refs.items()]
-    return _table(text, header, rows, after)
+    return _table("problems", header, rows, after)
 
 
 _SPEED: tuple[Column, ...] = (
@@ -165,15 +166,7 @@ _SPEED: tuple[Column, ...] = (
 def _speed(d: Document) -> list[str]:
     """Every figure of ``results``, one line per problem, method and library."""
     header, rows = _grid(d.results, ("problem", "method", "library"), _SPEED)
-    text = [
-        "Speed (medians). fwd: forward solve; bp: forward + backward by backprop; adj: by the "
-        "adjoint; semi: adjoint with seminorm;",
-        "ckpt: checkpointing. ovh: overhead factor (1.0 = only the field's own time). us/ev: "
-        "solver's own time per evaluation.",
-        "NFE/NFEb: evaluations forward/backward. error: max abs error at t1. gdiff: relative "
-        "difference from the same library's backprop gradient.",
-    ]
-    return _table(text, header, _blank_repeats(rows))
+    return _table("speed", header, _blank_repeats(rows))
 
 
 def _forward_split(d: Document) -> list[str]:
@@ -194,14 +187,8 @@ def _forward_split(d: Document) -> list[str]:
         rest = None if floor is None else overhead - floor - solver
         per_eval = value(*key, "forward_solver_cost_per_eval_us")
         rows.append([*key, *map(_f2, (overhead, floor, solver, rest)), _f1(per_eval)])
-    text = [
-        "Where the forward time goes, in units of NFE x one evaluation alone: ovh = floor + "
-        "solver + rest. floor: evaluations chained by one axpy;",
-        "solver: the solve replayed from a tape of the field's outputs (the same steps, no "
-        "evaluations); rest: the field and the solver slowing each other.",
-    ]
     header = ["problem", "method", "library", "ovh", "floor", "solver", "rest", "solver us/ev"]
-    return _table(text, header, _blank_repeats(rows))
+    return _table("forward_split", header, _blank_repeats(rows))
 
 
 _RATIOS: tuple[Column, ...] = (
@@ -221,8 +208,7 @@ _RATIOS: tuple[Column, ...] = (
 
 def _ratios(d: Document) -> list[str]:
     header, rows = _grid(d.ratios, ("problem", "method", "peer"), _RATIOS)
-    text = ["Ratios odecore / peer (below 1: odecore faster, fewer evaluations, more accurate):"]
-    return _table(text, header, rows)
+    return _table("ratios", header, rows)
 
 
 def _compiled(d: Document) -> list[str]:
@@ -242,12 +228,8 @@ def _compiled(d: Document) -> list[str]:
         ]
         for r in d.compiled
     ]
-    text = [
-        "Compiled odecore / eager odecore (ratio below 1: compiled faster; first: the "
-        "first call, which compiles; diff: compiled result and gradient against eager):"
-    ]
     header = ["problem", "method", "mode", "eager ms", "compiled ms", "ratio", "first s"]
-    return _table(text, [*header, "y1 diff", "grad diff", "note"], rows)
+    return _table("compiled", [*header, "y1 diff", "grad diff", "note"], rows)
 
 
 def _stiff(d: Document) -> list[str]:
@@ -258,11 +240,7 @@ def _stiff(d: Document) -> list[str]:
         ("error", "error", _e),
     )
     header, rows = _grid(d.stiff, ("problem", "method", "library"), columns)
-    text = [
-        "Stiff problems: forward solves in float64 (medians; error: max abs error at t1 "
-        "against the reference above; failures under Failed runs):"
-    ]
-    return _table(text, header, rows)
+    return _table("stiff", header, rows)
 
 
 def _memory(d: Document) -> list[str]:
@@ -282,11 +260,7 @@ def _memory(d: Document) -> list[str]:
     ]
     header = ["library", "gradient", *(f"{n} steps" for n in steps), "MiB/step"]
     header.append(f"{steps[-1]}/{steps[0]}" if steps else "growth")
-    text = [
-        "Peak memory of forward + backward, MLP field, rk4: MiB above the baseline, "
-        "each in a fresh process:"
-    ]
-    return _table(text, header, rows)
+    return _table("memory", header, rows)
 
 
 _GRADIENTS: tuple[Column, ...] = (
@@ -302,12 +276,8 @@ _GRADIENTS: tuple[Column, ...] = (
 def _gradients(d: Document) -> list[str]:
     checked = [r for r in d.gradients if r.library != "finite differences"]
     header, rows = _grid(checked, ("problem", "library", "gradient"), _GRADIENTS)
-    text = [
-        "Gradient error against finite differences (float64; dopri5 at the tolerance "
-        "shown; reference: fine rk4):"
-    ]
     after = [_reference(r) for r in d.gradients if r.library == "finite differences"]
-    return _table(text, header, rows, after)
+    return _table("gradients", header, rows, after)
 
 
 def _reference(r: GradientRow) -> str:
