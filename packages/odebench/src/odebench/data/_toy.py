@@ -12,17 +12,16 @@ from ._dataset import Dataset
 _F64 = torch.float64
 
 
-def _check_generator(generator: torch.Generator | None) -> None:
+def _check(generator: torch.Generator | None, **counts: int) -> None:
+    """Refuse counts that are not positive integers, then a generator off the CPU."""
+    for what, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
     if generator is not None and generator.device.type != "cpu":
         raise ValueError(
             f"`generator` must be a CPU generator, got one on {generator.device}: the toy "
             "sets are generated on the CPU. Move the result with Dataset.to(device)."
         )
-
-
-def _check_count(n: int, what: str = "n") -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
 
 
 def _directions(n: int, dim: int, generator: torch.Generator | None) -> Tensor:
@@ -78,9 +77,7 @@ def annuli(
     References:
         E. Dupont, A. Doucet, Y. W. Teh, "Augmented Neural ODEs", NeurIPS 2019, Sec. 4.
     """
-    _check_count(n)
-    _check_count(dim, "dim")
-    _check_generator(generator)
+    _check(generator, n=n, dim=dim)
     if not 0 < r1 < r2 < r3:
         raise ValueError(f"The radii must satisfy 0 < r1 < r2 < r3, got {r1}, {r2}, {r3}.")
     n_inner = n // 3
@@ -132,9 +129,7 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
         S. Massaroli, M. Poli, J. Park, A. Yamashita, H. Asama, "Dissecting Neural
         ODEs", NeurIPS 2020, Sec. 5.
     """
-    _check_count(n)
-    _check_count(dim, "dim")
-    _check_generator(generator)
+    _check(generator, n=n, dim=dim)
     x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
     return Dataset(inputs=x, targets=-x, name=f"reflection-{dim}d", num_classes=None)
 
@@ -172,8 +167,7 @@ def nested_spirals(
         >>> ds.inputs.shape, torch.bincount(ds.targets).tolist()
         (torch.Size([101, 2]), [50, 51])
     """
-    _check_count(n)
-    _check_generator(generator)
+    _check(generator, n=n)
     if not turns > 0:
         raise ValueError(f"`turns` must be positive, got {turns}.")
     if not noise >= 0:
@@ -234,19 +228,10 @@ def pendulum(
     The data of Queiruga et al.'s Sec. 3, where models of the form
     ``x_{k+1} = x_k + dt * scheme(f, x_k)`` are fitted to a time series of the state
     ``x = (theta, omega)``, ``omega = theta'``, and then evaluated at other ``dt``.
-    Each trajectory starts at ``theta_0`` uniform in ``[-theta_max, theta_max]`` and
-    ``omega_0`` uniform in ``[-omega_max, omega_max]``; the defaults (up to 135
-    degrees, the angle of the authors' companion notebook, and 1 rad/s) keep every
-    trajectory an oscillation below the separatrix. The motion is integrated in
-    float64 by classical RK4 with sub-steps of at most ``0.02 / sqrt(g / L)``
-    (accurate to about 1e-9, well beyond float32) and sampled at ``t_k = k dt``,
-    ``k = 0, ..., steps``. The targets are these clean states; the inputs add
-    independent Gaussian noise of standard deviation ``noise``.
-
-    The clean states keep the energy per unit ``m L^2``,
-    ``E = omega^2 / 2 + (g / L) (1 - cos theta)``, constant along each trajectory.
-    The sample spacing is carried by the name, ``"pendulum-dt0.1"`` for ``dt=0.1``
-    (formatted with ``:g``).
+    Each trajectory starts uniform in ``[-theta_max, theta_max] x [-omega_max,
+    omega_max]``; the defaults (135 degrees, the angle of the authors' companion
+    notebook, and 1 rad/s) keep every one an oscillation below the separatrix. The data
+    page says how it is integrated (RK4 in float64, to about 1e-9) and sampled.
 
     Args:
         n_trajectories: the number of trajectories ``N``.
@@ -285,9 +270,7 @@ def pendulum(
         A. F. Queiruga, N. B. Erichson, D. Taylor, M. W. Mahoney, "Continuous-in-Depth
         Neural Networks", arXiv:2008.02389, 2020, Sec. 3.
     """
-    _check_count(n_trajectories, "n_trajectories")
-    _check_count(steps, "steps")
-    _check_generator(generator)
+    _check(generator, n_trajectories=n_trajectories, steps=steps)
     for value, what in ((dt, "dt"), (gravity, "gravity"), (length, "length")):
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"`{what}` must be positive and finite, got {value}.")
