@@ -1,18 +1,8 @@
 """Data sets of the papers, held in memory as tensors: images, toy tasks, augmentation.
 
 Every loader and generator returns a :class:`Dataset`, one split with its ``inputs``
-and ``targets`` tensors, its name, its number of classes and, for images, the
-per-channel statistics that :meth:`Dataset.normalize` uses. Images stay uint8 until a
-batch is normalised, so a whole split fits on a GPU (:meth:`Dataset.to`).
-
-- Image files: :func:`read_idx` (one IDX file), :func:`load_mnist` (MNIST and
-  Fashion-MNIST), :func:`load_cifar` (CIFAR-10 and CIFAR-100, read without running
-  pickled code), :func:`download` (from the official mirrors, checked by MD5).
-- Toy sets generated in code: :func:`annuli` (Dupont et al.'s g(x)),
-  :func:`reflection`, :func:`nested_spirals`, :func:`pendulum` (trajectories of the
-  nonlinear pendulum).
-- Augmentation in torch on the batch's device: :func:`random_crop`,
-  :func:`horizontal_flip`, and :class:`Augment` composing them.
+and ``targets`` tensors; images stay uint8 until a batch is normalised. The data page
+(docs/odebench/data.md) describes each loader, generator and augmentation.
 
 Example:
     >>> import torch
