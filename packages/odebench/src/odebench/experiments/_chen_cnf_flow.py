@@ -75,26 +75,15 @@ def _centres(density: str, u: Tensor) -> Tensor:
 
 
 def sample_density(density: str, n: int, noise: float, generator: torch.Generator) -> Tensor:
-    """``n`` points of ``density``: its centre curve plus Gaussian noise of std ``noise``.
-
-    Two moons: two interleaved half circles, centred and scaled by 1.5 (the tutorial's);
-    two circles: radii 1.6 and 0.8. Each half holds half the points.
-
-    Raises:
-        ValueError: an unknown ``density``.
-    """
+    """``n`` points of ``density``: its centre curve plus Gaussian noise of std ``noise``
+    (``ValueError`` for an unknown ``density``)."""
     u = torch.rand(n, generator=generator)
     return _centres(density, u) + noise * torch.randn(n, 2, generator=generator)
 
 
 def true_log_prob(density: str, x: Tensor, noise: float, nodes: int = TRUTH_NODES) -> Tensor:
-    """The exact log-density of :func:`sample_density` at ``x``, in float64.
-
-    The density is the mean over the curve parameter ``u`` of ``N(x; centre(u),
-    noise^2 I)``, computed by the midpoint rule over ``nodes`` values of ``u`` (the
-    nodes lie far closer than ``noise`` along the curve, so the sum is exact to many
-    digits).
-    """
+    """The exact log-density of :func:`sample_density` at ``x``, in float64: the mean over
+    the curve of ``N(x; centre(u), noise^2 I)``, by the midpoint rule in ``u``."""
     u = (torch.arange(nodes, dtype=_F64) + 0.5) / nodes
     centres = _centres(density, u)
     out = []
@@ -152,15 +141,9 @@ def grid_points(grid: int, box: float) -> tuple[Tensor, float]:
 def trace_and_logdet(
     field: Field, z0: Tensor, steps: int, eps: float = 1e-5
 ) -> tuple[Tensor, Tensor]:
-    """The CNF's change of log-density and the log-determinant of its map, per point.
-
-    ``delta = -int tr(df/dz) dt`` is the CNF's exact-trace integral from ``z0``, and
-    ``log abs det J`` that of the Jacobian ``J`` of the map ``z0 -> z(1)``, by central
-    differences of step ``eps`` of plain solves of the state (no trace). Both come
-    from RK4 solves of a float64 copy of ``field`` in ``steps`` steps. The change of
-    variables, ``log p1(z(1)) = log p0(z0) - log abs det J``, makes ``delta =
-    -log abs det J``.
-    """
+    """Per point ``z0``: the CNF's ``delta = -int tr(df/dz) dt``, and ``log abs det J`` of
+    the map ``z0 -> z(1)`` by central differences of step ``eps``; both by RK4 in ``steps``
+    steps of a float64 copy of ``field``. The change of variables makes them opposite."""
     field64 = copy.deepcopy(field).to(_F64) if isinstance(field, nn.Module) else field
     spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=steps)
     z0 = z0.detach().to(_F64)
@@ -176,29 +159,12 @@ def trace_and_logdet(
     return delta.detach(), torch.linalg.slogdet(jacobian).logabsdet
 
 
-def logdet_error(field: Field, z0: Tensor, steps: int, eps: float = 1e-5) -> float:
-    """The largest ``abs(delta + log abs det J)`` over the points ``z0`` (see
-    :func:`trace_and_logdet`): zero up to the solves' and the differences' errors."""
-    delta, logdet = trace_and_logdet(field, z0, steps, eps)
-    return float((delta + logdet).abs().max())
-
-
 def mass(
     log_prob: Callable[[Tensor], Tensor], samples: Tensor, grid: int, box: float
 ) -> tuple[float, float, Tensor]:
-    """How much probability a density puts on the grid, and its samples outside it.
-
-    Args:
-        log_prob: the log-density, per point.
-        samples: points drawn from the same density.
-        grid: cells per side of the grid on ``[-box, box]^2``.
-        box: the grid's half-width.
-
-    Returns:
-        The midpoint sum of the density over the grid's cells, the fraction of
-        ``samples`` outside the grid (their sum is 1 for a normalised density), and
-        the log-density at the cells' centres, ``(grid, grid)`` with y along the rows.
-    """
+    """The midpoint sum of the density ``log_prob`` over the ``grid x grid`` cells on
+    ``[-box, box]^2``, the fraction of its ``samples`` outside them (the two sum to 1 for a
+    normalised density), and the log-density at the cells, ``(grid, grid)``, y along rows."""
     points, h = grid_points(grid, box)
     with torch.no_grad():
         log_density = torch.cat([log_prob(p).detach().cpu() for p in torch.split(points, 8192)])
@@ -225,12 +191,9 @@ def _reading(flow: nn.Module, test: Tensor, rtol: float) -> dict[str, float]:
 
 
 def task(setup: Setup[CnfSettings], density: str, seed: int) -> Task:
-    """Maximum likelihood with RK4 in ``steps`` steps, backpropagating through them, by
-    Adam, its rate cosine-annealed over the iterations. Each iteration draws
-    ``batch_size`` training points with replacement from the order generator (seeded
-    with ``seed``); an epoch is ``eval_every`` iterations (the last, what is left), after
-    which the test NLL and the NFE of the adaptive solve are read. ``train_nll`` is the
-    mean batch loss of the epoch."""
+    """The training of ``density``'s CNF: epochs of ``eval_every`` iterations (the last,
+    what is left) of ``batch_size`` points drawn with replacement, each epoch ending with a
+    reading of the test NLL and the NFE of the adaptive solve."""
     s = setup.settings
     train, test = data_points(s, density, seed)
 
@@ -299,6 +262,9 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
         diff = fitted(test) - log_p  # per point, for the standard error
         samples = adaptive(z0.to(device))[0].cpu()
         nfe_sampling = adaptive.nfe
+    delta, logdet = trace_and_logdet(
+        model.vector_field, z0[: s.n_logdet].to(device), s.logdet_steps
+    )
     on_grid, outside, log_density = mass(
         lambda x: adaptive.log_prob(x.to(device)), samples, s.grid, s.box
     )
@@ -320,7 +286,7 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
         MASS_OUTSIDE: outside,
         MASS: on_grid + outside,
         MASS_ERROR: abs(on_grid + outside - 1.0),
-        LOGDET_ERROR: logdet_error(model.vector_field, z0[: s.n_logdet].to(device), s.logdet_steps),
+        LOGDET_ERROR: float((delta + logdet).abs().max()),
         TRAIN_SECONDS: trained.seconds,
     }
     details = {"history": [dict(row) for row in history]}
