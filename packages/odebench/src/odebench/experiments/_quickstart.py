@@ -185,23 +185,19 @@ CLAIMS = [
 
 
 def tables(setup: Setup[QuickstartSettings]) -> dict[str, Table]:
-    """The toy runs side by side, and the image run."""
+    """The toy runs side by side, and the image run under the model it trained."""
     toy = by_run("model", {name: name.upper() for name, _ in TOY}, [
         Col("parameters", PARAMETERS), Col("epochs", EPOCHS), Col("train MSE", TRAIN_LOSS),
         Col("test MSE", TEST_LOSS), Col("forward NFE", NFE_FORWARD),
         Col("backward NFE", NFE_BACKWARD),
     ])  # fmt: skip
-    image = Table("model", [Row("image", "image", label_of=_image_model)], [
+    model = Row("image", "image", label_of=lambda result: str(result.details("image")["model"]))
+    image = Table("model", [model], [
         Col("parameters", PARAMETERS), Col("epochs", EPOCHS), Col("test accuracy", TEST_ACC),
         Col("test loss", TEST_LOSS), Col("forward NFE", NFE_FORWARD),
         Col("images/s", IMAGES_PER_SECOND), Col("train time (s)", TRAIN_SECONDS),
     ])  # fmt: skip
     return {"toy": toy, "image": image}
-
-
-def _image_model(result: Result[QuickstartSettings]) -> str:
-    """The model the image run trained, as its record says."""
-    return str(result.details("image")["model"])
 
 
 def words(result: Result[QuickstartSettings]) -> dict[str, object]:
