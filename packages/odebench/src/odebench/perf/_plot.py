@@ -275,31 +275,7 @@ def stiff_path(path: str | Path) -> Path:
 
 
 def plot_stiff(doc: Mapping[str, Any], path: str | Path) -> Path:
-    """Draw the stiff problems' work-precision plot (see :func:`stiff_panels`) as a PNG.
-
-    Error (x) against wall time (y), both logarithmic, one curve per implicit solver,
-    its points labelled with their tolerances; failed configurations are written
-    under the curves.
-
-    Args:
-        doc: the document of :func:`~odebench.perf.run_solvers`, with a ``stiff``
-            section.
-        path: where to write the PNG (written atomically; directories are created).
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        ValueError: when ``doc`` is not the document of ``odebench perf solvers``, or
-            has no stiff rows.
-
-    Example:
-        >>> import json
-        >>> from odebench.perf._plot import plot_stiff
-        >>> doc = json.load(open("solvers.json"))  # doctest: +SKIP
-        >>> plot_stiff(doc, "solvers_stiff.png")  # doctest: +SKIP
-        PosixPath('solvers_stiff.png')
-    """
+    """Draw the work-precision panels of :func:`stiff_panels` as a PNG at ``path``."""
     panels = stiff_panels(doc)
     if not panels:
         raise ValueError(
