@@ -1,12 +1,5 @@
-"""``odebench perf contnet``: ContinuousNet against its own ResNet export, side by side.
-
-ContinuousNet[Euler, N_t = M] computes exactly what its ``to_resnet()`` export
-computes; the difference in time is the price of evaluating the weights from their
-basis at every step. The run times forward + backward (a cross-entropy loss on a
-random batch) and the forward pass alone of both, interleaved, and the same
-ContinuousNet manifested with RK4 (four stages per step), and measures the memory
-that autograd keeps for the backward pass (bytes of the saved tensors).
-"""
+"""``odebench perf contnet``: ContinuousNet against its own ResNet export, side by side
+(what it times and why: the command's section of docs/odebench/index.md)."""
 
 from __future__ import annotations
 
@@ -174,7 +167,7 @@ def _times(
 
 
 def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> JsonObject:
-    """Run the benchmark and return its JSON document (see the module docstring)."""
+    """Run the benchmark and return its JSON document (see :doc:`/odebench/index`)."""
     torch.set_num_threads(config.threads)
     started = time.perf_counter()
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")

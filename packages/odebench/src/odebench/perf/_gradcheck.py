@@ -4,12 +4,8 @@ The reference is library-neutral: central differences of the loss
 ``L = sum(w * y(t1))`` along a few random unit directions in ``(y0, parameters)``,
 each loss from a fine fixed-step classic RK4 solve in float64 written here (not any
 library's solver). Its resolution is reported too: the change of the difference
-quotients when the number of steps is halved.
-
-Each library's gradient methods then solve the same problem with dopri5 at
-``rtol = atol = 1e-6`` in float64, and the benchmark reports their directional
-derivatives' error against the reference, with the forward and backward function
-evaluations that it took.
+quotients when the number of steps is halved. What the libraries are checked with:
+docs/odebench/index.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The stiff problems' part of ``odebench perf solvers``: a work-precision sweep.
-
-On a stiff problem the explicit configurations of the rest of the benchmark say
-nothing useful (their steps are bounded by stability, not by accuracy), so the stiff
-problems get their own: odecore's implicit ``kvaerno5`` and SciPy's ``Radau`` and
-``BDF`` through odecore's ``scipy:`` backend (one adapter, one counter of
-evaluations), each at a sweep of tolerances, and ``dopri5`` with a step budget, to
-show an explicit method failing fast instead of running for minutes. Every run is
-forward only; the rows go to the document's ``stiff`` section.
-"""
+"""The stiff problems' part of ``odebench perf solvers``: a work-precision sweep of
+odecore's implicit methods and ``dopri5`` with a step budget, forward only, into the
+document's ``stiff`` section (why, and what it runs: docs/odebench/index.md, "A stiff
+problem")."""
 
 from __future__ import annotations
 
