@@ -64,9 +64,19 @@ class FlatReadout(nn.Module):
         return f"shape={self.shape}"
 
 
-def dupont_field(channels: int, filters: int, activation: type[nn.Module]) -> DepthSequential:
-    """Conv 1x1, act, conv 3x3, act, conv 1x1, each with ``t`` as an extra input channel."""
-    return DepthSequential(
+def dupont(
+    name: str,
+    in_channels: int,
+    num_classes: int,
+    image_size: int,
+    activation: type[nn.Module],
+    spec: odecore.OdeSpec,
+) -> nn.Sequential:
+    """Dupont et al.'s NODE (``name="node"``) or ANODE (``"anode"``) image classifier: the
+    field is conv 1x1, act, conv 3x3, act, conv 1x1, each with ``t`` as an extra channel."""
+    filters, extra = DUPONT[name][in_channels == 1]
+    channels = in_channels + extra
+    field = DepthSequential(
         DepthConcat(),
         nn.Conv2d(channels + 1, filters, 1),
         activation(),
@@ -76,25 +86,8 @@ def dupont_field(channels: int, filters: int, activation: type[nn.Module]) -> De
         DepthConcat(),
         nn.Conv2d(filters + 1, channels, 1),
     )
-
-
-def dupont(
-    name: str,
-    in_channels: int,
-    num_classes: int,
-    image_size: int,
-    activation: type[nn.Module],
-    spec: odecore.OdeSpec,
-) -> nn.Sequential:
-    """Dupont et al.'s NODE (``name="node"``) or ANODE (``"anode"``) image classifier."""
-    filters, extra = DUPONT[name][in_channels == 1]
-    channels = in_channels + extra
-    return augmented_node(
-        ZeroAugmentation(extra) if extra else nn.Identity(),
-        dupont_field(channels, filters, activation),
-        spec,
-        FlatReadout(channels, image_size, num_classes),
-    )
+    augment = ZeroAugmentation(extra) if extra else nn.Identity()
+    return augmented_node(augment, field, spec, FlatReadout(channels, image_size, num_classes))
 
 
 def massaroli_width(in_channels: int) -> int:

@@ -14,18 +14,6 @@ TOY_AUGMENT = 5
 """Zero dimensions of the toy ANODE (``p = 5`` in the authors' configuration)."""
 
 
-def toy_field(features: int, activation: type[nn.Module]) -> DepthSequential:
-    """``[x, t] -> 32 -> act -> 32 -> act -> features``: the time-dependent MLP field."""
-    return DepthSequential(
-        DepthConcat(),
-        nn.Linear(features + 1, TOY_HIDDEN),
-        activation(),
-        nn.Linear(TOY_HIDDEN, TOY_HIDDEN),
-        activation(),
-        nn.Linear(TOY_HIDDEN, features),
-    )
-
-
 def toy(
     in_features: int,
     out_features: int,
@@ -33,11 +21,16 @@ def toy(
     activation: type[nn.Module],
     spec: odecore.OdeSpec,
 ) -> nn.Sequential:
-    """``augment`` zero dimensions (none: a NODE), the ODE, a linear readout."""
+    """``augment`` zero dimensions (none: a NODE), the ODE of the time-dependent MLP field
+    ``[x, t] -> 32 -> act -> 32 -> act -> features``, a linear readout."""
     features = in_features + augment
-    return augmented_node(
-        ZeroAugmentation(augment) if augment else nn.Identity(),
-        toy_field(features, activation),
-        spec,
-        nn.Linear(features, out_features),
+    field = DepthSequential(
+        DepthConcat(),
+        nn.Linear(features + 1, TOY_HIDDEN),
+        activation(),
+        nn.Linear(TOY_HIDDEN, TOY_HIDDEN),
+        activation(),
+        nn.Linear(TOY_HIDDEN, features),
     )
+    augmentation = ZeroAugmentation(augment) if augment else nn.Identity()
+    return augmented_node(augmentation, field, spec, nn.Linear(features, out_features))
