@@ -1,12 +1,7 @@
-"""What Dupont et al. (2019)'s experiments share: training, curves, g(x).
-
-``anode-toy`` and ``anode-images`` train a NODE and an ANODE the way the authors'
-configurations do (Adam, dopri5 at ``rtol = atol = 1e-3``, backpropagation through
-the solver, ReLU), read the same numbers off each run's epochs, and draw per-epoch
-curves as a mean over the seeds with a band from the minimum to the maximum
-(:func:`curve_panels`). ``anode-toy`` and ``anode-resnet`` also train tasks of their
-own on g(x) (:func:`mse_task`), bound a 1-D NODE by :func:`monotone_floor` and draw
-its trajectories (:func:`flow_1d`, :func:`flow_panels`).
+"""What Dupont et al. (2019)'s experiments (``anode-toy``, ``anode-images``,
+``anode-resnet``) share: the authors' training, the numbers and curves of each run's
+epochs, and on g(x) the monotone floor and the 1-D flows; see their pages under
+docs/odebench/experiments/.
 """
 
 from __future__ import annotations
@@ -26,15 +21,12 @@ from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
 from ._metrics import Metric
 from ._result import Result
-from ._tables import Row
 from ._template import Measurement, Trained, TrainingSettings
 
 MODELS = ("node", "anode")
 """The two models compared, by their short names."""
 LABELS = {"node": "NODE", "anode": "ANODE", "resnet": "ResNet"}
 COLORS = {"node": "tab:blue", "anode": "tab:orange", "resnet": "tab:green"}
-Curves = list[Sequence[Mapping[str, Any]]]
-"""The per-epoch rows of one run, one list per seed."""
 NFE_FIRST = Metric("nfe_first", spec=".1f")
 """Forward NFE per batch in the first epoch."""
 NFE_LAST = Metric("nfe_last", spec=".1f")
@@ -80,18 +72,9 @@ def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> Tr
 def epoch_numbers(
     trained: Trained, final: Mapping[str, str], extra: Mapping[str, float | None] | None = None
 ) -> Measurement:
-    """The numbers of a trained run's epochs, and its curve for the figures.
-
-    Args:
-        trained: the run, with its per-epoch rows.
-        final: ``{metric: column}``: the metrics read off the last epoch's row.
-        extra: more metrics, as they are.
-
-    Returns:
-        The ``final`` metrics, ``nfe_first`` and ``nfe_last`` (forward NFE per batch in
-        the first and last epoch) and ``extra``; details ``{"curve": rows}``, one row per
-        epoch with ``epoch``, ``nfe_forward`` and the ``final`` columns.
-    """
+    """The ``final`` metrics (``{metric: column}`` of the last epoch's row), the forward
+    NFE per batch of the first and last epoch, and ``extra``; details: the ``curve``, a
+    row per epoch of ``epoch``, ``nfe_forward`` and the ``final`` columns."""
     rows = trained.history
     keys = ("epoch", "nfe_forward", *final.values())
     return Measurement(
@@ -105,13 +88,7 @@ def epoch_numbers(
     )
 
 
-def model_cell(model: str, metric: Metric) -> Callable[[Result[Any], Row], str]:
-    """A table cell: ``metric`` of the run ``<row.run>/<model>``, for tables with a row
-    per task (``row.run`` is the task) and a column per model."""
-    return lambda result, row: result.cell(metric.of(f"{row.run}/{model}"))
-
-
-def curves(result: Result[Any], run: str) -> Curves:
+def curves(result: Result[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
     """The per-epoch rows of ``run`` (see :func:`epoch_numbers`), one list per seed."""
     return [m.details["curve"] for m in result.measurements[run]]
 
@@ -141,10 +118,8 @@ def curve_panels(
             xs = [row[x] for row in rows[0]] if x else None
             label = LABELS[model]
             series[label], bands[label] = mean_band([[r[key] for r in c] for c in rows], xs)
-            solid = (
-                "o-" if len(series[label]) <= 40 else "-"
-            )  # markers where they can be told apart
-            styles[label] = Style(solid, COLORS[model])
+            # markers where they can be told apart
+            styles[label] = Style("o-" if len(series[label]) <= 40 else "-", COLORS[model])
             if dashed is not None:
                 series[f"{label} test"] = mean_band([[r[dashed] for r in c] for c in rows], xs)[0]
                 styles[f"{label} test"] = Style("--", COLORS[model])
@@ -185,26 +160,14 @@ def mse(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
 
 
 def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
-    """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data.
+    """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data
+    (``(n, 1)`` inputs and targets), which binds every 1-D NODE: its flow is increasing
+    and its readout affine.
 
-    A 1-D NODE's flow is an increasing map of the line and its readout is affine, so
-    its prediction is monotone in ``x``. On g(x) the best nondecreasing fit pools the
-    left shell (+1, ``a`` points) with the ball (-1, ``b`` points), costing
-    ``4ab / (a + b)`` in squared error, and keeps the right shell at +1; the best
-    nonincreasing fit does the same on the right. About 2/3 for the paper's sizes.
-
-    Args:
-        inputs: ``(n, 1)`` points.
-        targets: ``(n, 1)`` their g(x), -1 or +1.
-
-    Returns:
-        The floor, a mean squared error.
-
-    Example:
-        >>> x = torch.tensor([[-1.2], [-0.2], [0.3], [1.1]])
-        >>> y = torch.tensor([[1.0], [-1.0], [-1.0], [1.0]])
-        >>> round(monotone_floor(x, y), 4)
-        0.6667
+    On g(x) the best nondecreasing fit pools the left shell (+1, ``a`` points) with the
+    ball (-1, ``b`` points), costing ``4ab / (a + b)`` in squared error, and keeps the
+    right shell at +1; the best nonincreasing fit does the same on the right. About 2/3
+    for the paper's sizes.
     """
     x, y = inputs[:, 0], targets[:, 0]
     inner = int((y < 0).sum())

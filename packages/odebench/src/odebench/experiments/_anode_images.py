@@ -1,41 +1,24 @@
-"""``odebench run anode-images``: Dupont et al. (2019), Sec. 5.2, Table 1 and Fig. 10.
-
-NODE against ANODE (:mod:`odebench.models`, with the paper's parameter budgets) on MNIST,
-and on CIFAR-10 and SVHN when their files are found: test accuracy and parameters beside
-Table 1, the forward NFE per batch over training, and Fig. 10's loss against NFE.
+"""``odebench run anode-images``: Dupont et al. (2019), Sec. 5.2, Table 1 and Fig. 10, NODE
+against ANODE on MNIST, CIFAR-10 and SVHN (docs/odebench/experiments/anode-images.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .._figures import Bars, Lines, Style
-from ._anode_common import (
-    COLORS,
-    LABELS,
-    MODELS,
-    NFE_FIRST,
-    NFE_LAST,
-    curve_panels,
-    curves,
-    epoch_numbers,
-    train_config,
-)
+from . import _anode_common as common
+from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._images import available_datasets, data_name, mode_note
-from ._metrics import Metric
+from ._metrics import Metric, Values
 from ._registry import fmt
 from ._report import Prose
+from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
-from ._template import Measurement, Plot, Run, Template, TrainingSettings
-
-if TYPE_CHECKING:
-    from ._metrics import Values
-    from ._result import Result
-    from ._template import Setup, Trained
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DATASETS = ("mnist", "cifar10", "svhn")
 """MNIST always; CIFAR-10 and SVHN when :func:`odebench.training.find_data` finds them."""
@@ -99,7 +82,7 @@ def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
     """Both models on every data set found (a skipped one is logged once)."""
     found, _ = _datasets(setup, log=seed == setup.seeds[0])
     return [
-        Run(f"{dataset}/{model}", config=train_config(setup.settings, model, dataset, seed))
+        Run(f"{dataset}/{model}", config=common.train_config(setup.settings, model, dataset, seed))
         for dataset in found
         for model in MODELS
     ]
@@ -109,9 +92,10 @@ def measure(setup: Setup[TrainingSettings], trained: Trained) -> Measurement:
     """Final test accuracy and training loss, parameters, forward NFE per batch, and the
     number of test images the accuracy was measured on (``test_images``)."""
     result = trained.result
+    final = {TEST_ACC.name: "test_acc", "train_loss": "train_loss"}
     extra = {PARAMETERS.name: result["parameters"], "train_seconds": result["train_seconds"],
              TEST_IMAGES.name: result["examples"]["test"]}  # fmt: skip
-    return epoch_numbers(trained, {TEST_ACC.name: "test_acc", "train_loss": "train_loss"}, extra)
+    return common.epoch_numbers(trained, final, extra)
 
 
 def standard_error(v: Values, node: str, anode: str) -> float:
@@ -121,13 +105,6 @@ def standard_error(v: Values, node: str, anode: str) -> float:
     images: the spread the difference would have from the draw of the test images
     alone, were the two models' errors independent. They are not (both miss the same
     hard digits), so the paired difference varies less: this errs on the strict side.
-
-    Example:
-        >>> from odebench.experiments import Values
-        >>> v = Values({"n": {"test_acc": 0.964, "test_images": 1000},
-        ...             "a": {"test_acc": 0.982, "test_images": 1000}})
-        >>> round(100 * standard_error(v, "n", "a"), 2)  # points, at Table 1's accuracies
-        0.72
     """
     a, b, n = v[TEST_ACC.of(anode)], v[TEST_ACC.of(node)], v[TEST_IMAGES.of(node)]
     return math.sqrt((a * (1 - a) + b * (1 - b)) / n)
@@ -149,20 +126,9 @@ def claim_fields(dataset: str, test_images: int | None) -> dict[str, object]:
 
 
 def dataset_claims(dataset: str, test_images: int | None = None) -> list[Claim]:
-    """The paper's claims on one data set, and the checks of our parameter counts.
-
-    MNIST's are detailed in the text; those of another data set are the same words with
-    its numbers (:func:`claim_fields`).
-
-    Args:
-        dataset: a name of :data:`DATASETS`.
-        test_images: the test images per seed (``None``: all), for the details.
-
-    Example:
-        >>> [(claim.key, claim.kind) for claim in dataset_claims("svhn")][::2]
-        [('svhn_both_trained', 'paper'), ('svhn_anode_fewer_nfe', 'paper'), \
-('svhn_parameters_on_budget', 'check')]
-    """
+    """The paper's claims on ``dataset`` and the checks of our parameter counts. MNIST's
+    details are in the text; another data set's are the same words with its numbers and
+    ``test_images`` (the test images per seed, ``None``: all; :func:`claim_fields`)."""
     label, node, anode = data_name(dataset), f"{dataset}/node", f"{dataset}/anode"
     paper, bar = PUBLISHED[dataset], TRAINED[dataset]
     budget = paper["node"]["params"]
@@ -337,10 +303,10 @@ def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
     for dataset in _trained(result):
         series, styles = {}, {}
         for model in MODELS:
-            for k, curve in enumerate(curves(result, f"{dataset}/{model}")):
+            for k, curve in enumerate(common.curves(result, f"{dataset}/{model}")):
                 label = LABELS[model] if k == 0 else f"_{LABELS[model]} {k}"  # "_": no legend
                 series[label] = [(r["nfe_forward"], r["train_loss"]) for r in curve]
-                styles[label] = Style("o-", COLORS[model], alpha=0.8)
+                styles[label] = Style("o-", common.COLORS[model], alpha=0.8)
         title = f"{data_name(dataset)}: loss against NFE (Fig. 10)"
         panels.append(Lines(title, "forward NFE per batch", "training loss", series, styles))
     return panels
@@ -361,7 +327,7 @@ TEMPLATE = register_template(
         modes=MODES, runs=runs, measure=measure, claims=claims, text=TEXT, tables=tables,
         words=words, figures=[
             Plot("accuracy_params.png", _accuracy_params),
-            Plot("nfe.png", lambda result: curve_panels(
+            Plot("nfe.png", lambda result: common.curve_panels(
                 result, [(d, data_name(d)) for d in _trained(result)], "nfe_forward",
                 "forward NFE per batch",
             )),

@@ -1,11 +1,5 @@
-"""``odebench run anode-resnet``: Dupont et al. (2019)'s Fig. 5, a ResNet against a NODE.
-
-A NODE's flow is a homeomorphism, so it cannot carry the inner ball of g(x) through
-the surrounding shell; a ResNet of the same width and size takes discrete steps,
-whose trajectories can cross, and fits g(x). On a function whose two classes can be
-separated without tearing the plane (two shifted sine curves) both fit about
-equally. Both models train as one task each, on the same data and batches per seed,
-and their training loss is recorded per iteration as in the paper's Fig. 5.
+"""``odebench run anode-resnet``: Dupont et al. (2019)'s Fig. 5, a ResNet against a NODE
+of the same size on g(x) and on a separable function (docs/odebench/experiments/anode-resnet.md).
 """
 
 from __future__ import annotations
@@ -105,11 +99,6 @@ def shifted_sines(
     the first ``n - n // 2`` points lie on the upper curve, then all are shuffled: ``(n,
     2)`` inputs and ``(n, 1)`` targets in float32, drawn from ``generator`` (on the CPU)
     or the global one. A ``ValueError`` names an argument out of range.
-
-    Example:
-        >>> ds = shifted_sines(6, generator=torch.Generator().manual_seed(0))
-        >>> ds.inputs.shape, sorted(ds.targets[:, 0].tolist())
-        (torch.Size([6, 2]), [-1.0, -1.0, -1.0, 1.0, 1.0, 1.0])
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"`n` must be an integer of at least 2, got {n!r}.")
@@ -158,11 +147,6 @@ class ToyResNet(nn.Module):
     step of size 1 of a field without depth input: its state stays in R^d
     (``features``), as a NODE's does, so only the discrete steps tell it apart. Every
     size must be a positive integer (``ValueError``).
-
-    Example:
-        >>> net = ToyResNet(2, 1, blocks=8)
-        >>> net(torch.zeros(5, 2)).shape, count_parameters(net)
-        (torch.Size([5, 1]), 1299)
     """
 
     def __init__(self, features: int, out_features: int, blocks: int, hidden: int = TOY_HIDDEN):
@@ -335,8 +319,16 @@ def _parameters_cell(result: Result[Any], row: Row) -> str:
 
 
 def _pair(what: str, metric: Metric) -> list[Col]:
-    """A column of ``metric`` per model: ``NODE <what>``, ``ResNet <what>``."""
-    return [Col(f"{common.LABELS[m]} {what}", cell=common.model_cell(m, metric)) for m in MODELS]
+    """A column of ``metric`` per model, ``NODE <what>`` and ``ResNet <what>``: the run
+    ``<row's task>/<model>``."""
+
+    def col(model: str) -> Col:
+        return Col(
+            f"{common.LABELS[model]} {what}",
+            cell=lambda result, row: result.cell(metric.of(f"{row.run}/{model}")),
+        )
+
+    return [col(m) for m in MODELS]
 
 
 LOSSES = Table("task", [Row(title, task) for task, title in TASKS], [

@@ -1,8 +1,5 @@
-"""``odebench run anode-toy``: Dupont et al. (2019)'s toy experiments, NODE against ANODE.
-
-g(x) in one and two dimensions over several seeds (Figs. 5-8, Prop. 1 of the paper),
-and the generalisation test of Fig. 9, where a slice of the plane is left out of the
-training set and the models are evaluated on it.
+"""``odebench run anode-toy``: Dupont et al. (2019)'s toy experiments, NODE against ANODE
+on g(x) and on a held-out slice of the plane (docs/odebench/experiments/anode-toy.md).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from ..data import Dataset, annuli
 from ..models import build_model
 from ..training import Task, load_model, load_splits
 from . import _anode_common as common
-from ._anode_common import NFE_FIRST, NFE_LAST
+from ._anode_common import MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._metrics import Metric, Values
 from ._registry import fmt
@@ -32,8 +29,6 @@ from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
-MODELS = (("node", "toy-node"), ("anode", "toy-anode"))
-"""``(short name, model name)`` of the two models compared."""
 DIMS = (1, 2)
 """The dimensions of g(x)."""
 PANELS = [(f"{dim}d", f"{dim}-D g(x)") for dim in DIMS]
@@ -86,11 +81,11 @@ def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
     s = setup.settings
     return [
         *(
-            Run(f"{dim}d/{name}", config=common.train_config(s, model, f"annuli-{dim}d", seed))
+            Run(f"{dim}d/{m}", config=common.train_config(s, f"toy-{m}", f"annuli-{dim}d", seed))
             for dim in DIMS
-            for name, model in MODELS
+            for m in MODELS
         ),
-        *(Run(f"slice/{name}", task=_slice_task(s, model, seed)) for name, model in MODELS),
+        *(Run(f"slice/{m}", task=_slice_task(s, f"toy-{m}", seed)) for m in MODELS),
     ]
 
 
@@ -243,7 +238,7 @@ def _model_col(name: str) -> Col:
 PAPER_TABLE = Table(
     "figure",
     [Row(label, text={"published": paper}) for label, (_, paper) in AGAINST_PAPER.items()],
-    [*(_model_col(name) for name, _ in MODELS), Col("published")],
+    [*(_model_col(name) for name in MODELS), Col("published")],
 )
 
 
@@ -265,7 +260,7 @@ def _flow_panels(result: Result[ToySettings]) -> list[Lines]:
     seed = result.setup.seeds[0]
     run_dir = result.setup.run_dir
     flows = {name: common.flow_1d(load_model(run_dir(f"1d/{name}", seed), "cpu")[0])
-             for name, _ in MODELS}  # fmt: skip
+             for name in MODELS}  # fmt: skip
     return common.flow_panels(seed, flows)
 
 
@@ -278,7 +273,7 @@ def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
     fig, axes = pyplot().subplots(1, 3, figsize=(13, 4))
     axes[0].scatter(x[:, 0], x[:, 1], c=y, cmap="coolwarm", s=5)
     axes[0].set(title="test inputs (blue: g = -1)", xlabel="x1", ylabel="x2")
-    for ax, (name, _) in zip(axes[1:], MODELS, strict=True):
+    for ax, name in zip(axes[1:], MODELS, strict=True):
         model, _c = load_model(result.setup.run_dir(f"2d/{name}", seed), "cpu")
         z = common.trajectory(model, x, [0.0, 1.0])[-1]
         ax.scatter(z[:, 0], z[:, 1], c=y, cmap="coolwarm", s=5)
@@ -303,10 +298,10 @@ def _plot_slice(result: Result[ToySettings], path: Path) -> None:
     axes[0].legend(fontsize=8, loc="lower left")
     pos = torch.arange(len(MODELS), dtype=torch.float64)
     for offset, metric, label in ((-0.2, TRAIN_MSE, "train"), (0.2, SLICE_MSE, "held-out slice")):
-        stats = [result.stat(metric.of(f"slice/{name}")) for name, _ in MODELS]
+        stats = [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
         means, stds = [st.mean or 0.0 for st in stats], [st.std or 0.0 for st in stats]
         axes[1].bar(pos + offset, means, width=0.4, yerr=stds, label=label)
-    axes[1].set_xticks(pos.tolist(), [common.LABELS[name] for name, _ in MODELS])
+    axes[1].set_xticks(pos.tolist(), [common.LABELS[name] for name in MODELS])
     axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
     axes[1].legend(fontsize=8)
     axes[1].grid(alpha=0.3, axis="y")
