@@ -242,13 +242,8 @@ def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[SweepR
     batches = _batches(model, test, s.eval_batch)
     device = batches[0][0].device
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
-    floors = []
-    with torch.no_grad(), _solving(model, FLOOR_TOL):
-        for x, _ in batches:
-            model(x)
-            floors.append(float(nfe(model)[0]))
-    rows: list[SweepRow] = []
-    for tol in s.tolerances:
+    passes = []
+    for tol in (FLOOR_TOL, *s.tolerances):
         wrong, nfes, seconds = 0, [], []
         with torch.no_grad(), _solving(model, tol):
             for x, y in batches:
@@ -259,65 +254,57 @@ def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[SweepR
                 seconds.append(time.perf_counter() - start)
                 nfes.append(float(nfe(model)[0]))
                 wrong += int((logits.argmax(1) != y).sum().item())
-        rows.append({
-            "tol": tol, "test_error": wrong / len(test), "nfe_forward": statistics.mean(nfes),
-            "seconds_per_batch": statistics.mean(seconds), "at_floor": _at_floor(nfes, floors),
-            "batches": [[n, t, f] for n, t, f in zip(nfes, seconds, floors)],
-        })  # fmt: skip
-    return rows
+        passes.append((wrong, nfes, seconds))
+    (_, floors, _), *swept = passes
+    return [{
+        "tol": tol, "test_error": wrong / len(test), "nfe_forward": statistics.mean(nfes),
+        "seconds_per_batch": statistics.mean(seconds), "at_floor": _at_floor(nfes, floors),
+        "batches": [[n, t, f] for n, t, f in zip(nfes, seconds, floors)],
+    } for tol, (wrong, nfes, seconds) in zip(s.tolerances, swept)]  # fmt: skip
 
 
-def _ode_outputs(model: nn.Module, x: Tensor, y: Tensor, *, grad: bool) -> Tensor:
-    """The ODE layers' outputs on ``x``, flattened and detached; with ``grad``, after a
-    backward pass of the cross-entropy (whose NFE :func:`nfe` then reads)."""
+def _pass(
+    model: nn.Module, x: Tensor, y: Tensor, tol: float, *, grad: bool = True, seminorm: bool = False
+) -> tuple[Tensor, float, float]:
+    """The ODE layers' outputs on ``x`` at ``rtol = atol = tol``, flattened and detached, and
+    the forward and backward NFE; with ``grad``, of a gradient pass of the cross-entropy."""
     outputs: list[Tensor] = []
     hooks = [
         layer.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach().flatten(1)))
         for layer in ode_layers(model)
     ]
     try:
-        if grad:
-            model.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()  # type: ignore[no-untyped-call]
-        else:
-            with torch.no_grad():
-                model(x)
+        with _solving(model, tol, seminorm):
+            if grad:
+                model.zero_grad(set_to_none=True)
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()  # type: ignore[no-untyped-call]
+            else:
+                with torch.no_grad():
+                    model(x)
     finally:
         for hook in hooks:
             hook.remove()
-    return torch.cat(outputs, dim=1)
+    forward, backward = nfe(model)
+    return torch.cat(outputs, dim=1), float(forward), float(backward)
 
 
 def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> Probe:
-    """The gradient probe on the first ``probe_size`` test images, in training batches.
-
-    For each batch: the ODE output of a solve at :data:`REFERENCE_TOL`; the forward and
-    backward NFE of a gradient pass at :data:`FLOOR_TOL` (the solver's minimum); then at
-    each tolerance a gradient pass with the default norm (forward and backward NFE, the
-    ODE output's error relative to the reference) and one with the seminorm (backward
-    NFE). The gradients are discarded: the weights stay as trained.
-    """
+    """The gradient probe on the first ``probe_size`` test images, in training batches:
+    a solve at :data:`REFERENCE_TOL`, a gradient pass at :data:`FLOOR_TOL`, then at each
+    tolerance one with the default norm and one with the seminorm (the weights unchanged)."""
     batches = _batches(model, test, s.batch_size, s.probe_size)
-    references, floors = [], []
-    for x, y in batches:
-        with _solving(model, REFERENCE_TOL):
-            references.append(_ode_outputs(model, x, y, grad=False))
-        with _solving(model, FLOOR_TOL):
-            _ode_outputs(model, x, y, grad=True)
-            floors.append([float(n) for n in nfe(model)])
+    references = [_pass(model, x, y, REFERENCE_TOL, grad=False)[0] for x, y in batches]
+    floors = [_pass(model, x, y, FLOOR_TOL)[1:] for x, y in batches]
     rows: list[ProbeRow] = []
     for tol in s.tolerances:
         forward, backward, seminorm, errors = [], [], [], []
         for (x, y), reference in zip(batches, references):
-            with _solving(model, tol):
-                out = _ode_outputs(model, x, y, grad=True)
-            forward.append(float(nfe(model)[0]))
-            backward.append(float(nfe(model)[1]))
+            out, f, b = _pass(model, x, y, tol)
+            forward.append(f)
+            backward.append(b)
             errors.append(float((out - reference).norm() / reference.norm()))
-            with _solving(model, tol, seminorm=True):
-                _ode_outputs(model, x, y, grad=True)
-            seminorm.append(float(nfe(model)[1]))
+            seminorm.append(_pass(model, x, y, tol, seminorm=True)[2])
         rows.append({
             "tol": tol, "forward": statistics.mean(forward), "backward": statistics.mean(backward),
             "backward_seminorm": statistics.mean(seminorm), "solve_error": statistics.mean(errors),
