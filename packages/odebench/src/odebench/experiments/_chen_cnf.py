@@ -58,27 +58,14 @@ LOGDET_TOL = 1e-4  # abs(delta + log abs det J) in nats, float64, J by central d
 
 @dataclass(frozen=True, kw_only=True)
 class CnfSettings(Settings):
-    """The sizes of one mode; the noise, the rate, the tolerance and the box are the same
-    in every mode.
-
-    Args:
-        n_train: training points of each density, drawn from the seed.
-        n_test: held-out points of each density, drawn from the seed after them.
-        noise: standard deviation of the Gaussian noise around each density's curve.
-        hidden: width of the two hidden layers of the field (tanh).
-        iterations: Adam steps (``--epochs`` sets them).
-        batch_size: training points per step, drawn with replacement.
-        lr: Adam's initial learning rate, cosine-annealed to ``lr / 100``.
-        steps: RK4 steps over ``t in [0, 1]`` in training.
-        rtol: the tolerance (relative and absolute) of the adaptive Dopri5 solves that
-            evaluate the trained flow.
-        eval_every: iterations between two readings of the test NLL and the NFE.
-        grid: points per side of the grid of the density check and the figure.
-        box: the grid covers ``[-box, box]^2``.
-        n_samples: base draws pushed through the flow (figure, mass outside the grid).
-        n_logdet: points of the finite-difference log-determinant check.
-        logdet_steps: RK4 steps of the float64 solves of that check.
-    """
+    """The sizes of one mode (the docs page tables them): per density, ``n_train`` then
+    ``n_test`` points with Gaussian ``noise`` around its curve; the field's ``hidden`` width;
+    ``iterations`` Adam steps (``--epochs``) of ``batch_size`` points drawn with replacement,
+    ``lr`` cosine-annealed to ``lr / 100``; RK4 in ``steps`` steps in training, Dopri5 at
+    ``rtol = atol`` in evaluation, read every ``eval_every`` iterations; ``grid x grid``
+    cells on ``[-box, box]^2`` and ``n_samples`` flow samples for the mass check and the
+    figure; ``n_logdet`` points and ``logdet_steps`` float64 RK4 steps for the log-det check.
+    The noise, the rate, the tolerance and the box are the same in every mode."""
 
     n_train: int
     n_test: int

@@ -36,17 +36,9 @@ TRAIN_SECONDS = Metric("train_seconds", spec=".1f")
 
 @dataclass(frozen=True)
 class QuickstartSettings(Settings):
-    """The toy NODE and ANODE (Adam, lr 3e-3, batch 64) and the image run (SGD, lr 0.1).
-
-    Args:
-        toy_epochs: epochs of the toy runs.
-        toy_train_size: g(x) training points (``None``: all).
-        toy_test_size: g(x) test points (``None``: all).
-        image_epochs: epochs of the image run.
-        image_batch_size: its batch.
-        image_train_size: its training images (``None``: all).
-        image_test_size: its test images (``None``: all).
-    """
+    """The toy NODE and ANODE (Adam, lr 3e-3, batch 64) and the image run (SGD, lr 0.1):
+    the epochs and the training and test sizes of each (``None``: all), and the image run's
+    batch."""
 
     toy_epochs: int
     toy_train_size: int | None
