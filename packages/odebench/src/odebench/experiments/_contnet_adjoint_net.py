@@ -1,11 +1,5 @@
-"""The model of ``contnet-adjoint`` and its gradient comparison.
-
-:class:`AdjointNet` is a small ContinuousNet whose block :func:`integrate` differentiates
-by a gradient :class:`Method`; :func:`gradient_errors` compares each method's gradient
-with backprop's at the same ``N_t``. The weights ``theta(t)`` are piecewise constant on
-``M`` pieces, so the field jumps at every knot; a backward Euler step of the adjoint that
-starts on a knot reads the piece after it and credits that piece with the gradient.
-"""
+"""The model of ``contnet-adjoint`` and its gradient comparison with backprop's; see
+docs/odebench/experiments/contnet-adjoint.md."""
 
 from __future__ import annotations
 
@@ -32,10 +26,6 @@ class Method:
         factor: ``N_t`` over ``M``.
         knots: the solve gets the basis knots as ``jump_ts`` (it restarts at each, and
             a step next to one reads the limit from its own side).
-
-    Example:
-        >>> Method("adjoint", 3).key, Method("adjoint", 1, knots=True).label
-        ('adjoint-3M', 'adjoint with jump_t at the knots, N_t = M')
     """
 
     gradient: Literal["backprop", "adjoint", "checkpoint"]
@@ -70,17 +60,8 @@ ALL, BLOCK = "", "/block"
 
 
 def residual_module(channels: int) -> nn.Sequential:
-    """``R``: the paper's pre-activation unit with group norm in place of batch norm.
-
-    Batch norm couples a batch's samples and keeps running statistics per evaluation
-    of ``R``, but the adjoint evaluates ``R`` again on states integrated backward, to
-    which no statistic belongs; group norm makes ``R`` one function of ``(t, x)`` in
-    every evaluation, forward and backward.
-
-    Example:
-        >>> residual_module(4)(torch.zeros(2, 4, 6, 6)).shape
-        torch.Size([2, 4, 6, 6])
-    """
+    """``R``: the paper's pre-activation unit with group norm in place of batch norm,
+    so that ``R`` is one function of ``(t, x)`` on the adjoint's backward states too."""
     groups = 2 if channels % 2 == 0 else 1
     return nn.Sequential(
         nn.GroupNorm(groups, channels), nn.ReLU(),
@@ -97,10 +78,6 @@ class AdjointNet(nn.Module):
     ``theta`` piecewise constant on ``M = pieces`` pieces: at ``N_t = M`` a ResNet of
     ``M`` units, at ``N_t = kM`` the same continuous model in ``k`` times finer steps;
     :meth:`forward` differentiates it by ``method`` (see :func:`integrate`).
-
-    Example:
-        >>> AdjointNet(1, 10, channels=4, pieces=2, pool=2)(torch.zeros(3, 1, 28, 28)).shape
-        torch.Size([3, 10])
     """
 
     def __init__(
@@ -134,28 +111,20 @@ def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
     (:meth:`contnet.OdeBlock.field`) with :func:`odecore.solve`, forward Euler in steps
     of ``1 / N_t``, the basis knots as ``jump_ts`` where ``method.knots``; the adjoint's
     backward solve is Euler with the same step.
-
-    Example:
-        >>> net = AdjointNet(1, 10, channels=4, pieces=2, pool=2)
-        >>> x = net.stem(torch.randn(2, 1, 8, 8))
-        >>> same = integrate(net.block, x, Method("adjoint", 2, knots=True))
-        >>> bool(torch.allclose(same, integrate(net.block, x, Method("backprop", 2)), atol=1e-6))
-        True
     """
     n_steps = method.n_steps(block.basis.size)
     if method.gradient == "backprop" or not torch.is_grad_enabled():
         out: Tensor = block.manifest(n_steps=n_steps)(x)
         return out
-    params = tuple(block.parameters())
     gradient = odecore.Adjoint if method.gradient == "adjoint" else odecore.Checkpoint
-    spec = odecore.OdeSpec(block.solver, gradient=gradient(params=params), n_steps=n_steps)
 
     def field(t: Tensor, y: Tensor | tuple[Tensor, ...]) -> Tensor:
         return block.field(float(t), cast(Tensor, y))  # y0 is one tensor: so is y
 
     solution = odecore.solve(
-        field, x, t0=0.0, t1=1.0, solver=spec.solver, dt0=spec.step_size(0.0, 1.0),
-        jump_ts=block.basis.jump_ts if method.knots else None, gradient=spec.gradient,
+        field, x, t0=0.0, t1=1.0, solver=block.solver, dt0=1.0 / n_steps,
+        jump_ts=block.basis.jump_ts if method.knots else None,
+        gradient=gradient(params=tuple(block.parameters())),
     )  # fmt: skip
     return cast(Tensor, solution.ys)[-1]
 
@@ -177,14 +146,6 @@ def gradient_errors(
     """Each method's relative gradient error ``|g - g_bp| / |g_bp|`` against backprop at
     the same ``N_t``, of the mean cross-entropy of ``images``: ``{(method.key, part):
     error}``, over every parameter (part :data:`ALL`) and the block's alone (:data:`BLOCK`).
-
-    Example:
-        >>> _ = torch.manual_seed(0)
-        >>> net = AdjointNet(1, 10, channels=4, pieces=2, pool=2)
-        >>> images, labels = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
-        >>> errors = gradient_errors(net, images, labels, [Method("checkpoint")])
-        >>> sorted(errors), errors["checkpoint-1M", ALL] < 1e-5
-        ([('checkpoint-1M', ''), ('checkpoint-1M', '/block')], True)
     """
     start = sum(p.numel() for p in net.stem.parameters())  # the block's coefficients
     block = slice(start, start + sum(p.numel() for p in net.block.parameters()))
