@@ -1,14 +1,5 @@
-"""``odebench run contnet-adjoint``: a ContinuousNet trained by backprop and by the adjoint.
-
-Queiruga et al. (2020), Sec. 5.2: "the adjoint gradients were sensitive to the number of
-time steps: for the network to converge to a high accuracy, the time steps needed to be
-one third the width of the basis function intervals, i.e. N_t >= 3M". One small
-ContinuousNet (:class:`~odebench.experiments._contnet_adjoint_net.AdjointNet`) trains
-from the same initialisation on the same batches with each gradient method of
-:data:`TRAINED`, and the gradients are compared with backprop's at the same ``N_t``
-(:func:`~odebench.experiments._contnet_adjoint_net.gradient_errors`) at initialisation
-and after training.
-"""
+"""``odebench run contnet-adjoint``: a ContinuousNet trained by backprop and by the
+adjoint, Queiruga et al. (2020), Sec. 5.2; see docs/odebench/experiments/contnet-adjoint.md."""
 
 from __future__ import annotations
 
@@ -113,9 +104,8 @@ MODES = {
         dataset=None, train_size=256, test_size=128, channels=4, pieces=2, pool=2, epochs=1,
         batch_size=32, lr=0.05, grad_batch=32, eval_batch_size=128,
     ),
-    # A seeded subset of Fashion-MNIST, 16 channels, M = 4, four epochs: six nets a seed,
-    # about 2.4 min of CPU per seed (one seed of three epochs: 102 s, the adjoint at 3M
-    # and 4M most of it), about 12 min for the five seeds on an idle CPU.
+    # A seeded subset of Fashion-MNIST, 16 channels, M = 4, four epochs: about 12 min for
+    # the five seeds on an idle CPU.
     "standard": AdjointSettings(
         seeds=5, dataset="fashion-mnist", train_size=4000, test_size=2000, channels=16,
         pieces=4, pool=4, epochs=4, batch_size=64, lr=0.05,
@@ -131,18 +121,15 @@ MODES = {
 def data_of(setup: Setup[AdjointSettings], seed: int) -> tuple[Dataset, Dataset]:
     """The training and test sets of ``seed``: the mode's data set or the digits found
     (the loader's ``FileNotFoundError`` when absent)."""
-    s, data_dir = setup.settings, setup.options.data_dir
-    return _splits(s, s.dataset or common.digits(data_dir), seed, data_dir)
+    return _splits(setup.settings, seed, setup.options.data_dir)
 
 
 @functools.lru_cache(maxsize=4)
-def _splits(
-    s: AdjointSettings, dataset: str, seed: int, data_dir: str | None
-) -> tuple[Dataset, Dataset]:
+def _splits(s: AdjointSettings, seed: int, data_dir: str | None) -> tuple[Dataset, Dataset]:
     """The seed's training and test subsets, read once for the six runs of a seed."""
     return load_splits(TrainConfig(
-        model="continuousnet", dataset=dataset, train_size=s.train_size,
-        test_size=s.test_size, seed=seed, data_dir=data_dir,
+        model="continuousnet", dataset=s.dataset or common.digits(data_dir),
+        train_size=s.train_size, test_size=s.test_size, seed=seed, data_dir=data_dir,
     ))  # fmt: skip
 
 
