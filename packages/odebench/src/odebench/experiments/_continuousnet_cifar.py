@@ -1,28 +1,7 @@
-"""``odebench run continuousnet-cifar``: Queiruga et al. (2020), Table 1 and Fig. 7.
-
-ContinuousNet(Euler) trained at a fixed depth and ContinuousNet(RK4-classic) trained
-with refinement (``N_t = M`` doubling at given epochs, the optimiser's state carried
-over) on CIFAR-10; the wide variants of both on CIFAR-100. Every model trains through
-:func:`odebench.training.train` with the authors' script's recipe (SGD, momentum 0.9,
-lr 0.1, weight decay 5e-4, random crops and flips): in full mode with the paper's
-depths and schedules, in standard mode shallower, shorter and on subsets, sized for a
-CPU. Quick mode trains the two smaller models on a subset of the digits found, for a
-few epochs.
-
-A model whose data set is not found is not trained: the report says what to download
-and ``results.json`` marks it (``details``, ``"not_run"``), and its claims are left
-out (:func:`~odebench.experiments._contnet_common.runs_where_found`). Nothing stands in
-for the CIFAR data.
-
-Reported per model: test accuracy (as trained, and with the batch-norm statistics
-recalibrated), parameters, training time per epoch and in total, beside the paper's.
-The Table 1 accuracies are not confirmed and are never quoted; the V100 timings are.
-
-Its text, ``text/continuousnet-cifar.md``, holds the report of a run that trained
-something and of one that trained nothing as parts, which :func:`words` chooses between;
-the claims are made per pair trained, keyed by hyphenated run names, so the text's parts
-detail them once, by kind, and :func:`claims` fills in each pair.
-"""
+"""``odebench run continuousnet-cifar``: Queiruga et al. (2020), Table 1 and Fig. 7,
+ContinuousNet at a fixed depth against refined, on CIFAR-10 and CIFAR-100; a model
+whose data set is not found is reported as not run. See
+docs/odebench/experiments/continuousnet-cifar.md."""
 
 from __future__ import annotations
 
@@ -113,9 +92,8 @@ TEXT = "continuousnet-cifar.md"
 
 def _found(setup: Setup[common.RefineSettings]) -> list[common.Net]:
     """The nets whose data set is found (all in quick mode)."""
-    s = setup.settings
-    gone = common.missing(s.nets, setup.options.data_dir)
-    return [net for net in s.nets if net.dataset not in gone]
+    gone = common.missing(setup.settings.nets, setup.options.data_dir)
+    return [net for net in setup.settings.nets if net.dataset not in gone]
 
 
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:

@@ -1,11 +1,6 @@
-"""What the ContinuousNet experiments of Queiruga et al. (2020) share.
-
-All three train ContinuousNets (:class:`Net`) with :func:`odebench.training.train`, on
-the data set of each net or, in quick mode, the 28x28 digits found (:func:`digits`);
-they measure each trained net with its batch-norm statistics recalibrated
-(:func:`measure_refined`, whose metrics are declared here), fill their texts' shared
-fields (:func:`words`) and show time and accuracy per epoch (:func:`epoch_panels`).
-"""
+"""What the ContinuousNet experiments of Queiruga et al. (2020) share: the nets and
+their training, the measurement of a trained net with its batch-norm statistics
+recalibrated, the texts' shared fields and the per-epoch figure."""
 
 from __future__ import annotations
 
@@ -242,9 +237,7 @@ def ran(result: Result[N]) -> list[Net]:
 
 @dataclass(frozen=True)
 class Restored:
-    """A trained net (in eval mode, on the run's device), its batch-norm statistics
-    recalibrated, with the configuration it trained with and its training and test sets
-    (the subsets it trained and is tested on)."""
+    """A trained net (eval mode, recalibrated) with its configuration and data."""
 
     net: contnet.ContinuousNet
     config: TrainConfig
@@ -252,8 +245,7 @@ class Restored:
     test: Dataset
 
     def accuracy(self, net: contnet.ContinuousNet) -> float:
-        """The test accuracy of ``net`` (:attr:`net` or a manifestation of it), in
-        batches of the configuration's evaluation batch."""
+        """The test accuracy of ``net`` (:attr:`net` or a manifestation of it)."""
         device, config = next(net.parameters()).device, self.config
         result = evaluate(net, self.test, config.loss, batch_size=config.eval_batch_size,
                           device=device)  # fmt: skip
@@ -261,9 +253,7 @@ class Restored:
 
     def recalibrate(self, net: contnet.ContinuousNet, n_batches: int) -> None:
         """:func:`contnet.recalibrate` ``net`` (:attr:`net` or a manifestation of it) on
-        the first ``n_batches`` training batches of the configuration's batch size, in
-        the order of its seed (each running statistic: the plain average of its batch
-        statistics); ``net`` is left in eval mode."""
+        the first ``n_batches`` training batches of its seed; ``net`` is left in eval mode."""
         device, data, config = next(net.parameters()).device, self.train, self.config
         chosen = itertools.islice(batches(data, config.batch_size, config.seed), n_batches)
         contnet.recalibrate(net, (data.normalize(images.to(device)) for images, _ in chosen))
@@ -271,8 +261,7 @@ class Restored:
 
 
 def restore(setup: Setup[N], trained: Trained) -> Restored:
-    """The trained net of a :func:`train_run`, with its data, its batch-norm statistics
-    recalibrated on ``recal_batches`` training batches."""
+    """The trained net of a :func:`train_run`, recalibrated on ``recal_batches`` batches."""
     config = cast(TrainConfig, trained.config)
     net = cast(contnet.ContinuousNet, trained.load(setup.device))
     restored = Restored(net, config, *load_splits(config))
@@ -304,16 +293,11 @@ RUN_WALL_SECONDS = Metric("run_wall_seconds", spec=".2f", scale=1 / 60, unit=" m
 def measure_refined(
     setup: Setup[N], trained: Trained, restored: Restored | None = None
 ) -> Measurement:
-    """The metrics above of a run; its details: the data set and :data:`EPOCH_ROW`.
-    ``restored`` is the run's :func:`restore` where the caller has it already.
-
-    ``train_seconds`` sums the epochs' training time over every stretch of a resumed
-    run; ``run_wall_seconds`` (training with its test passes) is missing under
-    ``--resume``, where :func:`odebench.training.train` knows only its last stretch's.
-
-    A run of :func:`runs_where_found` that trained nothing has no numbers; its details
-    say why (``"not_run"``).
-    """
+    """The metrics above of a run (none for a run that trained nothing, whose details
+    say why) and its details: the data set and :data:`EPOCH_ROW`. ``restored``: the
+    run's :func:`restore` where the caller has it already. ``run_wall_seconds`` is
+    missing under ``--resume``, where :func:`odebench.training.train` knows only its
+    last stretch's."""
     if trained.run.skipped is not None:
         net = next(n for n in setup.settings.nets if n.key == trained.run.name)
         return Measurement({}, {"dataset": net.dataset, "not_run": trained.run.skipped})
@@ -343,9 +327,8 @@ def measure_refined(
 
 
 def words(result: Result[N]) -> dict[str, str]:
-    """The fields the three texts share: ``data`` (the data sets of the nets trained),
-    ``sizes``, ``training`` (the optimiser in words) and ``quick_note`` (a paragraph
-    of its own in quick mode, else nothing)."""
+    """The fields the three texts share: ``data``, ``sizes``, ``training`` and
+    ``quick_note`` (a paragraph of its own in quick mode, else nothing)."""
     s = result.settings
     data = (data_name(result.details(net.key)["dataset"]) for net in ran(result))
     quick = result.setup.mode == "quick"

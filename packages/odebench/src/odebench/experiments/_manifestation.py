@@ -1,17 +1,7 @@
-"""``odebench run manifestation-sweep``: Queiruga et al. (2020), Fig. 9.
-
-Two ContinuousNets with the same channels, final ``N_t`` and piecewise-constant basis
-``M`` train with :func:`odebench.training.train` from the same seed on the same batches,
-one manifested with forward Euler, one with RK4 (classic; refined during training in
-full mode, as the paper's model is). Each is then evaluated with every
-``(scheme, N_t)`` of a grid: the same weights, another computational graph. The paper
-(CIFAR-10 and CIFAR-100): the RK4-trained model's accuracy stays flat across
-manifestations, the Euler-trained one's degrades. The batch-norm statistics are
-recalibrated after training and for every manifestation
-(:meth:`~odebench.experiments._contnet_common.Restored.recalibrate`); a second grid keeps those
-of the training manifestation. Quick mode runs on the digits found, standard mode on
-a subset of Fashion-MNIST, full mode on CIFAR-10.
-"""
+"""``odebench run manifestation-sweep``: Queiruga et al. (2020), Fig. 9: an Euler- and
+an RK4-trained ContinuousNet evaluated over a grid of schemes and step counts, with the
+batch-norm statistics recalibrated per manifestation and with those of training. See
+docs/odebench/experiments/manifestation-sweep.md."""
 
 from __future__ import annotations
 
@@ -79,13 +69,6 @@ class SweepSettings(common.NetSettings):
 
     Raises:
         ValueError: other nets, nets of different final ``N_t``, or a grid without it.
-
-    Example:
-        >>> from dataclasses import replace
-        >>> replace(MODES["quick"], grid_steps=(1, 4))
-        Traceback (most recent call last):
-        ...
-        ValueError: `grid_steps` (1, 4) must hold the nets' N_t 2.
     """
 
     grid_steps: tuple[int, ...]
@@ -147,8 +130,7 @@ MODES = {
 
 
 def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
-    """:func:`~odebench.experiments._contnet_common.measure_refined`'s numbers, both
-    grids and their ranges."""
+    """The shared numbers of a net, both grids and their ranges."""
     s, restored = setup.settings, common.restore(setup, trained)
     base = common.measure_refined(setup, trained, restored)
     grids = {key: _grid(restored, s, recal=key == "grid") for key in GRIDS}
@@ -191,10 +173,8 @@ def _range(grid: list[list[float]], s: SweepSettings, least: int) -> float:
 
 
 def claims(setup: Setup[SweepSettings]) -> list[Claim]:
-    """Fig. 9 on the accuracy ranges: RK4-trained below Euler-trained (over the whole
-    grid, over ``N_t >=`` the training ``N_t`` and with fixed statistics); RK4-trained
-    flat, Euler-trained degraded. All are tested by training: the ranges are those of
-    the trained weights."""
+    """Fig. 9 on the accuracy ranges: RK4-trained below Euler-trained (three ways),
+    RK4-trained flat, Euler-trained degraded."""
     n = setup.settings.n_steps
     rk4, euler = (RANGE.of(run, columns=REFINED, stats=RECAL) for run in ("rk4", "euler"))
     return [
@@ -230,8 +210,7 @@ def _mean_grid(result: Result[SweepSettings], run: str, key: str) -> list[list[S
 
 
 def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
-    """Published beside ours (the ranges and each net's own accuracies), and each grid
-    of each net: test accuracy (%) of every scheme (rows) and ``N_t`` (columns)."""
+    """Published beside ours, and each grid of each net: schemes by ``N_t``."""
     s = setup.settings
     published = Table("Quantity", [
         *(Row(f"{r}-trained: accuracy range over the grid", r, {"columns": WHOLE},
@@ -250,8 +229,8 @@ def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
 
 
 def _ours(result: Result[SweepSettings], row: Row) -> str:
-    """Ours beside the published: the row's range, recalibrated and with fixed statistics,
-    or (a row without coordinates) the net's accuracies at its own manifestation."""
+    """The row's range, recalibrated and with fixed statistics, or (a row without
+    coordinates) the net's accuracies at its own manifestation."""
     if row.at:
         recal, fixed = (result.cell(RANGE.of(row.run, stats=st, **row.at)) for st in (RECAL, FIXED))
         return f"{recal} points (fixed statistics: {fixed})"
@@ -265,8 +244,7 @@ def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -
 
 
 def words(result: Result[SweepSettings]) -> dict[str, object]:
-    """The text's fields: :func:`~odebench.experiments._contnet_common.words`, each
-    net's depth and the claims' thresholds in points."""
+    """The shared fields, each net's depth and the claims' thresholds in points."""
     nets = {net.key: net.depth() for net in result.settings.nets}
     return {**common.words(result), **nets, "flat": FLAT_RANGE * 100,
             "degraded": DEGRADED_RANGE * 100}  # fmt: skip

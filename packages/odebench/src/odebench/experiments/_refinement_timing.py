@@ -1,14 +1,6 @@
-"""``odebench run refinement-timing``: Queiruga et al. (2020), Sec. 5.2 and Fig. 7.
-
-The paper trains ContinuousNet(RK4-classic) on CIFAR-10 in about 608 minutes with
-refinement (``N_t = M`` from 1, doubling at epochs 20, 40, 60, 70, 80 up to 32) and
-about 1053 minutes at ``N_t = 32`` throughout (0.58x), with "nearly identical"
-accuracy. This experiment trains both, RK4 at the final depth from the start and RK4
-with refinement ending at that depth, with the same seed, data, epochs and settings,
-and compares training time and test accuracy. The blocks' time scale is the final
-``N_t`` in both (:attr:`odebench.training.TrainConfig.final_steps`), so both train
-the same continuous model. Quick mode does the same on a subset of MNIST.
-"""
+"""``odebench run refinement-timing``: Queiruga et al. (2020), Sec. 5.2 and Fig. 7: RK4
+trained at its final depth against RK4 refined up to it, training time and accuracy.
+See docs/odebench/experiments/refinement-timing.md."""
 
 from __future__ import annotations
 
@@ -108,9 +100,8 @@ def steps_ratio(s: common.RefineSettings) -> float:
 
 
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
-    """Refinement is faster (a check: the schedule makes it so), at comparable
-    (recalibrated) accuracy (a paper claim), and both at once (a paper claim on times,
-    judged only on a machine that was not contended)."""
+    """Refinement is faster (a check), at comparable accuracy, and both at once (a
+    timing claim)."""
     tol = setup.settings.acc_tolerance
     time_ratio = partial(_ratio, metric=common.TRAIN_SECONDS)
     accuracy = Claim.difference(
@@ -158,8 +149,7 @@ class _Quantity(Row):
 
 
 def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
-    """The comparison (a quantity per row, ours beside the paper's) and each epoch of
-    both runs (first seed)."""
+    """The comparison, ours beside the paper's, and each epoch of both runs (first seed)."""
     s, p = setup.settings, PUBLISHED
     net = next(net for net in s.nets if net.key == REFINED)
     schedule = ", ".join(str(e) for e in net.refine_epochs)
@@ -224,9 +214,8 @@ def _epoch(result: Result[common.RefineSettings], row: Row, run: str, key: str) 
 
 
 def words(result: Result[common.RefineSettings]) -> dict[str, object]:
-    """The text's fields: :func:`~odebench.experiments._contnet_common.words`, the
-    epochs, the ratio of the sums of ``N_t``, the notes of a resumed run and of several
-    seeds, and the claims' thresholds."""
+    """The shared fields, the epochs, the ratio of the sums of ``N_t``, the notes of a
+    resumed run and of several seeds, and the claims' thresholds."""
     s, setup = result.settings, result.setup
     resumed = f" {Prose.of(TEXT).part('resumed')}" if setup.options.resume else ""
     return {
