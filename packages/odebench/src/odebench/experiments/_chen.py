@@ -115,10 +115,8 @@ MODES = {
     # Sized for a 2-core CPU: about 25 minutes with the three seeds (at most 30). An
     # epoch of MNIST-10k costs about 23 s for the ODE-Net (more as its NFE grows), 19 s
     # for the RK-Net, 7 s for the ResNet and 1 s for the MLP, so 8 epochs of 125 steps
-    # (batch 64: twice the updates of batch 128 in the same time). Adam at 1e-3 learns
-    # fast and keeps the ODE-Net's NFE low (SGD at 0.1 makes it grow and runs 3x
-    # slower); the rate drops to 1e-4 for the last two epochs. No crops: they pay off
-    # only over many epochs.
+    # (batch 64: twice the updates of batch 128 in the same time). The docs page says
+    # why Adam and no crops.
     "standard": ChenSettings(
         seeds=3, epochs=8, batch_size=64, lr=1e-3, milestones=(6,), augment=False,
         optimizer="adam", train_size=MNIST_10K[0], test_size=MNIST_10K[1], cost_batch=128,
@@ -183,10 +181,8 @@ def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
 
 
 def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float | None]:
-    """What autograd saves (MiB) with the ODE blocks of ``model`` in ``L`` fixed RK4
-    steps, for each ``L`` of :data:`MEMORY_STEPS` and gradient of :data:`MEMORY_GRADIENTS`,
-    and the least-squares slope through them; the blocks' specs are put back. The memory
-    does not depend on the weights, so trained or not makes no difference."""
+    """What autograd saves (MiB) with the ODE blocks in ``L`` fixed RK4 steps, for each
+    ``L`` and gradient of the sweep, and the slope through them; the specs are put back."""
     layers = ode_layers(model)
     kept = [layer.spec for layer in layers]
     model.train()
@@ -211,17 +207,9 @@ def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float 
 
 
 def fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
-    """Least squares ``y = slope * x + intercept`` and Pearson's correlation.
-
-    ``None`` for all three with fewer than two points or a single ``x``; the
-    correlation alone is ``None`` for a constant ``y`` (whose slope is 0).
-
-    Example:
-        >>> fit_line([(2.0, 14.0), (4.0, 14.0), (8.0, 14.0)])
-        {'slope': 0.0, 'intercept': 14.0, 'correlation': None}
-        >>> fit_line([(1.0, 3.0), (2.0, 5.0)])["slope"]
-        2.0
-    """
+    """Least squares ``y = slope * x + intercept`` and Pearson's correlation: ``None`` for
+    all three with fewer than two points or a single ``x``, for the correlation alone with
+    a constant ``y`` (whose slope is 0)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if len(points) < 2 or statistics.pvariance(xs) == 0:
         return {"slope": None, "intercept": None, "correlation": None}

@@ -1,11 +1,6 @@
-"""``odebench run chen-tolerance``: Chen et al. (2018), Fig. 3 on MNIST.
-
-Fig. 3 shows statistics of a *trained* ODE-Net. The experiment trains chen-table1's
-ODE-Net (the same :class:`~odebench.training.TrainConfig`) and its twin with a softplus
-field, and measures on each the tolerance sweep, the gradient probe and the solver's
-minimum. A claim that reads NFE is judged only where the NFE is off this minimum. The
-report's text is ``text/chen-tolerance.md``.
-"""
+"""``odebench run chen-tolerance``: Chen et al. (2018), Fig. 3 on MNIST, on chen-table1's
+trained ODE-Net and a softplus twin; docs/odebench/experiments/chen-tolerance.md says what
+it measures and why its claims are judged only off the solver's minimum."""
 
 from __future__ import annotations
 
@@ -132,14 +127,6 @@ class ToleranceSettings(MnistTraining):
         probe_size: the first test images the gradient probe runs on, in training batches.
         train_tol: ``rtol = atol`` in training (Chen et al.'s).
         sweep: the model whose sweep tests Fig. 3a-b and whose training Fig. 3d.
-
-    Example:
-        >>> ToleranceSettings(epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False,
-        ...                   train_size=64, test_size=64, optimizer="adam",
-        ...                   tolerances=(1e-3, 1e-1), eval_batch=64, probe_size=32)
-        Traceback (most recent call last):
-        ...
-        ValueError: `tolerances` must be positive and loosest first, got (0.001, 0.1).
     """
 
     tolerances: tuple[float, ...]
@@ -321,15 +308,8 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> Probe:
 
 
 def _probe_metrics(probe: Probe) -> dict[str, float | None]:
-    """The probe's numbers per tolerance, and what the claims read of them.
-
-    :data:`RATIO` is the median backward/forward NFE over the tolerances at which the
-    forward NFE is off the solver's minimum (on most batches), :data:`RATIO_TOLERANCES`
-    how many there were. :data:`BACKWARD_OFF` and :data:`SEMINORM_OFF` are the mean
-    backward NFE with the default norm and with the seminorm over the tolerances at which
-    the default norm's backward NFE is off its minimum, :data:`SEMINORM_TOLERANCES` how
-    many. With none, these are ``None``.
-    """
+    """The probe's numbers per tolerance, and what the claims read of them over the
+    tolerances off the solver's minimum (the text's claim details say what)."""
     rows = probe["rows"]
     metrics: dict[str, float | None] = {
         FLOOR.key(way="forward"): probe["floor_forward"],
@@ -469,12 +449,7 @@ def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
 
 def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
     """Fig. 3's claims on the trained models, each holding only where the NFE it reads is
-    off the solver's minimum (see :func:`_guarded_claims`).
-
-    Every one is tested by training: the NFE, the errors and the ratios are those of
-    the trained fields, which differ from seed to seed. The time claim compares times,
-    so it is judged only on a machine that was not contended.
-    """
+    off the solver's minimum."""
     return [_guarded(claim, guards) for claim, guards in _guarded_claims(setup.settings)]
 
 
