@@ -45,15 +45,8 @@ IDENTIFY_MIN_IMAGES = 100
 
 
 def pixel_fractions(images: torch.Tensor) -> tuple[float, float]:
-    """The fraction of nonzero pixels of ``images``, overall and in their two-pixel border.
-
-    Args:
-        images: uint8 images ``(N, H, W)`` (or ``(N, 1, H, W)``), ``H, W >= 5``.
-
-    Returns:
-        ``(filled, border)``: the nonzero fraction of all pixels, and of the pixels
-        within two of an edge.
-    """
+    """``(filled, border)``: the fraction of nonzero pixels of uint8 ``images``
+    ``(N, [1,] H, W)``, ``H, W >= 5``, overall and within two pixels of an edge."""
     images = images.reshape(images.shape[0], *images.shape[-2:])
     inner = images[:, 2:-2, 2:-2]
     total, inside = images.numel(), inner.numel()
