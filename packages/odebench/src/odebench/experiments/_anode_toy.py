@@ -108,17 +108,13 @@ def _slice_task(s: ToySettings, model: str, seed: int) -> Task:
 def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
     """Final MSEs and forward NFE per batch (first and last epoch), the 1-D NODE's
     monotone floor; for the slice test, the MSE on the points kept and removed."""
-    if trained.config is None:
-        return _measure_slice(setup, trained)
-    extra: dict[str, float | None] = {}
-    if trained.run.name == "1d/node":
-        train_set, _ = load_splits(trained.config)
-        extra[common.FLOOR.key()] = common.monotone_floor(train_set.inputs, train_set.targets)
-    final = {TRAIN_MSE.key(): "train_loss", TEST_MSE.key(): "test_loss"}
-    return common.epoch_numbers(trained, final, extra)
-
-
-def _measure_slice(setup: Setup[ToySettings], trained: Trained) -> Measurement:
+    if trained.config is not None:
+        extra: dict[str, float | None] = {}
+        if trained.run.name == "1d/node":
+            train_set, _ = load_splits(trained.config)
+            extra[common.FLOOR.key()] = common.monotone_floor(train_set.inputs, train_set.targets)
+        final = {TRAIN_MSE.key(): "train_loss", TEST_MSE.key(): "test_loss"}
+        return common.epoch_numbers(trained, final, extra)
     data, held = _slice_data(setup.settings, trained.seed)
     model = trained.load()
     mse = {
