@@ -13,8 +13,16 @@ import pytest
 import torch
 from odebench.data import pendulum as pendulum_data
 from odebench.experiments import EXPERIMENTS, RunOptions, run_experiment
-from odebench.experiments._pendulum import DT_FACTORS, ERROR, ERROR_VS_OWN_LIMIT, SCHEMES
-from odebench.experiments._pendulum_model import fit_slope, global_error, rollout, step
+from odebench.experiments._pendulum import (
+    DT_FACTORS,
+    ERROR,
+    ERROR_VS_OWN_LIMIT,
+    SCHEMES,
+    fit_slope,
+    global_error,
+    rollout,
+    step,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,10 +1,9 @@
 """``odebench run pendulum``: ODE-Nets of the nonlinear pendulum at other time steps.
 
-Queiruga et al. (2020), Sec. 3 and Figs. 3-4: a vector field ``f`` (a small tanh
-MLP) is fitted to noisy trajectories as the one-step map ``y_{k+1} = Step(f, y_k, dt)``
-of a fixed-step scheme (Euler, i.e. a ResNet; Midpoint; RK4), then integrated with
-the same scheme at other steps ``dt'``. A model that learned the vector field
-converges as ``dt'`` shrinks; one that learned a discrete map tied to ``dt`` does not.
+Queiruga et al. (2020), Sec. 3 and Figs. 3-4: a small MLP vector field trained as the one-step
+map of a fixed-step scheme, then rolled out at other steps; its model (:func:`mlp_field`,
+:func:`step`, :func:`rollout`) and measures (:func:`global_error`, :func:`fit_slope`) are here.
+docs/odebench/experiments/pendulum.md says what it trains and why.
 """
 
 from __future__ import annotations
@@ -12,33 +11,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
+import odecore
 import torch
-from torch import Tensor
+from contnet import fixed_solver
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Lines, Mark, Point, Style
 from .._io import JsonObject
 from ..data import pendulum as pendulum_data
 from ..training import Task
-from ._claims import Claim, ClaimKind
-from ._metrics import Metric, Ref
-from ._pendulum_model import fit_slope, global_error, mlp_field, rollout, step
+from ._claims import Claim
+from ._metrics import Metric
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import (
-    Measurement,
-    Plot,
-    Run,
-    Settings,
-    Setup,
-    Template,
-    Trained,
-)
+from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
 SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
 """The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
@@ -57,6 +47,7 @@ ACCURATE = 1.0  # the Euler model's error at dt over its field's, below
 OVERFIT = 2.0  # the Euler model's field error over the RK4 model's, above
 SHRINKS = 0.5  # the RK4 model's error at the finest dt' over that at the coarsest, below
 REACHES = 2.0  # the RK4 model's error at the finest dt' over its field's, below
+NO_NUMBER = "stated, no number"  # what the paper's text gives for each claim
 
 # What measure records of each model, in this order. An error is global (see
 # global_error), at dt' = dt times the coordinate ``dt``.
@@ -72,7 +63,7 @@ SLOPE_REFINE = Metric("slope_refine", spec=".2f")  # over dt' <= dt
 SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PendulumSettings(Settings):
     """The sizes of one run of the experiment: an epoch is a pass over all consecutive
     pairs, a batch of pairs is one Adam step, and ``lr`` is cosine-annealed to ``lr / 100``.
@@ -125,6 +116,69 @@ MODES = {
 }  # fmt: skip
 
 
+Field = Callable[[Tensor], Tensor]
+
+
+def mlp_field(hidden: int) -> nn.Sequential:
+    """The learned vector field ``f(y)``: float64, 2 -> hidden -> hidden -> 2 with tanh."""
+    layers = (nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+    return nn.Sequential(*layers, nn.Linear(hidden, 2)).to(torch.float64)
+
+
+def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
+    """One step of ``scheme`` (a name of :data:`odecore.FIXED_METHODS`) from ``y``.
+
+    Raises:
+        ValueError: for a scheme that is not a fixed-step method of odecore.
+    """
+    solver = _fixed(scheme)
+
+    def f(t: float, z: Tensor) -> Tensor:
+        return field(z)
+
+    return solver.step(f, 0.0, dt, y, solver.init(f, 0.0, y)).y1
+
+
+@functools.lru_cache(maxsize=32)  # a rollout asks at every step; solvers are immutable
+def _fixed(scheme: str) -> odecore.AbstractExplicitRK:
+    """The solver ``scheme`` names, one a ContinuousNet steps (as contnet decides)."""
+    try:
+        return fixed_solver(scheme)[1]
+    except ValueError:
+        known = ", ".join(odecore.FIXED_METHODS)
+        raise ValueError(f"Unknown scheme {scheme!r}; known: {known}.") from None
+
+
+def rollout(field: Field, y0: Tensor, dt: float, n_steps: int, scheme: str) -> Tensor:
+    """The states ``(N, n_steps + 1, 2)`` of ``n_steps`` steps of ``scheme`` from ``y0``."""
+    ys = [y0]
+    for _ in range(n_steps):
+        ys.append(step(field, ys[-1], dt, scheme))
+    return torch.stack(ys, dim=1)
+
+
+def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The least-squares slope of ``log(ys)`` against ``log(xs)``; NaN with < 2 points.
+    Non-positive or non-finite values are left out."""
+    pts = [
+        (math.log(x), math.log(y))
+        for x, y in zip(xs, ys)
+        if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)
+    ]
+    if len(pts) < 2:
+        return math.nan
+    mx = sum(a for a, _ in pts) / len(pts)
+    my = sum(b for _, b in pts) / len(pts)
+    den = sum((a - mx) ** 2 for a, _ in pts)
+    return sum((a - mx) * (b - my) for a, b in pts) / den if den > 0 else math.nan
+
+
+def global_error(ys: Tensor, truth: Tensor) -> float:
+    """Mean over trajectories of the largest Euclidean state error over the samples
+    of ``ys`` and ``truth``, both ``(N, T, 2)`` at the same times."""
+    return float((ys - truth).norm(dim=-1).amax(dim=1).mean())
+
+
 def at(factor: float) -> str:
     """A step as a multiple of the training step, in words.
 
@@ -167,6 +221,12 @@ def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Tas
     s = setup.settings
     (x, y), _, _ = _data(s, seed)
     iterations = s.epochs * math.ceil(len(x) / s.batch_size)
+
+    def log_progress(rows: list[JsonObject]) -> None:
+        if len(rows) == s.epochs or len(rows) % max(1, s.epochs // 5) == 0:
+            mse = rows[-1][TRAIN_MSE.key()]
+            setup.log(f"[{scheme}] epoch {len(rows)}/{s.epochs}: train MSE {mse:.3e}")
+
     return Task(
         model=functools.partial(mlp_field, s.hidden),
         data=(x, y),
@@ -178,18 +238,17 @@ def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Tas
         drop_last=False,
         schedule=lambda o: CosineAnnealingLR(o, T_max=iterations, eta_min=s.lr / 100),
         row=lambda e: {"epoch": e.index + 1.0, TRAIN_MSE.key(): e.loss, "epoch_seconds": e.seconds},
-        after_epoch=functools.partial(_log_progress, setup.log, scheme, s.epochs),
+        after_epoch=log_progress,
         device="cpu",
         settings={"run": scheme, "seed": seed + k, **dataclasses.asdict(s)},
     )
 
 
-def _log_progress(
-    log: Callable[[str], None], scheme: str, epochs: int, rows: list[JsonObject]
-) -> None:
-    """A line with the train MSE after every fifth of the ``epochs`` and the last."""
-    if len(rows) == epochs or len(rows) % max(1, epochs // 5) == 0:
-        log(f"[{scheme}] epoch {len(rows)}/{epochs}: train MSE {rows[-1][TRAIN_MSE.key()]:.3e}")
+def _rollout(field: Field, y0: Tensor, s: PendulumSettings, factor: float, scheme: str) -> Tensor:
+    """The rollout of ``scheme`` at ``dt' = factor dt`` from ``y0`` over the horizon."""
+    h = s.dt * factor
+    with torch.no_grad():
+        return rollout(field, y0, h, round(s.horizon / h), scheme)
 
 
 def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
@@ -203,14 +262,11 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     coarsest = max(s.dt_factors)
 
     def sampled(factor: float, scheme_: str) -> Tensor:
-        h = s.dt * factor
-        ys = rollout(model, y0, h, round(s.horizon / h), scheme_)
-        return ys[:, :: round(coarsest / factor)]
+        return _rollout(model, y0, s, factor, scheme_)[:, :: round(coarsest / factor)]
 
     common = truth[:, :: round(coarsest / min(s.dt_factors))]
-    with torch.no_grad():
-        fine = sampled(s.fine_factor, "rk4")
-        rollouts = [sampled(factor, scheme) for factor in s.dt_factors]
+    fine = sampled(s.fine_factor, "rk4")
+    rollouts = [sampled(factor, scheme) for factor in s.dt_factors]
     errors = [global_error(ys, common) for ys in rollouts]
     own = [global_error(ys, fine) for ys in rollouts]
     dts = [s.dt * f for f in s.dt_factors]
@@ -230,28 +286,6 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     return Measurement(metrics)
 
 
-def _ratio(
-    key: str,
-    text: str,
-    num: Ref,
-    den: Ref,
-    test: Callable[[float, float], bool],
-    bound: float,
-    kind: ClaimKind = "paper",
-) -> Claim:
-    """A claim that the ratio of two of our errors, ``num / den``, passes ``test`` against
-    ``bound`` (``operator.ge``: at least, ``gt``: above, ``lt``: below)."""
-    return Claim(
-        key=key,
-        text=text,
-        published="stated, no number",
-        ours=lambda v: v[num] / v[den],
-        holds=lambda v: test(v[num], bound * v[den]),
-        unit="×",
-        kind=kind,
-    )
-
-
 def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
     """The paper's claims (Sec. 3), each a ratio of two of our errors against a bound or
     a paired difference, and the check that the RK4 rollouts reach their own limit.
@@ -259,27 +293,32 @@ def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
     factors = setup.settings.dt_factors
     fine, coarse = min(factors), max(factors)
     euler_field, rk4_field = ERROR_FINE_RK4.of("euler"), ERROR_FINE_RK4.of("rk4")
+    flat = (ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0))  # at least FLAT
     return [
-        _ratio("euler_error_flat",
-               "Sec. 3: the Euler (ResNet) model's error does not shrink as dt' is refined",
-               ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0), operator.ge, FLAT),
-        _ratio("euler_accurate_at_training_dt",
-               "Sec. 3: at dt the ResNet is much more accurate than a discretisation of its "
-               "own field",
-               ERROR.of("euler", dt=1.0), euler_field, operator.lt, ACCURATE),
-        _ratio("euler_field_worse_than_rk4",
-               "Sec. 3: the ResNet overfits to the sample rate: its f is not the vector field",
-               euler_field, rk4_field, operator.gt, OVERFIT),
-        _ratio("rk4_error_shrinks",
-               "Sec. 3: the RK4 model is a discretisation of an ODE: its error shrinks with dt'",
-               ERROR.of("rk4", dt=fine), ERROR.of("rk4", dt=coarse), operator.lt, SHRINKS),
-        _ratio("rk4_reaches_model_error",
-               "Sec. 3: the RK4 model's error shrinks down to the model error",
-               ERROR.of("rk4", dt=fine), rk4_field, operator.lt, REACHES, kind="check"),
+        Claim("euler_error_flat",
+              "Sec. 3: the Euler (ResNet) model's error does not shrink as dt' is refined",
+              NO_NUMBER, lambda v: v[flat[0]] / v[flat[1]],
+              lambda v: v[flat[0]] >= FLAT * v[flat[1]], unit="×", kind="paper"),
+        Claim.ratio("euler_accurate_at_training_dt",
+                    "Sec. 3: at dt the ResNet is much more accurate than a discretisation of "
+                    "its own field", NO_NUMBER, ERROR.of("euler", dt=1.0), euler_field,
+                    below=ACCURATE, kind="paper", spec=".3g"),
+        Claim.ratio("euler_field_worse_than_rk4",
+                    "Sec. 3: the ResNet overfits to the sample rate: its f is not the vector "
+                    "field", NO_NUMBER, euler_field, rk4_field, above=OVERFIT, kind="paper",
+                    spec=".3g"),
+        Claim.ratio("rk4_error_shrinks",
+                    "Sec. 3: the RK4 model is a discretisation of an ODE: its error shrinks "
+                    "with dt'", NO_NUMBER, ERROR.of("rk4", dt=fine),
+                    ERROR.of("rk4", dt=coarse), below=SHRINKS, kind="paper", spec=".3g"),
+        Claim.ratio("rk4_reaches_model_error",
+                    "Sec. 3: the RK4 model's error shrinks down to the model error", NO_NUMBER,
+                    ERROR.of("rk4", dt=fine), rk4_field, below=REACHES, kind="check",
+                    spec=".3g"),
         Claim.difference(
             "rk4_beats_euler_at_finest",
             "Sec. 3: higher-order schemes have much lower discretisation error",
-            "stated, no number",
+            NO_NUMBER,
             ERROR.of("rk4", dt=fine), ERROR.of("euler", dt=fine),
             below=0.0, kind="paper", spec="+.3g",
         ),
@@ -316,7 +355,7 @@ def words(result: Result[PendulumSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _error_panel(result: Result[PendulumSettings]) -> Lines:
+def _error_panels(result: Result[PendulumSettings]) -> list[Lines]:
     """Global error against dt' (log-log), one line per model, its field's error dashed."""
     s = result.settings
     dts = [s.dt * f for f in s.dt_factors]
@@ -328,11 +367,11 @@ def _error_panel(result: Result[PendulumSettings]) -> Lines:
         series[name], styles[name] = list(zip(dts, errors)), Style("o-", color)
         field = result.stat(ERROR_FINE_RK4.of(scheme)).mean
         marks.append(Mark(math.nan if field is None else field, fmt="--", color=color))
-    return Lines(
+    return [Lines(
         "ODE-Nets of the pendulum at other time steps", "evaluation step dt'",
         f"global error over t in [0, {s.horizon:g}]", series, styles, xscale="log",
         yscale="log", xticks=dts, marks=marks, legend="solid: same scheme; dashed: fine RK4",
-    )  # fmt: skip
+    )]  # fmt: skip
 
 
 def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
@@ -340,22 +379,17 @@ def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
     trajectories at dt (solid) and at the finest dt' (dashed), and the truth (grey)."""
     s, setup = result.settings, result.setup
     _, y0, truth = _data(s, setup.seeds[0])
-    y0, truth = y0[:3], truth[:3]
     panels = []
     for scheme in SCHEMES:
         field = mlp_field(s.hidden)
         field.load_state_dict(torch.load(setup.run_dir(scheme, setup.seeds[0]) / "field.pt"))
-        curves = []
-        for factor, fmt in ((1.0, "-"), (min(s.dt_factors), "--")):
-            h = s.dt * factor
-            with torch.no_grad():
-                curves.append(
-                    (f"dt' = {h:g}", fmt, rollout(field, y0, h, round(s.horizon / h), scheme))
-                )
-        curves.append(("exact", "-", truth))  # on top, seen through
+        curves = [
+            (f"dt' = {s.dt * factor:g}", fmt, _rollout(field, y0[:3], s, factor, scheme))
+            for factor, fmt in ((1.0, "-"), (min(s.dt_factors), "--"))
+        ]
         series: dict[str, list[Point]] = {}
         styles = {}
-        for label, fmt, ys in curves:
+        for label, fmt, ys in [*curves, ("exact", "-", truth[:3])]:  # the truth on top
             for i, path in enumerate(ys.tolist()):  # one entry in the legend for each kind
                 name = label if i == 0 else f"_{label} {i}"
                 series[name] = [(theta, omega) for theta, omega in path]
@@ -384,9 +418,7 @@ register_template(
         tables=tables,
         words=words,
         figures=[
-            Plot(
-                "error_vs_dt.png", lambda result: [_error_panel(result)], size=(6.4, 4.4), dpi=100
-            ),
+            Plot("error_vs_dt.png", _error_panels, size=(6.4, 4.4), dpi=100),
             Plot("phase.png", _phase_panels, size=(13 / 3, 4.2), dpi=100, sharey=True),
         ],
     )
