@@ -255,7 +255,7 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
 
     for f in dataclasses.fields(TrainConfig):
         flag = f.metadata["flag"]
-        if flag in (None, "shared"):
+        if flag == "shared":
             continue
         keywords = dict(flag)
         option = keywords.pop("option", "--" + f.name.replace("_", "-"))
@@ -270,15 +270,9 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
 def _add_common(
     parser: argparse.ArgumentParser, config: type, *, epochs: str = "", out: str
 ) -> None:
-    """Add the options of ``run`` and ``train``.
-
-    Args:
-        parser: the sub-command's parser.
-        config: the dataclass whose fields the options set, with their defaults
-            (``RunOptions``, ``TrainConfig``).
-        epochs: what sets the number of epochs when ``config`` has no default (``None``).
-        out: the output directory when none is given.
-    """
+    """Add the options of ``run`` and ``train``, with the defaults of ``config``'s fields;
+    the help names what sets the epochs (``epochs``: when the default is ``None``) and the
+    output directory (``out``) when none is given."""
     from .training import MAX_SEED, check_device
 
     def device(text: str) -> str:
@@ -319,17 +313,10 @@ def _add_common(
 def _count(
     parser: argparse.ArgumentParser, config: type, name: str, help: str, resolved: str = ""
 ) -> None:
-    """Add ``--NAME N`` (``name`` with dashes): a positive integer, the field ``name`` of
-    the dataclass ``config``, with that field's default.
+    """Add ``--NAME N``, a positive integer: the field ``name`` of ``config``, with its default.
 
-    Args:
-        parser: the benchmark's parser.
-        config: its configuration (``SolversConfig``, ``ContnetConfig``).
-        name: the field.
-        help: what the number counts.
-        resolved: the property of ``config`` that gives the number the field leaves unset
-            (``None``); the help then names its values without and with ``--quick``
-            (``"(default: 7; with --quick: 2)"``).
+    ``resolved`` names the property that gives the number when the field is unset
+    (``None``); the help then names it without and with ``--quick``.
     """
     if resolved:
         full, quick = (getattr(c, resolved) for c in (config(), config(quick=True)))
@@ -808,22 +795,10 @@ def _add_commands(
 
 
 def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of the command line.
-
-    Every sub-command is there with its line of help, which needs no import, but only
-    those in ``commands`` get their arguments, whose help lists the registries and the
-    defaults of modules that import torch. So ``odebench --help`` and ``--version``
-    answer at once, and ``odebench train --help`` waits only for what ``train`` needs.
-
-    Args:
-        commands: the sub-commands to give their arguments, by name, ``"perf NAME"`` for
-            a benchmark (what :func:`_named` returns); ``None``: every one.
-
-    Returns:
-        The parser. Its namespace holds the parser of the sub-command named (its own with
-        none) as ``command_parser``, and the function that runs it (:class:`_Command`) as
-        ``run``.
-    """
+    """The parser of the command line, where only the sub-commands in ``commands`` (as
+    :func:`_named` returns them; ``None``: all) get their arguments (see the module's
+    docstring). Its namespace holds the sub-command's parser as ``command_parser`` and
+    the function that runs it as ``run``."""
     parser = _Parser(
         prog="odebench",
         description="Benchmarks for continuous-depth networks.",
