@@ -125,23 +125,10 @@ def _flag(
     action: Literal["store_true", "append"] | None = None,
     option: str | None = None,
 ) -> Mapping[str, Any]:
-    """The metadata of a field of :class:`TrainConfig` that is an option of ``odebench train``.
-
-    ``odebench train`` has one option per field, in their order, made from the field's
-    metadata ``"flag"``: what this returns (``add_argument``'s keywords and the option's
-    name), ``"shared"`` (:data:`_SHARED`) or ``None`` (no option). The option has the
-    field's default (none: the option is required), and its value is the field's.
-
-    Args:
-        help: the option's help; ``(default: ...)`` follows unless it states its default.
-        metavar: the value's name in the help (default: the field's name in capitals).
-        type: the parser of the value, by its name in ``odebench.cli``; default: the
-            text as given.
-        choices: the values allowed.
-        action: ``"store_true"`` for a switch; ``"append"`` for an option given once per
-            value, whose values come as a list (``None`` when it is not given).
-        option: the option, when it is not ``--`` and the field's name with dashes.
-    """
+    """The metadata of a field of :class:`TrainConfig` that is an option of ``odebench train``:
+    ``add_argument``'s keywords (``type``: a parser by its name in ``odebench.cli``) and, when
+    it is not ``--`` and the field's name with dashes, the ``option``. The option has the
+    field's default (none: it is required), and its value is the field's."""
     keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
                 "action": action, "option": option}  # fmt: skip
     return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
