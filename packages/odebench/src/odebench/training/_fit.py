@@ -317,23 +317,6 @@ _DIVERGED = (
 )
 
 
-def _diverged(
-    where: str, exc: odecore.SolverError | str, path: Path, epoch: int
-) -> TrainingFailedError:
-    """The one-line error of a non-finite loss or weight, or of a solver's failure.
-
-    A solver's failure is blamed on the weights (lower the rate) only when its status
-    says the state blew up; any other (Newton's iteration at too large a step, a
-    backend) passes the solver's own message on, with how the options reach it.
-    """
-    kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
-    if isinstance(exc, odecore.SolverError) and exc.status not in _DIVERGED:
-        hint = "The solver's options: --n-steps, --rtol, --atol, --solver-option NAME=VALUE"
-    else:
-        hint = "The weights have probably diverged: lower --lr"
-    return TrainingFailedError(f"{where}: {exc} {hint}{kept}.")
-
-
 def _postfix(tally: _Tally, seconds: float, process: _Process) -> dict[str, str]:
     count = max(tally.count, 1)
     post = {"loss": f"{float(tally.loss) / count:.4f}"}
@@ -639,6 +622,22 @@ class Training:
                 self.schedule.step()
         return tally
 
+    def _diverged(self, epoch: int, at: str, exc: odecore.SolverError | str) -> TrainingFailedError:
+        """The one-line error of a non-finite loss or weight, or of a solver's failure, at
+        ``at`` (``"batch 3"``, ``"evaluation"``) of ``epoch``.
+
+        A solver's failure is blamed on the weights (lower the rate) only when its status
+        says the state blew up; any other (Newton's iteration at too large a step, a
+        backend) passes the solver's own message on, with how the options reach it.
+        """
+        path = self.checkpoint_path
+        kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
+        if isinstance(exc, odecore.SolverError) and exc.status not in _DIVERGED:
+            hint = "The solver's options: --n-steps, --rtol, --atol, --solver-option NAME=VALUE"
+        else:
+            hint = "The weights have probably diverged: lower --lr"
+        return TrainingFailedError(f"epoch {epoch + 1}, {at}: {exc} {hint}{kept}.")
+
     def _check_finite(self, epoch: int, batches: int) -> None:
         """Raise :class:`TrainingFailedError` before a checkpoint if a loss of the epoch
         (marked on the device as it came) or a weight is not finite, on every process."""
@@ -646,15 +645,15 @@ class Training:
         if self.process.world > 1:
             dist.all_reduce(first, op=dist.ReduceOp.MAX)
         if int(first) >= 0:
-            where, what = f"epoch {epoch + 1}, batch {int(first) + 1}", "the training loss is nan"
+            at, what = f"batch {int(first) + 1}", "the training loss is nan"
         else:
             name = next(
                 (n for n, p in self.model.named_parameters() if not p.isfinite().all()), None
             )
             if name is None:
                 return
-            where, what = f"epoch {epoch + 1}, batch {batches}", f"the weight {name} is not finite"
-        raise _diverged(where, f"{what}.", self.checkpoint_path, epoch)
+            at, what = f"batch {batches}", f"the weight {name} is not finite"
+        raise self._diverged(epoch, at, f"{what}.")
 
     def _epoch_start(self, epoch: int) -> tuple[int, _Tally]:
         """The first batch of ``epoch`` and its totals so far; seeds its augmentation."""
@@ -701,8 +700,7 @@ class Training:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # type: ignore[no-untyped-call]
         except odecore.SolverError as exc:
-            where = f"epoch {epoch + 1}, batch {i + 1}"
-            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+            raise self._diverged(epoch, f"batch {i + 1}", exc) from exc
         if self.task.step is None:
             self.optimizer.step()
         if self.schedule is not None and self.task.schedule_every == "batch":
@@ -715,8 +713,7 @@ class Training:
         try:
             return self.task.evaluate(self.model, epoch)
         except odecore.SolverError as exc:
-            where = f"epoch {epoch + 1}, evaluation"
-            raise _diverged(where, exc, self.checkpoint_path, epoch) from exc
+            raise self._diverged(epoch, "evaluation", exc) from exc
 
     def _finish_epoch(self, epoch: int, tally: _Tally) -> None:
         """Evaluate ``epoch``, record and save it; stop after it if a signal asked to."""

@@ -28,7 +28,6 @@ from ._fit import (
     Epoch,
     Task,
     Training,
-    _diverged,
     _number,
     _Process,
     _process,
@@ -333,8 +332,7 @@ class Trainer(Training):
         )
         loss = cast(float, test["loss"])
         if not math.isfinite(loss):
-            where = f"epoch {epoch + 1}, evaluation"
-            raise _diverged(where, f"the test loss is {loss}.", self.checkpoint_path, epoch)
+            raise self._diverged(epoch, "evaluation", f"the test loss is {loss}.")
         return test
 
     def _row(self, epoch: Epoch) -> JsonObject:
