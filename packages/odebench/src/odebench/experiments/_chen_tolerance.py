@@ -475,22 +475,16 @@ def _guard_words(result: Result[Any], guards: list[Ref]) -> str:
 
 
 def _probe_cell(way: str) -> Callable[[Result[Any], Row], str]:
-    """A cell of the probe's table: its NFE at the row's tolerance or, on a row without
-    one, at the solver's minimum (where the seminorm is not measured)."""
-
-    def cell(result: Result[Any], row: Row) -> str:
-        if row.at:
-            return result.cell(PROBE.of(row.run, way=way, **row.at))
-        return "" if way == WAYS[2] else result.cell(FLOOR.of(row.run, way=way))
-
-    return cell
+    """A cell of the probe's table: its NFE at the row's tolerance or, on the row without
+    one, at the solver's minimum."""
+    return lambda result, row: result.cell(
+        PROBE.of(row.run, way=way, **row.at) if row.at else FLOOR.of(row.run, way=way)
+    )
 
 
 def _probe_ratio(result: Result[Any], row: Row) -> str:
     """The probe's backward over forward NFE at the row's tolerance, the mean of the
-    seeds' ratios; none on the row of the solver's minimum."""
-    if not row.at:
-        return ""
+    seeds' ratios."""
     pairs = zip(*(result.stat(PROBE.of(row.run, way=w, **row.at)).values for w in WAYS[:2]))
     known = [b / f for f, b in pairs if f is not None and b is not None and f != 0]
     return fmt(statistics.fmean(known) if known else None, ".2f")
@@ -500,9 +494,14 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
     """The guards, the sweep, the probe, the ratios, the training."""
     s = setup.settings
     guards = {claim.text: refs for claim, refs in _guarded_claims(s)}
-    minimum = f"minimum ({FLOOR_TOL:g})"
+    # The row of the solver's minimum, where neither the seminorm nor the ratio is measured.
+    minimum = {
+        "tolerance": f"minimum ({FLOOR_TOL:g})",
+        "backward, seminorm": "",
+        "backward/forward": "",
+    }
     probe = [
-        Row(n, n, at, text={"tolerance": f"{at['tol']:g}" if at else minimum})
+        Row(n, n, at, text={"tolerance": f"{at['tol']:g}"} if at else minimum)
         for n in ACTIVATIONS
         for at in ({}, *({"tol": tol} for tol in s.tolerances))
     ]
