@@ -1,9 +1,6 @@
-"""``odebench run dissecting-depth``: Massaroli et al. (2020)'s variants of the vector field.
-
-Five Neural ODEs without augmentation (a vanilla field, two depth-varying ones, Galerkin and
-stacked, a data-controlled one and an adaptive-depth model), over several seeds, on the 1-D
-reflection ``x -> -x`` (Sec. 5) and the 2-D concentric annuli (Sec. 5.3). Each is trained
-full-batch (:func:`_task`), so an "epoch" (``--epochs``) is one Adam step.
+"""``odebench run dissecting-depth``: Massaroli et al. (2020)'s variants of the vector field
+on the 1-D reflection and the 2-D concentric annuli; docs/odebench/experiments/dissecting-depth.md
+says what it trains and why.
 """
 
 from __future__ import annotations
@@ -50,7 +47,9 @@ LABELS = {"vanilla": "vanilla NODE", "galerkin": "Galerkin (Fourier)",
           "adaptive_depth": "adaptive depth"}  # fmt: skip
 """The five vector fields compared, in the order of the tables and figures, and their names."""
 MODELS = tuple(LABELS)
-COLORS = dict(zip(MODELS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+STYLES = {LABELS[kind]: Style("-", color) for kind, color in zip(MODELS, COLORS)}
+"""Each model's line in the figures."""
 TASKS = ("reflection", "annuli")  # the 1-D reflection and the 2-D concentric annuli
 BASES = {"galerkin": basis.Fourier(modes=2), "stacked": basis.PiecewiseConstant(pieces=3)}
 """The depth-varying fields' bases: 5 Fourier functions of depth, and 3 constant pieces."""
@@ -115,10 +114,6 @@ def l1_median_bound(targets: Tensor) -> float:
     """The least L1 loss of any nondecreasing map fitted to the reflection's ``(n, 1)``
     targets ``y = -x``: ``mean |y - median(y)|``, about 0.5 for points uniform in ``[-1, 1]``.
     A 1-D Neural ODE without data control is such a map: its trajectories cannot cross.
-
-    Example:
-        >>> round(l1_median_bound(-torch.linspace(-1.0, 1.0, 5)[:, None]), 4)
-        0.6
     """
     y = targets.reshape(-1).to(torch.float64)
     return float((y - y.median()).abs().mean())
@@ -304,17 +299,15 @@ def _load(result: Result[DepthSettings], task: str, kind: str) -> nn.Module:
 
 def _loss_panel(result: Result[DepthSettings], task: str) -> Lines:
     """Loss per Adam step on ``task``: each model's mean over the seeds, and their band."""
-    curves = {}
+    series, bands = {}, {}
     for kind in MODELS:
         dirs = [result.setup.run_dir(f"{task}/{kind}", seed) for seed in result.setup.seeds]
         rows = [json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in dirs]
-        curves[LABELS[kind]] = mean_band([[r["loss"] for r in run] for run in rows])
-    return Lines(
-        task, "Adam step", "L1 loss" if task == "reflection" else "MSE",
-        series={label: mean for label, (mean, _) in curves.items()},
-        styles={LABELS[kind]: Style("-", COLORS[kind]) for kind in MODELS},
-        bands={label: band for label, (_, band) in curves.items()}, yscale="log",
-    )  # fmt: skip
+        series[LABELS[kind]], bands[LABELS[kind]] = mean_band(
+            [[r["loss"] for r in run] for run in rows]
+        )
+    ylabel = "L1 loss" if task == "reflection" else "MSE"
+    return Lines(task, "Adam step", ylabel, series, STYLES, bands, yscale="log")
 
 
 def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor]:
@@ -355,9 +348,8 @@ def _reflection_panels(result: Result[DepthSettings]) -> list[Lines]:
         with torch.no_grad():
             maps[LABELS[kind]] = list(zip(grid[:, 0].tolist(), layer(grid)[:, 0].tolist()))
     maps["-x"] = list(zip(grid[:, 0].tolist(), (-grid[:, 0]).tolist()))  # on top, seen through
-    styles = {LABELS[k]: Style("-", COLORS[k]) for k in MODELS} | {"-x": Style("-", "0.5", 0.5)}
     title = f"learned maps, seed {result.setup.seeds[0]}"
-    return [*panels, Lines(title, "x", "z(1)", maps, styles)]
+    return [*panels, Lines(title, "x", "z(1)", maps, STYLES | {"-x": Style("-", "0.5", 0.5)})]
 
 
 def _plot_annuli(result: Result[DepthSettings], path: Path) -> None:
