@@ -1,10 +1,6 @@
-"""``odebench run dissecting-augmentation``: Massaroli et al. (2020)'s augmentation table.
-
-Four ways to start an image Neural ODE, in the architecture of the authors' CIFAR-10
-notebooks: no augmentation (``dissecting-node``), zero channels (``dissecting-anode``), an
-input layer (``ilnode``) and a second-order system (``sonode``), on MNIST and, when found,
-CIFAR-10; the report puts test accuracy, NFE at convergence (the forward NFE per batch of
-the last epoch) and parameters beside the numbers of the authors' NeurIPS poster.
+"""``odebench run dissecting-augmentation``: Massaroli et al. (2020)'s augmentation table, four
+ways to start an image Neural ODE beside the authors' NeurIPS poster;
+docs/odebench/experiments/dissecting-augmentation.md says what it trains and why.
 """
 
 from __future__ import annotations
