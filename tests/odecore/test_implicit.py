@@ -36,10 +36,14 @@ ORDER = {
     "gauss_legendre6": 6,
     "radauIIA3": 3,
     "radauIIA5": 5,
+    "gl4": 4,
+    "gl6": 6,
+    "sdirk2": 2,
+    "trbdf2": 2,
 }
-STIFFLY_ACCURATE = {"implicit_euler", "trapezoid", "radauIIA3", "radauIIA5"}
-L_STABLE = {"implicit_euler", "radauIIA3", "radauIIA5"}
-GAUSS = ["implicit_midpoint", "gauss_legendre2", "gauss_legendre4", "gauss_legendre6"]
+STIFFLY_ACCURATE = {"implicit_euler", "trapezoid", "radauIIA3", "radauIIA5", "sdirk2", "trbdf2"}
+L_STABLE = {"implicit_euler", "radauIIA3", "radauIIA5", "sdirk2", "trbdf2"}
+GAUSS = ["implicit_midpoint", "gauss_legendre2", "gauss_legendre4", "gauss_legendre6", "gl4", "gl6"]
 F64 = torch.float64
 
 SETTINGS = settings(
@@ -66,6 +70,47 @@ def test_names_resolve_to_fixed_step_solvers(name):
     assert type(solver) is IMPLICIT[name]
     assert isinstance(solver, odecore.AbstractImplicitRK)
     assert not solver.adaptive
+
+
+def test_torchdiffeqs_newer_gauss_names_are_the_same_solvers():
+    assert odecore.IMPLICIT_METHODS["gl4"] is odecore.GaussLegendre4
+    assert odecore.IMPLICIT_METHODS["gl6"] is odecore.GaussLegendre6
+
+
+def _trbdf2_step(z: complex) -> complex:
+    """One TR-BDF2 step on ``y' = lambda y``, ``z = h lambda``, as Bank et al. define it
+    (not from the tableau): the trapezoidal rule to ``g h`` with ``g = 2 - sqrt(2)``,
+    then BDF2 through ``y0``, ``y_g`` and ``y1``."""
+    g = 2 - math.sqrt(2)
+    y_g = (1 + g * z / 2) / (1 - g * z / 2)
+    rhs = y_g / (g * (2 - g)) - (1 - g) ** 2 / (g * (2 - g))
+    return rhs / (1 - (1 - g) / (2 - g) * z)
+
+
+def _sdirk2_step(z: complex) -> complex:
+    """One step of Alexander's SDIRK2 on ``y' = lambda y`` solved stage by stage:
+    ``Y1 = y0 + g z Y1``, ``y1 = y0 + (1 - g) z Y1 + g z y1``, ``g = 1 - sqrt(2)/2``."""
+    g = 1 - math.sqrt(2) / 2
+    y_1 = 1 / (1 - g * z)
+    return (1 + (1 - g) * z * y_1) / (1 - g * z)
+
+
+@pytest.mark.parametrize(("name", "step"), [("trbdf2", _trbdf2_step), ("sdirk2", _sdirk2_step)])
+@pytest.mark.parametrize("lam", [-1e6, -50.0, -1.0, 0.3, complex(-2.0, 5.0)])
+def test_one_step_is_the_published_method(name, step, lam):
+    # The tableau against the method's own definition, on y' = lambda y (real and
+    # imaginary parts as a 2-d real system), one step of h = 0.1.
+    a, b = lam.real, complex(lam).imag
+    matrix = torch.tensor([[a, -b], [b, a]], dtype=F64)
+    y1 = odecore.odeint(
+        lambda t, y: matrix @ y,
+        torch.tensor([1.0, 0.0], dtype=F64),
+        torch.tensor([0.0, 0.1], dtype=F64),
+        method=name,
+        options={"step_size": 0.1},
+    )[-1]
+    expected = step(0.1 * complex(lam))
+    assert complex(y1[0].item(), y1[1].item()) == pytest.approx(expected, rel=1e-10, abs=1e-12)
 
 
 def test_max_iters_option_reaches_newton():
@@ -622,6 +667,8 @@ GRAD_SOLVERS = {
     "gauss_legendre4": odecore.GaussLegendre4(),
     "radauIIA5": odecore.RadauIIA5(),
     "radauIIA3-krylov": odecore.RadauIIA3(newton=Newton(jacobian="krylov")),
+    "sdirk2": odecore.SDIRK2(),
+    "trbdf2": odecore.TRBDF2(),
 }
 
 
@@ -665,13 +712,17 @@ def test_gradcheck_of_the_discrete_scheme(problem, solver, gradient):
     assert torch.autograd.gradcheck(run, _inputs(problem), atol=1e-7, rtol=1e-6)
 
 
-@pytest.mark.parametrize("solver", ["gauss_legendre4", "radauIIA5"])
+@pytest.mark.parametrize(
+    ("solver", "dt"),
+    [("gauss_legendre4", 0.02), ("radauIIA5", 0.02), ("sdirk2", 0.002), ("trbdf2", 0.002)],
+)
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_gradcheck_of_the_adjoint(problem, solver):
+def test_gradcheck_of_the_adjoint(problem, solver, dt):
     # The adjoint differentiates the continuous problem; at these orders and steps it
-    # agrees with the discrete scheme's derivative to ~1e-6. Its backward solve uses
-    # the forward (implicit) solver.
-    run = _end_state(problem, GRAD_SOLVERS[solver], odecore.Adjoint(), dt=0.02)
+    # agrees with the discrete scheme's derivative to ~1e-6 (the second-order methods
+    # need ten times smaller steps for that). Its backward solve uses the forward
+    # (implicit) solver.
+    run = _end_state(problem, GRAD_SOLVERS[solver], odecore.Adjoint(), dt=dt)
     assert torch.autograd.gradcheck(run, _inputs(problem), atol=1e-5, rtol=1e-5)
 
 

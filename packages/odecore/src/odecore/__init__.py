@@ -29,6 +29,8 @@ from ._esdirk import Kvaerno5
 from ._events import Event
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint, Stats
 from ._implicit import (
+    SDIRK2,
+    TRBDF2,
     AbstractImplicitRK,
     GaussLegendre2,
     GaussLegendre4,
@@ -111,6 +113,8 @@ __all__ = [
     "RK4",
     "RK4_38_TABLEAU",
     "RK4_TABLEAU",
+    "SDIRK2",
+    "TRBDF2",
     "TSIT5_TABLEAU",
     "AbstractController",
     "AbstractExplicitRK",

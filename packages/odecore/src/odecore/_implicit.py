@@ -175,7 +175,9 @@ class AbstractImplicitRK(_HermiteDense):
 
     Dense output is Hermite interpolation on the step's ends and ``m`` interior
     nodes reached by sub-steps, as :class:`AbstractExplicitRK`'s ``"hermite"``:
-    cubic for order up to 3, as accurate as the step's ends above.
+    cubic for order up to 3, as accurate as the step's ends above;
+    ``interpolation="cubic"`` keeps the cubic on the ends at every order
+    (torchdiffeq's ``interp="cubic"``: free, but of third order).
 
     A tableau with ``b_err`` gives the raw embedded estimate
     ``h sum_i b_err_i k_i`` as the step's error, for a step-size controller; the
@@ -183,19 +185,27 @@ class AbstractImplicitRK(_HermiteDense):
 
     Args:
         newton: the settings of the Newton iteration.
+        interpolation: output between step ends: ``"hermite"`` (default) or
+            ``"cubic"``.
 
     Raises:
-        ConfigurationError: if ``newton`` is not a :class:`Newton`.
+        ConfigurationError: if ``newton`` is not a :class:`Newton`, or for an unknown
+            ``interpolation``.
     """
 
     tableau: ClassVar[ImplicitButcherTableau]
     newton: Newton = field(default_factory=Newton)
+    interpolation: Literal["hermite", "cubic"] = "hermite"
 
     def __post_init__(self) -> None:
         if not isinstance(self.newton, Newton):
             raise ConfigurationError(
                 "`newton` must be an odecore.Newton (e.g. odecore.Newton(max_iters=8)), "
                 f"got {self.newton!r}."
+            )
+        if self.interpolation not in ("hermite", "cubic"):
+            raise ConfigurationError(
+                f"`interpolation` must be 'hermite' or 'cubic', got {self.interpolation!r}."
             )
 
     @property
@@ -306,6 +316,27 @@ RADAU_IIA5_TABLEAU = ImplicitButcherTableau(
     b=(4 / 9 - _SQRT6 / 36, 4 / 9 + _SQRT6 / 36, 1 / 9),
 )
 """Radau IIA with three stages: order 5, stiffly accurate, L-stable (RADAU5's method)."""
+
+_GAMMA = 1.0 - math.sqrt(2.0) / 2
+
+SDIRK2_TABLEAU = ImplicitButcherTableau(
+    c=(_GAMMA, 1.0), a=((_GAMMA, 0.0), (1.0 - _GAMMA, _GAMMA)), b=(1.0 - _GAMMA, _GAMMA)
+)
+"""Alexander's two-stage SDIRK: order 2, one diagonal ``gamma = 1 - sqrt(2)/2``,
+stiffly accurate, L-stable."""
+
+TRBDF2_TABLEAU = ImplicitButcherTableau(
+    c=(0.0, 2 * _GAMMA, 1.0),
+    a=(
+        (0.0, 0.0, 0.0),
+        (_GAMMA, _GAMMA, 0.0),
+        (math.sqrt(2.0) / 4, math.sqrt(2.0) / 4, _GAMMA),
+    ),
+    b=(math.sqrt(2.0) / 4, math.sqrt(2.0) / 4, _GAMMA),
+)
+"""TR-BDF2 as an ESDIRK: a trapezoidal stage to ``2 gamma h``, then BDF2 to the step's
+end (``gamma = 1 - sqrt(2)/2``): order 2, the first stage explicit, stiffly accurate,
+L-stable."""
 
 
 @final
@@ -522,3 +553,58 @@ class RadauIIA5(AbstractImplicitRK):
 
     tableau = RADAU_IIA5_TABLEAU
     order = 5
+
+
+@final
+@dataclass(frozen=True)
+class SDIRK2(AbstractImplicitRK):
+    """Alexander's singly diagonally implicit Runge-Kutta method with two stages.
+
+    Order 2, fixed step, stiffly accurate and L-stable: both stages share the
+    diagonal ``gamma = 1 - sqrt(2)/2``. torchdiffeq's ``sdirk2``.
+
+    Args:
+        newton: the settings of the Newton iteration.
+
+    Example:
+        >>> import torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -1e4 * y, torch.ones(1, dtype=torch.float64),
+        ...                     t0=0.0, t1=1.0, solver=odecore.SDIRK2(), dt0=0.1)
+        >>> bool(abs(sol.ys[-1].item()) < 1e-20)
+        True
+
+    References:
+        R. Alexander, SIAM J. Numer. Anal. 14(6), 1977; E. Hairer, G. Wanner, Solving
+        Ordinary Differential Equations II, 2nd ed., Springer 1996, IV.6.
+    """
+
+    tableau = SDIRK2_TABLEAU
+    order = 2
+
+
+@final
+@dataclass(frozen=True)
+class TRBDF2(AbstractImplicitRK):
+    """TR-BDF2: a trapezoidal step to ``2 gamma h``, then BDF2 to the step's end.
+
+    Order 2, fixed step, stiffly accurate and L-stable, written as a three-stage
+    ESDIRK whose first stage is explicit (``gamma = 1 - sqrt(2)/2``).
+    torchdiffeq's ``trbdf2``.
+
+    Args:
+        newton: the settings of the Newton iteration.
+
+    Example:
+        >>> import math, torch, odecore
+        >>> sol = odecore.solve(lambda t, y: -y, torch.ones(1, dtype=torch.float64),
+        ...                     t0=0.0, t1=1.0, solver=odecore.TRBDF2(), dt0=0.01)
+        >>> abs(sol.ys[-1].item() - math.exp(-1.0)) < 1e-5
+        True
+
+    References:
+        R. E. Bank et al., IEEE Trans. Electron Devices 32(10), 1985; M. E. Hosea,
+        L. F. Shampine, Appl. Numer. Math. 20, 1996.
+    """
+
+    tableau = TRBDF2_TABLEAU
+    order = 2

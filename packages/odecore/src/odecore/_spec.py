@@ -22,6 +22,8 @@ from ._errors import ConfigurationError
 from ._esdirk import Kvaerno5, with_solve_tolerances
 from ._gradients import AbstractGradient, Adjoint, Autograd, Checkpoint
 from ._implicit import (
+    SDIRK2,
+    TRBDF2,
     AbstractImplicitRK,
     GaussLegendre2,
     GaussLegendre4,
@@ -70,8 +72,13 @@ IMPLICIT_METHODS: dict[str, type[AbstractSolver]] = {
     "gauss_legendre6": GaussLegendre6,
     "radauIIA3": RadauIIA3,
     "radauIIA5": RadauIIA5,
+    "gl4": GaussLegendre4,
+    "gl6": GaussLegendre6,
+    "sdirk2": SDIRK2,
+    "trbdf2": TRBDF2,
 }
-"""Fixed-step implicit Runge-Kutta methods by name (torchdiffeq's names), for stiff
+"""Fixed-step implicit Runge-Kutta methods by name (torchdiffeq's names: ``gl4`` and
+``gl6`` are its newer names of ``gauss_legendre4`` and ``gauss_legendre6``), for stiff
 problems. They step like :data:`FIXED_METHODS` and take the same options, and
 ``max_iters`` (the Newton iterations per step)."""
 
@@ -99,7 +106,7 @@ DEFAULT_METHOD = "dopri5"
 _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
                  "grid_constructor", "perturb", "interp", "compile")  # fmt: skip
-"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"`` for order <= 3;
+"""Options accepted by fixed-step methods (``interp`` only as ``"cubic"``;
 ``compile``, True or False, is odecore's: a solve as one ``torch.compile`` graph)."""
 IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
 """Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
