@@ -591,7 +591,7 @@ def test_auto_interpolation_reaches_the_method_order(method, kind):
 @pytest.mark.parametrize(
     ("solver", "kwargs", "match"),
     [
-        (odecore.Dopri5, {"interpolation": "cubic"}, r"`interpolation` must be 'auto'"),
+        (odecore.Dopri5, {"interpolation": "quintic"}, r"`interpolation` must be 'auto'"),
         (odecore.Dopri8, {"interpolation": "polynomial"}, r"Dopri8 has no continuous extension"),
         (odecore.RK4, {"interpolation": "polynomial"}, r"RK4 has no continuous extension"),
     ],

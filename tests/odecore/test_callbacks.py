@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import warnings
 
 import odecore
@@ -60,7 +61,15 @@ def _pairs(calls):
 # --- against torchdiffeq, fixed steps: the same grid gives the same calls --------------
 
 
-@pytest.mark.parametrize("method", ["euler", "rk4", "midpoint"])
+def _unsupported(warned) -> list[set[str]]:
+    """The callback names of each of torchdiffeq's "does not support callbacks" warnings."""
+    found = [re.search(r"does not support callbacks \{(.*?)\}", str(w.message)) for w in warned]
+    return [set(re.findall(r"'(\w+)'", m.group(1))) for m in found if m is not None]
+
+
+@pytest.mark.parametrize(
+    "method", ["euler", "rk4", "midpoint", "explicit_adams", "implicit_adams", "fixed_adams"]
+)
 @pytest.mark.parametrize(
     ("t", "options"),
     [
@@ -75,14 +84,16 @@ def test_fixed_step_calls_match_torchdiffeq(method, t, options):
     ours, theirs = Recording(), Recording()
     theirs.load_state_dict(ours.state_dict())
     y0 = torch.randn(3, 2, dtype=F64)
-    # Both warn that the accept and reject callbacks will not be called.
-    with pytest.warns(UserWarning) as ours_warned:
+    # Both warn once, in the same words, that the accept and reject callbacks will not
+    # be called (the multistep methods as well: they step on the same grid).
+    with warnings.catch_warnings(record=True) as ours_warned:
+        warnings.simplefilter("always")
         odecore.odeint(ours, y0, t, method=method, options=options)
-    messages = sorted(str(w.message).split(" of ")[0] for w in ours_warned)
-    assert messages == ["`callback_accept_step`", "`callback_reject_step`"]
-    assert "never called" in str(ours_warned[0].message)
-    with pytest.warns(UserWarning, match="does not support callbacks"):
+    with warnings.catch_warnings(record=True) as theirs_warned:
+        warnings.simplefilter("always")
         torchdiffeq.odeint(theirs, y0, t, method=method, options=options)
+    expected = [{"callback_accept_step", "callback_reject_step"}]
+    assert _unsupported(ours_warned) == _unsupported(theirs_warned) == expected
     assert ours.of("step") == _pairs(theirs.of("step"))
     assert [c[3] for c in ours.calls] == [c[3] for c in theirs.calls]
     # fixed-step methods call callback_step only, as torchdiffeq's do
@@ -158,6 +169,30 @@ def test_backward_pass_calls_the_adjoint_callbacks(interface):
     # the backward state: (y, a, *parameter gradients)
     weight, bias = field.linear.weight.shape, field.linear.bias.shape
     assert {shape for *_, shape in backward} == {((3, 2), (3, 2), weight, bias)}
+
+
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+def test_scipy_solver_warns_that_it_calls_no_callback(interface):
+    # SciPy takes the steps: none of the callbacks is called, and both libraries say so
+    # for the forward solve (odecore once more for the adjoint's backward solve, whose
+    # `_adjoint` callbacks SciPy does not call either).
+    calls = {}
+    for library in (odecore, torchdiffeq):
+        field = Recording()
+        y0 = torch.randn(3, 2, dtype=F64)
+        params = (
+            {"adjoint_params": tuple(field.parameters())} if interface == "odeint_adjoint" else {}
+        )
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            getattr(library, interface)(
+                field, y0, torch.tensor([0.0, 1.0], dtype=F64), method="scipy_solver",
+                options={"solver": "RK45"}, **params,
+            )  # fmt: skip
+        calls[library.__name__] = (_unsupported(warned), field.calls)
+    ours, theirs = calls["odecore"], calls["torchdiffeq"]
+    assert ours[0][0] == theirs[0][0] == set(NAMES)
+    assert ours[1] == theirs[1] == []
 
 
 def test_an_adaptive_method_does_not_warn_about_its_callbacks():

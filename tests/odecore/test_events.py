@@ -265,6 +265,47 @@ def test_odeint_event_mode_matches_torchdiffeq(method):
     assert ours_t.item() == pytest.approx(exact, abs=1e-6)
 
 
+class _Falling(torch.nn.Module):
+    """A ball under a learnable gravity ``g``; the event ``height = floor`` ends it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = torch.nn.Parameter(torch.tensor(G, dtype=F64))
+
+    def forward(self, t, y):
+        return torch.stack([y[1], -self.g + 0 * y[1]])
+
+
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+@pytest.mark.parametrize(("method", "options"), [("dopri5", None), ("rk4", {"step_size": 0.01})])
+def test_event_time_of_odeint_event_mode_has_its_gradient(interface, method, options):
+    # t_e = (v0 + sqrt(v0^2 + 2 g (h0 - floor))) / g for a ball thrown up at v0 from h0:
+    # its gradient with respect to y0, g and the floor, by the implicit function theorem.
+    # torchdiffeq's odeint_adjoint gives all of them as 0 (and its odeint no graph).
+    h0, v0 = 2.0, 1.5
+    y0 = torch.tensor([h0, v0], dtype=F64, requires_grad=True)
+    floor = torch.tensor(0.25, dtype=F64, requires_grad=True)
+    field = _Falling()
+    kwargs = {"adjoint_params": (field.g,)} if interface == "odeint_adjoint" else {}
+    event_t, ys = getattr(odecore, interface)(
+        field, y0, torch.tensor([0.0, 1.0], dtype=F64), event_fn=lambda t, y: y[0] - floor,
+        method=method, options=options, rtol=1e-10, atol=1e-12, **kwargs,
+    )  # fmt: skip
+    # The solution is the state at the event time as a fixed time (torchdiffeq's):
+    # its height's gradient with respect to h0 is 1, not 0 as at a moving event.
+    (dh,) = torch.autograd.grad(ys[-1, 0], y0, retain_graph=True)
+    assert dh[0].item() == pytest.approx(1.0, rel=1e-9)
+    event_t.backward()
+    root = math.sqrt(v0**2 + 2 * G * (h0 - 0.25))
+    t_e = (v0 + root) / G
+    assert event_t.item() == pytest.approx(t_e, rel=1e-9)
+    assert y0.grad[0].item() == pytest.approx(1 / root, rel=1e-7)
+    assert y0.grad[1].item() == pytest.approx((1 + v0 / root) / G, rel=1e-7)
+    assert floor.grad.item() == pytest.approx(-1 / root, rel=1e-7)
+    dg = -t_e / G + (h0 - 0.25) / (G * root)
+    assert field.g.grad.item() == pytest.approx(dg, rel=1e-7)
+
+
 # --- the structured API --------------------------------------------------------------
 
 
@@ -367,6 +408,22 @@ def test_fixed_step_event_time_is_found_inside_the_step(solver):
     tolerance = 1e-12 if isinstance(solver, odecore.RK4) else 0.1
     assert sol.event_t.item() == pytest.approx(math.sqrt(4 / G), abs=tolerance)
     assert sol.stats.n_accepted == math.ceil(math.sqrt(4 / G) / 0.1)
+
+
+@pytest.mark.parametrize("gradient", sorted(GRADIENTS))
+@pytest.mark.parametrize("solver", [odecore.SDIRK2(), odecore.TRBDF2()], ids=["sdirk2", "trbdf2"])
+def test_implicit_fixed_step_event_time_and_gradient(solver, gradient):
+    # The ball's state is a polynomial of degree 2 in t, which these second-order
+    # methods and their cubic dense output reproduce exactly: the closed form holds
+    # to Newton's tolerance, and so does the event time's gradient through the state.
+    h = _scalar(2.0, requires_grad=True)
+    sol = odecore.solve(
+        Ball(), (h, _scalar(0.0)), t0=0.0, t1=math.inf, solver=solver, dt0=0.1,
+        gradient=GRADIENTS[gradient](), event=odecore.Event(height),
+    )  # fmt: skip
+    assert sol.event_t.item() == pytest.approx(math.sqrt(4 / G), rel=1e-10)
+    sol.event_t.backward()
+    assert h.grad.item() == pytest.approx(1 / math.sqrt(4 * G), rel=1e-7)
 
 
 @pytest.mark.parametrize("requires_grad", [False, True])
@@ -578,16 +635,19 @@ def test_odeint_event_at_the_start_time_moves_with_the_start_time(interface, rev
 
 
 @pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
-def test_odeint_event_mode_time_carries_no_gradient_at_the_start_time_or_later(interface):
-    # The direct keyword is torchdiffeq's: its event time carries no gradient, at t0 as
-    # after it (odeint_event adds it), and the state at an event at t0 is y0.
-    t = torch.tensor([0.25, 1.25], dtype=F64, requires_grad=True)
+def test_odeint_event_mode_time_moves_with_the_start_time(interface):
+    # The direct keyword's event time carries its gradient (torchdiffeq's none, or a
+    # zero one): at t0 it moves with t0 alone; y' = -y from 1.5 reaches 1 at
+    # t0 + ln(1.5), which moves with t0 too. The state at an event at t0 is y0.
     for event_fn in (AT_START["y - y0"], lambda t, y: y[..., 0] - 1.0):
+        t = torch.tensor([0.25, 1.25], dtype=F64, requires_grad=True)
         t_e, ys = getattr(odecore, interface)(
             lambda t, y: -y, torch.tensor([1.5], dtype=F64), t, event_fn=event_fn
         )
-        assert not t_e.requires_grad
+        t_e.backward()
+        assert t.grad.tolist() == pytest.approx([1.0, 0.0], abs=1e-6)  # dopri5 at 1e-7
     y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.25, 1.25], dtype=F64)
     t_e, ys = getattr(odecore, interface)(lambda t, y: -y, y0, t, event_fn=AT_START["y - y0"])
     assert t_e.item() == 0.25
     (ys[-1] * 3).sum().backward()

@@ -111,6 +111,8 @@ def moulton_coefficients(k: int) -> tuple[Fraction, ...]:
 
 
 Field = Callable[[Tensor, Tensor], Tensor]
+StepCallback = Callable[[Tensor, Tensor, Tensor], object]
+"""``on_step(t0, y0, dt)``: called before a step of length ``dt`` from ``(t0, y0)``."""
 
 
 @final
@@ -154,7 +156,14 @@ class AdamsBashforthMoulton:
             )
 
     def integrate(
-        self, f: Field, y0: Tensor, grid: Tensor, t: Tensor, rtol: float, atol: float
+        self,
+        f: Field,
+        y0: Tensor,
+        grid: Tensor,
+        t: Tensor,
+        rtol: float,
+        atol: float,
+        on_step: StepCallback | None = None,
     ) -> Tensor:
         """Step over ``grid`` and return the solution at the times ``t``.
 
@@ -165,6 +174,8 @@ class AdamsBashforthMoulton:
             t: the output times, monotone like ``grid``.
             rtol: relative tolerance of the corrector's convergence test.
             atol: absolute tolerance of the corrector's convergence test.
+            on_step: ``on_step(t0, y0, dt)`` before every step, ``dt`` its length
+                (torchdiffeq's ``callback_step``).
 
         Returns:
             The solution at each time of ``t``, stacked on a new first dimension.
@@ -173,13 +184,20 @@ class AdamsBashforthMoulton:
             SolverError: a step failed (see :meth:`run`); the message names the time
                 reached, the status and, for the corrector, the step size and why.
         """
-        done = self.run(f, y0, grid, t, rtol, atol)
+        done = self.run(f, y0, grid, t, rtol, atol, on_step)
         if done.status != Status.SUCCESS:
             raise SolverError(done.message, status=done.status, t=done.t_final)
         return done.ys
 
     def run(
-        self, f: Field, y0: Tensor, grid: Tensor, t: Tensor, rtol: float, atol: float
+        self,
+        f: Field,
+        y0: Tensor,
+        grid: Tensor,
+        t: Tensor,
+        rtol: float,
+        atol: float,
+        on_step: StepCallback | None = None,
     ) -> AdamsRun:
         """:meth:`integrate`, with a failure as a status instead of an exception.
 
@@ -189,7 +207,7 @@ class AdamsBashforthMoulton:
         a solve that ends there; the later ones are NaN.
 
         Args:
-            f, y0, grid, t, rtol, atol: as for :meth:`integrate`.
+            f, y0, grid, t, rtol, atol, on_step: as for :meth:`integrate`.
 
         Returns:
             The outputs at ``t``, the status, the last time reached and, after a
@@ -209,6 +227,8 @@ class AdamsBashforthMoulton:
             t0, t1 = grid[n], grid[n + 1]
             dt = t1 - t0
             y, f0 = ys[-1], fs[-1]
+            if on_step is not None:
+                on_step(t0, y, dt.abs())
             history = [f0, *history][: self.max_order - 1]
             k = len(history)
             if k < _MIN_ORDER - 1:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError, SolverError, Status
+from ._events import CALLBACKS, warn_unsupported_callbacks
 from ._gradients import FlatField, Loop, LoopResult, Stats, TimeTensors
 from ._solve import _check_derivative, _make_loop, _merge_stops
 from ._solvers import (
@@ -168,6 +169,12 @@ def make_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
                 f, y0, t0, t1, ts, solver, controller, dt0,
                 step_ts=step_ts, on_step=on_step, times=times,
             )  # fmt: skip
+        warn_unsupported_callbacks(
+            f"scipy:{solver.method}",
+            [name for name in CALLBACKS if getattr(f, name, None) is not None],
+            "SciPy takes the steps and calls none of them (torchdiffeq's scipy_solver "
+            "does not either)",
+        )
         # Only the adjoint runs scipy, and it differentiates the times itself.
         run = _ScipyRun(f, y0, solver, controller, dt0, max_steps)
         return run.solve(t0, t1, list(ts), jumps, [*steps, *step_ts], on_step)

@@ -59,9 +59,7 @@ from ._solvers import (
     Field,
     StepResult,
     _combine,
-    _hermite_basis,
     _HermiteDense,
-    _interior_nodes,
 )
 
 # --- the tableau ----------------------------------------------------------------------
@@ -239,28 +237,6 @@ class _AbstractESDIRK(_HermiteDense):
             return z
         exact = _matrix(f, t, z, hg, self.newton, exact=True)
         return attach_gradient(z.unsqueeze(0), res, exact)[0]
-
-    def _hermite_data(
-        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
-    ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
-        """The Hermite interpolant's matrix and its node values and derivatives: the
-        step's ends, and for ``"hermite"`` the interior nodes reached by sub-steps
-        (the cubic through the ends if a sub-step's iteration fails)."""
-        f1 = step.f1 if step.f1 is not None else f(t1, step.y1)
-        m = _interior_nodes(self.order) if self.interpolation == "hermite" else 0
-        nodes, matrix = _hermite_basis(m)
-        ys, fs = [y0], [f0]
-        for theta in nodes[1:-1]:
-            tm = t0 + theta * (t1 - t0)
-            sub = self.step(f, t0, tm, y0, f0)
-            if sub.failure is not None:
-                _, matrix = _hermite_basis(0)
-                return matrix, [y0, step.y1], [f0, f1]
-            ys.append(sub.y1)
-            fs.append(sub.f1 if sub.f1 is not None else f(tm, sub.y1))
-        ys.append(step.y1)
-        fs.append(f1)
-        return matrix, ys, fs
 
 
 NEWTON_FRACTION = 0.01

@@ -209,15 +209,12 @@ class StepHooks:
         self.on_step, on_accept, on_reject = callbacks
         # torchdiffeq calls these for adaptive methods only, and warns that it will not.
         if not solver.adaptive:
-            for name, callback in zip(CALLBACKS[1:], (on_accept, on_reject)):
-                if callback is not None:
-                    warnings.warn(
-                        f"`{name}` of the vector field is never called: "
-                        f"{type(solver).__name__} takes fixed steps, none accepted or "
-                        "rejected by a controller (torchdiffeq does not call it either). "
-                        "`callback_step` runs before every step.",
-                        stacklevel=2,
-                    )
+            warn_unsupported_callbacks(
+                type(solver).__name__,
+                [name for name, c in zip(CALLBACKS[1:], (on_accept, on_reject)) if c is not None],
+                "it takes fixed steps, none accepted or rejected by a controller (torchdiffeq "
+                "does not call them either); `callback_step` runs before every step",
+            )
         self.on_accept = on_accept if solver.adaptive else None
         self.on_reject = on_reject if solver.adaptive else None
         self.search = search
@@ -244,6 +241,16 @@ class StepHooks:
         """After a rejected step."""
         if self.on_reject is not None:
             self._call(self.on_reject, s, s_next, y)
+
+
+def warn_unsupported_callbacks(solver: str, names: Sequence[str], why: str) -> None:
+    """torchdiffeq's warning about step callbacks that a solve will not call, one for
+    all of them, in its words, with odecore's reason after them."""
+    if names:
+        listed = ", ".join(repr(name) for name in sorted(names))
+        warnings.warn(
+            f"Solver '{solver}' does not support callbacks {{{listed}}}: {why}.", stacklevel=3
+        )
 
 
 def step_hooks(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, overload
 
 import torch
@@ -28,7 +28,7 @@ from ._backends import (
 )
 from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError
-from ._events import Event, combined_event, reroute
+from ._events import CALLBACKS, Event, combined_event, reroute, warn_unsupported_callbacks
 from ._gradients import AbstractGradient, Adjoint
 from ._implicit import AbstractImplicitRK
 from ._solve import (
@@ -41,7 +41,7 @@ from ._solve import (
     _packing,
     _solve,
 )
-from ._solvers import AbstractSolver
+from ._solvers import AbstractExplicitRK, AbstractSolver
 from ._spec import (
     _CALL_OPTIONS,
     ADAPTIVE_OPTIONS,
@@ -182,8 +182,9 @@ def odeint(
             operations it carries the gradient with respect to ``t``, from Python
             floats it is a constant), the default being one step per interval of
             ``t``; ``perturb`` (one-sided limits of ``func`` at every
-            step end) and ``interp="cubic"`` (for order <= 3, odecore's interpolant
-            anyway); implicit ones also ``max_iters`` (Newton's iterations per
+            step end) and ``interp="cubic"`` (the cubic Hermite interpolant of the
+            step's ends, for outputs and events; odecore's own for order <= 3);
+            implicit ones also ``max_iters`` (Newton's iterations per
             step; ``rtol`` and ``atol`` do not loosen the Newton solve, see
             :class:`Newton`). For adaptive ones ``first_step``, ``min_step``, ``max_step``,
             ``safety``, ``ifactor`` (largest growth), ``dfactor`` (largest shrink),
@@ -505,6 +506,14 @@ def odeint_event(
     start = t0.reshape(-1)
     t = torch.cat([start, start.detach() + (-1.0 if reverse_time else 1.0)])
     event_t, solution = odeint_interface(func, y0, t, event_fn=event_fn, **kwargs)
+    return _with_event_gradient(func, y0, event_fn, start[0], event_t, solution)
+
+
+def _with_event_gradient(
+    func: VectorField, y0: State, event_fn: EventFn, t0: Tensor, event_t: Tensor, solution: State
+) -> tuple[Tensor, State]:
+    """``(event_t, solution)`` of an event solve from ``t0``, with the event time's
+    gradient (implicit function theorem) linked into both; see :class:`Event`."""
     if isinstance(y0, tuple):
         flat0, unpack, pack = _packing(y0)
 
@@ -515,16 +524,17 @@ def odeint_event(
     else:
         unpack, f_flat = (lambda flat: flat), func  # type: ignore[assignment]
         flat0, state = y0, solution[-1]
-    value, at_start = combined_event(event_fn, float(start[0].detach()), flat0.detach(), unpack)
+    value, at_start = combined_event(event_fn, float(t0.detach()), flat0.detach(), unpack)
     event_t, state = reroute(f_flat, value, event_t, state)
     if at_start:
         # An element is zero at t0, the event is there whatever the state: it moves
         # with t0 (the solve returned the time as a number, connected to nothing).
-        event_t = event_t + (start[0] - start[0].detach()).to(event_t.dtype)
+        event_t = event_t + (t0 - t0.detach()).to(event_t.dtype)
     if isinstance(y0, tuple):
         ends = unpack(state)
         assert isinstance(ends, tuple)
         return event_t, tuple(torch.cat([s[:-1], e[None]]) for s, e in zip(solution, ends))
+    assert isinstance(solution, Tensor)  # as y0
     return event_t, torch.cat([solution[:-1], state[None]])
 
 
@@ -679,7 +689,14 @@ def _run(
     if event is None:
         return sol.ys
     assert sol.event_t is not None  # throw=True: a solve that ends, ends at the event
-    return sol.event_t.to(t), sol.ys
+    assert event_fn is not None
+    event_t = sol.event_t.to(t)
+    if torch.is_grad_enabled():
+        # The event time's gradient, which torchdiffeq's odeint_adjoint gives as zero;
+        # the solution stays the state at that time, as torchdiffeq's (odeint_event
+        # links the event time's gradient into it).
+        event_t, _ = _with_event_gradient(func, y0, event_fn, t[0], event_t, sol.ys)
+    return event_t, sol.ys
 
 
 @dataclass(frozen=True)
@@ -742,9 +759,9 @@ def _configure(
     spec = resolve(method, rtol, atol, "backprop", opts, name)
     if isinstance(spec.solver, ScipySolver) or spec.solver.adaptive:
         return _Config(spec, spec.dt0, call.get("jump_t"), call.get("step_t"))
-    solver = spec.solver
+    solver = _with_interp(call, spec.solver, name)
+    spec = replace(spec, solver=solver)
     span = abs(ts[-1] - ts[0])
-    _check_interp(call, solver, name)
     perturb = call.get("perturb", False)
     if not isinstance(perturb, bool):
         raise TypeError(f"The option `perturb` must be True or False, got {perturb!r}.")
@@ -841,7 +858,20 @@ def _adams(
         grid = _constructed_grid(opts["grid_constructor"], (func, y0, t), ts)
     else:
         grid = t
-    return split(adams.integrate(field, flat, grid.to(flat.device), t, rtol, atol))
+    callback = getattr(func, "callback_step", None)
+    unsupported = [n for n in CALLBACKS[1:] if getattr(func, n, None) is not None]
+    warn_unsupported_callbacks(
+        method, unsupported, "it takes fixed steps (torchdiffeq does not call them either); "
+        "`callback_step` runs before every step",
+    )  # fmt: skip
+
+    def on_step(t0: Tensor, y: Tensor, dt: Tensor) -> object:
+        assert callback is not None
+        return callback(t0, split(y), dt)
+
+    grid = grid.to(flat.device)
+    done = adams.integrate(field, flat, grid, t, rtol, atol, None if callback is None else on_step)
+    return split(done)
 
 
 def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
@@ -871,24 +901,28 @@ def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]
     return f"{SCIPY_PREFIX}{solver}", opts
 
 
-def _check_interp(opts: dict[str, Any], solver: AbstractSolver, name: str) -> None:
-    """torchdiffeq's ``interp``: only ``"cubic"`` of a method of order <= 3 means the same here."""
+def _with_interp(opts: dict[str, Any], solver: AbstractSolver, name: str) -> AbstractSolver:
+    """``solver`` with torchdiffeq's ``interp``: ``"cubic"`` is the cubic Hermite
+    interpolant on the step's ends (odecore's own for order <= 3), ``"linear"`` is refused."""
     if "interp" not in opts:
-        return
+        return solver
     interp = opts["interp"]
     if interp not in ("linear", "cubic"):
         raise ConfigurationError(
             f"The {name}option `interp` must be 'linear' or 'cubic' (torchdiffeq's values), "
             f"got {interp!r}."
         )
-    if interp == "cubic" and solver.order <= 3:
-        return  # odecore's interpolant of these methods is that cubic Hermite
+    if interp == "cubic":
+        if solver.order <= 3:
+            return solver
+        assert isinstance(solver, (AbstractExplicitRK, AbstractImplicitRK))  # by name
+        return replace(solver, interpolation="cubic")
     raise ConfigurationError(
-        f"The {name}option `interp={interp!r}` cannot be honoured: odecore reads times "
+        f"The {name}option `interp='linear'` cannot be honoured: odecore reads times "
         "between grid points off an interpolant of the scheme's own order (cubic Hermite "
         f"on the step's ends for order <= 3; here order {solver.order}, with sub-steps), "
-        "more accurate than torchdiffeq's 'linear' and, above order 3, its 'cubic'. "
-        "Remove the option, or put the output times on the grid."
+        "more accurate than torchdiffeq's 'linear'. Remove the option (or give 'cubic'), "
+        "or put the output times on the grid."
     )
 
 

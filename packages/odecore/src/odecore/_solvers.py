@@ -135,13 +135,16 @@ class _HermiteDense(AbstractSolver):
     the method's order asks for them). The explicit, implicit and ESDIRK solvers share it.
     """
 
+    interpolation: str = "hermite"
+
     def _hermite_data(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
     ) -> tuple[tuple[tuple[float, ...], ...], list[Tensor], list[Tensor]]:
         """The Hermite interpolant's matrix, and the values and derivatives at its nodes
-        (the interior ones reached by sub-steps of the method; the cubic through the
-        ends if a sub-step fails)."""
-        nodes, matrix = _hermite_basis(_interior_nodes(self.order))
+        (the interior ones reached by sub-steps of the method, none for
+        ``interpolation="cubic"``; the cubic through the ends if a sub-step fails)."""
+        cubic = self.interpolation == "cubic"
+        nodes, matrix = _hermite_basis(0 if cubic else _interior_nodes(self.order))
         ys, fs = [y0], [f0]
         for theta in nodes[1:-1]:
             tm = t0 + theta * (t1 - t0)
@@ -208,7 +211,7 @@ class _HermiteDense(AbstractSolver):
         return out
 
 
-Interpolation = Literal["auto", "polynomial", "hermite"]
+Interpolation = Literal["auto", "polynomial", "hermite", "cubic"]
 
 
 @dataclass(frozen=True)
@@ -229,10 +232,14 @@ class AbstractExplicitRK(_HermiteDense):
       at the ends. It costs ``m`` sub-steps and up to ``m + 1`` evaluations, once
       per step that holds output times (not per output time), and nothing for steps
       without any.
+    * ``"cubic"``: the cubic Hermite interpolant of the step's ends alone (``m = 0``),
+      torchdiffeq's ``interp="cubic"``: free, but of third order (an error of order
+      ``h**4``) whatever the method's order.
 
     Args:
-        interpolation: ``"polynomial"``, ``"hermite"``, or ``"auto"`` (the default):
-            the polynomial when its order reaches the method's, else Hermite.
+        interpolation: ``"polynomial"``, ``"hermite"``, ``"cubic"``, or ``"auto"``
+            (the default): the polynomial when its order reaches the method's, else
+            Hermite.
 
     Raises:
         ValueError: for an unknown ``interpolation``, or ``"polynomial"`` for a
@@ -243,9 +250,9 @@ class AbstractExplicitRK(_HermiteDense):
     interpolation: Interpolation = "auto"
 
     def __post_init__(self) -> None:
-        if self.interpolation not in ("auto", "polynomial", "hermite"):
+        if self.interpolation not in ("auto", "polynomial", "hermite", "cubic"):
             raise ConfigurationError(
-                "`interpolation` must be 'auto', 'polynomial' or 'hermite', got "
+                "`interpolation` must be 'auto', 'polynomial', 'hermite' or 'cubic', got "
                 f"{self.interpolation!r}."
             )
         if self.interpolation == "polynomial" and self.tableau.dense is None:
@@ -260,7 +267,10 @@ class AbstractExplicitRK(_HermiteDense):
 
     @property
     def dense_kind(self) -> Literal["polynomial", "hermite"]:
-        """The interpolation that ``"auto"`` resolves to for this method."""
+        """The interpolation that ``"auto"`` resolves to for this method (``"cubic"``
+        is Hermite's, without interior nodes)."""
+        if self.interpolation == "cubic":
+            return "hermite"
         if self.interpolation != "auto":
             return self.interpolation
         tab = self.tableau
