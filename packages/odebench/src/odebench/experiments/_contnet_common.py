@@ -53,10 +53,6 @@ class Net:
         method: its fixed-step method (``"euler"``, ``"rk4"``).
         n_steps: ``N_t = M`` at the first epoch.
         refine_epochs: the (0-based) epochs at whose start ``N_t`` and ``M`` double.
-
-    Example:
-        >>> Net("rk4-refined", "RK4", "continuousnet", None, "rk4", 1, (1, 2)).final_steps
-        4
     """
 
     key: str

@@ -174,10 +174,11 @@ def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
             "not confirmed"),
         row("parameters (final)", common.PARAMETERS, "about 3.2M", "about 3.2M"),
     ]  # fmt: skip
-    ours = [Col(f"{name} (ours)", cell=partial(_ours, run=run))
-            for name, run in (("fixed depth", FIXED), ("refined", REFINED))]  # fmt: skip
-    comparison = Table("quantity", rows, [*ours, Col("ratio (ours)", cell=_ours_ratio),
-                                          *(Col(h) for h in paper)])  # fmt: skip
+    ours = [
+        Col(f"{name} (ours)", cell=partial(_ours, run=run))
+        for name, run in (("fixed depth", FIXED), ("refined", REFINED), ("ratio", None))
+    ]
+    comparison = Table("quantity", rows, [*ours, *(Col(h) for h in paper)])
     epochs = [
         Col(f"{what} {name}", cell=partial(_epoch, run=run, key=key))
         for run, name in ((FIXED, "fixed"), (REFINED, "refined"))
@@ -187,17 +188,14 @@ def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
     return {"comparison": comparison, "per_epoch": per_epoch}
 
 
-def _ours(result: Result[common.RefineSettings], row: Row, run: str) -> str:
-    """The cell of ``run`` in a row of the comparison."""
+def _ours(result: Result[common.RefineSettings], row: Row, run: str | None) -> str:
+    """The cell of ``run`` in a row of the comparison; ``None``: the refined run's number
+    over the fixed run's, per seed, where the row has one."""
     q = cast(_Quantity, row)
+    if run is None:
+        return _ratios(result, q.metric) if q.ratio else "–"
     cell = result.cell(q.metric.of(run))
     return q.refined.format(cell) if run == REFINED else cell
-
-
-def _ours_ratio(result: Result[common.RefineSettings], row: Row) -> str:
-    """The refined run's number over the fixed run's, per seed, where the row has one."""
-    q = cast(_Quantity, row)
-    return _ratios(result, q.metric) if q.ratio else "–"
 
 
 #: How the per-epoch table shows each number of an epoch.
