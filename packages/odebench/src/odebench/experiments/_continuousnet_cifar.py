@@ -57,18 +57,12 @@ def _pair(
 
 
 MODES = {
-    # [Euler, 4] and [RK4, 1 -> 4 at epochs 1, 2] on the digits found.
     "quick": common.RefineSettings(
         nets=_pair(False, None, 4, (1, 2)), epochs=3, training=common.QUICK_TRAINING,
         recal_batches=4, acc_tolerance=0.10,
     ),
-    # The same pairs cut to a 2-core CPU, 5 seeds as the authors' script: CIFAR-10 at
-    # N_t = M = 4 (RK4 1 -> 4 at epochs 2 and 4 of 8, lr drop at 6), the wide pair on
-    # CIFAR-100 at N_t = M = 2 (RK4 1 -> 2 at epoch 2 of 4), 2000 training and 1000 test
-    # images each. Measured on 32x32 batches (one thread, x2 for two idle cores): per
-    # seed about 2.5 min for the CIFAR-10 pair and 7.5 min for the wide pair, whose
-    # 13.6M parameters bound its epochs; about 50 min in all. Nothing runs without the
-    # data: the report says what to download.
+    # The same pairs cut to a 2-core CPU: per seed about 2.5 min for the CIFAR-10 pair
+    # and 7.5 min for the wide pair (one thread, x2 for two idle cores), 50 min in all.
     "standard": common.RefineSettings(
         nets=(*_pair(False, "cifar10", 4, (2, 4)), *_pair(True, "cifar100", 2, (2,))),
         epochs=8, epochs_cifar100=4, seeds=5,

@@ -103,25 +103,18 @@ def _nets(dataset: str | None, steps: int, refine: tuple[int, ...] = ()) -> tupl
 
 
 MODES = {
-    # The digits found (512 + 256 images), N_t = M = 2, evaluated at N_t/2 ... 2 N_t.
     "quick": SweepSettings(
         nets=_nets(None, 2), epochs=3, training=common.QUICK_TRAINING, recal_batches=4,
         grid_steps=(1, 2, 4),
     ),
-    # A seeded 2000-image subset of Fashion-MNIST (1000 test images), 3 seeds, N_t = M = 2
-    # evaluated at N_t/2 ... 4 N_t; six epochs, the lr dropping for the last. On an idle
-    # 2-core CPU an epoch with its test pass takes about 2.5 s (Euler) and 8.5 s (RK4),
-    # and the two grids of a net, 2 x 16 manifestations on 1000 test images, about 65 s:
-    # about 3.3 min per seed, 10 min in all (the budget is 12). The grids cost the most,
-    # so the training set stays small.
+    # On an idle 2-core CPU an epoch takes about 2.5 s (Euler) and 8.5 s (RK4), the two
+    # grids of a net about 65 s: about 3.3 min per seed, 10 min in all (the budget is 12).
     "standard": SweepSettings(
         nets=_nets("fashion-mnist", 2), epochs=6, seeds=3,
         training=common.Training(2000, 1000, False, 64, 0.1, (5,), eval_batch_size=128),
         recal_batches=4, grid_steps=(1, 2, 4, 8),
     ),
-    # The paper's CIFAR-10 models of Fig. 9, [Euler, 32] and [RK4, 1 -> 32 refined at
-    # epochs 20, 40, 60, 70, 80], trained as the authors' script does, 5 seeds;
-    # evaluated at N_t/8 ... 2 N_t.
+    # The paper's CIFAR-10 models of Fig. 9, trained as the authors' script does.
     "full": SweepSettings(
         nets=_nets("cifar10", 32, (20, 40, 60, 70, 80)), epochs=150, seeds=common.FULL_SEEDS,
         training=common.FULL_TRAINING, recal_batches=20, grid_steps=(4, 8, 16, 32, 64),

@@ -46,26 +46,19 @@ def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[c
 
 
 MODES = {
-    # The digits found, N_t = 4 against 1 -> 4 at epochs 1 and 2.
     "quick": common.RefineSettings(
         nets=_nets(None, 4, (1, 2)), epochs=3, training=common.QUICK_TRAINING,
         recal_batches=4, acc_tolerance=0.05,
     ),
-    # A seeded 2000-image subset of Fashion-MNIST (1500 test images), 3 seeds: RK4 at
-    # N_t = 4 against 1 -> 4 refined at epochs 2 and 4 of 8, so that, as in the paper,
-    # the refinements end half-way and the deep model trains on; the lr drops for the
-    # last two epochs. On an idle 2-core CPU an epoch of the fixed run takes about 16 s
-    # (13 s training, 3 s test) and the refined run about 70% of the fixed one: about
-    # 3.7 min per seed, 11 min in all (the budget is 15). The 1.5-point tolerance is
-    # about twice the standard error expected of the accuracy difference averaged over
-    # 3 seeds (1500 test images, and the spread from seed to seed).
+    # The refinements end half-way, as in the paper. On an idle 2-core CPU an epoch of
+    # the fixed run takes about 16 s and the refined run about 70% of the fixed one:
+    # about 3.7 min per seed, 11 min in all (the budget is 15).
     "standard": common.RefineSettings(
         nets=_nets("fashion-mnist", 4, (2, 4)), epochs=8, seeds=3,
         training=common.Training(2000, 1500, False, 64, 0.1, (6,), eval_batch_size=128),
         recal_batches=8, acc_tolerance=0.015,
     ),
-    # CIFAR-10, N_t = 32 against the paper's 1 -> 32, the authors' script's epochs and
-    # seeds.
+    # The paper's schedule, the authors' script's epochs and seeds.
     "full": common.RefineSettings(
         nets=_nets("cifar10", 32, (20, 40, 60, 70, 80)), epochs=150,
         seeds=common.FULL_SEEDS, training=common.FULL_TRAINING, recal_batches=20,
