@@ -52,10 +52,8 @@ PUBLISHED: dict[str, str] = {
     "(standard mode), CIFAR-10 (full mode)",
 }
 
-# What each net measures: test accuracy at its own N_t, the last epoch's train loss and
-# accuracy, N_t, training time; backprop's net also each compared method's relative
-# gradient error against backprop's at the same N_t (method: its key; part: ALL or
-# BLOCK), at initialisation (GRAD_ERROR) and after training (GRAD_ERROR_TRAINED).
+# What each net measures (the docs page lists them); backprop's net also the gradient
+# error of each compared method, at initialisation and after training.
 TEST_ACCURACY = Metric("test_accuracy", spec=".1f", scale=100, unit="%")
 TRAIN_LOSS = Metric("train_loss", spec=".3f")
 TRAIN_ACCURACY = Metric("train_accuracy")
