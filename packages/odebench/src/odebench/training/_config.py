@@ -16,7 +16,15 @@ import odecore
 from contnet import fixed_solver
 
 from .._io import JsonObject
-from ..models import CONTNET_METHOD, CONTNET_STEPS, MODELS, TRAIN_METHOD, TRAIN_TOL
+from ..models import (
+    CONTINUOUS_NETS,
+    CONTNET_METHOD,
+    CONTNET_STEPS,
+    MODELS,
+    ODE_MODELS,
+    TRAIN_METHOD,
+    TRAIN_TOL,
+)
 
 Optimizer = Literal["sgd", "adam"]
 
@@ -322,8 +330,6 @@ class TrainConfig:
 
     def _check_continuous(self) -> None:
         """``refine_epochs``, and the solver fields: valid, resolved, for this model."""
-        from ..models import CONTINUOUS_NETS
-
         if isinstance(self.refine_epochs, list):
             object.__setattr__(self, "refine_epochs", tuple(self.refine_epochs))
         epochs = self.refine_epochs
@@ -353,8 +359,6 @@ class TrainConfig:
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
-        from ..models import CONTINUOUS_NETS, ODE_MODELS
-
         contnet = self.model in CONTINUOUS_NETS
         if self.gradient not in odecore.GRADIENTS:
             raise ValueError(
@@ -420,8 +424,6 @@ class TrainConfig:
     @property
     def final_steps(self) -> int | None:
         """``N_t`` after every refinement (``None`` for a model that is not a ContinuousNet)."""
-        from ..models import CONTINUOUS_NETS
-
         if self.model not in CONTINUOUS_NETS or self.spec is None or self.spec.n_steps is None:
             return None
         return self.spec.n_steps * (1 << len(self.refine_epochs))

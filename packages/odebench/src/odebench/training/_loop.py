@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 import time
@@ -438,8 +439,6 @@ def load_model(out: str | os.PathLike[str], device: str = "cpu") -> tuple[nn.Mod
     Raises:
         FileNotFoundError: ``out`` holds no finished epoch.
     """
-    import json
-
     out = Path(out)
     if not (out / "config.json").exists() or not (out / _io.CHECKPOINT).exists():
         raise FileNotFoundError(
