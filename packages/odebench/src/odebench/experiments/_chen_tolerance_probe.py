@@ -1,0 +1,369 @@
+"""chen-tolerance's measurement and figures: the tolerance sweep, the gradient probe at the
+solver's minimum and off it, their metrics, and the panels of the figures."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypedDict
+
+import odecore
+import torch
+from torch import Tensor, nn
+
+from .._figures import Lines, Mark, Point, Style
+from ..data import Dataset
+from ..models import nfe, ode_layers
+from ._chen import fit_line
+from ._metrics import Metric
+from ._result import Result
+
+if TYPE_CHECKING:
+    from ._chen_tolerance import ToleranceSettings
+
+
+FLOOR_TOL = 1e2
+"""The ``rtol = atol`` of the solver's minimum: no error estimate reaches it, so every
+step is accepted and grows by the controller's largest factor from the first step, and
+a batch's NFE at any tighter tolerance is at least its NFE here. Much looser (1e6), the
+scaled state and derivative read as zero to the first-step heuristic, which then starts
+at 1e-6 and takes more steps, not fewer."""
+
+
+REFERENCE_TOL = 1e-7
+"""The ``rtol = atol`` of the reference solve that the probe's solve errors are
+measured against (float32, two decades below the sweep's tightest)."""
+
+
+Batch = tuple[Tensor, Tensor]
+"""Test images and their labels."""
+
+
+WAYS = ("forward", "backward", "backward_seminorm")
+"""The probe's NFE: forward, backward with the default norm, backward with the seminorm."""
+
+
+class SweepRow(TypedDict):
+    """The sweep at one tolerance: test error, mean forward NFE and seconds per batch,
+    the share of batches at the solver's minimum, and each batch's ``[NFE, seconds,
+    NFE at the minimum]``."""
+
+    tol: float
+    test_error: float
+    nfe_forward: float
+    seconds_per_batch: float
+    at_floor: float
+    batches: list[list[float]]
+
+
+class ProbeRow(TypedDict):
+    """The probe at one tolerance: the mean NFE of each of :data:`WAYS`, the mean solve
+    error, and the shares of batches whose forward and backward NFE are at the minimum."""
+
+    tol: float
+    forward: float
+    backward: float
+    backward_seminorm: float
+    solve_error: float
+    forward_at_floor: float
+    backward_at_floor: float
+
+
+class Probe(TypedDict):
+    """The gradient probe: the mean NFE at the solver's minimum, the images, each tolerance."""
+
+    floor_forward: float
+    floor_backward: float
+    images: int
+    rows: list[ProbeRow]
+
+
+# Of each model: test error, training, the probe, and what the claims read of the probe
+# over the tolerances off the solver's minimum (see _probe_metrics).
+TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
+
+
+TRAIN_SECONDS, EPOCHS = Metric("train_seconds", spec=".0f"), Metric("epochs")
+
+
+TRAINING_NFE = Metric("nfe", over=("way", "end"), spec=".1f", key_format="nfe_{way}_{end}")
+
+
+FLOOR = Metric("floor", over=("way",), spec=".1f", key_format="floor_{way}")
+
+
+PROBE = Metric("probe", over=("way", "tol"), spec=".1f", key_format="probe_{way}@{tol}")
+
+
+SOLVE_ERROR = Metric("solve_error", over=("tol",), spec=".1e")
+
+
+PROBE_OFF = Metric("probe_off_floor", over=("tol",))
+
+
+RATIO, RATIO_TOLERANCES = Metric("ratio", spec=".2f"), Metric("ratio_tolerances", spec=".1f")
+
+
+BACKWARD_OFF, SEMINORM_OFF = Metric("backward_off_floor"), Metric("backward_seminorm_off_floor")
+
+
+SEMINORM_TOLERANCES = Metric("seminorm_tolerances")
+
+
+# Of the sweep's model: the sweep, the line through forward time against NFE, the minimum.
+SWEEP_ERROR = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
+
+
+SWEEP_NFE = Metric("nfe_forward", over=("tol",), spec=".1f")
+
+
+SECONDS = Metric("seconds_per_batch", over=("tol",), spec=".1f", scale=1e3)
+
+
+SWEEP_OFF = Metric("sweep_off_floor", over=("tol",))
+
+
+TIME_NFE = {
+    "slope": Metric("time_nfe_slope", spec=".2f", scale=1e3),
+    "intercept": Metric("time_nfe_intercept"),
+    "correlation": Metric("time_nfe_correlation", spec=".3f"),
+}
+
+
+FLOOR_SWEEP = Metric("floor_sweep", spec=".1f")
+
+
+@contextmanager
+def _solving(model: nn.Module, tol: float, seminorm: bool = False) -> Iterator[None]:
+    """Every ODE layer of ``model`` at ``rtol = atol = tol``, its adjoint with or without
+    the seminorm; the layers' specs are put back afterwards."""
+    layers = ode_layers(model)
+    kept = [layer.spec for layer in layers]
+    try:
+        for layer in layers:
+            spec = layer.spec
+            controller, gradient = spec.controller, spec.gradient
+            if isinstance(controller, odecore.PIDController):
+                controller = dataclasses.replace(controller, rtol=tol, atol=tol)
+            if isinstance(gradient, odecore.Adjoint):
+                gradient = dataclasses.replace(gradient, seminorm=seminorm)
+            layer.spec = dataclasses.replace(spec, controller=controller, gradient=gradient)
+        yield
+    finally:
+        for layer, spec in zip(layers, kept):
+            layer.spec = spec
+
+
+def _batches(model: nn.Module, data: Dataset, size: int, limit: int | None = None) -> list[Batch]:
+    """Consecutive batches of ``size`` over the first ``limit`` items,
+    normalised, on the model's device; the model in eval mode."""
+    device = next(model.parameters()).device
+    model.eval()
+    n = len(data) if limit is None else min(limit, len(data))
+    spans = [(a, min(a + size, n)) for a in range(0, n, size)]
+    return [(data.normalize(data.inputs[a:b].to(device)), data.targets[a:b].to(device))
+            for a, b in spans]  # fmt: skip
+
+
+def _at_floor(nfes: list[float], floors: list[float]) -> float:
+    """The share of batches whose NFE is at (or, by a rounding of the last step,
+    under) their NFE at the solver's minimum."""
+    return sum(n <= f for n, f in zip(nfes, floors)) / len(nfes)
+
+
+def _sweep(model: nn.Module, test: Dataset, s: ToleranceSettings) -> list[SweepRow]:
+    """At each tolerance, over the test set in batches of ``eval_batch``: test error,
+    forward NFE, forward seconds, and the NFE of each batch at the solver's minimum."""
+    batches = _batches(model, test, s.eval_batch)
+    device = batches[0][0].device
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
+    passes = []
+    for tol in (FLOOR_TOL, *s.tolerances):
+        wrong, nfes, seconds = 0, [], []
+        with torch.no_grad(), _solving(model, tol):
+            for x, y in batches:
+                sync(device)
+                start = time.perf_counter()
+                logits = model(x)
+                sync(device)
+                seconds.append(time.perf_counter() - start)
+                nfes.append(float(nfe(model)[0]))
+                wrong += int((logits.argmax(1) != y).sum().item())
+        passes.append((wrong, nfes, seconds))
+    (_, floors, _), *swept = passes
+    return [{
+        "tol": tol, "test_error": wrong / len(test), "nfe_forward": statistics.mean(nfes),
+        "seconds_per_batch": statistics.mean(seconds), "at_floor": _at_floor(nfes, floors),
+        "batches": [[n, t, f] for n, t, f in zip(nfes, seconds, floors)],
+    } for tol, (wrong, nfes, seconds) in zip(s.tolerances, swept)]  # fmt: skip
+
+
+def _pass(
+    model: nn.Module, x: Tensor, y: Tensor, tol: float, *, grad: bool = True, seminorm: bool = False
+) -> tuple[Tensor, float, float]:
+    """The ODE layers' outputs on ``x`` at ``rtol = atol = tol``, flattened and detached, and
+    the forward and backward NFE; with ``grad``, of a gradient pass of the cross-entropy."""
+    outputs: list[Tensor] = []
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach().flatten(1)))
+        for layer in ode_layers(model)
+    ]
+    try:
+        with _solving(model, tol, seminorm):
+            if grad:
+                model.zero_grad(set_to_none=True)
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()  # type: ignore[no-untyped-call]
+            else:
+                with torch.no_grad():
+                    model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    forward, backward = nfe(model)
+    return torch.cat(outputs, dim=1), float(forward), float(backward)
+
+
+def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> Probe:
+    """The gradient probe on the first ``probe_size`` test images, in training batches:
+    a solve at :data:`REFERENCE_TOL`, a gradient pass at :data:`FLOOR_TOL`, then at each
+    tolerance one with the default norm and one with the seminorm (the weights unchanged)."""
+    batches = _batches(model, test, s.batch_size, s.probe_size)
+    references = [_pass(model, x, y, REFERENCE_TOL, grad=False)[0] for x, y in batches]
+    floors = [_pass(model, x, y, FLOOR_TOL)[1:] for x, y in batches]
+    rows: list[ProbeRow] = []
+    for tol in s.tolerances:
+        forward, backward, seminorm, errors = [], [], [], []
+        for (x, y), reference in zip(batches, references):
+            out, f, b = _pass(model, x, y, tol)
+            forward.append(f)
+            backward.append(b)
+            errors.append(float((out - reference).norm() / reference.norm()))
+            seminorm.append(_pass(model, x, y, tol, seminorm=True)[2])
+        rows.append({
+            "tol": tol, "forward": statistics.mean(forward), "backward": statistics.mean(backward),
+            "backward_seminorm": statistics.mean(seminorm), "solve_error": statistics.mean(errors),
+            "forward_at_floor": _at_floor(forward, [f for f, _ in floors]),
+            "backward_at_floor": _at_floor(backward, [b for _, b in floors]),
+        })  # fmt: skip
+    model.zero_grad(set_to_none=True)
+    return {
+        "floor_forward": statistics.mean(f for f, _ in floors),
+        "floor_backward": statistics.mean(b for _, b in floors),
+        "images": sum(len(y) for _, y in batches),
+        "rows": rows,
+    }
+
+
+def _probe_metrics(probe: Probe) -> dict[str, float | None]:
+    """The probe's numbers per tolerance, and what the claims read of them over the
+    tolerances off the solver's minimum (the text's claim details say what)."""
+    rows = probe["rows"]
+    metrics: dict[str, float | None] = {
+        FLOOR.key(way="forward"): probe["floor_forward"],
+        FLOOR.key(way="backward"): probe["floor_backward"],
+    }
+    for r in rows:
+        nfes = (r["forward"], r["backward"], r["backward_seminorm"])
+        metrics |= {PROBE.key(way=w, tol=r["tol"]): n for w, n in zip(WAYS, nfes)}
+        metrics[SOLVE_ERROR.key(tol=r["tol"])] = r["solve_error"]
+        metrics[PROBE_OFF.key(tol=r["tol"])] = float(r["forward_at_floor"] < 0.5)
+    off = [r for r in rows if r["forward_at_floor"] < 0.5]
+    back = [r for r in rows if r["backward_at_floor"] < 0.5]
+    return metrics | {
+        RATIO.key(): statistics.median(r["backward"] / r["forward"] for r in off) if off else None,
+        RATIO_TOLERANCES.key(): float(len(off)),
+        BACKWARD_OFF.key(): statistics.mean(r["backward"] for r in back) if back else None,
+        SEMINORM_OFF.key(): statistics.mean(r["backward_seminorm"] for r in back) if back else None,
+        SEMINORM_TOLERANCES.key(): float(len(back)),
+    }
+
+
+def _sweep_metrics(rows: list[SweepRow]) -> dict[str, float | None]:
+    """The sweep's numbers per tolerance, the line through time against NFE over every
+    batch, and the sweep's minimum."""
+    metrics: dict[str, float | None] = {}
+    for r in rows:
+        metrics |= {
+            SWEEP_ERROR.key(tol=r["tol"]): r["test_error"],
+            SWEEP_NFE.key(tol=r["tol"]): r["nfe_forward"],
+            SECONDS.key(tol=r["tol"]): r["seconds_per_batch"],
+            SWEEP_OFF.key(tol=r["tol"]): float(r["at_floor"] < 0.5),
+        }
+    fit = fit_line([(n, t) for r in rows for n, t, _ in r["batches"]])
+    metrics |= {TIME_NFE[key].key(): value for key, value in fit.items()}
+    return metrics | {FLOOR_SWEEP.key(): statistics.mean(f for _, _, f in rows[0]["batches"])}
+
+
+def error_panels(result: Result[ToleranceSettings]) -> list[Lines]:
+    """Fig. 3a: test error and solve error against tolerance (the first seed)."""
+    details = result.details(result.settings.sweep)
+    rows, probe = details["tolerance_sweep"], details["probe"]["rows"]
+    xlabel = "tolerance (rtol = atol)"
+    return [
+        Lines("test error", xlabel, "test error (%)", legend=None, xscale="log", invert_x=True,
+              series={"test error": [(r["tol"], 100 * r["test_error"]) for r in rows]}),
+        Lines("(a) solve error", xlabel, f"relative error against {REFERENCE_TOL:g}",
+              series={"solve error": [(r["tol"], r["solve_error"]) for r in probe]},
+              styles={"solve error": Style("s-")}, legend=None, xscale="log", yscale="log",
+              invert_x=True),
+    ]  # fmt: skip
+
+
+def time_panels(result: Result[ToleranceSettings]) -> list[Lines]:
+    """Fig. 3b: forward time per batch against NFE, with the fit (the first seed)."""
+    sweep = result.settings.sweep
+    rows = result.details(sweep)["tolerance_sweep"]
+    slope, intercept, r = (result.stat(m.of(sweep)).values[0] for m in TIME_NFE.values())
+    series: dict[str, list[Point]] = {
+        f"tol {row['tol']:g}": [(n, t) for n, t, _ in row["batches"]] for row in rows
+    }
+    styles = dict.fromkeys(series, Style("o", alpha=0.6))
+    if slope is not None and intercept is not None:
+        ends = [f(n for row in rows for n, _, _ in row["batches"]) for f in (min, max)]
+        series[f"fit, r = {r:.3f}"] = [(x, slope * x + intercept) for x in ends]
+        styles[f"fit, r = {r:.3f}"] = Style("--", color="k")
+    return [Lines("(b) time vs NFE", "forward NFE", "forward time per batch (s)", series, styles)]
+
+
+def ratio_panels(result: Result[ToleranceSettings]) -> list[Lines]:
+    """Fig. 3c: the probe's backward NFE against its forward NFE, one point per
+    tolerance (circles: default norm; squares, dashed: seminorm; a cross: the minimum),
+    the first seed of each model, beside the paper's and the corrected slopes."""
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    top = 0.0
+    for name, colour in zip(result.metrics, ("C0", "C1")):
+        probe = result.details(name)["probe"]
+        forward = [r["forward"] for r in probe["rows"]]
+        for label, way, line in ((name, "backward", "o-"), (f"{name}, seminorm", WAYS[2], "s--")):
+            series[label] = list(zip(forward, [r[way] for r in probe["rows"]]))
+            styles[label] = Style(line, colour)
+        series[f"_{name} minimum"] = [(probe["floor_forward"], probe["floor_backward"])]
+        styles[f"_{name} minimum"] = Style("x", colour)
+        top = max(top, *forward)
+    for slope, line, shade, who in ((0.5, ":", "0.5", "paper"), (0.8, "--", "0.3", "corrected")):
+        series[f"{who}: {slope}"] = [(0.0, 0.0), (top, slope * top)]
+        styles[f"{who}: {slope}"] = Style(line, shade)
+    title = "(c) backward vs forward NFE"
+    return [Lines(title, "forward NFE", "backward NFE", series, styles)]
+
+
+def training_panels(result: Result[ToleranceSettings]) -> list[Lines]:
+    """Fig. 3d: the mean forward NFE per training step of each epoch (the first seed of
+    each model), with the solver's minimum dotted."""
+    series: dict[str, list[Point]] = {}
+    styles: dict[str, Style] = {}
+    marks = []
+    for name, colour in zip(result.metrics, ("C0", "C1")):
+        history = result.details(name)["history"]
+        series[name] = [(h["epoch"], h["nfe_forward"]) for h in history]
+        styles[name] = Style("o-", colour)
+        floor = result.stat(FLOOR.of(name, way="forward")).values[0]
+        if floor is not None:
+            marks.append(Mark(floor, label=f"{name}: solver's minimum", color=colour))
+    title, ylabel = "(d) NFE over training", "forward NFE per step"
+    return [Lines(title, "training epoch", ylabel, series, styles, marks=marks)]
