@@ -468,13 +468,7 @@ class TrainConfig:
 
 def show_progress(progress: bool | None, stream: IO[str] | None = None) -> bool:
     """Whether to draw progress bars: ``progress`` itself, or for ``None`` whether
-    ``stream`` (default ``sys.stderr``) is a terminal; the one place that decides.
-
-    Example:
-        >>> import io
-        >>> show_progress(None, io.StringIO()), show_progress(True, io.StringIO())
-        (False, True)
-    """
+    ``stream`` (default ``sys.stderr``) is a terminal; the one place that decides."""
     if progress is not None:
         return progress
     stream = sys.stderr if stream is None else stream

@@ -195,27 +195,6 @@ class Trainer(Training):
         FileNotFoundError: the data set's files are not where they were looked for.
         ValueError: ``config.device`` is a GPU that torch does not see; under
             ``torchrun``, ``batch_size`` does not split evenly over the processes.
-
-    Example:
-        >>> import tempfile
-        >>> from dataclasses import replace
-        >>> from pathlib import Path
-        >>> from odebench.training import TrainConfig, Trainer
-        >>> config = TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam",
-        ...                      lr=3e-3, epochs=1, batch_size=32, train_size=64,
-        ...                      test_size=64, device="cpu", progress=False)
-        >>> quiet = lambda line: None
-        >>> with tempfile.TemporaryDirectory() as out:
-        ...     results = Trainer(config, out, log=quiet).fit()
-        ...     files = sorted(p.name for p in Path(out).iterdir())
-        ...     longer = Trainer(replace(config, epochs=2), out, log=quiet)
-        ...     resumed = longer.resume()
-        ...     final = longer.fit()
-        >>> files  # doctest: +NORMALIZE_WHITESPACE
-        ['checkpoint.pt', 'config.json', 'curves.png', 'metrics.csv', 'metrics.json',
-         'results.json']
-        >>> resumed, results["epochs"], final["epochs"], [row["epoch"] for row in longer.rows]
-        (True, 1, 2, [1, 2])
     """
 
     def __init__(
