@@ -127,6 +127,34 @@ def test_agrees_with_torchdiffeq(method, options):
     torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
 
 
+def _jump_at_half(t, y):
+    """dy/dt = y before t = 0.5, -y after: discontinuous at a grid point."""
+    return torch.where(t < 0.5, 1.0, -1.0).to(y) * y
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("method", ADAMS)
+def test_perturb_matches_torchdiffeq(method, backward):
+    # With perturb the steps on either side of the jump see the field's one-sided
+    # limits (the history from after a grid point, the corrector and RK4's last stage
+    # from before it), in both libraries.
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    t = t.flip(0) if backward else t
+    y0 = torch.tensor([1.0, -0.5], dtype=F64)
+    options = {"step_size": 0.05, "perturb": True}
+    ours = odecore.odeint(_jump_at_half, y0, t, method=method, options={"max_order": 12, **options})
+    theirs = torchdiffeq.odeint(_jump_at_half, y0, t, method=method, options=options)
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-12)
+    # Without it the field at the jump is its value there (after it going forward),
+    # which only a step that evaluates the field from before the jump can tell apart:
+    # the corrector, or any step going backward.
+    plain = odecore.odeint(
+        _jump_at_half, y0, t, method=method, options={"step_size": 0.05, "max_order": 12}
+    )
+    differs = not torch.allclose(plain, ours, rtol=1e-6, atol=0)
+    assert differs == (method != "explicit_adams" or backward)
+
+
 @pytest.mark.parametrize("method", ADAMS)
 def test_default_grid_is_t_like_torchdiffeq(method):
     prob = oracles.harmonic
@@ -339,7 +367,9 @@ def test_converged_corrector_does_not_warn():
             odecore.ConfigurationError,
             r"Unknown option.*max_iters",
         ),
-        ("fixed_adams", {"perturb": True}, odecore.ConfigurationError, r"Unknown option.*perturb"),
+        ("fixed_adams", {"jump_t": [0.5]}, odecore.ConfigurationError, r"Unknown option.*jump_t"),
+        ("fixed_adams", {"perturb": 1}, odecore.ConfigurationError, r"`perturb` must be True"),
+        ("implicit_adams", {"interp": "linear"}, odecore.ConfigurationError, r"only be 'cubic'"),
         ("fixed_adams", {"step_size": -0.1}, ValueError, r"`step_size` must be a positive"),
         ("fixed_adams", {"n_steps": 0}, ValueError, r"`n_steps` must be a positive integer"),
         (
@@ -358,21 +388,170 @@ def test_bad_options_are_refused(method, options, error, match):
 
 
 @pytest.mark.parametrize("method", ADAMS)
-def test_solver_objects_and_events_are_refused_with_the_way_out(method):
+def test_solver_objects_are_refused_with_the_way_out(method):
     with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
         odecore.OdeSpec.from_method(method)
-    with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
+    with pytest.raises(odecore.ConfigurationError, match=r"must be an Adams method"):
         odecore.odeint_adjoint(
-            oracles.decay.f, torch.ones(1), torch.tensor([0.0, 1.0]), method=method
-        )
-    with pytest.raises(odecore.ConfigurationError, match=r"`event_fn` is not available"):
+            oracles.decay.f, torch.ones(1), torch.tensor([0.0, 1.0]), method=method,
+            options={"step_size": 0.1}, adjoint_method="rk4", adjoint_params=(),
+        )  # fmt: skip
+
+
+class _Tanh(torch.nn.Module):
+    """A small nonlinear, time-dependent field with a weight matrix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64))
+
+    def forward(self, t, y):
+        return torch.tanh(y @ self.w.T) * torch.cos(t)
+
+
+def _gradients(library, interface, method, options):
+    """The outputs and the gradients of a loss of them with respect to y0, the weights
+    and the output times."""
+    field = _Tanh()
+    y0 = torch.tensor([[1.0, 0.5], [0.2, -0.3]], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 0.4, 1.0], dtype=F64, requires_grad=True)
+    ys = getattr(library, interface)(field, y0, t, method=method, options=options)
+    (ys**2).sum().backward()
+    return ys.detach(), y0.grad, field.w.grad, t.grad
+
+
+@pytest.mark.filterwarnings("ignore:Functional iteration did not converge")
+@pytest.mark.parametrize("method", ADAMS)
+def test_odeint_adjoint_matches_torchdiffeq(method):
+    # The forward solve, then the adjoint equations integrated backward by the same
+    # Adams method with the same steps: the same numbers, time gradients included.
+    options = {"step_size": 0.01, "max_order": 12}
+    ours = _gradients(odecore, "odeint_adjoint", method, options)
+    theirs = _gradients(torchdiffeq, "odeint_adjoint", method, options)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_odeint_adjoint_agrees_with_backprop(method):
+    # The adjoint differentiates the continuous problem, backpropagation the scheme:
+    # at h = 0.01 they agree to the scheme's accuracy (the time gradients of a grid
+    # anchored at t[0] differ more: backpropagation moves the grid with it).
+    adjoint = _gradients(odecore, "odeint_adjoint", method, {"step_size": 0.01})
+    backprop = _gradients(odecore, "odeint", method, {"step_size": 0.01})
+    for a, b in zip(adjoint[:3], backprop[:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(adjoint[3], backprop[3], rtol=0, atol=5e-3)
+
+
+def test_odeint_adjoint_of_a_tuple_state_calls_the_adjoint_callbacks():
+    calls = []
+
+    class Oscillator(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.k = torch.nn.Parameter(torch.tensor(0.7, dtype=F64))
+
+        def forward(self, t, y):
+            return (y[1], -self.k * y[0])
+
+        def callback_step_adjoint(self, t0, state, dt):
+            (y, adjoint, *grads) = state  # y and its adjoint structured as the state
+            calls.append((float(t0), float(dt), [s.shape for s in (*y, *adjoint, *grads)]))
+
+    field = Oscillator()
+    x0 = torch.tensor([1.0], dtype=F64, requires_grad=True)
+    ys = odecore.odeint_adjoint(
+        field, (x0, torch.tensor([0.0], dtype=F64)), torch.tensor([0.0, 1.0], dtype=F64),
+        method="implicit_adams", options={"step_size": 0.01},
+    )  # fmt: skip
+    ys[0][-1].sum().backward()
+    # x = cos(sqrt(k) t): d/dx0 = cos(sqrt(k)), d/dk = -sin(sqrt(k)) / (2 sqrt(k))
+    root = math.sqrt(0.7)
+    assert x0.grad.item() == pytest.approx(math.cos(root), rel=1e-6)
+    assert field.k.grad.item() == pytest.approx(-math.sin(root) / (2 * root), rel=1e-6)
+    # Before every backward step, from t = 1 down: the state (x, v), its adjoint, dk.
+    assert len(calls) == 100
+    assert calls[0][:2] == pytest.approx((1.0, 0.01))
+    assert calls[0][2] == [(1,), (1,), (1,), (1,), ()]
+
+
+@pytest.mark.parametrize("method", ADAMS)
+def test_odeint_event_through_the_adjoint_matches_torchdiffeq(method):
+    options = {"step_size": 0.01, "interp": "cubic", "max_order": 12}
+    results = []
+    for library in (odecore, torchdiffeq):
+        y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+        event_t, ys = library.odeint_event(
+            lambda t, y: torch.stack([y[1], -9.81 - y[1] * y[1].abs() / 10]), y0,
+            torch.tensor(0.0, dtype=F64), event_fn=lambda t, y: y[0] - 0.5 * torch.cos(3 * t),
+            method=method, options=options, odeint_interface=library.odeint_adjoint,
+            adjoint_params=(),
+        )  # fmt: skip
+        (ys[-1].sum() + event_t).backward()
+        results.append((event_t.detach(), ys[-1].detach(), y0.grad))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-8)
+
+
+def _drag_event(library, method, options, reverse_time=False):
+    """A ball with drag onto a wavy floor, by ``library``'s ``odeint_event``: the event
+    time, the state there and the event time's gradient with respect to ``y0``."""
+    y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+    event_t, ys = library.odeint_event(
+        lambda t, y: torch.stack([y[1], -9.81 - y[1] * y[1].abs() / 10]), y0,
+        torch.tensor(0.0, dtype=F64), event_fn=lambda t, y: y[0] - 0.5 * torch.cos(3 * t),
+        method=method, options=options, reverse_time=reverse_time,
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(event_t, y0)
+    return event_t, ys[-1], grad
+
+
+@pytest.mark.filterwarnings("ignore:Functional iteration did not converge")
+@pytest.mark.parametrize("reverse_time", [False, True])
+@pytest.mark.parametrize("method", ADAMS)
+def test_events_match_torchdiffeq(method, reverse_time):
+    # torchdiffeq finds a fixed-grid event on the interpolant of `interp`; the Adams
+    # methods' own is its 'cubic'. The same order as torchdiffeq's (max_order 12).
+    options = {"step_size": 0.05, "interp": "cubic", "max_order": 12}
+    ours = _drag_event(odecore, method, options, reverse_time)
+    theirs = _drag_event(torchdiffeq, method, options, reverse_time)
+    # Each finds the root by its own iteration, to about 1e-9, not to rounding.
+    torch.testing.assert_close(ours[0], theirs[0], rtol=0, atol=1e-8)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=0, atol=1e-7)
+    torch.testing.assert_close(ours[2], theirs[2], rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_event_time_and_gradient_converge_to_the_closed_form(method):
+    # y' = -y from y0 reaches 0.3 at ln(y0 / 0.3), d/dy0 = 1 / y0: the direct keyword
+    # carries the event time's gradient, the state there is on the event surface.
+    y0 = torch.tensor([1.5], dtype=F64, requires_grad=True)
+    event_t, ys = odecore.odeint(
+        lambda t, y: -y, y0, torch.tensor([0.0, 1.0], dtype=F64), method=method,
+        options={"step_size": 0.01}, event_fn=lambda t, y: y[0] - 0.3,
+    )  # fmt: skip
+    assert event_t.item() == pytest.approx(math.log(1.5 / 0.3), abs=1e-8)
+    assert ys[-1].item() == pytest.approx(0.3, abs=1e-12)
+    event_t.backward()
+    assert y0.grad.item() == pytest.approx(1 / 1.5, rel=1e-7)
+
+
+def test_an_event_that_never_happens_says_so():
+    with pytest.raises(odecore.SolverError, match=r"did not happen within `max_steps`"):
         odecore.odeint(
-            oracles.decay.f,
-            torch.ones(1),
-            torch.tensor([0.0, 1.0]),
-            method=method,
-            event_fn=lambda t, y: y - 0.5,
-        )
+            lambda t, y: torch.zeros_like(y), torch.ones(1, dtype=F64),
+            torch.tensor([0.0, 1.0], dtype=F64), method="explicit_adams",
+            options={"step_size": 1.0}, event_fn=lambda t, y: y + 1,
+        )  # fmt: skip
+
+
+def test_an_event_needs_a_step_size():
+    with pytest.raises(odecore.ConfigurationError, match=r"needs a step size"):
+        odecore.odeint(
+            lambda t, y: -y, torch.ones(1, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64),
+            method="fixed_adams", event_fn=lambda t, y: y - 0.5,
+        )  # fmt: skip
 
 
 def test_the_dataclass_validates_itself():

@@ -128,14 +128,19 @@ class AdamsBashforthMoulton:
             :data:`EXPLICIT_MAX_ORDER`, 5, whose stability region holds the usual steps).
         max_iters: the corrector's fixed-point iterations per step, at most
             (torchdiffeq's default 4).
+        perturb: torchdiffeq's option: the field is evaluated at one-sided limits of
+            the grid points, from after a step's start (its derivative there, the
+            history) and from before its end (the corrector, RK4's last stage).
 
     Raises:
-        ConfigurationError: a ``max_order`` or ``max_iters`` out of range.
+        ConfigurationError: a ``max_order`` or ``max_iters`` out of range, or a
+            ``perturb`` that is not a bool.
     """
 
     implicit: bool = True
     max_order: int = MAX_ORDER
     max_iters: int = 4
+    perturb: bool = False
 
     def __post_init__(self) -> None:
         order = self.max_order
@@ -153,6 +158,10 @@ class AdamsBashforthMoulton:
         if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
             raise ConfigurationError(
                 f"The option `max_iters` must be a positive integer, got {iters!r}."
+            )
+        if not isinstance(self.perturb, bool):
+            raise ConfigurationError(
+                f"The option `perturb` must be True or False, got {self.perturb!r}."
             )
 
     def integrate(
@@ -218,41 +227,7 @@ class AdamsBashforthMoulton:
         moves = grid is not t and t.requires_grad and torch.is_grad_enabled()
         grid = grid.to(y0.dtype)
         times = [float(v) for v in grid.detach().tolist()]
-        ys, fs = [y0], [f(grid[0], y0)]
-        finite = _FiniteRecord(y0.detach().reshape(-1))  # each state's extremes, read once
-        history: list[Tensor] = []  # newest first
-        failed: tuple[int, Status, str] | None = None  # the step, the status, why
-        warned = False  # a corrector that ran out while contracting warns once
-        for n in range(len(times) - 1):
-            t0, t1 = grid[n], grid[n + 1]
-            dt = t1 - t0
-            y, f0 = ys[-1], fs[-1]
-            if on_step is not None:
-                on_step(t0, y, dt.abs())
-            history = [f0, *history][: self.max_order - 1]
-            k = len(history)
-            if k < _MIN_ORDER - 1:
-                dy = _rk4_38(f, t0, dt, y, f0)
-            else:
-                ab = bashforth_coefficients(k)
-                dy = dt * sum((float(w) * fj for w, fj in zip(ab, history, strict=True)))
-                if self.implicit:
-                    am = moulton_coefficients(k + 1)
-                    known = dt * sum((float(w) * fj for w, fj in zip(am[1:], history, strict=True)))
-                    dy, failure = self._correct(f, t1, y, dy, dt * float(am[0]), known, rtol, atol)
-                    if failure is not None and failure[0] is not None:
-                        failed = (n, failure[0], failure[1])
-                        break
-                    if failure is not None and not warned:
-                        warned = True
-                        h = abs(times[n + 1] - times[n])
-                        warnings.warn(
-                            failure[1].format(h=h, t=times[n]), RuntimeWarning, stacklevel=4
-                        )
-            ys.append(y + dy)
-            finite.append(times[n + 1], ys[-1])
-            if n + 2 < len(times):
-                fs.append(f(t1, ys[-1]))
+        ys, fs, finite, failed = self.march(f, y0, grid, rtol, atol, on_step)
         first = finite.first_false()  # index into ys[1:]
         if first is not None:
             reached, status, why = (
@@ -269,6 +244,69 @@ class AdamsBashforthMoulton:
         else:
             return AdamsRun(_read_out(f, grid, times, ys, fs, t, moves), Status.SUCCESS, times[-1])
         return _failed_run(f, grid, times, ys, fs, t, moves, reached, status, why)
+
+    def march(
+        self,
+        f: Field,
+        y0: Tensor,
+        grid: Tensor,
+        rtol: float,
+        atol: float,
+        on_step: StepCallback | None = None,
+        until: Callable[[Tensor, Tensor], bool] | None = None,
+    ) -> tuple[list[Tensor], list[Tensor], _FiniteRecord, tuple[int, Status, str] | None]:
+        """The steps over ``grid``: the states at its points, the derivatives (all but
+        the last point's), each state's extremes, and the failed step, its status and
+        why (``{h}`` and ``{t}`` to fill in). ``until(t1, y1)``, after each step, ends
+        the march there when true."""
+        times = [float(v) for v in grid.detach().tolist()]
+        after, before = f, f
+        if self.perturb:  # one-sided limits at the grid points, as torchdiffeq's Perturb
+            way = 1.0 if times[-1] >= times[0] else -1.0
+
+            def after(t: Tensor, y: Tensor) -> Tensor:
+                return f(torch.nextafter(t, t + way), y)
+
+            def before(t: Tensor, y: Tensor) -> Tensor:
+                return f(torch.nextafter(t, t - way), y)
+
+        ys, fs = [y0], [after(grid[0], y0)]
+        finite = _FiniteRecord(y0.detach().reshape(-1))  # each state's extremes, read once
+        history: list[Tensor] = []  # newest first
+        warned = False  # a corrector that ran out while contracting warns once
+        for n in range(len(times) - 1):
+            t0, t1 = grid[n], grid[n + 1]
+            dt = t1 - t0
+            y, f0 = ys[-1], fs[-1]
+            if on_step is not None:
+                on_step(t0, y, dt.abs())
+            history = [f0, *history][: self.max_order - 1]
+            k = len(history)
+            if k < _MIN_ORDER - 1:
+                dy = _rk4_38(f, t0, dt, y, f0, before)
+            else:
+                ab = bashforth_coefficients(k)
+                dy = dt * sum((float(w) * fj for w, fj in zip(ab, history, strict=True)))
+                if self.implicit:
+                    am = moulton_coefficients(k + 1)
+                    known = dt * sum((float(w) * fj for w, fj in zip(am[1:], history, strict=True)))
+                    w = dt * float(am[0])
+                    dy, failure = self._correct(before, t1, y, dy, w, known, rtol, atol)
+                    if failure is not None and failure[0] is not None:
+                        return ys, fs, finite, (n, failure[0], failure[1])
+                    if failure is not None and not warned:
+                        warned = True
+                        h = abs(times[n + 1] - times[n])
+                        warnings.warn(
+                            failure[1].format(h=h, t=times[n]), RuntimeWarning, stacklevel=5
+                        )
+            ys.append(y + dy)
+            finite.append(times[n + 1], ys[-1])
+            if until is not None and until(t1, ys[-1]):
+                break
+            if n + 2 < len(times):
+                fs.append(after(t1, ys[-1]))
+        return ys, fs, finite, None
 
     def _correct(
         self,
@@ -383,11 +421,11 @@ def _failed_run(
     return AdamsRun(out, status, end, message)
 
 
-def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor) -> Tensor:
-    """The increment of one step of RK4's 3/8 rule."""
+def _rk4_38(f: Field, t0: Tensor, dt: Tensor, y: Tensor, k1: Tensor, f_end: Field) -> Tensor:
+    """The increment of one step of RK4's 3/8 rule (``f_end`` for the stage at its end)."""
     k2 = f(t0 + dt / 3, y + dt * k1 / 3)
     k3 = f(t0 + 2 * dt / 3, y + dt * (k2 - k1 / 3))
-    k4 = f(t0 + dt, y + dt * (k1 - k2 + k3))
+    k4 = f_end(t0 + dt, y + dt * (k1 - k2 + k3))
     return dt * (k1 + 3 * (k2 + k3) + k4) / 8
 
 
@@ -436,8 +474,11 @@ ADAMS_METHODS: Mapping[str, AdamsBashforthMoulton] = {
 }
 """torchdiffeq's fixed-grid Adams methods by name (``fixed_adams`` is ``implicit_adams``)."""
 
-ADAMS_OPTIONS = ("step_size", "n_steps", "grid_constructor", "max_order", "max_iters")
-"""Options of the Adams methods (``max_iters`` only for the implicit ones)."""
+ADAMS_OPTIONS = (
+    "step_size", "n_steps", "grid_constructor", "max_order", "perturb", "interp", "max_iters"
+)  # fmt: skip
+"""Options of the Adams methods (``interp`` only as ``"cubic"``, their interpolant;
+``max_iters`` only for the implicit ones)."""
 
 
 def adams_for(method: str, options: Mapping[str, Any]) -> AdamsBashforthMoulton:
@@ -452,13 +493,19 @@ def adams_for(method: str, options: Mapping[str, Any]) -> AdamsBashforthMoulton:
     if unknown:
         raise ConfigurationError(
             f"Unknown option(s) {unknown} for method {method!r}; known options: "
-            f"{', '.join(known)} (a multistep method takes no `perturb`, `interp`, "
-            "`jump_t` or `step_t`)."
+            f"{', '.join(known)} (a multistep method takes no `jump_t` or `step_t`)."
+        )
+    if options.get("interp", "cubic") != "cubic":
+        raise ConfigurationError(
+            f"The option `interp` of {method!r} can only be 'cubic', the cubic Hermite "
+            "interpolant of the step's ends that the Adams methods read between grid "
+            f"points (torchdiffeq's 'linear' is less accurate), got {options['interp']!r}."
         )
     return AdamsBashforthMoulton(
         implicit=base.implicit,
         max_order=options.get("max_order", base.max_order),
         max_iters=options.get("max_iters", base.max_iters),
+        perturb=options.get("perturb", False),
     )
 
 

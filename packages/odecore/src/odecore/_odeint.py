@@ -16,7 +16,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor
 
-from ._adams import ADAMS_METHODS, adams_for, flat_field
+from ._adams import ADAMS_METHODS, AdamsBashforthMoulton, adams_for, flat_field
 from ._backends import (
     SCIPY_METHODS,
     SCIPY_PREFIX,
@@ -27,9 +27,16 @@ from ._backends import (
     torchdiffeq_odeint_adjoint,
 )
 from ._controllers import AbstractController, PIDController
-from ._errors import ConfigurationError
-from ._events import CALLBACKS, Event, combined_event, reroute, warn_unsupported_callbacks
-from ._gradients import AbstractGradient, Adjoint
+from ._errors import ConfigurationError, SolverError, Status
+from ._events import (
+    CALLBACKS,
+    Event,
+    _find_root,
+    combined_event,
+    reroute,
+    warn_unsupported_callbacks,
+)
+from ._gradients import AbstractGradient, Adjoint, _Reads
 from ._implicit import AbstractImplicitRK
 from ._solve import (
     _SNAP,
@@ -167,13 +174,14 @@ def odeint(
             (needs ``pip install odecore[torchdiffeq]``). torchdiffeq's fixed-grid
             Adams methods ``explicit_adams``, ``implicit_adams`` (and its other name
             ``fixed_adams``) are multistep: they take only ``step_size``,
-            ``n_steps``, ``grid_constructor``, ``max_order`` (4 to 12; default 12,
-            torchdiffeq's, for the implicit ones and 5 for ``explicit_adams``,
-            whose stability region shrinks with the order: ``max_order=12`` is
-            torchdiffeq's scheme) and, implicit, ``max_iters`` (the corrector's,
-            default 4; ``rtol`` and ``atol`` end it early, and a corrector left
-            farther than them from its fixed point raises where torchdiffeq only
-            warns), and no ``event_fn``.
+            ``n_steps``, ``grid_constructor``, ``perturb``, ``interp="cubic"`` (their
+            interpolant), ``max_order`` (4 to 12; default 12, torchdiffeq's, for the
+            implicit ones and 5 for ``explicit_adams``, whose stability region
+            shrinks with the order: ``max_order=12`` is torchdiffeq's scheme) and,
+            implicit, ``max_iters`` (the corrector's, default 4; ``rtol`` and
+            ``atol`` end it early, and a corrector left farther than them from its
+            fixed point raises where torchdiffeq only warns); an ``event_fn`` needs
+            ``step_size``.
             The variable-order ``adams`` is planned: its name raises an error that
             says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
@@ -401,6 +409,12 @@ def odeint_adjoint(
             f"`adjoint_method` {adjoint_method!r} needs a torchdiffeq `method` as well "
             f"(torchdiffeq runs both passes), got {method!r}."
         )
+    if isinstance(method, str) and method in ADAMS_METHODS:
+        return _adams_adjoint(
+            func, y0, t, ts, (rtol, atol, method, options),
+            (adjoint_rtol, adjoint_atol, adjoint_method, adjoint_options), adjoint_params,
+            event_fn,
+        )  # fmt: skip
     config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
     back_method = method if adjoint_method is None else adjoint_method
     back_opts = dict(adjoint_options or (options if back_method == method else None) or {})
@@ -643,9 +657,8 @@ def _check_event(
             f"`event_fn` needs one of odecore's methods, got {method!r}; use e.g. "
             "method='dopri5' (or torchdiffeq's own odeint for its methods)."
         )
-    if (method in FIXED_METHODS or method in IMPLICIT_METHODS) and "step_size" not in (
-        options or {}
-    ):
+    fixed = method in FIXED_METHODS or method in IMPLICIT_METHODS or method in ADAMS_METHODS
+    if fixed and "step_size" not in (options or {}):
         raise ConfigurationError(
             f"`event_fn` with the fixed-step method {method!r} needs a step size: pass "
             "options={'step_size': ...} (the end time is not known in advance)."
@@ -825,13 +838,11 @@ def _adams(
     method: str,
     options: Mapping[str, Any] | None,
     event_fn: EventFn | None,
-) -> State:
-    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods."""
-    if event_fn is not None:
-        raise ConfigurationError(
-            f"`event_fn` is not available with the multistep method {method!r}; use a "
-            "one-step method (e.g. 'rk4' with the option `step_size`) for an event."
-        )
+    wrap: Callable[[Callable[[Tensor, Tensor], Tensor]], Any] | None = None,
+) -> State | tuple[Tensor, State]:
+    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods; with
+    ``event_fn``, steps of ``step_size`` until the event (see :func:`_adams_event`).
+    ``wrap`` replaces the flat field the steps call (the adjoint's search for tensors)."""
     _check_state(y0)
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
     opts = dict(options or {})
@@ -843,21 +854,7 @@ def _adams(
             f"grid of a fixed-step method; give one of them, got {', '.join(given)}."
         )
     field, flat, split = flat_field(func, y0)
-    if len(ts) == 1:
-        return split(flat.unsqueeze(0))
-    grid: Tensor
-    if "step_size" in opts:
-        h = positive("step_size", opts["step_size"])
-        grid = _step_size_tensor(t, _step_size_grid(ts[0], ts[-1], h), h)
-    elif "n_steps" in opts:
-        n = opts["n_steps"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
-        grid = _uniform_grid(t, n)
-    elif "grid_constructor" in opts:
-        grid = _constructed_grid(opts["grid_constructor"], (func, y0, t), ts)
-    else:
-        grid = t
+    field = field if wrap is None else wrap(field)
     callback = getattr(func, "callback_step", None)
     unsupported = [n for n in CALLBACKS[1:] if getattr(func, n, None) is not None]
     warn_unsupported_callbacks(
@@ -869,9 +866,293 @@ def _adams(
         assert callback is not None
         return callback(t0, split(y), dt)
 
-    grid = grid.to(flat.device)
-    done = adams.integrate(field, flat, grid, t, rtol, atol, None if callback is None else on_step)
-    return split(done)
+    steps = None if callback is None else on_step
+    if event_fn is not None:
+        h = positive("step_size", opts["step_size"])  # _check_event asked for it
+        event_t, ys = _adams_event(adams, field, flat, t, h, rtol, atol, event_fn, split, steps)
+        solution = split(ys)
+        if torch.is_grad_enabled():  # the event time's gradient, as for the other methods
+            event_t, _ = _with_event_gradient(func, y0, event_fn, t[0], event_t, solution)
+        return event_t, solution
+    if len(ts) == 1:
+        return split(flat.unsqueeze(0))
+    grid = _adams_grid(opts, (func, y0, t), ts).to(flat.device)
+    return split(adams.integrate(field, flat, grid, t, rtol, atol, steps))
+
+
+def _adams_grid(opts: Mapping[str, Any], grid: GridArgs, ts: list[float]) -> Tensor:
+    """The grid of an Adams solve of ``grid = (func, y0, t)``: by ``step_size``,
+    ``n_steps`` or ``grid_constructor``, or ``t`` itself."""
+    t = grid[2]
+    if "step_size" in opts:
+        h = positive("step_size", opts["step_size"])
+        return _step_size_tensor(t, _step_size_grid(ts[0], ts[-1], h), h)
+    if "n_steps" in opts:
+        n = opts["n_steps"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"`n_steps` must be a positive integer, got {n!r}.")
+        return _uniform_grid(t, n)
+    if "grid_constructor" in opts:
+        return _constructed_grid(opts["grid_constructor"], grid, ts)
+    return t
+
+
+_MAX_EVENT_STEPS = OdeSpec.max_steps  # the step budget of an Adams solve until an event
+
+
+def _adams_event(
+    adams: AdamsBashforthMoulton,
+    field: Callable[[Tensor, Tensor], Tensor],
+    flat: Tensor,
+    t: Tensor,
+    h: float,
+    rtol: float,
+    atol: float,
+    event_fn: EventFn,
+    split: Callable[[Tensor], State],
+    on_step: Callable[[Tensor, Tensor, Tensor], object] | None,
+) -> tuple[Tensor, Tensor]:
+    """The event time and the flat states at ``t[0]`` and at the event of an Adams solve
+    in steps of ``h``, the event found on the cubic Hermite interpolant of its step.
+
+    The steps are taken twice: without a graph to find the event, then with one (and
+    the step callbacks) up to the event's step, whose interpolant gives the state there.
+    """
+    t0 = float(t[0])
+    direction = 1.0 if float(t[-1]) >= t0 else -1.0
+    value, at_start = combined_event(event_fn, t0, flat.detach(), split)
+    if at_start:
+        return t[0].detach().clone(), torch.stack([flat, flat])
+    k = torch.arange(_MAX_EVENT_STEPS + 1, dtype=torch.float64, device=flat.device)
+    grid = (t.to(torch.float64)[0] + direction * h * k).to(flat.dtype)
+
+    def crossed(t1: Tensor, y1: Tensor) -> bool:
+        return not float(value(t1, y1)) > 0  # NaN reads as "not yet"
+
+    with torch.no_grad():
+        ys, fs, finite, failed = adams.march(field, flat, grid.detach(), rtol, atol, None, crossed)
+        n = len(ys) - 1
+        reached = float(grid[n])
+        if failed is not None or finite.first_false() is not None:
+            raise SolverError(
+                f"odeint stopped at t = {reached!r} before the event: a step failed (the "
+                "same call without `event_fn` and with `t` up to there says why).",
+                status=Status.NONFINITE if failed is None else failed[1], t=reached,
+            )  # fmt: skip
+        if not crossed(grid[n], ys[-1]):
+            raise SolverError(
+                f"The event did not happen within `max_steps` = {_MAX_EVENT_STEPS} steps.",
+                status=Status.MAX_STEPS_REACHED, t=reached,
+            )  # fmt: skip
+        a, b = direction * float(grid[n - 1]), direction * reached
+        f_b = field(grid[n], ys[n])
+
+        def c(sigma: float) -> float:
+            s = (direction * sigma - float(grid[n - 1])) / (float(grid[n]) - float(grid[n - 1]))
+            hh = float(grid[n]) - float(grid[n - 1])
+            y = (
+                (1 + 2 * s) * (1 - s) ** 2 * ys[n - 1] + s * (1 - s) ** 2 * hh * fs[n - 1]
+                + s**2 * (3 - 2 * s) * ys[n] + s**2 * (s - 1) * hh * f_b
+            )  # fmt: skip
+            return float(value(torch.tensor(direction * sigma, dtype=t.dtype), y))
+
+        t_e = direction * _find_root(c, a, b, c(a), c(b))
+    out = torch.stack([t[0].detach(), torch.tensor(t_e, dtype=t.dtype, device=t.device)])
+    ys_out = adams.integrate(field, flat, grid[: n + 1], out, rtol, atol, on_step)
+    return out[1], ys_out
+
+
+Call = tuple[float, float, str, Mapping[str, Any] | None]
+"""``(rtol, atol, method, options)`` of a solve."""
+AdjointCall = tuple[float | None, float | None, str | None, Mapping[str, Any] | None]
+"""``(adjoint_rtol, adjoint_atol, adjoint_method, adjoint_options)``."""
+
+
+def _adams_adjoint(
+    func: VectorField,
+    y0: State,
+    t: Tensor,
+    ts: list[float],
+    call: Call,
+    back_call: AdjointCall,
+    adjoint_params: Sequence[Tensor] | None,
+    event_fn: EventFn | None,
+) -> State | tuple[Tensor, State]:
+    """:func:`odeint_adjoint` with an Adams method: the forward solve of :func:`_adams`
+    without a graph, and a backward one of the adjoint equations by Adams as well."""
+    rtol, atol, method, options = call
+    back_rtol, back_atol, back_method, back_options = back_call
+    if back_method is not None and back_method not in ADAMS_METHODS:
+        raise ConfigurationError(
+            f"`adjoint_method` must be an Adams method with the Adams method {method!r} "
+            f"({', '.join(ADAMS_METHODS)}), got {back_method!r}."
+        )
+    back_method = back_method or method
+    back_opts = dict(back_options or (options if back_method == method else None) or {})
+    back = adams_for(back_method, back_opts)
+    back_h = positive("step_size", back_opts["step_size"]) if "step_size" in back_opts else None
+    module = func if isinstance(func, torch.nn.Module) else None
+    found: list[_Reads] = []  # the field as the forward solve calls it, searched for tensors
+
+    def wrap(field: Callable[[Tensor, Tensor], Tensor]) -> _Reads:
+        found.append(_Reads(field))
+        return found[-1]
+
+    search = adjoint_params is None and torch.is_grad_enabled()
+    with torch.no_grad():
+        forward = _adams(
+            func, y0, t, ts, rtol, atol, method, options, event_fn, wrap if search else None
+        )
+    if event_fn is not None:
+        event_t, solution = forward
+        assert isinstance(event_t, Tensor)
+        ends = event_t.reshape(1).to(t)
+        t, ts = torch.cat([t[:1], ends]), [ts[0], float(event_t)]
+    else:
+        solution = forward
+    field, flat, split = flat_field(func, y0)
+    params = _adams_params(adjoint_params, module, found[0] if found else None)
+    grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
+    spec = _AdamsAdjoint(
+        field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
+        positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),
+        positive("adjoint_atol", atol if back_atol is None else back_atol),
+        len(params), getattr(func, "callback_step_adjoint", None),
+    )  # fmt: skip
+    ys_flat = _flat_of(solution, y0)
+    ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
+    out = split(ys)
+    if event_fn is None:
+        return out
+    event_t = t[-1].detach().clone()
+    if torch.is_grad_enabled():
+        event_t, _ = _with_event_gradient(func, y0, event_fn, t[0], event_t, out)
+    return event_t, out
+
+
+def _adams_params(
+    given: Sequence[Tensor] | None, module: torch.nn.Module | None, reads: _Reads | None
+) -> tuple[Tensor, ...]:
+    """The tensors to differentiate besides ``y0``: ``given``, or the module's parameters
+    and every other tensor requiring grad that the forward solve's field read."""
+    if given is not None:
+        return tuple(given)
+    if reads is None:
+        return ()
+    own = [q for q in module.parameters() if q.requires_grad] if module is not None else []
+    known = {id(q) for q in own}
+    return (*own, *(q for q in reads.tensors() if id(q) not in known))
+
+
+def _flat_of(solution: State, y0: State) -> Tensor:
+    """The stacked solution as one flat tensor per time, as :func:`flat_field` keeps it."""
+    if isinstance(y0, tuple):
+        assert isinstance(solution, tuple)
+        return torch.cat([s.reshape(s.shape[0], -1) for s in solution], dim=1)
+    assert isinstance(solution, Tensor)
+    return solution
+
+
+@dataclass(frozen=True)
+class _AdamsAdjoint:
+    """What the backward pass of an Adams solve needs: the flat field, the output times,
+    the forward grid (which the backward solve retraces, or ``step_size``), the backward
+    method and tolerances, and the field's ``callback_step_adjoint``."""
+
+    field: Callable[[Tensor, Tensor], Tensor]
+    split: Callable[[Tensor], State]
+    t: Tensor
+    grid: Tensor
+    back: AdamsBashforthMoulton
+    step_size: float | None
+    rtol: float
+    atol: float
+    n_params: int
+    callback: Callable[..., object] | None
+
+    def interval(self, i: int) -> Tensor:
+        """The backward solve's grid from ``t[i]`` to ``t[i - 1]``."""
+        a, b = float(self.t[i]), float(self.t[i - 1])
+        if self.step_size is not None:
+            ends = _step_size_grid(a, b, self.step_size)
+            return torch.tensor(ends, dtype=torch.float64)
+        g = self.grid.tolist()
+        inner = [x for x in g if min(a, b) < x < max(a, b)]
+        return torch.tensor([a, *sorted(inner, reverse=b < a), b], dtype=torch.float64)
+
+    def backward(
+        self, ys: Tensor, grad_ys: Tensor, params: Sequence[Tensor], times: bool
+    ) -> tuple[Tensor, Tensor | None, list[Tensor]]:
+        """The gradients with respect to ``y0``, to the output times (with ``times``) and
+        to ``params``. The state of the backward solve is ``(y, a, *dL/dparams)`` and,
+        with ``times``, torchdiffeq's ``dL/dt0`` last."""
+        shape, n = ys.shape[1:], ys[0].numel()
+        sizes = [q.numel() for q in params]
+        a = grad_ys[-1]
+        grads = [torch.zeros_like(q) for q in params]
+        t_grads = torch.zeros_like(self.t)
+        adj_t = ys.new_zeros(1)
+
+        def augmented(tt: Tensor, z: Tensor) -> Tensor:
+            with torch.enable_grad():
+                y = z[:n].detach().view(shape).requires_grad_(True)
+                tt = tt.detach().requires_grad_(times)
+                fy = self.field(tt, y)
+                inputs = (y, *params, *((tt,) if times else ()))
+                vjps = torch.autograd.grad(fy, inputs, -z[n : 2 * n].view(shape), allow_unused=True)
+            parts = [
+                fy,
+                *(v if v is not None else torch.zeros_like(q) for v, q in zip(vjps, inputs)),
+            ]
+            return torch.cat([v.detach().reshape(-1).to(z.dtype) for v in parts])
+
+        def on_step(tt: Tensor, z: Tensor, dt: Tensor) -> object:
+            assert self.callback is not None
+            rest = torch.split(z[2 * n : 2 * n + sum(sizes)], sizes)
+            y, adj = self.split(z[:n].view(shape)), self.split(z[n : 2 * n].view(shape))
+            return self.callback(tt, (y, adj, *(g.view_as(q) for g, q in zip(rest, params))), dt)
+
+        for i in range(len(self.t) - 1, 0, -1):
+            if times:  # an output time moves its output along the field
+                t_grads[i] = (grad_ys[i] * self.field(self.t[i].to(ys.dtype), ys[i])).sum()
+                adj_t = adj_t - t_grads[i].to(adj_t.dtype)
+            z0 = torch.cat(
+                [ys[i].reshape(-1), a.reshape(-1), *(g.reshape(-1) for g in grads)]
+                + ([adj_t] if times else [])
+            )
+            grid = self.interval(i).to(ys)
+            done = self.back.integrate(
+                augmented, z0, grid, grid[[0, -1]], self.rtol, self.atol,
+                None if self.callback is None else on_step,
+            )[-1]  # fmt: skip
+            a = done[n : 2 * n].view(shape) + grad_ys[i - 1]
+            rest = torch.split(done[2 * n : 2 * n + sum(sizes)], sizes)
+            grads = [g.view_as(q) for g, q in zip(rest, params)]
+            adj_t = done[-1:] if times else adj_t
+        t_grads[0] = adj_t[0].to(t_grads.dtype)
+        return a, t_grads if times else None, grads
+
+
+class _AdamsAdjointFunction(torch.autograd.Function):
+    """``(ys, y0, t, *params) -> ys``: the forward solve's states, whose backward
+    integrates the adjoint equations (:class:`_AdamsAdjoint`)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, spec: _AdamsAdjoint, ys: Tensor, y0: Tensor, t: Tensor, *params: Tensor
+    ) -> Tensor:
+        ctx.spec, ctx.t_dtype = spec, t.dtype
+        ctx.save_for_backward(ys, *params)
+        return ys.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        spec: _AdamsAdjoint = ctx.spec
+        ys, *params = ctx.saved_tensors
+        with torch.no_grad():
+            a, t_grads, grads = spec.backward(ys, grad_ys, params, ctx.needs_input_grad[3])
+        t_grad = None if t_grads is None else t_grads.to(ctx.t_dtype)
+        return (None, None, a, t_grad, *grads)
 
 
 def _scipy_solver(opts: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
