@@ -312,7 +312,7 @@ class Adjoint(AbstractGradient):
                     )
             else:
                 result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
-        params = _found(self.params, p, reads)
+        params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         forward = torch.stack([y for y in result.ys if y is not None])
@@ -339,7 +339,9 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | No
     return reads, reads
 
 
-def _found(given: Sequence[Tensor] | None, p: Problem, reads: _Reads | None) -> tuple[Tensor, ...]:
+def found_tensors(
+    given: Sequence[Tensor] | None, module: torch.nn.Module | None, reads: _Reads | None
+) -> tuple[Tensor, ...]:
     """The tensors to differentiate besides ``y0``, once the forward solve has run:
     ``given``, or the field's module's parameters and every other tensor requiring
     grad that an evaluation of the forward solve read."""
@@ -347,7 +349,7 @@ def _found(given: Sequence[Tensor] | None, p: Problem, reads: _Reads | None) -> 
         return tuple(given)
     if reads is None:
         return ()
-    own = [q for q in p.module.parameters() if q.requires_grad] if p.module else []
+    own = [q for q in module.parameters() if q.requires_grad] if module else []
     known = {id(q) for q in own}
     return (*own, *(q for q in reads.tensors() if id(q) not in known))
 
@@ -784,7 +786,7 @@ class Checkpoint(AbstractGradient):
                 p.dt0,
                 on_step=lambda t, y: states.append(y),
             )
-        params = _found(self.params, p, reads)
+        params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
         n = len(result.step_ends)

@@ -36,7 +36,7 @@ from ._events import (
     reroute,
     warn_unsupported_callbacks,
 )
-from ._gradients import AbstractGradient, Adjoint, _Reads
+from ._gradients import AbstractGradient, Adjoint, _Reads, found_tensors
 from ._implicit import AbstractImplicitRK
 from ._solve import (
     _SNAP,
@@ -1011,13 +1011,13 @@ def _adams_adjoint(
     else:
         solution = forward
     field, flat, split = flat_field(func, y0)
-    params = _adams_params(adjoint_params, module, found[0] if found else None)
+    params = found_tensors(adjoint_params, module, found[0] if found else None)
     grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
     spec = _AdamsAdjoint(
         field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
         positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),
         positive("adjoint_atol", atol if back_atol is None else back_atol),
-        len(params), getattr(func, "callback_step_adjoint", None),
+        getattr(func, "callback_step_adjoint", None),
     )  # fmt: skip
     ys_flat = _flat_of(solution, y0)
     ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
@@ -1028,20 +1028,6 @@ def _adams_adjoint(
     if torch.is_grad_enabled():
         event_t, _ = _with_event_gradient(func, y0, event_fn, t[0], event_t, out)
     return event_t, out
-
-
-def _adams_params(
-    given: Sequence[Tensor] | None, module: torch.nn.Module | None, reads: _Reads | None
-) -> tuple[Tensor, ...]:
-    """The tensors to differentiate besides ``y0``: ``given``, or the module's parameters
-    and every other tensor requiring grad that the forward solve's field read."""
-    if given is not None:
-        return tuple(given)
-    if reads is None:
-        return ()
-    own = [q for q in module.parameters() if q.requires_grad] if module is not None else []
-    known = {id(q) for q in own}
-    return (*own, *(q for q in reads.tensors() if id(q) not in known))
 
 
 def _flat_of(solution: State, y0: State) -> Tensor:
@@ -1067,7 +1053,6 @@ class _AdamsAdjoint:
     step_size: float | None
     rtol: float
     atol: float
-    n_params: int
     callback: Callable[..., object] | None
 
     def interval(self, i: int) -> Tensor:
