@@ -61,12 +61,13 @@ def _fixed(method: str) -> bool:
 
 
 def _tolerance(method: str) -> float:
-    """The error a method may make on this problem: its order at ``STEP``, or the
-    adaptive methods' at their tolerances."""
+    """The error a method may make on this problem: ``STEP`` to its order (4 and above:
+    the fourth), or a hundred times an adaptive method's ``rtol``. The errors measured
+    are at most 0.6 of it (the event gradients of the Adams adjoint apart, see there);
+    a method of a lower order than its name's fails it."""
     if not _fixed(method):
-        return 1e3 * RTOL.get(method, 1e-8)
-    order = ORDER.get(method, 4)
-    return 5 * STEP**order if order < 4 else 1e-6
+        return 100 * RTOL.get(method, 1e-8)
+    return STEP ** ORDER.get(method, 4)
 
 
 def _options(method: str, perturb: bool = False) -> dict:
@@ -119,7 +120,7 @@ def test_every_name_solves_and_differentiates(method, interface, perturb):
     torch.testing.assert_close(ys, exact, rtol=0, atol=tol)
     # d sum(y(T)) / d y0 = exp(A T)^T 1
     expected = torch.matrix_exp(A * float(T[-1])).T @ torch.ones(2, dtype=F64)
-    torch.testing.assert_close(grad, expected, rtol=0, atol=10 * tol)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=2 * tol)
     if method != "scipy_solver":  # scipy takes the steps and calls no callback
         assert steps > 0
     if _in_release(method):
@@ -131,7 +132,7 @@ def test_every_name_solves_and_differentiates(method, interface, perturb):
             rtol = 1e-6  # so does ours at that order, to the rounding that it amplifies
         torch.testing.assert_close(ys, theirs, rtol=rtol, atol=2 * tol)
         if their_grad is not None:
-            torch.testing.assert_close(grad, their_grad, rtol=rtol, atol=20 * tol)
+            torch.testing.assert_close(grad, their_grad, rtol=rtol, atol=4 * tol)
         if _fixed(method):  # the same grid: the same steps, forward
             assert steps == their_steps
 
@@ -148,19 +149,22 @@ def test_every_name_finds_an_event_with_its_time_gradient(method, interface):
     )
     event_t, ys = out
     tol = _tolerance(method)
-    assert event_t.item() == pytest.approx(t_e, abs=10 * tol)
-    assert ys[-1, 0].item() == pytest.approx(level, abs=10 * tol)
+    assert event_t.item() == pytest.approx(t_e, abs=tol)
+    assert ys[-1, 0].item() == pytest.approx(level, abs=tol)
     # d t_e / d y0 = -(d y_0(t_e) / d y0) / y_0'(t_e), and the state is that at t_e as
     # a fixed time (torchdiffeq's): d sum(y(t_e)) / d y0 = exp(A t_e)^T 1.
     phi = torch.matrix_exp(A * t_e)
     d_te = -phi[0] / (A @ _exact(t_e))[0]
     expected = d_te + phi.T @ torch.ones(2, dtype=F64)
-    torch.testing.assert_close(grad, expected, rtol=0, atol=100 * tol)
+    # The Adams adjoint steps back from the event in steps of `step_size`, the last one
+    # short, where the equal-step coefficients lose their order (so do torchdiffeq's).
+    short = method in ADAMS and interface == "odeint_adjoint"
+    torch.testing.assert_close(grad, expected, rtol=0, atol=5e-5 if short else 2 * tol)
     if _in_release(method) and method in ADAPTIVE:
         theirs, _, _ = _call(
             torchdiffeq, interface, method, _options(method), lambda t, y: y[..., 0] - level
         )
-        assert event_t.item() == pytest.approx(theirs[0].item(), abs=10 * tol)
+        assert event_t.item() == pytest.approx(theirs[0].item(), abs=2 * tol)
 
 
 def _bisect(c, a: float, b: float) -> float:
