@@ -461,10 +461,18 @@ def _read_out(
                 fs.append(f(grid[-1], ys[-1]))
             h = grid[i + 1] - grid[i]
             s = (t[j].to(grid.dtype) - grid[i]) / h
-            h00, h10 = (1 + 2 * s) * (1 - s) ** 2, s * (1 - s) ** 2
-            h01, h11 = s**2 * (3 - 2 * s), s**2 * (s - 1)
-            out.append(h00 * ys[i] + h10 * h * fs[i] + h01 * ys[i + 1] + h11 * h * fs[i + 1])
+            out.append(cubic_hermite(s, h, ys[i], fs[i], ys[i + 1], fs[i + 1]))
     return torch.stack(out)
+
+
+def cubic_hermite(
+    s: Tensor | float, h: Tensor | float, y0: Tensor, f0: Tensor, y1: Tensor, f1: Tensor
+) -> Tensor:
+    """The cubic Hermite interpolant of a step of length ``h`` at the fraction ``s`` of
+    it, from the values and derivatives at its ends."""
+    h00, h10 = (1 + 2 * s) * (1 - s) ** 2, s * (1 - s) ** 2
+    h01, h11 = s**2 * (3 - 2 * s), s**2 * (s - 1)
+    return h00 * y0 + h10 * h * f0 + h01 * y1 + h11 * h * f1
 
 
 ADAMS_METHODS: Mapping[str, AdamsBashforthMoulton] = {

@@ -212,8 +212,7 @@ class StepHooks:
             warn_unsupported_callbacks(
                 type(solver).__name__,
                 [name for name, c in zip(CALLBACKS[1:], (on_accept, on_reject)) if c is not None],
-                "it takes fixed steps, none accepted or rejected by a controller (torchdiffeq "
-                "does not call them either); `callback_step` runs before every step",
+                FIXED_STEPS,
             )
         self.on_accept = on_accept if solver.adaptive else None
         self.on_reject = on_reject if solver.adaptive else None
@@ -241,6 +240,13 @@ class StepHooks:
         """After a rejected step."""
         if self.on_reject is not None:
             self._call(self.on_reject, s, s_next, y)
+
+
+FIXED_STEPS = (
+    "it takes fixed steps, none accepted or rejected by a controller (torchdiffeq does not "
+    "call them either); `callback_step` runs before every step"
+)
+"""Why a fixed-step solve calls neither ``callback_accept_step`` nor ``callback_reject_step``."""
 
 
 def warn_unsupported_callbacks(solver: str, names: Sequence[str], why: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor
 
-from ._adams import ADAMS_METHODS, AdamsBashforthMoulton, adams_for, flat_field
+from ._adams import ADAMS_METHODS, AdamsBashforthMoulton, adams_for, cubic_hermite, flat_field
 from ._backends import (
     SCIPY_METHODS,
     SCIPY_PREFIX,
@@ -30,6 +30,7 @@ from ._controllers import AbstractController, PIDController
 from ._errors import ConfigurationError, SolverError, Status
 from ._events import (
     CALLBACKS,
+    FIXED_STEPS,
     Event,
     _find_root,
     combined_event,
@@ -857,10 +858,7 @@ def _adams(
     field = field if wrap is None else wrap(field)
     callback = getattr(func, "callback_step", None)
     unsupported = [n for n in CALLBACKS[1:] if getattr(func, n, None) is not None]
-    warn_unsupported_callbacks(
-        method, unsupported, "it takes fixed steps (torchdiffeq does not call them either); "
-        "`callback_step` runs before every step",
-    )  # fmt: skip
+    warn_unsupported_callbacks(method, unsupported, FIXED_STEPS)
 
     def on_step(t0: Tensor, y: Tensor, dt: Tensor) -> object:
         assert callback is not None
@@ -944,16 +942,13 @@ def _adams_event(
                 f"The event did not happen within `max_steps` = {_MAX_EVENT_STEPS} steps.",
                 status=Status.MAX_STEPS_REACHED, t=reached,
             )  # fmt: skip
-        a, b = direction * float(grid[n - 1]), direction * reached
+        start = float(grid[n - 1])
+        a, b, h = direction * start, direction * reached, reached - start
         f_b = field(grid[n], ys[n])
 
         def c(sigma: float) -> float:
-            s = (direction * sigma - float(grid[n - 1])) / (float(grid[n]) - float(grid[n - 1]))
-            hh = float(grid[n]) - float(grid[n - 1])
-            y = (
-                (1 + 2 * s) * (1 - s) ** 2 * ys[n - 1] + s * (1 - s) ** 2 * hh * fs[n - 1]
-                + s**2 * (3 - 2 * s) * ys[n] + s**2 * (s - 1) * hh * f_b
-            )  # fmt: skip
+            s = (direction * sigma - start) / h
+            y = cubic_hermite(s, h, ys[n - 1], fs[n - 1], ys[n], f_b)
             return float(value(torch.tensor(direction * sigma, dtype=t.dtype), y))
 
         t_e = direction * _find_root(c, a, b, c(a), c(b))
