@@ -51,8 +51,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import ATOL, RTOL
-from ._errors import ConfigurationError
-from ._implicit import ImplicitButcherTableau
+from ._implicit import ImplicitButcherTableau, check_settings
 from ._newton import Newton, StageMatrix, attach_gradient, failed_step, failure, newton_solve
 from ._solvers import (
     AbstractSolver,
@@ -174,15 +173,7 @@ class _AbstractESDIRK(_HermiteDense):
     interpolation: Interpolation = "hermite"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.newton, Newton):
-            raise ConfigurationError(
-                "`newton` must be an odecore.Newton (e.g. odecore.Newton(max_iters=8)), "
-                f"got {self.newton!r}."
-            )
-        if self.interpolation not in ("hermite", "cubic"):
-            raise ConfigurationError(
-                f"`interpolation` must be 'hermite' or 'cubic', got {self.interpolation!r}."
-            )
+        check_settings(self.newton, self.interpolation)
 
     @property
     def adaptive(self) -> bool:

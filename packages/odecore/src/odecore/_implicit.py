@@ -152,6 +152,24 @@ def _plan(tab: ImplicitButcherTableau) -> _Plan:
     )
 
 
+def check_settings(newton: object, interpolation: object) -> None:
+    """The checks of an implicit solver's ``newton`` and ``interpolation``.
+
+    Raises:
+        ConfigurationError: a ``newton`` that is not a :class:`Newton`, or an
+            ``interpolation`` other than ``"hermite"`` and ``"cubic"``.
+    """
+    if not isinstance(newton, Newton):
+        raise ConfigurationError(
+            "`newton` must be an odecore.Newton (e.g. odecore.Newton(max_iters=8)), "
+            f"got {newton!r}."
+        )
+    if interpolation not in ("hermite", "cubic"):
+        raise ConfigurationError(
+            f"`interpolation` must be 'hermite' or 'cubic', got {interpolation!r}."
+        )
+
+
 @dataclass(frozen=True)
 class AbstractImplicitRK(_HermiteDense):
     """Generic implicit Runge-Kutta stepping over any :class:`ImplicitButcherTableau`.
@@ -198,15 +216,7 @@ class AbstractImplicitRK(_HermiteDense):
     interpolation: Literal["hermite", "cubic"] = "hermite"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.newton, Newton):
-            raise ConfigurationError(
-                "`newton` must be an odecore.Newton (e.g. odecore.Newton(max_iters=8)), "
-                f"got {self.newton!r}."
-            )
-        if self.interpolation not in ("hermite", "cubic"):
-            raise ConfigurationError(
-                f"`interpolation` must be 'hermite' or 'cubic', got {self.interpolation!r}."
-            )
+        check_settings(self.newton, self.interpolation)
 
     @property
     def adaptive(self) -> bool:
