@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -134,7 +135,7 @@ class Claim:
         """
         return cls._between(
             "difference", key, text, published, lambda v: v[first] - v[second], above, below,
-            spec=spec, scale=scale, unit=unit, kind=kind, detail=detail,
+            strict=True, spec=spec, scale=scale, unit=unit, kind=kind, detail=detail,
         )  # fmt: skip
 
     @classmethod
@@ -178,24 +179,182 @@ class Claim:
         """
         return cls._between(
             "ratio", key, text, published, lambda v: v[over] / v[under], above, below,
-            spec=spec, unit="×", kind=kind, timing=timing, detail=detail,
+            strict=True, spec=spec, unit="×", kind=kind, timing=timing, detail=detail,
+        )  # fmt: skip
+
+    @classmethod
+    def at_least(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        value: Ref | Callable[[Values], float],
+        low: float,
+        *,
+        kind: ClaimKind,
+        strict: bool = False,
+        spec: str | None = None,
+        scale: float | None = None,
+        unit: str | None = None,
+        timing: bool = False,
+        detail: str = "",
+    ) -> Claim:
+        """The claim that one value is at least ``low``: ``value >= low``, or
+        ``value > low`` with ``strict``. A missing value (NaN) never holds.
+
+        Args:
+            key, text, published, kind, timing, detail: as for :class:`Claim`.
+            value: the value, ``ours``: a metric (a :class:`Ref`) or a function of the
+                :class:`Values`.
+            low: the bound.
+            strict: the bound itself fails (default: it holds).
+            spec, scale, unit: as for :class:`Claim`; by default the metric's format
+                where ``value`` is a :class:`Ref`, else the claim's default.
+
+        Raises:
+            ValueError: a bound that is NaN.
+
+        Example:
+            >>> from odebench.experiments import Metric
+            >>> acc = Metric("test_acc", spec=".1f", scale=100, unit="%").of("anode")
+            >>> claim = Claim.at_least("learns", "the ANODE learns", 0.98, acc, 0.9, kind="paper")
+            >>> [claim.check([Values({"anode": {"test_acc": a}})]).words
+            ...  for a in (0.95, 0.9, 0.85, None)]
+            ['held', 'held', 'not held', 'not held']
+            >>> claim.check([Values({"anode": {"test_acc": 0.95}})]).ours.cell(*claim.format)
+            '95.0%'
+        """
+        return cls._between(
+            "at_least", key, text, published, value, low, None, strict=strict, spec=spec,
+            scale=scale, unit=unit, kind=kind, timing=timing, detail=detail,
+        )  # fmt: skip
+
+    @classmethod
+    def at_most(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        value: Ref | Callable[[Values], float],
+        high: float,
+        *,
+        kind: ClaimKind,
+        strict: bool = False,
+        spec: str | None = None,
+        scale: float | None = None,
+        unit: str | None = None,
+        timing: bool = False,
+        detail: str = "",
+    ) -> Claim:
+        """The claim that one value is at most ``high``: ``value <= high``, or
+        ``value < high`` with ``strict``. A missing value (NaN) never holds.
+
+        Args:
+            key, text, published, kind, timing, detail: as for :class:`Claim`.
+            value: the value, ``ours``: a metric (a :class:`Ref`) or a function of the
+                :class:`Values`.
+            high: the bound.
+            strict: the bound itself fails (default: it holds).
+            spec, scale, unit: as for :meth:`at_least`.
+
+        Raises:
+            ValueError: a bound that is NaN.
+
+        Example:
+            >>> from odebench.experiments import Metric
+            >>> error = Metric("error").of("flow")
+            >>> claim = Claim.at_most("exact", "the flow is exact", "exact", error, 1e-4,
+            ...                       strict=True, spec=".1e", kind="check")
+            >>> [claim.check([Values({"flow": {"error": e}})]).words for e in (1e-5, 1e-4)]
+            ['passed', 'failed']
+        """
+        return cls._between(
+            "at_most", key, text, published, value, None, high, strict=strict, spec=spec,
+            scale=scale, unit=unit, kind=kind, timing=timing, detail=detail,
+        )  # fmt: skip
+
+    @classmethod
+    def between(
+        cls,
+        key: str,
+        text: str,
+        published: str | float,
+        value: Ref | Callable[[Values], float],
+        low: float,
+        high: float,
+        *,
+        kind: ClaimKind,
+        strict: bool = False,
+        spec: str | None = None,
+        scale: float | None = None,
+        unit: str | None = None,
+        timing: bool = False,
+        detail: str = "",
+    ) -> Claim:
+        """The claim that one value lies between ``low`` and ``high``, both included
+        (``low <= value <= high``), or both excluded with ``strict``. A missing value
+        (NaN) never holds.
+
+        Args:
+            key, text, published, kind, timing, detail: as for :class:`Claim`.
+            value: the value, ``ours``: a metric (a :class:`Ref`) or a function of the
+                :class:`Values`.
+            low: the lower bound.
+            high: the upper bound.
+            strict: the bounds themselves fail (default: they hold).
+            spec, scale, unit: as for :meth:`at_least`.
+
+        Raises:
+            ValueError: a bound that is NaN, or ``low`` above ``high``.
+
+        Example:
+            >>> from odebench.experiments import Metric
+            >>> ratio = Metric("ratio", spec=".2f").of("softplus")
+            >>> claim = Claim.between("half", "the ratio is about half", "about 0.5",
+            ...                       ratio, 0.35, 0.65, kind="paper")
+            >>> [claim.check([Values({"softplus": {"ratio": r}})]).words
+            ...  for r in (0.3, 0.35, 0.5, 0.65, 0.7)]
+            ['not held', 'held', 'held', 'held', 'not held']
+        """
+        return cls._between(
+            "between", key, text, published, value, low, high, strict=strict, spec=spec,
+            scale=scale, unit=unit, kind=kind, timing=timing, detail=detail,
         )  # fmt: skip
 
     @classmethod
     def _between(
         cls, how: str, key: str, text: str, published: str | float,
-        value: Callable[[Values], float], above: float | None, below: float | None,
-        **kwargs: Any,
+        value: Ref | Callable[[Values], float], low: float | None, high: float | None, *,
+        strict: bool, spec: str | None = None, scale: float | None = None,
+        unit: str | None = None, **kwargs: Any,
     ) -> Claim:  # fmt: skip
-        """The claim that ``value`` lies above ``above`` and below ``below``."""
-        if above is None and below is None:
+        """The claim that ``value`` lies above ``low`` and below ``high`` (``None``: no
+        bound), each bound included unless ``strict``; the format defaults to the
+        metric's where ``value`` is a :class:`Ref`."""
+        if low is None and high is None:
             raise ValueError(f"Claim.{how} {key!r}: give `above`, `below` or both.")
+        if any(b is not None and math.isnan(b) for b in (low, high)):
+            raise ValueError(f"Claim.{how} {key!r}: a bound must be a number, got NaN.")
+        if low is not None and high is not None and low > high:
+            raise ValueError(
+                f"Claim.{how} {key!r}: the lower bound {low:g} is above the upper, {high:g}."
+            )
+        read: Callable[[Values], float]
+        if isinstance(value, Ref):
+            read, default = operator.itemgetter(value), value.format
+        else:
+            read, default = value, (".3g", 1.0, "")
+        spec = default[0] if spec is None else spec
+        scale = default[1] if scale is None else scale
+        unit = default[2] if unit is None else unit
 
         def holds(v: Values) -> bool:
-            x = value(v)
-            return (above is None or x > above) and (below is None or x < below)
+            x = read(v)
+            if strict:
+                return (low is None or x > low) and (high is None or x < high)
+            return (low is None or x >= low) and (high is None or x <= high)
 
-        return cls(key, text, published, value, holds, **kwargs)
+        return cls(key, text, published, read, holds, spec, scale, unit, **kwargs)
 
     def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
         """The verdict on the values of each seed (in order) and on their means.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._io import markdown_table, text_table
-from ._metrics import Coordinate, Metric
+from ._metrics import Coordinate, Metric, Ref, Stat, Values
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -62,9 +62,17 @@ class Col:
         metric: the metric it shows, of the row's run (or ``run``) at the row's
             coordinates and ``at``, as ``mean ± std`` over the seeds in its format.
         at: coordinates the column adds.
-        run: the run it shows, whatever the row's.
+        run: the run it shows, whatever the row's; ``{run}`` in it stands for the
+            row's run (``"{run}/resnet"``: the ResNet of the row's task).
         text: the cell where the row has no text under ``header``.
-        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text.
+        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text
+            (see :meth:`joined` and :meth:`per_seed`).
+
+    Example:
+        >>> from odebench.experiments import Metric
+        >>> mse = Metric("train_mse")
+        >>> Col("ResNet train MSE", mse, run="{run}/resnet").ref(Row("2-D", "2d"))
+        Ref(run='2d/resnet', metric='train_mse', at=())
     """
 
     header: str
@@ -74,6 +82,73 @@ class Col:
     text: str = "–"
     cell: Callable[[Result[Any], Row], str] | None = None
 
+    @classmethod
+    def joined(cls, header: str, *parts: Col | Metric, sep: str = " / ") -> Col:
+        """A column whose cell joins the cells of ``parts`` by ``sep``: several metrics
+        of a row in one cell (``"train / held-out"``, ``"first → last"``).
+
+        Args:
+            header: the column's header.
+            parts: the columns joined (their headers are not shown), or metrics of the
+                row's run at the row's coordinates.
+            sep: what goes between two of their cells.
+
+        Example:
+            >>> from odebench.experiments import Metric
+            >>> nfe = Metric("nfe", over=("end",), spec=".0f")
+            >>> first, last = (Col(end, nfe, {"end": end}) for end in ("first", "last"))
+            >>> Col.joined("NFE, first → last", first, last, sep=" → ").header
+            'NFE, first → last'
+        """
+        columns = [p if isinstance(p, Col) else cls("", p) for p in parts]
+        return cls(
+            header, cell=lambda result, row: sep.join(c.render(result, row) for c in columns)
+        )
+
+    @classmethod
+    def per_seed(
+        cls,
+        header: str,
+        value: Callable[[Values, Row], float],
+        spec: str = ".4g",
+        scale: float = 1.0,
+        unit: str = "",
+    ) -> Col:
+        """A column of ``value(values, row)`` computed on each seed's values, shown as
+        ``mean ± std`` over the seeds: a paired per-seed difference or ratio of two
+        metrics of the row, whose spread is that of the pairs, not of two means.
+
+        Args:
+            header: the column's header.
+            value: the number of one seed (NaN where it has none).
+            spec, scale, unit: its format, as a :class:`Metric`'s.
+
+        Example:
+            >>> from odebench.experiments import Metric
+            >>> acc = Metric("acc")
+            >>> col = Col.per_seed("minus the NODE's", lambda v, row: v[acc.of(row.run)]
+            ...                    - v[acc.of("node")], "+.1f", 100, " points")
+            >>> col.header
+            "minus the NODE's"
+        """
+        return cls(
+            header,
+            cell=lambda result, row: Stat.of([value(v, row) for v in result.per_seed()]).cell(
+                spec, scale, unit
+            ),
+        )
+
+    def ref(self, row: Row) -> Ref:
+        """The metric this column shows in ``row``.
+
+        Raises:
+            ValueError: a column without a metric.
+        """
+        if self.metric is None:
+            raise ValueError(f"column {self.header!r} shows no metric.")
+        run = self.run.replace("{run}", row.run) if self.run else row.run
+        return self.metric.of(run, **{**row.at, **self.at})
+
     def render(self, result: Result[Any], row: Row) -> str:
         """The cell of ``row`` in this column: the row's text under the header where it
         has one, else the column's cell, metric or text."""
@@ -82,8 +157,7 @@ class Col:
         if self.cell is not None:
             return self.cell(result, row)
         if self.metric is not None:
-            ref = self.metric.of(self.run or row.run, **{**row.at, **self.at})
-            return result.cell(ref)
+            return result.cell(self.ref(row))
         return row.text.get(self.header, self.text)
 
 

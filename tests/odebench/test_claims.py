@@ -1,0 +1,109 @@
+"""Bound claims: one value against thresholds, strict or inclusive, NaN never holding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from odebench.experiments import Claim, Metric, Values
+
+ACC = Metric("acc", spec=".1f", scale=100, unit="%")
+
+
+def _words(claim: Claim, *values: float | None) -> list[str]:
+    """The verdict of ``claim`` on one seed of each value of the run ``r``."""
+    return [claim.check([Values({"r": {"acc": a}})]).words for a in values]
+
+
+@pytest.mark.parametrize(
+    ("strict", "words"),
+    [(False, ["not held", "held", "held"]), (True, ["not held", "not held", "held"])],
+)
+def test_at_least_includes_its_bound_unless_strict(strict: bool, words: list[str]) -> None:
+    claim = Claim.at_least("k", "t", "", ACC.of("r"), 0.5, strict=strict, kind="paper")
+    assert _words(claim, 0.4999, 0.5, 0.5001) == words
+
+
+@pytest.mark.parametrize(
+    ("strict", "words"),
+    [(False, ["held", "held", "not held"]), (True, ["held", "not held", "not held"])],
+)
+def test_at_most_includes_its_bound_unless_strict(strict: bool, words: list[str]) -> None:
+    claim = Claim.at_most("k", "t", "", ACC.of("r"), 0.5, strict=strict, kind="paper")
+    assert _words(claim, 0.4999, 0.5, 0.5001) == words
+
+
+@pytest.mark.parametrize(
+    ("strict", "words"),
+    [
+        (False, ["not held", "held", "held", "held", "not held"]),
+        (True, ["not held", "not held", "held", "not held", "not held"]),
+    ],
+)
+def test_between_includes_both_bounds_unless_strict(strict: bool, words: list[str]) -> None:
+    claim = Claim.between("k", "t", "", ACC.of("r"), 0.35, 0.65, strict=strict, kind="paper")
+    assert _words(claim, 0.3, 0.35, 0.5, 0.65, 0.7) == words
+
+
+@pytest.mark.parametrize("missing", [None, math.nan, math.inf])
+def test_a_missing_value_never_holds(missing: float | None) -> None:
+    """A bound of minus infinity holds for every number, and still not for a missing one."""
+    claims = [
+        Claim.at_least("k", "t", "", ACC.of("r"), -math.inf, kind="check"),
+        Claim.at_most("k", "t", "", lambda v: v[ACC.of("r")], math.inf, kind="check"),
+        Claim.between("k", "t", "", ACC.of("r"), -math.inf, math.inf, kind="check"),
+    ]
+    for claim in claims:
+        assert _words(claim, 0.5, missing) == ["passed", "failed"]
+
+
+def test_a_bound_reads_a_function_of_the_values_as_ours() -> None:
+    """``ours`` is the value tested, a ratio here, in the format given."""
+    ratio = Claim.at_most("k", "t", 0.5, lambda v: v[ACC.of("a")] / v[ACC.of("b")], 0.6,
+                          spec=".2f", unit="×", kind="paper")  # fmt: skip
+    seeds = [Values({"a": {"acc": a}, "b": {"acc": 0.8}}) for a in (0.4, 0.48)]
+    verdict = ratio.check(seeds)
+    assert verdict.ours.values == pytest.approx((0.5, 0.6))
+    assert verdict.ours.cell(*ratio.format) == "0.55 ± 0.07×"
+    assert (verdict.published, verdict.status) == ("0.50×", "held")
+
+
+def test_a_bound_on_a_metric_takes_its_format_unless_given() -> None:
+    seed = [Values({"r": {"acc": 0.25}})]
+    own = Claim.at_least("k", "t", 0.5, ACC.of("r"), 0.2, kind="paper")
+    assert own.format == (".1f", 100, "%")
+    assert (own.check(seed).ours.cell(*own.format), own.check(seed).published) == ("25.0%", "50.0%")
+    given = Claim.at_least("k", "t", 0.5, ACC.of("r"), 0.2, spec=".3f", kind="paper")
+    assert given.format == (".3f", 100, "%")
+    assert Claim.at_least("k", "t", "", lambda v: 0.0, 0.0, kind="paper").format == (".3g", 1.0, "")
+
+
+def test_a_timing_bound_is_not_judged_on_a_contended_machine() -> None:
+    claim = Claim.at_least("k", "t", "", ACC.of("r"), 0.9, strict=True, timing=True, kind="paper")
+    seeds = [Values({"r": {"acc": 0.95}})]
+    assert claim.check(seeds).status == "held"
+    assert claim.check(seeds, contended=True).status == "contended"
+
+
+def test_bad_bounds_are_clear() -> None:
+    with pytest.raises(ValueError, match=r"Claim.between 'k': the lower bound 0.7 is above"):
+        Claim.between("k", "t", "", ACC.of("r"), 0.7, 0.3, kind="paper")
+    with pytest.raises(ValueError, match=r"Claim.at_least 'k': a bound must be a number, got NaN"):
+        Claim.at_least("k", "t", "", ACC.of("r"), math.nan, kind="paper")
+    with pytest.raises(ValueError, match=r"Claim.ratio 'k': a bound must be a number"):
+        Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), below=math.nan, kind="paper")
+
+
+def test_a_difference_and_a_ratio_exclude_their_bounds() -> None:
+    """They keep their strict bounds: a difference of exactly 0 is not above 0."""
+    seeds = [Values({"a": {"acc": 0.5}, "b": {"acc": 0.5}})]
+    diff = Claim.difference("k", "t", "", ACC.of("a"), ACC.of("b"), above=0.0, kind="paper")
+    ratio = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), below=1.0, kind="paper")
+    assert diff.check(seeds).status == ratio.check(seeds).status == "not held"
+
+
+def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
+    claim = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
+    claim.check_runs(["ghost"])
+    with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
+        claim.check_runs(["r"])

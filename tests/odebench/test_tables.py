@@ -1,0 +1,78 @@
+"""Declared table columns: metrics of the row's run or of a run named after it, joined
+cells, and per-seed values paired within each seed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from odebench.experiments import (
+    Col,
+    Metric,
+    Result,
+    Row,
+    RunOptions,
+    Settings,
+    Setup,
+    Stat,
+    Table,
+    Values,
+)
+
+MSE = Metric("mse", spec=".2f")
+NFE = Metric("nfe", over=("end",), spec=".0f")
+
+
+def _result(metrics: dict[str, dict[str, list[float | None]]]) -> Result[Settings]:
+    """A finished experiment over two seeds with these per-seed values."""
+    setup = Setup("t", "quick", Settings(seeds=2), RunOptions(Path("out")), (0, 1), print)
+    stats = {run: {m: Stat.of(v) for m, v in ms.items()} for run, ms in metrics.items()}
+    return Result(setup, "", "", 0.0, stats, {}, ())
+
+
+RESULT = _result({
+    "2d": {"nfe@first": [20.0, 22.0], "nfe@last": [30.0, 34.0]},
+    "2d/node": {"mse": [0.5, 0.3]},
+    "2d/resnet": {"mse": [1.0, 0.3]},
+})  # fmt: skip
+
+
+def test_a_column_names_its_run_after_the_rows() -> None:
+    table = Table("task", [Row("2-D", "2d")], [
+        Col("NODE", MSE, run="{run}/node"), Col("ResNet", MSE, run="{run}/resnet"),
+        Col("fixed", MSE, run="2d/node"),
+    ])  # fmt: skip
+    assert table.render(RESULT)[1] == ["2-D", "0.40 ± 0.14", "0.65 ± 0.49", "0.40 ± 0.14"]
+
+
+def test_a_column_without_a_metric_has_no_ref() -> None:
+    with pytest.raises(ValueError, match="column 'paper' shows no metric"):
+        Col("paper").ref(Row("2-D", "2d"))
+
+
+def test_a_joined_column_joins_its_parts_cells() -> None:
+    first, last = (Col("", NFE, {"end": end}) for end in ("first", "last"))
+    col = Col.joined("NFE first → last", first, last, sep=" → ")
+    assert col.render(RESULT, Row("2-D", "2d")) == "21 ± 1 → 32 ± 3"
+    both = Col.joined(
+        "NODE / ResNet", Col("", MSE, run="{run}/node"), Col("", MSE, run="{run}/resnet")
+    )
+    assert both.render(RESULT, Row("2-D", "2d")) == "0.40 ± 0.14 / 0.65 ± 0.49"
+    bare = Col.joined("MSE", MSE)  # a metric: of the row's own run
+    assert bare.render(RESULT, Row("NODE", "2d/node")) == "0.40 ± 0.14"
+    # The row's text under the header still wins.
+    assert col.render(RESULT, Row("2-D", "2d", text={"NFE first → last": "–"})) == "–"
+
+
+def test_a_per_seed_column_pairs_the_values_of_each_seed() -> None:
+    """The ratios 0.5 and 1 of the seeds: their mean and spread, not the ratio of the
+    means (0.62)."""
+
+    def ratio(v: Values, row: Row) -> float:
+        return v[MSE.of(f"{row.run}/node")] / v[MSE.of(f"{row.run}/resnet")]
+
+    col = Col.per_seed("NODE / ResNet", ratio, ".3f", unit="×")
+    assert col.render(RESULT, Row("2-D", "2d")) == "0.750 ± 0.354×"
+    nan = Col.per_seed("none", lambda v, row: math.nan)
+    assert nan.render(RESULT, Row("2-D", "2d")) == "–"
