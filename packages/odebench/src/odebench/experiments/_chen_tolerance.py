@@ -183,9 +183,6 @@ def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
     def at(v: Values, metric: Metric, tol: float) -> float:
         return v[metric.of(sweep, tol=tol)]
 
-    def ratio(v: Values) -> float:
-        return v[RATIO.of("softplus")]
-
     return [
         (Claim("nfe_grows_as_tolerance_tightens",
                "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
@@ -205,17 +202,17 @@ def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
                ours=lambda v: at(v, SWEEP_ERROR, tight) - at(v, SWEEP_ERROR, loose),
                holds=lambda v: at(v, SWEEP_ERROR, tight) <= at(v, SWEEP_ERROR, loose),
                spec="+.2f", scale=100, unit=" points", kind="paper"), sweep_off),
-        (Claim("time_proportional_to_nfe", "forward time is proportional to NFE (Fig. 3b)",
-               "proportional; slope not published", ours=lambda v: v[r],
-               holds=lambda v: v[r] > 0.9, kind="paper", timing=True), sweep_off),
-        (Claim("softplus_ratio_roughly_half",
-               "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
-               ours=ratio, holds=lambda v: 0.35 <= ratio(v) <= 0.65, spec=".2f", kind="paper"),
+        (Claim.at_least("time_proportional_to_nfe",
+                        "forward time is proportional to NFE (Fig. 3b)",
+                        "proportional; slope not published", r, 0.9, strict=True, spec=".3g",
+                        kind="paper", timing=True), sweep_off),
+        (Claim.between("softplus_ratio_roughly_half",
+                       "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
+                       RATIO.of("softplus"), 0.35, 0.65, kind="paper"), ratios_off[1:]),
+        (Claim.between("softplus_ratio_near_corrected",
+                       "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
+                       "about 0.8 (0.78-0.86)", RATIO.of("softplus"), 0.7, 0.95, kind="paper"),
          ratios_off[1:]),
-        (Claim("softplus_ratio_near_corrected",
-               "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
-               "about 0.8 (0.78-0.86)", ours=ratio, holds=lambda v: 0.7 <= ratio(v) <= 0.95,
-               spec=".2f", kind="paper"), ratios_off[1:]),
         (Claim.difference("relu_ratio_above_softplus",
                           "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
                           "not published (smooth fields only)", RATIO.of("relu"),
@@ -292,12 +289,8 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
     ]
 
     def first_last(way: str) -> Col:
-        return Col(
-            f"{way} NFE, first / last epoch",
-            cell=lambda result, row: " / ".join(
-                result.cell(TRAINING_NFE.of(row.run, way=way, end=end)) for end in ("first", "last")
-            ),
-        )
+        ends = (Col("", TRAINING_NFE, {"way": way, "end": end}) for end in ("first", "last"))
+        return Col.joined(f"{way} NFE, first / last epoch", *ends)
 
     def seeds_off(result: Result[Any], row: Row) -> str:
         off = result.stat(SWEEP_OFF.of(row.run, **row.at))
