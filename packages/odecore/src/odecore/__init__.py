@@ -44,6 +44,7 @@ from ._implicit import (
 )
 from ._newton import Newton
 from ._odeint import odeint, odeint_adjoint, odeint_dense, odeint_event
+from ._rosenbrock import RODAS4_TABLEAU, Rodas4, RosenbrockTableau
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
     RK4,
@@ -71,6 +72,7 @@ from ._spec import (
     GRADIENTS,
     IMPLICIT_METHODS,
     IMPLICIT_OPTIONS,
+    ROSENBROCK_METHODS,
     OdeSpec,
 )
 from ._tableau import (
@@ -113,6 +115,8 @@ __all__ = [
     "RK4",
     "RK4_38_TABLEAU",
     "RK4_TABLEAU",
+    "RODAS4_TABLEAU",
+    "ROSENBROCK_METHODS",
     "SDIRK2",
     "TRBDF2",
     "TSIT5_TABLEAU",
@@ -154,6 +158,8 @@ __all__ = [
     "RadauIIA3",
     "RadauIIA5",
     "Ralston",
+    "Rodas4",
+    "RosenbrockTableau",
     "SaveAt",
     "Solution",
     "SolverError",

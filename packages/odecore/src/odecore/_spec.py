@@ -34,6 +34,7 @@ from ._implicit import (
     RadauIIA5,
     Trapezoid,
 )
+from ._rosenbrock import Rodas4
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -92,6 +93,11 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
     "kvaerno5": Kvaerno5,
 }
 """Adaptive embedded pairs by name (``kvaerno5``, implicit, for stiff problems)."""
+
+ROSENBROCK_METHODS: dict[str, type[AbstractSolver]] = {"rodas4": Rodas4}
+"""Adaptive Rosenbrock methods by name, for stiff problems: linearly implicit, a
+:class:`~odecore.RosenbrockTableau` rather than a Butcher tableau. They take the
+options of :data:`ADAPTIVE_OPTIONS`."""
 
 GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
     {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint}
@@ -275,9 +281,9 @@ class OdeSpec:
         """The spec of a method by name, with torchdiffeq's tolerances and options.
 
         Args:
-            method: a key of :data:`FIXED_METHODS`, :data:`ADAPTIVE_METHODS` or
-                :data:`IMPLICIT_METHODS`, or ``scipy:<name>`` (one of SciPy's
-                ``solve_ivp`` methods).
+            method: a key of :data:`FIXED_METHODS`, :data:`ADAPTIVE_METHODS`,
+                :data:`ROSENBROCK_METHODS` or :data:`IMPLICIT_METHODS`, or
+                ``scipy:<name>`` (one of SciPy's ``solve_ivp`` methods).
             rtol: relative tolerance of adaptive methods.
             atol: absolute tolerance of adaptive methods.
             gradient: a key of :data:`GRADIENTS` or a gradient object.
@@ -448,9 +454,10 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
             f"method here (e.g. 'rk4', 'dopri5'), or `{name}method='{TORCHDIFFEQ_PREFIX}"
             f"{method}'` in odeint_adjoint."
         )
-    cls = FIXED_METHODS.get(method) or ADAPTIVE_METHODS.get(method) or IMPLICIT_METHODS.get(method)
+    registries = (FIXED_METHODS, ADAPTIVE_METHODS, IMPLICIT_METHODS, ROSENBROCK_METHODS)
+    cls = next((r[method] for r in registries if method in r), None)
     if cls is None:
-        known = ", ".join(sorted([*FIXED_METHODS, *ADAPTIVE_METHODS, *IMPLICIT_METHODS]))
+        known = ", ".join(sorted(name for r in registries for name in r))
         scipy = ", ".join(SCIPY_PREFIX + m for m in SCIPY_METHODS)
         raise ConfigurationError(
             f"Unknown `{name}method` {method!r}; known methods: {known}; {scipy} (SciPy's "

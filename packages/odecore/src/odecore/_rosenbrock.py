@@ -1,0 +1,502 @@
+"""Rosenbrock methods: linearly implicit, adaptive, for stiff problems.
+
+A Rosenbrock method replaces the Newton iterations of an implicit Runge-Kutta method
+by one linear solve per stage with the same matrix. In Hairer and Wanner's form
+(Solving ODEs II, IV.7, with the stages transformed so that no product with ``J`` is
+needed), a step from ``(t0, y0)`` of size ``h`` computes ``u_1, ..., u_s`` from
+
+``(I / (gamma h) - J) u_i = f(t0 + alpha_i h, y0 + sum_{j<i} a_ij u_j)
++ gamma_i h f_t + sum_{j<i} (c_ij / h) u_j``,
+
+with ``J = ∂f/∂y (t0, y0)`` and ``f_t = ∂f/∂t (t0, y0)``, and the solution
+``y1 = y0 + sum_j m_j u_j``. The matrix is built and LU-factorised once per step; a
+step costs one Jacobian, one factorisation, ``s`` back-substitutions and ``s - 1``
+evaluations of the field, with no iteration that can fail to converge.
+
+**Jacobians** come from reverse-mode autograd, one vector-Jacobian product per state
+element in one batched backward pass (:func:`odecore._newton.jacobian`; forward
+differences for a field without a graph from the state, such as the adjoint's
+augmented field). With gradients enabled the Jacobian keeps its graph
+(``create_graph``), so that backpropagation differentiates the discrete step
+exactly. A state of more than ``dense_limit`` elements (per sample when
+``independent``) is refused at the start of the solve instead of allocating its
+dense Jacobian: :class:`~odecore.Kvaerno5` solves such states matrix-free.
+
+**The time derivative** ``f_t`` is a one-sided difference in time inside the step,
+of second order: ``(4 f(t0 + d, y0) - 3 f(t0, y0) - f(t0 + 2 d, y0)) / (2 d)`` with
+``d = eps^(1/3) max(|t0|, 1)``, two evaluations per step (an error of about
+``1e-10`` relative in float64). A field whose value at ``t0 + d`` equals that at
+``t0`` (one that does not read the time) gets ``f_t = 0`` after one evaluation.
+Not autograd: the solver sees the time as a float.
+
+**Independent samples** (``independent=True``): the rows of a state
+``(batch, *state)`` are separate systems, so the Jacobian is block diagonal. The
+blocks come from one batched backward pass of ``n`` products (``n`` elements per
+sample) on the batch's sum, and are factorised by a batched LU on ``(batch, n, n)``;
+the dense ``(batch n)²`` matrix is never formed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal, final
+
+import torch
+from torch import Tensor
+
+from ._errors import ConfigurationError, SolverError, Status
+from ._newton import failed_step, jacobian
+from ._solvers import Field, StepResult, _combine, _HermiteDense
+
+# --- the tableau ----------------------------------------------------------------------
+
+
+Rows = tuple[tuple[float, ...], ...]
+
+
+@final
+@dataclass(frozen=True)
+class RosenbrockTableau:
+    """A Rosenbrock method in Hairer and Wanner's transformed form (see the module).
+
+    Attributes:
+        gamma: the diagonal coefficient: the matrix is ``I / (gamma h) - J``.
+        alpha: the stage times as fractions of the step.
+        gammas: ``gamma_i``, the weights of ``h f_t`` in the stages.
+        a: row ``i``: the ``a_ij`` (``j < i``) of the stage states.
+        c: row ``i``: the ``c_ij`` (``j < i``) of the earlier stages in the right side.
+        m: the solution's weights ``y1 = y0 + sum m_j u_j``.
+        m_err: ``m`` minus the embedded solution's weights.
+        dense: the rows ``d_1, d_2`` of the continuous extension's weights on the
+            stages (see :data:`RODAS4_TABLEAU`), or ``None``.
+
+    Raises:
+        ValueError: if ``gamma`` is not positive, the lengths disagree, or a row of
+            ``a`` or ``c`` is not strictly lower.
+
+    Example:
+        >>> import odecore
+        >>> odecore.RODAS4_TABLEAU.stages, odecore.RODAS4_TABLEAU.gamma
+        (6, 0.25)
+    """
+
+    gamma: float
+    alpha: tuple[float, ...]
+    gammas: tuple[float, ...]
+    a: Rows
+    c: Rows
+    m: tuple[float, ...]
+    m_err: tuple[float, ...]
+    dense: Rows | None = None
+
+    def __post_init__(self) -> None:
+        s = len(self.alpha)
+        shapes = (len(self.gammas), len(self.m), len(self.m_err), len(self.a), len(self.c))
+        if not self.gamma > 0 or any(x != s for x in shapes):
+            raise ValueError(f"A Rosenbrock tableau needs gamma > 0 and {s} of everything.")
+        if any(len(r) != i for rows in (self.a, self.c) for i, r in enumerate(rows)):
+            raise ValueError("Rows of `a` and `c` must be strictly lower: row i has i entries.")
+
+    @property
+    def stages(self) -> int:
+        """The number of stages ``s``."""
+        return len(self.alpha)
+
+
+def _rodas4_tableau() -> RosenbrockTableau:
+    """RODAS, order 4(3), from the published decimals; see :data:`RODAS4_TABLEAU`."""
+    a5 = (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.6878860361058950)
+    return RosenbrockTableau(
+        gamma=0.25,
+        alpha=(0.0, 0.386, 0.21, 0.63, 1.0, 1.0),
+        gammas=(0.25, -0.1043, 0.1035, -0.3620000000000023e-01, 0.0, 0.0),
+        a=(
+            (),
+            (1.544,),
+            (0.9466785280815826, 0.2557011698983284),
+            (3.314825187068521, 2.896124015972201, 0.9986419139977817),
+            a5,
+            (*a5, 1.0),
+        ),
+        c=(
+            (),
+            (-5.6688,),
+            (-2.430093356833875, -0.2063599157091915),
+            (-0.1073529058151375, -9.594562251023355, -20.47028614809616),
+            (7.496443313967647, -10.24680431464352, -33.99990352819905, 11.70890893206160),
+            (
+                8.083246795921522,
+                -7.981132988064893,
+                -31.52159432874371,
+                16.31930543123136,
+                -6.058818238834054,
+            ),
+        ),
+        m=(*a5, 1.0, 1.0),
+        m_err=(0.0, 0.0, 0.0, 0.0, 0.0, 1.0),
+        dense=(
+            (
+                10.12623508344586,
+                -7.487995877610167,
+                -34.80091861555747,
+                -7.992771707568823,
+                1.025137723295662,
+                0.0,
+            ),
+            (
+                -0.6762803392801253,
+                6.087714651680015,
+                16.43084320892478,
+                24.76722511418386,
+                -6.594389125716872,
+                0.0,
+            ),
+        ),
+    )
+
+
+RODAS4_TABLEAU = _rodas4_tableau()
+"""Hairer and Wanner's RODAS: a stiffly accurate Rosenbrock method of order 4 with an
+embedded method of order 3, six stages, ``gamma = 1/4``, L-stable, in the transformed
+form of their code ``rodas.f`` (the coefficients as published there). The last two
+stages are at ``t0 + h``; the solution is the sixth stage's state plus ``u_6`` and the
+embedded solution the sixth stage's state, so the error estimate is ``u_6``. The
+continuous extension is of order 3:
+``y(t0 + theta h) = (1 - theta) y0 + theta (y1 + (1 - theta) (d_1 + theta d_2))``
+with ``d_k = sum_j dense[k - 1][j] u_j``."""
+
+
+# --- Jacobians ------------------------------------------------------------------------
+
+
+def _blocks(f: Field, t: float, y: Tensor, graph: bool) -> Tensor | None:
+    """The diagonal blocks ``∂f(y)[b]/∂y[b]``, ``(batch, n, n)``, from one batched
+    backward pass of ``n`` products on the batch's sum; ``None`` for a field without a
+    graph from the state (or a state without rows)."""
+    if y.dim() < 2:
+        return None
+    batch, n = y.shape[0], y[0].numel()
+    with torch.enable_grad():
+        x = y if (graph and y.requires_grad) else y.detach().requires_grad_(True)
+        out = f(t, x)
+        if not out.requires_grad:
+            return None
+        eye = torch.eye(n, dtype=out.dtype, device=out.device)
+        v = eye.unsqueeze(1).expand(n, batch, n).reshape(n, *out.shape)
+        (rows,) = torch.autograd.grad(
+            out, x, v, is_grads_batched=True, create_graph=graph, allow_unused=True
+        )
+    if rows is None:
+        return y.new_zeros(batch, n, n)
+    return rows.reshape(n, batch, n).transpose(0, 1)
+
+
+def _full(f: Field, t: float, y: Tensor, graph: bool) -> Tensor:
+    """``∂f/∂y`` on the flattened state, ``(n, n)``; with its graph when ``graph``."""
+    if not graph:
+        return jacobian(f, t, y)
+    n = y.numel()
+    with torch.enable_grad():
+        x = y if y.requires_grad else y.detach().requires_grad_(True)
+        out = f(t, x)
+        if not out.requires_grad:
+            return jacobian(f, t, y)
+        eye = torch.eye(n, dtype=out.dtype, device=out.device).view(n, *out.shape)
+        try:
+            (rows,) = torch.autograd.grad(
+                out, x, eye, is_grads_batched=True, create_graph=True, allow_unused=True
+            )
+        except RuntimeError:  # an operation without a batching rule: row by row
+            grads = [
+                torch.autograd.grad(out, x, e, create_graph=True, retain_graph=True,
+                                    allow_unused=True)[0]
+                for e in eye
+            ]  # fmt: skip
+            rows = torch.stack([torch.zeros_like(x) if g is None else g for g in grads])
+    if rows is None:
+        return y.new_zeros(n, n)
+    return rows.reshape(n, n)
+
+
+def _coupled(f: Field, t: float, y: Tensor) -> bool:
+    """Whether the first sample's derivative reads another sample's state (one
+    vector-Jacobian product); ``False`` when it cannot be told (no graph)."""
+    if y.dim() < 2 or y.shape[0] < 2:
+        return False
+    with torch.enable_grad():
+        x = y.detach().requires_grad_(True)
+        out = f(t, x)
+        if not out.requires_grad:
+            return False
+        w = torch.zeros_like(out)
+        w[0] = 1.0
+        (g,) = torch.autograd.grad(out, x, w, allow_unused=True)
+    return g is not None and bool((g[1:] != 0).any())
+
+
+# --- the matrix -----------------------------------------------------------------------
+
+
+class _Matrix:
+    """``I / (gamma h) - J``, LU-factorised: dense ``(n, n)`` or per sample ``(B, n, n)``."""
+
+    def __init__(self, jac: Tensor, gh: float) -> None:
+        m = jac.neg()
+        m.diagonal(dim1=-2, dim2=-1).add_(1.0 / gh)
+        self.batched = jac.dim() == 3
+        self.lu, self.pivots, info = torch.linalg.lu_factor_ex(m)  # differentiable
+        self.ok = not bool((info != 0).any())  # a zero pivot
+
+    def solve(self, r: Tensor) -> Tensor:
+        """``M^{-1} r`` for ``r`` shaped like the state."""
+        rhs = r.reshape(r.shape[0], -1, 1) if self.batched else r.reshape(-1, 1)
+        x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs)
+        return x.view_as(r)
+
+
+def _time_derivative(f: Field, t0: float, h: float, y0: Tensor, f0: Tensor) -> Tensor:
+    """``∂f/∂t (t0, y0)`` by a one-sided second-order difference inside the step, with
+    ``d = eps^(1/3) max(|t0|, 1)`` (at most ``h / 2``); exactly zero, after one
+    evaluation, for a field whose value does not change with time."""
+    d = min(torch.finfo(y0.dtype).eps ** (1.0 / 3.0) * max(abs(t0), 1.0), 0.5 * h)
+    f1 = f(t0 + d, y0)
+    if torch.equal(f1, f0):
+        return torch.zeros_like(f0)
+    f2 = f(t0 + 2.0 * d, y0)
+    out: Tensor = (4.0 * f1 - 3.0 * f0 - f2) / (2.0 * d)
+    return out
+
+
+def _singular(t0: float, t1: float, direction: float) -> SolverError:
+    t = direction * t0 + 0.0
+    return SolverError(
+        f"the Rosenbrock matrix I / (gamma h) - J is singular at step size h = "
+        f"{abs(t1 - t0):.6g} (t = {t!r}); a smaller step may avoid it.",
+        status=Status.NEWTON_FAILED,
+        t=t,
+    )
+
+
+# --- the solver -----------------------------------------------------------------------
+
+
+Interpolation = Literal["rosenbrock", "hermite", "cubic"]
+
+
+@dataclass(frozen=True)
+class _AbstractRosenbrock(_HermiteDense):
+    """Generic stepping over a :class:`RosenbrockTableau`; see the module's notes."""
+
+    tableau: ClassVar[RosenbrockTableau]
+    independent: bool = False
+    dense_limit: int = 2048
+    interpolation: Interpolation = "rosenbrock"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.independent, bool):
+            raise ConfigurationError(
+                f"`independent` must be True or False, got {self.independent!r}."
+            )
+        if (
+            isinstance(self.dense_limit, bool)
+            or not isinstance(self.dense_limit, int)
+            or (self.dense_limit < 1)
+        ):
+            raise ConfigurationError(
+                f"`dense_limit` must be a positive integer, got {self.dense_limit!r}."
+            )
+        if self.interpolation not in ("rosenbrock", "hermite", "cubic"):
+            raise ConfigurationError(
+                "`interpolation` must be 'rosenbrock', 'hermite' or 'cubic', got "
+                f"{self.interpolation!r}."
+            )
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def _rows(self, y: Tensor) -> bool:
+        """Whether the Jacobian is taken per sample (independent rows of a batch)."""
+        return self.independent and y.dim() >= 2
+
+    def init(self, f: Field, t0: float, y0: Tensor) -> Tensor:
+        """``f(t0, y0)``, after checking the state's size against ``dense_limit`` and,
+        with ``independent``, that the samples do not interact."""
+        rows = self._rows(y0)
+        n = y0[0].numel() if rows else y0.numel()
+        if n > self.dense_limit:
+            what = "elements per sample" if rows else "elements"
+            raise ConfigurationError(
+                f"{type(self).__name__} forms the Jacobian densely, and the state has {n} "
+                f"{what}, above `dense_limit` = {self.dense_limit} (an ({n}, {n}) matrix "
+                "per step). Use Kvaerno5(), which solves large states matrix-free; pass "
+                "`independent=True` if the rows of the state are independent systems; "
+                "or raise `dense_limit`. Under Adjoint() the backward state holds the "
+                "parameters too: give Adjoint(solver=...) another solver."
+            )
+        if rows and _coupled(f, t0, y0):
+            raise ConfigurationError(
+                f"`independent=True`: the derivative of the first sample of `y0` (shape "
+                f"{tuple(y0.shape)}) depends on the state of other samples, so the "
+                "Jacobian is not block diagonal and the per-sample solve would be wrong. "
+                f"Use {type(self).__name__}() (one dense Jacobian for the whole batch)."
+            )
+        return f(t0, y0)
+
+    def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
+        tab = self.tableau
+        h = t1 - t0
+        graph = torch.is_grad_enabled()
+        jac = _blocks(f, t0, y0, graph) if self._rows(y0) else None
+        if jac is None:
+            jac = _full(f, t0, y0, graph)
+        matrix = _Matrix(jac, tab.gamma * h)
+        if not matrix.ok:
+            why = _singular(t0, t1, getattr(f, "direction", 1.0))
+            return failed_step(y0, why, tab.stages, adaptive=True)
+        ft = _time_derivative(f, t0, h, y0, f0)
+        us: list[Tensor] = []
+        for i in range(tab.stages):
+            if i == 0:
+                fi = f0
+            else:
+                ti = t1 if tab.alpha[i] == 1.0 else t0 + tab.alpha[i] * h
+                fi = f(ti, _combine(y0, 1.0, tab.a[i], us))
+            rhs = _combine(fi, 1.0 / h, tab.c[i], us)
+            if tab.gammas[i] != 0.0:
+                rhs = rhs + (tab.gammas[i] * h) * ft
+            us.append(matrix.solve(rhs))
+        y1 = _combine(y0, 1.0, tab.m, us)
+        with torch.no_grad():
+            y_err = _combine(None, 1.0, tab.m_err, [u.detach() for u in us])
+        return StepResult(y1=y1, y_err=y_err, ks=tuple(us), f1=None)
+
+    def _own(self) -> bool:
+        return self.interpolation == "rosenbrock" and self.tableau.dense is not None
+
+    def _dense_terms(self, y0: Tensor, step: StepResult) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        assert self.tableau.dense is not None  # by _own
+        d1, d2 = (_combine(None, 1.0, row, step.ks) for row in self.tableau.dense)
+        return y0, step.y1, d1, d2
+
+    def interpolate(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+    ) -> list[Tensor]:
+        if not self._own():
+            return super().interpolate(f, t0, t1, y0, f0, step, ts)
+        read = self.reader(f, t0, t1, y0, f0, step)
+        return [read(t) for t in ts]
+
+    def reader(
+        self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
+    ) -> Callable[[float], Tensor]:
+        if not self._own():
+            return super().reader(f, t0, t1, y0, f0, step)
+        a, b, d1, d2 = self._dense_terms(y0, step)
+        h = t1 - t0
+
+        def read(t: float) -> Tensor:
+            if t == t1:
+                return step.y1
+            s = (t - t0) / h
+            return a * (1.0 - s) + (b + (d1 + d2 * s) * (1.0 - s)) * s
+
+        return read
+
+    def slopes(
+        self,
+        f: Field,
+        t0: float,
+        t1: float,
+        y0: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        ts: Sequence[float],
+        ys: Sequence[Tensor],
+    ) -> list[Tensor]:
+        """The exact time derivative of :meth:`interpolate`'s interpolant at ``ts``."""
+        if not self._own():
+            return super().slopes(f, t0, t1, y0, f0, step, ts, ys)
+        a, b, d1, d2 = self._dense_terms(y0, step)
+        h = t1 - t0
+        out = []
+        for t in ts:
+            s = (t - t0) / h
+            # d/ds of (1 - s) a + s b + s (1 - s) d1 + s^2 (1 - s) d2
+            out.append((b - a + d1 * (1.0 - 2.0 * s) + d2 * (2.0 * s - 3.0 * s * s)) / h)
+        return out
+
+
+@final
+@dataclass(frozen=True)
+class Rodas4(_AbstractRosenbrock):
+    """Hairer and Wanner's RODAS: a Rosenbrock method of order 4 for stiff problems.
+
+    Six stages, an embedded third-order estimate, L-stable and stiffly accurate. A step
+    takes one Jacobian (autograd), one LU factorisation and six back-substitutions,
+    and evaluates the field six or seven times: five stages, and one or two for the
+    difference in time that gives ``∂f/∂t`` (one when the field does not read the
+    time). There are no Newton iterations, so no step fails to converge. A step whose
+    matrix ``I / (gamma h) - J`` is singular is rejected and retried smaller
+    (``Status.NEWTON_FAILED`` if it cannot be). The solution is accurate only as far
+    as the Jacobian is: it is exact from autograd, and a forward difference for a
+    field that computes without autograd.
+
+    Gradients: by backpropagation through the steps (the Jacobian keeps its graph,
+    so a step differentiates exactly, and costs a second-order backward pass), by
+    :class:`~odecore.Checkpoint`, or by :class:`~odecore.Adjoint`, whose backward
+    solve takes the adjoint system's Jacobian by forward differences. On stiff
+    problems pass ``Adjoint(state="interpolated")``: the default for this solver is
+    ``"backsolve"``, which integrates the stiff state backward.
+
+    Args:
+        independent: the rows of a state ``(batch, *state)`` are independent
+            systems: the Jacobian is taken and factorised per sample, ``(batch, n,
+            n)`` with one batched backward pass and a batched LU, never the dense
+            ``(batch n)²`` matrix. The solve checks once, at its start, that the
+            first sample's derivative reads no other sample's state, and refuses a
+            coupled batch. A one-dimensional state (the adjoint's backward system)
+            is solved densely.
+        dense_limit: the most state elements (per sample with ``independent``) for
+            which the dense Jacobian is formed; above it the solve is refused at its
+            start with a message naming the alternatives.
+        interpolation: output between step ends. ``"rosenbrock"`` (default): the
+            method's continuous extension, of order 3, free; ``"hermite"``: the
+            Hermite interpolant through the ends and a sub-step to the middle (order
+            5, one extra step for each step that holds output times); ``"cubic"``:
+            the cubic Hermite interpolant of the ends.
+
+    Raises:
+        ConfigurationError: for an option of the wrong kind; at the start of a solve,
+            for a state above ``dense_limit`` or a coupled batch with
+            ``independent=True``.
+
+    Example:
+        >>> import torch, odecore
+        >>> def robertson(t, y):
+        ...     a, b, c = y.unbind(-1)
+        ...     return torch.stack([-0.04 * a + 1e4 * b * c,
+        ...                         0.04 * a - 1e4 * b * c - 3e7 * b**2,
+        ...                         3e7 * b**2], dim=-1)
+        >>> y0 = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+        >>> sol = odecore.solve(robertson, y0, t0=0.0, t1=40.0, solver=odecore.Rodas4(),
+        ...                     controller=odecore.PIDController(rtol=1e-6, atol=1e-10))
+        >>> sol.status, sol.stats.n_accepted < 200
+        (<Status.SUCCESS: 0>, True)
+
+    References:
+        E. Hairer, G. Wanner, Solving Ordinary Differential Equations II: Stiff and
+        Differential-Algebraic Problems, 2nd ed., Springer 1996, Section VI.7 (and
+        their code ``rodas.f``).
+    """
+
+    tableau = RODAS4_TABLEAU
+    order = 4
