@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pytest
 from odebench.experiments import (
     Col,
     Metric,
@@ -46,9 +45,16 @@ def test_a_column_names_its_run_after_the_rows() -> None:
     assert table.render(RESULT)[1] == ["2-D", "0.40 ± 0.14", "0.65 ± 0.49", "0.40 ± 0.14"]
 
 
-def test_a_column_without_a_metric_has_no_ref() -> None:
-    with pytest.raises(ValueError, match="column 'paper' shows no metric"):
-        Col("paper").ref(Row("2-D", "2d"))
+def test_a_column_says_which_metrics_it_reads() -> None:
+    """What a declaration's test checks against the runs: the run named after the row's,
+    each part of a joined column, nothing where the row has text or the cell is computed."""
+    row = Row("2-D", "2d")
+    assert Col("NODE", MSE, run="{run}/node").refs(row) == [MSE.of("2d/node")]
+    joined = Col.joined("NFE", Col("", NFE, {"end": "last"}), Col("", MSE, run="{run}/resnet"))
+    assert joined.refs(row) == [NFE.of("2d", end="last"), MSE.of("2d/resnet")]
+    assert Col("paper").refs(row) == []
+    assert Col("NODE", MSE).refs(Row("2-D", "2d", text={"NODE": "n/a"})) == []
+    assert Col.per_seed("x", lambda v, row: 0.0).refs(row) == []
 
 
 def test_a_joined_column_joins_its_parts_cells() -> None:

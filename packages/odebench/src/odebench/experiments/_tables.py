@@ -66,13 +66,15 @@ class Col:
             row's run (``"{run}/resnet"``: the ResNet of the row's task).
         text: the cell where the row has no text under ``header``.
         cell: ``cell(result, row) -> str``, for what is neither a metric nor a text
-            (see :meth:`joined` and :meth:`per_seed`).
+            (see :meth:`per_seed`).
+        parts: columns whose cells this one joins by ``sep`` (see :meth:`joined`).
+        sep: what goes between two cells of ``parts``.
 
     Example:
         >>> from odebench.experiments import Metric
         >>> mse = Metric("train_mse")
-        >>> Col("ResNet train MSE", mse, run="{run}/resnet").ref(Row("2-D", "2d"))
-        Ref(run='2d/resnet', metric='train_mse', at=())
+        >>> Col("ResNet train MSE", mse, run="{run}/resnet").refs(Row("2-D", "2d"))
+        [Ref(run='2d/resnet', metric='train_mse', at=())]
     """
 
     header: str
@@ -81,6 +83,8 @@ class Col:
     run: str = ""
     text: str = "–"
     cell: Callable[[Result[Any], Row], str] | None = None
+    parts: Sequence[Col] = ()
+    sep: str = " / "
 
     @classmethod
     def joined(cls, header: str, *parts: Col | Metric, sep: str = " / ") -> Col:
@@ -97,13 +101,12 @@ class Col:
             >>> from odebench.experiments import Metric
             >>> nfe = Metric("nfe", over=("end",), spec=".0f")
             >>> first, last = (Col(end, nfe, {"end": end}) for end in ("first", "last"))
-            >>> Col.joined("NFE, first → last", first, last, sep=" → ").header
-            'NFE, first → last'
+            >>> col = Col.joined("NFE, first → last", first, last, sep=" → ")
+            >>> [ref.key for ref in col.refs(Row("ODE-Net", "odenet"))]
+            ['nfe@first', 'nfe@last']
         """
-        columns = [p if isinstance(p, Col) else cls("", p) for p in parts]
-        return cls(
-            header, cell=lambda result, row: sep.join(c.render(result, row) for c in columns)
-        )
+        columns = tuple(p if isinstance(p, Col) else cls("", p) for p in parts)
+        return cls(header, parts=columns, sep=sep)
 
     @classmethod
     def per_seed(
@@ -138,26 +141,30 @@ class Col:
             ),
         )
 
-    def ref(self, row: Row) -> Ref:
-        """The metric this column shows in ``row``.
-
-        Raises:
-            ValueError: a column without a metric.
-        """
+    def refs(self, row: Row) -> list[Ref]:
+        """The metrics this column reads in ``row`` (none for a text or a ``cell``):
+        what a declaration's test checks against the runs before any training."""
+        if self.header in row.text or self.cell is not None:
+            return []
+        if self.parts:
+            return [ref for part in self.parts for ref in part.refs(row)]
         if self.metric is None:
-            raise ValueError(f"column {self.header!r} shows no metric.")
+            return []
         run = self.run.replace("{run}", row.run) if self.run else row.run
-        return self.metric.of(run, **{**row.at, **self.at})
+        return [self.metric.of(run, **{**row.at, **self.at})]
 
     def render(self, result: Result[Any], row: Row) -> str:
         """The cell of ``row`` in this column: the row's text under the header where it
-        has one, else the column's cell, metric or text."""
+        has one, else the column's cell, its parts' cells joined, its metric or its text."""
         if self.header in row.text:
             return row.text[self.header]
         if self.cell is not None:
             return self.cell(result, row)
+        if self.parts:
+            return self.sep.join(part.render(result, row) for part in self.parts)
         if self.metric is not None:
-            return result.cell(self.ref(row))
+            (ref,) = self.refs(row)
+            return result.cell(ref)
         return row.text.get(self.header, self.text)
 
 
