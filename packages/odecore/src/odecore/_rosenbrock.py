@@ -370,7 +370,8 @@ class _AbstractRosenbrock(_HermiteDense):
         y1 = _combine(y0, 1.0, tab.m, us)
         with torch.no_grad():
             y_err = _combine(None, 1.0, tab.m_err, [u.detach() for u in us])
-        return StepResult(y1=y1, y_err=y_err, ks=tuple(us), f1=None)
+        # f(t1, y1) starts the next step (instead of init, whose checks run once).
+        return StepResult(y1=y1, y_err=y_err, ks=tuple(us), f1=f(t1, y1))
 
     def _own(self) -> bool:
         return self.interpolation == "rosenbrock" and self.tableau.dense is not None
@@ -442,13 +443,14 @@ class Rodas4(_AbstractRosenbrock):
 
     Six stages, an embedded third-order estimate, L-stable and stiffly accurate. A step
     takes one Jacobian (autograd), one LU factorisation and six back-substitutions,
-    and evaluates the field six or seven times: five stages, and one or two for the
-    difference in time that gives ``∂f/∂t`` (one when the field does not read the
-    time). There are no Newton iterations, so no step fails to converge. A step whose
-    matrix ``I / (gamma h) - J`` is singular is rejected and retried smaller
-    (``Status.NEWTON_FAILED`` if it cannot be). The solution is accurate only as far
-    as the Jacobian is: it is exact from autograd, and a forward difference for a
-    field that computes without autograd.
+    and evaluates the field seven or eight times: five stages, the derivative at the
+    step's end (which starts the next step), and one or two for the difference in
+    time that gives ``∂f/∂t`` (one when the field does not read the time); and once
+    more, with a graph, for the Jacobian. There are no Newton iterations, so no step
+    fails to converge. A step whose matrix ``I / (gamma h) - J`` is singular is
+    rejected and retried smaller (``Status.NEWTON_FAILED`` if it cannot be). The
+    solution is accurate only as far as the Jacobian is: it is exact from autograd,
+    and a forward difference for a field that computes without autograd.
 
     Gradients: by backpropagation through the steps (the Jacobian keeps its graph,
     so a step differentiates exactly, and costs a second-order backward pass), by
