@@ -85,6 +85,8 @@ class Lines:
         integer_x: ticks at whole numbers only (epochs, steps).
         invert_x: the x axis decreasing (tolerances from loose to tight).
         ylim: the y axis' limits; a ``None`` is matplotlib's choice.
+        equal: a unit as long on both axes (points of a plane), the limits widened to fill
+            the panel.
     """
 
     title: str
@@ -104,6 +106,7 @@ class Lines:
     integer_x: bool = False
     invert_x: bool = False
     ylim: tuple[float | None, float | None] = (None, None)
+    equal: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,45 @@ def mean_band(
         mean.append((xs[i], sum(finite) / len(finite)))
         band.append((xs[i], min(finite), max(finite)))
     return mean, band
+
+
+def seed_lines(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    runs: Mapping[str, Sequence[Sequence[Mapping[str, Json]]]],
+    key: str,
+    *,
+    styles: Mapping[str, Style] | None = None,
+    x: str | None = None,
+    test: str | None = None,
+    yscale: str = "linear",
+) -> Lines:
+    """A panel of the column ``key`` of runs' rows (a list per seed, by the line's name):
+    a line per run, its mean over the seeds with their band (:func:`mean_band`), against
+    the column ``x`` (``None``: the row's number from 1, the epoch); ``test``: a second
+    column, dashed in the line's colour and without a band, as ``"<name> test"``.
+
+    Example:
+        >>> runs = {"NODE": [[{"loss": 1.0}, {"loss": 0.5}], [{"loss": 3.0}, {"loss": 0.5}]]}
+        >>> panel = seed_lines("", "epoch", "loss", runs, "loss")
+        >>> panel.series["NODE"], panel.bands["NODE"]
+        ([(1, 2.0), (2, 0.5)], [(1, 1.0, 3.0), (2, 0.5, 0.5)])
+    """
+    series: dict[str, list[Point]] = {}
+    bands: dict[str, list[tuple[float, float, float]]] = {}
+    all_styles = dict(styles or {})
+    for name, seeds in runs.items():
+        xs = [_float(row[x]) for row in seeds[0]] if x else None
+        series[name], bands[name] = mean_band([_column(rows, key) for rows in seeds], xs)
+        if test is not None:
+            series[f"{name} test"] = mean_band([_column(rows, test) for rows in seeds], xs)[0]
+            all_styles[f"{name} test"] = Style("--", all_styles.get(name, Style()).color)
+    return Lines(title, xlabel, ylabel, series, all_styles, bands, yscale=yscale)
+
+
+def _column(rows: Sequence[Mapping[str, Json]], key: str) -> list[float | None]:
+    return [None if row[key] is None else _float(row[key]) for row in rows]
 
 
 def curve_panels(rows: Sequence[Mapping[str, Json]], *, loss: str | None = None) -> list[Lines]:
@@ -295,6 +337,8 @@ def _draw_lines(ax: Any, panel: Lines) -> None:
         ax.invert_xaxis()
     if panel.ylim != (None, None):
         ax.set_ylim(*panel.ylim)
+    if panel.equal:
+        ax.set_aspect("equal", adjustable="datalim")
     if panel.series:
         ax.grid(alpha=0.3, which="both" if "log" in panel.xscale + panel.yscale else "major")
         if panel.legend is not None:

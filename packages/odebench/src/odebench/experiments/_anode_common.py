@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._figures import Lines, Point, Style, mean_band
+from .._figures import Lines, Point, Style, seed_lines
 from .._io import JsonObject
 from ..models import ode_layers
 from ..training import Epoch, Task, TrainConfig, default_row
@@ -99,32 +99,28 @@ def curve_panels(
     key: str,
     ylabel: str,
     *,
-    dashed: str | None = None,
-    log: bool = False,
+    test: str | None = None,
+    yscale: str = "linear",
     models: Sequence[str] = MODELS,
     x: str | None = None,
 ) -> list[Lines]:
-    """``key`` per epoch (the mean over the seeds, with a band from the least to the
-    largest), a line per model of ``models``, in a panel per ``(prefix, title)`` of
-    ``groups``: the runs ``<prefix>/<model>``. ``dashed``: a second column, dashed
-    and without a band (the test loss); ``x``: the rows' column on the x axis (default:
-    the row's number from 1, the epoch)."""
+    """``key`` per epoch of the runs ``<prefix>/<model>`` over their seeds
+    (:func:`~odebench._figures.seed_lines`, its ``test`` column dashed), a line per model
+    of ``models``, a panel per ``(prefix, title)`` of ``groups``; ``x``: the rows' column
+    on the x axis (default: the row's number from 1, the epoch)."""
     panels = []
     for prefix, title in groups:
-        series: dict[str, list[Point]] = {}
-        styles, bands = {}, {}
-        for model in models:
-            rows = curves(result, f"{prefix}/{model}")
-            xs = [row[x] for row in rows[0]] if x else None
-            label = LABELS[model]
-            series[label], bands[label] = mean_band([[r[key] for r in c] for c in rows], xs)
-            # markers where they can be told apart
-            styles[label] = Style("o-" if len(series[label]) <= 40 else "-", COLORS[model])
-            if dashed is not None:
-                series[f"{label} test"] = mean_band([[r[dashed] for r in c] for c in rows], xs)[0]
-                styles[f"{label} test"] = Style("--", COLORS[model])
-        yscale = "log" if log else "linear"
-        panels.append(Lines(title, x or "epoch", ylabel, series, styles, bands, yscale=yscale))
+        runs = {LABELS[m]: curves(result, f"{prefix}/{m}") for m in models}
+        styles = {  # markers where they can be told apart
+            LABELS[m]: Style("o-" if len(runs[LABELS[m]][0]) <= 40 else "-", COLORS[m])
+            for m in models
+        }
+        xlabel = x or "epoch"
+        panels.append(
+            seed_lines(
+                title, xlabel, ylabel, runs, key, styles=styles, x=x, test=test, yscale=yscale
+            )
+        )
     return panels
 
 

@@ -357,7 +357,7 @@ def words(result: Result[ResnetSettings]) -> dict[str, object]:
 
 def _loss_panels(result: Result[ResnetSettings]) -> list[Lines]:
     """Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task."""
-    return common.curve_panels(result, TASKS, "train_loss", "training loss (MSE)", log=True,
+    return common.curve_panels(result, TASKS, "train_loss", "training loss (MSE)", yscale="log",
                                models=MODELS, x="iteration")  # fmt: skip
 
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._figures import Lines
-from .._io import pyplot, save_png
+from .._figures import Bars, Lines, Point, Style
 from ..data import Dataset, annuli
 from ..models import build_model
 from ..training import Task, load_model, load_splits
@@ -24,9 +22,10 @@ from ._claims import Claim
 from ._metrics import Metric, Values
 from ._registry import fmt
 from ._result import Result
+from ._run_files import first_model
 from ._runner import register_template
 from ._tables import Col, Row, Table
-from ._template import Figure, Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DIMS = (1, 2)
 """The dimensions of g(x)."""
@@ -249,55 +248,60 @@ def words(result: Result[ToySettings]) -> dict[str, object]:
 
 def _flow_panels(result: Result[ToySettings]) -> list[Lines]:
     """1-D, first seed: the learned maps against g(x), and each model's states over depth."""
-    seed = result.setup.seeds[0]
-    run_dir = result.setup.run_dir
-    flows = {name: common.flow_1d(load_model(run_dir(f"1d/{name}", seed), "cpu")[0])
-             for name in MODELS}  # fmt: skip
-    return common.flow_panels(seed, flows)
+    flows = {name: common.flow_1d(first_model(result.setup, f"1d/{name}")) for name in MODELS}
+    return common.flow_panels(result.setup.seeds[0], flows)
 
 
-def _plot_features_2d(result: Result[ToySettings], path: Path) -> None:
+CLASSES = {"_g = -1": Style(".", "#3b4cc0"), "_g = +1": Style(".", "#b40426")}
+"""The points of each target of g(x) in the 2-D figures: blue and red (out of the legend)."""
+
+
+def _by_target(points: Tensor, targets: Tensor) -> dict[str, list[Point]]:
+    """The ``points`` (their first two coordinates) of each target (-1, +1), as the series
+    of :data:`CLASSES`."""
+    return {name: _points(points[targets == sign]) for name, sign in zip(CLASSES, (-1.0, 1.0))}
+
+
+def _points(points: Tensor) -> list[Point]:
+    return [(float(a), float(b)) for a, b in points[:, :2].tolist()]
+
+
+def _features_panels(result: Result[ToySettings]) -> list[Lines]:
     """2-D: the test inputs and the features at t = 1 of NODE and ANODE, by target."""
-    seed = result.setup.seeds[0]
-    _model, config = load_model(result.setup.run_dir("2d/node", seed), "cpu")
+    _model, config = load_model(result.setup.run_dir("2d/node", result.setup.seeds[0]), "cpu")
     _, test_set = load_splits(config)
     x, y = test_set.inputs[:600], test_set.targets[:600, 0]
-    fig, axes = pyplot().subplots(1, 3, figsize=(13, 4))
-    axes[0].scatter(x[:, 0], x[:, 1], c=y, cmap="coolwarm", s=5)
-    axes[0].set(title="test inputs (blue: g = -1)", xlabel="x1", ylabel="x2")
-    for ax, name in zip(axes[1:], MODELS, strict=True):
-        model, _c = load_model(result.setup.run_dir(f"2d/{name}", seed), "cpu")
-        z = common.trajectory(model, x, [0.0, 1.0])[-1]
-        ax.scatter(z[:, 0], z[:, 1], c=y, cmap="coolwarm", s=5)
-        ax.set(title=f"{common.LABELS[name]} features at t = 1", xlabel="h1", ylabel="h2")
-    for ax in axes:
-        ax.set_aspect("equal", adjustable="datalim")
-        ax.grid(alpha=0.3)
-    save_png(path, fig, dpi=90)
+    views = {"test inputs (blue: g = -1)": ("x1", "x2", x)}
+    for name in MODELS:
+        z = common.trajectory(first_model(result.setup, f"2d/{name}"), x, [0.0, 1.0])[-1]
+        views[f"{common.LABELS[name]} features at t = 1"] = ("h1", "h2", z)
+    return [
+        Lines(title, xlabel, ylabel, _by_target(points, y), CLASSES, legend=None, equal=True)
+        for title, (xlabel, ylabel, points) in views.items()
+    ]
 
 
-def _plot_slice(result: Result[ToySettings], path: Path) -> None:
+def _slice_panels(result: Result[ToySettings]) -> list[Lines | Bars]:
     """The slice left out of training, and train against held-out MSE per model."""
     data, held = _slice_data(result.settings, result.setup.seeds[0])
-    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
-    kept = data.inputs[~held]
-    axes[0].scatter(kept[:, 0], kept[:, 1], c=data.targets[~held, 0], cmap="coolwarm", s=4)
-    axes[0].scatter(
-        data.inputs[held, 0], data.inputs[held, 1], c="k", s=6, label="held out: angle in [0, π/5]"
-    )
-    axes[0].set(title="training points and the held-out slice", xlabel="x1", ylabel="x2")
-    axes[0].set_aspect("equal")
-    axes[0].legend(fontsize=8, loc="lower left")
-    pos = torch.arange(len(MODELS), dtype=torch.float64)
-    for offset, metric, label in ((-0.2, TRAIN_MSE, "train"), (0.2, SLICE_MSE, "held-out slice")):
-        stats = [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
-        means, stds = [st.mean or 0.0 for st in stats], [st.std or 0.0 for st in stats]
-        axes[1].bar(pos + offset, means, width=0.4, yerr=stds, label=label)
-    axes[1].set_xticks(pos.tolist(), [common.LABELS[name] for name in MODELS])
-    axes[1].set(ylabel="MSE", title="train against held-out slice (Fig. 9)")
-    axes[1].legend(fontsize=8)
-    axes[1].grid(alpha=0.3, axis="y")
-    save_png(path, fig, dpi=90)
+    points = _by_target(data.inputs[~held], data.targets[~held, 0])
+    left_out = "held out: angle in [0, π/5]"
+    points[left_out] = _points(data.inputs[held])
+    stats = {
+        label: [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
+        for metric, label in ((TRAIN_MSE, "train"), (SLICE_MSE, "held-out slice"))
+    }
+    styles = {**CLASSES, left_out: Style(".", "k")}
+    return [
+        Lines("training points and the held-out slice", "x1", "x2", points, styles, equal=True),
+        Bars(
+            "train against held-out slice (Fig. 9)",
+            "MSE",
+            [common.LABELS[name] for name in MODELS],
+            {label: [st.mean for st in column] for label, column in stats.items()},
+            errors={label: [st.std or 0.0 for st in column] for label, column in stats.items()},
+        ),
+    ]
 
 
 TEMPLATE = register_template(
@@ -318,7 +322,7 @@ TEMPLATE = register_template(
             Plot(
                 "loss.png",
                 lambda result: common.curve_panels(
-                    result, PANELS, "train_loss", "MSE", dashed="test_loss", log=True
+                    result, PANELS, "train_loss", "MSE", test="test_loss", yscale="log"
                 ),
             ),
             Plot(
@@ -328,8 +332,8 @@ TEMPLATE = register_template(
                 ),
             ),
             Plot("flows_1d.png", _flow_panels),
-            Figure("features_2d.png", _plot_features_2d),
-            Figure("slice.png", _plot_slice),
+            Plot("features_2d.png", _features_panels, size=(13 / 3, 4.0)),
+            Plot("slice.png", _slice_panels, size=(5.0, 4.0)),
         ],
     )
 )

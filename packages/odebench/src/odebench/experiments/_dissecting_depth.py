@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from odelayers import (
 )
 from torch import Tensor, nn
 
-from .._figures import Lines, Point, Style, mean_band
-from .._io import CHECKPOINT, pyplot, save_png
+from .._figures import Lines, Point, Style, seed_lines
+from .._io import pyplot, save_png
 from ..data import annuli, reflection
 from ..training import Task
 from ._claims import Claim, ClaimKind
 from ._metrics import Metric
+from ._run_files import first_model, seed_rows
 from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Plot, Run, Settings, Template
@@ -290,24 +290,15 @@ def words(result: Result[DepthSettings]) -> dict[str, object]:
 
 def _load(result: Result[DepthSettings], task: str, kind: str) -> nn.Module:
     """The model of the first seed, from its run's checkpoint."""
-    with torch.random.fork_rng(devices=[]):
-        model = _model(task, kind, result.settings.tol)
-    weights = result.setup.run_dir(f"{task}/{kind}", result.setup.seeds[0]) / CHECKPOINT
-    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True)["model"])
-    return model
+    build = functools.partial(_model, task, kind, result.settings.tol)
+    return first_model(result.setup, f"{task}/{kind}", build)
 
 
 def _loss_panel(result: Result[DepthSettings], task: str) -> Lines:
     """Loss per Adam step on ``task``: each model's mean over the seeds, and their band."""
-    series, bands = {}, {}
-    for kind in MODELS:
-        dirs = [result.setup.run_dir(f"{task}/{kind}", seed) for seed in result.setup.seeds]
-        rows = [json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in dirs]
-        series[LABELS[kind]], bands[LABELS[kind]] = mean_band(
-            [[r["loss"] for r in run] for run in rows]
-        )
+    runs = {LABELS[kind]: seed_rows(result.setup, f"{task}/{kind}") for kind in MODELS}
     ylabel = "L1 loss" if task == "reflection" else "MSE"
-    return Lines(task, "Adam step", ylabel, series, STYLES, bands, yscale="log")
+    return seed_lines(task, "Adam step", ylabel, runs, "loss", styles=STYLES, yscale="log")
 
 
 def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor]:

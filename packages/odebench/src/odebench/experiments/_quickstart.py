@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +13,12 @@ import torch
 from .._figures import Lines, Point, Style
 from .._io import metric_label
 from ..data import DataError, annuli, download
-from ..training import TOY_SIZES, TrainConfig, download_root, find_data, load_model, search_paths
+from ..training import TOY_SIZES, TrainConfig, download_root, find_data, search_paths
 from ._claims import Claim
 from ._metrics import Metric
 from ._report import Prose
 from ._result import Result
+from ._run_files import first_model, seed_rows
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_run
 from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
@@ -229,12 +229,11 @@ def toy_panels(result: Result[QuickstartSettings]) -> list[Lines]:
     loss: dict[str, list[Point]] = {}
     nfe: dict[str, list[Point]] = {}
     for name, _ in TOY:
-        run_dir = result.setup.run_dir(name, result.setup.seeds[0])
-        model, _config = load_model(run_dir, "cpu")
+        model = first_model(result.setup, name)
         with torch.no_grad():
             learned[name.upper()] = list(zip(x[:, 0].tolist(), model(x)[:, 0].tolist()))
         styles[name.upper()] = Style("-")
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        metrics = seed_rows(result.setup, name)[0]
         loss[name.upper()] = [(m["epoch"], m["train_loss"]) for m in metrics]
         nfe[name.upper()] = [(m["epoch"], m["nfe_forward"]) for m in metrics]
     epochs = [m["epoch"] for m in metrics][:: 1 + len(metrics) // 16]  # whole, at most 16
