@@ -132,6 +132,7 @@ def test_a_huge_step_of_a_very_stiff_decay_stays_bounded():
     assert sol.ys.abs().max() < 1e-5
 
 
+@pytest.mark.slow
 def test_stiff_van_der_pol_agrees_with_a_tight_radau_solve():
     ts = torch.linspace(0.0, 3000.0, 31, dtype=F64)
     with torch.no_grad():
@@ -268,6 +269,7 @@ def test_gradcheck_of_the_discrete_scheme(gradient):
     assert torch.autograd.gradcheck(_discrete(gradient), _inputs(), eps=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "gradient", [odecore.Adjoint(), odecore.Adjoint(state="interpolated")],
     ids=["adjoint", "adjoint-interpolated"],

@@ -38,6 +38,7 @@ the dense ``(batch n)²`` matrix is never formed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, final
@@ -47,7 +48,7 @@ from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
 from ._newton import failed_step, jacobian
-from ._solvers import Field, StepResult, _combine, _HermiteDense
+from ._solvers import Field, StepResult, _combine_terms, _HermiteDense, _Sum, _sum_of
 
 # --- the tableau ----------------------------------------------------------------------
 
@@ -255,14 +256,14 @@ class _Matrix:
         return x.view_as(r)
 
 
-def _time_derivative(f: Field, t0: float, h: float, y0: Tensor, f0: Tensor) -> Tensor:
+def _time_derivative(f: Field, t0: float, h: float, y0: Tensor, f0: Tensor) -> Tensor | None:
     """``∂f/∂t (t0, y0)`` by a one-sided second-order difference inside the step, with
-    ``d = eps^(1/3) max(|t0|, 1)`` (at most ``h / 2``); exactly zero, after one
+    ``d = eps^(1/3) max(|t0|, 1)`` (at most ``h / 2``); ``None`` (zero), after one
     evaluation, for a field whose value does not change with time."""
     d = min(torch.finfo(y0.dtype).eps ** (1.0 / 3.0) * max(abs(t0), 1.0), 0.5 * h)
     f1 = f(t0 + d, y0)
     if torch.equal(f1, f0):
-        return torch.zeros_like(f0)
+        return None
     f2 = f(t0 + 2.0 * d, y0)
     out: Tensor = (4.0 * f1 - 3.0 * f0 - f2) / (2.0 * d)
     return out
@@ -279,6 +280,18 @@ def _singular(t0: float, t1: float, direction: float) -> SolverError:
 
 
 # --- the solver -----------------------------------------------------------------------
+
+
+@functools.cache
+def _sum(weights: tuple[float, ...]) -> _Sum | None:
+    return _sum_of(weights)
+
+
+def _combine(
+    y0: Tensor | None, h: float, weights: tuple[float, ...], us: Sequence[Tensor]
+) -> Tensor:
+    """``y0 + h * sum_i w_i u_i``, the layout of the sum made once per row of weights."""
+    return _combine_terms(y0, h, _sum(weights), us)
 
 
 Interpolation = Literal["rosenbrock", "hermite", "cubic"]
@@ -364,7 +377,7 @@ class _AbstractRosenbrock(_HermiteDense):
                 ti = t1 if tab.alpha[i] == 1.0 else t0 + tab.alpha[i] * h
                 fi = f(ti, _combine(y0, 1.0, tab.a[i], us))
             rhs = _combine(fi, 1.0 / h, tab.c[i], us)
-            if tab.gammas[i] != 0.0:
+            if ft is not None and tab.gammas[i] != 0.0:
                 rhs = rhs + (tab.gammas[i] * h) * ft
             us.append(matrix.solve(rhs))
         y1 = _combine(y0, 1.0, tab.m, us)
