@@ -110,7 +110,8 @@ def test_cifar_with_files_is_kept(tmp_path: Path) -> None:
 def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Path) -> None:
     """Parameter counts follow from the architecture, the same on every seed: checks."""
     setup = Setup("anode-images", "standard", anode_images.TEMPLATE.settings_for("standard"),
-                  RunOptions(out=tmp_path, data_dir=str(tmp_path)), (0, 1, 2), print)  # fmt: skip
+                  RunOptions(out=tmp_path, data_dir=str(tmp_path)), (0, 1, 2), print,
+                  trained=("mnist/node", "mnist/anode"))  # fmt: skip
     standard = anode_images.TEMPLATE.claims(setup)
     assert [c.key for c in standard] == [c.key for c in anode_images.dataset_claims("mnist")]
     for dataset in anode_images.DATASETS:

@@ -11,7 +11,7 @@ from .._figures import Bars, Lines, Style
 from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
-from ._images import available_datasets, data_name, mode_note
+from ._images import available_datasets, data_name, mode_note, trained_datasets
 from ._metrics import Metric, Values
 from ._registry import fmt
 from ._report import Prose
@@ -71,16 +71,10 @@ MODES = {
 }  # fmt: skip
 
 
-def _datasets(
-    setup: Setup[TrainingSettings], log: bool = False
-) -> tuple[list[str], dict[str, str]]:
-    """The data sets found and why the others are skipped (logged when ``log``)."""
-    return available_datasets(DATASETS, setup.options, setup.log if log else lambda _: None)
-
-
 def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
     """Both models on every data set found (a skipped one is logged once)."""
-    found, _ = _datasets(setup, log=seed == setup.seeds[0])
+    log = setup.log if seed == setup.seeds[0] else lambda _: None
+    found, _ = available_datasets(DATASETS, setup.options, log)
     return [
         Run(f"{dataset}/{model}", config=common.train_config(setup.settings, model, dataset, seed))
         for dataset in found
@@ -190,8 +184,8 @@ def dataset_claims(dataset: str, test_images: int | None = None) -> list[Claim]:
 
 
 def claims(setup: Setup[TrainingSettings]) -> list[Claim]:
-    """The claims of every data set found."""
-    return [c for d in _datasets(setup)[0] for c in dataset_claims(d, setup.settings.test_size)]
+    """The claims of every data set trained on."""
+    return [c for d in _trained(setup) for c in dataset_claims(d, setup.settings.test_size)]
 
 
 def _part(name: str, **fields: object) -> str:
@@ -225,7 +219,7 @@ def _means(*metrics: Metric) -> Callable[[Result[TrainingSettings], Row], str]:
 
 
 def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
-    """Table 1 of each data set found, ours beside the paper's."""
+    """Table 1 of each data set trained on, ours beside the paper's."""
     columns = [
         Col(f"test accuracy (ours, {len(setup.seeds)} seeds)", TEST_ACC),
         Col("test accuracy (paper)"), Col("parameters (ours)", cell=_means(PARAMETERS)),
@@ -239,7 +233,7 @@ def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
                                "parameters (paper)": f"{p['params'] / 1e3:.0f}k"}
             for m, p in PUBLISHED[dataset].items()
         })
-        for dataset in _datasets(setup)[0]
+        for dataset in _trained(setup)
     }  # fmt: skip
 
 
@@ -249,7 +243,7 @@ def words(result: Result[TrainingSettings]) -> dict[str, object]:
     found = tables(setup)
     sections = [_part("found", label=data_name(d), table=t.markdown(result))
                 for d, t in found.items()]  # fmt: skip
-    for dataset, reason in _datasets(setup)[1].items():
+    for dataset, reason in trained_datasets(DATASETS, setup)[1].items():
         node, anode = PUBLISHED[dataset]["node"], PUBLISHED[dataset]["anode"]
         sections.append(_part(
             "skipped", label=data_name(dataset), reason=f"{reason[0].upper()}{reason[1:]}",
@@ -280,7 +274,7 @@ def _mode_note(mode: str, s: TrainingSettings) -> str:
 
 def _accuracy_params(result: Result[TrainingSettings]) -> list[Bars]:
     """Bars: test accuracy per data set and parameters, ours against the paper's."""
-    groups = [(d, m) for d in _trained(result) for m in MODELS]
+    groups = [(d, m) for d in _trained(result.setup) for m in MODELS]
     names = [f"{data_name(d)}\n{LABELS[m]}" for d, m in groups]
     panels = []
     for metric, paper_key, scale, title, ylabel in (
@@ -300,7 +294,7 @@ def _accuracy_params(result: Result[TrainingSettings]) -> list[Bars]:
 def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
     """Fig. 10: training loss against forward NFE per batch, each seed a line."""
     panels = []
-    for dataset in _trained(result):
+    for dataset in _trained(result.setup):
         series, styles = {}, {}
         for model in MODELS:
             for k, curve in enumerate(common.curves(result, f"{dataset}/{model}")):
@@ -312,9 +306,9 @@ def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
     return panels
 
 
-def _trained(result: Result[TrainingSettings]) -> list[str]:
+def _trained(setup: Setup[TrainingSettings]) -> list[str]:
     """The data sets the runs trained on."""
-    return [d for d in DATASETS if f"{d}/node" in result.metrics]
+    return trained_datasets(DATASETS, setup)[0]
 
 
 TEMPLATE = register_template(
@@ -328,7 +322,7 @@ TEMPLATE = register_template(
         words=words, figures=[
             Plot("accuracy_params.png", _accuracy_params),
             Plot("nfe.png", lambda result: common.curve_panels(
-                result, [(d, data_name(d)) for d in _trained(result)], "nfe_forward",
+                result, [(d, data_name(d)) for d in _trained(result.setup)], "nfe_forward",
                 "forward NFE per batch",
             )),
             Plot("loss_nfe.png", _loss_nfe),

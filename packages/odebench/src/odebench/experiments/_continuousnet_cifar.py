@@ -84,17 +84,11 @@ PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
 TEXT = "continuousnet-cifar.md"
 
 
-def _found(setup: Setup[common.RefineSettings]) -> list[common.Net]:
-    """The nets whose data set is found (all in quick mode)."""
-    gone = common.missing(setup.settings.nets, setup.options.data_dir)
-    return [net for net in setup.settings.nets if net.dataset not in gone]
-
-
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
     """Per pair trained (its data set found): the refined model reaches its depth, its
     shallow epochs are cheaper, and its recalibrated accuracy is at most the tolerance
     below the Euler model's."""
-    nets = {net.key: net for net in _found(setup)}
+    nets = {net.key: net for net in common.ran(setup)}
     tol = setup.settings.acc_tolerance
     return [c for e, r in PAIRS if r in nets for c in _claims(nets[e], nets[r], tol)]
 
@@ -129,9 +123,9 @@ def _claims(euler: common.Net, rk4: common.Net, tol: float) -> list[Claim]:
 
 
 def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
-    """Table 1 (accuracy, parameters) and Fig. 7 (training time) of the nets whose data
-    set is found, ours beside the paper's."""
-    nets = {net.key: net.label for net in _found(setup)}
+    """Table 1 (accuracy, parameters) and Fig. 7 (training time) of the nets trained,
+    ours beside the paper's."""
+    nets = {net.key: net.label for net in common.ran(setup)}
     table1 = by_run("model", nets, [
         Col("data", cell=lambda result, row: data_name(result.details(row.run)["dataset"])),
         Col("scheme, N_t = M", cell=_depth),
@@ -180,7 +174,7 @@ def words(result: Result[common.RefineSettings]) -> dict[str, str]:
     trained, the text's part ``trained`` (Table 1 and Fig. 7, ours beside the paper's)
     with :func:`~odebench.experiments._contnet_common.words` and the epochs of the
     CIFAR-100 nets, where they trained."""
-    s, prose, trained = result.settings, Prose.of(TEXT), common.ran(result)
+    s, prose, trained = result.settings, Prose.of(TEXT), common.ran(result.setup)
     absent: dict[str, list[str]] = {}
     for net in s.nets:
         why = result.details(net.key).get("not_run")

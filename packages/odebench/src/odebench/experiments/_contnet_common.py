@@ -216,7 +216,7 @@ def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
 
 def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
     """A :func:`train_run` per net whose data set is found; the others are runs that
-    train nothing, which :func:`measure_refined` reports as not run."""
+    train nothing (:attr:`Run.skipped`), which the report lists as not run."""
     gone = missing(setup.settings.nets, setup.options.data_dir)
     return [
         Run(net.key, skipped=not_run(net.dataset))
@@ -226,9 +226,9 @@ def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
     ]
 
 
-def ran(result: Result[N]) -> list[Net]:
-    """The nets of ``result`` that were trained."""
-    return [net for net in result.settings.nets if "not_run" not in result.details(net.key)]
+def ran(setup: Setup[N]) -> list[Net]:
+    """The nets of ``setup`` that were trained (:attr:`Setup.trained`)."""
+    return [net for net in setup.settings.nets if net.key in setup.trained]
 
 
 @dataclass(frozen=True)
@@ -289,14 +289,10 @@ RUN_WALL_SECONDS = Metric("run_wall_seconds", spec=".2f", scale=1 / 60, unit=" m
 def measure_refined(
     setup: Setup[N], trained: Trained, restored: Restored | None = None
 ) -> Measurement:
-    """The metrics above of a run (none for a run that trained nothing, whose details
-    say why) and its details: the data set and :data:`EPOCH_ROW`. ``restored``: the
-    run's :func:`restore` where the caller has it already. ``run_wall_seconds`` is
-    missing under ``--resume``, where :func:`odebench.training.train` knows only its
-    last stretch's."""
-    if trained.run.skipped is not None:
-        net = next(n for n in setup.settings.nets if n.key == trained.run.name)
-        return Measurement({}, {"dataset": net.dataset, "not_run": trained.run.skipped})
+    """The metrics above of a run and its details: the data set and :data:`EPOCH_ROW`.
+    ``restored``: the run's :func:`restore` where the caller has it already.
+    ``run_wall_seconds`` is missing under ``--resume``, where
+    :func:`odebench.training.train` knows only its last stretch's."""
     r = restored or restore(setup, trained)
     result, rows = trained.result, trained.history
     seconds = [row["epoch_seconds"] for row in rows]
@@ -326,7 +322,7 @@ def words(result: Result[N]) -> dict[str, str]:
     """The fields the three texts share: ``data``, ``sizes``, ``training`` and
     ``quick_note`` (a paragraph of its own in quick mode, else nothing)."""
     s = result.settings
-    data = (data_name(result.details(net.key)["dataset"]) for net in ran(result))
+    data = (data_name(result.details(net.key)["dataset"]) for net in ran(result.setup))
     quick = result.setup.mode == "quick"
     return {
         "data": ", ".join(dict.fromkeys(data)),
@@ -339,7 +335,7 @@ def words(result: Result[N]) -> dict[str, str]:
 def epoch_panels(result: Result[N]) -> list[Lines]:
     """Training seconds per epoch (log scale, dotted lines at the refinements) and test
     accuracy per epoch, a line per net trained (first seed)."""
-    nets = ran(result)
+    nets = ran(result.setup)
     times: dict[str, list[Point]] = {}
     accs: dict[str, list[Point]] = {}
     for net in nets:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._figures import Bars, Lines, mean_band
 from ..training import TrainConfig
 from ._claims import Claim
-from ._images import available_datasets, data_name, mode_note
+from ._images import available_datasets, data_name, mode_note, trained_datasets
 from ._metrics import Metric, Stat
 from ._registry import fmt
 from ._report import Prose
@@ -110,9 +110,9 @@ def _config(model: str, dataset: str, seed: int, s: AugmentationSettings) -> Tra
     )  # fmt: skip
 
 
-def _found(setup: Setup[AugmentationSettings]) -> tuple[list[str], dict[str, str]]:
-    """The data sets to train, and ``{data set: why it is skipped}``."""
-    return available_datasets(DATASETS, setup.options, lambda line: None)
+def _trained(setup: Setup[AugmentationSettings]) -> list[str]:
+    """The data sets the runs trained on."""
+    return trained_datasets(DATASETS, setup)[0]
 
 
 def runs(setup: Setup[AugmentationSettings], seed: int) -> list[Run]:
@@ -255,13 +255,13 @@ def _compare(result: Result[AugmentationSettings], dataset: str, key: str) -> li
 
 
 def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
-    """Per data set found: the models beside the poster, and ``"<dataset>_orderings"``."""
+    """Per data set trained on: the models beside the poster, and ``"<dataset>_orderings"``."""
 
     def compared(at: int) -> Callable[[Result[AugmentationSettings], Row], str]:
         return lambda result, row: _compare(result, str(row.at["dataset"]), str(row.at["by"]))[at]
 
     found: dict[str, Table] = {}
-    for d in _found(setup)[0]:
+    for d in _trained(setup):
         papers = {f"{d}/{m}": {
             "test accuracy (poster)": f"{p['acc'] * 100:.1f}%", "NFE (poster)": f"{p['nfe']:.0f}",
             "parameters (poster)": f"{p['params'] / 1e3:.1f}k",
@@ -317,7 +317,7 @@ def words(result: Result[AugmentationSettings]) -> dict[str, object]:
     """The settings in words, the note on the mode, each data set's :func:`section` (or why
     it is not run), and the claims' thresholds."""
     s, setup = result.settings, result.setup
-    found, skipped = _found(setup)
+    found, skipped = trained_datasets(DATASETS, setup)
     sections = [section(result, d) for d in found]
     for d, reason in skipped.items():
         accuracies = (f"{LABELS[n]} {p['acc'] * 100:.1f}%" for n, p in PUBLISHED[d].items())
@@ -350,7 +350,7 @@ def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:
                      for n in MODELS],
             "poster": [PUBLISHED[dataset][n][key] * scale for n in MODELS],
         })
-        for dataset in _found(result.setup)[0] for key, scale, label in POSTER_PANELS
+        for dataset in _trained(result.setup) for key, scale, label in POSTER_PANELS
     ]  # fmt: skip
 
 
@@ -363,7 +363,7 @@ def _nfe_panels(result: Result[AugmentationSettings]) -> list[Lines]:
                                   for m in result.measurements[f"{dataset}/{n}"]])[0]
             for n in MODELS
         })
-        for dataset in _found(result.setup)[0]
+        for dataset in _trained(result.setup)
     ]  # fmt: skip
 
 
@@ -374,7 +374,7 @@ TEMPLATE = register_template(
         "and second-order image NODEs on MNIST (CIFAR-10 when found): accuracy, NFE, parameters",
         title="Augmentation strategies for image NODEs (Massaroli et al. 2020)",
         modes=MODES, runs=runs, measure=measure, text=TEXT, tables=tables, words=words,
-        claims=lambda setup: [c for d in _found(setup)[0] for c in dataset_claims(d)],
+        claims=lambda setup: [c for d in _trained(setup) for c in dataset_claims(d)],
         figures=[Plot("augmentation.png", _poster_panels, columns=3, size=(13 / 3, 3.4)),
                  Plot("nfe.png", _nfe_panels)],
         published=PUBLISHED, one_thread_modes=("quick", "standard"),  # one thread per run

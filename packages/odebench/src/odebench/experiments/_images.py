@@ -1,9 +1,15 @@
-"""What the image experiments share: which data sets are there, and how reports say so."""
+"""What the image experiments share: which data sets are there or were trained on, and
+how reports say so."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..training import DATASETS, find_data
 from ._registry import Log, RunOptions
+
+if TYPE_CHECKING:
+    from ._template import Setup
 
 
 def data_name(dataset: str) -> str:
@@ -92,8 +98,37 @@ def available_datasets(
         try:
             find_data(dataset, options.data_dir)
         except FileNotFoundError as exc:
-            skipped[dataset] = f"{not_run(dataset)}, or give its directory with --data-dir DIR"
+            skipped[dataset] = _not_found(dataset)
             log(f"{dataset} skipped: {exc}")
         else:
             found.append(dataset)
     return found, skipped
+
+
+def trained_datasets(
+    datasets: tuple[str, ...], setup: Setup[Any]
+) -> tuple[list[str], dict[str, str]]:
+    """The data sets of ``datasets`` that runs named ``"<data set>/..."`` of
+    :attr:`~odebench.experiments.Setup.trained` trained on, and why the others did not:
+    what :func:`available_datasets` found where the runs trained, not where the report
+    is written.
+
+    Returns:
+        ``(trained, skipped)``: the names trained on, and ``{name: reason}`` for the others.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from odebench.experiments import Setup, Settings
+        >>> setup = Setup("x", "quick", Settings(), RunOptions(out=Path("x")), (0,), print,
+        ...               trained=("mnist/node", "mnist/anode"))
+        >>> trained, skipped = trained_datasets(("mnist", "svhn"), setup)
+        >>> trained, list(skipped)
+        (['mnist'], ['svhn'])
+    """
+    trained = [d for d in datasets if any(run.startswith(f"{d}/") for run in setup.trained)]
+    return trained, {d: _not_found(d) for d in datasets if d not in trained}
+
+
+def _not_found(dataset: str) -> str:
+    """Why ``dataset`` was not run, for the report (it names no path)."""
+    return f"{not_run(dataset)}, or give its directory with --data-dir DIR"

@@ -92,7 +92,8 @@ class Result(Generic[S]):
     @classmethod
     def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
         """The result ``results.json`` holds (``doc``, its folder ``out``), without its
-        verdicts, which :func:`rerender` checks again."""
+        verdicts, which :func:`rerender` checks again. Its :attr:`Setup.trained` are the
+        runs it holds, but those whose details say why they were ``"not_run"``."""
         mode, seeds = doc["mode"], tuple(doc["seeds"])
         example = template.modes[mode]
         fields = {k: _like(getattr(example, k), v) for k, v in doc["settings"].items()}
@@ -114,8 +115,10 @@ class Result(Generic[S]):
             )
             for run, stats in metrics.items()
         }
+        trained = tuple(run for run, ms in measurements.items() if "not_run" not in ms[0].details)
         return cls(
-            setup=Setup(template.name, mode, type(example)(**fields), options, seeds, print),
+            setup=Setup(template.name, mode, type(example)(**fields), options, seeds, print,
+                        trained),
             command=doc["command"], date=doc["date"], wall_seconds=doc["wall_seconds"],
             metrics=metrics, measurements=measurements, verdicts=(),
             figures=tuple(doc.get("figures", ())), published=doc.get("published", {}),

@@ -101,6 +101,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
                 f"{template.name}: the runs of seed {seed} are {[r.name for r in runs]}, "
                 f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
             )
+    setup = dataclasses.replace(setup, trained=_trained(plans[seeds[0]]))
     measured: dict[str, tuple[Measurement, ...]] = {}
     trained: list[Trained] = []
     threads = torch.get_num_threads()
@@ -109,7 +110,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
             threads = torch.get_num_threads()
             for i, name in enumerate(names):
                 done = [_train(setup, plans[seed][i], seed) for seed in seeds]
-                measured[name] = tuple(template.measure(setup, t) for t in done)
+                measured[name] = tuple(_measure(template, setup, t) for t in done)
                 trained += done
     finally:
         provenance.finish(threads)
@@ -219,6 +220,18 @@ def _data_files(trained: Sequence[Trained]) -> tuple[dict[str, str], ...]:
     return tuple({"file": file, "sha256": sha256} for file, sha256 in seen)
 
 
+def _trained(runs: Sequence[Run]) -> tuple[str, ...]:
+    """The names of the runs of one seed that train (:attr:`Setup.trained`)."""
+    return tuple(run.name for run in runs if run.skipped is None)
+
+
+def _measure(template: Template[S], setup: Setup[S], trained: Trained) -> Measurement:
+    """``template.measure`` of a run that trained; for a skipped one, why it did not."""
+    if trained.run.skipped is not None:
+        return Measurement({}, {"not_run": trained.run.skipped})
+    return template.measure(setup, trained)
+
+
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     """Train one run of one seed into its folder (resuming it with ``--resume``)."""
     out = setup.run_dir(run.name, seed)
@@ -259,7 +272,8 @@ def check_declaration(template: Template[Any], mode: str) -> None:
     options = RunOptions(out=Path("unused"), mode=mode)
     settings = template.settings_for(mode)
     setup = Setup(template.name, mode, settings, options, (0,), lambda _: None)
-    runs = [run.name for run in template.runs(setup, 0)]
+    setup = dataclasses.replace(setup, trained=_trained(template.runs(setup, 0)))
+    runs = setup.trained
     claims = list(template.claims(setup))
     for claim in claims:
         claim.check_runs(runs)

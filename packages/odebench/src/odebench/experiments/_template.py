@@ -134,6 +134,11 @@ class Setup(Generic[S]):
         options: the options of ``odebench run``.
         seeds: the seeds every run trains, in order.
         log: where progress lines go.
+        trained: the names of the runs that trained (a skipped run's aside), what
+            ``claims``, ``tables`` and the figures read: those ``runs`` declares
+            when the experiment runs, those ``results.json`` holds when its report
+            is written again (:func:`~odebench.experiments.rerender`), whatever
+            data the machine that writes it has. ``runs`` is given it empty.
     """
 
     name: str
@@ -142,6 +147,7 @@ class Setup(Generic[S]):
     options: RunOptions
     seeds: tuple[int, ...]
     log: Log
+    trained: tuple[str, ...] = ()
 
     @property
     def out(self) -> Path:
@@ -176,8 +182,9 @@ class Run:
         task: trained by :func:`odebench.training.fit` (for what
             :class:`~odebench.training.TrainConfig` cannot say), with the same
             checkpoints, ``--resume``, ``--device`` and ``--progress``.
-        skipped: why the run trains nothing (its data set was not found); ``measure``
-            receives it untrained, to say so.
+        skipped: why the run trains nothing (its data set was not found): it is not
+            measured, ``results.json`` keeps the reason (``details``, ``"not_run"``),
+            and it is not in :attr:`Setup.trained`.
 
     Example:
         >>> Run("node")
@@ -214,7 +221,7 @@ class Trained:
             folder); empty for a ``task`` run.
         history: the rows of ``metrics.json`` (one per epoch).
         model: the trained model of a ``task`` run; ``None`` for a ``config`` run
-            (see :meth:`load`) and a skipped one.
+            (see :meth:`load`).
         seconds: its training time: the epochs' time over all its resumptions.
     """
 
@@ -316,7 +323,8 @@ class Template(Generic[S]):
         runs: ``runs(setup, seed)``: what to train for ``seed``; the same names, in
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
-        claims: ``claims(setup)``: the paper's claims, checked on the aggregated numbers.
+        claims: ``claims(setup)``: the paper's claims on the runs of
+            :attr:`Setup.trained`, checked on the aggregated numbers.
         text: its text file, in ``text/`` (or an absolute path): the Markdown after the
             claims table (its sections, ``<!-- part: NAME -->`` paragraphs), then after
             ``<!-- claims -->`` one ``key: details`` paragraph per claim; ``""``: none.
