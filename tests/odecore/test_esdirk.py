@@ -494,13 +494,13 @@ def test_adjoint_backward_solve_is_the_forward_solver_by_default(monkeypatch):
     # elements. Integrating the state backward too (5 elements) works on this mildly
     # stiff problem (lam = 100), though its stiff mode grows backward in time.
     sizes = []
-    step = Kvaerno5.step
+    step = Kvaerno5.step_with
 
-    def spy(self, f, t0, t1, y0, f0):
+    def spy(self, state, f, t0, t1, y0, f0):
         sizes.append(y0.numel())
-        return step(self, f, t0, t1, y0, f0)
+        return step(self, state, f, t0, t1, y0, f0)
 
-    monkeypatch.setattr(Kvaerno5, "step", spy)
+    monkeypatch.setattr(Kvaerno5, "step_with", spy)
     for gradient, size in ((odecore.Adjoint(), 3), (odecore.Adjoint(state="backsolve"), 5)):
         sizes.clear()
         g_p, g_y0 = _pr_gradients(gradient)

@@ -918,21 +918,28 @@ def test_radau_does_not_conserve_the_rotation():
 # --- statistics ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("reuse", [True, False])
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize(
     ("cls", "s"), [(odecore.ImplicitEuler, 1), (odecore.RadauIIA5, 3), (odecore.Trapezoid, 1)]
 )
-def test_evaluations_are_counted(cls, s, grad):
+def test_evaluations_are_counted(cls, s, grad, reuse):
     # A linear field: Newton with the exact Jacobian converges in two iterations, so a
-    # step of a method with s implicit stages costs the Jacobian (1), two residuals
-    # (2 s) and f at the new state (1; the solve's start instead for the first step).
+    # step of a method with s implicit stages costs two residuals (2 s) and f at the
+    # new state (1; the solve's start instead for the first step), and the Jacobian
+    # (1) at every step without reuse; with reuse at the first only (the Jacobian is
+    # exact, so the iteration is as fast as it gets, and the step size never changes).
     # With gradients enabled, the residual once more with a graph (s).
     f = oracles.linear_system.f
     y0 = oracles.linear_system.y0
     with torch.set_grad_enabled(grad):
-        sol = odecore.solve(f, y0, t0=0.0, t1=1.0, dt0=0.25, solver=cls())
+        solver = cls(newton=odecore.Newton(reuse=reuse))
+        sol = odecore.solve(f, y0, t0=0.0, t1=1.0, dt0=0.25, solver=solver)
+    jacobians = 1 if reuse else 4
     assert sol.stats.n_steps == 4
-    assert sol.stats.nfe == 4 * (1 + 2 * s + 1 + (s if grad else 0))
+    assert sol.stats.nfe == jacobians + 4 * (2 * s + 1 + (s if grad else 0))
+    assert (sol.stats.n_jacobians, sol.stats.n_factorisations) == (jacobians, jacobians)
+    assert sol.stats.n_newton_iters == 4 * 2
 
 
 def test_radau5_rate_on_a_known_value():

@@ -11,11 +11,14 @@ and its derivative is read back as ``k_i = (z_i - psi_i) / (h gamma)``: no extra
 evaluation, and for a stiff component more accurate than ``f(t_i, z_i)``, which
 amplifies the iteration's error by the stiffness.
 
-**One factorisation per step.** Because the diagonal is constant, every stage's
-simplified Newton iteration (see :mod:`odecore._newton`) uses the same matrix
+**At most one factorisation per step.** Because the diagonal is constant, every
+stage's simplified Newton iteration (see :mod:`odecore._newton`) uses the same matrix
 ``I - h gamma J`` with ``J`` the field's Jacobian at ``(t0, y0)``: it is built and
 LU-factorised once per step (or, for large states, applied matrix-free by GMRES) and
-reused by all six implicit stages and all their iterations.
+reused by all six implicit stages and all their iterations. With ``Newton.reuse`` (the
+default) the matrix is kept over the following steps too while the iterations contract
+fast, as RADAU5 keeps it (:class:`odecore._newton.NewtonState`, made per solve by
+:meth:`new_state`).
 
 **Jacobians** come from :func:`odecore._newton.jacobian` (autograd, or forward
 differences for a field without a graph from the state, such as the adjoint's
@@ -52,10 +55,18 @@ from torch import Tensor
 
 from ._controllers import ATOL, RTOL
 from ._implicit import ImplicitButcherTableau, check_settings
-from ._newton import Newton, StageMatrix, attach_gradient, failed_step, failure, newton_solve
+from ._newton import (
+    Newton,
+    NewtonState,
+    attach_gradient,
+    failed_step,
+    failure,
+    newton_solve,
+)
 from ._solvers import (
     AbstractSolver,
     Field,
+    SolveState,
     StepResult,
     _combine,
     _HermiteDense,
@@ -150,11 +161,7 @@ def _plan(tab: ImplicitButcherTableau) -> _Plan:
     return _Plan(gamma=gamma, lower=tuple(row[:i] for i, row in enumerate(tab.a)), c=tab.c)
 
 
-def _matrix(
-    f: Field, t: float, y: Tensor, hg: float, newton: Newton, *, exact: bool = False
-) -> StageMatrix:
-    """``I - hg J`` with ``J = ∂f/∂y (t, y)``, on ``(1, *state)`` tensors."""
-    return StageMatrix.build(f, [(t, y)], hg, [[1.0]], newton, exact=exact)
+_ONE = ((1.0,),)  # the coefficient matrix of one stage: I - hg J on (1, *state) tensors
 
 
 # --- the solver -----------------------------------------------------------------------
@@ -179,14 +186,23 @@ class _AbstractESDIRK(_HermiteDense):
     def adaptive(self) -> bool:
         return True
 
+    def new_state(self) -> NewtonState:
+        return NewtonState()
+
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
+        return self.step_with(None, f, t0, t1, y0, f0)
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
         plan = _plan(self.tableau)
+        work = state if isinstance(state, NewtonState) else NewtonState()
         h = t1 - t0
         hg = h * plan.gamma
         rtol, atol = self.newton.tolerances(y0.dtype)
         with torch.no_grad():
             scale = y0.detach().abs().mul_(rtol).add_(atol)
-            matrix = _matrix(f, t0, y0.detach(), hg, self.newton)
+            matrix, _ = work.step_matrix(f, t0, y0.detach(), hg, _ONE, self.newton)
         graph = torch.is_grad_enabled()
         ks: list[Tensor] = [f0]
         zs: list[Tensor] = []
@@ -202,31 +218,36 @@ class _AbstractESDIRK(_HermiteDense):
                 return (z[0] - psi_now - hg * f(ti, z[0])).unsqueeze(0)
 
             result = newton_solve(residual, guess, matrix, self.newton, scale)
+            work.iterated(result, self.newton)
             if not result.converged:
                 # The Jacobian the iteration used may be stale here: take it again at
                 # this stage's first guess (kept for the later stages), try once more.
                 with torch.no_grad():
-                    matrix = _matrix(f, ti, guess[0], hg, self.newton)
+                    matrix = work.build(f, [(ti, guess[0])], hg, _ONE, self.newton)
                 result = newton_solve(residual, guess, matrix, self.newton, scale)
+                work.iterated(result, self.newton)
             if not result.converged:
                 why = failure(result, t0, t1, getattr(f, "direction", 1.0))
                 return failed_step(y0, why, len(ks), adaptive=True)
             z = result.z[0]
             if graph:
-                z = self._with_gradient(f, ti, z, psi, hg)
+                z = self._with_gradient(work, f, ti, z, psi, hg)
             ks.append((z - psi) / hg)
             zs.append(z)
         with torch.no_grad():
             y_err = zs[-1].detach() - zs[-2].detach()
         return StepResult(y1=zs[-1], y_err=y_err, ks=tuple(ks), f1=ks[-1])
 
-    def _with_gradient(self, f: Field, t: float, z: Tensor, psi: Tensor, hg: float) -> Tensor:
+    def _with_gradient(
+        self, work: NewtonState, f: Field, t: float, z: Tensor, psi: Tensor, hg: float
+    ) -> Tensor:
         """``z`` with the implicit function theorem's derivative with respect to
-        everything ``psi`` and the field depend on; ``z`` itself if nothing does."""
+        everything ``psi`` and the field depend on; ``z`` itself if nothing does. The
+        Jacobian is the exact one at ``z``, whatever the iteration used."""
         res = (z - psi - hg * f(t, z)).unsqueeze(0)
         if not res.requires_grad:
             return z
-        exact = _matrix(f, t, z, hg, self.newton, exact=True)
+        exact = work.build(f, [(t, z)], hg, _ONE, self.newton, exact=True)
         return attach_gradient(z.unsqueeze(0), res, exact)[0]
 
 
@@ -266,14 +287,16 @@ class Kvaerno5(_AbstractESDIRK):
     (stiffly accurate), so the error estimate, their difference, stays meaningful on
     stiff problems.
 
-    Each implicit stage is solved by simplified Newton iteration with one
+    Each implicit stage is solved by simplified Newton iteration with at most one
     factorisation of ``I - h gamma J`` per step (``J`` the field's Jacobian at the
-    step's start, from autograd, or finite differences for a field without a graph);
+    step's start, from autograd, or finite differences for a field without a graph,
+    kept over later steps while Newton converges fast: ``Newton.reuse``);
     states with more than ``newton.dense_limit`` elements use matrix-free GMRES
     instead. A step whose iteration does not converge is rejected and retried
     smaller; under :class:`~odecore.ConstantStepSize` it ends the solve with
-    ``Status.NEWTON_FAILED``. A step costs a Jacobian plus one evaluation per Newton
-    iteration, a few per stage. Gradients by backpropagation come from the implicit
+    ``Status.NEWTON_FAILED``. A step costs one evaluation per Newton iteration, a few
+    per stage, and a Jacobian where it is not kept from an earlier step
+    (``Solution.stats`` counts both). Gradients by backpropagation come from the implicit
     function theorem at each stage, not from the iterations; with gradients enabled a
     stage costs one more evaluation and the exact Jacobian at the stage, so run
     inference under ``torch.no_grad()``.

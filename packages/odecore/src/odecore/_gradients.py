@@ -21,7 +21,7 @@ from ._controllers import AbstractController, Adaptation, PIDController, rms_nor
 from ._errors import ConfigurationError, SolverError, Status
 from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
-from ._solvers import AbstractSolver, Field, StepResult
+from ._solvers import AbstractSolver, Field, SolveState, StepResult
 
 _EPS = 2.220446049250313e-16
 
@@ -41,6 +41,11 @@ class Stats:
         nfe_backward: evaluations of the vector field and its vector-Jacobian product
             in the backward pass of :class:`Adjoint` (filled in when ``backward``
             runs; 0 for backpropagation, whose backward pass autograd does).
+        n_jacobians: Jacobians of the field evaluated by an implicit solver's steps,
+            forward (those for the gradient's exact iteration matrices included; the
+            sub-steps of dense output not).
+        n_factorisations: iteration matrices LU-factorised in those steps.
+        n_newton_iters: Newton iterations made in those steps.
     """
 
     nfe: int = 0
@@ -48,6 +53,9 @@ class Stats:
     n_accepted: int = 0
     n_rejected: int = 0
     nfe_backward: int = 0
+    n_jacobians: int = 0
+    n_factorisations: int = 0
+    n_newton_iters: int = 0
 
 
 @dataclass
@@ -482,8 +490,16 @@ class _Recorder(AbstractSolver):
     def init(self, f: Field, t0: float, y0: Tensor) -> Tensor:
         return self.solver.init(f, t0, y0)
 
+    def new_state(self) -> SolveState | None:
+        return self.solver.new_state()
+
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
-        result = self.solver.step(f, t0, t1, y0, f0)
+        return self.step_with(None, f, t0, t1, y0, f0)
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
+        result = self.solver.step_with(state, f, t0, t1, y0, f0)
         self.last = (f, t0, t1, y0, f0, result)
         return result
 

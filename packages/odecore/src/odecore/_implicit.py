@@ -5,8 +5,9 @@ A step of an ``s``-stage implicit method solves for all stage increments
 
 ``Z_i = h sum_j a_ij f(t0 + c_j h, y0 + Z_j)``,
 
-with the simplified Newton iteration of ``_newton.py`` (one Jacobian and one
-factorisation per step), and then ``y1 = y0 + h sum_i b_i k_i``. The stage
+with the simplified Newton iteration of ``_newton.py`` (at most one Jacobian and one
+factorisation per step, kept over later steps while the iteration contracts fast:
+``Newton.reuse``), and then ``y1 = y0 + h sum_i b_i k_i``. The stage
 derivatives are recovered from the increments, ``K = A^{-1} Z / h``, rather than by
 evaluating the field again: at a stiff component ``f`` multiplies the Newton error
 by the stiffness, ``A^{-1}`` does not (Hairer and Wanner, Solving ODEs II, IV.8).
@@ -31,7 +32,7 @@ from torch import Tensor
 from ._errors import ConfigurationError
 from ._newton import (
     Newton,
-    StageMatrix,
+    NewtonState,
     attach_gradient,
     failed_step,
     failure,
@@ -40,6 +41,7 @@ from ._newton import (
 )
 from ._solvers import (
     Field,
+    SolveState,
     StepResult,
     _HermiteDense,
 )
@@ -175,9 +177,11 @@ class AbstractImplicitRK(_HermiteDense):
     """Generic implicit Runge-Kutta stepping over any :class:`ImplicitButcherTableau`.
 
     Subclasses set the class variables ``tableau`` and ``order``. The stage
-    equations are solved by simplified Newton (see :class:`Newton`): one Jacobian of
-    the field at the start of each step, one factorisation, and a few iterations of
-    ``s`` evaluations each. A step whose iteration fails (it runs out of
+    equations are solved by simplified Newton (see :class:`Newton`): a Jacobian of
+    the field at the start of a step and its factorisation, kept over the following
+    steps while the iteration contracts fast (``Newton.reuse``), and a few iterations
+    of ``s`` evaluations each. A step whose iteration fails with a kept Jacobian is
+    retried once with a new one. A step whose iteration fails (it runs out of
     ``max_iters``, stops contracting, or meets a singular iteration matrix) is a NaN
     step that carries the reason: a fixed-step solve ends there with
     ``Status.NEWTON_FAILED`` (under ``throw=True`` a :class:`SolverError` naming the
@@ -227,8 +231,17 @@ class AbstractImplicitRK(_HermiteDense):
         """Always ``"hermite"``."""
         return "hermite"
 
+    def new_state(self) -> NewtonState:
+        return NewtonState()
+
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
+        return self.step_with(None, f, t0, t1, y0, f0)
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
         plan = _plan(self.tableau)
+        work = state if isinstance(state, NewtonState) else NewtonState()
         h = t1 - t0
         times = [t1 if c == 1.0 else t0 if c == 0.0 else t0 + c * h for c in plan.times]
         rtol, atol = self.newton.tolerances(y0.dtype)
@@ -246,10 +259,14 @@ class AbstractImplicitRK(_HermiteDense):
             return torch.stack(out)
 
         guess = torch.stack([(c * h) * f0_bare for c in plan.times])
-        matrix = StageMatrix.build(f, [(t0, base0)], h, plan.a, self.newton)
-        result = newton_solve(
-            lambda z: residual(z, base0, f0_bare), guess, matrix, self.newton, scale
-        )
+        for _ in range(2):  # a kept Jacobian that fails is replaced once (it is fresh then)
+            matrix, fresh = work.step_matrix(f, t0, base0, h, plan.a, self.newton)
+            result = newton_solve(
+                lambda z: residual(z, base0, f0_bare), guess, matrix, self.newton, scale
+            )
+            work.iterated(result, self.newton)
+            if result.converged or fresh:
+                break
         if not result.converged:
             why = failure(result, t0, t1, getattr(f, "direction", 1.0))
             return failed_step(y0, why, 1, self.tableau.adaptive)
@@ -259,7 +276,7 @@ class AbstractImplicitRK(_HermiteDense):
                 exact = residual(z, y0, f0)
             if exact.requires_grad:
                 points = [(t, base0 + zi) for t, zi in zip(times, z.unbind(0))]
-                exact_matrix = StageMatrix.build(f, points, h, plan.a, self.newton, exact=True)
+                exact_matrix = work.build(f, points, h, plan.a, self.newton, exact=True)
                 z = attach_gradient(z, exact, exact_matrix)
         zs = z.unbind(0)
         if plan.first:  # h A_II K_I: the increments less the explicit stage's part

@@ -13,10 +13,12 @@ This module solves such systems; the methods themselves live elsewhere.
 **Simplified Newton.** Newton's iteration ``Z <- Z - M^{-1} G(Z)`` needs the
 iteration matrix ``M = I - h (A ⊗ J)``. As in Hairer and Wanner's RADAU5, ``J`` is
 the Jacobian of the field at the start of the step, ``∂f/∂y(t0, y0)``, for every
-stage and every iteration, so that ``M`` is built and factorised once per step and
-each iteration costs only ``s`` field evaluations and a back-substitution. The
+stage and every iteration, so that ``M`` is built and factorised at most once per step
+and each iteration costs only ``s`` field evaluations and a back-substitution. The
 convergence is then linear rather than quadratic, fast when ``h`` is small against
-the scale on which ``J`` changes.
+the scale on which ``J`` changes. Also as in RADAU5, ``J`` and the factorisation are
+kept over several steps while the iteration contracts fast (:class:`NewtonState`,
+``Newton.reuse``): ``J`` is then that of an earlier step's start.
 
 **Two ways to solve with M**, chosen by :attr:`Newton.jacobian`:
 
@@ -85,7 +87,7 @@ import torch
 from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
-from ._solvers import StepResult
+from ._solvers import SolveState, StepResult
 
 JacobianKind = Literal["auto", "dense", "krylov"]
 
@@ -120,6 +122,15 @@ class Newton:
             decides the accuracy).
         krylov_restart: GMRES's restart length (vectors kept).
         krylov_max_iters: the most GMRES iterations (over all restarts) per solve.
+        reuse: keep the Jacobian and the factorisation from step to step as RADAU5
+            does (see :class:`NewtonState`); ``False``: a new Jacobian and
+            factorisation at every step attempt. Either way the stages are solved to
+            the same tolerance and gradients use the exact Jacobian at the stages.
+        reuse_rate: a step whose every stage converged with a contraction rate at
+            most this (or in one iteration) leaves its Jacobian to the next step;
+            RADAU5's ``THET`` (``0.001`` there).
+        reuse_growth: the factorisation is kept while the step size is between 1 and
+            this many times the one it was made for (RADAU5's ``QUOT2``).
 
     Tolerances below what the state's dtype resolves are raised to ``100 * eps`` of
     the dtype (:meth:`tolerances`).
@@ -142,13 +153,16 @@ class Newton:
     krylov_rtol: float = 1e-4
     krylov_restart: int = 30
     krylov_max_iters: int = 300
+    reuse: bool = True
+    reuse_rate: float = 0.001
+    reuse_growth: float = 1.2
 
     def __post_init__(self) -> None:
         for name in ("max_iters", "dense_limit", "krylov_restart", "krylov_max_iters"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"`{name}` must be a positive integer, got {value!r}.")
-        for name in ("rtol", "atol", "kappa", "krylov_rtol"):
+        for name in ("rtol", "atol", "kappa", "krylov_rtol", "reuse_rate", "reuse_growth"):
             value = getattr(self, name)
             if value is None and name in ("rtol", "atol"):
                 continue
@@ -158,6 +172,14 @@ class Newton:
                 or not (math.isfinite(value) and value > 0)
             ):
                 raise ConfigurationError(f"`{name}` must be a positive number, got {value!r}.")
+        if not isinstance(self.reuse, bool):
+            raise ConfigurationError(f"`reuse` must be True or False, got {self.reuse!r}.")
+        if self.reuse_rate >= 1.0:
+            raise ConfigurationError(f"`reuse_rate` must be below 1, got {self.reuse_rate!r}.")
+        if self.reuse_growth < 1.0:
+            raise ConfigurationError(
+                f"`reuse_growth` must be at least 1, got {self.reuse_growth!r}."
+            )
         if self.jacobian not in ("auto", "dense", "krylov"):
             raise ConfigurationError(
                 f"`jacobian` must be 'auto', 'dense' or 'krylov', got {self.jacobian!r}."
@@ -378,23 +400,28 @@ class StageMatrix(abc.ABC):
         n = points[0][1].numel()
         coeffs = torch.tensor(a, dtype=torch.float64)
         if newton.dense(n):
-            return _DenseMatrix(f, points, h, coeffs)
+            return _DenseMatrix([jacobian(f, t, y) for t, y in points], h, coeffs)
         rtol = newton.krylov_rtol
         if exact:
             rtol = min(rtol, 1000.0 * torch.finfo(points[0][1].dtype).eps)
-        return _KrylovMatrix(f, points, h, coeffs, newton, rtol)
+        lins = [_Linearisation(f, t, y) for t, y in points]
+        return _KrylovMatrix(lins, h, coeffs, newton, rtol)
+
+    @abc.abstractmethod
+    def at(self, h: float) -> StageMatrix:
+        """The matrix with the same Jacobians for the step size ``h`` (refactorised
+        if dense)."""
+
+    @property
+    @abc.abstractmethod
+    def factorised(self) -> bool:
+        """Whether building the matrix factorised it (dense) or not (matrix-free)."""
 
 
 class _DenseMatrix(StageMatrix):
-    def __init__(
-        self,
-        f: Callable[[Any, Tensor], Tensor],
-        points: Sequence[tuple[Any, Tensor]],
-        h: float,
-        a: Tensor,
-    ) -> None:
+    def __init__(self, jacs: list[Tensor], h: float, a: Tensor) -> None:
         s = a.shape[0]
-        jacs = [jacobian(f, t, y) for t, y in points]
+        self.jacs, self.a = jacs, a
         dtype, device = jacs[0].dtype, jacs[0].device
         ha = (h * a).to(dtype=dtype, device=device)
         if len(jacs) == 1:
@@ -420,6 +447,13 @@ class _DenseMatrix(StageMatrix):
     def solve(self, r: Tensor) -> Tensor:
         return self._solve(r, adjoint=False)
 
+    def at(self, h: float) -> StageMatrix:
+        return _DenseMatrix(self.jacs, h, self.a)
+
+    @property
+    def factorised(self) -> bool:
+        return True
+
     def solve_transpose(self, r: Tensor) -> Tensor:
         return self._solve(r, adjoint=True)
 
@@ -427,14 +461,13 @@ class _DenseMatrix(StageMatrix):
 class _KrylovMatrix(StageMatrix):
     def __init__(
         self,
-        f: Callable[[Any, Tensor], Tensor],
-        points: Sequence[tuple[Any, Tensor]],
+        lins: list[_Linearisation],
         h: float,
         a: Tensor,
         newton: Newton,
         rtol: float | None = None,
     ) -> None:
-        self.lins = [_Linearisation(f, t, y) for t, y in points]
+        self.lins, self.a = lins, a
         self.ha = (h * a).tolist()
         self.s = len(self.ha)
         self.newton = newton
@@ -487,6 +520,13 @@ class _KrylovMatrix(StageMatrix):
 
     def solve(self, r: Tensor) -> Tensor:
         return self._gmres(self.matvec, r)
+
+    def at(self, h: float) -> StageMatrix:
+        return _KrylovMatrix(self.lins, h, self.a, self.newton, self.rtol)
+
+    @property
+    def factorised(self) -> bool:
+        return False
 
     def solve_transpose(self, r: Tensor) -> Tensor:
         return self._gmres(self.rmatvec, r)
@@ -626,6 +666,80 @@ class NewtonResult:
     rate: float
     diverged: bool
     singular: str | None = None
+
+
+@dataclass
+class NewtonState(SolveState):
+    """An implicit solver's state through one solve: the iteration matrix it keeps.
+
+    The strategy of Hairer and Wanner's RADAU5 (Solving ODEs II, IV.8): the Jacobian
+    is kept while Newton converges fast (every stage's contraction rate at most
+    :attr:`Newton.reuse_rate`); a new one is taken at the next step's start after a
+    slow or failed iteration, and when a step is retried (the controller rejected it)
+    unless its Jacobian was already taken at that step's start. The factorisation is
+    kept while the step size is within ``[1, reuse_growth]`` times the one it was
+    made for, and redone with the same Jacobian otherwise. A stale matrix only slows
+    the iteration: the stages are solved to the same tolerance.
+
+    Attributes:
+        matrix: the matrix kept, ``None`` before the first step.
+        h: the step size ``matrix`` is made for.
+        t_jacobian: where its Jacobian was taken.
+        t_attempt: the start of the last step attempted.
+        stale: the last attempt's iteration was slow or failed.
+    """
+
+    matrix: StageMatrix | None = None
+    h: float = math.nan
+    t_jacobian: float = math.nan
+    t_attempt: float = math.nan
+    stale: bool = False
+
+    def build(
+        self,
+        f: Callable[[Any, Tensor], Tensor],
+        points: Sequence[tuple[Any, Tensor]],
+        h: float,
+        a: Sequence[Sequence[float]],
+        newton: Newton,
+        *,
+        exact: bool = False,
+    ) -> StageMatrix:
+        """:meth:`StageMatrix.build`, counted."""
+        matrix = StageMatrix.build(f, points, h, a, newton, exact=exact)
+        self.n_jacobians += len(points)
+        self.n_factorisations += matrix.factorised
+        return matrix
+
+    def step_matrix(
+        self,
+        f: Callable[[Any, Tensor], Tensor],
+        t0: float,
+        y0: Tensor,
+        h: float,
+        a: Sequence[Sequence[float]],
+        newton: Newton,
+    ) -> tuple[StageMatrix, bool]:
+        """The iteration matrix for a step of size ``h`` from ``(t0, y0)``, and whether
+        its Jacobian is the one at ``(t0, y0)`` (a new one would be no better)."""
+        retry = t0 == self.t_attempt
+        self.t_attempt = t0
+        fresh = self.matrix is not None and self.t_jacobian == t0
+        if self.matrix is None or not newton.reuse or ((self.stale or retry) and not fresh):
+            self.matrix = self.build(f, [(t0, y0)], h, a, newton)
+            self.h, self.t_jacobian, self.stale = h, t0, False
+            return self.matrix, True
+        self.stale = False
+        if not 1.0 <= h / self.h <= newton.reuse_growth:
+            self.matrix, self.h = self.matrix.at(h), h
+            self.n_factorisations += self.matrix.factorised
+        return self.matrix, fresh
+
+    def iterated(self, result: NewtonResult, newton: Newton) -> None:
+        """Count an iteration; a slow or failed one makes the Jacobian stale."""
+        self.n_newton_iters += result.iters
+        if not result.converged or result.rate > newton.reuse_rate:  # nan: fast
+            self.stale = True
 
 
 def newton_solve(

@@ -535,6 +535,7 @@ def _integrate(
     callbacks, an event) around every step, and an event stops the loop.
     """
     stats = Stats()
+    state = solver.new_state()  # the solver's per-solve state (an implicit one's Jacobian)
     status = Status.SUCCESS
     message = ""
     ys: list[Tensor | None] = [None] * len(taus)
@@ -579,7 +580,7 @@ def _integrate(
                 f0_step = f0 if scale is None else f0 * scale.to(f0.dtype)
             if hooks is not None:
                 hooks.before(s, s_next, y)
-            step = solver.step(fe, s, s_next, y, f0_step)
+            step = solver.step_with(state, fe, s, s_next, y, f0_step)
             stats.n_steps += 1
             verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             cstate = verdict.state
@@ -648,6 +649,10 @@ def _integrate(
             s = finite.times[first - 1] if first > 0 else s0
             status = Status.NONFINITE
     stats.nfe = fe.nfe
+    if state is not None:
+        stats.n_jacobians = state.n_jacobians
+        stats.n_factorisations = state.n_factorisations
+        stats.n_newton_iters = state.n_newton_iters
     return _Run(ys=ys, stats=stats, status=status, s_reached=s, message=message)
 
 

@@ -61,12 +61,34 @@ class StepResult:
     failure: SolverError | None = None
 
 
+@dataclass
+class SolveState:
+    """What a solver carries from one step of a solve to the next besides ``f0``.
+
+    Created per solve by :meth:`AbstractSolver.new_state` and passed to every step of
+    the solve's loop (:meth:`AbstractSolver.step_with`); the solver objects stay
+    frozen. This base holds the counts that :class:`~odecore.Stats` reports; an
+    implicit solver's subclass also keeps its Jacobian and factorisation.
+
+    Attributes:
+        n_jacobians: Jacobians of the field evaluated.
+        n_factorisations: iteration matrices LU-factorised.
+        n_newton_iters: Newton iterations made.
+    """
+
+    n_jacobians: int = 0
+    n_factorisations: int = 0
+    n_newton_iters: int = 0
+
+
 class AbstractSolver(abc.ABC):
     """A one-step method: ``step`` advances the state, ``interpolate`` reads inside a step.
 
     Solvers hold configuration only; what carries from one step to the next is
-    ``f0``, the derivative at the start of the step. Times given to a solver always
-    increase (``solve`` flips backward problems).
+    ``f0``, the derivative at the start of the step, and for a solver that keeps more
+    (an implicit solver's Jacobian) a :class:`SolveState` made per solve by
+    :meth:`new_state`. Times given to a solver always increase (``solve`` flips
+    backward problems).
 
     Attributes:
         order: the order of convergence of the solution.
@@ -86,6 +108,16 @@ class AbstractSolver(abc.ABC):
     @abc.abstractmethod
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
         """Take one step from ``(t0, y0)`` to ``t1``; ``f0`` is ``f(t0, y0)``."""
+
+    def new_state(self) -> SolveState | None:
+        """The state a solve threads through its steps; ``None``: the solver keeps none."""
+        return None
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
+        """:meth:`step`, with the solve's :meth:`new_state` (which this default ignores)."""
+        return self.step(f, t0, t1, y0, f0)
 
     @abc.abstractmethod
     def interpolate(
