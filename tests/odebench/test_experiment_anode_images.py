@@ -89,8 +89,12 @@ def test_mode_notes_say_what_each_mode_trains() -> None:
 def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
     lines: list[str] = []
     options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    found, skipped = anode_images.available_datasets(("mnist", "cifar10"), options, lines.append)
-    assert found == ["mnist"] and list(skipped) == ["cifar10"]
+    found = anode_images.available_datasets(("mnist", "cifar10"), options, lines.append)
+    assert found == ["mnist"]
+    setup = Setup("anode-images", "standard", anode_images.TEMPLATE.settings_for("standard"),
+                  options, (0,), print, trained=("mnist/node", "mnist/anode"))  # fmt: skip
+    _, skipped = anode_images.trained_datasets(("mnist", "cifar10"), setup)
+    assert list(skipped) == ["cifar10"]
     assert skipped["cifar10"].startswith(
         "not run here: needs CIFAR-10 (`odebench download cifar10`), or give its directory"
     )
@@ -104,7 +108,7 @@ def test_cifar_with_files_is_kept(tmp_path: Path) -> None:
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"")
     options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    assert anode_images.available_datasets(("cifar10",), options, print) == (["cifar10"], {})
+    assert anode_images.available_datasets(("cifar10",), options, print) == ["cifar10"]
 
 
 def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Path) -> None:
@@ -282,7 +286,7 @@ def test_svhn_with_files_is_kept_and_loads_as_colour_images(tmp_path: Path) -> N
         labels = np.arange(1, n + 1).reshape(-1, 1)
         scipy_io.savemat(folder / name, {"X": np.zeros((32, 32, 3, n), np.uint8), "y": labels})
     options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    assert anode_images.available_datasets(("svhn",), options, print) == (["svhn"], {})
+    assert anode_images.available_datasets(("svhn",), options, print) == ["svhn"]
     train, test = load_splits(TrainConfig(model="anode", dataset="svhn", data_dir=str(tmp_path)))
     assert train.inputs.shape == (6, 3, 32, 32) and test.inputs.shape == (4, 3, 32, 32)
     assert test.targets.tolist() == [1, 2, 3, 4]

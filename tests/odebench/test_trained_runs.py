@@ -48,7 +48,7 @@ def test_a_report_written_again_with_more_data_found_is_the_published_one(
     claims and tables are still those of the data the published run trained on."""
     for module in (_images, _contnet_common):
         monkeypatch.setattr(module, "find_data", lambda dataset, data_dir=None: tmp_path)
-    found, _ = _images.available_datasets(("cifar10", "svhn"), RunOptions(out=tmp_path), print)
+    found = _images.available_datasets(("cifar10", "svhn"), RunOptions(out=tmp_path), print)
     assert found == ["cifar10", "svhn"]  # data sets the published runs did not have
     run = shutil.copytree(RESULTS / name, tmp_path / name)
     doc = json.loads((run / "results.json").read_text(encoding="utf-8"))

@@ -74,10 +74,9 @@ MODES = {
 def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
     """Both models on every data set found (a skipped one is logged once)."""
     log = setup.log if seed == setup.seeds[0] else lambda _: None
-    found, _ = available_datasets(DATASETS, setup.options, log)
     return [
         Run(f"{dataset}/{model}", config=common.train_config(setup.settings, model, dataset, seed))
-        for dataset in found
+        for dataset in available_datasets(DATASETS, setup.options, log)
         for model in MODELS
     ]
 

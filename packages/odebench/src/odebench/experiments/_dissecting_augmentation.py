@@ -119,7 +119,7 @@ def runs(setup: Setup[AugmentationSettings], seed: int) -> list[Run]:
     """The four variants (``"<dataset>/<name>"``) on every data set found."""
     log = setup.log if seed == setup.seeds[0] else lambda line: None  # once why one is skipped
     return [Run(f"{dataset}/{name}", config=_config(model, dataset, seed, setup.settings))
-            for dataset in available_datasets(DATASETS, setup.options, log)[0]
+            for dataset in available_datasets(DATASETS, setup.options, log)
             for name, model in MODELS.items()]  # fmt: skip
 
 

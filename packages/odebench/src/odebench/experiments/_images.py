@@ -63,34 +63,27 @@ def mode_note(
     )
 
 
-def available_datasets(
-    datasets: tuple[str, ...], options: RunOptions, log: Log
-) -> tuple[list[str], dict[str, str]]:
-    """The data sets of ``datasets`` whose files are found, and why the others are not.
+def available_datasets(datasets: tuple[str, ...], options: RunOptions, log: Log) -> list[str]:
+    """The data sets of ``datasets`` whose files are found: those to run.
 
     MNIST is never skipped: when it is missing, training raises the lookup's
     ``FileNotFoundError``. Any other data set without files is logged (with the
-    places searched) and skipped; the reason kept for the report names no path.
+    places searched) and skipped; :func:`trained_datasets` says why, for the report.
 
     Args:
         datasets: names of :data:`odebench.training.DATASETS`.
         options: the run's options (``data_dir``).
         log: where the line about a skipped data set goes.
 
-    Returns:
-        ``(found, skipped)``: the names to run, and ``{name: reason}`` for the others.
-
     Example:
         >>> from pathlib import Path
-        >>> found, skipped = available_datasets(
+        >>> available_datasets(
         ...     ("cifar10",), RunOptions(out=Path("x"), data_dir="/nonexistent"), log=print
         ... )  # doctest: +ELLIPSIS
         cifar10 skipped: no cifar10 data in /nonexistent ...
-        >>> found, skipped["cifar10"].removeprefix(not_run("cifar10"))
-        ([], ', or give its directory with --data-dir DIR')
+        []
     """
     found: list[str] = []
-    skipped: dict[str, str] = {}
     for dataset in datasets:
         if dataset == "mnist":
             found.append(dataset)
@@ -98,11 +91,10 @@ def available_datasets(
         try:
             find_data(dataset, options.data_dir)
         except FileNotFoundError as exc:
-            skipped[dataset] = _not_found(dataset)
             log(f"{dataset} skipped: {exc}")
         else:
             found.append(dataset)
-    return found, skipped
+    return found
 
 
 def trained_datasets(
@@ -114,7 +106,8 @@ def trained_datasets(
     is written.
 
     Returns:
-        ``(trained, skipped)``: the names trained on, and ``{name: reason}`` for the others.
+        ``(trained, skipped)``: the names trained on, and ``{name: reason}`` for the
+        others; the reason names no path.
 
     Example:
         >>> from pathlib import Path
@@ -122,13 +115,12 @@ def trained_datasets(
         >>> setup = Setup("x", "quick", Settings(), RunOptions(out=Path("x")), (0,), print,
         ...               trained=("mnist/node", "mnist/anode"))
         >>> trained, skipped = trained_datasets(("mnist", "svhn"), setup)
-        >>> trained, list(skipped)
-        (['mnist'], ['svhn'])
+        >>> trained, skipped["svhn"].removeprefix(not_run("svhn"))
+        (['mnist'], ', or give its directory with --data-dir DIR')
     """
     trained = [d for d in datasets if any(run.startswith(f"{d}/") for run in setup.trained)]
-    return trained, {d: _not_found(d) for d in datasets if d not in trained}
-
-
-def _not_found(dataset: str) -> str:
-    """Why ``dataset`` was not run, for the report (it names no path)."""
-    return f"{not_run(dataset)}, or give its directory with --data-dir DIR"
+    return trained, {
+        d: f"{not_run(d)}, or give its directory with --data-dir DIR"
+        for d in datasets
+        if d not in trained
+    }
