@@ -15,12 +15,15 @@ import pytest
 import torch
 from odebench.experiments import (
     Claim,
+    Col,
     Measurement,
     Metric,
+    Row,
     Run,
     RunOptions,
     Settings,
     Setup,
+    Table,
     Template,
     Trained,
     _contnet_common,
@@ -140,3 +143,19 @@ def test_a_claim_may_not_read_a_run_that_does_not_train(registered: str) -> None
     )
     with pytest.raises(KeyError, match="absent"):
         check_declaration(every_run, "quick")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        Col("weight", Metric("weight"), run="{run}/absent"),
+        Col.joined("weights", Metric("weight"), Col("other", Metric("weight"), run="absent")),
+    ],
+    ids=["run-pattern", "joined"],
+)
+def test_a_table_may_not_read_a_run_that_does_not_train(registered: str, column: Col) -> None:
+    fine = Table("run", [Row("line", "line")], [Col("weight", Metric("weight"), run="{run}")])
+    check_declaration(dataclasses.replace(TEMPLATE, tables=lambda setup: {"t": fine}), "quick")
+    bad = dataclasses.replace(fine, columns=[column])
+    with pytest.raises(KeyError, match="absent"):
+        check_declaration(dataclasses.replace(TEMPLATE, tables=lambda setup: {"t": bad}), "quick")

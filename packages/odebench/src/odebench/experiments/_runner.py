@@ -279,10 +279,9 @@ def check_declaration(template: Template[Any], mode: str) -> None:
         claim.check_runs(runs)
     for name, table in template.tables(setup).items():
         for row in table.rows:
-            for col in table.columns:
-                run = col.run or row.run
-                if col.metric is not None and col.header not in row.text and run not in runs:
-                    raise KeyError(f"{template.name}: table {name!r} reads unknown run {run!r}")
+            for ref in (ref for col in table.columns for ref in col.refs(row)):
+                if ref.run not in runs:
+                    raise KeyError(f"{template.name}: table {name!r} reads unknown run {ref.run!r}")
     if not template.text:
         return
     prose = Prose.of(template.text)
