@@ -86,6 +86,27 @@ def test_anode_below_node_is_the_paired_difference() -> None:
     assert verdict.status == "mixed" and verdict.words == "mixed: held on 1 of 2 seeds"
 
 
+@pytest.mark.parametrize(
+    ("key", "table", "words"),
+    [
+        ("anode_1d_near_zero", {"1d/anode": {"train_mse": 0.049}}, "held"),
+        ("anode_1d_near_zero", {"1d/anode": {"train_mse": 0.05}}, "not held"),  # strictly
+        ("anode_slice_near_zero", {"slice/anode": {"slice_mse": 0.05}}, "not held"),
+        ("anode_slice_near_zero", {"slice/anode": {"slice_mse": None}}, "not held"),
+        ("node_slice_gap_large", {"slice/node": {"slice_mse": 0.375, "train_mse": 0.25}}, "held"),
+        ("node_slice_gap_large", {"slice/node": {"slice_mse": 0.3, "train_mse": 0.25}}, "not held"),
+        ("node_1d_at_floor", {"1d/node": {"train_mse": 0.6, "monotone_floor": 0.6}}, "passed"),
+        ("node_1d_at_floor", {"1d/node": {"train_mse": 0.5, "monotone_floor": 0.6}}, "failed"),
+    ],
+)
+def test_bound_claims_at_their_thresholds(
+    key: str, table: dict[str, dict[str, float | None]], words: str
+) -> None:
+    """Near zero is strictly below the threshold; a large gap and the floor include theirs."""
+    claim = next(c for c in anode_toy.CLAIMS if c.key == key)
+    assert claim.check([Values(table)]).words == words
+
+
 @pytest.mark.slow
 def test_files_exist_and_pngs_are_pngs(run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = run

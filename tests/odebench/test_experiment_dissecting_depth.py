@@ -12,6 +12,7 @@ import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, Setup, run_experiment
 from odebench.experiments._claims import MAX_CLAIM_TEXT
+from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
 
 FIGURES = ("loss.png", "reflection.png", "annuli.png")
@@ -63,16 +64,52 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
     setup = Setup("dissecting-depth", "standard", dissecting.TEMPLATE.settings_for("standard"),
                   RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
     claims = dissecting.TEMPLATE.claims(setup)
-    assert [c.key for c in claims] == list(dissecting.CLAIMS)
+    assert claims == dissecting.CLAIMS
     assert all(c.kind in ("paper", "check") for c in claims)
     assert {c.key for c in claims if c.kind == "check"} == CHECKS
     assert all(len(c.text) <= MAX_CLAIM_TEXT and not c.detail for c in claims)
     details = Prose.of(dissecting.TEMPLATE.text).details  # each claim's, in the text
-    assert set(details) == set(dissecting.CLAIMS)
+    assert set(details) == {c.key for c in claims}
     for claim in claims:
-        assert claim.text == dissecting.CLAIMS[claim.key][0]
         assert details[claim.key].startswith("ours: the held-out")
         assert ("; passes" in details[claim.key]) == (claim.key in CHECKS)
+
+
+@pytest.mark.parametrize(
+    ("key", "run", "metrics", "words"),
+    [  # the reflection's held-out L1 loss over its bound: at the bound holds, below fails
+        (
+            "vanilla_reflection_at_bound",
+            "reflection/vanilla",
+            {"test_loss": 0.95, "test_l1_bound": 1.0},
+            "passed",
+        ),
+        (
+            "vanilla_reflection_at_bound",
+            "reflection/vanilla",
+            {"test_loss": 0.9, "test_l1_bound": 1.0},
+            "failed",
+        ),
+        (
+            "data_control_reflects",
+            "reflection/data_control",
+            {"test_loss": 0.1, "test_l1_bound": 1.0},
+            "held",
+        ),
+        (
+            "data_control_reflects",
+            "reflection/data_control",  # well below: strictly
+            {"test_loss": 0.25, "test_l1_bound": 1.25},
+            "not held",
+        ),
+        ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.95}, "held"),
+        ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.94}, "not held"),
+        ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": None}, "not held"),
+    ],
+)
+def test_claims_bounds(key: str, run: str, metrics: dict[str, float | None], words: str) -> None:
+    claim = next(c for c in dissecting.CLAIMS if c.key == key)
+    assert claim.check([Values({run: metrics})]).words == words
 
 
 @pytest.mark.slow
@@ -103,7 +140,7 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
                 assert _finite(entry[key][stat]), (task, kind, key, stat)
             if task == "annuli":
                 assert 0.0 <= entry["accuracy"]["mean"] <= 1.0
-    assert set(saved["claims"]) == set(dissecting.CLAIMS)
+    assert set(saved["claims"]) == {c.key for c in dissecting.CLAIMS}
     assert summary["claims"] == saved["claims"]
 
 

@@ -180,10 +180,8 @@ def floor_claim(text: str, published: str, train_mse: Metric, slack: float, spec
     """``node_1d_at_floor``, a check: the train MSE of the run ``1d/node`` is at least
     ``slack`` times its :data:`FLOOR`, which binds every 1-D NODE whatever its training."""
     mse, floor = train_mse.of("1d/node"), FLOOR.of("1d/node")
-    return Claim(
-        "node_1d_at_floor", text, published, ours=lambda v: v[mse] / v[floor],
-        holds=lambda v: v[mse] >= slack * v[floor], spec=spec, unit="×", kind="check",
-    )  # fmt: skip
+    return Claim.at_least("node_1d_at_floor", text, published, lambda v: v[mse] / v[floor], slack,
+                          spec=spec, unit="×", kind="check")  # fmt: skip
 
 
 def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:

@@ -143,13 +143,11 @@ CLAIMS = [
         "Prop. 1: a 1-D NODE cannot fit g(x); its MSE stays at the floor of monotone maps",
         "cannot fit g(x); no MSE published", TRAIN_MSE, FLOOR_MARGIN, ".2f",
     ),
-    Claim(
+    Claim.at_most(
         "anode_1d_near_zero",
         "an ANODE fits 1-D g(x), MSE about 0",
         "about 0 (0.0000 in a replication)",
-        ours=lambda v: v[ANODE_1D],
-        holds=lambda v: v[ANODE_1D] < NEAR_ZERO,
-        spec=".3f", kind="paper",
+        ANODE_1D, NEAR_ZERO, strict=True, kind="paper",
     ),
     Claim.difference(
         "anode_1d_below_node",
@@ -173,19 +171,17 @@ CLAIMS = [
         holds=lambda v: all(_growth(v, "anode", dim) <= HARDLY for dim in DIMS),
         spec=".2f", unit="×", kind="paper",
     ),
-    Claim(
+    Claim.at_least(
         "node_slice_gap_large",
         "Fig. 9: NODEs show a large generalisation gap on a held-out slice",
         "a large gap (curves only)",
-        ours=_slice_gap, holds=lambda v: _slice_gap(v) >= LARGE_GAP, spec=".3f", kind="paper",
+        _slice_gap, LARGE_GAP, spec=".3f", kind="paper",
     ),
-    Claim(
+    Claim.at_most(
         "anode_slice_near_zero",
         "Fig. 9: ANODEs reach near-zero loss on the held-out slice",
         "near zero (curves only)",
-        ours=lambda v: v[SLICE_MSE.of("slice/anode")],
-        holds=lambda v: v[SLICE_MSE.of("slice/anode")] < NEAR_ZERO,
-        spec=".3f", kind="paper",
+        SLICE_MSE.of("slice/anode"), NEAR_ZERO, strict=True, kind="paper",
     ),
 ]  # fmt: skip
 """The paper's claims on g(x) (Figs. 8-9) and the check of Prop. 1's floor; their
