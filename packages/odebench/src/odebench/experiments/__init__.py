@@ -22,7 +22,7 @@ from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
 from . import _anode_resnet, _chen_cnf, _contnet_adjoint  # noqa: F401  # isort: skip
 from .._provenance import Provenance
-from ._claims import Claim, Verdict, verdict_status
+from ._claims import Claim
 from ._index import reproductions_table
 from ._metrics import Metric, Ref, Stat, Values
 from ._registry import (
@@ -50,6 +50,7 @@ from ._template import (
     Trained,
     TrainingSettings,
 )
+from ._verdicts import Verdict, verdict_status
 
 __all__ = [
     "DEFAULT_MODE",

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .._io import markdown_table
-from ._claims import MAX_CLAIM_TEXT, Verdict, verdict_status
+from ._claims import MAX_CLAIM_TEXT
 from ._metrics import Stat
 from ._registry import EXPERIMENTS, read_results
+from ._verdicts import Verdict, verdict_status
 
 SUMMARY = ["experiment", "paper claims", "checks", "data", "seeds", "training", "commit"]
 
@@ -34,7 +35,7 @@ class _Claim:
 
     Args:
         kind: ``"paper"``, ``"check"``, or :data:`UNCLASSIFIED` for an old run's claim.
-        status: its status (see :data:`~odebench.experiments._claims.VERDICTS`).
+        status: its status (see :data:`~odebench.experiments._verdicts.VERDICTS`).
         text: the claim.
         published: the paper's value, as text.
         ours: our value over the seeds, as text.

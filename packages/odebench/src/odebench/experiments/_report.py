@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._io import text_parts
 from .._provenance import Provenance
-from ._claims import Verdict
+from ._verdicts import Verdict
 
 if TYPE_CHECKING:
     from ._result import Result

@@ -11,10 +11,10 @@ from typing import Any, Generic
 
 from .._io import Json, JsonObject
 from .._provenance import Provenance
-from ._claims import Verdict
 from ._metrics import Ref, Stat, Values
 from ._registry import RunOptions
 from ._template import Measurement, S, Setup, Template
+from ._verdicts import Verdict
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,121 @@
+"""Verdicts on claims over the seeds: the one rule that judges them, and what the reports
+and the reproductions index show of each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .._io import JsonObject
+from ._metrics import Stat
+
+ClaimKind = Literal["paper", "check"]
+"""What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
+``"check"``, a property of our implementation (a parameter count, a bound, an exact
+identity) that would hold on any seed. Only paper claims count as reproduced."""
+
+CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")
+
+
+VERDICTS = ("held", "mixed", "not held", "contended", "passed", "failed")
+"""The statuses of a :class:`Verdict`: the first four of a paper claim, the last two
+of a check."""
+
+
+def verdict_status(kind: str, holds: bool, held_on: Sequence[bool], contended: bool = False) -> str:
+    """The one rule that turns a claim's test results into its status.
+
+    A **paper claim** is ``"held"`` when it holds on the means *and* on most seeds
+    (more than half), ``"not held"`` when it holds on neither the means nor any seed,
+    and ``"mixed"`` otherwise. A timing claim measured on a contended machine is
+    ``"contended"``, whatever its numbers. A **check** (``kind="check"``) is
+    ``"passed"`` only when it holds on the means and on every seed, else ``"failed"``.
+
+    Example:
+        >>> verdict_status("paper", True, [True, False, True])
+        'held'
+        >>> verdict_status("paper", True, [True, False, False])
+        'mixed'
+        >>> verdict_status("paper", False, [False, False])
+        'not held'
+        >>> verdict_status("check", True, [True, False])
+        'failed'
+    """
+    count, n = sum(held_on), len(held_on)
+    if kind == "check":
+        return "passed" if holds and count == n else "failed"
+    if contended:
+        return "contended"
+    if holds and 2 * count > n:
+        return "held"
+    return "not held" if not holds and count == 0 else "mixed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A checked :class:`Claim`: what the report's table shows of it.
+
+    Args:
+        key: the claim's key.
+        text: the claim.
+        published: the paper's value, as text.
+        ours: the claim's number over the seeds.
+        holds: whether the claim holds on the means.
+        held_on: whether it holds on each seed, in the order of the seeds.
+        format: ``(spec, scale, unit)`` of ``ours``.
+        kind: the claim's kind, ``"paper"`` or ``"check"``.
+        detail: the claim's details, for the report.
+        contended: a timing claim measured on a contended machine: not judged.
+    """
+
+    key: str
+    text: str
+    published: str
+    ours: Stat
+    holds: bool
+    held_on: tuple[bool, ...]
+    format: tuple[str, float, str] = (".3g", 1.0, "")
+    kind: ClaimKind = "paper"
+    detail: str = ""
+    contended: bool = False
+
+    @property
+    def status(self) -> str:
+        """One of ``VERDICTS``, by :func:`verdict_status`."""
+        return verdict_status(self.kind, self.holds, self.held_on, self.contended)
+
+    @property
+    def words(self) -> str:
+        """The status in words, with the per-seed count where there are several seeds.
+
+        ``"held on 3 of 3 seeds"``, ``"mixed: held on 1 of 3 seeds, not on the mean"``,
+        ``"not held"``, ``"contended: not judged"``, ``"passed"``,
+        ``"failed on 1 of 3 seeds"``.
+        """
+        status, count, n = self.status, sum(self.held_on), len(self.held_on)
+        seeds = f"{count} of {n} seeds"
+        if status == "held":
+            return f"held on {seeds}" if n > 1 else "held"
+        if status == "mixed":
+            return f"mixed: held on {seeds}" + ("" if self.holds else ", not on the mean")
+        if status == "contended":
+            return "contended: not judged"
+        if status == "failed":
+            return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
+        return status
+
+    def to_json(self) -> JsonObject:
+        """The verdict for ``results.json``."""
+        return {
+            "kind": self.kind,
+            "text": self.text,
+            "detail": self.detail,
+            "published": self.published,
+            "ours": self.ours.to_json(),
+            "holds": self.holds,
+            "held_on_seeds": [*self.held_on],
+            "status": self.status,
+            "verdict": self.words,
+            "cell": self.ours.cell(*self.format),
+        }
