@@ -24,9 +24,8 @@ Example:
     ...     modes={"quick": Toy(epochs=1), "standard": Toy(epochs=5, seeds=3),
     ...            "full": Toy(epochs=10, seeds=5)},
     ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
-    ...     claims=lambda setup: [Claim(
-    ...         key="fits", text="the NODE's test MSE is below 1", published="not published",
-    ...         ours=lambda v: v[loss], holds=lambda v: v[loss] < 1, kind="paper")],
+    ...     claims=lambda setup: [Claim.at_most("fits", "the NODE's test MSE is below 1",
+    ...                               "not published", loss, 1, strict=True, kind="paper")],
     ... )
     >>> toy.settings_for("standard", epochs=2)
     Toy(seeds=3, epochs=2)
@@ -47,11 +46,7 @@ from torch import nn
 from .._figures import Bars, Lines, draw
 from ..training import Task, TrainConfig, load_model, resolve_device
 from ._claims import Claim
-from ._registry import (
-    MODES,
-    Log,
-    RunOptions,
-)
+from ._registry import MODES, Log, RunOptions
 from ._tables import Table
 
 if TYPE_CHECKING:
@@ -134,11 +129,9 @@ class Setup(Generic[S]):
         options: the options of ``odebench run``.
         seeds: the seeds every run trains, in order.
         log: where progress lines go.
-        trained: the names of the runs that trained (a skipped run's aside), what
-            ``claims``, ``tables`` and the figures read: those ``runs`` declares
-            when the experiment runs, those ``results.json`` holds when its report
-            is written again (:func:`~odebench.experiments.rerender`), whatever
-            data the machine that writes it has. ``runs`` is given it empty.
+        trained: the runs that trained, which ``claims``, ``tables`` and the figures
+            read: from ``runs`` in a run, from ``results.json`` on
+            :func:`~odebench.experiments.rerender` (whatever data the machine has).
     """
 
     name: str
