@@ -320,14 +320,7 @@ def _parameters_cell(result: Result[Any], row: Row) -> str:
 def _pair(what: str, metric: Metric) -> list[Col]:
     """A column of ``metric`` per model, ``NODE <what>`` and ``ResNet <what>``: the run
     ``<row's task>/<model>``."""
-
-    def col(model: str) -> Col:
-        return Col(
-            f"{common.LABELS[model]} {what}",
-            cell=lambda result, row: result.cell(metric.of(f"{row.run}/{model}")),
-        )
-
-    return [col(m) for m in MODELS]
+    return [Col(f"{common.LABELS[m]} {what}", metric, run=f"{{run}}/{m}") for m in MODELS]
 
 
 LOSSES = Table("task", [Row(title, task) for task, title in TASKS], [
