@@ -70,7 +70,7 @@ class RosenbrockTableau:
         m: the solution's weights ``y1 = y0 + sum m_j u_j``.
         m_err: ``m`` minus the embedded solution's weights.
         dense: the rows ``d_1, d_2`` of the continuous extension's weights on the
-            stages (see :data:`RODAS4_TABLEAU`), or ``None``.
+            stages (see :data:`~odecore.RODAS4_TABLEAU`), or ``None``.
 
     Raises:
         ValueError: if ``gamma`` is not positive, the lengths disagree, or a row of
@@ -158,7 +158,7 @@ def _rodas4_tableau() -> RosenbrockTableau:
 
 
 RODAS4_TABLEAU = _rodas4_tableau()
-"""Hairer and Wanner's RODAS: a stiffly accurate Rosenbrock method of order 4 with an
+"""Hairer and Wanner's RODAS, a stiffly accurate Rosenbrock method of order 4 with an
 embedded method of order 3, six stages, ``gamma = 1/4``, L-stable, in the transformed
 form of their code ``rodas.f`` (the coefficients as published there). The last two
 stages are at ``t0 + h``; the solution is the sixth stage's state plus ``u_6`` and the

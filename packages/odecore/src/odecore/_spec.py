@@ -95,8 +95,8 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
 """Adaptive embedded pairs by name (``kvaerno5``, implicit, for stiff problems)."""
 
 ROSENBROCK_METHODS: dict[str, type[AbstractSolver]] = {"rodas4": Rodas4}
-"""Adaptive Rosenbrock methods by name, for stiff problems: linearly implicit, a
-:class:`~odecore.RosenbrockTableau` rather than a Butcher tableau. They take the
+"""Adaptive Rosenbrock methods by name, for stiff problems (linearly implicit, with a
+:class:`~odecore.RosenbrockTableau` rather than a Butcher tableau). They take the
 options of :data:`ADAPTIVE_OPTIONS`."""
 
 GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
