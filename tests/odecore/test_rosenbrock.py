@@ -218,8 +218,9 @@ def stiff_fd():
         odecore.Autograd(),
         odecore.Checkpoint(),
         odecore.Adjoint(state="interpolated"),
+        odecore.Adjoint(),
     ],
-    ids=["backprop", "checkpoint", "adjoint-interpolated"],
+    ids=["backprop", "checkpoint", "adjoint-interpolated", "adjoint-default"],
 )
 def test_gradients_on_stiff_van_der_pol_match_finite_differences(gradient, stiff_fd):
     # d y(1) / d (x0, v0, mu) at mu = 1000 through the initial transient.
@@ -227,6 +228,14 @@ def test_gradients_on_stiff_van_der_pol_match_finite_differences(gradient, stiff
     scale = np.abs(stiff_fd).max(axis=1, keepdims=True)
     assert (np.abs(jac - stiff_fd) / scale).max() < 1e-4
     assert np.abs(jac[:, 2] - stiff_fd[:, 2]).max() < 1e-4 * np.abs(stiff_fd[:, 2]).max()
+
+
+def test_the_adjoint_reads_the_forward_steps_by_default():
+    # Integrating the stiff state backward fails (test_adjoint_interpolated), so the
+    # default state of the adjoint is the forward solve's, as for Kvaerno5.
+    assert odecore.Adjoint().interpolates(Rodas4())
+    assert odecore.Adjoint().interpolates(Rodas4(independent=True))
+    assert not odecore.Adjoint(state="backsolve").interpolates(Rodas4())
 
 
 def test_batched_backprop_gives_the_dense_gradients(stiff_fd):

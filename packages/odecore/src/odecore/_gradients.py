@@ -21,6 +21,7 @@ from ._controllers import AbstractController, Adaptation, PIDController, rms_nor
 from ._errors import ConfigurationError, SolverError, Status
 from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
+from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
 
 _EPS = 2.220446049250313e-16
@@ -258,10 +259,10 @@ class Adjoint(AbstractGradient):
             ODE that is stable backward in time, and its solve stops at every
             forward step end. Its memory grows with the number of forward steps
             (the state and the solver's stages of each). ``"auto"`` (the default)
-            is ``"interpolated"`` for an implicit forward solver
-            (:class:`AbstractImplicitRK`, :class:`Kvaerno5`) and ``"backsolve"``
-            otherwise. ``"interpolated"`` needs odecore's own solve loop (not a
-            ``scipy:`` method).
+            is ``"interpolated"`` for a forward solver for stiff problems
+            (:class:`AbstractImplicitRK`, :class:`Kvaerno5`, :class:`Rodas4`) and
+            ``"backsolve"`` otherwise. ``"interpolated"`` needs odecore's own solve
+            loop (not a ``scipy:`` method).
 
     Raises:
         ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
@@ -297,7 +298,7 @@ class Adjoint(AbstractGradient):
         """Whether the backward pass reads the state from the forward steps of a solve
         with this forward ``solver`` (see ``state``)."""
         if self.state == "auto":
-            return isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK))
+            return isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK, _AbstractRosenbrock))
         return self.state == "interpolated"
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
