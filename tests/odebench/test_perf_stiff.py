@@ -1,6 +1,6 @@
-"""The stiff problem of ``odebench perf solvers``: its definition, the work-precision
-sweep (kvaerno5, SciPy's Radau and BDF, dopri5 out of its step budget), the report
-and the plot."""
+"""The stiff problems of ``odebench perf solvers``: their definitions, the
+work-precision sweep (kvaerno5, rodas4, SciPy's Radau, BDF and LSODA, dopri5 out of its
+step budget), the report and the plot."""
 
 from __future__ import annotations
 
@@ -54,11 +54,28 @@ def test_vdp_stiff_is_stiff_at_its_initial_state():
     assert abs(float(eigenvalues.min())) * (problem.t1 - problem.t0) > 1e6
 
 
-def test_stiff_problem_is_left_out_of_quick_and_the_explicit_runs_are_unchanged():
-    assert STIFF_PROBLEMS == ("vdp_stiff",)
+def test_robertson_is_the_kinetics_problem_in_float64_at_atol_1e_4_rtol():
+    problem = make_problem("robertson", QUICK, dtype=torch.float32)
+    assert problem.name == "robertson" and "robertson" in KNOWN_PROBLEMS
+    assert problem.y0.dtype == F64 and problem.y0.tolist() == [[1.0, 0.0, 0.0]]
+    assert (problem.t0, problem.t1, problem.atol_ratio) == (0.0, 1e5, 1e-4)
+    assert make_problem("vdp_stiff").atol_ratio == 1.0
+    y = torch.tensor([[0.9, 2e-5, 0.1], [0.3, 1e-6, 0.7]], dtype=F64)
+    y1, y2, y3 = y.unbind(-1)
+    expected = torch.stack(
+        [-0.04 * y1 + 1e4 * y2 * y3, 0.04 * y1 - 1e4 * y2 * y3 - 3e7 * y2**2, 3e7 * y2**2], -1
+    )
+    with torch.no_grad():
+        out = problem.field(torch.tensor(0.0, dtype=F64), y)
+    torch.testing.assert_close(out, expected)
+    assert out.sum(-1).abs().max() < 1e-12  # the total mass is conserved
+
+
+def test_stiff_problems_are_left_out_of_quick_and_the_explicit_runs_are_unchanged():
+    assert STIFF_PROBLEMS == ("vdp_stiff", "robertson")
     assert PROBLEMS == ("mlp", "conv_relu", "conv_softplus", "vdp", "linear")
     assert SolversConfig(quick=True).problem_names == PROBLEMS
-    assert SolversConfig().problem_names == (*PROBLEMS, "vdp_stiff")
+    assert SolversConfig().problem_names == (*PROBLEMS, "vdp_stiff", "robertson")
     assert SolversConfig(quick=True, problems=("vdp_stiff",)).problem_names == ("vdp_stiff",)
     assert [m.label for m in SolversConfig().methods] == ["dopri5@0.001", "dopri5@1e-06", "rk4x100"]
     assert [m.label for m in SolversConfig(quick=True).methods] == ["dopri5@0.001", "rk4x40"]
@@ -68,12 +85,14 @@ def test_stiff_problem_is_left_out_of_quick_and_the_explicit_runs_are_unchanged(
         SolversConfig(problems=("stiff",))
 
 
-def test_stiff_sweep_is_three_implicit_solvers_over_tolerances_and_a_budgeted_dopri5():
+def test_stiff_sweep_is_five_stiff_solvers_over_tolerances_and_a_budgeted_dopri5():
     full = [m.label for m in stiff_methods()]
     assert full[:5] == [f"kvaerno5@{t:g}" for t in (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)]
-    assert {m.name for m in stiff_methods()} == {"kvaerno5", "scipy:Radau", "scipy:BDF", "dopri5"}
-    assert len(full) == 16 and full[-1] == "dopri5@1e-06,max_steps=10000"
-    assert len(stiff_methods(quick=True)) == 7
+    assert {m.name for m in stiff_methods()} == {
+        "kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA", "dopri5"
+    }  # fmt: skip
+    assert len(full) == 26 and full[-1] == "dopri5@1e-06,max_steps=10000"
+    assert len(stiff_methods(quick=True)) == 11
 
 
 @pytest.mark.parametrize(
@@ -82,7 +101,7 @@ def test_stiff_sweep_is_three_implicit_solvers_over_tolerances_and_a_budgeted_do
         ({"name": "kvaerno5"}, "`kvaerno5` needs `rtol` and `atol`"),
         ({"name": "rk4", "n_steps": 3, "max_steps": 5}, "`max_steps` is for adaptive methods"),
         ({"name": "dopri5", "rtol": 1e-3, "atol": 1e-3, "max_steps": 0}, "`max_steps` must be"),
-        ({"name": "scipy:LSODA", "rtol": 1e-3, "atol": 1e-3}, "knows dopri5, rk4, kvaerno5"),
+        ({"name": "scipy:RK45", "rtol": 1e-3, "atol": 1e-3}, "knows dopri5, rk4, kvaerno5, rodas4"),
     ],
 )
 def test_method_validation_of_the_stiff_configurations(kwargs, match):
@@ -133,7 +152,10 @@ def test_stiff_reference_is_scipy_radau_and_agrees_with_the_exact_jacobian_solve
     assert torch.allclose(reference[0], torch.tensor(exact_jac.y[:, -1], dtype=F64), atol=1e-9)
 
 
-@pytest.mark.parametrize("solver", ["kvaerno5", "scipy:Radau", "scipy:BDF"])
+SOLVERS = ["kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("tol", [1e-4, 1e-6])
 def test_sweep_rows_have_time_evaluations_and_an_error_the_tolerance_bounds(
     quick_stiff, solver, tol
@@ -152,7 +174,7 @@ def test_sweep_rows_have_time_evaluations_and_an_error_the_tolerance_bounds(
 def test_tighter_tolerances_cost_more_evaluations(quick_stiff):
     _, _, _, rows = quick_stiff
     nfe = {r["method"]: r["value"] for r in rows if r["figure"] == "nfe_forward"}
-    for solver in ("scipy:Radau", "scipy:BDF"):
+    for solver in SOLVERS[1:]:
         assert nfe[f"{solver}@1e-06"] > nfe[f"{solver}@0.0001"]
 
 
@@ -164,6 +186,35 @@ def test_dopri5_runs_out_of_its_step_budget_and_says_so(quick_stiff):
         assert r["value"] is None and r["max_steps"] == 2000
         assert r["note"].startswith("failed: SolverError")
         assert "maximum number of steps reached" in r["note"]
+
+
+def test_robertson_sweep_scales_atol_and_meets_a_radau_reference_with_the_exact_jacobian():
+    pytest.importorskip("scipy")
+    from scipy.integrate import solve_ivp
+
+    problem = make_problem("robertson", QUICK)
+    reference, _ = stiff_reference(problem)
+
+    def f(t, y):
+        return [-0.04 * y[0] + 1e4 * y[1] * y[2], 0.04 * y[0] - 1e4 * y[1] * y[2] - 3e7 * y[1] ** 2,
+                3e7 * y[1] ** 2]  # fmt: skip
+
+    def jac(t, y):
+        return [[-0.04, 1e4 * y[2], 1e4 * y[1]],
+                [0.04, -1e4 * y[2] - 6e7 * y[1], -1e4 * y[1]],
+                [0.0, 6e7 * y[1], 0.0]]  # fmt: skip
+
+    exact_jac = solve_ivp(f, (0.0, 1e5), [1.0, 0.0, 0.0], "Radau", rtol=1e-12, atol=1e-14, jac=jac)
+    assert torch.allclose(reference[0], torch.tensor(exact_jac.y[:, -1], dtype=F64), atol=1e-9)
+    methods = [m for m in stiff_methods(quick=True) if m.name in ("rodas4", "scipy:LSODA")]
+    rows = run_stiff(OdecoreLibrary(), problem, methods, reference, repeats=1, warm_up=False)
+    errors = {(r.solver, r.rtol, r.atol): r.value for r in rows if r.figure == "error"}
+    assert set(errors) == {
+        (s, tol, tol * 1e-4) for s in ("rodas4", "scipy:LSODA") for tol in (1e-4, 1e-6)
+    }
+    assert {r.method for r in rows} >= {"rodas4@1e-06/1e-10", "scipy:LSODA@0.0001/1e-08"}
+    for (_, rtol, _), error in errors.items():
+        assert error is not None and 0 < error < 100 * rtol
 
 
 def test_run_solvers_with_the_stiff_problem_alone(tmp_path):

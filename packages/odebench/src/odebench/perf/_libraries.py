@@ -38,7 +38,7 @@ PEER_METHODS: dict[str, dict[str, str]] = {
 """The methods the peers run too, by odecore's name, with each peer's own name for it (torchode's:
 its step class). torchdiffeq's ``rk4`` is Kutta's 3/8 rule; torchode has no rk4."""
 
-STIFF_METHODS = ("kvaerno5", "scipy:Radau", "scipy:BDF")
+STIFF_METHODS = ("kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA")
 """The implicit adaptive methods of the stiff problems: odecore's own and SciPy's, by
 odecore's ``scipy:`` backend. They run in odecore alone, forward only."""
 
@@ -69,7 +69,7 @@ class Method:
 
     Attributes:
         name: ``"dopri5"``, ``"rk4"``, or one of :data:`STIFF_METHODS` (``"kvaerno5"``,
-            ``"scipy:Radau"``, ``"scipy:BDF"``).
+            ``"rodas4"``, ``"scipy:Radau"``, ``"scipy:BDF"``, ``"scipy:LSODA"``).
         rtol: relative tolerance (adaptive methods).
         atol: absolute tolerance (adaptive methods).
         n_steps: number of uniform steps over the span (fixed-step methods).

@@ -24,8 +24,10 @@ _GRADIENT_STYLES = {"backprop": "-", "checkpoint": "--", "adjoint": ":"}
 
 _STIFF_SOLVERS = {
     "kvaerno5": ("kvaerno5: odecore's ESDIRK 5(4), implicit", "#1f77b4", "o"),
+    "rodas4": ("rodas4: odecore's Rosenbrock 4(3), linearly implicit", "#ff7f0e", "D"),
     "scipy:Radau": ("Radau IIA, order 5: SciPy through odecore", "#d62728", "s"),
     "scipy:BDF": ("BDF, orders 1 to 5: SciPy through odecore", "#2ca02c", "^"),
+    "scipy:LSODA": ("LSODA, Adams or BDF: SciPy through odecore", "#9467bd", "v"),
 }
 """Each stiff solver's name in words, colour and marker on the work-precision plot."""
 _STIFF_STYLES = {
@@ -247,7 +249,8 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
             panels.append(
                 Lines(
                     f"Work against precision: {described.get(problem, problem)}\n"
-                    "one point per tolerance (rtol = atol); lower left is better",
+                    "one point per rtol (atol = rtol unless the problem says); "
+                    "lower left is better",
                     STIFF_XLABEL,
                     STIFF_YLABEL,
                     {k: [(e, t) for _, e, t in v] for k, v in series.items()},

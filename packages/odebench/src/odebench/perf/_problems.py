@@ -17,7 +17,7 @@ from torch import Tensor, nn
 PROBLEMS = ("mlp", "conv_relu", "conv_softplus", "vdp", "linear")
 """The names of the explicit problems, in the order the benchmark runs them."""
 
-STIFF_PROBLEMS = ("vdp_stiff",)
+STIFF_PROBLEMS = ("vdp_stiff", "robertson")
 """The stiff problems, run after the others with the implicit methods' sweep."""
 
 KNOWN_PROBLEMS = (*PROBLEMS, *STIFF_PROBLEMS)
@@ -136,6 +136,22 @@ class VanDerPol(nn.Module):
         return torch.stack([v, self.mu * (1 - x * x) * v - x], dim=-1)
 
 
+class Robertson(nn.Module):
+    """Robertson's chemical kinetics, ``y1' = -k1 y1 + k3 y2 y3``,
+    ``y2' = k1 y1 - k3 y2 y3 - k2 y2^2``, ``y3' = k2 y2^2``, with the rate constants
+    ``(k1, k2, k3) = (0.04, 3e7, 1e4)`` as parameters; the state is ``(batch, 3)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rates = nn.Parameter(torch.tensor([0.04, 3e7, 1e4]))
+
+    def forward(self, t: Tensor, y: Tensor) -> Tensor:
+        k1, k2, k3 = self.rates.unbind()
+        y1, y2, y3 = y.unbind(-1)
+        fast, slow = k3 * y2 * y3, k2 * y2 * y2
+        return torch.stack([-k1 * y1 + fast, k1 * y1 - fast - slow, slow], dim=-1)
+
+
 class LinearField(nn.Module):
     """``dy/dt = A y`` with ``A = S - decay * I``, ``S`` skew-symmetric: a damped rotation.
 
@@ -172,6 +188,8 @@ class Problem:
     t0: float
     t1: float
     exact: Tensor | None = None
+    atol_ratio: float = 1.0
+    """The stiff sweep's ``atol`` over its ``rtol`` (Robertson's: ``1e-4``)."""
 
     @property
     def n_parameters(self) -> int:
@@ -208,13 +226,17 @@ def make_problem(
     the tight end of its tolerance sweep need the precision. On ``[0, 3000]`` (the
     full run) it holds two periods: slow drifts, where the Jacobian has an
     eigenvalue near ``-3000``, joined by four jumps a few time units long; on
-    ``[0, 300]`` (``Sizes.quick``) the first drift only, stiff as well.
+    ``[0, 300]`` (``Sizes.quick``) the first drift only, stiff as well. ``robertson``
+    (:class:`Robertson` from ``y0 = (1, 0, 0)`` on ``[0, 1e5]``, in float64 too, in
+    quick mode as well) is solved at ``atol = 1e-4 rtol``: ``y2`` stays below
+    ``4e-5``.
 
     Raises:
         ValueError: for an unknown name.
     """
     s = sizes or Sizes()
     gen = torch.Generator().manual_seed(seed)
+    atol_ratio = 1.0
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         if name == "mlp":
@@ -245,6 +267,13 @@ def make_problem(
             t1 = s.vdp_stiff_t1
             desc = f"Van der Pol, mu = {VDP_STIFF_MU:g}, y0 = (2, 0), t in [0, {t1:g}], float64"
             dtype = torch.float64
+        elif name == "robertson":
+            field = Robertson()
+            y0 = torch.tensor([[1.0, 0.0, 0.0]])
+            t1 = 1e5
+            desc = "Robertson, y0 = (1, 0, 0), t in [0, 1e5], atol = 1e-4 rtol, float64"
+            dtype = torch.float64
+            atol_ratio = 1e-4
         elif name == "linear":
             field = LinearField(s.linear_state, generator=gen)
             y0 = torch.randn(s.linear_batch, s.linear_state, generator=gen)
@@ -260,7 +289,7 @@ def make_problem(
     field = field.to(dtype)
     y0 = y0.to(dtype)
     exact = field.exact(y0, t1) if isinstance(field, LinearField) else None
-    return Problem(name, desc, field, y0, 0.0, t1, exact)
+    return Problem(name, desc, field, y0, 0.0, t1, exact, atol_ratio)
 
 
 def reference_solution(problem: Problem, tol: float = 1e-10) -> tuple[Tensor, str]:

@@ -1,5 +1,5 @@
 """The stiff problems' part of ``odebench perf solvers``: a work-precision sweep of
-odecore's implicit methods and ``dopri5`` with a step budget, forward only, into the
+odecore's stiff methods, SciPy's and ``dopri5`` with a step budget, forward only, into the
 document's ``stiff`` section (why, and what it runs: docs/odebench/index.md, "A stiff
 problem")."""
 
@@ -9,6 +9,7 @@ import importlib.util
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import odecore
 import torch
@@ -109,7 +110,8 @@ def run_stiff(
     ``library`` is odecore (the stiff methods and the ``scipy:`` backend are its own).
     Each configuration gets a warm-up run (with ``warm_up``) and then ``repeats``
     timed runs, cut to fit ``budget_s`` seconds (``None``: no limit); times are
-    medians, and ``error`` is against ``reference``. A run that fails (``dopri5`` out
+    medians, and ``error`` is against ``reference``. Each configuration's ``atol`` is
+    scaled by the problem's ``atol_ratio``. A run that fails (``dopri5`` out
     of its step budget, a solver error) is not repeated: its rows carry ``null`` and a
     note that starts with ``failed:`` and quotes the error. ``log`` gets a line per
     configuration.
@@ -118,7 +120,8 @@ def run_stiff(
     counter = CountingField(problem.field, limit=STIFF_LIMIT)
     weight = loss_weight(problem)
     rows: list[StiffRow] = []
-    for m in methods:
+    for given in methods:
+        m = given if given.atol is None else replace(given, atol=given.atol * problem.atol_ratio)
         why = _unavailable(m) or library.unsupported(m, "forward")
         if why is not None:
             say(f"  {problem.name} {m.label}: left out ({why})")
