@@ -48,7 +48,15 @@ from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
 from ._newton import failed_step, jacobian
-from ._solvers import Field, StepResult, _combine_terms, _HermiteDense, _Sum, _sum_of
+from ._solvers import (
+    Field,
+    SolveState,
+    StepResult,
+    _combine_terms,
+    _HermiteDense,
+    _Sum,
+    _sum_of,
+)
 
 # --- the tableau ----------------------------------------------------------------------
 
@@ -328,6 +336,18 @@ class _AbstractRosenbrock(_HermiteDense):
     @property
     def adaptive(self) -> bool:
         return True
+
+    def new_state(self) -> SolveState:
+        """Counts of the solve's Jacobians and factorisations (one of each per step)."""
+        return SolveState()
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
+        if state is not None:
+            state.n_jacobians += 1
+            state.n_factorisations += 1
+        return self.step(f, t0, t1, y0, f0)
 
     def _rows(self, y: Tensor) -> bool:
         """Whether the Jacobian is taken per sample (independent rows of a batch)."""
