@@ -1,13 +1,21 @@
-"""Rodas4's counts of Jacobians and factorisations."""
+"""Per-sample step sizes (``PIDController(per_sample=True)``) and Rodas4's counts."""
 
 from __future__ import annotations
+
+import math
 
 import odecore
 import pytest
 import torch
-from odecore import PIDController, Rodas4
+from odecore import Dopri5, PIDController, Rodas4, Tsit5
 
 F64 = torch.float64
+SOLVERS = [Dopri5(), Tsit5(), Rodas4(independent=True)]
+IDS = ["dopri5", "tsit5", "rodas4"]
+
+
+def _rows(rtol=1e-8, atol=1e-10, **kwargs):
+    return PIDController(rtol=rtol, atol=atol, per_sample=True, **kwargs)
 
 
 def _vdp(mu):
@@ -18,14 +26,242 @@ def _vdp(mu):
     return f
 
 
+# Eight Van der Pol oscillators, mu from 1 to 1000 as a (B, 1) tensor.
 MU = torch.logspace(0, 3, 8, dtype=F64).unsqueeze(1)
 VDP_Y0 = torch.stack([torch.linspace(1.0, 2.0, 8), torch.zeros(8)], dim=1).to(F64)
+
+
+def _linear():
+    """Per-sample ``y' = A_b y``: decays and rotations of different rates."""
+    rates = torch.tensor([0.1, 1.0, 5.0, 20.0], dtype=F64)
+    freqs = torch.tensor([0.0, 2.0, 0.5, 8.0], dtype=F64)
+    a = torch.stack(
+        [torch.stack([-rates, freqs], -1), torch.stack([-freqs, -rates], -1)], dim=1
+    )  # (B, 2, 2)
+    y0 = torch.tensor([[1.0, 0.0], [0.5, -1.0], [2.0, 1.0], [-1.0, 0.3]], dtype=F64)
+    return a, y0
+
+
+def _linear_field(a):
+    def f(t, y):
+        return torch.einsum("bij,bj->bi", a, y)
+
+    return f
+
+
+# --- against each system alone -----------------------------------------------------------
+
+
+@torch.no_grad()
+def test_van_der_pol_batch_equals_each_system_alone():
+    control = _rows(rtol=1e-6, atol=1e-6)
+    alone = PIDController(rtol=1e-6, atol=1e-6)
+    solver = Rodas4(independent=True)
+    sol = odecore.solve(_vdp(MU), VDP_Y0, t0=0.0, t1=20.0, solver=solver, controller=control)
+    for b in range(8):
+        one = odecore.solve(
+            _vdp(MU[b : b + 1]), VDP_Y0[b : b + 1], t0=0.0, t1=20.0, solver=solver,
+            controller=alone,
+        )  # fmt: skip
+        torch.testing.assert_close(sol.ys[-1, b], one.ys[-1, 0], rtol=1e-6, atol=1e-6)
+        # The same steps: the controller judges a sample as it judges it alone.
+        assert int(sol.n_accepted_per_sample[b]) == one.stats.n_accepted
+        assert int(sol.n_rejected_per_sample[b]) == one.stats.n_rejected
+    assert sol.status == odecore.Status.SUCCESS
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("solver", SOLVERS, ids=IDS)
+@pytest.mark.parametrize("t1", [1.5, -1.5], ids=["forward", "backward"])
+def test_linear_system_meets_the_closed_form(solver, t1):
+    a, y0 = _linear()
+    exact = torch.einsum("bij,bj->bi", torch.linalg.matrix_exp(a * t1), y0)
+    sol = odecore.solve(
+        _linear_field(a), y0, t0=0.0, t1=t1, solver=solver, controller=_rows(),
+        saveat=odecore.SaveAt(ts=[0.0, t1]),
+    )  # fmt: skip
+    assert sol.ys.shape == (2, 4, 2)
+    torch.testing.assert_close(sol.ys[0], y0, rtol=0, atol=0)
+    scale = exact.abs().amax(dim=1, keepdim=True).clamp(min=1.0)
+    assert ((sol.ys[-1] - exact).abs() / scale).max() < 1e-6
+    # A slow decay takes fewer steps than a fast rotation.
+    assert sol.n_accepted_per_sample[0] < sol.n_accepted_per_sample[3]
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=IDS)
+def test_each_sample_reads_its_own_time(solver):
+    # y' = k cos(t): y(t) = y0 + k sin(t), with t each sample's own time.
+    k = torch.tensor([[0.5], [3.0], [20.0]], dtype=F64)
+    shapes = set()
+
+    def f(t, y):
+        shapes.add(tuple(t.shape))
+        return k * torch.cos(t).unsqueeze(-1)
+
+    y0 = torch.zeros(3, 1, dtype=F64)
+    sol = odecore.solve(f, y0, t0=0.0, t1=4.0, solver=solver, controller=_rows())
+    torch.testing.assert_close(sol.ys[-1], k * math.sin(4.0), rtol=1e-6, atol=1e-7)
+    assert shapes == {(3,)}
+
+
+# --- masking ------------------------------------------------------------------------------
+
+
+def test_a_finished_sample_does_not_move():
+    # Sample 0 (mu = 1) finishes long before sample 1 (mu = 100); from the step that
+    # ends it on t1, every evaluation sees it there, at its final state, and the
+    # batch's answer for it is the one alone.
+    mu = torch.tensor([[1.0], [100.0]], dtype=F64)
+    y0 = torch.tensor([[2.0, 0.0], [2.0, 0.0]], dtype=F64)
+    seen = []
+
+    def f(t, y):
+        seen.append((float(t[0]), y[0].clone()))
+        return _vdp(mu)(t, y)
+
+    sol = odecore.solve(f, y0, t0=0.0, t1=3.0, solver=Dopri5(), controller=_rows(1e-5, 1e-5))
+    alone = odecore.solve(
+        _vdp(mu[:1]), y0[:1], t0=0.0, t1=3.0, solver=Dopri5(), controller=_rows(1e-5, 1e-5)
+    )
+    final = sol.ys[-1, 0]
+    first = next(i for i, (t, y) in enumerate(seen) if t == 3.0 and torch.equal(y, final))
+    after = seen[first:]
+    assert len(after) > 100  # sample 1 kept stepping
+    assert all(t == 3.0 and torch.equal(y, final) for t, y in after)
+    assert torch.equal(sol.ys[-1, 0], alone.ys[-1, 0])
+
+
+def test_a_trivial_sample_takes_many_fewer_steps_than_a_stiff_one():
+    # Van der Pol, mu = 100: sample 0 rests at the equilibrium, sample 1 goes
+    # through the fast transitions of its relaxation oscillations.
+    mu = torch.full((2, 1), 100.0, dtype=F64)
+    y0 = torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=F64)
+    with torch.no_grad():
+        sol = odecore.solve(
+            _vdp(mu), y0, t0=0.0, t1=100.0, solver=Rodas4(independent=True),
+            controller=_rows(1e-6, 1e-6),
+        )  # fmt: skip
+    acc, rej = sol.n_accepted_per_sample, sol.n_rejected_per_sample
+    assert acc[0] * 10 < acc[1]
+    assert torch.equal(sol.ys[-1, 0], y0[0])
+    # Every batch step is a step of each unfinished sample.
+    assert sol.stats.n_steps == int((acc + rej).max())
+    assert sol.stats.n_accepted + sol.stats.n_rejected == sol.stats.n_steps
+
+
+@torch.no_grad()
+def test_a_step_budget_that_runs_out_fails_the_unfinished_samples_only():
+    mu = torch.full((2, 1), 100.0, dtype=F64)
+    y0 = torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=F64)
+    kwargs = dict(t0=0.0, t1=100.0, solver=Rodas4(independent=True), max_steps=60)
+    sol = odecore.solve(_vdp(mu), y0, controller=_rows(1e-6, 1e-6), throw=False, **kwargs)
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    assert torch.equal(sol.ys[-1, 0], y0[0]) and torch.isnan(sol.ys[-1, 1]).all()
+    assert "Samples [1] (1 of 2) did not reach t1" in sol.message
+    with pytest.raises(odecore.SolverError, match=r"Samples \[1\]"):
+        odecore.solve(_vdp(mu), y0, controller=_rows(1e-6, 1e-6), **kwargs)
+
+
+# --- gradients ----------------------------------------------------------------------------
+
+
+def _grad_run(solver, rtol):
+    def run(y0, k):
+        def f(t, y):
+            return -k * y * (1 + 0.5 * torch.sin(t).unsqueeze(-1)) + 0.2 * y.flip(-1) ** 2
+
+        return odecore.solve(f, y0, t0=0.0, t1=1.0, solver=solver, controller=_rows(rtol, rtol)).ys
+
+    return run
+
+
+def _grad_inputs():
+    return (
+        torch.tensor([[0.4, -0.2], [0.1, 0.3], [-0.5, 0.2]], dtype=F64, requires_grad=True),
+        torch.tensor([[50.0, 1.0], [0.2, 0.3], [5.0, 0.5]], dtype=F64, requires_grad=True),
+    )
+
+
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+def test_gradcheck_at_a_tight_tolerance(solver):
+    # Finite differences also move the step sizes; at 1e-10 that is below the
+    # comparison's tolerance.
+    assert torch.autograd.gradcheck(
+        _grad_run(solver, 1e-10), _grad_inputs(), eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True
+    )
+
+
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+def test_backprop_through_the_masks_is_each_sample_alone(solver):
+    # Each sample's gradient is exactly that of its own discrete solve: nothing leaks
+    # through the masks of finished samples or rejected steps.
+    y0, k = _grad_inputs()
+    run = _grad_run(solver, 1e-6)
+    g_y0, g_k = torch.autograd.grad(run(y0, k).sum(), (y0, k))
+    for b in range(3):
+        yb, kb = y0[b : b + 1].detach().requires_grad_(), k[b : b + 1].detach().requires_grad_()
+        a_y0, a_k = torch.autograd.grad(run(yb, kb).sum(), (yb, kb))
+        torch.testing.assert_close(g_y0[b : b + 1], a_y0, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g_k[b : b + 1], a_k, rtol=1e-10, atol=1e-12)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+_Y0 = torch.ones(3, 2, dtype=F64)
+
+
+def _decay(t, y):
+    return -y
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(solver=Rodas4()), r"needs a solver whose steps keep the samples apart.*Rodas4\("),
+        (dict(solver=odecore.Kvaerno5()), r"keep the samples apart.*Kvaerno5"),
+        (dict(y0=torch.ones(3, dtype=F64)), r"shape \(batch, \*state\), got shape \(3,\)"),
+        (dict(y0=(_Y0, _Y0)), r"one tensor of shape \(batch, \*state\), got tuple"),
+        (dict(gradient=odecore.Adjoint()), r"cannot be used with `gradient=Adjoint"),
+        (dict(gradient=odecore.Checkpoint()), r"cannot be used with `gradient=Checkpoint"),
+        (dict(event=odecore.Event(lambda t, y: y.sum() - 0.5)), r"cannot be used with `event`"),
+        (dict(jump_ts=[0.5]), r"cannot be used with `jump_ts`"),
+        (dict(step_ts=[0.5]), r"cannot be used with `step_ts`"),
+        (dict(saveat=odecore.SaveAt(dense=True)), r"`SaveAt\(dense=True\)`"),
+        (dict(saveat=odecore.SaveAt(ts=[0.0, 0.5, 1.0])), r"`SaveAt\(ts=...\) between"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_what_per_sample_steps_cannot_do_is_refused(kwargs, match):
+    call = dict(y0=_Y0, t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows()) | kwargs
+    y0 = call.pop("y0")
+    with pytest.raises(odecore.ConfigurationError, match=match):
+        odecore.solve(_decay, y0, **call)
+
+
+def test_a_coupled_batch_is_refused():
+    def coupled(t, y):
+        return -(y - y.mean(0))
+
+    with pytest.raises(odecore.ConfigurationError, match=r"depends on the state of other samples"):
+        odecore.solve(coupled, _Y0, t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(per_sample=1), r"`per_sample` must be True or False, got 1"),
+        (dict(per_sample=True, norm=odecore.rms_norm), r"cannot use a `norm`"),
+    ],
+)
+def test_bad_per_sample_settings_are_refused(kwargs, match):
+    with pytest.raises(odecore.ConfigurationError, match=match):
+        PIDController(**kwargs)
 
 
 # --- Rodas4's counts -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("controller", [PIDController(rtol=1e-6, atol=1e-6)])
+@pytest.mark.parametrize("controller", [PIDController(rtol=1e-6, atol=1e-6), _rows(1e-6, 1e-6)])
 def test_rodas4_counts_one_jacobian_and_one_factorisation_per_step(controller):
     sol = odecore.solve(
         _vdp(MU[:3]), VDP_Y0[:3], t0=0.0, t1=5.0, solver=Rodas4(independent=True),

@@ -212,6 +212,20 @@ class PIDController(AbstractController):
             its size, in ``[0, 1)``; 0 never stretches.
         norm: the error norm; default :func:`odecore.rms_norm` over the whole state
             (the batch is one system with one step size).
+        per_sample: give each sample of a batch ``(batch, *state)`` its own time,
+            step size, acceptance and controller state (the error norm is the RMS
+            over each sample's elements), for a batch of independent systems: a
+            sample's steps are then those it would take alone. Finished samples are
+            frozen at ``t1`` and the solve ends when every sample is done. The
+            field then receives ``t`` as a ``(batch,)`` tensor, each sample's own
+            time (an autonomous field need not care). Off by default: the batch is
+            one system. Needs a solver that keeps samples apart
+            (``Rodas4(independent=True)`` or an explicit embedded pair), backpropagation
+            (:class:`~odecore.Autograd`), a tensor state of at least two dimensions,
+            and no ``norm``, ``event``, ``jump_ts``, ``step_ts`` or dense output;
+            :func:`~odecore.solve` refuses the rest at its start.
+            ``Solution.n_accepted_per_sample`` and ``n_rejected_per_sample`` count
+            each sample's steps.
 
     Raises:
         ValueError: if a tolerance, factor or step bound is out of range.
@@ -237,8 +251,18 @@ class PIDController(AbstractController):
     dt_min: float = 0.0
     stretch: float = 0.1
     norm: Norm | None = None
+    per_sample: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.per_sample, bool):
+            raise ConfigurationError(
+                f"`per_sample` must be True or False, got {self.per_sample!r}."
+            )
+        if self.per_sample and self.norm is not None:
+            raise ConfigurationError(
+                "`per_sample=True` measures each sample's error by its own RMS norm and "
+                "cannot use a `norm`; drop `norm=` or `per_sample=True`."
+            )
         for name in ("rtol", "atol"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -402,3 +426,103 @@ class PIDController(AbstractController):
         else:
             new_state = (prev1, prev2, y0, abs_y0, tols)
         return Adaptation(accept=accept, dt=dt_next, state=new_state)
+
+
+# --- per-sample control (PIDController(per_sample=True)) ------------------------------
+
+
+class RowAdaptation(NamedTuple):
+    """:class:`Adaptation` per sample: ``accept``, ``dt`` and ``finite`` are ``(batch,)``."""
+
+    accept: Tensor
+    dt: Tensor
+    state: tuple[Tensor, Tensor]
+    finite: Tensor
+
+
+def _row_rms(x: Tensor) -> Tensor:
+    """The RMS of each sample (row) of ``x``, ``(batch,)`` in float64."""
+    flat = x.reshape(x.shape[0], -1).to(torch.float64)
+    if flat.shape[1] == 0:
+        return flat.new_zeros(flat.shape[0])
+    norm: Tensor = torch.linalg.vector_norm(flat, dim=1)
+    return norm / math.sqrt(flat.shape[1])
+
+
+def _row_scale(c: PIDController, y0: Tensor, y1: Tensor | None = None) -> Tensor:
+    """``atol + rtol * max(|y0|, |y1|)`` without a graph."""
+    big = _no_graph(y0).abs()
+    if y1 is not None:
+        big = torch.maximum(big, _no_graph(y1).abs())
+    return big * c.rtol + c.atol
+
+
+def row_init(
+    c: PIDController,
+    f_after: Callable[[Tensor, Tensor], Tensor],
+    span: float,
+    y0: Tensor,
+    f0: Tensor,
+    solver: AbstractSolver,
+    dt0: float | None,
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """Hairer's first step, per sample, as :meth:`PIDController.init` takes it for
+    one system; ``f_after(dt, y)`` is the field at ``t0 + dt``, ``dt`` ``(batch,)``."""
+    if not solver.adaptive:
+        c.init(lambda t, y: y, 0.0, span, y0, f0, solver, dt0)  # its error names the fix
+    batch = y0.shape[0]
+    ones = torch.ones(batch, dtype=torch.float64, device=y0.device)
+    state = (ones, ones)
+    if dt0 is not None:
+        return torch.full_like(ones, c._clamp(dt0)), state
+    with torch.no_grad():
+        scale = _row_scale(c, y0)
+        d0, d1 = _row_rms(y0 / scale), _row_rms(f0 / scale)
+        small = (d0 < 1e-5) | (d1 < 1e-5) | ~torch.isfinite(d0 / d1)
+        h0 = torch.where(small, 1e-6, 0.01 * d0 / d1).clamp(max=span)
+        h0 = torch.where(h0 > 0, h0, 1e-6)
+        view = (batch,) + (1,) * (y0.dim() - 1)
+        f1 = f_after(h0, y0 + h0.view(view).to(y0.dtype) * f0)
+        d2 = _row_rms((f1 - f0) / scale) / h0
+        big = torch.maximum(d1, d2)
+        h1 = torch.where(
+            big <= 1e-15,
+            torch.clamp(h0 * 1e-3, min=1e-6),
+            (0.01 / big) ** (1.0 / (solver.order + 1)),
+        )
+        dt = torch.where(torch.isfinite(d2), torch.minimum(100 * h0, h1), h0)
+    return dt.clamp(min=c.dt_min, max=c.dt_max), state
+
+
+def row_adapt(
+    c: PIDController,
+    h: Tensor,
+    y0: Tensor,
+    step: StepResult,
+    solver: AbstractSolver,
+    state: tuple[Tensor, Tensor],
+) -> RowAdaptation:
+    """:meth:`PIDController.adapt` per sample, for steps of sizes ``h`` ``(batch,)``."""
+    if step.y_err is None:
+        c.adapt(0.0, 1.0, y0, step, solver, None)  # its error names the fix
+    assert step.y_err is not None
+    prev1, prev2 = state
+    ratio = _row_rms(step.y_err / _row_scale(c, y0, step.y1))
+    finite = torch.isfinite(ratio)
+    k = solver.order
+    r = torch.where(finite, ratio, 1.0).clamp(min=1e-10)
+    factor = (
+        c.safety
+        * r ** (-(c.pcoeff + c.icoeff + c.dcoeff) / k)
+        * prev1 ** ((c.pcoeff + 2 * c.dcoeff) / k)
+        * prev2 ** (-c.dcoeff / k)
+    )
+    at_min = (h <= c.dt_min + 4 * _EPS * h.abs()) if c.dt_min > 0 else torch.zeros_like(finite)
+    accept = finite & ((ratio <= 1.0) | at_min)
+    factor = torch.minimum(factor.clamp(min=c.factor_min), torch.where(accept, c.factor_max, 1.0))
+    dt = (h * factor).clamp(min=c.dt_min, max=c.dt_max)
+    retry = torch.where(at_min, 0.0, (h * c.factor_min).clamp(min=c.dt_min))
+    dt = torch.where(finite, dt, retry)
+    new_prev1 = torch.where(accept, ratio.clamp(min=1e-4), prev1)
+    new_prev2 = torch.where(accept, prev1, prev2)
+    return RowAdaptation(accept=accept, dt=dt, state=(new_prev1, new_prev2), finite=finite)

@@ -337,6 +337,10 @@ class _AbstractRosenbrock(_HermiteDense):
     def adaptive(self) -> bool:
         return True
 
+    @property
+    def independent_samples(self) -> bool:
+        return self.independent
+
     def new_state(self) -> SolveState:
         """Counts of the solve's Jacobians and factorisations (one of each per step)."""
         return SolveState()

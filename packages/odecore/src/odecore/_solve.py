@@ -32,6 +32,7 @@ from ._gradients import (
     Stats,
     TimeTensors,
 )
+from ._per_sample import PerSampleLoop, check_per_sample, per_sample
 from ._solvers import AbstractSolver, StepResult
 
 State = Tensor | tuple[Tensor, ...]
@@ -115,6 +116,12 @@ class Solution:
             raises: where the solve stopped, the status's sentence and the failure's
             own account (an implicit method's step size and reason, a backend's
             message).
+        n_accepted_per_sample: with ``PIDController(per_sample=True)``, each
+            sample's accepted steps, an int64 tensor ``(batch,)``; else ``None``.
+            ``stats`` then counts the batch steps: ``n_steps`` the steps of the loop
+            (each a step of every unfinished sample), ``n_accepted`` those in which
+            some sample kept its step and ``n_rejected`` the others.
+        n_rejected_per_sample: likewise, each sample's rejected steps.
     """
 
     ts: Tensor
@@ -125,6 +132,8 @@ class Solution:
     event_t: Tensor | None = None
     message: str = ""
     dense: _Dense | None = field(default=None, repr=False)
+    n_accepted_per_sample: Tensor | None = None
+    n_rejected_per_sample: Tensor | None = None
 
     def evaluate(self, t: float | Tensor) -> State:
         """The solution at ``t`` (a number or a 0-dim or 1-D tensor of times) from the
@@ -784,13 +793,17 @@ def solve(
 ) -> Solution:
     """Solve ``dy/dt = f(t, y)`` from ``y(t0) = y0`` to ``t1``.
 
-    The whole state, batch included, is one system with one step size. Gradients
-    flow by backpropagation through the steps (exact for the discrete scheme), or
-    by the continuous adjoint with ``gradient=Adjoint()``.
+    The whole state, batch included, is one system with one step size; with
+    ``PIDController(per_sample=True)`` each sample of a batch of independent systems
+    takes its own steps instead. Gradients flow by backpropagation through the steps
+    (exact for the discrete scheme), or by the continuous adjoint with
+    ``gradient=Adjoint()``.
 
     Args:
         f: the vector field ``f(t, y)``. ``t`` is a 0-dim tensor in ``y0``'s dtype and
-            device; ``y`` and the return value have ``y0``'s structure and shapes.
+            device (with ``PIDController(per_sample=True)``, a ``(batch,)`` tensor of
+            each sample's time); ``y`` and the return value have ``y0``'s structure
+            and shapes.
         y0: the initial state, a floating tensor of any shape or a tuple of them.
         t0: the start time.
         t1: the end time; ``t1 < t0`` integrates backward in time. With an ``event``
@@ -942,6 +955,15 @@ def _solve(
         )
     if saveat is None:
         saveat = SaveAt(t1=True)
+    rows = per_sample(controller)
+    if rows:
+        inside = not set(_as_floats("saveat.ts", saveat.ts)) <= {float(t0), float(t1)}
+        check_per_sample(
+            solver, y0, gradient or Autograd(),
+            {"event": event is not None, "jump_ts": jump_ts is not None,
+             "step_ts": step_ts is not None, "SaveAt(dense=True)": saveat.dense,
+             "compile=True": compile is not False, "SaveAt(ts=...) between t0 and t1": inside},
+        )  # fmt: skip
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
         raise ConfigurationError(
@@ -1029,6 +1051,8 @@ def _solve(
             )
         dense = _Dense(unpack if isinstance(y0, tuple) else None)
         loop = _make_loop(jumps, steps, max_steps, dense)
+    elif rows:
+        loop = PerSampleLoop(max_steps)
     else:
         loop = make_loop(jumps, steps, max_steps)
     ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
@@ -1115,4 +1139,6 @@ def _solve(
         event_t=event_t,
         message=message,
         dense=dense,
+        n_accepted_per_sample=loop.accepted if isinstance(loop, PerSampleLoop) else None,
+        n_rejected_per_sample=loop.rejected if isinstance(loop, PerSampleLoop) else None,
     )

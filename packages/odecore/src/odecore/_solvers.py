@@ -101,6 +101,12 @@ class AbstractSolver(abc.ABC):
     def adaptive(self) -> bool:
         """Whether ``step`` returns an error estimate that a controller can use."""
 
+    @property
+    def independent_samples(self) -> bool:
+        """Whether a step keeps the samples (rows) of a batch apart, so that each may
+        take its own step size (``PIDController(per_sample=True)``)."""
+        return False
+
     def init(self, f: Field, t0: float, y0: Tensor) -> Tensor:
         """Return ``f0 = f(t0, y0)``, the derivative that starts the first step."""
         return f(t0, y0)
@@ -296,6 +302,10 @@ class AbstractExplicitRK(_HermiteDense):
     @property
     def adaptive(self) -> bool:
         return self.tableau.adaptive
+
+    @property
+    def independent_samples(self) -> bool:
+        return True  # every stage is the field at its own sample's state
 
     @property
     def dense_kind(self) -> Literal["polynomial", "hermite"]:

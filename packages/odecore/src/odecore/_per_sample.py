@@ -1,0 +1,239 @@
+"""Per-sample step sizes: a batch of independent systems, each sample on its own steps.
+
+With ``PIDController(per_sample=True)`` every sample (row) of a state
+``(batch, *state)`` has its own time, step size, acceptance and controller state;
+a finished sample is frozen at ``t1``, and the loop ends when every sample is done.
+
+The solvers are not changed: a batch step maps each sample's step onto ``[0, 1]``.
+For the field ``g(tau, y) = h f(t + h tau, y)``, with ``t`` and ``h`` the samples'
+own times and step sizes, one step of size 1 of any Runge-Kutta or Rosenbrock method
+is the step of size ``h`` of each sample on ``f``: the stages are ``h`` times the
+stages on ``f`` (a Rosenbrock stage equation is multiplied through by ``h``), and the
+step's error estimate, solution and dense output are those of the step on ``f``.
+A finished sample takes steps of size 0, which leave it where it is, and its state
+is kept by a mask, so that backpropagation through the loop is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from ._controllers import AbstractController, PIDController, row_adapt, row_init
+from ._errors import ConfigurationError, Status
+from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
+from ._rosenbrock import _coupled
+from ._solvers import AbstractSolver, SolveState
+
+_EPS = 2.220446049250313e-16
+_SNAP = 1e-7  # as the shared loop: a step ending within _SNAP * dt of t1 lands on it
+
+
+def per_sample(controller: AbstractController) -> bool:
+    """Whether ``controller`` asks for per-sample step sizes."""
+    return isinstance(controller, PIDController) and controller.per_sample
+
+
+def check_per_sample(
+    solver: AbstractSolver,
+    y0: object,
+    gradient: AbstractGradient,
+    refused: Mapping[str, bool],
+) -> None:
+    """Refuse, at the start of a solve, what per-sample steps cannot do; ``refused``
+    says by name which of the call's other arguments that they cannot take are set."""
+    what = "`PIDController(per_sample=True)`"
+    if not solver.independent_samples:
+        raise ConfigurationError(
+            f"{what} needs a solver whose steps keep the samples apart: "
+            "Rodas4(independent=True) or an explicit embedded pair (Dopri5(), Tsit5(), "
+            f"...); got {solver!r}."
+        )
+    if not isinstance(y0, Tensor) or y0.dim() < 2:
+        got = f"shape {tuple(y0.shape)}" if isinstance(y0, Tensor) else type(y0).__name__
+        raise ConfigurationError(
+            f"{what} needs `y0` as one tensor of shape (batch, *state), got {got}; "
+            "for scalar systems pass `y0.unsqueeze(-1)`."
+        )
+    if not isinstance(gradient, Autograd):
+        raise ConfigurationError(
+            f"{what} is differentiated by backpropagation through its masked steps only: "
+            f"it cannot be used with `gradient={gradient!r}`; use `gradient=Autograd()`, "
+            "or drop `per_sample=True`."
+        )
+    for name, present in refused.items():
+        if present:
+            raise ConfigurationError(
+                f"{what} cannot be used with `{name}`: each sample has its own steps. "
+                f"Drop `{name}`, or `per_sample=True`."
+            )
+
+
+class _RowField:
+    """The field of a batch step: ``g(tau, y) = h f(t + h tau, y)`` per sample, in
+    increasing time ``s = direction * t``; ``f`` receives ``t`` as a ``(batch,)``
+    tensor in the state's dtype."""
+
+    def __init__(self, f: FlatField, direction: float, y0: Tensor) -> None:
+        from ._solve import _check_derivative  # the shared loop's check of f's result
+
+        self.check: Callable[[object], bool] | None = lambda out: _check_derivative(
+            out, y0.shape, y0.dtype, y0.device
+        )
+        self.cast = False  # an autocast field's result is brought to the state's dtype
+        self.f, self.direction, self.dtype = f, direction, y0.dtype
+        self.view = (y0.shape[0],) + (1,) * (y0.dim() - 1)
+        self.s = torch.zeros(y0.shape[0], dtype=torch.float64, device=y0.device)
+        self.h = torch.ones_like(self.s)
+        self.scale = torch.ones(self.view, dtype=y0.dtype, device=y0.device)
+        self.nfe = 0
+
+    def place(self, s: Tensor, h: Tensor) -> None:
+        """Map each sample's step from ``s`` of size ``h`` onto ``[0, 1]``."""
+        self.s, self.h = s, h
+        self.scale = h.to(self.dtype).view(self.view)
+
+    def raw(self, s: Tensor, y: Tensor) -> Tensor:
+        """``dy/ds`` at the samples' times ``s``."""
+        self.nfe += 1
+        out = self.f((self.direction * s).to(self.dtype), y)
+        if self.check is not None:
+            self.cast, self.check = self.check(out), None
+        if self.cast:
+            out = out.to(self.dtype)
+        return out if self.direction > 0 else -out
+
+    def __call__(self, tau: float, y: Tensor) -> Tensor:
+        return self.raw(self.s + self.h * tau, y) * self.scale
+
+
+def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``a`` in the samples of ``mask``, ``b`` in the others."""
+    return torch.where(mask.view((-1,) + (1,) * (a.dim() - 1)), a, b)
+
+
+class PerSampleLoop:
+    """The solve loop with per-sample step sizes, as gradient methods call it; after a
+    run, ``accepted`` and ``rejected`` hold each sample's counts ``(batch,)``."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.accepted: Tensor | None = None
+        self.rejected: Tensor | None = None
+
+    def __call__(
+        self,
+        f: FlatField,
+        y0: Tensor,
+        t0: float,
+        t1: float,
+        ts: Sequence[float],
+        solver: AbstractSolver,
+        controller: AbstractController,
+        dt0: float | None,
+        *,
+        step_ts: Sequence[float] = (),
+        on_step: Callable[[float, Tensor], None] | None = None,
+        times: TimeTensors | None = None,
+    ) -> LoopResult:
+        assert isinstance(controller, PIDController) and not step_ts and on_step is None
+        direction = 1.0 if t1 >= t0 else -1.0
+        s0, s1 = direction * t0, direction * t1
+        fe = _RowField(f, direction, y0)
+        fe.s.fill_(s0)
+        if s0 < s1 and _coupled(lambda t, y: fe(t, y), 0.0, y0):
+            raise ConfigurationError(
+                "`PIDController(per_sample=True)`: the derivative of the first sample of "
+                f"`y0` (shape {tuple(y0.shape)}) depends on the state of other samples, so "
+                "the samples are not independent systems; drop `per_sample=True`."
+            )
+        y, s, status, message = y0, fe.s.clone(), Status.SUCCESS, ""
+        stats = Stats()
+        self.accepted = torch.zeros(y0.shape[0], dtype=torch.int64, device=y0.device)
+        self.rejected = torch.zeros_like(self.accepted)
+        state = solver.new_state()
+        if s0 < s1:
+            y, s, status, message = self._run(fe, y0, s0, s1, solver, state, controller, dt0, stats)
+        stats.nfe = fe.nfe
+        if state is not None:
+            stats.n_jacobians = state.n_jacobians
+            stats.n_factorisations = state.n_factorisations
+        done = s == s1
+        at_end = y if bool(done.all()) else _where(done, y, torch.full_like(y, math.nan))
+        ys: list[Tensor | None] = [y0 if direction * t == s0 else at_end for t in ts]
+        t_final = direction * float(s.min())
+        return LoopResult(ys, stats, status, t_final, [], message)
+
+    def _run(
+        self,
+        fe: _RowField,
+        y0: Tensor,
+        s0: float,
+        s1: float,
+        solver: AbstractSolver,
+        state: SolveState | None,
+        controller: PIDController,
+        dt0: float | None,
+        stats: Stats,
+    ) -> tuple[Tensor, Tensor, Status, str]:
+        """The steps: step every sample, judge each, keep the accepted, repeat."""
+        assert self.accepted is not None and self.rejected is not None
+        y, s, span = y0, fe.s.clone(), s1 - s0
+        f0 = solver.init(fe, 0.0, y)  # with h = 1: the derivative itself
+        dt, cstate = row_init(
+            controller, lambda d, x: fe.raw(s + d, x), span, y, f0, solver,
+            None if dt0 is None else abs(dt0),
+        )  # fmt: skip
+        done = torch.zeros_like(s, dtype=torch.bool)
+        retry = torch.zeros_like(done)
+        stretch = max(_SNAP, controller.stretch)
+        while True:
+            if stats.n_steps >= self.max_steps:
+                return y, s, Status.MAX_STEPS_REACHED, _which(~done)
+            land = s + dt >= s1 - torch.where(retry, _SNAP, stretch) * dt
+            h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
+            small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
+            fe.place(s, h)
+            step = solver.step_with(state, fe, 0.0, 1.0, y, f0 * fe.scale)
+            stats.n_steps += 1
+            verdict = row_adapt(controller, h, y, step, solver, cstate)
+            active = ~done
+            accept = verdict.accept & active
+            cstate = verdict.state
+            y = _where(accept, step.y1, y)
+            s = torch.where(accept, torch.where(land, s1, s + h), s)
+            done = done | (accept & land)
+            self.accepted += accept
+            self.rejected += active & ~accept
+            lost = (
+                ~done & ~verdict.finite & (verdict.dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
+            )
+            flags = torch.stack([accept.any(), done.all(), small.any(), lost.any()]).tolist()
+            stats.n_accepted += int(flags[0])
+            stats.n_rejected += 1 - int(flags[0])
+            if flags[2]:
+                return y, s, Status.DT_UNDERFLOW, _which(small)
+            if flags[3]:
+                if step.failure is not None:  # the solver's own account (a singular matrix)
+                    return y, s, step.failure.status, f"{_which(lost)} {step.failure}"
+                return y, s, Status.NONFINITE, _which(lost)
+            if flags[1]:
+                break
+            if step.f1 is not None:
+                f0 = _where(accept, step.f1 / torch.where(fe.scale == 0, 1.0, fe.scale), f0)
+            else:
+                f0 = _where(accept, fe.raw(s, y), f0)
+            dt, retry = torch.where(done, dt, verdict.dt), ~accept
+        if not bool(torch.isfinite(y).all()):
+            return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
+        return y, s, Status.SUCCESS, ""
+
+
+def _which(mask: Tensor) -> str:
+    """The samples of ``mask``, in words."""
+    rows = mask.nonzero().flatten().tolist()
+    shown = ", ".join(str(i) for i in rows[:10]) + (", ..." if len(rows) > 10 else "")
+    return f"Samples [{shown}] ({len(rows)} of {mask.numel()}) did not reach t1."
