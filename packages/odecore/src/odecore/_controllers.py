@@ -222,8 +222,11 @@ class PIDController(AbstractController):
             one system. Needs a solver that keeps samples apart
             (``Rodas4(independent=True)`` or an explicit embedded pair), backpropagation
             (:class:`~odecore.Autograd`), a tensor state of at least two dimensions,
-            and no ``norm``, ``event``, ``jump_ts``, ``step_ts`` or dense output;
-            :func:`~odecore.solve` refuses the rest at its start.
+            and no ``norm``, ``event``, ``jump_ts``, ``step_ts``,
+            ``SaveAt(dense=True)`` or output times that require grad;
+            :func:`~odecore.solve` refuses the rest at its start. Output times
+            (``SaveAt(ts=...)``) are read per sample off the dense output of the
+            sample's own step that holds them.
             ``Solution.n_accepted_per_sample`` and ``n_rejected_per_sample`` count
             each sample's steps.
 

@@ -26,7 +26,7 @@ from ._controllers import AbstractController, PIDController, row_adapt, row_init
 from ._errors import ConfigurationError, Status
 from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
 from ._rosenbrock import _coupled
-from ._solvers import AbstractSolver, SolveState
+from ._solvers import AbstractSolver, SolveState, StepResult
 
 _EPS = 2.220446049250313e-16
 _SNAP = 1e-7  # as the shared loop: a step ending within _SNAP * dt of t1 lands on it
@@ -67,8 +67,8 @@ def check_per_sample(
     for name, present in refused.items():
         if present:
             raise ConfigurationError(
-                f"{what} cannot be used with `{name}`: each sample has its own steps. "
-                f"Drop `{name}`, or `per_sample=True`."
+                f"{what} cannot be used with {name}: each sample has its own steps and "
+                "times. Remove it, or drop `per_sample=True`."
             )
 
 
@@ -155,15 +155,21 @@ class PerSampleLoop:
         self.accepted = torch.zeros(y0.shape[0], dtype=torch.int64, device=y0.device)
         self.rejected = torch.zeros_like(self.accepted)
         state = solver.new_state()
+        taus = [direction * t for t in ts]
+        inside = _Outputs(sorted({tau for tau in taus if s0 < tau < s1}), y0)
         if s0 < s1:
-            y, s, status, message = self._run(fe, y0, s0, s1, solver, state, controller, dt0, stats)
+            y, s, status, message = self._run(
+                fe, y0, (s0, s1), solver, state, controller, dt0, stats, inside
+            )
         stats.nfe = fe.nfe
         if state is not None:
             stats.n_jacobians = state.n_jacobians
             stats.n_factorisations = state.n_factorisations
         done = s == s1
         at_end = y if bool(done.all()) else _where(done, y, torch.full_like(y, math.nan))
-        ys: list[Tensor | None] = [y0 if direction * t == s0 else at_end for t in ts]
+        ys: list[Tensor | None] = [
+            y0 if tau == s0 else at_end if tau == s1 else inside.stacked(tau) for tau in taus
+        ]
         t_final = direction * float(s.min())
         return LoopResult(ys, stats, status, t_final, [], message)
 
@@ -171,16 +177,17 @@ class PerSampleLoop:
         self,
         fe: _RowField,
         y0: Tensor,
-        s0: float,
-        s1: float,
+        span_ends: tuple[float, float],
         solver: AbstractSolver,
         state: SolveState | None,
         controller: PIDController,
         dt0: float | None,
         stats: Stats,
+        outputs: _Outputs,
     ) -> tuple[Tensor, Tensor, Status, str]:
         """The steps: step every sample, judge each, keep the accepted, repeat."""
         assert self.accepted is not None and self.rejected is not None
+        s0, s1 = span_ends
         y, s, span = y0, fe.s.clone(), s1 - s0
         f0 = solver.init(fe, 0.0, y)  # with h = 1: the derivative itself
         dt, cstate = row_init(
@@ -203,6 +210,7 @@ class PerSampleLoop:
             active = ~done
             accept = verdict.accept & active
             cstate = verdict.state
+            outputs.read(solver, fe, y, f0 * fe.scale, step, accept)
             y = _where(accept, step.y1, y)
             s = torch.where(accept, torch.where(land, s1, s + h), s)
             done = done | (accept & land)
@@ -230,6 +238,43 @@ class PerSampleLoop:
         if not bool(torch.isfinite(y).all()):
             return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
         return y, s, Status.SUCCESS, ""
+
+
+class _Outputs:
+    """The states at the output times inside the span, each sample's read off the
+    dense output of its own step that holds the time (NaN where not reached)."""
+
+    def __init__(self, taus: list[float], y0: Tensor) -> None:
+        self.taus = taus
+        self.at = torch.tensor(taus, dtype=torch.float64, device=y0.device)
+        nan = torch.full_like(y0[0], math.nan)
+        self.rows: dict[float, list[Tensor]] = {tau: [nan] * y0.shape[0] for tau in taus}
+
+    def read(
+        self,
+        solver: AbstractSolver,
+        fe: _RowField,
+        y: Tensor,
+        f0: Tensor,
+        step: StepResult,
+        accept: Tensor,
+    ) -> None:
+        """Read the output times that the accepted steps (from ``fe.s``, of sizes
+        ``fe.h``) reach; a step is ``[0, 1]`` to the solver."""
+        if not self.taus:
+            return
+        theta = (self.at.unsqueeze(0) - fe.s.unsqueeze(1)) / fe.h.unsqueeze(1)
+        hits = (accept.unsqueeze(1) & (theta > 0) & (theta <= 1 + _SNAP)).nonzero().tolist()
+        if not hits:
+            return
+        read = solver.reader(fe, 0.0, 1.0, y, f0, step)
+        for b, k in hits:
+            value = min(float(theta[b, k]), 1.0)
+            self.rows[self.taus[k]][b] = read(value)[b]
+
+    def stacked(self, tau: float) -> Tensor:
+        """The batch's states at ``tau``."""
+        return torch.stack(self.rows[tau])
 
 
 def _which(mask: Tensor) -> str:

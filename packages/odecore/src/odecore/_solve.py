@@ -957,12 +957,12 @@ def _solve(
         saveat = SaveAt(t1=True)
     rows = per_sample(controller)
     if rows:
-        inside = not set(_as_floats("saveat.ts", saveat.ts)) <= {float(t0), float(t1)}
+        timed = isinstance(saveat.ts, Tensor) and saveat.ts.requires_grad
         check_per_sample(
             solver, y0, gradient or Autograd(),
-            {"event": event is not None, "jump_ts": jump_ts is not None,
-             "step_ts": step_ts is not None, "SaveAt(dense=True)": saveat.dense,
-             "compile=True": compile is not False, "SaveAt(ts=...) between t0 and t1": inside},
+            {"`event`": event is not None, "`jump_ts`": jump_ts is not None,
+             "`step_ts`": step_ts is not None, "`SaveAt(dense=True)`": saveat.dense,
+             "`compile=True`": compile is not False, "a `saveat.ts` that requires grad": timed},
         )  # fmt: skip
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
