@@ -347,7 +347,7 @@ def _benchmark_arguments(
 
 
 def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
-    from .perf import LIBRARIES, PROBLEMS, SolversConfig
+    from .perf import KNOWN_PROBLEMS, LIBRARIES, SolversConfig
 
     _benchmark_arguments(
         solvers, SolversConfig, plot=True,
@@ -356,7 +356,7 @@ def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     default = _defaults(SolversConfig)
     for name, known, unset in (
-        ("problems", PROBLEMS, "all"),
+        ("problems", KNOWN_PROBLEMS, "all"),
         ("libraries", LIBRARIES, "all that import"),
     ):
         solvers.add_argument(

@@ -115,8 +115,8 @@ class SolversConfig:
             A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
         threads: ``torch.set_num_threads`` for the run and every child process.
         problems: the problems to run (default: all of ``KNOWN_PROBLEMS``, the
-            explicit ones and then the stiff one, ``vdp_stiff``; quick: the explicit
-            ones only). A stiff problem gets its own sweep (``stiff_methods``).
+            explicit ones and then the stiff ones, ``vdp_stiff`` and ``robertson``;
+            quick: the explicit ones only). A stiff problem gets its own sweep (``stiff_methods``).
         libraries: the libraries to try (default odecore and every peer that imports).
         memory: measure peak memory in child processes.
         gradients: check gradients against finite differences.
