@@ -384,7 +384,10 @@ class _AbstractRosenbrock(_HermiteDense):
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
         tab = self.tableau
         h = t1 - t0
-        graph = torch.is_grad_enabled()
+        # The Jacobian keeps its graph only where a gradient can flow through it: grad
+        # mode alone, with nothing requiring grad, would make every step's Jacobian a
+        # second-order pass for nothing.
+        graph = torch.is_grad_enabled() and (y0.requires_grad or f0.requires_grad)
         jac = _blocks(f, t0, y0, graph) if self._rows(y0) else None
         if jac is None:
             jac = _full(f, t0, y0, graph)
@@ -492,9 +495,10 @@ class Rodas4(_AbstractRosenbrock):
     Gradients: by backpropagation through the steps (the Jacobian keeps its graph,
     so a step differentiates exactly, and costs a second-order backward pass), by
     :class:`~odecore.Checkpoint`, or by :class:`~odecore.Adjoint`, whose backward
-    solve takes the adjoint system's Jacobian by forward differences. On stiff
-    problems pass ``Adjoint(state="interpolated")``: the default for this solver is
-    ``"backsolve"``, which integrates the stiff state backward.
+    solve takes the adjoint system's Jacobian by forward differences. The adjoint
+    reads the state from the forward steps (``Adjoint(state="auto")`` is
+    ``"interpolated"`` for this solver), instead of integrating the stiff state
+    backward.
 
     Args:
         independent: the rows of a state ``(batch, *state)`` are independent
