@@ -80,6 +80,7 @@ EXPECTED_ALL = [
     "SDIRK2",
     "SaveAt",
     "Solution",
+    "SolveState",
     "SolverError",
     "Stats",
     "Status",

@@ -61,6 +61,7 @@ from ._solvers import (
     Midpoint,
     Ralston,
     RK4ThreeEighths,
+    SolveState,
     StepResult,
     Tsit5,
 )
@@ -162,6 +163,7 @@ __all__ = [
     "RosenbrockTableau",
     "SaveAt",
     "Solution",
+    "SolveState",
     "SolverError",
     "Stats",
     "Status",

@@ -17,7 +17,7 @@ stage and every iteration, so that ``M`` is built and factorised at most once pe
 and each iteration costs only ``s`` field evaluations and a back-substitution. The
 convergence is then linear rather than quadratic, fast when ``h`` is small against
 the scale on which ``J`` changes. Also as in RADAU5, ``J`` and the factorisation are
-kept over several steps while the iteration contracts fast (:class:`NewtonState`,
+kept over several steps while the iteration contracts fast (``NewtonState``,
 ``Newton.reuse``): ``J`` is then that of an earlier step's start.
 
 **Two ways to solve with M**, chosen by :attr:`Newton.jacobian`:
@@ -123,7 +123,7 @@ class Newton:
         krylov_restart: GMRES's restart length (vectors kept).
         krylov_max_iters: the most GMRES iterations (over all restarts) per solve.
         reuse: keep the Jacobian and the factorisation from step to step as RADAU5
-            does (see :class:`NewtonState`); ``False``: a new Jacobian and
+            does (see ``NewtonState``); ``False``: a new Jacobian and
             factorisation at every step attempt. Either way the stages are solved to
             the same tolerance and gradients use the exact Jacobian at the stages.
         reuse_rate: a step whose every stage converged with a contraction rate at

@@ -177,7 +177,7 @@ class Run:
             checkpoints, ``--resume``, ``--device`` and ``--progress``.
         skipped: why the run trains nothing (its data set was not found): it is not
             measured, ``results.json`` keeps the reason (``details``, ``"not_run"``),
-            and it is not in :attr:`Setup.trained`.
+            and it is not in ``Setup.trained``.
 
     Example:
         >>> Run("node")
@@ -317,7 +317,7 @@ class Template(Generic[S]):
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
         claims: ``claims(setup)``: the paper's claims on the runs of
-            :attr:`Setup.trained`, checked on the aggregated numbers.
+            ``Setup.trained``, checked on the aggregated numbers.
         text: its text file, in ``text/`` (or an absolute path): the Markdown after the
             claims table (its sections, ``<!-- part: NAME -->`` paragraphs), then after
             ``<!-- claims -->`` one ``key: details`` paragraph per claim; ``""``: none.
