@@ -421,21 +421,6 @@ class _AbstractRosenbrock(_HermiteDense):
         d1, d2 = (_combine(None, 1.0, row, step.ks) for row in self.tableau.dense)
         return y0, step.y1, d1, d2
 
-    def interpolate(
-        self,
-        f: Field,
-        t0: float,
-        t1: float,
-        y0: Tensor,
-        f0: Tensor,
-        step: StepResult,
-        ts: Sequence[float],
-    ) -> list[Tensor]:
-        if not self._own():
-            return super().interpolate(f, t0, t1, y0, f0, step, ts)
-        read = self.reader(f, t0, t1, y0, f0, step)
-        return [read(t) for t in ts]
-
     def reader(
         self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor, step: StepResult
     ) -> Callable[[float], Tensor]:
