@@ -45,11 +45,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, ConstantStepSize
+from ._controllers import SNAP, AbstractController, ConstantStepSize
 from ._errors import CompileFallbackWarning, Status
 from ._events import CALLBACKS
 from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
-from ._solve import _SNAP, _check_derivative, _make_loop, _merge_stops, _tiny
+from ._solve import _check_derivative, _make_loop, _merge_stops, _tiny
 from ._solvers import (
     AbstractExplicitRK,
     AbstractSolver,
@@ -304,7 +304,7 @@ def _schedule(
             stop_i += 1
         target = stops[stop_i]
         s_next = s + dt
-        if s_next >= target - _SNAP * dt:
+        if s_next >= target - SNAP * dt:
             s_next = target
         if dt <= _tiny(s, span):
             status = Status.DT_UNDERFLOW

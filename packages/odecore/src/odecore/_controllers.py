@@ -21,6 +21,9 @@ It receives a tensor, or for a tuple state a tuple of tensors shaped like the st
 """
 
 _EPS = 2.220446049250313e-16  # float64 machine epsilon: times are Python floats
+SNAP = 1e-7
+"""A step that ends within ``SNAP * dt`` of a stop lands on it (the solve loops' rule,
+shared and per-sample)."""
 
 
 RTOL = 1e-7

@@ -26,7 +26,7 @@ from ._backends import (
     torchdiffeq_odeint,
     torchdiffeq_odeint_adjoint,
 )
-from ._controllers import AbstractController, PIDController
+from ._controllers import SNAP, AbstractController, PIDController
 from ._errors import ConfigurationError, SolverError, Status
 from ._events import (
     CALLBACKS,
@@ -40,7 +40,6 @@ from ._events import (
 from ._gradients import AbstractGradient, Adjoint, _Reads, found_tensors
 from ._implicit import AbstractImplicitRK
 from ._solve import (
-    _SNAP,
     SaveAt,
     State,
     VectorField,
@@ -1196,7 +1195,7 @@ def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
     direction = 1.0 if t1 >= t0 else -1.0
     ends = [t0]
     k = 1
-    while k * h < span - _SNAP * h:
+    while k * h < span - SNAP * h:
         ends.append(t0 + direction * k * h)
         k += 1
     return [*ends, t1]

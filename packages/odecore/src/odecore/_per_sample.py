@@ -22,14 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, PIDController, row_adapt, row_init
+from ._controllers import SNAP, AbstractController, PIDController, row_adapt, row_init
 from ._errors import ConfigurationError, Status
 from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
 from ._rosenbrock import _coupled
 from ._solvers import AbstractSolver, SolveState, StepResult
 
 _EPS = 2.220446049250313e-16
-_SNAP = 1e-7  # as the shared loop: a step ending within _SNAP * dt of t1 lands on it
 
 
 def per_sample(controller: AbstractController) -> bool:
@@ -196,11 +195,11 @@ class PerSampleLoop:
         )  # fmt: skip
         done = torch.zeros_like(s, dtype=torch.bool)
         retry = torch.zeros_like(done)
-        stretch = max(_SNAP, controller.stretch)
+        stretch = max(SNAP, controller.stretch)
         while True:
             if stats.n_steps >= self.max_steps:
                 return y, s, Status.MAX_STEPS_REACHED, _which(~done)
-            land = s + dt >= s1 - torch.where(retry, _SNAP, stretch) * dt
+            land = s + dt >= s1 - torch.where(retry, SNAP, stretch) * dt
             h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
             small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
             fe.place(s, h)
@@ -264,7 +263,7 @@ class _Outputs:
         if not self.taus:
             return
         theta = (self.at.unsqueeze(0) - fe.s.unsqueeze(1)) / fe.h.unsqueeze(1)
-        hits = (accept.unsqueeze(1) & (theta > 0) & (theta <= 1 + _SNAP)).nonzero().tolist()
+        hits = (accept.unsqueeze(1) & (theta > 0) & (theta <= 1 + SNAP)).nonzero().tolist()
         if not hits:
             return
         read = solver.reader(fe, 0.0, 1.0, y, f0, step)

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import (
+    SNAP,
     AbstractController,
     ConstantStepSize,
     PIDController,
@@ -42,7 +43,6 @@ VectorField = Callable[[Tensor, State], State]
 Times = Sequence[float] | Tensor
 
 _EPS = 2.220446049250313e-16
-_SNAP = 1e-7  # a step that ends within _SNAP * dt of a stop lands on it
 
 
 def _as_floats(name: str, value: Times | None) -> list[float]:
@@ -566,7 +566,7 @@ def _integrate(
         dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
         span = s1 - s0
         stop_i = 0
-        snap = max(_SNAP, controller.stretch)  # never after a rejection, so retries shrink
+        snap = max(SNAP, controller.stretch)  # never after a rejection, so retries shrink
         retry = False
         while s < s1:
             if stats.n_steps >= max_steps:
@@ -576,7 +576,7 @@ def _integrate(
                 stop_i += 1
             target = stops[stop_i]
             s_next = s + dt
-            if s_next >= target - (_SNAP if retry else snap) * dt:
+            if s_next >= target - (SNAP if retry else snap) * dt:
                 s_next = target
             if dt <= _tiny(s, span):
                 status = Status.DT_UNDERFLOW
