@@ -1,8 +1,5 @@
-"""What Dupont et al. (2019)'s experiments (``anode-toy``, ``anode-images``,
-``anode-resnet``) share: the authors' training, the numbers and curves of each run's
-epochs, and on g(x) the monotone floor and the 1-D flows; see their pages under
-docs/odebench/experiments/.
-"""
+"""What the experiments of Dupont et al. (2019) share: the authors' training, each run's
+epochs, and on g(x) the monotone floor and the 1-D flows."""
 
 from __future__ import annotations
 
@@ -24,21 +21,14 @@ from ._result import Result
 from ._template import Measurement, Trained, TrainingSettings
 
 MODELS = ("node", "anode")
-"""The two models compared, by their short names."""
 LABELS = {"node": "NODE", "anode": "ANODE", "resnet": "ResNet"}
 COLORS = {"node": "tab:blue", "anode": "tab:orange", "resnet": "tab:green"}
-NFE_FIRST = Metric("nfe_first", spec=".1f")
-"""Forward NFE per batch in the first epoch."""
-NFE_LAST = Metric("nfe_last", spec=".1f")
-"""Forward NFE per batch in the last epoch."""
-FLOOR = Metric("monotone_floor", spec=".3f")
-"""The least MSE of a monotone map on the 1-D training set (:func:`monotone_floor`)."""
+NFE_FIRST = Metric("nfe_first", spec=".1f")  # forward NFE per batch, first epoch
+NFE_LAST = Metric("nfe_last", spec=".1f")  # and last epoch
+FLOOR = Metric("monotone_floor", spec=".3f")  # see monotone_floor
 PATH_STARTS = (-1.4, -1.2, -1.05, -0.45, -0.25, 0.0, 0.25, 0.45, 1.05, 1.2, 1.4)
-"""Inputs whose 1-D trajectories over depth :func:`flow_1d` keeps."""
-MAP_POINTS = 121
-"""Points of a learned 1-D map on ``[-1.5, 1.5]`` that :func:`flow_1d` keeps."""
-NODE_DEPTHS = 21
-"""Depths in ``[0, 1]`` at which :func:`flow_1d` keeps a NODE's 1-D trajectories."""
+MAP_POINTS = 121  # points of a learned 1-D map on [-1.5, 1.5]
+NODE_DEPTHS = 21  # depths in [0, 1] of a NODE's 1-D trajectories
 
 
 def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> TrainConfig:
@@ -72,9 +62,8 @@ def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> Tr
 def epoch_numbers(
     trained: Trained, final: Mapping[str, str], extra: Mapping[str, float | None] | None = None
 ) -> Measurement:
-    """The ``final`` metrics (``{metric: column}`` of the last epoch's row), the forward
-    NFE per batch of the first and last epoch, and ``extra``; details: the ``curve``, a
-    row per epoch of ``epoch``, ``nfe_forward`` and the ``final`` columns."""
+    """The last epoch's ``{metric: column}`` of ``final``, the NFE of the first and last
+    epoch, and ``extra``; details: the ``curve`` of those columns per epoch."""
     rows = trained.history
     keys = ("epoch", "nfe_forward", *final.values())
     return Measurement(
@@ -89,7 +78,7 @@ def epoch_numbers(
 
 
 def curves(result: Result[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
-    """The per-epoch rows of ``run`` (see :func:`epoch_numbers`), one list per seed."""
+    """The curve of ``run`` (:func:`epoch_numbers`), one per seed."""
     return [m.details["curve"] for m in result.measurements[run]]
 
 
@@ -104,10 +93,8 @@ def curve_panels(
     models: Sequence[str] = MODELS,
     x: str | None = None,
 ) -> list[Lines]:
-    """``key`` per epoch of the runs ``<prefix>/<model>`` over their seeds
-    (:func:`~odebench._figures.seed_lines`, its ``test`` column dashed), a line per model
-    of ``models``, a panel per ``(prefix, title)`` of ``groups``; ``x``: the rows' column
-    on the x axis (default: the row's number from 1, the epoch)."""
+    """A panel of ``key`` over the seeds per ``(prefix, title)`` of ``groups``, a line per
+    run ``<prefix>/<model>``; ``test``, ``yscale`` and ``x`` as for ``seed_lines``."""
     panels = []
     for prefix, title in groups:
         runs = {LABELS[m]: curves(result, f"{prefix}/{m}") for m in models}
@@ -115,10 +102,9 @@ def curve_panels(
             LABELS[m]: Style("o-" if len(runs[LABELS[m]][0]) <= 40 else "-", COLORS[m])
             for m in models
         }
-        xlabel = x or "epoch"
         panels.append(
             seed_lines(
-                title, xlabel, ylabel, runs, key, styles=styles, x=x, test=test, yscale=yscale
+                title, x or "epoch", ylabel, runs, key, styles=styles, x=x, test=test, yscale=yscale
             )
         )
     return panels
@@ -132,9 +118,8 @@ def mse_task(
     run: str,
     row: Callable[[Epoch], JsonObject] = default_row,
 ) -> Task:
-    """Adam at ``s.lr`` on the MSE of ``data`` (inputs, targets), batch ``s.batch_size``
-    (the last partial batch dropped), ``s.epochs`` epochs; the initialisation and the
-    batch order drawn from ``seed``, so every model of a seed sees the same batches."""
+    """Adam on the MSE of ``data`` (inputs, targets), seeded: every model of a seed sees
+    the same batches (the last partial one dropped)."""
     return Task(
         model=model,
         data=data,
@@ -156,37 +141,27 @@ def mse(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
 
 
 def monotone_floor(inputs: Tensor, targets: Tensor) -> float:
-    """The least MSE any monotone map ``x -> prediction`` reaches on 1-D g(x) data
-    (``(n, 1)`` inputs and targets), which binds every 1-D NODE: its flow is increasing
-    and its readout affine.
-
-    On g(x) the best nondecreasing fit pools the left shell (+1, ``a`` points) with the
-    ball (-1, ``b`` points), costing ``4ab / (a + b)`` in squared error, and keeps the
-    right shell at +1; the best nonincreasing fit does the same on the right. About 2/3
-    for the paper's sizes.
-    """
+    """The least MSE of a monotone map on 1-D g(x) data, which binds every 1-D NODE."""
     x, y = inputs[:, 0], targets[:, 0]
     inner = int((y < 0).sum())
     left = int(((y > 0) & (x < 0)).sum())
     right = int(((y > 0) & (x > 0)).sum())
 
-    def pooled(outer: int) -> float:
+    def pooled(outer: int) -> float:  # one shell pooled with the ball, the other kept at +1
         return 4.0 * outer * inner / (outer + inner) if outer + inner else 0.0
 
     return min(pooled(left), pooled(right)) / max(len(y), 1)
 
 
 def floor_claim(text: str, published: str, train_mse: Metric, slack: float, spec: str) -> Claim:
-    """``node_1d_at_floor``, a check: the train MSE of the run ``1d/node`` is at least
-    ``slack`` times its :data:`FLOOR`, which binds every 1-D NODE whatever its training."""
+    """A check: the train MSE of ``1d/node`` is at least ``slack`` times its :data:`FLOOR`."""
     mse, floor = train_mse.of("1d/node"), FLOOR.of("1d/node")
     return Claim.at_least("node_1d_at_floor", text, published, lambda v: v[mse] / v[floor], slack,
                           spec=spec, unit="×", kind="check")  # fmt: skip
 
 
 def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
-    """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``:
-    ``(len(ts), N, d + p)``."""
+    """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``."""
     layer = ode_layers(model)[0]
     saved = layer.ts
     layer.ts = ts
@@ -199,10 +174,8 @@ def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
 
 
 def flow_1d(model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = None) -> JsonObject:
-    """What a 1-D toy ``model`` does: its map on ``[-1.5, 1.5]`` (:data:`MAP_POINTS`
-    points) and the state over depth of :data:`PATH_STARTS` (its first coordinate): a
-    NODE's at :data:`NODE_DEPTHS` depths in ``[0, 1]``, or ``steps(x)``, the states of a
-    ResNet before and after each block, at depths ``k / blocks``."""
+    """A 1-D toy ``model``'s map on ``[-1.5, 1.5]`` and the first coordinate over depth
+    of :data:`PATH_STARTS`: a NODE's, or ``steps(x)``, a ResNet's states block by block."""
     x = torch.linspace(-1.5, 1.5, MAP_POINTS)[:, None]
     starts = torch.tensor(PATH_STARTS)[:, None]
     with torch.no_grad():
@@ -221,8 +194,8 @@ def flow_1d(model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = N
 
 
 def flow_panels(seed: int, flows: Mapping[str, Mapping[str, Any]]) -> list[Lines]:
-    """The learned maps against g(x), then a panel per model of its trajectories over
-    depth (blue where g = -1, red where g = +1); ``flows``: :func:`flow_1d` by model."""
+    """The learned maps against g(x), then each model's trajectories over depth (blue
+    where g = -1, red where g = +1); ``flows``: :func:`flow_1d` by model."""
     x = torch.linspace(-1.5, 1.5, MAP_POINTS).tolist()
     maps: dict[str, list[Point]] = {
         "g(x)": [(v, -1.0 if abs(v) <= 0.5 else 1.0 if abs(v) >= 1.0 else None) for v in x],

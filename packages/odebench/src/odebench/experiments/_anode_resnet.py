@@ -28,22 +28,17 @@ from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 TASKS = (("1d", "g(x), d = 1"), ("2d", "g(x), d = 2"), ("separable", "separable function, d = 2"))
-"""``(short name, title)`` of the three panels of Fig. 5: the runs ``<task>/<model>``."""
 MODELS = ("node", "resnet")
-"""The two models compared, by their short names."""
-
 SHIFT = 1.4  # the distance between the two sine curves (authors' config)
 NOISE = 0.1  # the standard deviation of the noise on their height (authors' config)
 
-# Thresholds of the claims, read off the paper's words (each claim's detail says why).
+# The claims' thresholds, read off the paper's words.
 EASILY = 0.1  # d = 1, "easily fits" / "cannot approximate": ResNet MSE below 1/10 of the NODE's
 STRUGGLES = 0.5  # d = 2, NODE "struggles compared to ResNets": ResNet MSE below half the NODE's
 LESS_PRONOUNCED = 0.5  # separable: NODE-minus-ResNet MSE gap below half that on 2-D g(x)
 MATCHED = 0.1  # parameter counts: the ResNet's within 10 % of the NODE's
 FLOOR_SLACK = 0.99  # the 1-D NODE's MSE at least 0.99 x the monotone floor (solver error)
 
-# What each run measures: the final MSE on the whole sets, the mean batch loss over
-# training (the loss curve's area over its length), its size and time; 1d/node: common.FLOOR.
 TRAIN_MSE = Metric("train_mse", spec=".4f")
 TEST_MSE = Metric("test_mse", spec=".4f")
 MEAN_LOSS = Metric("mean_train_loss", spec=".3f")
@@ -54,7 +49,7 @@ SECONDS = Metric("train_seconds", spec=".0f")
 @dataclass(frozen=True, kw_only=True)
 class ResnetSettings(TrainingSettings):
     """The training of every run of one mode; ``train_size`` and ``test_size`` points per
-    task, at least a batch of training points (an epoch's last partial batch is dropped).
+    task, at least a batch of training points.
 
     Args:
         record_every: iterations per point of the loss curve (the mean batch loss over them).
@@ -73,10 +68,6 @@ class ResnetSettings(TrainingSettings):
             )
 
 
-# The authors' config.json: Adam 1e-3, batch 64, 30 epochs, 3000 points (the paper's
-# 1000 inner + 2000 outer; 1500 + 1500 on the sine curves), their loss recorded every
-# 20 iterations. A CPU runs it as it is, five seeds; full mode has the paper's 20
-# repetitions (Sec. 4.1).
 STANDARD = ResnetSettings(
     seeds=5, epochs=30, lr=1e-3, batch_size=64, train_size=3000, test_size=1000, record_every=20
 )
@@ -92,14 +83,8 @@ MODES = {
 def shifted_sines(
     n: int, *, shift: float = SHIFT, noise: float = NOISE, generator: torch.Generator | None = None
 ) -> Dataset:
-    """``n`` points on two sine curves, one shifted up (+1) and one down (-1): a function
-    that a flow of the plane separates without tearing it (Fig. 5c's baseline).
-
-    ``x1`` is uniform in ``[-1, 1]`` and ``x2 = sin(pi x1) + noise * N(0, 1) ± shift / 2``;
-    the first ``n - n // 2`` points lie on the upper curve, then all are shuffled: ``(n,
-    2)`` inputs and ``(n, 1)`` targets in float32, drawn from ``generator`` (on the CPU)
-    or the global one. A ``ValueError`` names an argument out of range.
-    """
+    """``n`` points ``(x1, sin(pi x1) + noise * N(0, 1) ± shift / 2)``, ``x1`` uniform in
+    ``[-1, 1]``, shuffled: the upper curve's (+1), then the lower's (-1)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"`n` must be an integer of at least 2, got {n!r}.")
     if not (shift > 0 and math.isfinite(shift)):
@@ -121,9 +106,8 @@ def shifted_sines(
 
 @functools.lru_cache(maxsize=16)
 def task_data(task: str, n: int, seed: int, split: str) -> Dataset:
-    """The ``n`` points of ``task`` (of :data:`TASKS`) for ``seed``, the same for both
-    models; the training and test sets are independent draws (streams ``2 seed`` and
-    ``2 seed + 1``).
+    """The ``n`` points of ``task`` for ``seed``, the same for both models; the test set
+    from another stream.
 
     Example:
         >>> task_data("2d", 30, 0, "train").name, len(task_data("separable", 30, 0, "test"))
@@ -141,13 +125,8 @@ def task_data(task: str, n: int, seed: int, split: str) -> Dataset:
 
 
 class ToyResNet(nn.Module):
-    """A ResNet on vectors: ``blocks`` residual MLP blocks in R^d, then a linear readout.
-
-    Block ``k`` maps ``h -> h + W2 ReLU(W1 h + b1) + b2`` (``hidden`` wide), the Euler
-    step of size 1 of a field without depth input: its state stays in R^d
-    (``features``), as a NODE's does, so only the discrete steps tell it apart. Every
-    size must be a positive integer (``ValueError``).
-    """
+    """``blocks`` residual blocks ``h -> h + W2 ReLU(W1 h + b1) + b2`` in R^features, then a
+    linear readout: Euler steps of size 1, their state in R^d as a NODE's."""
 
     def __init__(self, features: int, out_features: int, blocks: int, hidden: int = TOY_HIDDEN):
         super().__init__()
@@ -180,9 +159,8 @@ def block_parameters(dim: int, hidden: int = TOY_HIDDEN) -> int:
 
 
 def resnet_blocks(dim: int) -> int:
-    """The number of blocks whose ResNet has the parameter count nearest the toy NODE's:
-    the blocks match its field, as both end in the same readout (12 blocks in 1-D, 1166
-    parameters against 1187; 8 in 2-D, 1299 against 1253).
+    """The number of blocks whose ResNet has the parameter count nearest the toy NODE's
+    (both end in the same readout).
 
     Example:
         >>> resnet_blocks(1), resnet_blocks(2)
@@ -194,8 +172,7 @@ def resnet_blocks(dim: int) -> int:
 
 
 def build(model: str, dim: int) -> nn.Module:
-    """A fresh ``"resnet"`` (the matched :class:`ToyResNet`) or ``"node"`` (the toy NODE:
-    dopri5 at ``rtol = atol = 1e-3``, backprop through the steps) in R^dim."""
+    """A fresh ``"resnet"`` (the matched :class:`ToyResNet`) or ``"node"`` in R^dim."""
     if model == "resnet":
         return ToyResNet(dim, 1, blocks=resnet_blocks(dim))
     return build_model("toy-node", in_channels=dim, num_classes=1, image_size=0)
@@ -217,7 +194,7 @@ def runs(setup: Setup[ResnetSettings], seed: int) -> list[Run]:
 
 
 def _curve(rows: Sequence[Mapping[str, Any]], every: int) -> list[tuple[float, float]]:
-    """The loss curve, ``(iteration, mean batch loss)`` per ``every`` iterations (and the rest)."""
+    """``(iteration, mean batch loss)`` per ``every`` iterations (and the rest)."""
     losses = [loss for row in rows for loss in row["losses"]]
     return [(float(min(k + every, len(losses))), _mean(losses[k : k + every]))
             for k in range(0, len(losses), every)]  # fmt: skip
@@ -228,8 +205,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
-    """What :data:`TRAIN_MSE` and the other metrics say; the loss curve, the ResNet's
-    blocks, and in 1-D the learned map and the trajectories (:func:`common.flow_1d`)."""
+    """The metrics; the loss curve, the ResNet's blocks, in 1-D :func:`common.flow_1d`."""
     s = setup.settings
     task, model_name = trained.run.name.split("/")
     model = trained.load()
@@ -300,13 +276,10 @@ CLAIMS = [
         "cannot represent g(x) (Sec. 3)", TRAIN_MSE, FLOOR_SLACK, ".3f",
     ),
 ]  # fmt: skip
-"""The claims: Fig. 5's three panels (paper) and two properties of the models (checks);
-their details are in ``text/anode-resnet.md``."""
 
 
 def _resnet_over_node(v: Values, row: Row) -> float:
-    """The ResNet's train MSE over the NODE's on the row's task, of one seed (NaN where
-    the NODE's is not positive)."""
+    """The ResNet's train MSE over the NODE's on the row's task (NaN where that is 0)."""
     node, resnet = (v[TRAIN_MSE.of(f"{row.run}/{m}")] for m in MODELS)
     return resnet / node if node > 0 else math.nan
 
@@ -318,8 +291,7 @@ def _parameters_cell(result: Result[Any], row: Row) -> str:
 
 
 def _pair(what: str, metric: Metric) -> list[Col]:
-    """A column of ``metric`` per model, ``NODE <what>`` and ``ResNet <what>``: the run
-    ``<row's task>/<model>``."""
+    """A column of ``metric`` per model: the run ``<row's task>/<model>``."""
     return [Col(f"{common.LABELS[m]} {what}", metric, run=f"{{run}}/{m}") for m in MODELS]
 
 
@@ -329,7 +301,6 @@ LOSSES = Table("task", [Row(title, task) for task, title in TASKS], [
     *_pair("test MSE", TEST_MSE), *_pair("mean loss over training", MEAN_LOSS),
     Col("parameters NODE / ResNet", cell=_parameters_cell),
 ])  # fmt: skip
-"""The final losses per task (the report's table)."""
 
 
 def words(result: Result[ResnetSettings]) -> dict[str, object]:
@@ -354,12 +325,6 @@ def _loss_panels(result: Result[ResnetSettings]) -> list[Lines]:
                                models=MODELS, x="iteration")  # fmt: skip
 
 
-def _crossing_panels(result: Result[ResnetSettings]) -> list[Lines]:
-    """1-D, first seed: the learned maps, and NODE and ResNet trajectories over depth."""
-    flows = {m: result.details(f"1d/{m}") for m in MODELS}
-    return common.flow_panels(result.setup.seeds[0], flows)
-
-
 def _data(setup: Setup[ResnetSettings]) -> str:
     s = setup.settings
     return f"annuli-1d, annuli-2d, shifted sines ({s.train_size} train / {s.test_size} test each)"
@@ -379,7 +344,15 @@ TEMPLATE = register_template(
         text="anode-resnet.md",
         tables=lambda setup: {"losses": LOSSES},
         words=words,
-        figures=[Plot("loss.png", _loss_panels), Plot("crossing_1d.png", _crossing_panels)],
+        figures=[
+            Plot("loss.png", _loss_panels),
+            Plot(
+                "crossing_1d.png",
+                lambda result: common.flow_panels(
+                    result.setup.seeds[0], {m: result.details(f"1d/{m}") for m in MODELS}
+                ),
+            ),
+        ],
         data=_data,
     )
 )

@@ -17,7 +17,7 @@ from ..data import Dataset, annuli
 from ..models import build_model
 from ..training import Task, load_model, load_splits
 from . import _anode_common as common
-from ._anode_common import MODELS, NFE_FIRST, NFE_LAST
+from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._metrics import Metric, Values
 from ._registry import fmt
@@ -28,22 +28,15 @@ from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DIMS = (1, 2)
-"""The dimensions of g(x)."""
-PANELS = [(f"{dim}d", f"{dim}-D g(x)") for dim in DIMS]
-"""The panels of the loss and NFE figures: the runs of each dimension."""
-SLICE = (0.0, math.pi / 5)
-"""Angles of the points left out of the training set in the generalisation test."""
+SLICE = (0.0, math.pi / 5)  # the angles of the points the slice test holds out
 
-# Thresholds that decide whether a claim of the paper held (each claim states its own).
+# The claims' thresholds (the report states each).
 NEAR_ZERO = 0.05  # an MSE below this is "about zero"
 FLOOR_MARGIN = 0.9  # a 1-D NODE "sits at the floor": train MSE at least this × the floor
 DOUBLES = 1.5  # NFE growth (last epoch over first) at least this: "nearly doubles"
 HARDLY = 1.25  # NFE growth at most this: "hardly increases"
 LARGE_GAP = 0.1  # held-out-slice MSE minus train MSE at least this: "a large gap"
 
-# What each run measures: its final train and test MSE (the slice test's on the points
-# kept and on the slice), forward NFE per batch in the first and last epoch (common's
-# NFE_FIRST, NFE_LAST), and for the 1-D NODE common.FLOOR, the floor of monotone maps.
 TRAIN_MSE = Metric("train_mse", spec=".3f")
 TEST_MSE = Metric("test_mse", spec=".3f")
 SLICE_MSE = Metric("slice_mse", spec=".3f")
@@ -65,8 +58,6 @@ MODES = {
         seeds=2, epochs=6, lr=3e-3, batch_size=64, train_size=960, test_size=300,
         slice_points=1200,
     ),
-    # The paper's: Adam 1e-3, batch 64, 3000 training and 1000 test points; 30 epochs
-    # as in the authors' config.json (the appendix says 50). A CPU runs it as it is.
     "standard": (PAPER := ToySettings(
         seeds=5, epochs=30, lr=1e-3, batch_size=64, slice_points=3000
     )),
@@ -88,15 +79,14 @@ def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
 
 
 def _slice_data(s: ToySettings, seed: int) -> tuple[Dataset, Tensor]:
-    """The slice test's 2-D g(x) points, and the mask of those whose angle is in :data:`SLICE`."""
+    """The slice test's points, and the mask of those in :data:`SLICE`."""
     data = annuli(s.slice_points, dim=2, generator=torch.Generator().manual_seed(10_007 + seed))
     angle = torch.atan2(data.inputs[:, 1], data.inputs[:, 0])
     return data, (angle >= SLICE[0]) & (angle <= SLICE[1])
 
 
 def _slice_task(s: ToySettings, model: str, seed: int) -> Task:
-    """Train on 2-D g(x) without the slice of :data:`SLICE` (:func:`common.mse_task`),
-    the model's default solver (dopri5 at ``rtol = atol = 1e-3``)."""
+    """``model`` (its default solver) on the slice test's points outside the slice."""
     data, held = _slice_data(s, seed)
     build = functools.partial(build_model, model, in_channels=2, num_classes=1, image_size=0)
     return common.mse_task(s, build, (data.inputs[~held], data.targets[~held]), seed,
@@ -104,8 +94,8 @@ def _slice_task(s: ToySettings, model: str, seed: int) -> Task:
 
 
 def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
-    """Final MSEs and forward NFE per batch (first and last epoch), the 1-D NODE's
-    monotone floor; for the slice test, the MSE on the points kept and removed."""
+    """Final MSEs and NFE, the 1-D NODE's monotone floor; for the slice test, the MSE on
+    the points kept and held out."""
     if trained.config is not None:
         extra: dict[str, float | None] = {}
         if trained.run.name == "1d/node":
@@ -130,11 +120,6 @@ def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
 def _growth(v: Values, name: str, dim: int) -> float:
     """Forward NFE per batch, last epoch over first."""
     return v[NFE_LAST.of(f"{dim}d/{name}")] / v[NFE_FIRST.of(f"{dim}d/{name}")]
-
-
-def _slice_gap(v: Values) -> float:
-    """The NODE's MSE on the held-out slice minus its train MSE."""
-    return v[SLICE_MSE.of("slice/node")] - v[TRAIN_MSE.of("slice/node")]
 
 
 NODE_1D, ANODE_1D = TRAIN_MSE.of("1d/node"), TRAIN_MSE.of("1d/anode")
@@ -175,7 +160,8 @@ CLAIMS = [
         "node_slice_gap_large",
         "Fig. 9: NODEs show a large generalisation gap on a held-out slice",
         "a large gap (curves only)",
-        _slice_gap, LARGE_GAP, spec=".3f", kind="paper",
+        lambda v: v[SLICE_MSE.of("slice/node")] - v[TRAIN_MSE.of("slice/node")],
+        LARGE_GAP, spec=".3f", kind="paper",
     ),
     Claim.at_most(
         "anode_slice_near_zero",
@@ -184,8 +170,6 @@ CLAIMS = [
         SLICE_MSE.of("slice/anode"), NEAR_ZERO, strict=True, kind="paper",
     ),
 ]  # fmt: skip
-"""The paper's claims on g(x) (Figs. 8-9) and the check of Prop. 1's floor; their
-details are in ``text/anode-toy.md``."""
 
 FIG8 = 'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not published)'
 AGAINST_PAPER: dict[str, tuple[str, Metric | None, str]] = {
@@ -200,8 +184,8 @@ AGAINST_PAPER: dict[str, tuple[str, Metric | None, str]] = {
     "slice test: held-out slice MSE": ("slice", SLICE_MSE, "NODE large gap, ANODE near zero "
                                        "(Fig. 9, numbers not published)"),
 }  # fmt: skip
-"""The rows of the table against the paper, ``{label: (prefix, metric, the paper's)}``: the
-metric of the runs ``<prefix>/<model>``, or with none their forward NFE, first → last epoch."""
+"""``{label: (prefix, metric, the paper's)}``: the metric of the runs ``<prefix>/<model>``,
+or with none their forward NFE, first → last epoch."""
 
 
 def _model_col(model: str) -> Col:
@@ -216,7 +200,7 @@ def _model_col(model: str) -> Col:
         growth = last / first if first and last is not None else None
         return f"{fmt(first, '.1f')} → {fmt(last, '.1f')} (×{fmt(growth, '.2f')})"
 
-    return Col(f"{common.LABELS[model]} (ours)", cell=cell)
+    return Col(f"{LABELS[model]} (ours)", cell=cell)
 
 
 PAPER_TABLE = Table(
@@ -242,19 +226,11 @@ def words(result: Result[ToySettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _flow_panels(result: Result[ToySettings]) -> list[Lines]:
-    """1-D, first seed: the learned maps against g(x), and each model's states over depth."""
-    flows = {name: common.flow_1d(first_model(result.setup, f"1d/{name}")) for name in MODELS}
-    return common.flow_panels(result.setup.seeds[0], flows)
-
-
 CLASSES = {"_g = -1": Style(".", "#3b4cc0"), "_g = +1": Style(".", "#b40426")}
-"""The points of each target of g(x) in the 2-D figures: blue and red (out of the legend)."""
 
 
 def _by_target(points: Tensor, targets: Tensor) -> dict[str, list[Point]]:
-    """The ``points`` (their first two coordinates) of each target (-1, +1), as the series
-    of :data:`CLASSES`."""
+    """The first two coordinates of ``points`` of each target (-1, +1), as :data:`CLASSES`."""
     return {name: _points(points[targets == sign]) for name, sign in zip(CLASSES, (-1.0, 1.0))}
 
 
@@ -270,7 +246,7 @@ def _features_panels(result: Result[ToySettings]) -> list[Lines]:
     views = {"test inputs (blue: g = -1)": ("x1", "x2", x)}
     for name in MODELS:
         z = common.trajectory(first_model(result.setup, f"2d/{name}"), x, [0.0, 1.0])[-1]
-        views[f"{common.LABELS[name]} features at t = 1"] = ("h1", "h2", z)
+        views[f"{LABELS[name]} features at t = 1"] = ("h1", "h2", z)
     return [
         Lines(title, xlabel, ylabel, _by_target(points, y), CLASSES, legend=None, equal=True)
         for title, (xlabel, ylabel, points) in views.items()
@@ -287,19 +263,26 @@ def _slice_panels(result: Result[ToySettings]) -> list[Lines | Bars]:
         label: [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
         for metric, label in ((TRAIN_MSE, "train"), (SLICE_MSE, "held-out slice"))
     }
-    styles = {**CLASSES, left_out: Style(".", "k")}
     return [
-        Lines("training points and the held-out slice", "x1", "x2", points, styles, equal=True),
+        Lines(
+            "training points and the held-out slice",
+            "x1",
+            "x2",
+            points,
+            {**CLASSES, left_out: Style(".", "k")},
+            equal=True,
+        ),
         Bars(
             "train against held-out slice (Fig. 9)",
             "MSE",
-            [common.LABELS[name] for name in MODELS],
+            [LABELS[name] for name in MODELS],
             {label: [st.mean for st in column] for label, column in stats.items()},
             errors={label: [st.std or 0.0 for st in column] for label, column in stats.items()},
         ),
     ]
 
 
+PANELS = [(f"{dim}d", f"{dim}-D g(x)") for dim in DIMS]
 TEMPLATE = register_template(
     Template(
         name="anode-toy",
@@ -327,7 +310,13 @@ TEMPLATE = register_template(
                     result, PANELS, "nfe_forward", "forward NFE per batch"
                 ),
             ),
-            Plot("flows_1d.png", _flow_panels),
+            Plot(
+                "flows_1d.png",
+                lambda result: common.flow_panels(
+                    result.setup.seeds[0],
+                    {m: common.flow_1d(first_model(result.setup, f"1d/{m}")) for m in MODELS},
+                ),
+            ),
             Plot("features_2d.png", _features_panels, size=(13 / 3, 4.0)),
             Plot("slice.png", _slice_panels, size=(5.0, 4.0)),
         ],
