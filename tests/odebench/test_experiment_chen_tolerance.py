@@ -9,14 +9,8 @@ from typing import Any
 
 import pytest
 from odebench.experiments import TEMPLATES, Setup, _chen, check_declaration
-from odebench.experiments._chen_tolerance import (
-    ACTIVATIONS,
-    GUARD_WORDS,
-    MODES,
-    _probe_metrics,
-    claims,
-    runs,
-)
+from odebench.experiments._chen_tolerance import ACTIVATIONS, GUARD_WORDS, MODES, claims, runs
+from odebench.experiments._chen_tolerance_probe import _probe_metrics
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment

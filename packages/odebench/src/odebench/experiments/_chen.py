@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-import odecore
+from odecore import OdeSpec
 from torch import Tensor, nn
 
 from .._figures import Lines, Point, Style
@@ -36,8 +38,7 @@ class Published(TypedDict):
     time: str
 
 
-#: Table 1 of Chen et al. (2018): test error (%) and parameters, with the memory and
-#: time complexities the paper gives (L: layers, L~: function evaluations).
+#: Table 1 of Chen et al. (2018); L: layers, L~: function evaluations.
 PUBLISHED: dict[str, Published] = {
     "mlp": {"error": 1.60, "params": "0.24M", "memory": "–", "time": "–"},
     "resnet": {"error": 0.41, "params": "0.60M", "memory": "O(L)", "time": "O(L)"},
@@ -46,23 +47,14 @@ PUBLISHED: dict[str, Published] = {
 }
 LABELS = {"mlp": "1-layer MLP", "resnet": "ResNet", "rknet": "RK-Net", "odenet": "ODE-Net"}
 
-MNIST_10K = (8004, 1996)
-"""The training and test images of the 10,000-digit MNIST subset: the sizes of the
-standard modes, the whole subset where it is the MNIST found, a seeded subset of
-these sizes of full MNIST."""
-TARGET_ERROR = 0.02
-"""The test error that the ResNet, the RK-Net and the ODE-Net must reach at most: our
-bar for a few epochs on MNIST-10k (the paper's 0.4% is of 60,000 images, long trained)."""
-GAP_POINTS = 0.005
-"""The ODE-Net's test error must exceed the ResNet's by less than this (0.5 points),
-on the mean of their paired per-seed differences."""
+MNIST_10K = (8004, 1996)  # the training and test images of the 10,000-digit subset
+# The claims' bars; the docs page says why.
+TARGET_ERROR = 0.02  # the deep models' test error, at most
+GAP_POINTS = 0.005  # the ODE-Net's test error minus the ResNet's, paired by seed, below
+FLAT_SLOPE = 0.05  # the adjoint's MiB per step over backprop's, below
+# The memory sweep: the ODE-Net's block in L fixed RK4 steps, by each gradient method.
 MEMORY_STEPS = (2, 4, 8)
-"""The depths ``L`` of the memory sweep: the ODE-Net's block in ``L`` fixed RK4 steps."""
 MEMORY_GRADIENTS = ("adjoint", "backprop")
-"""The gradient methods of the memory sweep: O(1) and O(L) memory."""
-FLAT_SLOPE = 0.05
-"""The adjoint's memory is constant in depth when its MiB per step is below this
-fraction of backprop's."""
 
 # What each run measures; the costs are of one training step on the cost batch.
 TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
@@ -112,11 +104,7 @@ MODES = {
         epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False, optimizer="adam",
         train_size=512, test_size=256, cost_batch=32,
     ),
-    # Sized for a 2-core CPU: about 25 minutes with the three seeds (at most 30). An
-    # epoch of MNIST-10k costs about 23 s for the ODE-Net (more as its NFE grows), 19 s
-    # for the RK-Net, 7 s for the ResNet and 1 s for the MLP, so 8 epochs of 125 steps
-    # (batch 64: twice the updates of batch 128 in the same time). The docs page says
-    # why Adam and no crops.
+    # Sized for a 2-core CPU: the docs page gives the epochs' costs, and why Adam and no crops.
     "standard": ChenSettings(
         seeds=3, epochs=8, batch_size=64, lr=1e-3, milestones=(6,), augment=False,
         optimizer="adam", train_size=MNIST_10K[0], test_size=MNIST_10K[1], cost_batch=128,
@@ -147,10 +135,8 @@ def runs(setup: Setup[ChenSettings], seed: int) -> list[Run]:
 
 
 def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
-    """Test error and parameters, and the costs of one training step on the first
-    ``cost_batch`` test images: what autograd saves for the backward pass, the time (the
-    median of three steps after a warm-up) and the NFE; for the ODE-Net also what it
-    saves at each depth of :data:`MEMORY_STEPS`."""
+    """Test error, parameters, and the costs of one training step on ``cost_batch`` test
+    images (the time: the median of three after a warm-up); the ODE-Net's memory sweep."""
     assert trained.config is not None  # every run of `runs` has a config
     acc = trained.final_metrics()["test_acc"]
     train, test = load_splits(trained.config)
@@ -180,29 +166,34 @@ def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
     return Measurement(metrics)
 
 
-def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float | None]:
-    """What autograd saves (MiB) with the ODE blocks in ``L`` fixed RK4 steps, for each
-    ``L`` and gradient of the sweep, and the slope through them; the specs are put back."""
+@contextmanager
+def ode_specs(model: nn.Module, spec: OdeSpec | Callable[[OdeSpec], OdeSpec]) -> Iterator[None]:
+    """Every ODE layer of ``model`` solved by ``spec`` (or ``spec(its spec)``), then put back."""
     layers = ode_layers(model)
     kept = [layer.spec for layer in layers]
+    try:
+        for layer, own in zip(layers, kept):
+            layer.spec = spec(own) if callable(spec) else spec
+        yield
+    finally:
+        for layer, own in zip(layers, kept):
+            layer.spec = own
+
+
+def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float | None]:
+    """What autograd saves (MiB) with the ODE blocks in ``L`` fixed RK4 steps, for each
+    ``L`` and gradient of the sweep, and the slope through them."""
     model.train()
     metrics: dict[str, float | None] = {}
-    try:
-        for gradient in MEMORY_GRADIENTS:
-            points = []
-            for steps in MEMORY_STEPS:
-                spec = odecore.OdeSpec.from_method(
-                    "rk4", options={"n_steps": steps}, gradient=gradient
-                )
-                for layer in layers:
-                    layer.spec = spec
+    for gradient in MEMORY_GRADIENTS:
+        points = []
+        for steps in MEMORY_STEPS:
+            rk4 = OdeSpec.from_method("rk4", options={"n_steps": steps}, gradient=gradient)
+            with ode_specs(model, rk4):
                 mib = saved_bytes(model, x, y) / 2**20
-                metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mib
-                points.append((float(steps), mib))
-            metrics[MIB_PER_STEP.key(gradient=gradient)] = fit_line(points)["slope"]
-    finally:
-        for layer, spec in zip(layers, kept):
-            layer.spec = spec
+            metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mib
+            points.append((float(steps), mib))
+        metrics[MIB_PER_STEP.key(gradient=gradient)] = fit_line(points)["slope"]
     return metrics
 
 

@@ -11,62 +11,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..training import load_splits
-from ._chen import MNIST_10K, MnistTraining, mnist_config, optimiser_words
-from ._chen_tolerance_probe import (
-    BACKWARD_OFF,
-    EPOCHS,
-    FLOOR,
-    FLOOR_SWEEP,
-    FLOOR_TOL,
-    PROBE,
-    PROBE_OFF,
-    RATIO,
-    RATIO_TOLERANCES,
-    REFERENCE_TOL,
-    SECONDS,
-    SEMINORM_OFF,
-    SEMINORM_TOLERANCES,
-    SOLVE_ERROR,
-    SWEEP_ERROR,
-    SWEEP_NFE,
-    SWEEP_OFF,
-    TEST_ERROR,
-    TIME_NFE,
-    TRAIN_SECONDS,
-    TRAINING_NFE,
-    WAYS,
-    _probe,
-    _probe_metrics,
-    _sweep,
-    _sweep_metrics,
-    error_panels,
-    ratio_panels,
-    time_panels,
-    training_panels,
-)
+from . import _chen_tolerance_probe as probe
+from ._chen import MNIST_10K, TEST_ERROR, MnistTraining, mnist_config, optimiser_words
 from ._claims import Claim
-from ._metrics import Metric, Ref, Values
+from ._metrics import Ref, Values
 from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
-from ._template import Measurement, Plot, Run, Setup, Template, Trained
+from ._template import Plot, Run, Setup, Template
 
+# The two models, by their field's activation: chen-table1's ODE-Net and its smooth twin.
 ACTIVATIONS = ("relu", "softplus")
-"""The two trained models, named by their vector field's activation: ``relu`` is
-chen-table1's ODE-Net, ``softplus`` its twin with a smooth field."""
-
-
+# What the report says of a claim on a seed where the NFE it reads is at the minimum.
 GUARD_WORDS = "not reproduced: NFE at the solver's minimum"
-"""What the report says of a claim on a seed where the NFE it reads is not off the minimum."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ToleranceSettings(MnistTraining):
-    """The training of the two models (chen-table1's: with the same values, the ReLU
-    model is the ODE-Net that chen-table1 reports; ``batch_size`` is the probe's batch
-    too), and what is measured on them.
+    """The training of the two models (chen-table1's, whose ODE-Net the ReLU model is;
+    ``batch_size`` is the probe's batch too), and what is measured on them.
 
     Args:
         tolerances: the sweep's ``rtol = atol``, loosest first; they include ``train_tol``.
@@ -102,7 +66,7 @@ class ToleranceSettings(MnistTraining):
 
 
 MODES = {
-    # The code path in seconds: one epoch of 512 images, Adam.
+    # The code path in seconds.
     "quick": ToleranceSettings(
         epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False, train_size=512,
         test_size=256, optimizer="adam", tolerances=(1e-1, 1e-3, 1e-5), eval_batch=128,
@@ -115,8 +79,7 @@ MODES = {
         train_size=MNIST_10K[0], test_size=MNIST_10K[1], optimizer="adam",
         tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500, probe_size=256,
     ),
-    # chen-table1's full training, torchdiffeq's reproduction of the paper: 160 epochs
-    # of all of MNIST, SGD, the rate times 0.1 at epochs 60, 100, 140, random crops.
+    # chen-table1's full training, torchdiffeq's reproduction of the paper.
     "full": ToleranceSettings(
         seeds=1, epochs=160, batch_size=128, lr=0.1, milestones=(60, 100, 140), augment=True,
         train_size=None, test_size=None, optimizer="sgd",
@@ -132,39 +95,6 @@ def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
     return [Run(a, config=dataclasses.replace(odenet, activation=a)) for a in ACTIVATIONS]
 
 
-def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
-    """The training's NFE per epoch, the probe, and for the sweep's model the sweep."""
-    assert trained.config is not None  # every run of `runs` has a config
-    name = trained.run.name
-    model = trained.load(setup.device)
-    _, test = load_splits(trained.config)
-    history = [dict(row) for row in trained.history]
-    acc = trained.final_metrics()["test_acc"]
-    metrics: dict[str, float | None] = {
-        TEST_ERROR.key(): None if acc is None else 1.0 - acc,
-        TRAIN_SECONDS.key(): trained.seconds,
-        EPOCHS.key(): float(len(history)),
-        **{TRAINING_NFE.key(way=way, end=end): history[i][f"nfe_{way}"]
-           for way in WAYS[:2] for end, i in (("first", 0), ("last", -1))},
-    }  # fmt: skip
-    probe = _probe(model, test, setup.settings)
-    metrics |= _probe_metrics(probe)
-    keys = ("epoch", "test_acc", "nfe_forward", "nfe_backward")
-    details = {"history": [{k: row.get(k) for k in keys} for row in history], "probe": probe}
-    if name == setup.settings.sweep:
-        details["tolerance_sweep"] = rows = _sweep(model, test, setup.settings)
-        metrics |= _sweep_metrics(rows)
-        r = fmt(metrics[TIME_NFE["correlation"].key()], ".3f")
-        setup.log(f"[{name}] sweep: time vs NFE correlation {r}")
-    setup.log(
-        f"[{name}] seed {trained.seed}: test error {fmt(metrics[TEST_ERROR.key()], '.2%')}, "
-        f"minimum NFE {probe['floor_forward']:.0f}/{probe['floor_backward']:.0f}, "
-        f"backward/forward {fmt(metrics[RATIO.key()], '.2f')} over "
-        f"{metrics[RATIO_TOLERANCES.key()]:.0f} tolerance(s) off the minimum"
-    )
-    return Measurement(metrics, details)
-
-
 def _grows(values: list[float]) -> bool:
     """Never falls from one value to the next, and ends higher than it starts (negated:
     never rises, and ends lower)."""
@@ -174,58 +104,56 @@ def _grows(values: list[float]) -> bool:
 def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
     """Fig. 3's claims, each with what says whether the NFE it reads is off the solver's
     minimum: above 0.5 (a share of seeds on the means) where it is."""
-    sweep, loose, tight = s.sweep, s.tolerances[0], s.tolerances[-1]
-    r = TIME_NFE["correlation"].of(sweep)
-    last, first = (TRAINING_NFE.of(sweep, way="forward", end=end) for end in ("last", "first"))
-    sweep_off = [SWEEP_OFF.of(sweep, tol=tight)]
-    ratios_off = [RATIO_TOLERANCES.of(n) for n in ACTIVATIONS]
-
-    def at(v: Values, metric: Metric, tol: float) -> float:
-        return v[metric.of(sweep, tol=tol)]
-
+    sweep, tight = s.sweep, s.tolerances[-1]
+    nfe, solve, error = (  # the sweep's model at each tolerance, loosest first
+        [metric.of(sweep, tol=tol) for tol in s.tolerances]
+        for metric in (probe.SWEEP_NFE, probe.SOLVE_ERROR, probe.SWEEP_ERROR)
+    )
+    last, first = (probe.TRAINING_NFE.of(sweep, way="forward", end=e) for e in ("last", "first"))
+    sweep_off = [probe.SWEEP_OFF.of(sweep, tol=tight)]
+    ratio, ratios_off = probe.RATIO.of("softplus"), [probe.RATIO_TOLERANCES.of("softplus")]
     return [
         (Claim("nfe_grows_as_tolerance_tightens",
                "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
-               "grows; numbers not published",
-               ours=lambda v: at(v, SWEEP_NFE, tight) / at(v, SWEEP_NFE, loose),
-               holds=lambda v: _grows([at(v, SWEEP_NFE, t) for t in s.tolerances]),
+               "grows; numbers not published", ours=lambda v: v[nfe[-1]] / v[nfe[0]],
+               holds=lambda v: _grows([v[ref] for ref in nfe]),
                spec=".2f", unit="×", kind="paper"), sweep_off),
         (Claim("solve_error_falls_as_tolerance_tightens",
                "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
-               "falls; numbers not published",
-               ours=lambda v: at(v, SOLVE_ERROR, tight) / at(v, SOLVE_ERROR, loose),
-               holds=lambda v: _grows([-at(v, SOLVE_ERROR, t) for t in s.tolerances]),
-               spec=".2g", unit="×", kind="paper"), [PROBE_OFF.of(sweep, tol=tight)]),
+               "falls; numbers not published", ours=lambda v: v[solve[-1]] / v[solve[0]],
+               holds=lambda v: _grows([-v[ref] for ref in solve]),
+               spec=".2g", unit="×", kind="paper"), [probe.PROBE_OFF.of(sweep, tol=tight)]),
         (Claim("error_at_tightest_not_above_loosest",
                "test error is no higher at the tightest tolerance (Fig. 3a)",
                "falls as it tightens; numbers not published",
-               ours=lambda v: at(v, SWEEP_ERROR, tight) - at(v, SWEEP_ERROR, loose),
-               holds=lambda v: at(v, SWEEP_ERROR, tight) <= at(v, SWEEP_ERROR, loose),
+               ours=lambda v: v[error[-1]] - v[error[0]],
+               holds=lambda v: v[error[-1]] <= v[error[0]],
                spec="+.2f", scale=100, unit=" points", kind="paper"), sweep_off),
         (Claim.at_least("time_proportional_to_nfe",
                         "forward time is proportional to NFE (Fig. 3b)",
-                        "proportional; slope not published", r, 0.9, strict=True, spec=".3g",
+                        "proportional; slope not published",
+                        probe.TIME_NFE["correlation"].of(sweep), 0.9, strict=True, spec=".3g",
                         kind="paper", timing=True), sweep_off),
         (Claim.between("softplus_ratio_roughly_half",
                        "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
-                       RATIO.of("softplus"), 0.35, 0.65, kind="paper"), ratios_off[1:]),
+                       ratio, 0.35, 0.65, kind="paper"), ratios_off),
         (Claim.between("softplus_ratio_near_corrected",
                        "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
-                       "about 0.8 (0.78-0.86)", RATIO.of("softplus"), 0.7, 0.95, kind="paper"),
-         ratios_off[1:]),
+                       "about 0.8 (0.78-0.86)", ratio, 0.7, 0.95, kind="paper"), ratios_off),
         (Claim.difference("relu_ratio_above_softplus",
                           "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
-                          "not published (smooth fields only)", RATIO.of("relu"),
-                          RATIO.of("softplus"), above=0.0, kind="paper"), ratios_off),
+                          "not published (smooth fields only)", probe.RATIO.of("relu"), ratio,
+                          above=0.0, kind="paper"),
+         [probe.RATIO_TOLERANCES.of(n) for n in ACTIVATIONS]),
         *((Claim.difference(f"seminorm_fewer_backward_nfe_{n}",
                             f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
-                            "fewer (Kidger et al., 2021)", SEMINORM_OFF.of(n), BACKWARD_OFF.of(n),
-                            below=0.0, kind="paper", spec="+.1f"), [SEMINORM_TOLERANCES.of(n)])
-          for n in ACTIVATIONS),
-        (Claim("nfe_increases_during_training", "forward NFE increases during training (Fig. 3d)",
-               "increases; numbers not published", ours=lambda v: v[last] / v[first],
-               holds=lambda v: v[last] > v[first], spec=".2f", unit="×", kind="paper"),
-         [SWEEP_OFF.of(sweep, tol=s.train_tol)]),
+                            "fewer (Kidger et al., 2021)", probe.SEMINORM_OFF.of(n),
+                            probe.BACKWARD_OFF.of(n), below=0.0, kind="paper", spec="+.1f"),
+           [probe.SEMINORM_TOLERANCES.of(n)]) for n in ACTIVATIONS),
+        (Claim.ratio("nfe_increases_during_training",
+                     "forward NFE increases during training (Fig. 3d)",
+                     "increases; numbers not published", last, first, above=1.0, kind="paper"),
+         [probe.SWEEP_OFF.of(sweep, tol=s.train_tol)]),
     ]  # fmt: skip
 
 
@@ -260,14 +188,16 @@ def _probe_cell(way: str) -> Callable[[Result[Any], Row], str]:
     """A cell of the probe's table: its NFE at the row's tolerance or, on the row without
     one, at the solver's minimum."""
     return lambda result, row: result.cell(
-        PROBE.of(row.run, way=way, **row.at) if row.at else FLOOR.of(row.run, way=way)
+        probe.PROBE.of(row.run, way=way, **row.at) if row.at else probe.FLOOR.of(row.run, way=way)
     )
 
 
 def _probe_ratio(result: Result[Any], row: Row) -> str:
     """The probe's backward over forward NFE at the row's tolerance, the mean of the
     seeds' ratios."""
-    pairs = zip(*(result.stat(PROBE.of(row.run, way=w, **row.at)).values for w in WAYS[:2]))
+    pairs = zip(
+        *(result.stat(probe.PROBE.of(row.run, way=w, **row.at)).values for w in probe.WAYS[:2])
+    )
     known = [b / f for f, b in pairs if f is not None and b is not None and f != 0]
     return fmt(statistics.fmean(known) if known else None, ".2f")
 
@@ -278,22 +208,22 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
     guards = {claim.text: refs for claim, refs in _guarded_claims(s)}
     # The row of the solver's minimum, where neither the seminorm nor the ratio is measured.
     minimum = {
-        "tolerance": f"minimum ({FLOOR_TOL:g})",
+        "tolerance": f"minimum ({probe.FLOOR_TOL:g})",
         "backward, seminorm": "",
         "backward/forward": "",
     }
-    probe = [
+    probe_rows = [
         Row(n, n, at, text={"tolerance": f"{at['tol']:g}"} if at else minimum)
         for n in ACTIVATIONS
         for at in ({}, *({"tol": tol} for tol in s.tolerances))
     ]
 
     def first_last(way: str) -> Col:
-        ends = (Col("", TRAINING_NFE, {"way": way, "end": end}) for end in ("first", "last"))
+        ends = (Col("", probe.TRAINING_NFE, {"way": way, "end": end}) for end in ("first", "last"))
         return Col.joined(f"{way} NFE, first / last epoch", *ends)
 
     def seeds_off(result: Result[Any], row: Row) -> str:
-        off = result.stat(SWEEP_OFF.of(row.run, **row.at))
+        off = result.stat(probe.SWEEP_OFF.of(row.run, **row.at))
         return f"{sum(1 for v in off.values if v is not None and v > 0.5)} of {off.n}"
 
     models = {n: n for n in ACTIVATIONS}
@@ -301,22 +231,23 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
         "guards": Table("claim", [Row(text) for text in guards], [Col(
             "the NFE it reads", cell=lambda result, row: _guard_words(result, guards[row.label]))]),
         "sweep": by_coordinate("tolerance", s.sweep, "tol", s.tolerances, [
-            Col("test error", SWEEP_ERROR), Col("forward NFE", SWEEP_NFE),
+            Col("test error", probe.SWEEP_ERROR), Col("forward NFE", probe.SWEEP_NFE),
             Col("off the minimum (seeds)", cell=seeds_off),
-            Col("forward time per batch, ms", SECONDS), Col("solve error (probe)", SOLVE_ERROR),
+            Col("forward time per batch, ms", probe.SECONDS),
+            Col("solve error (probe)", probe.SOLVE_ERROR),
             Col("paper", text="not published")]),
-        "probe": Table("model", probe, [
+        "probe": Table("model", probe_rows, [
             Col("tolerance"), Col("forward NFE", cell=_probe_cell("forward")),
             Col("backward NFE", cell=_probe_cell("backward")),
             Col("backward, seminorm", cell=_probe_cell("backward_seminorm")),
             Col("backward/forward", cell=_probe_ratio)]),
         "ratios": by_run("model", models, [
-            Col("backward/forward off the minimum (ours)", RATIO),
-            Col("tolerances off the minimum", RATIO_TOLERANCES), Col("paper", text="~0.5"),
+            Col("backward/forward off the minimum (ours)", probe.RATIO),
+            Col("tolerances off the minimum", probe.RATIO_TOLERANCES), Col("paper", text="~0.5"),
             Col("corrected (third party)", text="~0.8 (0.78-0.86)")]),
         "training": by_run("model", models, [
             Col("test error", TEST_ERROR), first_last("forward"), first_last("backward"),
-            Col("training, s", TRAIN_SECONDS)]),
+            Col("training, s", probe.TRAIN_SECONDS)]),
     }  # fmt: skip
 
 
@@ -327,13 +258,13 @@ def words(result: Result[ToleranceSettings]) -> dict[str, object]:
     return {
         "train_images": "all" if s.train_size is None else s.train_size,
         "optimiser": optimiser_words(s.optimizer, s.lr, s.milestones, s.augment),
-        "floor_tol": FLOOR_TOL,
-        "reference_tol": REFERENCE_TOL,
+        "floor_tol": probe.FLOOR_TOL,
+        "reference_tol": probe.REFERENCE_TOL,
         "loosest": s.tolerances[0],
         "tightest": s.tolerances[-1],
-        "floor_sweep": result.cell(FLOOR_SWEEP.of(s.sweep)),
-        "correlation": result.cell(TIME_NFE["correlation"].of(s.sweep)),
-        "slope": result.cell(TIME_NFE["slope"].of(s.sweep)),
+        "floor_sweep": result.cell(probe.FLOOR_SWEEP.of(s.sweep)),
+        "correlation": result.cell(probe.TIME_NFE["correlation"].of(s.sweep)),
+        "slope": result.cell(probe.TIME_NFE["slope"].of(s.sweep)),
     }
 
 
@@ -346,16 +277,16 @@ register_template(
         title="Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
         modes=MODES,
         runs=runs,
-        measure=measure,
+        measure=probe.measure,
         claims=claims,
         text="chen-tolerance.md",
         tables=tables,
         words=words,
         figures=[
-            Plot("fig3a_error_vs_tol.png", error_panels, size=(4, 3.4)),
-            Plot("fig3b_time_vs_nfe.png", time_panels),
-            Plot("fig3c_ratio.png", ratio_panels, size=(5, 3.8)),
-            Plot("fig3d_nfe.png", training_panels),
+            Plot("fig3a_error_vs_tol.png", probe.error_panels, size=(4, 3.4)),
+            Plot("fig3b_time_vs_nfe.png", probe.time_panels),
+            Plot("fig3c_ratio.png", probe.ratio_panels, size=(5, 3.8)),
+            Plot("fig3d_nfe.png", probe.training_panels),
         ],
         one_thread_modes=("quick", "standard"),
     )

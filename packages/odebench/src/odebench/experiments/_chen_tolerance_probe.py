@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypedDict
 
 import odecore
@@ -17,39 +16,27 @@ from torch import Tensor, nn
 from .._figures import Lines, Mark, Point, Style
 from ..data import Dataset
 from ..models import nfe, ode_layers
-from ._chen import fit_line
+from ..training import load_splits
+from ._chen import TEST_ERROR, fit_line, ode_specs
 from ._metrics import Metric
+from ._registry import fmt
 from ._result import Result
+from ._template import Measurement
 
 if TYPE_CHECKING:
     from ._chen_tolerance import ToleranceSettings
+    from ._template import Setup, Trained
 
 
-FLOOR_TOL = 1e2
-"""The ``rtol = atol`` of the solver's minimum: no error estimate reaches it, so every
-step is accepted and grows by the controller's largest factor from the first step, and
-a batch's NFE at any tighter tolerance is at least its NFE here. Much looser (1e6), the
-scaled state and derivative read as zero to the first-step heuristic, which then starts
-at 1e-6 and takes more steps, not fewer."""
-
-
-REFERENCE_TOL = 1e-7
-"""The ``rtol = atol`` of the reference solve that the probe's solve errors are
-measured against (float32, two decades below the sweep's tightest)."""
-
-
-Batch = tuple[Tensor, Tensor]
-"""Test images and their labels."""
-
-
+FLOOR_TOL = 1e2  # the rtol = atol of the solver's minimum (the docs page says why 1e2)
+REFERENCE_TOL = 1e-7  # of the reference solve the probe's solve errors are measured against
+Batch = tuple[Tensor, Tensor]  # test images and their labels
+# The probe's NFE: forward, backward with the default norm, backward with the seminorm.
 WAYS = ("forward", "backward", "backward_seminorm")
-"""The probe's NFE: forward, backward with the default norm, backward with the seminorm."""
 
 
 class SweepRow(TypedDict):
-    """The sweep at one tolerance: test error, mean forward NFE and seconds per batch,
-    the share of batches at the solver's minimum, and each batch's ``[NFE, seconds,
-    NFE at the minimum]``."""
+    """The sweep at one tolerance; each batch is ``[NFE, seconds, NFE at the minimum]``."""
 
     tol: float
     test_error: float
@@ -60,8 +47,7 @@ class SweepRow(TypedDict):
 
 
 class ProbeRow(TypedDict):
-    """The probe at one tolerance: the mean NFE of each of :data:`WAYS`, the mean solve
-    error, and the shares of batches whose forward and backward NFE are at the minimum."""
+    """The probe at one tolerance: means over its batches, and the shares at the minimum."""
 
     tol: float
     forward: float
@@ -81,80 +67,44 @@ class Probe(TypedDict):
     rows: list[ProbeRow]
 
 
-# Of each model: test error, training, the probe, and what the claims read of the probe
-# over the tolerances off the solver's minimum (see _probe_metrics).
-TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
-
-
+# Of each model (its test error is chen-table1's TEST_ERROR): training, the probe, and what
+# the claims read of the probe over the tolerances off the solver's minimum (_probe_metrics).
 TRAIN_SECONDS, EPOCHS = Metric("train_seconds", spec=".0f"), Metric("epochs")
-
-
 TRAINING_NFE = Metric("nfe", over=("way", "end"), spec=".1f", key_format="nfe_{way}_{end}")
-
-
 FLOOR = Metric("floor", over=("way",), spec=".1f", key_format="floor_{way}")
-
-
 PROBE = Metric("probe", over=("way", "tol"), spec=".1f", key_format="probe_{way}@{tol}")
-
-
 SOLVE_ERROR = Metric("solve_error", over=("tol",), spec=".1e")
-
-
 PROBE_OFF = Metric("probe_off_floor", over=("tol",))
-
-
 RATIO, RATIO_TOLERANCES = Metric("ratio", spec=".2f"), Metric("ratio_tolerances", spec=".1f")
-
-
 BACKWARD_OFF, SEMINORM_OFF = Metric("backward_off_floor"), Metric("backward_seminorm_off_floor")
-
-
 SEMINORM_TOLERANCES = Metric("seminorm_tolerances")
-
 
 # Of the sweep's model: the sweep, the line through forward time against NFE, the minimum.
 SWEEP_ERROR = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
-
-
 SWEEP_NFE = Metric("nfe_forward", over=("tol",), spec=".1f")
-
-
 SECONDS = Metric("seconds_per_batch", over=("tol",), spec=".1f", scale=1e3)
-
-
 SWEEP_OFF = Metric("sweep_off_floor", over=("tol",))
-
-
 TIME_NFE = {
     "slope": Metric("time_nfe_slope", spec=".2f", scale=1e3),
     "intercept": Metric("time_nfe_intercept"),
     "correlation": Metric("time_nfe_correlation", spec=".3f"),
 }
-
-
 FLOOR_SWEEP = Metric("floor_sweep", spec=".1f")
 
 
-@contextmanager
-def _solving(model: nn.Module, tol: float, seminorm: bool = False) -> Iterator[None]:
+def _solving(model: nn.Module, tol: float, seminorm: bool = False) -> AbstractContextManager[None]:
     """Every ODE layer of ``model`` at ``rtol = atol = tol``, its adjoint with or without
-    the seminorm; the layers' specs are put back afterwards."""
-    layers = ode_layers(model)
-    kept = [layer.spec for layer in layers]
-    try:
-        for layer in layers:
-            spec = layer.spec
-            controller, gradient = spec.controller, spec.gradient
-            if isinstance(controller, odecore.PIDController):
-                controller = dataclasses.replace(controller, rtol=tol, atol=tol)
-            if isinstance(gradient, odecore.Adjoint):
-                gradient = dataclasses.replace(gradient, seminorm=seminorm)
-            layer.spec = dataclasses.replace(spec, controller=controller, gradient=gradient)
-        yield
-    finally:
-        for layer, spec in zip(layers, kept):
-            layer.spec = spec
+    the seminorm, until the block ends."""
+
+    def at_tol(spec: odecore.OdeSpec) -> odecore.OdeSpec:
+        controller, gradient = spec.controller, spec.gradient
+        if isinstance(controller, odecore.PIDController):
+            controller = dataclasses.replace(controller, rtol=tol, atol=tol)
+        if isinstance(gradient, odecore.Adjoint):
+            gradient = dataclasses.replace(gradient, seminorm=seminorm)
+        return dataclasses.replace(spec, controller=controller, gradient=gradient)
+
+    return ode_specs(model, at_tol)
 
 
 def _batches(model: nn.Module, data: Dataset, size: int, limit: int | None = None) -> list[Batch]:
@@ -296,6 +246,39 @@ def _sweep_metrics(rows: list[SweepRow]) -> dict[str, float | None]:
     fit = fit_line([(n, t) for r in rows for n, t, _ in r["batches"]])
     metrics |= {TIME_NFE[key].key(): value for key, value in fit.items()}
     return metrics | {FLOOR_SWEEP.key(): statistics.mean(f for _, _, f in rows[0]["batches"])}
+
+
+def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
+    """The training's NFE per epoch, the probe, and for the sweep's model the sweep."""
+    assert trained.config is not None  # every run of `runs` has a config
+    name = trained.run.name
+    model = trained.load(setup.device)
+    _, test = load_splits(trained.config)
+    history = [dict(row) for row in trained.history]
+    acc = trained.final_metrics()["test_acc"]
+    metrics: dict[str, float | None] = {
+        TEST_ERROR.key(): None if acc is None else 1.0 - acc,
+        TRAIN_SECONDS.key(): trained.seconds,
+        EPOCHS.key(): float(len(history)),
+        **{TRAINING_NFE.key(way=way, end=end): history[i][f"nfe_{way}"]
+           for way in WAYS[:2] for end, i in (("first", 0), ("last", -1))},
+    }  # fmt: skip
+    probed = _probe(model, test, setup.settings)
+    metrics |= _probe_metrics(probed)
+    keys = ("epoch", "test_acc", "nfe_forward", "nfe_backward")
+    details = {"history": [{k: row.get(k) for k in keys} for row in history], "probe": probed}
+    if name == setup.settings.sweep:
+        details["tolerance_sweep"] = rows = _sweep(model, test, setup.settings)
+        metrics |= _sweep_metrics(rows)
+        r = fmt(metrics[TIME_NFE["correlation"].key()], ".3f")
+        setup.log(f"[{name}] sweep: time vs NFE correlation {r}")
+    setup.log(
+        f"[{name}] seed {trained.seed}: test error {fmt(metrics[TEST_ERROR.key()], '.2%')}, "
+        f"minimum NFE {probed['floor_forward']:.0f}/{probed['floor_backward']:.0f}, "
+        f"backward/forward {fmt(metrics[RATIO.key()], '.2f')} over "
+        f"{metrics[RATIO_TOLERANCES.key()]:.0f} tolerance(s) off the minimum"
+    )
+    return Measurement(metrics, details)
 
 
 def error_panels(result: Result[ToleranceSettings]) -> list[Lines]:
