@@ -10,35 +10,12 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from .._figures import Lines, Mark, Style
 from .._io import pyplot, save_png
-from ._chen_cnf_flow import (
-    DENSITIES,
-    GAUSSIAN_TEST_NLL,
-    GAUSSIAN_TRAIN_NLL,
-    LOGDET_ERROR,
-    MASS,
-    MASS_ERROR,
-    MASS_IN_GRID,
-    MASS_OUTSIDE,
-    NFE,
-    NFE_INITIAL,
-    PAIRED_SE,
-    TEST_NLL,
-    TEST_NLL_RK4,
-    TRAIN_NLL,
-    TRUE_TEST_NLL,
-    TRUTH_NODES,
-    data_points,
-    grid_points,
-    measure,
-    task,
-    true_log_prob,
-)
+from . import _chen_cnf_flow as flow
 from ._claims import Claim
 from ._metrics import Metric, Values
 from ._result import Result
@@ -58,30 +35,24 @@ LOGDET_TOL = 1e-4  # abs(delta + log abs det J) in nats, float64, J by central d
 
 @dataclass(frozen=True, kw_only=True)
 class CnfSettings(Settings):
-    """The sizes of one mode (the docs page tables them): per density, ``n_train`` then
-    ``n_test`` points with Gaussian ``noise`` around its curve; the field's ``hidden`` width;
-    ``iterations`` Adam steps (``--epochs``) of ``batch_size`` points drawn with replacement,
-    ``lr`` cosine-annealed to ``lr / 100``; RK4 in ``steps`` steps in training, Dopri5 at
-    ``rtol = atol`` in evaluation, read every ``eval_every`` iterations; ``grid x grid``
-    cells on ``[-box, box]^2`` and ``n_samples`` flow samples for the mass check and the
-    figure; ``n_logdet`` points and ``logdet_steps`` float64 RK4 steps for the log-det check.
-    The noise, the rate, the tolerance and the box are the same in every mode."""
+    """The sizes of one mode (the docs page tables them); a default is every mode's. Adam
+    steps of points drawn with replacement, ``lr`` cosine-annealed to ``lr / 100``."""
 
-    n_train: int
-    n_test: int
-    noise: float = 0.15
-    hidden: int
-    iterations: int
+    n_train: int  # training points per density, then
+    n_test: int  # held-out points, from one generator
+    noise: float = 0.15  # std of the Gaussian noise around the curve
+    hidden: int  # the field's width
+    iterations: int  # Adam steps (--epochs)
     batch_size: int
     lr: float = 5e-3
-    steps: int
-    rtol: float = 1e-5
-    eval_every: int
-    grid: int
+    steps: int  # RK4 steps of the training solves
+    rtol: float = 1e-5  # rtol = atol of Dopri5, the evaluation's solver
+    eval_every: int  # iterations between two readings of the test NLL and NFE
+    grid: int  # grid x grid cells on [-box, box]^2 for the mass check and the figure
     box: float = 4.0
-    n_samples: int
-    n_logdet: int = 8
-    logdet_steps: int = 128
+    n_samples: int  # flow samples for the mass check and the figure
+    n_logdet: int = 8  # base points of the log-det check
+    logdet_steps: int = 128  # its float64 RK4 steps
 
 
 MODES = {
@@ -103,19 +74,23 @@ MODES = {
 def runs(setup: Setup[CnfSettings], seed: int) -> list[Run]:
     """Per density, a CNF on that density's data of ``seed`` (:func:`measure` fits the
     Gaussian it is compared with, in closed form)."""
-    return [Run(f"{density}/cnf", task=task(setup, density, seed)) for density in DENSITIES]
+    return [
+        Run(f"{density}/cnf", task=flow.task(setup, density, seed)) for density in flow.DENSITIES
+    ]
 
 
 def gap_closed(v: Values, run: str) -> float:
     """The fraction of the test-NLL gap from the Gaussian to the true density that the
     CNF of ``run`` closes: 1 matches the truth, 0 is no better than the Gaussian."""
-    gaussian_nll = v[GAUSSIAN_TEST_NLL.of(run)]
-    return (gaussian_nll - v[TEST_NLL.of(run)]) / (gaussian_nll - v[TRUE_TEST_NLL.of(run)])
+    gaussian_nll = v[flow.GAUSSIAN_TEST_NLL.of(run)]
+    return (gaussian_nll - v[flow.TEST_NLL.of(run)]) / (
+        gaussian_nll - v[flow.TRUE_TEST_NLL.of(run)]
+    )
 
 
 def _worst(metric: Metric) -> Callable[[Values], float]:
     """The largest value of ``metric`` over the CNFs."""
-    return lambda v: max(v[metric.of(f"{density}/cnf")] for density in DENSITIES)
+    return lambda v: max(v[metric.of(f"{density}/cnf")] for density in flow.DENSITIES)
 
 
 def claims(setup: Setup[CnfSettings]) -> list[Claim]:
@@ -129,7 +104,7 @@ def claims(setup: Setup[CnfSettings]) -> list[Claim]:
             Claim.difference(
                 f"{density}_beats_gaussian",
                 f"Sec. 4: on {label} the CNF's test NLL beats the best Gaussian's",
-                "figures only, no number", TEST_NLL.of(cnf), GAUSSIAN_TEST_NLL.of(cnf),
+                "figures only, no number", flow.TEST_NLL.of(cnf), flow.GAUSSIAN_TEST_NLL.of(cnf),
                 below=-NATS_BETTER, kind="paper", spec="+.3f", unit=" nats",
             ),
             Claim.at_least(
@@ -140,7 +115,7 @@ def claims(setup: Setup[CnfSettings]) -> list[Claim]:
             ),
             Claim.ratio(
                 f"{density}_nfe_grows", f"Fig. 3d: the NFE grows during training ({label})",
-                "stated, no number", NFE.of(cnf), NFE_INITIAL.of(cnf), above=NFE_GROWTH,
+                "stated, no number", flow.NFE.of(cnf), flow.NFE_INITIAL.of(cnf), above=NFE_GROWTH,
                 kind="paper",
             ),
         ]  # fmt: skip
@@ -149,36 +124,29 @@ def claims(setup: Setup[CnfSettings]) -> list[Claim]:
         Claim.at_most(
             "density_integrates_to_one",
             "the CNF's density integrates to one (change of variables)", "exact identity",
-            _worst(MASS_ERROR), MASS_TOL, strict=True, spec=".1e", kind="check",
+            _worst(flow.MASS_ERROR), MASS_TOL, strict=True, spec=".1e", kind="check",
         ),
         Claim.at_most(
             "trace_matches_logdet",
             "the exact trace integral equals log abs det J by finite differences",
-            "exact identity", _worst(LOGDET_ERROR), LOGDET_TOL, strict=True, spec=".1e",
+            "exact identity", _worst(flow.LOGDET_ERROR), LOGDET_TOL, strict=True, spec=".1e",
             unit=" nats", kind="check",
         ),
     ]  # fmt: skip
 
 
-MODELS = ("CNF", "Gaussian", "true density")
-"""The rows of each density in the table of NLLs."""
-
-Cell = Col | Metric | str
-"""A cell of the table of NLLs: a column (of the row), a metric of the density's CNF
-run, or a text."""
+MODELS = ("CNF", "Gaussian", "true density")  # the rows of each density in the table of NLLs
 
 
-def _by_model(header: str, cnf: Cell, gaussian: Cell = "–", truth: Cell = "–") -> Col:
-    """A column of the table of NLLs, whose cell depends on the row's model."""
-    cells = dict(zip(MODELS, (cnf, gaussian, truth)))
-
-    def cell(result: Result[Any], row: Row) -> str:
-        this = cells[row.text["model"]]
-        if isinstance(this, str):
-            return this
-        return (this if isinstance(this, Col) else Col("", this)).render(result, row)
-
-    return Col(header, cell=cell)
+def _by_model(header: str, *cells: Col | Metric | str) -> Col:
+    """A column of the table of NLLs whose cell is that of the row's model (the CNF, the
+    Gaussian, the true density; "–" after the cells given): a column, a metric of the
+    density's CNF run, or a text."""
+    by_model = {
+        m: Col("", text=c) if isinstance(c, str) else Col.joined("", c)
+        for m, c in zip(MODELS, (*cells, "–", "–"))
+    }
+    return Col(header, cell=lambda result, row: by_model[row.text["model"]].render(result, row))
 
 
 def tables(setup: Setup[CnfSettings]) -> dict[str, Table]:
@@ -188,22 +156,24 @@ def tables(setup: Setup[CnfSettings]) -> dict[str, Table]:
     rows = [Row(label, run, text={"model": m}) for run, label in runs.items() for m in MODELS]
     nll = [
         Col("model"),
-        _by_model("train NLL", TRAIN_NLL, GAUSSIAN_TRAIN_NLL),
-        _by_model("test NLL (Dopri5)", TEST_NLL, GAUSSIAN_TEST_NLL, TRUE_TEST_NLL),
-        _by_model("test NLL (RK4, as trained)", TEST_NLL_RK4),
+        _by_model("train NLL", flow.TRAIN_NLL, flow.GAUSSIAN_TRAIN_NLL),
+        _by_model("test NLL (Dopri5)", flow.TEST_NLL, flow.GAUSSIAN_TEST_NLL, flow.TRUE_TEST_NLL),
+        _by_model("test NLL (RK4, as trained)", flow.TEST_NLL_RK4),
         _by_model(
             "gap closed",
             Col.per_seed("", lambda v, row: gap_closed(v, row.run), ".0f", 100, "%"),
             "0%",
             "100%",
         ),
-        _by_model("NFE before → after training", Col.joined("", NFE_INITIAL, NFE, sep=" → ")),
+        _by_model(
+            "NFE before → after training", Col.joined("", flow.NFE_INITIAL, flow.NFE, sep=" → ")
+        ),
     ]
     checks = [
-        Col("mass on the grid", MASS_IN_GRID),
-        Col("mass of samples outside it", MASS_OUTSIDE),
-        Col("total", MASS),
-        Col("max log-det error (nats)", LOGDET_ERROR),
+        Col("mass on the grid", flow.MASS_IN_GRID),
+        Col("mass of samples outside it", flow.MASS_OUTSIDE),
+        Col("total", flow.MASS),
+        Col("max log-det error (nats)", flow.LOGDET_ERROR),
     ]
     return {"nll": Table("density", rows, nll), "checks": by_run("density", runs, checks)}
 
@@ -213,9 +183,9 @@ def words(result: Result[CnfSettings]) -> dict[str, object]:
     density's nodes, RK4's evaluations per training solve, the paired standard errors."""
     return {
         "nats_better": NATS_BETTER, "gap_closed": GAP_CLOSED, "nfe_growth": NFE_GROWTH,
-        "mass_tol": MASS_TOL, "logdet_tol": LOGDET_TOL, "truth_nodes": TRUTH_NODES,
+        "mass_tol": MASS_TOL, "logdet_tol": LOGDET_TOL, "truth_nodes": flow.TRUTH_NODES,
         "rk4_evaluations": 4 * result.settings.steps,
-        "paired_se": {d: result.cell(PAIRED_SE.of(f"{d}/cnf")) for d in DENSITIES},
+        "paired_se": {d: result.cell(flow.PAIRED_SE.of(f"{d}/cnf")) for d in flow.DENSITIES},
     }  # fmt: skip
 
 
@@ -223,14 +193,14 @@ def _plot_densities(result: Result[CnfSettings], path: Path) -> None:
     """Per density: the target's held-out points, the true density, the CNF's, its samples."""
     s, setup = result.settings, result.setup
     seed = setup.seeds[0]
-    points, _ = grid_points(s.grid, s.box)
+    points, _ = flow.grid_points(s.grid, s.box)
     plt = pyplot()
-    fig, axes = plt.subplots(len(DENSITIES), 4, figsize=(13, 3.3 * len(DENSITIES)))
+    fig, axes = plt.subplots(len(flow.DENSITIES), 4, figsize=(13, 3.3 * len(flow.DENSITIES)))
     extent = (-s.box, s.box, -s.box, s.box)
-    for row, density in zip(axes, DENSITIES):
-        _, test = data_points(s, density, seed)
+    for row, density in zip(axes, flow.DENSITIES):
+        _, test = flow.data_points(s, density, seed)
         saved = torch.load(setup.run_dir(f"{density}/cnf", seed) / "flow.pt", weights_only=True)
-        truth = true_log_prob(density, points, s.noise).exp().reshape(s.grid, s.grid).numpy()
+        truth = flow.true_log_prob(density, points, s.noise).exp().reshape(s.grid, s.grid).numpy()
         learned = saved["log_density"].double().exp().numpy()
         top = float(truth.max())
         row[0].scatter(*test.T.numpy(), s=1.5, color="black")
@@ -248,7 +218,7 @@ def _training_panels(result: Result[CnfSettings]) -> list[Lines]:
     """Held-out NLL (above, with the Gaussian's and the true density's) and NFE of the
     adaptive solve (below) against the iteration, per density and seed."""
     nll, nfe = [], []
-    for density in DENSITIES:
+    for density in flow.DENSITIES:
         cnf = f"{density}/cnf"
         histories = [m.details["history"] for m in result.measurements[cnf]]
         styles = {f"seed {i}": Style("-", f"C{i}") for i in range(len(histories))}
@@ -257,11 +227,14 @@ def _training_panels(result: Result[CnfSettings]) -> list[Lines]:
                 f"seed {i}": [(r["iteration"], r[key]) for r in rows]
                 for i, rows in enumerate(histories)
             }
-            for key in (TEST_NLL.key(), NFE.key())
+            for key in (flow.TEST_NLL.key(), flow.NFE.key())
         )
         marks = [
             Mark(value, label=name, fmt="--", color="0.4")
-            for metric, name in ((GAUSSIAN_TEST_NLL, "Gaussian"), (TRUE_TEST_NLL, "true density"))
+            for metric, name in (
+                (flow.GAUSSIAN_TEST_NLL, "Gaussian"),
+                (flow.TRUE_TEST_NLL, "true density"),
+            )
             if (value := result.stat(metric.of(cnf)).values[0]) is not None
         ]
         nll.append(Lines(LABELS[density], "", "held-out NLL (nats)", losses, styles, marks=marks,
@@ -284,14 +257,14 @@ register_template(
         epoch_fields=("iterations",),
         one_thread_modes=("quick", "standard"),
         runs=runs,
-        measure=measure,
+        measure=flow.measure,
         claims=claims,
         text="chen-cnf.md",
         tables=tables,
         words=words,
         figures=[
             Figure("densities.png", _plot_densities),
-            Plot("training.png", _training_panels, columns=len(DENSITIES), size=(5.2, 3.2)),
+            Plot("training.png", _training_panels, columns=len(flow.DENSITIES), size=(5.2, 3.2)),
         ],
     )
 )

@@ -1,7 +1,5 @@
-"""chen-cnf's data, model and measurement: the two 2-D densities and their exact
-log-density, the closed-form Gaussian, the CNF's field, its training and adaptive solve,
-the two checks of the code (the density's mass on a grid, the trace integral against
-the flow map's log-determinant), and what is measured of each trained CNF."""
+"""chen-cnf's data, model and measurement: the 2-D densities and their exact log-density,
+the Gaussian, the CNF, its training, and the two checks of the code (mass, log-det)."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ from ._template import Measurement, Setup, Trained
 if TYPE_CHECKING:
     from ._chen_cnf import CnfSettings
 
-DENSITIES: tuple[str, ...] = ("moons", "circles")
-"""The target densities, each fitted by its own CNF (the run ``<density>/cnf``)."""
+DENSITIES: tuple[str, ...] = ("moons", "circles")  # each fitted by its run <density>/cnf
 
 RADII = (1.6, 0.8)  # of the two circles, outer and inner
 TRUTH_NODES = 4000  # quadrature nodes along the centre curve for the true density
@@ -56,10 +53,8 @@ Field = Callable[[Tensor, Tensor], Tensor]
 
 
 def _centres(density: str, u: Tensor) -> Tensor:
-    """The point of ``density``'s centre curve at the parameters ``u`` in ``[0, 1)``.
-
-    Uniform ``u`` gives each half (moon or circle) half of the mass, uniform in angle.
-    """
+    """The points of ``density``'s centre curve at ``u`` in ``[0, 1)``: a uniform ``u`` gives
+    each half (moon or circle) half of the mass, uniform in angle."""
     first = u < 0.5
     frac = torch.where(first, 2 * u, 2 * u - 1)
     if density == "moons":
@@ -108,10 +103,8 @@ def gaussian(points: Tensor) -> Callable[[Tensor], Tensor]:
 
 
 def flow_field(hidden: int) -> odelayers.DepthSequential:
-    """The vector field ``f(t, z)``: ``[z, t] -> hidden -> hidden -> 2`` with tanh.
-
-    The field of tutorial 06; no normalisation, so that samples do not interact.
-    """
+    """Tutorial 06's field ``f(t, z)``: ``[z, t] -> hidden -> hidden -> 2`` with tanh, no
+    normalisation (samples must not interact)."""
     return odelayers.DepthSequential(
         odelayers.DepthConcat(),
         nn.Linear(3, hidden),
@@ -268,7 +261,6 @@ def measure(setup: Setup[CnfSettings], trained: Trained) -> Measurement:
     on_grid, outside, log_density = mass(
         lambda x: adaptive.log_prob(x.to(device)), samples, s.grid, s.box
     )
-    trained.dir.mkdir(parents=True, exist_ok=True)
     torch.save({"log_density": log_density, "samples": samples}, trained.dir / "flow.pt")
     values = {
         TEST_NLL: -float(log_p.mean()),
