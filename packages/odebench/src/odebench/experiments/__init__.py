@@ -1,17 +1,8 @@
 """Experiments that ``odebench run NAME`` runs, each writing its report and figures.
 
 :data:`EXPERIMENTS` maps a name to an :class:`Experiment`; :func:`run_experiment` runs
-one with :class:`RunOptions`. ``quickstart`` is the first: the README's main job.
-
-An experiment is declared on the template: a :class:`Template` of its settings per
-mode (:class:`Settings`), the :class:`Run` objects it trains per seed, the
-:class:`Measurement` of each trained run and its :class:`Claim` objects;
-:func:`register_template` adds it, and :func:`run_template` trains, aggregates over
-seeds (:class:`Stat`), checks the claims (:class:`Verdict`) and writes the report.
-:func:`reproductions_table` gathers the claims of every published run into the
-Reproductions index. Each claim is a claim of the paper or a check of our code
-(:class:`Claim`'s ``kind``); a paper claim holds only on the mean and on most seeds
-(:func:`verdict_status`); every run records its :class:`Provenance`.
+one with :class:`RunOptions`. Each is declared on a :class:`Template`
+(:func:`register_template`).
 """
 
 # Each module registers its experiment; the quickstart first, then by name.

@@ -13,9 +13,7 @@ from ._metrics import Ref, Stat, Values
 from ._registry import fmt
 from ._verdicts import CLAIM_KINDS, ClaimKind, Verdict
 
-MAX_CLAIM_TEXT = 90
-"""The longest :attr:`Claim.text`: the index shows it in one table cell; the
-details go in :attr:`Claim.detail`, which the experiment's report shows."""
+MAX_CLAIM_TEXT = 90  # the index shows a claim's text in one cell; the rest is its detail
 
 
 @dataclass(frozen=True)
@@ -26,18 +24,13 @@ class Claim:
         key: a stable identifier (``results.json`` and tests look the verdict up by it).
         text: the claim in a few words (at most ``MAX_CLAIM_TEXT`` (90) characters).
         published: the paper's value: a number (formatted like ours) or a statement.
-        ours: the number that shows our side of the claim, from one set of
-            :class:`Values` (a metric, a ratio, a difference).
-        holds: the test, with its threshold. It is run on the means over the seeds
-            and on each seed; see :class:`Verdict` for how the two make the verdict.
-            A missing value reads as NaN, and comparisons with NaN are false.
+        ours: our number, from one set of :class:`Values`.
+        holds: the test, run on the means and on each seed (a missing value is NaN).
         spec: the format of ``ours`` (and of a numeric ``published``).
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``, ``"×"``).
-        kind: ``"paper"`` or ``"check"`` (see ``ClaimKind``); no default, so
-            that every claim says which it is.
-        timing: the claim compares times. It is judged only when the machine was
-            not contended while the run trained (:attr:`Provenance.contended`).
+        kind: ``"paper"`` (a claim of the paper) or ``"check"`` (of our code).
+        timing: the claim compares times: not judged on a contended machine.
         detail: what ``ours`` is and how the threshold was chosen, for the report.
 
     Raises:
@@ -100,9 +93,6 @@ class Claim:
         detail: str = "",
     ) -> Claim:
         """A comparison of two models by their paired per-seed difference ``v[first] - v[second]``.
-
-        Both models train on the same seeds, so ``ours`` is the difference on each seed:
-        its spread over the seeds is the paired spread, not that of two unpaired means.
 
         Args:
             key, text, published, kind, spec, scale, unit, detail: as for :class:`Claim`.
@@ -302,8 +292,7 @@ class Claim:
         unit: str | None = None, **kwargs: Any,
     ) -> Claim:  # fmt: skip
         """The claim that ``value`` lies above ``low`` and below ``high`` (``None``: no
-        bound), each bound included unless ``strict``; the format defaults to the
-        metric's where ``value`` is a :class:`Ref`."""
+        bound), each bound included unless ``strict``."""
         if low is None and high is None:
             raise ValueError(f"Claim.{how} {key!r}: give `above`, `below` or both.")
         if any(b is not None and math.isnan(b) for b in (low, high)):
@@ -332,19 +321,14 @@ class Claim:
     def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
         """The verdict on the values of each seed (in order) and on their means.
 
-        ``ours`` shows the number the verdict is judged on, ``ours`` of the means, with
-        the spread of its values over the seeds: for a claim that is not linear in the
-        metrics (a maximum, a ratio) the mean of the per-seed values would differ.
-
         Args:
             seeds: one set of values per seed.
-            contended: the machine was busier than the run alone while it trained
-                (:attr:`Provenance.contended`); a timing claim is then not judged.
+            contended: the machine was contended: a timing claim is not judged.
         """
         means = Values.means(seeds)
         try:
             ours = Stat.of([self.ours(v) for v in seeds])
-            on_means = self.ours(means)
+            on_means = self.ours(means)  # judged on: not the mean of a ratio over seeds
             if math.isfinite(on_means):
                 ours = dataclasses.replace(ours, mean=float(on_means))
             held_on = tuple(bool(self.holds(v)) for v in seeds)
@@ -367,7 +351,7 @@ class Claim:
         return self.spec, self.scale, self.unit
 
     def check_runs(self, runs: Sequence[str]) -> None:
-        """Fail unless the claim reads only ``runs``: its test before any training.
+        """Fail unless the claim reads only ``runs``.
 
         Raises:
             KeyError: naming the claim and the unknown run.

@@ -1,5 +1,4 @@
-"""What the image experiments share: which data sets are there or were trained on, and
-how reports say so."""
+"""Which data sets the image experiments found or trained on, and how reports say so."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..training import DATASETS, find_data
 from ._registry import Log, RunOptions
+from ._report import Prose
 
 if TYPE_CHECKING:
     from ._template import Setup
@@ -35,45 +35,21 @@ def not_run(dataset: str) -> str:
 def mode_note(
     mode: str, epochs: int, train_size: int | None, batch_size: int, authors: str, tests: str
 ) -> str:
-    """What a run of ``mode`` says about the published numbers, for the report.
-
-    Args:
-        mode: the mode that ran.
-        epochs: its epochs.
-        train_size: its training images (``None``: all).
-        batch_size: its batch.
-        authors: the authors' training, as a clause (``"the authors' configuration
-            trains 20 epochs of all 60,000 at batch 256 (about 4,700 steps)"``).
-        tests: what a short run still tests (``"the comparison of the models after
-            the same training"``).
-    """
+    """What a run of ``mode`` says about the published numbers: ``authors`` is the
+    authors' training as a clause, ``tests`` what a short run still tests."""
+    common = Prose.of("common.md")
     if mode == "quick":
-        return (
-            f"This is a quick run (`--quick`), a smoke test of the code path: {epochs} "
-            f"epoch(s) of {train_size} images. Its accuracies and NFE say nothing about the "
-            "published ones."
-        )
+        return common.part("quick_run", epochs=epochs, train_size=train_size)
     if train_size is None:
-        return f"This run trains on all the images, where {authors}."
+        return common.part("all_images", authors=authors)
     steps = epochs * (train_size // batch_size)
-    return (
-        f"This run, sized for a CPU, trains {epochs} epoch(s) of {train_size} images "
-        f"({steps} steps of batch {batch_size}), where {authors}: its models are briefly "
-        f"trained and far from the published accuracies. What it tests is {tests}."
-    )
+    fields = {"epochs": epochs, "train_size": train_size, "batch_size": batch_size}
+    return common.part("cpu_run", steps=steps, authors=authors, tests=tests, **fields)
 
 
 def available_datasets(datasets: tuple[str, ...], options: RunOptions, log: Log) -> list[str]:
-    """The data sets of ``datasets`` whose files are found: those to run.
-
-    MNIST is never skipped: when it is missing, training raises the lookup's
-    ``FileNotFoundError``. Any other data set without files is logged (with the
-    places searched) and skipped; :func:`trained_datasets` says why, for the report.
-
-    Args:
-        datasets: names of :data:`odebench.training.DATASETS`.
-        options: the run's options (``data_dir``).
-        log: where the line about a skipped data set goes.
+    """The data sets of ``datasets`` whose files are found; each other one is logged and
+    skipped, but MNIST, whose absence training reports.
 
     Example:
         >>> from pathlib import Path
@@ -100,14 +76,8 @@ def available_datasets(datasets: tuple[str, ...], options: RunOptions, log: Log)
 def trained_datasets(
     datasets: tuple[str, ...], setup: Setup[Any]
 ) -> tuple[list[str], dict[str, str]]:
-    """The data sets of ``datasets`` that runs named ``"<data set>/..."`` of
-    :attr:`~odebench.experiments.Setup.trained` trained on, and why the others did not:
-    what :func:`available_datasets` found where the runs trained, not where the report
-    is written.
-
-    Returns:
-        ``(trained, skipped)``: the names trained on, and ``{name: reason}`` for the
-        others; the reason names no path.
+    """``(trained, skipped)``: the data sets of ``datasets`` that runs named
+    ``"<data set>/..."`` trained on, and ``{name: reason}`` for the others.
 
     Example:
         >>> from pathlib import Path

@@ -1,15 +1,9 @@
-"""The Reproductions index, read from every published ``results.json``.
-
-Three tables: a summary with one row per experiment, the claims of the papers, and
-the checks of our code. Only paper claims count as reproduced, and only by their
-status (:func:`~odebench.experiments.verdict_status`): a run published
-before claims had a kind and runs had a provenance is shown, but not counted.
-"""
+"""The Reproductions index, read from every published ``results.json``."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,25 +16,13 @@ from ._verdicts import Verdict, verdict_status
 
 SUMMARY = ["experiment", "paper claims", "checks", "data", "seeds", "training", "commit"]
 
-UNCLASSIFIED = "unclassified"
-"""The status of a claim published before claims had a kind: shown, never counted."""
-
-PAPER_STATUSES = ("held", "mixed", "not held")
-"""The statuses every summary row counts, in this order, even when none has them."""
+UNCLASSIFIED = "unclassified"  # a claim published before claims had a kind
+PAPER_STATUSES = ("held", "mixed", "not held")  # counted in every summary row
 
 
 @dataclass(frozen=True)
 class _Claim:
-    """One claim of a published run, as the index shows it.
-
-    Args:
-        kind: ``"paper"``, ``"check"``, or :data:`UNCLASSIFIED` for an old run's claim.
-        status: its status (see :data:`~odebench.experiments._verdicts.VERDICTS`).
-        text: the claim.
-        published: the paper's value, as text.
-        ours: our value over the seeds, as text.
-        verdict: the status in words.
-    """
+    """One claim of a published run, as the index shows it."""
 
     kind: str
     status: str
@@ -56,24 +38,10 @@ def reproductions_table(
     """The Reproductions index of every published run under ``results``, in Markdown.
 
     Read from each ``results/NAME/results.json`` whose ``NAME`` is an experiment, in
-    the order of :data:`~odebench.experiments.EXPERIMENTS`, into three tables under
-    small headings:
-
-    1. **Summary**, one row per experiment: its paper claims counted by status (held,
-       mixed, not held; contended and runs not run where there are any), its checks
-       passed, the data, the seeds (and the mode when it is not ``standard``), the
-       training time summed over runs and seeds, and the commit it ran at
-       (``provenance.commit``, ten digits).
-    2. **Claims of the paper**: experiment, claim, published, ours, verdict.
-    3. **Checks of our code**, the same columns.
-
-    A claim that carries a ``status`` shows it. A run published before claims had a
-    kind (and runs a provenance) has its claims shown as *unclassified* and not
-    counted, with the verdict that :func:`~odebench.experiments.verdict_status` gives
-    their stored ``holds`` and ``held_on_seeds`` (``holds`` alone where there are no
-    per-seed results). Every cell comes from the JSON, so the index regenerates
-    whenever a run is published again; the details of each claim are in its
-    experiment's report.
+    the order of :data:`~odebench.experiments.EXPERIMENTS`: a summary row per
+    experiment, then the claims of the papers and the checks of our code. Only paper
+    claims count as reproduced; a claim published before claims had a kind is shown
+    as *unclassified* and not counted.
 
     Args:
         results: the folder :func:`~odebench.experiments.publish` wrote into
@@ -122,10 +90,13 @@ def reproductions_table(
     for name in found:
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
-        run = _Published.read(results / name / "results.json")
-        summary.append([label, *run.summary()])
-        tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in run.not_run]
-        for c in run.claims:
+        doc = read_results(results / name / "results.json")
+        claims = [_claim(claim) for claim in (doc.get("claims") or {}).values()]
+        summary.append([label, *_summary(doc, claims)])
+        details = (d for seeds in (doc.get("details") or {}).values() for d in seeds if d)
+        reasons = dict.fromkeys(d["not_run"] for d in details if d.get("not_run"))
+        tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in reasons]
+        for c in claims:
             table = tables["check" if c.kind == "check" else "paper"]
             table.append([label, c.text, c.published, c.ours, c.verdict])
     parts = ["### Summary", "", markdown_table(SUMMARY, summary), ""]
@@ -141,12 +112,8 @@ def reproductions_table(
 
 
 def _claim(claim: dict[str, Any]) -> _Claim:
-    """A claim of ``results.json`` as the index shows it.
-
-    A claim without a ``kind`` was published before claims had one: it is
-    unclassified, its text and published value are shortened to the length of a new
-    claim's text, and its verdict is recomputed by the rule for paper claims.
-    """
+    """A claim of ``results.json`` as the index shows it; one without a ``kind`` is
+    unclassified, shortened, and judged by the rule for paper claims."""
     ours = _cell(claim)
     if "kind" in claim:
         kind = str(claim["kind"])
@@ -168,69 +135,38 @@ def _claim(claim: dict[str, Any]) -> _Claim:
     )
 
 
-@dataclass(frozen=True)
-class _Published:
-    """What the index shows of one published ``results.json``, read once (:meth:`read`):
-    its claims, why runs were not trained, (runs not trained, runs), the data, the
-    seeds' cell, the training seconds, the commit's cell, and whether the machine was
-    contended (``None``: published before provenance)."""
-
-    claims: list[_Claim]
-    not_run: list[str]
-    runs: tuple[int, int]
-    data: str
-    seeds: str
-    seconds: float | None
-    commit: str
-    contended: bool | None
-
-    @classmethod
-    def read(cls, path: Path) -> _Published:
-        doc = read_results(path)
-        provenance = doc.get("provenance")
-        details = doc.get("details") or {}
-        reasons = (d.get("not_run") for seeds in details.values() for d in seeds if d)
-        skipped = [r for r, seeds in details.items() if any(d and d.get("not_run") for d in seeds)]
-        n = str(len(doc.get("seeds", [])) or 1)
-        mode = doc.get("mode", "standard")
-        seeds = {"standard": n, "quick": f"{n} (quick: a smoke test, not a result)"}
-        return cls(
-            claims=[_claim(claim) for claim in (doc.get("claims") or {}).values()],
-            not_run=list(dict.fromkeys(r for r in reasons if r)),
-            runs=(len(skipped), len(set(doc.get("metrics") or {}) | set(details))),
-            data=doc.get("data") or "–",
-            seeds=seeds.get(mode, f"{n} ({mode})"),
-            seconds=doc.get("train_seconds") or doc.get("wall_seconds"),
-            commit=_commit(provenance),
-            contended=None if provenance is None else bool(provenance.get("contended")),
-        )
-
-    def summary(self) -> list[str]:
-        """The summary row's cells after the experiment's name."""
-        paper = Counter(c.status for c in self.claims if c.kind == "paper")
-        said = []
-        if paper:  # held, mixed, not held, then contended (or any other) where there are any
-            said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
-            said += [f"{n} {status}" for status, n in paper.items()]
-        not_run, runs = self.runs
-        if not_run:
-            said.append(f"{not_run} of {runs} runs not run (data absent)")
-        unclassified = sum(c.kind == UNCLASSIFIED for c in self.claims)
-        if unclassified:
-            said.append(f"{unclassified} {UNCLASSIFIED}")
-        if self.contended is None:
-            said.append("published before provenance: rerun pending")
-        checks = [c for c in self.claims if c.kind == "check"]
-        passed = sum(c.status == "passed" for c in checks)
-        contended = ", contended" if self.contended else ""
-        return [
-            " · ".join(said) or "none",
-            f"{passed} of {len(checks)} passed" if checks else "–",
-            self.data,
-            self.seeds,
-            _minutes(self.seconds) + contended,
-            self.commit,
-        ]
+def _summary(doc: Mapping[str, Any], claims: list[_Claim]) -> list[str]:
+    """The summary row's cells after the experiment's name."""
+    provenance = doc.get("provenance")
+    details = doc.get("details") or {}
+    paper = Counter(c.status for c in claims if c.kind == "paper")
+    said = []
+    if paper:
+        said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
+        said += [f"{n} {status}" for status, n in paper.items()]
+    skipped = [r for r, seeds in details.items() if any(d and d.get("not_run") for d in seeds)]
+    if skipped:
+        runs = len(set(doc.get("metrics") or {}) | set(details))
+        said.append(f"{len(skipped)} of {runs} runs not run (data absent)")
+    unclassified = sum(c.kind == UNCLASSIFIED for c in claims)
+    if unclassified:
+        said.append(f"{unclassified} {UNCLASSIFIED}")
+    if provenance is None:
+        said.append("published before provenance: rerun pending")
+    checks = [c for c in claims if c.kind == "check"]
+    passed = sum(c.status == "passed" for c in checks)
+    n = str(len(doc.get("seeds", [])) or 1)
+    mode = doc.get("mode", "standard")
+    seeds = {"standard": n, "quick": f"{n} (quick: a smoke test, not a result)"}
+    contended = ", contended" if provenance is not None and provenance.get("contended") else ""
+    return [
+        " · ".join(said) or "none",
+        f"{passed} of {len(checks)} passed" if checks else "–",
+        doc.get("data") or "–",
+        seeds.get(mode, f"{n} ({mode})"),
+        _minutes(doc.get("train_seconds") or doc.get("wall_seconds")) + contended,
+        _commit(provenance),
+    ]
 
 
 def _commit(provenance: dict[str, Any] | None) -> str:

@@ -1,13 +1,4 @@
-"""What an experiment measures: declared metrics, their values per seed, and their statistics.
-
-A :class:`Metric` is declared once, with the coordinates it is measured over (a
-tolerance, a number of steps) and how its numbers are shown; :meth:`Metric.key` is the
-one place that turns a metric and its coordinates into the name ``results.json`` keeps.
-A :class:`Ref` points at one metric of one run at given coordinates: claims, tables and
-figures read values through it, never through a name built from text, so a wrong
-coordinate fails where it is written and a wrong run fails the declaration's test
-(:meth:`Values.dry`) before any training.
-"""
+"""What an experiment measures: declared metrics, their values per seed, and their statistics."""
 
 from __future__ import annotations
 
@@ -19,12 +10,11 @@ from dataclasses import dataclass, field
 from .._io import JsonObject
 from ._registry import fmt
 
-Coordinate = float | str
-"""The value of a metric's coordinate: a number (a tolerance, a step count) or a name."""
+Coordinate = float | str  # a tolerance, a step count, a name
 
 
 def _text(value: Coordinate) -> str:
-    """A coordinate as a key shows it: numbers by ``:g``, names as they are."""
+    """A coordinate as a key shows it: numbers by ``:g``."""
     return value if isinstance(value, str) else format(value, "g")
 
 
@@ -39,9 +29,8 @@ class Metric:
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``).
         label: its words in a table header (default: ``name``).
-        key_format: how :meth:`key` writes the name and coordinates, with one
-            ``{coordinate}`` field per entry of ``over`` and ``{name}``; default
-            ``"{name}@{c1}@{c2}..."``. Numbers are written by ``:g``.
+        key_format: how :meth:`key` writes the name and coordinates, with fields
+            ``{name}`` and those of ``over``; default ``"{name}@{c1}@{c2}..."``.
 
     Raises:
         ValueError: a ``key_format`` whose fields are not ``name`` and ``over``.
@@ -125,11 +114,8 @@ class Ref:
 
 @dataclass(frozen=True)
 class Stat:
-    """A metric over seeds: mean and sample standard deviation of the finite values.
-
-    The one place where per-seed values are aggregated. ``std`` is
-    ``statistics.stdev`` (``n - 1`` in the denominator); one value has no spread,
-    and ``std`` is ``None``.
+    """A metric over seeds: mean and sample standard deviation (``n - 1``) of the finite
+    values.
 
     Args:
         mean: the mean of the finite values; ``None`` when there are none.
@@ -173,15 +159,12 @@ class Stat:
 
 @dataclass(frozen=True)
 class Values:
-    """One set of metric values, looked up as ``values[ref]`` (a :class:`Ref`): one
-    seed's, or the means over the seeds. What a :class:`~odebench.experiments.Claim`
-    tests.
+    """One set of metric values, one seed's or the means, looked up as ``values[ref]``.
 
     Args:
         table: ``{run: {metric: value}}``.
         what: which set it is (``"seed 0"``, ``"the means"``), for error messages.
-        dry: the values of a declaration's test (:meth:`dry_run`): every metric of a known
-            run reads as NaN, an unknown run fails.
+        dry: every metric of a known run reads as NaN (see :meth:`dry_run`).
 
     Example:
         >>> saved, nfe, memory = Metric("saved_mib"), Metric("nfe"), Metric("memory")
@@ -200,13 +183,12 @@ class Values:
 
     @classmethod
     def dry_run(cls, runs: Sequence[str]) -> Values:
-        """Values with every metric of ``runs`` unknown (NaN), for checking that a
-        claim reads only runs that exist, before any training."""
+        """Values with every metric of ``runs`` NaN and every other run unknown."""
         return cls({run: {} for run in runs}, "the declared runs", dry=True)
 
     @classmethod
     def means(cls, seeds: Sequence[Values]) -> Values:
-        """The means over the seeds of every metric (see :class:`Stat`)."""
+        """The means over the seeds of every metric."""
         names: dict[str, dict[str, None]] = {}
         for v in seeds:
             for run, metrics in v.table.items():

@@ -1,10 +1,4 @@
-"""Whether an experiment's run may be published, from the provenance it recorded.
-
-Every experiment's ``results.json`` carries a ``provenance`` object (recorded by
-:mod:`odebench._provenance`, as every training run records its segments):
-:func:`publishable` refuses a run that is not tied to a clean commit of the current
-history, or one of whose training runs has a segment that ran other code.
-"""
+"""Whether an experiment's run may be published, from the provenance it recorded."""
 
 from __future__ import annotations
 
@@ -20,21 +14,8 @@ def publishable(
     where: str,
     trainings: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> str | None:
-    """Why a run's ``results.json`` may not be published, in one line, or ``None``.
-
-    A run is published only when its provenance names a commit of the current
-    history (``git merge-base --is-ancestor``) and a clean tree, and when every
-    segment of each of its training runs (a start, or a ``--resume``) ran the code it
-    finished with: the same hash of the four packages' sources, or (a segment that
-    recorded none) the same commit from a clean tree. Their settings cannot differ: a
-    resume refuses changed settings but for where and how long it runs. A resumed run
-    whose trainings record no segments is refused.
-
-    Args:
-        doc: the run's ``results.json``.
-        where: the run's folder, for the message.
-        trainings: ``(folder, results.json)`` of each of its training runs.
-    """
+    """Why a run's ``results.json`` (``doc``, in ``where``) may not be published, in one
+    line, or ``None``; ``trainings`` are ``(folder, results.json)`` of its training runs."""
     prov = doc.get("provenance")
     if not isinstance(prov, Mapping) or not prov.get("commit"):
         return f"{where} records no commit (no provenance): rerun it from a clean checkout"

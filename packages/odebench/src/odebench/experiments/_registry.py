@@ -21,9 +21,8 @@ from ._provenance import publishable
 Log = Callable[[str], None]
 
 MODES = ("quick", "standard", "full")
-"""The modes of every experiment: ``quick``, a smoke test for CI (seconds, never
-published as a result); ``standard``, real training sized for a 2-core CPU (at most
-about an hour with all its seeds); ``full``, the paper's own settings, for a GPU."""
+"""The modes of every experiment: ``quick``, a smoke test for CI (never published);
+``standard``, real training sized for a 2-core CPU; ``full``, the paper's settings."""
 DEFAULT_MODE = "standard"
 """The mode ``odebench run NAME`` runs without ``--mode`` or ``--quick``."""
 
@@ -33,21 +32,17 @@ class RunOptions:
     """The options every experiment takes (``odebench run NAME [options]``).
 
     Args:
-        out: the output directory of the experiment; each training run in it gets a
-            sub-directory.
-        quick: the smoke test (the mode ``"quick"``): seconds, the same code path.
+        out: the output directory of the experiment.
+        quick: the mode ``"quick"``.
         mode: the mode by name, one of :data:`~odebench.experiments.MODES`; ``None``:
-            ``"quick"`` with ``quick``, else
-            :data:`~odebench.experiments.DEFAULT_MODE`.
+            ``"quick"`` with ``quick``, else :data:`~odebench.experiments.DEFAULT_MODE`.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         epochs: override the experiment's number of epochs.
         data_dir: where the image data sets are.
         seed: the seed of every run.
         resume: continue the runs from their checkpoints.
         overwrite: move what ``out`` holds aside to ``<out>.old-<time>`` first.
-        progress: a progress bar per epoch of every training run, on stderr: ``True``
-            always, ``False`` never, ``None`` only when stderr is a terminal (what
-            :class:`~odebench.training.TrainConfig`'s ``progress`` takes).
+        progress: a progress bar per epoch on stderr: ``None``: only on a terminal.
         bf16: bfloat16 autocast in every run trained from a configuration.
 
     Example:
@@ -73,13 +68,10 @@ class RunOptions:
         check_device(self.device)
         if self.quick and self.mode not in (None, "quick"):
             raise ValueError(f"`quick` runs the mode 'quick', not `mode` {self.mode!r}; give one.")
-        if self.mode == "quick":
-            object.__setattr__(self, "quick", True)  # what the older experiments read
 
     @property
     def mode_name(self) -> str:
-        """The mode that runs, ``mode`` when given, else ``"quick"`` with ``quick``,
-        else :data:`~odebench.experiments.DEFAULT_MODE`."""
+        """The mode that runs (see ``mode``)."""
         if self.mode is not None:
             return self.mode
         return "quick" if self.quick else DEFAULT_MODE
@@ -89,11 +81,8 @@ class RunOptions:
 class Experiment:
     """A named experiment: a one-line description, the function that runs it, its modes.
 
-    ``run(options, log)`` writes its files under ``options.out`` and returns the
-    summary it also writes to ``results.json`` there. ``modes`` are the names
-    ``options.mode_name`` may take, with what each runs (for ``odebench list``); an
-    experiment declared on the template (:class:`~odebench.experiments.Template`) lists
-    the seeds of each of its modes.
+    ``run(options, log)`` writes its files under ``options.out`` and returns what it
+    writes to ``results.json``; ``modes`` maps each mode to what it runs, in words.
     """
 
     name: str
@@ -117,12 +106,10 @@ def register(name: str, description: str) -> Callable[[Callable[..., Any]], Call
 
 
 def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObject:
-    """Run the experiment ``name`` with ``options``.
+    """Run the experiment ``name`` with ``options``, holding the lock of ``options.out``.
 
-    The experiment holds the lock of ``options.out`` while it runs. A folder that
-    holds anything is refused unless ``options.resume`` (the training runs in it
-    continue from their checkpoints, with their settings) or ``options.overwrite``
-    (it is moved aside to ``<out>.old-<time>`` first).
+    A folder that holds anything is refused unless ``options.resume`` or
+    ``options.overwrite``.
 
     Raises:
         ValueError: an unknown name or mode (the message lists the known ones).
@@ -150,10 +137,7 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
 
 @contextlib.contextmanager
 def one_thread(enabled: bool) -> Iterator[None]:
-    """One torch thread while ``enabled``, the previous count afterwards.
-
-    Quick modes of small models run so: on a busy machine a second thread mostly
-    waits, and timings are steadier."""
+    """One torch thread while ``enabled``, the previous count afterwards."""
     threads = torch.get_num_threads()
     if enabled:
         torch.set_num_threads(1)
@@ -164,7 +148,7 @@ def one_thread(enabled: bool) -> Iterator[None]:
 
 
 def prefixed(log: Log, prefix: str) -> Log:
-    """``log`` with every line tagged ``[prefix]``: the runs of an experiment apart."""
+    """``log`` with every line tagged ``[prefix]``."""
     return lambda line: log(f"[{prefix}] {line}")
 
 
@@ -193,10 +177,8 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
 
 
 def combine_reports(run_dirs: list[Path], out: Path) -> str:
-    """One Markdown page from the ``report.md`` of several experiment directories.
-
-    Each report becomes a section (its headings one level down); image links are
-    rewritten relative to ``out``'s directory so the figures still show.
+    """One Markdown page from the ``report.md`` of several experiment directories, each
+    a section, its image links relative to ``out``'s directory.
 
     Raises:
         FileNotFoundError: a directory without ``report.md``.
@@ -226,19 +208,9 @@ _IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 def publish(run_dir: Path, dest: Path) -> list[Path]:
     """Copy what a run's report shows into ``dest``: the light files worth committing.
 
-    That is ``report.md``, ``results.json`` and every figure ``report.md`` links to
-    (at the same relative paths), but no checkpoints or per-epoch files. The docs'
-    Reproductions pages include reports published this way into ``docs/results/``.
-    Only a run that a sceptic can check is published: its ``results.json`` must name,
-    in its ``provenance``, a commit of the current history (``git merge-base
-    --is-ancestor``) whose tree was clean when the run started, and every stretch of
-    each of its training runs (the ``segments`` in their ``results.json``; a resumed
-    run's may come from earlier commits) must have run the same code: the same hash
-    of the four packages' sources. Only regular files inside
-    ``run_dir`` are copied, never a symbolic link, which could lead anywhere.
-    Files already in ``dest`` that the new report does not use are removed first, so
-    a republished directory never shows a stale figure; a non-empty ``dest`` that
-    holds no published report is refused rather than emptied.
+    That is ``report.md``, ``results.json`` and every figure ``report.md`` links to, at
+    the same relative paths, for a run tied to a clean commit of the current history
+    (the rules: the design notes). What an earlier publish wrote to ``dest`` goes first.
 
     Returns:
         The files written, relative to ``dest``.
@@ -246,12 +218,9 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
-        ValueError: ``dest`` or a folder above it is a file, ``report.md``,
-            ``results.json`` or a figure is not a regular file (a symbolic link),
-            ``results.json`` is not a JSON object, ``run_dir`` holds a quick run (a smoke
-            test is never published as a result), the run is not publishable (no
-            provenance, a dirty tree, a commit not in the current history), the report
-            links to a figure outside ``run_dir``, or ``dest`` is a non-empty directory
+        ValueError: ``dest`` or a folder above it is a file, a file to copy is a
+            symbolic link or outside ``run_dir``, ``results.json`` is not a JSON object,
+            the run is quick or not publishable, or ``dest`` is a non-empty directory
             without a published report.
 
     Example:
@@ -272,11 +241,9 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         ['report.md', 'results.json', 'loss.png']
     """
     run_dir, dest = Path(run_dir), Path(dest)
-    if dest.exists() and not dest.is_dir():
-        raise ValueError(f"{dest} is a file; --to needs a folder")
-    for parent in dest.parents:
-        if parent.exists() and not parent.is_dir():
-            raise ValueError(f"{parent} is a file; --to needs a folder")
+    for folder in (dest, *dest.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file; --to needs a folder")
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
@@ -318,11 +285,7 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
 
 
 def _refuse_links(run_dir: Path, path: Path) -> None:
-    """Refuse ``run_dir / path`` when it, or a folder on the way to it, is a symbolic link.
-
-    A link can lead out of the run folder (to ``/etc/shadow``) or to another of its
-    files under a name the report does not use: :func:`publish` copies neither.
-    """
+    """Refuse ``run_dir / path`` when it, or a folder on the way to it, is a symbolic link."""
     here = run_dir
     for part in path.parts:
         here = here / part
@@ -334,11 +297,7 @@ def _refuse_links(run_dir: Path, path: Path) -> None:
 
 
 def read_text(path: Path) -> str:
-    """The text of a UTF-8 file.
-
-    Raises:
-        ValueError: naming the file and the first byte that is not UTF-8.
-    """
+    """The text of a UTF-8 file; a ``ValueError`` naming the first byte that is not."""
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -349,20 +308,7 @@ def read_text(path: Path) -> str:
 
 
 def read_results(path: Path) -> dict[str, Any]:
-    """The object a ``results.json`` holds.
-
-    Raises:
-        ValueError: naming the file, if it is not valid JSON or holds no JSON object.
-
-    Example:
-        >>> import tempfile
-        >>> bad = Path(tempfile.mkdtemp()) / "results.json"
-        >>> _ = bad.write_text("[1, 2]")
-        >>> read_results(bad)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: .../results.json holds a JSON list, not the object of an experiment's results
-    """
+    """The object a ``results.json`` holds; a ``ValueError`` naming the file if it holds none."""
     try:
         doc = json.loads(read_text(path))
     except json.JSONDecodeError as exc:

@@ -1,14 +1,5 @@
-"""An experiment's report: its header, the claims' table, and its text with its tables.
-
-The text of an experiment lives in Markdown beside the code, ``text/<name>.md``
-(:class:`Prose`): the report's sections, then, after a line ``<!-- claims -->``, the
-details of its claims, a paragraph each that starts with the claim's key (or several
-keys, comma-separated, that share it) and a colon. Paragraphs that the experiment
-chooses between follow the sections, each after a line ``<!-- part: NAME -->``.
-Both are filled in by ``str.format_map`` from :func:`namespace`: ``{s.epochs}`` (the
-settings), ``{table[name]}`` (a declared table, in Markdown), and what the
-experiment's ``words`` adds.
-"""
+"""An experiment's report: its header, the claims' table, and its text with its tables
+(the format of ``text/<name>.md``: the design notes)."""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._io import text_parts
+from .._io import markdown_table, text_parts
 from .._provenance import Provenance
 from ._verdicts import Verdict
 
@@ -30,7 +21,6 @@ if TYPE_CHECKING:
     from ._template import Template
 
 CLAIMS_MARK = "<!-- claims -->"
-"""The line of a text file after which the claims' details stand."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +30,7 @@ class Prose:
     Args:
         report: the sections, with ``str.format`` fields.
         details: each claim's details by its key, with fields as well.
-        parts: paragraphs that the experiment's ``words`` chooses between (a data set
-            found or skipped, a model trained or not), by name: each follows a line
-            ``<!-- part: NAME -->`` after the report's sections; see :meth:`part`.
+        parts: the paragraphs after ``<!-- part: NAME -->`` lines, by name.
     """
 
     report: str
@@ -52,12 +40,8 @@ class Prose:
     @staticmethod
     @functools.cache
     def of(file: str) -> Prose:
-        """The text of ``text/<file>`` in this package (or of ``file``, an absolute path).
-
-        Raises:
-            ValueError: a paragraph after the claims mark that does not start with
-                ``key:``, or a key given twice.
-        """
+        """The text of ``text/<file>`` (or of ``file``, an absolute path); a ``ValueError``
+        for a claims paragraph without new ``key:`` heads."""
         path = Path(file)
         where = path if path.is_absolute() else resources.files(__package__) / "text" / file
         text = where.read_text(encoding="utf-8")
@@ -76,11 +60,7 @@ class Prose:
         return Prose(report, details, parts)
 
     def part(self, name: str, **fields: object) -> str:
-        """The paragraph ``name`` of the text with its fields filled in.
-
-        Raises:
-            KeyError: naming the part and the parts there are.
-        """
+        """The paragraph ``name`` with its fields filled in; a ``KeyError`` if none."""
         if name not in self.parts:
             raise KeyError(f"no part {name!r} in the text; its parts: {', '.join(self.parts)}")
         return self.parts[name].format(**fields)
@@ -120,15 +100,7 @@ def with_details(template: Template[Any], result: Result[Any]) -> tuple[Verdict,
 
 
 def report(template: Template[Any], result: Result[Any]) -> str:
-    """``report.md``: title, command, date, mode, seeds, wall time, claims, then the text.
-
-    Args:
-        template: the experiment.
-        result: its result.
-
-    Returns:
-        The Markdown text.
-    """
+    """``report.md``: title, command, date, mode, seeds, wall time, claims, then the text."""
     setup = result.setup
     seeds = ", ".join(str(s) for s in setup.seeds)
     lines = [
@@ -149,27 +121,12 @@ def report(template: Template[Any], result: Result[Any]) -> str:
         lines += [f"Data files read: {files}.", ""]
     papers = [v for v in result.verdicts if v.kind == "paper"]
     checks = [v for v in result.verdicts if v.kind == "check"]
-    lines += ["## Claims of the paper", ""]
+    common = Prose.of("common.md")
+    lines.append(common.part("paper" if papers else "no_paper"))
     if papers:
-        lines += [
-            "A claim holds when it holds on the mean over the seeds and on most seeds; "
-            "otherwise it is mixed, with the per-seed count. A comparison of two models "
-            "shows their paired per-seed difference.",
-            "",
-            *_verdict_table(papers),
-        ]
-    else:
-        lines.append("No claim of a paper is checked here.")
+        lines += ["", *_verdict_table(papers)]
     if checks:
-        lines += [
-            "",
-            "## Checks of our code",
-            "",
-            "Properties of the implementation (counts, bounds, exact identities): they "
-            "hold on every seed or not at all, and are not counted as reproductions.",
-            "",
-            *_verdict_table(checks),
-        ]
+        lines += ["", common.part("checks"), "", *_verdict_table(checks)]
     lines.append("")
     body = ""
     if template.text:
@@ -179,16 +136,14 @@ def report(template: Template[Any], result: Result[Any]) -> str:
 
 def _verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
     """The report's table of some verdicts: the claim with its details, published, ours, verdict."""
-    lines = [
-        "| claim | published | ours (mean ± std, n seeds) | verdict |",
-        "|---|---|---|---|",
-    ]
+    rows = []
     for v in verdicts:
         n = v.ours.n
         ours = f"{v.ours.cell(*v.format)} ({n} seed{'' if n == 1 else 's'})"
         claim = f"**{v.text}**" + (f": {v.detail}" if v.detail else "")
-        lines.append(f"| {claim} | {v.published} | {ours} | {v.words} |")
-    return lines
+        rows.append([claim, v.published, ours, v.words])
+    header = ["claim", "published", "ours (mean ± std, n seeds)", "verdict"]
+    return markdown_table(header, rows).split("\n")
 
 
 def _provenance_lines(provenance: Provenance | None) -> list[str]:

@@ -25,20 +25,16 @@ class Result(Generic[S]):
         setup: the mode, settings and options it ran with.
         command: the ``odebench run`` command that reproduces it.
         date: when it finished, ISO 8601 in UTC.
-        wall_seconds: its wall time so far (the figures are drawn before the last
-            reading).
+        wall_seconds: its wall time.
         metrics: ``{run: {metric: Stat}}``, in the order the runs were trained.
         measurements: ``{run: (one Measurement per seed)}``.
         verdicts: the checked claims, in the template's order.
         figures: the figure files, relative to ``setup.out``.
         published: the template's published numbers.
-        train_seconds: the training time of every run and seed, summed (it survives
-            ``--resume``, which skips finished runs).
-        data: the data the runs trained on, in words (``"mnist (8004 train / 1996
-            test)"``).
-        data_files: the files the ``config`` runs read, each once: ``{"file", "sha256"}``,
-            the file named by its folder and name only (published results hold no path
-            of the machine that made them).
+        train_seconds: the training time of every run and seed, summed.
+        data: the data the runs trained on, in words.
+        data_files: the files the ``config`` runs read, each once: ``{"file", "sha256"}``
+            (``file`` is its folder and name only).
         provenance: where the run came from (commit, versions, machine, load).
     """
 
@@ -67,13 +63,11 @@ class Result(Generic[S]):
         return self.metrics.get(ref.run, {}).get(ref.key, missing)
 
     def cell(self, ref: Ref) -> str:
-        """A table cell of one metric: ``mean ± std`` over the seeds in the metric's
-        format (see :meth:`Stat.cell`)."""
+        """A table cell of one metric: ``mean ± std`` in the metric's format."""
         return self.stat(ref).cell(*ref.format)
 
     def per_seed(self) -> list[Values]:
-        """The values of each seed, in order: what a claim is tested on. Every metric is
-        in every seed's values; one missing in a seed reads as NaN there."""
+        """The values of each seed, in order: what a claim is tested on."""
         return [
             Values(
                 {
@@ -91,9 +85,7 @@ class Result(Generic[S]):
 
     @classmethod
     def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
-        """The result ``results.json`` holds (``doc``, its folder ``out``), without its
-        verdicts, which :func:`rerender` checks again. Its :attr:`Setup.trained` are the
-        runs it holds, but those whose details say why they were ``"not_run"``."""
+        """The result ``results.json`` (``doc``, in ``out``) holds, without its verdicts."""
         mode, seeds = doc["mode"], tuple(doc["seeds"])
         example = template.modes[mode]
         fields = {k: _like(getattr(example, k), v) for k, v in doc["settings"].items()}
@@ -155,7 +147,6 @@ class Result(Generic[S]):
             "figures": list(self.figures),
         }
         if self.provenance is not None:
-            # A resumed run's earlier trainings may come from another commit.
             doc["provenance"] = {**self.provenance.to_json(), "resumed": setup.options.resume}
         if self.published:
             doc["published"] = dict(self.published)
@@ -163,8 +154,7 @@ class Result(Generic[S]):
 
 
 def _like(example: Any, value: Any) -> Any:
-    """``value`` read from JSON in the type of ``example``: a tuple or a dataclass (of
-    tuples or dataclasses) where the settings hold one."""
+    """``value`` read from JSON in the type of ``example`` (a tuple, a dataclass)."""
     if isinstance(example, tuple) and isinstance(value, list):
         inner = example[0] if example else None
         return tuple(_like(inner, v) for v in value)

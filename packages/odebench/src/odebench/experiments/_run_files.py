@@ -1,5 +1,4 @@
-"""What the figures read back from the run folders: the rows of each seed's
-``metrics.json``, and the trained model of the first seed from its checkpoint."""
+"""What the figures read back from the run folders."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from ._template import Setup
 
 
 def seed_rows(setup: Setup[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
-    """The rows of ``run``'s ``metrics.json`` (one per epoch, as a trained run's
-    ``history``), a list per seed."""
+    """The rows of ``run``'s ``metrics.json``, a list per seed."""
     return [
         json.loads((setup.run_dir(run, seed) / "metrics.json").read_text(encoding="utf-8"))
         for seed in setup.seeds
@@ -27,9 +25,8 @@ def seed_rows(setup: Setup[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
 def first_model(
     setup: Setup[Any], run: str, build: Callable[[], nn.Module] | None = None
 ) -> nn.Module:
-    """The trained model of ``run``'s first seed on the CPU, in eval mode, from its
-    checkpoint: a ``config`` run's rebuilt from its configuration, a ``task`` run's by
-    ``build()`` (under a forked random state: drawing a figure draws no numbers)."""
+    """The trained model of ``run``'s first seed on the CPU in eval mode, a ``task`` run's
+    built by ``build()`` under a forked random state."""
     out = setup.run_dir(run, setup.seeds[0])
     if build is None:
         return load_model(out, "cpu")[0]

@@ -40,40 +40,27 @@ TEMPLATES: Mapping[str, Template[Any]] = MappingProxyType(_TEMPLATES)
 
 
 def register_template(template: Template[S]) -> Template[S]:
-    """Add ``template`` to :data:`~odebench.experiments.EXPERIMENTS` under its name.
-
-    ``odebench run NAME`` then runs it with :func:`run_template`, and its modes show
-    in the :class:`~odebench.experiments.Experiment` record.
+    """Add ``template`` to :data:`~odebench.experiments.EXPERIMENTS` under its name, run
+    by :func:`run_template`.
 
     Returns:
         ``template``, unchanged.
     """
     _TEMPLATES[template.name] = template
-    _REGISTRY[template.name] = Experiment(
-        template.name,
-        template.description,
-        partial(run_template, template),
-        modes={
-            mode: f"{s.seeds} seed{'s' if s.seeds > 1 else ''}"
-            for mode, s in ((mode, template.modes[mode]) for mode in MODES)
-        },
-    )
+    seeds = {mode: template.modes[mode].seeds for mode in MODES}
+    modes = {mode: f"{n} seed{'s' if n > 1 else ''}" for mode, n in seeds.items()}
+    run = partial(run_template, template)
+    _REGISTRY[template.name] = Experiment(template.name, template.description, run, modes)
     return template
 
 
 def run_template(template: Template[S], options: RunOptions, log: Log = print) -> JsonObject:
     """Run an experiment declared by ``template``: train, measure, aggregate, report.
 
-    For every run of the template's ``runs`` and every seed (run by run, seed by
-    seed): train it into :meth:`Setup.run_dir` (continuing from its checkpoint with
-    ``options.resume``) and measure it. Then aggregate every metric over the seeds
-    (:class:`Stat`), check the claims (:class:`Verdict`), draw the figures and write
-    ``results.json`` (:meth:`Result.to_json`) and ``report.md``: the title, the
-    command, date, mode, seeds and wall time, the claims table, then the
-    experiment's text.
-
-    Use it through :func:`~odebench.experiments.run_experiment`, which locks and
-    prepares ``options.out`` first.
+    Every run of every seed trains into :meth:`Setup.run_dir` and is measured; then
+    each metric is aggregated over the seeds, the claims checked, the figures drawn,
+    and ``results.json`` and ``report.md`` written. Use it through
+    :func:`~odebench.experiments.run_experiment`, which locks ``options.out`` first.
 
     Args:
         template: the experiment.
@@ -165,16 +152,11 @@ def _write_report(template: Template[S], result: Result[S], log: Log) -> None:
 
 def rerender(run_dir: Path, log: Log = print) -> JsonObject:
     """Write an experiment's ``report.md`` again from the per-seed values its
-    ``results.json`` holds, with this code: no training.
-
-    The claims are checked again on the stored values, and ``results.json``'s
-    ``claims`` replaced; everything measured (metrics, details, settings, provenance,
-    times) and the figures stay as they were. What published reports do after a
-    change to an experiment's text, tables or claims.
+    ``results.json`` holds, with this code and no training; the claims are checked
+    again and ``results.json``'s ``claims`` replaced, all else kept.
 
     Returns:
-        The new ``results.json``; compare its ``claims`` with the old to see a
-        verdict that changed.
+        The new ``results.json``.
 
     Raises:
         ValueError: a ``results.json`` of no declared experiment, of a run without
@@ -260,9 +242,9 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
 
 
 def check_declaration(template: Template[Any], mode: str) -> None:
-    """Check what ``template`` declares for ``mode`` before any training: every claim and
-    table reads only runs the mode trains, and its text has details for exactly the
-    claims that give none in code and shows only declared tables.
+    """Check ``template``'s declaration for ``mode`` before any training: its claims and
+    tables read only runs the mode trains, its text details exactly the claims without
+    details in code and shows only declared tables.
 
     Raises:
         KeyError: a claim or a table that reads an unknown run.

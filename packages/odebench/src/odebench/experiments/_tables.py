@@ -1,23 +1,4 @@
-"""Declared tables of a report: rows of runs and coordinates, columns of metrics.
-
-A :class:`Table` is data: its :class:`Row` objects say which run (and at which
-coordinates) a row shows, its :class:`Col` objects which metric (at which further
-coordinates) a column shows, or a text. :meth:`Table.render` reads the cells from a
-:class:`~odebench.experiments.Result`, in each metric's declared format, and the
-same cells go to the report's Markdown (:meth:`Table.markdown`) and to the terminal
-(:meth:`Table.text`).
-
-Example:
-    >>> from odebench.experiments import Metric
-    >>> error = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
-    >>> table = Table(
-    ...     "tolerance",
-    ...     rows=[Row(f"{tol:g}", run="relu", at={"tol": tol}) for tol in (0.1, 0.001)],
-    ...     columns=[Col("test error", error), Col("paper", text="not published")],
-    ... )
-    >>> [col.header for col in table.columns]
-    ['test error', 'paper']
-"""
+"""Declared tables of a report: rows of runs and coordinates, columns of metrics."""
 
 from __future__ import annotations
 
@@ -37,13 +18,11 @@ class Row:
     """One row of a :class:`Table`.
 
     Args:
-        label: the first cell (and the row's name for cells that look it up).
+        label: the first cell.
         run: the run whose metrics the row shows (a column may name another).
         at: the coordinates of the row's metrics (a column adds its own).
-        text: cells by column header, shown instead of what the column would show
-            (the paper's numbers of this row, or a row of text under metric columns).
-        label_of: ``label_of(result)``, the first cell instead of ``label``, where the
-            run's own record says it (the model a run chose when it ran).
+        text: cells by column header, shown instead of what the column would show.
+        label_of: ``label_of(result)``, the first cell instead of ``label``.
     """
 
     label: str
@@ -59,14 +38,12 @@ class Col:
 
     Args:
         header: the column's header.
-        metric: the metric it shows, of the row's run (or ``run``) at the row's
-            coordinates and ``at``, as ``mean ± std`` over the seeds in its format.
+        metric: the metric it shows, of the row's run at the row's coordinates and ``at``.
         at: coordinates the column adds.
         run: the run it shows, whatever the row's; ``{run}`` in it stands for the
-            row's run (``"{run}/resnet"``: the ResNet of the row's task).
+            row's run (``"{run}/resnet"``).
         text: the cell where the row has no text under ``header``.
-        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text
-            (see :meth:`per_seed`).
+        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text.
         parts: columns whose cells this one joins by ``sep`` (see :meth:`joined`).
         sep: what goes between two cells of ``parts``.
 
@@ -88,8 +65,7 @@ class Col:
 
     @classmethod
     def joined(cls, header: str, *parts: Col | Metric, sep: str = " / ") -> Col:
-        """A column whose cell joins the cells of ``parts`` by ``sep``: several metrics
-        of a row in one cell (``"train / held-out"``, ``"first → last"``).
+        """A column whose cell joins the cells of ``parts`` by ``sep``.
 
         Args:
             header: the column's header.
@@ -118,8 +94,7 @@ class Col:
         unit: str = "",
     ) -> Col:
         """A column of ``value(values, row)`` computed on each seed's values, shown as
-        ``mean ± std`` over the seeds: a paired per-seed difference or ratio of two
-        metrics of the row, whose spread is that of the pairs, not of two means.
+        ``mean ± std`` over the seeds (a paired difference or ratio).
 
         Args:
             header: the column's header.
@@ -142,8 +117,7 @@ class Col:
         )
 
     def refs(self, row: Row) -> list[Ref]:
-        """The metrics this column reads in ``row`` (none for a text or a ``cell``):
-        what a declaration's test checks against the runs before any training."""
+        """The metrics this column reads in ``row`` (none for a text or a ``cell``)."""
         if self.header in row.text or self.cell is not None:
             return []
         if self.parts:
@@ -154,8 +128,7 @@ class Col:
         return [self.metric.of(run, **{**row.at, **self.at})]
 
     def render(self, result: Result[Any], row: Row) -> str:
-        """The cell of ``row`` in this column: the row's text under the header where it
-        has one, else the column's cell, its parts' cells joined, its metric or its text."""
+        """The cell of ``row`` in this column."""
         if self.header in row.text:
             return row.text[self.header]
         if self.cell is not None:
@@ -176,6 +149,17 @@ class Table:
         header: the header of the first column, the rows' labels.
         rows: the rows, in order.
         columns: the columns after the first, in order.
+
+    Example:
+        >>> from odebench.experiments import Metric
+        >>> error = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
+        >>> table = Table(
+        ...     "tolerance",
+        ...     rows=[Row(f"{tol:g}", run="relu", at={"tol": tol}) for tol in (0.1, 0.001)],
+        ...     columns=[Col("test error", error), Col("paper", text="not published")],
+        ... )
+        >>> [col.header for col in table.columns]
+        ['test error', 'paper']
     """
 
     header: str
@@ -209,7 +193,7 @@ def by_run(
     text: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Table:
     """A table of one row per run: ``runs`` maps each run to its label, ``text`` each
-    run to its text cells (the paper's numbers) by column header."""
+    run to its text cells by column header."""
     text = text or {}
     return Table(
         header, [Row(label, run, text=text.get(run, {})) for run, label in runs.items()], columns

@@ -1,35 +1,4 @@
-"""The experiment template: an experiment declares what it trains, measures and claims.
-
-An experiment is one :class:`Template`: its settings per mode, the runs it trains for
-each seed, what it measures of each trained run, the claims it checks, and its own
-report sections and figures. :func:`run_template` does everything else, the same way
-for every experiment: it trains every run for every seed (``--resume`` continues each
-from its checkpoint), measures it, aggregates each metric over the seeds into
-:class:`Stat` (mean ± *sample* standard deviation), checks the claims on the means
-(:class:`Verdict`), draws the figures, and writes ``results.json`` and ``report.md``.
-
-Example:
-    >>> from dataclasses import dataclass
-    >>> from odebench.experiments import Metric
-    >>> @dataclass(frozen=True)
-    ... class Toy(Settings):
-    ...     epochs: int
-    >>> def runs(setup, seed):
-    ...     config = TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam",
-    ...                          epochs=setup.settings.epochs, seed=seed, progress=False)
-    ...     return [Run("node", config=config)]
-    >>> loss = Metric("test_loss").of("node")
-    >>> toy = Template(
-    ...     name="toy-example", description="a NODE on g(x)", title="A NODE on g(x)",
-    ...     modes={"quick": Toy(epochs=1), "standard": Toy(epochs=5, seeds=3),
-    ...            "full": Toy(epochs=10, seeds=5)},
-    ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
-    ...     claims=lambda setup: [Claim.at_most("fits", "the NODE's test MSE is below 1",
-    ...                               "not published", loss, 1, strict=True, kind="paper")],
-    ... )
-    >>> toy.settings_for("standard", epochs=2)
-    Toy(seeds=3, epochs=2)
-"""
+"""The experiment template: what an experiment declares it trains, measures and claims."""
 
 from __future__ import annotations
 
@@ -57,15 +26,9 @@ if TYPE_CHECKING:
 class Settings:
     """The base of an experiment's settings: subclass it as a frozen dataclass.
 
-    One instance per mode (``modes`` of :class:`Template`) holds every number the mode
-    changes: epochs, data sizes, batch, learning rate, seeds. The runner reads only
-    ``seeds``; ``results.json`` records every field.
-
-    Every mode is validated here, once, by the fields' types and names: a field typed
-    ``int`` is a positive integer (``int | None``: or ``None``), one named ``lr`` or
-    ending in ``_lr`` a positive number, one named ``optimizer`` ``"sgd"`` or
-    ``"adam"``. A subclass that checks more in ``__post_init__`` calls
-    ``super().__post_init__()``.
+    One instance per mode holds every number the mode changes. Each is validated by its
+    fields' types and names: an ``int`` field is a positive integer, ``lr`` and ``*_lr``
+    positive numbers, ``optimizer`` ``"sgd"`` or ``"adam"``.
 
     Args:
         seeds: how many seeds each run trains: ``--seed S`` gives ``S, S + 1, ...``.
@@ -129,9 +92,8 @@ class Setup(Generic[S]):
         options: the options of ``odebench run``.
         seeds: the seeds every run trains, in order.
         log: where progress lines go.
-        trained: the runs that trained, which ``claims``, ``tables`` and the figures
-            read: from ``runs`` in a run, from ``results.json`` on
-            :func:`~odebench.experiments.rerender` (whatever data the machine has).
+        trained: the runs that trained (from ``runs``, or from ``results.json`` on
+            :func:`~odebench.experiments.rerender`).
     """
 
     name: str
@@ -153,8 +115,8 @@ class Setup(Generic[S]):
         return resolve_device(self.options.device)
 
     def run_dir(self, run: str, seed: int) -> Path:
-        """Where run ``run`` of ``seed`` is trained: ``out/<run>`` when the mode trains
-        one seed, ``out/<run>/seed<N>`` when it trains several."""
+        """Where ``run`` of ``seed`` trains: ``out/<run>``, or ``out/<run>/seed<N>`` for
+        several seeds."""
         return self.out / run if len(self.seeds) == 1 else self.out / run / f"seed{seed}"
 
 
@@ -165,19 +127,12 @@ class Run:
     Give exactly one of ``config``, ``task`` and ``skipped``.
 
     Args:
-        name: the run's name; its folder is :meth:`Setup.run_dir`, and the claims and
-            tables look its metrics up by it. A ``/`` nests folders (``"mnist/node"``).
-        config: trained by :func:`odebench.training.train`, with a checkpoint per
-            epoch that ``--resume`` continues from. Its ``device``, ``data_dir`` and
-            ``progress`` are replaced by the options' (``--device``, ``--data-dir``,
-            ``--progress``/``--no-progress``): where and how a run trains is not the
-            experiment's to say.
-        task: trained by :func:`odebench.training.fit` (for what
-            :class:`~odebench.training.TrainConfig` cannot say), with the same
-            checkpoints, ``--resume``, ``--device`` and ``--progress``.
-        skipped: why the run trains nothing (its data set was not found): it is not
-            measured, ``results.json`` keeps the reason (``details``, ``"not_run"``),
-            and it is not in ``Setup.trained``.
+        name: the run's name, and its folder (a ``/`` nests folders: ``"mnist/node"``).
+        config: trained by :func:`odebench.training.train`; its ``device``, ``data_dir``
+            and ``progress`` are replaced by the options'.
+        task: trained by :func:`odebench.training.fit`.
+        skipped: why the run trains nothing (its data set was not found); kept in
+            ``results.json`` as its ``"not_run"`` detail.
 
     Example:
         >>> Run("node")
@@ -208,14 +163,11 @@ class Trained:
         run: what was trained.
         seed: its seed.
         dir: its folder.
-        config: the configuration it trained with (``run.config`` with the options'
-            device, data directory and progress); ``None`` for a ``task`` run.
-        result: :func:`odebench.training.train`'s results (``results.json`` of the
-            folder); empty for a ``task`` run.
+        config: the configuration it trained with; ``None`` for a ``task`` run.
+        result: :func:`odebench.training.train`'s results; empty for a ``task`` run.
         history: the rows of ``metrics.json`` (one per epoch).
-        model: the trained model of a ``task`` run; ``None`` for a ``config`` run
-            (see :meth:`load`).
-        seconds: its training time: the epochs' time over all its resumptions.
+        model: the trained model of a ``task`` run; ``None`` for a ``config`` run.
+        seconds: its training time, over all its resumptions.
     """
 
     run: Run
@@ -234,9 +186,8 @@ class Trained:
         return load_model(self.dir, str(device))[0]
 
     def final_metrics(self) -> dict[str, float | None]:
-        """The numbers of a ``config`` run's results: ``parameters``, ``epochs``,
-        ``train_seconds``, ``best_test_acc`` and every number of the last epoch's row
-        (``train_loss``, ``test_loss``, ``test_acc``, ``nfe_forward``, ...)."""
+        """A ``config`` run's ``parameters``, ``epochs``, ``train_seconds``,
+        ``best_test_acc`` and every number of its last epoch's row."""
         final = self.result.get("final") or {}
         numbers = {k: v for k, v in final.items() if k not in ("epoch", "lr")}
         keys = ("parameters", "epochs", "train_seconds", "best_test_acc")
@@ -248,10 +199,9 @@ class Measurement:
     """What an experiment measures of one trained run of one seed.
 
     Args:
-        metrics: named numbers; each is aggregated over the seeds into a :class:`Stat`
-            (``None``, NaN and infinities count as missing).
-        details: anything else the figures or tables need (per-step rows, a sweep),
-            kept per seed in ``results.json``; JSON-ready values only.
+        metrics: named numbers, aggregated over the seeds (``None``, NaN and
+            infinities count as missing).
+        details: JSON-ready values the figures or tables need, kept per seed.
     """
 
     metrics: Mapping[str, float | None]
@@ -263,8 +213,7 @@ class Figure(Generic[S]):
     """One figure of the report: a file, and the function that draws it.
 
     Args:
-        path: the file, relative to the output directory (``"fig3a.png"``); the
-            experiment's sections link to it.
+        path: the file, relative to the output directory.
         draw: ``draw(result, path)`` writes the figure to ``path``.
     """
 
@@ -278,9 +227,8 @@ class Plot(Generic[S]):
 
     Args:
         path: the file, relative to the output directory.
-        panels: ``panels(result)``, the panels, row by row: ``Lines`` or ``Bars`` of
-            ``odebench._figures`` (documented as :class:`odebench.perf.Lines` and
-            :class:`odebench.perf.Bars`; perf draws its figures with them too).
+        panels: ``panels(result)``, the panels, row by row:
+            :class:`odebench.perf.Lines` or :class:`odebench.perf.Bars`.
         columns: panels per row; ``None``: all in one row.
         size: one panel's width and height, in inches.
         dpi: the PNG's dots per inch.
@@ -308,36 +256,47 @@ class Template(Generic[S]):
         name: the name of ``odebench run NAME``.
         description: one line for ``odebench list``.
         title: the report's title.
-        modes: ``{mode: settings}`` for each of
-            :data:`~odebench.experiments.MODES`: ``"quick"`` (seconds on a CPU, the
-            same code path, for CI), ``"standard"`` (real training sized for a 2-core
-            CPU; what ``odebench run NAME`` runs) and ``"full"`` (the paper's
-            settings, for a GPU). Every value is of one class.
+        modes: ``{mode: settings}`` for each of :data:`~odebench.experiments.MODES`,
+            every value of one class.
         runs: ``runs(setup, seed)``: what to train for ``seed``; the same names, in
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
-        claims: ``claims(setup)``: the paper's claims on the runs of
-            ``Setup.trained``, checked on the aggregated numbers.
-        text: its text file, in ``text/`` (or an absolute path): the Markdown after the
-            claims table (its sections, ``<!-- part: NAME -->`` paragraphs), then after
-            ``<!-- claims -->`` one ``key: details`` paragraph per claim; ``""``: none.
-        tables: ``tables(setup)``: its declared tables by name, which the text shows
-            as ``{table[name]}`` and the terminal gets at the end of the run.
+        claims: ``claims(setup)``: the claims, checked on the aggregated numbers.
+        text: its text file, in ``text/`` (or an absolute path); ``""``: none.
+        tables: ``tables(setup)``: its tables by name (``{table[name]}`` in the text).
         words: ``words(result)``: further values the text's fields read.
-        figures: drawn after the runs, before the report: a :class:`Plot` declares
-            its panels as data, a :class:`Figure` draws itself.
-        epoch_fields: the settings' fields that ``--epochs`` sets; ``()``: the
-            experiment refuses ``--epochs``.
-        one_thread_modes: modes that run on one torch thread (small models on a busy
-            CPU: steadier timings, and the same numbers from machine to machine).
+        figures: drawn after the runs, before the report.
+        epoch_fields: the settings' fields that ``--epochs`` sets; ``()``: none.
+        one_thread_modes: modes that run on one torch thread (steadier timings).
         published: the paper's numbers, copied into ``results.json``.
-        data: ``data(setup)``: the data the runs train on, in words, for experiments
-            whose runs are tasks; ``None``: read from the
+        data: ``data(setup)``: the data of task runs, in words; ``None``: read from the
             configurations of the trained runs.
 
     Raises:
         ValueError: a mode missing or unknown, modes of different classes, or an ``epoch_fields``
-            entry that is not an ``int`` field of the settings.
+            entry that is not a field of the settings.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> from odebench.experiments import Metric
+        >>> @dataclass(frozen=True)
+        ... class Toy(Settings):
+        ...     epochs: int
+        >>> def runs(setup, seed):
+        ...     config = TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam",
+        ...                          epochs=setup.settings.epochs, seed=seed, progress=False)
+        ...     return [Run("node", config=config)]
+        >>> loss = Metric("test_loss").of("node")
+        >>> toy = Template(
+        ...     name="toy-example", description="a NODE on g(x)", title="A NODE on g(x)",
+        ...     modes={"quick": Toy(epochs=1), "standard": Toy(epochs=5, seeds=3),
+        ...            "full": Toy(epochs=10, seeds=5)},
+        ...     runs=runs, measure=lambda setup, trained: Measurement(trained.final_metrics()),
+        ...     claims=lambda setup: [Claim.at_most("fits", "the NODE's test MSE is below 1",
+        ...                               "not published", loss, 1, strict=True, kind="paper")],
+        ... )
+        >>> toy.settings_for("standard", epochs=2)
+        Toy(seeds=3, epochs=2)
     """
 
     name: str

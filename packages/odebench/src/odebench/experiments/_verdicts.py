@@ -1,5 +1,4 @@
-"""Verdicts on claims over the seeds: the one rule that judges them, and what the reports
-and the reproductions index show of each."""
+"""Verdicts on claims over the seeds, and the one rule that judges them."""
 
 from __future__ import annotations
 
@@ -11,16 +10,7 @@ from .._io import JsonObject
 from ._metrics import Stat
 
 ClaimKind = Literal["paper", "check"]
-"""What a :class:`Claim` is: ``"paper"``, a claim of the paper tested by training;
-``"check"``, a property of our implementation (a parameter count, a bound, an exact
-identity) that would hold on any seed. Only paper claims count as reproduced."""
-
 CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")
-
-
-VERDICTS = ("held", "mixed", "not held", "contended", "passed", "failed")
-"""The statuses of a :class:`Verdict`: the first four of a paper claim, the last two
-of a check."""
 
 
 def verdict_status(kind: str, holds: bool, held_on: Sequence[bool], contended: bool = False) -> str:
@@ -82,17 +72,13 @@ class Verdict:
 
     @property
     def status(self) -> str:
-        """One of ``VERDICTS``, by :func:`verdict_status`."""
+        """Its status, by :func:`verdict_status`."""
         return verdict_status(self.kind, self.holds, self.held_on, self.contended)
 
     @property
     def words(self) -> str:
-        """The status in words, with the per-seed count where there are several seeds.
-
-        ``"held on 3 of 3 seeds"``, ``"mixed: held on 1 of 3 seeds, not on the mean"``,
-        ``"not held"``, ``"contended: not judged"``, ``"passed"``,
-        ``"failed on 1 of 3 seeds"``.
-        """
+        """The status in words, with the per-seed count where there are several seeds
+        (``"mixed: held on 1 of 3 seeds, not on the mean"``)."""
         status, count, n = self.status, sum(self.held_on), len(self.held_on)
         seeds = f"{count} of {n} seeds"
         if status == "held":
