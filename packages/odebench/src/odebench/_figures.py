@@ -213,11 +213,8 @@ def _column(rows: Sequence[Mapping[str, Json]], key: str) -> list[float | None]:
 
 
 def curve_panels(rows: Sequence[Mapping[str, Json]], *, loss: str | None = None) -> list[Lines]:
-    """Loss, accuracy (in %) and NFE against the epoch: the panels of a run's ``curves.png``.
-
-    A panel appears only when some row has one of its metrics; the loss is on a log
-    axis, epochs are ticked at whole numbers, and every metric is named in words
-    (:func:`~odebench._io.metric_label`).
+    """Loss, accuracy (in %) and NFE against the epoch, each panel where some row has one of
+    its metrics: the panels of a run's ``curves.png``.
 
     Args:
         rows: the rows of ``metrics.json`` (each with ``"epoch"``).

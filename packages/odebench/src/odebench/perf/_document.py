@@ -1,11 +1,5 @@
-"""The rows of the solver benchmark's JSON document: one frozen dataclass per kind.
-
-The measurements build these rows; :meth:`Document.to_json` turns the document into
-its JSON object (the schema docs/odebench/perf.md describes, each row's keys in its
-fields' order), and :meth:`Document.from_json` reads one back for the report.
-
-A measured ``value`` is a finite number or ``None``, and a ``None`` has a note.
-"""
+"""The rows of the solver benchmark's JSON document (docs/odebench/perf.md), one frozen
+dataclass per kind, whose fields are the row's keys in order."""
 
 from __future__ import annotations
 
@@ -64,11 +58,8 @@ def figure_rows(
     units: Mapping[str, str],
     **flags: bool,
 ) -> list[R]:
-    """A row of ``kind`` per figure: ``kind(*key, figure, value, unit, note, **flags)``.
-
-    Every row type with figures lists its key fields first (``problem``, ``method``,
-    ...), then ``figure``, ``value``, ``unit`` and ``note``.
-    """
+    """A row of ``kind`` per figure: ``kind(*key, figure, value, unit, note, **flags)``, as
+    every row type with figures lists its key fields first."""
     return [kind(*key, f, value, units[f], note, **flags) for f, (value, note) in figures.items()]
 
 
@@ -233,9 +224,6 @@ class Document:
     @classmethod
     def from_json(cls, doc: JsonObject) -> Document:
         """Read a document back; sections that an older schema lacks come back empty.
-
-        Every section but ``environment`` and ``notes`` is a list of the row type its
-        field declares; ``environment`` stays the JSON object it was written as.
 
         Raises:
             ValueError: a section or a row is not of the JSON type the schema says.

@@ -1,12 +1,6 @@
-"""Gradient error against finite differences, for the conv fields with ReLU and softplus.
-
-The reference is library-neutral: central differences of the loss
-``L = sum(w * y(t1))`` along a few random unit directions in ``(y0, parameters)``,
-each loss from a fine fixed-step classic RK4 solve in float64 written here (not any
-library's solver). Its resolution is reported too: the change of the difference
-quotients when the number of steps is halved. What the libraries are checked with:
-docs/odebench/index.md.
-"""
+"""Gradient error against finite differences on the conv fields (docs/odebench/index.md):
+central differences of ``L = sum(w * y(t1))`` along random unit directions in ``(y0,
+parameters)``, each loss from a fine float64 RK4 solve written here, no library's."""
 
 from __future__ import annotations
 
@@ -27,11 +21,8 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class GradcheckSizes:
-    """Sizes and resolution of the check (the full run's, or smaller ones for ``--quick``).
-
-    The ReLU field's reference needs more steps than the softplus one: its solution
-    is only piecewise smooth, so rk4 converges more slowly there.
-    """
+    """Sizes and resolution of the check; the ReLU field's solution is only piecewise smooth,
+    so its reference needs more rk4 steps."""
 
     batch: int = 8
     channels: int = 16
@@ -131,12 +122,8 @@ def gradient_check(
     log: Callable[[str], None] = lambda _: None,
     seed: int = 0,
 ) -> list[GradientRow]:
-    """Measure every library's gradient methods against finite differences.
-
-    Returns:
-        The rows of the document's ``gradients``; the reference's own rows have
-        ``library = "finite differences"``.
-    """
+    """The ``gradients`` rows of every library's gradient methods on each conv field, after
+    the field's reference rows (``library = "finite differences"``)."""
     s = sizes or GradcheckSizes()
     method = Method("dopri5", rtol=s.tol, atol=s.tol)
     rows: list[GradientRow] = []

@@ -1,10 +1,5 @@
-"""The libraries under test, behind one small interface.
-
-Each adapter solves ``dy/dt = field(t, y)`` from ``y0`` at ``t0`` to ``t1`` with a
-:class:`Method` and a gradient mode, and returns ``y(t1)``. The peers (torchdiffeq,
-torchode, torchdyn) are imported only when the benchmark runs, and only if they import
-cleanly; a peer that cannot do a method or mode says why (:meth:`Library.unsupported`).
-"""
+"""The libraries under test behind one interface: ``y(t1)`` of a :class:`Method` in a
+gradient mode. A peer is imported when the benchmark runs, if it imports cleanly."""
 
 from __future__ import annotations
 
@@ -65,18 +60,9 @@ class OdeintKwargs(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Method:
-    """A solver configuration: an adaptive method at a tolerance, or ``rk4`` with steps.
-
-    Attributes:
-        name: ``"dopri5"``, ``"rk4"``, or one of :data:`STIFF_METHODS` (``"kvaerno5"``,
-            ``"rodas4"``, ``"scipy:Radau"``, ``"scipy:BDF"``, ``"scipy:LSODA"``).
-        rtol: relative tolerance (adaptive methods).
-        atol: absolute tolerance (adaptive methods).
-        n_steps: number of uniform steps over the span (fixed-step methods).
-        max_steps: a budget of steps for an adaptive method (odeint's
-            ``max_num_steps``): past it the solve fails instead of running on.
-            ``None``: the library's default.
-    """
+    """A solver configuration: a method of :data:`METHOD_NAMES`, adaptive at ``rtol`` and
+    ``atol`` (with ``max_steps``, odeint's ``max_num_steps``, a budget past which it fails),
+    or fixed with ``n_steps`` uniform steps."""
 
     name: str
     rtol: float | None = None
@@ -134,8 +120,8 @@ class Method:
 
     @property
     def label(self) -> str:
-        """A short name for tables and JSON: ``dopri5@1e-06``, ``rk4x100``,
-        ``kvaerno5@1e-06`` or, with a step budget, ``dopri5@1e-06,max_steps=10000``."""
+        """The name in tables and JSON: ``dopri5@1e-06``, ``rk4x100``, ``rodas4@1e-06/1e-10``,
+        ``dopri5@1e-06,max_steps=10000``."""
         if not self.adaptive:
             return f"{self.name}x{self.n_steps}"
         if self.rtol == self.atol:
@@ -177,14 +163,31 @@ class Library(abc.ABC):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        """``y(t1)``, with the graph (or the adjoint's hook) that ``mode`` asks for.
-
-        In mode ``forward`` the caller runs this under ``torch.no_grad()``.
-        """
+        """``y(t1)``, with the graph (or the adjoint's hook) that ``mode`` asks for; in mode
+        ``forward`` under the caller's ``torch.no_grad()``."""
 
 
 def _times(t0: float, t1: float, like: Tensor) -> Tensor:
     return torch.tensor([t0, t1], dtype=like.dtype, device=like.device)
+
+
+def _solve(
+    field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, *, compile: bool = False
+) -> odecore.Solution:
+    """odecore's ``solve`` of ``method``, checkpointed or (``compile``) as one compiled graph."""
+    spec = method.spec
+    return odecore.solve(
+        field,
+        y0,
+        t0=t0,
+        t1=t1,
+        solver=spec.solver,
+        controller=spec.controller,
+        gradient=None if compile else odecore.Checkpoint(),
+        dt0=spec.step_size(t0, t1),
+        max_steps=spec.max_steps,
+        compile=compile,
+    )
 
 
 def _odeint(
@@ -210,19 +213,7 @@ class OdecoreLibrary(Library):
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         if mode == "checkpoint":
-            spec = method.spec
-            sol = odecore.solve(
-                field,
-                y0,
-                t0=t0,
-                t1=t1,
-                solver=spec.solver,
-                controller=spec.controller,
-                gradient=odecore.Checkpoint(),
-                dt0=spec.step_size(t0, t1),
-                max_steps=spec.max_steps,
-            )
-            return last_state(sol.ys)
+            return last_state(_solve(field, y0, t0, t1, method).ys)
         if mode not in MODES:
             raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
         return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
@@ -233,14 +224,9 @@ COMPILED = "odecore-compiled"
 
 
 class CompiledOdecoreLibrary(Library):
-    """odecore's ``solve(..., compile=True)``: the solve as one ``torch.compile`` graph.
-
-    It runs what compiles, fixed-step solves with backprop; everything else would
-    run eagerly (odecore says so with a ``CompileFallbackWarning``) and is left to the
-    eager library. A compiled graph calls the field without Python, so a
-    :class:`CountingField`'s count would stop at the trace: the field inside it is
-    solved, and its ``nfe`` is advanced by the solve's own count.
-    """
+    """odecore's ``solve(..., compile=True)`` where it compiles (fixed steps, forward or
+    backprop). The graph calls the field without Python, so a :class:`CountingField` is
+    unwrapped and its ``nfe`` advanced by the solve's own count."""
 
     name = COMPILED
     version = odecore.__version__
@@ -257,20 +243,12 @@ class CompiledOdecoreLibrary(Library):
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         self.require(method, mode)
-        spec = method.spec
+        inner = field.field if isinstance(field, CountingField) else field
         with warnings.catch_warnings():
             # An eager fallback (no C++ compiler, a field that does not trace) would
             # be timed as the compiled solve: it fails the cell instead.
             warnings.simplefilter("error", odecore.CompileFallbackWarning)
-            sol = odecore.solve(
-                field.field if isinstance(field, CountingField) else field,
-                y0,
-                t0=t0,
-                t1=t1,
-                solver=spec.solver,
-                dt0=spec.step_size(t0, t1),
-                compile=True,
-            )
+            sol = _solve(inner, y0, t0, t1, method, compile=True)
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
         return last_state(sol.ys)

@@ -1,24 +1,8 @@
-"""Peak memory of forward + backward, each configuration in a fresh process.
-
-The parent (:func:`measure_memory`) starts one child per (library, gradient method,
-number of steps)::
+"""Peak memory of forward + backward, each configuration in a fresh process::
 
     python -m odebench.perf._memory --library odecore --gradient adjoint --steps 1000
 
-The child builds the MLP problem, runs the same configuration once with two steps
-(so that lazy initialisation is not counted), hands the pages that the warm-up freed
-back to the system (glibc's ``malloc_trim``), resets the kernel's high-water mark
-of its resident set (``/proc/self/clear_refs``), records its resident set as the
-baseline, runs rk4 with ``--steps`` steps forward and backward, and prints one line
-``ODEBENCH-MEMORY {json}`` with the peak (``VmHWM``) minus the baseline. Where the
-high-water mark cannot be reset, it falls back to ``ru_maxrss`` before and after,
-which the JSON says.
-
-Without the trim, the pages of the warm-up stay resident in malloc's free lists
-and the measured run reuses them: a run whose memory does not grow with the steps
-(the adjoint) then reads as a few pages above the baseline or none, its working set
-not counted, and a peak not above the baseline is left out of the log axis of the
-figure.
+How a child measures its peak: docs/odebench/perf.md, ``memory``.
 """
 
 from __future__ import annotations
@@ -93,13 +77,8 @@ _T = TypeVar("_T")
 
 
 def _peak_of(run: Callable[[], _T]) -> tuple[int, int, str, _T]:
-    """Call ``run`` once: the resident set before it and its peak (KiB), how the peak
-    was read, and what ``run`` returned.
-
-    The baseline is the memory that is live: the garbage is collected and the pages
-    that earlier work freed go back to the system first, so that what ``run`` needs
-    counts even where an earlier run of the same work left it in malloc's free lists.
-    """
+    """Call ``run`` once: the live resident set before it and its peak (KiB), how the peak
+    was read, and what ``run`` returned."""
     gc.collect()
     _release_free_memory()
     resettable = _reset_peak()
@@ -218,15 +197,8 @@ def measure_memory(
     workers: int = 2,
     timeout_s: float = 600.0,
 ) -> list[MemoryRow]:
-    """Peak memory of every (library, gradient method, number of steps), each in a fresh process.
-
-    Returns:
-        Rows with figures ``peak_delta_mib``, ``peak_rss_mib``, ``baseline_rss_mib``,
-        ``nfe_forward``, ``nfe_backward``; then, per (library, gradient), the derived
-        ``mib_per_step`` (slope between the fewest and the most steps) and
-        ``delta_growth`` (the peak at the most steps over the peak at the fewest),
-        with ``n_steps`` null.
-    """
+    """The ``memory`` rows of every (library, gradient method, number of steps), each in a
+    fresh process, then each (library, gradient)'s growth with the steps."""
     rows: list[MemoryRow] = []
     jobs: list[_Job] = []
     for n in steps:

@@ -1,10 +1,6 @@
-"""A solver benchmark's JSON document as one figure of four panels, and the stiff
-problems' work-precision plot.
-
-:func:`solver_panels` and :func:`stiff_panels` read what is drawn out of the document
-(plain data, so it can be checked against the rows it came from); :func:`plot_solvers`
-and :func:`plot_stiff` draw it.
-"""
+"""A solver benchmark's document as one figure of four panels, and the stiff problems'
+work-precision plot: :func:`solver_panels` and :func:`stiff_panels` read them out of the
+document as data, :func:`plot_solvers` and :func:`plot_stiff` draw them."""
 
 from __future__ import annotations
 
@@ -164,22 +160,10 @@ def _gradient_error(doc: Mapping[str, Any]) -> Bars:
 
 
 def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
-    """What :func:`plot_solvers` draws, as data: the four panels in order.
-
-    1. the forward solve's overhead factor per problem and library (time over NFE x
-       one evaluation of the field alone; 1.0 is the physical limit), the part that
-       the field and the solver alone explain drawn solid;
-    2. the same for forward + backward by backprop (over NFE x evaluation with its
-       vector-Jacobian product);
-    3. peak memory against the number of rk4 steps for each library and gradient
-       method;
-    4. the gradient's relative error against finite differences for each problem
-       and gradient method.
-
-    Panels 1 and 2 use the run's tightest dopri5 tolerance. A ``None`` value (a
-    library without that method) is kept as ``None`` and drawn as "n/a". Every axis
-    but the steps' is logarithmic, so panel 3 leaves out peaks not above the
-    baseline.
+    """What :func:`plot_solvers` draws, as data: the four panels that :doc:`/odebench/index`
+    describes ("The figure"), in order. A ``None`` value (a library without that method) is
+    kept as ``None`` and drawn as "n/a"; peaks not above the baseline are left out of the
+    memory panel's log axis.
 
     Raises:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.
@@ -209,13 +193,9 @@ STIFF_YLABEL = "wall time of one solve, s (log)"
 
 
 def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
-    """The work-precision panels of the document's stiff problems, one per problem.
-
-    Each panel has one curve per implicit solver (named in words): a point per
-    tolerance of the sweep at (error at ``t1``, median wall time), in the order of
-    the tolerances, loosest first, each labelled with its tolerance. A configuration
-    without an error to draw (``dopri5`` out of its step budget, SciPy not installed)
-    is a sentence in ``notes``. An empty list: no stiff rows in the document.
+    """A work-precision panel per stiff problem of the document: a curve per implicit solver,
+    a point per tolerance at (error at ``t1``, median wall time), loosest first; a
+    configuration without an error to draw is a sentence in ``notes``.
 
     Raises:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.

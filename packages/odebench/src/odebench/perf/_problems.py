@@ -1,9 +1,5 @@
-"""The benchmark's problems: vector fields, initial states, time spans, exact solutions.
-
-Every vector field is an ``nn.Module`` whose ``forward(t, y)`` takes the time as a
-0-dim tensor (or a float) and returns ``dy/dt`` with the shape of ``y``; its
-parameters are what the gradient methods differentiate besides ``y0``.
-"""
+"""The benchmark's problems (docs/odebench/index.md): vector fields as ``nn.Module``
+``forward(t, y)``, initial states, time spans and exact solutions."""
 
 from __future__ import annotations
 
@@ -29,12 +25,8 @@ VDP_STIFF_MU = 1000.0
 
 
 MAX_EVALUATIONS = 20_000
-"""The most evaluations of the field one run may take, forward and backward together.
-
-Ten times the most any library takes on a problem it solves (2,000); a peer whose
-adjoint creeps along at tiny steps on Van der Pol is stopped here instead of
-running for hours.
-"""
+"""The most evaluations of the field one run may take, forward and backward together
+(why: docs/odebench/index.md)."""
 
 
 class EvaluationLimitError(RuntimeError):
@@ -42,18 +34,9 @@ class EvaluationLimitError(RuntimeError):
 
 
 class CountingField(nn.Module):
-    """Wraps a vector field and counts its evaluations in ``nfe``.
-
-    The benchmark hands this wrapper, not the bare field, to every library, so the
-    counts are the same kind of number whichever library asks: one per call of the
-    field, forward or inside a backward pass. The caller resets ``nfe`` before each
-    run; a call beyond ``limit`` raises :class:`EvaluationLimitError`, which ends the
-    run as a failure.
-
-    Args:
-        field: the vector field.
-        limit: the most calls between two resets; ``None`` for no limit.
-    """
+    """The field that every library gets: it counts its calls in ``nfe`` (reset by the
+    caller before each run), and a call beyond ``limit`` (``None``: none) raises
+    :class:`EvaluationLimitError`."""
 
     def __init__(self, field: nn.Module, limit: int | None = MAX_EVALUATIONS) -> None:
         super().__init__()
@@ -96,12 +79,8 @@ def _group_norm(channels: int) -> nn.GroupNorm:
 
 
 class ConvField(nn.Module):
-    """Chen et al.'s ODE-Net block: (GroupNorm, activation, 3x3 conv with time as a channel) x 2.
-
-    Args:
-        channels: channels of the state ``(batch, channels, height, width)``.
-        activation: ``"relu"`` (the ODE-Net block) or ``"softplus"`` (its smooth twin).
-    """
+    """Chen et al.'s ODE-Net block: (GroupNorm, activation, 3x3 conv with time as a channel)
+    x 2, with ``"relu"`` or ``"softplus"``, on states ``(batch, channels, height, width)``."""
 
     def __init__(self, channels: int = 16, activation: str = "relu") -> None:
         super().__init__()
@@ -122,10 +101,8 @@ class ConvField(nn.Module):
 
 
 class VanDerPol(nn.Module):
-    """The Van der Pol oscillator ``x'' = mu (1 - x^2) x' - x`` as ``y = (x, x')``.
-
-    ``mu`` is a parameter (so it has a gradient); the state is ``(batch, 2)``.
-    """
+    """Van der Pol, ``x'' = mu (1 - x^2) x' - x`` as ``y = (x, x')`` of shape ``(batch, 2)``,
+    with ``mu`` a parameter."""
 
     def __init__(self, mu: float = 5.0) -> None:
         super().__init__()
@@ -153,10 +130,7 @@ class Robertson(nn.Module):
 
 
 class LinearField(nn.Module):
-    """``dy/dt = A y`` with ``A = S - decay * I``, ``S`` skew-symmetric: a damped rotation.
-
-    The exact solution is ``y(t) = expm(A (t - t0)) y0``; see :meth:`exact`.
-    """
+    """``dy/dt = A y`` with ``A = S - decay * I``, ``S`` skew-symmetric: a damped rotation."""
 
     def __init__(
         self, state: int = 16, decay: float = 0.5, generator: torch.Generator | None = None
@@ -177,8 +151,7 @@ class LinearField(nn.Module):
 
 @dataclass
 class Problem:
-    """One benchmark problem, ``dy/dt = field(t, y)`` from ``y0`` at ``t0`` to ``t1``:
-    ``description`` says what it is with its sizes, for the report, and ``exact`` is
+    """``dy/dt = field(t, y)`` from ``y0`` at ``t0`` to ``t1``, described for the report, with
     the exact ``y(t1)`` in float64 where known."""
 
     name: str
@@ -219,24 +192,15 @@ class Sizes:
 def make_problem(
     name: str, sizes: Sizes | None = None, dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> Problem:
-    """Build a problem by name, with its parameters and ``y0`` drawn from ``seed``.
-
-    ``vdp_stiff`` (Van der Pol at ``mu = 1000`` from ``y0 = (2, 0)``, one state) has
-    no random part and is always float64, whatever ``dtype`` says: its reference and
-    the tight end of its tolerance sweep need the precision. On ``[0, 3000]`` (the
-    full run) it holds two periods: slow drifts, where the Jacobian has an
-    eigenvalue near ``-3000``, joined by four jumps a few time units long; on
-    ``[0, 300]`` (``Sizes.quick``) the first drift only, stiff as well. ``robertson``
-    (:class:`Robertson` from ``y0 = (1, 0, 0)`` on ``[0, 1e5]``, in float64 too, in
-    quick mode as well) is solved at ``atol = 1e-4 rtol``: ``y2`` stays below
-    ``4e-5``.
+    """Build a problem by name (docs/odebench/index.md), its parameters and ``y0`` drawn
+    from ``seed``; the stiff ones are float64 whatever ``dtype`` says.
 
     Raises:
         ValueError: for an unknown name.
     """
     s = sizes or Sizes()
     gen = torch.Generator().manual_seed(seed)
-    atol_ratio = 1.0
+    t1, atol_ratio = 1.0, 1.0
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         if name == "mlp":
@@ -246,7 +210,6 @@ def make_problem(
                 f"MLP field, batch {s.mlp_batch}, state {s.mlp_state}, "
                 f"two tanh layers of {s.mlp_hidden}, t in [0, 1]"
             )
-            t1 = 1.0
         elif name in ("conv_relu", "conv_softplus"):
             act = name.split("_", 1)[1]
             field = ConvField(s.conv_channels, act)
@@ -255,7 +218,6 @@ def make_problem(
                 f"ODE-Net conv block ({act}), batch {s.conv_batch} x {s.conv_channels} x "
                 f"{s.conv_size} x {s.conv_size}, t in [0, 1]"
             )
-            t1 = 1.0
         elif name == "vdp":
             field = VanDerPol(5.0)
             y0 = 4 * torch.rand(s.vdp_batch, 2, generator=gen) - 2
@@ -281,7 +243,6 @@ def make_problem(
                 f"linear system y' = A y (damped rotation), batch {s.linear_batch}, "
                 f"state {s.linear_state}, t in [0, 1]"
             )
-            t1 = 1.0
         else:
             raise ValueError(
                 f"Unknown problem {name!r}; known problems: {', '.join(KNOWN_PROBLEMS)}."
@@ -293,15 +254,8 @@ def make_problem(
 
 
 def reference_solution(problem: Problem, tol: float = 1e-10) -> tuple[Tensor, str]:
-    """``y(t1)`` in float64: the exact solution if known, else a tight solve.
-
-    The tight solve is odecore's eighth-order pair (``Dopri8``) in float64 at
-    ``rtol = atol = tol``, on a float64 copy of the field; it is a different
-    method from the fifth-order pair under test.
-
-    Returns:
-        The reference state and a sentence saying where it came from.
-    """
+    """``y(t1)`` in float64 and where it came from: the exact solution if known, else
+    odecore's ``Dopri8`` (not the pair under test) on a float64 copy at ``rtol = atol = tol``."""
     if problem.exact is not None:
         return problem.exact, "exact solution"
     field = copy.deepcopy(problem.field).to(torch.float64)

@@ -42,7 +42,7 @@ def _values(rows: Sequence[FigureRow], *names: str) -> Callable[..., float | Non
 
 
 Column = tuple[str, str, Formatter]
-"""A column of a table of figures: its header, its figure, how a value is written."""
+"""A column of a table: its header, its figure (or field), how a value is written."""
 
 
 def _grid(
@@ -211,6 +211,16 @@ def _ratios(d: Document) -> list[str]:
     return _table("ratios", header, rows)
 
 
+_COMPILED: tuple[Column, ...] = (
+    ("eager ms", "eager_time_s", _ms),
+    ("compiled ms", "compiled_time_s", _ms),
+    ("ratio", "ratio", _f2),
+    ("first s", "first_call_s", _g),
+    ("y1 diff", "y1_max_abs_diff", _e),
+    ("grad diff", "grad_rel_diff", _e),
+)
+
+
 def _compiled(d: Document) -> list[str]:
     """``--compile``: compiled odecore against eager odecore, one line per cell."""
     rows = [
@@ -218,18 +228,13 @@ def _compiled(d: Document) -> list[str]:
             r.problem,
             r.method,
             r.mode,
-            _ms(r.eager_time_s),
-            _ms(r.compiled_time_s),
-            _f2(r.ratio),
-            _g(r.first_call_s),
-            _e(r.y1_max_abs_diff),
-            _e(r.grad_rel_diff),
+            *(fmt(getattr(r, a)) for _, a, fmt in _COMPILED),
             r.note or "",
         ]
         for r in d.compiled
     ]
-    header = ["problem", "method", "mode", "eager ms", "compiled ms", "ratio", "first s"]
-    return _table("compiled", [*header, "y1 diff", "grad diff", "note"], rows)
+    header = ["problem", "method", "mode", *(c[0] for c in _COMPILED), "note"]
+    return _table("compiled", header, rows)
 
 
 def _stiff(d: Document) -> list[str]:

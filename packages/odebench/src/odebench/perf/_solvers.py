@@ -179,13 +179,8 @@ class SolversConfig:
 
 
 def command_line(argv: list[str] | None = None) -> str | None:
-    """The command that started this run, as the user would type it again.
-
-    ``python -m odebench`` runs ``.../odebench/__main__.py``, and an installed
-    ``odebench`` script sits in some environment's ``bin``; neither path says more
-    than the command's name, and a results file that travels should not carry the
-    machine's paths.
-    """
+    """The command that started this run as the user would type it again, without the
+    machine's paths (``python -m odebench`` for ``.../odebench/__main__.py``)."""
     argv = sys.argv if argv is None else argv
     if not argv or not argv[0]:
         return None
@@ -197,14 +192,8 @@ def command_line(argv: list[str] | None = None) -> str | None:
 
 @dataclass
 class _Cell:
-    """Observations of one (problem, method, mode) for every library.
-
-    ``eval_s`` and ``vjp_s`` are the field's own seconds per evaluation (alone, and
-    with its VJP), timed once per round between the libraries' runs; in a forward
-    cell ``chained_s`` the same for evaluations chained by one axpy, and
-    ``solver_s`` each library's seconds for the solve of its recorded outputs (the
-    solver alone), with ``solver_notes`` saying why one has none.
-    """
+    """Observations of one (problem, method, mode) for every library, with the field's
+    blocks of each round (``eval_s``, ``vjp_s``, ``chained_s``) and the replays' seconds."""
 
     observations: dict[str, list[Observation]]
     failures: dict[str, str] = field(default_factory=dict)
@@ -221,14 +210,8 @@ _MAX_BLOCK_CALLS = 100
 
 
 def _time_field(cell: _Cell, timer: FieldTimer, mode: str) -> None:
-    """One block of the field alone, as many calls as a run of this cell makes.
-
-    A block as long as a run sees the machine as the runs around it do, so the
-    overhead factors do not carry the machine's drift over the minutes between
-    the cells. A forward cell needs the evaluation alone (and chained, see
-    :meth:`FieldTimer.chained_block`), a backprop cell the evaluation with its VJP,
-    the others both.
-    """
+    """The blocks of the field alone that ``mode``'s factors divide by, each as many calls
+    as a run of this cell makes (at most ``_MAX_BLOCK_CALLS``)."""
     runs = [o for obs in cell.observations.values() for o in obs]
     nfe = median(o.nfe_forward + o.nfe_backward for o in runs) if runs else None
     calls = max(1, min(_MAX_BLOCK_CALLS, round(nfe or 1)))
@@ -249,13 +232,8 @@ def _measure_cell(
     config: SolversConfig,
     timer: FieldTimer,
 ) -> _Cell:
-    """Warm up, then time every library and the field alone in interleaved rounds.
-
-    A round is ``A B ... F``: each library once, then a block of the field alone. In a
-    forward cell each library's run is recorded once after the warm-up, and a round is
-    ``A B ... A' B' ... F``, where ``A'`` is ``A``'s solve of its recorded outputs. The
-    runs go through the field's counter that ``timer`` times.
-    """
+    """Warm up, then time every library and the field alone in interleaved rounds:
+    ``A B ... F``, in a forward cell ``A B ... A' B' ... F`` (``A'``: ``A``'s replay)."""
     counter = timer.counter
     cell = _Cell({lib.name: [] for lib in libraries})
     obs, failures, notes = cell.observations, cell.failures, cell.notes
@@ -415,12 +393,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
         wall_time_s=time.perf_counter() - started,
     ).to_json()
     if load_start is not None and load_start >= 1.0:
-        notes.append(
-            f"The machine's one-minute load average was {load_start:.2f} when the run "
-            "started: other processes may have been busy and slowed the timings, the more "
-            "so with several torch threads. (The load average at the end counts this run's "
-            "own threads.)"
-        )
+        notes += _text_notes(["load"], load=f"{load_start:.2f}")
     return run.doc.to_json()
 
 
@@ -455,8 +428,7 @@ def _memory_and_gradients(run: _Run, eager: list[Library]) -> None:
 
 @dataclass(frozen=True)
 class _Setup:
-    """An explicit problem ready for its cells: the timer of its field's counter, the
-    loss's weight, the reference ``y(t1)`` and the evaluation times taken before the cells."""
+    """An explicit problem ready for its cells, with its evaluation times taken before them."""
 
     problem: Problem
     timer: FieldTimer
@@ -683,12 +655,19 @@ def _us(seconds: float | None) -> float | None:
 
 def _general_notes(config: SolversConfig) -> list[str]:
     """The notes of ``text/solvers.md`` that apply to ``config``, in order."""
-    parts = text_parts((resources.files(__package__) / "text" / "solvers.md").read_text("utf-8"))[1]
-    warmup = " (quick mode: one run, no warm-up)." if config.quick else "."
     names = ["first", "compile", "costs", "stiff"]
     if not config.compile:
         names.remove("compile")
     if not any(p in STIFF_PROBLEMS for p in config.problem_names):
         names.remove("stiff")
-    notes = [p for name in names for p in parts[name].split("\n\n")]
-    return [" ".join(note.split()).replace("{warmup}", warmup) for note in notes]
+    return _text_notes(names, warmup=" (quick mode: one run, no warm-up)." if config.quick else ".")
+
+
+def _text_notes(names: list[str], **fields: str) -> list[str]:
+    """The paragraphs of the parts ``names`` of ``text/solvers.md``, each on one line, with
+    ``{field}`` filled in."""
+    parts = text_parts((resources.files(__package__) / "text" / "solvers.md").read_text("utf-8"))[1]
+    notes = [" ".join(p.split()) for name in names for p in parts[name].split("\n\n")]
+    for key, value in fields.items():
+        notes = [note.replace("{" + key + "}", value) for note in notes]
+    return notes

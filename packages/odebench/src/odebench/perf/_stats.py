@@ -24,20 +24,15 @@ def finite(value: float | None) -> float | None:
 
 
 def median(values: Iterable[float | None]) -> float | None:
-    """The median of the finite values (mean of the middle two for an even count).
-
-    ``None`` and non-finite values are left out; ``None`` if nothing is left.
-    """
+    """The median of the finite values, ``None`` and non-finite ones left out; ``None`` if
+    nothing is left."""
     kept = [v for v in (finite(x) for x in values) if v is not None]
     return statistics.median(kept) if kept else None
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """``numerator / denominator``, or ``None`` if either is missing or the quotient is not finite.
-
-    A zero denominator gives ``None`` (no ratio), not infinity, except ``0 / 0``
-    which is also ``None``.
-    """
+    """``numerator / denominator``; ``None`` if either is missing, the denominator is zero
+    or the quotient is not finite."""
     num, den = finite(numerator), finite(denominator)
     if num is None or den is None or den == 0.0:
         return None
@@ -47,17 +42,8 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 def overhead_factor(
     time_s: float | None, terms: Sequence[tuple[float | None, float | None]]
 ) -> float | None:
-    """A solve's time over the time its function evaluations alone would take.
-
-    ``terms`` holds pairs ``(count, seconds per evaluation)``; the ideal time is
-    ``sum(count * seconds)``. For a forward solve that is ``[(nfe, t_eval)]``; for
-    forward plus backward with backpropagation ``[(nfe, t_eval_vjp)]``, where
-    ``t_eval_vjp`` is one evaluation with its vector-Jacobian product; for the
-    adjoint ``[(nfe_forward, t_eval), (nfe_backward, t_eval_vjp)]``. The physical
-    limit is 1.0: everything above it is the solver's own cost.
-
-    Returns ``None`` if a figure is missing or the ideal time is zero.
-    """
+    """A solve's time over ``sum(count * seconds)`` of its ``(count, seconds per evaluation)``
+    terms: the overhead factor of docs/odebench/perf.md, 1.0 at the physical limit."""
     ideal = 0.0
     for count, seconds in terms:
         c, s = finite(count), finite(seconds)
@@ -78,11 +64,8 @@ def cost_per_evaluation(
 
 
 def interleaved(names: Sequence[T], repeats: int) -> list[tuple[int, T]]:
-    """The order of the timed runs: every library once per round, ``A B A B ...``.
-
-    Returns ``(round, name)`` pairs. Interleaving spreads slow drifts of the machine
-    (another process, the CPU's clock) over all libraries instead of one.
-    """
+    """``(round, name)`` pairs, every name once per round (``A B A B ...``): a slow drift of
+    the machine is spread over all libraries instead of one."""
     if repeats < 0:
         raise ValueError(f"`repeats` must be non-negative, got {repeats}.")
     return [(r, name) for r in range(repeats) for name in names]

@@ -1,7 +1,5 @@
-"""The stiff problems' part of ``odebench perf solvers``: a work-precision sweep of
-odecore's stiff methods, SciPy's and ``dopri5`` with a step budget, forward only, into the
-document's ``stiff`` section (why, and what it runs: docs/odebench/index.md, "A stiff
-problem")."""
+"""The stiff problems' work-precision sweep, forward only, into the document's ``stiff``
+section (what it runs and why: docs/odebench/index.md)."""
 
 from __future__ import annotations
 
@@ -49,13 +47,8 @@ STIFF_FIGURE_UNITS: dict[str, str] = {
 
 
 def stiff_methods(quick: bool = False) -> tuple[Method, ...]:
-    """The configurations of the stiff sweep, in the order they run.
-
-    Every method of :data:`~odebench.perf._libraries.STIFF_METHODS` at each
-    tolerance of :data:`SWEEP_TOLERANCES` (``QUICK_SWEEP_TOLERANCES`` with
-    ``quick``), then ``dopri5`` at ``1e-6`` with a budget of :data:`DOPRI5_BUDGET`
-    steps.
-    """
+    """The configurations of the stiff sweep, in order: every stiff method at each tolerance,
+    then ``dopri5`` at ``1e-6`` with its step budget."""
     tols = QUICK_SWEEP_TOLERANCES if quick else SWEEP_TOLERANCES
     sweep = tuple(Method(name, rtol=tol, atol=tol) for name in STIFF_METHODS for tol in tols)
     budget = QUICK_DOPRI5_BUDGET if quick else DOPRI5_BUDGET
@@ -68,12 +61,8 @@ def scipy_available() -> bool:
 
 
 def stiff_reference(problem: Problem, tol: float = REFERENCE_TOL) -> tuple[Tensor, str]:
-    """``y(t1)`` of a stiff problem in float64, and a sentence saying where it came from.
-
-    SciPy's Radau IIA through odecore's ``scipy:Radau`` at ``rtol = atol = tol`` (its
-    Jacobian by finite differences); where SciPy is not installed, odecore's
-    ``Kvaerno5`` at the same tolerances, its stages solved a hundred times tighter.
-    """
+    """``y(t1)`` of a stiff problem in float64 and where it came from: odecore's
+    ``scipy:Radau`` at ``rtol = atol = tol``, or ``kvaerno5`` without SciPy."""
     radau = scipy_available()
     y0 = problem.y0.to(torch.float64)
     t = torch.tensor([problem.t0, problem.t1], dtype=torch.float64)
@@ -104,18 +93,9 @@ def run_stiff(
     budget_s: float | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[StiffRow]:
-    """Time each configuration of ``methods`` on ``problem``, forward, and return the
-    rows of the document's ``stiff`` section (the figures of :data:`STIFF_FIGURE_UNITS`).
-
-    ``library`` is odecore (the stiff methods and the ``scipy:`` backend are its own).
-    Each configuration gets a warm-up run (with ``warm_up``) and then ``repeats``
-    timed runs, cut to fit ``budget_s`` seconds (``None``: no limit); times are
-    medians, and ``error`` is against ``reference``. Each configuration's ``atol`` is
-    scaled by the problem's ``atol_ratio``. A run that fails (``dopri5`` out
-    of its step budget, a solver error) is not repeated: its rows carry ``null`` and a
-    note that starts with ``failed:`` and quotes the error. ``log`` gets a line per
-    configuration.
-    """
+    """The ``stiff`` rows of odecore's forward solves of ``problem`` by each of ``methods``
+    (``atol`` scaled by the problem's ``atol_ratio``): a warm-up run, then ``repeats`` timed
+    runs cut to fit ``budget_s``; a failed run is not repeated, its note ``failed: ...``."""
     say = log or (lambda _: None)
     counter = CountingField(problem.field, limit=STIFF_LIMIT)
     weight = loss_weight(problem)

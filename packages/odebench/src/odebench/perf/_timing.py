@@ -17,17 +17,8 @@ from ._stats import median
 
 @dataclass
 class Observation:
-    """One timed run.
-
-    Attributes:
-        time_s: wall-clock seconds of the solve, plus the backward pass if any.
-        nfe_forward: evaluations of the field during the solve.
-        nfe_backward: evaluations during the backward pass (0 for backpropagation,
-            whose backward pass autograd runs without calling the field).
-        y1: the state at ``t1`` (detached).
-        gradient: the gradient of the loss for ``y0`` and the parameters, flattened
-            into one float64 vector; ``None`` for a forward run.
-    """
+    """One timed run: seconds of the solve and its backward pass, the evaluations in each,
+    ``y(t1)``, and the gradient for ``y0`` and the parameters as one float64 vector."""
 
     time_s: float
     nfe_forward: int
@@ -37,10 +28,8 @@ class Observation:
 
 
 def loss_weight(problem: Problem, seed: int = 1) -> Tensor:
-    """The fixed cotangent ``w`` of the benchmark's loss ``L = sum(w * y(t1))``.
-
-    Drawn once per problem; scaled so that ``L`` is of order one.
-    """
+    """The fixed cotangent ``w`` of the loss ``L = sum(w * y(t1))``, scaled so that ``L`` is of
+    order one."""
     gen = torch.Generator().manual_seed(seed)
     w: Tensor = torch.randn(problem.y0.shape, generator=gen) / problem.y0.numel() ** 0.5
     return w.to(problem.y0.dtype)
@@ -61,12 +50,8 @@ def run_once(
     mode: str,
     weight: Tensor,
 ) -> Observation:
-    """Run one solve of ``problem`` with ``library`` and time it.
-
-    In mode ``forward`` the solve runs under ``torch.no_grad()``; in a gradient
-    mode the timed region also holds ``loss.backward()`` for ``L = sum(w * y(t1))``,
-    which fills the gradients of ``y0`` and of the field's parameters.
-    """
+    """Time one solve of ``problem`` by ``library``: without a graph in mode ``forward``, else
+    with the backward pass of ``L = sum(w * y(t1))``."""
     params = list(counter.parameters())
     for p in params:
         p.grad = None
@@ -91,11 +76,8 @@ def run_once(
 def _solve_forward(
     library: Library, field: nn.Module, y0: Tensor, problem: Problem, method: Method
 ) -> Tensor:
-    """``library``'s forward solve of ``field`` from ``y0``, without a graph.
-
-    Timed runs, recordings and replays all solve through here, so a replay takes
-    the path of the run it replays.
-    """
+    """``library``'s forward solve of ``field`` from ``y0`` without a graph: runs, recordings
+    and replays all take this path."""
     with torch.no_grad():
         return library.solve(field, y0, problem.t0, problem.t1, method, "forward")
 
@@ -119,26 +101,15 @@ def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
 
 
 def _timed(fn: Callable[[], object], calls: int) -> float:
-    """Seconds per call of ``fn`` over ``calls`` calls in a row, after one untimed call.
-
-    The first call after the solves runs cold: a block of 20 evaluations of the
-    linear field came out 25% slower with it.
-    """
+    """Seconds per call of ``fn`` over ``calls`` calls in a row, after one untimed call (the
+    first after the solves runs cold)."""
     fn()
     return _seconds_per_call(fn, calls)
 
 
 class FieldTimer:
-    """Times the field alone at ``(t0, y0)``: the denominators of the overhead factors.
-
-    ``evaluate`` runs under ``torch.no_grad()``, entered once per block as a forward
-    solve without a graph enters it once per solve (entering it costs about 4 us,
-    5-8% of a Van der Pol evaluation). ``evaluate_vjp`` records the graph, then
-    takes the vector-Jacobian product for ``y`` and every parameter, as one step of
-    backpropagation or one evaluation of the adjoint system does. Both go through
-    the same :class:`CountingField` the solves use, whose count each of them resets
-    (so a long block never reaches the field's limit).
-    """
+    """Times the field alone at ``(t0, y0)``, through the solves' :class:`CountingField`
+    (its count reset): the denominators of the overhead factors."""
 
     def __init__(self, counter: CountingField, problem: Problem) -> None:
         self.counter = counter
@@ -160,14 +131,8 @@ class FieldTimer:
         torch.autograd.grad(out, [y, *self.params], self.cotangent, allow_unused=True)
 
     def chained_block(self, calls: int) -> float:
-        """Seconds per evaluation over ``calls`` evaluations chained by one axpy each.
-
-        Each evaluation takes the state the last one left, ``y <- y + eps f(t, y)``
-        with a tiny ``eps``: the least that any solver making ``calls`` evaluations
-        does. Over :meth:`block` it adds the axpy and the wait for each result before
-        the next call, so ``chained / alone`` is the practical limit of the forward
-        overhead factor on this machine (the physical limit being 1.0).
-        """
+        """Seconds per evaluation over ``calls`` evaluations chained by one axpy each,
+        ``y <- y + eps f(t, y)``: the least any solver pays per evaluation."""
         self.counter.nfe = 0
         y = self.y0
 
@@ -188,10 +153,8 @@ class FieldTimer:
         return elapsed
 
     def evaluation_times(self, *, block_s: float = 0.02, blocks: int = 7) -> tuple[float, float]:
-        """Seconds for one evaluation of the field alone, and for one evaluation plus
-        its VJP: medians over ``blocks`` blocks of about ``block_s`` seconds each. The
-        field's count is reset afterwards.
-        """
+        """Seconds of one evaluation alone and with its VJP: medians over ``blocks`` blocks
+        of about ``block_s`` seconds each."""
         with torch.no_grad():
             eval_s = _per_call(self.evaluate, block_s, blocks)
         vjp_s = _per_call(self.evaluate_vjp, block_s, blocks)
@@ -204,21 +167,9 @@ class ReplayError(RuntimeError):
 
 
 class Tape(nn.Module):
-    """One forward run of a library, recorded for replay: it stands in for the field and
-    returns the run's outputs, in their order.
-
-    A forward solve of the tape takes exactly the steps the solve of the field took
-    (each evaluation returns what the field returned there), while an evaluation costs
-    no more than handing back a tensor. Its time is the solver's own time: not an
-    estimate from subtracting evaluation times, and without the field's effect on the
-    solver's work around it (caches, threads), nor the solver's on the field's.
-
-    Args:
-        outputs: the field's outputs, in the order of the recorded run's calls.
-        field: the field they came from, never called: held so that the tape has the
-            field's parameters, as libraries that look for them expect.
-        y1: the recorded run's ``y(t1)``.
-    """
+    """A recorded forward run that stands in for the field, handing back its outputs in
+    order, so that a solve of it times the solver alone (docs/odebench/index.md). ``field``
+    is never called: it lends the tape its parameters, which some libraries look for."""
 
     def __init__(self, outputs: list[Tensor], field: nn.Module, y1: Tensor) -> None:
         super().__init__()
@@ -268,9 +219,7 @@ def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) 
     """Seconds of one forward solve of ``tape`` instead of the field: the solver alone.
 
     Raises:
-        ReplayError: when the replay makes another number of evaluations than the
-            recorded run, or ends at another ``y(t1)`` (bit for bit): a library that
-            changes the field's outputs in place, or is not deterministic.
+        ReplayError: the replay made other evaluations or ended at another ``y(t1)``.
     """
     y0 = problem.y0.detach().clone()
     tape.position = 0
