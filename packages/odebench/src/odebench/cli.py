@@ -1,12 +1,7 @@
 """The ``odebench`` command line (``odebench --help`` lists its sub-commands and options).
 
-``python -m odebench`` is the same command, and
-``torchrun --nproc_per_node=N -m odebench train ...`` trains on N processes.
-Usage errors exit with status 2 and one line on stderr. Every option's help gives
-its default. Only the sub-command named on the command line gets its arguments, whose
-help lists the registries (models, data sets, ...) and reads the defaults from where
-they live, modules that import torch: ``odebench --help`` and ``--version`` import no
-torch and answer at once.
+Only the sub-command named on the command line gets its arguments, whose help reads
+the registries and defaults from modules that import torch; ``--help`` imports none.
 """
 
 from __future__ import annotations
@@ -122,12 +117,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, with ``(default: ...)`` after each option that has a default.
-
-    As :class:`argparse.ArgumentDefaultsHelpFormatter` does, but flags (off unless
-    given) are left alone, and so is an option whose help states its default in its
-    own words, as those whose default is computed (``None``) do.
-    """
+    """``(default: ...)`` after each option's help, but for flags, ``None`` defaults and a
+    help that states its default itself."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -170,9 +161,8 @@ def _from_args(config: type[_Config], args: argparse.Namespace, **given: Any) ->
     return config(**{n: getattr(args, n) for n in names if hasattr(args, n)}, **given)
 
 
-# The arguments of each sub-command. Their help names what the registries hold and the
-# defaults of the configurations, whose modules import torch (seconds): each function
-# imports them, and runs only for the sub-command named on the command line.
+# The arguments of each sub-command: each function imports what its help names (torch),
+# and runs only for the sub-command named on the command line.
 
 
 def _run_arguments(run: argparse.ArgumentParser) -> None:
@@ -201,10 +191,14 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     )
 
 
-def _report_arguments(report: argparse.ArgumentParser) -> None:
-    report.add_argument(
+def _run_dirs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="the folder of an `odebench run`"
     )
+
+
+def _report_arguments(report: argparse.ArgumentParser) -> None:
+    _run_dirs(report)
     report.add_argument(
         "--out", type=Path, default=Path("reproductions.md"), metavar="PATH",
         help="the page to write",
@@ -228,9 +222,7 @@ def _download_arguments(download: argparse.ArgumentParser) -> None:
 
 
 def _publish_arguments(publish: argparse.ArgumentParser) -> None:
-    publish.add_argument(
-        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="the folder of an `odebench run`"
-    )
+    _run_dirs(publish)
     publish.add_argument(
         "--to", type=Path, required=True, metavar="DEST",
         help="the directory that receives one sub-directory per run",
@@ -270,9 +262,8 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
 def _add_common(
     parser: argparse.ArgumentParser, config: type, *, epochs: str = "", out: str
 ) -> None:
-    """Add the options of ``run`` and ``train``, with the defaults of ``config``'s fields;
-    the help names what sets the epochs (``epochs``: when the default is ``None``) and the
-    output directory (``out``) when none is given."""
+    """Add the options of ``run`` and ``train`` with ``config``'s defaults; ``epochs`` and
+    ``out`` name, in the help, what sets the epochs and the folder when not given."""
     from .training import MAX_SEED, check_device
 
     def device(text: str) -> str:
@@ -313,11 +304,8 @@ def _add_common(
 def _count(
     parser: argparse.ArgumentParser, config: type, name: str, help: str, resolved: str = ""
 ) -> None:
-    """Add ``--NAME N``, a positive integer: the field ``name`` of ``config``, with its default.
-
-    ``resolved`` names the property that gives the number when the field is unset
-    (``None``); the help then names it without and with ``--quick``.
-    """
+    """Add ``--NAME N``, the positive field ``name`` of ``config``; ``resolved``: the property
+    whose value, without and with ``--quick``, the help gives as the default."""
     if resolved:
         full, quick = (getattr(c, resolved) for c in (config(), config(quick=True)))
         help += f" (default: {full}; with --quick: {quick})"
@@ -330,9 +318,8 @@ def _count(
 def _benchmark_arguments(
     parser: argparse.ArgumentParser, config: type, *, quick: str, repeats: str, plot: bool = False
 ) -> None:
-    """Add the options of every benchmark: ``--quick`` (``quick`` says what it runs),
-    ``--json``, with ``plot`` ``--plot``, ``--threads`` and ``--repeats`` (``repeats``
-    says what is repeated), the last two fields of ``config``."""
+    """Add every benchmark's options: ``--quick``, ``--json``, with ``plot`` ``--plot``, and
+    ``config``'s ``--threads`` and ``--repeats``; ``quick`` and ``repeats`` are their help."""
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
@@ -429,13 +416,8 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> int:
 
 
 def _guarded(parser: argparse.ArgumentParser, job: Callable[[], object]) -> int:
-    """Run a training job; turn its expected failures into an exit status and one line.
-
-    2: bad input (unknown name, missing data, an existing run, a folder in use, a
-    resume with changed settings, a bad checkpoint) or a file that cannot be written
-    (a full disk; every file of the run stays whole); 130: interrupted
-    (after a checkpoint, or by a second Ctrl-C without one); 1: training failed.
-    """
+    """Run a training job; its expected failures become one line and an exit status (2: bad
+    input or a file not written, 130: interrupted, 1: training failed)."""
     from ._io import WriteError
     from .training import Interrupted, RunExistsError, TrainingFailedError
 
@@ -482,12 +464,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _run_all(parser: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> int:
-    """Run the experiments ``names`` one after the other, each into its folder of --out.
-
-    A failed experiment does not stop the others (status 1 at the end); an interrupted
-    one (Ctrl-C, SIGTERM: status 130) stops them all at once, with a line naming those
-    not run.
-    """
+    """Run the experiments ``names``, each into its folder of --out; a failure does not stop
+    the others (status 1), an interruption stops all (130), naming those not run."""
     failed: list[str] = []
     for i, name in enumerate(names):
         try:
@@ -506,9 +484,8 @@ def _run_all(parser: argparse.ArgumentParser, args: argparse.Namespace, names: l
     return 1 if failed else 0
 
 
-#: What marks a run's folder, each pair together: an experiment's results and report,
-#: a training's configuration with its checkpoint or its lock. (A lock alone is not
-#: enough: pytest's numbered temporary folders hold a ``.lock`` too.)
+#: What marks a run's folder, each pair together (pytest's temporary folders hold a
+#: ``.lock`` too).
 _RUN_MARKS = (
     ("results.json", "report.md"),
     ("config.json", "checkpoint.pt"),
@@ -656,9 +633,8 @@ def _benchmark(
     *,
     draw: Callable[[JsonObject, Path], object] | None = None,
 ) -> int:
-    """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json,
-    and with ``draw`` the figure to --plot (after the JSON, which a failure to draw
-    cannot lose)."""
+    """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json, then
+    with ``draw`` the figure to --plot (a failure to draw cannot lose the JSON)."""
     figure: Path | None = args.plot if draw is not None else None
     if args.json is not None:
         _check_output(parser, args.json)
@@ -684,9 +660,8 @@ def _benchmark(
 
 
 class _Command(NamedTuple):
-    """A sub-command: its line in the list of commands, its description, the function
-    that adds its arguments (``None``: it takes none), and the one that runs it with its
-    parser and arguments and returns the exit status (``None``: it has sub-commands)."""
+    """A sub-command: its help line, its description, what adds its arguments, and what runs
+    it and returns the exit status (``None``: it has sub-commands)."""
 
     help: str
     description: str
@@ -781,8 +756,8 @@ def _add_commands(
     prefix: str,
     commands: Collection[str] | None,
 ) -> dict[str, argparse.ArgumentParser]:
-    """Give ``parent`` the sub-commands of ``table``, each with its help, and with its
-    arguments if ``commands`` names it (as ``prefix`` + its name; ``None``: all)."""
+    """Give ``parent`` the sub-commands of ``table``, with their arguments where ``commands``
+    names them (as ``prefix`` + the name; ``None``: all)."""
     subparsers = parent.add_subparsers(dest=dest, metavar=metavar)
     parsers = {}
     for name, command in table.items():
@@ -795,10 +770,8 @@ def _add_commands(
 
 
 def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of the command line, where only the sub-commands in ``commands`` (as
-    :func:`_named` returns them; ``None``: all) get their arguments (see the module's
-    docstring). Its namespace holds the sub-command's parser as ``command_parser`` and
-    the function that runs it as ``run``."""
+    """The parser, where only the sub-commands in ``commands`` (``None``: all) get their
+    arguments; its namespace holds the sub-command's ``command_parser`` and ``run``."""
     parser = _Parser(
         prog="odebench",
         description="Benchmarks for continuous-depth networks.",
@@ -816,9 +789,8 @@ def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _named(argv: Sequence[str]) -> frozenset[str]:
-    """The sub-command that ``argv`` names, as :func:`_parser` takes it: its first word
-    that is no option (``odebench`` itself takes none with a value), and after ``perf``
-    the next one.
+    """The sub-command that ``argv`` names: its first word that is no option, and after
+    ``perf`` the next one.
 
     Example:
         >>> sorted(_named(["--help"])), sorted(_named(["train", "--model", "odenet"]))
