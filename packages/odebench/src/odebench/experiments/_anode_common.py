@@ -60,7 +60,7 @@ def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> Tr
 
 
 def epoch_numbers(
-    trained: Trained, final: Mapping[str, str], extra: Mapping[str, float | None] | None = None
+    trained: Trained, final: Mapping[str, str], extra: Mapping[str, float | None]
 ) -> Measurement:
     """The last epoch's ``{metric: column}`` of ``final``, the NFE of the first and last
     epoch, and ``extra``; details: the ``curve`` of those columns per epoch."""
@@ -71,7 +71,7 @@ def epoch_numbers(
             **{metric: rows[-1][column] for metric, column in final.items()},
             NFE_FIRST.key(): rows[0]["nfe_forward"],
             NFE_LAST.key(): rows[-1]["nfe_forward"],
-            **(extra or {}),
+            **extra,
         },
         {"curve": [{k: row[k] for k in dict.fromkeys(keys)} for row in rows]},
     )

@@ -263,15 +263,9 @@ def _slice_panels(result: Result[ToySettings]) -> list[Lines | Bars]:
         label: [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
         for metric, label in ((TRAIN_MSE, "train"), (SLICE_MSE, "held-out slice"))
     }
+    styles = {**CLASSES, left_out: Style(".", "k")}
     return [
-        Lines(
-            "training points and the held-out slice",
-            "x1",
-            "x2",
-            points,
-            {**CLASSES, left_out: Style(".", "k")},
-            equal=True,
-        ),
+        Lines("training points and the held-out slice", "x1", "x2", points, styles, equal=True),
         Bars(
             "train against held-out slice (Fig. 9)",
             "MSE",
