@@ -23,20 +23,15 @@ from ._claims import Claim
 from ._metrics import Metric
 from ._pendulum_model import Field, fit_slope, global_error, mlp_field, rollout, step
 from ._result import Result
+from ._run_files import first_model
 from ._runner import register_template
-from ._tables import Col, Row, Table
+from ._tables import Col, Table, by_run
 from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
-SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")
-"""The schemes trained, by their names in :data:`odecore.FIXED_METHODS`."""
+SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")  # names of odecore.FIXED_METHODS
 
 LABELS = {"euler": "Euler (ResNet)", "midpoint": "Midpoint", "rk4": "RK4"}
-
-DT_FACTORS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
-"""The evaluation steps ``dt'`` as multiples of the training step ``dt`` (the default)."""
-
-FINE_FACTOR = 1.0 / 32.0
-"""The step of the fine RK4 reference rollout of each learned field, over ``dt``."""
+DT_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)  # the evaluation steps dt' over dt (default)
 
 # The bounds of the claims' ratios of errors (the text says what each ratio is).
 FLAT = 0.5  # the Euler model's error at the finest dt' over that at dt, at least
@@ -62,37 +57,21 @@ SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
 
 @dataclasses.dataclass(frozen=True)
 class PendulumSettings(Settings):
-    """The sizes of one run of the experiment: an epoch is a pass over all consecutive
-    pairs, a batch of pairs is one Adam step, and ``lr`` is cosine-annealed to ``lr / 100``.
-    (Not :class:`~odebench.experiments.TrainingSettings`: its data are counted in trajectories.)
-
-    Args:
-        epochs: passes over the training pairs.
-        batch_size: pairs per Adam step.
-        lr: Adam's initial learning rate.
-        dt: the training time step (the sample spacing of the data).
-        n_train: training trajectories.
-        steps: samples per training trajectory, minus one.
-        noise: standard deviation of the Gaussian noise on the training states.
-        hidden: width of the two hidden layers of the MLP vector field.
-        n_test: held-out clean initial states for the evaluation.
-        horizon: the length of the evaluation rollouts (a multiple of ``2 dt``).
-        dt_factors: the evaluation steps over ``dt``, increasing; one of them is 1.
-        fine_factor: the step of the fine RK4 rollouts over ``dt``.
-    """
+    """The sizes of one mode (the docs page tables them). An epoch is a pass over every
+    consecutive pair of the training trajectories; ``lr`` is cosine-annealed to ``lr / 100``."""
 
     epochs: int
-    batch_size: int
+    batch_size: int  # pairs per Adam step
     lr: float
-    dt: float
-    n_train: int
-    steps: int
-    noise: float
-    hidden: int
-    n_test: int
-    horizon: float
-    dt_factors: tuple[float, ...] = DT_FACTORS
-    fine_factor: float = FINE_FACTOR
+    dt: float  # the training time step, the sample spacing of the data
+    n_train: int  # training trajectories
+    steps: int  # samples per training trajectory, minus one
+    noise: float  # std of the Gaussian noise on the training states
+    hidden: int  # width of the MLP's two hidden layers
+    n_test: int  # held-out clean initial states
+    horizon: float  # the length of the evaluation rollouts, a multiple of max(dt_factors) dt
+    dt_factors: tuple[float, ...] = DT_FACTORS  # increasing, with 1.0
+    fine_factor: float = 1.0 / 32.0  # the step of the fine RK4 rollouts over dt
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -189,7 +168,7 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     """The metrics declared above of one trained model: its errors with its scheme at
     each ``dt'``, read every ``dt * max(dt_factors)`` (which every ``dt'`` hits), against
     the truth and against its own limit (a fine RK4 rollout, whose error is the field's),
-    and the slopes. Saves the field for the phase portraits."""
+    and the slopes."""
     s, scheme = setup.settings, trained.run.name
     model = trained.load()
     _, y0, truth = _data(s, trained.seed)
@@ -205,8 +184,6 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     own = [global_error(ys, fine) for ys in rollouts]
     dts = [s.dt * f for f in s.dt_factors]
     refine = s.dt_factors.index(1.0) + 1
-    trained.dir.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), trained.dir / "field.pt")
     metrics = {
         TRAIN_MSE.key(): trained.history[-1][TRAIN_MSE.key()],
         TRAIN_SECONDS.key(): trained.seconds,
@@ -270,12 +247,8 @@ def tables(setup: Setup[PendulumSettings]) -> dict[str, Table]:
         Col("slope (dt' <= dt)", SLOPE_REFINE),
         Col("slope against own limit", SLOPE_VS_OWN_LIMIT),
     ]
-    paper = dict.fromkeys((col.header for col in columns), "not published")
-    rows = [
-        *(Row(LABELS[scheme], scheme) for scheme in SCHEMES),
-        Row("published (paper)", text=paper),
-    ]
-    return {"errors": Table("model", rows, columns)}
+    paper = {"": dict.fromkeys((col.header for col in columns), "not published")}
+    return {"errors": by_run("model", {**LABELS, "": "published (paper)"}, columns, paper)}
 
 
 def words(result: Result[PendulumSettings]) -> dict[str, object]:
@@ -315,8 +288,7 @@ def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
     _, y0, truth = _data(s, setup.seeds[0])
     panels = []
     for scheme in SCHEMES:
-        field = mlp_field(s.hidden)
-        field.load_state_dict(torch.load(setup.run_dir(scheme, setup.seeds[0]) / "field.pt"))
+        field = first_model(setup, scheme, functools.partial(mlp_field, s.hidden))
         curves = [
             (f"dt' = {s.dt * factor:g}", fmt, _rollout(field, y0[:3], s, factor, scheme))
             for factor, fmt in ((1.0, "-"), (min(s.dt_factors), "--"))

@@ -1,6 +1,5 @@
-"""The pendulum experiment's model and measures: a small MLP vector field
-(:func:`mlp_field`) stepped by a fixed-step scheme (:func:`step`, :func:`rollout`), and
-the errors of its rollouts (:func:`global_error`, :func:`fit_slope`)."""
+"""The pendulum experiment's model, an MLP field stepped by a fixed-step scheme, and the
+errors of its rollouts."""
 
 from __future__ import annotations
 
