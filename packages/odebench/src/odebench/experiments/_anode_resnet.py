@@ -48,12 +48,8 @@ SECONDS = Metric("train_seconds", spec=".0f")
 
 @dataclass(frozen=True, kw_only=True)
 class ResnetSettings(TrainingSettings):
-    """The training of every run of one mode; ``train_size`` and ``test_size`` points per
-    task, at least a batch of training points.
-
-    Args:
-        record_every: iterations per point of the loss curve (the mean batch loss over them).
-    """
+    """The training of every run of one mode, its sizes per task; ``record_every``: the
+    iterations per point of the loss curve."""
 
     train_size: int
     test_size: int

@@ -44,11 +44,7 @@ SLICE_MSE = Metric("slice_mse", spec=".3f")
 
 @dataclass(frozen=True, kw_only=True)
 class ToySettings(TrainingSettings):
-    """The runs of one mode (``epochs`` and the rest also train the slice test).
-
-    Args:
-        slice_points: points drawn for the slice test, before the slice is removed.
-    """
+    """The runs of one mode, the slice test's too; ``slice_points``: the points it draws."""
 
     slice_points: int
 
