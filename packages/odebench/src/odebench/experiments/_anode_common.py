@@ -161,7 +161,8 @@ def floor_claim(text: str, published: str, train_mse: Metric, slack: float, spec
 
 
 def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
-    """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``."""
+    """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``:
+    ``(len(ts), N, d + p)``."""
     layer = ode_layers(model)[0]
     saved = layer.ts
     layer.ts = ts
