@@ -34,19 +34,19 @@ IMAGES_PER_SECOND = Metric("images_per_second", spec=".0f")
 TRAIN_SECONDS = Metric("train_seconds", spec=".1f")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QuickstartSettings(Settings):
     """The toy NODE and ANODE (Adam, lr 3e-3, batch 64) and the image run (SGD, lr 0.1):
-    the epochs and the training and test sizes of each (``None``: all), and the image run's
-    batch."""
+    the epochs and the training and test sizes of each (``None``, the default: all), and the
+    image run's batch."""
 
     toy_epochs: int
-    toy_train_size: int | None
-    toy_test_size: int | None
+    toy_train_size: int | None = None
+    toy_test_size: int | None = None
     image_epochs: int
     image_batch_size: int
-    image_train_size: int | None
-    image_test_size: int | None
+    image_train_size: int | None = None
+    image_test_size: int | None = None
 
 
 MODES = {
@@ -55,14 +55,8 @@ MODES = {
         image_epochs=1, image_batch_size=32, image_train_size=256, image_test_size=256,
     ),
     # A few minutes on a 2-core CPU: 3 seeds, the ODE-Net two epochs on the digits.
-    "standard": QuickstartSettings(
-        seeds=3, toy_epochs=15, toy_train_size=None, toy_test_size=None,
-        image_epochs=2, image_batch_size=64, image_train_size=None, image_test_size=None,
-    ),
-    "full": QuickstartSettings(
-        seeds=5, toy_epochs=30, toy_train_size=None, toy_test_size=None,
-        image_epochs=10, image_batch_size=64, image_train_size=None, image_test_size=None,
-    ),
+    "standard": QuickstartSettings(seeds=3, toy_epochs=15, image_epochs=2, image_batch_size=64),
+    "full": QuickstartSettings(seeds=5, toy_epochs=30, image_epochs=10, image_batch_size=64),
 }  # fmt: skip
 
 
@@ -92,57 +86,50 @@ def _image_data(setup: Setup[QuickstartSettings]) -> Data:
         return Data("mnist", "MNIST, not found on this machine, downloaded")
     except DataError:
         places = [str(p) for p in ([Path(data_dir)] if data_dir else search_paths())]
+    spirals = "the toy ANODE on two nested spirals instead"
     setup.log(
         f"no MNIST in {', '.join(places)} and the download failed (get it with "
-        "`odebench download mnist`, or give --data-dir DIR); the toy ANODE on two "
-        "nested spirals instead"
+        f"`odebench download mnist`, or give --data-dir DIR); {spirals}"
     )
-    return Data(
-        "spirals",
-        "no MNIST on this machine and the download failed; the toy ANODE on two "
-        "nested spirals instead",
-    )
+    return Data("spirals", f"no MNIST on this machine and the download failed; {spirals}")
 
 
 def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
-    """The toy NODE and ANODE on g(x), then an ODE-Net on the image set found."""
-    s = setup.settings
-    toy = [
-        Run(
-            name,
-            config=TrainConfig(
-                model=model,
-                dataset="annuli-1d",
-                epochs=s.toy_epochs,
-                batch_size=64,
-                optimizer="adam",
-                lr=3e-3,
-                train_size=s.toy_train_size,
-                test_size=s.toy_test_size,
-                seed=seed,
-            ),
-        )
-        for name, model in TOY
-    ]
-    return [*toy, Run("image", config=_image_config(setup, seed))]
-
-
-def _image_config(setup: Setup[QuickstartSettings], seed: int) -> TrainConfig:
-    """An ODE-Net on MNIST, or the toy ANODE on the spirals without it."""
+    """The toy NODE and ANODE on g(x), then an ODE-Net on MNIST, or without it the toy
+    ANODE on the spirals."""
     s, data = setup.settings, _image_data(setup)
-    digits = data.dataset == "mnist"
-    return TrainConfig(
-        model="odenet" if digits else "toy-anode",
-        dataset=data.dataset,
-        epochs=s.image_epochs if digits else s.toy_epochs,
-        batch_size=s.image_batch_size if digits else 64,
-        optimizer="sgd" if digits else "adam",
-        lr=0.1 if digits else 1e-2,
-        milestones=() if digits else (2 * s.toy_epochs // 3,),
-        train_size=s.image_train_size if digits else None,
-        test_size=s.image_test_size if digits else None,
+    toy = functools.partial(
+        TrainConfig,
+        epochs=s.toy_epochs,
+        batch_size=64,
+        optimizer="adam",
         seed=seed,
+        train_size=s.toy_train_size,
+        test_size=s.toy_test_size,
     )
+    if data.dataset == "mnist":
+        image = TrainConfig(
+            model="odenet",
+            dataset="mnist",
+            epochs=s.image_epochs,
+            batch_size=s.image_batch_size,
+            optimizer="sgd",
+            lr=0.1,
+            train_size=s.image_train_size,
+            test_size=s.image_test_size,
+            seed=seed,
+        )
+    else:
+        image = toy(
+            model="toy-anode",
+            dataset="spirals",
+            lr=1e-2,
+            milestones=(2 * s.toy_epochs // 3,),
+            train_size=None,
+            test_size=None,
+        )
+    toys = [Run(name, config=toy(model=model, dataset="annuli-1d", lr=3e-3)) for name, model in TOY]
+    return [*toys, Run("image", config=image)]
 
 
 def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
@@ -208,13 +195,8 @@ def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
     if image["dataset"] != "mnist":
         return Prose.of("quickstart.md").part("spirals", **TOY_SIZES, epoch=2 * s.toy_epochs // 3)
     train, test = image.get("train_images"), image.get("test_images")
-    subset = (
-        f" (a subset: MNIST has {MNIST_SPLIT[0]:,} and {MNIST_SPLIT[1]:,})"
-        if train is not None
-        and test is not None
-        and (train < MNIST_SPLIT[0] or test < MNIST_SPLIT[1])
-        else ""
-    )
+    full = train is None or test is None or (train >= MNIST_SPLIT[0] and test >= MNIST_SPLIT[1])
+    subset = "" if full else f" (a subset: MNIST has {MNIST_SPLIT[0]:,} and {MNIST_SPLIT[1]:,})"
     fields = {"train": train, "test": test, "subset": subset, "batch": s.image_batch_size}
     return Prose.of("quickstart.md").part("mnist", **fields)
 
