@@ -47,27 +47,21 @@ LABELS = {"vanilla": "vanilla NODE", "galerkin": "Galerkin (Fourier)",
           "adaptive_depth": "adaptive depth"}  # fmt: skip
 """The five vector fields compared, in the order of the tables and figures, and their names."""
 MODELS = tuple(LABELS)
-COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
-STYLES = {LABELS[kind]: Style("-", color) for kind, color in zip(MODELS, COLORS)}
-"""Each model's line in the figures."""
+STYLES = {label: Style("-") for label in LABELS.values()}  # lines in the colours' order
 TASKS = ("reflection", "annuli")  # the 1-D reflection and the 2-D concentric annuli
 BASES = {"galerkin": basis.Fourier(modes=2), "stacked": basis.PiecewiseConstant(pieces=3)}
 """The depth-varying fields' bases: 5 Fourier functions of depth, and 3 constant pieces."""
 
 TRAIN = {name: Metric(name, spec=".3f") for name in ("loss", "accuracy", "l1_bound")}
-"""On the training points: the final full-batch loss, the annuli's accuracy (the sign of the
-prediction against the label), the reflection's L1-median bound (:func:`l1_median_bound`)."""
+"""On the training points: the final loss, the annuli's accuracy, the reflection's bound."""
 HELD_OUT = {name: Metric(f"test_{name}", spec=".3f") for name in TRAIN}
 """The same on as many held-out points, drawn afresh: what the claims are judged on."""
 NFE = Metric("nfe", spec=".0f")  # the forward evaluations on the training points
 SECONDS = Metric("seconds")
 
-AT_BOUND = 0.95
-"""A 1-D flow "stays at the bound" when its L1 loss is at least this times the bound."""
+AT_BOUND = 0.95  # the claims' thresholds, which their details in the text explain
 WELL_BELOW = 0.2
-"""A model "learns the reflection" when its L1 loss is below this times the bound."""
 FITS = 0.95
-"""A model "solves the annuli" when its accuracy on held-out points is at least this."""
 
 PUBLISHED = {
     "reflection": {"vanilla": "fails (figure; no number)", "galerkin": "fails (figure; no number)",
@@ -82,9 +76,8 @@ PUBLISHED = {
 
 @dataclass(frozen=True)
 class DepthSettings(Settings):
-    """The sizes of one mode: of each task, the points (the annuli's a third inside), the
-    full-batch Adam steps and their learning rate; dopri5's ``rtol = atol = tol``; the points
-    per side of the decision-boundary figure's ``grid``."""
+    """Of each task, the points, full-batch Adam steps and learning rate; dopri5's
+    ``rtol = atol = tol``; the points per side of the decision-boundary figure's ``grid``."""
 
     reflection_points: int
     reflection_iterations: int
@@ -111,18 +104,15 @@ MODES = {
 
 
 def l1_median_bound(targets: Tensor) -> float:
-    """The least L1 loss of any nondecreasing map fitted to the reflection's ``(n, 1)``
-    targets ``y = -x``: ``mean |y - median(y)|``, about 0.5 for points uniform in ``[-1, 1]``.
-    A 1-D Neural ODE without data control is such a map: its trajectories cannot cross.
-    """
+    """The least L1 loss of any nondecreasing map (a 1-D flow) fitted to the reflection's
+    ``(n, 1)`` targets: ``mean |y - median(y)|``."""
     y = targets.reshape(-1).to(torch.float64)
     return float((y - y.median()).abs().mean())
 
 
 def build(kind: str, dim: int, tol: float) -> nn.Module:
-    """The ODE layer of ``kind`` (one of :data:`MODELS`) on states of size ``dim``: one
-    hidden tanh layer of 32 units (16 for the depth-varying ones, whose parameters are
-    multiplied by the basis size), dopri5 at ``rtol = atol = tol``, backprop through it.
+    """The ODE layer of ``kind`` (one of :data:`MODELS`, the docs page's table of models) on
+    states of size ``dim``, dopri5 at ``rtol = atol = tol``, backprop through it.
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -253,9 +243,7 @@ CLAIMS = [
           ("data_control", "Sec. 5.3: a data-controlled NODE solves the 2-D annuli"),
       )),
 ]  # fmt: skip
-"""The claims, judged on held-out points: the reflection's L1 loss over its L1-median bound
-stays at the bound, or falls well below it; the annuli's accuracy fits (the claims'
-details, in the text)."""
+"""The claims, judged on held-out points (their details, in the text)."""
 
 
 def tables(setup: Setup[DepthSettings]) -> dict[str, Table]:
@@ -300,21 +288,22 @@ def _loss_panel(result: Result[DepthSettings], task: str) -> Lines:
     return seed_lines(task, "Adam step", ylabel, runs, "loss", styles=STYLES, yscale="log")
 
 
-def _trajectory(layer: nn.Module, x: Tensor, steps: int) -> tuple[Tensor, Tensor]:
-    """States ``(steps, N)`` of a 1-D ODE layer at ``steps`` depths, and those depths."""
+def _paths(layer: nn.Module, x: Tensor) -> dict[str, list[Point]]:
+    """The state of a 1-D ODE layer over depth from each input, as ``_<i>``: ``(t, z(t))``."""
     node = layer.node if isinstance(layer, AdaptiveDepthNODE) else layer
     assert isinstance(node, NeuralODE)
-    s = torch.linspace(0.0, 1.0, steps)
+    s = torch.linspace(0.0, 1.0, 41)
     saved, node.ts = node.ts, s.tolist()
     try:
         with torch.no_grad():
             z: Tensor = layer(x)[..., 0]
     finally:
         node.ts = saved
+    depths = s[:, None].expand_as(z)
     if isinstance(layer, AdaptiveDepthNODE):  # each sample's curve ends at its own depth
         assert layer.depth is not None
-        return z, s[:, None] * layer.depth.detach()[None, :]
-    return z, s[:, None].expand_as(z)
+        depths = s[:, None] * layer.depth.detach()[None, :]
+    return {f"_{i}": list(zip(depths[:, i].tolist(), z[:, i].tolist())) for i in range(len(x))}
 
 
 def _reflection_panels(result: Result[DepthSettings]) -> list[Lines]:
@@ -330,11 +319,7 @@ def _reflection_panels(result: Result[DepthSettings]) -> list[Lines]:
     panels = []
     for kind in MODELS:
         layer = _load(result, "reflection", kind)
-        z, depths = _trajectory(layer, x, 41)
-        paths = {
-            name: list(zip(depths[:, i].tolist(), z[:, i].tolist())) for i, name in enumerate(signs)
-        }
-        panels.append(Lines(LABELS[kind], "depth t", "z(t)", paths, signs, legend=None))
+        panels.append(Lines(LABELS[kind], "depth t", "z(t)", _paths(layer, x), signs, legend=None))
         with torch.no_grad():
             maps[LABELS[kind]] = list(zip(grid[:, 0].tolist(), layer(grid)[:, 0].tolist()))
     maps["-x"] = list(zip(grid[:, 0].tolist(), (-grid[:, 0]).tolist()))  # on top, seen through
