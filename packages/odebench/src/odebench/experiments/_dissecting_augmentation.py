@@ -53,25 +53,18 @@ NFE = Metric("nfe_forward", spec=".1f", label="NFE at convergence")
 """The forward NFE per training batch in the last epoch: the poster's "NFE"."""
 NFE_FIRST = Metric("nfe_first", spec=".1f")
 PARAMETERS = Metric("parameters", spec=",.0f")
-OURS = {"acc": ACCURACY, "nfe": NFE, "params": PARAMETERS}
-"""Our metric of each of the poster's keys."""
+OURS = {"acc": ACCURACY, "nfe": NFE, "params": PARAMETERS}  # by the poster's keys
 
-NEAR_BEST = 0.01
-"""IL-NODE "performs best" when its accuracy is within this of the best model's."""
-POSTER_PARAMS = 0.05
-"""Our parameter counts match the poster's when within this fraction."""
+NEAR_BEST = 0.01  # IL-NODE "performs best" within this of the best model's accuracy
+POSTER_PARAMS = 0.05  # our parameter counts "match" the poster's within this fraction
 SMALL_GAP = {"acc": NEAR_BEST, "nfe": 5.0}
 """The poster's gaps the report calls small: rounded means, an order this close may not repeat."""
 TRAINED = {"mnist": 0.90}
-"""``{data set: test accuracy}`` every model must reach before the table is read (the
-poster's lowest on MNIST is 96.8%): a comparison holds on a seed only when the models
-it compares reach it there. None on CIFAR-10, whose poster accuracies are 59-73%."""
+"""``{data set: test accuracy}`` that the models a claim compares must reach on a seed."""
 THRESHOLDS = {"bar": TRAINED["mnist"], "near_best": NEAR_BEST * 100, "within": POSTER_PARAMS}
 """The thresholds as the claims' details in the text name them."""
-NOTEBOOK_TOL = 1e-4
-"""dopri5's ``rtol = atol`` in the authors' notebooks."""
+NOTEBOOK_TOL = 1e-4  # dopri5's rtol = atol in the authors' notebooks
 TEXT = "dissecting-augmentation.md"
-"""The report's text; a data set's section and the paragraphs the result chooses from."""
 
 
 @dataclass(frozen=True)
@@ -337,20 +330,17 @@ def words(result: Result[AugmentationSettings]) -> dict[str, object]:
     }  # fmt: skip
 
 
-POSTER_PANELS = (("acc", 100.0, "test accuracy, %"), ("nfe", 1.0, "NFE at convergence"),
-                 ("params", 1e-3, "parameters, thousands"))  # fmt: skip
-"""The figure's panels of each data set: the poster's key, its scale and its label."""
-
-
 def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:
     """Per data set: accuracy, NFE and parameters of the four models, ours and the poster's."""
+    panels = (("acc", 100.0, "test accuracy, %"), ("nfe", 1.0, "NFE at convergence"),
+              ("params", 1e-3, "parameters, thousands"))  # fmt: skip
     return [
         Bars(f"{data_name(dataset)}: {label}", label, list(SHORT.values()), series={
             "ours": [(result.stat(OURS[key].of(f"{dataset}/{n}")).mean or 0.0) * scale
                      for n in MODELS],
             "poster": [PUBLISHED[dataset][n][key] * scale for n in MODELS],
         })
-        for dataset in _trained(result.setup) for key, scale, label in POSTER_PANELS
+        for dataset in _trained(result.setup) for key, scale, label in panels
     ]  # fmt: skip
 
 
