@@ -26,21 +26,14 @@ def _draw_device(images: Tensor, generator: torch.Generator | None) -> torch.dev
 def random_crop(
     images: Tensor, *, padding: int = 4, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Pad each image with zeros, then crop it back to its size at a random offset.
-
-    Each image gets its own offset, uniform in ``0 .. 2 * padding`` in each direction,
-    so its content moves by at most ``padding`` pixels and what moves in from the
-    border is zero. The crop is one gather over the whole batch (no loop over
-    images), on the device of ``images``.
+    """Pad each image with zeros, then crop it back to its size at a random offset of its own.
 
     Args:
         images: a batch ``(N, C, H, W)`` of any dtype (uint8 images before
             :meth:`Dataset.normalize`, so that the padding is black).
         padding: how many pixels to pad on each side; 0 returns ``images`` itself.
-        generator: the source of the offsets. A generator on another device than the
-            batch (a CPU generator for a CUDA batch) is fine: the offsets are drawn
-            on its device and moved. ``None`` uses the global generator of the
-            batch's device.
+        generator: the source of the offsets, drawn on its device and moved to the
+            batch's; ``None`` uses the global generator of the batch's device.
 
     Returns:
         The cropped batch, of the shape, dtype and device of ``images``.
@@ -110,14 +103,7 @@ def horizontal_flip(
 
 @dataclass(frozen=True)
 class Augment:
-    """A random crop and a horizontal flip, composed: the standard CIFAR augmentation.
-
-    ``Augment(crop_padding=4, flip=True)`` is the augmentation of the ResNet and
-    ContinuousNet CIFAR experiments (pad 4 and crop back to 32 x 32, flip half the
-    images). Calling it applies :func:`random_crop` (unless ``crop_padding`` is
-    ``None``), then :func:`horizontal_flip` with ``p = 0.5`` (if ``flip``), drawing
-    from the one generator in that order, so a seeded generator gives the same batch
-    every time.
+    """:func:`random_crop`, then :func:`horizontal_flip` with ``p = 0.5``, from one generator.
 
     Args:
         crop_padding: the padding of the random crop; ``None`` for no crop.
@@ -145,7 +131,7 @@ class Augment:
             )
 
     def __call__(self, images: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Augment a batch ``(N, C, H, W)``; see the class.
+        """Augment a batch ``(N, C, H, W)``.
 
         Args:
             images: the batch, on any device.

@@ -201,28 +201,11 @@ def _cifar_dir(root: Path, spec: _Cifar, files: tuple[str, ...]) -> Path:
 
 
 def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int = 10) -> Dataset:
-    """Load CIFAR-10 or CIFAR-100 from the "python version" batch files, safely.
-
-    CIFAR-10 is read from ``data_batch_1`` ... ``data_batch_5`` (training, 50,000
-    images) or ``test_batch`` (10,000); CIFAR-100 from ``train`` (50,000) or ``test``
-    (10,000), with its 100 fine labels. The files are looked for in ``root`` and in
-    ``root/cifar-10-batches-py`` (``root/cifar-100-python``), where the official
-    tarballs extract to; :func:`download` fetches them.
-
-    The batch files are Python 2 pickles, and unpickling can run arbitrary code. They
-    are read with an unpickler that builds only plain containers and numpy arrays:
-    the only globals it resolves are numpy's array reconstructor, ``numpy.ndarray``,
-    ``numpy.dtype`` and latin-1 ``_codecs.encode``. Anything else a file asks for is
-    refused with a :class:`DataError` before it could run.
-
-    Each row of ``data`` holds the red, green and blue 32 x 32 planes, each row-major;
-    it becomes one ``(3, 32, 32)`` image. ``mean`` and ``std`` are the per-channel
-    statistics of the training images on the [0, 1] scale: CIFAR-10 mean (0.4914,
-    0.4822, 0.4465), std (0.2470, 0.2435, 0.2616); CIFAR-100 mean (0.5071, 0.4865,
-    0.4409), std (0.2673, 0.2564, 0.2762).
+    """Load CIFAR-10 or CIFAR-100 from the "python version" batch files, running no pickled code.
 
     Args:
-        root: the directory holding the batch files, or the one above it.
+        root: the directory holding the batch files, or the one above their folder
+            (``cifar-10-batches-py``, ``cifar-100-python``).
         train: the training split or, with ``False``, the test split.
         classes: 10 for CIFAR-10, 100 for CIFAR-100.
 

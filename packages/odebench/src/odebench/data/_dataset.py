@@ -14,9 +14,7 @@ from ._inflate import CHUNK
 
 
 class DataError(ValueError):
-    """A data file is missing, corrupt or not what its loader expects.
-
-    The message names the file, what was expected and what was found.
+    """A data file is missing, corrupt or not what its loader expects; the message names it.
 
     Example:
         >>> import odebench.data
@@ -29,10 +27,9 @@ class DataError(ValueError):
 
 
 class DataNotFoundError(DataError, FileNotFoundError):
-    """A data file or directory does not exist.
+    """A data file or directory does not exist; also a :class:`FileNotFoundError`.
 
-    Both a :class:`DataError` and a :class:`FileNotFoundError`, so either ``except``
-    clause catches it. The message lists the files that were expected.
+    The message lists the files that were expected.
 
     Example:
         >>> import odebench.data
@@ -75,31 +72,21 @@ def listing(directory: Path, limit: int = 12) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """One split of a data set, held in memory as tensors.
-
-    Images are kept as ``torch.uint8`` (a quarter of the memory of float32, so that a
-    whole split can sit on the GPU); :meth:`normalize` turns a batch of them into
-    float32 when it is used. Toy sets hold float32 inputs directly.
-
-    Two data sets are equal only if they are the same object (``eq=False``): comparing
-    the tensors element by element is left to the caller.
+    """One split of a data set, held in memory as tensors; equal only to itself.
 
     Args:
         inputs: images ``(N, C, H, W)`` of dtype ``torch.uint8``; or, for the toy sets,
             float32 points ``(N, d)`` or trajectories ``(N, T, d)``.
         targets: class labels ``(N,)`` of dtype ``torch.int64``, or float32 regression
             targets ``(N, k)`` or ``(N, T, d)``.
-        name: the data set's name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``,
-            ``"cifar100"``, ``"annuli-1d"``, ``"annuli-2d"``, ``"reflection-1d"``,
-            ``"nested-spirals"``, ``"pendulum-dt0.1"``, ...
+        name: the data set's name, such as ``"mnist"`` or ``"annuli-2d"``.
         num_classes: the number of classes; ``None`` for a regression set.
         mean: per-channel mean of the images on the [0, 1] scale, for
             :meth:`normalize`; ``None`` for no centring.
         std: per-channel standard deviation on the [0, 1] scale; ``None`` for no
             scaling.
         sources: the files the set was read from, ``{"path", "sha256"}`` each (the
-            absolute path, the file's SHA-256); empty for a generated set. A run's ``results.json``
-            records them.
+            absolute path, the file's SHA-256); empty for a generated set.
 
     Raises:
         TypeError: if ``inputs`` or ``targets`` is not a tensor.
@@ -161,9 +148,6 @@ class Dataset:
     def to(self, device: torch.device | str) -> Dataset:
         """The same data set with both tensors on ``device``, dtypes kept.
 
-        Moving a whole split to the GPU once and slicing batches there avoids a host
-        to device copy per batch; uint8 images make that affordable.
-
         Args:
             device: where to put the tensors, e.g. ``"cuda"`` or ``torch.device("cpu")``.
 
@@ -183,17 +167,13 @@ class Dataset:
         )
 
     def subset(self, n: int | None, *, generator: torch.Generator | None = None) -> Dataset:
-        """The first ``n`` samples after a random shuffle: a random subset of size ``n``.
-
-        The shuffle is a permutation drawn from ``generator`` (the global generator
-        when ``None``), so a seeded generator gives the same subset every time. It is
-        not stratified: class proportions vary by chance.
+        """A random subset of ``n`` samples (not stratified), the same for the same generator.
 
         Args:
             n: how many samples to keep; ``None``, or ``n >= len(self)``, keeps the
                 whole set (``self`` is returned, not shuffled).
-            generator: the source of the permutation. On a CUDA generator the
-                permutation is drawn on its device.
+            generator: the source of the permutation, drawn on its device; the
+                global generator when ``None``.
 
         Returns:
             A :class:`Dataset` of ``min(n, len(self))`` samples, on the same device.
@@ -222,11 +202,6 @@ class Dataset:
 
     def normalize(self, images: Tensor) -> Tensor:
         """A batch of uint8 images as float32: scaled to [0, 1], minus ``mean``, over ``std``.
-
-        Runs on whatever device ``images`` is on. The channel dimension is the third
-        from the end, so a batch ``(B, C, H, W)`` and a single image ``(C, H, W)``
-        both work. Float inputs (the toy sets, or images already converted) are
-        returned unchanged.
 
         Args:
             images: uint8 images ``(..., C, H, W)``, or any float tensor.

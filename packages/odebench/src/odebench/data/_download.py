@@ -6,7 +6,6 @@ import os
 import shutil
 import tarfile
 import tempfile
-import urllib.error
 import urllib.request
 import zlib
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ class _Resource:
 
 # Member count a tarball may have (the CIFAR tarballs have 8 and 5).
 _MAX_MEMBERS = 1000
+# What reading a truncated or corrupt tarball raises.
+_UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error)
 
 
 _RESOURCES: dict[str, _Resource] = {
@@ -83,19 +84,13 @@ def _fetch(url: str, dest: Path) -> None:
         shutil.copyfileobj(response, out, CHUNK)
 
 
-def _md5(path: Path) -> str:
-    return file_digest(path, "md5")
-
-
 def _download_file(
     resource: _Resource, name: str, md5: str, directory: Path, *, force: bool
 ) -> None:
-    """Fetch ``name`` into ``directory`` from the first mirror that serves the right bytes.
-
-    A file already there with the right MD5 is kept, unless ``force``.
-    """
+    """Fetch ``name`` into ``directory`` from the first mirror that serves the right bytes
+    (one already there with the right MD5 is kept, unless ``force``)."""
     final = directory / name
-    if not force and final.is_file() and _md5(final) == md5:
+    if not force and final.is_file() and file_digest(final, "md5") == md5:
         return
     failures = []
     for base in resource.mirrors:
@@ -106,10 +101,10 @@ def _download_file(
         try:
             try:
                 _fetch(url, tmp)
-            except (urllib.error.URLError, OSError) as err:
+            except OSError as err:  # urllib.error.URLError is one
                 failures.append(f"{url}: {err}")
                 continue
-            got = _md5(tmp)
+            got = file_digest(tmp, "md5")
             if got != md5:
                 failures.append(f"{url}: MD5 {got}, expected {md5}")
                 continue
@@ -149,10 +144,9 @@ def _safe_extract(archive: Path, directory: Path, folder: str, max_bytes: int) -
 
 
 def _open_tarball(archive: Path) -> tarfile.TarFile:
-    """``archive`` opened for reading, or a :class:`DataError` that names it."""
     try:
         return tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+    except _UNREADABLE as err:
         raise DataError(
             f"Cannot open {archive} as a tarball ({err}); delete it and download it again."
         ) from err
@@ -169,7 +163,7 @@ def _checked_members(
     while True:
         try:
             member = tar.next()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        except _UNREADABLE as err:
             raise DataError(
                 f"Cannot read {archive} past its member {len(members) + 1} ({err}); it is "
                 "truncated or corrupt: delete it and download it again."
@@ -234,12 +228,9 @@ def _extract_member(
 def download(name: str, root: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Download one of the image data sets from its official mirror, checked by MD5.
 
-    The data page tables each data set's mirrors and the folder it is written to. Each
-    file is renamed into place only once its MD5 is the published one, so an interrupted
-    or corrupted download never leaves a file under the final name; a CIFAR tarball is
-    unpacked only if its members are plain files under its folder, 256 MiB at most in
-    all. Files already in place with the right MD5 (and an already unpacked CIFAR
-    folder) are not fetched again unless ``force``.
+    A file takes its final name only once its MD5 is the published one; a CIFAR
+    tarball is unpacked only if it is safe (the data page tables the mirrors, the
+    folders and the checks).
 
     Args:
         name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"cifar100"`` or

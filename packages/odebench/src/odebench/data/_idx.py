@@ -55,28 +55,9 @@ def pixel_fractions(images: torch.Tensor) -> tuple[float, float]:
 
 
 def identify_mnist_kind(images: torch.Tensor) -> str | None:
-    """Whether 28x28 images look like MNIST digits or Fashion-MNIST clothes, by their pixels.
-
-    MNIST and Fashion-MNIST share their file names and format, so only the content tells
-    them apart, and a subset of either (another file than the published one) must be
-    told too. MNIST's digits are centred in a 20x20 box: their two-pixel border is
-    almost empty and about a fifth of their pixels are nonzero. Fashion-MNIST's
-    clothes fill the frame: about half of their pixels are nonzero, a fifth of the
-    border's. Measured (:func:`pixel_fractions`, as ``(filled, border)``) on the full
-    Fashion-MNIST training set (0.50, 0.20), each of its classes (0.32..0.65,
-    0.13..0.26), the 10,000-digit MNIST subset (0.19, 0.002) and each of its digits
-    (0.11..0.25, 0..0.013), and on 2,000 random draws of 100 images of each class, none
-    of which crosses the bounds below: a set is ``"mnist"`` when ``border <= 0.04`` and
-    ``filled <= 0.35``, ``"fashion-mnist"`` when ``0.08 <= border <= 0.5`` and
-    ``0.25 <= filled <= 0.8``.
-
-    Args:
-        images: uint8 images ``(N, 28, 28)`` or ``(N, 1, 28, 28)``.
-
-    Returns:
-        ``"mnist"``, ``"fashion-mnist"``, or ``None`` for images that look like neither
-        (noise, another data set), are not 28x28, or are fewer than
-        :data:`IDENTIFY_MIN_IMAGES`.
+    """``"mnist"`` or ``"fashion-mnist"`` by the :func:`pixel_fractions` of uint8 28x28
+    ``images``; ``None`` for neither, another size or fewer than :data:`IDENTIFY_MIN_IMAGES`
+    (the bounds and where they were measured: the data page).
 
     Example:
         >>> import torch
@@ -96,18 +77,7 @@ def identify_mnist_kind(images: torch.Tensor) -> str | None:
 
 
 def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
-    """Read one IDX file into a tensor of its own shape and type.
-
-    The IDX format (used by MNIST and Fashion-MNIST) is a 4-byte magic number — two
-    zero bytes, a type code and the number of dimensions — then one big-endian
-    32-bit size per dimension, then the data, big-endian, row-major. Type codes:
-    0x08 unsigned byte (``torch.uint8``), 0x09 signed byte (``torch.int8``), 0x0B
-    short (``torch.int16``), 0x0C int (``torch.int32``), 0x0D float
-    (``torch.float32``), 0x0E double (``torch.float64``).
-
-    The file may be gzip-compressed, as its first two bytes tell. The data must be
-    exactly as long as the header announces; a compressed file is never inflated
-    further than that (the data page says how far the checks go).
+    """Read one IDX file, gzip-compressed or not, into a tensor of its own shape and type.
 
     Args:
         path: the file.
@@ -304,22 +274,10 @@ def _find_idx(root: Path, stem: str, expected: list[str], title: str) -> Path:
 
 
 def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = "mnist") -> Dataset:
-    """Load MNIST or Fashion-MNIST from the four standard IDX files in a directory.
+    """Load MNIST or Fashion-MNIST from the standard IDX files (``.gz`` or not) in a directory.
 
-    Reads ``train-images-idx3-ubyte`` and ``train-labels-idx1-ubyte`` (or the
-    ``t10k-`` pair for the test split), each either gzip-compressed with a ``.gz``
-    suffix, as downloaded, or uncompressed; the uncompressed file is used if both are
-    there. Both data sets have the same file names, so keep them in separate
-    directories. :func:`download` fetches them; the Debian package
-    ``dataset-fashion-mnist`` installs Fashion-MNIST in ``/usr/share/datasets``.
-
-    ``mean`` and ``std`` are the published statistics of the training images:
-    0.1307 and 0.3081 for MNIST, 0.2860 and 0.3530 for Fashion-MNIST.
-
-    As the file names do not tell the two apart, the images do: a split whose pixels
-    are the other data set's (``identify_mnist_kind`` in ``odebench.data._idx``) is
-    refused; one they cannot tell (noise, fewer than 100 images) is read.
-    ``sources`` records the path and SHA-256 of both files.
+    The uncompressed file is used where both are there; images that look like the
+    other data set are refused (the data page says how they are told apart).
 
     Args:
         root: the directory holding the files.

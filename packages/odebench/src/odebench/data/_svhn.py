@@ -46,21 +46,10 @@ def _svhn_file(root: Path, name: str) -> Path:
 
 
 def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
-    """Load SVHN's cropped 32 x 32 digits (the format-2 MATLAB files).
+    """Load SVHN's cropped 32 x 32 digits from ``train_32x32.mat`` or ``test_32x32.mat``.
 
-    Dupont et al. (2019) report NODE and ANODE on SVHN beside MNIST and CIFAR-10.
-    The training split is ``train_32x32.mat`` (73,257 images), the test split
-    ``test_32x32.mat`` (26,032), looked for in ``root`` and ``root/svhn``. Each file
-    holds ``X``, uint8 of shape ``(32, 32, 3, N)``, and ``y``, the labels 1..10 of
-    shape ``(N, 1)``, where 10 stands for the digit 0; the loader returns the digit
-    itself (0..9) as the class. The files are MATLAB data, not code: reading them
-    runs nothing. ``mean`` and ``std`` are the usual per-channel statistics of the
-    training images on the [0, 1] scale.
-
-    Before scipy reads the file, the sizes its variables declare are checked (at most
-    ``SVHN_MAX_BYTES``, 2 GiB, in all), compressed ones by inflating them unkept.
-
-    Reading them needs scipy (``pip install "odebench[svhn]"``).
+    The label 10 of the files (the digit 0) is class 0. Needs scipy
+    (``pip install "odebench[svhn]"``).
 
     Args:
         root: the directory holding the ``.mat`` files, or the one above ``svhn/``.

@@ -42,12 +42,8 @@ def annuli(
 ) -> Dataset:
     """Points in a ball and a surrounding shell, labelled by Dupont et al.'s g(x).
 
-    ``g(x) = -1`` for ``|x| <= r1`` and ``g(x) = +1`` for ``r2 <= |x| <= r3``: a
-    function a Neural ODE cannot represent, since its flow cannot move the inner ball
-    through the shell. In one dimension the ball is the interval ``[-r1, r1]`` and the
-    shell the two intervals ``r2 <= |x| <= r3``. One third of the points (``n // 3``)
-    are drawn uniformly in the ball, the others uniformly in the shell (the paper's
-    1000 + 2000), then the order is shuffled.
+    ``n // 3`` points uniform in the ball ``|x| <= r1`` (label -1), the others uniform in
+    the shell ``r2 <= |x| <= r3`` (label +1), shuffled.
 
     Args:
         n: the number of points.
@@ -100,9 +96,6 @@ def annuli(
 def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None) -> Dataset:
     """The reflection ``x -> -x`` on points uniform in ``[-1, 1]^dim``.
 
-    In one dimension the map needs trajectories to cross, which a Neural ODE's cannot:
-    Massaroli et al. learn it with data-controlled or depth-adaptive models instead.
-
     Args:
         n: the number of points.
         dim: their dimension.
@@ -137,13 +130,10 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
 def nested_spirals(
     n: int, *, turns: float = 2.0, noise: float = 0.0, generator: torch.Generator | None = None
 ) -> Dataset:
-    """Two interleaved spirals in the plane, one per class.
+    """Two interleaved spirals in the plane, one per class, ``n // 2`` and ``n - n // 2`` points.
 
-    A point of class ``c`` at parameter ``s`` uniform in ``[0, 1]`` sits at radius
-    ``r = 0.1 + 0.9 s`` and angle ``2 pi turns s + pi c``: the two arms wind around
-    each other ``turns`` times, half a turn apart. Gaussian noise of standard
-    deviation ``noise`` is then added to each coordinate. The classes have ``n // 2``
-    and ``n - n // 2`` points, shuffled.
+    A point of class ``c`` at ``s`` uniform in ``[0, 1]`` sits at radius ``0.1 + 0.9 s``
+    and angle ``2 pi turns s + pi c``, plus Gaussian noise.
 
     Args:
         n: the number of points.
@@ -225,13 +215,8 @@ def pendulum(
 ) -> Dataset:
     """Trajectories of the nonlinear pendulum ``theta'' = -(g / L) sin(theta)``, every ``dt``.
 
-    The data of Queiruga et al.'s Sec. 3, where models of the form
-    ``x_{k+1} = x_k + dt * scheme(f, x_k)`` are fitted to a time series of the state
-    ``x = (theta, omega)``, ``omega = theta'``, and then evaluated at other ``dt``.
-    Each trajectory starts uniform in ``[-theta_max, theta_max] x [-omega_max,
-    omega_max]``; the defaults (135 degrees, the angle of the authors' companion
-    notebook, and 1 rad/s) keep every one an oscillation below the separatrix. The data
-    page says how it is integrated (RK4 in float64, to about 1e-9) and sampled.
+    Each starts uniform in ``[-theta_max, theta_max] x [-omega_max, omega_max]``; the
+    data page says how it is integrated and why the defaults.
 
     Args:
         n_trajectories: the number of trajectories ``N``.
