@@ -1,10 +1,7 @@
 """The papers' models by name: Chen et al., Dupont et al., Massaroli et al., Queiruga et al.
 
-:func:`build_model` makes any model of :data:`MODELS` (each described by a
-:class:`ModelInfo`: paper, kind, published parameter count);
-:func:`count_parameters` counts its parameters, :func:`ode_layers` finds its
-:class:`odelayers.NeuralODE` layers and :func:`nfe` sums their function evaluations
-of the last forward and backward pass, what a trainer logs per batch.
+:func:`build_model` makes any model of :data:`MODELS`; :func:`count_parameters`,
+:func:`ode_layers` and :func:`nfe` read what a trainer logs off it.
 
 Example:
     >>> import torch

@@ -1,14 +1,7 @@
 """Image models of the augmentation papers: Dupont et al. (2019), Massaroli et al. (2020).
 
-Their layouts, widths and parameter counts are tabled, with where each comes from, in
-docs/odebench/models.md. The configuration is chosen by the number of input channels
-(1: MNIST's, otherwise CIFAR-10's); Massaroli et al.'s MNIST models (``W = 32``, the
-vanilla hidden width 48) are our reconstruction, their code not being published.
-
-Two details differ from Massaroli et al.'s CIFAR-10 notebooks and are kept for every
-variant alike: the second 3x3 conv of the field has a bias (the notebooks': none; ``H``
-more parameters for hidden width ``H``) and the GroupNorms have groups of two channels
-where the notebooks normalise each channel alone (the same parameters).
+The configuration follows the input channels (1: MNIST's, else CIFAR-10's); the models
+page tables the layouts and where they come from.
 """
 
 from __future__ import annotations
@@ -98,10 +91,8 @@ def massaroli_width(in_channels: int) -> int:
 def massaroli_field(
     channels: int, out_channels: int, activation: type[nn.Module], hidden: int | None = None
 ) -> DepthSequential:
-    """GN, conv3x3 (no bias) to ``hidden``, act, conv3x3, act, GN, conv1x1 to ``out_channels``.
-
-    ``hidden`` is ``channels`` unless given (the vanilla model's wider field).
-    """
+    """GN, conv3x3 (no bias) to ``hidden`` (default ``channels``), act, conv3x3, act, GN,
+    conv1x1 to ``out_channels``."""
     hidden = channels if hidden is None else hidden
     return DepthSequential(
         group_norm(channels),
@@ -128,11 +119,8 @@ def _massaroli_head(
 def massaroli_vanilla(
     in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
-    """No augmentation: the ODE on the image's own channels, a wider field, the head.
-
-    The head's 1x1 conv keeps the ``C`` channels (3 -> 3 in the notebook), so the
-    linear layer reads ``16 C`` features.
-    """
+    """No augmentation: the ODE on the image's own channels, a wider field, the head (its
+    1x1 conv keeping the ``C`` channels)."""
     hidden = 48 if in_channels == 1 else 62  # 62: the CIFAR-10 notebook's
     return augmented_node(
         nn.Identity(),
@@ -150,11 +138,8 @@ def massaroli_augmented(
     *,
     lift: bool,
 ) -> nn.Sequential:
-    """The image augmented to ``W`` channels, a NODE of the field on ``W``, the head.
-
-    With ``lift`` (IL-NODE) ``z(0) = conv3x3(x)``; else (0-augmentation) ``z(0)`` is the
-    image plus ``W - C`` zero channels.
-    """
+    """The image augmented to ``W`` channels (IL-NODE with ``lift``: ``z(0) = conv3x3(x)``;
+    else zero channels), a NODE of the field on ``W``, the head."""
     width = massaroli_width(in_channels)
     if lift:
         layer = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
@@ -168,12 +153,8 @@ def massaroli_augmented(
 def sonode(
     in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
-    """Second order: positions ``conv3x3(x)``, zero velocities, ``q'' = f(q, q')``, the head.
-
-    The state holds ``W / 2`` position and ``W / 2`` velocity channels; the field sees
-    both and returns the acceleration (:class:`odelayers.HigherOrder`); the head reads
-    the positions.
-    """
+    """Second order: ``W / 2`` positions ``conv3x3(x)``, as many zero velocities,
+    ``q'' = f(q, q')``, the head on the positions."""
     positions = massaroli_width(in_channels) // 2
     lift = nn.Conv2d(in_channels, positions, 3, padding=1, bias=False)
     field = massaroli_field(2 * positions, positions, activation)

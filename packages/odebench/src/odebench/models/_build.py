@@ -20,9 +20,8 @@ from ._common import ACTIVATIONS, check_int
 TRAIN_METHOD = "dopri5"
 """The method of odebench's ODE models when none is named."""
 TRAIN_TOL = 1e-3
-"""``rtol = atol`` of odebench's ODE models when none is given: Chen et al.'s MNIST
-setting. odecore's default (1e-7, torchdiffeq's) asks a trained network's field for
-far more accuracy than classification needs, at several times the cost."""
+"""``rtol = atol`` of odebench's ODE models when none is given: Chen et al.'s MNIST setting
+(``odebench train --help`` says why it is not odecore's default)."""
 TRAIN_SPEC = odecore.OdeSpec.from_method(TRAIN_METHOD, rtol=TRAIN_TOL, atol=TRAIN_TOL)
 """The spec of odebench's ODE models when none is given: dopri5 at 1e-3, backprop."""
 
@@ -53,7 +52,7 @@ class ModelInfo:
     """What :data:`MODELS` says about one model: where it comes from and its published size.
 
     Args:
-        name: the name :func:`build_model` takes (lower case, hyphenated).
+        name: the name :func:`build_model` takes.
         description: one line, shown by ``odebench list``.
         kind: ``"image"`` (takes ``(N, C, H, W)`` images) or ``"toy"`` (takes
             ``(N, d)`` vectors).
@@ -62,8 +61,7 @@ class ModelInfo:
             where none is published.
         dataset: the data set of ``published_params`` (``"mnist"``, ``"cifar10"``,
             ``"cifar100"``); ``None`` without a count.
-        also_published: more ``(dataset, count)`` pairs, for models whose paper gives
-            a count on several data sets (the configuration follows ``in_channels``).
+        also_published: more ``(dataset, count)`` pairs.
 
     Example:
         >>> from odebench.models import MODELS
@@ -202,36 +200,27 @@ def build_model(
     spec: odecore.OdeSpec | None = None,
     epsilon: float | None = None,
 ) -> nn.Module:
-    """A freshly initialised model of :data:`MODELS` by name.
-
-    Image models take float32 batches ``(N, in_channels, image_size, image_size)``,
-    already normalised, and return logits ``(N, num_classes)``. Toy models take
-    ``(N, in_channels)`` vectors and return ``(N, num_classes)``.
-
-    The models page (docs/odebench/models.md) says what ``spec`` and ``activation``
-    do to each model, and which configuration a model of a paper with an MNIST and a
-    CIFAR-10 one takes (the MNIST one for 1-channel images).
+    """A freshly initialised model of :data:`MODELS` by name (the models page says what the
+    options do to each).
 
     Args:
         name: a key of :data:`MODELS`.
         in_channels: image channels; for toy models the input dimension ``d``.
         num_classes: outputs (logits); for toy models the output dimension (1 for
             ``g(x)``).
-        image_size: the side of the square images, at least 8; ``node`` and
-            ``anode`` read out the flattened state and accept only this size. Toy
-            models ignore it.
-        activation: the nonlinearity of the vector field (stems and heads keep ReLU):
-            ``"relu"``, as in the papers, or a smooth ``"softplus"``, ``"tanh"`` or
-            ``"silu"``, which keeps the adjoint's backward solve as cheap as the forward.
+        image_size: the side of the square images, at least 8; toy models ignore it.
+        activation: the nonlinearity of the vector field: ``"relu"``, ``"softplus"``,
+            ``"tanh"`` or ``"silu"``.
         spec: how the model solves, passed on unchanged to every
-            :class:`odelayers.NeuralODE`; ``None``: ``TRAIN_SPEC`` (dopri5 at ``rtol =
-            atol = 1e-3``, backprop), for the ContinuousNet models Euler, 8 steps per
-            block. The RK-Net (always 6 RK4 steps) and the models without an ODE refuse one.
+            :class:`odelayers.NeuralODE`; ``None``: dopri5 at ``rtol = atol = 1e-3``,
+            backprop (the ContinuousNet models: Euler, 8 steps per block).
         epsilon: the ContinuousNet models only: the time scale of every block;
-            ``None``: ``spec.n_steps`` (with Euler every step is then a ResNet unit).
+            ``None``: ``spec.n_steps``.
 
     Returns:
-        The model, in float32 on the CPU, in training mode.
+        The model, in float32 on the CPU, in training mode: image models map
+        normalised ``(N, in_channels, image_size, image_size)`` to logits
+        ``(N, num_classes)``, toy models ``(N, in_channels)`` to ``(N, num_classes)``.
 
     Raises:
         ValueError: for an unknown ``name`` or ``activation``, ``in_channels``,
@@ -239,20 +228,14 @@ def build_model(
             range, a spec for a model that takes none, an adaptive or ``dt0`` spec
             or a gradient other than backprop for a ContinuousNet, or ``epsilon``
             for a model that is not a ContinuousNet.
+        TypeError: if ``spec`` is not an :class:`odecore.OdeSpec`.
 
     Example:
-        >>> import odecore, torch
-        >>> from odebench.models import build_model, nfe
+        >>> import torch
+        >>> from odebench.models import build_model
         >>> model = build_model("odenet", in_channels=1, num_classes=10, image_size=28)
         >>> model(torch.randn(2, 1, 28, 28)).shape
         torch.Size([2, 10])
-        >>> nfe(model)[0] > 0
-        True
-        >>> rk4 = odecore.OdeSpec.from_method("rk4", options={"n_steps": 4})
-        >>> net = build_model("continuousnet", in_channels=1, num_classes=10,
-        ...                   image_size=28, spec=rk4)
-        >>> net.method, net.blocks[0].n_steps
-        ('rk4', 4)
     """
     if name not in MODELS:
         raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODELS)}.")
@@ -341,8 +324,7 @@ def ode_layers(model: nn.Module) -> list[NeuralODE]:
         model: any module.
 
     Returns:
-        The layers; empty for a model without one (the ResNets, the MLP, the
-        ContinuousNet models).
+        The layers; empty for a model without one.
 
     Example:
         >>> from odebench.models import build_model, ode_layers
@@ -353,18 +335,14 @@ def ode_layers(model: nn.Module) -> list[NeuralODE]:
 
 
 def nfe(model: nn.Module) -> tuple[int, int]:
-    """Function evaluations of the model's ``NeuralODE`` layers: ``(forward, backward)``.
-
-    Each is the sum over :func:`ode_layers` of the layer's count in its last forward
-    pass (``nfe``) and last backward pass (``nfe_backward``; 0 with backprop, which
-    evaluates nothing again). ``(0, 0)`` for a model without such layers or before its
-    first pass.
+    """Function evaluations of the model's ``NeuralODE`` layers in their last forward and
+    backward pass.
 
     Args:
         model: any module.
 
     Returns:
-        ``(forward NFE, backward NFE)``.
+        ``(forward NFE, backward NFE)``; ``(0, 0)`` without such layers or before a pass.
 
     Example:
         >>> import odecore, torch
@@ -381,13 +359,13 @@ def nfe(model: nn.Module) -> tuple[int, int]:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """The number of parameters of ``model`` (every element of every parameter, once).
+    """The number of parameters of ``model``, trainable or not, shared ones counted once.
 
     Args:
         model: any module.
 
     Returns:
-        The count, trainable or not, shared parameters counted once.
+        The count.
 
     Example:
         >>> from odebench.models import build_model, count_parameters

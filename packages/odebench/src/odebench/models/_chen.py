@@ -1,10 +1,5 @@
-"""Chen et al. (2018)'s MNIST models: the MLP, the ResNet, the ODE-Net and the RK-Net.
-
-The layout follows the authors' reference (torchdiffeq ``examples/odenet_mnist.py``):
-a down-sampling stem (3x3 convolution to 64 channels, then two 4x4 convolutions of
-stride 2, each followed by GroupNorm and ReLU), six residual blocks or one ODE block
-at 64 channels, and a head (GroupNorm, ReLU, average pooling, linear). No batch norm.
-"""
+"""Chen et al. (2018)'s MNIST models: the MLP, the ResNet, the ODE-Net and the RK-Net, laid
+out as the authors' reference code (the models page tables them)."""
 
 from __future__ import annotations
 
