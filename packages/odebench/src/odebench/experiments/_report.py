@@ -124,9 +124,9 @@ def report(template: Template[Any], result: Result[Any]) -> str:
     common = Prose.of("common.md")
     lines.append(common.part("paper" if papers else "no_paper"))
     if papers:
-        lines += ["", *_verdict_table(papers)]
+        lines += ["", _verdict_table(papers)]
     if checks:
-        lines += ["", common.part("checks"), "", *_verdict_table(checks)]
+        lines += ["", common.part("checks"), "", _verdict_table(checks)]
     lines.append("")
     body = ""
     if template.text:
@@ -134,7 +134,7 @@ def report(template: Template[Any], result: Result[Any]) -> str:
     return "\n".join([*lines, "", *([body, ""] if body else [])])
 
 
-def _verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
+def _verdict_table(verdicts: Sequence[Verdict]) -> str:
     """The report's table of some verdicts: the claim with its details, published, ours, verdict."""
     rows = []
     for v in verdicts:
@@ -143,7 +143,7 @@ def _verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
         claim = f"**{v.text}**" + (f": {v.detail}" if v.detail else "")
         rows.append([claim, v.published, ours, v.words])
     header = ["claim", "published", "ours (mean ± std, n seeds)", "verdict"]
-    return markdown_table(header, rows).split("\n")
+    return markdown_table(header, rows)
 
 
 def _provenance_lines(provenance: Provenance | None) -> list[str]:
