@@ -34,10 +34,8 @@ os.umask(_UMASK)
 
 
 def write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> None:
-    """Write ``path`` through ``write(file)`` into a temporary file, then rename it.
-
-    A crash at any moment leaves either the old file or the new one, never half of
-    one.
+    """Write ``path`` through ``write(file)`` into a temporary file, then rename it: a crash
+    leaves the old file or the new one, never half of one.
 
     Raises:
         WriteError: the file cannot be written (a full disk, say); ``path`` is as it was.
@@ -119,8 +117,7 @@ def save_png(path: Path, fig: Any, *, dpi: int = 110, tight: bool = True) -> Non
     write_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
-#: Words for the metric keys of a run (``metrics.json``), for axes and legends; a key
-#: not here reads as its words (:func:`metric_label`).
+#: Words for the metric keys of a run (``metrics.json``), for axes and legends.
 METRIC_LABELS: dict[str, str] = {
     "epoch": "epoch",
     "lr": "learning rate",
@@ -142,10 +139,7 @@ LOSS_LABELS = {"cross_entropy": "cross-entropy loss", "mse": "mean squared error
 
 
 def metric_label(key: str) -> str:
-    """A metric key in words: ``"test_acc"`` is ``"test accuracy (%)"``.
-
-    Keys without an entry in :data:`METRIC_LABELS` have their underscores turned into
-    spaces.
+    """A metric key in words, by :data:`METRIC_LABELS`, else with spaces for underscores.
 
     Example:
         >>> metric_label("nfe_forward"), metric_label("grad_norm")
@@ -190,9 +184,8 @@ _NUMBER = re.compile(r"^([-+]?[\d.]|–$|$)")
 
 
 def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """The same table for a terminal: columns aligned, those of numbers (or en dashes
-    for missing ones) to the right, the first and those of words to the left, a rule
-    below the header.
+    """The same table for a terminal: columns aligned, numbers (or en dashes) to the right
+    except in the first column, a rule below the header.
 
     Example:
         >>> print(text_table(["model", "error"], [["ResNet", "0.41%"], ["ODE-Net", "0.42%"]]))

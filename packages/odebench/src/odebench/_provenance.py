@@ -1,10 +1,6 @@
-"""Where a run's code came from and what it ran on: the one recorder of runs.
-
-Training records a :func:`segment` for each stretch it trains in (its first start and
-every ``--resume``) and its :func:`environment`, an experiment its :class:`Provenance`
-(those and the load), ``odebench perf`` :func:`machine`. What a segment holds, and how
-it travels from the checkpoint to ``results.json``, is in docs/odebench/training.md.
-"""
+"""Where a run's code came from and what it ran on: a training's :func:`segment` per
+stretch and :func:`environment`, an experiment's :class:`Provenance`, ``odebench perf``'s
+:func:`machine`."""
 
 from __future__ import annotations
 
@@ -70,11 +66,8 @@ def git(args: list[str], cwd: Path) -> str | None:
 
 
 def repository() -> Path | None:
-    """The top of the git checkout the run's code comes from, or ``None``.
-
-    The checkout that holds odebench's own source when it is installed in editable
-    mode, else the one around the working directory.
-    """
+    """The top of the git checkout of odebench's own source (an editable install), else of
+    the working directory; ``None`` outside one."""
     for start in (Path(__file__).resolve().parent, Path.cwd()):
         top = git(["rev-parse", "--show-toplevel"], start)
         if top:
@@ -117,8 +110,8 @@ def segment() -> JsonObject:
 
 
 def _checkout() -> tuple[str | None, bool | None]:
-    """The checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything (a
-    modified, staged or untracked file that is not ignored); ``None`` outside a checkout."""
+    """The checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything;
+    ``None`` outside a checkout."""
     top = repository()
     if top is None:
         return None, None
@@ -215,9 +208,8 @@ class _LoadSampler:
 
 @dataclass
 class Provenance:
-    """Where one run came from; :meth:`to_json` is ``results.json``'s ``provenance``.
-
-    Made by ``provenance_started()``; :meth:`finish` records the end.
+    """Where one run came from (made by ``provenance_started()``); :meth:`to_json` is
+    ``results.json``'s ``provenance``.
 
     Args:
         commit: the checkout's ``HEAD`` (40 hex digits), ``None`` outside a checkout.
@@ -270,10 +262,8 @@ class Provenance:
 
     @property
     def contended(self) -> bool:
-        """Whether the machine was busier than this run alone.
-
-        True when the largest load seen exceeds the run's own threads by half a core
-        or more. Timings taken so are not judged (see the ``timing`` of
+        """Whether the largest load seen exceeds the run's own threads by half a core or
+        more (timings so taken are not judged: the ``timing`` of
         :class:`~odebench.experiments.Claim`)."""
         peak = self.load.get("max")
         return peak is not None and peak >= min(self.threads, self.cores) + 0.5
