@@ -133,10 +133,8 @@ def _flag(
     action: Literal["store_true", "append"] | None = None,
     option: str | None = None,
 ) -> Mapping[str, Any]:
-    """The metadata of a field of :class:`TrainConfig` that is an option of ``odebench train``:
-    ``add_argument``'s keywords (``type``: a parser by its name in ``odebench.cli``) and, when
-    it is not ``--`` and the field's name with dashes, the ``option``. The option has the
-    field's default (none: it is required), and its value is the field's."""
+    """The metadata of a field that is an option of ``odebench train``: ``add_argument``'s
+    keywords (``type``: a parser's name in ``odebench.cli``) and an ``option`` of another name."""
     keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
                 "action": action, "option": option}  # fmt: skip
     return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
@@ -175,41 +173,23 @@ class TrainConfig:
         test_size: evaluate on this many examples only; ``None``: all.
         augment: random crops (padding 4) and, for CIFAR, horizontal flips.
         activation: the activation of the model's vector field.
-        method: the ODE method by name, any that ``odecore.OdeSpec.from_method``
-            knows (adaptive, fixed-step explicit or implicit, ``scipy:<name>``); a
-            fixed-step one needs ``n_steps``. ``None``: the model's, ``"dopri5"`` for
-            the ODE models and ``"euler"`` for the ContinuousNet models (which take
-            explicit fixed-step methods only). The models without an ODE refuse one.
-        rtol: relative tolerance of adaptive methods; default 1e-3 (Chen et al.'s
-            MNIST setting; odecore's own default is 1e-7).
-        atol: absolute tolerance of adaptive methods; default 1e-3.
-        gradient: ``"backprop"``, ``"adjoint"`` or ``"checkpoint"``
-            (``odecore.GRADIENTS``), for the ODE models.
-        n_steps: steps of a fixed-step method: for an ODE model with one, the steps
-            over ``[0, 1]`` (required); for the ContinuousNet models ``N_t = M`` of
-            every block at epoch 0 (``None``: 8).
-        solver_options: odecore's options of ``method`` by odecore's names, passed to
-            ``odecore.OdeSpec.from_method`` as its ``options`` (an implicit method's
-            ``max_iters``, an adaptive one's ``max_num_steps``, ...); odecore refuses
-            an unknown one, listing the known. ``n_steps`` is a field of its own.
+        method: the ODE method by name, any that ``odecore.OdeSpec.from_method`` knows;
+            ``None``: ``"dopri5"`` for the ODE models, ``"euler"`` for the ContinuousNet
+            models (see "Options of the solver").
+        rtol: relative tolerance of adaptive methods (Chen et al.'s MNIST setting).
+        atol: absolute tolerance of adaptive methods.
+        gradient: a name of ``odecore.GRADIENTS``, for the ODE models.
+        n_steps: steps of a fixed-step method over ``[0, 1]`` (required by one); for the
+            ContinuousNet models ``N_t = M`` of every block at epoch 0 (``None``: 8).
+        solver_options: further options of ``method`` by odecore's names, as
+            ``odecore.OdeSpec.from_method`` takes its ``options``.
         refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
-            start ``N_t`` and ``M`` double (:class:`contnet.RefinementSchedule`, the
-            optimiser's state carried over), as Queiruga et al. train. The blocks'
-            time scale is the final ``N_t``, ``n_steps * 2 ** len(refine_epochs)``, so
-            a refined run trains the same continuous model as a fixed-depth run at
-            that ``N_t``. Epochs at or beyond ``epochs`` never come.
-        bf16: autocast to bfloat16. Adaptive solvers then meet their tolerance
-            against a vector field evaluated to about three digits, so keep ``tol``
-            at 1e-3 or looser.
-        compile: ``torch.compile`` the model in place: a Neural ODE layer whose
-            solver compiles (fixed-step explicit, backprop) solves as one graph,
-            steps and field together (``OdeSpec(compile=True)``); any other keeps
-            its eager solver loop and compiles its vector field; a model without
-            ODE layers is compiled whole. Not for the ContinuousNet models.
-        progress: a progress bar per epoch on stderr: ``True`` always, ``False``
-            never, ``None`` (the default) only when stderr is a terminal (checked when
-            the bar is made), so that the logs of batch jobs and CI hold no
-            carriage-return noise. In a notebook, pass ``True``.
+            start ``N_t`` and ``M`` double (see "Refinement of ContinuousNets").
+        bf16: autocast to bfloat16 (keep the tolerances at 1e-3 or looser).
+        compile: ``torch.compile`` the model in place (see "Devices and several
+            processes"); not for the ContinuousNet models.
+        progress: a progress bar per epoch on stderr: ``True`` always, ``False`` never,
+            ``None`` only when stderr is a terminal (in a notebook, pass ``True``).
 
     Example:
         >>> TrainConfig(model="toy-node", dataset="annuli-1d", optimizer="adam", lr=1e-2).loss

@@ -30,6 +30,7 @@ from ..models import nfe
 from ._config import show_progress
 from ._data import shard
 from ._run_dir import (
+    BAD_CHECKPOINT_FIX,
     BadCheckpointError,
     Checkpoint,
     Log,
@@ -430,7 +431,7 @@ class Training:
                 detail = detail[:157] + "..."
             raise BadCheckpointError(
                 f"{self.checkpoint_path} does not fit this run's model or optimiser: {detail}. "
-                "Delete it, or pass --overwrite to move the run aside and start afresh"
+                + BAD_CHECKPOINT_FIX
             ) from None
         start = self._start
         self._log(f"resuming {self.out} at epoch {start.epoch + 1}, batch {start.batch}")
@@ -623,13 +624,8 @@ class Training:
         return tally
 
     def _diverged(self, epoch: int, at: str, exc: odecore.SolverError | str) -> TrainingFailedError:
-        """The one-line error of a non-finite loss or weight, or of a solver's failure, at
-        ``at`` (``"batch 3"``, ``"evaluation"``) of ``epoch``.
-
-        A solver's failure is blamed on the weights (lower the rate) only when its status
-        says the state blew up; any other (Newton's iteration at too large a step, a
-        backend) passes the solver's own message on, with how the options reach it.
-        """
+        """The error of a non-finite number or a solver's failure at ``at`` of ``epoch``; the
+        weights are blamed only when the solver's status says the state blew up."""
         path = self.checkpoint_path
         kept = f"; {path} holds epoch {epoch}" if path.exists() else ""
         if isinstance(exc, odecore.SolverError) and exc.status not in _DIVERGED:
@@ -759,13 +755,8 @@ def held(
     log: Log,
     defaults: Mapping[str, Json] | None = None,
 ) -> Iterator[torch.device]:
-    """Hold the run folder ``out`` (and, under ``torchrun``, the process group) for a run;
-    yield the device this process trains on.
-
-    The first process locks ``out`` and checks it may take the run (no-overwrite rule,
-    the ``settings`` of a resumed run against the checkpoint's); every process raises
-    its error. A process group started here is destroyed when the run ends.
-    """
+    """Hold the run folder ``out`` (the first process locks and checks it, every process
+    raises its error) and the process group; yield this process's device."""
     process = _process()
     where = resolve_device(device, process.local_rank)
     started_group = False
@@ -800,11 +791,8 @@ def held(
     finally:
         folder.release()
         if started_group:
-            # A group still held after it is destroyed keeps gloo's threads running, and
-            # a worker once aborted at exit so ("terminate called without an active
-            # exception"). Reference cycles can hold the DDP wrapper, and with it the
-            # group: pyparsing's caught exceptions while matplotlib draws the curves,
-            # whose tracebacks reach the loop's frames. Collected first, they hold none.
+            # Reference cycles (caught exceptions' tracebacks) can hold the DDP wrapper and
+            # so the group, whose gloo threads then abort the worker at exit.
             gc.collect()
             dist.destroy_process_group()
 
@@ -819,17 +807,9 @@ def fit(
     device: str = "auto",
     progress: bool | None = None,
 ) -> Training:
-    """Run ``task`` in the run folder ``out``: locked, checkpointed, resumable.
-
-    While it runs, the run holds the lock ``out/.lock``: a second run into ``out`` is
-    refused, and the lock of a run that was killed is taken over. A folder that holds
-    anything is never overwritten: ``resume`` continues the run in it from
-    ``checkpoint.pt`` (its ``settings`` must equal the task's), ``overwrite`` moves it
-    aside to ``<out>.old-<time>`` first. SIGINT and SIGTERM save a checkpoint at the
-    next batch and raise :class:`Interrupted`; a non-finite loss or weight stops the
-    run before anything of its epoch is saved. Under ``torchrun`` (``WORLD_SIZE > 1``)
-    the model is wrapped in ``DistributedDataParallel`` and every global batch is
-    split over the processes.
+    """Run ``task`` in the run folder ``out``: locked, checkpointed, resumable, as the training
+    guide's "One run per folder" and "Crashes and resuming" describe; under ``torchrun``
+    in ``DistributedDataParallel``.
 
     Args:
         task: the run.

@@ -41,10 +41,7 @@ from ._run_dir import Log, load_checkpoint
 
 def _compile_in_place(module: nn.Module) -> None:
     """``torch.compile`` what of ``module`` compiles, as :class:`TrainConfig`'s ``compile``
-    says (whether a layer's spec compiles: :meth:`odecore.OdeSpec.compile_blockers`).
-
-    Parameter names do not change, so checkpoints are the same with and without it.
-    """
+    says; parameter names, and so checkpoints, stay the same."""
     layers = [
         node
         for node in module.modules()
@@ -134,11 +131,8 @@ def train(
 ) -> JsonObject:
     """Train ``config.model`` on ``config.dataset`` and write the run into ``out``.
 
-    :func:`fit` of the :class:`Trainer`'s task: the same lock, no-overwrite rule,
-    checkpoints, resume, signals, processes and errors (see its ``Raises``). Files
-    (written by the first process only, each atomically): ``config.json`` (the resolved
-    configuration and the environment), ``metrics.json`` and ``metrics.csv`` (one row
-    per epoch), ``curves.png``, ``checkpoint.pt`` and, at the end, ``results.json``.
+    The :class:`Trainer`'s task in a run folder as :func:`fit` holds it (the same guarantees
+    and errors), writing the files of "What a run writes" in the training guide.
 
     Args:
         config: the run.
@@ -179,11 +173,8 @@ def _optimizer(config: TrainConfig, parameters: Iterator[nn.Parameter]) -> torch
 class Trainer(Training):
     """One training run of a :class:`TrainConfig`: the config as a :class:`Task`.
 
-    ``Trainer(config, out)`` loads the data and builds the model; :meth:`fit` trains
-    to ``config.epochs`` and writes the files that :func:`train` describes. What is the
-    CLI's own lives here: the model and data from their names, the loss, augmentation,
-    refinement, the test evaluation and the metrics row; the rest (the steps, the
-    checkpoints, what ``out`` and ``torchrun`` need) is :class:`Training`'s.
+    ``Trainer(config, out)`` loads the data and builds the model; :meth:`fit` trains to
+    ``config.epochs`` and writes the files that :func:`train` describes.
 
     Args:
         config: the run.

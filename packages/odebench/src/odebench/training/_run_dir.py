@@ -39,6 +39,9 @@ RESUMABLE = frozenset({"epochs", "device", "data_dir", "progress", "compile"})
 #: What a checkpoint of :func:`~odebench.training.train` holds, at least.
 _CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "metrics"})
 
+#: The way out of a bad checkpoint, closing each error that names one.
+BAD_CHECKPOINT_FIX = "Delete it, or pass --overwrite to move the run aside and start afresh"
+
 
 class TallyState(TypedDict):
     """The running totals of the epoch that a mid-epoch checkpoint stopped inside."""
@@ -129,12 +132,8 @@ class _Holder:
 
 
 def _flock(fd: int) -> bool | None:
-    """Take an exclusive ``flock`` on ``fd`` without waiting.
-
-    Returns:
-        ``True`` when taken, ``False`` when another open file holds it, ``None`` where the
-        file system has no such locks (the lock file's pid then decides alone).
-    """
+    """Take an exclusive ``flock`` on ``fd`` without waiting: ``True`` when taken, ``False``
+    when held elsewhere, ``None`` without such locks (the lock file's pid then decides)."""
     if fcntl is None:
         return None
     try:
@@ -147,13 +146,9 @@ def _flock(fd: int) -> bool | None:
 
 
 class RunFolder:
-    """One run's output folder: its lock, its no-overwrite rule, its resume check.
-
-    The lock is the file ``.lock`` in the folder, created whole (written under a
-    temporary name, then hard-linked into place) with the holder's pid, host, start
-    time and command, and held with ``flock`` while the run goes on. A second run
-    into the folder is refused; a lock whose process has ended (killed, say) is taken
-    over. The lock is removed when the run ends, also on errors and Ctrl-C.
+    """One run's output folder: its lock, its no-overwrite rule, its resume check, as the
+    training guide's "One run per folder" describes. The lock file is created whole
+    (written under a temporary name, then hard-linked into place) and held with ``flock``.
 
     Args:
         path: the folder (created if missing).
@@ -284,11 +279,8 @@ class RunFolder:
         return fd
 
     def _take_over(self, lock: Path, log: Log) -> int | None:
-        """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile.
-
-        Raises:
-            RunExistsError: its holder runs still.
-        """
+        """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile
+        (:class:`RunExistsError` if its holder runs still)."""
         try:
             fd = os.open(lock, os.O_RDWR)
         except FileNotFoundError:
@@ -385,13 +377,9 @@ class RunFolder:
     def check_resume(
         self, settings: Mapping[str, Json], epochs: int, defaults: Mapping[str, Json]
     ) -> None:
-        """Check that a run with ``settings`` may continue the training run in the folder.
-
-        The checkpoint must load safely and be a training run's, its settings (or,
-        without a checkpoint, those of ``config.json``, with ``defaults`` for those it
-        lacks) must equal ``settings`` except for :data:`RESUMABLE`, and ``epochs``
-        must not fall short of the epochs done. A folder with results but no
-        checkpoint cannot be continued.
+        """Check that a run with ``settings`` may continue the training run in the folder:
+        the saved settings (``defaults`` for those they lack) equal them but for
+        :data:`RESUMABLE`, and ``epochs`` reaches the epochs done.
 
         Raises:
             BadCheckpointError: the checkpoint cannot be loaded safely.
@@ -453,10 +441,8 @@ _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def load_checkpoint(path: Path, device: torch.device) -> Checkpoint:
-    """Load one of :func:`train`'s checkpoints with ``weights_only=True``.
-
-    Only tensors and plain containers load; a file that asks for anything else is
-    refused before any of it runs.
+    """Load one of :func:`train`'s checkpoints with ``weights_only=True``: a file that asks
+    for more than tensors and plain containers is refused before any of it runs.
 
     Raises:
         BadCheckpointError: the file is empty, truncated, corrupt, not a checkpoint of
@@ -486,19 +472,17 @@ def load_checkpoint(path: Path, device: torch.device) -> Checkpoint:
             )
         else:
             what = "is truncated or corrupt"
-        raise BadCheckpointError(
-            f"{path} {what}. Delete it, or pass --overwrite to move the run aside and start afresh"
-        ) from None
+        raise BadCheckpointError(f"{path} {what}. {BAD_CHECKPOINT_FIX}") from None
     if not isinstance(state, dict) or not state.keys() >= _CHECKPOINT_KEYS:
-        raise BadCheckpointError(
-            f"{path} is not a checkpoint of an odebench training run. Delete it, or pass "
-            "--overwrite to move the run aside and start afresh"
+        what = "is not a checkpoint of an odebench training run"
+    elif not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for v in (state["epoch"], state["batch"])
+    ):
+        what = (
+            f"records epoch {state['epoch']!r}, batch {state['batch']!r}; a checkpoint's "
+            "position is two integers of at least 0"
         )
-    position = (state["epoch"], state["batch"])
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in position):
-        raise BadCheckpointError(
-            f"{path} records epoch {position[0]!r}, batch {position[1]!r}; a checkpoint's "
-            "position is two integers of at least 0. Delete it, or pass --overwrite to move "
-            "the run aside and start afresh"
-        )
-    return state
+    else:
+        return state
+    raise BadCheckpointError(f"{path} {what}. {BAD_CHECKPOINT_FIX}")
