@@ -105,13 +105,12 @@ def _download_file(
                 failures.append(f"{url}: {err}")
                 continue
             got = file_digest(tmp, "md5")
-            if got != md5:
-                failures.append(f"{url}: MD5 {got}, expected {md5}")
-                continue
-            os.replace(tmp, final)
+            if got == md5:
+                os.replace(tmp, final)
+                return
+            failures.append(f"{url}: MD5 {got}, expected {md5}")
         finally:
             tmp.unlink(missing_ok=True)
-        return
     raise DataError(
         f"Could not download {name} into {directory}; nothing was kept. Attempts: "
         + "; ".join(failures)

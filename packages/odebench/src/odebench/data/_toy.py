@@ -69,9 +69,6 @@ def annuli(
         >>> ds = annuli(300, dim=2, generator=torch.Generator().manual_seed(0))
         >>> ds.name, ds.inputs.shape, int((ds.targets == -1).sum())
         ('annuli-2d', torch.Size([300, 2]), 100)
-
-    References:
-        E. Dupont, A. Doucet, Y. W. Teh, "Augmented Neural ODEs", NeurIPS 2019, Sec. 4.
     """
     _check(generator, n=n, dim=dim)
     if not 0 < r1 < r2 < r3:
@@ -117,10 +114,6 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
         >>> ds = reflection(5, generator=torch.Generator().manual_seed(0))
         >>> bool((ds.targets == -ds.inputs).all()), ds.inputs.shape
         (True, torch.Size([5, 1]))
-
-    References:
-        S. Massaroli, M. Poli, J. Park, A. Yamashita, H. Asama, "Dissecting Neural
-        ODEs", NeurIPS 2020, Sec. 5.
     """
     _check(generator, n=n, dim=dim)
     x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
@@ -250,10 +243,6 @@ def pendulum(
         ...               generator=torch.Generator().manual_seed(0))
         >>> ds.name, ds.inputs.shape, ds.targets.dtype
         ('pendulum-dt0.1', torch.Size([4, 21, 2]), torch.float32)
-
-    References:
-        A. F. Queiruga, N. B. Erichson, D. Taylor, M. W. Mahoney, "Continuous-in-Depth
-        Neural Networks", arXiv:2008.02389, 2020, Sec. 3.
     """
     _check(generator, n_trajectories=n_trajectories, steps=steps)
     for value, what in ((dt, "dt"), (gravity, "gravity"), (length, "length")):
