@@ -405,13 +405,8 @@ _PEER_LIBRARIES = {cls.name: cls for cls in (TorchdiffeqLibrary, TorchodeLibrary
 def discover(
     names: Sequence[str] | None = None, *, compiled: bool = False
 ) -> tuple[list[Library], dict[str, str]]:
-    """The libraries of ``names`` (default: all of :data:`LIBRARIES`) that import
-    cleanly, odecore first, and ``{name: reason}`` for each of the others.
-
-    A peer is skipped if it is not installed or if importing it raises anything at
-    all (a peer's own dependencies may not import beside this torch). ``compiled``
-    adds :class:`CompiledOdecoreLibrary` right after odecore, which it is compared
-    with and which must then be among ``names``.
+    """The libraries of ``names`` (default: all) that import cleanly, odecore first and
+    ``compiled`` odecore after it, and ``{name: reason}`` for each of the others.
 
     Raises:
         ValueError: for a name that is not in :data:`LIBRARIES`, or ``compiled``

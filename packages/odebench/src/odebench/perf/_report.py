@@ -113,13 +113,12 @@ def _heading(d: Document) -> list[str]:
         f"{env['cpu_count']} CPUs ({env['machine']}), python {env['python']}"
         + (", QUICK" if env.get("quick") else ""),
         f"libraries: {libs}",
-        *(f"left out: {name}: {reason}" for name, reason in _unavailable(env).items()),
+        *(
+            f"left out: {name}: {why}"
+            for name, why in json_object(env.get("unavailable", {})).items()
+        ),
         "",
     ]
-
-
-def _unavailable(env: JsonObject) -> JsonObject:
-    return json_object(env["unavailable"]) if "unavailable" in env else {}
 
 
 def _problems(d: Document) -> list[str]:

@@ -124,11 +124,9 @@ class SolversConfig:
             across all libraries; the repetitions are cut to fit, down to the warm-up
             run alone. Default 20 (quick: no limit, one run).
         seed: the seed of the problems' parameters and initial states.
-        compile: add odecore's compiled solve (``compile=True``) beside eager odecore,
-            where it compiles (``rk4`` forward and with backprop), each
-            configuration's first call (the compile) timed apart; ``compiled`` in the
-            document holds compiled / eager ratios. The memory measurements and the
-            gradient check run the eager libraries alone.
+        compile: add odecore's compiled solve (``compile=True``) beside eager odecore where
+            it compiles, its first call timed apart (the document's ``compiled``); the
+            memory measurements and the gradient check run the eager libraries alone.
     """
 
     quick: bool = False
@@ -246,23 +244,15 @@ def _measure_cell(
             return None
 
     def timed_run(lib: Library) -> None:
-        if lib.name not in failures:
-            o = attempt(lib)
-            if o is not None:
-                obs[lib.name].append(o)
+        if lib.name not in failures and (o := attempt(lib)) is not None:
+            obs[lib.name].append(o)
 
-    for lib in libraries:
-        if lib.compiles:  # the compile, timed apart: never a warm-up or a timed run
-            first = attempt(lib)
-            if first is not None:
-                cell.first_call_s[lib.name] = first.time_s
+    # The compile, timed apart: never a warm-up or a timed run.
+    compiles = [lib for lib in libraries if lib.compiles]
+    cell.first_call_s = {lib.name: o.time_s for lib in compiles if (o := attempt(lib)) is not None}
     repeats = config.n_repeats
     if not config.quick:
-        warm: dict[str, Observation] = {}
-        for lib in libraries:
-            o = attempt(lib)
-            if o is not None:
-                warm[lib.name] = o
+        warm = {lib.name: o for lib in libraries if (o := attempt(lib)) is not None}
         round_s = sum(o.time_s for o in warm.values())
         if round_s > 0:
             affordable = math.floor(config.cell_budget_s / round_s)
