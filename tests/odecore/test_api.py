@@ -75,6 +75,7 @@ EXPECTED_ALL = [
     "RadauIIA3",
     "RadauIIA5",
     "Ralston",
+    "Reversible",
     "Rodas4",
     "RosenbrockTableau",
     "SDIRK2",

@@ -37,7 +37,8 @@ def test_defaults_are_odeints():
 @given(
     method=st.sampled_from(METHODS),
     tol=st.sampled_from([1e-3, 1e-6]),
-    gradient=st.sampled_from(sorted(odecore.GRADIENTS)),
+    # The reversible method solves another (coupled) scheme: test_reversible.py checks it.
+    gradient=st.sampled_from(sorted(set(odecore.GRADIENTS) - {"reversible"})),
 )
 def test_spec_solves_as_odeint(method, tol, gradient):
     """``solve`` with the spec's objects gives odeint's answer bit for bit."""

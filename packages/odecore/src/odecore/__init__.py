@@ -44,6 +44,7 @@ from ._implicit import (
 )
 from ._newton import Newton
 from ._odeint import odeint, odeint_adjoint, odeint_dense, odeint_event
+from ._reversible import Reversible
 from ._rosenbrock import RODAS4_TABLEAU, Rodas4, RosenbrockTableau
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
@@ -159,6 +160,7 @@ __all__ = [
     "RadauIIA3",
     "RadauIIA5",
     "Ralston",
+    "Reversible",
     "Rodas4",
     "RosenbrockTableau",
     "SaveAt",

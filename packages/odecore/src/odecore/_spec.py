@@ -34,6 +34,7 @@ from ._implicit import (
     RadauIIA5,
     Trapezoid,
 )
+from ._reversible import Reversible
 from ._rosenbrock import Rodas4
 from ._solvers import (
     RK4,
@@ -100,11 +101,11 @@ ROSENBROCK_METHODS: dict[str, type[AbstractSolver]] = {"rodas4": Rodas4}
 options of :data:`ADAPTIVE_OPTIONS`."""
 
 GRADIENTS: Mapping[str, type[AbstractGradient]] = MappingProxyType(
-    {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint}
+    {"backprop": Autograd, "adjoint": Adjoint, "checkpoint": Checkpoint, "reversible": Reversible}
 )
 """The gradient methods by name. ``"backprop"`` is :class:`Autograd` (backpropagation
 through the solver's steps), ``"adjoint"`` :class:`Adjoint`, ``"checkpoint"``
-:class:`Checkpoint`."""
+:class:`Checkpoint`, ``"reversible"`` :class:`Reversible`."""
 
 DEFAULT_METHOD = "dopri5"
 """The method when none is named (torchdiffeq's default)."""
