@@ -75,9 +75,7 @@ def horizontal_flip(
     Args:
         images: a batch ``(N, C, H, W)``.
         p: the probability that an image is flipped, in ``[0, 1]``.
-        generator: the source of the coin flips, drawn on its device and moved to the
-            batch's (see :func:`random_crop`); ``None`` uses the global generator of
-            the batch's device.
+        generator: the source of the coin flips, as in :func:`random_crop`.
 
     Returns:
         The batch with the chosen images flipped; shape, dtype and device of
