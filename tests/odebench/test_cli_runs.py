@@ -92,7 +92,7 @@ def test_run_options_refuse_a_bad_device(device):
 def test_download_fetches_into_the_data_dir_and_reports_where(tmp_path, monkeypatch, capsys):
     from odebench.data import _download
 
-    monkeypatch.setattr(_download, "_md5", lambda path: "ok")
+    monkeypatch.setattr(_download, "file_digest", lambda path, algorithm: "ok")
     monkeypatch.setattr(
         _download, "_RESOURCES",
         {"mnist": _download._Resource(("https://x/",), (("a.gz", "ok"), ("b.gz", "ok")))},

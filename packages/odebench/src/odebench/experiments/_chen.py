@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-from odecore import OdeSpec
+import odecore
 from torch import Tensor, nn
 
 from .._figures import Lines, Point, Style
@@ -167,7 +167,9 @@ def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
 
 
 @contextmanager
-def ode_specs(model: nn.Module, spec: OdeSpec | Callable[[OdeSpec], OdeSpec]) -> Iterator[None]:
+def ode_specs(
+    model: nn.Module, spec: odecore.OdeSpec | Callable[[odecore.OdeSpec], odecore.OdeSpec]
+) -> Iterator[None]:
     """Every ODE layer of ``model`` solved by ``spec`` (or ``spec(its spec)``), then put back."""
     layers = ode_layers(model)
     kept = [layer.spec for layer in layers]
@@ -188,7 +190,7 @@ def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float 
     for gradient in MEMORY_GRADIENTS:
         points = []
         for steps in MEMORY_STEPS:
-            rk4 = OdeSpec.from_method("rk4", options={"n_steps": steps}, gradient=gradient)
+            rk4 = odecore.OdeSpec.from_method("rk4", options={"n_steps": steps}, gradient=gradient)
             with ode_specs(model, rk4):
                 mib = saved_bytes(model, x, y) / 2**20
             metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mib
