@@ -250,16 +250,41 @@ class _ReversibleFunction(torch.autograd.Function):
                 step_ts=spec.ends[1:-1],
             )  # fmt: skip
             spec.stats.nfe_backward += run.stats.nfe
-            if run.status != Status.SUCCESS or back.index != 0:
+            rebuilt = run.ys[-1]
+            if run.status != Status.SUCCESS or back.index != 0 or rebuilt is None:
                 raise SolverError(
                     "the reversible backward pass did not retrace the forward steps: it "
                     f"stopped at t = {run.t_final!r} after {n - back.index} of {n} steps: "
-                    f"{run.status}." + (f" {run.message}" if run.message else ""),
+                    f"{run.status}." + (f" {run.message}" if run.message else "")
+                    + _UNSTABLE,
                     status=run.status,
                     t=run.t_final,
-                )
+                )  # fmt: skip
+            _check_rebuilt(p.y0.detach(), rebuilt, back.z, n)
         back.add_outputs(0)
         return (None, None, back.a_y + back.a_z, *back.grads)
+
+
+_UNSTABLE = (
+    " The coupled solve is unstable here: a coupling closer to 1 steadies the backward "
+    "pass, one further from 1 (or smaller steps) the forward one; `Checkpoint()` has "
+    "neither limit."
+)
+
+
+def _check_rebuilt(y0: Tensor, y: Tensor, z: Tensor, n: int) -> None:
+    """Raise if the backward pass rebuilt ``(y0, y0)`` no better than the cube root of
+    the dtype's resolution: the gradient would be wrong without a word."""
+    if not y0.numel():
+        return
+    error = float(torch.maximum((y - y0).abs().amax(), (z - y0).abs().amax()))
+    tol = torch.finfo(y0.dtype).eps ** (1 / 3) * max(1.0, float(y0.abs().amax()))
+    if not error <= tol:  # NaN fails too
+        raise ConfigurationError(
+            f"`Reversible(coupling=...)`: the backward pass rebuilt y0 after {n} steps with "
+            f"an error of {error:.3g}, above {tol:.3g} (the cube root of {y0.dtype}'s "
+            "resolution), so its gradient cannot be trusted." + _UNSTABLE
+        )
 
 
 def _plain(f: FlatField) -> FlatField:
