@@ -276,6 +276,23 @@ def test_the_command_names_the_mode_unless_it_is_the_default(tmp_path: Path) -> 
     assert command("t", RunOptions(out=tmp_path, quick=True)) == "odebench run t --quick"
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "read"),
+    [
+        ("pendulum", None, "pendulum.md"),  # text/pendulum.md exists
+        ("no-such-experiment", None, ""),
+        ("pendulum", "", ""),
+        ("pendulum", "quickstart.md", "quickstart.md"),
+    ],
+)
+def test_the_text_defaults_to_the_file_named_after_the_experiment(
+    name: str, text: str | None, read: str
+) -> None:
+    template = Template(name=name, description="", title="", modes=MODES, runs=_runs,
+                        measure=_measure, text=text)  # fmt: skip
+    assert template.text == read
+
+
 def test_declaration_errors_are_clear() -> None:
     with pytest.raises(ValueError, match=r"`epoch_fields` \['steps'\] are not fields"):
         Template(name="t", description="", title="", modes=MODES, runs=_runs,

@@ -286,7 +286,7 @@ TEMPLATE = register_template(
         "(and CIFAR-10 and SVHN when found): accuracy, parameters, NFE over training, loss "
         "against NFE",
         title="NODE against ANODE on images (Dupont et al. 2019, Table 1 and Fig. 10)",
-        modes=MODES, runs=runs, measure=measure, claims=claims, text=TEXT, tables=tables,
+        modes=MODES, runs=runs, measure=measure, claims=claims, tables=tables,
         words=words, figures=[
             Plot("accuracy_params.png", _accuracy_params),
             Plot("nfe.png", lambda result: common.curve_panels(

@@ -337,7 +337,6 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        text="anode-resnet.md",
         tables=lambda setup: {"losses": LOSSES},
         words=words,
         figures=[

@@ -284,7 +284,6 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        text="anode-toy.md",
         tables=lambda setup: {"paper": PAPER_TABLE},
         words=words,
         figures=[

@@ -338,8 +338,7 @@ register_template(
         description="Chen et al. (2018) Table 1: MNIST test error, parameters, memory and "
         "time of the 1-layer MLP, ResNet, RK-Net and ODE-Net, and memory against depth",
         title="Chen et al. (2018), Table 1: MNIST",
-        modes=MODES, runs=runs, measure=measure, claims=claims,
-        text="chen-table1.md", tables=tables, words=words,
+        modes=MODES, runs=runs, measure=measure, claims=claims, tables=tables, words=words,
         figures=[Plot("memory_vs_depth.png", _memory_panels, size=(4.5, 3.4))], published=PUBLISHED,
     )
 )  # fmt: skip

@@ -259,7 +259,6 @@ register_template(
         runs=runs,
         measure=flow.measure,
         claims=claims,
-        text="chen-cnf.md",
         tables=tables,
         words=words,
         figures=[

@@ -279,7 +279,6 @@ register_template(
         runs=runs,
         measure=probe.measure,
         claims=claims,
-        text="chen-tolerance.md",
         tables=tables,
         words=words,
         figures=[

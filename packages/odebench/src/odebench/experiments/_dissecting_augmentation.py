@@ -363,7 +363,7 @@ TEMPLATE = register_template(
         description="Massaroli et al. (2020) augmentation table: NODE, 0-augmented, input-layer "
         "and second-order image NODEs on MNIST (CIFAR-10 when found): accuracy, NFE, parameters",
         title="Augmentation strategies for image NODEs (Massaroli et al. 2020)",
-        modes=MODES, runs=runs, measure=measure, text=TEXT, tables=tables, words=words,
+        modes=MODES, runs=runs, measure=measure, tables=tables, words=words,
         claims=lambda setup: [c for d in _trained(setup) for c in dataset_claims(d)],
         figures=[Plot("augmentation.png", _poster_panels, columns=3, size=(13 / 3, 3.4)),
                  Plot("nfe.png", _nfe_panels)],

@@ -353,8 +353,8 @@ TEMPLATE = register_template(
         description="Massaroli et al.'s vector fields (vanilla, Galerkin, stacked, "
         "data-controlled, adaptive depth) on the 1-D reflection and the 2-D concentric "
         "annuli over seeds",
-        modes=MODES, runs=runs, measure=measure, text="dissecting-depth.md", tables=tables,
-        words=words, claims=lambda setup: CLAIMS,
+        modes=MODES, runs=runs, measure=measure, tables=tables, words=words,
+        claims=lambda setup: CLAIMS,
         figures=[Plot("loss.png", lambda result: [_loss_panel(result, t) for t in TASKS],
                       size=(5.5, 3.8), dpi=80),
                  Plot("reflection.png", _reflection_panels, size=(19 / 6, 3.5), dpi=80),

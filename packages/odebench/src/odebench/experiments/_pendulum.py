@@ -320,7 +320,6 @@ register_template(
         runs=runs,
         measure=measure,
         claims=claims,
-        text="pendulum.md",
         tables=tables,
         words=words,
         figures=[

@@ -239,7 +239,6 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        text="quickstart.md",
         tables=tables,
         words=words,
         figures=[Plot("toy.png", toy_panels)],

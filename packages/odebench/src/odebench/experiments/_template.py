@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -262,7 +263,8 @@ class Template(Generic[S]):
             the same order, for every seed.
         measure: ``measure(setup, trained)``: the numbers of one trained run of one seed.
         claims: ``claims(setup)``: the claims, checked on the aggregated numbers.
-        text: its text file, in ``text/`` (or an absolute path); ``""``: none.
+        text: its text file, in ``text/`` (or an absolute path); ``""``: none; ``None``
+            (the default): ``text/<name>.md`` where it exists, else none.
         tables: ``tables(setup)``: its tables by name (``{table[name]}`` in the text).
         words: ``words(result)``: further values the text's fields read.
         figures: drawn after the runs, before the report.
@@ -306,7 +308,7 @@ class Template(Generic[S]):
     runs: Callable[[Setup[S], int], Sequence[Run]]
     measure: Callable[[Setup[S], Trained], Measurement]
     claims: Callable[[Setup[S]], Sequence[Claim]] = lambda setup: ()
-    text: str = ""
+    text: str | None = None
     tables: Callable[[Setup[S]], Mapping[str, Table]] = lambda setup: {}
     words: Callable[[Result[S]], Mapping[str, object]] = lambda result: {}
     figures: Sequence[Figure[S] | Plot[S]] = ()
@@ -322,6 +324,9 @@ class Template(Generic[S]):
                 f"give exactly {', '.join(MODES)}."
             )
         object.__setattr__(self, "modes", MappingProxyType(dict(self.modes)))
+        if self.text is None:
+            found = (resources.files(__package__) / "text" / f"{self.name}.md").is_file()
+            object.__setattr__(self, "text", f"{self.name}.md" if found else "")
         kinds = {type(s) for s in self.modes.values()}
         if len(kinds) > 1 or not isinstance(next(iter(self.modes.values())), Settings):
             raise ValueError(
