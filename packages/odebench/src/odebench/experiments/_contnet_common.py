@@ -43,17 +43,9 @@ def batches(data: Dataset, batch: int, seed: int) -> Iterator[tuple[torch.Tensor
 
 @dataclass(frozen=True)
 class Net:
-    """One ContinuousNet run: at a fixed depth, or refined during training.
-
-    Args:
-        key: the run's name (its folder, the key of its metrics).
-        label: how the report names it.
-        model: ``"continuousnet"`` or ``"wide-continuousnet"``.
-        dataset: its data set; ``None``: the :func:`digits` found (quick mode).
-        method: its fixed-step method (``"euler"``, ``"rk4"``).
-        n_steps: ``N_t = M`` at the first epoch.
-        refine_epochs: the (0-based) epochs at whose start ``N_t`` and ``M`` double.
-    """
+    """One ContinuousNet run (``key`` its folder and metrics, ``label`` the report's
+    name): ``N_t = M = n_steps``, doubled at the start of each of ``refine_epochs``
+    (0-based), on ``dataset`` (``None``: the :func:`digits` found)."""
 
     key: str
     label: str
@@ -68,24 +60,20 @@ class Net:
         """``N_t = M`` once every refinement is made."""
         return self.n_steps << len(self.refine_epochs)
 
-    def depth(self) -> str:
-        """``"rk4, N_t = M = 1 -> 4 (refined at epochs 1, 2)"``, or ``"euler, N_t = M = 4"``."""
+    def depth(self, steps: str = "N_t = M = ", final: object = None) -> str:
+        """``"rk4, N_t = M = 1 -> 4 (refined at epochs 1, 2)"``, or ``"euler, N_t = M = 4"``;
+        ``final`` shows the last ``N_t`` (default :attr:`final_steps`)."""
         if not self.refine_epochs:
-            return f"{self.method}, N_t = M = {self.n_steps}"
+            return f"{self.method}, {steps}{self.n_steps}"
         epochs = ", ".join(str(e) for e in self.refine_epochs)
-        return (
-            f"{self.method}, N_t = M = {self.n_steps} -> {self.final_steps} "
-            f"(refined at epochs {epochs})"
-        )
+        final = self.final_steps if final is None else final
+        return f"{self.method}, {steps}{self.n_steps} -> {final} (refined at epochs {epochs})"
 
 
 @dataclass(frozen=True)
 class Training:
-    """The :class:`~odebench.training.TrainConfig` fields every run shares (SGD).
-
-    ``eval_batch_size`` is also the batch of the recalibrated test passes; on a CPU a
-    few hundred images evaluate faster per image than a thousand.
-    """
+    """The :class:`~odebench.training.TrainConfig` fields every run shares (SGD);
+    ``eval_batch_size`` is also that of the recalibrated test passes."""
 
     train_size: int | None
     test_size: int | None
@@ -122,15 +110,8 @@ QUICK_NOTE = (
 
 @dataclass(frozen=True, kw_only=True)
 class NetSettings(Settings):
-    """The nets of one mode and how they train.
-
-    Args:
-        nets: the runs, in order.
-        epochs: epochs of every run (but the CIFAR-100 ones with ``epochs_cifar100``).
-        training: the optimiser and data.
-        recal_batches: training batches the batch-norm statistics are recalibrated on.
-        epochs_cifar100: epochs of the CIFAR-100 runs; ``None``: ``epochs``.
-    """
+    """The nets of one mode, their epochs (``epochs_cifar100``: of the CIFAR-100 ones),
+    training, and the training batches the batch-norm statistics are recalibrated on."""
 
     nets: tuple[Net, ...]
     epochs: int
@@ -139,7 +120,6 @@ class NetSettings(Settings):
     epochs_cifar100: int | None = None
 
     def epochs_of(self, net: Net) -> int:
-        """The epochs of ``net``."""
         if net.dataset == "cifar100" and self.epochs_cifar100 is not None:
             return self.epochs_cifar100
         return self.epochs
@@ -162,12 +142,8 @@ class NetSettings(Settings):
 
 @dataclass(frozen=True, kw_only=True)
 class RefineSettings(NetSettings):
-    """:class:`NetSettings` with the accuracy tolerance of the refinement claims.
-
-    Args:
-        acc_tolerance: how far (absolute) a refined RK4 run's recalibrated test
-            accuracy may fall below that of the run it is compared with.
-    """
+    """:class:`NetSettings` with how far (absolute) a refined RK4 run's recalibrated
+    test accuracy may fall below that of the run it is compared with."""
 
     acc_tolerance: float
 
@@ -188,8 +164,7 @@ def missing(nets: Sequence[Net], data_dir: str | None) -> list[str]:
 
 
 def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
-    """The :func:`odebench.training.train` run of ``net`` for ``seed``, on its data set
-    or the :func:`digits` found."""
+    """The :func:`odebench.training.train` run of ``net`` for ``seed``."""
     s, data_dir = setup.settings, setup.options.data_dir
     return Run(
         net.key,
@@ -227,7 +202,7 @@ def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
 
 
 def ran(setup: Setup[N]) -> list[Net]:
-    """The nets of ``setup`` that were trained (:attr:`Setup.trained`)."""
+    """The nets of :attr:`Setup.trained`."""
     return [net for net in setup.settings.nets if net.key in setup.trained]
 
 
@@ -268,10 +243,7 @@ def restore(setup: Setup[N], trained: Trained) -> Restored:
 #: The numbers of each epoch a run keeps in its details.
 EPOCH_ROW = ("epoch", "n_steps", "parameters", "epoch_seconds", "test_acc", "train_acc")
 
-#: What :func:`measure_refined` measures of every run, in the reports' formats: the
-#: parameters and ``N_t`` at the end, the sum of ``N_t`` over the epochs, the accuracies
-#: of the last epoch (test as trained and recalibrated, train in train mode), the
-#: training seconds per epoch and in all, and the wall time of the run with its tests.
+#: What :func:`measure_refined` measures of every run, in the reports' formats.
 PARAMETERS = Metric("parameters", spec=".3f", scale=1e-6, unit="M")
 EPOCHS = Metric("epochs", spec=".0f")
 N_STEPS_FINAL = Metric("n_steps_final", spec=".0f")
@@ -289,10 +261,8 @@ RUN_WALL_SECONDS = Metric("run_wall_seconds", spec=".2f", scale=1 / 60, unit=" m
 def measure_refined(
     setup: Setup[N], trained: Trained, restored: Restored | None = None
 ) -> Measurement:
-    """The metrics above of a run and its details: the data set and :data:`EPOCH_ROW`.
-    ``restored``: the run's :func:`restore` where the caller has it already.
-    ``run_wall_seconds`` is missing under ``--resume``, where
-    :func:`odebench.training.train` knows only its last stretch's."""
+    """The metrics above and the details (data set, :data:`EPOCH_ROW`); no wall time
+    under ``--resume``, where :func:`~odebench.training.train` knows its last stretch's."""
     r = restored or restore(setup, trained)
     result, rows = trained.result, trained.history
     seconds = [row["epoch_seconds"] for row in rows]
