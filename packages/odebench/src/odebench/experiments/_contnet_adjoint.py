@@ -37,14 +37,7 @@ COMPARED = (
 )
 """The gradient methods compared with backprop at the same ``N_t``."""
 
-# The claims' thresholds. ACC_GAP: accuracy within 1 point of backprop's "reaches" it,
-# more than that below is "lower" (about the spread of a paired per-seed difference of
-# two briefly trained nets). EXACT: two float32 gradients this close are the same.
-# FALL: the adjoint's gradient error at 4M below this fraction of that at M (first order
-# gives 0.25; 0.31-0.39 measured at initialisation in standard mode, 0.36-0.50 in quick
-# mode). KNOT_RATIO: jump_ts at the knots below this fraction of the plain adjoint's
-# error at M (0.67-0.74 standard, 0.51-0.81 quick). KNOT_FLOOR: with jump_ts the adjoint
-# still differs from backprop by more than this, a discretisation error (about 0.4).
+# The claims' thresholds (the docs page says how each was chosen).
 ACC_GAP, EXACT, FALL, KNOT_RATIO, KNOT_FLOOR = 0.01, 1e-5, 0.5, 0.85, 1e-2
 PUBLISHED: dict[str, str] = {
     "adjoint": "adjoint gradients sensitive to N_t; converging to high accuracy needed "
@@ -53,8 +46,7 @@ PUBLISHED: dict[str, str] = {
     "(standard mode), CIFAR-10 (full mode)",
 }
 
-# What each net measures (the docs page lists them); backprop's net also the gradient
-# error of each compared method, at initialisation and after training.
+# What each net measures (the docs page lists them); backprop's also the gradient errors.
 TEST_ACCURACY = Metric("test_accuracy", spec=".1f", scale=100, unit="%")
 TRAIN_LOSS = Metric("train_loss", spec=".3f")
 TRAIN_ACCURACY = Metric("train_accuracy")
@@ -69,18 +61,9 @@ GRAD_ERROR_TRAINED = dataclasses.replace(GRAD_ERROR, name="grad_error_trained")
 
 @dataclass(frozen=True, kw_only=True)
 class AdjointSettings(TrainingSettings):
-    """The data, the net and its training (SGD, the learning rate cosine-annealed to
-    ``lr / 100``); the same for every gradient method.
-
-    Args:
-        dataset: ``None``: the digits found, MNIST else Fashion-MNIST; its subsets of
-            ``train_size`` and ``test_size`` images are drawn by the seed.
-        channels: the block's channels.
-        pieces: ``M``, the pieces of the block's basis.
-        pool: the head pools to ``pool x pool``.
-        grad_batch: the training images the gradients are compared on.
-        eval_batch_size: images per test pass.
-    """
+    """The data (``None``: the digits found), the net (``pieces``: ``M``) and its
+    training (SGD, cosine-annealed to ``lr / 100``), the same for every method, and the
+    training images the gradients are compared on (``grad_batch``)."""
 
     dataset: str | None
     channels: int
@@ -92,24 +75,20 @@ class AdjointSettings(TrainingSettings):
     eval_batch_size: int = 500
 
     def sizes(self) -> tuple[str, str]:
-        """The training and test images: their numbers, or ``"all"``."""
+        """The training and test images: numbers, or ``"all"``."""
         return ("all" if self.train_size is None else str(self.train_size),
                 "all" if self.test_size is None else str(self.test_size))  # fmt: skip
 
 
 MODES = {
-    # The digits found, 256 + 128 images, a 4-channel net with M = 2: the code path.
     "quick": AdjointSettings(
         dataset=None, train_size=256, test_size=128, channels=4, pieces=2, pool=2, epochs=1,
         batch_size=32, lr=0.05, grad_batch=32, eval_batch_size=128,
     ),
-    # A seeded subset of Fashion-MNIST, 16 channels, M = 4, four epochs: about 12 min for
-    # the five seeds on an idle CPU.
     "standard": AdjointSettings(
         seeds=5, dataset="fashion-mnist", train_size=4000, test_size=2000, channels=16,
         pieces=4, pool=4, epochs=4, batch_size=64, lr=0.05,
     ),
-    # The paper's data set (CIFAR-10, all of it), a wider net with M = 8, 5 seeds: a GPU job.
     "full": AdjointSettings(
         seeds=5, dataset="cifar10", train_size=None, test_size=None, channels=64, pieces=8,
         pool=4, epochs=30, batch_size=128, lr=0.1, grad_batch=512, eval_batch_size=1000,
@@ -117,15 +96,10 @@ MODES = {
 }  # fmt: skip
 
 
-def data_of(setup: Setup[AdjointSettings], seed: int) -> tuple[Dataset, Dataset]:
-    """The training and test sets of ``seed``: the mode's data set or the digits found
-    (the loader's ``FileNotFoundError`` when absent)."""
-    return _splits(setup.settings, seed, setup.options.data_dir)
-
-
 @functools.lru_cache(maxsize=4)
-def _splits(s: AdjointSettings, seed: int, data_dir: str | None) -> tuple[Dataset, Dataset]:
-    """The seed's training and test subsets, read once for the six runs of a seed."""
+def data_of(s: AdjointSettings, seed: int, data_dir: str | None) -> tuple[Dataset, Dataset]:
+    """The seed's training and test subsets, read once for the six runs of a seed (the
+    loader's ``FileNotFoundError`` when absent)."""
     return load_splits(TrainConfig(
         model="continuousnet", dataset=s.dataset or common.digits(data_dir),
         train_size=s.train_size, test_size=s.test_size, seed=seed, data_dir=data_dir,
@@ -142,13 +116,13 @@ def build(s: AdjointSettings, train: Dataset, seed: int, method: Method = BACKPR
 
 def runs(setup: Setup[AdjointSettings], seed: int) -> list[Run]:
     """One net per method of :data:`TRAINED`, from the same initialisation and batches."""
-    train, _ = data_of(setup, seed)  # a data set not found fails now, not after a run
+    train, _ = data_of(setup.settings, seed, setup.options.data_dir)  # not found: fails now
     return [Run(m.key, task=_task(setup.settings, train, m, seed)) for m in TRAINED]
 
 
 def _task(s: AdjointSettings, train: Dataset, method: Method, seed: int) -> Task:
-    """SGD with ``method``'s gradients, the learning rate cosine-annealed per batch, the
-    full batches in the order ``seed * 1000 + epoch`` draws; one row per epoch."""
+    """SGD with ``method``'s gradients, cosine-annealed per batch, the full batches in the
+    order ``seed * 1000 + epoch`` draws."""
     n, gen = len(train), torch.Generator()
 
     def loss(net: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Tensor]]:
@@ -175,11 +149,11 @@ def _row(epoch: Epoch) -> JsonObject:
 
 
 def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
-    """The metrics above of one net; backprop's also compares the gradients on a fixed
-    batch of training images, with the seed's initial weights (rebuilt) and trained."""
+    """The metrics above; backprop's also the gradient errors on a fixed batch of training
+    images, with the seed's initial weights (rebuilt) and trained."""
     s, method = setup.settings, next(m for m in TRAINED if m.key == trained.run.name)
     net = cast(AdjointNet, trained.model)  # a task run's model, built by build
-    train, test = data_of(setup, trained.seed)
+    train, test = data_of(s, trained.seed, setup.options.data_dir)
     device = next(net.parameters()).device
     result = evaluate(net, test, "cross_entropy", batch_size=s.eval_batch_size, device=device)
     rows = trained.history
@@ -258,12 +232,10 @@ CLAIMS = [
         spec=".2e", kind="check",
     ),
 ]  # fmt: skip
-"""The paper's claim on accuracy, and checks of the gradients against backprop's at the
-same ``N_t``; their details are in ``text/contnet-adjoint.md``."""
 
 
 def _minus_backprop(v: Values, row: Row) -> float:
-    """The row's test accuracy minus backprop's, of one seed (NaN for backprop's row)."""
+    """The row's test accuracy minus backprop's (NaN for backprop's row)."""
     if row.run == BACKPROP.key:
         return math.nan
     return v[TEST_ACCURACY.of(row.run)] - v[BACKPROP_ACCURACY]
@@ -289,7 +261,7 @@ def tables(setup: Setup[AdjointSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[AdjointSettings]) -> dict[str, object]:
-    """The text's words: the data and its sizes, the final learning rate, thresholds."""
+    """The data and its sizes, the final learning rate, the thresholds."""
     s = result.settings
     train, test = s.sizes()
     return {

@@ -16,17 +16,9 @@ from torch import Tensor, nn
 
 @dataclass(frozen=True)
 class Method:
-    """One way to differentiate the block: a gradient method at ``N_t = factor * M``.
-
-    Args:
-        gradient: ``"backprop"`` (contnet's :class:`~contnet.OdeBlock` under autograd),
-            ``"adjoint"`` (:class:`odecore.Adjoint`) or ``"checkpoint"``
-            (:class:`odecore.Checkpoint`, backprop's gradient in less memory), the last
-            two on an odecore solve of the block's field.
-        factor: ``N_t`` over ``M``.
-        knots: the solve gets the basis knots as ``jump_ts`` (it restarts at each, and
-            a step next to one reads the limit from its own side).
-    """
+    """One way to differentiate the block at ``N_t = factor * M``: contnet's block under
+    autograd (``"backprop"``), or an odecore solve of its field with ``Adjoint`` or
+    ``Checkpoint``, the basis knots as ``jump_ts`` where ``knots``."""
 
     gradient: Literal["backprop", "adjoint", "checkpoint"]
     factor: int = 1
@@ -34,8 +26,7 @@ class Method:
 
     @property
     def key(self) -> str:
-        """The run's name and the metrics' ``method``: ``backprop``, ``adjoint-2M``,
-        ``knot-1M``, ``checkpoint-1M``."""
+        """``backprop``, ``adjoint-2M``, ``knot-1M``, ``checkpoint-1M``: runs, metrics."""
         if self.gradient == "backprop":
             return "backprop" if self.factor == 1 else f"backprop-{self.factor}M"
         name = "knot" if self.gradient == "adjoint" and self.knots else self.gradient
@@ -49,7 +40,6 @@ class Method:
         return f"{what}, N_t = {'M' if self.factor == 1 else f'{self.factor}M'}"
 
     def n_steps(self, pieces: int) -> int:
-        """``N_t`` of a block of ``pieces`` pieces."""
         return self.factor * pieces
 
 
@@ -59,26 +49,9 @@ BACKPROP = Method("backprop")
 ALL, BLOCK = "", "/block"
 
 
-def residual_module(channels: int) -> nn.Sequential:
-    """``R``: the paper's pre-activation unit with group norm in place of batch norm,
-    so that ``R`` is one function of ``(t, x)`` on the adjoint's backward states too."""
-    groups = 2 if channels % 2 == 0 else 1
-    return nn.Sequential(
-        nn.GroupNorm(groups, channels), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-        nn.GroupNorm(groups, channels), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-    )  # fmt: skip
-
-
 class AdjointNet(nn.Module):
-    """A stride-2 stem to ``channels``, one OdeBlock, a head pooled to ``pool x pool``.
-
-    The block integrates ``dx/dt = M R(x; theta(t))`` on ``[0, 1]`` by forward Euler,
-    ``theta`` piecewise constant on ``M = pieces`` pieces: at ``N_t = M`` a ResNet of
-    ``M`` units, at ``N_t = kM`` the same continuous model in ``k`` times finer steps;
-    :meth:`forward` differentiates it by ``method`` (see :func:`integrate`).
-    """
+    """A stride-2 stem to ``channels``, one OdeBlock ``dx/dt = M R(x; theta(t))`` (Euler,
+    ``theta`` piecewise constant on ``M = pieces`` pieces), a head pooled to ``pool``."""
 
     def __init__(
         self, in_channels: int, num_classes: int, *, channels: int, pieces: int, pool: int,
@@ -88,9 +61,15 @@ class AdjointNet(nn.Module):
         groups = 2 if channels % 2 == 0 else 1
         self.method = method
         self.stem = nn.Conv2d(in_channels, channels, 3, stride=2, padding=1, bias=False)
+        residual = nn.Sequential(  # the paper's unit, group norm in place of batch norm
+            nn.GroupNorm(groups, channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+            nn.GroupNorm(groups, channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+        )  # fmt: skip
         self.block = contnet.OdeBlock(
-            residual_module(channels), basis=PiecewiseConstant(pieces=pieces), solver="euler",
-            n_steps=pieces, epsilon=float(pieces),
+            residual, basis=PiecewiseConstant(pieces=pieces), solver="euler", n_steps=pieces,
+            epsilon=float(pieces),
         )  # fmt: skip
         self.head = nn.Sequential(
             nn.GroupNorm(groups, channels), nn.ReLU(), nn.AdaptiveAvgPool2d(pool), nn.Flatten(),
@@ -104,14 +83,8 @@ class AdjointNet(nn.Module):
 
 
 def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
-    """The block's output at ``N_t = method.factor * M``, differentiated by ``method``.
-
-    Backprop, and every method when no gradient is recorded, is contnet's own block at
-    that ``N_t`` (:meth:`contnet.OdeBlock.manifest`). The others solve the block's field
-    (:meth:`contnet.OdeBlock.field`) with :func:`odecore.solve`, forward Euler in steps
-    of ``1 / N_t``, the basis knots as ``jump_ts`` where ``method.knots``; the adjoint's
-    backward solve is Euler with the same step.
-    """
+    """The block's output at ``N_t = method.factor * M``, differentiated by ``method``:
+    contnet's block for backprop (and without gradients), else Euler by odecore.solve."""
     n_steps = method.n_steps(block.basis.size)
     if method.gradient == "backprop" or not torch.is_grad_enabled():
         out: Tensor = block.manifest(n_steps=n_steps)(x)
@@ -130,8 +103,7 @@ def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
 
 
 def full_gradient(net: AdjointNet, images: Tensor, labels: Tensor, method: Method) -> Tensor:
-    """Every parameter's gradient of the mean cross-entropy, flattened into one vector
-    in the order of ``net.parameters()`` (stem, block, head)."""
+    """The gradient of the mean cross-entropy, flattened in the order of the parameters."""
     params = list(net.parameters())
     loss = nn.functional.cross_entropy(net(images, method), labels)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -143,10 +115,8 @@ def full_gradient(net: AdjointNet, images: Tensor, labels: Tensor, method: Metho
 def gradient_errors(
     net: AdjointNet, images: Tensor, labels: Tensor, methods: Sequence[Method]
 ) -> dict[tuple[str, str], float]:
-    """Each method's relative gradient error ``|g - g_bp| / |g_bp|`` against backprop at
-    the same ``N_t``, of the mean cross-entropy of ``images``: ``{(method.key, part):
-    error}``, over every parameter (part :data:`ALL`) and the block's alone (:data:`BLOCK`).
-    """
+    """``{(method.key, part): |g - g_bp| / |g_bp|}`` against backprop at the same ``N_t``,
+    over every parameter (part :data:`ALL`) and the block's alone (:data:`BLOCK`)."""
     start = sum(p.numel() for p in net.stem.parameters())  # the block's coefficients
     block = slice(start, start + sum(p.numel() for p in net.block.parameters()))
     references: dict[int, Tensor] = {}
