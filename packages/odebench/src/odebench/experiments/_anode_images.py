@@ -5,7 +5,6 @@ against ANODE on MNIST, CIFAR-10 and SVHN (docs/odebench/experiments/anode-image
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from .._figures import Bars, Lines, Style
 from . import _anode_common as common
@@ -13,11 +12,10 @@ from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._images import available_datasets, data_name, mode_note, trained_datasets
 from ._metrics import Metric, Values
-from ._registry import fmt
 from ._report import Prose
 from ._result import Result
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
+from ._tables import Col, Table, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DATASETS = ("mnist", "cifar10", "svhn")  # MNIST always; the others when found
@@ -180,20 +178,13 @@ def _pct(paper: dict[str, float]) -> str:
     return f"{100 * paper['acc']:.1f} ± {100 * paper['acc_std']:.1f}%"
 
 
-def _means(*metrics: Metric) -> Callable[[Result[TrainingSettings], Row], str]:
-    """A cell of the means of ``metrics`` of the row's run, ``first → last``."""
-    return lambda result, row: " → ".join(
-        fmt(result.stat(m.of(row.run)).mean, m.spec) for m in metrics
-    )
-
-
 def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
     """Table 1 of each data set trained on, ours beside the paper's."""
     columns = [
         Col(f"test accuracy (ours, {len(setup.seeds)} seeds)", TEST_ACC),
-        Col("test accuracy (paper)"), Col("parameters (ours)", cell=_means(PARAMETERS)),
-        Col("parameters (paper)"),
-        Col("forward NFE per batch, first → last epoch (ours)", cell=_means(NFE_FIRST, NFE_LAST)),
+        Col("test accuracy (paper)"), Col("parameters (ours)", PARAMETERS, spread=False),
+        Col("parameters (paper)"), Col.joined("forward NFE per batch, first → last epoch (ours)",
+                                              NFE_FIRST, NFE_LAST, sep=" → ", spread=False),
         Col("NFE (paper)", text="not published (Fig. 10: curves)"),
     ]  # fmt: skip
     return {

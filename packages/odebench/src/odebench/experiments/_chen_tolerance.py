@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,6 @@ from . import _chen_tolerance_probe as probe
 from ._chen import MNIST_10K, TEST_ERROR, MnistTraining, mnist_config, optimiser_words
 from ._claims import Claim
 from ._metrics import Ref, Values
-from ._registry import fmt
 from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
@@ -192,14 +190,10 @@ def _probe_cell(way: str) -> Callable[[Result[Any], Row], str]:
     )
 
 
-def _probe_ratio(result: Result[Any], row: Row) -> str:
-    """The probe's backward over forward NFE at the row's tolerance, the mean of the
-    seeds' ratios."""
-    pairs = zip(
-        *(result.stat(probe.PROBE.of(row.run, way=w, **row.at)).values for w in probe.WAYS[:2])
-    )
-    known = [b / f for f, b in pairs if f is not None and b is not None and f != 0]
-    return fmt(statistics.fmean(known) if known else None, ".2f")
+def _probe_ratio(v: Values, row: Row) -> float:
+    """The probe's backward over forward NFE at the row's tolerance."""
+    forward, backward = (v[probe.PROBE.of(row.run, way=w, **row.at)] for w in probe.WAYS[:2])
+    return backward / forward
 
 
 def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
@@ -240,7 +234,7 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
             Col("tolerance"), Col("forward NFE", cell=_probe_cell("forward")),
             Col("backward NFE", cell=_probe_cell("backward")),
             Col("backward, seminorm", cell=_probe_cell("backward_seminorm")),
-            Col("backward/forward", cell=_probe_ratio)]),
+            Col.per_seed("backward/forward", _probe_ratio, ".2f", spread=False)]),
         "ratios": by_run("model", models, [
             Col("backward/forward off the minimum (ours)", probe.RATIO),
             Col("tolerances off the minimum", probe.RATIO_TOLERANCES), Col("paper", text="~0.5"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .._io import markdown_table, text_table
@@ -46,6 +46,7 @@ class Col:
         cell: ``cell(result, row) -> str``, for what is neither a metric nor a text.
         parts: columns whose cells this one joins by ``sep`` (see :meth:`joined`).
         sep: what goes between two cells of ``parts``.
+        spread: a ``metric`` shows ``mean ± std`` over the seeds; ``False``: the mean alone.
 
     Example:
         >>> from odebench.experiments import Metric
@@ -62,9 +63,12 @@ class Col:
     cell: Callable[[Result[Any], Row], str] | None = None
     parts: Sequence[Col] = ()
     sep: str = " / "
+    spread: bool = True
 
     @classmethod
-    def joined(cls, header: str, *parts: Col | Metric, sep: str = " / ") -> Col:
+    def joined(
+        cls, header: str, *parts: Col | Metric, sep: str = " / ", spread: bool = True
+    ) -> Col:
         """A column whose cell joins the cells of ``parts`` by ``sep``.
 
         Args:
@@ -72,6 +76,7 @@ class Col:
             parts: the columns joined (their headers are not shown), or metrics of the
                 row's run at the row's coordinates.
             sep: what goes between two of their cells.
+            spread: the metrics of ``parts`` show ``mean ± std``; ``False``: the mean alone.
 
         Example:
             >>> from odebench.experiments import Metric
@@ -81,7 +86,7 @@ class Col:
             >>> [ref.key for ref in col.refs(Row("ODE-Net", "odenet"))]
             ['nfe@first', 'nfe@last']
         """
-        columns = tuple(p if isinstance(p, Col) else cls("", p) for p in parts)
+        columns = tuple(p if isinstance(p, Col) else cls("", p, spread=spread) for p in parts)
         return cls(header, parts=columns, sep=sep)
 
     @classmethod
@@ -92,6 +97,7 @@ class Col:
         spec: str = ".4g",
         scale: float = 1.0,
         unit: str = "",
+        spread: bool = True,
     ) -> Col:
         """A column of ``value(values, row)`` computed on each seed's values, shown as
         ``mean ± std`` over the seeds (a paired difference or ratio).
@@ -100,6 +106,7 @@ class Col:
             header: the column's header.
             value: the number of one seed (NaN where it has none).
             spec, scale, unit: its format, as a :class:`Metric`'s.
+            spread: ``False``: the mean alone.
 
         Example:
             >>> from odebench.experiments import Metric
@@ -111,8 +118,8 @@ class Col:
         """
         return cls(
             header,
-            cell=lambda result, row: Stat.of([value(v, row) for v in result.per_seed()]).cell(
-                spec, scale, unit
+            cell=lambda result, row: _cell(
+                Stat.of([value(v, row) for v in result.per_seed()]), spread, spec, scale, unit
             ),
         )
 
@@ -137,8 +144,13 @@ class Col:
             return self.sep.join(part.render(result, row) for part in self.parts)
         if self.metric is not None:
             (ref,) = self.refs(row)
-            return result.cell(ref)
+            return _cell(result.stat(ref), self.spread, *ref.format)
         return row.text.get(self.header, self.text)
+
+
+def _cell(stat: Stat, spread: bool, spec: str, scale: float, unit: str) -> str:
+    """``stat``'s cell, ``mean ± std`` or (without ``spread``) the mean alone."""
+    return (stat if spread else replace(stat, std=None)).cell(spec, scale, unit)
 
 
 @dataclass(frozen=True)
