@@ -9,7 +9,7 @@ from typing import Any
 
 from .._io import JsonObject, text_parts, text_table
 from ._document import Document, FigureRow, GradientRow, json_object
-from ._solvers import MODE_FIGURES
+from ._solvers import MODE_FIGURES, RATIO_FIGURES
 from ._stats import ratio
 
 Formatter = Callable[[float | None], str]
@@ -190,18 +190,11 @@ def _forward_split(d: Document) -> list[str]:
     return _table("forward_split", header, _blank_repeats(rows))
 
 
-_RATIOS: tuple[Column, ...] = (
-    ("fwd", "forward_time_s", _f2),
-    ("NFE", "nfe_forward", _f2),
-    ("error", "error", _f2),
-    ("fwd ovh", "forward_overhead", _f2),
-    ("us/ev", "forward_cost_per_eval_us", _f2),
-    ("solver us/ev", "forward_solver_cost_per_eval_us", _f2),
-    ("bp", "backprop_time_s", _f2),
-    ("adj", "adjoint_time_s", _f2),
-    ("adj NFEb", "adjoint_nfe_backward", _f2),
-    ("semi", "adjoint_seminorm_time_s", _f2),
-    ("semi NFEb", "adjoint_seminorm_nfe_backward", _f2),
+_RATIO_HEADERS = "fwd, NFE, error, fwd ovh, us/ev, solver us/ev, bp, adj, adj NFEb, semi, semi NFEb"
+"""The ratios table's header of each of ``RATIO_FIGURES``, in order."""
+_RATIOS: tuple[Column, ...] = tuple(
+    (header, figure, _f2)
+    for header, figure in zip(_RATIO_HEADERS.split(", "), RATIO_FIGURES, strict=True)
 )
 
 
