@@ -10,9 +10,10 @@ import pytest
 import torch
 from odebench._figures import Style, seed_lines
 from odebench.experiments import RunOptions, Setup
-from odebench.experiments._run_files import first_model, seed_rows
+from odebench.experiments._run_files import first_model, seed_rows, states_at
 from odebench.experiments._template import Settings
-from torch import nn
+from odelayers import NeuralODE
+from torch import Tensor, nn
 
 
 def _setup(out: Path, seeds: tuple[int, ...]) -> Setup[Settings]:
@@ -54,6 +55,39 @@ def test_first_model_refuses_a_checkpoint_of_another_model(tmp_path: Path) -> No
     torch.save({"model": nn.Linear(3, 2).state_dict()}, setup.run_dir("toy", 0) / "checkpoint.pt")
     with pytest.raises(RuntimeError, match="size mismatch"):
         first_model(setup, "toy", lambda: nn.Linear(4, 2))
+
+
+class _Growth(nn.Module):
+    """``dz/dt = a z``: ``z(t) = z(0) exp(a t)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(-0.7, dtype=torch.float64))
+
+    def forward(self, t: Tensor, z: Tensor) -> Tensor:
+        return self.a * z
+
+
+def test_states_at_solves_to_the_depths_without_gradients_and_restores_them() -> None:
+    node = NeuralODE(_Growth(), ts=[0.0, 1.0])
+    x = torch.tensor([[1.0], [-2.0]], dtype=torch.float64, requires_grad=True)
+    depths = [0.0, 0.25, 0.5, 1.0]
+    states = states_at(node, depths, lambda: node(x))
+    exact = (
+        x.detach()[None]
+        * torch.exp(-0.7 * torch.tensor(depths, dtype=torch.float64))[:, None, None]
+    )
+    torch.testing.assert_close(states, exact, rtol=1e-5, atol=1e-6)
+    assert not states.requires_grad
+    assert node.ts == [0.0, 1.0]
+
+    def fail() -> Tensor:
+        assert node.ts == depths
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        states_at(node, depths, fail)
+    assert node.ts == [0.0, 1.0]  # restored after a failure too
 
 
 def test_seed_lines_draws_the_mean_and_band_of_each_run_and_its_test_column_dashed() -> None:

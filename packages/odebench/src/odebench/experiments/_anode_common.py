@@ -18,6 +18,7 @@ from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
 from ._metrics import Metric
 from ._result import Result
+from ._run_files import states_at
 from ._template import Measurement, Trained, TrainingSettings
 
 MODELS = ("node", "anode")
@@ -164,14 +165,7 @@ def trajectory(model: nn.Module, x: Tensor, ts: list[float]) -> Tensor:
     """The ODE state of a toy ``model`` at depths ``ts`` for inputs ``x``:
     ``(len(ts), N, d + p)``."""
     layer = ode_layers(model)[0]
-    saved = layer.ts
-    layer.ts = ts
-    try:
-        with torch.no_grad():
-            z: Tensor = layer(model.get_submodule("augment")(x))
-    finally:
-        layer.ts = saved
-    return z
+    return states_at(layer, ts, lambda: layer(model.get_submodule("augment")(x)))
 
 
 def flow_1d(model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = None) -> JsonObject:

@@ -32,7 +32,7 @@ from ..data import annuli, reflection
 from ..training import Task
 from ._claims import Claim
 from ._metrics import Metric
-from ._run_files import first_model, seed_rows
+from ._run_files import first_model, seed_rows, states_at
 from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Plot, Run, Settings, Template
@@ -293,12 +293,7 @@ def _paths(layer: nn.Module, x: Tensor) -> dict[str, list[Point]]:
     node = layer.node if isinstance(layer, AdaptiveDepthNODE) else layer
     assert isinstance(node, NeuralODE)
     s = torch.linspace(0.0, 1.0, 41)
-    saved, node.ts = node.ts, s.tolist()
-    try:
-        with torch.no_grad():
-            z: Tensor = layer(x)[..., 0]
-    finally:
-        node.ts = saved
+    z = states_at(node, s.tolist(), lambda: layer(x))[..., 0]
     depths = s[:, None].expand_as(z)
     if isinstance(layer, AdaptiveDepthNODE):  # each sample's curve ends at its own depth
         assert layer.depth is not None

@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import nn
+from odelayers import NeuralODE
+from torch import Tensor, nn
 
 from .._io import CHECKPOINT
 from ..training import load_model
@@ -20,6 +21,16 @@ def seed_rows(setup: Setup[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
         json.loads((setup.run_dir(run, seed) / "metrics.json").read_text(encoding="utf-8"))
         for seed in setup.seeds
     ]
+
+
+def states_at(node: NeuralODE, ts: list[float], call: Callable[[], Tensor]) -> Tensor:
+    """``call()`` without gradients, with ``node`` returning its states at depths ``ts``."""
+    saved, node.ts = node.ts, ts
+    try:
+        with torch.no_grad():
+            return call()
+    finally:
+        node.ts = saved
 
 
 def first_model(
