@@ -285,6 +285,7 @@ def test_option_lists():
         "perturb",
         "interp",
         "compile",
+        "gradient",
     )
     assert set(odecore.ADAPTIVE_OPTIONS) == {
         "first_step",
@@ -302,6 +303,7 @@ def test_option_lists():
         "min_step",
         "dtype",
         "compile",
+        "gradient",
     }
 
 

@@ -263,3 +263,30 @@ def test_time_gradients_are_refused():
             lambda t, y: -y, torch.ones(2), t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
             saveat=odecore.SaveAt(ts=ts), gradient=odecore.Reversible(),
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "options"), [("rk4", {"step_size": 0.1}), ("dopri5", {"first_step": 0.1})]
+)
+def test_odeint_option(method, options):
+    f, y0, inputs = _inputs()
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    ys = odecore.odeint(f, y0, t, method=method, options={**options, "gradient": "reversible"})
+    spec = odecore.OdeSpec.from_method(method, gradient="reversible", options=options)
+    sol = odecore.solve(
+        f, y0, t0=0.0, t1=1.0, solver=spec.solver, controller=spec.controller,
+        dt0=spec.step_size(0.0, 1.0), saveat=odecore.SaveAt(ts=t), gradient=spec.gradient,
+    )  # fmt: skip
+    assert torch.equal(ys, sol.ys)
+    _assert_close(_grads(ys, inputs), _grads(sol.ys, inputs), rtol=0.0)
+    backprop = odecore.odeint(f, y0, t, method=method, options=options)
+    assert not torch.equal(ys, backprop)  # another scheme, to the solver's accuracy
+    assert torch.allclose(ys, backprop, atol=1e-4)
+
+
+def test_gradient_is_not_an_option_of_a_spec_or_of_odeint_adjoint():
+    with pytest.raises(odecore.ConfigurationError, match=r"Unknown option\(s\) \['gradient'\]"):
+        odecore.OdeSpec.from_method("rk4", options={"gradient": "reversible"})
+    t = torch.tensor([0.0, 1.0])
+    with pytest.raises(odecore.ConfigurationError, match="odeint_adjoint's gradient is the"):
+        odecore.odeint_adjoint(lambda t, y: -y, torch.ones(2), t, options={"gradient": "adjoint"})

@@ -203,7 +203,9 @@ def odeint(
             ``first_step``, ``max_step``, ``jump_t`` and ``step_t`` (scipy restarts
             at each), ``max_num_steps`` (accepted steps), and for LSODA ``min_step``;
             odecore's own methods take ``compile`` (True: one ``torch.compile`` graph
-            per solve, see :func:`solve`);
+            per solve, see :func:`solve`) and ``gradient`` (a key of
+            :data:`GRADIENTS` such as ``"reversible"``, or a gradient object; default
+            ``"backprop"``);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
             ``options`` to torchdiffeq unchanged.
         event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
@@ -257,7 +259,7 @@ def odeint(
     if isinstance(method, str) and method in ADAMS_METHODS:
         return _adams(func, y0, t, ts, rtol, atol, method, options, event_fn)
     config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
-    gradient = None
+    gradient: AbstractGradient = config.spec.gradient
     if isinstance(config.solver, ScipySolver):
         # No graph runs through scipy: the gradient is always the adjoint's.
         gradient = Adjoint(solver=config.solver, controller=config.controller, dt0=config.dt0)
@@ -375,6 +377,12 @@ def odeint_adjoint(
         True
     """
     ts = _check_t(t)
+    for where, given in (("options", options), ("adjoint_options", adjoint_options)):
+        if given is not None and "gradient" in given:
+            raise ConfigurationError(
+                f"`{where}={{'gradient': ...}}`: odeint_adjoint's gradient is the adjoint; "
+                "for another, call `odeint(..., options={'gradient': ...})`."
+            )
     if event_fn is not None:
         _check_event(event_fn, ts, method, options)
     if _delegated(method):
@@ -769,7 +777,7 @@ def _configure(
             f"{', '.join(known)}."
         )
     call = {key: opts.pop(key) for key in [*_CALL_OPTIONS, *_GRID_OPTIONS] if key in opts}
-    spec = resolve(method, rtol, atol, "backprop", opts, name)
+    spec = resolve(method, rtol, atol, opts.pop("gradient", "backprop"), opts, name)
     if isinstance(spec.solver, ScipySolver) or spec.solver.adaptive:
         return _Config(spec, spec.dt0, call.get("jump_t"), call.get("step_t"))
     solver = _with_interp(call, spec.solver, name)

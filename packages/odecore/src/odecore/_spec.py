@@ -112,9 +112,11 @@ DEFAULT_METHOD = "dopri5"
 
 _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
-                 "grid_constructor", "perturb", "interp", "compile")  # fmt: skip
+                 "grid_constructor", "perturb", "interp", "compile", "gradient")  # fmt: skip
 """Options accepted by fixed-step methods (``interp`` only as ``"cubic"``;
-``compile``, True or False, is odecore's: a solve as one ``torch.compile`` graph)."""
+``compile``, True or False, and ``gradient``, a key of :data:`GRADIENTS` or a
+gradient object, are odecore's: a solve as one ``torch.compile`` graph, and how
+:func:`odeint` differentiates it)."""
 IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
 """Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
 ADAPTIVE_OPTIONS = (
@@ -133,14 +135,16 @@ ADAPTIVE_OPTIONS = (
     "min_step",
     "dtype",
     "compile",
+    "gradient",
 )
 """Options accepted by adaptive methods (``dtype`` only as ``torch.float64``;
-``compile`` as for :data:`FIXED_OPTIONS`)."""
+``compile`` and ``gradient`` as for :data:`FIXED_OPTIONS`)."""
 
 # The options that choose how to step, which a spec holds; the others belong to a call.
 _FIXED_SPEC_OPTIONS = ("step_size", "n_steps", "max_num_steps", "compile")
 _IMPLICIT_SPEC_OPTIONS = (*_FIXED_SPEC_OPTIONS, "max_iters")
-_ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in _CALL_OPTIONS)
+# A spec's gradient is its own argument, not an option.
+_ADAPTIVE_SPEC_OPTIONS = tuple(o for o in ADAPTIVE_OPTIONS if o not in (*_CALL_OPTIONS, "gradient"))
 _SCIPY_SPEC_OPTIONS = ("first_step", "max_step", "max_num_steps")
 _LSODA_SPEC_OPTIONS = (*_SCIPY_SPEC_OPTIONS, "min_step")
 
