@@ -107,33 +107,3 @@ def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim.check_runs(["ghost"])
     with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
         claim.check_runs(["r"])
-
-
-def test_a_claim_only_where_a_guard_holds_fails_on_the_seeds_and_means_it_rejects() -> None:
-    """Accuracies 0.9, 0.9, 0.9 all pass; the guard (``off`` above 0.5) rejects the second
-    seed, and the means (off 0.6) pass it: held on 2 of 3 seeds and on the means."""
-    off = Metric("off").of("r")
-    claim = Claim.at_least("k", "t", "", ACC.of("r"), 0.5, kind="paper")
-    guarded = claim.only_where(lambda v: v[off] > 0.5)
-    seeds = [Values({"r": {"acc": 0.9, "off": o}}) for o in (0.9, 0.0, 0.9)]
-    assert claim.check(seeds).held_on == (True, True, True)
-    verdict = guarded.check(seeds)
-    assert (verdict.held_on, verdict.holds) == ((True, False, True), True)
-    assert verdict.ours.mean == pytest.approx(0.9)  # ours is the claim's, whatever the guard
-    stuck = [Values({"r": {"acc": 0.9, "off": o}}) for o in (0.9, 0.0, 0.0)]
-    assert guarded.check(stuck).holds is False  # off 0.3 on the means
-    failing = [Values({"r": {"acc": 0.1, "off": 1.0}})]
-    assert guarded.check(failing).held_on == (False,)  # the guard adds to the test
-    never = Claim(key="k", text="t", published="", ours=lambda v: 0.0, holds=lambda v: True,
-                  kind="check", where=lambda v: False)  # fmt: skip
-    assert never.check([seeds[0]]).words == "failed"
-
-
-def test_a_guard_that_names_an_unknown_run_fails_before_training() -> None:
-    """The dry run reads the guard even where the test would not need it, and the reverse."""
-    guarded = Claim.at_least("k", "t", "", ACC.of("r"), 0.5, kind="paper")
-    with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
-        guarded.only_where(lambda v: v[ACC.of("ghost")] > 0).check_runs(["r"])
-    test_ghost = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
-    with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
-        test_ghost.only_where(lambda v: v[ACC.of("r")] > 0).check_runs(["r"])

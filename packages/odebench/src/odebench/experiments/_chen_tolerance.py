@@ -99,75 +99,83 @@ def _grows(values: list[float]) -> bool:
     return all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]
 
 
-def _off(*guards: Ref) -> Callable[[Values], bool]:
-    """Whether every one of ``guards`` is off the solver's minimum in a seed's values."""
-    return lambda v: all(v[ref] > 0.5 for ref in guards)
-
-
-def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
-    """Fig. 3's claims on the trained models, each holding only where the NFE it reads is
-    off the solver's minimum: above 0.5 (a share of seeds on the means) where it is."""
-    s = setup.settings
+def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
+    """Fig. 3's claims, each with what says whether the NFE it reads is off the solver's
+    minimum: above 0.5 (a share of seeds on the means) where it is."""
     sweep, tight = s.sweep, s.tolerances[-1]
     nfe, solve, error = (  # the sweep's model at each tolerance, loosest first
         [metric.of(sweep, tol=tol) for tol in s.tolerances]
         for metric in (probe.SWEEP_NFE, probe.SOLVE_ERROR, probe.SWEEP_ERROR)
     )
     last, first = (probe.TRAINING_NFE.of(sweep, way="forward", end=e) for e in ("last", "first"))
-    sweep_off = _off(probe.SWEEP_OFF.of(sweep, tol=tight))
-    ratio, ratios_off = probe.RATIO.of("softplus"), _off(probe.RATIO_TOLERANCES.of("softplus"))
+    sweep_off = [probe.SWEEP_OFF.of(sweep, tol=tight)]
+    ratio, ratios_off = probe.RATIO.of("softplus"), [probe.RATIO_TOLERANCES.of("softplus")]
     return [
-        Claim("nfe_grows_as_tolerance_tightens",
-              "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
-              "grows; numbers not published", ours=lambda v: v[nfe[-1]] / v[nfe[0]],
-              holds=lambda v: _grows([v[ref] for ref in nfe]),
-              spec=".2f", unit="×", kind="paper", where=sweep_off),
-        Claim("solve_error_falls_as_tolerance_tightens",
-              "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
-              "falls; numbers not published", ours=lambda v: v[solve[-1]] / v[solve[0]],
-              holds=lambda v: _grows([-v[ref] for ref in solve]),
-              spec=".2g", unit="×", kind="paper",
-              where=_off(probe.PROBE_OFF.of(sweep, tol=tight))),
-        Claim("error_at_tightest_not_above_loosest",
-              "test error is no higher at the tightest tolerance (Fig. 3a)",
-              "falls as it tightens; numbers not published",
-              ours=lambda v: v[error[-1]] - v[error[0]],
-              holds=lambda v: v[error[-1]] <= v[error[0]],
-              spec="+.2f", scale=100, unit=" points", kind="paper", where=sweep_off),
-        Claim.at_least("time_proportional_to_nfe",
-                       "forward time is proportional to NFE (Fig. 3b)",
-                       "proportional; slope not published",
-                       probe.TIME_NFE["correlation"].of(sweep), 0.9, strict=True, spec=".3g",
-                       kind="paper", timing=True).only_where(sweep_off),
-        Claim.between("softplus_ratio_roughly_half",
-                      "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
-                      ratio, 0.35, 0.65, kind="paper").only_where(ratios_off),
-        Claim.between("softplus_ratio_near_corrected",
-                      "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
-                      "about 0.8 (0.78-0.86)", ratio, 0.7, 0.95, kind="paper",
-                      ).only_where(ratios_off),
-        Claim.difference("relu_ratio_above_softplus",
-                         "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
-                         "not published (smooth fields only)", probe.RATIO.of("relu"), ratio,
-                         above=0.0, kind="paper",
-                         ).only_where(_off(*(probe.RATIO_TOLERANCES.of(n) for n in ACTIVATIONS))),
-        *(Claim.difference(f"seminorm_fewer_backward_nfe_{n}",
-                           f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
-                           "fewer (Kidger et al., 2021)", probe.SEMINORM_OFF.of(n),
-                           probe.BACKWARD_OFF.of(n), below=0.0, kind="paper", spec="+.1f",
-                           ).only_where(_off(probe.SEMINORM_TOLERANCES.of(n)))
-          for n in ACTIVATIONS),
-        Claim.ratio("nfe_increases_during_training",
-                    "forward NFE increases during training (Fig. 3d)",
-                    "increases; numbers not published", last, first, above=1.0, kind="paper",
-                    ).only_where(_off(probe.SWEEP_OFF.of(sweep, tol=s.train_tol))),
+        (Claim("nfe_grows_as_tolerance_tightens",
+               "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
+               "grows; numbers not published", ours=lambda v: v[nfe[-1]] / v[nfe[0]],
+               holds=lambda v: _grows([v[ref] for ref in nfe]),
+               spec=".2f", unit="×", kind="paper"), sweep_off),
+        (Claim("solve_error_falls_as_tolerance_tightens",
+               "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
+               "falls; numbers not published", ours=lambda v: v[solve[-1]] / v[solve[0]],
+               holds=lambda v: _grows([-v[ref] for ref in solve]),
+               spec=".2g", unit="×", kind="paper"), [probe.PROBE_OFF.of(sweep, tol=tight)]),
+        (Claim("error_at_tightest_not_above_loosest",
+               "test error is no higher at the tightest tolerance (Fig. 3a)",
+               "falls as it tightens; numbers not published",
+               ours=lambda v: v[error[-1]] - v[error[0]],
+               holds=lambda v: v[error[-1]] <= v[error[0]],
+               spec="+.2f", scale=100, unit=" points", kind="paper"), sweep_off),
+        (Claim.at_least("time_proportional_to_nfe",
+                        "forward time is proportional to NFE (Fig. 3b)",
+                        "proportional; slope not published",
+                        probe.TIME_NFE["correlation"].of(sweep), 0.9, strict=True, spec=".3g",
+                        kind="paper", timing=True), sweep_off),
+        (Claim.between("softplus_ratio_roughly_half",
+                       "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
+                       ratio, 0.35, 0.65, kind="paper"), ratios_off),
+        (Claim.between("softplus_ratio_near_corrected",
+                       "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
+                       "about 0.8 (0.78-0.86)", ratio, 0.7, 0.95, kind="paper"), ratios_off),
+        (Claim.difference("relu_ratio_above_softplus",
+                          "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
+                          "not published (smooth fields only)", probe.RATIO.of("relu"), ratio,
+                          above=0.0, kind="paper"),
+         [probe.RATIO_TOLERANCES.of(n) for n in ACTIVATIONS]),
+        *((Claim.difference(f"seminorm_fewer_backward_nfe_{n}",
+                            f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
+                            "fewer (Kidger et al., 2021)", probe.SEMINORM_OFF.of(n),
+                            probe.BACKWARD_OFF.of(n), below=0.0, kind="paper", spec="+.1f"),
+           [probe.SEMINORM_TOLERANCES.of(n)]) for n in ACTIVATIONS),
+        (Claim.ratio("nfe_increases_during_training",
+                     "forward NFE increases during training (Fig. 3d)",
+                     "increases; numbers not published", last, first, above=1.0, kind="paper"),
+         [probe.SWEEP_OFF.of(sweep, tol=s.train_tol)]),
     ]  # fmt: skip
 
 
-def _guard_words(result: Result[Any], where: Callable[[Values], bool]) -> str:
+def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
+    """Fig. 3's claims on the trained models, each holding only where the NFE it reads is
+    off the solver's minimum."""
+    return [_guarded(claim, guards) for claim, guards in _guarded_claims(setup.settings)]
+
+
+def _off(v: Values, guards: list[Ref]) -> bool:
+    """Whether every one of ``guards`` is off the solver's minimum in ``v``."""
+    return all(v[ref] > 0.5 for ref in guards)
+
+
+def _guarded(claim: Claim, guards: list[Ref]) -> Claim:
+    """``claim``, holding only where the NFE it reads is off the solver's minimum."""
+    test = claim.holds
+    return dataclasses.replace(claim, holds=lambda v: _off(v, guards) and test(v))
+
+
+def _guard_words(result: Result[Any], guards: list[Ref]) -> str:
     """Whether the NFE a claim reads is off the solver's minimum, seed by seed, in words."""
     seeds = result.setup.seeds
-    stuck = [seed for seed, v in zip(seeds, result.per_seed()) if not where(v)]
+    stuck = [seed for seed, v in zip(seeds, result.per_seed()) if not _off(v, guards)]
     if not stuck:
         return f"off the minimum on {len(seeds)} of {len(seeds)} seed(s)"
     which = ", ".join(str(seed) for seed in stuck)
@@ -191,7 +199,7 @@ def _probe_ratio(v: Values, row: Row) -> float:
 def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
     """The guards, the sweep, the probe, the ratios, the training."""
     s = setup.settings
-    guards = {claim.text: claim.where for claim in claims(setup) if claim.where is not None}
+    guards = {claim.text: refs for claim, refs in _guarded_claims(s)}
     # The row of the solver's minimum, where neither the seminorm nor the ratio is measured.
     minimum = {
         "tolerance": f"minimum ({probe.FLOOR_TOL:g})",

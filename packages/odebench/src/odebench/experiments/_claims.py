@@ -32,8 +32,6 @@ class Claim:
         kind: ``"paper"`` (a claim of the paper) or ``"check"`` (of our code).
         timing: the claim compares times: not judged on a contended machine.
         detail: what ``ours`` is and how the threshold was chosen, for the report.
-        where: the claim holds only on the values (a seed's, or the means) where this
-            holds too (see :meth:`only_where`).
 
     Raises:
         ValueError: an unknown ``kind``, a ``text`` longer than
@@ -62,7 +60,6 @@ class Claim:
     kind: ClaimKind = field(kw_only=True)
     timing: bool = field(default=False, kw_only=True)
     detail: str = field(default="", kw_only=True)
-    where: Callable[[Values], bool] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.kind not in CLAIM_KINDS:
@@ -334,8 +331,8 @@ class Claim:
             on_means = self.ours(means)  # judged on: not the mean of a ratio over seeds
             if math.isfinite(on_means):
                 ours = dataclasses.replace(ours, mean=float(on_means))
-            held_on = tuple(self._holds(v) for v in seeds)
-            holds = self._holds(means)
+            held_on = tuple(bool(self.holds(v)) for v in seeds)
+            holds = bool(self.holds(means))
         except KeyError as exc:
             raise KeyError(f"claim {self.key!r}: {exc.args[0]}") from None
         published = (
@@ -347,26 +344,6 @@ class Claim:
             self.key, self.text, published, ours, holds, held_on, self.format,
             kind=self.kind, detail=self.detail, contended=self.timing and contended,
         )  # fmt: skip
-
-    def _holds(self, v: Values) -> bool:
-        """The test and ``where`` on ``v`` (both read, so that a dry run checks both)."""
-        where = self.where is None or bool(self.where(v))
-        return bool(self.holds(v)) and where
-
-    def only_where(self, where: Callable[[Values], bool]) -> Claim:
-        """This claim, holding only on the values (a seed's, or the means) where ``where``
-        holds too: where what it reads is evidence at all.
-
-        Example:
-            >>> from odebench.experiments import Metric
-            >>> nfe, off = Metric("nfe").of("relu"), Metric("off_floor").of("relu")
-            >>> claim = Claim.at_least("grows", "NFE grows", "grows", nfe, 20.0, kind="paper")
-            >>> guarded = claim.only_where(lambda v: v[off] > 0.5)
-            >>> seeds = [Values({"relu": {"nfe": 30.0, "off_floor": f}}) for f in (1.0, 0.4)]
-            >>> claim.check(seeds).words, guarded.check(seeds).words
-            ('held on 2 of 2 seeds', 'mixed: held on 1 of 2 seeds')
-        """
-        return dataclasses.replace(self, where=where)
 
     @property
     def format(self) -> tuple[str, float, str]:
