@@ -191,7 +191,6 @@ register_template(
         figures=[
             Plot("fig7_time_and_accuracy.png", common.epoch_panels, columns=1, size=(6.4, 3.0))
         ],
-        text=TEXT,
         tables=tables,
         words=words,
         one_thread_modes=("quick",),

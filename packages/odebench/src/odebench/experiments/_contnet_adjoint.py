@@ -318,7 +318,6 @@ TEMPLATE = register_template(
         runs=runs,
         measure=measure,
         claims=lambda setup: CLAIMS,
-        text="contnet-adjoint.md",
         tables=tables,
         words=words,
         figures=[Plot("adjoint.png", _panels, size=(5.25, 4.0), dpi=100)],

@@ -282,7 +282,6 @@ register_template(
         published=PUBLISHED,
         figures=[Figure("fig9_heatmaps.png", _plot_heatmaps),
                  Plot("accuracy_vs_steps.png", _lines, size=(4.5, 3.4), sharey=True)],
-        text="manifestation-sweep.md",
         tables=tables,
         words=words,
     )

@@ -221,7 +221,6 @@ register_template(
         "refinement against fixed depth at comparable accuracy (paper: 608 vs 1053 min)",
         claims=claims,
         published=PUBLISHED,
-        text=TEXT,
         tables=tables,
         words=words,
         figures=[Plot("time_and_accuracy_per_epoch.png", common.epoch_panels, size=(4.8, 3.6))],
