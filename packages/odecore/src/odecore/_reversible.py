@@ -54,9 +54,11 @@ class Reversible(AbstractGradient):
 
     Rebuilding ``y_n`` divides by ``λ``: over ``N`` steps a rounding error may grow
     by up to ``λ**-N`` (about 2e4 for the default at 10,000 steps), small in float64,
-    visible in float32 on long solves. ``λ = 1`` is the undamped method, whose two
-    states drift apart on a stiff or dissipative problem; ``λ`` just below 1 damps
-    their difference.
+    visible in float32 on long solves. A decaying mode of rate ``a`` on the other
+    hand makes the two states drift apart unless ``h |a|`` is below about
+    ``1 - λ``: a ``λ`` low enough for a dissipative problem's forward solve makes
+    the backward pass amplify rounding by at least the contraction it undoes (the
+    gradients guide measures both).
 
     Output times are step ends: the steps stop on every time of ``SaveAt(ts=...)``
     (no dense output between step ends).
@@ -69,9 +71,13 @@ class Reversible(AbstractGradient):
 
     Raises:
         ConfigurationError: if ``coupling`` is not in ``(0, 1]``; when the solve
-            starts, for a solver that is not an explicit Runge-Kutta method, for
-            output or step times that require grad, or in ``backward()``, if the
-            backward pass did not retrace the forward steps.
+            starts, for a solver that is not an explicit Runge-Kutta method or for
+            output or step times that require grad; in ``backward()``, if the
+            ``y0`` it rebuilt differs from ``y0`` by more than the cube root of the
+            dtype's resolution (the coupled solve is unstable there, and its
+            gradient would be wrong).
+        SolverError: in ``backward()``, if the backward pass could not retrace the
+            forward steps (a non-finite state).
 
     Example:
         >>> import torch, odecore
