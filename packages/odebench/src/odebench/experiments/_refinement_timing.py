@@ -99,10 +99,15 @@ def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
         above=-tol, kind="paper", spec="+.1f", scale=100, unit=" points",
     )  # fmt: skip
     faster = Claim.at_most(
-        "refinement_faster", "refinement trains faster than the fixed depth (Sec. 5.2, Fig. 7)",
-        PUBLISHED["time_ratio"], time_ratio, TIME_RATIO_MAX, strict=True, spec=".2f",
+        "refinement_faster",
+        "refinement trains faster than the fixed depth (Sec. 5.2, Fig. 7)",
+        PUBLISHED["time_ratio"],
+        time_ratio,
+        TIME_RATIO_MAX,
+        strict=True,
+        spec=".2f",
         kind="check",
-    )  # fmt: skip
+    )
     return [
         faster,
         accuracy,
