@@ -10,6 +10,7 @@ from typing import Any, final
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import (
@@ -245,6 +246,7 @@ class _ReversibleFunction(torch.autograd.Function):
         return forward.clone()
 
     @staticmethod
+    @once_differentiable  # its steps' graphs are dropped: a second derivative raises
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         spec: _Spec = ctx.spec
         p = spec.problem
