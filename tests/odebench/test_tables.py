@@ -85,15 +85,12 @@ def test_a_per_seed_column_pairs_the_values_of_each_seed() -> None:
 
 
 def test_a_column_without_spread_shows_the_mean_alone() -> None:
-    """A metric, a joined column's metrics and a per-seed column: the mean of the seeds
+    """A metric, joined columns' metrics and a per-seed column: the mean of the seeds
     without its ± (a missing one is still a dash)."""
     row = Row("2-D", "2d")
     assert Col("NODE", MSE, run="{run}/node", spread=False).render(RESULT, row) == "0.40"
-    part = Col("", NFE, {"end": "first"})  # a column part keeps its own spread
-    assert Col.joined("NFE", part, spread=False).render(RESULT, row) == "21 ± 1"
-    ends = (Col("", NFE, {"end": end}, spread=False) for end in ("first", "last"))
-    assert Col.joined("NFE", *ends, sep=" → ").render(RESULT, row) == "21 → 32"
-    assert Col.joined("MSE", MSE, spread=False).render(RESULT, Row("NODE", "2d/node")) == "0.40"
+    ends = (Col("", NFE, {"end": end}, spread=end == "last") for end in ("first", "last"))
+    assert Col.joined("NFE", *ends, sep=" → ").render(RESULT, row) == "21 → 32 ± 3"
     assert Col("MSE", MSE, spread=False).render(RESULT, Row("none", "2d")) == "–"
 
     def ratio(v: Values, row: Row) -> float:

@@ -144,11 +144,14 @@ class Stat:
         std = statistics.stdev(finite) if len(finite) > 1 else None
         return cls(mean, std, len(finite), kept)
 
-    def cell(self, spec: str = ".4g", scale: float = 1.0, unit: str = "") -> str:
-        """A table cell: ``mean ± std`` (``mean`` alone for one seed, ``–`` for none)."""
+    def cell(
+        self, spec: str = ".4g", scale: float = 1.0, unit: str = "", spread: bool = True
+    ) -> str:
+        """A table cell: ``mean ± std`` (``mean`` alone for one seed or without ``spread``,
+        ``–`` for none)."""
         if self.mean is None:
             return "–"
-        if self.std is None:
+        if self.std is None or not spread:
             return f"{fmt(self.mean, spec, scale)}{unit}"
         return f"{fmt(self.mean, spec, scale)} ± {fmt(self.std, spec, scale)}{unit}"
 

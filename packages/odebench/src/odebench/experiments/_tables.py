@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._io import markdown_table, text_table
@@ -66,9 +66,7 @@ class Col:
     spread: bool = True
 
     @classmethod
-    def joined(
-        cls, header: str, *parts: Col | Metric, sep: str = " / ", spread: bool = True
-    ) -> Col:
+    def joined(cls, header: str, *parts: Col | Metric, sep: str = " / ") -> Col:
         """A column whose cell joins the cells of ``parts`` by ``sep``.
 
         Args:
@@ -76,7 +74,6 @@ class Col:
             parts: the columns joined (their headers are not shown), or metrics of the
                 row's run at the row's coordinates.
             sep: what goes between two of their cells.
-            spread: the metrics of ``parts`` show ``mean ± std``; ``False``: the mean alone.
 
         Example:
             >>> from odebench.experiments import Metric
@@ -86,7 +83,7 @@ class Col:
             >>> [ref.key for ref in col.refs(Row("ODE-Net", "odenet"))]
             ['nfe@first', 'nfe@last']
         """
-        columns = tuple(p if isinstance(p, Col) else cls("", p, spread=spread) for p in parts)
+        columns = tuple(p if isinstance(p, Col) else cls("", p) for p in parts)
         return cls(header, parts=columns, sep=sep)
 
     @classmethod
@@ -118,8 +115,8 @@ class Col:
         """
         return cls(
             header,
-            cell=lambda result, row: _cell(
-                Stat.of([value(v, row) for v in result.per_seed()]), spread, spec, scale, unit
+            cell=lambda result, row: Stat.of([value(v, row) for v in result.per_seed()]).cell(
+                spec, scale, unit, spread
             ),
         )
 
@@ -144,13 +141,8 @@ class Col:
             return self.sep.join(part.render(result, row) for part in self.parts)
         if self.metric is not None:
             (ref,) = self.refs(row)
-            return _cell(result.stat(ref), self.spread, *ref.format)
+            return result.stat(ref).cell(*ref.format, spread=self.spread)
         return row.text.get(self.header, self.text)
-
-
-def _cell(stat: Stat, spread: bool, spec: str, scale: float, unit: str) -> str:
-    """``stat``'s cell, ``mean ± std`` or (without ``spread``) the mean alone."""
-    return (stat if spread else replace(stat, std=None)).cell(spec, scale, unit)
 
 
 @dataclass(frozen=True)
