@@ -18,7 +18,7 @@ from typing import Any, final
 import torch
 from torch import Tensor
 
-from ._controllers import ConstantStepSize
+from ._controllers import _EPS, ConstantStepSize
 from ._errors import ConfigurationError, Status
 from ._gradients import (
     AbstractGradient,
@@ -32,7 +32,6 @@ from ._gradients import (
 )
 from ._solvers import AbstractSolver, StepResult
 
-_EPS = 2.220446049250313e-16
 _MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
 _MAX_EXPONENT = 1024  # 2.0**1024 overflows a double
 CALLBACKS = ("callback_step", "callback_accept_step", "callback_reject_step")

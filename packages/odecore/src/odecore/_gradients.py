@@ -24,8 +24,6 @@ from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
 
-_EPS = 2.220446049250313e-16
-
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
 

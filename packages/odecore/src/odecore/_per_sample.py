@@ -22,13 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ._controllers import SNAP, AbstractController, PIDController, row_adapt, row_init
+from ._controllers import _EPS, SNAP, AbstractController, PIDController, row_adapt, row_init
 from ._errors import ConfigurationError, Status
 from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
 from ._rosenbrock import _coupled
 from ._solvers import AbstractSolver, SolveState, StepResult
-
-_EPS = 2.220446049250313e-16
 
 
 def per_sample(controller: AbstractController) -> bool:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ._controllers import _EPS
 from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import (
     AbstractGradient,
@@ -25,8 +26,6 @@ from ._gradients import (
     found_tensors,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
-
-_EPS = 2.220446049250313e-16
 
 
 @final

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import (
+    _EPS,
     SNAP,
     AbstractController,
     ConstantStepSize,
@@ -41,8 +42,6 @@ VectorField = Callable[[Tensor, State], State]
 """The user's vector field ``f(t, y)``: ``t`` a 0-dim tensor, ``y`` like ``y0``."""
 
 Times = Sequence[float] | Tensor
-
-_EPS = 2.220446049250313e-16
 
 
 def _as_floats(name: str, value: Times | None) -> list[float]:
