@@ -263,8 +263,7 @@ def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
             Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
             Col("test accuracy (poster)"), Col("NFE in the first epoch (ours)", NFE_FIRST),
             Col("NFE at convergence (ours)", NFE), Col("NFE (poster)"),
-            Col("parameters (ours)", cell=lambda result, row: fmt(  # the same on every seed
-                result.stat(PARAMETERS.of(row.run)).mean, PARAMETERS.spec)),
+            Col("parameters (ours)", PARAMETERS, spread=False),  # the same on every seed
             Col("parameters (poster)")], papers)  # fmt: skip
         found[f"{d}_orderings"] = Table("ordering", [
             Row(f"{OURS[key].label}, {first}", at={"dataset": d, "by": key}, text={
