@@ -345,7 +345,14 @@ def _event(t, y):
 
 
 FALLBACKS = {
-    "adaptive": ({"solver": odecore.Dopri5()}, r"the adaptive solver Dopri5"),
+    "adaptive, constant steps": (
+        {"solver": odecore.Dopri5(), "controller": odecore.ConstantStepSize()},
+        r"the controller ConstantStepSize of an adaptive solver",
+    ),
+    "adaptive, jumps": (
+        {"solver": odecore.Dopri5(), "controller": odecore.PIDController(), "jump_ts": [0.5]},
+        r"jump_ts with an adaptive solver",
+    ),
     "implicit": ({"solver": odecore.ImplicitEuler()}, r"the solver ImplicitEuler"),
     "adjoint": ({"gradient": odecore.Adjoint()}, r"the gradient method Adjoint"),
     "checkpoint": ({"gradient": odecore.Checkpoint()}, r"the gradient method Checkpoint"),
@@ -424,6 +431,7 @@ SPECS = [
     ("rk4", {"n_steps": 4}, "backprop"),
     ("euler", {"n_steps": 3}, "backprop"),
     ("dopri5", None, "backprop"),
+    ("dopri5", None, "adjoint"),
     ("rk4", {"n_steps": 4}, "adjoint"),
     ("rk4", {"n_steps": 4}, "checkpoint"),
     ("implicit_euler", {"n_steps": 4}, "backprop"),

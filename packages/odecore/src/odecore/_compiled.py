@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._controllers import SNAP, AbstractController, ConstantStepSize
+from ._controllers import SNAP, AbstractController, ConstantStepSize, PIDController
 from ._errors import CompileFallbackWarning, Status
 from ._events import CALLBACKS
 from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
@@ -85,15 +85,18 @@ def method_reasons(
         reasons.append("a SciPy method (SciPy takes the steps)")
     elif not isinstance(solver, AbstractExplicitRK):
         reasons.append(f"the solver {type(solver).__name__} (not an explicit Runge-Kutta method)")
-    elif solver.adaptive:
-        reasons.append(f"the adaptive solver {type(solver).__name__} (adaptive steps)")
     elif any(
         getattr(type(solver), name) is not getattr(AbstractExplicitRK, name)
         for name in ("step", "init", "interpolate", "reader")
     ):
         reasons.append(f"the solver {type(solver).__name__}, which overrides how it steps")
-    if not backend and type(controller) is not ConstantStepSize:
-        reasons.append(f"the controller {type(controller).__name__}")
+    adaptive = getattr(solver, "adaptive", False)
+    wanted = PIDController if adaptive else ConstantStepSize
+    if not backend and type(controller) is not wanted:
+        kind = "an adaptive" if adaptive else "a fixed-step"
+        reasons.append(f"the controller {type(controller).__name__} of {kind} solver")
+    elif not backend and isinstance(controller, PIDController) and controller.norm is not None:
+        reasons.append("a PIDController norm of its own (a tuple state brings one)")
     if not isinstance(gradient, Autograd):
         reasons.append(f"the gradient method {type(gradient).__name__}")
     return reasons
@@ -120,6 +123,8 @@ def fallback_reasons(
         reasons.append("the field's step callbacks")
     if problem.times() is not None:
         reasons.append("output or step times that require grad")
+    if problem.jump_ts and getattr(problem.solver, "adaptive", False):
+        reasons.append("jump_ts with an adaptive solver")
     return reasons
 
 
@@ -137,7 +142,8 @@ def not_covered(reasons: Sequence[str]) -> str:
     """The warning's reason for a solve that compiled solves do not cover yet."""
     return (
         f"compiled solves do not cover {'; '.join(reasons)} yet (they cover explicit "
-        "fixed-step methods with ConstantStepSize and Autograd)"
+        "Runge-Kutta methods, fixed-step with ConstantStepSize or adaptive with "
+        "PIDController, and Autograd)"
     )
 
 
@@ -626,7 +632,7 @@ class _FirstOrder(torch.autograd.Function):
         return grads
 
 
-_FAILED: set[tuple[_Program, object]] = set()
+_FAILED: set[tuple[object, object]] = set()
 """Programs and fields whose compilation failed: they run eagerly at once, with the
 warning. A field is known by its code (a function) or its class (a module)."""
 
@@ -642,7 +648,10 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
     """The solve loop of ``_make_loop`` for a fixed-step explicit solve, run as one
     compiled graph; it falls back to the eager loop, with a warning, when dynamo or
     the backend cannot compile it."""
+    from ._compiled_step import stepper  # it imports this module
+
     eager = _make_loop(jumps, steps, max_steps)
+    stepped = _make_loop(jumps, steps, max_steps, compiled=stepper)
 
     def loop(
         f: FlatField,
@@ -663,6 +672,13 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
         def run_eagerly() -> LoopResult:
             return eager(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
 
+        if solver.adaptive:
+            return _stepped(
+                lambda: stepped(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts),
+                run_eagerly,
+                (solver, _field_key(f)),
+                y0.device.type,
+            )
         direction = 1.0 if t1 >= t0 else -1.0
         s0, s1 = direction * t0, direction * t1
         stops, jump_set = _merge_stops(
@@ -732,6 +748,42 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
         )
 
     return loop
+
+
+def _stepped(
+    run: Callable[[], LoopResult],
+    run_eagerly: Callable[[], LoopResult],
+    key: tuple[object, object],
+    device_type: str,
+) -> LoopResult:
+    """An adaptive solve over compiled steps (``_compiled_step``); eager, with the
+    warning, where inductor cannot run or torch.compile fails on the step."""
+    problem = None
+    if _BACKEND == "inductor" and key not in _FAILED:
+        problem = inductor_problem(device_type)
+    if key in _FAILED or problem is not None:
+        if problem is not None:
+            fall_back(f"inductor cannot run here: {problem}")
+        return run_eagerly()
+    try:
+        result = run()
+    except _COMPILE_ERRORS as err:
+        result = run_eagerly()  # the field's own error, if it was one, raises here
+        _FAILED.add(key)
+        limit = _limit_reached(err)
+        why = (
+            _at_limit(*limit)
+            if limit
+            else f"torch.compile failed on this solve ({_first_line(err)})"
+        )
+        fall_back(why)
+        return result
+    graphs = [i for i, y in enumerate(result.ys) if y is not None and y.requires_grad]
+    if graphs and torch.is_grad_enabled():
+        firm = _FirstOrder.apply(*(result.ys[i] for i in graphs))  # type: ignore[no-untyped-call]
+        for i, y in zip(graphs, firm):
+            result.ys[i] = y
+    return result
 
 
 def _first_line(err: BaseException) -> str:

@@ -9,6 +9,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,6 +18,7 @@ from ._controllers import (
     _EPS,
     SNAP,
     AbstractController,
+    Adaptation,
     ConstantStepSize,
     PIDController,
     _no_graph,
@@ -508,6 +510,11 @@ def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
     return tuple(torch.stack(parts) for parts in zip(*rows))  # type: ignore[arg-type]
 
 
+CompiledStep = Callable[[_Field, float, float, Tensor, Tensor, Any], tuple[StepResult, Adaptation]]
+"""A compiled step of the loop: ``(fe, s, s_next, y, f0, controller_state)`` to the
+step and the controller's verdict (``_compiled_step``)."""
+
+
 @dataclass
 class _Run:
     ys: list[Tensor | None]
@@ -532,6 +539,7 @@ def _integrate(
     on_step: Callable[[float, Tensor], None],
     hooks: StepHooks | None = None,
     dense: _Dense | None = None,
+    compiled: CompiledStep | None = None,
 ) -> _Run:
     """The step loop, in increasing time ``s``: step, judge, save, repeat.
 
@@ -588,9 +596,12 @@ def _integrate(
                 f0_step = f0 if scale is None else f0 * scale.to(f0.dtype)
             if hooks is not None:
                 hooks.before(s, s_next, y)
-            step = solver.step_with(state, fe, s, s_next, y, f0_step)
+            if compiled is None:
+                step = solver.step_with(state, fe, s, s_next, y, f0_step)
+                verdict = controller.adapt(s, s_next, y, step, solver, cstate)
+            else:  # the step and the controller's verdict as one compiled graph
+                step, verdict = compiled(fe, s, s_next, y, f0_step, cstate)
             stats.n_steps += 1
-            verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             cstate = verdict.state
             retry = not verdict.accept
             if verdict.accept and step.failure is not None:  # no smaller step follows
@@ -721,10 +732,15 @@ def _clock(times: TimeTensors, direction: float, stops: Sequence[float]) -> _Clo
 
 
 def _make_loop(
-    jumps: list[float], steps: list[float], max_steps: int, dense: _Dense | None = None
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+    dense: _Dense | None = None,
+    compiled: Callable[[AbstractSolver, AbstractController, float], CompiledStep] | None = None,
 ) -> Loop:
     """The solve loop over these jump and step times, as gradient methods call it;
-    with ``dense``, its steps are kept there."""
+    with ``dense``, its steps are kept there; with ``compiled``, each step is the one
+    it makes for the solver, the controller and the direction of time."""
 
     def loop(
         f: FlatField,
@@ -764,6 +780,7 @@ def _make_loop(
         run = _integrate(
             fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
             jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction), dense,
+            None if compiled is None else compiled(solver, controller, direction),
         )  # fmt: skip
         return LoopResult(
             run.ys, run.stats, run.status, direction * run.s_reached, step_ends, run.message
@@ -828,13 +845,15 @@ def solve(
             left out, and ``SaveAt(t1=True)`` saves the state at the event. If ``f``
             has torchdiffeq's step callbacks (``callback_step``,
             ``callback_accept_step``, ``callback_reject_step``), the loop calls them.
-        compile: run the solve as one ``torch.compile`` graph (``fullgraph=True``),
-            forward and backward, with the same result. It covers explicit
-            fixed-step solvers with :class:`ConstantStepSize` and :class:`Autograd`;
+        compile: compile the solve with ``torch.compile`` (``fullgraph=True``),
+            forward and backward, with the same result. An explicit fixed-step
+            solver with :class:`ConstantStepSize` runs as one graph; an explicit
+            adaptive one with :class:`PIDController` takes every step as one
+            compiled graph, in the eager loop. Both need :class:`Autograd`;
             anything else, or a machine where inductor cannot run, solves eagerly
             with one :class:`CompileFallbackWarning` that says why. The first call
-            of a new number of steps compiles (seconds); later calls with other
-            times or another batch size reuse the graph.
+            compiles (seconds; for fixed steps, again for a new number of steps);
+            later calls with other times, tolerances or batch size reuse the graph.
 
     Returns:
         A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.

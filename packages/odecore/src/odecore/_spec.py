@@ -255,18 +255,19 @@ class OdeSpec:
         """What of this spec keeps its solves from compiling, in words; empty when
         ``compile=True`` would compile them.
 
-        Compiled solves cover explicit fixed-step methods with
-        :class:`ConstantStepSize` and :class:`Autograd` (see :func:`solve`'s
-        ``compile``). A solve of a spec that compiles may still run eagerly for
-        what the spec does not hold: an event, dense output, output times that
-        require grad, or a field that does not trace.
+        Compiled solves cover explicit Runge-Kutta methods, fixed-step with
+        :class:`ConstantStepSize` or adaptive with :class:`PIDController`, and
+        :class:`Autograd` (see :func:`solve`'s ``compile``). A solve of a spec that
+        compiles may still run eagerly for what the spec does not hold: an event,
+        dense output, output times that require grad, jumps of an adaptive solve, or
+        a field that does not trace.
 
         Example:
             >>> import odecore
             >>> odecore.OdeSpec.from_method("rk4", options={"n_steps": 8}).compile_blockers()
             ()
-            >>> odecore.OdeSpec().compile_blockers()
-            ('the adaptive solver Dopri5 (adaptive steps)', 'the controller PIDController')
+            >>> odecore.OdeSpec.from_method("dopri5", gradient="adjoint").compile_blockers()
+            ('the gradient method Adjoint',)
         """
         from ._compiled import method_reasons  # here: as in solve, only when asked
 
