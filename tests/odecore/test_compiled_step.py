@@ -1,0 +1,152 @@
+"""``compile=True`` on adaptive explicit solves: every step one compiled graph.
+
+The oracle is the eager solve of the same call: the same steps accepted and rejected,
+the same evaluations, the same outputs and gradients to rounding. Steps compile with
+``"aot_eager"`` (dynamo and AOTAutograd, no inductor C++), or with dynamo's
+``CompileCounter`` to count compilations; ``test_compile.py`` runs inductor.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import odecore
+import pytest
+import torch
+from odecore import _compiled, _compiled_step
+from torch._dynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.compile
+
+F64, F32 = torch.float64, torch.float32
+TOL = {F64: 1e-12, F32: 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch):
+    """Each test starts with no compiled step, and compiles with ``aot_eager``."""
+    torch._dynamo.reset()
+    _compiled_step._compiled_step.cache_clear()
+    _compiled._FAILED.clear()
+    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
+    yield
+    torch._dynamo.reset()
+
+
+class VanDerPol(torch.nn.Module):
+    """Van der Pol's oscillator, ``mu`` a parameter (1 here)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.mu = torch.nn.Parameter(torch.tensor(1.0, dtype=dtype))
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, v = y[..., 0], y[..., 1]
+        return torch.stack((v, self.mu * (1 - x * x) * v - x), dim=-1)
+
+
+class Linear(torch.nn.Module):
+    """``dy/dt = A y + b cos(t)``: a damped rotation, driven in time."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([[-0.1, 1.0], [-1.0, -0.1]], dtype=dtype))
+        self.b = torch.nn.Parameter(torch.tensor([0.2, -0.1], dtype=dtype))
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y @ self.a.T + self.b * torch.cos(t)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _solve(field, y0, *, compile, solver=None, t0=0.0, t1=10.0, rtol=1e-6, ts=None, dt0=None):
+    ts = [t0, t0 + 0.3 * (t1 - t0), t0 + 0.75 * (t1 - t0)] if ts is None else ts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiles
+        return odecore.solve(
+            field, y0, t0=t0, t1=t1, solver=solver or odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=rtol, atol=rtol * 1e-2),
+            saveat=odecore.SaveAt(ts=ts, t1=True), dt0=dt0, compile=compile,
+        )  # fmt: skip
+
+
+CASES = [(odecore.Dopri5, VanDerPol), (odecore.Tsit5, Linear), (odecore.Bosh3, VanDerPol)]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(("solver", "problem"), CASES)
+def test_compiled_steps_match_the_eager_solve(solver, problem, dtype):
+    field = problem(dtype)
+    for batch in (1, 16):
+        y0 = torch.randn(batch, 2, dtype=dtype, generator=torch.Generator().manual_seed(batch))
+        # A first step of 2 is rejected: the retries are compared too. In float32 the
+        # tolerance stays well above rounding, where the verdicts are not its noise.
+        kwargs = {"solver": solver(), "dt0": 2.0, "rtol": 1e-6 if dtype == F64 else 1e-4}
+        eager = _solve(field, y0, compile=False, **kwargs)
+        compiled = _solve(field, y0, compile=True, **kwargs)
+        assert compiled.ys.dtype == dtype
+        assert _rel(compiled.ys, eager.ys) <= TOL[dtype]
+        assert compiled.stats.n_rejected > 0
+        got, want = compiled.stats, eager.stats
+        assert (got.n_accepted, got.n_rejected, got.nfe) == (
+            want.n_accepted,
+            want.n_rejected,
+            want.nfe,
+        )
+
+
+@pytest.mark.parametrize(("problem", "t0", "t1"), [(VanDerPol, 0.0, 6.0), (Linear, 6.0, 0.0)])
+def test_gradients_through_the_compiled_steps_match_eager(problem, t0, t1):
+    field = problem(F64)
+    y0 = torch.randn(16, 2, dtype=F64, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for compile in (False, True):
+        x = y0.clone().requires_grad_()
+        sol = _solve(field, x, t0=t0, t1=t1, compile=compile)
+        loss = (sol.ys * torch.linspace(-1.0, 1.0, 2, dtype=F64)).square().sum()
+        grads.append(torch.autograd.grad(loss, (x, *field.parameters())))
+    for got, want in zip(grads[1], grads[0]):
+        assert _rel(got, want) <= 1e-10
+
+
+def test_the_step_is_one_graph_without_breaks():
+    field = VanDerPol(F64)
+    y0 = torch.randn(16, 2, dtype=F64)
+    c = odecore.PIDController(rtol=1e-6, atol=1e-8)
+    run = _compiled_step.stepper(odecore.Dopri5(), c, 1.0).run  # type: ignore[attr-defined]
+    program = run.__wrapped__.__defaults__[0]
+    scalar = [torch.tensor(v, dtype=F64) for v in (0.0, 0.1, 1e-6, 1e-8, 1.0, 1.0)]
+    explanation = torch._dynamo.explain(_compiled_step._step)(
+        field, y0, field(0.0, y0).detach(), *scalar, program
+    )
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+
+
+def test_new_times_tolerances_outputs_or_batch_sizes_do_not_recompile(monkeypatch):
+    counter = CompileCounter()
+    monkeypatch.setattr(_compiled, "_BACKEND", counter)
+    field = Linear(F32)
+    calls = [
+        (4, 0.0, 2.0, 1e-6, None),
+        (4, 1.0, 5.0, 1e-6, None),  # other times
+        (4, 0.0, 2.0, 1e-4, None),  # another tolerance
+        (4, 0.0, 2.0, 1e-6, [0.0, 0.1, 0.2, 1.9]),  # other output times
+        (9, 0.0, 2.0, 1e-6, None),  # another batch size
+    ]
+    for batch, t0, t1, rtol, ts in calls:
+        y0 = torch.randn(batch, 2)
+        _solve(field, y0, t0=t0, t1=t1, rtol=rtol, ts=ts, compile=True)
+    assert counter.frame_count == 1
+    assert counter.op_count > 0
+
+
+def test_double_backward_says_to_solve_eagerly():
+    field = Linear(F64)
+    y0 = torch.ones(3, 2, dtype=F64, requires_grad=True)
+    sol = _solve(field, y0, t1=1.0, compile=True)
+    with pytest.raises(RuntimeError, match="compile=False"):
+        torch.autograd.grad(sol.ys.square().sum(), y0, create_graph=True)
