@@ -1,4 +1,5 @@
-"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph.
+"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph (an adaptive
+one compiles its steps instead: ``_compiled_step``).
 
 The eager loop decides every step in Python floats and reads tensors on the host
 (finiteness, statuses), which ``torch.compile`` cannot put in a graph. Here the two
@@ -645,9 +646,10 @@ def _field_key(f: object) -> object:
 
 
 def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
-    """The solve loop of ``_make_loop`` for a fixed-step explicit solve, run as one
-    compiled graph; it falls back to the eager loop, with a warning, when dynamo or
-    the backend cannot compile it."""
+    """The solve loop of ``_make_loop`` for an explicit solve: a fixed-step one run as
+    one compiled graph, an adaptive one over compiled steps (``_compiled_step``); it
+    falls back to the eager loop, with a warning, when dynamo or the backend cannot
+    compile it."""
     from ._compiled_step import stepper  # it imports this module
 
     eager = _make_loop(jumps, steps, max_steps)
