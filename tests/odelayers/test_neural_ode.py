@@ -54,14 +54,18 @@ def test_spec_fields_are_replaced_by_the_arguments():
         NeuralODE(Linear(torch.eye(2)), spec="dopri5")
 
 
-def test_the_specs_compile_switch_reaches_the_solve():
-    """An adaptive solve does not compile yet: the one warning that says so shows that
-    the layer passed the switch on (it was dropped, and the layer solved eagerly without
-    a word)."""
+def test_the_specs_compile_switch_reaches_the_solve(monkeypatch: pytest.MonkeyPatch):
+    """The adaptive solve compiles its step (one graph, counted): the layer passed the
+    switch on (it was dropped once, and the layer solved eagerly without a word)."""
+    from odecore import _compiled
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    monkeypatch.setattr(_compiled, "_BACKEND", counter)
     layer = NeuralODE(Linear(torch.eye(2)), spec=odecore.OdeSpec(compile=True))
     x = torch.randn(3, 2)
-    with pytest.warns(odecore.CompileFallbackWarning, match="Dopri5"):
-        y = layer(x)
+    y = layer(x)
+    assert counter.frame_count == 1
     torch.testing.assert_close(y, NeuralODE(Linear(torch.eye(2)))(x))
 
 
