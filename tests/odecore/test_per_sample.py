@@ -284,12 +284,17 @@ def test_bad_per_sample_settings_are_refused(kwargs, match):
 # --- Rodas4's counts -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("controller", [PIDController(rtol=1e-6, atol=1e-6), _rows(1e-6, 1e-6)])
-def test_rodas4_counts_one_jacobian_and_one_factorisation_per_step(controller):
+@pytest.mark.parametrize("per_sample", [False, True], ids=["shared", "per_sample"])
+def test_rodas4_counts_one_factorisation_per_step_and_one_jacobian_per_start(per_sample):
+    controller = PIDController(rtol=1e-6, atol=1e-6, per_sample=per_sample)
     sol = odecore.solve(
         _vdp(MU[:3]), VDP_Y0[:3], t0=0.0, t1=5.0, solver=Rodas4(independent=True),
         controller=controller,
     )  # fmt: skip
-    assert sol.stats.n_steps > 10
-    assert sol.stats.n_jacobians == sol.stats.n_factorisations == sol.stats.n_steps
-    assert sol.stats.n_newton_iters == 0
+    stats = sol.stats
+    assert stats.n_steps > 10 and (per_sample or stats.n_rejected > 0)
+    assert stats.n_factorisations == stats.n_steps
+    # A shared step retried after a rejection starts where it did: the same Jacobian.
+    # Per-sample steps rescale the field every step: a Jacobian each.
+    assert stats.n_jacobians == (stats.n_steps if per_sample else stats.n_accepted)
+    assert stats.n_newton_iters == 0

@@ -374,3 +374,33 @@ def test_batched_gradcheck_of_the_discrete_scheme():
         torch.tensor([[50.0, 1.0], [2.0, 3.0], [10.0, 0.5]], dtype=F64, requires_grad=True),
     )
     assert torch.autograd.gradcheck(run, inputs, eps=1e-5, atol=1e-6)
+
+
+# --- the Jacobian kept between steps ----------------------------------------------------
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["no_grad", "graph"])
+def test_steps_with_kept_jacobians_equal_fresh_steps(monkeypatch, graph):
+    # A retry after a rejection keeps its start's Jacobian; the next step takes its
+    # Jacobian from the evaluation of f at the step's end. Each step must be exactly the
+    # step that a fresh Jacobian (a step without the solve's state) gives.
+    calls = []
+    step_with = Rodas4.step_with
+
+    def spy(self, state, f, t0, t1, y0, f0):
+        result = step_with(self, state, f, t0, t1, y0, f0)
+        calls.append((f, t0, t1, y0, f0, result))
+        return result
+
+    monkeypatch.setattr(Rodas4, "step_with", spy)
+    with torch.set_grad_enabled(graph):  # mu, a parameter, requires grad
+        sol = odecore.solve(
+            VanDerPol(1000.0), torch.tensor([2.0, 0.0], dtype=F64), t0=0.0, t1=1.0,
+            solver=Rodas4(), controller=odecore.PIDController(rtol=1e-6, atol=1e-6),
+        )  # fmt: skip
+        fresh = [step_with(Rodas4(), None, f, t0, t1, y0, f0) for f, t0, t1, y0, f0, _ in calls]
+    assert sol.stats.n_rejected > 0
+    assert sol.stats.n_jacobians == sol.stats.n_accepted < sol.stats.n_steps == len(calls)
+    for (*_, kept), new in zip(calls, fresh):
+        assert torch.equal(kept.y1, new.y1) and torch.equal(kept.y_err, new.y_err)
+        assert torch.equal(kept.f1, new.f1)

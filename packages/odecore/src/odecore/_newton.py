@@ -236,27 +236,38 @@ def jacobian(f: Callable[[Any, Tensor], Tensor], t: Any, y: Tensor) -> Tensor:
         tensor([[ 0.,  1.],
                 [-2., -3.]])
     """
-    n = y.numel()
     with torch.enable_grad():
         x = y.detach().requires_grad_(True)
         out = f(t, x)
-        if not out.requires_grad:
-            return _difference_jacobian(f, t, y.detach(), out.detach())
-        eye = torch.eye(n, dtype=out.dtype, device=out.device).view(n, *out.shape)
+    if not out.requires_grad:
+        return _difference_jacobian(f, t, y.detach(), out.detach())
+    return jacobian_of(out, x)
+
+
+def jacobian_of(out: Tensor, x: Tensor, create_graph: bool = False) -> Tensor:
+    """``∂out/∂x``, ``(n, n)`` on the flattened tensors, from an evaluation ``out`` with
+    a graph from ``x``: one batched backward pass (row by row where an operation has
+    no batching rule); with its own graph only under ``create_graph``."""
+    n = x.numel()
+    eye = torch.eye(n, dtype=out.dtype, device=out.device).view(n, *out.shape)
+    with torch.enable_grad():
         try:
             (rows,) = torch.autograd.grad(
-                out, x, eye, is_grads_batched=True, retain_graph=True, allow_unused=True
-            )
+                out, x, eye, is_grads_batched=True, retain_graph=True,
+                create_graph=create_graph, allow_unused=True,
+            )  # fmt: skip
         except RuntimeError:  # an operation without a batching rule: row by row
-            rows = torch.stack(
-                [
-                    _or_zeros(
-                        torch.autograd.grad(out, x, e, retain_graph=True, allow_unused=True)[0], x
-                    )
-                    for e in eye
-                ]
-            )
-    return _or_zeros(rows, eye).detach().reshape(n, n)
+            rows = torch.stack([_row(out, x, e, create_graph) for e in eye])
+    jac = _or_zeros(rows, eye).reshape(n, n)
+    return jac if create_graph else jac.detach()
+
+
+def _row(out: Tensor, x: Tensor, e: Tensor, create_graph: bool) -> Tensor:
+    """One vector-Jacobian product ``e^T ∂out/∂x`` (zeros where ``out`` ignores ``x``)."""
+    (g,) = torch.autograd.grad(
+        out, x, e, retain_graph=True, create_graph=create_graph, allow_unused=True
+    )
+    return _or_zeros(g, x)
 
 
 def _or_zeros(g: Tensor | None, like: Tensor) -> Tensor:

@@ -25,7 +25,7 @@ from torch import Tensor
 from ._controllers import _EPS, SNAP, AbstractController, PIDController, row_adapt, row_init
 from ._errors import ConfigurationError, Status
 from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
-from ._rosenbrock import _coupled
+from ._rosenbrock import RosenbrockState, _coupled
 from ._solvers import AbstractSolver, SolveState, StepResult
 
 
@@ -152,6 +152,8 @@ class PerSampleLoop:
         self.accepted = torch.zeros(y0.shape[0], dtype=torch.int64, device=y0.device)
         self.rejected = torch.zeros_like(self.accepted)
         state = solver.new_state()
+        if isinstance(state, RosenbrockState):
+            state.reuse_end = False  # each step rescales the field: no end to reuse
         taus = [direction * t for t in ts]
         inside = _Outputs(sorted({tau for tau in taus if s0 < tau < s1}), y0)
         if s0 < s1:

@@ -21,6 +21,18 @@ augmented field). With gradients enabled the Jacobian keeps its graph
 exactly. A state of more than ``dense_limit`` elements (per sample when
 ``independent``) is refused at the start of the solve instead of allocating its
 dense Jacobian: :class:`~odecore.Kvaerno5` solves such states matrix-free.
+One batched backward pass is also the cheapest way for small states: ``torch.func``'s
+``jacrev`` and ``jacfwd`` dispatch as many operations or more and take two to six
+times as long on Van der Pol and Robertson.
+
+**Reuse** (:class:`RosenbrockState`, within a solve): the derivative at a step's end,
+which starts the next step, is evaluated with a graph from the state, and the next
+step's Jacobian is the backward pass of that evaluation, not of another one; a step
+retried after a rejection starts where the rejected one did and takes its Jacobian
+and ``f_t`` again, as ``rodas.f`` does. Only the factorisation is redone, for the new
+step size. A point is recognised by the identity of the field, state and derivative
+objects, so a loop that changes any of them (an event, a jump, per-sample steps)
+gets a fresh Jacobian.
 
 **The time derivative** ``f_t`` is a one-sided difference in time inside the step,
 of second order: ``(4 f(t0 + d, y0) - 3 f(t0, y0) - f(t0 + 2 d, y0)) / (2 d)`` with
@@ -47,7 +59,7 @@ import torch
 from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
-from ._newton import failed_step, jacobian
+from ._newton import failed_step, jacobian, jacobian_of
 from ._solvers import (
     Field,
     SolveState,
@@ -179,53 +191,43 @@ with ``d_k = sum_j dense[k - 1][j] u_j``."""
 # --- Jacobians ------------------------------------------------------------------------
 
 
-def _blocks(f: Field, t: float, y: Tensor, graph: bool) -> Tensor | None:
-    """The diagonal blocks ``∂f(y)[b]/∂y[b]``, ``(batch, n, n)``, from one batched
-    backward pass of ``n`` products on the batch's sum; ``None`` for a field without a
-    graph from the state (or a state without rows)."""
-    if y.dim() < 2:
-        return None
-    batch, n = y.shape[0], y[0].numel()
+def _evaluated(f: Field, t: float, y: Tensor, graph: bool) -> tuple[Tensor, Tensor]:
+    """``(x, f(t, x))`` with a graph from ``x``: ``x`` is ``y`` itself when ``graph`` and
+    ``y`` requires grad (a Jacobian that backpropagation differentiates), else a
+    detached copy of ``y``."""
     with torch.enable_grad():
         x = y if (graph and y.requires_grad) else y.detach().requires_grad_(True)
-        out = f(t, x)
-        if not out.requires_grad:
-            return None
-        eye = torch.eye(n, dtype=out.dtype, device=out.device)
-        v = eye.unsqueeze(1).expand(n, batch, n).reshape(n, *out.shape)
+        return x, f(t, x)
+
+
+def _blocks(x: Tensor, out: Tensor, graph: bool) -> Tensor:
+    """The diagonal blocks ``∂out[b]/∂x[b]``, ``(batch, n, n)``, from one batched
+    backward pass of ``n`` products on the batch's sum (``out`` has a graph from ``x``)."""
+    batch, n = x.shape[0], x[0].numel()
+    eye = torch.eye(n, dtype=out.dtype, device=out.device)
+    v = eye.unsqueeze(1).expand(n, batch, n).reshape(n, *out.shape)
+    with torch.enable_grad():
         (rows,) = torch.autograd.grad(
             out, x, v, is_grads_batched=True, create_graph=graph, allow_unused=True
         )
     if rows is None:
-        return y.new_zeros(batch, n, n)
+        return x.new_zeros(batch, n, n)
     return rows.reshape(n, batch, n).transpose(0, 1)
 
 
-def _full(f: Field, t: float, y: Tensor, graph: bool) -> Tensor:
-    """``∂f/∂y`` on the flattened state, ``(n, n)``; with its graph when ``graph``."""
-    if not graph:
+def _jacobian(
+    f: Field, t: float, y: Tensor, graph: bool, rows: bool, at: tuple[Tensor, Tensor] | None
+) -> Tensor:
+    """``∂f/∂y (t, y)``: per sample ``(batch, n, n)`` when ``rows``, else ``(n, n)`` on the
+    flattened state; with its graph when ``graph``. ``at`` is an evaluation ``(x,
+    f(t, x))`` already made (:func:`_evaluated`); forward differences for a field
+    without a graph from the state (dense, as :func:`~odecore._newton.jacobian`)."""
+    x, out = _evaluated(f, t, y, graph) if at is None else at
+    if not out.requires_grad:
         return jacobian(f, t, y)
-    n = y.numel()
-    with torch.enable_grad():
-        x = y if y.requires_grad else y.detach().requires_grad_(True)
-        out = f(t, x)
-        if not out.requires_grad:
-            return jacobian(f, t, y)
-        eye = torch.eye(n, dtype=out.dtype, device=out.device).view(n, *out.shape)
-        try:
-            (rows,) = torch.autograd.grad(
-                out, x, eye, is_grads_batched=True, create_graph=True, allow_unused=True
-            )
-        except RuntimeError:  # an operation without a batching rule: row by row
-            grads = [
-                torch.autograd.grad(out, x, e, create_graph=True, retain_graph=True,
-                                    allow_unused=True)[0]
-                for e in eye
-            ]  # fmt: skip
-            rows = torch.stack([torch.zeros_like(x) if g is None else g for g in grads])
-    if rows is None:
-        return y.new_zeros(n, n)
-    return rows.reshape(n, n)
+    if rows:
+        return _blocks(x, out, graph)
+    return jacobian_of(out, x, create_graph=graph)
 
 
 def _coupled(f: Field, t: float, y: Tensor) -> bool:
@@ -264,11 +266,16 @@ class _Matrix:
         return x.view_as(r)
 
 
-def _time_derivative(f: Field, t0: float, h: float, y0: Tensor, f0: Tensor) -> Tensor | None:
-    """``∂f/∂t (t0, y0)`` by a one-sided second-order difference inside the step, with
-    ``d = eps^(1/3) max(|t0|, 1)`` (at most ``h / 2``); ``None`` (zero), after one
-    evaluation, for a field whose value does not change with time."""
-    d = min(torch.finfo(y0.dtype).eps ** (1.0 / 3.0) * max(abs(t0), 1.0), 0.5 * h)
+def _time_step(t0: float, h: float, dtype: torch.dtype) -> float:
+    """The difference's step in time, ``d = eps^(1/3) max(|t0|, 1)``, at most ``h / 2``."""
+    root: float = torch.finfo(dtype).eps ** (1.0 / 3.0)
+    return min(root * max(abs(t0), 1.0), 0.5 * h)
+
+
+def _time_derivative(f: Field, t0: float, d: float, y0: Tensor, f0: Tensor) -> Tensor | None:
+    """``∂f/∂t (t0, y0)`` by a one-sided second-order difference of step ``d`` inside
+    the step; ``None`` (zero), after one evaluation, for a field whose value does not
+    change with time."""
     f1 = f(t0 + d, y0)
     if torch.equal(f1, f0):
         return None
@@ -300,6 +307,64 @@ def _combine(
 ) -> Tensor:
     """``y0 + h * sum_i w_i u_i``, the layout of the sum made once per row of weights."""
     return _combine_terms(y0, h, _sum(weights), us)
+
+
+@dataclass(frozen=True)
+class _States:
+    """How the stage states and the solution are summed: row ``i`` (the rows of ``a``,
+    then ``m`` as row ``s``) is the state of stage ``base[i]`` (stage 0's is ``y0``)
+    plus ``sums[i]`` over the later stages, where that stage's row is a prefix of row
+    ``i``: a stiffly accurate method's last stage and solution are then one addition
+    each instead of a sum over every stage."""
+
+    base: tuple[int, ...]
+    sums: tuple[_Sum | None, ...]
+
+
+@functools.cache
+def _states(tab: RosenbrockTableau) -> _States:
+    rows = (*tab.a, tab.m)
+    base = [
+        max((k for k in range(1, min(i, tab.stages)) if row[:k] == rows[k]), default=0)
+        for i, row in enumerate(rows)
+    ]
+    sums = tuple(_sum_of((0.0,) * k + row[k:]) for k, row in zip(base, rows))
+    return _States(tuple(base), sums)
+
+
+_Point = tuple[object, float, Tensor, Tensor, bool]
+"""A point of the solve: the field, the time, the state, the derivative there and
+whether the Jacobian keeps its graph; told apart by the objects' identity."""
+
+
+def _same(a: _Point | None, b: _Point) -> bool:
+    return (
+        a is not None
+        and a[0] is b[0]
+        and a[1] == b[1]
+        and a[2] is b[2]
+        and a[3] is b[3]
+        and a[4] == b[4]
+    )
+
+
+@dataclass
+class RosenbrockState(SolveState):
+    """A Rosenbrock solve's state: the Jacobian and ``∂f/∂t`` at the last step's start,
+    which a retry from the same point (after a rejection) takes again, as Hairer and
+    Wanner's ``rodas.f`` does; and the field's evaluation with a graph at the last
+    step's end, from which the next step's Jacobian comes without evaluating the
+    field once more. ``reuse_end`` is ``False`` where the loop changes the field
+    between steps (per-sample steps rescale it), so that the evaluation is not made
+    for nothing."""
+
+    start: _Point | None = None
+    jac: Tensor | None = None
+    d: float = 0.0
+    ft: Tensor | None = None
+    end: _Point | None = None
+    end_eval: tuple[Tensor, Tensor] | None = None
+    reuse_end: bool = True
 
 
 Interpolation = Literal["rosenbrock", "hermite", "cubic"]
@@ -341,17 +406,10 @@ class _AbstractRosenbrock(_HermiteDense):
     def independent_samples(self) -> bool:
         return self.independent
 
-    def new_state(self) -> SolveState:
-        """Counts of the solve's Jacobians and factorisations (one of each per step)."""
-        return SolveState()
-
-    def step_with(
-        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
-    ) -> StepResult:
-        if state is not None:
-            state.n_jacobians += 1
-            state.n_factorisations += 1
-        return self.step(f, t0, t1, y0, f0)
+    def new_state(self) -> RosenbrockState:
+        """The Jacobian kept for a retry and the evaluation kept for the next step, and
+        the counts of the solve's Jacobians and factorisations."""
+        return RosenbrockState()
 
     def _rows(self, y: Tensor) -> bool:
         """Whether the Jacobian is taken per sample (independent rows of a batch)."""
@@ -382,36 +440,85 @@ class _AbstractRosenbrock(_HermiteDense):
         return f(t0, y0)
 
     def step(self, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor) -> StepResult:
-        tab = self.tableau
+        return self.step_with(None, f, t0, t1, y0, f0)
+
+    def step_with(
+        self, state: SolveState | None, f: Field, t0: float, t1: float, y0: Tensor, f0: Tensor
+    ) -> StepResult:
+        tab, plan = self.tableau, _states(self.tableau)
+        work = state if isinstance(state, RosenbrockState) else None
         h = t1 - t0
         # The Jacobian keeps its graph only where a gradient can flow through it: grad
         # mode alone, with nothing requiring grad, would make every step's Jacobian a
         # second-order pass for nothing.
         graph = torch.is_grad_enabled() and (y0.requires_grad or f0.requires_grad)
-        jac = _blocks(f, t0, y0, graph) if self._rows(y0) else None
-        if jac is None:
-            jac = _full(f, t0, y0, graph)
+        jac, ft = self._start(work, f, t0, h, y0, f0, graph)
+        if state is not None:
+            state.n_jacobians += work is None  # another solver's state: counts only
+            state.n_factorisations += 1
         matrix = _Matrix(jac, tab.gamma * h)
         if not matrix.ok:
             why = _singular(t0, t1, getattr(f, "direction", 1.0))
             return failed_step(y0, why, tab.stages, adaptive=True)
-        ft = _time_derivative(f, t0, h, y0, f0)
-        us: list[Tensor] = []
+        states, us = [y0], list[Tensor]()
         for i in range(tab.stages):
             if i == 0:
                 fi = f0
             else:
                 ti = t1 if tab.alpha[i] == 1.0 else t0 + tab.alpha[i] * h
-                fi = f(ti, _combine(y0, 1.0, tab.a[i], us))
+                states.append(_combine_terms(states[plan.base[i]], 1.0, plan.sums[i], us))
+                fi = f(ti, states[i])
             rhs = _combine(fi, 1.0 / h, tab.c[i], us)
             if ft is not None and tab.gammas[i] != 0.0:
                 rhs = rhs + (tab.gammas[i] * h) * ft
             us.append(matrix.solve(rhs))
-        y1 = _combine(y0, 1.0, tab.m, us)
-        with torch.no_grad():
-            y_err = _combine(None, 1.0, tab.m_err, [u.detach() for u in us])
-        # f(t1, y1) starts the next step (instead of init, whose checks run once).
-        return StepResult(y1=y1, y_err=y_err, ks=tuple(us), f1=f(t1, y1))
+        y1 = _combine_terms(states[plan.base[-1]], 1.0, plan.sums[-1], us)
+        with torch.no_grad():  # step-size control only: no graph
+            y_err = _combine(None, 1.0, tab.m_err, us)
+        return StepResult(y1=y1, y_err=y_err, ks=tuple(us), f1=self._end(work, f, t1, y1, graph))
+
+    def _start(
+        self,
+        state: RosenbrockState | None,
+        f: Field,
+        t0: float,
+        h: float,
+        y0: Tensor,
+        f0: Tensor,
+        graph: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The Jacobian and ``∂f/∂t`` at the step's start, kept from the last attempt if
+        it started at the same point; the Jacobian from the evaluation kept at the last
+        step's end if that is this step's start."""
+        d, point = _time_step(t0, h, y0.dtype), (f, t0, y0, f0, graph)
+        if state is not None and state.jac is not None and _same(state.start, point):
+            jac, ft = state.jac, state.ft
+            if d != state.d:
+                ft = _time_derivative(f, t0, d, y0, f0)
+        else:
+            at = state.end_eval if state is not None and _same(state.end, point) else None
+            jac = _jacobian(f, t0, y0, graph, self._rows(y0), at)
+            ft = _time_derivative(f, t0, d, y0, f0)
+            if state is not None:
+                state.n_jacobians += 1
+        if state is not None:
+            state.start, state.jac, state.d, state.ft = point, jac, d, ft
+            state.end = state.end_eval = None
+        return jac, ft
+
+    def _end(
+        self, state: RosenbrockState | None, f: Field, t1: float, y1: Tensor, graph: bool
+    ) -> Tensor:
+        """``f(t1, y1)``, which starts the next step, evaluated with a graph from ``y1``
+        (a detached copy where no gradient flows) that ``state`` keeps for the next
+        step's Jacobian."""
+        if state is None or not state.reuse_end or (graph and not y1.requires_grad):
+            return f(t1, y1)
+        x, out = _evaluated(f, t1, y1, graph)
+        f1 = out if graph else out.detach()
+        if out.requires_grad:
+            state.end, state.end_eval = (f, t1, y1, f1, graph), (x, out)
+        return f1
 
     def _own(self) -> bool:
         return self.interpolation == "rosenbrock" and self.tableau.dense is not None
@@ -469,9 +576,12 @@ class Rodas4(_AbstractRosenbrock):
     Six stages, an embedded third-order estimate, L-stable and stiffly accurate. A step
     takes one Jacobian (autograd), one LU factorisation and six back-substitutions,
     and evaluates the field seven or eight times: five stages, the derivative at the
-    step's end (which starts the next step), and one or two for the difference in
-    time that gives ``∂f/∂t`` (one when the field does not read the time); and once
-    more, with a graph, for the Jacobian. There are no Newton iterations, so no step
+    step's end (which starts the next step, and whose graph gives the next step's
+    Jacobian), and one or two for the difference in time that gives ``∂f/∂t`` (one
+    when the field does not read the time). A step retried after a rejection keeps
+    its Jacobian and ``∂f/∂t`` and redoes only the factorisation, so a solve takes a
+    Jacobian per accepted step (per step with per-sample steps, whose field changes
+    from step to step). There are no Newton iterations, so no step
     fails to converge. A step whose matrix ``I / (gamma h) - J`` is singular is
     rejected and retried smaller (``Status.NEWTON_FAILED`` if it cannot be). The
     solution is accurate only as far as the Jacobian is: it is exact from autograd,
