@@ -298,3 +298,22 @@ def test_rodas4_counts_one_factorisation_per_step_and_one_jacobian_per_start(per
     # Per-sample steps rescale the field every step: a Jacobian each.
     assert stats.n_jacobians == (stats.n_steps if per_sample else stats.n_accepted)
     assert stats.n_newton_iters == 0
+
+
+def test_each_step_starts_from_the_exact_derivative(monkeypatch):
+    # f0 is the field at the step's start bit for bit (not the end's g / h, rounded), so
+    # Rodas4 sees that an autonomous field does not read the time, and skips the second
+    # evaluation of its difference in time.
+    mismatches = []
+    step_with = Rodas4.step_with
+
+    def spy(self, state, f, t0, t1, y0, f0):
+        mismatches.append(not torch.equal(f0, f(t0, y0)))
+        return step_with(self, state, f, t0, t1, y0, f0)
+
+    monkeypatch.setattr(Rodas4, "step_with", spy)
+    odecore.solve(
+        _vdp(MU), VDP_Y0, t0=0.0, t1=5.0, solver=Rodas4(independent=True),
+        controller=_rows(1e-6, 1e-6),
+    )  # fmt: skip
+    assert len(mismatches) > 10 and not any(mismatches)

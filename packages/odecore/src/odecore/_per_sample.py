@@ -87,16 +87,24 @@ class _RowField:
         self.h = torch.ones_like(self.s)
         self.scale = torch.ones(self.view, dtype=y0.dtype, device=y0.device)
         self.nfe = 0
+        self.times: dict[float, Tensor] = {}
+        self.end: tuple[Tensor, Tensor] | None = None
 
     def place(self, s: Tensor, h: Tensor) -> None:
         """Map each sample's step from ``s`` of size ``h`` onto ``[0, 1]``."""
         self.s, self.h = s, h
         self.scale = h.to(self.dtype).view(self.view)
+        self.times, self.end = {}, None
+
+    def at_end(self, y1: Tensor) -> Tensor | None:
+        """``dy/ds`` at the steps' ends if the step evaluated it at ``y1``: the exact
+        value, where dividing ``g`` by ``h`` would round it."""
+        return self.end[1] if self.end is not None and self.end[0] is y1 else None
 
     def raw(self, s: Tensor, y: Tensor) -> Tensor:
         """``dy/ds`` at the samples' times ``s``."""
         self.nfe += 1
-        out = self.f((self.direction * s).to(self.dtype), y)
+        out = self.f((s if self.direction > 0 else -s).to(self.dtype), y)
         if self.check is not None:
             self.cast, self.check = self.check(out), None
         if self.cast:
@@ -104,7 +112,13 @@ class _RowField:
         return out if self.direction > 0 else -out
 
     def __call__(self, tau: float, y: Tensor) -> Tensor:
-        return self.raw(self.s + self.h * tau, y) * self.scale
+        s = self.s if tau == 0.0 else self.times.get(tau)
+        if s is None:  # the stages at one time share it (a step's end, thrice in Rodas4)
+            s = self.times[tau] = self.s + self.h * tau
+        out = self.raw(s, y)
+        if tau == 1.0:
+            self.end = (y, out)
+        return out * self.scale
 
 
 def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
@@ -203,13 +217,14 @@ class PerSampleLoop:
             h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
             small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
             fe.place(s, h)
-            step = solver.step_with(state, fe, 0.0, 1.0, y, f0 * fe.scale)
+            f0_step = f0 * fe.scale
+            step = solver.step_with(state, fe, 0.0, 1.0, y, f0_step)
             stats.n_steps += 1
             verdict = row_adapt(controller, h, y, step, solver, cstate)
             active = ~done
             accept = verdict.accept & active
             cstate = verdict.state
-            outputs.read(solver, fe, y, f0 * fe.scale, step, accept)
+            outputs.read(solver, fe, y, f0_step, step, accept)
             y = _where(accept, step.y1, y)
             s = torch.where(accept, torch.where(land, s1, s + h), s)
             done = done | (accept & land)
@@ -229,10 +244,10 @@ class PerSampleLoop:
                 return y, s, Status.NONFINITE, _which(lost)
             if flags[1]:
                 break
-            if step.f1 is not None:
-                f0 = _where(accept, step.f1 / torch.where(fe.scale == 0, 1.0, fe.scale), f0)
-            else:
-                f0 = _where(accept, fe.raw(s, y), f0)
+            f1 = fe.at_end(step.y1)
+            if f1 is None and step.f1 is not None:
+                f1 = step.f1 / torch.where(fe.scale == 0, 1.0, fe.scale)
+            f0 = _where(accept, fe.raw(s, y) if f1 is None else f1, f0)
             dt, retry = torch.where(done, dt, verdict.dt), ~accept
         if not bool(torch.isfinite(y).all()):
             return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
