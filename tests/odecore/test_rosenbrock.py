@@ -404,3 +404,14 @@ def test_steps_with_kept_jacobians_equal_fresh_steps(monkeypatch, graph):
     for (*_, kept), new in zip(calls, fresh):
         assert torch.equal(kept.y1, new.y1) and torch.equal(kept.y_err, new.y_err)
         assert torch.equal(kept.f1, new.f1)
+
+
+def test_a_singular_matrix_is_a_clear_failure():
+    # y' = 8 y with h = 0.5: I / (gamma h) - J = 8 - 8 = 0.
+    with pytest.raises(
+        odecore.SolverError, match=r"I / \(gamma h\) - J is singular at step size h = 0.5"
+    ):
+        odecore.solve(
+            lambda t, y: 8.0 * y, torch.ones(1, dtype=F64), t0=0.0, t1=1.0, solver=Rodas4(),
+            controller=odecore.ConstantStepSize(), dt0=0.5,
+        )  # fmt: skip

@@ -257,7 +257,7 @@ class _Matrix:
         m.diagonal(dim1=-2, dim2=-1).add_(1.0 / gh)
         self.batched = jac.dim() == 3
         self.lu, self.pivots, info = torch.linalg.lu_factor_ex(m)  # differentiable
-        self.ok = not bool((info != 0).any())  # a zero pivot
+        self.ok = not bool(info.any())  # a zero pivot: info > 0
 
     def solve(self, r: Tensor) -> Tensor:
         """``M^{-1} r`` for ``r`` shaped like the state."""
