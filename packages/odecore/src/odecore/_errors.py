@@ -44,17 +44,19 @@ class CompileFallbackWarning(UserWarning):
     """A solve asked for ``compile=True`` ran eagerly; the message names what did not
     compile and why.
 
-    Raised, once per message, for what compiled solves do not cover yet (adaptive,
-    implicit and SciPy solvers, events, ``Adjoint`` and ``Checkpoint``, dense output,
-    times that require grad), when inductor cannot run (no C++ compiler), and when
-    ``torch.compile`` fails on the vector field. The result is the eager solve's.
+    Raised, once per message, for what compiled solves do not cover yet (implicit and
+    SciPy solvers, events, ``Adjoint`` and ``Checkpoint``, ``SaveAt(dense=True)``,
+    times that require grad, and adaptive solves with jumps, tuple states or a norm of
+    their own), when inductor cannot run (no C++ compiler), and when ``torch.compile``
+    fails on the vector field. The result is the eager solve's.
 
     Example:
         >>> import warnings, torch, odecore
         >>> with warnings.catch_warnings(record=True) as caught:
         ...     warnings.simplefilter("always")
         ...     sol = odecore.solve(lambda t, y: -y, torch.ones(2), t0=0.0, t1=1.0,
-        ...                         solver=odecore.Dopri5(), compile=True)
+        ...                         solver=odecore.Dopri5(), gradient=odecore.Adjoint(),
+        ...                         compile=True)
         >>> [w.category.__name__ for w in caught]
         ['CompileFallbackWarning']
     """
