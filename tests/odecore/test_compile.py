@@ -24,18 +24,6 @@ TOL = {F64: 1e-12, F32: 1e-5}
 FIXED = sorted({cls for cls in odecore.FIXED_METHODS.values()}, key=lambda cls: cls.__name__)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch):
-    """Each test starts with no compiled graph, and compiles with ``aot_eager``."""
-    torch._dynamo.reset()
-    _compiled._compiled.cache_clear()
-    _compiled._schedule.cache_clear()
-    _compiled._FAILED.clear()
-    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.fixture
 def counter(monkeypatch: pytest.MonkeyPatch) -> CompileCounter:
     """Compile with a counter of frames (graphs) and operations, no backend at all."""

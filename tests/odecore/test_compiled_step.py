@@ -22,17 +22,6 @@ F64, F32 = torch.float64, torch.float32
 TOL = {F64: 1e-12, F32: 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch):
-    """Each test starts with no compiled step, and compiles with ``aot_eager``."""
-    torch._dynamo.reset()
-    _compiled_step._compiled_step.cache_clear()
-    _compiled._FAILED.clear()
-    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
-    yield
-    torch._dynamo.reset()
-
-
 class VanDerPol(torch.nn.Module):
     """Van der Pol's oscillator, ``mu`` a parameter (1 here)."""
 
