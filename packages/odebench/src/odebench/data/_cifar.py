@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
+from ._dataset import DataError, Dataset, describe, file_sources, find_directory
 
 
 def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
@@ -148,17 +148,10 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"{spec.title} batch file {path} lacks b'data' or b'{spec.label_key}'; "
             f"its keys are {keys}."
         )
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
-        what = f"{data.dtype} array" if isinstance(data, np.ndarray) else type(data).__name__
-        shape = f" of shape {data.shape}" if isinstance(data, np.ndarray) else ""
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.shape[1:] == (3072,)):
         raise DataError(
-            f"{spec.title} batch file {path}: b'data' is a {what}{shape}; expected a "
-            "uint8 array (N, 3072)."
-        )
-    if data.shape[1] != 3 * 32 * 32:
-        raise DataError(
-            f"{spec.title} batch file {path}: b'data' has shape {data.shape}; expected "
-            "(N, 3072), 3 colour planes of 32 x 32."
+            f"{spec.title} batch file {path}: b'data' is {describe(data)}; expected (N, 3072) "
+            "uint8, 3 colour planes of 32 x 32."
         )
     try:
         label_array = np.asarray(labels, dtype=np.int64)
@@ -180,24 +173,6 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"{label_array.max()}; expected 0..{classes - 1}."
         )
     return data, label_array
-
-
-def _cifar_dir(root: Path, spec: _Cifar, files: tuple[str, ...]) -> Path:
-    """``root`` or ``root/<folder>``, whichever holds all of ``files``."""
-    for directory in (root, root / spec.folder):
-        if all((directory / name).is_file() for name in files):
-            return directory
-    if not root.is_dir():
-        where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
-    else:
-        where = f"in {root} {listing(root)}"
-        if (root / spec.folder).is_dir():
-            where += f", and in {root / spec.folder} {listing(root / spec.folder)}"
-    raise DataNotFoundError(
-        f"{spec.title} batch files are missing: expected {', '.join(files)} in {root} or "
-        f"in {root / spec.folder}, but {where}. Fetch them with "
-        f"odebench.data.download({spec.name!r}, ...) (the python version of the data set)."
-    )
 
 
 def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int = 10) -> Dataset:
@@ -236,7 +211,14 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         raise ValueError(f"`classes` must be 10 or 100, got {classes!r}.")
     spec = _CIFARS[classes]
     files = spec.train_files if train else spec.test_files
-    directory = _cifar_dir(Path(root), spec, files)
+    directory = find_directory(
+        Path(root),
+        (spec.folder,),
+        files,
+        f"{spec.title} batch files are",
+        f"Fetch them with odebench.data.download({spec.name!r}, ...) (the python version of "
+        "the data set).",
+    )
     parts = [_read_batch(directory / name, spec) for name in files]
     data = np.concatenate([p[0] for p in parts]).reshape(-1, 3, 32, 32)
     labels = np.concatenate([p[1] for p in parts])

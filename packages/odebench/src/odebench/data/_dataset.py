@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -68,6 +69,32 @@ def listing(directory: Path, limit: int = 12) -> str:
     shown = ", ".join(names[:limit])
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return f"it holds {shown}{more}"
+
+
+def find_directory(
+    root: Path, folders: tuple[str, ...], names: tuple[str, ...], what: str, hint: str
+) -> Path:
+    """The first of ``root`` and ``root/<folder>`` that holds every file of ``names``; else a
+    :class:`DataNotFoundError`: ``what`` is missing, where it looked, what is there, ``hint``."""
+    places = (root, *(root / folder for folder in folders))
+    for directory in places:
+        if all((directory / name).is_file() for name in names):
+            return directory
+    if not root.is_dir():
+        where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
+    else:
+        where = ", and ".join(f"in {place} {listing(place)}" for place in places if place.is_dir())
+    raise DataNotFoundError(
+        f"{what} missing: expected {', '.join(names)} in "
+        f"{' or in '.join(str(place) for place in places)}, but {where}. {hint}"
+    )
+
+
+def describe(value: object) -> str:
+    """What ``value`` is, for messages: an array's dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array of shape {value.shape}"
+    return "nothing" if value is None else f"a {type(value).__name__}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,7 +11,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
+from ._dataset import DataError, Dataset, describe, file_sources, find_directory
 from ._inflate import CHUNK, deflate_bound
 
 SVHN_FILES = {True: "train_32x32.mat", False: "test_32x32.mat"}
@@ -28,21 +28,6 @@ official training file holds 225 MB, the ``extra`` split 1.6 GB)."""
 _MI_COMPRESSED = 15
 _MAT_HEADER = 128
 _HEAD = 4096  # inflated bytes enough to hold a variable's tag, flags, dimensions and name
-
-
-def _svhn_file(root: Path, name: str) -> Path:
-    """``root/name`` or ``root/<folder>/name``, whichever exists."""
-    for directory in (root, *(root / folder for folder in SVHN_FOLDERS)):
-        if (directory / name).is_file():
-            return directory / name
-    if not root.is_dir():
-        where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
-    else:
-        where = f"{root}: {listing(root)}"
-    raise DataNotFoundError(
-        f"SVHN file {name} is missing: looked in {root} and its sub-folders "
-        f"{', '.join(SVHN_FOLDERS)}; {where}. Fetch it with odebench.data.download('svhn', ...)."
-    )
 
 
 def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
@@ -83,20 +68,21 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
         raise ImportError(
             "reading SVHN's .mat files needs scipy: pip install 'odebench[svhn]'"
         ) from exc
-    path = _svhn_file(Path(root), SVHN_FILES[train])
+    name = SVHN_FILES[train]
+    hint = "Fetch it with odebench.data.download('svhn', ...)."
+    path = find_directory(Path(root), SVHN_FOLDERS, (name,), f"SVHN file {name} is", hint) / name
     _check_mat_sizes(path, SVHN_MAX_BYTES)
     try:
         content = scipy.io.loadmat(path, variable_names=("X", "y"))
     except Exception as exc:  # scipy raises several types for a bad file
         raise DataError(f"{path} is not a MATLAB file scipy can read: {exc}") from exc
     x, y = content.get("X"), content.get("y")
-    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 4:
-        raise DataError(f"{path}: expected `X` as uint8 of shape (32, 32, 3, N), got {_shape(x)}")
-    if x.shape[:3] != (32, 32, 3):
-        raise DataError(f"{path}: expected `X` of shape (32, 32, 3, N), got {x.shape}")
+    images_ok = isinstance(x, np.ndarray) and x.ndim == 4 and x.shape[:3] == (32, 32, 3)
+    if not images_ok or x.dtype != np.uint8:
+        raise DataError(f"{path}: expected `X` as uint8 of shape (32, 32, 3, N), got {describe(x)}")
     n = x.shape[3]
     if not isinstance(y, np.ndarray) or y.size != n:
-        raise DataError(f"{path}: expected {n} labels in `y`, got {_shape(y)}")
+        raise DataError(f"{path}: expected {n} labels in `y`, got {describe(y)}")
     labels = y.reshape(-1).astype(np.int64)
     if labels.size and (labels.min() < 1 or labels.max() > 10):
         raise DataError(
@@ -113,12 +99,6 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
         std=SVHN_STD,
         sources=file_sources(path),
     )
-
-
-def _shape(value: object) -> str:
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype} of shape {value.shape}"
-    return "nothing" if value is None else type(value).__name__
 
 
 def _check_mat_sizes(path: Path, max_bytes: int) -> None:
