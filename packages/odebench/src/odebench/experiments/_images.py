@@ -61,11 +61,9 @@ def available_datasets(datasets: tuple[str, ...], options: RunOptions, log: Log)
     """
     found: list[str] = []
     for dataset in datasets:
-        if dataset == "mnist":
-            found.append(dataset)
-            continue
         try:
-            find_data(dataset, options.data_dir)
+            if dataset != "mnist":
+                find_data(dataset, options.data_dir)
         except FileNotFoundError as exc:
             log(f"{dataset} skipped: {exc}")
         else:

@@ -136,13 +136,13 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
 
 
 @contextlib.contextmanager
-def one_thread(enabled: bool) -> Iterator[None]:
-    """One torch thread while ``enabled``, the previous count afterwards."""
+def one_thread(enabled: bool) -> Iterator[int]:
+    """One torch thread while ``enabled``, the previous count afterwards; yields the count."""
     threads = torch.get_num_threads()
     if enabled:
         torch.set_num_threads(1)
     try:
-        yield
+        yield torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
 

@@ -87,8 +87,7 @@ class Result(Generic[S]):
     def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
         """The result ``results.json`` (``doc``, in ``out``) holds, without its verdicts."""
         mode, seeds = doc["mode"], tuple(doc["seeds"])
-        example = template.modes[mode]
-        fields = {k: _like(getattr(example, k), v) for k, v in doc["settings"].items()}
+        settings = _like(template.modes[mode], doc["settings"])
         known = {f.name for f in dataclasses.fields(Provenance) if not f.name.startswith("_")}
         prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
         options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
@@ -109,8 +108,7 @@ class Result(Generic[S]):
         }
         trained = tuple(run for run, ms in measurements.items() if "not_run" not in ms[0].details)
         return cls(
-            setup=Setup(template.name, mode, type(example)(**fields), options, seeds, print,
-                        trained),
+            setup=Setup(template.name, mode, settings, options, seeds, print, trained),
             command=doc["command"], date=doc["date"], wall_seconds=doc["wall_seconds"],
             metrics=metrics, measurements=measurements, verdicts=(),
             figures=tuple(doc.get("figures", ())), published=doc.get("published", {}),

@@ -13,8 +13,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
-import torch
-
 from .._io import JsonObject, write_json, write_text
 from .._provenance import provenance_started
 from ..training import TrainConfig, fit, resolve_device, train
@@ -76,31 +74,17 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
     """
     started = time.perf_counter()
     provenance = provenance_started(str(resolve_device(options.device)))
-    mode = options.mode_name
-    settings = template.settings_for(mode, options.epochs)
-    seeds = tuple(options.seed + k for k in range(settings.seeds))
-    setup = Setup(template.name, mode, settings, options, seeds, log)
-    plans = {seed: list(template.runs(setup, seed)) for seed in seeds}
-    names = [run.name for run in plans[seeds[0]]]
-    for seed, runs in plans.items():
-        if [run.name for run in runs] != names or len(set(names)) < len(names):
-            raise ValueError(
-                f"{template.name}: the runs of seed {seed} are {[r.name for r in runs]}, "
-                f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
-            )
-    setup = dataclasses.replace(setup, trained=_trained(plans[seeds[0]]))
+    setup, plans = _setup(template, options, log)
     measured: dict[str, tuple[Measurement, ...]] = {}
     trained: list[Trained] = []
-    threads = torch.get_num_threads()
-    try:
-        with one_thread(mode in template.one_thread_modes):
-            threads = torch.get_num_threads()
-            for i, name in enumerate(names):
-                done = [_train(setup, plans[seed][i], seed) for seed in seeds]
-                measured[name] = tuple(_measure(template, setup, t) for t in done)
+    with one_thread(setup.mode in template.one_thread_modes) as threads:
+        try:
+            for i, run in enumerate(plans[setup.seeds[0]]):
+                done = [_train(setup, plans[seed][i], seed) for seed in setup.seeds]
+                measured[run.name] = tuple(_measure(template, setup, t) for t in done)
                 trained += done
-    finally:
-        provenance.finish(threads)
+        finally:
+            provenance.finish(threads)
     metrics = {
         name: {
             metric: Stat.of([m.metrics.get(metric) for m in ms])
@@ -202,9 +186,23 @@ def _data_files(trained: Sequence[Trained]) -> tuple[dict[str, str], ...]:
     return tuple({"file": file, "sha256": sha256} for file, sha256 in seen)
 
 
-def _trained(runs: Sequence[Run]) -> tuple[str, ...]:
-    """The names of the runs of one seed that train (:attr:`Setup.trained`)."""
-    return tuple(run.name for run in runs if run.skipped is None)
+def _setup(
+    template: Template[S], options: RunOptions, log: Log
+) -> tuple[Setup[S], dict[int, list[Run]]]:
+    """The setup of ``template`` run with ``options``, and the runs of each seed."""
+    settings = template.settings_for(options.mode_name, options.epochs)
+    seeds = tuple(options.seed + k for k in range(settings.seeds))
+    setup = Setup(template.name, options.mode_name, settings, options, seeds, log)
+    plans = {seed: list(template.runs(setup, seed)) for seed in seeds}
+    names = [run.name for run in plans[seeds[0]]]
+    for seed, runs in plans.items():
+        if [run.name for run in runs] != names or len(set(names)) < len(names):
+            raise ValueError(
+                f"{template.name}: the runs of seed {seed} are {[r.name for r in runs]}, "
+                f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
+            )
+    trained = tuple(run.name for run in plans[seeds[0]] if run.skipped is None)
+    return dataclasses.replace(setup, trained=trained), plans
 
 
 def _measure(template: Template[S], setup: Setup[S], trained: Trained) -> Measurement:
@@ -251,19 +249,15 @@ def check_declaration(template: Template[Any], mode: str) -> None:
         ValueError: a claim without details, details of no claim, or an undeclared
             table in the text.
     """
-    options = RunOptions(out=Path("unused"), mode=mode)
-    settings = template.settings_for(mode)
-    setup = Setup(template.name, mode, settings, options, (0,), lambda _: None)
-    setup = dataclasses.replace(setup, trained=_trained(template.runs(setup, 0)))
-    runs = setup.trained
+    setup, _ = _setup(template, RunOptions(out=Path("unused"), mode=mode), lambda _: None)
     claims = list(template.claims(setup))
     for claim in claims:
-        claim.check_runs(runs)
+        claim.check_runs(setup.trained)
     for name, table in template.tables(setup).items():
-        for row in table.rows:
-            for ref in (ref for col in table.columns for ref in col.refs(row)):
-                if ref.run not in runs:
-                    raise KeyError(f"{template.name}: table {name!r} reads unknown run {ref.run!r}")
+        refs = (ref for row in table.rows for col in table.columns for ref in col.refs(row))
+        for ref in refs:
+            if ref.run not in setup.trained:
+                raise KeyError(f"{template.name}: table {name!r} reads unknown run {ref.run!r}")
     if not template.text:
         return
     prose = Prose.of(template.text)
