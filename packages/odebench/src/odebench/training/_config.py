@@ -6,7 +6,7 @@ import dataclasses
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -29,15 +29,43 @@ from ..models import (
 Optimizer = Literal["sgd", "adam"]
 
 
-def _check_positive_int(name: str, value: object, *, zero: bool = False) -> None:
-    low = 0 if zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        what = "a non-negative" if zero else "a positive"
-        raise ValueError(f"`{name}` must be {what} integer, got {value!r}.")
-
-
 #: The largest seed: the derived seeds of the data order and augmentation stay in 64 bits.
 MAX_SEED = 2**32 - 1
+
+#: What a field must be, as a check's message says it after the field's name.
+COUNT = "must be a positive integer, got {!r}."
+NON_NEGATIVE = "must be a non-negative integer, got {!r}."
+_PROGRESS = "must be True, False or None (only on a terminal), got {!r}."
+_REFINE = "must be a tuple of increasing positive epochs, got {!r}; for example (20, 40)."
+
+#: Fields, whether a value of theirs is right, and what it must be.
+Check = tuple[tuple[str, ...], Callable[[Any], bool], str]
+
+
+def whole(least: int) -> Callable[[object], bool]:
+    """Whether a value is an integer (not a bool) of at least ``least``."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _positive(value: object) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0  # type: ignore[arg-type,operator]
+
+
+def _epochs(value: object) -> bool:
+    """Whether ``value`` is a tuple of increasing positive epochs."""
+    return (
+        isinstance(value, tuple) and all(map(whole(1), value)) and list(value) == sorted(set(value))
+    )
+
+
+def check_fields(owner: object, checks: Iterable[Check]) -> None:
+    """Raise a ``ValueError`` at the first field of ``owner`` that fails its check."""
+    for names, test, must in checks:
+        for name in names:
+            value = getattr(owner, name)
+            if not test(value):
+                raise ValueError(f"`{name}` {must.format(value)}")
 
 
 def check_device(name: object) -> None:
@@ -48,16 +76,6 @@ def check_device(name: object) -> None:
     """
     if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
         raise ValueError(f"`device` must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}.")
-
-
-def _check_positive_float(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,22 @@ def _flag(
     keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
                 "action": action, "option": option}  # fmt: skip
     return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
+
+
+#: The checks of :class:`TrainConfig`'s numbers and flags, in order.
+_CHECKS: tuple[Check, ...] = (
+    (("epochs", "seed"), whole(0), NON_NEGATIVE),
+    (("seed",), lambda seed: seed <= MAX_SEED, f"must be at most {MAX_SEED}, got {{!r}}."),
+    (("batch_size", "eval_batch_size"), whole(1), COUNT),
+    (("train_size", "test_size", "n_steps"), lambda n: n is None or whole(1)(n), COUNT),
+    (("lr", "rtol", "atol", "gamma"), _positive, "must be a positive number, got {!r}."),
+    (("optimizer",), lambda v: v in get_args(Optimizer), "must be 'sgd' or 'adam', got {!r}."),
+    (("momentum",), lambda m: 0.0 <= m < 1.0, "must lie in [0, 1), got {!r}."),
+    (("weight_decay",), lambda w: 0.0 <= w < math.inf, "must be a finite number >= 0, got {!r}."),
+    (("milestones",), _epochs, "must be increasing positive epochs, got {!r}."),
+    (("progress",), lambda p: p is None or isinstance(p, bool), _PROGRESS),
+    (("refine_epochs",), _epochs, _REFINE),
+)
 
 
 @dataclass(frozen=True)
@@ -275,60 +309,15 @@ class TrainConfig:
             raise ValueError(f"Unknown `model` {self.model!r}; known: {', '.join(MODELS)}.")
         if self.dataset not in DATASETS:
             raise ValueError(f"Unknown `dataset` {self.dataset!r}; known: {', '.join(DATASETS)}.")
-        _check_positive_int("epochs", self.epochs, zero=True)
-        _check_positive_int("batch_size", self.batch_size)
-        _check_positive_int("eval_batch_size", self.eval_batch_size)
-        _check_positive_int("seed", self.seed, zero=True)
-        if self.seed > MAX_SEED:
-            raise ValueError(f"`seed` must be at most {MAX_SEED}, got {self.seed!r}.")
-        for name in ("train_size", "test_size"):
-            if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
-        for name in ("lr", "rtol", "atol", "gamma"):
-            _check_positive_float(name, getattr(self, name))
-        if self.optimizer not in get_args(Optimizer):
-            raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}.")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"`momentum` must lie in [0, 1), got {self.momentum!r}.")
-        if not 0.0 <= self.weight_decay < math.inf:
-            raise ValueError(
-                f"`weight_decay` must be a finite number >= 0, got {self.weight_decay!r}."
-            )
-        if list(self.milestones) != sorted(set(self.milestones)) or any(
-            m < 1 for m in self.milestones
-        ):
-            raise ValueError(
-                f"`milestones` must be increasing positive epochs, got {self.milestones!r}."
-            )
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise ValueError(
-                f"`progress` must be True, False or None (only on a terminal), "
-                f"got {self.progress!r}."
-            )
-        self._check_continuous()
-        check_device(self.device)
-
-    def _check_continuous(self) -> None:
-        """``refine_epochs``, and the solver fields: valid, resolved, for this model."""
-        if isinstance(self.refine_epochs, list):
-            object.__setattr__(self, "refine_epochs", tuple(self.refine_epochs))
-        epochs = self.refine_epochs
-        if (
-            not isinstance(epochs, tuple)
-            or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in epochs)
-            or list(epochs) != sorted(set(epochs))
-        ):
-            raise ValueError(
-                f"`refine_epochs` must be a tuple of increasing positive epochs, got "
-                f"{epochs!r}; for example (20, 40)."
-            )
-        if epochs and self.model not in CONTINUOUS_NETS:
+        for name in ("milestones", "refine_epochs"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        check_fields(self, _CHECKS)
+        if self.refine_epochs and self.model not in CONTINUOUS_NETS:
             raise ValueError(
                 f"`refine_epochs` applies to the ContinuousNet models only "
                 f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}; leave it unset."
             )
-        if self.n_steps is not None:
-            _check_positive_int("n_steps", self.n_steps)
         object.__setattr__(self, "_spec", self._resolve())
         if self.compile and self.model in CONTINUOUS_NETS:
             raise ValueError(
@@ -336,6 +325,7 @@ class TrainConfig:
                 "the weights of its residual module at every stage, which torch.compile "
                 "cannot follow; compile its `to_resnet()` export instead."
             )
+        check_device(self.device)
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
@@ -439,10 +429,6 @@ class TrainConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ValueError(f"Unknown TrainConfig fields: {unknown}.")
-        values = dict(values)
-        for key in ("milestones", "refine_epochs"):
-            if key in values:
-                values[key] = tuple(values[key])
         return cls(**values)
 
 

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .. import _io, _provenance
 from .._io import Json, JsonObject
 from ..models import nfe
-from ._config import show_progress
+from ._config import COUNT, NON_NEGATIVE, check_fields, show_progress, whole
 from ._data import shard
 from ._run_dir import (
     BAD_CHECKPOINT_FIX,
@@ -195,10 +195,9 @@ class Task:
     def __post_init__(self) -> None:
         if (self.loss is None) == (self.step is None):
             raise ValueError("Task: give exactly one of `loss` and `step`.")
-        for name, least in (("epochs", 0), ("batch_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"`{name}` must be an integer of at least {least}, got {value!r}.")
+        check_fields(
+            self, ((("epochs",), whole(0), NON_NEGATIVE), (("batch_size",), whole(1), COUNT))
+        )
         if not self.data:
             raise ValueError("`data` must hold at least one tensor.")
 
