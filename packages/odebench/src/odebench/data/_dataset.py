@@ -11,7 +11,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._inflate import CHUNK
+CHUNK = 1 << 20
+"""Bytes read, inflated or copied at a time."""
+DEFLATE_MAX_RATIO = 1032
+"""The most bytes one byte of a deflate stream (gzip, zlib) can inflate to: at best it codes
+258 repeated bytes in two bits."""
 
 
 class DataError(ValueError):

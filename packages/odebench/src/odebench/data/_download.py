@@ -11,8 +11,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ._dataset import DataError, file_digest
-from ._inflate import CHUNK
+from ._dataset import CHUNK, DataError, file_digest
 
 
 @dataclass(frozen=True)

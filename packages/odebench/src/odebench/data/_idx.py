@@ -14,13 +14,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._dataset import DataError, DataNotFoundError, Dataset, file_sources, listing
-from ._inflate import CHUNK, TRAILING_SCAN, deflate_bound
+from ._dataset import (
+    CHUNK,
+    DEFLATE_MAX_RATIO,
+    DataError,
+    DataNotFoundError,
+    Dataset,
+    file_sources,
+    listing,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
 MAX_IDX_BYTES = 1 << 32
 """The most data bytes an IDX header may declare (4 GiB); a larger one is refused unread."""
+TRAILING_SCAN = 1 << 20
+"""How far past its declared end a gzip file is inflated to report its excess."""
 
 # type code -> (big-endian numpy dtype as stored, what the format calls it)
 _IDX_TYPES: dict[int, tuple[str, str]] = {
@@ -209,7 +218,7 @@ def _check_declared(reader: _Reader, size: int, header: int, expected: int, valu
             "file again."
         )
     if reader.compressed is not None:
-        bound = deflate_bound(reader.compressed)
+        bound = DEFLATE_MAX_RATIO * reader.compressed
         if header + expected > bound:
             raise DataError(
                 f"IDX file {path} declares {values} ({header + expected} bytes with the "

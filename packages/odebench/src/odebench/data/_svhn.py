@@ -11,8 +11,15 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, Dataset, describe, file_sources, find_directory
-from ._inflate import CHUNK, deflate_bound
+from ._dataset import (
+    CHUNK,
+    DEFLATE_MAX_RATIO,
+    DataError,
+    Dataset,
+    describe,
+    file_sources,
+    find_directory,
+)
 
 SVHN_FILES = {True: "train_32x32.mat", False: "test_32x32.mat"}
 """The file of each split (``train=True`` / ``False``), as the official site names them."""
@@ -167,7 +174,7 @@ def _inflated_size(
                 head += out[: _HEAD - len(head)]
             if declared is None and len(head) >= 8:
                 declared = 8 + struct.unpack(order + "II", head[:8])[1]
-                bound = deflate_bound(count)
+                bound = DEFLATE_MAX_RATIO * count
                 if declared > min(budget, bound):
                     limit = (
                         f"the {budget} bytes an SVHN file may still hold"
