@@ -33,6 +33,19 @@ _TOYS: dict[str, Callable[..., Dataset]] = {
     "spirals": functools.partial(nested_spirals, turns=SPIRAL_TURNS),
 }
 
+#: The image sets: a reader ``read(root, train=...)``, and the names (globs) of which one
+#: marks a folder that holds the set.
+_IMAGE_SETS: dict[str, tuple[Callable[..., Dataset], tuple[str, ...]]] = {
+    "mnist": (functools.partial(load_mnist, kind="mnist"), ("train-images-idx3-ubyte*",)),
+    "fashion-mnist": (
+        functools.partial(load_mnist, kind="fashion-mnist"),
+        ("train-images-idx3-ubyte*",),
+    ),
+    "cifar10": (functools.partial(load_cifar, classes=10), ("data_batch_1", "cifar-10-batches-py")),
+    "cifar100": (functools.partial(load_cifar, classes=100), ("train", "cifar-100-python")),
+    "svhn": (load_svhn, ("train_32x32.mat",)),
+}
+
 
 def download_root() -> Path:
     """Where ``odebench download`` and the quickstart put data sets by default:
@@ -62,16 +75,6 @@ def search_paths(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
     return paths
 
 
-def _holds(dataset: str, path: Path) -> bool:
-    if dataset in ("mnist", "fashion-mnist"):
-        return any(path.glob("train-images-idx3-ubyte*"))
-    if dataset == "svhn":
-        return (path / "train_32x32.mat").is_file()
-    if dataset == "cifar10":
-        return (path / "data_batch_1").exists() or (path / "cifar-10-batches-py").is_dir()
-    return (path / "train").exists() or (path / "cifar-100-python").is_dir()
-
-
 def find_data(dataset: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The directory that holds the files of an image data set.
 
@@ -87,11 +90,11 @@ def find_data(dataset: str, data_dir: str | os.PathLike[str] | None = None) -> P
         ...
         FileNotFoundError: no cifar10 data in /nonexistent (looked for CIFAR-10, ...--data-dir
     """
-    info = DATASETS[dataset]
+    info, marks = DATASETS[dataset], _IMAGE_SETS[dataset][1]
     roots = [Path(data_dir)] if data_dir is not None else search_paths()
     for root in roots:
         for path in (root, *(root / name for name in info.folders)):
-            if path.is_dir() and _holds(dataset, path):
+            if path.is_dir() and any(any(path.glob(mark)) for mark in marks):
                 return path
     where = ", ".join(str(r) for r in roots)
     raise FileNotFoundError(
@@ -115,16 +118,9 @@ def load_splits(config: TrainConfig) -> tuple[Dataset, Dataset]:
             for i, split in enumerate(("train", "test"))
         )
     else:
+        read = _IMAGE_SETS[name][0]
         root = find_data(name, config.data_dir)
-        if name in ("mnist", "fashion-mnist"):
-            train = load_mnist(root, train=True, kind=name)
-            test = load_mnist(root, train=False, kind=name)
-        elif name == "svhn":
-            train, test = load_svhn(root, train=True), load_svhn(root, train=False)
-        else:
-            classes = 10 if name == "cifar10" else 100
-            train = load_cifar(root, train=True, classes=classes)
-            test = load_cifar(root, train=False, classes=classes)
+        train, test = read(root, train=True), read(root, train=False)
     gen = torch.Generator().manual_seed(config.seed)
     return train.subset(config.train_size, generator=gen), test.subset(
         config.test_size, generator=gen
