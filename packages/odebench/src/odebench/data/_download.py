@@ -160,45 +160,43 @@ def _checked_members(
     :data:`_MAX_MEMBERS` members."""
     members: list[tarfile.TarInfo] = []
     total = 0
-    while True:
-        try:
-            member = tar.next()
-        except _UNREADABLE as err:
-            raise DataError(
-                f"Cannot read {archive} past its member {len(members) + 1} ({err}); it is "
-                "truncated or corrupt: delete it and download it again."
-            ) from err
-        if member is None:
-            return members
-        parts = PurePosixPath(member.name).parts
-        bad = (
-            member.name.startswith(("/", "\\"))
-            or ".." in parts
-            or ":" in member.name
-            or not (member.isfile() or member.isdir())
-            or not parts
-            or parts[0] != folder
-        )
-        if bad:
-            raise DataError(
-                f"refusing to extract {archive}: its member {member.name!r} is not a "
-                f"plain file or directory under {folder}/ (absolute paths, '..', links "
-                "and devices are not allowed)."
+    try:  # each header is read as the loop asks for it
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            bad = (
+                member.name.startswith(("/", "\\"))
+                or ".." in parts
+                or ":" in member.name
+                or not (member.isfile() or member.isdir())
+                or not parts
+                or parts[0] != folder
             )
-        members.append(member)
-        total += member.size if member.isfile() else 0
-        if total > max_bytes:
-            raise DataError(
-                f"refusing to extract {archive}: its members up to {member.name!r} "
-                f"({member.size} bytes) declare {total} bytes once unpacked, more than the "
-                f"{max_bytes} bytes expected of it at most; nothing was written. Delete it "
-                "and download it again."
-            )
-        if len(members) > _MAX_MEMBERS:
-            raise DataError(
-                f"refusing to extract {archive}: it has more than {_MAX_MEMBERS} members; "
-                "nothing was written. Delete it and download it again."
-            )
+            if bad:
+                raise DataError(
+                    f"refusing to extract {archive}: its member {member.name!r} is not a "
+                    f"plain file or directory under {folder}/ (absolute paths, '..', links "
+                    "and devices are not allowed)."
+                )
+            members.append(member)
+            total += member.size if member.isfile() else 0
+            if total > max_bytes:
+                raise DataError(
+                    f"refusing to extract {archive}: its members up to {member.name!r} "
+                    f"({member.size} bytes) declare {total} bytes once unpacked, more than the "
+                    f"{max_bytes} bytes expected of it at most; nothing was written. Delete it "
+                    "and download it again."
+                )
+            if len(members) > _MAX_MEMBERS:
+                raise DataError(
+                    f"refusing to extract {archive}: it has more than {_MAX_MEMBERS} members; "
+                    "nothing was written. Delete it and download it again."
+                )
+    except _UNREADABLE as err:
+        raise DataError(
+            f"Cannot read {archive} past its member {len(members) + 1} ({err}); it is "
+            "truncated or corrupt: delete it and download it again."
+        ) from err
+    return members
 
 
 def download(name: str, root: str | os.PathLike[str], *, force: bool = False) -> Path:
