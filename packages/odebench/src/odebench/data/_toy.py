@@ -24,13 +24,6 @@ def _check(generator: torch.Generator | None, **counts: int) -> None:
         )
 
 
-def _directions(n: int, dim: int, generator: torch.Generator | None) -> Tensor:
-    """``n`` unit vectors uniform on the sphere in ``dim`` dimensions (``±1`` for ``dim=1``)."""
-    z = torch.randn(n, dim, generator=generator, dtype=_F64)
-    out: Tensor = z / z.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    return out
-
-
 def annuli(
     n: int,
     *,
@@ -79,7 +72,8 @@ def annuli(
     inner = r1 * u[:n_inner] ** (1.0 / dim)
     outer = (r2**dim + u[n_inner:] * (r3**dim - r2**dim)) ** (1.0 / dim)
     radius = torch.cat([inner, outer])
-    x = _directions(n, dim, generator) * radius[:, None]
+    z = torch.randn(n, dim, generator=generator, dtype=_F64)  # directions: uniform on the sphere
+    x = z / z.norm(dim=1, keepdim=True).clamp_min(1e-300) * radius[:, None]
     y = torch.cat([-torch.ones(n_inner, dtype=_F64), torch.ones(n - n_inner, dtype=_F64)])
     perm = torch.randperm(n, generator=generator)
     return Dataset(
