@@ -12,7 +12,7 @@ from .._io import markdown_table
 from ._claims import MAX_CLAIM_TEXT
 from ._metrics import Stat
 from ._registry import EXPERIMENTS, read_results
-from ._verdicts import Verdict, verdict_status
+from ._verdicts import Verdict
 
 SUMMARY = ["experiment", "paper claims", "checks", "data", "seeds", "training", "commit"]
 
@@ -115,13 +115,9 @@ def _claim(claim: dict[str, Any]) -> _Claim:
     """A claim of ``results.json`` as the index shows it; one without a ``kind`` is
     unclassified, shortened, and judged by the rule for paper claims."""
     ours = _cell(claim)
-    if "kind" in claim:
-        kind = str(claim["kind"])
-        status = claim.get("status") or verdict_status(
-            kind, bool(claim["holds"]), claim.get("held_on_seeds") or [bool(claim["holds"])]
-        )
-        verdict = claim.get("verdict") or status
-        return _Claim(kind, status, claim["text"], str(claim["published"]), ours, verdict)
+    if "kind" in claim:  # written with its status and verdict since kinds exist
+        status, verdict = str(claim["status"]), str(claim["verdict"])
+        return _Claim(claim["kind"], status, claim["text"], str(claim["published"]), ours, verdict)
     holds = bool(claim["holds"])
     held_on = tuple(bool(h) for h in claim.get("held_on_seeds") or [holds])
     words = Verdict("", "", "", Stat(None, None, 0, ()), holds, held_on, kind="paper").words

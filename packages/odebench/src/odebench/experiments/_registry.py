@@ -154,19 +154,15 @@ def prefixed(log: Log, prefix: str) -> Log:
 
 def command(name: str, options: RunOptions) -> str:
     """The ``odebench run`` command line that reproduces a run with ``options``."""
-    parts = [f"odebench run {name}"]
     mode = options.mode_name
-    if mode == "quick":
-        parts.append("--quick")
-    elif mode != DEFAULT_MODE:
-        parts.append(f"--mode {mode}")
-    if options.epochs is not None:
-        parts.append(f"--epochs {options.epochs}")
-    if options.bf16:
-        parts.append("--bf16")
-    if options.seed:
-        parts.append(f"--seed {options.seed}")
-    return " ".join(parts)
+    flags = {
+        "--quick": mode == "quick",
+        f"--mode {mode}": mode not in ("quick", DEFAULT_MODE),
+        f"--epochs {options.epochs}": options.epochs is not None,
+        "--bf16": options.bf16,
+        f"--seed {options.seed}": options.seed != 0,
+    }
+    return " ".join([f"odebench run {name}", *(flag for flag, given in flags.items() if given)])
 
 
 def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
@@ -191,7 +187,7 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     parts = ["# Reproductions", ""]
     parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
     for d in run_dirs:
-        rel = os.path.relpath(d, out.parent if str(out.parent) else ".")
+        rel = os.path.relpath(d, out.parent)
         parts += ["", f'<a id="{d.name}"></a>', ""]
         for line in read_text(d / "report.md").splitlines():
             if line.startswith("#"):

@@ -81,7 +81,12 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         try:
             for i, run in enumerate(plans[setup.seeds[0]]):
                 done = [_train(setup, plans[seed][i], seed) for seed in setup.seeds]
-                measured[run.name] = tuple(_measure(template, setup, t) for t in done)
+                measured[run.name] = tuple(
+                    template.measure(setup, t)
+                    if t.run.skipped is None
+                    else Measurement({}, {"not_run": t.run.skipped})
+                    for t in done
+                )
                 trained += done
         finally:
             provenance.finish(threads)
@@ -203,13 +208,6 @@ def _setup(
             )
     trained = tuple(run.name for run in plans[seeds[0]] if run.skipped is None)
     return dataclasses.replace(setup, trained=trained), plans
-
-
-def _measure(template: Template[S], setup: Setup[S], trained: Trained) -> Measurement:
-    """``template.measure`` of a run that trained; for a skipped one, why it did not."""
-    if trained.run.skipped is not None:
-        return Measurement({}, {"not_run": trained.run.skipped})
-    return template.measure(setup, trained)
 
 
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:

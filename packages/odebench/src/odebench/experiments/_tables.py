@@ -142,7 +142,7 @@ class Col:
         if self.metric is not None:
             (ref,) = self.refs(row)
             return result.stat(ref).cell(*ref.format, spread=self.spread)
-        return row.text.get(self.header, self.text)
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -198,10 +198,8 @@ def by_run(
 ) -> Table:
     """A table of one row per run: ``runs`` maps each run to its label, ``text`` each
     run to its text cells by column header."""
-    text = text or {}
-    return Table(
-        header, [Row(label, run, text=text.get(run, {})) for run, label in runs.items()], columns
-    )
+    rows = [Row(label, run, text=(text or {}).get(run, {})) for run, label in runs.items()]
+    return Table(header, rows, columns)
 
 
 def by_coordinate(
