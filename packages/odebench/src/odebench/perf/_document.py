@@ -4,7 +4,7 @@ dataclass per kind, whose fields are the row's keys in order."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast, get_args, get_type_hints
 
@@ -222,8 +222,9 @@ class Document:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: JsonObject) -> Document:
-        """Read a document back; sections that an older schema lacks come back empty.
+    def from_json(cls, doc: JsonObject, skip: Collection[str] = ()) -> Document:
+        """Read a document back; sections that an older schema lacks, and those of ``skip``,
+        come back empty.
 
         Raises:
             ValueError: a section or a row is not of the JSON type the schema says.
@@ -231,13 +232,20 @@ class Document:
         hints = get_type_hints(cls)
         sections = {
             f.name: [
-                get_args(hints[f.name])[0].from_json(row) for row in json_array(doc.get(f.name))
+                get_args(hints[f.name])[0].from_json(row)
+                for row in json_array(doc.get(f.name), f"`doc[{f.name!r}]` must be a list of rows")
             ]
             for f in dataclasses.fields(cls)
-            if f.name not in ("environment", "notes")
+            if f.name not in ("environment", "notes", *skip)
         }
         notes = [str(note) for note in json_array(doc.get("notes"))]
         return cls(dict(json_object(doc["environment"])), notes=notes, **sections)
+
+    def libraries(self, rows: Iterable[FigureRow]) -> list[str]:
+        """The libraries of ``rows``, in the run's order (odecore first), then any other."""
+        order = list(json_object(self.environment.get("libraries", {})))
+        seen = {r.library for r in rows}
+        return [n for n in order if n in seen] + sorted(seen.difference(order))
 
 
 def json_object(value: Json) -> JsonObject:
@@ -247,11 +255,11 @@ def json_object(value: Json) -> JsonObject:
     return value
 
 
-def json_array(value: Json) -> list[Json]:
+def json_array(value: Json, what: str = "expected a JSON array") -> list[Json]:
     """``value``, which the schema says is a JSON array; none for a section an older
-    schema lacks."""
+    schema lacks. ``what`` says what was expected, when it is not."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ValueError(f"expected a JSON array, got {value!r}")
+        raise ValueError(f"{what}, got {type(value).__name__}.")
     return value

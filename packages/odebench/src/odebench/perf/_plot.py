@@ -4,11 +4,13 @@ document as data, :func:`plot_solvers` and :func:`plot_stiff` draw them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .._figures import Bars, Lines, Style, draw
+from ._document import Document, StiffRow
 
 _LIBRARY_COLORS = {
     "odecore": "#1f77b4",
@@ -31,14 +33,8 @@ _STIFF_STYLES = {
 }
 
 
-def _rows(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
-    rows = doc.get(section, [])
-    if not isinstance(rows, list):
-        raise ValueError(f"`doc[{section!r}]` must be a list of rows, got {type(rows).__name__}.")
-    return rows
-
-
-def _check(doc: Any) -> None:
+def _read(doc: Any) -> tuple[Document, dict[str, str]]:
+    """The sections that the panels draw, typed, and each problem's description by name."""
     if not isinstance(doc, Mapping):
         raise ValueError(
             f"expected the JSON object written by `odebench perf solvers --json`, got a "
@@ -50,111 +46,100 @@ def _check(doc: Any) -> None:
             f"not a result of `odebench perf solvers --json`: no {', '.join(map(repr, missing))} "
             f"(it has {', '.join(map(repr, doc)) or 'no keys'})."
         )
+    try:
+        described = {p["name"]: p.get("description", p["name"]) for p in doc["problems"]}
+        d = Document.from_json(dict(doc), skip=("problems", "evaluations", "ratios", "compiled"))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"a row of this document does not have the fields of `odebench perf solvers` "
+            f"({type(exc).__name__}: {exc})."
+        ) from exc
+    return d, described
 
 
-def _libraries(doc: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The libraries of ``rows``, in the run's order (odecore first)."""
-    order = list(doc["environment"].get("libraries", {}))
-    seen = {r["library"] for r in rows}
-    return [n for n in order if n in seen] + sorted(seen.difference(order))
-
-
-def _tightest_dopri5(doc: Mapping[str, Any]) -> str | None:
+def _tightest_dopri5(d: Document) -> str | None:
     """The ``dopri5@tol`` method of the run with the smallest tolerance, or ``None``."""
     tols = {}
-    for r in _rows(doc, "results"):
-        name, _, tol = str(r["method"]).partition("@")
+    for r in d.results:
+        name, _, tol = r.method.partition("@")
         if name == "dopri5" and tol:
-            tols[r["method"]] = float(tol)
+            tols[r.method] = float(tol)
     return min(tols, key=tols.__getitem__) if tols else None
 
 
-def _figure_rows(doc: Mapping[str, Any], figure: str, method: str | None) -> list[dict[str, Any]]:
-    return [r for r in _rows(doc, "results") if r["figure"] == figure and r["method"] == method]
-
-
 def _by_library(
-    doc: Mapping[str, Any], rows: Sequence[dict[str, Any]], problems: list[str]
+    d: Document, figure: str, method: str | None, problems: list[str]
 ) -> dict[str, list[float | None]]:
-    """Each library's value in ``rows`` per problem, ``None`` where it has none."""
-    value = {(r["problem"], r["library"]): r["value"] for r in rows}
-    return {lib: [value.get((p, lib)) for p in problems] for lib in _libraries(doc, rows)}
+    """Each library's value of ``figure`` by ``method`` per problem, ``None`` where it has
+    none."""
+    rows = [r for r in d.results if r.figure == figure and r.method == method]
+    value = {(r.problem, r.library): r.value for r in rows}
+    return {lib: [value.get((p, lib)) for p in problems] for lib in d.libraries(rows)}
 
 
-def _overhead(doc: Mapping[str, Any], figure: str, title: str, ylabel: str) -> Bars:
-    method = _tightest_dopri5(doc)
-    rows = _figure_rows(doc, figure, method)
-    if not rows:
+def _overhead(d: Document, problems: list[str], figure: str, title: str, ylabel: str) -> Bars:
+    method = _tightest_dopri5(d)
+    drawn = {r.problem for r in d.results if r.figure == figure and r.method == method}
+    if not drawn:
         return Bars(title, ylabel, [], {}, empty=f"no {figure} figures in this run", yscale="log")
-    problems = [p["name"] for p in doc["problems"] if any(r["problem"] == p["name"] for r in rows)]
-    series = _by_library(doc, rows, problems)
+    problems = [p for p in problems if p in drawn]
+    series = _by_library(d, figure, method, problems)
     assert method is not None  # rows exist, so the method does
-    tol = method.partition("@")[2]
-    title = f"{title}, dopri5 at {tol}"
-    inner = _solver_alone(doc, method, problems) if figure == "forward_overhead" else {}
+    title = f"{title}, dopri5 at {method.partition('@')[2]}"
+    inner = {}
+    if figure == "forward_overhead":  # 1 + the solver's part, where measured
+        inner = {
+            lib: [None if v is None else 1.0 + v for v in values]
+            for lib, values in _by_library(d, "forward_solver_overhead", method, problems).items()
+            if any(v is not None for v in values)
+        }
     if inner:
         title += "\nsolid: field + solver alone (a replay of its steps); pale: the rest"
     return Bars(title, ylabel, problems, series, inner=inner, colors=_LIBRARY_COLORS,
                 reference=1.0, reference_label="field alone", yscale="log")  # fmt: skip
 
 
-def _solver_alone(
-    doc: Mapping[str, Any], method: str, problems: list[str]
-) -> dict[str, list[float | None]]:
-    """1 + ``forward_solver_overhead`` per library and problem, where measured."""
-    rows = _figure_rows(doc, "forward_solver_overhead", method)
-    return {
-        lib: [None if v is None else 1.0 + v for v in values]
-        for lib, values in _by_library(doc, rows, problems).items()
-        if any(v is not None for v in values)
-    }
-
-
-def _memory(doc: Mapping[str, Any]) -> Lines:
+def _memory(d: Document) -> Lines:
     title = "Peak memory of forward + backward"
     rows = [
         r
-        for r in _rows(doc, "memory")
-        if r["figure"] == "peak_delta_mib" and r["n_steps"] is not None and r["value"] is not None
+        for r in d.memory
+        if r.figure == "peak_delta_mib" and r.n_steps is not None and r.value is not None
     ]
     if not rows:
         return Lines(title, "steps", "MiB", empty="memory not measured in this run")
-    problem = rows[0]["problem"]  # the benchmark measures memory on one problem
-    rows = [r for r in rows if r["problem"] == problem]
-    method = str(rows[0]["method"]).partition("x")[0]
+    problem = rows[0].problem  # the benchmark measures memory on one problem
+    method = rows[0].method.partition("x")[0]
+    points: dict[str, list[tuple[float, float | None]]] = {}
+    for r in rows:
+        if r.problem == problem and r.n_steps is not None and r.value is not None and r.value > 0:
+            points.setdefault(f"{r.library}, {r.gradient}", []).append((float(r.n_steps), r.value))
     series: dict[str, list[tuple[float, float | None]]] = {}
     styles: dict[str, Style] = {}
-    for lib in _libraries(doc, rows):
+    for lib in d.libraries(rows):
         for grad, line in _GRADIENT_STYLES.items():
-            points = sorted(
-                (float(r["n_steps"]), float(r["value"]))
-                for r in rows
-                if r["library"] == lib and r["gradient"] == grad and r["value"] > 0
-            )
-            if points:
-                series[f"{lib}, {grad}"] = list(points)
+            if f"{lib}, {grad}" in points:
+                series[f"{lib}, {grad}"] = sorted(points[f"{lib}, {grad}"])
                 styles[f"{lib}, {grad}"] = Style("o" + line, _LIBRARY_COLORS.get(lib))
     return Lines(f"{title}, {problem}, {method}", "steps", "peak above baseline, MiB", series,
                  styles, xscale="log", yscale="log")  # fmt: skip
 
 
-def _gradient_error(doc: Mapping[str, Any]) -> Bars:
+def _gradient_error(d: Document) -> Bars:
     title = "Gradient error against finite differences"
     ylabel = "relative error"
-    rows = [r for r in _rows(doc, "gradients") if r["figure"] == "grad_rel_error"]
+    rows = [r for r in d.gradients if r.figure == "grad_rel_error"]
     if not rows:
         return Bars(title, ylabel, [], {}, empty="gradients not checked in this run", yscale="log")
-    keys = list(dict.fromkeys((r["problem"], r["gradient"]) for r in rows))
-    value = {(r["problem"], r["gradient"], r["library"]): r["value"] for r in rows}
-    series = {lib: [value.get((p, g, lib)) for p, g in keys] for lib in _libraries(doc, rows)}
-    methods = sorted({r["method"] for r in rows})
+    keys = list(dict.fromkeys((r.problem, r.gradient) for r in rows))
+    value = {(r.problem, r.gradient, r.library): r.value for r in rows}
+    series = {lib: [value.get((p, g, lib)) for p, g in keys] for lib in d.libraries(rows)}
+    methods = sorted({r.method for r in rows})
     groups = [g.replace("adjoint_", "") for _, g in keys]
-    sections: list[tuple[str, int, int]] = []
-    for i, (p, _) in enumerate(keys):
-        if sections and sections[-1][0] == p:
-            sections[-1] = (p, sections[-1][1], i)
-        else:
-            sections.append((p, i, i))
+    sections = []
+    for p, run in itertools.groupby(enumerate(keys), key=lambda k: k[1][0]):
+        indices = [i for i, _ in run]
+        sections.append((p, indices[0], indices[-1]))
     return Bars(f"{title}, {', '.join(methods)}, float64", ylabel, groups, series,
                 colors=_LIBRARY_COLORS, sections=sections, yscale="log")  # fmt: skip
 
@@ -168,24 +153,20 @@ def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
     Raises:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.
     """
-    _check(doc)
-    try:
-        return [
-            _overhead(doc, "forward_overhead", "Forward solve", "time / (NFE x evaluation)"),
-            _overhead(
-                doc,
-                "backprop_overhead",
-                "Forward + backward by backprop",
-                "time / (NFE x (evaluation + VJP))",
-            ),
-            _memory(doc),
-            _gradient_error(doc),
-        ]
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"a row of this document does not have the fields of `odebench perf solvers` "
-            f"({type(exc).__name__}: {exc})."
-        ) from exc
+    d, described = _read(doc)
+    problems = list(described)
+    return [
+        _overhead(d, problems, "forward_overhead", "Forward solve", "time / (NFE x evaluation)"),
+        _overhead(
+            d,
+            problems,
+            "backprop_overhead",
+            "Forward + backward by backprop",
+            "time / (NFE x (evaluation + VJP))",
+        ),
+        _memory(d),
+        _gradient_error(d),
+    ]
 
 
 STIFF_XLABEL = "error: largest |y(t1) - reference| (log)"
@@ -200,54 +181,46 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
     Raises:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.
     """
-    _check(doc)
-    rows = _rows(doc, "stiff")
-    try:
-        problems = list(dict.fromkeys(r["problem"] for r in rows))
-        described = {p["name"]: p.get("description", p["name"]) for p in doc["problems"]}
-        panels = []
-        for problem in problems:
-            mine = [r for r in rows if r["problem"] == problem]
-            value = {(r["method"], r["figure"]): r for r in mine}
-            methods = list(dict.fromkeys(r["method"] for r in mine))
-            series: dict[str, list[tuple[float, float, float]]] = {}
-            notes: list[str] = []
-            for method in methods:
-                time_row = value.get((method, "forward_time_s"))
-                error_row = value.get((method, "error"))
-                t = time_row["value"] if time_row else None
-                e = error_row["value"] if error_row else None
-                solver = str((time_row or error_row or {}).get("solver", method))
-                if t is None or e is None or e <= 0 or solver not in _STIFF_SOLVERS:
-                    note = (time_row or error_row or {}).get("note") or "no error measured"
-                    notes.append(f"{method}: {note.replace('failed: SolverError: ', 'failed: ')}")
-                    continue
-                tol = float((time_row or {}).get("rtol") or 0.0)
-                series.setdefault(_STIFF_SOLVERS[solver][0], []).append((tol, float(e), float(t)))
-            for points in series.values():
-                points.sort(key=lambda p: -p[0])
-            panels.append(
-                Lines(
-                    f"Work against precision: {described.get(problem, problem)}\n"
-                    "one point per rtol (atol = rtol unless the problem says); "
-                    "lower left is better",
-                    STIFF_XLABEL,
-                    STIFF_YLABEL,
-                    {k: [(e, t) for _, e, t in v] for k, v in series.items()},
-                    empty=None if series else "no stiff solve reached t1",
-                    styles=_STIFF_STYLES,
-                    labels={k: [f"{tol:g}" for tol, _, _ in v] for k, v in series.items()},
-                    xscale="log",
-                    yscale="log",
-                    notes=notes,
-                )
+    d, described = _read(doc)
+    panels = []
+    for problem in dict.fromkeys(r.problem for r in d.stiff):
+        cells: dict[str, dict[str, StiffRow]] = {}
+        for r in d.stiff:
+            if r.problem == problem:
+                cells.setdefault(r.method, {})[r.figure] = r
+        series: dict[str, list[tuple[float, float, float]]] = {}
+        notes: list[str] = []
+        for method, figures in cells.items():
+            time_row, error_row = figures.get("forward_time_s"), figures.get("error")
+            first = time_row or error_row
+            t = time_row.value if time_row else None
+            e = error_row.value if error_row else None
+            solver = first.solver if first else method
+            if t is None or e is None or e <= 0 or solver not in _STIFF_SOLVERS:
+                note = (first.note if first else None) or "no error measured"
+                notes.append(f"{method}: {note.replace('failed: SolverError: ', 'failed: ')}")
+                continue
+            tol = (time_row.rtol if time_row else None) or 0.0
+            series.setdefault(_STIFF_SOLVERS[solver][0], []).append((tol, e, t))
+        for points in series.values():
+            points.sort(key=lambda p: -p[0])
+        panels.append(
+            Lines(
+                f"Work against precision: {described.get(problem, problem)}\n"
+                "one point per rtol (atol = rtol unless the problem says); "
+                "lower left is better",
+                STIFF_XLABEL,
+                STIFF_YLABEL,
+                {k: [(e, t) for _, e, t in v] for k, v in series.items()},
+                empty=None if series else "no stiff solve reached t1",
+                styles=_STIFF_STYLES,
+                labels={k: [f"{tol:g}" for tol, _, _ in v] for k, v in series.items()},
+                xscale="log",
+                yscale="log",
+                notes=notes,
             )
-        return panels
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"a row of this document's `stiff` section does not have the fields of "
-            f"`odebench perf solvers` ({type(exc).__name__}: {exc})."
-        ) from exc
+        )
+    return panels
 
 
 def stiff_path(path: str | Path) -> Path:
@@ -307,6 +280,6 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
     quick = ", quick run" if env.get("quick") else ""
     title = _title(env, more=f", {env.get('cpu_count', '?')} CPUs{quick}")
     out = draw(Path(path), solver_panels(doc), columns=2, size=(6, 4.25), dpi=110, title=title)
-    if _rows(doc, "stiff"):
+    if _read(doc)[0].stiff:
         plot_stiff(doc, stiff_path(out))
     return out

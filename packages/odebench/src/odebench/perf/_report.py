@@ -244,8 +244,8 @@ def _memory(d: Document) -> list[str]:
     value = _values(d.memory, "library", "gradient", "n_steps", "figure")
     steps = sorted({r.n_steps for r in d.memory if r.n_steps is not None})
     pairs = _keys(d.memory, "library", "gradient")
-    order = list(json_object(d.environment["libraries"]))
-    pairs.sort(key=lambda p: order.index(p[0]) if p[0] in order else len(order))
+    order = d.libraries(d.memory)
+    pairs.sort(key=lambda p: order.index(p[0]))
     rows = [
         [
             *pair,
