@@ -335,11 +335,9 @@ class Claim:
             holds = bool(self.holds(means))
         except KeyError as exc:
             raise KeyError(f"claim {self.key!r}: {exc.args[0]}") from None
-        published = (
-            self.published
-            if isinstance(self.published, str)
-            else f"{fmt(self.published, self.spec, self.scale)}{self.unit}"
-        )
+        published = self.published
+        if not isinstance(published, str):
+            published = f"{fmt(published, self.spec, self.scale)}{self.unit}"
         return Verdict(
             self.key, self.text, published, ours, holds, held_on, self.format,
             kind=self.kind, detail=self.detail, contended=self.timing and contended,

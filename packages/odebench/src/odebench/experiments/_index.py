@@ -121,14 +121,8 @@ def _claim(claim: dict[str, Any]) -> _Claim:
     holds = bool(claim["holds"])
     held_on = tuple(bool(h) for h in claim.get("held_on_seeds") or [holds])
     words = Verdict("", "", "", Stat(None, None, 0, ()), holds, held_on, kind="paper").words
-    return _Claim(
-        UNCLASSIFIED,
-        UNCLASSIFIED,
-        _short(claim["text"]),
-        _short(str(claim["published"])),
-        ours,
-        f"{UNCLASSIFIED} · {words}",
-    )
+    text, published = _short(claim["text"]), _short(str(claim["published"]))
+    return _Claim(UNCLASSIFIED, UNCLASSIFIED, text, published, ours, f"{UNCLASSIFIED} · {words}")
 
 
 def _summary(doc: Mapping[str, Any], claims: list[_Claim]) -> list[str]:

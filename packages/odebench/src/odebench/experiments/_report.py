@@ -103,16 +103,13 @@ def report(template: Template[Any], result: Result[Any]) -> str:
     """``report.md``: title, command, date, mode, seeds, wall time, claims, then the text."""
     setup = result.setup
     seeds = ", ".join(str(s) for s in setup.seeds)
+    resumed = f" (resumed: {result.train_seconds:.0f} s of training over every run and seed)"
     lines = [
         f"# {template.title}",
         "",
         f"`{result.command}`, {result.date}, mode {setup.mode}, "
         f"seed{'s' if len(setup.seeds) > 1 else ''} {seeds}, {result.wall_seconds:.0f} s in all"
-        + (
-            f" (resumed: {result.train_seconds:.0f} s of training over every run and seed)."
-            if setup.options.resume
-            else "."
-        ),
+        f"{resumed if setup.options.resume else ''}.",
         "",
         *_provenance_lines(result.provenance),
     ]

@@ -69,13 +69,7 @@ class Result(Generic[S]):
     def per_seed(self) -> list[Values]:
         """The values of each seed, in order: what a claim is tested on."""
         return [
-            Values(
-                {
-                    run: {m: st.values[k] for m, st in stats.items()}
-                    for run, stats in self.metrics.items()
-                },
-                f"seed {seed}",
-            )
+            Values({run: _seed(stats, k) for run, stats in self.metrics.items()}, f"seed {seed}")
             for k, seed in enumerate(self.setup.seeds)
         ]
 
@@ -98,10 +92,7 @@ class Result(Generic[S]):
         details = doc.get("details", {})
         measurements = {
             run: tuple(
-                Measurement(
-                    {m: st.values[k] for m, st in stats.items()},
-                    (details.get(run) or [{}] * len(seeds))[k],
-                )
+                Measurement(_seed(stats, k), (details.get(run) or [{}] * len(seeds))[k])
                 for k in range(len(seeds))
             )
             for run, stats in metrics.items()
@@ -149,6 +140,11 @@ class Result(Generic[S]):
         if self.published:
             doc["published"] = dict(self.published)
         return {k: _json_ready(v) for k, v in doc.items()}
+
+
+def _seed(stats: Mapping[str, Stat], k: int) -> dict[str, float | None]:
+    """The value of each metric of ``stats`` on the ``k``-th seed."""
+    return {metric: stat.values[k] for metric, stat in stats.items()}
 
 
 def _like(example: Any, value: Any) -> Any:
