@@ -81,15 +81,13 @@ class Verdict:
         (``"mixed: held on 1 of 3 seeds, not on the mean"``)."""
         status, count, n = self.status, sum(self.held_on), len(self.held_on)
         seeds = f"{count} of {n} seeds"
-        if status == "held":
-            return f"held on {seeds}" if n > 1 else "held"
-        if status == "mixed":
-            return f"mixed: held on {seeds}" + ("" if self.holds else ", not on the mean")
-        if status == "contended":
-            return "contended: not judged"
-        if status == "failed":
-            return f"failed on {n - count} of {n} seeds" if n > 1 else "failed"
-        return status
+        words = {
+            "held": f"held on {seeds}" if n > 1 else "held",
+            "mixed": f"mixed: held on {seeds}{'' if self.holds else ', not on the mean'}",
+            "contended": "contended: not judged",
+            "failed": f"failed on {n - count} of {n} seeds" if n > 1 else "failed",
+        }
+        return words.get(status, status)
 
     def to_json(self) -> JsonObject:
         """The verdict for ``results.json``."""
