@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._io import markdown_table, text_table
-from ._metrics import Coordinate, Metric, Ref, Stat, Values
+from ._metrics import Coordinate, Metric, Ref, Stat, Values, _text
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -203,13 +203,8 @@ def by_run(
 
 
 def by_coordinate(
-    header: str,
-    run: str,
-    name: str,
-    values: Sequence[Coordinate],
-    columns: Sequence[Col],
-    spec: str = "g",
+    header: str, run: str, name: str, values: Sequence[Coordinate], columns: Sequence[Col]
 ) -> Table:
-    """A table of one row per value of the coordinate ``name`` of ``run``'s metrics."""
-    rows = [Row(v if isinstance(v, str) else format(v, spec), run, {name: v}) for v in values]
-    return Table(header, rows, columns)
+    """A table of one row per value of the coordinate ``name`` of ``run``'s metrics, each
+    labelled as the metrics' keys show it."""
+    return Table(header, [Row(_text(v), run, {name: v}) for v in values], columns)
