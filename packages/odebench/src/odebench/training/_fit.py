@@ -241,7 +241,6 @@ class _Tally:
     sums: dict[str, Tensor] = field(default_factory=dict)
     losses: list[Tensor] = field(default_factory=list)
     count: int = 0
-    batches: int = 0
     nfe_forward: int = 0
     nfe_backward: int = 0
     seconds: float = 0.0
@@ -255,7 +254,7 @@ class _Tally:
         """The tally of a mid-epoch checkpoint (what :meth:`state` saved)."""
         return cls(
             state["loss"], dict(state["sums"]), list(state["losses"]), state["count"],
-            state["batches"], state["nfe_forward"], state["nfe_backward"], state["seconds"],
+            state["nfe_forward"], state["nfe_backward"], state["seconds"],
         )  # fmt: skip
 
     def add(
@@ -268,7 +267,6 @@ class _Tally:
             total += value.detach().double()
         self.losses.append(loss.detach())
         self.count += n
-        self.batches += 1
         self.nfe_forward += counts[0]
         self.nfe_backward += counts[1]
 
@@ -276,7 +274,7 @@ class _Tally:
         losses = torch.stack(self.losses) if self.losses else torch.zeros(0)
         return TallyState(
             loss=self.loss, sums=dict(self.sums), losses=losses, count=self.count,
-            batches=self.batches, nfe_forward=self.nfe_forward,
+            batches=len(self.losses), nfe_forward=self.nfe_forward,
             nfe_backward=self.nfe_backward, seconds=self.seconds,
         )  # fmt: skip
 
@@ -294,7 +292,7 @@ class _Tally:
         losses = tuple(torch.stack(self.losses).tolist()) if self.losses else ()
         sums = dict(zip(names, values[1:], strict=True))
         return Epoch(
-            index, values[0] / max(ints[0], 1), losses, sums, ints[0], self.batches,
+            index, values[0] / max(ints[0], 1), losses, sums, ints[0], len(self.losses),
             ints[1], ints[2], self.seconds, process.world,
         )  # fmt: skip
 
@@ -323,7 +321,7 @@ def _postfix(tally: _Tally, seconds: float, process: _Process) -> dict[str, str]
     if "correct" in tally.sums and float(tally.sums["correct"]):
         post["acc"] = f"{100 * float(tally.sums['correct']) / count:.1f}%"
     if tally.nfe_forward:
-        post["nfe"] = f"{tally.nfe_forward / max(tally.batches, 1):.0f}"
+        post["nfe"] = f"{tally.nfe_forward / max(len(tally.losses), 1):.0f}"
     post["img/s"] = f"{tally.count * process.world / max(seconds, 1e-9):.0f}"
     return post
 
@@ -424,8 +422,7 @@ class Training:
         except (RuntimeError, KeyError, ValueError) as exc:  # tensors that do not fit
             # load_state_dict's first line only names the module; the next says what.
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            detail = lines[1] if len(lines) > 1 else (lines[0] if lines else repr(exc))
-            detail = detail.rstrip(".")
+            detail = (lines[1:2] or lines or [repr(exc)])[0].rstrip(".")
             if len(detail) > 160:
                 detail = detail[:157] + "..."
             raise BadCheckpointError(
@@ -596,7 +593,7 @@ class Training:
         bar = self._progress_bar(epoch, first)
         size = self.task.batch_size
         self._net.train()
-        tick = time.perf_counter()
+        tick, done = time.perf_counter(), first
         for i in range(first, self.n_batches):
             self._step(epoch, i, order[i * size : (i + 1) * size], tally)
             bar.update(1)
@@ -605,17 +602,16 @@ class Training:
                 seconds = time.perf_counter() - tick + tally.seconds
                 bar.set_postfix(_postfix(tally, seconds, self.process))
             if self._stopped:
-                tally.seconds += time.perf_counter() - tick
-                self._check_finite(epoch, i + 1)
-                self.save_checkpoint(epoch, i + 1, tally)
-                bar.close()
-                raise Interrupted(
-                    f"{self._stopped}: stopped at epoch {epoch + 1}, batch {i + 1}; "
-                    f"checkpoint saved in {self.checkpoint_path}"
-                )
+                break
         bar.close()
         tally.seconds += time.perf_counter() - tick
-        self._check_finite(epoch, self.n_batches)
+        self._check_finite(epoch, done)
+        if self._stopped:
+            self.save_checkpoint(epoch, done, tally)
+            raise Interrupted(
+                f"{self._stopped}: stopped at epoch {epoch + 1}, batch {done}; "
+                f"checkpoint saved in {self.checkpoint_path}"
+            )
         if self.schedule is not None and self.task.schedule_every == "epoch":
             with warnings.catch_warnings():  # an epoch resumed after its last batch
                 warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")

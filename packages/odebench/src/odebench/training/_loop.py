@@ -72,10 +72,7 @@ def _loss(
 
 def _dims(data: Dataset) -> dict[str, int]:
     """The model's ``in_channels``, ``image_size`` and ``num_classes`` (outputs) for ``data``."""
-    if data.num_classes is not None:
-        outputs = data.num_classes
-    else:
-        outputs = int(data.targets.shape[-1]) if data.targets.dim() > 1 else 1
+    outputs = data.num_classes or (int(data.targets.shape[-1]) if data.targets.dim() > 1 else 1)
     if data.inputs.dim() == 4:
         channels, size = data.inputs.shape[1], data.inputs.shape[-1]
     else:
