@@ -26,36 +26,25 @@ _Config = TypeVar("_Config")
 #: The largest integer an option takes: torch keeps integers in 64 bits.
 _MAX_INT = 2**63 - 1
 
+_Number = TypeVar("_Number", int, float)
 
-def _int_at_least(low: int, what: str, high: int = _MAX_INT) -> Callable[[str], int]:
-    """An argparse type: an integer from ``low`` to ``high``, described as ``what`` in errors."""
 
-    def parse(text: str) -> int:
+def _number(
+    convert: Callable[[str], _Number],
+    what: str,
+    within: Callable[[_Number], bool],
+    high: _Number | None = None,
+) -> Callable[[str], _Number]:
+    """An argparse type: a number for which ``within`` holds, at most ``high``, described
+    as ``what`` in errors."""
+
+    def parse(text: str) -> _Number:
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
-        if value > high:
+        if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"expected {what} of at most {high}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1, "a positive integer")
-_non_negative_int = _int_at_least(0, "a non-negative integer")
-
-
-def _float_in(what: str, within: Callable[[float], bool]) -> Callable[[str], float]:
-    """An argparse type: a number for which ``within`` holds, described as ``what`` in errors."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if not within(value):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
         return value
@@ -63,9 +52,11 @@ def _float_in(what: str, within: Callable[[float], bool]) -> Callable[[str], flo
     return parse
 
 
-_positive_float = _float_in("a positive number", lambda value: 0 < value < math.inf)
-_non_negative_float = _float_in("a finite number >= 0", lambda value: 0 <= value < math.inf)
-_fraction = _float_in("a number in [0, 1)", lambda value: 0 <= value < 1)
+_positive_int = _number(int, "a positive integer", lambda value: value >= 1, _MAX_INT)
+_non_negative_int = _number(int, "a non-negative integer", lambda value: value >= 0, _MAX_INT)
+_positive_float = _number(float, "a positive number", lambda value: 0 < value < math.inf)
+_non_negative_float = _number(float, "a finite number >= 0", lambda value: 0 <= value < math.inf)
+_fraction = _number(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -85,13 +76,9 @@ def _out_dir(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder; give a folder")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise argparse.ArgumentTypeError(
-                    f"{text}: {parent} is a file, not a folder; give a folder"
-                )
-            break
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder; give a folder")
     return path
 
 
@@ -134,12 +121,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (``odebench train: error: ...``), status 2; help
-    with every default (:class:`_HelpFormatter`), also in the sub-commands' parsers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _HelpFormatter)
-        super().__init__(*args, **kwargs)
+    """Usage errors as one line on stderr (``odebench train: error: ...``), status 2, also in
+    the sub-commands' parsers."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -284,7 +267,7 @@ def _add_common(
         "~/.cache/odebench, ./data and a few more places; an error names them all)")  # fmt: skip
     add("--out", type=_out_dir, default=None, metavar="DIR",
         help=f"output directory (default: {out})")  # fmt: skip
-    seed = _int_at_least(0, "a non-negative integer", high=MAX_SEED)
+    seed = _number(int, "a non-negative integer", lambda value: value >= 0, MAX_SEED)
     add("--seed", type=seed, default=default["seed"], metavar="S", help="random seed")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
@@ -572,7 +555,7 @@ def _check_output(
     """Fail before a long run, not after it, if an output file cannot be written."""
     if path.exists() and path.is_dir():
         parser.error(f"{flag} {path}: is a directory; give a file name such as {path}/{example}")
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -584,10 +567,9 @@ def _check_output(
 def _solvers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .perf import LIBRARIES, SolversConfig, format_report, plot_solvers, run_solvers
 
-    if args.libraries is not None:
-        unknown = [n for n in args.libraries if n not in LIBRARIES]
-        if unknown:
-            parser.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
+    unknown = [n for n in args.libraries or () if n not in LIBRARIES]
+    if unknown:
+        parser.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
     try:
         config = _from_args(
             SolversConfig, args, memory=not args.no_memory, gradients=not args.no_gradients
@@ -595,7 +577,7 @@ def _solvers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     return _benchmark(
-        parser, args, lambda log: run_solvers(config, log=log), format_report, draw=plot_solvers
+        parser, args, lambda: run_solvers(config, log=_log), format_report, draw=plot_solvers
     )
 
 
@@ -614,7 +596,7 @@ def _plot(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         plot_solvers(doc, out)
     except ValueError as exc:
         parser.error(f"JSON {args.json}: {exc}")
-    print(f"wrote {out}", file=sys.stderr)
+    _log(f"wrote {out}")
     return 0
 
 
@@ -622,40 +604,38 @@ def _contnet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .perf import ContnetConfig, format_contnet_report, run_contnet
 
     config = _from_args(ContnetConfig, args)
-    return _benchmark(parser, args, lambda log: run_contnet(config, log=log), format_contnet_report)
+    return _benchmark(parser, args, lambda: run_contnet(config, log=_log), format_contnet_report)
 
 
 def _benchmark(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
-    run: Callable[[Callable[[str], None]], JsonObject],
+    run: Callable[[], JsonObject],
     report: Callable[[JsonObject], str],
     *,
     draw: Callable[[JsonObject, Path], object] | None = None,
 ) -> int:
     """Run a benchmark: progress on stderr, the report on stdout, the JSON to --json, then
     with ``draw`` the figure to --plot (a failure to draw cannot lose the JSON)."""
+    from ._io import write_json
+
     figure: Path | None = args.plot if draw is not None else None
     if args.json is not None:
         _check_output(parser, args.json)
     if figure is not None:
         _check_output(parser, figure, "--plot", "solvers.png")
-
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     try:
-        doc = run(log)
+        doc = run()
     except KeyboardInterrupt:
-        log("interrupted")
+        _log("interrupted")
         return 130
     print(report(doc), flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        log(f"wrote {args.json}")
+        write_json(args.json, doc)
+        _log(f"wrote {args.json}")
     if draw is not None and figure is not None:
         draw(doc, figure)
-        log(f"wrote {figure}")
+        _log(f"wrote {figure}")
     return 0
 
 
@@ -761,7 +741,9 @@ def _add_commands(
     subparsers = parent.add_subparsers(dest=dest, metavar=metavar)
     parsers = {}
     for name, command in table.items():
-        sub = subparsers.add_parser(name, help=command.help, description=command.description)
+        sub = subparsers.add_parser(
+            name, help=command.help, description=command.description, formatter_class=_HelpFormatter
+        )
         sub.set_defaults(command_parser=sub, run=command.run)
         if command.arguments is not None and (commands is None or prefix + name in commands):
             command.arguments(sub)
@@ -775,6 +757,7 @@ def _parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="odebench",
         description="Benchmarks for continuous-depth networks.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"odebench {__version__}")
     parser.set_defaults(command_parser=parser, run=None)
