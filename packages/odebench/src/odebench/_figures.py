@@ -291,6 +291,7 @@ def draw(
     for ax, panel in zip(axes.flat, panels):
         ax.set_title(panel.title, fontsize=10)
         ax.set_ylabel(panel.ylabel)
+        ax.set_yscale(panel.yscale)
         if panel.empty is not None:
             ax.text(0.5, 0.5, panel.empty, ha="center", va="center", transform=ax.transAxes)
         if isinstance(panel, Bars):
@@ -322,7 +323,6 @@ def _draw_lines(ax: Any, panel: Lines) -> None:
         ax.set_xscale("log", base=2)
     else:
         ax.set_xscale(panel.xscale)
-    ax.set_yscale(panel.yscale)
     if panel.xticks is not None:
         ax.set_xticks(list(panel.xticks), [f"{x:g}" for x in panel.xticks], minor=False)
         ax.set_xticks([], minor=True)
@@ -385,7 +385,6 @@ def _draw_bars(ax: Any, panel: Bars) -> None:
                 transform=ax.get_xaxis_transform())  # fmt: skip
         if first > 0:
             ax.axvline(first - 0.5, color="gray", lw=0.8)
-    ax.set_yscale(panel.yscale)
     if panel.reference is not None:
         from matplotlib.ticker import FormatStrFormatter
 
