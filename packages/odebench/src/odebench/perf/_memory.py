@@ -155,9 +155,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _run_child(
-    library: str, gradient: str, steps: int, threads: int, batch: int, timeout_s: float
-) -> Peak:
+_Job = tuple[str, str, int]
+"""A child's configuration: library, gradient method, number of steps."""
+
+
+def _run_child(job: _Job, threads: int, batch: int, timeout_s: float) -> Peak:
+    library, gradient, steps = job
     cmd = [sys.executable, "-m", "odebench.perf._memory", "--library", library]
     cmd += ["--gradient", gradient, "--steps", str(steps)]
     cmd += ["--threads", str(threads), "--batch", str(batch)]
@@ -183,9 +186,6 @@ _FIGURES = {
 }
 _GROWTH = {"mib_per_step": "MiB/step", "delta_growth": "ratio"}
 
-_Job = tuple[str, str, int]
-"""A child's configuration: library, gradient method, number of steps."""
-
 
 def measure_memory(
     libraries: list[Library],
@@ -198,7 +198,7 @@ def measure_memory(
     timeout_s: float = 600.0,
 ) -> list[MemoryRow]:
     """The ``memory`` rows of every (library, gradient method, number of steps), each in a
-    fresh process, then each (library, gradient)'s growth with the steps."""
+    fresh process, ``workers`` at a time, then each (library, gradient)'s growth with the steps."""
     rows: list[MemoryRow] = []
     jobs: list[_Job] = []
     for n in steps:
@@ -211,11 +211,15 @@ def measure_memory(
                 key = _key(library.name, gradient, n)
                 missing = unmeasured(_FIGURES, reason)
                 rows += figure_rows(MemoryRow, key, missing, _FIGURES, supported=False)
-    peaks = _run_children(jobs, threads, batch, timeout_s, workers, log)
-    for lib, grad, n in jobs:
-        peak = peaks[(lib, grad, n)]
-        figures = {f: (None if peak.error else getattr(peak, f), peak.error) for f in _FIGURES}
-        rows += figure_rows(MemoryRow, _key(lib, grad, n), figures, _FIGURES)
+    peaks: dict[_Job, Peak] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        done = pool.map(lambda job: _run_child(job, threads, batch, timeout_s), jobs)
+        for (lib, grad, n), peak in zip(jobs, done):  # in the order of jobs
+            peaks[(lib, grad, n)] = peak
+            shown = f"failed: {peak.error}" if peak.error else f"{peak.peak_delta_mib:.1f} MiB"
+            log(f"  memory {lib} {grad} rk4x{n}: {shown}")
+            figures = {f: (None if peak.error else getattr(peak, f), peak.error) for f in _FIGURES}
+            rows += figure_rows(MemoryRow, _key(lib, grad, n), figures, _FIGURES)
     for library in libraries:
         for gradient in MEMORY_MODES:
             rows += _growth(library, gradient, steps, peaks)
@@ -227,44 +231,16 @@ def _key(library: str, gradient: str, n: int | None) -> tuple[object, ...]:
     return ("mlp", f"rk4x{n}" if n is not None else "rk4", n, library, gradient)
 
 
-def _run_children(
-    jobs: list[_Job],
-    threads: int,
-    batch: int,
-    timeout_s: float,
-    workers: int,
-    log: Callable[[str], None],
-) -> dict[_Job, Peak]:
-    """Each job's peak, ``workers`` children at a time."""
-    peaks: dict[_Job, Peak] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {
-            pool.submit(_run_child, lib, grad, n, threads, batch, timeout_s): (lib, grad, n)
-            for lib, grad, n in jobs
-        }
-        for future in concurrent.futures.as_completed(futures):
-            lib, grad, n = key = futures[future]
-            peak = peaks[key] = future.result()
-            shown = f"failed: {peak.error}" if peak.error else f"{peak.peak_delta_mib:.1f} MiB"
-            log(f"  memory {lib} {grad} rk4x{n}: {shown}")
-    return peaks
-
-
 def _growth(
     library: Library, gradient: str, steps: Sequence[int], peaks: dict[_Job, Peak]
 ) -> list[MemoryRow]:
     """``mib_per_step`` and ``delta_growth`` of one library and gradient method."""
     lo, hi = min(steps), max(steps)
     key = _key(library.name, gradient, None)
-    note = None
-    if lo == hi:
-        note = "needs two step counts"
-    elif (library.name, gradient, lo) not in peaks:
-        reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
-        if reason is not None:
-            missing = unmeasured(_GROWTH, reason)
-            return figure_rows(MemoryRow, key, missing, _GROWTH, supported=False)
-        note = "not run"
+    reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
+    if reason is not None and lo != hi:
+        return figure_rows(MemoryRow, key, unmeasured(_GROWTH, reason), _GROWTH, supported=False)
+    note = "needs two step counts" if lo == hi else None
     a = peaks.get((library.name, gradient, lo), Peak())
     b = peaks.get((library.name, gradient, hi), Peak())
     if note is None and (a.error or b.error):

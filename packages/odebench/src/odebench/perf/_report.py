@@ -168,6 +168,10 @@ def _speed(d: Document) -> list[str]:
     return _table("speed", header, _blank_repeats(rows))
 
 
+_STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "error"))
+"""The stiff sweep's columns: those of the speed table that it measures."""
+
+
 def _forward_split(d: Document) -> list[str]:
     """The table that splits each forward overhead factor into floor, solver and the rest."""
     chained = {
@@ -199,8 +203,7 @@ _RATIOS: tuple[Column, ...] = tuple(
 
 
 def _ratios(d: Document) -> list[str]:
-    header, rows = _grid(d.ratios, ("problem", "method", "peer"), _RATIOS)
-    return _table("ratios", header, rows)
+    return _table("ratios", *_grid(d.ratios, ("problem", "method", "peer"), _RATIOS))
 
 
 _COMPILED: tuple[Column, ...] = (
@@ -231,13 +234,7 @@ def _compiled(d: Document) -> list[str]:
 
 def _stiff(d: Document) -> list[str]:
     """The stiff problems' sweep: one line per problem and configuration."""
-    columns = (
-        ("fwd ms", "forward_time_s", _ms),
-        ("NFE", "nfe_forward", _int),
-        ("error", "error", _e),
-    )
-    header, rows = _grid(d.stiff, ("problem", "method", "library"), columns)
-    return _table("stiff", header, rows)
+    return _table("stiff", *_grid(d.stiff, ("problem", "method", "library"), _STIFF))
 
 
 def _memory(d: Document) -> list[str]:
@@ -288,14 +285,8 @@ _MODE_OF = {f: mode for mode, figures in MODE_FIGURES.items() for f in figures}
 def _failures(d: Document) -> list[str]:
     """One line per failed (section, problem, method, library, gradient or mode)."""
     failures: dict[tuple[str, str, str, str, str], str] = {}
-    sections: dict[str, Sequence[FigureRow]] = {
-        "results": d.results,
-        "stiff": d.stiff,
-        "memory": d.memory,
-        "gradients": d.gradients,
-    }
-    for section, rows in sections.items():
-        for r in rows:
+    for section in ("results", "stiff", "memory", "gradients"):
+        for r in getattr(d, section):
             note = r.note or ""
             if r.value is not None or not getattr(r, "supported", True):
                 continue
