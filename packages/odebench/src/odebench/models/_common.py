@@ -25,10 +25,8 @@ def check_int(name: str, value: object, minimum: int) -> int:
 
 
 def group_norm(channels: int) -> nn.GroupNorm:
-    """GroupNorm with at most 32 groups of at least two channels (Chen's ``min(32, C)``).
-
-    64 channels: 32 groups of 2, as in Chen et al.'s reference code; 42: 21 groups.
-    """
+    """GroupNorm with at most 32 groups of at least two channels (Chen's ``min(32, C)``): 64
+    channels give 32 groups of 2, as in Chen et al.'s reference code; 42 give 21."""
     limit = min(32, max(1, channels // 2))
     groups = max(g for g in range(1, limit + 1) if channels % g == 0)
     return nn.GroupNorm(groups, channels)
