@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from .._io import JsonObject, text_table
 from .._provenance import machine
 from ._document import Provenance, Row, json_array, json_object
 from ._solvers import command_line
-from ._stats import median
+from ._stats import interleaved
 
 SCHEMA_VERSION = 1
 GOAL = 1.15
@@ -152,15 +153,12 @@ def _times(
         for run in runs.values():  # warm-up
             run()
         seconds: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(repeats):
-            for name, run in runs.items():
-                t0 = time.perf_counter()
-                run()
-                seconds[name].append(time.perf_counter() - t0)
+        for _, name in interleaved(list(runs), repeats):
+            t0 = time.perf_counter()
+            runs[name]()
+            seconds[name].append(time.perf_counter() - t0)
         for name, values in seconds.items():
-            value = median(values)
-            assert value is not None  # every list holds repeats >= 1 values
-            times[(name, f"{mode}_time_s")] = value
+            times[(name, f"{mode}_time_s")] = statistics.median(values)
         summary = ", ".join(f"{k} {times[(k, f'{mode}_time_s')] * 1e3:.1f} ms" for k in runs)
         log(f"  {mode}: {summary}")
     return times
