@@ -200,6 +200,8 @@ class Task:
         )
         if not self.data:
             raise ValueError("`data` must hold at least one tensor.")
+        if self.refine_epochs and self.refine is None:
+            raise ValueError("Task: `refine_epochs` needs `refine`, called at their start.")
 
 
 @dataclass
@@ -443,7 +445,7 @@ class Training:
         epoch, batch = state["epoch"], state["batch"]
         # A refinement comes at the start of its epoch: a run inside epoch e has made e's.
         for done in (e for e in self.task.refine_epochs if (e, 0) < (epoch, batch)):
-            self._refine_at(done, lambda line: None)
+            self._refine(done, lambda line: None)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.schedule is not None:
@@ -509,9 +511,13 @@ class Training:
                 f"`batch_size` {self.task.batch_size} exceeds the "
                 f"{len(self.data[0])} training examples."
             )
+        start = self._start
         with self._stop_on_signals():
-            for epoch in range(self._start.epoch, self.task.epochs):
-                self._refine(epoch)
+            for epoch in range(start.epoch, self.task.epochs):
+                # A run resumed inside a refinement's epoch has made it (see `restore`).
+                if epoch in self.task.refine_epochs and (epoch, 0) >= (start.epoch, start.batch):
+                    self._refine(epoch, self._log)
+                    self._net = self._wrap(self.model)
                 tally = self._train_epoch(epoch)
                 self._finish_epoch(epoch, tally)
         self._net = self.model  # nothing may hold the DDP wrapper when the group ends
@@ -559,7 +565,7 @@ class Training:
             module = nn.parallel.DistributedDataParallel(module, device_ids=ids)
         return module
 
-    def _refine_at(self, epoch: int, log: Log) -> None:
+    def _refine(self, epoch: int, log: Log) -> None:
         """Refine for ``epoch``: train the new model and optimiser; the schedule carries over."""
         assert self.task.refine is not None  # only called for refine_epochs
         model, optimizer = self.task.refine(epoch, self.model, self.optimizer, log)
@@ -570,14 +576,6 @@ class Training:
             self.schedule.load_state_dict(state)
             for group, lr in zip(optimizer.param_groups, self.schedule.get_last_lr(), strict=True):
                 group["lr"] = lr
-
-    def _refine(self, epoch: int) -> None:
-        """Refine at the start of ``epoch`` if the task says so (not when resuming inside it)."""
-        inside = epoch == self._start.epoch and self._start.batch > 0  # refined already
-        if self.task.refine is None or epoch not in self.task.refine_epochs or inside:
-            return
-        self._refine_at(epoch, self._log)
-        self._net = self._wrap(self.model)
 
     def _train_epoch(self, epoch: int) -> _Tally:
         """Train one epoch (its remaining batches, in a run resumed inside it)."""

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .._io import CHECKPOINT, Json, JsonObject
+from ._config import whole
 
 try:
     import fcntl
@@ -101,7 +102,7 @@ class _Holder:
         try:
             data = json.loads(text)
             pid = data["pid"]
-            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            if not whole(1)(pid):
                 raise TypeError
             return cls(pid, str(data["host"]), str(data["started"]), str(data["command"]))
         except (ValueError, KeyError, TypeError):
@@ -475,10 +476,7 @@ def load_checkpoint(path: Path, device: torch.device) -> Checkpoint:
         raise BadCheckpointError(f"{path} {what}. {BAD_CHECKPOINT_FIX}") from None
     if not isinstance(state, dict) or not state.keys() >= _CHECKPOINT_KEYS:
         what = "is not a checkpoint of an odebench training run"
-    elif not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0
-        for v in (state["epoch"], state["batch"])
-    ):
+    elif not (whole(0)(state["epoch"]) and whole(0)(state["batch"])):
         what = (
             f"records epoch {state['epoch']!r}, batch {state['batch']!r}; a checkpoint's "
             "position is two integers of at least 0"
