@@ -284,7 +284,7 @@ _MODE_OF = {f: mode for mode, figures in MODE_FIGURES.items() for f in figures}
 
 def _failures(d: Document) -> list[str]:
     """One line per failed (section, problem, method, library, gradient or mode)."""
-    failures: dict[tuple[str, str, str, str, str], str] = {}
+    failures: dict[str, str] = {}
     for section in ("results", "stiff", "memory", "gradients"):
         for r in getattr(d, section):
             note = r.note or ""
@@ -293,9 +293,6 @@ def _failures(d: Document) -> list[str]:
             if not (note.startswith("failed") or "Error" in note or "NaN" in note):
                 continue
             what = getattr(r, "gradient", None) or _MODE_OF.get(r.figure, "forward")
-            failures.setdefault((section, r.problem, r.method, r.library, what), note)
-    lines = [
-        f"  {section}: {problem} {method} {library} {what}: {note}"
-        for (section, problem, method, library, what), note in failures.items()
-    ]
+            failures.setdefault(f"  {section}: {r.problem} {r.method} {r.library} {what}", note)
+    lines = [f"{run}: {note}" for run, note in failures.items()]
     return ["Failed runs:", *lines, ""] if lines else []
