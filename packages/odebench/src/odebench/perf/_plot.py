@@ -182,15 +182,14 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.
     """
     d, described = _read(doc)
+    cells: dict[str, dict[str, dict[str, StiffRow]]] = {}  # problem, method, figure
+    for r in d.stiff:
+        cells.setdefault(r.problem, {}).setdefault(r.method, {})[r.figure] = r
     panels = []
-    for problem in dict.fromkeys(r.problem for r in d.stiff):
-        cells: dict[str, dict[str, StiffRow]] = {}
-        for r in d.stiff:
-            if r.problem == problem:
-                cells.setdefault(r.method, {})[r.figure] = r
+    for problem, methods in cells.items():
         series: dict[str, list[tuple[float, float, float]]] = {}
         notes: list[str] = []
-        for method, figures in cells.items():
+        for method, figures in methods.items():
             time_row, error_row = figures.get("forward_time_s"), figures.get("error")
             first = time_row or error_row
             t = time_row.value if time_row else None
