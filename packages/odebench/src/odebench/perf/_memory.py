@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -38,20 +39,17 @@ _MIB = 1024.0
 def _status_kib(key: str) -> int | None:
     """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or ``None``."""
     try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+    except OSError:
         return None
-    return None
+    found = re.search(rf"^{key}:\s+(\d+) kB$", status, re.MULTILINE)
+    return int(found[1]) if found else None
 
 
 def _reset_peak() -> bool:
     """Reset the high-water mark of the resident set; ``False`` where the kernel forbids it."""
     try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
+        Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
     except OSError:
         return False
     return _status_kib("VmHWM") is not None and _status_kib("VmRSS") is not None
