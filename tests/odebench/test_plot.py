@@ -156,6 +156,12 @@ def test_a_document_of_another_kind_is_refused(doc, message):
         solver_panels(doc)
 
 
+def test_plot_solvers_refuses_what_is_not_a_document_before_drawing(tmp_path):
+    with pytest.raises(ValueError, match="got a list"):
+        plot_solvers([1, 2], tmp_path / "solvers.png")
+    assert not (tmp_path / "solvers.png").exists()
+
+
 def test_the_command_draws_next_to_the_json(tmp_path, capsys):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_doc()), encoding="utf-8")

@@ -275,10 +275,11 @@ def plot_solvers(doc: Mapping[str, Any], path: str | Path) -> Path:
         >>> plot_solvers(doc, "solvers.png")  # doctest: +SKIP
         PosixPath('solvers.png')
     """
+    panels = solver_panels(doc)  # first: it refuses what is not a document
     env = doc["environment"]
     quick = ", quick run" if env.get("quick") else ""
     title = _title(env, more=f", {env.get('cpu_count', '?')} CPUs{quick}")
-    out = draw(Path(path), solver_panels(doc), columns=2, size=(6, 4.25), dpi=110, title=title)
-    if _read(doc)[0].stiff:
+    out = draw(Path(path), panels, columns=2, size=(6, 4.25), dpi=110, title=title)
+    if doc.get("stiff"):  # a list of rows, as solver_panels checked
         plot_stiff(doc, stiff_path(out))
     return out
