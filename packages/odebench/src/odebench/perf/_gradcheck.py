@@ -57,28 +57,6 @@ def rk4_final(field: nn.Module, y0: Tensor, t0: float, t1: float, n_steps: int) 
     return y
 
 
-def _directional_fd(
-    loss: Callable[[int], float],
-    tensors: list[Tensor],
-    direction: list[Tensor],
-    eps: float,
-    n_steps: int,
-) -> float:
-    """Central difference of ``loss`` along ``direction``, moving ``tensors`` in place and back."""
-    values = []
-    for sign in (1.0, -1.0):
-        with torch.no_grad():
-            for x, v in zip(tensors, direction):
-                x.add_(sign * eps * v)
-        try:
-            values.append(loss(n_steps))
-        finally:
-            with torch.no_grad():
-                for x, v in zip(tensors, direction):
-                    x.sub_(sign * eps * v)
-    return (values[0] - values[1]) / (2 * eps)
-
-
 @dataclass(frozen=True)
 class _Case:
     """One conv field in float64 with its ``y0``, loss weight and random unit directions
@@ -113,6 +91,23 @@ class _Case:
         """The loss of the reference's own rk4 solve with ``n_steps`` steps."""
         with torch.no_grad():
             return float((self.w * rk4_final(self.field, self.y0, 0.0, 1.0, n_steps)).sum())
+
+    def derivative(self, direction: list[Tensor], eps: float, n_steps: int) -> float:
+        """Central difference of :meth:`loss` along ``direction``, moving ``y0`` and the
+        parameters in place and back."""
+        tensors = [self.y0, *self.field.parameters()]
+        values = []
+        for sign in (1.0, -1.0):
+            with torch.no_grad():
+                for x, v in zip(tensors, direction):
+                    x.add_(sign * eps * v)
+            try:
+                values.append(self.loss(n_steps))
+            finally:
+                with torch.no_grad():
+                    for x, v in zip(tensors, direction):
+                        x.sub_(sign * eps * v)
+        return (values[0] - values[1]) / (2 * eps)
 
 
 def gradient_check(
@@ -153,9 +148,8 @@ def _finite_differences(
 ) -> tuple[list[float], Measured]:
     """The reference's directional derivatives, and its figures: resolution, scale, time."""
     start = time.perf_counter()
-    tensors = [case.y0, *case.field.parameters()]
-    reference = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps) for d in case.directions]
-    coarse = [_directional_fd(case.loss, tensors, d, s.eps, fd_steps // 2) for d in case.directions]
+    reference = [case.derivative(d, s.eps, fd_steps) for d in case.directions]
+    coarse = [case.derivative(d, s.eps, fd_steps // 2) for d in case.directions]
     resolution = max(abs(a - b) for a, b in zip(reference, coarse))
     return reference, {
         "fd_resolution": (
