@@ -168,10 +168,6 @@ def _speed(d: Document) -> list[str]:
     return _table("speed", header, _blank_repeats(rows))
 
 
-_STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "error"))
-"""The stiff sweep's columns: those of the speed table that it measures."""
-
-
 def _forward_split(d: Document) -> list[str]:
     """The table that splits each forward overhead factor into floor, solver and the rest."""
     chained = {
@@ -230,6 +226,10 @@ def _compiled(d: Document) -> list[str]:
     ]
     header = ["problem", "method", "mode", *(c[0] for c in _COMPILED), "note"]
     return _table("compiled", header, rows)
+
+
+_STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "error"))
+"""The stiff sweep's columns: those of the speed table that it measures."""
 
 
 def _stiff(d: Document) -> list[str]:
