@@ -23,14 +23,13 @@ from ._config import DATASETS, TrainConfig
 
 DATA_ENV = "ODEBENCH_DATA_DIR"
 TOY_SIZES = {"train": 3000, "test": 1000}
-SPIRAL_TURNS = 0.5  # of each arm of ``spirals``: why half a turn, see the training guide
 
 #: The toy sets, each made from a size and a generator.
 _TOYS: dict[str, Callable[..., Dataset]] = {
     "annuli-1d": functools.partial(annuli, dim=1),
     "annuli-2d": functools.partial(annuli, dim=2),
     "reflection": reflection,
-    "spirals": functools.partial(nested_spirals, turns=SPIRAL_TURNS),
+    "spirals": functools.partial(nested_spirals, turns=0.5),  # why half a turn: the guide
 }
 
 #: The image sets: a reader ``read(root, train=...)``, and the names (globs) of which one
