@@ -124,13 +124,9 @@ class Method:
         ``dopri5@1e-06,max_steps=10000``."""
         if not self.adaptive:
             return f"{self.name}x{self.n_steps}"
-        if self.rtol == self.atol:
-            label = f"{self.name}@{self.rtol:g}"
-        else:
-            label = f"{self.name}@{self.rtol:g}/{self.atol:g}"
-        if self.max_steps is not None:
-            label += f",max_steps={self.max_steps}"
-        return label
+        tol = f"{self.rtol:g}" if self.rtol == self.atol else f"{self.rtol:g}/{self.atol:g}"
+        budget = "" if self.max_steps is None else f",max_steps={self.max_steps}"
+        return f"{self.name}@{tol}{budget}"
 
 
 class UnsupportedError(Exception):
@@ -196,6 +192,8 @@ def _odeint(
     """``y(t1)`` through torchdiffeq's signature (torchdiffeq's own, or odecore's facade):
     ``odeint`` forward and by backprop, ``odeint_adjoint`` by the adjoint, with seminorm
     in mode ``adjoint_seminorm``."""
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
     if mode in ("forward", "backprop"):
         return last_state(module.odeint(field, y0, t, **kwargs))
     if mode == "adjoint_seminorm":
@@ -214,8 +212,6 @@ class OdecoreLibrary(Library):
     ) -> Tensor:
         if mode == "checkpoint":
             return last_state(_solve(field, y0, t0, t1, method).ys)
-        if mode not in MODES:
-            raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
         return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
 
 
@@ -283,6 +279,7 @@ class TorchdiffeqLibrary(_PeerLibrary):
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
+        self.require(method, mode)
         kwargs: dict[str, object] = {"method": self.own_name(method)}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
@@ -296,8 +293,6 @@ class TorchdiffeqLibrary(_PeerLibrary):
                 return torch.linspace(float(tt[0]), float(tt[-1]), n + 1, dtype=tt.dtype)
 
             kwargs["options"] = {"grid_constructor": grid}
-        if mode == "checkpoint" or mode not in MODES:
-            raise UnsupportedError(f"torchdiffeq cannot run mode {mode!r}")
         return _odeint(self.module, field, y0, _times(t0, t1, y0), mode, **kwargs)
 
 
@@ -374,12 +369,8 @@ class TorchdynLibrary(_PeerLibrary):
         neural_ode = importlib.import_module("torchdyn.core").NeuralODE
         if method.adaptive:
             t_span = _times(t0, t1, y0)
-            tol: dict[str, float | None] = {
-                "atol": method.atol,
-                "rtol": method.rtol,
-                "atol_adjoint": method.atol,
-                "rtol_adjoint": method.rtol,
-            }
+            tol = {"atol": method.atol, "rtol": method.rtol}
+            tol |= {"atol_adjoint": method.atol, "rtol_adjoint": method.rtol}
         else:
             assert method.n_steps is not None
             t_span = torch.linspace(t0, t1, method.n_steps + 1, dtype=y0.dtype)
@@ -441,8 +432,7 @@ def discover(
 
 def describe_error(exc: BaseException, limit: int = 200) -> str:
     """``TypeName: first line of the message``, short enough for a table note."""
-    lines = str(exc).strip().splitlines()
-    line = lines[0] if lines else ""
+    line = (str(exc).strip().splitlines() or [""])[0]
     if len(line) > limit:
         line = line[: limit - 3] + "..."
     return f"{type(exc).__name__}: {line}"

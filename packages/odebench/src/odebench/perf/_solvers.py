@@ -50,7 +50,7 @@ from ._problems import (
     reference_solution,
 )
 from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
-from ._stiff import run_stiff, stiff_methods, stiff_reference
+from ._stiff import STIFF_FIGURE_UNITS, run_stiff, stiff_methods, stiff_reference
 from ._timing import FieldTimer, Observation, Tape, loss_weight, record, replay_once, run_once
 
 SCHEMA_VERSION = 5
@@ -65,9 +65,7 @@ QUICK_METHODS = (Method("dopri5", rtol=1e-3, atol=1e-3), Method("rk4", n_steps=4
 
 MODE_FIGURES: dict[str, dict[str, str]] = {
     "forward": {
-        "forward_time_s": "s",
-        "nfe_forward": "evaluations",
-        "error": "max abs error at t1",
+        **STIFF_FIGURE_UNITS,
         "forward_overhead": "ratio",
         "forward_cost_per_eval_us": "us",
         "forward_solver_time_s": "s",
@@ -210,8 +208,7 @@ _MAX_BLOCK_CALLS = 100
 def _time_field(cell: _Cell, timer: FieldTimer, mode: str) -> None:
     """The blocks of the field alone that ``mode``'s factors divide by, each as many calls
     as a run of this cell makes (at most ``_MAX_BLOCK_CALLS``)."""
-    runs = [o for obs in cell.observations.values() for o in obs]
-    nfe = median(o.nfe_forward + o.nfe_backward for o in runs) if runs else None
+    nfe = median(o.nfe_forward + o.nfe_backward for obs in cell.observations.values() for o in obs)
     calls = max(1, min(_MAX_BLOCK_CALLS, round(nfe or 1)))
     if mode != "backprop":
         cell.eval_s.append(timer.block(calls, vjp=False))
@@ -303,9 +300,7 @@ def _grad_diff(o: Observation | None, reference: Observation | None) -> float | 
     if o is None or reference is None or o.gradient is None or reference.gradient is None:
         return None
     den = float(reference.gradient.norm())
-    if den == 0.0:
-        return None
-    return float((o.gradient - reference.gradient).norm()) / den
+    return None if den == 0.0 else float((o.gradient - reference.gradient).norm()) / den
 
 
 def run_solvers(
@@ -418,45 +413,44 @@ def _memory_and_gradients(run: _Run, eager: list[Library]) -> None:
 
 @dataclass(frozen=True)
 class _Setup:
-    """An explicit problem ready for its cells, with its evaluation times taken before them."""
+    """A problem ready for its runs, its field timed and its reference ``y(t1)`` solved."""
 
     problem: Problem
     timer: FieldTimer
-    weight: torch.Tensor
-    reference: torch.Tensor
+    reference: torch.Tensor | None
     eval_s: float
     vjp_s: float
 
 
-def _evaluation_times(timer: FieldTimer, quick: bool) -> tuple[float, float]:
-    if quick:
-        return timer.evaluation_times(block_s=0.005, blocks=3)
-    return timer.evaluation_times()
-
-
-def _problem_row(problem: Problem, eval_s: float, vjp_s: float, ref: str) -> ProblemRow:
+def _setup(
+    run: _Run, pname: str, reference: Callable[[Problem], tuple[torch.Tensor, str]] | None
+) -> _Setup:
+    """Build ``pname``, time its field, solve its ``reference`` (``None``: not run) and add its
+    row of ``problems``."""
+    problem = make_problem(pname, run.config.sizes, seed=run.config.seed)
+    timer = FieldTimer(CountingField(problem.field), problem)
+    y1, note = (None, "none: not run") if reference is None else reference(problem)
+    if run.config.quick:
+        eval_s, vjp_s = timer.evaluation_times(block_s=0.005, blocks=3)
+    else:
+        eval_s, vjp_s = timer.evaluation_times()
+    run.say(
+        f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
+        f"with its VJP {vjp_s * 1e6:.0f} us; reference: {note}"
+    )
     shape = list(problem.y0.shape)
-    return ProblemRow(
-        problem.name, problem.description, shape, problem.n_parameters, problem.t0, problem.t1,
-        eval_s, vjp_s, ref,
+    run.doc.problems.append(
+        ProblemRow(pname, problem.description, shape, problem.n_parameters, problem.t0,
+                   problem.t1, eval_s, vjp_s, note)
     )  # fmt: skip
+    return _Setup(problem, timer, y1, eval_s, vjp_s)
 
 
 def _explicit_problem(run: _Run, pname: str) -> None:
     """Every method, mode and library on one explicit problem, into the document."""
-    config = run.config
-    problem = make_problem(pname, config.sizes, seed=config.seed)
-    timer = FieldTimer(CountingField(problem.field), problem)
-    weight = loss_weight(problem)
-    reference, reference_note = reference_solution(problem, tol=1e-8 if config.quick else 1e-10)
-    eval_s, vjp_s = _evaluation_times(timer, config.quick)
-    run.say(
-        f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us, "
-        f"with its VJP {vjp_s * 1e6:.0f} us"
-    )
-    run.doc.problems.append(_problem_row(problem, eval_s, vjp_s, reference_note))
-    setup = _Setup(problem, timer, weight, reference, eval_s, vjp_s)
-    for method in config.methods:
+    tol = 1e-8 if run.config.quick else 1e-10
+    setup = _setup(run, pname, partial(reference_solution, tol=tol))
+    for method in run.config.methods:
         backprop_obs: dict[str, Observation] = {}  # for the other modes' grad_diff
         for mode in MODES:
             cell = _cell(run, setup, method, mode, backprop_obs)
@@ -483,7 +477,8 @@ def _cell(
     if not libraries:
         return _Cell({})
     t0 = time.perf_counter()
-    cell = _measure_cell(libraries, s.problem, method, mode, s.weight, run.config, s.timer)
+    weight = loss_weight(s.problem)
+    cell = _measure_cell(libraries, s.problem, method, mode, weight, run.config, s.timer)
     eval_s, vjp_s = median(cell.eval_s), median(cell.vjp_s)
     blocks = max(len(cell.eval_s), len(cell.vjp_s))
     chained_s = median(cell.chained_s)
@@ -496,6 +491,7 @@ def _cell(
         + f" ({time.perf_counter() - t0:.1f} s)"
     )
     eval_s, vjp_s = eval_s or s.eval_s, vjp_s or s.vjp_s
+    assert s.reference is not None  # an explicit problem's reference is always solved
     for lib in libraries:
         figures = _cell_figures(lib.name, cell, mode, eval_s, vjp_s, s.reference, backprop_obs)
         key = (pname, method.label, lib.name)
@@ -543,43 +539,30 @@ def _compiled_row(pname: str, method: Method, mode: str, cell: _Cell) -> Compile
 
 
 def _stiff_problem(run: _Run, pname: str) -> None:
-    """Run a stiff problem's sweep into the document, with its entry of ``problems``.
-
-    The reference is solved once, here, and serves every configuration of the sweep.
-    """
-    config, say = run.config, run.say
-    problem = make_problem(pname, config.sizes, seed=config.seed)
-    timer = FieldTimer(CountingField(problem.field), problem)
-    eval_s, vjp_s = _evaluation_times(timer, config.quick)
-    say(f"{pname}: {problem.description}; one evaluation {eval_s * 1e6:.0f} us")
+    """Run a stiff problem's sweep into the document, its reference solved once for all of it."""
     odecore_lib = next((lib for lib in run.libraries if lib.name == "odecore"), None)
-    reference_note = "none: not run"
-    if odecore_lib is None:
+    s = _setup(run, pname, stiff_reference if odecore_lib else None)
+    if odecore_lib is None or s.reference is None:
         run.doc.notes.append(f"{pname} was not run: its methods are odecore's, which is left out.")
-    else:
-        start = time.perf_counter()
-        reference, reference_note = stiff_reference(problem)
-        say(f"  {pname} reference: {reference_note} ({time.perf_counter() - start:.1f} s)")
-        run.doc.stiff += run_stiff(
-            odecore_lib,
-            problem,
-            stiff_methods(config.quick),
-            reference,
-            repeats=config.n_repeats,
-            warm_up=not config.quick,
-            budget_s=None if config.quick else config.cell_budget_s,
-            log=say,
-        )
-    run.doc.problems.append(_problem_row(problem, eval_s, vjp_s, reference_note))
+        return
+    quick = run.config.quick
+    run.doc.stiff += run_stiff(
+        odecore_lib,
+        s.problem,
+        stiff_methods(quick),
+        s.reference,
+        repeats=run.config.n_repeats,
+        warm_up=not quick,
+        budget_s=None if quick else run.config.cell_budget_s,
+        log=run.say,
+    )
 
 
 def _summary(name: str, cell: _Cell) -> str:
     if name in cell.failures:
         return f"{name} failed ({cell.failures[name]})"
     times = median(o.time_s for o in cell.observations[name])
-    if times is None:
-        return f"{name} -"
-    return f"{name} {times * 1e3:.1f} ms"
+    return f"{name} -" if times is None else f"{name} {times * 1e3:.1f} ms"
 
 
 def _cell_figures(
@@ -593,17 +576,15 @@ def _cell_figures(
 ) -> dict[str, tuple[float | None, str | None]]:
     """The figures of one library in one cell, each ``(value, note)``."""
     obs = cell.observations[name]
-    if name in cell.failures and not obs:
-        return unmeasured(MODE_FIGURES[mode], f"failed: {cell.failures[name]}")
     if not obs:
-        return unmeasured(MODE_FIGURES[mode], "no run")
+        failed = f"failed: {cell.failures[name]}" if name in cell.failures else "no run"
+        return unmeasured(MODE_FIGURES[mode], failed)
     note = cell.notes.get(name)
     t = median(o.time_s for o in obs)
     nfe_f = median(o.nfe_forward for o in obs)
     nfe_b = median(o.nfe_backward for o in obs)
-    nfe_note = None
-    if len({o.nfe_forward for o in obs}) > 1 or len({o.nfe_backward for o in obs}) > 1:
-        nfe_note = "evaluations varied between runs; median shown"
+    counts = {(o.nfe_forward, o.nfe_backward) for o in obs}
+    nfe_note = "evaluations varied between runs; median shown" if len(counts) > 1 else None
     if mode == "forward":
         solver_t = median(cell.solver_s.get(name, []))
         solver_note = cell.solver_notes.get(name)
@@ -617,10 +598,7 @@ def _cell_figures(
             "forward_solver_overhead": (overhead_factor(solver_t, [(nfe_f, eval_s)]), solver_note),
             "forward_solver_cost_per_eval_us": (_us(ratio(solver_t, nfe_f)), solver_note),
         }
-    if mode == "backprop":
-        overhead = overhead_factor(t, [(nfe_f, vjp_s)])
-    else:
-        overhead = overhead_factor(t, [(nfe_f, eval_s), (nfe_b, vjp_s)])
+    terms = [(nfe_f, vjp_s)] if mode == "backprop" else [(nfe_f, eval_s), (nfe_b, vjp_s)]
     gradient = obs[-1].gradient
     not_finite = gradient is not None and not bool(torch.isfinite(gradient).all())
     if not_finite:
@@ -628,7 +606,7 @@ def _cell_figures(
     out: dict[str, tuple[float | None, str | None]] = {
         f"{mode}_time_s": (t, note),
         f"{mode}_nfe_backward": (nfe_b, nfe_note),
-        f"{mode}_overhead": (overhead, note),
+        f"{mode}_overhead": (overhead_factor(t, terms), note),
     }
     if mode != "backprop":
         diff = _grad_diff(obs[-1], backprop_obs.get(name))
@@ -645,11 +623,9 @@ def _us(seconds: float | None) -> float | None:
 
 def _general_notes(config: SolversConfig) -> list[str]:
     """The notes of ``text/solvers.md`` that apply to ``config``, in order."""
-    names = ["first", "compile", "costs", "stiff"]
-    if not config.compile:
-        names.remove("compile")
-    if not any(p in STIFF_PROBLEMS for p in config.problem_names):
-        names.remove("stiff")
+    stiff = any(p in STIFF_PROBLEMS for p in config.problem_names)
+    wanted = {"compile": config.compile, "stiff": stiff}
+    names = [name for name in ("first", "compile", "costs", "stiff") if wanted.get(name, True)]
     return _text_notes(names, warmup=" (quick mode: one run, no warm-up)." if config.quick else ".")
 
 

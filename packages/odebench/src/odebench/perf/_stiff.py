@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import odecore
 import torch
@@ -43,7 +44,7 @@ STIFF_FIGURE_UNITS: dict[str, str] = {
     "nfe_forward": "evaluations",
     "error": "max abs error at t1",
 }
-"""The figures of the ``stiff`` section and their units."""
+"""The figures of the ``stiff`` section and their units, the first of a forward cell's."""
 
 
 def stiff_methods(quick: bool = False) -> tuple[Method, ...]:
@@ -107,7 +108,8 @@ def run_stiff(
             say(f"  {problem.name} {m.label}: left out ({why})")
             figures = unmeasured(STIFF_FIGURE_UNITS, why)
         else:
-            runs, failure = _runs(library, problem, counter, m, weight, repeats, warm_up, budget_s)
+            once = partial(run_once, library, problem, counter, m, "forward", weight)
+            runs, failure = _runs(once, counter, repeats, warm_up, budget_s)
             figures = _figures(runs, failure, repeats, reference)
             error, why = figures["error"]
             if error is not None:
@@ -138,33 +140,28 @@ def _figures(
 
 
 def _runs(
-    library: Library,
-    problem: Problem,
+    once: Callable[[], Observation],
     counter: CountingField,
-    method: Method,
-    weight: Tensor,
     repeats: int,
     warm_up: bool,
     budget_s: float | None,
 ) -> tuple[list[Observation], str | None]:
-    """The timed runs of one configuration, and the failure that ended them, if one did."""
+    """The timed runs of ``once``, and the failure that ended them, if one did."""
     observations: list[Observation] = []
     started = time.perf_counter()
-    runs = repeats + (1 if warm_up else 0)
-    for i in range(runs):
+    wanted = repeats
+    while len(observations) < wanted:
         try:
-            o = run_once(library, problem, counter, method, "forward", weight)
+            o = once()
         except Exception as exc:
             elapsed = time.perf_counter() - started
             return observations, (
                 f"failed: {describe_error(exc)} (after {counter.nfe:,} evaluations, "
                 f"{elapsed:.1f} s)"
             )
-        if warm_up and i == 0:
-            if budget_s is not None and o.time_s > 0:
-                runs = 1 + max(1, min(repeats, math.floor(budget_s / o.time_s)))
-            continue
-        observations.append(o)
-        if i + 1 >= runs:
-            break
+        if not warm_up:
+            observations.append(o)
+        elif budget_s is not None and o.time_s > 0:
+            wanted = max(1, min(repeats, math.floor(budget_s / o.time_s)))
+        warm_up = False
     return observations, None

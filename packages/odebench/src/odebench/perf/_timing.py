@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,8 +36,7 @@ def loss_weight(problem: Problem, seed: int = 1) -> Tensor:
 
 def flat_gradient(y0: Tensor, params: list[nn.Parameter]) -> Tensor:
     """``y0.grad`` and every parameter's ``.grad`` (zeros where ``None``) as one float64 vector."""
-    parts = [y0.grad if y0.grad is not None else torch.zeros_like(y0)]
-    parts += [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    parts = [x.grad if x.grad is not None else torch.zeros_like(x) for x in (y0, *params)]
     return torch.cat([g.detach().reshape(-1).to(torch.float64) for g in parts])
 
 
@@ -52,9 +50,7 @@ def run_once(
 ) -> Observation:
     """Time one solve of ``problem`` by ``library``: without a graph in mode ``forward``, else
     with the backward pass of ``L = sum(w * y(t1))``."""
-    params = list(counter.parameters())
-    for p in params:
-        p.grad = None
+    counter.zero_grad(set_to_none=True)
     y0 = problem.y0.detach().clone()
     counter.nfe = 0
     if mode == "forward":
@@ -68,9 +64,8 @@ def run_once(
     nfe_forward = counter.nfe
     torch.autograd.backward((y1 * weight).sum())
     elapsed = time.perf_counter() - start
-    return Observation(
-        elapsed, nfe_forward, counter.nfe - nfe_forward, y1.detach(), flat_gradient(y0, params)
-    )
+    gradient = flat_gradient(y0, list(counter.parameters()))
+    return Observation(elapsed, nfe_forward, counter.nfe - nfe_forward, y1.detach(), gradient)
 
 
 def _solve_forward(
@@ -92,8 +87,7 @@ def _seconds_per_call(fn: Callable[[], object], calls: int) -> float:
 
 def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     """Median seconds per call of ``fn`` over ``blocks`` blocks of about ``block_s`` each."""
-    fn()  # warm up
-    once = max(_seconds_per_call(fn, 1), 1e-7)
+    once = max(_timed(fn, 1), 1e-7)  # after a warm-up call
     calls = max(1, int(block_s / once))
     result = median(_seconds_per_call(fn, calls) for _ in range(blocks))
     assert result is not None
@@ -116,8 +110,7 @@ class FieldTimer:
         self.t = torch.tensor(problem.t0, dtype=problem.y0.dtype)
         self.y0 = problem.y0.detach()
         self.params = list(counter.parameters())
-        gen = torch.Generator().manual_seed(2)
-        self.cotangent = torch.randn(self.y0.shape, generator=gen).to(self.y0.dtype)
+        self.cotangent = loss_weight(problem, seed=2)
 
     def evaluate(self) -> None:
         """One evaluation at ``(t0, y0)``; the caller holds ``torch.no_grad()``."""
@@ -147,7 +140,7 @@ class FieldTimer:
 
     def block(self, calls: int, vjp: bool) -> float:
         """Seconds per call over ``calls`` calls in a row, of one kind (see :func:`_timed`)."""
-        with contextlib.nullcontext() if vjp else torch.no_grad():
+        with torch.set_grad_enabled(vjp):
             elapsed = _timed(self.evaluate_vjp if vjp else self.evaluate, calls)
         self.counter.nfe = 0
         return elapsed
