@@ -14,6 +14,7 @@ from typing import IO, Any, Literal, get_args
 
 import odecore
 from contnet import fixed_solver
+from odecore import GRADIENTS
 
 from .._io import JsonObject
 from ..models import (
@@ -36,6 +37,7 @@ MAX_SEED = 2**32 - 1
 COUNT = "must be a positive integer, got {!r}."
 NON_NEGATIVE = "must be a non-negative integer, got {!r}."
 _PROGRESS = "must be True, False or None (only on a terminal), got {!r}."
+_OPTIONS = "must be a dict of odecore's options, got {!r}."
 _REFINE = "must be a tuple of increasing positive epochs, got {!r}; for example (20, 40)."
 
 #: Fields, whether a value of theirs is right, and what it must be.
@@ -158,7 +160,7 @@ def _flag(
     return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
 
 
-#: The checks of :class:`TrainConfig`'s numbers and flags, in order.
+#: The checks of :class:`TrainConfig`'s fields that need no other field, in order.
 _CHECKS: tuple[Check, ...] = (
     (("epochs", "seed"), whole(0), NON_NEGATIVE),
     (("seed",), lambda seed: seed <= MAX_SEED, f"must be at most {MAX_SEED}, got {{!r}}."),
@@ -171,6 +173,7 @@ _CHECKS: tuple[Check, ...] = (
     (("milestones",), _epochs, "must be increasing positive epochs, got {!r}."),
     (("progress",), lambda p: p is None or isinstance(p, bool), _PROGRESS),
     (("refine_epochs",), _epochs, _REFINE),
+    (("solver_options",), lambda v: isinstance(v, dict), _OPTIONS),
 )
 
 
@@ -305,10 +308,9 @@ class TrainConfig:
     progress: bool | None = field(default=None, metadata=_SHARED)
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"Unknown `model` {self.model!r}; known: {', '.join(MODELS)}.")
-        if self.dataset not in DATASETS:
-            raise ValueError(f"Unknown `dataset` {self.dataset!r}; known: {', '.join(DATASETS)}.")
+        for name, known in (("model", MODELS), ("dataset", DATASETS), ("gradient", GRADIENTS)):
+            if (value := getattr(self, name)) not in known:
+                raise ValueError(f"Unknown `{name}` {value!r}; known: {', '.join(known)}.")
         for name in ("milestones", "refine_epochs"):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
@@ -330,19 +332,10 @@ class TrainConfig:
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
         contnet = self.model in CONTINUOUS_NETS
-        if self.gradient not in odecore.GRADIENTS:
-            raise ValueError(
-                f"Unknown `gradient` {self.gradient!r}; known: {', '.join(odecore.GRADIENTS)}."
-            )
         if contnet and self.gradient != "backprop":
             raise ValueError(
                 f"`gradient` {self.gradient!r} does not apply to `model` {self.model!r}, a "
                 "discrete network differentiated by backprop through its steps; leave it unset."
-            )
-        if not isinstance(self.solver_options, dict):
-            raise ValueError(
-                "`solver_options` must be a dict of odecore's options, "
-                f"got {self.solver_options!r}."
             )
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
