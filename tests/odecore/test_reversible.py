@@ -236,6 +236,54 @@ def test_van_der_pol_unstable_coupling_raises_rather_than_a_wrong_gradient():
         sol.ys[-1].sum().backward()
 
 
+def _vdp(mu: torch.Tensor):
+    return lambda t, y: torch.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+
+def _vdp_reference(t1: float) -> torch.Tensor:
+    """Van der Pol (mu = 1) from (2, 0) at ``t1``, by SciPy's DOP853 at 1e-13."""
+    from scipy.integrate import solve_ivp
+
+    sol = solve_ivp(
+        lambda t, y: [y[1], (1 - y[0] ** 2) * y[1] - y[0]], (0.0, t1), [2.0, 0.0],
+        method="DOP853", rtol=1e-13, atol=1e-13,
+    )  # fmt: skip
+    return torch.tensor(sol.y[:, -1], dtype=F64)
+
+
+def _vdp_solve(coupling: float, tol: float):
+    y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+    return odecore.solve(
+        _vdp(torch.tensor(1.0, dtype=F64)), y0, t0=0.0, t1=10.0, solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=tol, atol=tol), dt0=1e-3,
+        gradient=odecore.Reversible(coupling=coupling),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("coupling", [0.999, 0.99])
+def test_adaptive_drift_raises_rather_than_a_solution_off_its_tolerance(coupling):
+    """An adaptive solve's error estimate is that of the step from z: on Van der Pol's
+    contracting stretches the parasitic mode grows unseen, and y(10) came out 0.065
+    (0.999) and 0.014 (0.99) from the solution at rtol = atol = 1e-8, where the plain
+    solve is 4e-8 off. The distance between y and z shows it, and the solve raises."""
+    with pytest.raises(odecore.ConfigurationError, match=r"drifted apart by .* the tolerance"):
+        _vdp_solve(coupling, 1e-8)
+
+
+def test_adaptive_solution_within_its_tolerance_where_the_coupling_is_stable():
+    """A coupling low enough for the same solve keeps y and z together: y(10) is as
+    close to SciPy's solution as the plain solve's."""
+    sol = _vdp_solve(0.9, 1e-8)
+    plain = odecore.solve(
+        _vdp(torch.tensor(1.0, dtype=F64)), torch.tensor([2.0, 0.0], dtype=F64), t0=0.0,
+        t1=10.0, solver=odecore.Dopri5(), controller=odecore.PIDController(rtol=1e-8, atol=1e-8),
+        dt0=1e-3,
+    )  # fmt: skip
+    reference = _vdp_reference(10.0)
+    error = float((sol.ys[-1].detach() - reference).norm())
+    assert error <= 2 * float((plain.ys[-1] - reference).norm()), error
+
+
 def test_second_derivatives_raise():
     y0 = torch.ones(2, dtype=F64, requires_grad=True)
     sol = odecore.solve(

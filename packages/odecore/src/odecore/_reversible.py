@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._controllers import _EPS
+from ._controllers import _EPS, AbstractController, PIDController
 from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import (
     AbstractGradient,
@@ -72,7 +72,9 @@ class Reversible(AbstractGradient):
     Raises:
         ConfigurationError: if ``coupling`` is not in ``(0, 1]``; when the solve
             starts, for a solver that is not an explicit Runge-Kutta method or for
-            output or step times that require grad; in ``backward()``, if the
+            output or step times that require grad; after an adaptive solve, if
+            ``y`` and ``z`` drifted apart by more than 100 times the tolerance at a
+            step's end (``y`` would miss the tolerance); in ``backward()``, if the
             ``y0`` it rebuilt differs from ``y0`` by more than the cube root of the
             dtype's resolution (the coupled solve is unstable there, and its
             gradient would be wrong).
@@ -108,12 +110,15 @@ class Reversible(AbstractGradient):
         _check(p)
         reads, f = _parameters(self.params, p)
         # Named as the solver it wraps, for the messages that name the solver.
-        coupled = type(type(p.solver).__name__, (_Coupled,), {})(p.solver, float(self.coupling))
+        coupled = type(type(p.solver).__name__, (_Coupled,), {})(
+            p.solver, float(self.coupling), p.controller
+        )
         with torch.no_grad():
             result = loop(
                 f, p.y0, p.t0, p.t1, p.ts, coupled, p.controller, p.dt0,
                 step_ts=p.ts, on_step=coupled.accepted,
             )  # fmt: skip
+        _check_drift(coupled, self.coupling)
         params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
@@ -168,12 +173,20 @@ class _Coupled(AbstractSolver):
     loop's state is ``y``; ``z`` is kept here, and moves on only when the loop
     accepts the step (``accepted`` is the loop's ``on_step``)."""
 
-    def __init__(self, solver: AbstractSolver, coupling: float) -> None:
+    def __init__(
+        self, solver: AbstractSolver, coupling: float, controller: AbstractController
+    ) -> None:
         self.solver = solver
         self.coupling = coupling
         self.y: Tensor | None = None  # the last accepted state; None: y0
         self.z: Tensor | None = None  # None: z is y0
         self.pending: tuple[Tensor, Tensor] | None = None  # (y1, z1) of the last step
+        # An adaptive solve's (rtol, atol), and the largest |y - z| in their units at
+        # an accepted step's end, kept on the device (read once, after the solve).
+        self.tols: tuple[float, float] | None = None
+        if solver.adaptive and isinstance(controller, PIDController):
+            self.tols = (controller.rtol, controller.atol)
+        self.drift: Tensor | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.solver, name)
@@ -198,6 +211,11 @@ class _Coupled(AbstractSolver):
     def accepted(self, t: float, y: Tensor) -> None:
         if self.pending is not None and self.pending[0] is y:
             self.y, self.z = self.pending
+            if self.tols is not None:
+                rtol, atol = self.tols
+                scale = torch.maximum(self.y.abs(), self.z.abs()).mul_(rtol).add_(atol)
+                drift = (self.y - self.z).abs_().div_(scale).amax()
+                self.drift = drift if self.drift is None else torch.maximum(self.drift, drift)
         self.pending = None
 
     def interpolate(
@@ -277,6 +295,28 @@ _UNSTABLE = (
     "pass, one further from 1 (or smaller steps) the forward one; `Checkpoint()` has "
     "neither limit."
 )
+
+
+MAX_DRIFT = 100.0
+"""How far apart, in units of an adaptive solve's tolerance, the two states ``y`` and
+``z`` may drift at a step's end before the solve raises. Both approximate the
+solution, so their distance is an error estimate of ``y`` that the step's own
+estimate (that of the step from ``z``) does not see: a decaying mode with
+``h |a| > 1 - coupling`` makes it grow every step."""
+
+
+def _check_drift(coupled: _Coupled, coupling: float) -> None:
+    """Raise if the coupled states of an adaptive solve drifted apart by more than
+    :data:`MAX_DRIFT` times the tolerance: ``y`` would miss it without a word."""
+    if coupled.drift is None:
+        return
+    drift = float(coupled.drift)
+    if not drift <= MAX_DRIFT:  # NaN fails too
+        raise ConfigurationError(
+            f"`Reversible(coupling={coupling!r})`: the coupled states y and z drifted "
+            f"apart by {drift:.3g} times the tolerance (at most {MAX_DRIFT:g}), so the "
+            "solution is not within the tolerance asked for." + _UNSTABLE
+        )
 
 
 def _check_rebuilt(y0: Tensor, y: Tensor, z: Tensor, n: int) -> None:
