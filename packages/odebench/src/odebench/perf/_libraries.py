@@ -149,25 +149,35 @@ class Library(abc.ABC):
             return "seminorm applies to adaptive methods only"
         return None
 
-    def require(self, method: Method, mode: str) -> None:
-        """Raise :class:`UnsupportedError` with the reason where :meth:`unsupported` has one."""
-        reason = self.unsupported(method, mode)
-        if reason is not None:
-            raise UnsupportedError(reason)
-
-    @abc.abstractmethod
     def solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         """``y(t1)``, with the graph (or the adjoint's hook) that ``mode`` asks for; in mode
-        ``forward`` under the caller's ``torch.no_grad()``."""
+        ``forward`` under the caller's ``torch.no_grad()``.
+
+        Raises:
+            ValueError: for a mode that is not one of :data:`MODES`.
+            UnsupportedError: where :meth:`unsupported` says why this library cannot.
+        """
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
+        reason = self.unsupported(method, mode)
+        if reason is not None:
+            raise UnsupportedError(reason)
+        return self._solve(field, y0, t0, t1, method, mode)
+
+    @abc.abstractmethod
+    def _solve(
+        self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
+    ) -> Tensor:
+        """:meth:`solve` of a method and mode that this library supports."""
 
 
 def _times(t0: float, t1: float, like: Tensor) -> Tensor:
     return torch.tensor([t0, t1], dtype=like.dtype, device=like.device)
 
 
-def _solve(
+def _odecore_solve(
     field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, *, compile: bool = False
 ) -> odecore.Solution:
     """odecore's ``solve`` of ``method``, checkpointed or (``compile``) as one compiled graph."""
@@ -192,8 +202,6 @@ def _odeint(
     """``y(t1)`` through torchdiffeq's signature (torchdiffeq's own, or odecore's facade):
     ``odeint`` forward and by backprop, ``odeint_adjoint`` by the adjoint, with seminorm
     in mode ``adjoint_seminorm``."""
-    if mode not in MODES:
-        raise ValueError(f"Unknown mode {mode!r}; known modes: {', '.join(MODES)}.")
     if mode in ("forward", "backprop"):
         return last_state(module.odeint(field, y0, t, **kwargs))
     if mode == "adjoint_seminorm":
@@ -207,11 +215,11 @@ class OdecoreLibrary(Library):
     name = "odecore"
     version = odecore.__version__
 
-    def solve(
+    def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
         if mode == "checkpoint":
-            return last_state(_solve(field, y0, t0, t1, method).ys)
+            return last_state(_odecore_solve(field, y0, t0, t1, method).ys)
         return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
 
 
@@ -235,16 +243,15 @@ class CompiledOdecoreLibrary(Library):
             return f"compile=True covers backprop (mode {mode} runs eagerly)"
         return super().unsupported(method, mode)
 
-    def solve(
+    def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        self.require(method, mode)
         inner = field.field if isinstance(field, CountingField) else field
         with warnings.catch_warnings():
             # An eager fallback (no C++ compiler, a field that does not trace) would
             # be timed as the compiled solve: it fails the cell instead.
             warnings.simplefilter("error", odecore.CompileFallbackWarning)
-            sol = _solve(inner, y0, t0, t1, method, compile=True)
+            sol = _odecore_solve(inner, y0, t0, t1, method, compile=True)
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
         return last_state(sol.ys)
@@ -276,10 +283,9 @@ class TorchdiffeqLibrary(_PeerLibrary):
 
     name = "torchdiffeq"
 
-    def solve(
+    def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        self.require(method, mode)
         kwargs: dict[str, object] = {"method": self.own_name(method)}
         if method.adaptive:
             kwargs.update(rtol=method.rtol, atol=method.atol)
@@ -326,10 +332,9 @@ class TorchodeLibrary(_PeerLibrary):
             return "torchode's adjoint has no seminorm option"
         return super().unsupported(method, mode)
 
-    def solve(
+    def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        self.require(method, mode)
         to = self.module
         batch = y0.shape[0]
         term = to.ODETerm(_FlatField(field, y0.shape))
@@ -362,10 +367,9 @@ class TorchdynLibrary(_PeerLibrary):
 
     name = "torchdyn"
 
-    def solve(
+    def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        self.require(method, mode)
         neural_ode = importlib.import_module("torchdyn.core").NeuralODE
         if method.adaptive:
             t_span = _times(t0, t1, y0)
