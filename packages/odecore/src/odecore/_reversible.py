@@ -74,7 +74,8 @@ class Reversible(AbstractGradient):
             starts, for a solver that is not an explicit Runge-Kutta method or for
             output or step times that require grad; after an adaptive solve, if
             ``y`` and ``z`` drifted apart by more than 100 times the tolerance at a
-            step's end (``y`` would miss the tolerance); in ``backward()``, if the
+            step's end (in the RMS norm of the error ratio: ``y`` would miss the
+            tolerance); in ``backward()``, if the
             ``y0`` it rebuilt differs from ``y0`` by more than the cube root of the
             dtype's resolution (the coupled solve is unstable there, and its
             gradient would be wrong).
@@ -181,8 +182,8 @@ class _Coupled(AbstractSolver):
         self.y: Tensor | None = None  # the last accepted state; None: y0
         self.z: Tensor | None = None  # None: z is y0
         self.pending: tuple[Tensor, Tensor] | None = None  # (y1, z1) of the last step
-        # An adaptive solve's (rtol, atol), and the largest |y - z| in their units at
-        # an accepted step's end, kept on the device (read once, after the solve).
+        # An adaptive solve's (rtol, atol), and the largest RMS of |y - z| in their units
+        # at an accepted step's end, kept on the device (read once, after the solve).
         self.tols: tuple[float, float] | None = None
         if solver.adaptive and isinstance(controller, PIDController):
             self.tols = (controller.rtol, controller.atol)
@@ -214,7 +215,9 @@ class _Coupled(AbstractSolver):
             if self.tols is not None:
                 rtol, atol = self.tols
                 scale = torch.maximum(self.y.abs(), self.z.abs()).mul_(rtol).add_(atol)
-                drift = (self.y - self.z).abs_().div_(scale).amax()
+                drift = (
+                    torch.linalg.vector_norm((self.y - self.z).div_(scale)) / scale.numel() ** 0.5
+                )
                 self.drift = drift if self.drift is None else torch.maximum(self.drift, drift)
         self.pending = None
 
@@ -298,11 +301,11 @@ _UNSTABLE = (
 
 
 MAX_DRIFT = 100.0
-"""How far apart, in units of an adaptive solve's tolerance, the two states ``y`` and
-``z`` may drift at a step's end before the solve raises. Both approximate the
-solution, so their distance is an error estimate of ``y`` that the step's own
-estimate (that of the step from ``z``) does not see: a decaying mode with
-``h |a| > 1 - coupling`` makes it grow every step."""
+"""How far apart, in units of an adaptive solve's tolerance (the RMS norm of the
+error ratio), the two states ``y`` and ``z`` may drift at a step's end before the
+solve raises. Both approximate the solution, so their distance is an error estimate
+of ``y`` that the step's own estimate (that of the step from ``z``) does not see: a
+decaying mode with ``h |a| > 1 - coupling`` makes it grow every step."""
 
 
 def _check_drift(coupled: _Coupled, coupling: float) -> None:
