@@ -114,3 +114,22 @@ def test_a_memory_child_line_reads_back(peak):
     line = peak.line()
     assert line.startswith(MARK)
     assert Peak(**json.loads(line[len(MARK) :])) == peak
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "value"),
+    [
+        ("SolversConfig", "repeats", 2.5),
+        ("SolversConfig", "repeats", True),
+        ("SolversConfig", "threads", 0),
+        ("ContnetConfig", "repeats", True),
+        ("ContnetConfig", "batch", 1.5),
+        ("ContnetConfig", "n_steps", 0),
+    ],
+)
+def test_benchmark_configs_refuse_counts_that_are_not_positive_integers(config, field, value):
+    """A bool or a float is not a count: each is refused, naming the field."""
+    import odebench.perf as perf
+
+    with pytest.raises(ValueError, match=rf"`{field}` must be a positive integer, got {value!r}"):
+        getattr(perf, config)(**{field: value})

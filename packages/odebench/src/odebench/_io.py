@@ -14,6 +14,12 @@ from typing import Any, TypeAlias
 
 import torch
 
+
+def whole(least: int) -> Callable[[object], bool]:
+    """Whether a value is an integer (not a bool) of at least ``least``."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 CHECKPOINT = "checkpoint.pt"
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"

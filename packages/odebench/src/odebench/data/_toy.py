@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor
 
+from .._io import whole
 from ._dataset import Dataset
 
 _F64 = torch.float64
@@ -15,7 +16,7 @@ _F64 = torch.float64
 def _check(generator: torch.Generator | None, **counts: int) -> None:
     """Refuse counts that are not positive integers, then a generator off the CPU."""
     for what, n in counts.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not whole(1)(n):
             raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
     if generator is not None and generator.device.type != "cpu":
         raise ValueError(

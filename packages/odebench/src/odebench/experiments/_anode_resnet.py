@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .._figures import Lines
-from .._io import JsonObject
+from .._io import JsonObject, whole
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
 from . import _anode_common as common
@@ -129,7 +129,7 @@ class ToyResNet(nn.Module):
         sizes = {"features": features, "out_features": out_features, "blocks": blocks,
                  "hidden": hidden}  # fmt: skip
         for name, value in sizes.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not whole(1)(value):
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, features))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .._figures import Bars, Lines, draw
+from .._io import whole
 from ..training import Task, TrainConfig, load_model, resolve_device
 from ._claims import Claim
 from ._registry import MODES, Log, RunOptions
@@ -51,7 +52,7 @@ class Settings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.type in ("int", "int | None") and (value is not None or f.type == "int"):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                if not whole(1)(value):
                     raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
             elif f.name == "lr" or f.name.endswith("_lr"):
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -14,7 +14,7 @@ import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
-from .._io import JsonObject, text_table
+from .._io import JsonObject, text_table, whole
 from .._provenance import machine
 from ._document import Provenance, Row, json_array, json_object
 from ._solvers import command_line
@@ -48,7 +48,7 @@ class ContnetConfig:
     def __post_init__(self) -> None:
         for name in ("repeats", "batch", "n_steps"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and not whole(1)(value):
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
     @property

@@ -15,7 +15,7 @@ from importlib import resources
 
 import torch
 
-from .._io import JsonObject, text_parts
+from .._io import JsonObject, text_parts, whole
 from .._provenance import load_average, machine
 from ._document import (
     CompiledRow,
@@ -139,10 +139,10 @@ class SolversConfig:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        if self.repeats is not None and (isinstance(self.repeats, bool) or self.repeats < 1):
-            raise ValueError(f"`repeats` must be a positive integer, got {self.repeats!r}.")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise ValueError(f"`threads` must be a positive integer, got {self.threads!r}.")
+        for name in ("repeats", "threads"):
+            value = getattr(self, name)
+            if (value is not None or name == "threads") and not whole(1)(value):
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         if self.problems is not None:
             unknown = [p for p in self.problems if p not in KNOWN_PROBLEMS]
             if unknown:

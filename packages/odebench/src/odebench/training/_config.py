@@ -16,7 +16,7 @@ import odecore
 from contnet import fixed_solver
 from odecore import GRADIENTS
 
-from .._io import JsonObject
+from .._io import JsonObject, whole
 from ..models import (
     CONTINUOUS_NETS,
     CONTNET_METHOD,
@@ -42,11 +42,6 @@ _REFINE = "must be a tuple of increasing positive epochs, got {!r}; for example 
 
 #: Fields, whether a value of theirs is right, and what it must be.
 Check = tuple[tuple[str, ...], Callable[[Any], bool], str]
-
-
-def whole(least: int) -> Callable[[object], bool]:
-    """Whether a value is an integer (not a bool) of at least ``least``."""
-    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _positive(value: object) -> bool:

@@ -25,9 +25,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .. import _io, _provenance
-from .._io import Json, JsonObject
+from .._io import Json, JsonObject, whole
 from ..models import nfe
-from ._config import COUNT, NON_NEGATIVE, check_fields, show_progress, whole
+from ._config import COUNT, NON_NEGATIVE, check_fields, show_progress
 from ._data import shard
 from ._run_dir import (
     BAD_CHECKPOINT_FIX,

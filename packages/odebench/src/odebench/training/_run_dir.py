@@ -20,8 +20,7 @@ from typing import NotRequired, TypedDict
 import torch
 from torch import Tensor
 
-from .._io import CHECKPOINT, Json, JsonObject
-from ._config import whole
+from .._io import CHECKPOINT, Json, JsonObject, whole
 
 try:
     import fcntl
