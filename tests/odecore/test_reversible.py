@@ -284,6 +284,33 @@ def test_adaptive_solution_within_its_tolerance_where_the_coupling_is_stable():
     assert error <= 2 * float((plain.ys[-1] - reference).norm()), error
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_drift_is_judged_as_the_controller_judges_an_error(dtype):
+    """In float16, atol = 1e-9 rounds to zero and a component that stays 0 in y and z
+    would read 0/0: the drift is scaled in float32, as the controller's error is."""
+    y0 = torch.tensor([[1.0, 0.0], [0.5, 0.0]], dtype=dtype, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: torch.stack([-y[..., 0], 0 * y[..., 1]], -1), y0, t0=0.0, t1=1.0,
+        solver=odecore.Dopri5(), controller=odecore.PIDController(rtol=1e-2, atol=1e-9),
+        gradient=odecore.Reversible(),
+    )  # fmt: skip
+    expected = torch.tensor([[math.exp(-1.0), 0.0], [0.5 * math.exp(-1.0), 0.0]])
+    assert sol.ys[-1].dtype == dtype
+    assert torch.allclose(sol.ys[-1].float(), expected, rtol=2e-2, atol=0.0)
+
+
+def test_a_failed_solve_keeps_its_status_without_throw():
+    """A forward solve that stops (here at max_steps) reports its status with
+    throw=False; the drift check judges finished solves only."""
+    y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        _vdp(torch.tensor(1000.0, dtype=F64)), y0, t0=0.0, t1=10.0, solver=odecore.Dopri5(),
+        controller=odecore.PIDController(rtol=1e-6, atol=1e-6), max_steps=50, throw=False,
+        gradient=odecore.Reversible(),
+    )  # fmt: skip
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+
+
 def test_van_der_pol_gradient_matches_the_continuous_one():
     """Over 1.5 periods from off the limit cycle, where the backsolve adjoint at
     rtol = atol = 1e-6 is 1.6e-2 off (its backward solve leaves the cycle, which repels

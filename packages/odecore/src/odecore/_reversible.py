@@ -119,10 +119,10 @@ class Reversible(AbstractGradient):
                 f, p.y0, p.t0, p.t1, p.ts, coupled, p.controller, p.dt0,
                 step_ts=p.ts, on_step=coupled.accepted,
             )  # fmt: skip
-        _check_drift(coupled, self.coupling)
         params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
             return result
+        _check_drift(coupled, self.coupling)
         ends = [p.t0, *result.step_ends]
         # The state index of each output: the step end nearest to its time.
         sign = 1.0 if p.t1 >= p.t0 else -1.0
@@ -212,14 +212,20 @@ class _Coupled(AbstractSolver):
     def accepted(self, t: float, y: Tensor) -> None:
         if self.pending is not None and self.pending[0] is y:
             self.y, self.z = self.pending
-            if self.tols is not None:
-                rtol, atol = self.tols
-                scale = torch.maximum(self.y.abs(), self.z.abs()).mul_(rtol).add_(atol)
-                drift = (
-                    torch.linalg.vector_norm((self.y - self.z).div_(scale)) / scale.numel() ** 0.5
-                )
-                self.drift = drift if self.drift is None else torch.maximum(self.drift, drift)
+            if self.tols is not None and y.numel():
+                self._track_drift(*self.tols)
         self.pending = None
+
+    def _track_drift(self, rtol: float, atol: float) -> None:
+        """Keep the largest RMS of ``|y - z| / (atol + rtol max(|y|, |z|))`` so far, as
+        the controller scales an error (in float32 for a half-precision state)."""
+        assert self.y is not None and self.z is not None
+        y, z = self.y, self.z
+        if y.dtype in (torch.float16, torch.bfloat16):
+            y, z = y.float(), z.float()
+        scale = torch.maximum(y.abs(), z.abs()).mul_(rtol).add_(atol)
+        drift = torch.linalg.vector_norm((y - z).div_(scale)) / scale.numel() ** 0.5
+        self.drift = drift if self.drift is None else torch.maximum(self.drift, drift)
 
     def interpolate(
         self,
