@@ -62,3 +62,19 @@ def test_an_experiment_killed_mid_training_resumes_to_the_same_results(tmp_path)
     uninterrupted = json.loads((whole / "results.json").read_text())
     assert _stable(resumed) == _stable(uninterrupted)
     assert resumed["details"] == uninterrupted["details"]  # the loss curves, bit for bit
+
+
+def test_a_task_with_refinement_epochs_and_no_refine_is_refused():
+    """Before, such a task trained without ever refining (and a resume failed by an
+    assertion): the refinements it declares must have a function that makes them."""
+    import torch
+    from odebench.training import Task
+    from torch import nn
+
+    x = torch.zeros(4, 1)
+    with pytest.raises(ValueError, match="`refine_epochs` needs `refine`"):
+        Task(
+            model=lambda: nn.Linear(1, 1), data=(x, x),
+            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+            optimizer=torch.optim.SGD, epochs=2, batch_size=4, refine_epochs=(1,),
+        )  # fmt: skip
