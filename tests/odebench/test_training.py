@@ -172,6 +172,12 @@ def test_find_data_names_the_places_searched(tmp_path):
         find_data("mnist", tmp_path)
 
 
+@pytest.mark.parametrize("name", ["spirals", "imagenet"])
+def test_find_data_refuses_what_is_not_an_image_set(name, tmp_path):
+    with pytest.raises(ValueError, match=rf"`dataset` must be an image data set .* got '{name}'"):
+        find_data(name, tmp_path)
+
+
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "toy"

@@ -81,6 +81,7 @@ def find_data(dataset: str, data_dir: str | os.PathLike[str] | None = None) -> P
     set) is considered; without it, every directory of :func:`search_paths`.
 
     Raises:
+        ValueError: ``dataset`` is not an image data set.
         FileNotFoundError: naming the places searched and the files expected.
 
     Example:
@@ -89,6 +90,10 @@ def find_data(dataset: str, data_dir: str | os.PathLike[str] | None = None) -> P
         ...
         FileNotFoundError: no cifar10 data in /nonexistent (looked for CIFAR-10, ...--data-dir
     """
+    if dataset not in _IMAGE_SETS:
+        raise ValueError(
+            f"`dataset` must be an image data set ({', '.join(_IMAGE_SETS)}), got {dataset!r}."
+        )
     info, marks = DATASETS[dataset], _IMAGE_SETS[dataset][1]
     roots = [Path(data_dir)] if data_dir is not None else search_paths()
     for root in roots:
