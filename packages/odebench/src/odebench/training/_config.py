@@ -14,7 +14,6 @@ from typing import IO, Any, Literal, get_args
 
 import odecore
 from contnet import fixed_solver
-from odecore import GRADIENTS
 
 from .._io import JsonObject, whole
 from ..models import (
@@ -303,7 +302,8 @@ class TrainConfig:
     progress: bool | None = field(default=None, metadata=_SHARED)
 
     def __post_init__(self) -> None:
-        for name, known in (("model", MODELS), ("dataset", DATASETS), ("gradient", GRADIENTS)):
+        names = {"model": MODELS, "dataset": DATASETS, "gradient": odecore.GRADIENTS}
+        for name, known in names.items():
             if (value := getattr(self, name)) not in known:
                 raise ValueError(f"Unknown `{name}` {value!r}; known: {', '.join(known)}.")
         for name in ("milestones", "refine_epochs"):
