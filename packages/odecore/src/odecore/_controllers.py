@@ -46,6 +46,17 @@ def rms_norm(x: Tensor) -> Tensor:
     return norm / math.sqrt(x.numel())
 
 
+def scaled_error(
+    err: Tensor, abs_y0: Tensor, abs_y1: Tensor, rtol: Tensor | float, atol: Tensor | float
+) -> Tensor:
+    """``err / (atol + rtol * max(|y0|, |y1|))``, a new tensor; a half-precision one in
+    float32, where ``atol`` cannot round to zero nor the quotient overflow (65504)."""
+    if err.dtype in (torch.float16, torch.bfloat16):
+        err, abs_y0, abs_y1 = err.float(), abs_y0.float(), abs_y1.float()
+    scale = torch.maximum(abs_y0, abs_y1).mul_(rtol).add_(atol)
+    return torch.div(err, scale, out=scale)
+
+
 def _no_graph(x: Tensor) -> Tensor:
     """``x.detach()``, or ``x`` itself when it carries no graph (saves a dispatch)."""
     return x.detach() if x.requires_grad else x
@@ -320,11 +331,7 @@ class PIDController(AbstractController):
         and ``y_err / scale`` overflow (65504) long before the step is bad, which
         reads as a non-finite step.
         """
-        rtol, atol = tols
-        if y_err.dtype in (torch.float16, torch.bfloat16):
-            y_err, abs_y0, abs_y1 = y_err.float(), abs_y0.float(), abs_y1.float()
-        scale = torch.maximum(abs_y0, abs_y1).mul_(rtol).add_(atol)
-        return self._norm(torch.div(y_err, scale, out=scale))
+        return self._norm(scaled_error(y_err, abs_y0, abs_y1, *tols))
 
     def init(
         self,

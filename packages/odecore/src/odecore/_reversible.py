@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._controllers import _EPS, AbstractController, PIDController
+from ._controllers import _EPS, AbstractController, PIDController, rms_norm, scaled_error
 from ._errors import ConfigurationError, SolverError, Status
 from ._gradients import (
     AbstractGradient,
@@ -74,11 +74,10 @@ class Reversible(AbstractGradient):
             starts, for a solver that is not an explicit Runge-Kutta method or for
             output or step times that require grad; after an adaptive solve, if
             ``y`` and ``z`` drifted apart by more than 100 times the tolerance at a
-            step's end (in the RMS norm of the error ratio: ``y`` would miss the
-            tolerance); in ``backward()``, if the
-            ``y0`` it rebuilt differs from ``y0`` by more than the cube root of the
-            dtype's resolution (the coupled solve is unstable there, and its
-            gradient would be wrong).
+            step's end (in the controller's norm of the error ratio: ``y`` would
+            miss the tolerance); in ``backward()``, if the ``y0`` it rebuilt differs
+            from ``y0`` by more than the cube root of the dtype's resolution (the
+            coupled solve is unstable there, and its gradient would be wrong).
         SolverError: in ``backward()``, if the backward pass could not retrace the
             forward steps (a non-finite state).
 
@@ -182,11 +181,11 @@ class _Coupled(AbstractSolver):
         self.y: Tensor | None = None  # the last accepted state; None: y0
         self.z: Tensor | None = None  # None: z is y0
         self.pending: tuple[Tensor, Tensor] | None = None  # (y1, z1) of the last step
-        # An adaptive solve's (rtol, atol), and the largest RMS of |y - z| in their units
-        # at an accepted step's end, kept on the device (read once, after the solve).
-        self.tols: tuple[float, float] | None = None
+        # An adaptive solve's controller, and the largest norm of |y - z| in its units at
+        # an accepted step's end, kept on the device (read once, after the solve).
+        self.controller: PIDController | None = None
         if solver.adaptive and isinstance(controller, PIDController):
-            self.tols = (controller.rtol, controller.atol)
+            self.controller = controller
         self.drift: Tensor | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -212,19 +211,17 @@ class _Coupled(AbstractSolver):
     def accepted(self, t: float, y: Tensor) -> None:
         if self.pending is not None and self.pending[0] is y:
             self.y, self.z = self.pending
-            if self.tols is not None and y.numel():
-                self._track_drift(*self.tols)
+            if self.controller is not None and y.numel():
+                self._track_drift(self.controller)
         self.pending = None
 
-    def _track_drift(self, rtol: float, atol: float) -> None:
-        """Keep the largest RMS of ``|y - z| / (atol + rtol max(|y|, |z|))`` so far, as
-        the controller scales an error (in float32 for a half-precision state)."""
+    def _track_drift(self, c: PIDController) -> None:
+        """Keep the largest norm of ``y - z`` so far, scaled and normed as ``c`` judges
+        a step's error."""
         assert self.y is not None and self.z is not None
         y, z = self.y, self.z
-        if y.dtype in (torch.float16, torch.bfloat16):
-            y, z = y.float(), z.float()
-        scale = torch.maximum(y.abs(), z.abs()).mul_(rtol).add_(atol)
-        drift = torch.linalg.vector_norm((y - z).div_(scale)) / scale.numel() ** 0.5
+        scaled = scaled_error(y - z, y.abs(), z.abs(), c.rtol, c.atol)
+        drift = (c.norm or rms_norm)(scaled)
         self.drift = drift if self.drift is None else torch.maximum(self.drift, drift)
 
     def interpolate(
@@ -307,7 +304,7 @@ _UNSTABLE = (
 
 
 MAX_DRIFT = 100.0
-"""How far apart, in units of an adaptive solve's tolerance (the RMS norm of the
+"""How far apart, in units of an adaptive solve's tolerance (the controller's norm of the
 error ratio), the two states ``y`` and ``z`` may drift at a step's end before the
 solve raises. Both approximate the solution, so their distance is an error estimate
 of ``y`` that the step's own estimate (that of the step from ``z``) does not see: a
