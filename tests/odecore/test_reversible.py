@@ -191,9 +191,7 @@ def test_van_der_pol_gradient_matches_finite_differences():
     """Van der Pol (mu = 1) over one and a half periods from off the limit cycle: the
     gradient matches central differences of the same discrete solve."""
     mu = torch.tensor(1.0, dtype=F64, requires_grad=True)
-
-    def f(t, y):
-        return torch.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+    f = _vdp(mu)
 
     def end(y0, gradient):
         return odecore.solve(
@@ -223,13 +221,9 @@ def test_van_der_pol_unstable_coupling_raises_rather_than_a_wrong_gradient():
     """Two periods with a coupling that damps the forward solve: rebuilding y0 loses
     every digit (its gradient came out 2.09 where finite differences give 2.81), and
     backward() says so."""
-
-    def f(t, y):
-        return torch.stack([y[1], (1 - y[0] ** 2) * y[1] - y[0]])
-
     y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
     sol = odecore.solve(
-        f, y0, t0=0.0, t1=13.3, solver=odecore.RK4(), dt0=0.01,
+        _vdp(torch.tensor(1.0, dtype=F64)), y0, t0=0.0, t1=13.3, solver=odecore.RK4(), dt0=0.01,
         gradient=odecore.Reversible(coupling=0.98),
     )  # fmt: skip
     with pytest.raises(odecore.ConfigurationError, match="rebuilt y0 after 1330 steps"):
