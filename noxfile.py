@@ -286,7 +286,7 @@ def reproductions(session: nox.Session) -> None:
 def examples(session: nox.Session) -> None:
     """Run every example in its smoke mode (a few seconds each)."""
     _install_packages(session)
-    session.install(*CONSTRAINTS, "matplotlib>=3.7")
+    session.install(*CONSTRAINTS, "matplotlib>=3.7", "scipy>=1.10")
     out = session.create_tmp()
     scripts = sorted((ROOT / "examples").glob("*.py"))
     if not scripts:

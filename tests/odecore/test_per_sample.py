@@ -7,7 +7,7 @@ import math
 import odecore
 import pytest
 import torch
-from odecore import Dopri5, PIDController, Rodas4, Tsit5
+from odecore import Dopri5, PIDController, Rodas4, Rodas5P, Tsit5
 
 F64 = torch.float64
 SOLVERS = [Dopri5(), Tsit5(), Rodas4(independent=True)]
@@ -53,10 +53,11 @@ def _linear_field(a):
 
 
 @torch.no_grad()
-def test_van_der_pol_batch_equals_each_system_alone():
+@pytest.mark.parametrize("solver", [Rodas4(independent=True), Rodas5P(independent=True)],
+                         ids=["rodas4", "rodas5p"])  # fmt: skip
+def test_van_der_pol_batch_equals_each_system_alone(solver):
     control = _rows(rtol=1e-6, atol=1e-6)
     alone = PIDController(rtol=1e-6, atol=1e-6)
-    solver = Rodas4(independent=True)
     sol = odecore.solve(_vdp(MU), VDP_Y0, t0=0.0, t1=20.0, solver=solver, controller=control)
     for b in range(8):
         one = odecore.solve(

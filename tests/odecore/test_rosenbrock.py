@@ -1,4 +1,5 @@
-"""Rosenbrock methods (``Rodas4``): order, stiff problems against SciPy, gradients, batches."""
+"""Rosenbrock methods (``Rodas4``, ``Rodas5P``): order, stiff problems against SciPy,
+gradients, batches."""
 
 from __future__ import annotations
 
@@ -9,43 +10,60 @@ import odecore
 import oracles
 import pytest
 import torch
-from odecore import Rodas4
+from odecore import Rodas4, Rodas5P
 from scipy.integrate import solve_ivp
 from test_esdirk import VanDerPol, _fd_jacobian, _scipy
 from test_fixed import fitted_order
 
 F64 = torch.float64
-TAB = Rodas4.tableau
+METHODS = pytest.mark.parametrize("method", [Rodas4, Rodas5P], ids=["rodas4", "rodas5p"])
 
 # --- the tableau and configuration ----------------------------------------------------
 
 
-def _stability(weights, z):
+def _stability(tab, weights, z):
     """``y1 / y0`` for ``y' = lambda y``, ``z = h lambda``, from the transformed stages:
     ``(1 / gamma - z) u_i = z (1 + sum a_ij u_j) + sum c_ij u_j``."""
     us: list[complex] = []
-    for i in range(TAB.stages):
-        arg = 1 + sum(a * u for a, u in zip(TAB.a[i], us))
-        rhs = z * arg + sum(c * u for c, u in zip(TAB.c[i], us))
-        us.append(rhs / (1 / TAB.gamma - z))
+    for i in range(tab.stages):
+        arg = 1 + sum(a * u for a, u in zip(tab.a[i], us))
+        rhs = z * arg + sum(c * u for c, u in zip(tab.c[i], us))
+        us.append(rhs / (1 / tab.gamma - z))
     return 1 + sum(m * u for m, u in zip(weights, us))
 
 
-def test_solution_is_l_stable_and_the_embedded_one_a_stable():
-    m_hat = [m - e for m, e in zip(TAB.m, TAB.m_err)]
+@METHODS
+def test_solution_is_l_stable_and_the_embedded_one_a_stable(method):
+    tab = method.tableau
+    m_hat = [m - e for m, e in zip(tab.m, tab.m_err)]
     ys = np.logspace(-3, 8, 300)
-    for w in (TAB.m, m_hat):
-        assert max(abs(_stability(w, 1j * y)) for y in ys) <= 1 + 1e-12
-        assert max(abs(_stability(w, -y)) for y in ys) <= 1 + 1e-12
-    for z in (-1e4, -1e6, -1e8):  # stiff components are damped
-        assert abs(_stability(TAB.m, z)) < 10 / abs(z)
+    for w in (tab.m, m_hat):
+        assert max(abs(_stability(tab, w, 1j * y)) for y in ys) <= 1 + 1e-12
+        assert max(abs(_stability(tab, w, -y)) for y in ys) <= 1 + 1e-12
+    for z in (-1e4, -1e6, -1e8):  # stiff components are damped: R(z) ~ 1 / z
+        assert abs(_stability(tab, tab.m, z)) < 20 / abs(z)
 
 
-def test_registered_for_odeint_and_exported():
-    assert odecore.ROSENBROCK_METHODS["rodas4"] is Rodas4
-    assert Rodas4().adaptive and Rodas4.order == 4
-    assert odecore.OdeSpec.from_method("rodas4").solver == Rodas4()
-    assert odecore.RODAS4_TABLEAU is TAB
+@pytest.mark.parametrize(
+    ("name", "method", "order", "tableau"),
+    [
+        ("rodas4", Rodas4, 4, odecore.RODAS4_TABLEAU),
+        ("rodas5p", Rodas5P, 5, odecore.RODAS5P_TABLEAU),
+    ],
+)
+def test_registered_for_odeint_and_exported(name, method, order, tableau):
+    assert odecore.ROSENBROCK_METHODS[name] is method
+    assert method().adaptive and method.order == order
+    assert odecore.OdeSpec.from_method(name).solver == method()
+    assert method.tableau is tableau
+
+
+def test_a_dense_row_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError, match="Each row of `dense` must have 2 entries"):
+        odecore.RosenbrockTableau(
+            gamma=0.5, alpha=(0.0, 1.0), gammas=(0.5, 0.0), a=((), (1.0,)), c=((), (1.0,)),
+            m=(0.5, 0.5), m_err=(0.0, 1.0), dense=((1.0, 2.0, 3.0),),
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -74,7 +92,7 @@ def test_a_tableau_with_ragged_rows_is_refused():
 FRACTIONS = [0.0, 0.137, 0.31, 0.5, 0.77, 0.913, 1.0]
 
 
-def _fixed_errors(prob, interpolation, fractions=(1.0,)):
+def _fixed_errors(prob, interpolation, fractions=(1.0,), method=Rodas4):
     span = prob.t1 - prob.t0
     ts = prob.t0 + span * torch.tensor(fractions, dtype=F64)
     y0 = prob.y0_as(F64)
@@ -82,7 +100,7 @@ def _fixed_errors(prob, interpolation, fractions=(1.0,)):
     errors = []
     for dt in dts:
         sol = odecore.solve(
-            prob.f, y0, t0=prob.t0, t1=prob.t1, solver=Rodas4(interpolation=interpolation),
+            prob.f, y0, t0=prob.t0, t1=prob.t1, solver=method(interpolation=interpolation),
             controller=odecore.ConstantStepSize(), dt0=dt, saveat=odecore.SaveAt(ts=ts),
         )  # fmt: skip
         errors.append(float((sol.ys - prob.exact(ts, y0)).abs().max()))
@@ -96,20 +114,43 @@ def test_convergence_order_is_four_at_step_ends(prob):
     assert abs(slope - 4) < 0.2, (slope, errors)
 
 
-def test_a_time_dependent_field_keeps_the_order():
-    # cos_growth depends on t: df/dt comes from a forward difference in time.
-    dts, errors = _fixed_errors(oracles.cos_growth, "rosenbrock")
+@pytest.mark.parametrize(
+    ("method", "order"), [(Rodas4, 4), (Rodas5P, 5)], ids=["rodas4", "rodas5p"]
+)
+def test_a_time_dependent_field_keeps_the_order(method, order):
+    # cos_growth depends on t: df/dt comes from a difference in time.
+    dts, errors = _fixed_errors(oracles.cos_growth, "rosenbrock", method=method)
     slope = fitted_order(dts, errors)
-    assert abs(slope - 4) < 0.3, (slope, errors)
+    assert abs(slope - order) < 0.3, (slope, errors)
 
 
-@pytest.mark.parametrize("interpolation", ["rosenbrock", "hermite"])
-def test_dense_output_keeps_the_order_between_step_ends(interpolation):
-    # The continuous extension is of order 3 (an error of h^4 inside each step, as
-    # the global error); the Hermite one's is h^6.
-    dts, errors = _fixed_errors(oracles.linear_system, interpolation, FRACTIONS)
+def test_rodas5p_is_of_order_five_on_a_nonlinear_field():
+    # On linear fields Rodas5P's error falls like h^6; the pendulum shows its order.
+    prob = oracles.pendulum
+    y0, ts = prob.y0_as(F64), torch.tensor([prob.t1], dtype=F64)
+    ref = oracles.reference(prob, y0, ts)
+    dts = [(prob.t1 - prob.t0) / (32 * 2**k + 0.37) for k in range(3)]
+    errors = [
+        float((odecore.solve(
+            prob.f, y0, t0=prob.t0, t1=prob.t1, solver=Rodas5P(), dt0=dt,
+            controller=odecore.ConstantStepSize(), saveat=odecore.SaveAt(ts=ts),
+        ).ys - ref).abs().max())
+        for dt in dts
+    ]  # fmt: skip
     slope = fitted_order(dts, errors)
-    assert abs(slope - 4) < 0.3, (slope, errors)
+    assert abs(slope - 5) < 0.3, (slope, errors)
+
+
+@pytest.mark.parametrize(
+    ("method", "interpolation", "order"),
+    [(Rodas4, "rosenbrock", 4), (Rodas4, "hermite", 4), (Rodas5P, "rosenbrock", 5)],
+)
+def test_dense_output_keeps_the_order_between_step_ends(method, interpolation, order):
+    # Rodas4's continuous extension is of order 3 (an error of h^4 inside each step,
+    # as the global error), the Hermite one's h^6; Rodas5P's is of order 4.
+    dts, errors = _fixed_errors(oracles.linear_system, interpolation, FRACTIONS, method)
+    slope = fitted_order(dts, errors)
+    assert abs(slope - order) < 0.3, (slope, errors)
 
 
 def test_odeint_by_name_meets_its_tolerance():
@@ -133,12 +174,13 @@ def test_a_huge_step_of_a_very_stiff_decay_stays_bounded():
 
 
 @pytest.mark.slow
-def test_stiff_van_der_pol_agrees_with_a_tight_radau_solve():
+@METHODS
+def test_stiff_van_der_pol_agrees_with_a_tight_radau_solve(method):
     ts = torch.linspace(0.0, 3000.0, 31, dtype=F64)
     with torch.no_grad():
         sol = odecore.solve(
             VanDerPol(1000.0), torch.tensor([2.0, 0.0], dtype=F64), t0=0.0, t1=3000.0,
-            solver=Rodas4(), controller=odecore.PIDController(rtol=1e-6, atol=1e-6),
+            solver=method(), controller=odecore.PIDController(rtol=1e-6, atol=1e-6),
             saveat=odecore.SaveAt(ts=ts),
         )  # fmt: skip
     ref = _scipy(1000.0, [2.0, 0.0], 3000.0, "Radau", 1e-10, t_eval=ts.numpy()).y.T
@@ -153,7 +195,8 @@ def _robertson(t, y):
     )
 
 
-def test_robertson_agrees_with_a_tight_radau_solve():
+@METHODS
+def test_robertson_agrees_with_a_tight_radau_solve(method):
     ts = np.array([1e-3, 1.0, 40.0, 1e3, 1e5])
 
     def f(t, y):
@@ -164,16 +207,41 @@ def test_robertson_agrees_with_a_tight_radau_solve():
     with torch.no_grad():
         sol = odecore.solve(
             _robertson, torch.tensor([1.0, 0.0, 0.0], dtype=F64), t0=0.0, t1=1e5,
-            solver=Rodas4(), controller=odecore.PIDController(rtol=1e-6, atol=1e-10),
+            solver=method(), controller=odecore.PIDController(rtol=1e-6, atol=1e-10),
             saveat=odecore.SaveAt(ts=torch.tensor(ts)),
         )  # fmt: skip
     np.testing.assert_allclose(sol.ys.numpy(), ref.y.T, rtol=1e-4, atol=1e-9)
 
 
-def test_a_step_hits_an_event_on_the_dense_output():
+def _prothero_robinson(t, y):
+    return -1000.0 * (y - torch.cos(t)) - torch.sin(t)
+
+
+@pytest.mark.parametrize(
+    ("method", "growth"), [(Rodas4, 0.4), (Rodas5P, 0.25)], ids=["rodas4", "rodas5p"]
+)
+def test_steps_on_a_stiff_mode_driven_by_time(method, growth):
+    # Prothero-Robinson, y = cos(t) after the transient: a method of order p that keeps
+    # its order takes steps that grow like tol^(-1/p). Rodas4's estimate loses order
+    # here (its steps grow like tol^-0.45); Rodas5P's does not.
+    y0 = torch.tensor([2.0], dtype=F64)
+    steps = {}
+    for tol in (1e-6, 1e-9):
+        sol = odecore.solve(
+            _prothero_robinson, y0, t0=0.0, t1=5.0, solver=method(),
+            controller=odecore.PIDController(rtol=tol, atol=tol),
+        )  # fmt: skip
+        assert abs(float(sol.ys[-1, 0]) - math.cos(5.0)) < 10 * tol
+        steps[tol] = sol.stats.n_steps
+    exponent = math.log(steps[1e-9] / steps[1e-6]) / math.log(1e3)
+    assert (exponent > growth) if method is Rodas4 else (exponent < growth), steps
+
+
+@METHODS
+def test_a_step_hits_an_event_on_the_dense_output(method):
     # y' = -y from 1: y = 0.3 at t = log(1 / 0.3).
     sol = odecore.solve(
-        lambda t, y: -y, torch.ones(1, dtype=F64), t0=0.0, t1=5.0, solver=Rodas4(),
+        lambda t, y: -y, torch.ones(1, dtype=F64), t0=0.0, t1=5.0, solver=method(),
         controller=odecore.PIDController(rtol=1e-9, atol=1e-9),
         event=odecore.Event(lambda t, y: y[0] - 0.3),
     )  # fmt: skip
@@ -191,12 +259,12 @@ def test_a_state_above_the_dense_limit_is_refused():
 # --- gradients ------------------------------------------------------------------------
 
 
-def _jacobian(gradient, mu, t1, tol, batch=False):
+def _jacobian(gradient, mu, t1, tol, batch=False, method=Rodas4):
     f = VanDerPol(mu)
     y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
     start = y0.unsqueeze(0) if batch else y0
     sol = odecore.solve(
-        f, start, t0=0.0, t1=t1, solver=Rodas4(independent=batch),
+        f, start, t0=0.0, t1=t1, solver=method(independent=batch),
         controller=odecore.PIDController(rtol=tol, atol=tol), gradient=gradient,
     )  # fmt: skip
     end = sol.ys[-1].reshape(-1)
@@ -222,9 +290,10 @@ def stiff_fd():
     ],
     ids=["backprop", "checkpoint", "adjoint-interpolated", "adjoint-default"],
 )
-def test_gradients_on_stiff_van_der_pol_match_finite_differences(gradient, stiff_fd):
+@METHODS
+def test_gradients_on_stiff_van_der_pol_match_finite_differences(gradient, method, stiff_fd):
     # d y(1) / d (x0, v0, mu) at mu = 1000 through the initial transient.
-    jac = _jacobian(gradient, 1000.0, 1.0, 1e-8)
+    jac = _jacobian(gradient, 1000.0, 1.0, 1e-8, method=method)
     scale = np.abs(stiff_fd).max(axis=1, keepdims=True)
     assert (np.abs(jac - stiff_fd) / scale).max() < 1e-4
     assert np.abs(jac[:, 2] - stiff_fd[:, 2]).max() < 1e-4 * np.abs(stiff_fd[:, 2]).max()
@@ -244,13 +313,13 @@ def test_batched_backprop_gives_the_dense_gradients(stiff_fd):
     assert (np.abs(jac - stiff_fd) / scale).max() < 1e-4
 
 
-def _discrete(gradient):
+def _discrete(gradient, method):
     def run(y0, k, c, ts):
         def field(t, y):
             return -k * (y - torch.cos(t)) + c * y.flip(-1) ** 2
 
         sol = odecore.solve(
-            field, y0, t0=0.0, t1=0.6, solver=Rodas4(),
+            field, y0, t0=0.0, t1=0.6, solver=method(),
             controller=odecore.ConstantStepSize(), dt0=0.15,
             saveat=odecore.SaveAt(ts=ts), gradient=gradient,
         )  # fmt: skip
@@ -271,11 +340,12 @@ def _inputs():
 @pytest.mark.parametrize(
     "gradient", [odecore.Autograd(), odecore.Checkpoint(every=2)], ids=["backprop", "checkpoint"]
 )
-def test_gradcheck_of_the_discrete_scheme(gradient):
+@METHODS
+def test_gradcheck_of_the_discrete_scheme(gradient, method):
     # Fixed steps: the solve is a smooth function of y0, the field's parameters and
     # the output times (inside steps, on the continuous extension), and
     # backpropagation differentiates it exactly, the Jacobian's graph included.
-    assert torch.autograd.gradcheck(_discrete(gradient), _inputs(), eps=1e-5, atol=1e-6)
+    assert torch.autograd.gradcheck(_discrete(gradient, method), _inputs(), eps=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -314,7 +384,8 @@ def _batch_vdp(mu):
     return f
 
 
-def test_independent_batch_equals_the_dense_solve():
+@METHODS
+def test_independent_batch_equals_the_dense_solve(method):
     # Eight Van der Pol oscillators, mu from 10 to 1000 as a (B, 1) tensor.
     mu = torch.logspace(1, 3, 8, dtype=F64).unsqueeze(1)
     y0 = torch.stack([torch.linspace(1.0, 2.0, 8), torch.zeros(8)], dim=1).to(F64)
@@ -322,7 +393,7 @@ def test_independent_batch_equals_the_dense_solve():
     for independent in (False, True):
         with torch.no_grad():
             runs[independent] = odecore.solve(
-                _batch_vdp(mu), y0, t0=0.0, t1=20.0, solver=Rodas4(independent=independent),
+                _batch_vdp(mu), y0, t0=0.0, t1=20.0, solver=method(independent=independent),
                 controller=odecore.PIDController(rtol=1e-6, atol=1e-6),
             )  # fmt: skip
     assert runs[True].ys.shape == (1, 8, 2)

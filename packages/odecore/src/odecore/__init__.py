@@ -45,7 +45,7 @@ from ._implicit import (
 from ._newton import Newton
 from ._odeint import odeint, odeint_adjoint, odeint_dense, odeint_event
 from ._reversible import Reversible
-from ._rosenbrock import RODAS4_TABLEAU, Rodas4, RosenbrockTableau
+from ._rosenbrock import RODAS4_TABLEAU, RODAS5P_TABLEAU, Rodas4, Rodas5P, RosenbrockTableau
 from ._solve import SaveAt, Solution, solve
 from ._solvers import (
     RK4,
@@ -118,6 +118,7 @@ __all__ = [
     "RK4_38_TABLEAU",
     "RK4_TABLEAU",
     "RODAS4_TABLEAU",
+    "RODAS5P_TABLEAU",
     "ROSENBROCK_METHODS",
     "SDIRK2",
     "TRBDF2",
@@ -162,6 +163,7 @@ __all__ = [
     "Ralston",
     "Reversible",
     "Rodas4",
+    "Rodas5P",
     "RosenbrockTableau",
     "SaveAt",
     "Solution",

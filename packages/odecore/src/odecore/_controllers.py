@@ -234,7 +234,8 @@ class PIDController(AbstractController):
             field then receives ``t`` as a ``(batch,)`` tensor, each sample's own
             time (an autonomous field need not care). Off by default: the batch is
             one system. Needs a solver that keeps samples apart
-            (``Rodas4(independent=True)`` or an explicit embedded pair), backpropagation
+            (``Rodas4`` or ``Rodas5P`` with ``independent=True``, or an explicit
+            embedded pair), backpropagation
             (:class:`~odecore.Autograd`), a tensor state of at least two dimensions,
             and no ``norm``, ``event``, ``jump_ts``, ``step_ts``,
             ``SaveAt(dense=True)`` or output times that require grad;

@@ -258,7 +258,8 @@ class Adjoint(AbstractGradient):
             forward step end. Its memory grows with the number of forward steps
             (the state and the solver's stages of each). ``"auto"`` (the default)
             is ``"interpolated"`` for a forward solver for stiff problems
-            (:class:`AbstractImplicitRK`, :class:`Kvaerno5`, :class:`Rodas4`) and
+            (:class:`AbstractImplicitRK`, :class:`Kvaerno5`, :class:`Rodas4`,
+            :class:`Rodas5P`) and
             ``"backsolve"`` otherwise. ``"interpolated"`` needs odecore's own solve
             loop (not a ``scipy:`` method).
 

@@ -46,7 +46,8 @@ def check_per_sample(
     if not solver.independent_samples:
         raise ConfigurationError(
             f"{what} needs a solver whose steps keep the samples apart: "
-            "Rodas4(independent=True) or an explicit embedded pair (Dopri5(), Tsit5(), "
+            "Rodas4(independent=True), Rodas5P(independent=True) or an explicit embedded "
+            "pair (Dopri5(), Tsit5(), "
             f"...); got {solver!r}."
         )
     if not isinstance(y0, Tensor) or y0.dim() < 2:

@@ -35,7 +35,7 @@ from ._implicit import (
     Trapezoid,
 )
 from ._reversible import Reversible
-from ._rosenbrock import Rodas4
+from ._rosenbrock import Rodas4, Rodas5P
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -95,7 +95,7 @@ ADAPTIVE_METHODS: dict[str, type[AbstractSolver]] = {
 }
 """Adaptive embedded pairs by name (``kvaerno5``, implicit, for stiff problems)."""
 
-ROSENBROCK_METHODS: dict[str, type[AbstractSolver]] = {"rodas4": Rodas4}
+ROSENBROCK_METHODS: dict[str, type[AbstractSolver]] = {"rodas4": Rodas4, "rodas5p": Rodas5P}
 """Adaptive Rosenbrock methods by name, for stiff problems (linearly implicit, with a
 :class:`~odecore.RosenbrockTableau` rather than a Butcher tableau). They take the
 options of :data:`ADAPTIVE_OPTIONS`."""
