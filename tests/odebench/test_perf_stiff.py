@@ -1,5 +1,5 @@
 """The stiff problems of ``odebench perf solvers``: their definitions, the
-work-precision sweep (kvaerno5, rodas4, SciPy's Radau, BDF and LSODA, dopri5 out of its
+work-precision sweep (kvaerno5, rodas4, rodas5p, SciPy's Radau, BDF and LSODA, dopri5 out of its
 step budget), the report and the plot."""
 
 from __future__ import annotations
@@ -85,14 +85,14 @@ def test_stiff_problems_are_left_out_of_quick_and_the_explicit_runs_are_unchange
         SolversConfig(problems=("stiff",))
 
 
-def test_stiff_sweep_is_five_stiff_solvers_over_tolerances_and_a_budgeted_dopri5():
+def test_stiff_sweep_is_six_stiff_solvers_over_tolerances_and_a_budgeted_dopri5():
     full = [m.label for m in stiff_methods()]
     assert full[:5] == [f"kvaerno5@{t:g}" for t in (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)]
     assert {m.name for m in stiff_methods()} == {
-        "kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA", "dopri5"
+        "kvaerno5", "rodas4", "rodas5p", "scipy:Radau", "scipy:BDF", "scipy:LSODA", "dopri5"
     }  # fmt: skip
-    assert len(full) == 26 and full[-1] == "dopri5@1e-06,max_steps=10000"
-    assert len(stiff_methods(quick=True)) == 11
+    assert len(full) == 31 and full[-1] == "dopri5@1e-06,max_steps=10000"
+    assert len(stiff_methods(quick=True)) == 13
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_stiff_reference_is_scipy_radau_and_agrees_with_the_exact_jacobian_solve
     assert torch.allclose(reference[0], torch.tensor(exact_jac.y[:, -1], dtype=F64), atol=1e-9)
 
 
-SOLVERS = ["kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA"]
+SOLVERS = ["kvaerno5", "rodas4", "rodas5p", "scipy:Radau", "scipy:BDF", "scipy:LSODA"]
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -33,7 +33,7 @@ PEER_METHODS: dict[str, dict[str, str]] = {
 """The methods the peers run too, by odecore's name, with each peer's own name for it (torchode's:
 its step class). torchdiffeq's ``rk4`` is Kutta's 3/8 rule; torchode has no rk4."""
 
-STIFF_METHODS = ("kvaerno5", "rodas4", "scipy:Radau", "scipy:BDF", "scipy:LSODA")
+STIFF_METHODS = ("kvaerno5", "rodas4", "rodas5p", "scipy:Radau", "scipy:BDF", "scipy:LSODA")
 """The implicit adaptive methods of the stiff problems: odecore's own and SciPy's, by
 odecore's ``scipy:`` backend. They run in odecore alone, forward only."""
 

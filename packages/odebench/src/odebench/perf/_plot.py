@@ -23,6 +23,7 @@ _GRADIENT_STYLES = {"backprop": "-", "checkpoint": "--", "adjoint": ":"}
 _STIFF_SOLVERS = {
     "kvaerno5": ("kvaerno5: odecore's ESDIRK 5(4), implicit", "#1f77b4", "o"),
     "rodas4": ("rodas4: odecore's Rosenbrock 4(3), linearly implicit", "#ff7f0e", "D"),
+    "rodas5p": ("rodas5p: odecore's Rosenbrock 5(4), linearly implicit", "#8c564b", "P"),
     "scipy:Radau": ("Radau IIA, order 5: SciPy through odecore", "#d62728", "s"),
     "scipy:BDF": ("BDF, orders 1 to 5: SciPy through odecore", "#2ca02c", "^"),
     "scipy:LSODA": ("LSODA, Adams or BDF: SciPy through odecore", "#9467bd", "v"),
