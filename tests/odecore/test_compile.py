@@ -415,6 +415,31 @@ def test_inductor_compiles_forward_and_backward(monkeypatch):
         assert _rel(compiled, eager) <= 1e-12
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
+def test_inductor_compiles_rosenbrock_steps_forward_and_backward(monkeypatch):
+    # Its C++ kernels fuse the LU substitutions: results within rounding of eager.
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    runs = []
+    for compile in (True, False):
+        mu = torch.tensor(100.0, dtype=F64, requires_grad=True)
+        y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+
+        def vdp(t, y, mu=mu):
+            x, v = y.unbind(-1)
+            return torch.stack([v, mu * (1 - x * x) * v - x], dim=-1)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sol = odecore.solve(vdp, y0, t0=0.0, t1=5.0, solver=odecore.Rodas5P(),
+                                controller=odecore.PIDController(rtol=1e-7, atol=1e-7),
+                                compile=compile)  # fmt: skip
+        runs.append((sol.ys.detach(), *torch.autograd.grad(sol.ys.sum(), (y0, mu))))
+        runs[-1] += (torch.tensor(float(sol.stats.n_steps)),)
+    for compiled, eager in zip(*runs):
+        assert _rel(compiled, eager) <= 1e-10
+
+
 SPECS = [
     ("rk4", {"n_steps": 4}, "backprop"),
     ("euler", {"n_steps": 3}, "backprop"),

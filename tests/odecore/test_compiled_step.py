@@ -139,3 +139,105 @@ def test_double_backward_says_to_solve_eagerly():
     sol = _solve(field, y0, t1=1.0, compile=True)
     with pytest.raises(RuntimeError, match="compile=False"):
         torch.autograd.grad(sol.ys.square().sum(), y0, create_graph=True)
+
+
+# --- Rosenbrock methods: the Jacobian, the factorisation and the stages in one graph ----
+
+
+def _stiff(dtype: torch.dtype, mu: float = 200.0) -> VanDerPol:
+    field = VanDerPol(dtype)
+    with torch.no_grad():
+        field.mu.fill_(mu)
+    return field
+
+
+ROSENBROCK = pytest.mark.parametrize(
+    "solver", [odecore.Rodas4, odecore.Rodas5P], ids=["rodas4", "rodas5p"]
+)
+
+
+@ROSENBROCK
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_compiled_rosenbrock_steps_match_the_eager_solve(solver, dtype):
+    # One oscillator (its dense Jacobian) and the same step sequence, retries included:
+    # each compiled step takes a fresh Jacobian, as the eager one from the same point.
+    y0 = torch.tensor([2.0, 0.0], dtype=dtype)
+    kwargs = {"solver": solver(), "t1": 300.0, "dt0": 50.0, "rtol": 1e-6 if dtype == F64 else 1e-4}
+    with torch.no_grad():
+        eager = _solve(_stiff(dtype), y0, compile=False, **kwargs)
+        compiled = _solve(_stiff(dtype), y0, compile=True, **kwargs)
+    assert compiled.ys.dtype == dtype
+    got, want = compiled.stats, eager.stats
+    assert got.n_rejected > 0
+    assert got.n_jacobians == got.n_factorisations == got.n_steps
+    if dtype == F32:  # rounding tips a few verdicts near 1: other steps, as accurate
+        assert _rel(compiled.ys, eager.ys) <= 10 * kwargs["rtol"]
+        return
+    assert _rel(compiled.ys, eager.ys) <= TOL[dtype]
+    assert (got.n_accepted, got.n_rejected) == (want.n_accepted, want.n_rejected)
+    assert got.nfe == 1 + got.n_steps * (solver.tableau.stages + 3)  # and f(t0, y0)
+
+
+@pytest.mark.parametrize("size", [2, _compiled_step.UNROLLED + 2], ids=["unrolled", "lapack"])
+def test_compiled_independent_batches_match_the_eager_solve(size):
+    # A batch of systems with per-sample Jacobians, each an LU written out in the graph
+    # or, above UNROLLED elements, LAPACK's; the batch size may change without a new graph.
+    rates = torch.logspace(0, 3, size, dtype=F64)
+
+    def decay(t, y):  # stiff, coupled inside each sample
+        return -rates * (y - torch.cos(t)) + 0.1 * y.roll(1, dims=-1) ** 2
+
+    for batch in (3, 5):
+        y0 = torch.rand(batch, size, dtype=F64, generator=torch.Generator().manual_seed(batch))
+        kwargs = {"solver": odecore.Rodas5P(independent=True), "t1": 2.0, "rtol": 1e-7}
+        eager = _solve(decay, y0, compile=False, **kwargs)
+        compiled = _solve(decay, y0, compile=True, **kwargs)
+        # The graph's substitutions round apart from LAPACK's by an ulp or so per solve,
+        # which the stiff matrices (condition numbers up to 1e3 here) amplify.
+        assert _rel(compiled.ys, eager.ys) <= 1e-10
+        assert compiled.stats.n_accepted == eager.stats.n_accepted
+
+
+@ROSENBROCK
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 2.0), (2.0, 0.0)], ids=["forward", "backward"])
+def test_gradients_through_compiled_rosenbrock_steps_match_eager(solver, t0, t1):
+    # Backpropagation through the graph's Jacobian: a second derivative of the field.
+    field = _stiff(F64, 20.0)
+    grads = []
+    for compile in (False, True):
+        x = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+        sol = _solve(field, x, solver=solver(), t0=t0, t1=t1, rtol=1e-7, compile=compile)
+        loss = (sol.ys * torch.tensor([1.0, -0.5], dtype=F64)).square().sum()
+        grads.append(torch.autograd.grad(loss, (x, field.mu)))
+    for got, want in zip(grads[1], grads[0]):
+        assert _rel(got, want) <= 1e-10
+
+
+def test_the_rosenbrock_step_is_one_graph_without_breaks():
+    field = _stiff(F64)
+    y0 = torch.tensor([2.0, 0.0], dtype=F64)
+    c = odecore.PIDController(rtol=1e-6, atol=1e-8)
+    run = _compiled_step.stepper(odecore.Rodas5P(), c, 1.0).run  # type: ignore[attr-defined]
+    program = run.__wrapped__.__defaults__[0]
+    scalar = [torch.tensor(v, dtype=F64) for v in (0.0, 0.1, 1e-6, 1e-8, 1.0, 1.0)]
+    explanation = torch._dynamo.explain(_compiled_step._rosenbrock_step)(
+        field, y0, field(0.0, y0).detach(), *scalar, program
+    )
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+
+
+def test_a_singular_rosenbrock_matrix_is_retried_as_the_eager_solve_retries_it():
+    # y' = 8 y from dt0 = 0.5: I / (gamma h) - J = 8 - 8 = 0 for Rodas4's gamma = 1/4.
+    # The compiled step sees the singular factorisation and hands the step to the eager
+    # solver, whose failure the controller retries smaller.
+    y0 = torch.ones(1, dtype=F64)
+    kwargs = {"solver": odecore.Rodas4(), "t1": 1.0, "dt0": 0.5, "rtol": 1e-8}
+    eager = _solve(lambda t, y: 8.0 * y, y0, compile=False, **kwargs)
+    compiled = _solve(lambda t, y: 8.0 * y, y0, compile=True, **kwargs)
+    assert eager.stats.n_rejected > 0
+    assert (compiled.stats.n_accepted, compiled.stats.n_rejected) == (
+        eager.stats.n_accepted,
+        eager.stats.n_rejected,
+    )
+    assert _rel(compiled.ys, eager.ys) <= 1e-12

@@ -50,6 +50,7 @@ from ._controllers import SNAP, AbstractController, ConstantStepSize, PIDControl
 from ._errors import CompileFallbackWarning, Status
 from ._events import CALLBACKS
 from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
+from ._rosenbrock import _AbstractRosenbrock
 from ._solve import _check_derivative, _make_loop, _merge_stops, _tiny
 from ._solvers import (
     AbstractExplicitRK,
@@ -84,8 +85,14 @@ def method_reasons(
     reasons = []
     if backend:
         reasons.append("a SciPy method (SciPy takes the steps)")
+    elif isinstance(solver, _AbstractRosenbrock):
+        if type(solver).step_with is not _AbstractRosenbrock.step_with:
+            reasons.append(f"the solver {type(solver).__name__}, which overrides how it steps")
     elif not isinstance(solver, AbstractExplicitRK):
-        reasons.append(f"the solver {type(solver).__name__} (not an explicit Runge-Kutta method)")
+        reasons.append(
+            f"the solver {type(solver).__name__} (not an explicit Runge-Kutta or a "
+            "Rosenbrock method)"
+        )
     elif any(
         getattr(type(solver), name) is not getattr(AbstractExplicitRK, name)
         for name in ("step", "init", "interpolate", "reader")
@@ -669,7 +676,7 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
         on_step: Callable[[float, Tensor], None] | None = None,
         times: Any = None,
     ) -> LoopResult:
-        assert isinstance(solver, AbstractExplicitRK) and on_step is None and times is None
+        assert on_step is None and times is None
 
         def run_eagerly() -> LoopResult:
             return eager(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)

@@ -37,7 +37,7 @@ from ._gradients import (
     TimeTensors,
 )
 from ._per_sample import PerSampleLoop, check_per_sample, per_sample
-from ._solvers import AbstractSolver, StepResult
+from ._solvers import AbstractSolver, SolveState, StepResult
 
 State = Tensor | tuple[Tensor, ...]
 VectorField = Callable[[Tensor, State], State]
@@ -510,9 +510,12 @@ def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
     return tuple(torch.stack(parts) for parts in zip(*rows))  # type: ignore[arg-type]
 
 
-CompiledStep = Callable[[_Field, float, float, Tensor, Tensor, Any], tuple[StepResult, Adaptation]]
-"""A compiled step of the loop: ``(fe, s, s_next, y, f0, controller_state)`` to the
-step and the controller's verdict (``_compiled_step``)."""
+CompiledStep = Callable[
+    [_Field, float, float, Tensor, Tensor, Any, SolveState | None], tuple[StepResult, Adaptation]
+]
+"""A compiled step of the loop: ``(fe, s, s_next, y, f0, controller_state,
+solver_state)`` to the step and the controller's verdict (``_compiled_step``); it counts
+its Jacobians and factorisations in the solver's state."""
 
 
 @dataclass
@@ -600,7 +603,7 @@ def _integrate(
                 step = solver.step_with(state, fe, s, s_next, y, f0_step)
                 verdict = controller.adapt(s, s_next, y, step, solver, cstate)
             else:  # the step and the controller's verdict as one compiled graph
-                step, verdict = compiled(fe, s, s_next, y, f0_step, cstate)
+                step, verdict = compiled(fe, s, s_next, y, f0_step, cstate, state)
             stats.n_steps += 1
             cstate = verdict.state
             retry = not verdict.accept
