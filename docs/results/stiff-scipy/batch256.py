@@ -1,0 +1,88 @@
+"""The batch of 256 stiff Van der Pol oscillators of docs/odecore/stiff.md: per-sample
+Rodas5P and Rodas4 against SciPy's LSODA and Radau solving the systems one by one.
+
+mu evenly spaced over [100, 1000], y(0) = (2, 0), t in [0, 300], rtol = atol = 1e-6,
+float64, one thread, no gradient; three timed runs after a warm-up. The error is the
+largest over five oscillators of |y(300) - y_ref| / max(|y_ref|, 1), against SciPy's
+Radau at 1e-12. Run from the repository root (about two minutes):
+
+    python docs/results/stiff-scipy/batch256.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+import odecore
+import torch
+from scipy.integrate import solve_ivp
+
+B = 256
+F64 = torch.float64
+MUS = torch.linspace(100.0, 1000.0, B, dtype=F64).unsqueeze(1)
+CHECKED = (0, 63, 127, 191, 255)
+
+
+def batch(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x, v = y[..., :1], y[..., 1:]
+    return torch.cat([v, MUS * (1 - x * x) * v - x], dim=-1)
+
+
+def one(t: float, y: np.ndarray, mu: float) -> list[float]:
+    return [y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]]
+
+
+def jac(t: float, y: np.ndarray, mu: float) -> list[list[float]]:
+    return [[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1, mu * (1 - y[0] ** 2)]]
+
+
+def scipy_solve(i: int, method: str, tol: float) -> np.ndarray:
+    mu = float(MUS[i])
+    r = solve_ivp(partial(one, mu=mu), (0, 300), [2, 0], method=method, rtol=tol, atol=tol,
+                  jac=partial(jac, mu=mu))  # fmt: skip
+    return r.y[:, -1]
+
+
+def timed(run: Callable[[], object]) -> tuple[list[float], object]:
+    out = run()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        out = run()
+        times.append(time.perf_counter() - start)
+    return times, out
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    refs = {i: scipy_solve(i, "Radau", 1e-12) for i in CHECKED}
+    y0 = torch.tensor([[2.0, 0.0]], dtype=F64).repeat(B, 1)
+    for solver in (odecore.Rodas5P, odecore.Rodas4):
+        control = odecore.PIDController(rtol=1e-6, atol=1e-6, per_sample=True)
+        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0,
+                      solver=solver(independent=True), controller=control)  # fmt: skip
+        with torch.no_grad():
+            times, sol = timed(run)
+        assert isinstance(sol, odecore.Solution)
+        err = max(
+            np.abs(sol.ys[-1, i].numpy() - ref).max() / max(np.abs(ref).max(), 1.0)
+            for i, ref in refs.items()
+        )
+        steps = sol.n_accepted_per_sample
+        assert steps is not None
+        print(f"{solver.__name__} per sample: median {statistics.median(times):.3f} s "
+              f"{[round(t, 3) for t in times]}, {sol.stats.n_steps} batch steps (per "
+              f"oscillator {int(steps.min())} to {int(steps.max())}, median "
+              f"{int(steps.median())}), error {err:.1e}", flush=True)  # fmt: skip
+    for method in ("LSODA", "Radau"):
+        times, _ = timed(lambda method=method: [scipy_solve(i, method, 1e-6) for i in range(B)])
+        print(f"SciPy {method}, one after another: median {statistics.median(times):.3f} s "
+              f"{[round(t, 3) for t in times]}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
