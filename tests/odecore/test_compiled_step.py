@@ -101,16 +101,23 @@ def test_gradients_through_the_compiled_steps_match_eager(problem, t0, t1):
         assert _rel(got, want) <= 1e-10
 
 
-def test_the_step_is_one_graph_without_breaks():
+@pytest.mark.parametrize(
+    ("solver", "step", "state"),
+    [
+        (odecore.Dopri5(), _compiled_step._step, (16, 2)),
+        (odecore.Rodas5P(), _compiled_step._rosenbrock_step, (2,)),
+        (odecore.Rodas5P(independent=True), _compiled_step._rosenbrock_step, (16, 2)),
+    ],
+    ids=["dopri5", "rodas5p", "rodas5p-independent"],
+)
+def test_the_step_is_one_graph_without_breaks(solver, step, state):
     field = VanDerPol(F64)
-    y0 = torch.randn(16, 2, dtype=F64)
+    y0 = torch.randn(*state, dtype=F64)
     c = odecore.PIDController(rtol=1e-6, atol=1e-8)
-    run = _compiled_step.stepper(odecore.Dopri5(), c, 1.0).run  # type: ignore[attr-defined]
+    run = _compiled_step.stepper(solver, c, 1.0).run  # type: ignore[attr-defined]
     program = run.__wrapped__.__defaults__[0]
     scalar = [torch.tensor(v, dtype=F64) for v in (0.0, 0.1, 1e-6, 1e-8, 1.0, 1.0)]
-    explanation = torch._dynamo.explain(_compiled_step._step)(
-        field, y0, field(0.0, y0).detach(), *scalar, program
-    )
+    explanation = torch._dynamo.explain(step)(field, y0, field(0.0, y0).detach(), *scalar, program)
     assert explanation.graph_break_count == 0
     assert explanation.graph_count == 1
 
@@ -211,20 +218,6 @@ def test_gradients_through_compiled_rosenbrock_steps_match_eager(solver, t0, t1)
         grads.append(torch.autograd.grad(loss, (x, field.mu)))
     for got, want in zip(grads[1], grads[0]):
         assert _rel(got, want) <= 1e-10
-
-
-def test_the_rosenbrock_step_is_one_graph_without_breaks():
-    field = _stiff(F64)
-    y0 = torch.tensor([2.0, 0.0], dtype=F64)
-    c = odecore.PIDController(rtol=1e-6, atol=1e-8)
-    run = _compiled_step.stepper(odecore.Rodas5P(), c, 1.0).run  # type: ignore[attr-defined]
-    program = run.__wrapped__.__defaults__[0]
-    scalar = [torch.tensor(v, dtype=F64) for v in (0.0, 0.1, 1e-6, 1e-8, 1.0, 1.0)]
-    explanation = torch._dynamo.explain(_compiled_step._rosenbrock_step)(
-        field, y0, field(0.0, y0).detach(), *scalar, program
-    )
-    assert explanation.graph_break_count == 0
-    assert explanation.graph_count == 1
 
 
 def test_a_singular_rosenbrock_matrix_is_retried_as_the_eager_solve_retries_it():
