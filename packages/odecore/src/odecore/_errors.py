@@ -44,8 +44,8 @@ class CompileFallbackWarning(UserWarning):
     """A solve asked for ``compile=True`` ran eagerly; the message names what did not
     compile and why.
 
-    Raised, once per message, for what compiled solves do not cover yet (implicit and
-    SciPy solvers, events, ``Adjoint`` and ``Checkpoint``, ``SaveAt(dense=True)``,
+    Raised, once per message, for what compiled solves do not cover yet (implicit
+    Runge-Kutta, ``Kvaerno5`` and SciPy solvers, events, ``Adjoint`` and ``Checkpoint``, ``SaveAt(dense=True)``,
     times that require grad, and adaptive solves with jumps, tuple states or a norm of
     their own), when inductor cannot run (no C++ compiler), and when ``torch.compile``
     fails on the vector field. The result is the eager solve's.

@@ -851,8 +851,9 @@ def solve(
         compile: compile the solve with ``torch.compile`` (``fullgraph=True``),
             forward and backward, with the same result. An explicit fixed-step
             solver with :class:`ConstantStepSize` runs as one graph; an explicit
-            adaptive one with :class:`PIDController` takes every step as one
-            compiled graph, in the eager loop. Both need :class:`Autograd`;
+            adaptive one or a Rosenbrock one (:class:`Rodas5P`, :class:`Rodas4`)
+            with :class:`PIDController` takes every step as one compiled graph, in
+            the eager loop. Both need :class:`Autograd`;
             anything else, or a machine where inductor cannot run, solves eagerly
             with one :class:`CompileFallbackWarning` that says why. The first call
             compiles (seconds; for fixed steps, again for a new number of steps);

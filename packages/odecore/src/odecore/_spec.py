@@ -256,7 +256,8 @@ class OdeSpec:
         ``compile=True`` would compile them.
 
         Compiled solves cover explicit Runge-Kutta methods, fixed-step with
-        :class:`ConstantStepSize` or adaptive with :class:`PIDController`, and
+        :class:`ConstantStepSize` or adaptive with :class:`PIDController`, the
+        Rosenbrock methods with :class:`PIDController`, and
         :class:`Autograd` (see :func:`solve`'s ``compile``). A solve of a spec that
         compiles may still run eagerly for what the spec does not hold: an event,
         dense output, output times that require grad, jumps of an adaptive solve, or
