@@ -234,3 +234,17 @@ def test_a_singular_rosenbrock_matrix_is_retried_as_the_eager_solve_retries_it()
         eager.stats.n_rejected,
     )
     assert _rel(compiled.ys, eager.ys) <= 1e-12
+
+
+@pytest.mark.parametrize("independent", [False, True], ids=["dense", "per-sample"])
+def test_a_compiled_half_precision_rosenbrock_step_factorises_in_float32(independent):
+    def decay(t, y):
+        return -50.0 * (y - torch.cos(t))
+
+    y0 = torch.tensor([[2.0, 0.5], [1.0, -0.5]])
+    kwargs = {"solver": odecore.Rodas5P(independent=independent), "t1": 1.0}
+    exact = _solve(decay, y0.double(), compile=False, rtol=1e-10, **kwargs).ys
+    for compile in (False, True):
+        sol = _solve(decay, y0.bfloat16(), compile=compile, rtol=1e-2, **kwargs)
+        assert sol.ys.dtype == torch.bfloat16
+        assert (sol.ys.double() - exact).abs().max() < 5e-2  # the tolerance, in bfloat16

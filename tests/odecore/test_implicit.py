@@ -952,3 +952,16 @@ def test_radau5_rate_on_a_known_value():
     pade = (1 + 2 * z / 5 + z**2 / 20) / (1 - 3 * z / 5 + 3 * z**2 / 20 - z**3 / 60)
     assert sol.ys[-1].item() == pytest.approx(pade, rel=1e-13)
     assert pade == pytest.approx(math.exp(z), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [odecore.Kvaerno5(), odecore.RadauIIA5(), odecore.ImplicitEuler(), odecore.Rodas5P()],
+    ids=lambda s: type(s).__name__,
+)
+def test_an_empty_state_is_solved(solver):
+    # Its Jacobian is 0 x 0: no vector-Jacobian product to batch (an IndexError once).
+    y0 = torch.ones(0, dtype=torch.float64)
+    sol = odecore.solve(lambda t, y: -y, y0, t0=0.0, t1=1.0, solver=solver, dt0=0.25)
+    assert sol.status == odecore.Status.SUCCESS
+    assert sol.ys.shape == (1, 0)

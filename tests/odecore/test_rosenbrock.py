@@ -213,6 +213,25 @@ def test_robertson_agrees_with_a_tight_radau_solve(method):
     np.testing.assert_allclose(sol.ys.numpy(), ref.y.T, rtol=1e-4, atol=1e-9)
 
 
+@METHODS
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("independent", [False, True], ids=["dense", "per-sample"])
+def test_a_half_precision_state_is_factorised_in_float32(method, dtype, independent):
+    # LAPACK has no half-precision LU: the matrix is factorised in float32 and the
+    # stages are rounded back, so the solution keeps the state's dtype and tolerance.
+    y0 = torch.tensor([[2.0, 0.5], [1.0, -0.5]])
+    sols = {}
+    for dt in (dtype, F64):
+        sols[dt] = odecore.solve(
+            _prothero_robinson, y0.to(dt), t0=0.0, t1=2.0, solver=method(independent=independent),
+            controller=odecore.PIDController(rtol=1e-2, atol=1e-2),
+        )  # fmt: skip
+    assert sols[dtype].ys.dtype == dtype
+    exact = torch.cos(torch.tensor(2.0, dtype=F64))
+    assert (sols[dtype].ys[-1].double() - exact).abs().max() < 3e-2
+    assert (sols[F64].ys[-1] - exact).abs().max() < 1e-2
+
+
 def _prothero_robinson(t, y):
     return -1000.0 * (y - torch.cos(t)) - torch.sin(t)
 

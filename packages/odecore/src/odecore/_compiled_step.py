@@ -173,6 +173,8 @@ def _rosenbrock_step(
     else:
         n = y0.numel()
         jac = torch.func.jacrev(lambda y: field(start, y))(y0).reshape(n, n)
+    if jac.dtype in (torch.float16, torch.bfloat16):  # factorised in float32, as eager
+        jac = jac.float()
     eye = torch.eye(n, dtype=jac.dtype, device=jac.device)
     lu, pivots, info = torch.linalg.lu_factor_ex(eye / (tab.gamma * h).to(jac.dtype) - jac)
 
@@ -214,18 +216,20 @@ def _lu_solver(lu: Tensor, pivots: Tensor, rows: bool) -> Callable[[Tensor], Ten
     """``r -> M^{-1} r`` from ``torch.linalg.lu_factor``'s ``M = P L U`` (per sample
     when ``rows``), for ``r`` shaped like the state."""
     n = lu.shape[-1]
+    if n == 0:  # an empty state
+        return lambda r: r
     if n > UNROLLED:
 
         def lapack(r: Tensor) -> Tensor:
             rhs = r.reshape(r.shape[0], -1, 1) if rows else r.reshape(-1, 1)
-            x: Tensor = torch.linalg.lu_solve(lu, pivots, rhs)
-            return x.view_as(r)
+            x: Tensor = torch.linalg.lu_solve(lu, pivots, rhs.to(lu.dtype))
+            return x.to(r.dtype).view_as(r)
 
         return lapack
     perm = torch.lu_unpack(lu, pivots, unpack_data=False)[0].transpose(-1, -2)
 
     def substitute(r: Tensor) -> Tensor:
-        flat = r.reshape(r.shape[0], n) if rows else r.reshape(n)
+        flat = (r.reshape(r.shape[0], n) if rows else r.reshape(n)).to(lu.dtype)
         x = (perm * flat.unsqueeze(-2)).sum(-1)  # P^T r
         low: list[Tensor] = []  # L y = P^T r, L unit lower triangular
         for i in range(n):
@@ -233,13 +237,13 @@ def _lu_solver(lu: Tensor, pivots: Tensor, rows: bool) -> Callable[[Tensor], Ten
             for j in range(i):
                 v = v - lu[..., i, j] * low[j]
             low.append(v)
-        up: list[Tensor] = [low[0]] * n  # U z = y
+        up = list(low)  # U z = y, from the last row up
         for i in reversed(range(n)):
             v = low[i]
             for j in range(i + 1, n):
                 v = v - lu[..., i, j] * up[j]
             up[i] = v / lu[..., i, i]
-        return torch.stack(up, dim=-1).view_as(r)
+        return torch.stack(up, dim=-1).to(r.dtype).view_as(r)
 
     return substitute
 

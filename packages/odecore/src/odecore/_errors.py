@@ -45,10 +45,11 @@ class CompileFallbackWarning(UserWarning):
     compile and why.
 
     Raised, once per message, for what compiled solves do not cover yet (implicit
-    Runge-Kutta, ``Kvaerno5`` and SciPy solvers, events, ``Adjoint`` and ``Checkpoint``, ``SaveAt(dense=True)``,
-    times that require grad, and adaptive solves with jumps, tuple states or a norm of
-    their own), when inductor cannot run (no C++ compiler), and when ``torch.compile``
-    fails on the vector field. The result is the eager solve's.
+    Runge-Kutta, ``Kvaerno5`` and SciPy solvers, events, ``Adjoint`` and
+    ``Checkpoint``, ``SaveAt(dense=True)``, times that require grad, and adaptive
+    solves with jumps, tuple states or a norm of their own), when inductor cannot run
+    (no C++ compiler), and when ``torch.compile`` fails on the vector field. The result
+    is the eager solve's.
 
     Example:
         >>> import warnings, torch, odecore

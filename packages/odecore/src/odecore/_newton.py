@@ -249,6 +249,8 @@ def jacobian_of(out: Tensor, x: Tensor, create_graph: bool = False) -> Tensor:
     a graph from ``x``: one batched backward pass (row by row where an operation has
     no batching rule); with its own graph only under ``create_graph``."""
     n = x.numel()
+    if n == 0:  # an empty state: no product to batch
+        return out.new_zeros(0, 0)
     eye = torch.eye(n, dtype=out.dtype, device=out.device).view(n, *out.shape)
     with torch.enable_grad():
         try:

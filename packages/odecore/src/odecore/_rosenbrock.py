@@ -264,6 +264,8 @@ def _blocks(x: Tensor, out: Tensor, graph: bool) -> Tensor:
     """The diagonal blocks ``∂out[b]/∂x[b]``, ``(batch, n, n)``, from one batched
     backward pass of ``n`` products on the batch's sum (``out`` has a graph from ``x``)."""
     batch, n = x.shape[0], x[0].numel()
+    if n == 0:  # empty samples: no product to batch
+        return x.new_zeros(batch, 0, 0)
     eye = torch.eye(n, dtype=out.dtype, device=out.device)
     v = eye.unsqueeze(1).expand(n, batch, n).reshape(n, *out.shape)
     with torch.enable_grad():
@@ -310,20 +312,22 @@ def _coupled(f: Field, t: float, y: Tensor) -> bool:
 
 
 class _Matrix:
-    """``I / (gamma h) - J``, LU-factorised: dense ``(n, n)`` or per sample ``(B, n, n)``."""
+    """``I / (gamma h) - J``, LU-factorised: dense ``(n, n)`` or per sample ``(B, n, n)``;
+    in float32 for a half-precision state, which LAPACK does not factorise (as Newton's
+    matrices)."""
 
     def __init__(self, jac: Tensor, gh: float) -> None:
-        m = jac.neg()
+        m = jac.neg() if jac.dtype not in (torch.float16, torch.bfloat16) else -jac.float()
         m.diagonal(dim1=-2, dim2=-1).add_(1.0 / gh)
         self.batched = jac.dim() == 3
         self.lu, self.pivots, info = torch.linalg.lu_factor_ex(m)  # differentiable
         self.ok = not bool(info.any())  # a zero pivot: info > 0
 
     def solve(self, r: Tensor) -> Tensor:
-        """``M^{-1} r`` for ``r`` shaped like the state."""
+        """``M^{-1} r`` for ``r`` shaped like the state, in its dtype."""
         rhs = r.reshape(r.shape[0], -1, 1) if self.batched else r.reshape(-1, 1)
-        x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs)
-        return x.view_as(r)
+        x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs.to(self.lu.dtype))
+        return x.to(r.dtype).view_as(r)
 
 
 def _time_step(t0: float, h: float, dtype: torch.dtype) -> float:
