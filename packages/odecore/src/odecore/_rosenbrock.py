@@ -240,8 +240,8 @@ def _rodas5p_tableau() -> RosenbrockTableau:
 RODAS5P_TABLEAU = _rodas5p_tableau()
 """Steinebach's Rodas5P, a stiffly accurate Rosenbrock method of order 5 with an
 embedded method of order 4, eight stages, L-stable, in the transformed form of
-:data:`RODAS4_TABLEAU` (the coefficients as published with Julia's OrdinaryDiffEq,
-where Rodas5P first appeared). Its coefficients also meet the conditions that keep
+:data:`RODAS4_TABLEAU` (the coefficients as published with Julia's OrdinaryDiffEq).
+Its coefficients also meet the conditions that keep
 the order on the Prothero-Robinson problem ``y' = lambda (y - g(t)) + g'(t)`` for
 stiff ``lambda``, where RODAS loses it. The last three stages are at ``t0 + h``; the
 error estimate is ``u_8``. The continuous extension (three rows of ``dense``) is of
