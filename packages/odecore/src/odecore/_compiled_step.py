@@ -173,8 +173,7 @@ def _rosenbrock_step(
     else:
         n = y0.numel()
         jac = torch.func.jacrev(lambda y: field(start, y))(y0).reshape(n, n)
-    if jac.dtype in (torch.float16, torch.bfloat16):  # factorised in float32, as eager
-        jac = jac.float()
+    jac = jac.to(torch.promote_types(jac.dtype, torch.float32))  # half: float32, as eager
     eye = torch.eye(n, dtype=jac.dtype, device=jac.device)
     lu, pivots, info = torch.linalg.lu_factor_ex(eye / (tab.gamma * h).to(jac.dtype) - jac)
 

@@ -317,7 +317,7 @@ class _Matrix:
     matrices)."""
 
     def __init__(self, jac: Tensor, gh: float) -> None:
-        m = jac.neg() if jac.dtype not in (torch.float16, torch.bfloat16) else -jac.float()
+        m = -jac.to(torch.promote_types(jac.dtype, torch.float32))  # a new tensor
         m.diagonal(dim1=-2, dim2=-1).add_(1.0 / gh)
         self.batched = jac.dim() == 3
         self.lu, self.pivots, info = torch.linalg.lu_factor_ex(m)  # differentiable
