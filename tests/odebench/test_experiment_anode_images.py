@@ -16,7 +16,6 @@ from odebench.experiments import (
     MODES,
     RunOptions,
     Setup,
-    Stat,
     TrainingSettings,
     Values,
     run_template,
@@ -72,18 +71,14 @@ def test_quick_and_standard_run_on_one_thread() -> None:
     assert anode_images.TEMPLATE.one_thread_modes == ("quick", "standard")
 
 
-def test_mode_notes_say_what_each_mode_trains() -> None:
-    quick, standard, full = (
-        anode_images._mode_note(m, anode_images.TEMPLATE.settings_for(m)) for m in MODES
-    )
-    assert "smoke test" in quick and "1 epoch(s) of 128 images" in quick
-    assert standard.startswith(
-        "This run, sized for a CPU, trains 2 epoch(s) of 2000 images (500 steps of batch 8), "
-        "where the authors' configuration trains 20 epochs of all 60,000 at batch 256"
-    )
-    assert "The claim that both reach 95% on MNIST says whether they still trained" in standard
-    assert "smoke test" not in standard
-    assert full.startswith("This run trains on all the images, where the authors'")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_text_states_each_modes_training(mode: str) -> None:
+    s = anode_images.TEMPLATE.settings_for(mode)
+    text = Prose.of(anode_images.TEXT).report.format_map({"s": s, "table": {"table1": ""}})
+    assert f"{s.epochs} epoch(s); Adam, learning rate 0.001, batch {s.batch_size};" in text
+    assert f"test images per data set: {s.train_size} and {s.test_size}" in text
+    assert "A quick run's models are barely trained" in text
+    assert "2 epochs of 2,000 images (500 steps of batch 8)" in text  # the standard mode's
 
 
 def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
@@ -128,10 +123,13 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
             f"{dataset}_parameters_on_budget": "check",
         }
         assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
-        # MNIST's details are in the text; another data set's are the same words, filled.
-        assert all(bool(c.detail) is (dataset != "mnist") for c in claims)
-    details = Prose.of(anode_images.TEXT).details
-    assert list(details) == [c.key for c in anode_images.dataset_claims("mnist")]
+        # Every data set's details are the same words: the text's parts.
+        assert all(c.detail for c in claims)
+    prose = Prose.of(anode_images.TEXT)
+    assert not prose.details
+    assert [f"mnist_{part}" for part in prose.parts] == [
+        c.key for c in anode_images.dataset_claims("mnist")
+    ]
 
 
 def _seeds(*pairs: tuple[float, float], images: int = 1000) -> list[Any]:
@@ -144,21 +142,18 @@ def _seeds(*pairs: tuple[float, float], images: int = 1000) -> list[Any]:
 
 
 def test_anode_more_accurate_is_a_paired_difference_above_its_standard_error() -> None:
-    claim = {c.key: c for c in anode_images.dataset_claims("mnist", 1000)}[
-        "mnist_anode_more_accurate"
-    ]
+    claim = {c.key: c for c in anode_images.dataset_claims("mnist")}["mnist_anode_more_accurate"]
     # the standard error of the difference is about 0.6-0.8 points here
     verdict = claim.check(_seeds((0.975, 0.96), (0.965, 0.96), (0.99, 0.97)))
     assert verdict.ours.values == pytest.approx((0.015, 0.005, 0.02))
     assert verdict.held_on == (True, False, True)  # half a point is within the noise
     assert verdict.words == "held on 2 of 3 seeds"
     assert verdict.published == "+1.8 points"  # Table 1: 98.2% against 96.4%
-    fields = anode_images.claim_fields("mnist", 1000)
-    assert fields["images"] == "On 1,000 test images per seed one image is 0.1 points"
-    svhn = {c.key: c for c in anode_images.dataset_claims("svhn", 1000)}
-    detail = svhn["svhn_anode_more_accurate"].detail
-    assert "one image is 0.1 points" in detail and "standard error" in detail
-    assert "smaller than the paper's 2.5 points" in detail  # SVHN's: 83.5% against 81.0%
+    svhn = {c.key: c for c in anode_images.dataset_claims("svhn")}["svhn_anode_more_accurate"]
+    assert "one image is 0.1 points" in svhn.detail and "standard error" in svhn.detail
+    svhn_seeds = [Values({f"svhn/{m}": {"test_acc": 0.8, "test_images": 1000}
+                          for m in ("anode", "node")})]  # fmt: skip
+    assert svhn.check(svhn_seeds).published == "+2.5 points"  # SVHN's: 83.5% against 81.0%
     assert claim.check(_seeds((0.97, 0.96), images=100)).held_on == (False,)  # n matters
 
 
@@ -169,7 +164,7 @@ def test_standard_error_is_the_binomial_one_of_the_difference() -> None:
 
 
 def test_a_model_below_95_percent_is_not_a_comparison() -> None:
-    claims = {c.key: c for c in anode_images.dataset_claims("mnist", 1000)}
+    claims = {c.key: c for c in anode_images.dataset_claims("mnist")}
     seeds = _seeds((0.97, 0.94), (0.98, 0.96), (0.93, 0.90))  # the NODE untrained on two
     trained = claims["mnist_both_trained"].check(seeds)
     assert trained.held_on == (False, True, False) and trained.status == "mixed"
@@ -182,21 +177,14 @@ def test_a_model_below_95_percent_is_not_a_comparison() -> None:
     assert untrained.status == "not held"
 
 
-def test_the_report_says_plainly_when_a_model_did_not_train(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
-    def result(node: list[float], anode: list[float]) -> Any:
-        metrics = {"mnist/node": {"test_acc": Stat.of(node)},
-                   "mnist/anode": {"test_acc": Stat.of(anode)}}  # fmt: skip
-        setup = SimpleNamespace(seeds=tuple(range(len(node))))
-        return SimpleNamespace(setup=setup, stat=lambda ref: metrics[ref.run][ref.key])
-
-    fine = anode_images.trained_note(result([0.96, 0.95], [0.97, 0.98]), "mnist")
-    assert fine.startswith("On MNIST both models reached 95% test accuracy on every seed")
-    bad = anode_images.trained_note(result([0.96, 0.93, 0.90], [0.97, 0.98, 0.99]), "mnist")
-    assert bad.startswith("**Not reproduced: a model did not train.** On MNIST")
-    assert "the NODE on 1 of 3, the ANODE on 3 of 3 seeds reached it" in bad
-    assert "on 2 of 3 seeds the accuracy comparison is not a test of Table 1" in bad
+def test_the_claims_say_on_which_seeds_a_model_did_not_train() -> None:
+    claims = {c.key: c for c in anode_images.dataset_claims("mnist")}
+    fine = claims["mnist_both_trained"].check(_seeds((0.97, 0.96), (0.98, 0.95)))
+    assert fine.held_on == (True, True) and fine.status == "held"
+    seeds = _seeds((0.97, 0.96), (0.98, 0.93), (0.99, 0.90))  # the NODE trained on 1 of 3
+    bad = claims["mnist_both_trained"].check(seeds)
+    assert bad.held_on == (True, False, False) and bad.words.startswith("mixed: held on 1 of 3")
+    assert claims["mnist_anode_more_accurate"].check(seeds).held_on == (True, False, False)
 
 
 @pytest.mark.slow
@@ -258,22 +246,16 @@ def test_report_has_the_rows_and_the_published_numbers(
     first, _, rest = text.partition("\n")
     assert first.startswith("# ")
     assert rest.lstrip().startswith("`odebench run anode-images --quick`")
-    for row in ("| NODE |", "| ANODE |", "96.4 ± 0.5%", "98.2 ± 0.1%", "| 84k |"):
+    for row in ("| MNIST, NODE |", "| MNIST, ANODE |", "96.4 ± 0.5%", "98.2 ± 0.1%", "| 84k |"):
         assert row in text, row
-    assert "## CIFAR-10" in text and "53.7 ± 0.2%" in text
-    assert "Not run here: needs CIFAR-10 (`odebench download cifar10`), or give its" in text
-    assert "Not run here: needs SVHN (`odebench download svhn`)" in text
-    assert "This is a quick run" in text
-    assert "## Did the models train?" in text
-    assert "**Not reproduced: a model did not train.** On MNIST" in text
-    assert "not published" in text
+    assert "| CIFAR-10" not in text and "53.7 ± 0.2%" in text  # not found: the paper's only
+    assert "A quick run's models are barely trained" in text
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers
-    for claim in anode_images.dataset_claims("mnist", TINY.test_size):
+    for claim in anode_images.dataset_claims("mnist"):
         row = f"| **{claim.text}**: {summary['claims'][claim.key]['detail']} |"
         assert row in (checks if claim.kind == "check" else papers), claim.key
     assert "| +1.8 points |" in papers  # the published difference, in the claim's format
-    assert "On 16 test images per seed one image is 6.2 points" in papers
     for name in FIGURES:
         assert f"]({name})" in text, name
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._figures import Lines, Point, Style, seed_lines
+from .._figures import Lines, Style, seed_lines
 from .._io import JsonObject
 from ..models import ode_layers
 from ..training import Epoch, Task, TrainConfig, default_row
@@ -43,21 +43,10 @@ def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> Tr
         ('adam', 'dopri5', 0.001, 0.001, 'backprop', 3)
     """
     return TrainConfig(
-        model=model,
-        dataset=dataset,
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        optimizer="adam",
-        lr=s.lr,
-        train_size=s.train_size,
-        test_size=s.test_size,
-        rtol=1e-3,
-        atol=1e-3,
-        method="dopri5",
-        gradient="backprop",
-        activation="relu",
-        seed=seed,
-    )
+        model=model, dataset=dataset, epochs=s.epochs, batch_size=s.batch_size, optimizer="adam",
+        lr=s.lr, train_size=s.train_size, test_size=s.test_size, rtol=1e-3, atol=1e-3,
+        method="dopri5", gradient="backprop", activation="relu", seed=seed,
+    )  # fmt: skip
 
 
 def epoch_numbers(
@@ -66,16 +55,13 @@ def epoch_numbers(
     """The last epoch's ``{metric: column}`` of ``final``, the NFE of the first and last
     epoch, and ``extra``; details: the ``curve`` of those columns per epoch."""
     rows = trained.history
-    keys = ("epoch", "nfe_forward", *final.values())
+    keys = dict.fromkeys(("epoch", "nfe_forward", *final.values()))
+    first, last = NFE_FIRST.key(), NFE_LAST.key()
     return Measurement(
-        {
-            **{metric: rows[-1][column] for metric, column in final.items()},
-            NFE_FIRST.key(): rows[0]["nfe_forward"],
-            NFE_LAST.key(): rows[-1]["nfe_forward"],
-            **extra,
-        },
-        {"curve": [{k: row[k] for k in dict.fromkeys(keys)} for row in rows]},
-    )
+        {**{metric: rows[-1][column] for metric, column in final.items()},
+         first: rows[0]["nfe_forward"], last: rows[-1]["nfe_forward"], **extra},
+        {"curve": [{k: row[k] for k in keys} for row in rows]},
+    )  # fmt: skip
 
 
 def curves(result: Result[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
@@ -84,16 +70,10 @@ def curves(result: Result[Any], run: str) -> list[Sequence[Mapping[str, Any]]]:
 
 
 def curve_panels(
-    result: Result[Any],
-    groups: Sequence[tuple[str, str]],
-    key: str,
-    ylabel: str,
-    *,
-    test: str | None = None,
-    yscale: str = "linear",
-    models: Sequence[str] = MODELS,
+    result: Result[Any], groups: Sequence[tuple[str, str]], key: str, ylabel: str, *,
+    test: str | None = None, yscale: str = "linear", models: Sequence[str] = MODELS,
     x: str | None = None,
-) -> list[Lines]:
+) -> list[Lines]:  # fmt: skip
     """A panel of ``key`` over the seeds per ``(prefix, title)`` of ``groups``, a line per
     run ``<prefix>/<model>``; ``test``, ``yscale`` and ``x`` as for ``seed_lines``."""
     panels = []
@@ -103,35 +83,23 @@ def curve_panels(
             LABELS[m]: Style("o-" if len(runs[LABELS[m]][0]) <= 40 else "-", COLORS[m])
             for m in models
         }
-        panels.append(
-            seed_lines(
-                title, x or "epoch", ylabel, runs, key, styles=styles, x=x, test=test, yscale=yscale
-            )
-        )
+        panels.append(seed_lines(title, x or "epoch", ylabel, runs, key, styles=styles, x=x,
+                                 test=test, yscale=yscale))  # fmt: skip
     return panels
 
 
 def mse_task(
-    s: TrainingSettings,
-    model: Callable[[], nn.Module],
-    data: tuple[Tensor, Tensor],
-    seed: int,
-    run: str,
-    row: Callable[[Epoch], JsonObject] = default_row,
-) -> Task:
+    s: TrainingSettings, model: Callable[[], nn.Module], data: tuple[Tensor, Tensor], seed: int,
+    run: str, row: Callable[[Epoch], JsonObject] = default_row,
+) -> Task:  # fmt: skip
     """Adam on the MSE of ``data`` (inputs, targets), seeded: every model of a seed sees
     the same batches (the last partial one dropped)."""
     return Task(
-        model=model,
-        data=data,
+        model=model, data=data, optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
         loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
-        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        seed=seed,
-        row=row,
+        epochs=s.epochs, batch_size=s.batch_size, seed=seed, row=row,
         settings={"run": run, "seed": seed, **dataclasses.asdict(s)},
-    )
+    )  # fmt: skip
 
 
 def mse(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
@@ -188,27 +156,22 @@ def flow_1d(model: nn.Module, steps: Callable[[Tensor], list[Tensor]] | None = N
     }
 
 
-def flow_panels(seed: int, flows: Mapping[str, Mapping[str, Any]]) -> list[Lines]:
+def flow_panels(flows: Mapping[str, Mapping[str, Any]]) -> list[Lines]:
     """The learned maps against g(x), then each model's trajectories over depth (blue
     where g = -1, red where g = +1); ``flows``: :func:`flow_1d` by model."""
     x = torch.linspace(-1.5, 1.5, MAP_POINTS).tolist()
-    maps: dict[str, list[Point]] = {
-        "g(x)": [(v, -1.0 if abs(v) <= 0.5 else 1.0 if abs(v) >= 1.0 else None) for v in x],
-        **{LABELS[m]: list(zip(f["map"]["x"], f["map"]["prediction"])) for m, f in flows.items()},
-    }
+    g = [(v, -1.0 if abs(v) <= 0.5 else 1.0 if abs(v) >= 1.0 else None) for v in x]
+    maps = {LABELS[m]: list(zip(f["map"]["x"], f["map"]["prediction"])) for m, f in flows.items()}
     styles = {"g(x)": Style("-", "0.5"), **{LABELS[m]: Style("-", COLORS[m]) for m in flows}}
-    panels = [Lines(f"learned map, seed {seed}", "x", "prediction", maps, styles)]
+    panels = [Lines("learned map, first seed", "x", "prediction", {"g(x)": g, **maps}, styles)]
     for model, flow in flows.items():
         paths = flow["paths"]
+        names = [f"_{start}" for start in paths["starts"]]  # "_": not in the legend
+        colors = ["tab:blue" if abs(start) <= 0.5 else "tab:red" for start in paths["starts"]]
         fmt = "o-" if model == "resnet" else "-"  # discrete steps: a point per block
-        starts = [f"_{start}" for start in paths["starts"]]  # "_": not in the legend
         panels.append(Lines(
-            f"{LABELS[model]} trajectories (blue: g = -1)",
-            "depth (block k / blocks)" if model == "resnet" else "depth t",
-            "h(t), first coordinate",
-            {k: list(zip(paths["depths"], states)) for k, states in zip(starts, paths["states"])},
-            {k: Style(fmt, "tab:blue" if abs(start) <= 0.5 else "tab:red")
-             for k, start in zip(starts, paths["starts"])},
-            legend=None,
+            f"{LABELS[model]} trajectories (blue: g = -1)", "depth", "h(t), first coordinate",
+            {name: list(zip(paths["depths"], h)) for name, h in zip(names, paths["states"])},
+            {name: Style(fmt, color) for name, color in zip(names, colors)}, legend=None,
         ))  # fmt: skip
     return panels

@@ -14,15 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._figures import Lines
 from .._io import JsonObject, whole
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
 from . import _anode_common as common
 from ._claims import Claim
 from ._metrics import Metric, Values
-from ._registry import fmt
-from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
@@ -43,7 +40,6 @@ TRAIN_MSE = Metric("train_mse", spec=".4f")
 TEST_MSE = Metric("test_mse", spec=".4f")
 MEAN_LOSS = Metric("mean_train_loss", spec=".3f")
 PARAMETERS = Metric("parameters", spec=".0f")
-SECONDS = Metric("train_seconds", spec=".0f")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +64,11 @@ STANDARD = ResnetSettings(
     seeds=5, epochs=30, lr=1e-3, batch_size=64, train_size=3000, test_size=1000, record_every=20
 )
 MODES = {
-    "quick": ResnetSettings(
-        seeds=2, epochs=4, lr=3e-3, batch_size=64, train_size=600, test_size=200, record_every=3
-    ),
+    "quick": ResnetSettings(seeds=2, epochs=4, lr=3e-3, batch_size=64, train_size=600,
+                            test_size=200, record_every=3),
     "standard": STANDARD,
     "full": dataclasses.replace(STANDARD, seeds=20),
-}
+}  # fmt: skip
 
 
 def shifted_sines(
@@ -213,7 +208,6 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
         TEST_MSE.key(): common.mse(model, test_set.inputs, test_set.targets),
         MEAN_LOSS.key(): _mean([loss for _, loss in curve]),
         PARAMETERS.key(): float(count_parameters(model)),
-        SECONDS.key(): trained.seconds,
     }
     resnet = model if isinstance(model, ToyResNet) else None
     details: JsonObject = {"curve": [{"iteration": i, "train_loss": loss} for i, loss in curve]}
@@ -223,10 +217,6 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
         if model_name == "node":
             metrics[common.FLOOR.key()] = common.monotone_floor(train_set.inputs, train_set.targets)
         details.update(common.flow_1d(model.cpu(), resnet.states if resnet else None))
-    setup.log(
-        f"[{trained.run.name} seed {trained.seed}] train MSE "
-        f"{fmt(metrics[TRAIN_MSE.key()])}, test MSE {fmt(metrics[TEST_MSE.key()])}"
-    )
     return Measurement(metrics, details)
 
 
@@ -274,51 +264,21 @@ CLAIMS = [
 ]  # fmt: skip
 
 
-def _resnet_over_node(v: Values, row: Row) -> float:
-    """The ResNet's train MSE over the NODE's on the row's task (NaN where that is 0)."""
-    node, resnet = (v[TRAIN_MSE.of(f"{row.run}/{m}")] for m in MODELS)
-    return resnet / node if node > 0 else math.nan
+THRESHOLDS = {"easily": EASILY, "struggles": STRUGGLES, "less_pronounced": LESS_PRONOUNCED,
+              "matched": MATCHED, "floor_slack": FLOOR_SLACK}  # fmt: skip
+"""The thresholds, as the text's claims section names them."""
 
 
-def _parameters_cell(result: Result[Any], row: Row) -> str:
-    """``NODE / ResNet (blocks)``: the parameter counts on the row's task."""
-    node, resnet = (fmt(result.stat(PARAMETERS.of(f"{row.run}/{m}")).mean, ".0f") for m in MODELS)
-    return f"{node} / {resnet} ({result.details(f'{row.run}/resnet')['blocks']} blocks)"
-
-
-def _pair(what: str, metric: Metric) -> list[Col]:
+def _pair(what: str, metric: Metric, spread: bool = True) -> list[Col]:
     """A column of ``metric`` per model: the run ``<row's task>/<model>``."""
-    return [Col(f"{common.LABELS[m]} {what}", metric, run=f"{{run}}/{m}") for m in MODELS]
+    return [Col(f"{common.LABELS[m]} {what}", metric, run=f"{{run}}/{m}", spread=spread)
+            for m in MODELS]  # fmt: skip
 
 
 LOSSES = Table("task", [Row(title, task) for task, title in TASKS], [
-    *_pair("train MSE", TRAIN_MSE),
-    Col.per_seed("ResNet / NODE", _resnet_over_node, ".3f", unit="×"),
-    *_pair("test MSE", TEST_MSE), *_pair("mean loss over training", MEAN_LOSS),
-    Col("parameters NODE / ResNet", cell=_parameters_cell),
+    *_pair("train MSE", TRAIN_MSE), *_pair("test MSE", TEST_MSE),
+    *_pair("mean loss over training", MEAN_LOSS), *_pair("parameters", PARAMETERS, spread=False),
 ])  # fmt: skip
-
-
-def words(result: Result[ResnetSettings]) -> dict[str, object]:
-    """The text's numbers: iterations, the monotone floor, training times, thresholds."""
-    s = result.settings
-
-    def seconds(model: str) -> float:
-        return sum(result.stat(SECONDS.of(f"{t}/{model}")).mean or 0.0 for t, _ in TASKS)
-
-    return {
-        "iterations": s.epochs * (s.train_size // s.batch_size),
-        "floor": fmt(result.stat(common.FLOOR.of("1d/node")).mean, ".3f"),
-        "node_seconds": seconds("node"), "resnet_seconds": seconds("resnet"),
-        "seed": result.setup.seeds[0], "easily": EASILY, "struggles": STRUGGLES,
-        "less_pronounced": LESS_PRONOUNCED, "matched": MATCHED, "floor_slack": FLOOR_SLACK,
-    }  # fmt: skip
-
-
-def _loss_panels(result: Result[ResnetSettings]) -> list[Lines]:
-    """Fig. 5: the training loss per iteration, NODE against ResNet, a panel per task."""
-    return common.curve_panels(result, TASKS, "train_loss", "training loss (MSE)", yscale="log",
-                               models=MODELS, x="iteration")  # fmt: skip
 
 
 def _data(setup: Setup[ResnetSettings]) -> str:
@@ -326,28 +286,20 @@ def _data(setup: Setup[ResnetSettings]) -> str:
     return f"annuli-1d, annuli-2d, shifted sines ({s.train_size} train / {s.test_size} test each)"
 
 
-TEMPLATE = register_template(
-    Template(
-        name="anode-resnet",
-        description="Dupont et al.'s Fig. 5: a ResNet against a NODE of the same size on "
-        "g(x) in 1-D and 2-D and on a separable function, training loss per iteration",
-        title="ResNet against NODE on g(x) and a separable function (Dupont et al., Fig. 5)",
-        modes=MODES,
-        one_thread_modes=("quick", "standard"),
-        runs=runs,
-        measure=measure,
-        claims=lambda setup: CLAIMS,
-        tables=lambda setup: {"losses": LOSSES},
-        words=words,
-        figures=[
-            Plot("loss.png", _loss_panels),
-            Plot(
-                "crossing_1d.png",
-                lambda result: common.flow_panels(
-                    result.setup.seeds[0], {m: result.details(f"1d/{m}") for m in MODELS}
-                ),
-            ),
-        ],
-        data=_data,
-    )
-)
+TEMPLATE = register_template(Template(
+    name="anode-resnet",
+    description="Dupont et al.'s Fig. 5: a ResNet against a NODE of the same size on "
+    "g(x) in 1-D and 2-D and on a separable function, training loss per iteration",
+    title="ResNet against NODE on g(x) and a separable function (Dupont et al., Fig. 5)",
+    modes=MODES, one_thread_modes=("quick", "standard"),
+    runs=runs, measure=measure, claims=lambda setup: CLAIMS,
+    tables=lambda setup: {"losses": LOSSES}, words=lambda result: THRESHOLDS,
+    figures=[
+        Plot("loss.png", lambda result: common.curve_panels(
+            result, TASKS, "train_loss", "training loss (MSE)", yscale="log", models=MODELS,
+            x="iteration")),
+        Plot("crossing_1d.png", lambda result: common.flow_panels(
+            {m: result.details(f"1d/{m}") for m in MODELS})),
+    ],
+    data=_data,
+))  # fmt: skip

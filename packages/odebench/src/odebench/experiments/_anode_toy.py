@@ -7,12 +7,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._figures import Bars, Lines, Point, Style
+from .._figures import Lines, Point, Style
 from ..data import Dataset, annuli
 from ..models import build_model
 from ..training import Task, load_model, load_splits
@@ -20,11 +19,10 @@ from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._metrics import Metric, Values
-from ._registry import fmt
 from ._result import Result
 from ._run_files import first_model
 from ._runner import register_template
-from ._tables import Col, Row, Table
+from ._tables import Col, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DIMS = (1, 2)
@@ -50,13 +48,10 @@ class ToySettings(TrainingSettings):
 
 
 MODES = {
-    "quick": ToySettings(
-        seeds=2, epochs=6, lr=3e-3, batch_size=64, train_size=960, test_size=300,
-        slice_points=1200,
-    ),
-    "standard": (PAPER := ToySettings(
-        seeds=5, epochs=30, lr=1e-3, batch_size=64, slice_points=3000
-    )),
+    "quick": ToySettings(seeds=2, epochs=6, lr=3e-3, batch_size=64, train_size=960,
+                         test_size=300, slice_points=1200),
+    "standard": (PAPER := ToySettings(seeds=5, epochs=30, lr=1e-3, batch_size=64,
+                                      slice_points=3000)),
     "full": PAPER,
 }  # fmt: skip
 
@@ -65,13 +60,10 @@ def runs(setup: Setup[ToySettings], seed: int) -> list[Run]:
     """Both models on g(x) in each dimension, then both in the slice test."""
     s = setup.settings
     return [
-        *(
-            Run(f"{dim}d/{m}", config=common.train_config(s, f"toy-{m}", f"annuli-{dim}d", seed))
-            for dim in DIMS
-            for m in MODELS
-        ),
+        *(Run(f"{dim}d/{m}", config=common.train_config(s, f"toy-{m}", f"annuli-{dim}d", seed))
+          for dim in DIMS for m in MODELS),
         *(Run(f"slice/{m}", task=_slice_task(s, f"toy-{m}", seed)) for m in MODELS),
-    ]
+    ]  # fmt: skip
 
 
 def _slice_data(s: ToySettings, seed: int) -> tuple[Dataset, Tensor]:
@@ -105,10 +97,6 @@ def measure(setup: Setup[ToySettings], trained: Trained) -> Measurement:
         TRAIN_MSE.key(): common.mse(model, data.inputs[~held], data.targets[~held]),
         SLICE_MSE.key(): common.mse(model, data.inputs[held], data.targets[held]),
     }
-    setup.log(
-        f"[{trained.run.name} seed {trained.seed}] train MSE {fmt(mse[TRAIN_MSE.key()])}, "
-        f"held-out slice MSE {fmt(mse[SLICE_MSE.key()])}"
-    )
     counts = {"train_points": int((~held).sum()), "slice_points": int(held.sum())}
     return Measurement(mse, {"angles": list(SLICE), **counts})
 
@@ -124,102 +112,45 @@ CLAIMS = [
         "Prop. 1: a 1-D NODE cannot fit g(x); its MSE stays at the floor of monotone maps",
         "cannot fit g(x); no MSE published", TRAIN_MSE, FLOOR_MARGIN, ".2f",
     ),
-    Claim.at_most(
-        "anode_1d_near_zero",
-        "an ANODE fits 1-D g(x), MSE about 0",
-        "about 0 (0.0000 in a replication)",
-        ANODE_1D, NEAR_ZERO, strict=True, kind="paper",
-    ),
-    Claim.difference(
-        "anode_1d_below_node",
-        "an ANODE fits 1-D g(x) better than a NODE",
-        "ANODE ~0, NODE at a floor",
-        ANODE_1D, NODE_1D, below=0.0, spec="+.3f", kind="paper",
-    ),
-    Claim(
-        "node_nfe_nearly_doubles",
-        'Fig. 8: the NFE of a NODE "nearly doubles" during training',
-        '"nearly doubles" (curves only)',
-        ours=lambda v: min(_growth(v, "node", dim) for dim in DIMS),
-        holds=lambda v: all(_growth(v, "node", dim) >= DOUBLES for dim in DIMS),
-        spec=".2f", unit="×", kind="paper",
-    ),
-    Claim(
-        "anode_nfe_hardly_increases",
-        'Fig. 8: the NFE of an ANODE "hardly increases" during training',
-        '"hardly increases" (curves only)',
-        ours=lambda v: max(_growth(v, "anode", dim) for dim in DIMS),
-        holds=lambda v: all(_growth(v, "anode", dim) <= HARDLY for dim in DIMS),
-        spec=".2f", unit="×", kind="paper",
-    ),
-    Claim.at_least(
-        "node_slice_gap_large",
-        "Fig. 9: NODEs show a large generalisation gap on a held-out slice",
-        "a large gap (curves only)",
-        lambda v: v[SLICE_MSE.of("slice/node")] - v[TRAIN_MSE.of("slice/node")],
-        LARGE_GAP, spec=".3f", kind="paper",
-    ),
-    Claim.at_most(
-        "anode_slice_near_zero",
-        "Fig. 9: ANODEs reach near-zero loss on the held-out slice",
-        "near zero (curves only)",
-        SLICE_MSE.of("slice/anode"), NEAR_ZERO, strict=True, kind="paper",
-    ),
+    Claim.at_most("anode_1d_near_zero", "an ANODE fits 1-D g(x), MSE about 0",
+                  "about 0 (0.0000 in a replication)", ANODE_1D, NEAR_ZERO, strict=True,
+                  kind="paper"),
+    Claim.difference("anode_1d_below_node", "an ANODE fits 1-D g(x) better than a NODE",
+                     "ANODE ~0, NODE at a floor", ANODE_1D, NODE_1D, below=0.0, spec="+.3f",
+                     kind="paper"),
+    Claim("node_nfe_nearly_doubles", 'Fig. 8: the NFE of a NODE "nearly doubles" during training',
+          '"nearly doubles" (curves only)',
+          ours=lambda v: min(_growth(v, "node", dim) for dim in DIMS),
+          holds=lambda v: all(_growth(v, "node", dim) >= DOUBLES for dim in DIMS),
+          spec=".2f", unit="×", kind="paper"),
+    Claim("anode_nfe_hardly_increases",
+          'Fig. 8: the NFE of an ANODE "hardly increases" during training',
+          '"hardly increases" (curves only)',
+          ours=lambda v: max(_growth(v, "anode", dim) for dim in DIMS),
+          holds=lambda v: all(_growth(v, "anode", dim) <= HARDLY for dim in DIMS),
+          spec=".2f", unit="×", kind="paper"),
+    Claim.at_least("node_slice_gap_large",
+                   "Fig. 9: NODEs show a large generalisation gap on a held-out slice",
+                   "a large gap (curves only)",
+                   lambda v: v[SLICE_MSE.of("slice/node")] - v[TRAIN_MSE.of("slice/node")],
+                   LARGE_GAP, spec=".3f", kind="paper"),
+    Claim.at_most("anode_slice_near_zero",
+                  "Fig. 9: ANODEs reach near-zero loss on the held-out slice",
+                  "near zero (curves only)", SLICE_MSE.of("slice/anode"), NEAR_ZERO, strict=True,
+                  kind="paper"),
 ]  # fmt: skip
 
-FIG8 = 'NODE "nearly doubles", ANODE "hardly increases" (Fig. 8, numbers not published)'
-AGAINST_PAPER: dict[str, tuple[str, Metric | None, str]] = {
-    "1-D train MSE": ("1d", TRAIN_MSE, "NODE at a floor (1.0001 on the ±1 crossing map of "
-                      "Prop. 1, replication), ANODE ~0 (0.0000)"),
-    "1-D test MSE": ("1d", TEST_MSE, "not published"),
-    "2-D train MSE": ("2d", TRAIN_MSE, "not published (curves only, Fig. 7)"),
-    "2-D test MSE": ("2d", TEST_MSE, "not published"),
-    "1-D forward NFE, first → last epoch (growth)": ("1d", None, FIG8),
-    "2-D forward NFE, first → last epoch (growth)": ("2d", None, FIG8),
-    "slice test: train MSE": ("slice", TRAIN_MSE, "not published"),
-    "slice test: held-out slice MSE": ("slice", SLICE_MSE, "NODE large gap, ANODE near zero "
-                                       "(Fig. 9, numbers not published)"),
-}  # fmt: skip
-"""``{label: (prefix, metric, the paper's)}``: the metric of the runs ``<prefix>/<model>``,
-or with none their forward NFE, first → last epoch."""
+THRESHOLDS = {"floor_margin": FLOOR_MARGIN, "near_zero": NEAR_ZERO, "doubles": DOUBLES,
+              "hardly": HARDLY, "large_gap": LARGE_GAP}  # fmt: skip
+"""The thresholds, as the text's claims section names them."""
 
-
-def _model_col(model: str) -> Col:
-    """The column of ``model``: each row's number of its run ``<prefix>/<model>``."""
-
-    def cell(result: Result[Any], row: Row) -> str:
-        metric = AGAINST_PAPER[row.label][1]
-        run = f"{row.run}/{model}"
-        if metric is not None:
-            return result.cell(metric.of(run))
-        first, last = (result.stat(m.of(run)).mean for m in (NFE_FIRST, NFE_LAST))
-        growth = last / first if first and last is not None else None
-        return f"{fmt(first, '.1f')} → {fmt(last, '.1f')} (×{fmt(growth, '.2f')})"
-
-    return Col(f"{LABELS[model]} (ours)", cell=cell)
-
-
-PAPER_TABLE = Table(
-    "figure",
-    [
-        Row(label, run, text={"published": paper})
-        for label, (run, _, paper) in AGAINST_PAPER.items()
-    ],
-    [*(_model_col(name) for name in MODELS), Col("published")],
-)
-
-
-def words(result: Result[ToySettings]) -> dict[str, object]:
-    """The text's numbers: the training sizes, the monotone floor, the slice, thresholds."""
-    s = result.settings
-    return {
-        "train": "3000 (1000 inner + 2000 outer)" if s.train_size is None else s.train_size,
-        "test": "1000" if s.test_size is None else s.test_size,
-        "floor": fmt(result.stat(common.FLOOR.of("1d/node")).mean, ".3f"),
-        "held": result.details("slice/node")["slice_points"],
-        "floor_margin": FLOOR_MARGIN, "near_zero": NEAR_ZERO, "doubles": DOUBLES,
-        "hardly": HARDLY, "large_gap": LARGE_GAP,
-    }  # fmt: skip
+GROUPS = (("1d", "1-D g(x)"), ("2d", "2-D g(x)"), ("slice", "slice test"))
+RUNS = {f"{prefix}/{m}": f"{title}, {LABELS[m]}" for prefix, title in GROUPS for m in MODELS}
+NUMBERS = by_run("run", RUNS, [
+    Col("train MSE", TRAIN_MSE), Col("monotone floor", common.FLOOR), Col("test MSE", TEST_MSE),
+    Col("held-out slice MSE", SLICE_MSE),
+    Col.joined("forward NFE per batch, first → last epoch", NFE_FIRST, NFE_LAST, sep=" → "),
+])  # fmt: skip
 
 
 CLASSES = {"_g = -1": Style(".", "#3b4cc0"), "_g = +1": Style(".", "#b40426")}
@@ -249,65 +180,32 @@ def _features_panels(result: Result[ToySettings]) -> list[Lines]:
     ]
 
 
-def _slice_panels(result: Result[ToySettings]) -> list[Lines | Bars]:
-    """The slice left out of training, and train against held-out MSE per model."""
+def _slice_panels(result: Result[ToySettings]) -> list[Lines]:
+    """The training points of the slice test, and the slice left out of training."""
     data, held = _slice_data(result.settings, result.setup.seeds[0])
     points = _by_target(data.inputs[~held], data.targets[~held, 0])
-    left_out = "held out: angle in [0, π/5]"
-    points[left_out] = _points(data.inputs[held])
-    stats = {
-        label: [result.stat(metric.of(f"slice/{name}")) for name in MODELS]
-        for metric, label in ((TRAIN_MSE, "train"), (SLICE_MSE, "held-out slice"))
-    }
-    styles = {**CLASSES, left_out: Style(".", "k")}
-    return [
-        Lines("training points and the held-out slice", "x1", "x2", points, styles, equal=True),
-        Bars(
-            "train against held-out slice (Fig. 9)",
-            "MSE",
-            [LABELS[name] for name in MODELS],
-            {label: [st.mean for st in column] for label, column in stats.items()},
-            errors={label: [st.std or 0.0 for st in column] for label, column in stats.items()},
-        ),
-    ]
+    points["held out: angle in [0, π/5]"] = _points(data.inputs[held])
+    styles = {**CLASSES, "held out: angle in [0, π/5]": Style(".", "k")}
+    return [Lines("training points and the held-out slice", "x1", "x2", points, styles, equal=True)]
 
 
-PANELS = [(f"{dim}d", f"{dim}-D g(x)") for dim in DIMS]
-TEMPLATE = register_template(
-    Template(
-        name="anode-toy",
-        description="Dupont et al.'s toy experiments: NODE against ANODE on g(x) in 1-D and "
-        "2-D over seeds (loss, NFE, flows, features) and the held-out-slice generalisation test",
-        title="NODE against ANODE on Dupont et al.'s toy problems",
-        modes=MODES,
-        one_thread_modes=tuple(MODES),  # the models are tiny
-        runs=runs,
-        measure=measure,
-        claims=lambda setup: CLAIMS,
-        tables=lambda setup: {"paper": PAPER_TABLE},
-        words=words,
-        figures=[
-            Plot(
-                "loss.png",
-                lambda result: common.curve_panels(
-                    result, PANELS, "train_loss", "MSE", test="test_loss", yscale="log"
-                ),
-            ),
-            Plot(
-                "nfe.png",
-                lambda result: common.curve_panels(
-                    result, PANELS, "nfe_forward", "forward NFE per batch"
-                ),
-            ),
-            Plot(
-                "flows_1d.png",
-                lambda result: common.flow_panels(
-                    result.setup.seeds[0],
-                    {m: common.flow_1d(first_model(result.setup, f"1d/{m}")) for m in MODELS},
-                ),
-            ),
-            Plot("features_2d.png", _features_panels, size=(13 / 3, 4.0)),
-            Plot("slice.png", _slice_panels, size=(5.0, 4.0)),
-        ],
-    )
-)
+PANELS = GROUPS[:2]  # g(x) in 1-D and 2-D
+TEMPLATE = register_template(Template(
+    name="anode-toy",
+    description="Dupont et al.'s toy experiments: NODE against ANODE on g(x) in 1-D and "
+    "2-D over seeds (loss, NFE, flows, features) and the held-out-slice generalisation test",
+    title="NODE against ANODE on Dupont et al.'s toy problems",
+    modes=MODES, one_thread_modes=tuple(MODES),  # the models are tiny
+    runs=runs, measure=measure, claims=lambda setup: CLAIMS,
+    tables=lambda setup: {"numbers": NUMBERS}, words=lambda result: THRESHOLDS,
+    figures=[
+        Plot("loss.png", lambda result: common.curve_panels(
+            result, PANELS, "train_loss", "MSE", test="test_loss", yscale="log")),
+        Plot("nfe.png", lambda result: common.curve_panels(
+            result, PANELS, "nfe_forward", "forward NFE per batch")),
+        Plot("flows_1d.png", lambda result: common.flow_panels(
+            {m: common.flow_1d(first_model(result.setup, f"1d/{m}")) for m in MODELS})),
+        Plot("features_2d.png", _features_panels, size=(13 / 3, 4.0)),
+        Plot("slice.png", _slice_panels, size=(5.0, 4.0)),
+    ],
+))  # fmt: skip
