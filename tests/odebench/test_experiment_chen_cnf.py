@@ -87,7 +87,7 @@ def test_logdet_check_on_a_nonlinear_field():
     delta, logdet = trace_and_logdet(field, z0, steps=32)
     assert float(delta.abs().min()) > 0.05  # the flow changes the density
     # RK4's error in 32 steps of a strong field separates them by a few 1e-6 nats.
-    assert float((delta + logdet).abs().max()) < chen_cnf.LOGDET_TOL
+    assert float((delta + logdet).abs().max()) < 1e-4  # the claim's bound
     assert next(field.parameters()).dtype == torch.float32  # the field is left alone
 
 
@@ -258,6 +258,6 @@ def test_quick_run_report(quick_run: tuple[Path, dict[str, Any]]):
     assert "## Claims of the paper" in report and "## Checks of our code" in report
     assert "![densities](densities.png)" in report and "![training](training.png)" in report
     rows = [line for line in report.splitlines() if line.startswith("| two ")]
-    assert len(rows) == 3 * len(DENSITIES) + len(DENSITIES)  # NLL table, checks table
+    assert len(rows) == len(DENSITIES)  # the table of NLLs, a row per density
     for row in rows:  # no stray pipe splits a row
-        assert row.count("|") in (6, 8)
+        assert row.count("|") == 9
