@@ -169,24 +169,16 @@ def _training_panels(result: Result[CnfSettings]) -> list[Lines]:
 
 register_template(
     Template(
-        name="chen-cnf",
+        name="chen-cnf", title="Continuous normalizing flows on 2-D densities",
         description="a continuous normalizing flow fitted to two 2-D densities against the "
         "best Gaussian and the true density (Chen et al. 2018, Sec. 4, Figs. 4-5)",
-        title="Continuous normalizing flows on 2-D densities",
-        data=lambda setup: (
-            f"two moons and two circles ({setup.settings.n_train} train / "
-            f"{setup.settings.n_test} test points each, drawn from the seed)"
-        ),
-        modes=MODES,
-        epoch_fields=("iterations",),
-        one_thread_modes=("quick", "standard"),
-        runs=runs,
-        measure=flow.measure,
-        claims=claims,
-        tables=tables,
+        data=lambda setup: f"two moons and two circles ({setup.settings.n_train} train / "
+        f"{setup.settings.n_test} test points each, drawn from the seed)",
+        modes=MODES, epoch_fields=("iterations",), one_thread_modes=("quick", "standard"),
+        runs=runs, measure=flow.measure, claims=claims, tables=tables,
         figures=[
             Figure("densities.png", _plot_densities),
             Plot("training.png", _training_panels, size=(5.2, 3.2)),
         ],
     )
-)
+)  # fmt: skip

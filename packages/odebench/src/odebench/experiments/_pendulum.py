@@ -299,23 +299,16 @@ def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
 
 register_template(
     Template(
-        name="pendulum",
+        name="pendulum", title="ODE-Nets of the nonlinear pendulum at other time steps",
         description="Euler (ResNet), Midpoint and RK4 ODE-Nets of the nonlinear pendulum "
         "evaluated at other time steps: global error against dt' (Queiruga et al. 2020, Sec. 3)",
-        title="ODE-Nets of the nonlinear pendulum at other time steps",
-        data=lambda setup: (
-            f"pendulum ({setup.settings.n_train} noisy trajectories of {setup.settings.steps} "
-            f"steps / {setup.settings.n_test} clean test states)"
-        ),
-        modes=MODES,
-        one_thread_modes=tuple(MODES),  # the model is tiny
-        runs=runs,
-        measure=measure,
-        claims=claims,
-        tables=tables,
+        data=lambda setup: f"pendulum ({setup.settings.n_train} noisy trajectories of "
+        f"{setup.settings.steps} steps / {setup.settings.n_test} clean test states)",
+        modes=MODES, one_thread_modes=tuple(MODES),  # the model is tiny
+        runs=runs, measure=measure, claims=claims, tables=tables,
         figures=[
             Plot("error_vs_dt.png", _error_panels, size=(6.4, 4.4), dpi=100),
             Plot("phase.png", _phase_panels, size=(13 / 3, 4.2), dpi=100, sharey=True),
         ],
     )
-)
+)  # fmt: skip
