@@ -161,6 +161,17 @@ def test_each_claim_can_fail(change: dict[str, float], fails: set[str]):
     assert failed == expected
 
 
+def test_a_check_fails_when_one_density_has_no_number():
+    """The worst over the densities is NaN, not the other density's value, where one is
+    missing (Python's max keeps a finite value after a NaN)."""
+    seed = _seed()
+    table = {run: dict(m) for run, m in seed.table.items()}
+    table["circles/cnf"]["mass_error"] = None
+    statuses = _statuses([Values(table)] * 3)
+    assert statuses["density_integrates_to_one"] == "failed"
+    assert statuses["trace_matches_logdet"] == "passed"
+
+
 def test_a_check_fails_on_one_bad_seed_and_a_claim_is_mixed():
     statuses = _statuses([_seed(), _seed(logdet_error=1.0, test_nll=2.65), _seed()])
     assert statuses["trace_matches_logdet"] == "failed"

@@ -7,6 +7,7 @@ why). The data, the flow, its training and its measurement are in ``_chen_cnf_fl
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,14 @@ def gap_closed(v: Values, run: str) -> float:
 
 
 def _worst(metric: Metric) -> Callable[[Values], float]:
-    """The largest value of ``metric`` over the CNFs."""
-    return lambda v: max(v[metric.of(run)] for run in CNFS)
+    """The largest value of ``metric`` over the CNFs; NaN where one is missing (``max``
+    would skip a NaN after the first value, and a check would pass on the other CNF)."""
+
+    def worst(v: Values) -> float:
+        values = [v[metric.of(run)] for run in CNFS]
+        return math.nan if any(math.isnan(x) for x in values) else max(values)
+
+    return worst
 
 
 def claims(setup: Setup[CnfSettings]) -> list[Claim]:
