@@ -87,7 +87,7 @@ def test_logdet_check_on_a_nonlinear_field():
     delta, logdet = trace_and_logdet(field, z0, steps=32)
     assert float(delta.abs().min()) > 0.05  # the flow changes the density
     # RK4's error in 32 steps of a strong field separates them by a few 1e-6 nats.
-    assert float((delta + logdet).abs().max()) < chen_cnf.LOGDET_TOL
+    assert float((delta + logdet).abs().max()) < 1e-4  # the claim's bound
     assert next(field.parameters()).dtype == torch.float32  # the field is left alone
 
 
@@ -159,6 +159,17 @@ def test_each_claim_can_fail(change: dict[str, float], fails: set[str]):
     failed = {key for key, status in statuses.items() if status in ("not held", "failed")}
     expected = {key for key in statuses if any(key == f or key.endswith(f"_{f}") for f in fails)}
     assert failed == expected
+
+
+def test_a_check_fails_when_one_density_has_no_number():
+    """The worst over the densities is NaN, not the other density's value, where one is
+    missing (Python's max keeps a finite value after a NaN)."""
+    seed = _seed()
+    table = {run: dict(m) for run, m in seed.table.items()}
+    table["circles/cnf"]["mass_error"] = None
+    statuses = _statuses([Values(table)] * 3)
+    assert statuses["density_integrates_to_one"] == "failed"
+    assert statuses["trace_matches_logdet"] == "passed"
 
 
 def test_a_check_fails_on_one_bad_seed_and_a_claim_is_mixed():
@@ -258,6 +269,6 @@ def test_quick_run_report(quick_run: tuple[Path, dict[str, Any]]):
     assert "## Claims of the paper" in report and "## Checks of our code" in report
     assert "![densities](densities.png)" in report and "![training](training.png)" in report
     rows = [line for line in report.splitlines() if line.startswith("| two ")]
-    assert len(rows) == 3 * len(DENSITIES) + len(DENSITIES)  # NLL table, checks table
+    assert len(rows) == len(DENSITIES)  # the table of NLLs, a row per density
     for row in rows:  # no stray pipe splits a row
-        assert row.count("|") in (6, 8)
+        assert row.count("|") == 9

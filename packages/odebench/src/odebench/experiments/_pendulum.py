@@ -1,8 +1,8 @@
 """``odebench run pendulum``: ODE-Nets of the nonlinear pendulum at other time steps.
 
 Queiruga et al. (2020), Sec. 3 and Figs. 3-4: a small MLP vector field trained as the one-step
-map of a fixed-step scheme, then rolled out at other steps (the model and its measures are
-in ``_pendulum_model``). docs/odebench/experiments/pendulum.md says what it trains and why.
+map of a fixed-step scheme, then rolled out at other steps. docs/odebench/experiments/pendulum.md
+says what it trains and why; text/pendulum.md is its report.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Sequence
 
 import torch
-from torch import Tensor
+from contnet import fixed_solver
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Lines, Mark, Point, Style
@@ -21,38 +23,28 @@ from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim
 from ._metrics import Metric
-from ._pendulum_model import Field, fit_slope, global_error, mlp_field, rollout, step
 from ._result import Result
 from ._run_files import first_model
 from ._runner import register_template
 from ._tables import Col, Table, by_run
 from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
-SCHEMES: tuple[str, ...] = ("euler", "midpoint", "rk4")  # names of odecore.FIXED_METHODS
-
 LABELS = {"euler": "Euler (ResNet)", "midpoint": "Midpoint", "rk4": "RK4"}
+SCHEMES = tuple(LABELS)  # names of odecore.FIXED_METHODS, one model each
 DT_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)  # the evaluation steps dt' over dt (default)
-
-# The bounds of the claims' ratios of errors (the text says what each ratio is).
-FLAT = 0.5  # the Euler model's error at the finest dt' over that at dt, at least
-ACCURATE = 1.0  # the Euler model's error at dt over its field's, below
-OVERFIT = 2.0  # the Euler model's field error over the RK4 model's, above
-SHRINKS = 0.5  # the RK4 model's error at the finest dt' over that at the coarsest, below
-REACHES = 2.0  # the RK4 model's error at the finest dt' over its field's, below
 NO_NUMBER = "stated, no number"  # what the paper's text gives for each claim
 
-# What measure records of each model, in this order. An error is global (see
-# global_error), at dt' = dt times the coordinate ``dt``.
+# What measure records of each model. An error is global (see global_error), at dt' = dt
+# times the coordinate ``dt``; a field's error is that of its fine RK4 rollout.
 TRAIN_MSE = Metric("train_mse", spec=".3g")  # of the last epoch
-TRAIN_SECONDS = Metric("train_seconds")
 ERROR = Metric("error", over=("dt",), spec=".3g", key_format="{name}@{dt}dt")
-ERROR_FINE_RK4 = Metric("error_fine_rk4", spec=".3g")  # its field's, by fine RK4 steps
-ERROR_VS_OWN_LIMIT = Metric(  # against the fine RK4 rollout of its own field
-    "error_vs_own_limit", over=("dt",), spec=".3g", key_format="{name}@{dt}dt"
-)
+ERROR_VS_OWN_LIMIT = dataclasses.replace(ERROR, name="error_vs_own_limit")  # vs the fine rollout
+ERROR_FINE_RK4 = Metric("error_fine_rk4", spec=".3g")
 SLOPE = Metric("slope", spec=".2f")  # of log error against log dt', over every dt'
 SLOPE_REFINE = Metric("slope_refine", spec=".2f")  # over dt' <= dt
 SLOPE_VS_OWN_LIMIT = Metric("slope_vs_own_limit", spec=".2f")
+
+Field = Callable[[Tensor], Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +65,6 @@ class PendulumSettings(Settings):
     dt_factors: tuple[float, ...] = DT_FACTORS  # increasing, with 1.0
     fine_factor: float = 1.0 / 32.0  # the step of the fine RK4 rollouts over dt
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if 1.0 not in self.dt_factors or list(self.dt_factors) != sorted(self.dt_factors):
-            raise ValueError(f"`dt_factors` must increase and hold 1.0, got {self.dt_factors}.")
-
 
 MODES = {
     "quick": PendulumSettings(
@@ -92,16 +79,55 @@ MODES = {
 }  # fmt: skip
 
 
-def at(factor: float) -> str:
-    """A step as a multiple of the training step, in words.
+def mlp_field(hidden: int) -> nn.Sequential:
+    """The learned vector field ``f(y)``: float64, 2 -> hidden -> hidden -> 2 with tanh."""
+    layers = (nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+    return nn.Sequential(*layers, nn.Linear(hidden, 2)).to(torch.float64)
+
+
+def step(field: Field, y: Tensor, dt: float, scheme: str) -> Tensor:
+    """One step of ``scheme`` from ``y``, as a ContinuousNet steps it (``ValueError`` for a
+    name that is not a fixed-step method of :data:`odecore.FIXED_METHODS`)."""
+    solver = fixed_solver(scheme)[1]
+
+    def f(t: float, z: Tensor) -> Tensor:
+        return field(z)
+
+    return solver.step(f, 0.0, dt, y, solver.init(f, 0.0, y)).y1
+
+
+@torch.no_grad()
+def rollout(field: Field, y0: Tensor, dt: float, horizon: float, scheme: str) -> Tensor:
+    """The states ``(N, n + 1, 2)`` of ``n = round(horizon / dt)`` steps of ``scheme`` from
+    ``y0``, without gradients."""
+    ys = [y0]
+    for _ in range(round(horizon / dt)):
+        ys.append(step(field, ys[-1], dt, scheme))
+    return torch.stack(ys, dim=1)
+
+
+def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The least-squares slope of ``log(ys)`` against ``log(xs)``, leaving out the points
+    that are not positive and finite; NaN with fewer than two.
 
     Example:
-        >>> [at(f) for f in (0.125, 1.0, 4.0)]
-        ['dt/8', 'dt', '4 dt']
+        >>> fit_slope([1.0, 2.0, 4.0], [3.0, 12.0, 48.0])
+        2.0
     """
-    if factor == 1.0:
-        return "dt"
-    return f"dt/{1 / factor:g}" if factor < 1.0 else f"{factor:g} dt"
+    kept = [(x, y) for x, y in zip(xs, ys) if all(0 < v < math.inf for v in (x, y))]
+    pts = [(math.log(x), math.log(y)) for x, y in kept]
+    if len(pts) < 2:
+        return math.nan
+    mx = sum(a for a, _ in pts) / len(pts)
+    my = sum(b for _, b in pts) / len(pts)
+    den = sum((a - mx) ** 2 for a, _ in pts)
+    return sum((a - mx) * (b - my) for a, b in pts) / den if den > 0 else math.nan
+
+
+def global_error(ys: Tensor, truth: Tensor) -> float:
+    """Mean over trajectories of the largest Euclidean state error over the samples
+    of ``ys`` and ``truth``, both ``(N, T, 2)`` at the same times."""
+    return float((ys - truth).norm(dim=-1).amax(dim=1).mean())
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,56 +138,43 @@ def _data(s: PendulumSettings, seed: int) -> tuple[tuple[Tensor, Tensor], Tensor
     states = pendulum_data(
         s.n_train, dt=s.dt, steps=s.steps, noise=s.noise, dtype=torch.float64, generator=gen
     ).inputs
-    pairs = (states[:, :-1].reshape(-1, 2), states[:, 1:].reshape(-1, 2))
     h = s.dt * min(s.dt_factors)
     gen = torch.Generator().manual_seed(seed + 10_000)
     truth = pendulum_data(
         s.n_test, dt=h, steps=round(s.horizon / h), dtype=torch.float64, generator=gen
     ).targets
-    return pairs, truth[:, 0], truth
+    return (states[:, :-1].reshape(-1, 2), states[:, 1:].reshape(-1, 2)), truth[:, 0], truth
 
 
 def runs(setup: Setup[PendulumSettings], seed: int) -> list[Run]:
-    """One model per scheme, on the data of ``seed``; the i-th initialises and shuffles
-    with ``seed + i``."""
-    return [Run(scheme, task=_task(setup, scheme, seed, k)) for k, scheme in enumerate(SCHEMES)]
-
-
-def _task(setup: Setup[PendulumSettings], scheme: str, seed: int, k: int) -> Task:
-    """Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``: Adam, cosine-annealed per batch,
-    the last batch kept; one row per epoch (the train MSE), a log line every fifth of the
-    epochs. The tiny float64 model trains on the CPU, whatever ``--device``."""
+    """One model per scheme, on the data of ``seed``; the k-th initialises and shuffles
+    with ``seed + k``. Fit ``f`` so that ``step(f, x, dt, scheme) ~ y``: Adam,
+    cosine-annealed per batch, the last batch kept; the tiny float64 model trains on the
+    CPU, whatever ``--device``."""
     s = setup.settings
     (x, y), _, _ = _data(s, seed)
-    iterations = s.epochs * math.ceil(len(x) / s.batch_size)
 
-    def log_progress(rows: list[JsonObject]) -> None:
-        if len(rows) == s.epochs or len(rows) % max(1, s.epochs // 5) == 0:
-            mse = rows[-1][TRAIN_MSE.key()]
-            setup.log(f"[{scheme}] epoch {len(rows)}/{s.epochs}: train MSE {mse:.3e}")
+    def task(scheme: str, k: int) -> Task:
+        def log_progress(rows: list[JsonObject]) -> None:  # every fifth of the epochs
+            if len(rows) == s.epochs or len(rows) % max(1, s.epochs // 5) == 0:
+                mse = rows[-1][TRAIN_MSE.key()]
+                setup.log(f"[{scheme}] epoch {len(rows)}/{s.epochs}: train MSE {mse:.3e}")
 
-    return Task(
-        model=functools.partial(mlp_field, s.hidden),
-        data=(x, y),
-        loss=lambda f, batch: ((step(f, batch[0], s.dt, scheme) - batch[1]) ** 2).mean(),
-        optimizer=functools.partial(torch.optim.Adam, lr=s.lr),
-        epochs=s.epochs,
-        batch_size=s.batch_size,
-        seed=seed + k,
-        drop_last=False,
-        schedule=lambda o: CosineAnnealingLR(o, T_max=iterations, eta_min=s.lr / 100),
-        row=lambda e: {"epoch": e.index + 1.0, TRAIN_MSE.key(): e.loss, "epoch_seconds": e.seconds},
-        after_epoch=log_progress,
-        device="cpu",
-        settings={"run": scheme, "seed": seed + k, **dataclasses.asdict(s)},
-    )
+        return Task(
+            model=functools.partial(mlp_field, s.hidden), data=(x, y),
+            loss=lambda f, batch: ((step(f, batch[0], s.dt, scheme) - batch[1]) ** 2).mean(),
+            optimizer=functools.partial(torch.optim.Adam, lr=s.lr), epochs=s.epochs,
+            batch_size=s.batch_size, seed=seed + k, drop_last=False,
+            schedule=lambda o: CosineAnnealingLR(
+                o, T_max=s.epochs * math.ceil(len(x) / s.batch_size), eta_min=s.lr / 100
+            ),
+            row=lambda e: {"epoch": e.index + 1.0, TRAIN_MSE.key(): e.loss,
+                           "epoch_seconds": e.seconds},
+            after_epoch=log_progress, device="cpu",
+            settings={"run": scheme, "seed": seed + k, **dataclasses.asdict(s)},
+        )  # fmt: skip
 
-
-def _rollout(field: Field, y0: Tensor, s: PendulumSettings, factor: float, scheme: str) -> Tensor:
-    """The rollout of ``scheme`` at ``dt' = factor dt`` from ``y0`` over the horizon."""
-    h = s.dt * factor
-    with torch.no_grad():
-        return rollout(field, y0, h, round(s.horizon / h), scheme)
+    return [Run(scheme, task=task(scheme, k)) for k, scheme in enumerate(SCHEMES)]
 
 
 def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
@@ -175,7 +188,8 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     coarsest = max(s.dt_factors)
 
     def sampled(factor: float, scheme_: str) -> Tensor:
-        return _rollout(model, y0, s, factor, scheme_)[:, :: round(coarsest / factor)]
+        ys = rollout(model, y0, s.dt * factor, s.horizon, scheme_)
+        return ys[:, :: round(coarsest / factor)]
 
     common = truth[:, :: round(coarsest / min(s.dt_factors))]
     fine = sampled(s.fine_factor, "rk4")
@@ -186,7 +200,6 @@ def measure(setup: Setup[PendulumSettings], trained: Trained) -> Measurement:
     refine = s.dt_factors.index(1.0) + 1
     metrics = {
         TRAIN_MSE.key(): trained.history[-1][TRAIN_MSE.key()],
-        TRAIN_SECONDS.key(): trained.seconds,
         **{ERROR.key(dt=f): e for f, e in zip(s.dt_factors, errors)},
         ERROR_FINE_RK4.key(): global_error(fine, common),
         **{ERROR_VS_OWN_LIMIT.key(dt=f): e for f, e in zip(s.dt_factors, own)},
@@ -204,81 +217,61 @@ def claims(setup: Setup[PendulumSettings]) -> list[Claim]:
     factors = setup.settings.dt_factors
     fine, coarse = min(factors), max(factors)
     euler_field, rk4_field = ERROR_FINE_RK4.of("euler"), ERROR_FINE_RK4.of("rk4")
-    flat = (ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0))  # at least FLAT
+    euler_fine, euler_dt = ERROR.of("euler", dt=fine), ERROR.of("euler", dt=1.0)
+    rk4_fine = ERROR.of("rk4", dt=fine)
     return [
-        Claim.at_least("euler_error_flat",
-                       "Sec. 3: the Euler (ResNet) model's error does not shrink as dt' is "
-                       "refined", NO_NUMBER, lambda v: v[flat[0]] / v[flat[1]], FLAT, unit="×",
-                       kind="paper"),
-        Claim.ratio("euler_accurate_at_training_dt",
-                    "Sec. 3: at dt the ResNet is much more accurate than a discretisation of "
-                    "its own field", NO_NUMBER, ERROR.of("euler", dt=1.0), euler_field,
-                    below=ACCURATE, kind="paper", spec=".3g"),
-        Claim.ratio("euler_field_worse_than_rk4",
-                    "Sec. 3: the ResNet overfits to the sample rate: its f is not the vector "
-                    "field", NO_NUMBER, euler_field, rk4_field, above=OVERFIT, kind="paper",
+        Claim.at_least("euler_error_flat", "Sec. 3: the Euler (ResNet) model's error does not "
+                       "shrink as dt' is refined", NO_NUMBER,
+                       lambda v: v[euler_fine] / v[euler_dt], 0.5, unit="×", kind="paper"),
+        Claim.ratio("euler_accurate_at_training_dt", "Sec. 3: at dt the ResNet is much more "
+                    "accurate than a discretisation of its own field", NO_NUMBER, euler_dt,
+                    euler_field, below=1.0, kind="paper", spec=".3g"),
+        Claim.ratio("euler_field_worse_than_rk4", "Sec. 3: the ResNet overfits to the sample "
+                    "rate: its f is not the vector field", NO_NUMBER, euler_field, rk4_field,
+                    above=2.0, kind="paper", spec=".3g"),
+        Claim.ratio("rk4_error_shrinks", "Sec. 3: the RK4 model is a discretisation of an ODE: "
+                    "its error shrinks with dt'", NO_NUMBER, rk4_fine,
+                    ERROR.of("rk4", dt=coarse), below=0.5, kind="paper", spec=".3g"),
+        Claim.ratio("rk4_reaches_model_error", "Sec. 3: the RK4 model's error shrinks down to "
+                    "the model error", NO_NUMBER, rk4_fine, rk4_field, below=2.0, kind="check",
                     spec=".3g"),
-        Claim.ratio("rk4_error_shrinks",
-                    "Sec. 3: the RK4 model is a discretisation of an ODE: its error shrinks "
-                    "with dt'", NO_NUMBER, ERROR.of("rk4", dt=fine),
-                    ERROR.of("rk4", dt=coarse), below=SHRINKS, kind="paper", spec=".3g"),
-        Claim.ratio("rk4_reaches_model_error",
-                    "Sec. 3: the RK4 model's error shrinks down to the model error", NO_NUMBER,
-                    ERROR.of("rk4", dt=fine), rk4_field, below=REACHES, kind="check",
-                    spec=".3g"),
-        Claim.difference(
-            "rk4_beats_euler_at_finest",
-            "Sec. 3: higher-order schemes have much lower discretisation error",
-            NO_NUMBER,
-            ERROR.of("rk4", dt=fine), ERROR.of("euler", dt=fine),
-            below=0.0, kind="paper", spec="+.3g",
-        ),
+        Claim.difference("rk4_beats_euler_at_finest", "Sec. 3: higher-order schemes have much "
+                         "lower discretisation error", NO_NUMBER, rk4_fine, euler_fine,
+                         below=0.0, kind="paper", spec="+.3g"),
     ]  # fmt: skip
 
 
 def tables(setup: Setup[PendulumSettings]) -> dict[str, Table]:
-    """The models' errors at each ``dt'`` and their slopes, beside the paper's (none)."""
-    s = setup.settings
+    """The models' errors at each ``dt'`` and their slopes (the paper gives no numbers)."""
     columns = [
         Col("train MSE", TRAIN_MSE),
-        *(Col(f"dt' = {f:g} dt", ERROR, {"dt": f}) for f in s.dt_factors),
-        Col(f"field error (RK4, {at(s.fine_factor)})", ERROR_FINE_RK4),
+        *(Col(f"dt' = {f:g} dt", ERROR, {"dt": f}) for f in setup.settings.dt_factors),
+        Col("field error (fine RK4)", ERROR_FINE_RK4),
         Col("slope (all dt')", SLOPE),
         Col("slope (dt' <= dt)", SLOPE_REFINE),
         Col("slope against own limit", SLOPE_VS_OWN_LIMIT),
     ]
-    paper = {"": dict.fromkeys((col.header for col in columns), "not published")}
-    return {"errors": by_run("model", {**LABELS, "": "published (paper)"}, columns, paper)}
-
-
-def words(result: Result[PendulumSettings]) -> dict[str, object]:
-    """What the text reads beyond the settings: steps in words, the claims' bounds."""
-    s = result.settings
-    return {
-        "at_fine": at(min(s.dt_factors)), "at_coarse": at(max(s.dt_factors)),
-        "at_field": at(s.fine_factor), "every": max(s.dt_factors) * s.dt,
-        "flat": FLAT, "accurate": ACCURATE, "overfit": OVERFIT, "shrinks": SHRINKS,
-        "reaches": REACHES,
-    }  # fmt: skip
+    return {"errors": by_run("model", LABELS, columns)}
 
 
 def _error_panels(result: Result[PendulumSettings]) -> list[Lines]:
     """Global error against dt' (log-log), one line per model, its field's error dashed."""
     s = result.settings
     dts = [s.dt * f for f in s.dt_factors]
-    series: dict[str, list[Point]] = {}
-    styles, marks = {}, [Mark(s.dt, "x", "training dt")]
-    for scheme, color in zip(SCHEMES, ("C0", "C1", "C2")):
-        name = f"{LABELS[scheme]} model"
-        errors = [result.stat(ERROR.of(scheme, dt=f)).mean for f in s.dt_factors]
-        series[name], styles[name] = list(zip(dts, errors)), Style("o-", color)
-        field = result.stat(ERROR_FINE_RK4.of(scheme)).mean
-        marks.append(Mark(math.nan if field is None else field, fmt="--", color=color))
-    return [Lines(
-        "ODE-Nets of the pendulum at other time steps", "evaluation step dt'",
-        f"global error over t in [0, {s.horizon:g}]", series, styles, xscale="log",
-        yscale="log", xticks=dts, marks=marks, legend="solid: same scheme; dashed: fine RK4",
-    )]  # fmt: skip
+    series: dict[str, list[Point]] = {
+        LABELS[scheme]: [
+            (dt, result.stat(ERROR.of(scheme, dt=f)).mean) for dt, f in zip(dts, s.dt_factors)
+        ]
+        for scheme in SCHEMES
+    }
+    fields = [result.stat(ERROR_FINE_RK4.of(scheme)).mean for scheme in SCHEMES]
+    marks = [
+        Mark(math.nan if e is None else e, fmt="--", color=f"C{i}") for i, e in enumerate(fields)
+    ]
+    return [Lines("ODE-Nets of the pendulum at other time steps", "evaluation step dt'",
+                  f"global error over t in [0, {s.horizon:g}]", series, xscale="log", yscale="log",
+                  xticks=dts, marks=[Mark(s.dt, "x", "training dt"), *marks],
+                  legend="solid: same scheme; dashed: fine RK4")]  # fmt: skip
 
 
 def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
@@ -289,14 +282,13 @@ def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
     panels = []
     for scheme in SCHEMES:
         field = first_model(setup, scheme, functools.partial(mlp_field, s.hidden))
-        curves = [
-            (f"dt' = {s.dt * factor:g}", fmt, _rollout(field, y0[:3], s, factor, scheme))
-            for factor, fmt in ((1.0, "-"), (min(s.dt_factors), "--"))
-        ]
+        curves = {f"dt' = {s.dt * f:g}": (fmt, rollout(field, y0[:3], s.dt * f, s.horizon, scheme))
+                  for f, fmt in ((1.0, "-"), (min(s.dt_factors), "--"))}  # fmt: skip
+        curves["exact"] = ("-", truth[:3])  # drawn last, on top
         series: dict[str, list[Point]] = {}
         styles = {}
-        for label, fmt, ys in [*curves, ("exact", "-", truth[:3])]:  # the truth on top
-            for i, path in enumerate(ys.tolist()):  # one entry in the legend for each kind
+        for label, (fmt, ys) in curves.items():
+            for i, path in enumerate(ys.tolist()):  # the legend names each kind once
                 name = label if i == 0 else f"_{label} {i}"
                 series[name] = [(theta, omega) for theta, omega in path]
                 styles[name] = Style("-", "0.5", 0.5) if label == "exact" else Style(fmt, f"C{i}")
@@ -307,24 +299,16 @@ def _phase_panels(result: Result[PendulumSettings]) -> list[Lines]:
 
 register_template(
     Template(
-        name="pendulum",
+        name="pendulum", title="ODE-Nets of the nonlinear pendulum at other time steps",
         description="Euler (ResNet), Midpoint and RK4 ODE-Nets of the nonlinear pendulum "
         "evaluated at other time steps: global error against dt' (Queiruga et al. 2020, Sec. 3)",
-        title="ODE-Nets of the nonlinear pendulum at other time steps",
-        data=lambda setup: (
-            f"pendulum ({setup.settings.n_train} noisy trajectories of {setup.settings.steps} "
-            f"steps / {setup.settings.n_test} clean test states)"
-        ),
-        modes=MODES,
-        one_thread_modes=tuple(MODES),  # the model is tiny
-        runs=runs,
-        measure=measure,
-        claims=claims,
-        tables=tables,
-        words=words,
+        data=lambda setup: f"pendulum ({setup.settings.n_train} noisy trajectories of "
+        f"{setup.settings.steps} steps / {setup.settings.n_test} clean test states)",
+        modes=MODES, one_thread_modes=tuple(MODES),  # the model is tiny
+        runs=runs, measure=measure, claims=claims, tables=tables,
         figures=[
             Plot("error_vs_dt.png", _error_panels, size=(6.4, 4.4), dpi=100),
             Plot("phase.png", _phase_panels, size=(13 / 3, 4.2), dpi=100, sharey=True),
         ],
     )
-)
+)  # fmt: skip
