@@ -17,9 +17,8 @@ from .._figures import Lines, Mark, Point, Style
 from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import load_splits
-from ._chen import TEST_ERROR, fit_line, ode_specs
+from ._chen import TEST_ERROR, ode_specs
 from ._metrics import Metric
-from ._registry import fmt
 from ._result import Result
 from ._template import Measurement
 
@@ -232,6 +231,18 @@ def _probe_metrics(probe: Probe) -> dict[str, float | None]:
     }
 
 
+def fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
+    """Least squares ``y = slope * x + intercept`` and Pearson's correlation: ``None`` for
+    all three with fewer than two points or a single ``x``, for the correlation alone with
+    a constant ``y`` (whose slope is 0)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if len(points) < 2 or statistics.pvariance(xs) == 0:
+        return {"slope": None, "intercept": None, "correlation": None}
+    slope, intercept = statistics.linear_regression(xs, ys)
+    correlation = None if statistics.pvariance(ys) == 0 else statistics.correlation(xs, ys)
+    return {"slope": slope, "intercept": intercept, "correlation": correlation}
+
+
 def _sweep_metrics(rows: list[SweepRow]) -> dict[str, float | None]:
     """The sweep's numbers per tolerance, the line through time against NFE over every
     batch, and the sweep's minimum."""
@@ -270,14 +281,6 @@ def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     if name == setup.settings.sweep:
         details["tolerance_sweep"] = rows = _sweep(model, test, setup.settings)
         metrics |= _sweep_metrics(rows)
-        r = fmt(metrics[TIME_NFE["correlation"].key()], ".3f")
-        setup.log(f"[{name}] sweep: time vs NFE correlation {r}")
-    setup.log(
-        f"[{name}] seed {trained.seed}: test error {fmt(metrics[TEST_ERROR.key()], '.2%')}, "
-        f"minimum NFE {probed['floor_forward']:.0f}/{probed['floor_backward']:.0f}, "
-        f"backward/forward {fmt(metrics[RATIO.key()], '.2f')} over "
-        f"{metrics[RATIO_TOLERANCES.key()]:.0f} tolerance(s) off the minimum"
-    )
     return Measurement(metrics, details)
 
 
