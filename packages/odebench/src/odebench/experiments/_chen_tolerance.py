@@ -9,7 +9,8 @@ import itertools
 from dataclasses import dataclass
 
 from . import _chen_tolerance_probe as probe
-from ._chen import MNIST_10K, TEST_ERROR, MnistTraining, mnist_config
+from ._chen import MODES as TABLE1_MODES
+from ._chen import TEST_ERROR, MnistTraining, mnist_config
 from ._claims import Claim
 from ._metrics import Ref, Values
 from ._runner import register_template
@@ -59,27 +60,26 @@ class ToleranceSettings(MnistTraining):
                 raise ValueError(message)
 
 
+def _table1s(mode: str, tols: tuple[float, ...], eval_batch: int, probe: int) -> ToleranceSettings:
+    """chen-table1's training in ``mode``, and the tolerances and batches measured here."""
+    t = TABLE1_MODES[mode]
+    return ToleranceSettings(
+        seeds=t.seeds, epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, optimizer=t.optimizer,
+        milestones=t.milestones, augment=t.augment, train_size=t.train_size,
+        test_size=t.test_size, tolerances=tols, eval_batch=eval_batch, probe_size=probe,
+    )  # fmt: skip
+
+
+FIVE = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)
 MODES = {
     # The code path in seconds.
-    "quick": ToleranceSettings(
-        epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False, train_size=512,
-        test_size=256, optimizer="adam", tolerances=(1e-1, 1e-3, 1e-5), eval_batch=128,
-        probe_size=64,
-    ),
-    # chen-table1's standard training for each of the two models, three seeds, one torch
-    # thread: about 20 minutes a seed on an idle core (the docs page gives the trial).
-    "standard": ToleranceSettings(
-        seeds=3, epochs=8, batch_size=64, lr=1e-3, milestones=(6,), augment=False,
-        train_size=MNIST_10K[0], test_size=MNIST_10K[1], optimizer="adam",
-        tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500, probe_size=256,
-    ),
-    # chen-table1's full training, torchdiffeq's reproduction of the paper.
-    "full": ToleranceSettings(
-        seeds=1, epochs=160, batch_size=128, lr=0.1, milestones=(60, 100, 140), augment=True,
-        train_size=None, test_size=None, optimizer="sgd",
-        tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500, probe_size=512,
-    ),
-}  # fmt: skip
+    "quick": _table1s("quick", (1e-1, 1e-3, 1e-5), eval_batch=128, probe=64),
+    # Three seeds, one torch thread: about 20 minutes a seed on an idle core (the docs page
+    # gives the trial).
+    "standard": _table1s("standard", FIVE, eval_batch=500, probe=256),
+    # torchdiffeq's reproduction of the paper.
+    "full": _table1s("full", FIVE, eval_batch=500, probe=512),
+}
 
 
 def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
