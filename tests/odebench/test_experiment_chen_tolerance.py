@@ -282,7 +282,7 @@ def test_solve_error_falls_as_tolerance_tightens(run: tuple[Path, dict[str, Any]
 
 @pytest.mark.slow
 def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
-    out, _ = run
+    out, result = run
     report = (out / "report.md").read_text(encoding="utf-8")
     for row in ("| 0.1 |", "| 1e-05 |", "| relu |", "| softplus |", "not published"):
         assert row in report
@@ -291,7 +291,10 @@ def test_report_rows(run: tuple[Path, dict[str, Any]]) -> None:
     # The sweep says at each tolerance on what share of the seeds the NFE is off the minimum.
     sweep = report.split("## Fig. 3a-b")[1].split("## Fig. 3c")[0]
     assert "off the minimum (share of seeds)" in sweep
-    assert sum(f"| {tol} |" in sweep for tol in ("0.1", "0.001", "1e-05")) == 3
+    for tol in ("0.1", "0.001", "1e-05"):
+        off = result["metrics"]["relu"][f"sweep_off_floor@{tol}"]["mean"]
+        row = next(line for line in sweep.splitlines() if line.startswith(f"| {tol} |"))
+        assert row.split(" | ")[3] == f"{off:.4g}"
     verdicts = ("| held |", "| not held |", "| contended: not judged |")
     rows = [line for line in report.splitlines() if line.endswith(verdicts)]
     assert len(rows) == len(KEYS)
