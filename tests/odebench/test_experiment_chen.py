@@ -19,7 +19,6 @@ from odebench.experiments._chen import (
     MODES,
     _memory_by_depth,
     claims,
-    fit_line,
 )
 from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
@@ -68,21 +67,6 @@ def test_full_mode_is_the_papers_recipe():
 def test_bad_settings_fail_clearly(field, value, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(MODES["quick"], **{field: value})
-
-
-def test_fit_line():
-    assert fit_line([(2.0, 10.0), (4.0, 14.0), (8.0, 22.0)]) == {
-        "slope": 2.0,
-        "intercept": 6.0,
-        "correlation": 1.0,
-    }
-    # A constant line has slope 0 and no correlation; a single x has no line at all.
-    assert fit_line([(2.0, 5.0), (8.0, 5.0)]) == {
-        "slope": 0.0,
-        "intercept": 5.0,
-        "correlation": None,
-    }
-    assert fit_line([(2.0, 5.0), (2.0, 6.0)])["slope"] is None
 
 
 def _values(errors, slopes=(0.0, 8.0), params=(2.1e5, 5.8e5)):
@@ -230,7 +214,7 @@ def test_chen_table1_quick(table):
     for label in ("1-layer MLP", "ResNet", "RK-Net", "ODE-Net"):
         assert f"| {label} |" in report
     assert "0.42%" in report and "O(1)" in report
-    assert "Quick mode" in report and "512 training images" in report
+    assert "barely trained" in report and "512 training images" in report
     # The errors are claims of the paper; memory and size, checks of our code, with details.
     papers, checks = report.split("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Table 1" in checks

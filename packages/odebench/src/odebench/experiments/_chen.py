@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypedDict
 import odecore
 from torch import Tensor, nn
 
-from .._figures import Lines, Point, Style
+from .._figures import Lines, Style
 from ..models import nfe, ode_layers
 from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
@@ -188,27 +188,15 @@ def _memory_by_depth(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, float 
     model.train()
     metrics: dict[str, float | None] = {}
     for gradient in MEMORY_GRADIENTS:
-        points = []
+        mibs = []
         for steps in MEMORY_STEPS:
             rk4 = odecore.OdeSpec.from_method("rk4", options={"n_steps": steps}, gradient=gradient)
             with ode_specs(model, rk4):
-                mib = saved_bytes(model, x, y) / 2**20
-            metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mib
-            points.append((float(steps), mib))
-        metrics[MIB_PER_STEP.key(gradient=gradient)] = fit_line(points)["slope"]
+                mibs.append(saved_bytes(model, x, y) / 2**20)
+            metrics[SAVED_AT_DEPTH.key(gradient=gradient, steps=steps)] = mibs[-1]
+        depths = [float(steps) for steps in MEMORY_STEPS]
+        metrics[MIB_PER_STEP.key(gradient=gradient)] = statistics.linear_regression(depths, mibs)[0]
     return metrics
-
-
-def fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
-    """Least squares ``y = slope * x + intercept`` and Pearson's correlation: ``None`` for
-    all three with fewer than two points or a single ``x``, for the correlation alone with
-    a constant ``y`` (whose slope is 0)."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    if len(points) < 2 or statistics.pvariance(xs) == 0:
-        return {"slope": None, "intercept": None, "correlation": None}
-    slope, intercept = statistics.linear_regression(xs, ys)
-    correlation = None if statistics.pvariance(ys) == 0 else statistics.correlation(xs, ys)
-    return {"slope": slope, "intercept": intercept, "correlation": correlation}
 
 
 def _flatness(v: Values) -> float:
@@ -261,29 +249,14 @@ def claims(setup: Setup[ChenSettings]) -> list[Claim]:
     ]  # fmt: skip
 
 
-def optimiser_words(optimizer: str, lr: float, milestones: tuple[int, ...], augment: bool) -> str:
-    """The optimiser, its schedule and the augmentation, in words.
-
-    Example:
-        >>> optimiser_words("sgd", 0.1, (60,), True)
-        'SGD lr 0.1 momentum 0.9, the rate times 0.1 at the start of epoch(s) 61, random crops'
-    """
-    words = f"Adam lr {lr:g}" if optimizer == "adam" else f"SGD lr {lr:g} momentum 0.9"
-    if milestones:
-        starts = ", ".join(str(m + 1) for m in milestones)
-        words += f", the rate times 0.1 at the start of epoch(s) {starts}"
-    return words + (", random crops" if augment else "")
-
-
 def tables(setup: Setup[ChenSettings]) -> dict[str, Table]:
     """Table 1, ours beside the paper's column by column, and memory against depth."""
     papers = {
         name: {"test error (paper)": f"{p['error']:.2f}%", "parameters (paper)": p["params"],
                "memory (paper)": p["memory"], "time (paper)": p["time"]}
+        | ({} if name in ("rknet", "odenet") else {"NFE forward / backward": "–"})  # no ODE block
         for name, p in PUBLISHED.items()
     }  # fmt: skip
-    for name in ("mlp", "resnet"):  # no ODE block, no NFE
-        papers[name]["NFE forward / backward"] = "–"
     table1 = by_run("model", LABELS, [
         Col("test error (ours)", TEST_ERROR), Col("test error (paper)"),
         Col("parameters (ours)", PARAMETERS), Col("parameters (paper)"),
@@ -302,33 +275,24 @@ def tables(setup: Setup[ChenSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[ChenSettings]) -> dict[str, object]:
-    """The data and the optimiser of the runs, and the claims' bars, for the text."""
-    s = result.settings
-    quick = " Quick mode, a check of the code path: the errors are far from the paper's."
+    """The images the runs trained and were tested on, and the claims' bars, for the text."""
     return {
         "train_images": result.cell(TRAIN_IMAGES.of("resnet")),
         "test_images": result.cell(TEST_IMAGES.of("resnet")),
-        "optimiser": optimiser_words(s.optimizer, s.lr, s.milestones, s.augment),
-        "quick": quick if result.setup.mode == "quick" else "",
-        # The claims' bars, for their details.
         "target": TARGET_ERROR, "gap_points": 100 * GAP_POINTS, "flat": FLAT_SLOPE,
-        "steps": ", ".join(map(str, MEMORY_STEPS)),
     }  # fmt: skip
 
 
 def _memory_panels(result: Result[ChenSettings]) -> list[Lines]:
-    """Saved MiB against the RK4 steps L, one line per gradient method (the means)."""
-    series: dict[str, list[Point]] = {}
-    styles: dict[str, Style] = {}
-    for gradient, fmt in zip(MEMORY_GRADIENTS, ("o-", "s--")):
-        slope = result.stat(MIB_PER_STEP.of("odenet", gradient=gradient)).mean
-        label = gradient if slope is None else f"{gradient}: {slope:.2f} MiB per step"
-        at = [SAVED_AT_DEPTH.of("odenet", gradient=gradient, steps=L) for L in MEMORY_STEPS]
-        series[label] = [(float(L), result.stat(ref).mean) for L, ref in zip(MEMORY_STEPS, at)]
-        styles[label] = Style(fmt)
+    """The memory table's cells: saved MiB against the RK4 steps L, one line per gradient."""
+    series = {
+        g: [(float(L), result.stat(SAVED_AT_DEPTH.of("odenet", gradient=g, steps=L)).mean)
+            for L in MEMORY_STEPS]
+        for g in MEMORY_GRADIENTS
+    }  # fmt: skip
     return [
         Lines("memory against depth", "RK4 steps L of the ODE block", "saved for backward (MiB)",
-              series, styles, xticks=MEMORY_STEPS, ylim=(0, None))
+              series, {"backprop": Style("s--")}, xticks=MEMORY_STEPS, ylim=(0, None))
     ]  # fmt: skip
 
 

@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from . import _chen_tolerance_probe as probe
-from ._chen import MNIST_10K, TEST_ERROR, MnistTraining, mnist_config, optimiser_words
+from ._chen import MODES as TABLE1_MODES
+from ._chen import TEST_ERROR, MnistTraining, mnist_config
 from ._claims import Claim
 from ._metrics import Ref, Values
-from ._result import Result
 from ._runner import register_template
 from ._tables import Col, Row, Table, by_coordinate, by_run
 from ._template import Plot, Run, Setup, Template
 
 # The two models, by their field's activation: chen-table1's ODE-Net and its smooth twin.
 ACTIVATIONS = ("relu", "softplus")
-# What the report says of a claim on a seed where the NFE it reads is at the minimum.
-GUARD_WORDS = "not reproduced: NFE at the solver's minimum"
+ENDS = ("first", "last")  # the epochs of the training whose NFE is measured
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,27 +60,26 @@ class ToleranceSettings(MnistTraining):
                 raise ValueError(message)
 
 
+def _table1s(mode: str, tols: tuple[float, ...], eval_batch: int, probe: int) -> ToleranceSettings:
+    """chen-table1's training in ``mode``, and the tolerances and batches measured here."""
+    t = TABLE1_MODES[mode]
+    return ToleranceSettings(
+        seeds=t.seeds, epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, optimizer=t.optimizer,
+        milestones=t.milestones, augment=t.augment, train_size=t.train_size,
+        test_size=t.test_size, tolerances=tols, eval_batch=eval_batch, probe_size=probe,
+    )  # fmt: skip
+
+
+FIVE = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)
 MODES = {
     # The code path in seconds.
-    "quick": ToleranceSettings(
-        epochs=1, batch_size=32, lr=1e-3, milestones=(), augment=False, train_size=512,
-        test_size=256, optimizer="adam", tolerances=(1e-1, 1e-3, 1e-5), eval_batch=128,
-        probe_size=64,
-    ),
-    # chen-table1's standard training for each of the two models, three seeds, one torch
-    # thread: about 20 minutes a seed on an idle core (the docs page gives the trial).
-    "standard": ToleranceSettings(
-        seeds=3, epochs=8, batch_size=64, lr=1e-3, milestones=(6,), augment=False,
-        train_size=MNIST_10K[0], test_size=MNIST_10K[1], optimizer="adam",
-        tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500, probe_size=256,
-    ),
-    # chen-table1's full training, torchdiffeq's reproduction of the paper.
-    "full": ToleranceSettings(
-        seeds=1, epochs=160, batch_size=128, lr=0.1, milestones=(60, 100, 140), augment=True,
-        train_size=None, test_size=None, optimizer="sgd",
-        tolerances=(1e-1, 1e-2, 1e-3, 1e-4, 1e-5), eval_batch=500, probe_size=512,
-    ),
-}  # fmt: skip
+    "quick": _table1s("quick", (1e-1, 1e-3, 1e-5), eval_batch=128, probe=64),
+    # Three seeds, one torch thread: about 20 minutes a seed on an idle core (the docs page
+    # gives the trial).
+    "standard": _table1s("standard", FIVE, eval_batch=500, probe=256),
+    # torchdiffeq's reproduction of the paper.
+    "full": _table1s("full", FIVE, eval_batch=500, probe=512),
+}
 
 
 def runs(setup: Setup[ToleranceSettings], seed: int) -> list[Run]:
@@ -99,95 +95,77 @@ def _grows(values: list[float]) -> bool:
     return all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]
 
 
-def _guarded_claims(s: ToleranceSettings) -> list[tuple[Claim, list[Ref]]]:
-    """Fig. 3's claims, each with what says whether the NFE it reads is off the solver's
-    minimum: above 0.5 (a share of seeds on the means) where it is."""
+def _off(claim: Claim, *guards: Ref) -> Claim:
+    """``claim``, holding only where each NFE it reads is off the solver's minimum: every
+    one of ``guards`` above 0.5 (a share of seeds on the means)."""
+    test = claim.holds
+    return dataclasses.replace(claim, holds=lambda v: all(v[g] > 0.5 for g in guards) and test(v))
+
+
+def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
+    """Fig. 3's claims on the trained models, each holding only where the NFE it reads is
+    off the solver's minimum (the text says why)."""
+    s = setup.settings
     sweep, tight = s.sweep, s.tolerances[-1]
     nfe, solve, error = (  # the sweep's model at each tolerance, loosest first
         [metric.of(sweep, tol=tol) for tol in s.tolerances]
         for metric in (probe.SWEEP_NFE, probe.SOLVE_ERROR, probe.SWEEP_ERROR)
     )
-    last, first = (probe.TRAINING_NFE.of(sweep, way="forward", end=e) for e in ("last", "first"))
-    sweep_off = [probe.SWEEP_OFF.of(sweep, tol=tight)]
-    ratio, ratios_off = probe.RATIO.of("softplus"), [probe.RATIO_TOLERANCES.of("softplus")]
+    first, last = (probe.TRAINING_NFE.of(sweep, way="forward", end=e) for e in ENDS)
+    swept = probe.SWEEP_OFF.of(sweep, tol=tight)
+    ratio, ratios_off = probe.RATIO.of("softplus"), probe.RATIO_TOLERANCES.of("softplus")
     return [
-        (Claim("nfe_grows_as_tolerance_tightens",
-               "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
-               "grows; numbers not published", ours=lambda v: v[nfe[-1]] / v[nfe[0]],
-               holds=lambda v: _grows([v[ref] for ref in nfe]),
-               spec=".2f", unit="×", kind="paper"), sweep_off),
-        (Claim("solve_error_falls_as_tolerance_tightens",
-               "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
-               "falls; numbers not published", ours=lambda v: v[solve[-1]] / v[solve[0]],
-               holds=lambda v: _grows([-v[ref] for ref in solve]),
-               spec=".2g", unit="×", kind="paper"), [probe.PROBE_OFF.of(sweep, tol=tight)]),
-        (Claim("error_at_tightest_not_above_loosest",
-               "test error is no higher at the tightest tolerance (Fig. 3a)",
-               "falls as it tightens; numbers not published",
-               ours=lambda v: v[error[-1]] - v[error[0]],
-               holds=lambda v: v[error[-1]] <= v[error[0]],
-               spec="+.2f", scale=100, unit=" points", kind="paper"), sweep_off),
-        (Claim.at_least("time_proportional_to_nfe",
-                        "forward time is proportional to NFE (Fig. 3b)",
-                        "proportional; slope not published",
-                        probe.TIME_NFE["correlation"].of(sweep), 0.9, strict=True, spec=".3g",
-                        kind="paper", timing=True), sweep_off),
-        (Claim.between("softplus_ratio_roughly_half",
-                       "softplus backward NFE is roughly half the forward (Fig. 3c)", "about 0.5",
-                       ratio, 0.35, 0.65, kind="paper"), ratios_off),
-        (Claim.between("softplus_ratio_near_corrected",
-                       "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
-                       "about 0.8 (0.78-0.86)", ratio, 0.7, 0.95, kind="paper"), ratios_off),
-        (Claim.difference("relu_ratio_above_softplus",
-                          "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
-                          "not published (smooth fields only)", probe.RATIO.of("relu"), ratio,
-                          above=0.0, kind="paper"),
-         [probe.RATIO_TOLERANCES.of(n) for n in ACTIVATIONS]),
-        *((Claim.difference(f"seminorm_fewer_backward_nfe_{n}",
-                            f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
-                            "fewer (Kidger et al., 2021)", probe.SEMINORM_OFF.of(n),
-                            probe.BACKWARD_OFF.of(n), below=0.0, kind="paper", spec="+.1f"),
-           [probe.SEMINORM_TOLERANCES.of(n)]) for n in ACTIVATIONS),
-        (Claim.ratio("nfe_increases_during_training",
-                     "forward NFE increases during training (Fig. 3d)",
-                     "increases; numbers not published", last, first, above=1.0, kind="paper"),
-         [probe.SWEEP_OFF.of(sweep, tol=s.train_tol)]),
+        _off(Claim(
+            "nfe_grows_as_tolerance_tightens",
+            "forward NFE grows as the tolerance tightens (Fig. 3a-b)",
+            "grows; numbers not published", ours=lambda v: v[nfe[-1]] / v[nfe[0]],
+            holds=lambda v: _grows([v[ref] for ref in nfe]), spec=".2f", unit="×", kind="paper",
+        ), swept),
+        _off(Claim(
+            "solve_error_falls_as_tolerance_tightens",
+            "the ODE solve's error falls as the tolerance tightens (Fig. 3a)",
+            "falls; numbers not published", ours=lambda v: v[solve[-1]] / v[solve[0]],
+            holds=lambda v: _grows([-v[ref] for ref in solve]), spec=".2g", unit="×", kind="paper",
+        ), probe.PROBE_OFF.of(sweep, tol=tight)),
+        _off(Claim(
+            "error_at_tightest_not_above_loosest",
+            "test error is no higher at the tightest tolerance (Fig. 3a)",
+            "falls as it tightens; numbers not published",
+            ours=lambda v: v[error[-1]] - v[error[0]], holds=lambda v: v[error[-1]] <= v[error[0]],
+            spec="+.2f", scale=100, unit=" points", kind="paper",
+        ), swept),
+        _off(Claim.at_least(
+            "time_proportional_to_nfe", "forward time is proportional to NFE (Fig. 3b)",
+            "proportional; slope not published", probe.TIME_NFE["correlation"].of(sweep), 0.9,
+            strict=True, spec=".3g", kind="paper", timing=True,
+        ), swept),
+        _off(Claim.between(
+            "softplus_ratio_roughly_half",
+            "softplus backward NFE is roughly half the forward (Fig. 3c)",
+            "about 0.5", ratio, 0.35, 0.65, kind="paper",
+        ), ratios_off),
+        _off(Claim.between(
+            "softplus_ratio_near_corrected",
+            "the softplus ratio is near the corrected ~0.8 (third party, Fig. 3c)",
+            "about 0.8 (0.78-0.86)", ratio, 0.7, 0.95, kind="paper",
+        ), ratios_off),
+        _off(Claim.difference(
+            "relu_ratio_above_softplus",
+            "the ReLU field's backward/forward NFE ratio exceeds the softplus one",
+            "not published (smooth fields only)", probe.RATIO.of("relu"), ratio, above=0.0,
+            kind="paper",
+        ), *(probe.RATIO_TOLERANCES.of(n) for n in ACTIVATIONS)),
+        *(_off(Claim.difference(
+            f"seminorm_fewer_backward_nfe_{n}",
+            f"the seminorm needs fewer backward NFE ({n}; Kidger et al., 2021)",
+            "fewer (Kidger et al., 2021)", probe.SEMINORM_OFF.of(n), probe.BACKWARD_OFF.of(n),
+            below=0.0, kind="paper", spec="+.1f",
+        ), probe.SEMINORM_TOLERANCES.of(n)) for n in ACTIVATIONS),
+        _off(Claim.ratio(
+            "nfe_increases_during_training", "forward NFE increases during training (Fig. 3d)",
+            "increases; numbers not published", last, first, above=1.0, kind="paper",
+        ), probe.SWEEP_OFF.of(sweep, tol=s.train_tol)),
     ]  # fmt: skip
-
-
-def claims(setup: Setup[ToleranceSettings]) -> list[Claim]:
-    """Fig. 3's claims on the trained models, each holding only where the NFE it reads is
-    off the solver's minimum."""
-    return [_guarded(claim, guards) for claim, guards in _guarded_claims(setup.settings)]
-
-
-def _off(v: Values, guards: list[Ref]) -> bool:
-    """Whether every one of ``guards`` is off the solver's minimum in ``v``."""
-    return all(v[ref] > 0.5 for ref in guards)
-
-
-def _guarded(claim: Claim, guards: list[Ref]) -> Claim:
-    """``claim``, holding only where the NFE it reads is off the solver's minimum."""
-    test = claim.holds
-    return dataclasses.replace(claim, holds=lambda v: _off(v, guards) and test(v))
-
-
-def _guard_words(result: Result[Any], guards: list[Ref]) -> str:
-    """Whether the NFE a claim reads is off the solver's minimum, seed by seed, in words."""
-    seeds = result.setup.seeds
-    stuck = [seed for seed, v in zip(seeds, result.per_seed()) if not _off(v, guards)]
-    if not stuck:
-        return f"off the minimum on {len(seeds)} of {len(seeds)} seed(s)"
-    which = ", ".join(str(seed) for seed in stuck)
-    return f"{GUARD_WORDS} on seed(s) {which} ({len(stuck)} of {len(seeds)})"
-
-
-def _probe_cell(way: str) -> Callable[[Result[Any], Row], str]:
-    """A cell of the probe's table: its NFE at the row's tolerance or, on the row without
-    one, at the solver's minimum."""
-    return lambda result, row: result.cell(
-        probe.PROBE.of(row.run, way=way, **row.at) if row.at else probe.FLOOR.of(row.run, way=way)
-    )
 
 
 def _probe_ratio(v: Values, row: Row) -> float:
@@ -197,69 +175,32 @@ def _probe_ratio(v: Values, row: Row) -> float:
 
 
 def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
-    """The guards, the sweep, the probe, the ratios, the training."""
+    """The sweep (Fig. 3a-b), the probe at each tolerance (Fig. 3c), each model's training
+    (Fig. 3d), its solver's minimum and its ratio off it."""
     s = setup.settings
-    guards = {claim.text: refs for claim, refs in _guarded_claims(s)}
-    # The row of the solver's minimum, where neither the seminorm nor the ratio is measured.
-    minimum = {
-        "tolerance": f"minimum ({probe.FLOOR_TOL:g})",
-        "backward, seminorm": "",
-        "backward/forward": "",
-    }
-    probe_rows = [
-        Row(n, n, at, text={"tolerance": f"{at['tol']:g}"} if at else minimum)
-        for n in ACTIVATIONS
-        for at in ({}, *({"tol": tol} for tol in s.tolerances))
-    ]
 
-    def first_last(way: str) -> Col:
-        ends = (Col("", probe.TRAINING_NFE, {"way": way, "end": end}) for end in ("first", "last"))
-        return Col.joined(f"{way} NFE, first / last epoch", *ends)
+    def ends(way: str) -> Col:
+        first, last = (Col("", probe.TRAINING_NFE, {"way": way, "end": e}) for e in ENDS)
+        return Col.joined(f"{way} NFE, first / last epoch", first, last)
 
-    def seeds_off(result: Result[Any], row: Row) -> str:
-        off = result.stat(probe.SWEEP_OFF.of(row.run, **row.at))
-        return f"{sum(1 for v in off.values if v is not None and v > 0.5)} of {off.n}"
-
-    models = {n: n for n in ACTIVATIONS}
+    floors = (Col("", probe.FLOOR, {"way": way}) for way in probe.WAYS[:2])
+    probed = [Row(f"{n}, {tol:g}", n, {"tol": tol}) for n in ACTIVATIONS for tol in s.tolerances]
     return {
-        "guards": Table("claim", [Row(text) for text in guards], [Col(
-            "the NFE it reads", cell=lambda result, row: _guard_words(result, guards[row.label]))]),
         "sweep": by_coordinate("tolerance", s.sweep, "tol", s.tolerances, [
             Col("test error", probe.SWEEP_ERROR), Col("forward NFE", probe.SWEEP_NFE),
-            Col("off the minimum (seeds)", cell=seeds_off),
+            Col("off the minimum (share of seeds)", probe.SWEEP_OFF, spread=False),
             Col("forward time per batch, ms", probe.SECONDS),
-            Col("solve error (probe)", probe.SOLVE_ERROR),
-            Col("paper", text="not published")]),
-        "probe": Table("model", probe_rows, [
-            Col("tolerance"), Col("forward NFE", cell=_probe_cell("forward")),
-            Col("backward NFE", cell=_probe_cell("backward")),
-            Col("backward, seminorm", cell=_probe_cell("backward_seminorm")),
+            Col("solve error (probe)", probe.SOLVE_ERROR)]),
+        "probe": Table("model, tolerance", probed, [
+            *(Col(f"{w.replace('_', ', ')} NFE", probe.PROBE, {"way": w}) for w in probe.WAYS),
             Col.per_seed("backward/forward", _probe_ratio, ".2f", spread=False)]),
-        "ratios": by_run("model", models, [
-            Col("backward/forward off the minimum (ours)", probe.RATIO),
-            Col("tolerances off the minimum", probe.RATIO_TOLERANCES), Col("paper", text="~0.5"),
-            Col("corrected (third party)", text="~0.8 (0.78-0.86)")]),
-        "training": by_run("model", models, [
-            Col("test error", TEST_ERROR), first_last("forward"), first_last("backward"),
+        "models": by_run("model", {n: n for n in ACTIVATIONS}, [
+            Col("test error", TEST_ERROR), ends("forward"), ends("backward"),
+            Col.joined("NFE at the minimum, forward / backward", *floors),
+            Col("backward/forward off the minimum", probe.RATIO),
+            Col("tolerances off the minimum", probe.RATIO_TOLERANCES),
             Col("training, s", probe.TRAIN_SECONDS)]),
     }  # fmt: skip
-
-
-def words(result: Result[ToleranceSettings]) -> dict[str, object]:
-    """What the text reads besides the settings: the training in words, the tolerances
-    of the claims, and the sweep's minimum and time-NFE line."""
-    s = result.settings
-    return {
-        "train_images": "all" if s.train_size is None else s.train_size,
-        "optimiser": optimiser_words(s.optimizer, s.lr, s.milestones, s.augment),
-        "floor_tol": probe.FLOOR_TOL,
-        "reference_tol": probe.REFERENCE_TOL,
-        "loosest": s.tolerances[0],
-        "tightest": s.tolerances[-1],
-        "floor_sweep": result.cell(probe.FLOOR_SWEEP.of(s.sweep)),
-        "correlation": result.cell(probe.TIME_NFE["correlation"].of(s.sweep)),
-        "slope": result.cell(probe.TIME_NFE["slope"].of(s.sweep)),
-    }
 
 
 register_template(
@@ -269,12 +210,7 @@ register_template(
         "softplus twin: error, time and NFE against the solver tolerance, backward/forward "
         "NFE with and without the seminorm, NFE over training",
         title="Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
-        modes=MODES,
-        runs=runs,
-        measure=probe.measure,
-        claims=claims,
-        tables=tables,
-        words=words,
+        modes=MODES, runs=runs, measure=probe.measure, claims=claims, tables=tables,
         figures=[
             Plot("fig3a_error_vs_tol.png", probe.error_panels, size=(4, 3.4)),
             Plot("fig3b_time_vs_nfe.png", probe.time_panels),
@@ -283,4 +219,4 @@ register_template(
         ],
         one_thread_modes=("quick", "standard"),
     )
-)
+)  # fmt: skip

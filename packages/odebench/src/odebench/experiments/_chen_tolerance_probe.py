@@ -17,9 +17,8 @@ from .._figures import Lines, Mark, Point, Style
 from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import load_splits
-from ._chen import TEST_ERROR, fit_line, ode_specs
+from ._chen import TEST_ERROR, ode_specs
 from ._metrics import Metric
-from ._registry import fmt
 from ._result import Result
 from ._template import Measurement
 
@@ -46,25 +45,16 @@ class SweepRow(TypedDict):
     batches: list[list[float]]
 
 
-class ProbeRow(TypedDict):
-    """The probe at one tolerance: means over its batches, and the shares at the minimum."""
-
-    tol: float
-    forward: float
-    backward: float
-    backward_seminorm: float
-    solve_error: float
-    forward_at_floor: float
-    backward_at_floor: float
-
-
 class Probe(TypedDict):
-    """The gradient probe: the mean NFE at the solver's minimum, the images, each tolerance."""
+    """The gradient probe: the mean NFE at the solver's minimum, the images, and a row per
+    tolerance: ``tol``, the means over its batches (``forward``, ``backward``,
+    ``backward_seminorm`` NFE, ``solve_error``) and the shares of its batches at the
+    minimum (``forward_at_floor``, ``backward_at_floor``)."""
 
     floor_forward: float
     floor_backward: float
     images: int
-    rows: list[ProbeRow]
+    rows: list[dict[str, float]]
 
 
 # Of each model (its test error is chen-table1's TEST_ERROR): training, the probe, and what
@@ -184,7 +174,7 @@ def _probe(model: nn.Module, test: Dataset, s: ToleranceSettings) -> Probe:
     batches = _batches(model, test, s.batch_size, s.probe_size)
     references = [_pass(model, x, y, REFERENCE_TOL, grad=False)[0] for x, y in batches]
     floors = [_pass(model, x, y, FLOOR_TOL)[1:] for x, y in batches]
-    rows: list[ProbeRow] = []
+    rows: list[dict[str, float]] = []
     for tol in s.tolerances:
         forward, backward, seminorm, errors = [], [], [], []
         for (x, y), reference in zip(batches, references):
@@ -217,8 +207,7 @@ def _probe_metrics(probe: Probe) -> dict[str, float | None]:
         FLOOR.key(way="backward"): probe["floor_backward"],
     }
     for r in rows:
-        nfes = (r["forward"], r["backward"], r["backward_seminorm"])
-        metrics |= {PROBE.key(way=w, tol=r["tol"]): n for w, n in zip(WAYS, nfes)}
+        metrics |= {PROBE.key(way=w, tol=r["tol"]): r[w] for w in WAYS}
         metrics[SOLVE_ERROR.key(tol=r["tol"])] = r["solve_error"]
         metrics[PROBE_OFF.key(tol=r["tol"])] = float(r["forward_at_floor"] < 0.5)
     off = [r for r in rows if r["forward_at_floor"] < 0.5]
@@ -230,6 +219,18 @@ def _probe_metrics(probe: Probe) -> dict[str, float | None]:
         SEMINORM_OFF.key(): statistics.mean(r["backward_seminorm"] for r in back) if back else None,
         SEMINORM_TOLERANCES.key(): float(len(back)),
     }
+
+
+def fit_line(points: list[tuple[float, float]]) -> dict[str, float | None]:
+    """Least squares ``y = slope * x + intercept`` and Pearson's correlation: ``None`` for
+    all three with fewer than two points or a single ``x``, for the correlation alone with
+    a constant ``y`` (whose slope is 0)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if len(points) < 2 or statistics.pvariance(xs) == 0:
+        return {"slope": None, "intercept": None, "correlation": None}
+    slope, intercept = statistics.linear_regression(xs, ys)
+    correlation = None if statistics.pvariance(ys) == 0 else statistics.correlation(xs, ys)
+    return {"slope": slope, "intercept": intercept, "correlation": correlation}
 
 
 def _sweep_metrics(rows: list[SweepRow]) -> dict[str, float | None]:
@@ -270,29 +271,21 @@ def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     if name == setup.settings.sweep:
         details["tolerance_sweep"] = rows = _sweep(model, test, setup.settings)
         metrics |= _sweep_metrics(rows)
-        r = fmt(metrics[TIME_NFE["correlation"].key()], ".3f")
-        setup.log(f"[{name}] sweep: time vs NFE correlation {r}")
-    setup.log(
-        f"[{name}] seed {trained.seed}: test error {fmt(metrics[TEST_ERROR.key()], '.2%')}, "
-        f"minimum NFE {probed['floor_forward']:.0f}/{probed['floor_backward']:.0f}, "
-        f"backward/forward {fmt(metrics[RATIO.key()], '.2f')} over "
-        f"{metrics[RATIO_TOLERANCES.key()]:.0f} tolerance(s) off the minimum"
-    )
     return Measurement(metrics, details)
 
 
 def error_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     """Fig. 3a: test error and solve error against tolerance (the first seed)."""
     details = result.details(result.settings.sweep)
-    rows, probe = details["tolerance_sweep"], details["probe"]["rows"]
-    xlabel = "tolerance (rtol = atol)"
+    test = [(r["tol"], 100 * r["test_error"]) for r in details["tolerance_sweep"]]
+    solve = [(r["tol"], r["solve_error"]) for r in details["probe"]["rows"]]
+    x = "tolerance (rtol = atol)"
     return [
-        Lines("test error", xlabel, "test error (%)", legend=None, xscale="log", invert_x=True,
-              series={"test error": [(r["tol"], 100 * r["test_error"]) for r in rows]}),
-        Lines("(a) solve error", xlabel, f"relative error against {REFERENCE_TOL:g}",
-              series={"solve error": [(r["tol"], r["solve_error"]) for r in probe]},
-              styles={"solve error": Style("s-")}, legend=None, xscale="log", yscale="log",
-              invert_x=True),
+        Lines("test error", x, "test error (%)", {"test error": test}, legend=None,
+              xscale="log", invert_x=True),
+        Lines("(a) solve error", x, f"relative error against {REFERENCE_TOL:g}",
+              {"solve error": solve}, {"solve error": Style("s-")}, legend=None, xscale="log",
+              yscale="log", invert_x=True),
     ]  # fmt: skip
 
 
@@ -306,8 +299,8 @@ def time_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     }
     styles = dict.fromkeys(series, Style("o", alpha=0.6))
     if slope is not None and intercept is not None:
-        ends = [f(n for row in rows for n, _, _ in row["batches"]) for f in (min, max)]
-        series[f"fit, r = {r:.3f}"] = [(x, slope * x + intercept) for x in ends]
+        nfes = [n for row in rows for n, _, _ in row["batches"]]
+        series[f"fit, r = {r:.3f}"] = [(n, slope * n + intercept) for n in (min(nfes), max(nfes))]
         styles[f"fit, r = {r:.3f}"] = Style("--", color="k")
     return [Lines("(b) time vs NFE", "forward NFE", "forward time per batch (s)", series, styles)]
 
@@ -318,7 +311,6 @@ def ratio_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     the first seed of each model, beside the paper's and the corrected slopes."""
     series: dict[str, list[Point]] = {}
     styles: dict[str, Style] = {}
-    top = 0.0
     for name, colour in zip(result.metrics, ("C0", "C1")):
         probe = result.details(name)["probe"]
         forward = [r["forward"] for r in probe["rows"]]
@@ -327,12 +319,11 @@ def ratio_panels(result: Result[ToleranceSettings]) -> list[Lines]:
             styles[label] = Style(line, colour)
         series[f"_{name} minimum"] = [(probe["floor_forward"], probe["floor_backward"])]
         styles[f"_{name} minimum"] = Style("x", colour)
-        top = max(top, *forward)
+    top = max(x for name in result.metrics for x, _ in series[name])  # the largest forward NFE
     for slope, line, shade, who in ((0.5, ":", "0.5", "paper"), (0.8, "--", "0.3", "corrected")):
         series[f"{who}: {slope}"] = [(0.0, 0.0), (top, slope * top)]
         styles[f"{who}: {slope}"] = Style(line, shade)
-    title = "(c) backward vs forward NFE"
-    return [Lines(title, "forward NFE", "backward NFE", series, styles)]
+    return [Lines("(c) backward vs forward NFE", "forward NFE", "backward NFE", series, styles)]
 
 
 def training_panels(result: Result[ToleranceSettings]) -> list[Lines]:
@@ -342,11 +333,10 @@ def training_panels(result: Result[ToleranceSettings]) -> list[Lines]:
     styles: dict[str, Style] = {}
     marks = []
     for name, colour in zip(result.metrics, ("C0", "C1")):
-        history = result.details(name)["history"]
-        series[name] = [(h["epoch"], h["nfe_forward"]) for h in history]
+        series[name] = [(h["epoch"], h["nfe_forward"]) for h in result.details(name)["history"]]
         styles[name] = Style("o-", colour)
         floor = result.stat(FLOOR.of(name, way="forward")).values[0]
         if floor is not None:
             marks.append(Mark(floor, label=f"{name}: solver's minimum", color=colour))
-    title, ylabel = "(d) NFE over training", "forward NFE per step"
-    return [Lines(title, "training epoch", ylabel, series, styles, marks=marks)]
+    return [Lines("(d) NFE over training", "training epoch", "forward NFE per step", series,
+                  styles, marks=marks)]  # fmt: skip
