@@ -210,7 +210,7 @@ def test_report_has_the_rows_and_the_poster_numbers(
         assert cell in text, cell
     assert "## CIFAR-10" in text and "| 73.4% |" in text  # the poster's, beside "not run"
     assert "| IL-NODE (input layer) | not run | 73.4% | not run | not run | 65 |" in text
-    assert "This is a quick run" in text
+    assert "A quick run (`--quick`) is a smoke test" in text  # whatever the mode: stated once
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Claims\n" not in text
     for key, claim in summary["claims"].items():
@@ -230,11 +230,9 @@ def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
     assert standard.test_size <= 1996  # the test images of MNIST-10k
     assert standard.train_size % standard.batch_size == 0  # no image dropped
     assert standard.epochs * (standard.train_size // standard.batch_size) >= 200  # steps
-    note = augmentation.mode_note(
-        "standard", standard.epochs, standard.train_size, standard.batch_size, "a", "b"
-    )
-    assert "2 epoch(s) of 3200 images (200 steps of batch 32)" in note
-    assert "smoke test" not in note
+    words = augmentation.words(_result({n: [0.9] * 3 for n in augmentation.MODELS}, POSTER_NFE))
+    assert words["sizes"] == "3200 training and 1000 test images"
+    assert words["schedule"] == "times 0.1 after epoch(s) 1"
 
 
 def _result(

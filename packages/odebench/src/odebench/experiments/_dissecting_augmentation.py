@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .._figures import Bars, Lines, mean_band
 from ..training import TrainConfig
 from ._claims import Claim
-from ._images import available_datasets, data_name, mode_note, trained_datasets
+from ._images import available_datasets, data_name, trained_datasets
 from ._metrics import Metric
 from ._report import Prose
 from ._runner import register_template
@@ -204,16 +204,13 @@ def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
     ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
             Col("NFE in the first epoch (ours)", NFE_FIRST), Col("NFE at convergence (ours)", NFE),
             Col("parameters (ours)", PARAMETERS, spread=False)]  # fmt: skip
-    posters: dict[str, Callable[[dict[str, float]], str]] = {
-        "test accuracy (poster)": lambda p: f"{p['acc'] * 100:.1f}%",
-        "NFE (poster)": lambda p: f"{p['nfe']:.0f}",
-        "parameters (poster)": lambda p: f"{p['params'] / 1e3:.1f}k",
-    }
-    poster = [Col(header) for header in posters]
+    poster = [Col(f"{what} (poster)") for what in ("test accuracy", "NFE", "parameters")]
     columns = [ours[0], poster[0], ours[1], ours[2], poster[1], ours[3], poster[2]]
 
     def row(d: str, m: str) -> Row:
-        text = {header: cell(PUBLISHED[d][m]) for header, cell in posters.items()}
+        p = PUBLISHED[d][m]
+        cells = (f"{p['acc'] * 100:.1f}%", f"{p['nfe']:.0f}", f"{p['params'] / 1e3:.1f}k")
+        text = {col.header: cell for col, cell in zip(poster, cells)}
         missing = {} if d in trained else {col.header: "not run" for col in ours}
         return Row(LABELS[m], f"{d}/{m}", text=text | missing)
 
@@ -221,8 +218,8 @@ def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[AugmentationSettings]) -> dict[str, object]:
-    """The claims' thresholds, the settings in words and the note on the mode."""
-    s, part = result.settings, Prose.of(TEXT).part
+    """The claims' thresholds and the settings in words."""
+    s = result.settings
     after = ", ".join(str(m) for m in s.milestones if m < s.epochs)
     sizes = f"{s.train_size} training and {s.test_size} test images"
     return {
@@ -230,9 +227,7 @@ def words(result: Result[AugmentationSettings]) -> dict[str, object]:
         "schedule": f"times {s.gamma:g} after epoch(s) {after}" if after else "constant",
         "gradient": "the adjoint" if s.gradient == "adjoint" else "backprop through the steps",
         "sizes": "all training and test images" if s.train_size is None else sizes,
-        "mode_note": mode_note(result.setup.mode, s.epochs, s.train_size, s.batch_size,
-                               authors=part("authors"), tests=part("tests")),
-    }  # fmt: skip
+    }
 
 
 def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:
