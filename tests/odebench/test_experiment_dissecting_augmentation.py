@@ -208,18 +208,16 @@ def test_report_has_the_rows_and_the_poster_numbers(
         assert f"| {label} |" in text, label
     for cell in ("| 96.8% |", "| 98 |", "| 21.4k |", "| 99.2% |", "| 43 |", "| 20.0k |"):
         assert cell in text, cell
-    assert "## CIFAR-10" in text and "73.4%" in text
-    assert "Not run here: needs CIFAR-10 (`odebench download cifar10`), or give its" in text
-    assert "### Orderings, MNIST" in text and "This is a quick run" in text
-    assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE |" in text
-    assert "| NFE at convergence, fewest first | 2nd order > IL > 0-aug > NODE |" in text
+    assert "## CIFAR-10" in text and "| 73.4% |" in text  # the poster's, beside "not run"
+    assert "| IL-NODE (input layer) | not run | 73.4% | not run | not run | 65 |" in text
+    assert "A quick run (`--quick`) is a smoke test" in text  # whatever the mode: stated once
     papers, _, checks = text.partition("## Checks of our code")
     assert "## Claims of the paper" in papers and "## Claims\n" not in text
     for key, claim in summary["claims"].items():
         row = f"| **{claim['text']}**: {claim['detail']} |"
         assert claim["detail"].startswith("ours: "), key
         assert row in (checks if key.removeprefix("mnist_") in CHECKS else papers), key
-    assert "**Not trained past 90% test accuracy**" in text or "passed 90%" in text
+    assert "On MNIST a model below 90% test accuracy is undertrained" in text
     for name in FIGURES:
         assert f"]({name})" in text, name
 
@@ -232,11 +230,9 @@ def test_standard_settings_train_three_seeds_on_a_subset_of_mnist_10k() -> None:
     assert standard.test_size <= 1996  # the test images of MNIST-10k
     assert standard.train_size % standard.batch_size == 0  # no image dropped
     assert standard.epochs * (standard.train_size // standard.batch_size) >= 200  # steps
-    note = augmentation.mode_note(
-        "standard", standard.epochs, standard.train_size, standard.batch_size, "a", "b"
-    )
-    assert "2 epoch(s) of 3200 images (200 steps of batch 32)" in note
-    assert "smoke test" not in note
+    words = augmentation.words(_result({n: [0.9] * 3 for n in augmentation.MODELS}, POSTER_NFE))
+    assert words["sizes"] == "3200 training and 1000 test images"
+    assert words["schedule"] == "times 0.1 after epoch(s) 1"
 
 
 def _result(
@@ -256,43 +252,46 @@ def _result(
 POSTER_NFE = {"node": [98.0] * 3, "anode": [71.0] * 3, "ilnode": [44.0] * 3, "sonode": [43.0] * 3}
 
 
-def test_orderings_as_the_posters_say_so() -> None:
-    acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.7] * 3, "sonode": [0.8] * 3}
-    text = augmentation.section(_result(acc, POSTER_NFE), "mnist")
-    assert text.count("| 6 of 6 |") == 2
-    assert "Both orderings are the poster's." in text and "another order" not in text
+def _verdicts(result: Result[Any]) -> dict[str, Any]:
+    """The verdicts of MNIST's claims that read no parameter count, on ``result``."""
+    claims = [c for c in augmentation.dataset_claims("mnist") if "param" not in c.key]
+    return {c.key.removeprefix("mnist_"): c.check(result.per_seed()) for c in claims}
 
 
-def test_orderings_name_each_swapped_pair_and_explain_it() -> None:
+def test_the_claims_judge_the_posters_order_seed_by_seed() -> None:
     # IL ahead of the 2nd-order model on the mean, behind it on one seed of three.
-    acc = {"node": [0.5] * 3, "anode": [0.6] * 3, "ilnode": [0.74, 0.74, 0.70],
-           "sonode": [0.70, 0.70, 0.72]}  # fmt: skip
-    nfe = {**POSTER_NFE, "node": [30.0, 30.0, None]}  # NODE the cheapest, one seed missing
-    text = augmentation.section(_result(acc, nfe), "mnist")
-    assert "| test accuracy, best first | 2nd order > IL > 0-aug > NODE | " in text
-    assert "| IL > 2nd order > 0-aug > NODE | 5 of 6 |" in text
-    assert "| NODE > 2nd order > IL > 0-aug | 3 of 6 |" in text
-    line = "- test accuracy, IL minus 2nd order: poster -0.1 points (a small gap), ours +2.0"
-    assert line in text
-    assert "(the poster's order on 1 of 3 seeds)" in text
-    assert "- NFE at convergence, NODE minus IL: poster +54.0, ours -14.0 ± 0.0" in text
-    assert "(the poster's order on 0 of 2 seeds)" in text  # of the seeds with a number
-    assert "after 200 steps on 3200 images" in text and "rounded means of converged runs" in text
-    assert "at a tolerance of 0.001, the poster's at 0.0001" in text
+    acc = {"node": [0.91] * 3, "anode": [0.93] * 3, "ilnode": [0.97, 0.97, 0.94],
+           "sonode": [0.95, 0.95, 0.96]}  # fmt: skip
+    nfe = {**POSTER_NFE, "anode": [50.0, 40.0, 30.0]}  # 0-aug cheaper than IL on one seed
+    verdicts = _verdicts(_result(acc, nfe))
+    assert verdicts["input_layer_beats_vanilla"].held_on == (True, True, True)
+    assert verdicts["input_layer_near_best"].held_on == (True, True, False)
+    assert verdicts["input_layer_near_best"].ours.values == pytest.approx((0.0, 0.0, -0.02))
+    assert verdicts["zero_augmentation_needs_more_nfe"].ours.values == pytest.approx((6, -4, -14))
+    assert verdicts["zero_augmentation_needs_more_nfe"].words == (
+        "mixed: held on 1 of 3 seeds, not on the mean"
+    )
 
 
-def test_the_report_names_each_model_below_90_percent_and_its_seeds() -> None:
+def test_a_model_below_90_percent_fails_the_bar_on_its_seeds() -> None:
     acc = {"node": [0.84, 0.86, 0.91], "anode": [0.95] * 3, "ilnode": [0.96, 0.89, 0.97],
            "sonode": [0.96] * 3}  # fmt: skip
-    text = augmentation.section(_result(acc, POSTER_NFE), "mnist")
-    assert "**Not trained past 90% test accuracy**" in text
-    assert "- NODE (no augmentation): 87.0 ± 3.6%, below 90% on 2 of 3 seed(s) (0, 1)" in text
-    assert "- IL-NODE (input layer): 94.0 ± 4.4%, below 90% on 1 of 3 seed(s) (1)" in text
-    assert "- ANODE (0-augmented)" not in text and "- 2nd-order" not in text
+    verdicts = _verdicts(_result(acc, POSTER_NFE))
+    assert verdicts["every_model_trained"].held_on == (False, False, True)
+    assert verdicts["every_model_trained"].ours.values == pytest.approx((0.84, 0.86, 0.91))
+    assert verdicts["input_layer_beats_vanilla"].held_on == (False, False, True)
+    assert verdicts["second_order_beats_vanilla"].held_on == (False, False, True)
     passed = {n: [0.95] * 3 for n in augmentation.MODELS}
-    text = augmentation.section(_result(passed, POSTER_NFE), "mnist")
-    assert "\n\nEvery model passed 90% test accuracy on every seed.\n\n### Orderings" in text
-    # CIFAR-10 has no bar: its table is followed by the orderings.
-    text = augmentation.section(_result(acc, POSTER_NFE, "cifar10"), "cifar10")
-    assert text.startswith("## CIFAR-10\n\n| model |") and "Not trained" not in text
-    assert "|\n\n### Orderings, CIFAR-10\n\n| ordering |" in text
+    assert _verdicts(_result(passed, POSTER_NFE))["every_model_trained"].status == "held"
+
+
+def test_the_tables_show_the_poster_beside_ours_and_a_data_set_not_run() -> None:
+    acc = {n: [0.95] * 3 for n in augmentation.MODELS}
+    result = _result(acc, POSTER_NFE)
+    tables = augmentation.tables(result.setup)
+    assert list(tables) == ["mnist", "cifar10"]
+    mnist = tables["mnist"].markdown(result)
+    row = "| NODE (no augmentation) | 95.0 ± 0.0% | 96.8% | – | 98.0 ± 0.0 | 98 | – | 21.4k |"
+    assert row in mnist
+    cifar = tables["cifar10"].markdown(result)  # not trained: the poster's numbers alone
+    assert "| 2nd-order | not run | 72.8% | not run | not run | 59 | not run | 34.6k |" in cifar

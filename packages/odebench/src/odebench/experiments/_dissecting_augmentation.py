@@ -5,20 +5,18 @@ docs/odebench/experiments/dissecting-augmentation.md says what it trains and why
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._figures import Bars, Lines, mean_band
 from ..training import TrainConfig
 from ._claims import Claim
-from ._images import available_datasets, data_name, mode_note, trained_datasets
-from ._metrics import Metric, Stat
-from ._registry import fmt
+from ._images import available_datasets, data_name, trained_datasets
+from ._metrics import Metric
 from ._report import Prose
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
+from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
@@ -34,7 +32,7 @@ MODELS = {"node": "dissecting-node", "anode": "dissecting-anode", "ilnode": "iln
 LABELS = {"node": "NODE (no augmentation)", "anode": "ANODE (0-augmented)",
           "ilnode": "IL-NODE (input layer)", "sonode": "2nd-order"}  # fmt: skip
 SHORT = {"node": "NODE", "anode": "0-aug", "ilnode": "IL", "sonode": "2nd order"}
-"""The poster's short names, for the orderings and the figures' axes."""
+"""The poster's short names, for the figures' axes."""
 
 PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
     "mnist": {"node": {"acc": 0.968, "nfe": 98, "params": 21_400},
@@ -57,8 +55,6 @@ OURS = {"acc": ACCURACY, "nfe": NFE, "params": PARAMETERS}  # by the poster's ke
 
 NEAR_BEST = 0.01  # IL-NODE "performs best" within this of the best model's accuracy
 POSTER_PARAMS = 0.05  # our parameter counts "match" the poster's within this fraction
-SMALL_GAP = {"acc": NEAR_BEST, "nfe": 5.0}
-"""The poster's gaps the report calls small: rounded means, an order this close may not repeat."""
 TRAINED = {"mnist": 0.90}
 """``{data set: test accuracy}`` that the models a claim compares must reach on a seed."""
 THRESHOLDS = {"bar": TRAINED["mnist"], "near_best": NEAR_BEST * 100, "within": POSTER_PARAMS}
@@ -202,119 +198,28 @@ def dataset_claims(dataset: str) -> list[Claim]:
     return [claim(k, *CLAIMS[k]) for k in keys]
 
 
-ORDERS = {"acc": "best first", "nfe": "fewest first"}  # the orderings compared with the poster's
-
-
-def _order(values: Mapping[str, float | None], key: str) -> str:
-    """The models most accurate (``key`` ``"acc"``) or fewest NFE first; ``–`` if one is missing.
-
-    Example:
-        >>> _order({"node": 98, "anode": 71, "ilnode": 44, "sonode": 43}, "nfe")
-        '2nd order > IL > 0-aug > NODE'
-    """
-    if any(values.get(n) is None for n in MODELS):
-        return "–"
-    ranked = sorted(MODELS, key=lambda n: values[n] or 0.0, reverse=key == "acc")
-    return " > ".join(SHORT[n] for n in ranked)
-
-
-def _part(name: str, **fields: object) -> str:
-    """The part ``name`` of the text, filled in."""
-    return Prose.of(TEXT).part(name, **fields)
-
-
-def _compare(result: Result[AugmentationSettings], dataset: str, key: str) -> list[str]:
-    """By the poster's ``key``: our order of the models (by the means), how many pairs keep the
-    poster's order, and a line for each that does not (its gap and ours, paired per seed)."""
-    metric, poster = OURS[key], PUBLISHED[dataset]
-    stats = {n: result.stat(metric.of(f"{dataset}/{n}")) for n in MODELS}
-    unit, swapped = " points" if key == "acc" else "", []
-    for a, b in itertools.combinations(MODELS, 2):
-        paper, pairs = poster[a][key] - poster[b][key], zip(stats[a].values, stats[b].values)
-        gap = Stat.of([None if x is None or y is None else x - y for x, y in pairs])
-        if gap.mean is not None and gap.mean * paper > 0:
-            continue
-        sign = "+" if gap.mean is not None and gap.mean >= 0 else ""
-        swapped.append(_part(
-            "pair", ordering=metric.label, a=SHORT[a], b=SHORT[b], n=gap.n,
-            paper=fmt(paper, "+.1f", metric.scale) + unit,
-            small=" (a small gap)" if abs(paper) < SMALL_GAP[key] else "",
-            ours=sign + gap.cell(".1f", metric.scale, unit),
-            seeds="seed" if gap.n == 1 else "seeds",
-            held=sum(d is not None and d * paper > 0 for d in gap.values),
-        ))  # fmt: skip
-    order = _order({n: stat.mean for n, stat in stats.items()}, key)
-    return [order, f"{6 - len(swapped)} of 6", *swapped]
-
-
 def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
-    """Per data set trained on: the models beside the poster, and ``"<dataset>_orderings"``."""
+    """Per data set, the four models beside the poster; ours "not run" where not trained."""
+    trained = _trained(setup)
+    ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
+            Col("NFE in the first epoch (ours)", NFE_FIRST), Col("NFE at convergence (ours)", NFE),
+            Col("parameters (ours)", PARAMETERS, spread=False)]  # fmt: skip
+    poster = [Col(f"{what} (poster)") for what in ("test accuracy", "NFE", "parameters")]
+    columns = [ours[0], poster[0], ours[1], ours[2], poster[1], ours[3], poster[2]]
 
-    def compared(at: int) -> Callable[[Result[AugmentationSettings], Row], str]:
-        return lambda result, row: _compare(result, str(row.at["dataset"]), str(row.at["by"]))[at]
+    def row(d: str, m: str) -> Row:
+        p = PUBLISHED[d][m]
+        cells = (f"{p['acc'] * 100:.1f}%", f"{p['nfe']:.0f}", f"{p['params'] / 1e3:.1f}k")
+        text = {col.header: cell for col, cell in zip(poster, cells)}
+        missing = {} if d in trained else {col.header: "not run" for col in ours}
+        return Row(LABELS[m], f"{d}/{m}", text=text | missing)
 
-    found: dict[str, Table] = {}
-    for d in _trained(setup):
-        papers = {f"{d}/{m}": {
-            "test accuracy (poster)": f"{p['acc'] * 100:.1f}%", "NFE (poster)": f"{p['nfe']:.0f}",
-            "parameters (poster)": f"{p['params'] / 1e3:.1f}k",
-        } for m, p in PUBLISHED[d].items()}  # fmt: skip
-        found[d] = by_run("model", {f"{d}/{m}": LABELS[m] for m in MODELS}, [
-            Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
-            Col("test accuracy (poster)"), Col("NFE in the first epoch (ours)", NFE_FIRST),
-            Col("NFE at convergence (ours)", NFE), Col("NFE (poster)"),
-            Col("parameters (ours)", PARAMETERS, spread=False),  # the same on every seed
-            Col("parameters (poster)")], papers)  # fmt: skip
-        found[f"{d}_orderings"] = Table("ordering", [
-            Row(f"{OURS[key].label}, {first}", at={"dataset": d, "by": key}, text={
-                "poster": _order({m: p[key] for m, p in PUBLISHED[d].items()}, key)})
-            for key, first in ORDERS.items()
-        ], [Col("poster"), Col("ours (means)", cell=compared(0)),
-            Col("pairs in the poster's order", cell=compared(1))])  # fmt: skip
-    return found
-
-
-def section(result: Result[AugmentationSettings], dataset: str) -> str:
-    """A data set's section: the models beside the poster, those below its bar on which seeds,
-    our orderings beside the poster's, the pairs in another order and why they may be."""
-    s, bar, label = result.settings, TRAINED.get(dataset), data_name(dataset)
-    table = tables(result.setup)
-    parts = [_part("dataset", label=label, table=table[dataset].markdown(result))]
-    if bar is not None:
-        short: list[str] = []
-        for name in MODELS:
-            stat = result.stat(ACCURACY.of(f"{dataset}/{name}"))
-            missed = [str(seed) for seed, v in zip(result.setup.seeds, stat.values, strict=True)
-                      if v is None or not v >= bar]  # fmt: skip
-            short += [_part("missed", label=LABELS[name], cell=stat.cell(*ACCURACY.format),
-                            bar=bar, n=len(missed), of=len(stat.values),
-                            seeds=", ".join(missed))] if missed else []  # fmt: skip
-        lowest = min(p["acc"] for p in PUBLISHED[dataset].values())
-        parts.append(_part("undertrained", bar=bar, lowest=lowest, models="\n".join(short))
-                     if short else _part("all_passed", bar=bar))  # fmt: skip
-    orders = table[f"{dataset}_orderings"].markdown(result)
-    parts.append(_part("orderings", label=label, table=orders))
-    pairs = [line for key in ORDERS for line in _compare(result, dataset, key)[2:]]
-    if not pairs:
-        return "\n\n".join([*parts, _part("same_orders")])
-    mode = "quick" if result.setup.mode == "quick" else "all" if s.train_size is None else "subset"
-    why = [_part("poster", acc=SMALL_GAP["acc"] * 100, nfe=SMALL_GAP["nfe"]),
-           _part(mode, s=s, steps=s.epochs * ((s.train_size or 0) // s.batch_size))]  # fmt: skip
-    if mode == "subset" and s.tol != NOTEBOOK_TOL:
-        why.append(_part("tolerance", s=s, notebooks=NOTEBOOK_TOL))
-    return "\n\n".join([*parts, _part("other_orders", pairs="\n".join(pairs), why=" ".join(why))])
+    return {d: Table("model", [row(d, m) for m in MODELS], columns) for d in DATASETS}
 
 
 def words(result: Result[AugmentationSettings]) -> dict[str, object]:
-    """The settings in words, the note on the mode, each data set's :func:`section` (or why
-    it is not run), and the claims' thresholds."""
-    s, setup = result.settings, result.setup
-    found, skipped = trained_datasets(DATASETS, setup)
-    sections = [section(result, d) for d in found]
-    for d, reason in skipped.items():
-        accuracies = (f"{LABELS[n]} {p['acc'] * 100:.1f}%" for n, p in PUBLISHED[d].items())
-        sections.append(_part("skipped", label=data_name(d), accuracies=", ".join(accuracies),
-                              reason=reason[0].upper() + reason[1:]))  # fmt: skip
+    """The claims' thresholds and the settings in words."""
+    s = result.settings
     after = ", ".join(str(m) for m in s.milestones if m < s.epochs)
     sizes = f"{s.train_size} training and {s.test_size} test images"
     return {
@@ -322,11 +227,7 @@ def words(result: Result[AugmentationSettings]) -> dict[str, object]:
         "schedule": f"times {s.gamma:g} after epoch(s) {after}" if after else "constant",
         "gradient": "the adjoint" if s.gradient == "adjoint" else "backprop through the steps",
         "sizes": "all training and test images" if s.train_size is None else sizes,
-        "mode_note": mode_note(setup.mode, s.epochs, s.train_size, s.batch_size,
-                               authors=_part("authors"), tests=_part("tests")),
-        "datasets": "\n\n".join(sections),
-        "below": " (`seed<N>/` below it)" if len(setup.seeds) > 1 else "",
-    }  # fmt: skip
+    }
 
 
 def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:

@@ -247,24 +247,16 @@ CLAIMS = [
 
 
 def tables(setup: Setup[DepthSettings]) -> dict[str, Table]:
-    """Both tasks, model by model (the row's run), beside what the paper shows."""
+    """Both tasks, model by model (the row's run), on the training and held-out points."""
 
     def of(header: str, task: str, *metrics: Metric) -> Col:
         return Col.joined(header, *(Col("", m, run=f"{task}/{{run}}") for m in metrics))
 
-    def published(task: str) -> Col:
-        return Col("published", cell=lambda result, row: PUBLISHED[task][row.run])
-
     loss, accuracy = (TRAIN["loss"], HELD_OUT["loss"]), (TRAIN["accuracy"], HELD_OUT["accuracy"])
-    columns = [
-        of("reflection L1, train / held-out", "reflection", *loss),
-        of("NFE", "reflection", NFE),
-        published("reflection"),
-        of("annuli MSE, train / held-out", "annuli", *loss),
-        of("annuli accuracy, train / held-out", "annuli", *accuracy),
-        of("NFE", "annuli", NFE),
-        published("annuli"),
-    ]
+    columns = [of("reflection L1, train / held-out", "reflection", *loss),
+               of("NFE", "reflection", NFE), of("annuli MSE, train / held-out", "annuli", *loss),
+               of("annuli accuracy, train / held-out", "annuli", *accuracy),
+               of("NFE", "annuli", NFE)]  # fmt: skip
     return {"models": Table("model", [Row(LABELS[k], k) for k in MODELS], columns)}
 
 
@@ -306,10 +298,8 @@ def _reflection_panels(result: Result[DepthSettings]) -> list[Lines]:
     learned maps, of the first seed."""
     x = torch.linspace(-1.0, 1.0, 13)[:, None]
     grid = torch.linspace(-1.0, 1.0, 200)[:, None]
-    signs = {
-        f"_{i}": Style("-", "tab:red" if v < 0 else "tab:blue")
-        for i, v in enumerate(x[:, 0].tolist())
-    }
+    signs = {f"_{i}": Style("-", "tab:red" if v < 0 else "tab:blue")
+             for i, v in enumerate(x[:, 0].tolist())}  # fmt: skip
     maps: dict[str, list[Point]] = {}
     panels = []
     for kind in MODELS:

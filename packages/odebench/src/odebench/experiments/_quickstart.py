@@ -98,36 +98,16 @@ def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
     """The toy NODE and ANODE on g(x), then an ODE-Net on MNIST, or without it the toy
     ANODE on the spirals."""
     s, data = setup.settings, _image_data(setup)
-    toy = functools.partial(
-        TrainConfig,
-        epochs=s.toy_epochs,
-        batch_size=64,
-        optimizer="adam",
-        seed=seed,
-        train_size=s.toy_train_size,
-        test_size=s.toy_test_size,
-    )
+    toy = functools.partial(TrainConfig, epochs=s.toy_epochs, batch_size=64, optimizer="adam",
+                            seed=seed, train_size=s.toy_train_size,
+                            test_size=s.toy_test_size)  # fmt: skip
     if data.dataset == "mnist":
-        image = TrainConfig(
-            model="odenet",
-            dataset="mnist",
-            epochs=s.image_epochs,
-            batch_size=s.image_batch_size,
-            optimizer="sgd",
-            lr=0.1,
-            train_size=s.image_train_size,
-            test_size=s.image_test_size,
-            seed=seed,
-        )
+        image = TrainConfig(model="odenet", dataset="mnist", epochs=s.image_epochs,
+                            batch_size=s.image_batch_size, optimizer="sgd", lr=0.1, seed=seed,
+                            train_size=s.image_train_size, test_size=s.image_test_size)  # fmt: skip
     else:
-        image = toy(
-            model="toy-anode",
-            dataset="spirals",
-            lr=1e-2,
-            milestones=(2 * s.toy_epochs // 3,),
-            train_size=None,
-            test_size=None,
-        )
+        image = toy(model="toy-anode", dataset="spirals", lr=1e-2, train_size=None,
+                    test_size=None, milestones=(2 * s.toy_epochs // 3,))  # fmt: skip
     toys = [Run(name, config=toy(model=model, dataset="annuli-1d", lr=3e-3)) for name, model in TOY]
     return [*toys, Run("image", config=image)]
 
@@ -138,13 +118,9 @@ def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
     if trained.run.name != "image" or config is None:
         return Measurement(trained.final_metrics())
     examples = trained.result.get("examples") or {}
-    details = {
-        "model": config.model,
-        "dataset": config.dataset,
-        "why": _image_data(setup).why,
-        "train_images": examples.get("train"),
-        "test_images": examples.get("test"),
-    }
+    details = {"model": config.model, "dataset": config.dataset,
+               "why": _image_data(setup).why, "train_images": examples.get("train"),
+               "test_images": examples.get("test")}  # fmt: skip
     return Measurement(trained.final_metrics(), details)
 
 
@@ -152,14 +128,10 @@ CLAIMS = [
     Claim.difference(
         "anode_fits_better",
         "an ANODE fits g(x) better than a NODE, which cannot represent it (Dupont et al. 2019)",
-        "the NODE cannot represent g(x); the ANODE can",
-        TEST_LOSS.of("anode"),
-        TEST_LOSS.of("node"),
-        below=0.0,
-        kind="paper",
-        spec="+.3g",
+        "the NODE cannot represent g(x); the ANODE can", TEST_LOSS.of("anode"),
+        TEST_LOSS.of("node"), below=0.0, kind="paper", spec="+.3g",
     )
-]
+]  # fmt: skip
 """The claim checked on the toy runs; the image run only shows that training works."""
 
 
@@ -235,13 +207,8 @@ TEMPLATE = register_template(
         description="NODE against ANODE on the 1-D g(x), and a small ODE-Net on MNIST digits "
         "(downloaded when absent; the toy spirals when that fails); a report with plots",
         title="odebench quickstart",
-        modes=MODES,
-        runs=runs,
-        measure=measure,
-        claims=lambda setup: CLAIMS,
-        tables=tables,
-        words=words,
-        figures=[Plot("toy.png", toy_panels)],
+        modes=MODES, runs=runs, measure=measure, claims=lambda setup: CLAIMS, tables=tables,
+        words=words, figures=[Plot("toy.png", toy_panels)],
         epoch_fields=("toy_epochs", "image_epochs"),
     )
-)
+)  # fmt: skip
