@@ -14,8 +14,10 @@ import pytest
 from odebench.experiments import (
     EXPERIMENTS,
     MODES,
+    Result,
     RunOptions,
     Setup,
+    Stat,
     TrainingSettings,
     Values,
     run_template,
@@ -272,3 +274,13 @@ def test_svhn_with_files_is_kept_and_loads_as_colour_images(tmp_path: Path) -> N
     train, test = load_splits(TrainConfig(model="anode", dataset="svhn", data_dir=str(tmp_path)))
     assert train.inputs.shape == (6, 3, 32, 32) and test.inputs.shape == (4, 3, 32, 32)
     assert test.targets.tolist() == [1, 2, 3, 4]
+
+
+def test_a_missing_accuracy_is_a_bar_marked_missing_not_a_bar_at_zero() -> None:
+    metrics = {"mnist/node": {"test_acc": Stat.of([None, None])},
+               "mnist/anode": {"test_acc": Stat.of([0.9, 0.92])}}  # fmt: skip
+    setup = Setup("anode-images", "quick", TINY, RunOptions(out=Path("unused")), (0, 1), print,
+                  tuple(metrics))  # fmt: skip
+    (bars,) = anode_images._accuracy(Result(setup, "", "", 0.0, metrics, {}, ()))
+    assert bars.series["ours"][0] is None and bars.errors["ours"][0] is None
+    assert bars.series["ours"][1] == pytest.approx(91.0)

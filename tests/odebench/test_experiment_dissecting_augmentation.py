@@ -295,3 +295,11 @@ def test_the_tables_show_the_poster_beside_ours_and_a_data_set_not_run() -> None
     assert row in mnist
     cifar = tables["cifar10"].markdown(result)  # not trained: the poster's numbers alone
     assert "| 2nd-order | not run | 72.8% | not run | not run | 59 | not run | 34.6k |" in cifar
+
+
+def test_a_missing_number_is_a_bar_marked_missing_not_a_bar_at_zero() -> None:
+    acc = {n: [0.95] * 3 for n in augmentation.MODELS}
+    result = _result(acc, {**POSTER_NFE, "anode": [None, None, None]})  # type: ignore[list-item]
+    accuracy, nfe, _ = augmentation._poster_panels(result)[:3]
+    assert accuracy.series["ours"] == pytest.approx([95.0] * 4)
+    assert nfe.series["ours"] == [98.0, None, 44.0, 43.0]

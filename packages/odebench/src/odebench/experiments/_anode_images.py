@@ -151,8 +151,9 @@ def _accuracy(result: Result[TrainingSettings]) -> list[Bars]:
     names = [f"{data_name(d)}\n{LABELS[m]}" for d, m in groups]
     return [Bars(
         "test accuracy (Table 1)", "test accuracy, %", names,
-        {"ours": [100 * (st.mean or 0.0) for st in ours], "paper": [100 * p["acc"] for p in paper]},
-        {"ours": [100 * (st.std or 0.0) for st in ours],
+        {"ours": [None if st.mean is None else 100 * st.mean for st in ours],
+         "paper": [100 * p["acc"] for p in paper]},
+        {"ours": [None if st.std is None else 100 * st.std for st in ours],
          "paper": [100 * p["acc_std"] for p in paper]},
     )]  # fmt: skip
 

@@ -236,8 +236,8 @@ def _poster_panels(result: Result[AugmentationSettings]) -> list[Bars]:
               ("params", 1e-3, "parameters, thousands"))  # fmt: skip
     return [
         Bars(f"{data_name(dataset)}: {label}", label, list(SHORT.values()), series={
-            "ours": [(result.stat(OURS[key].of(f"{dataset}/{n}")).mean or 0.0) * scale
-                     for n in MODELS],
+            "ours": [None if (m := result.stat(OURS[key].of(f"{dataset}/{n}")).mean) is None
+                     else m * scale for n in MODELS],  # None: "n/a", not a bar at 0
             "poster": [PUBLISHED[dataset][n][key] * scale for n in MODELS],
         })
         for dataset in _trained(result.setup) for key, scale, label in panels
