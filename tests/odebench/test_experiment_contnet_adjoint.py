@@ -273,7 +273,7 @@ def test_quick_run_files(quick_run: tuple[Path, dict[str, Any]]):
                     "## Test accuracy per gradient method",
                     "## Gradients against backprop's at the same N_t"):  # fmt: skip
         assert heading in report
-    assert "![gradient error against N_t, and test accuracy per method](adjoint.png)" in report
+    assert "![gradient error against N_t](adjoint.png)" in report
 
 
 BY_STEPS = {m.key: m.n_steps(adjoint.MODES["quick"].pieces) for m in TRAINED}
