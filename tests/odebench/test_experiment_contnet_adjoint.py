@@ -197,6 +197,14 @@ def test_each_claim_can_fail(key: str, values: Values, status: str):
     assert _statuses(values)[key] == status
 
 
+def test_checkpoint_check_fails_where_the_trained_error_is_missing():
+    """A non-finite error after training (read as NaN) fails the check, though the error
+    at initialisation is exact."""
+    table = {run: dict(metrics) for run, metrics in _values().table.items()}
+    table["backprop"][adjoint.GRAD_ERROR_TRAINED.key(method="checkpoint-1M", part=ALL)] = None
+    assert _statuses(Values(table, "seed 0"))["checkpoint_is_backprop"] == "failed"
+
+
 def test_accuracy_claims_are_paired_over_seeds():
     """The adjoint at M 3 points below backprop on two seeds, 1 above on the third:
     held on 2 of 3 seeds and on the mean of the paired differences; below on one seed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -174,7 +175,10 @@ def _error(key: str, metric: Metric = GRAD_ERROR) -> Ref:
 
 
 def _checkpoint(v: Values) -> float:
-    return max(v[_error("checkpoint-1M")], v[_error("checkpoint-1M", GRAD_ERROR_TRAINED)])
+    """The larger of Checkpoint's errors at initialisation and trained; NaN where either is
+    (``max`` would drop a NaN second)."""
+    errors = v[_error("checkpoint-1M")], v[_error("checkpoint-1M", GRAD_ERROR_TRAINED)]
+    return math.nan if any(map(math.isnan, errors)) else max(errors)
 
 
 def _knot_first_order(v: Values) -> bool:
