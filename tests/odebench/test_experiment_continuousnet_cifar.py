@@ -74,8 +74,8 @@ def test_continuousnet_cifar_quick(table):
     assert report.startswith("# ")
     assert "`odebench run continuousnet-cifar --quick`" in report
     # The data used are named; nothing in the report passes them off as CIFAR.
-    assert "Data: MNIST, 512 training and 256 test images" in report
-    assert "CIFAR" not in report and "not run" not in report
+    assert "Data: mnist (512 train / 256 test)" in report
+    assert "CIFAR" not in report and "## Not run here\n\n- none\n" in report
     for label in ("| ContinuousNet(Euler) |", "| ContinuousNet(RK4), refined |"):
         assert report.count(label) == 2, label
     assert "not confirmed" in report and "| 113 |" in report and "608 min" in report
@@ -109,9 +109,9 @@ def test_without_cifar_the_report_says_what_to_download(tmp_path, digits, mode):
         assert not (out / net.key).exists()
     report = (out / "report.md").read_text()
     assert "## Not run here" in report
-    assert f"- ContinuousNet(Euler); ContinuousNet(RK4), refined: {NOT_RUN['cifar10']}." in report
-    assert f"Wide-ContinuousNet(RK4), refined: {NOT_RUN['cifar100']}." in report
-    assert "## Table 1" not in report and "mnist" not in report.lower()
+    for net in nets:
+        assert f"- {net.label}: {NOT_RUN[net.dataset]}." in report
+    assert "| ContinuousNet(Euler) |" not in report and "mnist" not in report.lower()
     assert "No claim of a paper is checked here." in report
     assert "## Checks of our code" not in report
     assert (out / "fig7_time_and_accuracy.png").read_bytes()[:4] == b"\x89PNG"
@@ -190,15 +190,10 @@ def test_standard_and_full_modes():
     assert MODES["full"].training == common.FULL_TRAINING
 
 
-def test_the_text_shows_declared_tables_and_details_each_kind_of_claim(tmp_path):
-    """The report is a part of the text (another where nothing trained) and the claims
-    are made per pair, so check_declaration does not see the tables of the part that
-    shows them, nor the claims' details: they are checked here."""
+def test_the_text_shows_the_declared_tables_and_the_claims_detail_themselves(tmp_path):
+    """The claims are made per pair, so their details are in code, not in the text."""
     options = RunOptions(out=tmp_path / "out")
     setup = Setup("continuousnet-cifar", "quick", MODES["quick"], options, (0,), print)
     prose = Prose.of(TEXT)
-    trained = Prose(prose.parts["trained"], {})
-    assert trained.tables() == set(tables(setup)) and not prose.tables()
-    kinds = {"reached_final_steps", "first_epoch_faster_than_last", "within_tolerance"}
-    reports = {"not_run", "trained", "nothing_trained"}
-    assert set(prose.parts) == kinds | reports and not prose.details
+    assert prose.tables() == set(tables(setup))
+    assert not prose.parts and not prose.details

@@ -197,6 +197,14 @@ def test_each_claim_can_fail(key: str, values: Values, status: str):
     assert _statuses(values)[key] == status
 
 
+def test_checkpoint_check_fails_where_the_trained_error_is_missing():
+    """A non-finite error after training (read as NaN) fails the check, though the error
+    at initialisation is exact."""
+    table = {run: dict(metrics) for run, metrics in _values().table.items()}
+    table["backprop"][adjoint.GRAD_ERROR_TRAINED.key(method="checkpoint-1M", part=ALL)] = None
+    assert _statuses(Values(table, "seed 0"))["checkpoint_is_backprop"] == "failed"
+
+
 def test_accuracy_claims_are_paired_over_seeds():
     """The adjoint at M 3 points below backprop on two seeds, 1 above on the third:
     held on 2 of 3 seeds and on the mean of the paired differences; below on one seed
@@ -273,7 +281,7 @@ def test_quick_run_files(quick_run: tuple[Path, dict[str, Any]]):
                     "## Test accuracy per gradient method",
                     "## Gradients against backprop's at the same N_t"):  # fmt: skip
         assert heading in report
-    assert "![gradient error against N_t, and test accuracy per method](adjoint.png)" in report
+    assert "![gradient error against N_t](adjoint.png)" in report
 
 
 BY_STEPS = {m.key: m.n_steps(adjoint.MODES["quick"].pieces) for m in TRAINED}

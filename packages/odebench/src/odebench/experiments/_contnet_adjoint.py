@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
-from .._figures import Bars, Lines, Point, Style
+from .._figures import Lines
 from .._io import JsonObject
 from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
@@ -24,7 +24,7 @@ from ._images import data_name
 from ._metrics import Metric, Ref, Values
 from ._result import Result
 from ._runner import register_template
-from ._tables import Col, Row, Table
+from ._tables import Col, Row, Table, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 FACTORS = (1, 2, 3, 4)
@@ -52,7 +52,6 @@ TRAIN_LOSS = Metric("train_loss", spec=".3f")
 TRAIN_ACCURACY = Metric("train_accuracy")
 N_STEPS = Metric("n_steps")
 SECONDS = Metric("train_seconds", spec=".0f")
-SECONDS_PER_EPOCH = Metric("seconds_per_epoch")
 GRAD_ERROR = Metric(
     "grad_error", over=("method", "part"), spec=".2e", key_format="{name}@{method}{part}"
 )
@@ -73,11 +72,6 @@ class AdjointSettings(TrainingSettings):
     weight_decay: float = 5e-4
     grad_batch: int = 256
     eval_batch_size: int = 500
-
-    def sizes(self) -> tuple[str, str]:
-        """The training and test images: numbers, or ``"all"``."""
-        return ("all" if self.train_size is None else str(self.train_size),
-                "all" if self.test_size is None else str(self.test_size))  # fmt: skip
 
 
 MODES = {
@@ -163,7 +157,6 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
         TRAIN_ACCURACY.key(): rows[-1]["train_accuracy"],
         N_STEPS.key(): float(method.n_steps(s.pieces)),
         SECONDS.key(): trained.seconds,
-        SECONDS_PER_EPOCH.key(): trained.seconds / len(rows),
     }
     if method == BACKPROP:
         images, labels = next(common.batches(train, min(s.grad_batch, len(train)), trained.seed))
@@ -172,10 +165,6 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
         after = gradient_errors(net, images, labels, COMPARED)
         for metric, errors in ((GRAD_ERROR, before), (GRAD_ERROR_TRAINED, after)):
             metrics.update({metric.key(method=k, part=p): v for (k, p), v in errors.items()})
-        at_m = ", ".join(f"{k} {before[k, ALL]:.2e}/{after[k, ALL]:.2e}"
-                         for k in ("adjoint-1M", "knot-1M", "checkpoint-1M"))  # fmt: skip
-        setup.log(f"[backprop seed {trained.seed}] gradient error, init/trained: {at_m}")
-    setup.log(f"[{method.key} seed {trained.seed}] test accuracy {result['acc']:.4f}")
     per_epoch = [{k: row[k] for k in ("epoch", "train_loss", "epoch_seconds")} for row in rows]
     return Measurement(metrics, {"per_epoch": per_epoch})
 
@@ -186,7 +175,10 @@ def _error(key: str, metric: Metric = GRAD_ERROR) -> Ref:
 
 
 def _checkpoint(v: Values) -> float:
-    return max(v[_error("checkpoint-1M")], v[_error("checkpoint-1M", GRAD_ERROR_TRAINED)])
+    """The larger of Checkpoint's errors at initialisation and trained; NaN where either is
+    (``max`` would drop a NaN second)."""
+    errors = v[_error("checkpoint-1M")], v[_error("checkpoint-1M", GRAD_ERROR_TRAINED)]
+    return math.nan if any(map(math.isnan, errors)) else max(errors)
 
 
 def _knot_first_order(v: Values) -> bool:
@@ -234,20 +226,10 @@ CLAIMS = [
 ]  # fmt: skip
 
 
-def _minus_backprop(v: Values, row: Row) -> float:
-    """The row's test accuracy minus backprop's (NaN for backprop's row)."""
-    if row.run == BACKPROP.key:
-        return math.nan
-    return v[TEST_ACCURACY.of(row.run)] - v[BACKPROP_ACCURACY]
-
-
 def tables(setup: Setup[AdjointSettings]) -> dict[str, Table]:
-    """Test accuracy per gradient method, and the gradient errors of each compared method."""
-    pieces = setup.settings.pieces
-    trained = [Row(m.label, m.key, text={"N_t": str(m.n_steps(pieces))}) for m in TRAINED]
-    accuracy = Table("method", trained, [
-        Col("N_t"), Col("test accuracy", TEST_ACCURACY),
-        Col.per_seed("minus backprop's (paired)", _minus_backprop, "+.1f", 100, " points"),
+    """Each trained net's numbers, and the gradient errors of each compared method."""
+    accuracy = by_run("method", {m.key: m.label for m in TRAINED}, [
+        Col("N_t", N_STEPS), Col("test accuracy", TEST_ACCURACY),
         Col("train loss (last epoch)", TRAIN_LOSS), Col("training s", SECONDS),
     ])  # fmt: skip
     compared = [Row(m.label, "backprop", {"method": m.key}) for m in COMPARED]
@@ -260,50 +242,23 @@ def tables(setup: Setup[AdjointSettings]) -> dict[str, Table]:
     return {"accuracy": accuracy, "gradients": gradients}
 
 
-def words(result: Result[AdjointSettings]) -> dict[str, object]:
-    """The data and its sizes, the final learning rate, the thresholds."""
-    s = result.settings
-    train, test = s.sizes()
-    return {
-        "dataset": data_name(s.dataset) if s.dataset else "the digits found",
-        "sizes": f"{train} training, {test} test images",
-        "lr_final": s.lr / 100, "gap": f"{ACC_GAP * 100:g}", "exact": EXACT, "fall": FALL,
-        "knot_ratio": KNOT_RATIO, "knot_floor": KNOT_FLOOR,
-    }  # fmt: skip
-
-
-def _panels(result: Result[AdjointSettings]) -> list[Lines | Bars]:
-    """Gradient error against ``N_t / M`` per adjoint, and test accuracy per method."""
-    series: dict[str, list[Point]] = {}
-    styles: dict[str, Style] = {}
-    for key, color, name in (("adjoint", "C3", "adjoint"), ("knot", "C0", "adjoint, jump_t")):
-        for metric, fmt, when in (
-            (GRAD_ERROR, "o-", "init"),
-            (GRAD_ERROR_TRAINED, "s--", "trained"),
-        ):
-            label, refs = f"{name} ({when})", [_error(f"{key}-{k}M", metric) for k in FACTORS]
-            series[label] = [(k, result.stat(ref).mean) for k, ref in zip(FACTORS, refs)]
-            styles[label] = Style(fmt, color)
-    first = result.stat(_error("adjoint-1M")).mean
-    if first is not None:
-        series["1/N_t"] = [(k, first / k) for k in FACTORS]
-        styles["1/N_t"] = Style("-", "0.6")
-    stats = [result.stat(TEST_ACCURACY.of(m.key)) for m in TRAINED]
-    accuracy = "test accuracy"
-    return [
-        Lines("gradients at the same N_t", "N_t / M", "relative gradient error vs backprop",
-              series, styles, xscale="log", yscale="log", xticks=FACTORS),
-        Bars("trained by each gradient method", "test accuracy (%)", [m.key for m in TRAINED],
-             {accuracy: [None if st.mean is None else 100 * st.mean for st in stats]},
-             points={accuracy: [[100 * v for v in st.values if v is not None] for st in stats]},
-             colors={accuracy: "C0"}, rotation=30),
-    ]  # fmt: skip
+def _panels(result: Result[AdjointSettings]) -> list[Lines]:
+    """Gradient error against ``N_t / M``, with and without jump_t, at initialisation
+    and after training."""
+    series = {
+        f"{name} ({when})": [(k, result.stat(_error(f"{key}-{k}M", metric)).mean) for k in FACTORS]
+        for key, name in (("adjoint", "adjoint"), ("knot", "adjoint, jump_t"))
+        for when, metric in (("init", GRAD_ERROR), ("trained", GRAD_ERROR_TRAINED))
+    }
+    return [Lines("gradients at the same N_t", "N_t / M", "relative gradient error vs backprop",
+                  series, xscale="log", yscale="log", xticks=FACTORS)]  # fmt: skip
 
 
 def _data(setup: Setup[AdjointSettings]) -> str:
+    """The data set and its sizes, for ``results.json``."""
     s = setup.settings
     name = data_name(s.dataset or common.digits(setup.options.data_dir))
-    train, test = s.sizes()
+    train, test = ("all" if n is None else n for n in (s.train_size, s.test_size))
     return f"{name} ({train} train / {test} test)"
 
 
@@ -319,7 +274,7 @@ TEMPLATE = register_template(
         measure=measure,
         claims=lambda setup: CLAIMS,
         tables=tables,
-        words=words,
+        words=common.words,
         figures=[Plot("adjoint.png", _panels, size=(5.25, 4.0), dpi=100)],
         published=PUBLISHED,
         data=_data,

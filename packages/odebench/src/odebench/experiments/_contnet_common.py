@@ -1,6 +1,6 @@
 """What the ContinuousNet experiments of Queiruga et al. (2020) share: the nets and
 their training, the measurement of a trained net with its batch-norm statistics
-recalibrated, the texts' shared fields and the per-epoch figure."""
+recalibrated, the texts' one field and the per-epoch figure."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import contnet
 import torch
 
-from .._figures import Lines, Mark, Point
+from .._figures import Lines, Mark
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
-from ._images import data_name, not_run
+from ._images import not_run
 from ._metrics import Metric
 from ._result import Result
 from ._template import Measurement, Run, Settings, Setup, Trained
@@ -60,15 +60,6 @@ class Net:
         """``N_t = M`` once every refinement is made."""
         return self.n_steps << len(self.refine_epochs)
 
-    def depth(self, steps: str = "N_t = M = ", final: object = None) -> str:
-        """``"rk4, N_t = M = 1 -> 4 (refined at epochs 1, 2)"``, or ``"euler, N_t = M = 4"``;
-        ``final`` shows the last ``N_t`` (default :attr:`final_steps`)."""
-        if not self.refine_epochs:
-            return f"{self.method}, {steps}{self.n_steps}"
-        epochs = ", ".join(str(e) for e in self.refine_epochs)
-        final = self.final_steps if final is None else final
-        return f"{self.method}, {steps}{self.n_steps} -> {final} (refined at epochs {epochs})"
-
 
 @dataclass(frozen=True)
 class Training:
@@ -85,15 +76,6 @@ class Training:
     weight_decay: float = 5e-4
     eval_batch_size: int = 1000
 
-    def describe(self) -> str:
-        """The optimiser and schedule in words, for the reports."""
-        drops = ", ".join(str(e) for e in self.milestones)
-        return (
-            f"SGD (momentum {self.momentum:g}, weight decay {self.weight_decay:g}), lr "
-            f"{self.lr:g}{f' x0.1 at epochs {drops}' if drops else ''}, batch "
-            f"{self.batch_size}, {'random crops' if self.augment else 'no augmentation'}"
-        )
-
 
 #: Quick mode: 512 + 256 digits, batch 32, lr 0.05, no schedule or augmentation.
 QUICK_TRAINING = Training(512, 256, False, 32, 0.05, ())
@@ -101,11 +83,6 @@ QUICK_TRAINING = Training(512, 256, False, 32, 0.05, ())
 FULL_TRAINING = Training(None, None, True, 128, 0.1, (80, 120, 140))
 #: Full mode, the authors' script (``script_it.py``, seeds 1-5): five seeds.
 FULL_SEEDS = 5
-#: What the reports of quick mode say of their numbers.
-QUICK_NOTE = (
-    "Quick mode is a smoke test: a few epochs on a small subset, so its numbers say "
-    "nothing about the paper's, and its times are CPU times."
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,21 +100,6 @@ class NetSettings(Settings):
         if net.dataset == "cifar100" and self.epochs_cifar100 is not None:
             return self.epochs_cifar100
         return self.epochs
-
-    def sizes(self) -> str:
-        """The training and test images, in words.
-
-        Example:
-            >>> settings = NetSettings(nets=(), epochs=1, training=QUICK_TRAINING,
-            ...                        recal_batches=1)
-            >>> settings.sizes()
-            '512 training and 256 test images (subsets drawn by the seed)'
-        """
-        t = self.training
-        if t.train_size is None and t.test_size is None:
-            return "all training and test images"
-        train, test = ("all" if n is None else str(n) for n in (t.train_size, t.test_size))
-        return f"{train} training and {test} test images (subsets drawn by the seed)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,20 +127,13 @@ def missing(nets: Sequence[Net], data_dir: str | None) -> list[str]:
 
 def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
     """The :func:`odebench.training.train` run of ``net`` for ``seed``."""
-    s, data_dir = setup.settings, setup.options.data_dir
-    return Run(
-        net.key,
-        config=TrainConfig(
-            model=net.model,
-            dataset=net.dataset or digits(data_dir),
-            epochs=s.epochs_of(net),
-            method=net.method,
-            n_steps=net.n_steps,
-            refine_epochs=net.refine_epochs,
-            seed=seed,
-            **dataclasses.asdict(s.training),
-        ),
-    )
+    s = setup.settings
+    config = TrainConfig(
+        model=net.model, dataset=net.dataset or digits(setup.options.data_dir),
+        epochs=s.epochs_of(net), method=net.method, n_steps=net.n_steps,
+        refine_epochs=net.refine_epochs, seed=seed, **dataclasses.asdict(s.training),
+    )  # fmt: skip
+    return Run(net.key, config=config)
 
 
 def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
@@ -288,30 +243,19 @@ def measure_refined(
     )  # fmt: skip
 
 
-def words(result: Result[N]) -> dict[str, str]:
-    """The fields the three texts share: ``data``, ``sizes``, ``training`` and
-    ``quick_note`` (a paragraph of its own in quick mode, else nothing)."""
-    s = result.settings
-    data = (data_name(result.details(net.key)["dataset"]) for net in ran(result.setup))
-    quick = result.setup.mode == "quick"
-    return {
-        "data": ", ".join(dict.fromkeys(data)),
-        "sizes": s.sizes(),
-        "training": s.training.describe(),
-        "quick_note": f"\n\n{QUICK_NOTE}" if quick else "",
-    }
+def words(result: Result[Any]) -> dict[str, str]:
+    """The texts' field ``data``: the data sets the runs trained on, with their sizes."""
+    return {"data": result.data or "none found"}
 
 
 def epoch_panels(result: Result[N]) -> list[Lines]:
     """Training seconds per epoch (log scale, dotted lines at the refinements) and test
     accuracy per epoch, a line per net trained (first seed)."""
     nets = ran(result.setup)
-    times: dict[str, list[Point]] = {}
-    accs: dict[str, list[Point]] = {}
-    for net in nets:
-        rows = result.details(net.key)["per_epoch"]
-        times[net.label] = [(r["epoch"], r["epoch_seconds"]) for r in rows]
-        accs[net.label] = [(r["epoch"], r["test_acc"] and 100 * r["test_acc"]) for r in rows]
+    rows = {net.label: result.details(net.key)["per_epoch"] for net in nets}
+    times = {k: [(r["epoch"], r["epoch_seconds"]) for r in v] for k, v in rows.items()}
+    accs = {k: [(r["epoch"], r["test_acc"] and 100 * r["test_acc"]) for r in v]
+            for k, v in rows.items()}  # fmt: skip
     refinements = [Mark(epoch + 0.5, axis="x") for net in nets for epoch in net.refine_epochs]
     return [
         Lines("dotted: refinements (N_t and M double)", "epoch", "training seconds per epoch",

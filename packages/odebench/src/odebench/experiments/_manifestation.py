@@ -5,7 +5,6 @@ docs/odebench/experiments/manifestation-sweep.md."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,7 @@ from . import _contnet_common as common
 from ._claims import Claim
 from ._metrics import Metric, Stat
 from ._runner import register_template
-from ._tables import Col, Row, Table
+from ._tables import Col, Row, Table, by_run
 from ._template import Figure, Measurement, Plot, Template
 
 if TYPE_CHECKING:
@@ -41,11 +40,6 @@ RANGE = Metric(
 WHOLE, REFINED, RECAL, FIXED = "", "_refined", "", "_fixed_stats"
 #: The two grids by their key in the details, with the ``stats`` of their ranges.
 GRIDS = {"grid": RECAL, "grid_fixed_stats": FIXED}
-#: The accuracies of each net at its own manifestation, as the report shows them.
-ACCURACIES = tuple(
-    dataclasses.replace(m, spec=".1f")
-    for m in (common.RECALIBRATED, common.TEST_ACCURACY, common.TRAIN_ACCURACY)
-)
 #: What Queiruga et al. (2020), Fig. 9 and its text, report.
 PUBLISHED: dict[str, str] = {
     "rk4_trained": "accuracy does not degrade when time steps are added (or removed, up to a "
@@ -117,13 +111,7 @@ def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
         for key, grid in grids.items()
         for columns, least in ((WHOLE, 0), (REFINED, s.n_steps))
     }
-    metrics = {**base.metrics, **ranges}
-    setup.log(
-        f"[{trained.run.name}-trained] train acc {metrics[common.TRAIN_ACCURACY.key()]:.3f}, "
-        f"test acc {metrics[common.RECALIBRATED.key()]:.3f} (recalibrated), grid range "
-        f"{metrics[RANGE.key(columns=WHOLE, stats=RECAL)]:.3f}"
-    )
-    return Measurement(metrics, {**base.details, **grids})
+    return Measurement({**base.metrics, **ranges}, {**base.details, **grids})
 
 
 def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list[float]]:
@@ -187,44 +175,31 @@ def _mean_grid(result: Result[SweepSettings], run: str, key: str) -> list[list[S
 
 
 def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
-    """Published beside ours, and each grid of each net: schemes by ``N_t``."""
-    s = setup.settings
-    published = Table("Quantity", [
-        *(Row(f"{r}-trained: accuracy range over the grid", r, {"columns": WHOLE},
-              {"Published": PUBLISHED[f"{r}_trained"]}) for r in TRAINED),
-        *(Row(f"{r}-trained: test accuracy at its own manifestation", r) for r in TRAINED),
-        *(Row(f"{r}-trained: range over N_t >= {s.n_steps}", r, {"columns": REFINED})
-          for r in TRAINED),
-    ], [Col("Published", text="not published"), Col("Ours", cell=_ours)])  # fmt: skip
-    grids: dict[str, Table] = {}
-    for key in GRIDS:
-        steps = enumerate(s.grid_steps)
-        cols = [Col(f"N_t={n}", cell=partial(_grid_cell, key=key, column=j)) for j, n in steps]
-        for r in TRAINED:
-            grids[f"{r}_{key}"] = Table("scheme", [Row(scheme, r) for scheme in SCHEMES], cols)
-    return {"published": published, **grids}
+    """Each net's accuracies at its own manifestation and ranges, and each of its grids."""
+    columns = [
+        Col("test acc., recalibrated", common.RECALIBRATED),
+        Col("as trained", common.TEST_ACCURACY), Col("train acc.", common.TRAIN_ACCURACY),
+        Col("range, whole grid", RANGE, {"columns": WHOLE, "stats": RECAL}),
+        Col("range, N_t >= training", RANGE, {"columns": REFINED, "stats": RECAL}),
+        Col("range, fixed statistics", RANGE, {"columns": WHOLE, "stats": FIXED}),
+        Col("range, N_t >= training, fixed", RANGE, {"columns": REFINED, "stats": FIXED}),
+    ]  # fmt: skip
+    nets = by_run("net", {r: f"{r}-trained" for r in TRAINED}, columns)
+    steps = setup.settings.grid_steps
+    grids = {f"{r}_{key}": _grid_table(r, key, steps) for key in GRIDS for r in TRAINED}
+    return {"nets": nets, **grids}
 
 
-def _ours(result: Result[SweepSettings], row: Row) -> str:
-    """The row's range, recalibrated and with fixed statistics, or (a row without
-    coordinates) the net's accuracies at its own manifestation."""
-    if row.at:
-        recal, fixed = (result.cell(RANGE.of(row.run, stats=st, **row.at)) for st in (RECAL, FIXED))
-        return f"{recal} points (fixed statistics: {fixed})"
-    recal, trained, train = (result.cell(m.of(row.run)) for m in ACCURACIES)
-    return f"{recal} recalibrated, {trained} as trained (train {train})"
+def _grid_table(run: str, key: str, steps: tuple[int, ...]) -> Table:
+    """One grid of ``run``: schemes by ``N_t``, each cell's mean ± std over the seeds."""
+    cols = [Col(f"N_t={n}", cell=partial(_grid_cell, key=key, column=j))
+            for j, n in enumerate(steps)]  # fmt: skip
+    return Table("scheme", [Row(scheme, run) for scheme in SCHEMES], cols)
 
 
 def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -> str:
     """One cell of a grid: the accuracy (%) of a scheme (the row) at one ``N_t``."""
     return _mean_grid(result, row.run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
-
-
-def words(result: Result[SweepSettings]) -> dict[str, object]:
-    """The shared fields, each net's depth and the claims' thresholds in points."""
-    nets = {net.key: net.depth() for net in result.settings.nets}
-    return {**common.words(result), **nets, "flat": FLAT_RANGE * 100,
-            "degraded": DEGRADED_RANGE * 100}  # fmt: skip
 
 
 def _grids(result: Result[SweepSettings]) -> dict[str, list[list[float]]]:
@@ -236,17 +211,13 @@ def _grids(result: Result[SweepSettings]) -> dict[str, list[list[float]]]:
 
 
 def _plot_heatmaps(result: Result[SweepSettings], path: Path) -> None:
-    """Fig. 9 analogue: test accuracy over schemes x N_t, one panel per trained model."""
+    """Fig. 9 analogue: test accuracy over schemes x N_t, one panel per trained model
+    (the cells' numbers are in the grid tables)."""
     s, grids = result.settings, _grids(result)
     values = [v for grid in grids.values() for row in grid for v in row]
-    lo, hi = min(values), max(values)
     fig, axes = pyplot().subplots(1, 2, figsize=(10.2, 3.6), layout="constrained")
     for ax, (scheme, grid) in zip(axes, grids.items()):
-        image = ax.imshow(grid, vmin=lo, vmax=hi, cmap="viridis", aspect="auto")
-        for i, row in enumerate(grid):
-            for j, v in enumerate(row):
-                ax.text(j, i, f"{100 * v:.1f}", ha="center", va="center", fontsize=8,
-                        color="w" if v < (lo + hi) / 2 else "k")  # fmt: skip
+        image = ax.imshow(grid, vmin=min(values), vmax=max(values), cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(s.grid_steps)), [str(n) for n in s.grid_steps])
         ax.set_yticks(range(len(SCHEMES)), list(SCHEMES))
         ax.set(xlabel="N_t at evaluation", title=f"trained [{scheme}, N_t={s.n_steps}]")
@@ -283,6 +254,6 @@ register_template(
         figures=[Figure("fig9_heatmaps.png", _plot_heatmaps),
                  Plot("accuracy_vs_steps.png", _lines, size=(4.5, 3.4), sharey=True)],
         tables=tables,
-        words=words,
+        words=common.words,
     )
 )  # fmt: skip
