@@ -335,6 +335,8 @@ class _Stepper(_FixedStepper):
     """The loop's step for one adaptive solve: calls the compiled step and turns its one
     host read into the controller's :class:`Adaptation`."""
 
+    controller: PIDController
+
     def __init__(self, run: Callable[..., Any], solver: AbstractSolver, c: PIDController):
         self.run, self.solver, self.controller = run, solver, c
         # The batch dimension is dynamic, except where it sizes a dense Jacobian.
