@@ -38,6 +38,7 @@ def _fresh_compile(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     _compiled._schedule.cache_clear()
     _compiled_step._compiled_step.cache_clear()
     _compiled._FAILED.clear()
+    _compiled._STEPPED.clear()
     monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
     yield
     torch._dynamo.reset()

@@ -1,4 +1,5 @@
-"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph.
+"""``compile=True``: a fixed-step solve as one ``torch.compile`` graph of its grid, and
+``compile="stepped"``: every step one compiled graph, with the eager loop around it.
 
 Most tests compile with dynamo's ``CompileCounter`` or ``"aot_eager"`` backends: the
 same graph capture and AOTAutograd as inductor, without its C++. One test runs
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.compile
 F64, F32 = torch.float64, torch.float32
 TOL = {F64: 1e-12, F32: 1e-5}
 FIXED = sorted({cls for cls in odecore.FIXED_METHODS.values()}, key=lambda cls: cls.__name__)
+COMPILES = pytest.mark.parametrize("compile", [True, "stepped"], ids=["grid", "stepped"])
 
 
 @pytest.fixture
@@ -64,11 +66,12 @@ def _solve(solver, y0, *, compile, ts=(0.0, 0.3, 0.7), dt0=0.25, field=None, **k
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
 @pytest.mark.parametrize("method", FIXED, ids=lambda cls: cls.__name__)
-def test_compiled_solve_matches_eager(method, dtype):
+@COMPILES
+def test_compiled_solve_matches_eager(method, dtype, compile):
     y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0], [0.2, 0.0]], dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiled
-        compiled = _solve(method(), y0, compile=True)
+        compiled = _solve(method(), y0, compile=compile)
     eager = _solve(method(), y0, compile=False)
     assert _rel(compiled.ys.detach(), eager.ys.detach()) <= TOL[dtype]
     assert compiled.stats == eager.stats
@@ -83,14 +86,14 @@ def test_compiled_solve_matches_eager(method, dtype):
 )
 def test_compiled_gradients_match_eager(method, dtype):
     grads = []
-    for compile in (True, False):
+    for compile in (True, "stepped", False):
         field = Field(dtype)
         y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=dtype, requires_grad=True)
         sol = _solve(method(), y0, compile=compile, field=field)
         (sol.ys**2).sum().backward()
         grads.append([y0.grad, field.a.grad, field.b.grad])
-    for compiled, eager in zip(*grads):
-        assert _rel(compiled, eager) <= TOL[dtype]
+    for grid, stepped, eager in zip(*grads):
+        assert _rel(grid, eager) <= TOL[dtype] and _rel(stepped, eager) <= TOL[dtype]
 
 
 def _state(shape, dtype):
@@ -113,14 +116,15 @@ def _reads_time(t, y):
     [*((s, d) for s in [(), (3,), (2, 3), "tuple"] for d in (F32, F64)), ((), torch.bfloat16)],
     ids=str,
 )
-def test_outputs_keep_the_state_dtype(shape, dtype):
+@COMPILES
+def test_outputs_keep_the_state_dtype(shape, dtype, compile):
     """Step sizes and dense-output weights are 0-dim float64 tensors in the graph; times
     one 0-dim float32 state, they promoted every output to float64."""
     y0 = _state(shape, dtype)
     kwargs = {"solver": odecore.Midpoint(), "dt0": 0.5, "ts": (0.0, 0.3), "field": _reads_time}
     with warnings.catch_warnings():
         warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiled
-        compiled = _solve(y0=y0, compile=True, **kwargs)
+        compiled = _solve(y0=y0, compile=compile, **kwargs)
     eager = _solve(y0=y0, compile=False, **kwargs)
     if shape == "tuple":
         pairs = list(zip(compiled.ys, eager.ys, y0))
@@ -131,12 +135,13 @@ def test_outputs_keep_the_state_dtype(shape, dtype):
         assert _rel(c.double(), e.double()) <= TOL.get(dtype, 1e-2)
 
 
-def test_double_backward_says_to_solve_eagerly():
+@COMPILES
+def test_double_backward_says_to_solve_eagerly(compile):
     """AOTAutograd compiles a first-order backward; through it, ``create_graph=True``
     raised torch's own error about donated buffers. The message now names the fix, and
     the eager solve it names gives the second derivative."""
     y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
-    sol = _solve(odecore.Midpoint(), y0, compile=True, ts=(), field=_reads_time)
+    sol = _solve(odecore.Midpoint(), y0, compile=compile, ts=(), field=_reads_time)
     with pytest.raises(RuntimeError, match=r"cannot be differentiated twice.*compile=False"):
         torch.autograd.grad(sol.ys.sum(), y0, create_graph=True)
     (first,) = torch.autograd.grad(sol.ys.sum(), y0)  # the graph is intact: first order works
@@ -149,9 +154,11 @@ def test_double_backward_says_to_solve_eagerly():
     assert torch.autograd.gradgradcheck(solve, (y0,))
 
 
-def test_backward_in_time_tuple_state_and_jumps_match_eager():
+@pytest.mark.parametrize(("compile", "jumps"), [(True, [0.5]), ("stepped", [])])
+def test_backward_in_time_tuple_state_and_jumps_match_eager(compile, jumps):
     """Integration from 1 down to 0, a tuple state, a jump of the field at 0.5 (the
-    stages next to it see one-sided limits) and a step time at 0.6."""
+    stages next to it see one-sided limits; compiled steps do not take them) or none,
+    and a step time at 0.6."""
 
     def field(t, state):
         x, v = state
@@ -160,11 +167,11 @@ def test_backward_in_time_tuple_state_and_jumps_match_eager():
 
     x0, v0 = torch.tensor([1.0, 0.2], dtype=F64), torch.tensor([0.0, 1.0], dtype=F64)
     out = []
-    for compile in (True, False):
+    for c in (compile, False):
         sol = odecore.solve(
             field, (x0, v0), t0=1.0, t1=0.0, solver=odecore.RK4(), dt0=0.15,
-            saveat=odecore.SaveAt(ts=[1.0, 0.55, 0.2, 0.0]), jump_ts=[0.5], step_ts=[0.6],
-            compile=compile,
+            saveat=odecore.SaveAt(ts=[1.0, 0.55, 0.2, 0.0]), jump_ts=jumps, step_ts=[0.6],
+            compile=c,
         )  # fmt: skip
         out.append(sol)
     (cx, cv), (ex, ev) = out[0].ys, out[1].ys
@@ -189,10 +196,12 @@ def test_perturbed_grid_and_half_precision_match_eager(dtype, tol):
     assert _rel(compiled.double(), eager.double()) <= tol
 
 
-def test_failures_are_the_eager_statuses():
+@COMPILES
+def test_failures_are_the_eager_statuses(compile):
     y0 = torch.tensor([1.0, 2.0], dtype=F64)
     # The step budget runs out after three steps of four.
-    short = [_solve(odecore.RK4(), y0, compile=c, max_steps=3, throw=False) for c in (True, False)]
+    short = [_solve(odecore.RK4(), y0, compile=c, max_steps=3, throw=False)
+             for c in (compile, False)]  # fmt: skip
     assert short[0].status == short[1].status == odecore.Status.MAX_STEPS_REACHED
     assert short[0].t_final == short[1].t_final
     assert torch.equal(short[0].ys.isnan(), short[1].ys.isnan())
@@ -200,7 +209,8 @@ def test_failures_are_the_eager_statuses():
     def blows_up(t, y):
         return torch.where(t > 0.4, torch.full_like(y, math.inf), -y)
 
-    bad = [_solve(odecore.RK4(), y0, compile=c, field=blows_up, throw=False) for c in (True, False)]
+    bad = [_solve(odecore.RK4(), y0, compile=c, field=blows_up, throw=False)
+           for c in (compile, False)]  # fmt: skip
     assert bad[0].status == bad[1].status == odecore.Status.NONFINITE
     assert bad[0].t_final == bad[1].t_final == 0.25
     assert torch.allclose(bad[0].ys, bad[1].ys, equal_nan=True)
@@ -215,12 +225,13 @@ def test_a_field_error_is_the_eager_error():
 # --- one graph, compiled once -------------------------------------------------------------
 
 
-def test_the_solve_is_one_graph(counter):
+@COMPILES
+def test_the_solve_is_one_graph(counter, compile):
     y0 = torch.ones(4, 2, dtype=F64)
     with warnings.catch_warnings():
         warnings.simplefilter("error", odecore.CompileFallbackWarning)
-        _solve(odecore.RK4(), y0, compile=True)
-    assert counter.frame_count == 1  # one frame, one graph: no graph break
+        _solve(odecore.RK4(), y0, compile=compile)
+    assert counter.frame_count == 1  # one frame, one graph (of the grid or a step): no break
     assert counter.op_count > 0
 
 
@@ -245,16 +256,21 @@ def test_no_recompilation_for_new_times_or_batch_size(counter):
     assert counter.frame_count == 1
 
 
-def test_a_new_number_of_steps_compiles_once_more(counter):
+@pytest.mark.parametrize(
+    ("compile", "steps", "graphs"), [(True, (3, 4, 3, 4), 2), ("stepped", (3, 4, 40, 3), 1)]
+)
+def test_a_new_number_of_steps_compiles_the_grid_once_more_and_reuses_the_step(
+    counter, compile, steps, graphs
+):
     field = Field(F32)
-    for n in (3, 4, 3, 4):
+    for n in steps:
         t = torch.linspace(0.0, 1.0, n + 1)
-        odecore.odeint(field, torch.randn(2, 2), t, method="euler", options={"compile": True})
-    assert counter.frame_count == 2
+        odecore.odeint(field, torch.randn(2, 2), t, method="euler", options={"compile": compile})
+    assert counter.frame_count == graphs
 
 
 def test_the_recompile_limit_is_named_once_with_how_to_raise_it(counter):
-    """Each new field is a new graph of one step schedule (the program); past dynamo's
+    """Each new field is a new graph of one step (the method); past dynamo's
     limit (2 here, 8 by default) the solve ran eagerly with "Hard failure due to
     fullgraph=True" as its reason, and dynamo logged the limit at every solve."""
     fields = [lambda t, y: -y, lambda t, y: -2 * y, lambda t, y: y / -3, lambda t, y: y.neg()]
@@ -302,21 +318,37 @@ def test_the_spec_carries_compile():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: odecore.OdeSpec(compile=1), r"`compile` must be True or False, got 1"),
+        (
+            lambda: odecore.OdeSpec(compile=1),
+            r"`compile` must be True, False or \"stepped\", got 1",
+        ),
         (
             lambda: odecore.OdeSpec.from_method("rk4", options={"compile": "yes"}),
-            r"The option `compile` must be True or False, got 'yes'",
+            r"The option `compile` must be True, False or \"stepped\", got 'yes'",
         ),
         (
             lambda: _solve(odecore.RK4(), torch.ones(1), compile="inductor"),
-            r"`compile` must be True or False, got 'inductor'",
+            r"`compile` must be True, False or \"stepped\", got 'inductor'",
         ),
     ],
     ids=["spec", "option", "solve"],
 )
-def test_compile_must_be_a_bool(call, match):
+def test_compile_must_be_a_bool_or_stepped(call, match):
     with pytest.raises(TypeError, match=match):
         call()
+
+
+def test_stepped_is_an_adaptive_solves_compile_and_jumps_fall_back_with_stepped(counter):
+    t, y0 = torch.tensor([0.0, 1.0], dtype=F64), torch.ones(2, dtype=F64)
+    odecore.odeint(Field(), y0, t, method="dopri5", options={"compile": "stepped"})
+    assert counter.frame_count == 1  # an adaptive solve's steps, as with True
+    with pytest.warns(odecore.CompileFallbackWarning, match=r'jump_ts with compile="stepped"'):
+        opts = {"compile": "stepped", "step_size": 0.1, "jump_t": [0.5]}
+        ys = odecore.odeint(Field(), y0, t, method="rk4", options=opts)
+    expected = odecore.odeint(
+        Field(), y0, t, method="rk4", options={"step_size": 0.1, "jump_t": [0.5]}
+    )
+    assert torch.equal(ys, expected)
 
 
 def test_unknown_option_lists_compile():

@@ -120,6 +120,7 @@ def fallback_reasons(
     event: bool,
     dense: bool,
     backend: bool,
+    stepped: bool = False,
 ) -> list[str]:
     """What keeps this solve from compiling, in words; empty when it compiles."""
     reasons = method_reasons(solver, controller, gradient, backend)
@@ -133,6 +134,8 @@ def fallback_reasons(
         reasons.append("output or step times that require grad")
     if problem.jump_ts and getattr(problem.solver, "adaptive", False):
         reasons.append("jump_ts with an adaptive solver")
+    elif problem.jump_ts and stepped:
+        reasons.append('jump_ts with compile="stepped" (compile=True takes them)')
     return reasons
 
 
@@ -521,17 +524,16 @@ def _graph(
 
 
 @dataclass
-class _Compiled:
-    """One program's compiled function, and what dynamo's recompile limit left of it.
+class _Fields:
+    """What dynamo's recompile limit left of a compiled function (a program's graph, or a
+    step's).
 
     Attributes:
-        run: the compiled :func:`_graph` of the program.
         fields: the fields (by :func:`_field_key`) it has run; dynamo holds their graphs.
         limit: the recompile limit it reached, as the name of dynamo's setting and its
             value then; ``None`` while it has not.
     """
 
-    run: Callable[..., tuple[list[Tensor], Tensor]]
     fields: set[object]
     limit: tuple[str, int] | None = None
 
@@ -541,6 +543,14 @@ class _Compiled:
             return False
         name, value = self.limit
         return bool(getattr(torch._dynamo.config, name, value) <= value)
+
+
+@dataclass(kw_only=True)
+class _Compiled(_Fields):
+    """One program's compiled function (``run``, the compiled :func:`_graph`), and what
+    dynamo's recompile limit left of it."""
+
+    run: Callable[..., tuple[list[Tensor], Tensor]]
 
 
 @functools.lru_cache(maxsize=32)
@@ -560,7 +570,7 @@ def _compiled(program: _Program, backend: Any) -> _Compiled:
     compiled: Callable[..., tuple[list[Tensor], Tensor]] = torch.compile(
         fn, backend=backend, fullgraph=True, dynamic=None
     )
-    return _Compiled(compiled, set())
+    return _Compiled(set(), run=compiled)
 
 
 # --- the loop that gradient methods call ------------------------------------------------
@@ -605,10 +615,10 @@ def _limit_reached(err: BaseException) -> tuple[str, int] | None:
 def _at_limit(name: str, value: int) -> str:
     """The warning's reason for a solve that dynamo's recompile limit kept from compiling."""
     return (
-        f"torch.compile reached its recompile limit on this step schedule: dynamo compiled "
+        f"torch.compile reached its recompile limit on this solve's graph: dynamo compiled "
         f"its graph for `torch._dynamo.config.{name}` = {value} different fields (a new "
         "function, or a closure over new values, is a new field to dynamo) and compiles "
-        "no more of them, so solves of this schedule with other fields run eagerly. Share "
+        "no more of them, so its solves with other fields run eagerly. Share "
         "one field across solves (one nn.Module: new values of its parameters do not "
         f"recompile), or raise the limit before solving: torch._dynamo.config.{name} = "
         f"{max(2 * value, 1)}"
@@ -652,15 +662,17 @@ def _field_key(f: object) -> object:
     return getattr(user, "__code__", None) or type(user)
 
 
-def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loop:
+def compiled_loop(
+    jumps: list[float], steps: list[float], max_steps: int, stepped: bool = False
+) -> Loop:
     """The solve loop of ``_make_loop`` for an explicit solve: a fixed-step one run as
-    one compiled graph, an adaptive one over compiled steps (``_compiled_step``); it
-    falls back to the eager loop, with a warning, when dynamo or the backend cannot
-    compile it."""
+    one compiled graph of its grid, an adaptive one (or a fixed-step one, ``stepped``)
+    over compiled steps (``_compiled_step``); it falls back to the eager loop, with a
+    warning, when dynamo or the backend cannot compile it."""
     from ._compiled_step import stepper  # it imports this module
 
     eager = _make_loop(jumps, steps, max_steps)
-    stepped = _make_loop(jumps, steps, max_steps, compiled=stepper)
+    over_steps = _make_loop(jumps, steps, max_steps, compiled=stepper)
 
     def loop(
         f: FlatField,
@@ -681,11 +693,12 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
         def run_eagerly() -> LoopResult:
             return eager(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
 
-        if solver.adaptive:
+        if solver.adaptive or stepped:
             return _stepped(
-                lambda: stepped(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts),
+                lambda: over_steps(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts),
                 run_eagerly,
-                (solver, _field_key(f)),
+                (solver, t1 < t0),
+                _field_key(f),
                 y0.device.type,
             )
         direction = 1.0 if t1 >= t0 else -1.0
@@ -759,18 +772,26 @@ def compiled_loop(jumps: list[float], steps: list[float], max_steps: int) -> Loo
     return loop
 
 
+_STEPPED: dict[object, _Fields] = {}
+"""Per step graph (method and direction), the fields it compiled for and the limit."""
+
+
 def _stepped(
     run: Callable[[], LoopResult],
     run_eagerly: Callable[[], LoopResult],
-    key: tuple[object, object],
+    graph: tuple[object, bool],
+    f_key: object,
     device_type: str,
 ) -> LoopResult:
-    """An adaptive solve over compiled steps (``_compiled_step``); eager, with the
-    warning, where inductor cannot run or torch.compile fails on the step."""
+    """A solve over compiled steps (``_compiled_step``) of ``graph`` (the method and the
+    direction of time); eager, with the warning, where inductor cannot run or
+    torch.compile fails on the step, and without it for a new field past the recompile
+    limit (said when it was reached)."""
+    key, seen = (graph[0], f_key), _STEPPED.setdefault(graph, _Fields(set()))
     problem = None
     if _BACKEND == "inductor" and key not in _FAILED:
         problem = inductor_problem(device_type)
-    if key in _FAILED or problem is not None:
+    if key in _FAILED or problem is not None or (f_key not in seen.fields and seen.at_limit()):
         if problem is not None:
             fall_back(f"inductor cannot run here: {problem}")
         return run_eagerly()
@@ -778,15 +799,15 @@ def _stepped(
         result = run()
     except _COMPILE_ERRORS as err:
         result = run_eagerly()  # the field's own error, if it was one, raises here
-        _FAILED.add(key)
         limit = _limit_reached(err)
-        why = (
-            _at_limit(*limit)
-            if limit
-            else f"torch.compile failed on this solve ({_first_line(err)})"
-        )
-        fall_back(why)
+        if limit is None:
+            _FAILED.add(key)
+            fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
+        elif not seen.at_limit():  # once per limit reached
+            seen.limit = limit
+            fall_back(_at_limit(*limit))
         return result
+    seen.fields.add(f_key)
     graphs = [i for i, y in enumerate(result.ys) if y is not None and y.requires_grad]
     if graphs and torch.is_grad_enabled():
         firm = _FirstOrder.apply(*(result.ys[i] for i in graphs))  # type: ignore[no-untyped-call]

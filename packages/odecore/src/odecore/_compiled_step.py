@@ -1,5 +1,5 @@
-"""``compile=True`` for adaptive explicit and Rosenbrock solves: one compiled graph
-per step.
+"""One compiled graph per step: ``compile=True`` for adaptive explicit and Rosenbrock
+solves, ``compile="stepped"`` for fixed-step explicit ones.
 
 An adaptive solve cannot be unrolled ahead of time: where its steps end depends on
 the error of each. The eager loop of ``_integrate`` stays, in Python floats, and
@@ -15,6 +15,12 @@ tensor inputs, so one graph serves every step of every later solve with the same
 method, controller coefficients, field and shapes; the state's leading dimension (the
 batch) is marked dynamic, so a new batch size of at least two reuses it too (a batch
 of one is specialised, as torch treats sizes 0 and 1 as constants).
+
+A fixed step (:func:`_fixed_step`) is the stages alone: :class:`ConstantStepSize`
+accepts every step without reading anything, so a fixed-step solve over compiled steps
+reads nothing on the host until its end. One graph serves every number of steps and
+every grid, where the whole grid unrolled (``compile=True``, ``_compiled``) is a new
+graph for each, compiled for minutes, but runs several times faster.
 
 A Rosenbrock step (:func:`_rosenbrock_step`) also holds the Jacobian, by
 ``torch.func.jacrev``, and its LU factorisation, whose solves it writes out as
@@ -37,7 +43,7 @@ from torch import Tensor
 
 from . import _compiled
 from ._compiled import _GraphField, _rk_step, _sum
-from ._controllers import AbstractController, Adaptation, PIDController
+from ._controllers import AbstractController, Adaptation, ConstantStepSize, PIDController
 from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states
 from ._rosenbrock import _sum as _rosenbrock_sum
 from ._solve import CompiledStep
@@ -53,6 +59,38 @@ class _StepProgram:
     order: int
     negate: bool
     controller: PIDController
+
+
+@dataclass(frozen=True)
+class _FixedProgram:
+    """What a fixed step graph is specialised on: the tableau and the direction of time."""
+
+    plan: _Plan
+    negate: bool
+
+
+def _stages(
+    f: Any, y0: Tensor, f0: Tensor, t0: Tensor, t1: Tensor, plan: _Plan, negate: bool
+) -> tuple[Tensor, list[Tensor], Tensor | None, Tensor]:
+    """The explicit step's ``y1``, stages, ``f1`` (FSAL, else ``None``) and ``h``, with
+    the eager solver's stage times (``t1`` itself where ``c = 1``)."""
+    h = t1 - t0
+    stage_times = [t1 if ci == 1.0 else t0 + ci * h for ci, _ in plan.stages]
+    times = y0.new_empty(0)  # Euler: no stage after the first
+    if stage_times:
+        times = (torch.stack(stage_times) * (-1.0 if negate else 1.0)).to(y0.dtype)
+    y1, f1, ks, _ = _rk_step(plan, _GraphField(f, y0, negate), times, 0, y0, h, f0)
+    return y1, ks, f1, h
+
+
+def _fixed_step(
+    f: Any, y0: Tensor, f0: Tensor, t0: Tensor, t1: Tensor, program: _FixedProgram
+) -> tuple[Tensor, list[Tensor], Tensor | None]:
+    """One step of a fixed-step method from ``t0`` to ``t1`` (0-dim float64, increasing
+    time) as the eager solver takes it: ``y1``, the stages and ``f1`` (FSAL, else
+    ``None``). No host read."""
+    y1, ks, f1, _ = _stages(f, y0, f0, t0, t1, program.plan, program.negate)
+    return y1, ks, f1
 
 
 def _step(
@@ -72,16 +110,10 @@ def _step(
     estimate, ``f1`` (FSAL, else ``None``), ``(ratio, dt if accepted, dt if rejected)``
     in float64, and the ratio the controller remembers after an acceptance. No host
     read."""
-    plan = program.plan
-    h = t1 - t0
-    sign = -1.0 if program.negate else 1.0
-    stage_times = [t1 if ci == 1.0 else t0 + ci * h for ci, _ in plan.stages]
-    times = (torch.stack(stage_times) * sign).to(y0.dtype)
-    field = _GraphField(f, y0, program.negate)
-    y1, _, ks, _ = _rk_step(plan, field, times, 0, y0, h, f0)
-    y_err = _sum(None, h, plan.err, [k.detach() for k in ks])
+    y1, ks, f1, h = _stages(f, y0, f0, t0, t1, program.plan, program.negate)
+    y_err = _sum(None, h, program.plan.err, [k.detach() for k in ks])
     verdict, remembered = _verdict(y0, y1, y_err, h, rtol, atol, prev1, prev2, program)
-    return y1, ks, y_err, ks[-1] if plan.fsal else None, verdict, remembered
+    return y1, ks, y_err, f1, verdict, remembered
 
 
 def _verdict(
@@ -247,19 +279,63 @@ def _lu_solver(lu: Tensor, pivots: Tensor, rows: bool) -> Callable[[Tensor], Ten
     return substitute
 
 
+_Program = _FixedProgram | _StepProgram | _RosenbrockProgram
+_STEPS: dict[type, Callable[..., Any]] = {
+    _FixedProgram: _fixed_step, _StepProgram: _step, _RosenbrockProgram: _rosenbrock_step
+}  # fmt: skip
+
+
 @functools.lru_cache(maxsize=32)
-def _compiled_step(program: _StepProgram | _RosenbrockProgram, backend: Any) -> Callable[..., Any]:
+def _compiled_step(program: _Program, backend: Any) -> Callable[..., Any]:
     """The compiled step of one program, with a code object of its own (dynamo keeps
     graphs and counts recompilations per code object, as in ``_compiled``)."""
-    step = _rosenbrock_step if isinstance(program, _RosenbrockProgram) else _step
+    step = _STEPS[type(program)]
     code = step.__code__.replace()
     fn = types.FunctionType(code, step.__globals__, step.__name__, (program,))
     return torch.compile(fn, backend=backend, fullgraph=True, dynamic=None)
 
 
-class _Stepper:
-    """The loop's step for one solve: calls the compiled step and turns its one host
-    read into the controller's :class:`Adaptation`."""
+class _FixedStepper:
+    """The loop's step for one fixed-step solve: calls the compiled step, and
+    :class:`ConstantStepSize` accepts it (no host read)."""
+
+    def __init__(self, run: Callable[..., Any], solver: AbstractSolver, c: AbstractController):
+        self.run, self.solver, self.controller = run, solver, c
+        assert isinstance(solver, AbstractExplicitRK)
+        self.evaluations = len(_plan(solver.tableau).stages)
+        self.dynamic = True  # the batch dimension, except where it sizes a dense Jacobian
+        self.zero: Tensor | None = None
+
+    def inputs(
+        self, s: float, s_next: float, y: Tensor, f0: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The step's times as 0-dim float64 tensors, and ``y`` as the graph takes it."""
+        if self.zero is None:
+            self.zero = torch.zeros((), dtype=torch.float64, device=y.device)
+        if f0.requires_grad and not y.requires_grad and torch.is_grad_enabled():
+            # The first step from a y0 without a graph: as a leaf that requires grad
+            # (none is lost: y0 has none), it takes the graph of every later step.
+            y = y.detach().requires_grad_()
+        for x in (y, f0):
+            if x.dim() > 0 and self.dynamic:
+                torch._dynamo.maybe_mark_dynamic(x, 0)
+        return self.zero + s, self.zero + s_next, y
+
+    def __call__(
+        self, fe: Any, s: float, s_next: float, y: Tensor, f0: Tensor, cstate: Any, state: Any
+    ) -> tuple[StepResult, Adaptation]:
+        t0, t1, y = self.inputs(s, s_next, y, f0)
+        y1, ks, f1 = self.run(fe.f, y, f0, t0, t1)
+        fe.nfe += self.evaluations
+        step = StepResult(y1=y1, y_err=None, ks=tuple(ks), f1=f1)
+        return step, self.controller.adapt(s, s_next, y, step, self.solver, cstate)
+
+
+class _Stepper(_FixedStepper):
+    """The loop's step for one adaptive solve: calls the compiled step and turns its one
+    host read into the controller's :class:`Adaptation`."""
+
+    controller: PIDController
 
     def __init__(self, run: Callable[..., Any], solver: AbstractSolver, c: PIDController):
         self.run, self.solver, self.controller = run, solver, c
@@ -271,7 +347,7 @@ class _Stepper:
             assert isinstance(solver, AbstractExplicitRK)
             self.evaluations, self.factorises = len(_plan(solver.tableau).stages), False
             self.dynamic = True
-        self.zero: Tensor | None = None
+        self.zero = None
 
     def __call__(
         self, fe: Any, s: float, s_next: float, y: Tensor, f0: Tensor, cstate: Any, state: Any
@@ -280,16 +356,7 @@ class _Stepper:
             ones = torch.ones(2, dtype=torch.float64, device=y.device)
             cstate = (ones[0], ones[1], cstate[4])  # two tensors: dynamo guards on aliases
         prev1, prev2, tols = cstate
-        if self.zero is None:
-            self.zero = torch.zeros((), dtype=torch.float64, device=y.device)
-        t0, t1 = self.zero + s, self.zero + s_next
-        if f0.requires_grad and not y.requires_grad and torch.is_grad_enabled():
-            # The first step from a y0 without a graph: as a leaf that requires grad
-            # (none is lost: y0 has none), it takes the graph of every later step.
-            y = y.detach().requires_grad_()
-        for x in (y, f0):
-            if x.dim() > 0 and self.dynamic:
-                torch._dynamo.maybe_mark_dynamic(x, 0)
+        t0, t1, y = self.inputs(s, s_next, y, f0)
         y1, ks, y_err, f1, verdict, remembered = self.run(fe.f, y, f0, t0, t1, *tols, prev1, prev2)
         fe.nfe += self.evaluations
         if self.factorises:
@@ -312,6 +379,10 @@ def stepper(
     solver: AbstractSolver, controller: AbstractController, direction: float
 ) -> CompiledStep:
     """The compiled step of a solve with this method, controller and direction."""
+    if isinstance(controller, ConstantStepSize):
+        assert isinstance(solver, AbstractExplicitRK)
+        fixed = _FixedProgram(plan=_plan(solver.tableau), negate=direction < 0)
+        return _FixedStepper(_compiled_step(fixed, _compiled._BACKEND), solver, controller)
     assert isinstance(controller, PIDController)
     unit = replace(controller, rtol=1.0, atol=1.0)
     program: _StepProgram | _RosenbrockProgram

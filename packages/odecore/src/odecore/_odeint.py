@@ -202,8 +202,8 @@ def odeint(
             step on) and ``max_num_steps``. ``scipy:`` methods take
             ``first_step``, ``max_step``, ``jump_t`` and ``step_t`` (scipy restarts
             at each), ``max_num_steps`` (accepted steps), and for LSODA ``min_step``;
-            odecore's own methods take ``compile`` (True: one ``torch.compile`` graph
-            per solve, see :func:`solve`) and ``gradient`` (a key of
+            odecore's own methods take ``compile`` (True or ``"stepped"``: compiled
+            with ``torch.compile``, see :func:`solve`) and ``gradient`` (a key of
             :data:`GRADIENTS` such as ``"reversible"``, or a gradient object; default
             ``"backprop"``);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass

@@ -36,6 +36,7 @@ from ._implicit import (
 )
 from ._reversible import Reversible
 from ._rosenbrock import Rodas4, Rodas5P
+from ._solve import Compile, check_compile
 from ._solvers import (
     RK4,
     AbstractSolver,
@@ -114,9 +115,9 @@ _CALL_OPTIONS = ("jump_t", "step_t")
 FIXED_OPTIONS = ("step_size", "n_steps", "jump_t", "step_t", "max_num_steps",
                  "grid_constructor", "perturb", "interp", "compile", "gradient")  # fmt: skip
 """Options accepted by fixed-step methods (``interp`` only as ``"cubic"``;
-``compile``, True or False, and ``gradient``, a key of :data:`GRADIENTS` or a
-gradient object, are odecore's: a solve as one ``torch.compile`` graph, and how
-:func:`odeint` differentiates it)."""
+``compile``, True, False or ``"stepped"``, and ``gradient``, a key of
+:data:`GRADIENTS` or a gradient object, are odecore's: a solve compiled with
+``torch.compile``, and how :func:`odeint` differentiates it)."""
 IMPLICIT_OPTIONS = (*FIXED_OPTIONS, "max_iters")
 """Options accepted by the implicit methods: the fixed-step ones and ``max_iters``."""
 ADAPTIVE_OPTIONS = (
@@ -191,14 +192,14 @@ class OdeSpec:
         n_steps: fixed-step solvers only: this many equal steps over the solve's
             span, instead of ``dt0``.
         max_steps: the step budget of one solve.
-        compile: solve as one ``torch.compile`` graph (see :func:`solve`'s
-            ``compile``); the option ``compile`` of :meth:`from_method` and
-            :func:`odeint`.
+        compile: compile the solves with ``torch.compile``: ``True`` or
+            ``"stepped"`` (see :func:`solve`'s ``compile``); the option ``compile``
+            of :meth:`from_method` and :func:`odeint`.
 
     Raises:
         ConfigurationError: for an object of the wrong kind, ``n_steps`` with
             ``dt0`` or with an adaptive solver, or a count that is not positive.
-        TypeError: if ``compile`` is not ``True`` or ``False``.
+        TypeError: if ``compile`` is not ``True``, ``False`` or ``"stepped"``.
 
     Example:
         >>> import odecore
@@ -216,7 +217,7 @@ class OdeSpec:
     dt0: float | None = None
     n_steps: int | None = None
     max_steps: int = 100_000
-    compile: bool = False
+    compile: Compile = False
 
     def __post_init__(self) -> None:
         for name, kind in (
@@ -249,7 +250,7 @@ class OdeSpec:
         if self.dt0 is not None:
             object.__setattr__(self, "dt0", positive("dt0", self.dt0))
         _check_count("max_steps", self.max_steps)
-        _check_flag("compile", self.compile)
+        check_compile(self.compile)
 
     def compile_blockers(self) -> tuple[str, ...]:
         """What of this spec keeps its solves from compiling, in words; empty when
@@ -301,7 +302,7 @@ class OdeSpec:
                 ``dfactor``, ``pcoeff``, ``icoeff``, ``dcoeff``, ``norm`` and
                 ``dtype=torch.float64``; for SciPy's ``first_step``, ``max_step``
                 and (LSODA) ``min_step``; for all ``max_num_steps``, and for
-                odecore's own methods ``compile`` (True or False). Options about
+                odecore's own methods ``compile`` (True, False or ``"stepped"``). Options about
                 one call's times (``jump_t``, ``step_t``, ``grid_constructor``,
                 ``perturb``, ``interp``) belong to :func:`odeint`.
 
@@ -373,7 +374,7 @@ def resolve(
         raise ValueError(f"`max_num_steps` must be a positive integer, got {max_steps!r}.")
     grad = gradient_for(gradient)
     compile = opts.get("compile", False)
-    _check_flag("compile", compile, "option ")
+    check_compile(compile, "option ")
     first = positive("first_step", opts["first_step"]) if "first_step" in opts else None
     if isinstance(solver, ScipySolver):
         max_step = positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
@@ -494,12 +495,6 @@ def nonnegative(name: str, value: Any) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
-
-
-def _check_flag(name: str, value: object, kind: str = "") -> None:
-    """``value`` must be ``True`` or ``False`` (``kind``: "option " for an option)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"The {kind}`{name}` must be True or False, got {value!r}.")
 
 
 def _check_count(name: str, value: object) -> None:
