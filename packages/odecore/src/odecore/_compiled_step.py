@@ -303,7 +303,7 @@ class _FixedStepper:
         self.run, self.solver, self.controller = run, solver, c
         assert isinstance(solver, AbstractExplicitRK)
         self.evaluations = len(_plan(solver.tableau).stages)
-        self.dynamic = True  # the batch dimension, except where it sizes a dense Jacobian
+        self.dynamic = True  # the batch dimension (a Rosenbrock step may size a Jacobian)
         self.zero: Tensor | None = None
 
     def inputs(
