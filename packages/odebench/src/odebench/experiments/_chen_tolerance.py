@@ -211,6 +211,7 @@ register_template(
         "NFE with and without the seminorm, NFE over training",
         title="Chen et al. (2018), Fig. 3: tolerance and NFE on MNIST",
         modes=MODES, runs=runs, measure=probe.measure, claims=claims, tables=tables,
+        words=lambda result: {"floor_tol": probe.FLOOR_TOL, "reference_tol": probe.REFERENCE_TOL},
         figures=[
             Plot("fig3a_error_vs_tol.png", probe.error_panels, size=(4, 3.4)),
             Plot("fig3b_time_vs_nfe.png", probe.time_panels),
