@@ -25,7 +25,7 @@ from ._tables import Col, Table, by_run
 from ._template import Figure, Plot, Run, Settings, Setup, Template
 
 LABELS = {"moons": "two moons", "circles": "two circles"}
-CNFS = {f"{density}/cnf": label for density, label in LABELS.items()}  # the runs
+CNFS = {f"{density}/cnf": label for density, label in LABELS.items()}  # the runs, by name
 FIGURES_ONLY = "figures only, no number"
 
 # Thresholds of the claims (the text says why each is what it is).
@@ -77,7 +77,7 @@ MODES = {
 def runs(setup: Setup[CnfSettings], seed: int) -> list[Run]:
     """Per density, a CNF on that density's data of ``seed`` (:func:`measure` fits the
     Gaussian it is compared with, in closed form)."""
-    return [Run(run, task=flow.task(setup, run.split("/")[0], seed)) for run in CNFS]
+    return [Run(f"{density}/cnf", task=flow.task(setup, density, seed)) for density in LABELS]
 
 
 def gap_closed(v: Values, run: str) -> float:
@@ -103,8 +103,8 @@ def claims(setup: Setup[CnfSettings]) -> list[Claim]:
     its adaptive NFE grows in training. Over both: the two checks of the code. Their
     details are in the text."""
     out: list[Claim] = []
-    for run, label in CNFS.items():
-        density = run.split("/")[0]
+    for density, label in LABELS.items():
+        run = f"{density}/cnf"
         out += [
             Claim.difference(f"{density}_beats_gaussian",
                              f"Sec. 4: on {label} the CNF's test NLL beats the best Gaussian's",
@@ -160,8 +160,8 @@ def _plot_densities(result: Result[CnfSettings], path: Path) -> None:
     points, _ = flow.grid_points(s.grid, s.box)
     fig, axes = pyplot().subplots(len(CNFS), 4, figsize=(13, 3.3 * len(CNFS)))
     extent = (-s.box, s.box, -s.box, s.box)
-    for row, (run, label) in zip(axes, CNFS.items()):
-        density = run.split("/")[0]
+    for row, (density, label) in zip(axes, LABELS.items()):
+        run = f"{density}/cnf"
         _, test = flow.data_points(s, density, setup.seeds[0])
         saved = torch.load(setup.run_dir(run, setup.seeds[0]) / "flow.pt", weights_only=True)
         truth = flow.true_log_prob(density, points, s.noise).exp().reshape(s.grid, s.grid).numpy()
