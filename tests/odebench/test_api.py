@@ -45,7 +45,7 @@ def test_subpackage_snapshots():
     ]  # fmt: skip
     assert sorted(odebench.training.__all__) == [
         "DATASETS", "DatasetInfo", "Epoch", "Interrupted", "RunExistsError", "Task",
-        "TrainConfig", "Trainer", "Training", "TrainingFailedError", "default_out",
+        "TrainConfig", "Training", "TrainingFailedError", "default_out",
         "default_row", "evaluate", "find_data", "fit", "load_model", "resolve_device",
         "search_paths", "train",
     ]  # fmt: skip

@@ -17,7 +17,7 @@ from ._fit import (
     fit,
     resolve_device,
 )
-from ._loop import Trainer, evaluate, load_model, train
+from ._loop import evaluate, load_model, train
 from ._run_dir import RunExistsError
 
 # isort: split
@@ -38,7 +38,6 @@ __all__ = [
     "RunExistsError",
     "Task",
     "TrainConfig",
-    "Trainer",
     "Training",
     "TrainingFailedError",
     "default_out",

@@ -118,8 +118,6 @@ class Task:
             ``data``'s rows); or ``(loss, {name: tensor})``, whose values are summed
             over the epoch into ``Epoch.sums``. ``fit`` zeroes the gradients,
             backpropagates and steps the optimiser.
-        step: instead of ``loss``: ``step(model, optimizer, batch) -> loss`` does the
-            whole step itself and returns the loss it recorded.
         optimizer: ``optimizer(parameters)``, e.g. ``partial(torch.optim.Adam, lr=1e-3)``.
         epochs: passes over ``data``.
         batch_size: examples per step (the global batch, split over the processes).
@@ -134,7 +132,8 @@ class Task:
         row: the epoch's row of the run's rows (``metrics.json``) from its
             :class:`Epoch`; JSON-ready values only.
         evaluate: ``evaluate(model, epoch) -> numbers``, at the end of every epoch,
-            given to ``row`` as ``Epoch.evaluation``.
+            given to ``row`` as ``Epoch.evaluation``; a ``FloatingPointError`` it raises
+            (a number that is not finite) stops the run as a non-finite loss does.
         after_epoch: ``after_epoch(rows)``, after each epoch's checkpoint, on every
             process (write files from the first); ``None``: a line to the log.
         refine: ``refine(epoch, model, optimizer, log) -> (model, optimizer)`` at the
@@ -151,7 +150,7 @@ class Task:
             change on resume.
 
     Raises:
-        ValueError: neither or both of ``loss`` and ``step``; a bad number.
+        ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
 
     Example:
         >>> import functools, tempfile
@@ -172,8 +171,7 @@ class Task:
 
     model: Callable[[], nn.Module]
     data: tuple[Tensor, ...]
-    loss: Callable[[nn.Module, Batch], Loss] | None = None
-    step: Callable[[nn.Module, Optimizer, Batch], Tensor] | None = None
+    loss: Callable[[nn.Module, Batch], Loss]
     optimizer: Callable[[Iterator[nn.Parameter]], Optimizer]
     epochs: int
     batch_size: int
@@ -193,8 +191,6 @@ class Task:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if (self.loss is None) == (self.step is None):
-            raise ValueError("Task: give exactly one of `loss` and `step`.")
         check_fields(
             self, ((("epochs",), whole(0), NON_NEGATIVE), (("batch_size",), whole(1), COUNT))
         )
@@ -332,14 +328,14 @@ class Training:
     """One run of a :class:`Task` in ``out``, in steps: build, :meth:`resume`, :meth:`run`.
 
     ``Training(task, out)`` moves the data to the device, builds the model (seeded),
-    its optimiser and schedule. It neither locks nor checks ``out`` (:func:`fit` does),
-    and under ``torchrun`` needs the process group started.
+    its optimiser and schedule. It neither locks nor checks ``out``: :func:`fit` (and
+    :func:`train`) build it inside the run folder they hold, with the process group started.
 
     Args:
         task: the run.
         out: its folder: ``checkpoint.pt`` (after every epoch, and mid-epoch on
             SIGINT/SIGTERM) and ``metrics.json`` (the rows).
-        device: where it trains (a name: see :func:`resolve_device`).
+        device: where it trains.
         log: where the one-line summaries go.
         progress: draw a progress bar per epoch on stderr (``None``: when it is a terminal).
 
@@ -347,9 +343,6 @@ class Training:
         model: the model as it trains, unwrapped (a refinement replaces it).
         optimizer: its optimiser (a refinement replaces it).
         rows: one row per finished epoch.
-
-    Raises:
-        ValueError: under ``torchrun``, ``batch_size`` does not split evenly.
     """
 
     def __init__(
@@ -357,16 +350,13 @@ class Training:
         task: Task,
         out: str | os.PathLike[str],
         *,
-        device: torch.device | str = "auto",
+        device: torch.device,
         log: Log = print,
         progress: bool | None = None,
     ) -> None:
         self.task = task
         self.out = Path(out)
         self.process = _process()
-        _check_split(task.batch_size, self.process)
-        if not isinstance(device, torch.device):
-            device = resolve_device(device, self.process.local_rank)
         self.device = device
         self._log = log
         self._progress = progress
@@ -616,7 +606,7 @@ class Training:
                 self.schedule.step()
         return tally
 
-    def _diverged(self, epoch: int, at: str, exc: odecore.SolverError | str) -> TrainingFailedError:
+    def _diverged(self, epoch: int, at: str, exc: Exception | str) -> TrainingFailedError:
         """The error of a non-finite number or a solver's failure at ``at`` of ``epoch``; the
         weights are blamed only when the solver's status says the state blew up."""
         path = self.checkpoint_path
@@ -677,21 +667,15 @@ class Training:
             batch = self.task.augment(batch, self._aug_gen)
         batch = tuple(shard(t, self.process.rank, self.process.world) for t in batch)
         try:
-            if self.task.step is not None:
-                out: Loss = self.task.step(self._net, self.optimizer, batch)
-            else:
-                assert self.task.loss is not None  # Task checks that it has one of the two
-                out = self.task.loss(self._net, batch)
+            out = self.task.loss(self._net, batch)
             loss, extras = out if isinstance(out, tuple) else (out, {})
             bad = (self._nan_batch < 0) & ~loss.detach().isfinite()
             self._nan_batch = torch.where(bad, i, self._nan_batch)
-            if self.task.step is None:
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
         except odecore.SolverError as exc:
             raise self._diverged(epoch, f"batch {i + 1}", exc) from exc
-        if self.task.step is None:
-            self.optimizer.step()
+        self.optimizer.step()
         if self.schedule is not None and self.task.schedule_every == "batch":
             self.schedule.step()
         tally.add(loss, extras, len(batch[0]), nfe(self.model))
@@ -701,7 +685,7 @@ class Training:
             return {}
         try:
             return self.task.evaluate(self.model, epoch)
-        except odecore.SolverError as exc:
+        except (odecore.SolverError, FloatingPointError) as exc:  # the latter: a NaN result
             raise self._diverged(epoch, "evaluation", exc) from exc
 
     def _finish_epoch(self, epoch: int, tally: _Tally) -> None:
@@ -724,15 +708,6 @@ class Training:
                 f"{self._stopped}: stopped after epoch {epoch + 1}; "
                 f"checkpoint saved in {self.checkpoint_path}"
             )
-
-
-def _check_split(batch_size: int, process: _Process) -> None:
-    """Refuse a global batch that the processes cannot share evenly."""
-    if process.world > 1 and batch_size % process.world:
-        raise ValueError(
-            f"`batch_size` {batch_size} does not split evenly over {process.world} "
-            "processes; choose a multiple of the number of processes."
-        )
 
 
 @contextlib.contextmanager
@@ -764,7 +739,11 @@ def held(
     try:
         if where.type == "cuda":
             torch.cuda.set_device(where)
-        _check_split(batch_size, process)
+        if process.world > 1 and batch_size % process.world:
+            raise ValueError(
+                f"`batch_size` {batch_size} does not split evenly over {process.world} "
+                "processes; choose a multiple of the number of processes."
+            )
         error: BaseException | None = None
         if process.main:
             try:

@@ -1,4 +1,4 @@
-"""``train``: a :class:`TrainConfig` (the CLI's flags) as a task for ``fit``."""
+"""``train``: a :class:`TrainConfig` (the CLI's flags) as a :class:`Task`, run like ``fit``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -34,7 +34,6 @@ from ._fit import (
     _process,
     _Tally,
     held,
-    resolve_device,
 )
 from ._run_dir import Log, load_checkpoint
 
@@ -128,8 +127,9 @@ def train(
 ) -> JsonObject:
     """Train ``config.model`` on ``config.dataset`` and write the run into ``out``.
 
-    The :class:`Trainer`'s task in a run folder as :func:`fit` holds it (the same guarantees
-    and errors), writing the files of "What a run writes" in the training guide.
+    The config as a :class:`Task`, run by :class:`Training` in a run folder as :func:`fit`
+    holds it (the same guarantees and errors), writing the files of "What a run writes"
+    in the training guide.
 
     Args:
         config: the run.
@@ -152,10 +152,45 @@ def train(
         epochs=config.epochs, resume=resume, overwrite=overwrite, log=log,
         defaults=TrainConfig(model=config.model, dataset=config.dataset).to_dict(),
     ) as device:  # fmt: skip
-        trainer = Trainer(config, out, device=device, log=log)
+        train_set, test_set = (split.to(device) for split in load_splits(config))
+        dims = _dims(train_set)
+
+        def row(epoch: Epoch) -> JsonObject:  # of the model as it stands, refined or not
+            return _row(config, epoch, training.model)
+
+        def after_epoch(rows: list[JsonObject]) -> None:
+            if training.process.main:
+                _io.write_csv(training.out / "metrics.csv", rows)
+                panels = curve_panels(rows, loss=config.loss)
+                title = f"{config.model} on {config.dataset}"
+                draw(training.out / "curves.png", panels, size=(4.2, 3.4), dpi=110, title=title)
+            log(_line(rows[-1], config.epochs))
+
+        task = _task(config, train_set, test_set, device, row=row, after_epoch=after_epoch)
+        training = Training(task, out, device=device, log=log, progress=config.progress)
+        parameters = count_parameters(training.model)  # of the model as it starts
+        published = MODELS[config.model].published_params
+        world = training.process.world
+        log(
+            f"{config.model} on {config.dataset}: {parameters:,} parameters"
+            + (f" (published {published / 1e6:.2f}M)" if published else "")
+            + f", {len(train_set)} training and {len(test_set)} test examples, {device}"
+            + (f", {world} processes" if world > 1 else "")
+        )
         if resume:
-            trainer.resume()
-        return trainer.fit()
+            training.resume()
+        if training.process.main:
+            environment = {**_provenance.environment(device), "processes": world}
+            description = {"config": config.to_dict(), "parameters": parameters, "dims": dims,
+                           "environment": environment}  # fmt: skip
+            _io.write_json(training.out / "config.json", description)
+        started = time.perf_counter()
+        training.run()
+        results = _results(config, training, (train_set, test_set), time.perf_counter() - started)
+        if training.process.main:
+            _io.write_json(training.out / "results.json", results)
+        training.raise_if_stopped()
+        return results
 
 
 def _optimizer(config: TrainConfig, parameters: Iterator[nn.Parameter]) -> torch.optim.Optimizer:
@@ -167,196 +202,117 @@ def _optimizer(config: TrainConfig, parameters: Iterator[nn.Parameter]) -> torch
     return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 
-class Trainer(Training):
-    """One training run of a :class:`TrainConfig`: the config as a :class:`Task`.
+def _task(
+    config: TrainConfig,
+    train_set: Dataset,
+    test_set: Dataset,
+    device: torch.device,
+    *,
+    row: Callable[[Epoch], JsonObject],
+    after_epoch: Callable[[list[JsonObject]], None],
+) -> Task:
+    """``config`` as a :class:`Task` on its data sets (on ``device``)."""
+    flip = config.dataset.startswith("cifar")  # random crops, and flips on CIFAR
+    augment = Augment(crop_padding=4, flip=flip) if config.augment else None
+    schedule = RefinementSchedule(epochs=config.refine_epochs)
+    n, gamma, milestones = len(train_set), config.gamma, config.milestones
 
-    ``Trainer(config, out)`` loads the data and builds the model; :meth:`fit` trains to
-    ``config.epochs`` and writes the files that :func:`train` describes.
+    def prepare(batch: Batch, generator: torch.Generator) -> Batch:
+        x = train_set.normalize(batch[0])
+        return (x if augment is None else augment(x, generator)), batch[1]
 
-    Args:
-        config: the run.
-        out: its output directory.
-        device: where it trains; ``None``: ``config.device`` (see :func:`resolve_device`).
-        log: where the one-line summaries go.
-
-    Raises:
-        FileNotFoundError: the data set's files are not where they were looked for.
-        ValueError: ``config.device`` is a GPU that torch does not see; under
-            ``torchrun``, ``batch_size`` does not split evenly over the processes.
-    """
-
-    def __init__(
-        self,
-        config: TrainConfig,
-        out: str | os.PathLike[str],
-        *,
-        device: torch.device | None = None,
-        log: Log = print,
-    ) -> None:
-        self.config = config
-        device = device or resolve_device(config.device, _process().local_rank)
-        train_set, test_set = load_splits(config)
-        self._train_set, self._test_set = train_set.to(device), test_set.to(device)
-        self._dims = _dims(self._train_set)
-        flip = config.dataset.startswith("cifar")  # random crops, and flips on CIFAR
-        self._augment = Augment(crop_padding=4, flip=flip) if config.augment else None
-        self._schedule = RefinementSchedule(epochs=config.refine_epochs)
-        n, gamma, milestones = len(self._train_set), config.gamma, config.milestones
-        task = Task(
-            model=functools.partial(_build, config, self._dims),
-            data=(self._train_set.inputs, self._train_set.targets),
-            loss=functools.partial(_loss, kind=config.loss, device=device, bf16=config.bf16),
-            optimizer=functools.partial(_optimizer, config),
-            epochs=config.epochs,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            order=lambda epoch, generator: epoch_order(n, config.seed, epoch),
-            schedule=lambda opt: torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda epoch: gamma ** sum(1 for m in milestones if m <= epoch)
-            ),
-            schedule_every="epoch",
-            row=self._row,
-            evaluate=lambda model, epoch: self.evaluate(epoch),
-            after_epoch=self._after_epoch,
-            refine=self._refine_net if config.refine_epochs else None,
-            refine_epochs=config.refine_epochs,
-            augment=self._prepare,
-            compile=_compile_in_place if config.compile else None,
-            settings=config.to_dict(),
-        )
-        super().__init__(task, out, device=device, log=log, progress=config.progress)
-        self._parameters = count_parameters(self.model)  # of the model as it starts
-        published = MODELS[config.model].published_params
-        log(
-            f"{config.model} on {config.dataset}: {self._parameters:,} parameters"
-            + (f" (published {published / 1e6:.2f}M)" if published else "")
-            + f", {n} training and {len(self._test_set)} test examples, {self.device}"
-            + (f", {self.process.world} processes" if self.process.world > 1 else "")
-        )
-
-    def fit(self) -> JsonObject:
-        """Train from where the run stands to ``config.epochs``, writing the run's files.
-
-        Returns:
-            The content of ``results.json``.
-
-        Raises:
-            ValueError: ``batch_size`` exceeds the training examples.
-            Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
-                is saved; after ``results.json`` too when the signal came after the last
-                batch, so that the caller stops all the same.
-            TrainingFailedError: a non-finite loss or weight, or a solver's failure.
-        """
-        if self.process.main:
-            environment = {**_provenance.environment(self.device), "processes": self.process.world}
-            description = {
-                "config": self.config.to_dict(),
-                "parameters": self._parameters,
-                "dims": self._dims,
-                "environment": environment,
-            }
-            _io.write_json(self.out / "config.json", description)
-        started = time.perf_counter()
-        self.run()
-        results = self._results(time.perf_counter() - started)
-        if self.process.main:
-            _io.write_json(self.out / "results.json", results)
-        self.raise_if_stopped()
-        return results
-
-    def _prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """A batch of the training set as the model takes it: normalised, augmented."""
-        x = self._train_set.normalize(batch[0])
-        if self._augment is not None:
-            x = self._augment(x, generator)
-        return x, batch[1]
-
-    def _refine_net(
-        self, epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer, log: Log
+    def refine(
+        epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer, log: Log
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """Refine the ContinuousNet at the start of ``epoch``: a new module and a new
-        optimiser with the state carried over; every process refines alike."""
-        refined, optimizer = self._schedule.step(epoch, cast(ContinuousNet, model), optimizer)
+        refined, optimizer = schedule.step(epoch, cast(ContinuousNet, model), optimizer)
         log(
             f"epoch {epoch + 1}: refined to N_t = M = {refined.n_steps}, "
             f"{count_parameters(refined):,} parameters"
         )
         return refined, optimizer
 
-    def evaluate(self, epoch: int) -> dict[str, float | None]:
-        """What :func:`evaluate` returns on the test set at the end of ``epoch`` (from 0).
-
-        Raises:
-            TrainingFailedError: the test loss is not finite.
-        """
-        test = evaluate(
-            self.model,
-            self._test_set,
-            self.config.loss,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            bf16=self.config.bf16,
-            process=self.process,
-        )
-        loss = cast(float, test["loss"])
+    def test(model: nn.Module, epoch: int) -> dict[str, float | None]:
+        numbers = evaluate(
+            model, test_set, config.loss, batch_size=config.eval_batch_size, device=device,
+            bf16=config.bf16, process=_process(),
+        )  # fmt: skip
+        loss = cast(float, numbers["loss"])
         if not math.isfinite(loss):
-            raise self._diverged(epoch, "evaluation", f"the test loss is {loss}.")
-        return test
+            raise FloatingPointError(f"the test loss is {loss}.")
+        return numbers
 
-    def _row(self, epoch: Epoch) -> JsonObject:
-        """The row of ``metrics.json`` of a finished epoch."""
-        count = max(epoch.count, 1)
-        test, correct = epoch.evaluation, epoch.sums.get("correct")
-        row: JsonObject = {
-            "epoch": epoch.index + 1,
-            "lr": self.config.lr_at(epoch.index),
-            "train_loss": epoch.loss,
-            "train_acc": correct / count if correct is not None else None,
-            "test_loss": test["loss"],
-            "test_acc": test["acc"],
-            "nfe_forward": epoch.nfe_forward / max(epoch.batches, 1) / epoch.world or None,
-            "nfe_backward": epoch.nfe_backward / max(epoch.batches, 1) / epoch.world or None,
-            "test_nfe": test["nfe"],
-            "images_per_second": epoch.count / max(epoch.seconds, 1e-9),
-            "epoch_seconds": epoch.seconds,
-        }
-        if isinstance(self.model, ContinuousNet):
-            row |= {"n_steps": self.model.n_steps, "parameters": count_parameters(self.model)}
-        return row
+    return Task(
+        model=functools.partial(_build, config, _dims(train_set)),
+        data=(train_set.inputs, train_set.targets),
+        loss=functools.partial(_loss, kind=config.loss, device=device, bf16=config.bf16),
+        optimizer=functools.partial(_optimizer, config),
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        order=lambda epoch, generator: epoch_order(n, config.seed, epoch),
+        schedule=lambda opt: torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda epoch: gamma ** sum(1 for m in milestones if m <= epoch)
+        ),
+        schedule_every="epoch",
+        row=row,
+        evaluate=test,
+        after_epoch=after_epoch,
+        refine=refine if config.refine_epochs else None,
+        refine_epochs=config.refine_epochs,
+        augment=prepare,
+        compile=_compile_in_place if config.compile else None,
+        settings=config.to_dict(),
+    )
 
-    def _after_epoch(self, rows: list[JsonObject]) -> None:
-        """Write the curves (first process), and log the epoch's line."""
-        if self.process.main:
-            _io.write_csv(self.out / "metrics.csv", rows)
-            title = f"{self.config.model} on {self.config.dataset}"
-            panels = curve_panels(rows, loss=self.config.loss)
-            draw(self.out / "curves.png", panels, size=(4.2, 3.4), dpi=110, title=title)
-        self._log(_line(rows[-1], self.config.epochs))
 
-    def _results(self, wall_seconds: float) -> JsonObject:
-        """The content of ``results.json``."""
-        metrics = self.rows
-        accuracies = [_number(m, "test_acc") for m in metrics if m["test_acc"] is not None]
-        segments = self.segments()
-        return {
-            "model": self.config.model,
-            "dataset": self.config.dataset,
-            "examples": {"train": len(self._train_set), "test": len(self._test_set)},
-            "data_files": [dict(s) for s in (*self._train_set.sources, *self._test_set.sources)],
-            "parameters": count_parameters(self.model),
-            "epochs": len(metrics),
-            "final": metrics[-1] if metrics else None,
-            "best_test_acc": max(accuracies, default=None),
-            "train_seconds": sum(_number(m, "epoch_seconds") for m in metrics),
-            "wall_seconds": wall_seconds,
-            "config": self.config.to_dict(),
-            "provenance": {
-                "commit": segments[-1]["commit"],
-                "dirty": segments[-1]["dirty"],
-                "resumed": bool(self._segments),
-                "segments": [*segments],
-            },
-        }
+def _row(config: TrainConfig, epoch: Epoch, model: nn.Module) -> JsonObject:
+    """The row of ``metrics.json`` of a finished epoch."""
+    count = max(epoch.count, 1)
+    test, correct = epoch.evaluation, epoch.sums.get("correct")
+    row: JsonObject = {
+        "epoch": epoch.index + 1,
+        "lr": config.lr_at(epoch.index),
+        "train_loss": epoch.loss,
+        "train_acc": correct / count if correct is not None else None,
+        "test_loss": test["loss"],
+        "test_acc": test["acc"],
+        "nfe_forward": epoch.nfe_forward / max(epoch.batches, 1) / epoch.world or None,
+        "nfe_backward": epoch.nfe_backward / max(epoch.batches, 1) / epoch.world or None,
+        "test_nfe": test["nfe"],
+        "images_per_second": epoch.count / max(epoch.seconds, 1e-9),
+        "epoch_seconds": epoch.seconds,
+    }
+    if isinstance(model, ContinuousNet):
+        row |= {"n_steps": model.n_steps, "parameters": count_parameters(model)}
+    return row
+
+
+def _results(
+    config: TrainConfig, training: Training, splits: tuple[Dataset, Dataset], wall: float
+) -> JsonObject:
+    """The content of ``results.json``."""
+    metrics = training.rows
+    accuracies = [_number(m, "test_acc") for m in metrics if m["test_acc"] is not None]
+    segments = training.segments()
+    return {
+        "model": config.model,
+        "dataset": config.dataset,
+        "examples": {"train": len(splits[0]), "test": len(splits[1])},
+        "data_files": [dict(s) for split in splits for s in split.sources],
+        "parameters": count_parameters(training.model),
+        "epochs": len(metrics),
+        "final": metrics[-1] if metrics else None,
+        "best_test_acc": max(accuracies, default=None),
+        "train_seconds": training.seconds,
+        "wall_seconds": wall,
+        "config": config.to_dict(),
+        "provenance": {
+            "commit": segments[-1]["commit"],
+            "dirty": segments[-1]["dirty"],
+            "resumed": len(segments) > 1,
+            "segments": [*segments],
+        },
+    }
 
 
 def _line(row: JsonObject, epochs: int) -> str:
