@@ -119,7 +119,6 @@ class Bars:
         groups: the groups' names, on the x axis.
         series: each series' values, one per group, in the legend's order.
         errors: an error bar per value (the seeds' standard deviation).
-        points: the values behind each bar (the seeds'), drawn as dots.
         inner: shaped like ``series``, the part of each bar drawn solid, the rest pale.
         colors: a series' colour; others: the next of the cycle.
         reference: a value to mark with a dashed line and ``reference_label``.
@@ -127,7 +126,6 @@ class Bars:
         sections: labels under runs of groups, ``(label, first, last)``, both included.
         yscale: ``"linear"`` or ``"log"``.
         empty: why the panel has nothing to draw; written in it.
-        rotation: the groups' labels' rotation, in degrees.
     """
 
     title: str
@@ -135,7 +133,6 @@ class Bars:
     groups: Sequence[str] = ()
     series: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
     errors: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
-    points: Mapping[str, Sequence[Sequence[float]]] = field(default_factory=dict)
     inner: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
     colors: Mapping[str, str] = field(default_factory=dict)
     reference: float | None = None
@@ -143,7 +140,6 @@ class Bars:
     sections: Sequence[tuple[str, int, int]] = ()
     yscale: str = "linear"
     empty: str | None = None
-    rotation: int = 0
 
 
 def mean_band(
@@ -373,13 +369,11 @@ def _draw_bars(ax: Any, panel: Bars) -> None:
         if solid is not None:
             parts = [(i + offset, v) for i, v in enumerate(solid) if v is not None]
             ax.bar([x for x, _ in parts], [v for _, v in parts], width, label=name, color=color)
-        for i, dots in enumerate(panel.points.get(name, ())):
-            ax.plot([i + offset] * len(dots), list(dots), "k.", ms=5)
         for i, v in enumerate(values):
             if v is None:  # no value there: say so rather than leave a gap
                 ax.text(i + offset, 0.02, "n/a", rotation=90, ha="center", va="bottom",
                         fontsize=6, color=color, transform=ax.get_xaxis_transform())  # fmt: skip
-    ax.set_xticks(range(len(panel.groups)), list(panel.groups), fontsize=7, rotation=panel.rotation)
+    ax.set_xticks(range(len(panel.groups)), list(panel.groups), fontsize=7)
     for label, first, last in panel.sections:
         ax.text((first + last) / 2, -0.1, label, ha="center", va="top", fontsize=8,
                 transform=ax.get_xaxis_transform())  # fmt: skip
