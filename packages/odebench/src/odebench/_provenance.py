@@ -293,12 +293,8 @@ def provenance_started(
         >>> sorted(p.to_json()["versions"])[:3], p.finished is not None
         (['contnet', 'numpy', 'odebench'], True)
     """
-    commit, dirty = _checkout()
     return Provenance(
-        commit=commit,
-        dirty=dirty,
-        source=source_hash(),
-        started=now(),
+        **segment(),  # type: ignore[arg-type]
         **environment(device),
         load={"before": load_average()},
         _sampler=_LoadSampler(sample_every),
