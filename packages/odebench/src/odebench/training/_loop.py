@@ -166,7 +166,7 @@ def train(
                 draw(training.out / "curves.png", panels, size=(4.2, 3.4), dpi=110, title=title)
             log(_line(rows[-1], config.epochs))
 
-        task = _task(config, train_set, test_set, device, row=row, after_epoch=after_epoch)
+        task = _task(config, (train_set, test_set), dims, device, row=row, after_epoch=after_epoch)
         training = Training(task, out, device=device, log=log, progress=config.progress)
         parameters = count_parameters(training.model)  # of the model as it starts
         published = MODELS[config.model].published_params
@@ -181,8 +181,12 @@ def train(
             training.resume()
         if training.process.main:
             environment = {**_provenance.environment(device), "processes": world}
-            description = {"config": config.to_dict(), "parameters": parameters, "dims": dims,
-                           "environment": environment}  # fmt: skip
+            description = {
+                "config": config.to_dict(),
+                "parameters": parameters,
+                "dims": dims,
+                "environment": environment,
+            }
             _io.write_json(training.out / "config.json", description)
         started = time.perf_counter()
         training.run()
@@ -204,14 +208,15 @@ def _optimizer(config: TrainConfig, parameters: Iterator[nn.Parameter]) -> torch
 
 def _task(
     config: TrainConfig,
-    train_set: Dataset,
-    test_set: Dataset,
+    splits: tuple[Dataset, Dataset],
+    dims: dict[str, int],
     device: torch.device,
     *,
     row: Callable[[Epoch], JsonObject],
     after_epoch: Callable[[list[JsonObject]], None],
 ) -> Task:
-    """``config`` as a :class:`Task` on its data sets (on ``device``)."""
+    """``config`` as a :class:`Task` on its training and test sets (on ``device``)."""
+    train_set, test_set = splits
     flip = config.dataset.startswith("cifar")  # random crops, and flips on CIFAR
     augment = Augment(crop_padding=4, flip=flip) if config.augment else None
     schedule = RefinementSchedule(epochs=config.refine_epochs)
@@ -233,16 +238,21 @@ def _task(
 
     def test(model: nn.Module, epoch: int) -> dict[str, float | None]:
         numbers = evaluate(
-            model, test_set, config.loss, batch_size=config.eval_batch_size, device=device,
-            bf16=config.bf16, process=_process(),
-        )  # fmt: skip
+            model,
+            test_set,
+            config.loss,
+            batch_size=config.eval_batch_size,
+            device=device,
+            bf16=config.bf16,
+            process=_process(),
+        )
         loss = cast(float, numbers["loss"])
         if not math.isfinite(loss):
             raise FloatingPointError(f"the test loss is {loss}.")
         return numbers
 
     return Task(
-        model=functools.partial(_build, config, _dims(train_set)),
+        model=functools.partial(_build, config, dims),
         data=(train_set.inputs, train_set.targets),
         loss=functools.partial(_loss, kind=config.loss, device=device, bf16=config.bf16),
         optimizer=functools.partial(_optimizer, config),
