@@ -65,6 +65,8 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ({"milestones": (5, 3)}, r"`milestones` must be increasing"),
         ({"device": "tpu"}, r"`device` must be 'auto', 'cpu', 'cuda'"),
         ({"momentum": 1.0}, r"`momentum` must lie in \[0, 1\)"),
+        ({"weight_decay": float("nan")}, r"`weight_decay` must be a finite number >= 0, got nan"),
+        ({"seed": 2**63}, r"`seed` must be at most 4294967295"),
         ({"refine_epochs": (3, 2)}, r"`refine_epochs` must be a tuple of increasing positive"),
         ({"refine_epochs": (0,)}, r"`refine_epochs` must be .* got \(0,\)"),
         ({"refine_epochs": (2,)}, r"`refine_epochs` applies to the ContinuousNet models only"),
