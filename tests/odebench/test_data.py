@@ -223,7 +223,7 @@ def test_read_idx_rejects_a_truncated_gzip(tmp_path):
 def test_read_idx_names_a_missing_file_and_lists_its_directory(tmp_path):
     (tmp_path / "other-file").write_bytes(b"")
     path = tmp_path / "train-images-idx3-ubyte"
-    with pytest.raises(DataNotFoundError, match=r"does not exist.*it holds other-file") as info:
+    with pytest.raises(DataNotFoundError, match=r"is missing.*it holds other-file") as info:
         read_idx(path)
     assert isinstance(info.value, FileNotFoundError)
     assert str(path) in str(info.value)
@@ -299,7 +299,8 @@ def test_load_mnist_names_the_expected_files_of_a_missing_directory(tmp_path):
 
 def test_load_mnist_names_a_missing_file_and_what_the_directory_holds(tmp_path):
     write_idx(tmp_path / "train-images-idx3-ubyte.gz", random_images(2), gz=True)
-    with pytest.raises(DataNotFoundError, match=r"train-labels-idx1-ubyte\[.gz\] is missing"):
+    expected = r"MNIST files are missing: expected train-images-idx3-ubyte\[.gz\], train-labels"
+    with pytest.raises(DataNotFoundError, match=expected):
         load_mnist(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"it holds train-images-idx3-ubyte.gz"):
         load_mnist(tmp_path)

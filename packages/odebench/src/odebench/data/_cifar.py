@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, Dataset, describe, file_sources, find_directory
+from ._dataset import DataError, Dataset, describe, file_sources, find_files
 
 
 def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
@@ -211,7 +211,7 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         raise ValueError(f"`classes` must be 10 or 100, got {classes!r}.")
     spec = _CIFARS[classes]
     files = spec.train_files if train else spec.test_files
-    directory = find_directory(
+    paths = find_files(
         Path(root),
         (spec.folder,),
         files,
@@ -219,7 +219,7 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         f"Fetch them with odebench.data.download({spec.name!r}, ...) (the python version of "
         "the data set).",
     )
-    parts = [_read_batch(directory / name, spec) for name in files]
+    parts = [_read_batch(path, spec) for path in paths]
     data = np.concatenate([p[0] for p in parts]).reshape(-1, 3, 32, 32)
     labels = np.concatenate([p[1] for p in parts])
     return Dataset(
@@ -229,5 +229,5 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         num_classes=classes,
         mean=spec.mean,
         std=spec.std,
-        sources=file_sources(*(directory / name for name in files)),
+        sources=file_sources(*paths),
     )

@@ -27,7 +27,7 @@ class DataError(ValueError):
         ...     odebench.data.load_mnist("/nonexistent/mnist")
         ... except odebench.data.DataError as err:
         ...     print(str(err).split(":")[0])
-        MNIST directory /nonexistent/mnist does not exist
+        MNIST files are missing
     """
 
 
@@ -75,15 +75,20 @@ def listing(directory: Path, limit: int = 12) -> str:
     return f"it holds {shown}{more}"
 
 
-def find_directory(
+def find_files(
     root: Path, folders: tuple[str, ...], names: tuple[str, ...], what: str, hint: str
-) -> Path:
-    """The first of ``root`` and ``root/<folder>`` that holds every file of ``names``; else a
+) -> list[Path]:
+    """The files ``names`` in the first of ``root`` and ``root/<folder>`` that holds them all (a
+    name ending ``[.gz]`` with or without ``.gz``, uncompressed first); else a
     :class:`DataNotFoundError`: ``what`` is missing, where it looked, what is there, ``hint``."""
+    options = [(n[:-5], n[:-5] + ".gz") if n.endswith("[.gz]") else (n,) for n in names]
     places = (root, *(root / folder for folder in folders))
     for directory in places:
-        if all((directory / name).is_file() for name in names):
-            return directory
+        found: list[Path] = []
+        for opts in options:
+            found += [directory / o for o in opts if (directory / o).is_file()][:1]
+        if len(found) == len(names):
+            return found
     if not root.is_dir():
         where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
     else:
