@@ -73,20 +73,6 @@ class _BatchUnpickler(pickle.Unpickler):
         )
 
 
-def _unpickle(path: Path) -> Any:
-    """The object pickled in ``path``, built by :class:`_BatchUnpickler`."""
-    try:
-        with path.open("rb") as file:
-            return _BatchUnpickler(file, path).load()
-    except DataError:
-        raise
-    except Exception as err:  # unpickling fails in many ways; all mean a bad file
-        raise DataError(
-            f"CIFAR batch file {path} cannot be unpickled ({type(err).__name__}: {err}); "
-            "it is truncated, corrupt or not a CIFAR python batch file."
-        ) from err
-
-
 @dataclass(frozen=True)
 class _Cifar:
     classes: int
@@ -134,7 +120,16 @@ def _get(batch: dict[Any, Any], key: str) -> Any:
 
 def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
     """The images ``(N, 3072)`` uint8 and labels ``(N,)`` int64 of one batch file."""
-    batch = _unpickle(path)
+    try:
+        with path.open("rb") as file:
+            batch = _BatchUnpickler(file, path).load()
+    except DataError:
+        raise
+    except Exception as err:  # unpickling fails in many ways; all mean a bad file
+        raise DataError(
+            f"CIFAR batch file {path} cannot be unpickled ({type(err).__name__}: {err}); "
+            "it is truncated, corrupt or not a CIFAR python batch file."
+        ) from err
     if not isinstance(batch, dict):
         raise DataError(
             f"CIFAR batch file {path} holds a {type(batch).__name__}; expected a dict "
@@ -166,11 +161,10 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"b'{spec.label_key}' has shape {label_array.shape}; expected "
             f"{data.shape[0]} labels."
         )
-    classes = spec.classes
-    if label_array.size and (label_array.min() < 0 or label_array.max() >= classes):
+    if label_array.size and (label_array.min() < 0 or label_array.max() >= spec.classes):
         raise DataError(
             f"{spec.title} batch file {path} holds labels from {label_array.min()} to "
-            f"{label_array.max()}; expected 0..{classes - 1}."
+            f"{label_array.max()}; expected 0..{spec.classes - 1}."
         )
     return data, label_array
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +49,8 @@ class DataNotFoundError(DataError, FileNotFoundError):
 
 def file_digest(path: Path, algorithm: str) -> str:
     """The hex digest by ``algorithm`` (``"md5"``, ``"sha256"``) of ``path``, read in chunks."""
-    digest = hashlib.new(algorithm, usedforsecurity=False)  # a checksum, not a secret
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(CHUNK), b""):
-            digest.update(block)
+    with path.open("rb") as file:  # a checksum, not a secret
+        digest = hashlib.file_digest(file, partial(hashlib.new, algorithm, usedforsecurity=False))
     return digest.hexdigest()
 
 
