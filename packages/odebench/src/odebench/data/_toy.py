@@ -118,18 +118,16 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
 
 
 def nested_spirals(
-    n: int, *, turns: float = 2.0, noise: float = 0.0, generator: torch.Generator | None = None
+    n: int, *, turns: float = 2.0, generator: torch.Generator | None = None
 ) -> Dataset:
     """Two interleaved spirals in the plane, one per class, ``n // 2`` and ``n - n // 2`` points.
 
     A point of class ``c`` at ``s`` uniform in ``[0, 1]`` sits at radius ``0.1 + 0.9 s``
-    and angle ``2 pi turns s + pi c``, plus Gaussian noise.
+    and angle ``2 pi turns s + pi c``.
 
     Args:
         n: the number of points.
         turns: how many times each arm winds around the origin; positive and finite.
-        noise: standard deviation of the noise added to the points; non-negative and
-            finite.
         generator: the source of randomness (a CPU generator); the global one when
             ``None``.
 
@@ -138,8 +136,8 @@ def nested_spirals(
         ``(n, 2)`` float32, ``targets`` ``(n,)`` int64 in {0, 1}, ``num_classes`` 2.
 
     Raises:
-        ValueError: for a non-positive ``n`` or ``turns``, a negative ``noise``, or a
-            generator that is not on the CPU.
+        ValueError: for a non-positive ``n`` or ``turns``, or a generator that is not on
+            the CPU.
 
     Example:
         >>> import torch
@@ -148,18 +146,15 @@ def nested_spirals(
         >>> ds.inputs.shape, torch.bincount(ds.targets).tolist()
         (torch.Size([101, 2]), [50, 51])
     """
-    _check(generator, {"n": n}, {"turns": turns}, {"noise": noise})
+    _check(generator, {"n": n}, {"turns": turns})
     labels = (torch.arange(n) >= n // 2).to(torch.int64)
     s = torch.rand(n, generator=generator, dtype=_F64)
     radius = 0.1 + 0.9 * s
     angle = 2.0 * math.pi * turns * s + math.pi * labels.to(_F64)
     x = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=1)
     perm = torch.randperm(n, generator=generator)
-    x = x[perm]
-    if noise > 0:  # drawn last: the same seed gives the same clean points at any noise
-        x = x + noise * torch.randn(n, 2, generator=generator, dtype=_F64)
     return Dataset(
-        inputs=x.to(torch.float32),
+        inputs=x[perm].to(torch.float32),
         targets=labels[perm],
         name="nested-spirals",
         num_classes=2,
