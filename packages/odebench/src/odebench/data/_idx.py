@@ -107,7 +107,8 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
     path = Path(path)
     if path.is_dir():
         raise DataError(f"IDX file {path} is a directory; expected a file.")
-    find_files(path.parent, (), (path.name,), f"IDX file {path} is", "Give an existing file.")
+    if not path.is_file():  # a DataNotFoundError listing what the folder holds
+        find_files(path.parent, (), (path.name,), f"IDX file {path} is", "Give an existing file.")
     try:
         with path.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
