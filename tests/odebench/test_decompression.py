@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import re
@@ -18,12 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from odebench.data import DataError, _download, download, load_svhn, read_idx
-
-HERE = Path(__file__).resolve()
-MNIST_DIR = Path(
-    os.environ.get("ODEBENCH_MNIST_DIR", HERE.parents[3] / "shared" / "datasets" / "mnist-10k")
-)
+from odebench.data import DataError, download, load_svhn, read_idx
+from test_data import MNIST_DIR, _patch_cifar, _tarball, _write_svhn, needs_mnist
 
 MNIST_SHAPE = (60000, 28, 28)
 MNIST_BYTES = 60000 * 28 * 28  # 47,040,000: the data a MNIST training-image header declares
@@ -158,22 +153,7 @@ def test_a_gzip_stream_longer_than_its_header_declares_is_refused(tmp_path, extr
         read_idx(path)
 
 
-@pytest.mark.parametrize("code", [0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E])
-@pytest.mark.parametrize("gz", [False, True], ids=["raw", "gzip"])
-def test_valid_files_read_as_before(tmp_path, code, gz):
-    dtype = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}[code]
-    values = np.random.default_rng(code).normal(0, 1000, (3, 5, 7)).astype(dtype)
-    data = idx_header(values.shape, code) + values.tobytes()
-    path = tmp_path / "file"
-    path.write_bytes(gzip.compress(data) if gz else data)
-    tensor = read_idx(path)
-    assert tensor.shape == values.shape
-    assert np.array_equal(tensor.numpy(), values.astype(values.dtype.newbyteorder("=")))
-
-
-@pytest.mark.skipif(
-    not (MNIST_DIR / "train-images-idx3-ubyte.gz").is_file(), reason="no shared MNIST subset"
-)
+@needs_mnist
 @pytest.mark.parametrize("name", sorted(p.name for p in MNIST_DIR.glob("*.gz")))
 def test_the_shared_mnist_files_read_as_gzip_decompress_gives_them(name):
     raw = gzip.decompress((MNIST_DIR / name).read_bytes())
@@ -188,32 +168,9 @@ def test_the_shared_mnist_files_read_as_gzip_decompress_gives_them(name):
 # CIFAR tarballs: members are checked against their declared sizes as they are read
 
 
-def _patch_cifar(monkeypatch, archive: bytes, **kw) -> None:
-    import hashlib
-
-    resource = _download._Resource(
-        mirrors=("http://a.invalid/",),
-        files=(("cifar-10-python.tar.gz", hashlib.md5(archive).hexdigest()),),
-        extract_to="cifar-10-batches-py",
-        **kw,
-    )
-    monkeypatch.setitem(_download._RESOURCES, "cifar10", resource)
-    monkeypatch.setattr(_download, "_fetch", lambda url, dest: dest.write_bytes(archive))
-
-
-def _tar_gz(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def test_a_tarball_declaring_more_than_it_may_hold_is_refused_before_writing(tmp_path, monkeypatch):
     members = {f"cifar-10-batches-py/data_batch_{i}": bytes(600) for i in range(1, 4)}
-    _patch_cifar(monkeypatch, _tar_gz(members), max_unpacked=1000)
+    _patch_cifar(monkeypatch, _tarball(members), max_unpacked=1000)
     with pytest.raises(
         DataError,
         match=r"refusing to extract .*cifar-10-python.tar.gz: its members up to "
@@ -237,7 +194,7 @@ def test_a_member_header_declaring_gigabytes_is_refused_unread(tmp_path, monkeyp
 
 def test_a_truncated_tarball_is_refused_naming_it(tmp_path, monkeypatch):
     data = np.random.default_rng(0).bytes(50_000)
-    packed = _tar_gz({"cifar-10-batches-py/test_batch": data})
+    packed = _tarball({"cifar-10-batches-py/test_batch": data})
     _patch_cifar(monkeypatch, packed[: len(packed) // 2])
     with pytest.raises(DataError, match=r"cifar-10-python.tar.gz.*truncated or corrupt"):
         download("cifar10", tmp_path)
@@ -248,12 +205,8 @@ def test_a_truncated_tarball_is_refused_naming_it(tmp_path, monkeypatch):
 # SVHN: compressed MATLAB variables must inflate to exactly their declared size
 
 
-def _svhn_mat(path: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
-    scipy_io = pytest.importorskip("scipy.io")
-    x = np.random.default_rng(n).integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
-    y = np.arange(1, n + 1).reshape(n, 1) % 10 + 1
-    scipy_io.savemat(path, {"X": x, "y": y}, do_compression=True)
-    return x, y
+def _svhn_mat(path: Path) -> None:
+    _write_svhn(path, np.zeros((32, 32, 3, 2), np.uint8), np.array([[1], [2]]), compress=True)
 
 
 def _elements(blob: bytes) -> list[tuple[int, bytes]]:
@@ -271,58 +224,31 @@ def _rebuild(path: Path, blob: bytes, elements: list[tuple[int, bytes]]) -> None
     path.write_bytes(blob[:128] + body)
 
 
-def test_a_compressed_svhn_file_loads(tmp_path):
-    x, y = _svhn_mat(tmp_path / "test_32x32.mat", 5)
-    assert all(t == 15 for t, _ in _elements((tmp_path / "test_32x32.mat").read_bytes()))
-    ds = load_svhn(tmp_path, train=False)
-    assert torch.equal(ds.inputs, torch.from_numpy(x.transpose(3, 2, 0, 1).copy()))
-    assert ds.targets.tolist() == (y.reshape(-1) % 10).tolist()
-
-
-def test_an_svhn_variable_inflating_past_its_declared_size_is_refused(tmp_path):
-    path = tmp_path / "test_32x32.mat"
-    _svhn_mat(path, 2)
-    blob = path.read_bytes()
-    elements = _elements(blob)
-    inflated = zlib.decompress(elements[0][1])
+def _inflating_past(inflated: bytes) -> tuple[bytes, str]:
     packer = zlib.compressobj(1)
     bomb = packer.compress(inflated) + packer.compress(bytes(64 << 20)) + packer.flush()
-    _rebuild(path, blob, [(15, bomb), *elements[1:]])
-    with pytest.raises(
-        DataError,
-        match=rf"{re.escape(str(path))}: the compressed variable at byte 128 \({len(bomb)} "
-        rf"bytes\) inflates to more than the {len(inflated)} bytes it declares",
-    ):
-        load_svhn(tmp_path, train=False)
+    return bomb, rf"inflates to more than the {len(inflated)} bytes it declares"
 
 
-def test_an_svhn_variable_declaring_gigabytes_is_refused_unread(tmp_path):
+def _declaring_gigabytes(inflated: bytes) -> tuple[bytes, str]:
+    forged = zlib.compress(inflated[:4] + struct.pack("<I", 3 << 30) + inflated[8:])
+    return forged, rf"declares {(3 << 30) + 8} bytes once decompressed, more than the \d+ bytes"
+
+
+def _truncated(inflated: bytes) -> tuple[bytes, str]:
+    short = len(inflated) // 2
+    message = rf"is truncated: it declares {len(inflated)} bytes once decompressed but inflates to"
+    return zlib.compress(inflated[:short]), rf"{message} {short}"
+
+
+@pytest.mark.parametrize("forge", [_inflating_past, _declaring_gigabytes, _truncated])
+def test_a_compressed_svhn_variable_must_inflate_to_what_it_declares(tmp_path, forge):
     path = tmp_path / "test_32x32.mat"
-    _svhn_mat(path, 2)
+    _svhn_mat(path)
     blob = path.read_bytes()
     elements = _elements(blob)
-    inflated = zlib.decompress(elements[0][1])
-    forged = inflated[:4] + struct.pack("<I", 3 << 30) + inflated[8:]
-    _rebuild(path, blob, [(15, zlib.compress(forged)), *elements[1:]])
-    with pytest.raises(
-        DataError,
-        match=rf"the compressed variable at byte 128 \(\d+ bytes\) declares {(3 << 30) + 8} "
-        r"bytes once decompressed, more than the \d+ bytes",
-    ):
-        load_svhn(tmp_path, train=False)
-
-
-def test_a_truncated_svhn_variable_is_refused(tmp_path):
-    path = tmp_path / "test_32x32.mat"
-    _svhn_mat(path, 2)
-    blob = path.read_bytes()
-    elements = _elements(blob)
-    inflated = zlib.decompress(elements[0][1])
-    short = zlib.compress(inflated[: len(inflated) // 2])
-    _rebuild(path, blob, [(15, short), *elements[1:]])
-    with pytest.raises(
-        DataError,
-        match=rf"is truncated: it declares {len(inflated)} bytes once decompressed but "
-        rf"inflates to {len(inflated) // 2}",
-    ):
+    forged, message = forge(zlib.decompress(elements[0][1]))
+    _rebuild(path, blob, [(15, forged), *elements[1:]])
+    where = rf"{re.escape(str(path))}: the compressed variable at byte 128 \(\d+ bytes\) "
+    with pytest.raises(DataError, match=where + ".*" + message):
         load_svhn(tmp_path, train=False)

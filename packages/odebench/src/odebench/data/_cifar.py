@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import DataError, Dataset, describe, file_sources, find_directory
+from ._dataset import DataError, Dataset, describe, file_sources, find_files
 
 
 def _latin1_encode(text: object, encoding: object = "latin1") -> bytes:
@@ -73,20 +73,6 @@ class _BatchUnpickler(pickle.Unpickler):
         )
 
 
-def _unpickle(path: Path) -> Any:
-    """The object pickled in ``path``, built by :class:`_BatchUnpickler`."""
-    try:
-        with path.open("rb") as file:
-            return _BatchUnpickler(file, path).load()
-    except DataError:
-        raise
-    except Exception as err:  # unpickling fails in many ways; all mean a bad file
-        raise DataError(
-            f"CIFAR batch file {path} cannot be unpickled ({type(err).__name__}: {err}); "
-            "it is truncated, corrupt or not a CIFAR python batch file."
-        ) from err
-
-
 @dataclass(frozen=True)
 class _Cifar:
     classes: int
@@ -134,7 +120,16 @@ def _get(batch: dict[Any, Any], key: str) -> Any:
 
 def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
     """The images ``(N, 3072)`` uint8 and labels ``(N,)`` int64 of one batch file."""
-    batch = _unpickle(path)
+    try:
+        with path.open("rb") as file:
+            batch = _BatchUnpickler(file, path).load()
+    except DataError:
+        raise
+    except Exception as err:  # unpickling fails in many ways; all mean a bad file
+        raise DataError(
+            f"CIFAR batch file {path} cannot be unpickled ({type(err).__name__}: {err}); "
+            "it is truncated, corrupt or not a CIFAR python batch file."
+        ) from err
     if not isinstance(batch, dict):
         raise DataError(
             f"CIFAR batch file {path} holds a {type(batch).__name__}; expected a dict "
@@ -166,11 +161,10 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"b'{spec.label_key}' has shape {label_array.shape}; expected "
             f"{data.shape[0]} labels."
         )
-    classes = spec.classes
-    if label_array.size and (label_array.min() < 0 or label_array.max() >= classes):
+    if label_array.size and (label_array.min() < 0 or label_array.max() >= spec.classes):
         raise DataError(
             f"{spec.title} batch file {path} holds labels from {label_array.min()} to "
-            f"{label_array.max()}; expected 0..{classes - 1}."
+            f"{label_array.max()}; expected 0..{spec.classes - 1}."
         )
     return data, label_array
 
@@ -211,7 +205,7 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         raise ValueError(f"`classes` must be 10 or 100, got {classes!r}.")
     spec = _CIFARS[classes]
     files = spec.train_files if train else spec.test_files
-    directory = find_directory(
+    paths = find_files(
         Path(root),
         (spec.folder,),
         files,
@@ -219,7 +213,7 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         f"Fetch them with odebench.data.download({spec.name!r}, ...) (the python version of "
         "the data set).",
     )
-    parts = [_read_batch(directory / name, spec) for name in files]
+    parts = [_read_batch(path, spec) for path in paths]
     data = np.concatenate([p[0] for p in parts]).reshape(-1, 3, 32, 32)
     labels = np.concatenate([p[1] for p in parts])
     return Dataset(
@@ -229,5 +223,5 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
         num_classes=classes,
         mean=spec.mean,
         std=spec.std,
-        sources=file_sources(*(directory / name for name in files)),
+        sources=file_sources(*paths),
     )

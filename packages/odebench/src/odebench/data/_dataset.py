@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ class DataError(ValueError):
         ...     odebench.data.load_mnist("/nonexistent/mnist")
         ... except odebench.data.DataError as err:
         ...     print(str(err).split(":")[0])
-        MNIST directory /nonexistent/mnist does not exist
+        MNIST files are missing
     """
 
 
@@ -48,10 +49,8 @@ class DataNotFoundError(DataError, FileNotFoundError):
 
 def file_digest(path: Path, algorithm: str) -> str:
     """The hex digest by ``algorithm`` (``"md5"``, ``"sha256"``) of ``path``, read in chunks."""
-    digest = hashlib.new(algorithm, usedforsecurity=False)  # a checksum, not a secret
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(CHUNK), b""):
-            digest.update(block)
+    with path.open("rb") as file:  # a checksum, not a secret
+        digest = hashlib.file_digest(file, partial(hashlib.new, algorithm, usedforsecurity=False))
     return digest.hexdigest()
 
 
@@ -75,15 +74,20 @@ def listing(directory: Path, limit: int = 12) -> str:
     return f"it holds {shown}{more}"
 
 
-def find_directory(
+def find_files(
     root: Path, folders: tuple[str, ...], names: tuple[str, ...], what: str, hint: str
-) -> Path:
-    """The first of ``root`` and ``root/<folder>`` that holds every file of ``names``; else a
+) -> list[Path]:
+    """The files ``names`` in the first of ``root`` and ``root/<folder>`` that holds them all (a
+    name ending ``[.gz]`` with or without ``.gz``, uncompressed first); else a
     :class:`DataNotFoundError`: ``what`` is missing, where it looked, what is there, ``hint``."""
+    options = [(n[:-5], n[:-5] + ".gz") if n.endswith("[.gz]") else (n,) for n in names]
     places = (root, *(root / folder for folder in folders))
     for directory in places:
-        if all((directory / name).is_file() for name in names):
-            return directory
+        found: list[Path] = []
+        for opts in options:
+            found += [directory / o for o in opts if (directory / o).is_file()][:1]
+        if len(found) == len(names):
+            return found
     if not root.is_dir():
         where = f"{root} {'is not a directory' if root.exists() else 'does not exist'}"
     else:

@@ -162,16 +162,13 @@ def _checked_members(
     total = 0
     try:  # each header is read as the loop asks for it
         for member in tar:
-            parts = PurePosixPath(member.name).parts
-            bad = (
-                member.name.startswith(("/", "\\"))
+            parts = PurePosixPath(member.name).parts  # an absolute path's first part is "/"
+            if (
+                parts[:1] != (folder,)
                 or ".." in parts
-                or ":" in member.name
+                or any(c in member.name for c in ":\\")  # a drive or a Windows separator
                 or not (member.isfile() or member.isdir())
-                or not parts
-                or parts[0] != folder
-            )
-            if bad:
+            ):
                 raise DataError(
                     f"refusing to extract {archive}: its member {member.name!r} is not a "
                     f"plain file or directory under {folder}/ (absolute paths, '..', links "

@@ -14,15 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._dataset import (
-    CHUNK,
-    DEFLATE_MAX_RATIO,
-    DataError,
-    DataNotFoundError,
-    Dataset,
-    file_sources,
-    listing,
-)
+from ._dataset import CHUNK, DEFLATE_MAX_RATIO, DataError, Dataset, file_sources, find_files
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -113,15 +105,10 @@ def read_idx(path: str | os.PathLike[str]) -> torch.Tensor:
                 [3, 4, 5]], dtype=torch.uint8)
     """
     path = Path(path)
-    if not path.is_file():
-        if path.is_dir():
-            raise DataError(f"IDX file {path} is a directory; expected a file.")
-        parent = path.parent
-        where = listing(parent) if parent.is_dir() else "that directory does not exist"
-        raise DataNotFoundError(
-            f"IDX file {path} does not exist; expected a file named {path.name} in "
-            f"{parent}, but {where}."
-        )
+    if path.is_dir():
+        raise DataError(f"IDX file {path} is a directory; expected a file.")
+    if not path.is_file():  # a DataNotFoundError listing what the folder holds
+        find_files(path.parent, (), (path.name,), f"IDX file {path} is", "Give an existing file.")
     try:
         with path.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
@@ -271,17 +258,6 @@ def _read_idx_stream(reader: _Reader, size: int) -> torch.Tensor:
     return torch.from_numpy(array.reshape(dims))
 
 
-def _find_idx(root: Path, stem: str, expected: list[str], title: str) -> Path:
-    """``root/stem`` or ``root/stem.gz``, whichever exists (uncompressed first)."""
-    for name in (stem, stem + ".gz"):
-        if (root / name).is_file():
-            return root / name
-    raise DataNotFoundError(
-        f"{title} file {stem}[.gz] is missing from {root}: expected "
-        f"{' and '.join(expected)} (each with or without .gz), but {listing(root)}."
-    )
-
-
 def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = "mnist") -> Dataset:
     """Load MNIST or Fashion-MNIST from the standard IDX files (``.gz`` or not) in a directory.
 
@@ -323,17 +299,10 @@ def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = 
     if kind not in _MNIST_KINDS:
         raise ValueError(f"`kind` must be one of {sorted(_MNIST_KINDS)}, got {kind!r}.")
     title, mean, std = _MNIST_KINDS[kind]
-    root = Path(root)
-    prefix = "train" if train else "t10k"
-    stems = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
-    expected = [f"{stem}[.gz]" for stem in stems]
-    if not root.is_dir():
-        raise DataNotFoundError(
-            f"{title} directory {root} does not exist: expected a directory holding "
-            f"{' and '.join(expected)}. Fetch the files with "
-            f"odebench.data.download({kind!r}, ...) or give the directory that has them."
-        )
-    image_path, label_path = (_find_idx(root, stem, expected, title) for stem in stems)
+    root, prefix = Path(root), "train" if train else "t10k"
+    names = (f"{prefix}-images-idx3-ubyte[.gz]", f"{prefix}-labels-idx1-ubyte[.gz]")
+    hint = f"Fetch them with odebench.data.download({kind!r}, ...) or give their directory."
+    image_path, label_path = find_files(root, (), names, f"{title} files are", hint)
     images = read_idx(image_path)
     labels = read_idx(label_path)
     if images.dtype != torch.uint8 or images.dim() != 3:

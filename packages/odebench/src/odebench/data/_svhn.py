@@ -11,15 +11,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from ._dataset import (
-    CHUNK,
-    DEFLATE_MAX_RATIO,
-    DataError,
-    Dataset,
-    describe,
-    file_sources,
-    find_directory,
-)
+from ._dataset import CHUNK, DataError, Dataset, describe, file_sources, find_files
 
 SVHN_FILES = {True: "train_32x32.mat", False: "test_32x32.mat"}
 """The file of each split (``train=True`` / ``False``), as the official site names them."""
@@ -28,13 +20,11 @@ SVHN_FOLDERS = ("svhn", "SVHN")
 SVHN_MEAN = (0.4377, 0.4438, 0.4728)
 SVHN_STD = (0.1980, 0.2010, 0.1970)
 SVHN_MAX_BYTES = 1 << 31
-"""The most bytes the variables of an SVHN file may declare in all (2 GiB; the
+"""The most bytes the compressed variables of an SVHN file may declare in all (2 GiB; the
 official training file holds 225 MB, the ``extra`` split 1.6 GB)."""
 
-# MATLAB 5 data types (the tags of data elements) and the header's size.
-_MI_COMPRESSED = 15
+_MI_COMPRESSED = 15  # the MATLAB 5 type of a zlib-compressed element
 _MAT_HEADER = 128
-_HEAD = 4096  # inflated bytes enough to hold a variable's tag, flags, dimensions and name
 
 
 def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
@@ -53,9 +43,9 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
 
     Raises:
         DataNotFoundError: the file is missing (the message lists what ``root`` holds).
-        DataError: the file is not a MATLAB file scipy reads, its variables declare
-            more than ``SVHN_MAX_BYTES`` (2 GiB), a compressed variable inflates to more
-            or less than it declares, or it does not hold uint8 ``X`` of shape
+        DataError: the file is not a MATLAB file scipy reads, its compressed variables
+            declare more than ``SVHN_MAX_BYTES`` (2 GiB) or inflate to more or less than
+            they declare, or it does not hold uint8 ``X`` of shape
             ``(32, 32, 3, N)`` and ``N`` labels in 1..10. The message names the file.
         ImportError: scipy is not installed.
 
@@ -77,7 +67,7 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
         ) from exc
     name = SVHN_FILES[train]
     hint = "Fetch it with odebench.data.download('svhn', ...)."
-    path = find_directory(Path(root), SVHN_FOLDERS, (name,), f"SVHN file {name} is", hint) / name
+    (path,) = find_files(Path(root), SVHN_FOLDERS, (name,), f"SVHN file {name} is", hint)
     _check_mat_sizes(path, SVHN_MAX_BYTES)
     try:
         content = scipy.io.loadmat(path, variable_names=("X", "y"))
@@ -109,52 +99,32 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
 
 
 def _check_mat_sizes(path: Path, max_bytes: int) -> None:
-    """Refuse a MATLAB 5 file whose variables declare more than ``max_bytes`` in all, or whose
-    compressed variables inflate to other than they declare; leave any other file to scipy."""
+    """Refuse a MATLAB 5 file whose compressed variables declare more than ``max_bytes`` in all,
+    or inflate to other than they declare: scipy inflates whatever they declare. Any other
+    file is left to scipy."""
     try:
         with path.open("rb") as file:
-            size = os.fstat(file.fileno()).st_size
             header = file.read(_MAT_HEADER)
             if len(header) < _MAT_HEADER or header[126:128] not in (b"IM", b"MI"):
                 return
             order = "<" if header[126:128] == b"IM" else ">"
-            position, total = _MAT_HEADER, 0
-            while position + 8 <= size:
-                file.seek(position)
-                mdtype, count = struct.unpack(order + "II", file.read(8))
-                if mdtype >> 16:  # a small data element: tag and data in 8 bytes
-                    position += 8
-                    continue
-                start = position + 8
-                if count > size - start:
-                    raise DataError(
-                        f"{path} is truncated: its element at byte {position} declares "
-                        f"{count} bytes but the file has {size - start} more; fetch it again."
-                    )
+            position, budget = _MAT_HEADER, max_bytes
+            while len(tag := file.read(8)) == 8:
+                mdtype, count = struct.unpack(order + "II", tag)
                 if mdtype == _MI_COMPRESSED:
-                    declared = _inflated_size(file, count, path, position, order, max_bytes - total)
-                    position = start + count
-                else:
-                    declared = count
-                    _check_matrix(file.read(min(count, _HEAD)), declared, path, position, order)
-                    position = start + count + (-count % 8)
-                total += declared
-                if total > max_bytes:
-                    raise DataError(
-                        f"{path} declares {total} bytes of variables up to byte {position}, "
-                        f"more than the {max_bytes} an SVHN file may hold; it is not an "
-                        "SVHN file: fetch it again."
-                    )
+                    where = f"{path}: the compressed variable at byte {position} ({count} bytes)"
+                    budget -= _inflated_size(file, count, where, order, budget)
+                    position += 8 + count
+                else:  # a small element holds its data in its 8-byte tag
+                    position += 8 if mdtype >> 16 else 8 + count + (-count % 8)
+                file.seek(position)
     except OSError as exc:
         raise DataError(f"Cannot read {path}: {exc}.") from exc
 
 
-def _inflated_size(
-    file: BinaryIO, count: int, path: Path, position: int, order: str, budget: int
-) -> int:
-    """The bytes the compressed element of ``count`` bytes at ``position`` declares, once
-    checked that it inflates to exactly that, at most ``budget``, without keeping it."""
-    where = f"{path}: the compressed variable at byte {position} ({count} bytes)"
+def _inflated_size(file: BinaryIO, count: int, where: str, order: str, budget: int) -> int:
+    """The bytes the compressed element of ``count`` bytes declares, once checked that it
+    inflates to exactly that, at most ``budget``, in chunks that are not kept."""
     inflater = zlib.decompressobj()
     head = b""
     declared: int | None = None
@@ -170,21 +140,16 @@ def _inflated_size(
                 break
             out = inflater.decompress(data, CHUNK)
             found += len(out)
-            if len(head) < _HEAD:
-                head += out[: _HEAD - len(head)]
-            if declared is None and len(head) >= 8:
-                declared = 8 + struct.unpack(order + "II", head[:8])[1]
-                bound = DEFLATE_MAX_RATIO * count
-                if declared > min(budget, bound):
-                    limit = (
-                        f"the {budget} bytes an SVHN file may still hold"
-                        if declared > budget
-                        else f"the {bound} bytes {count} compressed bytes can hold"
-                    )
-                    raise DataError(
-                        f"{where} declares {declared} bytes once decompressed, more than "
-                        f"{limit}; it is not an SVHN file: fetch it again."
-                    )
+            if declared is None:
+                head += out[: 8 - len(head)]
+                if len(head) == 8:
+                    declared = 8 + struct.unpack(order + "II", head)[1]
+                    if declared > budget:
+                        raise DataError(
+                            f"{where} declares {declared} bytes once decompressed, more than "
+                            f"the {budget} bytes an SVHN file may still hold; it is not an "
+                            "SVHN file: fetch it again."
+                        )
             if declared is not None and found > declared:
                 raise DataError(
                     f"{where} inflates to more than the {declared} bytes it declares "
@@ -202,33 +167,4 @@ def _inflated_size(
             f"{where} is truncated: it declares {declared} bytes once decompressed but "
             f"inflates to {found}; fetch it again."
         )
-    _check_matrix(head[8:], declared - 8, path, position, order)
     return declared
-
-
-def _check_matrix(head: bytes, count: int, path: Path, position: int, order: str) -> None:
-    """Refuse a numeric matrix of ``count`` bytes, starting ``head``, whose real part (which
-    scipy allocates before reading it) declares more."""
-
-    def tag(offset: int) -> tuple[int, int, int] | None:  # (bytes, data offset, next offset)
-        if offset + 8 > len(head):
-            return None
-        mdtype, nbytes = struct.unpack(order + "II", head[offset : offset + 8])
-        if mdtype >> 16:  # a small element: its size in the upper half, data in 4 bytes
-            return mdtype >> 16, offset + 4, offset + 8
-        return nbytes, offset + 8, offset + 8 + nbytes + (-nbytes % 8)
-
-    if len(head) < 16 or not 6 <= struct.unpack(order + "I", head[8:12])[0] & 0xFF <= 15:
-        return  # too short to judge, or not a numeric array: scipy reads it its own way
-    dims = tag(16)
-    name = tag(dims[2]) if dims is not None else None
-    real = tag(name[2]) if name is not None else None
-    if dims is None or real is None or dims[1] + dims[0] > len(head):
-        return
-    shape = struct.unpack(f"{order}{dims[0] // 4}i", head[dims[1] : dims[1] + dims[0] // 4 * 4])
-    if real[0] > count:
-        raise DataError(
-            f"{path}: the variable at byte {position} (shape {shape}) declares {real[0]} "
-            f"bytes of data, more than the {count} bytes of the variable itself; it is "
-            "corrupt: fetch it again."
-        )

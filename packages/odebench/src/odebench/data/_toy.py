@@ -11,13 +11,27 @@ from .._io import whole
 from ._dataset import Dataset
 
 _F64 = torch.float64
+_GRAVITY = 9.81
+"""``g / L`` of the pendulum: a 1 m pendulum on Earth."""
 
 
-def _check(generator: torch.Generator | None, **counts: int) -> None:
-    """Refuse counts that are not positive integers, then a generator off the CPU."""
+def _check(
+    generator: torch.Generator | None,
+    counts: dict[str, int],
+    positive: dict[str, float] | None = None,
+    non_negative: dict[str, float] | None = None,
+) -> None:
+    """Refuse counts that are not positive integers, other values out of their range or not
+    finite, then a generator off the CPU."""
     for what, n in counts.items():
         if not whole(1)(n):
             raise ValueError(f"`{what}` must be a positive integer, got {n!r}.")
+    for what, value in (positive or {}).items():
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"`{what}` must be positive and finite, got {value}.")
+    for what, value in (non_negative or {}).items():
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"`{what}` must be non-negative and finite, got {value}.")
     if generator is not None and generator.device.type != "cpu":
         raise ValueError(
             f"`generator` must be a CPU generator, got one on {generator.device}: the toy "
@@ -25,26 +39,15 @@ def _check(generator: torch.Generator | None, **counts: int) -> None:
         )
 
 
-def annuli(
-    n: int,
-    *,
-    dim: int = 1,
-    r1: float = 0.5,
-    r2: float = 1.0,
-    r3: float = 1.5,
-    generator: torch.Generator | None = None,
-) -> Dataset:
+def annuli(n: int, *, dim: int = 1, generator: torch.Generator | None = None) -> Dataset:
     """Points in a ball and a surrounding shell, labelled by Dupont et al.'s g(x).
 
-    ``n // 3`` points uniform in the ball ``|x| <= r1`` (label -1), the others uniform in
-    the shell ``r2 <= |x| <= r3`` (label +1), shuffled.
+    ``n // 3`` points uniform in the ball ``|x| <= 0.5`` (label -1), the others uniform in
+    the shell ``1 <= |x| <= 1.5`` (label +1), shuffled: the papers' radii.
 
     Args:
         n: the number of points.
         dim: the dimension ``d`` of the points (the paper uses 1 and 2).
-        r1: radius of the inner ball.
-        r2: inner radius of the shell.
-        r3: outer radius of the shell; ``0 < r1 < r2 < r3``.
         generator: the source of randomness (a CPU generator); the global one when
             ``None``.
 
@@ -54,8 +57,8 @@ def annuli(
         ``num_classes`` ``None``.
 
     Raises:
-        ValueError: for a non-positive ``n`` or ``dim``, radii out of order, or a
-            generator that is not on the CPU.
+        ValueError: for a non-positive ``n`` or ``dim``, or a generator that is not on
+            the CPU.
 
     Example:
         >>> import torch
@@ -64,9 +67,8 @@ def annuli(
         >>> ds.name, ds.inputs.shape, int((ds.targets == -1).sum())
         ('annuli-2d', torch.Size([300, 2]), 100)
     """
-    _check(generator, n=n, dim=dim)
-    if not 0 < r1 < r2 < r3:
-        raise ValueError(f"The radii must satisfy 0 < r1 < r2 < r3, got {r1}, {r2}, {r3}.")
+    _check(generator, {"n": n, "dim": dim})
+    r1, r2, r3 = 0.5, 1.0, 1.5
     n_inner = n // 3
     u = torch.rand(n, generator=generator, dtype=_F64)
     # Uniform in volume: the radius's d-th power is uniform on [0, r1^d] / [r2^d, r3^d].
@@ -110,23 +112,22 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
         >>> bool((ds.targets == -ds.inputs).all()), ds.inputs.shape
         (True, torch.Size([5, 1]))
     """
-    _check(generator, n=n, dim=dim)
+    _check(generator, {"n": n, "dim": dim})
     x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
     return Dataset(inputs=x, targets=-x, name=f"reflection-{dim}d", num_classes=None)
 
 
 def nested_spirals(
-    n: int, *, turns: float = 2.0, noise: float = 0.0, generator: torch.Generator | None = None
+    n: int, *, turns: float = 2.0, generator: torch.Generator | None = None
 ) -> Dataset:
     """Two interleaved spirals in the plane, one per class, ``n // 2`` and ``n - n // 2`` points.
 
     A point of class ``c`` at ``s`` uniform in ``[0, 1]`` sits at radius ``0.1 + 0.9 s``
-    and angle ``2 pi turns s + pi c``, plus Gaussian noise.
+    and angle ``2 pi turns s + pi c``.
 
     Args:
         n: the number of points.
-        turns: how many times each arm winds around the origin; positive.
-        noise: standard deviation of the noise added to the points; non-negative.
+        turns: how many times each arm winds around the origin; positive and finite.
         generator: the source of randomness (a CPU generator); the global one when
             ``None``.
 
@@ -135,8 +136,8 @@ def nested_spirals(
         ``(n, 2)`` float32, ``targets`` ``(n,)`` int64 in {0, 1}, ``num_classes`` 2.
 
     Raises:
-        ValueError: for a non-positive ``n`` or ``turns``, a negative ``noise``, or a
-            generator that is not on the CPU.
+        ValueError: for a non-positive ``n`` or ``turns``, or a generator that is not on
+            the CPU.
 
     Example:
         >>> import torch
@@ -145,22 +146,15 @@ def nested_spirals(
         >>> ds.inputs.shape, torch.bincount(ds.targets).tolist()
         (torch.Size([101, 2]), [50, 51])
     """
-    _check(generator, n=n)
-    if not turns > 0:
-        raise ValueError(f"`turns` must be positive, got {turns}.")
-    if not noise >= 0:
-        raise ValueError(f"`noise` must be non-negative, got {noise}.")
+    _check(generator, {"n": n}, {"turns": turns})
     labels = (torch.arange(n) >= n // 2).to(torch.int64)
     s = torch.rand(n, generator=generator, dtype=_F64)
     radius = 0.1 + 0.9 * s
     angle = 2.0 * math.pi * turns * s + math.pi * labels.to(_F64)
     x = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=1)
     perm = torch.randperm(n, generator=generator)
-    x = x[perm]
-    if noise > 0:  # drawn last: the same seed gives the same clean points at any noise
-        x = x + noise * torch.randn(n, 2, generator=generator, dtype=_F64)
     return Dataset(
-        inputs=x.to(torch.float32),
+        inputs=x[perm].to(torch.float32),
         targets=labels[perm],
         name="nested-spirals",
         num_classes=2,
@@ -196,12 +190,10 @@ def pendulum(
     noise: float = 0.0,
     theta_max: float = 0.75 * math.pi,
     omega_max: float = 1.0,
-    gravity: float = 9.81,
-    length: float = 1.0,
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
 ) -> Dataset:
-    """Trajectories of the nonlinear pendulum ``theta'' = -(g / L) sin(theta)``, every ``dt``.
+    """Trajectories of the nonlinear pendulum ``theta'' = -9.81 sin(theta)``, every ``dt``.
 
     Each starts uniform in ``[-theta_max, theta_max] x [-omega_max, omega_max]``; the
     data page says how it is integrated and why the defaults.
@@ -214,8 +206,6 @@ def pendulum(
         theta_max: the largest initial angle (radians); non-negative.
         omega_max: the largest initial angular velocity (radians per unit time);
             non-negative.
-        gravity: ``g``; positive.
-        length: ``L``; positive.
         dtype: the floating dtype of the returned tensors.
         generator: the source of randomness (a CPU generator); the global one when
             ``None``.
@@ -227,9 +217,9 @@ def pendulum(
         ``num_classes`` ``None``.
 
     Raises:
-        ValueError: for a non-positive count, ``dt``, ``steps``, ``gravity`` or
-            ``length``, a negative ``noise``, ``theta_max`` or ``omega_max``, a
-            non-floating ``dtype``, or a generator that is not on the CPU.
+        ValueError: for a non-positive count, ``dt`` or ``steps``, a negative ``noise``,
+            ``theta_max`` or ``omega_max``, a non-finite value, a non-floating ``dtype``,
+            or a generator that is not on the CPU.
 
     Example:
         >>> import torch
@@ -239,19 +229,15 @@ def pendulum(
         >>> ds.name, ds.inputs.shape, ds.targets.dtype
         ('pendulum-dt0.1', torch.Size([4, 21, 2]), torch.float32)
     """
-    _check(generator, n_trajectories=n_trajectories, steps=steps)
-    for value, what in ((dt, "dt"), (gravity, "gravity"), (length, "length")):
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"`{what}` must be positive and finite, got {value}.")
-    for value, what in ((noise, "noise"), (theta_max, "theta_max"), (omega_max, "omega_max")):
-        if not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"`{what}` must be non-negative and finite, got {value}.")
+    counts = {"n_trajectories": n_trajectories, "steps": steps}
+    limits = {"noise": noise, "theta_max": theta_max, "omega_max": omega_max}
+    _check(generator, counts, {"dt": dt}, limits)
     if not dtype.is_floating_point:
         raise ValueError(f"`dtype` must be a floating dtype, got {dtype}.")
     n = n_trajectories
     theta0 = theta_max * (2.0 * torch.rand(n, generator=generator, dtype=_F64) - 1.0)
     omega0 = omega_max * (2.0 * torch.rand(n, generator=generator, dtype=_F64) - 1.0)
-    theta, omega = _pendulum_rk4(theta0, omega0, dt=dt, steps=steps, k=gravity / length)
+    theta, omega = _pendulum_rk4(theta0, omega0, dt=dt, steps=steps, k=_GRAVITY)
     clean = torch.stack([theta, omega], dim=-1)
     noisy = clean
     if noise > 0:

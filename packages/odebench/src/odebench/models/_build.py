@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -279,8 +278,6 @@ def build_model(
     if name == "sonode":
         return _augmented.sonode(in_channels, num_classes, act, ode)
     solver, steps = _contnet_steps(name, spec)
-    if epsilon is not None and not (isinstance(epsilon, (int, float)) and 0 < epsilon < math.inf):
-        raise ValueError(f"`epsilon` must be a positive number, got {epsilon!r}.")
     channels = (64, 128, 256) if name == "wide-continuousnet" else (16, 32, 64)
     net = ContinuousNet(
         in_channels,
@@ -288,7 +285,7 @@ def build_model(
         channels,
         n_steps=steps,
         solver=solver,
-        epsilon=None if epsilon is None else float(epsilon),
+        epsilon=epsilon,  # contnet checks it
         activation=act,
     )
     return net.to_resnet() if name == "continuous-resnet" else net

@@ -8,6 +8,8 @@ import odecore
 from odelayers import NeuralODE
 from torch import nn
 
+from .._io import whole
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "softplus": nn.Softplus,
@@ -17,11 +19,10 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 """Activation names for ``build_model(activation=...)``: ReLU (the papers') or a smooth one."""
 
 
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` if it is an integer ``>= minimum``, else a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Refuse ``value`` unless it is an integer ``>= minimum``: a ``ValueError`` naming ``name``."""
+    if not whole(minimum)(value):
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-    return value
 
 
 def group_norm(channels: int) -> nn.GroupNorm:
