@@ -470,9 +470,8 @@ def _cell(
         if why is None:
             libraries.append(lib)
             continue
-        missing = unmeasured(MODE_FIGURES[mode], why)
         key = (pname, method.label, lib.name)
-        run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
+        run.doc.results += figure_rows(ResultRow, key, why, MODE_FIGURES[mode])
     if not libraries:
         return _Cell({})
     t0 = time.perf_counter()
