@@ -78,18 +78,22 @@ def _solve_forward(
         return library.solve(field, y0, problem.t0, problem.t1, method, "forward")
 
 
+_GC_ON = "gc.enable()"
+"""timeit's setup that keeps the garbage collector on, as it is in the timed solves."""
+
+
 def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     """Median seconds per call of ``fn`` over ``blocks`` blocks of about ``block_s`` each."""
     once = max(_timed(fn, 1), 1e-7)  # after a warm-up call
     calls = max(1, int(block_s / once))
-    return statistics.median(timeit.repeat(fn, number=calls, repeat=blocks)) / calls
+    return statistics.median(timeit.repeat(fn, _GC_ON, number=calls, repeat=blocks)) / calls
 
 
 def _timed(fn: Callable[[], object], calls: int) -> float:
     """Seconds per call of ``fn`` over ``calls`` calls in a row, after one untimed call (the
     first after the solves runs cold)."""
     fn()
-    return timeit.timeit(fn, number=calls) / calls
+    return timeit.timeit(fn, _GC_ON, number=calls) / calls
 
 
 class FieldTimer:
