@@ -17,7 +17,6 @@ from odebench.perf._document import (
     ResultRow,
     StiffRow,
     figure_rows,
-    unmeasured,
 )
 from odebench.perf._memory import MARK, Peak
 
@@ -101,9 +100,7 @@ def test_figure_rows_put_the_key_first_and_the_unit_of_each_figure():
         GradientRow(*key, "grad_abs_error", 1e-4, "abs"),
         GradientRow(*key, "time_s", 0.5, "s"),
     ]
-    missing = figure_rows(
-        GradientRow, key, unmeasured(units, "no such mode"), units, supported=False
-    )
+    missing = figure_rows(GradientRow, key, "no such mode", units)
     assert [(r.value, r.note, r.supported) for r in missing] == [(None, "no such mode", False)] * 2
 
 

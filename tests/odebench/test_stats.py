@@ -1,4 +1,4 @@
-"""The benchmark's arithmetic: medians, ratios, overhead factors, interleaving."""
+"""The benchmark's arithmetic: medians, ratios, overhead factors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from odebench.perf._stats import (
     cost_per_evaluation,
     finite,
-    interleaved,
     median,
     overhead_factor,
     ratio,
@@ -60,29 +59,31 @@ def test_finite_rejects_bools_and_non_finite():
     assert finite(2) == 2.0
 
 
-def test_overhead_factor_forward():
-    # 0.5 s for 100 evaluations of 2 ms each: the solver doubles the field's time.
-    assert overhead_factor(0.5, [(100, 0.002)]) == pytest.approx(2.5)
-
-
-def test_overhead_factor_sums_forward_and_backward():
-    # adjoint: 10 forward evaluations of 1 ms, 30 backward ones with VJP of 3 ms.
-    assert overhead_factor(0.2, [(10, 0.001), (30, 0.003)]) == pytest.approx(0.2 / 0.1)
-
-
-def test_overhead_factor_at_the_physical_limit():
-    assert overhead_factor(1.0, [(250, 0.004)]) == pytest.approx(1.0)
+@pytest.mark.parametrize(
+    ("time_s", "terms", "expected"),
+    [
+        (0.5, [(100, 0.002)], 2.5),  # 100 evaluations of 2 ms: the solver doubles the time
+        (0.2, [(10, 0.001), (30, 0.003)], 0.2 / 0.1),  # adjoint: forward + backward with VJP
+        (1.0, [(250, 0.004)], 1.0),  # the physical limit
+    ],
+)
+def test_overhead_factor(time_s, terms, expected):
+    assert overhead_factor(time_s, terms) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
-    "terms", [[(None, 0.1)], [(10, None)], [(0, 0.1)], [(10, 0.0)], [(10, math.nan)]]
+    ("time_s", "terms"),
+    [
+        (1.0, [(None, 0.1)]),
+        (1.0, [(10, None)]),
+        (1.0, [(0, 0.1)]),
+        (1.0, [(10, 0.0)]),
+        (1.0, [(10, math.nan)]),
+        (None, [(10, 0.1)]),
+    ],
 )
-def test_overhead_factor_without_a_measurement(terms):
-    assert overhead_factor(1.0, terms) is None
-
-
-def test_overhead_factor_without_time():
-    assert overhead_factor(None, [(10, 0.1)]) is None
+def test_overhead_factor_without_a_measurement(time_s, terms):
+    assert overhead_factor(time_s, terms) is None
 
 
 def test_cost_per_evaluation():
@@ -90,20 +91,3 @@ def test_cost_per_evaluation():
     assert cost_per_evaluation(0.06, 20, 0.002) == pytest.approx(0.001)
     assert cost_per_evaluation(0.06, 0, 0.002) is None
     assert cost_per_evaluation(None, 20, 0.002) is None
-
-
-def test_interleaved_alternates_libraries():
-    assert interleaved(["a", "b"], 3) == [
-        (0, "a"),
-        (0, "b"),
-        (1, "a"),
-        (1, "b"),
-        (2, "a"),
-        (2, "b"),
-    ]
-    assert interleaved(["a"], 0) == []
-
-
-def test_interleaved_rejects_negative_repeats():
-    with pytest.raises(ValueError, match="`repeats` must be non-negative, got -1"):
-        interleaved(["a"], -1)

@@ -7,7 +7,6 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import partial
 
 import torch
@@ -15,10 +14,9 @@ from contnet import ContinuousNet
 from torch import Tensor, nn
 
 from .._io import JsonObject, text_table, whole
-from .._provenance import machine
+from .._provenance import machine, now
 from ._document import Provenance, Row, json_array, json_object
 from ._solvers import command_line
-from ._stats import interleaved
 
 SCHEMA_VERSION = 1
 GOAL = 1.15
@@ -153,7 +151,7 @@ def _times(
         for run in runs.values():  # warm-up
             run()
         seconds: dict[str, list[float]] = {name: [] for name in runs}
-        for _, name in interleaved(list(runs), repeats):
+        for name in list(runs) * repeats:
             t0 = time.perf_counter()
             runs[name]()
             seconds[name].append(time.perf_counter() - t0)
@@ -168,7 +166,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> Js
     """Run the benchmark and return its JSON document (see :doc:`/odebench/index`)."""
     torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    date = now()
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
     n = config.steps

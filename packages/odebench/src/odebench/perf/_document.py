@@ -54,13 +54,15 @@ def unmeasured(figures: Iterable[str], why: str) -> dict[str, tuple[float | None
 def figure_rows(
     kind: Callable[..., R],
     key: tuple[object, ...],
-    figures: Measured,
+    figures: Measured | str,
     units: Mapping[str, str],
-    **flags: bool,
 ) -> list[R]:
-    """A row of ``kind`` per figure: ``kind(*key, figure, value, unit, note, **flags)``, as
-    every row type with figures lists its key fields first."""
-    return [kind(*key, f, value, units[f], note, **flags) for f, (value, note) in figures.items()]
+    """A row of ``kind`` per figure: ``kind(*key, figure, value, unit, note)``, as every row
+    type with figures lists its key fields first. ``figures`` a string: why the library
+    cannot run them, a row per figure of ``units`` without a value and ``supported=False``."""
+    if isinstance(figures, str):
+        return [kind(*key, f, None, unit, figures, supported=False) for f, unit in units.items()]
+    return [kind(*key, f, value, units[f], note) for f, (value, note) in figures.items()]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import torch
 
-from ._document import Measured, MemoryRow, figure_rows, unmeasured
+from ._document import Measured, MemoryRow, figure_rows
 from ._libraries import LIBRARIES, Library, Method, describe_error, discover
 from ._problems import CountingField, Sizes, make_problem
 from ._stats import finite, ratio
@@ -207,8 +207,7 @@ def measure_memory(
                     jobs.append((library.name, gradient, n))
                     continue
                 key = _key(library.name, gradient, n)
-                missing = unmeasured(_FIGURES, reason)
-                rows += figure_rows(MemoryRow, key, missing, _FIGURES, supported=False)
+                rows += figure_rows(MemoryRow, key, reason, _FIGURES)
     peaks: dict[_Job, Peak] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         done = pool.map(lambda job: _run_child(job, threads, batch, timeout_s), jobs)
@@ -237,7 +236,7 @@ def _growth(
     key = _key(library.name, gradient, None)
     reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
     if reason is not None and lo != hi:
-        return figure_rows(MemoryRow, key, unmeasured(_GROWTH, reason), _GROWTH, supported=False)
+        return figure_rows(MemoryRow, key, reason, _GROWTH)
     note = "needs two step counts" if lo == hi else None
     a = peaks.get((library.name, gradient, lo), Peak())
     b = peaks.get((library.name, gradient, hi), Peak())

@@ -60,12 +60,12 @@ def _read(doc: Any) -> tuple[Document, dict[str, str]]:
 
 def _tightest_dopri5(d: Document) -> str | None:
     """The ``dopri5@tol`` method of the run with the smallest tolerance, or ``None``."""
-    tols = {}
-    for r in d.results:
-        name, _, tol = r.method.partition("@")
-        if name == "dopri5" and tol:
-            tols[r.method] = float(tol)
-    return min(tols, key=tols.__getitem__) if tols else None
+    tols = {
+        r.method: float(r.method[len("dopri5@") :])
+        for r in d.results
+        if r.method.startswith("dopri5@")
+    }
+    return min(tols, key=tols.__getitem__, default=None)
 
 
 def _by_library(
@@ -103,9 +103,7 @@ def _overhead(d: Document, problems: list[str], figure: str, title: str, ylabel:
 def _memory(d: Document) -> Lines:
     title = "Peak memory of forward + backward"
     rows = [
-        r
-        for r in d.memory
-        if r.figure == "peak_delta_mib" and r.n_steps is not None and r.value is not None
+        r for r in d.memory if r.figure == "peak_delta_mib" and r.n_steps and r.value is not None
     ]
     if not rows:
         return Lines(title, "steps", "MiB", empty="memory not measured in this run")
@@ -113,7 +111,7 @@ def _memory(d: Document) -> Lines:
     method = rows[0].method.partition("x")[0]
     points: dict[str, list[tuple[float, float | None]]] = {}
     for r in rows:
-        if r.problem == problem and r.n_steps is not None and r.value is not None and r.value > 0:
+        if r.problem == problem and r.n_steps and r.value and r.value > 0:
             points.setdefault(f"{r.library}, {r.gradient}", []).append((float(r.n_steps), r.value))
     series: dict[str, list[tuple[float, float | None]]] = {}
     styles: dict[str, Style] = {}

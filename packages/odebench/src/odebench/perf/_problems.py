@@ -253,22 +253,21 @@ def make_problem(
     return Problem(name, desc, field, y0, 0.0, t1, exact, atol_ratio)
 
 
-def reference_solution(problem: Problem, tol: float = 1e-10) -> tuple[Tensor, str]:
+def reference_solution(
+    problem: Problem, tol: float = 1e-10, method: str = "dopri8"
+) -> tuple[Tensor, str]:
     """``y(t1)`` in float64 and where it came from: the exact solution if known, else
-    odecore's ``Dopri8`` (not the pair under test) on a float64 copy at ``rtol = atol = tol``."""
+    odecore's ``method`` (``dopri8``: not the pair under test) on a float64 copy at
+    ``rtol = atol = tol``."""
     if problem.exact is not None:
         return problem.exact, "exact solution"
     field = copy.deepcopy(problem.field).to(torch.float64)
+    t = torch.tensor([problem.t0, problem.t1], dtype=torch.float64)
     with torch.no_grad():
-        sol = odecore.solve(
-            field,
-            problem.y0.to(torch.float64),
-            t0=problem.t0,
-            t1=problem.t1,
-            solver=odecore.Dopri8(),
-            controller=odecore.PIDController(rtol=tol, atol=tol),
+        ys = odecore.odeint(
+            field, problem.y0.to(torch.float64), t, method=method, rtol=tol, atol=tol
         )
-    return last_state(sol.ys), f"odecore dopri8 in float64 at rtol = atol = {tol:g}"
+    return last_state(ys), f"odecore {method} in float64 at rtol = atol = {tol:g}"
 
 
 def last_state(ys: object) -> Tensor:

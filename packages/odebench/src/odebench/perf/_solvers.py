@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import math
 import os
@@ -16,7 +15,7 @@ from importlib import resources
 import torch
 
 from .._io import JsonObject, text_parts, whole
-from .._provenance import load_average, machine
+from .._provenance import load_average, machine, now
 from ._document import (
     CompiledRow,
     Document,
@@ -49,7 +48,7 @@ from ._problems import (
     make_problem,
     reference_solution,
 )
-from ._stats import cost_per_evaluation, finite, interleaved, median, overhead_factor, ratio
+from ._stats import cost_per_evaluation, finite, median, overhead_factor, ratio
 from ._stiff import STIFF_FIGURE_UNITS, run_stiff, stiff_methods, stiff_reference
 from ._timing import FieldTimer, Observation, Tape, loss_weight, record, replay_once, run_once
 
@@ -280,7 +279,7 @@ def _measure_cell(
                 continue
             steps.append(partial(_replay, cell, lib, problem, tape, method))
     steps.append(partial(_time_field, cell, timer, mode))  # the field alone ends each round
-    for _, step in interleaved(steps, repeats):
+    for step in steps * repeats:  # rounds: A B ... F A B ... F
         step()
     return cell
 
@@ -338,7 +337,7 @@ class _Run:
 
 def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
     started = time.perf_counter()
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = now()
     load_start = load_average()
     libraries, missing = discover(config.libraries, compiled=config.compile)
     eager = [lib for lib in libraries if not lib.compiles]
@@ -471,9 +470,8 @@ def _cell(
         if why is None:
             libraries.append(lib)
             continue
-        missing = unmeasured(MODE_FIGURES[mode], why)
         key = (pname, method.label, lib.name)
-        run.doc.results += figure_rows(ResultRow, key, missing, FIGURE_UNITS, supported=False)
+        run.doc.results += figure_rows(ResultRow, key, why, MODE_FIGURES[mode])
     if not libraries:
         return _Cell({})
     t0 = time.perf_counter()

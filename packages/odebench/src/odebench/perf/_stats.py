@@ -1,4 +1,4 @@
-"""The arithmetic of the benchmark: medians, ratios, overhead factors, interleaving.
+"""The arithmetic of the benchmark: medians, ratios, overhead factors.
 
 Every helper takes ``None`` for a figure that could not be measured and returns
 ``None`` when its answer is not a finite number, so that a failed run never turns
@@ -10,9 +10,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
 def finite(value: float | None) -> float | None:
@@ -61,11 +58,3 @@ def cost_per_evaluation(
     if t is None or n is None or e is None or n <= 0:
         return None
     return (t - n * e) / n
-
-
-def interleaved(names: Sequence[T], repeats: int) -> list[tuple[int, T]]:
-    """``(round, name)`` pairs, every name once per round (``A B A B ...``): a slow drift of
-    the machine is spread over all libraries instead of one."""
-    if repeats < 0:
-        raise ValueError(f"`repeats` must be non-negative, got {repeats}.")
-    return [(r, name) for r in range(repeats) for name in names]

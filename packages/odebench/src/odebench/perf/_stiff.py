@@ -10,13 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-import odecore
-import torch
 from torch import Tensor
 
 from ._document import StiffRow, figure_rows, unmeasured
 from ._libraries import STIFF_METHODS, Library, Method, describe_error
-from ._problems import CountingField, Problem, error_figure, last_state
+from ._problems import CountingField, Problem, error_figure, reference_solution
 from ._stats import median
 from ._timing import Observation, loss_weight, run_once
 
@@ -64,17 +62,11 @@ def scipy_available() -> bool:
 def stiff_reference(problem: Problem, tol: float = REFERENCE_TOL) -> tuple[Tensor, str]:
     """``y(t1)`` of a stiff problem in float64 and where it came from: odecore's
     ``scipy:Radau`` at ``rtol = atol = tol``, or ``kvaerno5`` without SciPy."""
-    radau = scipy_available()
-    y0 = problem.y0.to(torch.float64)
-    t = torch.tensor([problem.t0, problem.t1], dtype=torch.float64)
-    with torch.no_grad():
-        ys = odecore.odeint(
-            problem.field, y0, t, method="scipy:Radau" if radau else "kvaerno5", rtol=tol, atol=tol
-        )
-    at = f"in float64 at rtol = atol = {tol:g}"
-    if radau:
-        return last_state(ys), f"SciPy Radau (odecore's scipy:Radau) {at}"
-    return last_state(ys), f"odecore kvaerno5 {at} (no SciPy)"
+    if not scipy_available():
+        y1, note = reference_solution(problem, tol, "kvaerno5")
+        return y1, f"{note} (no SciPy)"
+    y1, _ = reference_solution(problem, tol, "scipy:Radau")
+    return y1, f"SciPy Radau (odecore's scipy:Radau) in float64 at rtol = atol = {tol:g}"
 
 
 def _unavailable(method: Method) -> str | None:

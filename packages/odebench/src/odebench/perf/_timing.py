@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,7 +13,6 @@ from torch import Tensor, nn
 
 from ._libraries import Library, Method
 from ._problems import CountingField, Problem
-from ._stats import median
 
 
 @dataclass
@@ -77,28 +78,22 @@ def _solve_forward(
         return library.solve(field, y0, problem.t0, problem.t1, method, "forward")
 
 
-def _seconds_per_call(fn: Callable[[], object], calls: int) -> float:
-    """Seconds per call of ``fn`` over ``calls`` calls in a row."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
+_GC_ON = "gc.enable()"
+"""timeit's setup that keeps the garbage collector on, as it is in the timed solves."""
 
 
 def _per_call(fn: Callable[[], object], block_s: float, blocks: int) -> float:
     """Median seconds per call of ``fn`` over ``blocks`` blocks of about ``block_s`` each."""
     once = max(_timed(fn, 1), 1e-7)  # after a warm-up call
     calls = max(1, int(block_s / once))
-    result = median(_seconds_per_call(fn, calls) for _ in range(blocks))
-    assert result is not None
-    return result
+    return statistics.median(timeit.repeat(fn, _GC_ON, number=calls, repeat=blocks)) / calls
 
 
 def _timed(fn: Callable[[], object], calls: int) -> float:
     """Seconds per call of ``fn`` over ``calls`` calls in a row, after one untimed call (the
     first after the solves runs cold)."""
     fn()
-    return _seconds_per_call(fn, calls)
+    return timeit.timeit(fn, _GC_ON, number=calls) / calls
 
 
 class FieldTimer:
@@ -160,15 +155,17 @@ class ReplayError(RuntimeError):
 
 
 class Tape(nn.Module):
-    """A recorded forward run that stands in for the field, handing back its outputs in
-    order, so that a solve of it times the solver alone (docs/odebench/index.md). ``field``
-    is never called: it lends the tape its parameters, which some libraries look for."""
+    """The field, recording a copy of each output while ``recording``; then a stand-in for
+    it that hands the outputs back in order, so that a solve of it times the solver alone
+    (docs/odebench/index.md). A replay never calls ``field``: it lends the tape its
+    parameters, which some libraries look for."""
 
-    def __init__(self, outputs: list[Tensor], field: nn.Module, y1: Tensor) -> None:
+    def __init__(self, field: nn.Module) -> None:
         super().__init__()
-        self.outputs = outputs
         self.field = field
-        self.y1 = y1
+        self.outputs: list[Tensor] = []
+        self.y1 = torch.empty(0)
+        self.recording = True
         self.position = 0
 
     @property
@@ -176,36 +173,26 @@ class Tape(nn.Module):
         return len(self.outputs)
 
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
+        if self.recording:
+            out: Tensor = self.field(t, y)
+            self.outputs.append(out.detach().clone())
+            return out
         if self.position >= len(self.outputs):
             raise ReplayError(
                 f"the replay asked for more than the {len(self.outputs)} recorded evaluations"
             )
-        out = self.outputs[self.position]
         self.position += 1
-        return out
-
-
-class _Recorder(nn.Module):
-    """The field, keeping a copy of each output."""
-
-    def __init__(self, field: nn.Module) -> None:
-        super().__init__()
-        self.field = field
-        self.outputs: list[Tensor] = []
-
-    def forward(self, t: Tensor, y: Tensor) -> Tensor:
-        out: Tensor = self.field(t, y)
-        self.outputs.append(out.detach().clone())
-        return out
+        return self.outputs[self.position - 1]
 
 
 def record(library: Library, problem: Problem, counter: CountingField, method: Method) -> Tape:
     """Run one forward solve of ``problem`` (untimed) and record the field's outputs."""
-    recorder = _Recorder(counter)
+    tape = Tape(counter)
     counter.nfe = 0
-    y1 = _solve_forward(library, recorder, problem.y0.detach().clone(), problem, method)
+    tape.y1 = _solve_forward(library, tape, problem.y0.detach().clone(), problem, method).clone()
+    tape.recording = False
     counter.nfe = 0
-    return Tape(recorder.outputs, counter, y1.detach().clone())
+    return tape
 
 
 def replay_once(library: Library, problem: Problem, tape: Tape, method: Method) -> float:
