@@ -69,8 +69,8 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         The content of ``results.json``.
 
     Raises:
-        ValueError: an unknown mode, ``--epochs`` where it does not apply, or runs
-            that differ in name from seed to seed.
+        ValueError: ``--epochs`` where it does not apply, or runs that differ in name
+            from seed to seed.
     """
     started = time.perf_counter()
     provenance = provenance_started(str(resolve_device(options.device)))

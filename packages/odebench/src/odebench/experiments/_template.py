@@ -346,13 +346,8 @@ class Template(Generic[S]):
         """The settings of ``mode``, with ``epochs`` (``--epochs``) in every epoch field.
 
         Raises:
-            ValueError: an unknown mode (the message lists the known ones), or
-                ``epochs`` for an experiment without epoch fields.
+            ValueError: ``epochs`` for an experiment without epoch fields.
         """
-        if mode not in self.modes:
-            raise ValueError(
-                f"{self.name} has no mode {mode!r}; its modes: {', '.join(self.modes)}."
-            )
         settings = self.modes[mode]
         if epochs is None:
             return settings
