@@ -135,6 +135,8 @@ class Run:
         task: trained by :func:`odebench.training.fit`.
         skipped: why the run trains nothing (its data set was not found); kept in
             ``results.json`` as its ``"not_run"`` detail.
+        needs: an image data set the run reads: where it is not found, the run trains
+            nothing and is ``skipped``, the report saying what to download.
 
     Example:
         >>> Run("node")
@@ -147,6 +149,7 @@ class Run:
     config: TrainConfig | None = None
     task: Task | None = None
     skipped: str | None = None
+    needs: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name.startswith("/") or ".." in self.name.split("/"):
