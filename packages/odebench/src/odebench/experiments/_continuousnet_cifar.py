@@ -137,10 +137,10 @@ def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[common.RefineSettings]) -> dict[str, str]:
-    """The data trained on, and a line per model not run (its data set not found)."""
+    """A line per model not run (its data set not found)."""
     details = {net.label: result.details(net.key) for net in result.settings.nets}
     lines = [f"- {label}: {d['not_run']}." for label, d in details.items() if "not_run" in d]
-    return {**common.words(result), "not_run": "\n".join(lines) or "- none"}
+    return {"not_run": "\n".join(lines) or "- none"}
 
 
 register_template(

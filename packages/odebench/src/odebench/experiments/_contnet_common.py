@@ -1,6 +1,6 @@
 """What the ContinuousNet experiments of Queiruga et al. (2020) share: the nets and
 their training, the measurement of a trained net with its batch-norm statistics
-recalibrated, the texts' one field and the per-epoch figure."""
+recalibrated, and the per-epoch figure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import contnet
 import torch
@@ -222,11 +222,6 @@ def measure_refined(
         {"dataset": r.config.dataset,
          "per_epoch": [{k: row.get(k) for k in EPOCH_ROW} for row in rows]},
     )  # fmt: skip
-
-
-def words(result: Result[Any]) -> dict[str, str]:
-    """The texts' field ``data``: the data sets the runs trained on, with their sizes."""
-    return {"data": result.data or "none found"}
 
 
 def epoch_panels(result: Result[N]) -> list[Lines]:

@@ -115,7 +115,7 @@ register_template(
         claims=claims,
         published=PUBLISHED,
         tables=tables,
-        words=lambda result: {**common.words(result), "time_ratio_max": TIME_RATIO_MAX},
+        words=lambda result: {"time_ratio_max": TIME_RATIO_MAX},
         figures=[Plot("time_and_accuracy_per_epoch.png", common.epoch_panels, size=(4.8, 3.6))],
     )
 )
