@@ -10,7 +10,7 @@ from odebench.cli import main
 from odebench.experiments import TEMPLATES, RunOptions, Setup, run_experiment
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._claims import MAX_CLAIM_TEXT
-from odebench.experiments._continuousnet_cifar import MODES, TEXT, claims, tables
+from odebench.experiments._continuousnet_cifar import MODES, claims, tables
 from odebench.experiments._images import not_run
 from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
@@ -192,6 +192,6 @@ def test_the_text_shows_the_declared_tables_and_the_claims_detail_themselves(tmp
     """The claims are made per pair, so their details are in code, not in the text."""
     options = RunOptions(out=tmp_path / "out")
     setup = Setup("continuousnet-cifar", "quick", MODES["quick"], options, (0,), print)
-    prose = Prose.of(TEXT)
+    prose = Prose.of("continuousnet-cifar.md")
     assert prose.tables() == set(tables(setup))
     assert not prose.parts and not prose.details

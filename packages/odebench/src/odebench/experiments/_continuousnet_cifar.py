@@ -72,7 +72,6 @@ MODES = {
 }  # fmt: skip
 #: Each model trained at a fixed depth with Euler, and its twin refined with RK4.
 PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
-TEXT = "continuousnet-cifar.md"
 
 
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:

@@ -26,7 +26,6 @@ PUBLISHED: dict[str, float | str] = {
 #: Faster: the refined run's training time below this fraction of the fixed run's.
 TIME_RATIO_MAX = 1.0
 FIXED, REFINED = "rk4-fixed", "rk4-refined"
-TEXT = "refinement-timing.md"
 
 
 def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[common.Net, ...]:
