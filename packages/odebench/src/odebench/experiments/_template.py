@@ -30,7 +30,7 @@ class Settings:
 
     One instance per mode holds every number the mode changes. Each is validated by its
     fields' types and names: an ``int`` field is a positive integer, ``lr`` and ``*_lr``
-    positive numbers, ``optimizer`` ``"sgd"`` or ``"adam"``.
+    positive numbers.
 
     Args:
         seeds: how many seeds each run trains: ``--seed S`` gives ``S, S + 1, ...``.
@@ -51,14 +51,12 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "int | None") and (value is not None or f.type == "int"):
-                if not whole(1)(value):
-                    raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
-            elif f.name == "lr" or f.name.endswith("_lr"):
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                    raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
-            elif f.name == "optimizer" and value not in ("sgd", "adam"):
-                raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {value!r}.")
+            integer = f.type == "int" or (f.type == "int | None" and value is not None)
+            if integer and not whole(1)(value):
+                raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if (f.name == "lr" or f.name.endswith("_lr")) and not (number and value > 0):
+                raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)
