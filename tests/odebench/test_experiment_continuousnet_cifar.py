@@ -3,18 +3,17 @@ the CIFAR runs reported as not run where their data are not found."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 from odebench.cli import main
-from odebench.experiments import RunOptions, Setup, run_experiment
+from odebench.experiments import TEMPLATES, RunOptions, Setup, run_experiment
 from odebench.experiments import _contnet_common as common
-from odebench.experiments._claims import MAX_CLAIM_TEXT
-from odebench.experiments._continuousnet_cifar import MODES, TEXT, claims, tables
+from odebench.experiments._continuousnet_cifar import MODES, claims, tables
 from odebench.experiments._images import not_run
 from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
+from odebench.experiments._runner import _setup
 
 KEYS = ("euler", "rk4-refined")
 
@@ -121,10 +120,9 @@ def test_cifar10_alone_trains_its_pair_and_reports_the_wide_pair_as_not_run(tmp_
     """With CIFAR-10 found and CIFAR-100 not: the CIFAR-10 runs train on CIFAR-10, the
     wide ones train nothing, and only the CIFAR-10 pair's claims are checked."""
     (tmp_path / "data_batch_1").touch()  # what the loader looks for first
-    options = RunOptions(out=tmp_path / "out", data_dir=str(tmp_path))
-    setup = Setup("continuousnet-cifar", "standard", MODES["standard"], options, (0,), print)
-    assert common.missing(MODES["standard"].nets, str(tmp_path)) == ["cifar100"]
-    runs = {run.name: run for run in common.runs_where_found(setup, 7)}
+    options = RunOptions(out=tmp_path / "out", mode="standard", seed=7, data_dir=str(tmp_path))
+    setup, plans = _setup(TEMPLATES["continuousnet-cifar"], options, print)
+    runs = {run.name: run for run in plans[7]}
     for key in ("euler", "rk4-refined"):
         config = runs[key].config
         assert config is not None and runs[key].skipped is None
@@ -132,8 +130,7 @@ def test_cifar10_alone_trains_its_pair_and_reports_the_wide_pair_as_not_run(tmp_
     assert runs["rk4-refined"].config.refine_epochs == (2, 4)
     for key in ("wide-euler", "wide-rk4-refined"):
         assert runs[key].config is None and runs[key].skipped == not_run("cifar100")
-    trained = tuple(name for name, run in runs.items() if run.skipped is None)
-    keys = [claim.key for claim in claims(dataclasses.replace(setup, trained=trained))]
+    keys = [claim.key for claim in claims(setup)]
     assert keys and all(key.startswith("rk4-refined_") for key in keys)
 
 
@@ -146,7 +143,7 @@ def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path):
     made = claims(setup)
     assert {c.key: c.kind for c in made} == _kinds("rk4-refined") | _kinds("wide-rk4-refined")
     assert not any(c.timing for c in made)
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and c.detail.startswith("ours: ") for c in made)
+    assert all(c.detail.startswith("ours: ") for c in made)
 
 
 def test_accuracy_against_euler_is_a_paired_difference(tmp_path):
@@ -194,6 +191,6 @@ def test_the_text_shows_the_declared_tables_and_the_claims_detail_themselves(tmp
     """The claims are made per pair, so their details are in code, not in the text."""
     options = RunOptions(out=tmp_path / "out")
     setup = Setup("continuousnet-cifar", "quick", MODES["quick"], options, (0,), print)
-    prose = Prose.of(TEXT)
+    prose = Prose.of("continuousnet-cifar.md")
     assert prose.tables() == set(tables(setup))
     assert not prose.parts and not prose.details

@@ -176,17 +176,6 @@ def _claim(kind: str, status: str, text: str, seeds: list[bool], verdict: str) -
     }  # fmt: skip
 
 
-def _old_claim(text: str, holds: bool, seeds: list[bool] | None) -> dict[str, object]:
-    """A claim as runs published before kinds and statuses wrote it."""
-    claim: dict[str, object] = {
-        "text": text, "published": "0.5", "holds": holds, "cell": "0.4 ± 0.1",
-        "verdict": "held" if holds else "did not hold",
-    }  # fmt: skip
-    if seeds is not None:
-        claim["held_on_seeds"] = seeds
-    return claim
-
-
 def _new_doc(**provenance: object) -> dict[str, object]:
     """A results.json as the template writes it now: kinds, statuses, provenance."""
     y, n = True, False
@@ -204,18 +193,6 @@ def _new_doc(**provenance: object) -> dict[str, object]:
         "details": {},
         "provenance": {"commit": COMMIT, "dirty": False, "contended": False, **provenance},
     }  # fmt: skip
-
-
-def _old_doc() -> dict[str, object]:
-    """A results.json published before kinds, statuses and provenance."""
-    claims = {
-        "held": _old_claim("held on every seed", True, [True, True, True]),
-        "minority": _old_claim("held on the mean, on 1 of 3 seeds", True, [True, False, False]),
-        "failed": _old_claim("not on the mean, held on 2 of 3 seeds", False, [False, True, True]),
-        "no_seeds": _old_claim("from before per-seed verdicts " + "word " * 30, True, None),
-    }  # fmt: skip
-    return {"experiment": "pendulum", "mode": "standard", "seeds": [0, 1, 2], "data": "",
-            "train_seconds": 900.0, "claims": claims, "details": {}}  # fmt: skip
 
 
 def _index(tmp_path: Path, docs: dict[str, dict[str, object]], **kwargs: object) -> str:
@@ -272,47 +249,11 @@ def test_the_claims_table_holds_paper_claims_and_the_checks_table_checks(tmp_pat
     assert [row[4] for row in checks] == ["passed", "failed on 1 of 3 seeds"]
 
 
-def test_old_claims_are_unclassified_by_the_new_rule_and_not_counted(tmp_path):
-    tables = _sections(_index(tmp_path, {"pendulum": _old_doc()}, link=lambda name: None))
-    assert tables["Summary"] == [
-        [
-            "pendulum",
-            "4 unclassified · published before provenance: rerun pending",
-            "–",
-            "–",
-            "3",
-            "15 min",
-            "no provenance",
-        ]
-    ]
-    verdicts = [row[4] for row in tables["Claims of the paper"]]
-    assert verdicts == [
-        "unclassified · held on 3 of 3 seeds",
-        "unclassified · mixed: held on 1 of 3 seeds",
-        "unclassified · mixed: held on 2 of 3 seeds, not on the mean",
-        "unclassified · held",  # no per-seed verdicts: from holds alone
-    ]
-
-
-def test_an_old_claims_long_text_is_shortened_to_a_new_ones_length(tmp_path):
-    from odebench.experiments._claims import MAX_CLAIM_TEXT
-
-    claims = _sections(_index(tmp_path, {"pendulum": _old_doc()}))["Claims of the paper"]
-    text = claims[-1][1]
-    assert text.startswith("from before per-seed verdicts word") and text.endswith("word…")
-    assert len(text) <= MAX_CLAIM_TEXT
-
-
-@pytest.mark.parametrize("old", [False, True])
-def test_a_claim_held_on_the_mean_but_not_on_most_seeds_is_never_shown_held(tmp_path, old):
-    doc = _old_doc() if old else _new_doc()
-    tables = _sections(_index(tmp_path, {"pendulum": doc}, link=lambda name: None))
+def test_a_claim_held_on_the_mean_but_not_on_most_seeds_is_never_shown_held(tmp_path):
+    tables = _sections(_index(tmp_path, {"pendulum": _new_doc()}, link=lambda name: None))
     claims = {row[1]: row[4] for row in tables["Claims of the paper"]}
-    minority = "held on the mean, on 1 of 3 seeds" if old else "NFE grows"
-    assert "mixed" in claims[minority]
-    assert not claims[minority].removeprefix("unclassified · ").startswith("held")
-    if not old:
-        assert tables["Summary"][0][1].startswith("1 held ·")  # "a" alone
+    assert claims["NFE grows"].startswith("mixed")
+    assert tables["Summary"][0][1].startswith("1 held ·")  # "a" alone
 
 
 @pytest.mark.parametrize(
@@ -367,25 +308,17 @@ def test_the_index_regenerates_from_every_published_json():
     for name, doc in published.items():
         claims = list((doc.get("claims") or {}).values())
         # The paper's claims' table comes first, then the checks', each in JSON order.
-        claims = [c for c in claims if c.get("kind") != "check"] + [
-            c for c in claims if c.get("kind") == "check"
+        claims = [c for c in claims if c["kind"] != "check"] + [
+            c for c in claims if c["kind"] == "check"
         ]
         mine = [row for row in rows if row[0] == name and row[4] != "not run"]
         assert len(mine) == len(claims), name
         for row, claim in zip(mine, claims):
-            if "kind" not in claim:
-                assert row[4].startswith("unclassified · "), (name, row)
-            elif "status" in claim:
-                assert row[4] == claim["verdict"], (name, row)
-            seeds = claim.get("held_on_seeds") or [claim["holds"]]
-            if row[4].removeprefix("unclassified · ").startswith("held"):
-                assert 2 * sum(seeds) > len(seeds), (name, row)
+            assert row[4] == claim["verdict"], (name, row)
+            if row[4].startswith("held"):
+                assert 2 * sum(claim["held_on_seeds"]) > len(claim["held_on_seeds"]), (name, row)
         summary = next(row for row in tables["Summary"] if row[0] == name)
-        if "provenance" not in doc:
-            assert summary[6] == "no provenance"
-            assert "published before provenance: rerun pending" in summary[1]
-        else:
-            assert summary[6].startswith(f"`{doc['provenance']['commit'][:10]}`")
+        assert summary[6].startswith(f"`{doc['provenance']['commit'][:10]}`")
 
 
 def test_the_index_refuses_an_empty_folder(tmp_path):

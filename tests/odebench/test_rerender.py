@@ -55,8 +55,8 @@ def test_a_changed_value_changes_the_verdict_written_back(tmp_path: Path) -> Non
 
 
 def test_the_corrected_and_the_unrecorded_runs_are_found() -> None:
-    # The three reports corrected by hand (MNIST digits read as Fashion-MNIST) and
-    # chen-table1 (published before provenance) must be rerun, not rewritten.
+    # The three reports corrected by hand (MNIST digits read as Fashion-MNIST) must be
+    # rerun, not rewritten.
     kept = {
         n
         for n in PUBLISHED

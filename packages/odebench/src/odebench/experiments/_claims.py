@@ -134,13 +134,12 @@ class Claim:
         below: float | None = None,
         above: float | None = None,
         spec: str = ".2f",
-        timing: bool = False,
         detail: str = "",
     ) -> Claim:
         """A claim on the ratio of two metrics, ``v[over] / v[under]``, shown as ``0.23×``.
 
         Args:
-            key, text, published, kind, timing, detail: as for :class:`Claim`.
+            key, text, published, kind, detail: as for :class:`Claim`.
             over: the numerator.
             under: the denominator.
             below: the claim holds when the ratio is below this.
@@ -162,7 +161,7 @@ class Claim:
         """
         return cls._between(
             "ratio", key, text, published, lambda v: v[over] / v[under], above, below,
-            strict=True, spec=spec, unit="×", kind=kind, timing=timing, detail=detail,
+            strict=True, spec=spec, unit="×", kind=kind, detail=detail,
         )  # fmt: skip
 
     @classmethod
@@ -224,10 +223,7 @@ class Claim:
         kind: ClaimKind,
         strict: bool = False,
         spec: str | None = None,
-        scale: float | None = None,
         unit: str | None = None,
-        timing: bool = False,
-        detail: str = "",
     ) -> Claim:
         """The claim that one value is at most ``high``: ``value <= high``, or
         ``value < high`` with ``strict``; the arguments as for :meth:`at_least`.
@@ -242,7 +238,7 @@ class Claim:
         """
         return cls._between(
             "at_most", key, text, published, value, None, high, strict=strict, spec=spec,
-            scale=scale, unit=unit, kind=kind, timing=timing, detail=detail,
+            unit=unit, kind=kind,
         )  # fmt: skip
 
     @classmethod
@@ -258,9 +254,7 @@ class Claim:
         kind: ClaimKind,
         strict: bool = False,
         spec: str | None = None,
-        scale: float | None = None,
         unit: str | None = None,
-        timing: bool = False,
         detail: str = "",
     ) -> Claim:
         """The claim that one value lies between ``low`` and ``high``, both included
@@ -281,7 +275,7 @@ class Claim:
         """
         return cls._between(
             "between", key, text, published, value, low, high, strict=strict, spec=spec,
-            scale=scale, unit=unit, kind=kind, timing=timing, detail=detail,
+            unit=unit, kind=kind, detail=detail,
         )  # fmt: skip
 
     @classmethod
@@ -301,11 +295,8 @@ class Claim:
             raise ValueError(
                 f"Claim.{how} {key!r}: the lower bound {low:g} is above the upper, {high:g}."
             )
-        read: Callable[[Values], float]
-        if isinstance(value, Ref):
-            read, default = operator.itemgetter(value), value.format
-        else:
-            read, default = value, (".3g", 1.0, "")
+        read = operator.itemgetter(value) if isinstance(value, Ref) else value
+        default = value.format if isinstance(value, Ref) else (".3g", 1.0, "")
         spec = default[0] if spec is None else spec
         scale = default[1] if scale is None else scale
         unit = default[2] if unit is None else unit

@@ -72,7 +72,6 @@ MODES = {
 }  # fmt: skip
 #: Each model trained at a fixed depth with Euler, and its twin refined with RK4.
 PAIRS = (("euler", "rk4-refined"), ("wide-euler", "wide-rk4-refined"))
-TEXT = "continuousnet-cifar.md"
 
 
 def claims(setup: Setup[common.RefineSettings]) -> list[Claim]:
@@ -137,10 +136,10 @@ def tables(setup: Setup[common.RefineSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[common.RefineSettings]) -> dict[str, str]:
-    """The data trained on, and a line per model not run (its data set not found)."""
+    """A line per model not run (its data set not found)."""
     details = {net.label: result.details(net.key) for net in result.settings.nets}
     lines = [f"- {label}: {d['not_run']}." for label, d in details.items() if "not_run" in d]
-    return {**common.words(result), "not_run": "\n".join(lines) or "- none"}
+    return {"not_run": "\n".join(lines) or "- none"}
 
 
 register_template(

@@ -275,7 +275,6 @@ TEMPLATE = register_template(
         claims=lambda setup: CLAIMS,
         tables=tables,
         words=lambda result: {
-            **common.words(result),
             "gap": f"{ACC_GAP * 100:g}",
             "exact": EXACT,
             "fall": FALL,

@@ -1,14 +1,14 @@
 """What the ContinuousNet experiments of Queiruga et al. (2020) share: the nets and
 their training, the measurement of a trained net with its batch-norm statistics
-recalibrated, the texts' one field and the per-epoch figure."""
+recalibrated, and the per-epoch figure."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import contnet
 import torch
@@ -16,7 +16,6 @@ import torch
 from .._figures import Lines, Mark
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
-from ._images import not_run
 from ._metrics import Metric
 from ._result import Result
 from ._template import Measurement, Run, Settings, Setup, Trained
@@ -113,27 +112,16 @@ class RefineSettings(NetSettings):
 N = TypeVar("N", bound=NetSettings)
 
 
-def missing(nets: Sequence[Net], data_dir: str | None) -> list[str]:
-    """The data sets of ``nets`` (``None``, the digits, aside) not found, sorted."""
-    names = sorted({net.dataset for net in nets if net.dataset})
-    gone = []
-    for name in names:
-        try:
-            find_data(name, data_dir)
-        except FileNotFoundError:
-            gone.append(name)
-    return gone
-
-
 def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
-    """The :func:`odebench.training.train` run of ``net`` for ``seed``."""
+    """The :func:`odebench.training.train` run of ``net`` for ``seed``; where its data
+    set is not found, a run that trains nothing (:attr:`Run.needs`)."""
     s = setup.settings
     config = TrainConfig(
         model=net.model, dataset=net.dataset or digits(setup.options.data_dir),
         epochs=s.epochs_of(net), method=net.method, n_steps=net.n_steps,
         refine_epochs=net.refine_epochs, seed=seed, **dataclasses.asdict(s.training),
     )  # fmt: skip
-    return Run(net.key, config=config)
+    return Run(net.key, config=config, needs=net.dataset)
 
 
 def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
@@ -141,19 +129,12 @@ def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
     (the loader's ``FileNotFoundError``)."""
     for name in sorted({net.dataset for net in setup.settings.nets if net.dataset}):
         find_data(name, setup.options.data_dir)
-    return [train_run(setup, net, seed) for net in setup.settings.nets]
+    return runs_where_found(setup, seed)
 
 
 def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
-    """A :func:`train_run` per net whose data set is found; the others are runs that
-    train nothing (:attr:`Run.skipped`), which the report lists as not run."""
-    gone = missing(setup.settings.nets, setup.options.data_dir)
-    return [
-        Run(net.key, skipped=not_run(net.dataset))
-        if net.dataset in gone
-        else train_run(setup, net, seed)
-        for net in setup.settings.nets
-    ]
+    """A :func:`train_run` per net: those whose data set is not found train nothing."""
+    return [train_run(setup, net, seed) for net in setup.settings.nets]
 
 
 def ran(setup: Setup[N]) -> list[Net]:
@@ -241,11 +222,6 @@ def measure_refined(
         {"dataset": r.config.dataset,
          "per_epoch": [{k: row.get(k) for k in EPOCH_ROW} for row in rows]},
     )  # fmt: skip
-
-
-def words(result: Result[Any]) -> dict[str, str]:
-    """The texts' field ``data``: the data sets the runs trained on, with their sizes."""
-    return {"data": result.data or "none found"}
 
 
 def epoch_panels(result: Result[N]) -> list[Lines]:

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..training import DATASETS, find_data
 from ._registry import Log, RunOptions
-from ._report import Prose
 
 if TYPE_CHECKING:
     from ._template import Setup
@@ -30,21 +29,6 @@ def not_run(dataset: str) -> str:
         'not run here: needs CIFAR-100 (`odebench download cifar100`)'
     """
     return f"not run here: needs {data_name(dataset)} (`odebench download {dataset}`)"
-
-
-def mode_note(
-    mode: str, epochs: int, train_size: int | None, batch_size: int, authors: str, tests: str
-) -> str:
-    """What a run of ``mode`` says about the published numbers: ``authors`` is the
-    authors' training as a clause, ``tests`` what a short run still tests."""
-    common = Prose.of("common.md")
-    if mode == "quick":
-        return common.part("quick_run", epochs=epochs, train_size=train_size)
-    if train_size is None:
-        return common.part("all_images", authors=authors)
-    steps = epochs * (train_size // batch_size)
-    fields = {"epochs": epochs, "train_size": train_size, "batch_size": batch_size}
-    return common.part("cpu_run", steps=steps, authors=authors, tests=tests, **fields)
 
 
 def available_datasets(datasets: tuple[str, ...], options: RunOptions, log: Log) -> list[str]:

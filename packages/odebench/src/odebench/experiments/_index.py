@@ -4,32 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._io import markdown_table
-from ._claims import MAX_CLAIM_TEXT
-from ._metrics import Stat
 from ._registry import EXPERIMENTS, read_results
-from ._verdicts import Verdict
 
 SUMMARY = ["experiment", "paper claims", "checks", "data", "seeds", "training", "commit"]
 
-UNCLASSIFIED = "unclassified"  # a claim published before claims had a kind
 PAPER_STATUSES = ("held", "mixed", "not held")  # counted in every summary row
-
-
-@dataclass(frozen=True)
-class _Claim:
-    """One claim of a published run, as the index shows it."""
-
-    kind: str
-    status: str
-    text: str
-    published: str
-    ours: str
-    verdict: str
 
 
 def reproductions_table(
@@ -40,8 +23,7 @@ def reproductions_table(
     Read from each ``results/NAME/results.json`` whose ``NAME`` is an experiment, in
     the order of :data:`~odebench.experiments.EXPERIMENTS`: a summary row per
     experiment, then the claims of the papers and the checks of our code. Only paper
-    claims count as reproduced; a claim published before claims had a kind is shown
-    as *unclassified* and not counted.
+    claims count as reproduced.
 
     Args:
         results: the folder :func:`~odebench.experiments.publish` wrote into
@@ -91,14 +73,14 @@ def reproductions_table(
         page = link(name)
         label = name if page is None else f"[{name}]({page})"
         doc = read_results(results / name / "results.json")
-        claims = [_claim(claim) for claim in (doc.get("claims") or {}).values()]
+        claims = list((doc.get("claims") or {}).values())
         summary.append([label, *_summary(doc, claims)])
         details = (d for seeds in (doc.get("details") or {}).values() for d in seeds if d)
         reasons = dict.fromkeys(d["not_run"] for d in details if d.get("not_run"))
         tables["paper"] += [[label, f"*{reason}*", "–", "–", "not run"] for reason in reasons]
         for c in claims:
-            table = tables["check" if c.kind == "check" else "paper"]
-            table.append([label, c.text, c.published, c.ours, c.verdict])
+            table = tables["check" if c["kind"] == "check" else "paper"]
+            table.append([label, c["text"], str(c["published"]), c["cell"], c["verdict"]])
     parts = ["### Summary", "", markdown_table(SUMMARY, summary), ""]
     for kind, title, none in (
         ("paper", "Claims of the paper", "No published run declares a claim of its paper."),
@@ -111,25 +93,11 @@ def reproductions_table(
     return "\n".join(parts)
 
 
-def _claim(claim: dict[str, Any]) -> _Claim:
-    """A claim of ``results.json`` as the index shows it; one without a ``kind`` is
-    unclassified, shortened, and judged by the rule for paper claims."""
-    ours = _cell(claim)
-    if "kind" in claim:  # written with its status and verdict since kinds exist
-        status, verdict = str(claim["status"]), str(claim["verdict"])
-        return _Claim(claim["kind"], status, claim["text"], str(claim["published"]), ours, verdict)
-    holds = bool(claim["holds"])
-    held_on = tuple(bool(h) for h in claim.get("held_on_seeds") or [holds])
-    words = Verdict("", "", "", Stat(None, None, 0, ()), holds, held_on, kind="paper").words
-    text, published = _short(claim["text"]), _short(str(claim["published"]))
-    return _Claim(UNCLASSIFIED, UNCLASSIFIED, text, published, ours, f"{UNCLASSIFIED} · {words}")
-
-
-def _summary(doc: Mapping[str, Any], claims: list[_Claim]) -> list[str]:
+def _summary(doc: Mapping[str, Any], claims: list[dict[str, Any]]) -> list[str]:
     """The summary row's cells after the experiment's name."""
-    provenance = doc.get("provenance")
+    provenance = doc["provenance"]  # publish refuses a run without one
     details = doc.get("details") or {}
-    paper = Counter(c.status for c in claims if c.kind == "paper")
+    paper = Counter(c["status"] for c in claims if c["kind"] == "paper")
     said = []
     if paper:
         said = [f"{paper.pop(status, 0)} {status}" for status in PAPER_STATUSES]
@@ -138,17 +106,12 @@ def _summary(doc: Mapping[str, Any], claims: list[_Claim]) -> list[str]:
     if skipped:
         runs = len(set(doc.get("metrics") or {}) | set(details))
         said.append(f"{len(skipped)} of {runs} runs not run (data absent)")
-    unclassified = sum(c.kind == UNCLASSIFIED for c in claims)
-    if unclassified:
-        said.append(f"{unclassified} {UNCLASSIFIED}")
-    if provenance is None:
-        said.append("published before provenance: rerun pending")
-    checks = [c for c in claims if c.kind == "check"]
-    passed = sum(c.status == "passed" for c in checks)
+    checks = [c for c in claims if c["kind"] == "check"]
+    passed = sum(c["status"] == "passed" for c in checks)
     n = str(len(doc.get("seeds", [])) or 1)
     mode = doc.get("mode", "standard")
     seeds = {"standard": n, "quick": f"{n} (quick: a smoke test, not a result)"}
-    contended = ", contended" if provenance is not None and provenance.get("contended") else ""
+    contended = ", contended" if provenance.get("contended") else ""
     return [
         " · ".join(said) or "none",
         f"{passed} of {len(checks)} passed" if checks else "–",
@@ -159,29 +122,11 @@ def _summary(doc: Mapping[str, Any], claims: list[_Claim]) -> list[str]:
     ]
 
 
-def _commit(provenance: dict[str, Any] | None) -> str:
-    if provenance is None:
-        return "no provenance"
+def _commit(provenance: dict[str, Any]) -> str:
     commit = provenance.get("commit")
     if not commit:
         return "not from a checkout"
     return f"`{commit[:10]}`" + (" (dirty)" if provenance.get("dirty") else "")
-
-
-def _short(text: str) -> str:
-    """``text`` cut at a word to :data:`MAX_CLAIM_TEXT` characters, ``…`` ending it."""
-    if len(text) <= MAX_CLAIM_TEXT:
-        return text
-    cut = text[: MAX_CLAIM_TEXT - 1]
-    return cut[: cut.rfind(" ")].rstrip(" ,;:") + "…" if " " in cut else cut + "…"
-
-
-def _cell(claim: dict[str, Any]) -> str:
-    """The report's cell; for a run published before cells were recorded, mean ± std."""
-    if "cell" in claim:
-        return str(claim["cell"])
-    ours = claim["ours"]
-    return Stat(ours["mean"], ours["std"], ours["n"], tuple(ours["seeds"])).cell(".3g")
 
 
 def _minutes(seconds: float | None) -> str:

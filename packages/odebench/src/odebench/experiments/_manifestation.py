@@ -254,8 +254,6 @@ register_template(
         figures=[Figure("fig9_heatmaps.png", _plot_heatmaps),
                  Plot("accuracy_vs_steps.png", _lines, size=(4.5, 3.4), sharey=True)],
         tables=tables,
-        words=lambda result: {
-            **common.words(result), "flat": FLAT_RANGE * 100, "degraded": DEGRADED_RANGE * 100
-        },
+        words=lambda result: {"flat": FLAT_RANGE * 100, "degraded": DEGRADED_RANGE * 100},
     )
 )  # fmt: skip

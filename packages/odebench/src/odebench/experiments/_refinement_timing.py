@@ -26,7 +26,6 @@ PUBLISHED: dict[str, float | str] = {
 #: Faster: the refined run's training time below this fraction of the fixed run's.
 TIME_RATIO_MAX = 1.0
 FIXED, REFINED = "rk4-fixed", "rk4-refined"
-TEXT = "refinement-timing.md"
 
 
 def _nets(dataset: str | None, steps: int, schedule: tuple[int, ...]) -> tuple[common.Net, ...]:
@@ -115,7 +114,7 @@ register_template(
         claims=claims,
         published=PUBLISHED,
         tables=tables,
-        words=lambda result: {**common.words(result), "time_ratio_max": TIME_RATIO_MAX},
+        words=lambda result: {"time_ratio_max": TIME_RATIO_MAX},
         figures=[Plot("time_and_accuracy_per_epoch.png", common.epoch_panels, size=(4.8, 3.6))],
     )
 )

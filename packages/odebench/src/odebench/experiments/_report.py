@@ -73,12 +73,13 @@ class Prose:
 
 
 def namespace(template: Template[Any], result: Result[Any]) -> dict[str, object]:
-    """What the fields of an experiment's text read: ``s``, ``mode``, ``table`` and the
-    experiment's ``words``."""
+    """What the fields of an experiment's text read: ``s``, ``mode``, ``data`` (the data
+    the runs trained on, in words), ``table`` and the experiment's ``words``."""
     tables = template.tables(result.setup)
     return {
         "s": result.settings,
         "mode": result.setup.mode,
+        "data": result.data or "none found",
         "table": {name: table.markdown(result) for name, table in tables.items()},
         **template.words(result),
     }

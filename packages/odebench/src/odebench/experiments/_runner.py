@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from .._io import JsonObject, write_json, write_text
 from .._provenance import provenance_started
-from ..training import TrainConfig, fit, resolve_device, train
+from ..training import TrainConfig, find_data, fit, resolve_device, train
+from ._images import not_run
 from ._metrics import Stat
 from ._registry import (
     _REGISTRY,
@@ -69,8 +70,8 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
         The content of ``results.json``.
 
     Raises:
-        ValueError: an unknown mode, ``--epochs`` where it does not apply, or runs
-            that differ in name from seed to seed.
+        ValueError: ``--epochs`` where it does not apply, or runs that differ in name
+            from seed to seed.
     """
     started = time.perf_counter()
     provenance = provenance_started(str(resolve_device(options.device)))
@@ -198,7 +199,8 @@ def _setup(
     settings = template.settings_for(options.mode_name, options.epochs)
     seeds = tuple(options.seed + k for k in range(settings.seeds))
     setup = Setup(template.name, options.mode_name, settings, options, seeds, log)
-    plans = {seed: list(template.runs(setup, seed)) for seed in seeds}
+    data_dir = options.data_dir
+    plans = {seed: [_found(run, data_dir) for run in template.runs(setup, seed)] for seed in seeds}
     names = [run.name for run in plans[seeds[0]]]
     for seed, runs in plans.items():
         if [run.name for run in runs] != names or len(set(names)) < len(names):
@@ -208,6 +210,17 @@ def _setup(
             )
     trained = tuple(run.name for run in plans[seeds[0]] if run.skipped is None)
     return dataclasses.replace(setup, trained=trained), plans
+
+
+def _found(run: Run, data_dir: str | None) -> Run:
+    """``run``, or one that trains nothing where the data set it needs is not found."""
+    if run.needs is None:
+        return run
+    try:
+        find_data(run.needs, data_dir)
+    except FileNotFoundError:
+        return Run(run.name, skipped=not_run(run.needs))
+    return run
 
 
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:

@@ -30,7 +30,7 @@ class Settings:
 
     One instance per mode holds every number the mode changes. Each is validated by its
     fields' types and names: an ``int`` field is a positive integer, ``lr`` and ``*_lr``
-    positive numbers, ``optimizer`` ``"sgd"`` or ``"adam"``.
+    positive numbers.
 
     Args:
         seeds: how many seeds each run trains: ``--seed S`` gives ``S, S + 1, ...``.
@@ -51,14 +51,12 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "int | None") and (value is not None or f.type == "int"):
-                if not whole(1)(value):
-                    raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
-            elif f.name == "lr" or f.name.endswith("_lr"):
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                    raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
-            elif f.name == "optimizer" and value not in ("sgd", "adam"):
-                raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {value!r}.")
+            integer = f.type == "int" or (f.type == "int | None" and value is not None)
+            if integer and not whole(1)(value):
+                raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if (f.name == "lr" or f.name.endswith("_lr")) and not (number and value > 0):
+                raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +133,8 @@ class Run:
         task: trained by :func:`odebench.training.fit`.
         skipped: why the run trains nothing (its data set was not found); kept in
             ``results.json`` as its ``"not_run"`` detail.
+        needs: an image data set the run reads: where it is not found, the run trains
+            nothing and is ``skipped``, the report saying what to download.
 
     Example:
         >>> Run("node")
@@ -147,6 +147,7 @@ class Run:
     config: TrainConfig | None = None
     task: Task | None = None
     skipped: str | None = None
+    needs: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name.startswith("/") or ".." in self.name.split("/"):
@@ -346,13 +347,8 @@ class Template(Generic[S]):
         """The settings of ``mode``, with ``epochs`` (``--epochs``) in every epoch field.
 
         Raises:
-            ValueError: an unknown mode (the message lists the known ones), or
-                ``epochs`` for an experiment without epoch fields.
+            ValueError: ``epochs`` for an experiment without epoch fields.
         """
-        if mode not in self.modes:
-            raise ValueError(
-                f"{self.name} has no mode {mode!r}; its modes: {', '.join(self.modes)}."
-            )
         settings = self.modes[mode]
         if epochs is None:
             return settings
