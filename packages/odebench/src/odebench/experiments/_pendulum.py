@@ -69,13 +69,21 @@ class PendulumSettings(Settings):
     hidden: int  # width of the MLP's two hidden layers
     n_test: int  # held-out clean initial states
     horizon: float  # the length of the evaluation rollouts, a multiple of max(dt_factors) dt
-    dt_factors: tuple[float, ...] = DT_FACTORS  # increasing, with 1.0
+    dt_factors: tuple[float, ...] = DT_FACTORS  # increasing, with 1.0, each dividing the last
     fine_factor: float = 1.0 / 32.0  # the step of the fine RK4 rollouts over dt
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if 1.0 not in self.dt_factors or list(self.dt_factors) != sorted(self.dt_factors):
-            raise ValueError(f"`dt_factors` must increase and hold 1.0, got {self.dt_factors}.")
+        factors = self.dt_factors
+        # measure reads every rollout, and the truth, at the multiples of the largest step.
+        if (
+            1.0 not in factors
+            or list(factors) != sorted(factors)
+            or any(factors[-1] / f % 1 for f in factors)
+        ):
+            raise ValueError(
+                f"`dt_factors` must increase, hold 1.0 and divide the largest, got {factors}."
+            )
 
 
 MODES = {
