@@ -105,10 +105,8 @@ def _batches(model: nn.Module, data: Dataset, size: int, limit: int | None = Non
     normalised, on the model's device; the model in eval mode."""
     device = next(model.parameters()).device
     model.eval()
-    n = len(data) if limit is None else min(limit, len(data))
-    spans = [(a, min(a + size, n)) for a in range(0, n, size)]
-    return [(data.normalize(data.inputs[a:b].to(device)), data.targets[a:b].to(device))
-            for a, b in spans]  # fmt: skip
+    inputs, targets = data.inputs[:limit].to(device), data.targets[:limit].to(device)
+    return list(zip(torch.split(data.normalize(inputs), size), torch.split(targets, size)))
 
 
 def _at_floor(nfes: list[float], floors: list[float]) -> float:
