@@ -91,17 +91,11 @@ def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path: Path) -> None:
 
 
 def test_fit_line() -> None:
-    assert fit_line([(2.0, 10.0), (4.0, 14.0), (8.0, 22.0)]) == {
-        "slope": 2.0,
-        "intercept": 6.0,
-        "correlation": 1.0,
-    }
+    exact = {"slope": 2.0, "intercept": 6.0, "correlation": 1.0}
+    assert fit_line([(2.0, 10.0), (4.0, 14.0), (8.0, 22.0)]) == exact
     # A constant line has slope 0 and no correlation; a single x has no line at all.
-    assert fit_line([(2.0, 5.0), (8.0, 5.0)]) == {
-        "slope": 0.0,
-        "intercept": 5.0,
-        "correlation": None,
-    }
+    flat = {"slope": 0.0, "intercept": 5.0, "correlation": None}
+    assert fit_line([(2.0, 5.0), (8.0, 5.0)]) == flat
     assert fit_line([(2.0, 5.0), (2.0, 6.0)])["slope"] is None
 
 

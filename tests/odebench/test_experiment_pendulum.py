@@ -81,6 +81,15 @@ def test_fit_slope_and_global_error():
     assert global_error(ys, truth) == pytest.approx(2.5)
 
 
+@pytest.mark.parametrize("factors", [(0.5, 2.0), (1.0, 0.5), (1.0, 2.5)])
+def test_dt_factors_must_increase_hold_dt_and_divide_the_largest(factors):
+    """(1.0, 2.5) over a horizon of 5: the rollout at 2.5 dt, read at t = 2.5 and 5, was
+    compared with the truth at t = 2 and 4, without an error."""
+    quick = pendulum_experiment.MODES["quick"]
+    with pytest.raises(ValueError, match="and divide the largest"):
+        dataclasses.replace(quick, dt_factors=factors, horizon=5.0)
+
+
 def test_runs_train_on_the_cpu_whatever_the_device(tmp_path: Path):
     """The tiny float64 field trains on the CPU even when ``--device cuda`` is asked for
     (on a machine without CUDA, that request alone would fail)."""

@@ -61,8 +61,10 @@ TEST_ERROR = Metric("test_error", spec=".2f", scale=100, unit="%")
 PARAMETERS = Metric("parameters", spec=".3f", scale=1e-6, unit="M")
 SAVED = Metric("saved_mib", spec=".1f")  # what autograd saves for the backward pass
 STEP = Metric("step_seconds", spec=".0f", scale=1e3)
-NFE_FORWARD, NFE_BACKWARD = Metric("nfe_forward", spec=".0f"), Metric("nfe_backward", spec=".0f")
-TRAIN_IMAGES, TEST_IMAGES = Metric("train_images", spec=".0f"), Metric("test_images", spec=".0f")
+NFE_FORWARD = Metric("nfe_forward", spec=".0f")
+NFE_BACKWARD = Metric("nfe_backward", spec=".0f")
+TRAIN_IMAGES = Metric("train_images", spec=".0f")
+TEST_IMAGES = Metric("test_images", spec=".0f")
 # The ODE-Net's block in `steps` RK4 steps: the saved MiB, and their slope against `steps`.
 SAVED_AT_DEPTH = Metric(
     "saved_mib", over=("gradient", "steps"), spec=".1f", key_format="saved_mib_{gradient}@{steps}"

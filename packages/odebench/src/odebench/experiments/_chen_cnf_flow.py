@@ -29,18 +29,22 @@ TRUTH_NODES = 4000  # quadrature nodes along the centre curve for the true densi
 
 # What measure records of each CNF. NLLs are in nats per held-out point, of the adaptive
 # solve (Dopri5) unless said otherwise; NFEs are the adaptive solve's.
-TEST_NLL, TRUE_TEST_NLL = Metric("test_nll", spec=".3f"), Metric("true_test_nll", spec=".3f")
+TEST_NLL = Metric("test_nll", spec=".3f")
 TEST_NLL_RK4 = Metric("test_nll_rk4", spec=".3f")  # with the RK4 steps it trained with
+TRUE_TEST_NLL = Metric("true_test_nll", spec=".3f")
 GAUSSIAN_TRAIN_NLL = Metric("gaussian_train_nll", spec=".3f")
 GAUSSIAN_TEST_NLL = Metric("gaussian_test_nll", spec=".3f")
 PAIRED_SE = Metric("paired_se", spec=".3f")  # standard error of the CNF's - Gaussian's
 TRAIN_NLL = Metric("train_nll", spec=".3f")  # mean batch loss of the last epoch
-NFE_INITIAL, NFE = Metric("nfe_initial", spec=".0f"), Metric("nfe", spec=".0f")
+NFE_INITIAL = Metric("nfe_initial", spec=".0f")
+NFE = Metric("nfe", spec=".0f")
 NFE_SAMPLING = Metric("nfe_sampling", spec=".0f")  # pushing the base samples through
 NFE_TRAINING = Metric("nfe_training", spec=".0f")  # per RK4 solve in training
-MASS_IN_GRID, MASS = Metric("mass_in_grid", spec=".4f"), Metric("mass", spec=".4f")
+MASS_IN_GRID = Metric("mass_in_grid", spec=".4f")
 MASS_OUTSIDE = Metric("mass_outside", spec=".4f")  # the flow's samples outside the grid
-MASS_ERROR, LOGDET_ERROR = Metric("mass_error", spec=".1e"), Metric("logdet_error", spec=".1e")
+MASS = Metric("mass", spec=".4f")
+MASS_ERROR = Metric("mass_error", spec=".1e")
+LOGDET_ERROR = Metric("logdet_error", spec=".1e")
 
 _F64 = torch.float64
 Field = Callable[[Tensor, Tensor], Tensor]
@@ -117,12 +121,13 @@ def grid_points(grid: int, box: float) -> tuple[Tensor, float]:
     return torch.stack([gx.flatten(), gy.flatten()], dim=1), h
 
 
-def trace_and_logdet(field: Field, z0: Tensor, steps: int) -> tuple[Tensor, Tensor]:
+def trace_and_logdet(
+    field: Field, z0: Tensor, steps: int, eps: float = 1e-5
+) -> tuple[Tensor, Tensor]:
     """Per point ``z0``: the CNF's ``delta = -int tr(df/dz) dt``, and ``log abs det J`` of
-    the map ``z0 -> z(1)`` by central differences of step 1e-5; both by RK4 in ``steps``
+    the map ``z0 -> z(1)`` by central differences of step ``eps``; both by RK4 in ``steps``
     steps of a float64 copy of ``field``. The change of variables makes them opposite."""
     field64 = copy.deepcopy(field).to(_F64) if isinstance(field, nn.Module) else field
-    eps = 1e-5
     spec = odecore.OdeSpec(solver=odecore.RK4(), n_steps=steps)
     z0 = z0.detach().to(_F64)
     n, dim = z0.shape

@@ -62,12 +62,9 @@ class ToleranceSettings(MnistTraining):
 
 def _table1s(mode: str, tols: tuple[float, ...], eval_batch: int, probe: int) -> ToleranceSettings:
     """chen-table1's training in ``mode``, and the tolerances and batches measured here."""
-    t = TABLE1_MODES[mode]
-    return ToleranceSettings(
-        seeds=t.seeds, epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, optimizer=t.optimizer,
-        milestones=t.milestones, augment=t.augment, train_size=t.train_size,
-        test_size=t.test_size, tolerances=tols, eval_batch=eval_batch, probe_size=probe,
-    )  # fmt: skip
+    table1 = TABLE1_MODES[mode]
+    trained = {f.name: getattr(table1, f.name) for f in dataclasses.fields(MnistTraining)}
+    return ToleranceSettings(**trained, tolerances=tols, eval_batch=eval_batch, probe_size=probe)
 
 
 FIVE = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)

@@ -59,14 +59,17 @@ class Probe(TypedDict):
 
 # Of each model (its test error is chen-table1's TEST_ERROR): training, the probe, and what
 # the claims read of the probe over the tolerances off the solver's minimum (_probe_metrics).
-TRAIN_SECONDS, EPOCHS = Metric("train_seconds", spec=".0f"), Metric("epochs")
+TRAIN_SECONDS = Metric("train_seconds", spec=".0f")
+EPOCHS = Metric("epochs")
 TRAINING_NFE = Metric("nfe", over=("way", "end"), spec=".1f", key_format="nfe_{way}_{end}")
 FLOOR = Metric("floor", over=("way",), spec=".1f", key_format="floor_{way}")
 PROBE = Metric("probe", over=("way", "tol"), spec=".1f", key_format="probe_{way}@{tol}")
 SOLVE_ERROR = Metric("solve_error", over=("tol",), spec=".1e")
 PROBE_OFF = Metric("probe_off_floor", over=("tol",))
-RATIO, RATIO_TOLERANCES = Metric("ratio", spec=".2f"), Metric("ratio_tolerances", spec=".1f")
-BACKWARD_OFF, SEMINORM_OFF = Metric("backward_off_floor"), Metric("backward_seminorm_off_floor")
+RATIO = Metric("ratio", spec=".2f")
+RATIO_TOLERANCES = Metric("ratio_tolerances", spec=".1f")
+BACKWARD_OFF = Metric("backward_off_floor")
+SEMINORM_OFF = Metric("backward_seminorm_off_floor")
 SEMINORM_TOLERANCES = Metric("seminorm_tolerances")
 
 # Of the sweep's model: the sweep, the line through forward time against NFE, the minimum.
@@ -102,10 +105,8 @@ def _batches(model: nn.Module, data: Dataset, size: int, limit: int | None = Non
     normalised, on the model's device; the model in eval mode."""
     device = next(model.parameters()).device
     model.eval()
-    n = len(data) if limit is None else min(limit, len(data))
-    spans = [(a, min(a + size, n)) for a in range(0, n, size)]
-    return [(data.normalize(data.inputs[a:b].to(device)), data.targets[a:b].to(device))
-            for a, b in spans]  # fmt: skip
+    inputs, targets = data.inputs[:limit].to(device), data.targets[:limit].to(device)
+    return list(zip(torch.split(data.normalize(inputs), size), torch.split(targets, size)))
 
 
 def _at_floor(nfes: list[float], floors: list[float]) -> float:
