@@ -78,38 +78,20 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
 @pytest.mark.parametrize(
     ("key", "run", "metrics", "words"),
     [  # the reflection's held-out L1 loss over its bound: at the bound holds, below fails
-        (
-            "vanilla_reflection_at_bound",
-            "reflection/vanilla",
-            {"test_loss": 0.95, "test_l1_bound": 1.0},
-            "passed",
-        ),
-        (
-            "vanilla_reflection_at_bound",
-            "reflection/vanilla",
-            {"test_loss": 0.9, "test_l1_bound": 1.0},
-            "failed",
-        ),
-        (
-            "data_control_reflects",
-            "reflection/data_control",
-            {"test_loss": 0.1, "test_l1_bound": 1.0},
-            "held",
-        ),
-        (
-            "data_control_reflects",
-            "reflection/data_control",  # well below: strictly
-            {"test_loss": 0.25, "test_l1_bound": 1.25},
-            "not held",
-        ),
+        ("vanilla_reflection_at_bound", "reflection/vanilla", {"test_loss": 0.95}, "passed"),
+        ("vanilla_reflection_at_bound", "reflection/vanilla", {"test_loss": 0.9}, "failed"),
+        ("data_control_reflects", "reflection/data_control", {"test_loss": 0.1}, "held"),
+        ("data_control_reflects", "reflection/data_control", {"test_loss": 0.2}, "not held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.95}, "held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.94}, "not held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": None}, "not held"),
     ],
 )
 def test_claims_bounds(key: str, run: str, metrics: dict[str, float | None], words: str) -> None:
+    """Each case's bound is 1 (0.2 × 1 is well below it: strictly)."""
     claim = next(c for c in dissecting.CLAIMS if c.key == key)
-    assert claim.check([Values({run: metrics})]).words == words
+    bound = {"test_l1_bound": 1.0} if run.startswith("reflection") else {}
+    assert claim.check([Values({run: {**metrics, **bound}})]).words == words
 
 
 @pytest.mark.slow
@@ -131,13 +113,8 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     for task in dissecting.TASKS:
         for kind in dissecting.MODELS:
             entry = saved["metrics"][f"{task}/{kind}"]
-            for key, stat in (
-                ("loss", "mean"),
-                ("loss", "std"),
-                ("nfe", "mean"),
-                ("seconds", "mean"),
-            ):
-                assert _finite(entry[key][stat]), (task, kind, key, stat)
+            numbers = [entry["loss"]["mean"], entry["loss"]["std"], entry["nfe"]["mean"]]
+            assert all(map(_finite, [*numbers, entry["seconds"]["mean"]])), (task, kind, entry)
             if task == "annuli":
                 assert 0.0 <= entry["accuracy"]["mean"] <= 1.0
     assert set(saved["claims"]) == {c.key for c in dissecting.CLAIMS}
@@ -182,6 +159,7 @@ def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str,
     assert metrics["reflection/data_control"]["loss"]["mean"] < 0.1 * bound
 
 
+@pytest.mark.slow
 def test_claims_are_judged_on_held_out_points(run: tuple[Path, dict[str, Any]]) -> None:
     _, saved = run
     metrics = saved["metrics"]
