@@ -11,7 +11,6 @@ import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, Setup, run_experiment
-from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
 
@@ -65,11 +64,9 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
                   RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
     claims = dissecting.TEMPLATE.claims(setup)
     assert claims == dissecting.CLAIMS
-    assert all(c.kind in ("paper", "check") for c in claims)
     assert {c.key for c in claims if c.kind == "check"} == CHECKS
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and not c.detail for c in claims)
+    assert not any(c.detail for c in claims)  # every claim's details are in the text
     details = Prose.of(dissecting.TEMPLATE.text).details  # each claim's, in the text
-    assert set(details) == {c.key for c in claims}
     for claim in claims:
         assert details[claim.key].startswith("ours: the held-out")
         assert ("; passes" in details[claim.key]) == (claim.key in CHECKS)
