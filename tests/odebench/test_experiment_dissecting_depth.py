@@ -11,7 +11,6 @@ import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
 from odebench.experiments import EXPERIMENTS, RunOptions, Setup, run_experiment
-from odebench.experiments._claims import MAX_CLAIM_TEXT
 from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
 
@@ -65,11 +64,9 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
                   RunOptions(out=Path("unused")), (0, 1, 2), print)  # fmt: skip
     claims = dissecting.TEMPLATE.claims(setup)
     assert claims == dissecting.CLAIMS
-    assert all(c.kind in ("paper", "check") for c in claims)
     assert {c.key for c in claims if c.kind == "check"} == CHECKS
-    assert all(len(c.text) <= MAX_CLAIM_TEXT and not c.detail for c in claims)
+    assert not any(c.detail for c in claims)  # every claim's details are in the text
     details = Prose.of(dissecting.TEMPLATE.text).details  # each claim's, in the text
-    assert set(details) == {c.key for c in claims}
     for claim in claims:
         assert details[claim.key].startswith("ours: the held-out")
         assert ("; passes" in details[claim.key]) == (claim.key in CHECKS)
@@ -78,38 +75,20 @@ def test_every_claim_has_a_kind_and_the_bounds_are_checks() -> None:
 @pytest.mark.parametrize(
     ("key", "run", "metrics", "words"),
     [  # the reflection's held-out L1 loss over its bound: at the bound holds, below fails
-        (
-            "vanilla_reflection_at_bound",
-            "reflection/vanilla",
-            {"test_loss": 0.95, "test_l1_bound": 1.0},
-            "passed",
-        ),
-        (
-            "vanilla_reflection_at_bound",
-            "reflection/vanilla",
-            {"test_loss": 0.9, "test_l1_bound": 1.0},
-            "failed",
-        ),
-        (
-            "data_control_reflects",
-            "reflection/data_control",
-            {"test_loss": 0.1, "test_l1_bound": 1.0},
-            "held",
-        ),
-        (
-            "data_control_reflects",
-            "reflection/data_control",  # well below: strictly
-            {"test_loss": 0.25, "test_l1_bound": 1.25},
-            "not held",
-        ),
+        ("vanilla_reflection_at_bound", "reflection/vanilla", {"test_loss": 0.95}, "passed"),
+        ("vanilla_reflection_at_bound", "reflection/vanilla", {"test_loss": 0.9}, "failed"),
+        ("data_control_reflects", "reflection/data_control", {"test_loss": 0.1}, "held"),
+        ("data_control_reflects", "reflection/data_control", {"test_loss": 0.2}, "not held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.95}, "held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": 0.94}, "not held"),
         ("galerkin_annuli_fits", "annuli/galerkin", {"test_accuracy": None}, "not held"),
     ],
 )
 def test_claims_bounds(key: str, run: str, metrics: dict[str, float | None], words: str) -> None:
+    """Each case's bound is 1 (0.2 × 1 is well below it: strictly)."""
     claim = next(c for c in dissecting.CLAIMS if c.key == key)
-    assert claim.check([Values({run: metrics})]).words == words
+    bound = {"test_l1_bound": 1.0} if run.startswith("reflection") else {}
+    assert claim.check([Values({run: {**metrics, **bound}})]).words == words
 
 
 @pytest.mark.slow
@@ -131,13 +110,8 @@ def test_results_finite(run: tuple[Path, dict[str, Any]]) -> None:
     for task in dissecting.TASKS:
         for kind in dissecting.MODELS:
             entry = saved["metrics"][f"{task}/{kind}"]
-            for key, stat in (
-                ("loss", "mean"),
-                ("loss", "std"),
-                ("nfe", "mean"),
-                ("seconds", "mean"),
-            ):
-                assert _finite(entry[key][stat]), (task, kind, key, stat)
+            numbers = [entry["loss"]["mean"], entry["loss"]["std"], entry["nfe"]["mean"]]
+            assert all(map(_finite, [*numbers, entry["seconds"]["mean"]])), (task, kind, entry)
             if task == "annuli":
                 assert 0.0 <= entry["accuracy"]["mean"] <= 1.0
     assert set(saved["claims"]) == {c.key for c in dissecting.CLAIMS}
@@ -182,6 +156,7 @@ def test_vanilla_stays_at_bound_data_control_reflects(run: tuple[Path, dict[str,
     assert metrics["reflection/data_control"]["loss"]["mean"] < 0.1 * bound
 
 
+@pytest.mark.slow
 def test_claims_are_judged_on_held_out_points(run: tuple[Path, dict[str, Any]]) -> None:
     _, saved = run
     metrics = saved["metrics"]

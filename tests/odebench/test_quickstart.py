@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from odebench.data import DataError
-from odebench.experiments import RunOptions
+from odebench.experiments import RunOptions, Values
 from odebench.experiments import _quickstart as quickstart
 from odebench.training import train
 from odebench.training._data import search_paths
@@ -97,18 +97,11 @@ def test_the_fallback_toy_task_really_learns(tmp_path, monkeypatch):
 
 def test_every_claim_has_a_kind_and_none_is_a_check(tmp_path):
     """The quickstart claims one thing of the paper, tested by training; it checks nothing."""
-    from odebench.experiments._claims import MAX_CLAIM_TEXT
-    from odebench.experiments._report import Prose
-
     claims = quickstart.TEMPLATE.claims(_setup(tmp_path, None))
     assert [(c.key, c.kind) for c in claims] == [("anode_fits_better", "paper")]
-    assert all(len(c.text) <= MAX_CLAIM_TEXT for c in claims)
-    assert list(Prose.of("quickstart.md").details) == ["anode_fits_better"]
 
 
 def test_the_claim_is_the_paired_difference_of_the_test_mses():
-    from odebench.experiments import Values
-
     (claim,) = quickstart.CLAIMS
     seeds = [
         Values({"anode": {"test_loss": a}, "node": {"test_loss": n}})

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._io import JsonObject, whole
+from .._io import JsonObject
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
 from . import _anode_common as common
@@ -71,48 +71,39 @@ MODES = {
 }  # fmt: skip
 
 
-def shifted_sines(
-    n: int, *, shift: float = SHIFT, noise: float = NOISE, generator: torch.Generator | None = None
-) -> Dataset:
-    """``n`` points ``(x1, sin(pi x1) + noise * N(0, 1) ± shift / 2)``, ``x1`` uniform in
+def shifted_sines(n: int, *, generator: torch.Generator | None = None) -> Dataset:
+    """``n`` points ``(x1, sin(pi x1) + NOISE * N(0, 1) ± SHIFT / 2)``, ``x1`` uniform in
     ``[-1, 1]``, shuffled: the upper curve's (+1), then the lower's (-1)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"`n` must be an integer of at least 2, got {n!r}.")
-    if not (shift > 0 and math.isfinite(shift)):
-        raise ValueError(f"`shift` must be positive and finite, got {shift!r}.")
-    if not (noise >= 0 and math.isfinite(noise)):
-        raise ValueError(f"`noise` must be non-negative and finite, got {noise!r}.")
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(f"`generator` must be a CPU generator, got one on {generator.device}.")
     f64 = torch.float64
     upper = n - n // 2
     label = torch.cat([torch.ones(upper, dtype=f64), -torch.ones(n - upper, dtype=f64)])
     x1 = 2.0 * torch.rand(n, generator=generator, dtype=f64) - 1.0
-    x2 = torch.sin(math.pi * x1) + noise * torch.randn(n, generator=generator, dtype=f64)
-    x2 = x2 + label * shift / 2.0
+    x2 = torch.sin(math.pi * x1) + NOISE * torch.randn(n, generator=generator, dtype=f64)
+    x2 = x2 + label * SHIFT / 2.0
     perm = torch.randperm(n, generator=generator)
     inputs = torch.stack([x1, x2], dim=1)[perm].to(torch.float32)
     return Dataset(inputs, label[perm, None].to(torch.float32), "shifted-sines", num_classes=None)
 
 
+DRAW: dict[str, Callable[..., Dataset]] = {
+    "1d": functools.partial(annuli, dim=1), "2d": functools.partial(annuli, dim=2),
+    "separable": shifted_sines,
+}  # fmt: skip
+"""How each task of :data:`TASKS` draws its points."""
+
+
 @functools.lru_cache(maxsize=16)
-def task_data(task: str, n: int, seed: int, split: str) -> Dataset:
-    """The ``n`` points of ``task`` for ``seed``, the same for both models; the test set
+def task_data(task: str, n: int, seed: int, test: bool = False) -> Dataset:
+    """The ``n`` points of ``task`` for ``seed``, the same for both models; with ``test``
     from another stream.
 
     Example:
-        >>> task_data("2d", 30, 0, "train").name, len(task_data("separable", 30, 0, "test"))
+        >>> task_data("2d", 30, 0).name, len(task_data("separable", 30, 0, test=True))
         ('annuli-2d', 30)
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"`split` must be 'train' or 'test', got {split!r}.")
-    draw: dict[str, Callable[..., Dataset]] = {
-        "1d": functools.partial(annuli, dim=1), "2d": functools.partial(annuli, dim=2),
-        "separable": shifted_sines,
-    }  # fmt: skip
-    if task not in draw:
-        raise ValueError(f"Unknown task {task!r}; known: {', '.join(draw)}.")
-    return draw[task](n, generator=torch.Generator().manual_seed(2 * seed + (split == "test")))
+    return DRAW[task](n, generator=torch.Generator().manual_seed(2 * seed + test))
 
 
 class ToyResNet(nn.Module):
@@ -121,11 +112,6 @@ class ToyResNet(nn.Module):
 
     def __init__(self, features: int, out_features: int, blocks: int, hidden: int = TOY_HIDDEN):
         super().__init__()
-        sizes = {"features": features, "out_features": out_features, "blocks": blocks,
-                 "hidden": hidden}  # fmt: skip
-        for name, value in sizes.items():
-            if not whole(1)(value):
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, features))
             for _ in range(blocks)
@@ -179,7 +165,7 @@ def runs(setup: Setup[ResnetSettings], seed: int) -> list[Run]:
             row=lambda epoch: {"losses": list(epoch.losses), "epoch_seconds": epoch.seconds},
         ))
         for task, _ in TASKS
-        for data in [task_data(task, s.train_size, seed, "train")]
+        for data in [task_data(task, s.train_size, seed)]
         for model in MODELS
     ]  # fmt: skip
 
@@ -200,8 +186,8 @@ def measure(setup: Setup[ResnetSettings], trained: Trained) -> Measurement:
     s = setup.settings
     task, model_name = trained.run.name.split("/")
     model = trained.load()
-    train_set = task_data(task, s.train_size, trained.seed, "train")
-    test_set = task_data(task, s.test_size, trained.seed, "test")
+    train_set = task_data(task, s.train_size, trained.seed)
+    test_set = task_data(task, s.test_size, trained.seed, test=True)
     curve = _curve(trained.history, s.record_every)
     metrics: dict[str, float | None] = {
         TRAIN_MSE.key(): common.mse(model, train_set.inputs, train_set.targets),

@@ -14,7 +14,7 @@ from torch import Tensor
 from .._figures import Lines, Point, Style
 from ..data import Dataset, annuli
 from ..models import build_model
-from ..training import Task, load_model, load_splits
+from ..training import Task, load_splits
 from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
@@ -167,8 +167,8 @@ def _points(points: Tensor) -> list[Point]:
 
 def _features_panels(result: Result[ToySettings]) -> list[Lines]:
     """2-D: the test inputs and the features at t = 1 of NODE and ANODE, by target."""
-    _model, config = load_model(result.setup.run_dir("2d/node", result.setup.seeds[0]), "cpu")
-    _, test_set = load_splits(config)
+    config = common.train_config(result.settings, "toy-node", "annuli-2d", result.setup.seeds[0])
+    _, test_set = load_splits(config)  # the runs' own test points
     x, y = test_set.inputs[:600], test_set.targets[:600, 0]
     views = {"test inputs (blue: g = -1)": ("x1", "x2", x)}
     for name in MODELS:
