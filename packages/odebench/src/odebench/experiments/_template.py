@@ -30,7 +30,7 @@ class Settings:
 
     One instance per mode holds every number the mode changes. Each is validated by its
     fields' types and names: an ``int`` field is a positive integer, ``lr`` and ``*_lr``
-    positive numbers.
+    positive numbers, ``optimizer`` ``"sgd"`` or ``"adam"``.
 
     Args:
         seeds: how many seeds each run trains: ``--seed S`` gives ``S, S + 1, ...``.
@@ -57,6 +57,8 @@ class Settings:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if (f.name == "lr" or f.name.endswith("_lr")) and not (number and value > 0):
                 raise ValueError(f"`{f.name}` must be a positive number, got {value!r}.")
+            if f.name == "optimizer" and value not in ("sgd", "adam"):
+                raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {value!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)
