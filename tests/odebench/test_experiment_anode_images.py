@@ -15,6 +15,7 @@ from odebench.experiments import (
     EXPERIMENTS,
     MODES,
     Result,
+    Run,
     RunOptions,
     Setup,
     Stat,
@@ -22,7 +23,9 @@ from odebench.experiments import (
     Values,
     run_template,
 )
+from odebench.experiments._images import not_run
 from odebench.experiments._report import Prose
+from odebench.experiments._runner import _setup
 from odebench.models import build_model, count_parameters
 from odebench.training import TrainConfig
 from odebench.training._data import load_splits
@@ -82,29 +85,36 @@ def test_the_text_states_each_modes_training(mode: str) -> None:
     assert "2 epochs of 2,000 images (500 steps of batch 8)" in text  # the standard mode's
 
 
-def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
+def _plans(data_dir: Path) -> tuple[Setup[TrainingSettings], dict[str, Run], list[str]]:
+    """The standard mode's setup and runs of seed 0 with ``data_dir``, and the lines logged."""
     lines: list[str] = []
-    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    found = anode_images.available_datasets(("mnist", "cifar10"), options, lines.append)
-    assert found == ["mnist"]
-    setup = Setup("anode-images", "standard", anode_images.TEMPLATE.settings_for("standard"),
-                  options, (0,), print, trained=("mnist/node", "mnist/anode"))  # fmt: skip
-    _, skipped = anode_images.trained_datasets(("mnist", "cifar10"), setup)
-    assert list(skipped) == ["cifar10"]
-    assert skipped["cifar10"].startswith(
-        "not run here: needs CIFAR-10 (`odebench download cifar10`), or give its directory"
-    )
-    assert str(tmp_path) not in skipped["cifar10"]  # the report names no path
-    assert len(lines) == 1 and lines[0].startswith(
+    options = RunOptions(out=data_dir / "out", mode="standard", data_dir=str(data_dir))
+    setup, plans = _setup(anode_images.TEMPLATE, options, lines.append)
+    return setup, {run.name: run for run in plans[0]}, lines
+
+
+def test_cifar_without_files_is_skipped_with_a_line(tmp_path: Path) -> None:
+    setup, runs, lines = _plans(tmp_path)
+    assert setup.trained == ("mnist/node", "mnist/anode")  # MNIST's absence: training's to say
+    for dataset, label in (("cifar10", "CIFAR-10"), ("svhn", "SVHN")):
+        for model in ("node", "anode"):
+            run = runs[f"{dataset}/{model}"]
+            assert run.config is None and run.skipped == (
+                f"not run here: needs {label} (`odebench download {dataset}`)"
+            )
+            assert str(tmp_path) not in run.skipped  # the report names no path
+    assert len(lines) == 2 and lines[0].startswith(
         f"cifar10 skipped: no cifar10 data in {tmp_path}"
     )
+    assert lines[1].startswith(f"svhn skipped: no svhn data in {tmp_path}")
 
 
 def test_cifar_with_files_is_kept(tmp_path: Path) -> None:
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"")
-    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    assert anode_images.available_datasets(("cifar10",), options, print) == ["cifar10"]
+    setup, runs, lines = _plans(tmp_path)
+    assert "cifar10/anode" in setup.trained and runs["cifar10/anode"].config is not None
+    assert [line.split(" ")[0] for line in lines] == ["svhn"]
 
 
 def test_every_claim_has_a_kind_and_the_parameter_counts_are_checks(tmp_path: Path) -> None:
@@ -201,9 +211,11 @@ def test_files_exist_and_results_equal_the_summary(
 def test_figures_are_sane(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     _, summary, _ = run
     assert summary["experiment"] == "anode-images" and summary["quick"] is True
-    trained = [d for d in anode_images.DATASETS if f"{d}/node" in summary["metrics"]]
+    trained = [d for d in anode_images.DATASETS if summary["metrics"][f"{d}/node"]]
     assert trained == ["mnist"]
-    assert [d for d in anode_images.DATASETS if d not in trained] == ["cifar10", "svhn"]
+    for dataset in ("cifar10", "svhn"):  # not found: runs that train nothing, and say why
+        for model in ("node", "anode"):
+            assert summary["details"][f"{dataset}/{model}"] == [{"not_run": not_run(dataset)}] * 2
     assert math.isfinite(summary["wall_seconds"]) and summary["date"]
     for model in ("node", "anode"):
         row = summary["metrics"][f"mnist/{model}"]
@@ -260,8 +272,7 @@ def test_svhn_with_files_is_kept_and_loads_as_colour_images(tmp_path: Path) -> N
     for name, n in (("train_32x32.mat", 6), ("test_32x32.mat", 4)):
         labels = np.arange(1, n + 1).reshape(-1, 1)
         scipy_io.savemat(folder / name, {"X": np.zeros((32, 32, 3, n), np.uint8), "y": labels})
-    options = RunOptions(out=tmp_path, data_dir=str(tmp_path))
-    assert anode_images.available_datasets(("svhn",), options, print) == ["svhn"]
+    assert "svhn/node" in _plans(tmp_path)[0].trained
     train, test = load_splits(TrainConfig(model="anode", dataset="svhn", data_dir=str(tmp_path)))
     assert train.inputs.shape == (6, 3, 32, 32) and test.inputs.shape == (4, 3, 32, 32)
     assert test.targets.tolist() == [1, 2, 3, 4]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from odebench.experiments import (
+    TEMPLATES,
     Claim,
     Col,
     Measurement,
@@ -27,7 +28,6 @@ from odebench.experiments import (
     Template,
     Trained,
     _contnet_common,
-    _images,
     _runner,
     register_template,
     rerender,
@@ -49,10 +49,10 @@ def test_a_report_written_again_with_more_data_found_is_the_published_one(
 ) -> None:
     """Every data set found on the machine that writes the report again: its runs,
     claims and tables are still those of the data the published run trained on."""
-    for module in (_images, _contnet_common):
+    for module in (_runner, _contnet_common):
         monkeypatch.setattr(module, "find_data", lambda dataset, data_dir=None: tmp_path)
-    found = _images.available_datasets(("cifar10", "svhn"), RunOptions(out=tmp_path), print)
-    assert found == ["cifar10", "svhn"]  # data sets the published runs did not have
+    _, plans = _runner._setup(TEMPLATES[name], RunOptions(out=tmp_path), print)
+    assert all(run.skipped is None for runs in plans.values() for run in runs)  # all found
     run = shutil.copytree(RESULTS / name, tmp_path / name)
     doc = json.loads((run / "results.json").read_text(encoding="utf-8"))
     assert rerender(run, log=lambda _: None) == doc

@@ -10,7 +10,7 @@ from .._figures import Bars, Lines, Style
 from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
-from ._images import available_datasets, data_name, trained_datasets
+from ._images import data_name, trained_datasets
 from ._metrics import Metric, Values
 from ._report import Prose
 from ._result import Result
@@ -50,11 +50,15 @@ MODES = {
 
 
 def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
-    """Both models on every data set found (a skipped one is logged once)."""
-    log = setup.log if seed == setup.seeds[0] else lambda _: None
+    """Both models on every data set; those of a data set not found train nothing
+    (:attr:`Run.needs`), but MNIST's, whose absence training reports."""
     return [
-        Run(f"{dataset}/{model}", config=common.train_config(setup.settings, model, dataset, seed))
-        for dataset in available_datasets(DATASETS, setup.options, log)
+        Run(
+            f"{dataset}/{model}",
+            config=common.train_config(setup.settings, model, dataset, seed),
+            needs=None if dataset == "mnist" else dataset,
+        )
+        for dataset in DATASETS
         for model in MODELS
     ]
 
@@ -124,16 +128,17 @@ def dataset_claims(dataset: str) -> list[Claim]:
 
 def claims(setup: Setup[TrainingSettings]) -> list[Claim]:
     """The claims of every data set trained on."""
-    return [c for d in _trained(setup) for c in dataset_claims(d)]
+    return [c for d in trained_datasets(setup) for c in dataset_claims(d)]
 
 
 def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
     """Table 1 on the data sets trained on, ours beside the paper's."""
-    runs = {f"{d}/{m}": f"{data_name(d)}, {LABELS[m]}" for d in _trained(setup) for m in MODELS}
+    trained = trained_datasets(setup)
+    runs = {f"{d}/{m}": f"{data_name(d)}, {LABELS[m]}" for d in trained for m in MODELS}
     paper = {
         f"{d}/{m}": {"test accuracy (paper)": f"{100 * p['acc']:.1f} ± {100 * p['acc_std']:.1f}%",
                      "parameters (paper)": f"{p['params'] / 1e3:.0f}k"}
-        for d in _trained(setup) for m, p in PUBLISHED[d].items()
+        for d in trained for m, p in PUBLISHED[d].items()
     }  # fmt: skip
     return {"table1": by_run("model", runs, [
         Col("test accuracy (ours)", TEST_ACC), Col("test accuracy (paper)"),
@@ -145,7 +150,7 @@ def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
 
 def _accuracy(result: Result[TrainingSettings]) -> list[Bars]:
     """Bars: test accuracy per data set and model, ours against the paper's (Table 1)."""
-    groups = [(d, m) for d in _trained(result.setup) for m in MODELS]
+    groups = [(d, m) for d in trained_datasets(result.setup) for m in MODELS]
     ours = [result.stat(TEST_ACC.of(f"{d}/{m}")) for d, m in groups]
     paper = [PUBLISHED[d][m] for d, m in groups]
     names = [f"{data_name(d)}\n{LABELS[m]}" for d, m in groups]
@@ -161,7 +166,7 @@ def _accuracy(result: Result[TrainingSettings]) -> list[Bars]:
 def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
     """Fig. 10: training loss against forward NFE per batch, each seed a line."""
     panels = []
-    for dataset in _trained(result.setup):
+    for dataset in trained_datasets(result.setup):
         series, styles = {}, {}
         for model in MODELS:
             for k, curve in enumerate(common.curves(result, f"{dataset}/{model}")):
@@ -171,11 +176,6 @@ def _loss_nfe(result: Result[TrainingSettings]) -> list[Lines]:
         title = f"{data_name(dataset)}: loss against NFE (Fig. 10)"
         panels.append(Lines(title, "forward NFE per batch", "training loss", series, styles))
     return panels
-
-
-def _trained(setup: Setup[TrainingSettings]) -> list[str]:
-    """The data sets the runs trained on."""
-    return trained_datasets(DATASETS, setup)[0]
 
 
 TEMPLATE = register_template(Template(
@@ -189,7 +189,7 @@ TEMPLATE = register_template(Template(
     figures=[
         Plot("accuracy_params.png", _accuracy),
         Plot("nfe.png", lambda result: common.curve_panels(
-            result, [(d, data_name(d)) for d in _trained(result.setup)], "nfe_forward",
+            result, [(d, data_name(d)) for d in trained_datasets(result.setup)], "nfe_forward",
             "forward NFE per batch")),
         Plot("loss_nfe.png", _loss_nfe),
     ],

@@ -199,8 +199,13 @@ def _setup(
     settings = template.settings_for(options.mode_name, options.epochs)
     seeds = tuple(options.seed + k for k in range(settings.seeds))
     setup = Setup(template.name, options.mode_name, settings, options, seeds, log)
-    data_dir = options.data_dir
-    plans = {seed: [_found(run, data_dir) for run in template.runs(setup, seed)] for seed in seeds}
+    gone: dict[str, str] = {}
+    plans = {
+        seed: [_found(run, options.data_dir, gone) for run in template.runs(setup, seed)]
+        for seed in seeds
+    }
+    for dataset, why in gone.items():
+        log(f"{dataset} skipped: {why}")
     names = [run.name for run in plans[seeds[0]]]
     for seed, runs in plans.items():
         if [run.name for run in runs] != names or len(set(names)) < len(names):
@@ -212,15 +217,19 @@ def _setup(
     return dataclasses.replace(setup, trained=trained), plans
 
 
-def _found(run: Run, data_dir: str | None) -> Run:
-    """``run``, or one that trains nothing where the data set it needs is not found."""
+def _found(run: Run, data_dir: str | None, gone: dict[str, str]) -> Run:
+    """``run``, or one that trains nothing where the data set it needs is not found; ``gone``
+    gathers ``{data set not found: why}``."""
     if run.needs is None:
         return run
-    try:
-        find_data(run.needs, data_dir)
-    except FileNotFoundError:
-        return Run(run.name, skipped=not_run(run.needs))
-    return run
+    if run.needs not in gone:
+        try:
+            find_data(run.needs, data_dir)
+        except FileNotFoundError as exc:
+            gone[run.needs] = str(exc)
+        else:
+            return run
+    return Run(run.name, skipped=not_run(run.needs))
 
 
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
