@@ -5,6 +5,7 @@ of a report details exactly the claims that need it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from odebench.experiments import (
@@ -54,7 +55,9 @@ def test_a_claim_on_an_unknown_run_fails_its_dry_run() -> None:
     assert Values.dry_run(["nod"])[acc.of("nod")] != Values.dry_run(["nod"])[acc.of("nod")]
 
 
-def _template(tmp_path: Path, text: str, claims: list[Claim], tables: dict[str, Table]) -> Template:
+def _template(
+    tmp_path: Path, text: str, claims: list[Claim], tables: dict[str, Table]
+) -> tuple[Template[Any], Path]:
     from odebench.experiments import Measurement, Run, Settings
     from odebench.training import TrainConfig
 
@@ -137,3 +140,30 @@ def test_the_parts_of_a_text_are_filled_in_by_name(tmp_path: Path) -> None:
     assert prose.details == {"a": "details"}
     with pytest.raises(KeyError, match="no part 'trained' in the text; its parts: found, skipped"):
         prose.part("trained")
+
+
+def test_a_text_reads_a_claim_s_bounds_as_its_numbers_are_shown(tmp_path: Path) -> None:
+    from odebench.experiments import Measurement, Result, RunOptions, Settings, Setup, Stat
+    from odebench.experiments._report import namespace
+
+    acc = Metric("test_acc", spec=".1f", scale=100, unit="%")
+    node, anode = acc.of("node"), acc.of("anode")
+    claims = [
+        Claim.at_least("fits", "fits", 0.9, node, 0.95, kind="paper"),
+        Claim.difference("close", "close", "x", node, anode, below=-0.01, above=-0.2,
+                         kind="paper", scale=100, unit=" points"),
+        Claim("bare", "bare", "x", ours=lambda v: v[node], holds=lambda v: v[node] > 0.5,
+              kind="check"),
+    ]  # fmt: skip
+    template, _ = _template(tmp_path / "t", "", claims, {})
+    setup = Setup("t", "quick", Settings(), RunOptions(out=Path("unused")), (0,), print)
+    stats = {run: {"test_acc": Stat.of([0.96])} for run in ("node", "anode")}
+    result = Result(setup, "", "", 0.0, stats, {"node": (Measurement({}),)}, ())
+    fields = namespace(template, result)
+    text = "at {claim[fits].low:.1f}%; from {claim[close].low:g} to {claim[close].high:g} points"
+    assert text.format_map(fields) == "at 95.0%; from -20 to -1 points"
+    for missing in ("{claim[fits].high}", "{claim[bare].low}"):  # no bound: no `None` shown
+        with pytest.raises(AttributeError):
+            missing.format_map(fields)
+    with pytest.raises(KeyError):
+        "{claim[unknown].low}".format_map(fields)

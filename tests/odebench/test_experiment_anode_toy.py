@@ -66,7 +66,8 @@ def test_every_claim_has_a_kind_and_the_floor_is_a_check() -> None:
     claims = anode_toy.TEMPLATE.claims(setup)
     assert [c.key for c in claims if c.kind == "check"] == ["node_1d_at_floor"]
     floor = Prose.of(anode_toy.TEMPLATE.text).details["node_1d_at_floor"]
-    assert "passes at {floor_margin}× or more" in floor
+    assert "passes at {claim[node_1d_at_floor].low}× or more" in floor
+    assert next(c for c in claims if c.key == "node_1d_at_floor").low == anode_toy.FLOOR_MARGIN
 
 
 def test_anode_below_node_is_the_paired_difference() -> None:

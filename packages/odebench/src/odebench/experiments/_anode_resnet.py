@@ -250,11 +250,6 @@ CLAIMS = [
 ]  # fmt: skip
 
 
-THRESHOLDS = {"easily": EASILY, "struggles": STRUGGLES, "less_pronounced": LESS_PRONOUNCED,
-              "matched": MATCHED, "floor_slack": FLOOR_SLACK}  # fmt: skip
-"""The thresholds, as the text's claims section names them."""
-
-
 def _pair(what: str, metric: Metric, spread: bool = True) -> list[Col]:
     """A column of ``metric`` per model: the run ``<row's task>/<model>``."""
     return [Col(f"{common.LABELS[m]} {what}", metric, run=f"{{run}}/{m}", spread=spread)
@@ -279,7 +274,8 @@ TEMPLATE = register_template(Template(
     title="ResNet against NODE on g(x) and a separable function (Dupont et al., Fig. 5)",
     modes=MODES, one_thread_modes=("quick", "standard"),
     runs=runs, measure=measure, claims=lambda setup: CLAIMS,
-    tables=lambda setup: {"losses": LOSSES}, words=lambda result: THRESHOLDS,
+    tables=lambda setup: {"losses": LOSSES},
+    words=lambda result: {"less_pronounced": LESS_PRONOUNCED, "matched": MATCHED},
     figures=[
         Plot("loss.png", lambda result: common.curve_panels(
             result, TASKS, "train_loss", "training loss (MSE)", yscale="log", models=MODELS,

@@ -277,12 +277,11 @@ def tables(setup: Setup[ChenSettings]) -> dict[str, Table]:
 
 
 def words(result: Result[ChenSettings]) -> dict[str, object]:
-    """The images the runs trained and were tested on, and the claims' bars, for the text."""
+    """The images the runs trained and were tested on, for the text."""
     return {
         "train_images": result.cell(TRAIN_IMAGES.of("resnet")),
         "test_images": result.cell(TEST_IMAGES.of("resnet")),
-        "target": TARGET_ERROR, "gap_points": 100 * GAP_POINTS, "flat": FLAT_SLOPE,
-    }  # fmt: skip
+    }
 
 
 def _memory_panels(result: Result[ChenSettings]) -> list[Lines]:

@@ -32,6 +32,9 @@ class Claim:
         kind: ``"paper"`` (a claim of the paper) or ``"check"`` (of our code).
         timing: the claim compares times: not judged on a contended machine.
         detail: what ``ours`` is and how the threshold was chosen, for the report.
+        low, high: the bounds ``holds`` tests ``ours`` against, which the text reads as
+            ``{claim[key].low}`` (``None``: no such bound, or one ``holds`` keeps to itself);
+            the constructors below set them.
 
     Raises:
         ValueError: an unknown ``kind``, a ``text`` longer than
@@ -60,6 +63,8 @@ class Claim:
     kind: ClaimKind = field(kw_only=True)
     timing: bool = field(default=False, kw_only=True)
     detail: str = field(default="", kw_only=True)
+    low: float | None = field(default=None, kw_only=True)
+    high: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.kind not in CLAIM_KINDS:
@@ -307,7 +312,9 @@ class Claim:
                 return (low is None or x > low) and (high is None or x < high)
             return (low is None or x >= low) and (high is None or x <= high)
 
-        return cls(key, text, published, read, holds, spec, scale, unit, **kwargs)
+        return cls(
+            key, text, published, read, holds, spec, scale, unit, low=low, high=high, **kwargs
+        )
 
     def check(self, seeds: Sequence[Values], *, contended: bool = False) -> Verdict:
         """The verdict on the values of each seed (in order) and on their means.

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .._io import markdown_table, text_parts
@@ -17,6 +18,7 @@ from .._provenance import Provenance
 from ._verdicts import Verdict
 
 if TYPE_CHECKING:
+    from ._claims import Claim
     from ._result import Result
     from ._template import Template
 
@@ -74,15 +76,24 @@ class Prose:
 
 def namespace(template: Template[Any], result: Result[Any]) -> dict[str, object]:
     """What the fields of an experiment's text read: ``s``, ``mode``, ``data`` (the data
-    the runs trained on, in words), ``table`` and the experiment's ``words``."""
+    the runs trained on, in words), ``table``, ``claim`` (a claim's bounds by its key:
+    ``{claim[key].low}``, ``{claim[key].high}``) and the experiment's ``words``."""
     tables = template.tables(result.setup)
     return {
         "s": result.settings,
         "mode": result.setup.mode,
         "data": result.data or "none found",
         "table": {name: table.markdown(result) for name, table in tables.items()},
+        "claim": {claim.key: _bounds(claim) for claim in template.claims(result.setup)},
         **template.words(result),
     }
+
+
+def _bounds(claim: Claim) -> SimpleNamespace:
+    """The bounds ``claim`` has, as its numbers are shown (times its ``scale``); a bound
+    it lacks is no attribute, so a text that reads one fails instead of showing ``None``."""
+    bounds = {"low": claim.low, "high": claim.high}
+    return SimpleNamespace(**{k: b * claim.scale for k, b in bounds.items() if b is not None})
 
 
 def with_details(template: Template[Any], result: Result[Any]) -> tuple[Verdict, ...]:
