@@ -199,13 +199,14 @@ def _setup(
     settings = template.settings_for(options.mode_name, options.epochs)
     seeds = tuple(options.seed + k for k in range(settings.seeds))
     setup = Setup(template.name, options.mode_name, settings, options, seeds, log)
-    gone: dict[str, str] = {}
+    looked: dict[str, str | None] = {}
     plans = {
-        seed: [_found(run, options.data_dir, gone) for run in template.runs(setup, seed)]
+        seed: [_found(run, options.data_dir, looked) for run in template.runs(setup, seed)]
         for seed in seeds
     }
-    for dataset, why in gone.items():
-        log(f"{dataset} skipped: {why}")
+    for dataset, why in looked.items():
+        if why is not None:
+            log(f"{dataset} skipped: {why}")
     names = [run.name for run in plans[seeds[0]]]
     for seed, runs in plans.items():
         if [run.name for run in runs] != names or len(set(names)) < len(names):
@@ -217,18 +218,20 @@ def _setup(
     return dataclasses.replace(setup, trained=trained), plans
 
 
-def _found(run: Run, data_dir: str | None, gone: dict[str, str]) -> Run:
-    """``run``, or one that trains nothing where the data set it needs is not found; ``gone``
-    gathers ``{data set not found: why}``."""
+def _found(run: Run, data_dir: str | None, looked: dict[str, str | None]) -> Run:
+    """``run``, or one that trains nothing where the data set it needs is not found;
+    ``looked`` keeps each data set looked for, with why it is not found (``None``: found),
+    so that each is looked for once."""
     if run.needs is None:
         return run
-    if run.needs not in gone:
+    if run.needs not in looked:
         try:
             find_data(run.needs, data_dir)
+            looked[run.needs] = None
         except FileNotFoundError as exc:
-            gone[run.needs] = str(exc)
-        else:
-            return run
+            looked[run.needs] = str(exc)
+    if looked[run.needs] is None:
+        return run
     return Run(run.name, skipped=not_run(run.needs))
 
 
