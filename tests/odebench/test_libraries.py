@@ -74,7 +74,8 @@ def test_unsupported_combinations_say_why():
     )
     assert odecore_lib.unsupported(rk4, "backprop") is None
     (tdq,), _ = discover(["torchdiffeq"])
-    assert tdq.unsupported(rk4, "checkpoint") == "torchdiffeq has no checkpointing gradient method"
+    assert tdq.unsupported(rk4, "checkpoint") == "torchdiffeq has no checkpoint gradient method"
+    assert tdq.unsupported(rk4, "reversible") == "torchdiffeq has no reversible gradient method"
 
 
 def _libraries():

@@ -30,3 +30,28 @@ def test_memory_that_the_warm_up_freed_counts_again_in_the_measured_run():
     baseline, peak, how, _ = _peak_of(lambda: _touch_and_free(kept))
     assert how == "VmHWM after clear_refs"
     assert peak - baseline >= 6 * 1024  # KiB, of the 8 MiB written
+
+
+def test_a_gradient_whose_memory_grows_is_not_run_past_its_limit(monkeypatch):
+    # Backprop's memory grows by about 2 MiB a step: 10,000 steps would take 20 GiB. Its
+    # growth is judged up to the most steps it ran; the flat methods run them all.
+    import odebench.perf._memory as memory
+    from odebench.perf import _libraries
+
+    ran = []
+
+    def child(job, threads, batch, timeout_s):
+        ran.append(job)
+        return memory.Peak(peak_delta_mib=1.0 + (job[2] if job[1] == "backprop" else 0) / 100)
+
+    monkeypatch.setattr(memory, "_run_child", child)
+    rows = memory.measure_memory(
+        [_libraries.OdecoreLibrary()], (10, 1000, 10_000), threads=1, batch=1
+    )
+    assert ("odecore", "backprop", 10_000) not in ran
+    assert ("odecore", "reversible", 10_000) in ran and ("odecore", "adjoint", 10_000) in ran
+    got = {(r.gradient, r.n_steps, r.figure): r for r in rows}
+    assert got["backprop", 10_000, "peak_delta_mib"].note.startswith("not run")
+    assert got["backprop", None, "mib_per_step"].value == pytest.approx(0.01)  # 10 to 1000
+    assert got["backprop", None, "delta_growth"].value == pytest.approx(11.0 / 1.1)
+    assert got["reversible", None, "delta_growth"].value == 1.0

@@ -702,8 +702,9 @@ _BENCHMARKS = {
         "Time odecore against torchdiffeq, and torchode and torchdyn where they import, on "
         "an MLP, two conv fields, Van der Pol and a linear system with dopri5 at 1e-3 and "
         "1e-6 and rk4 with 100 steps: forward, forward + backward by backprop, adjoint, "
-        "adjoint with seminorm and checkpointing; NFE, error, overhead factors and ratios; "
-        "peak memory in fresh processes; gradient error against finite differences. "
+        "adjoint with seminorm, checkpointing and the reversible method; NFE, error, "
+        "overhead factors and ratios; peak memory in fresh processes; gradient error "
+        "against finite differences. "
         "Prints tables; --json writes every figure.",
         _solvers_arguments,
         _solvers,

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ._problems import CountingField, last_state
 
-MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint")
+MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint", "reversible")
 """How a solve runs: ``forward`` (no gradient), or forward plus backward with a gradient method."""
 
 GRADIENT_MODES = MODES[1:]
@@ -178,9 +178,10 @@ def _times(t0: float, t1: float, like: Tensor) -> Tensor:
 
 
 def _odecore_solve(
-    field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, *, compile: bool = False
+    field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, *, mode: str = "checkpoint"
 ) -> odecore.Solution:
-    """odecore's ``solve`` of ``method``, checkpointed or (``compile``) as one compiled graph."""
+    """odecore's ``solve`` of ``method`` with the gradient of ``mode`` (``checkpoint`` or
+    ``reversible``), or in mode ``compiled`` as one compiled graph."""
     spec = method.spec
     return odecore.solve(
         field,
@@ -189,11 +190,15 @@ def _odecore_solve(
         t1=t1,
         solver=spec.solver,
         controller=spec.controller,
-        gradient=None if compile else odecore.Checkpoint(),
+        gradient=_SOLVE_GRADIENTS.get(mode),
         dt0=spec.step_size(t0, t1),
         max_steps=spec.max_steps,
-        compile=compile,
+        compile=mode == "compiled",
     )
+
+
+_SOLVE_GRADIENTS = {"checkpoint": odecore.Checkpoint(), "reversible": odecore.Reversible()}
+"""The gradient of each mode that runs through odecore's ``solve`` (compiled: none)."""
 
 
 def _odeint(
@@ -218,8 +223,8 @@ class OdecoreLibrary(Library):
     def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        if mode == "checkpoint":
-            return last_state(_odecore_solve(field, y0, t0, t1, method).ys)
+        if mode in ("checkpoint", "reversible"):
+            return last_state(_odecore_solve(field, y0, t0, t1, method, mode=mode).ys)
         return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
 
 
@@ -251,7 +256,7 @@ class CompiledOdecoreLibrary(Library):
             # An eager fallback (no C++ compiler, a field that does not trace) would
             # be timed as the compiled solve: it fails the cell instead.
             warnings.simplefilter("error", odecore.CompileFallbackWarning)
-            sol = _odecore_solve(inner, y0, t0, t1, method, compile=True)
+            sol = _odecore_solve(inner, y0, t0, t1, method, mode="compiled")
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
         return last_state(sol.ys)
@@ -273,8 +278,8 @@ class _PeerLibrary(Library):
             return f"{method.name} runs in odecore only"
         if method.max_steps is not None:
             return "a step budget (`max_steps`) is set through odecore only"
-        if mode == "checkpoint":
-            return f"{self.name} has no checkpointing gradient method"
+        if mode in ("checkpoint", "reversible"):
+            return f"{self.name} has no {mode} gradient method"
         return super().unsupported(method, mode)
 
 

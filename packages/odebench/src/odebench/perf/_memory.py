@@ -32,7 +32,10 @@ from ._stats import finite, ratio
 from ._timing import loss_weight, run_once
 
 MARK = "ODEBENCH-MEMORY "
-MEMORY_MODES = ("backprop", "adjoint", "checkpoint")
+MEMORY_MODES = ("backprop", "adjoint", "checkpoint", "reversible")
+GROWING = {"backprop": 1000, "checkpoint": 1000}
+"""The most steps of the gradient methods whose memory grows with the steps (backprop:
+about 2 MiB a step)."""
 _MIB = 1024.0
 
 
@@ -203,6 +206,10 @@ def measure_memory(
         for library in libraries:
             for gradient in MEMORY_MODES:
                 reason = library.unsupported(Method("rk4", n_steps=n), gradient)
+                if n > GROWING.get(gradient, n):
+                    reason = (
+                        f"not run: its memory grows with the steps (run to {GROWING[gradient]})"
+                    )
                 if reason is None:
                     jobs.append((library.name, gradient, n))
                     continue
@@ -231,8 +238,10 @@ def _key(library: str, gradient: str, n: int | None) -> tuple[object, ...]:
 def _growth(
     library: Library, gradient: str, steps: Sequence[int], peaks: dict[_Job, Peak]
 ) -> list[MemoryRow]:
-    """``mib_per_step`` and ``delta_growth`` of one library and gradient method."""
-    lo, hi = min(steps), max(steps)
+    """``mib_per_step`` and ``delta_growth`` of one library and gradient method, from the
+    fewest steps to the most it ran."""
+    lo = min(steps)
+    hi = max((n for n in steps if n <= GROWING.get(gradient, n)), default=lo)
     key = _key(library.name, gradient, None)
     reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
     if reason is not None and lo != hi:

@@ -18,7 +18,7 @@ _LIBRARY_COLORS = {
     "torchode": "#2ca02c",
     "torchdyn": "#9467bd",
 }
-_GRADIENT_STYLES = {"backprop": "-", "checkpoint": "--", "adjoint": ":"}
+_GRADIENT_STYLES = {"backprop": "-", "checkpoint": "--", "adjoint": ":", "reversible": "-."}
 
 _STIFF_SOLVERS = {
     "kvaerno5": ("kvaerno5: odecore's ESDIRK 5(4), implicit", "#1f77b4", "o"),

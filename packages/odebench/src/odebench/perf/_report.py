@@ -159,6 +159,10 @@ _SPEED: tuple[Column, ...] = (
     ("NFEb", "checkpoint_nfe_backward", _int),
     ("ovh", "checkpoint_overhead", _f2),
     ("gdiff", "checkpoint_grad_diff", _e),
+    ("rev ms", "reversible_time_s", _ms),
+    ("NFEb", "reversible_nfe_backward", _int),
+    ("ovh", "reversible_overhead", _f2),
+    ("gdiff", "reversible_grad_diff", _e),
 )
 
 
@@ -252,8 +256,7 @@ def _memory(d: Document) -> list[str]:
         ]
         for pair in pairs
     ]
-    header = ["library", "gradient", *(f"{n} steps" for n in steps), "MiB/step"]
-    header.append(f"{steps[-1]}/{steps[0]}" if steps else "growth")
+    header = ["library", "gradient", *(f"{n} steps" for n in steps), "MiB/step", "growth"]
     return _table("memory", header, rows)
 
 

@@ -170,7 +170,7 @@ class SolversConfig:
 
     @property
     def memory_steps(self) -> tuple[int, ...]:
-        return (10, 100) if self.quick else (10, 100, 1000)
+        return (10, 100) if self.quick else (10, 100, 1000, 10_000)
 
 
 def command_line(argv: list[str] | None = None) -> str | None:
