@@ -124,7 +124,7 @@ def child(argv: Sequence[str] | None = None) -> int:
         return 0
     library = libraries[0]
     problem = make_problem("mlp", Sizes(mlp_batch=args.batch))
-    counter = CountingField(problem.field)
+    counter = CountingField(problem.field, limit=None)  # fixed steps: no runaway solve
     weight = loss_weight(problem)
     method = Method("rk4", n_steps=args.steps)
     try:
