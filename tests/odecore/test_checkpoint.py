@@ -151,3 +151,45 @@ def test_checkpoint_of_a_solve_without_steps(gradient):
                         gradient=gradient)  # fmt: skip
     (2 * sol.ys[-1]).sum().backward()
     torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
+
+
+def test_backward_holds_one_segment_graph_at_a_time():
+    # The replay of a segment kept its graph (retain_graph) while the next segment was
+    # replayed: two segments' activations at once, twice the memory checkpointing promises.
+    live = [0]
+
+    class Token:
+        def __init__(self) -> None:
+            live[0] += 1
+
+        def __del__(self) -> None:
+            live[0] -= 1
+
+    class Mark(torch.autograd.Function):
+        """Identity whose graph node holds a Token: live Tokens count live evaluations."""
+
+        @staticmethod
+        def forward(ctx, y):
+            ctx.token = Token()
+            return y.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    lin = torch.nn.Linear(3, 3, dtype=F64)
+    y0 = torch.randn(3, dtype=F64, requires_grad=True)
+    seen: list[int] = []
+
+    def field(t, y):
+        seen.append(live[0])
+        return Mark.apply(torch.tanh(lin(y)))
+
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.05,
+        gradient=odecore.Checkpoint(every=5),
+    )  # fmt: skip
+    seen.clear()
+    sol.ys[-1].sum().backward()
+    assert len(seen) == 80  # four segments of 5 steps of 4 stages, replayed
+    assert max(seen) == 19  # at most the other 19 evaluations of the segment replayed

@@ -877,56 +877,12 @@ class _CheckpointFunction(torch.autograd.Function):
         clocks = tuple(x.detach().requires_grad_(True) for x in saved[spec.n_params :])
         times = TimeTensors(p.t0, p.t1, clocks, spec.output) if clocks else None
         params = (*params, *clocks)
-        sign = 1.0 if p.t1 >= p.t0 else -1.0
-        ends = spec.step_ends
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
         grad_params: list[Tensor | None] = [None] * len(params)
         nfe = 0
         for k in range(len(spec.starts) - 1, -1, -1):
-            first, last = k * spec.every, min((k + 1) * spec.every, len(ends)) - 1
-            t_a = p.t0 if k == 0 else ends[first - 1]
-            t_b = ends[last]
-            # Output times in (t_a, t_b], and t_a itself for the first segment.
-            idx = [
-                i
-                for i, t in enumerate(p.ts)
-                if sign * t_a < sign * t <= sign * t_b or (k == 0 and t == p.t0)
-            ]
-            with torch.enable_grad():
-                y_a = spec.starts[k].detach().requires_grad_(True)
-                ends_at: list[Tensor] = []  # the state at the segment's last step end
-
-                def keep(t: float, y: Tensor, ends_at: list[Tensor] = ends_at) -> None:
-                    ends_at[:] = [y]
-
-                run = spec.loop(
-                    p.f,
-                    y_a,
-                    t_a,
-                    t_b,
-                    [p.ts[i] for i in idx],
-                    p.solver,
-                    _Replay(),
-                    None,
-                    step_ts=ends[first : last + 1],
-                    on_step=keep,
-                    times=times,
-                )
-                nfe += run.stats.nfe
-                outputs = [y for y in run.ys if y is not None] + ends_at[-1:]
-                if len(outputs) != len(idx) + 1 or run.step_ends != ends[first : last + 1]:
-                    raise SolverError(
-                        "the checkpointed replay did not retrace the forward steps between "
-                        f"t = {t_a!r} and t = {t_b!r}: {run.status}."
-                        + (f" {run.message}" if run.message else ""),
-                        status=run.status,
-                        t=run.t_final,
-                    )
-                grad_outputs = [grad_ys[i] for i in idx]
-                grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
-                grads = torch.autograd.grad(
-                    outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
-                )
+            n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
+            nfe += n
             carry = grads[0]
             for j, g in enumerate(grads[1:]):
                 previous = grad_params[j]
@@ -934,3 +890,64 @@ class _CheckpointFunction(torch.autograd.Function):
                     grad_params[j] = g if previous is None else previous + g
         spec.stats.nfe_backward += nfe
         return (None, None, carry, *grad_params)
+
+
+def _replay_segment(
+    spec: _CheckpointSpec,
+    k: int,
+    params: tuple[Tensor, ...],
+    times: TimeTensors | None,
+    grad_ys: Tensor,
+    carry: Tensor | None,
+) -> tuple[int, tuple[Tensor | None, ...]]:
+    """Replay segment ``k`` with a graph and backpropagate through it: its evaluations,
+    and the gradients of its start state and of ``params``. Its graph dies on return:
+    ``retain_graph`` keeps the buffers of what every segment shares (a non-leaf tensor
+    the field reads), so a graph still referenced would stay whole, two segments' at once."""
+    p = spec.problem
+    sign = 1.0 if p.t1 >= p.t0 else -1.0
+    ends = spec.step_ends
+    first, last = k * spec.every, min((k + 1) * spec.every, len(ends)) - 1
+    t_a = p.t0 if k == 0 else ends[first - 1]
+    t_b = ends[last]
+    # Output times in (t_a, t_b], and t_a itself for the first segment.
+    idx = [
+        i
+        for i, t in enumerate(p.ts)
+        if sign * t_a < sign * t <= sign * t_b or (k == 0 and t == p.t0)
+    ]
+    with torch.enable_grad():
+        y_a = spec.starts[k].detach().requires_grad_(True)
+        ends_at: list[Tensor] = []  # the state at the segment's last step end
+
+        def keep(t: float, y: Tensor) -> None:
+            ends_at[:] = [y]
+
+        run = spec.loop(
+            p.f,
+            y_a,
+            t_a,
+            t_b,
+            [p.ts[i] for i in idx],
+            p.solver,
+            _Replay(),
+            None,
+            step_ts=ends[first : last + 1],
+            on_step=keep,
+            times=times,
+        )
+        outputs = [y for y in run.ys if y is not None] + ends_at[-1:]
+        if len(outputs) != len(idx) + 1 or run.step_ends != ends[first : last + 1]:
+            raise SolverError(
+                "the checkpointed replay did not retrace the forward steps between "
+                f"t = {t_a!r} and t = {t_b!r}: {run.status}."
+                + (f" {run.message}" if run.message else ""),
+                status=run.status,
+                t=run.t_final,
+            )
+        grad_outputs = [grad_ys[i] for i in idx]
+        grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
+        grads = torch.autograd.grad(
+            outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
+        )
+    return run.stats.nfe, grads
