@@ -134,7 +134,8 @@ def _gradient_error(d: Document) -> Bars:
     value = {(r.problem, r.gradient, r.library): r.value for r in rows}
     series = {lib: [value.get((p, g, lib)) for p, g in keys] for lib in d.libraries(rows)}
     methods = sorted({r.method for r in rows})
-    groups = [g.replace("adjoint_", "") for _, g in keys]
+    short = {"adjoint_seminorm": "seminorm", "checkpoint": "ckpt", "reversible": "rev"}
+    groups = [short.get(g, g) for _, g in keys]  # the report's words: the labels fit
     sections = []
     for p, run in itertools.groupby(enumerate(keys), key=lambda k: k[1][0]):
         indices = [i for i, _ in run]
