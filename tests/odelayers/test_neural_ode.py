@@ -93,7 +93,9 @@ def test_nfe_counters_forward_and_backward():
 
 
 @pytest.mark.parametrize(
-    "gradient", [odecore.Adjoint(), odecore.Autograd(), odecore.Checkpoint()], ids=repr
+    "gradient",
+    [odecore.Adjoint(), odecore.Autograd(), odecore.Checkpoint(), odecore.Reversible()],
+    ids=repr,
 )
 def test_gradients_agree_with_backprop_and_closed_form(gradient):
     # d/dA sum(x exp(A)^T) for A diagonal: exp(a_ii) * sum_b x_bi on the diagonal.
@@ -196,7 +198,9 @@ def test_bad_inputs():
         AdaptiveDepthNODE(lambda t, z: -z, nn.Linear(2, 2))(torch.randn(3, 2))
 
 
-@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
 def test_a_later_forward_pass_does_not_change_an_earlier_ones_gradient(gradient):
     # Both methods evaluate the field again in the backward pass; the control they see
     # there must be the input of *their* forward pass.
@@ -322,7 +326,9 @@ READERS = {
 }
 
 
-@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_a_tensor_the_field_reads_besides_its_parameters_gets_its_gradient(reader, gradient):
     # The layer fixed the method's `params` to the module's parameters, so odecore did
