@@ -60,7 +60,8 @@ def test_the_compiled_library_takes_what_compiles_and_says_why_not_the_rest():
     rk4, dopri5 = Method("rk4", n_steps=10), Method("dopri5", rtol=1e-6, atol=1e-6)
     assert lib.unsupported(rk4, "forward") is None
     assert lib.unsupported(rk4, "backprop") is None
-    assert "fixed-step" in (lib.unsupported(dopri5, "forward") or "")
+    assert lib.unsupported(dopri5, "forward") is None  # one compiled step, the loop eager
+    assert lib.unsupported(dopri5, "backprop") is None
     assert "adjoint" in (lib.unsupported(rk4, "adjoint") or "")
 
 
@@ -76,29 +77,30 @@ def test_the_compiled_solve_counts_the_evaluations_the_eager_one_makes():
     assert torch.isfinite(y1).all()
 
 
-def test_compiled_rows_compare_rk4_forward_and_backprop_with_eager(doc: dict):
+def test_compiled_rows_compare_forward_and_backprop_with_eager(doc: dict):
     rows = {(r["method"], r["mode"]): r for r in doc["compiled"]}
-    assert set(rows) == {("rk4x40", "forward"), ("rk4x40", "backprop")}
+    methods = ("dopri5@0.001", "rk4x40")
+    assert set(rows) == {(m, mode) for m in methods for mode in ("forward", "backprop")}
     scale = max(1.0, float(make_problem("linear", Sizes.quick()).y0.abs().max()))
     for row in rows.values():
         assert row["note"] is None
         assert row["first_call_s"] > 0
         assert row["ratio"] == pytest.approx(row["compiled_time_s"] / row["eager_time_s"])
         assert row["y1_max_abs_diff"] <= 1e-5 * scale
-    assert rows[("rk4x40", "backprop")]["grad_rel_diff"] <= 1e-5
+    for method in methods:
+        assert rows[(method, "backprop")]["grad_rel_diff"] <= 1e-5
 
 
-def test_the_compiled_library_sits_out_adaptive_cells_with_its_reason(doc: dict):
-    dopri5 = [
-        r for r in doc["results"] if r["library"] == COMPILED and r["method"].startswith("dopri5")
-    ]
-    assert dopri5 and all(not r["supported"] and "fixed-step" in r["note"] for r in dopri5)
+def test_the_compiled_solves_take_the_eager_steps(doc: dict):
+    # float32: an error ratio near 1 may tip the other way in the fused kernels, so an
+    # adaptive solve may take a step more or less; the fixed grid takes the same steps.
     nfe = {
-        r["library"]: r["value"]
+        (r["library"], r["method"]): r["value"]
         for r in doc["results"]
-        if r["method"] == "rk4x40" and r["figure"] == "nfe_forward"
+        if r["figure"] == "nfe_forward" and r["library"] in ("odecore", COMPILED)
     }
-    assert nfe["odecore"] == nfe[COMPILED] == 160
+    assert nfe["odecore", "rk4x40"] == nfe[COMPILED, "rk4x40"] == 160
+    assert abs(nfe["odecore", "dopri5@0.001"] - nfe[COMPILED, "dopri5@0.001"]) <= 12
     assert not any(r["peer"] == COMPILED for r in doc["ratios"])
 
 

@@ -337,7 +337,7 @@ def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
         ("--no-memory", "skip the peak-memory measurements"),
         ("--no-gradients", "skip the finite-difference gradient check"),
         ("--compile", "add odecore's compiled solve (compile=True) beside eager odecore where "
-         "it compiles (rk4, forward and backprop), its first call timed apart"),
+         "it compiles (explicit methods, forward and backprop), its first call timed apart"),
     ):  # fmt: skip
         solvers.add_argument(switch, action="store_true", help=help)
 

@@ -233,17 +233,15 @@ COMPILED = "odecore-compiled"
 
 
 class CompiledOdecoreLibrary(Library):
-    """odecore's ``solve(..., compile=True)`` where it compiles (fixed steps, forward or
-    backprop). The graph calls the field without Python, so a :class:`CountingField` is
-    unwrapped and its ``nfe`` advanced by the solve's own count."""
+    """odecore's ``solve(..., compile=True)`` where it compiles (explicit methods, fixed
+    or adaptive, forward or backprop). The graph calls the field without Python, so a
+    :class:`CountingField` is unwrapped and its ``nfe`` advanced by the solve's own count."""
 
     name = COMPILED
     version = odecore.__version__
     compiles = True
 
     def unsupported(self, method: Method, mode: str) -> str | None:
-        if method.adaptive:
-            return "compile=True covers fixed-step solves (an adaptive solve runs eagerly)"
         if mode not in ("forward", "backprop"):
             return f"compile=True covers backprop (mode {mode} runs eagerly)"
         return super().unsupported(method, mode)
