@@ -449,6 +449,27 @@ def test_inductor_compiles_forward_and_backward(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
+@pytest.mark.parametrize("dtype", [torch.float32, F64], ids=str)
+def test_inductor_keeps_the_stage_weights_of_a_field_ending_in_a_matrix_product(monkeypatch, dtype):
+    # Inductor rewrote ``torch.add(acc, k, alpha=w)`` of a stage ``k = y @ A.T`` into an
+    # addmm without the weight: one rk4 step of a linear system was 0.5 off, silently.
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    torch.manual_seed(0)
+    m = torch.randn(16, 16, dtype=dtype) / 4
+    a = torch.nn.Parameter(m - m.T - 0.5 * torch.eye(16, dtype=dtype))
+    y0 = torch.randn(64, 16, dtype=dtype)
+    for solver in (odecore.RK4(), odecore.Heun3()):
+        with torch.no_grad():
+            compiled, eager = (
+                odecore.solve(lambda t, y: y @ a.T, y0, t0=0.0, t1=1.0, solver=solver, dt0=0.5,
+                              compile=compile).ys[-1]
+                for compile in (True, False)
+            )  # fmt: skip
+        assert _rel(compiled, eager) <= (1e-12 if dtype == F64 else 1e-5), solver
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
 def test_inductor_compiles_rosenbrock_steps_forward_and_backward(monkeypatch):
     # Its C++ kernels fuse the LU substitutions: results within rounding of eager.
     monkeypatch.setattr(_compiled, "_BACKEND", "inductor")

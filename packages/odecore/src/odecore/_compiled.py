@@ -387,21 +387,26 @@ def _sum(y0: Tensor | None, h: Tensor, terms: _Sum | None, ks: Sequence[Tensor])
 
     ``h * w`` is formed in float64, as the eager loop's Python floats, and cast to the
     dtype of the sum, as the eager kernels read a Python number: a 0-dim float64
-    tensor would promote a 0-dim state (two 0-dim tensors promote) to float64."""
+    tensor would promote a 0-dim state (two 0-dim tensors promote) to float64.
+
+    Each term is ``k_i * ratio`` added, not ``torch.add(acc, k_i, alpha=ratio)``:
+    inductor (torch 2.13, CPU) rewrites an ``add`` with ``alpha`` of a matrix product
+    (a field ending in ``y @ A.T``) into an ``addmm`` that drops the ``alpha``, and the
+    solve came out wrong without a word (pytorch/pytorch#167313, #196577)."""
     if terms is None:
         return torch.zeros_like(ks[0]) if y0 is None else y0
     base = ks[terms.base]
     if base.dtype in (torch.float16, torch.bfloat16):  # summed in float32, rounded once
         wide = base.float()
         for i, ratio in terms.rest:
-            wide = torch.add(wide, ks[i], alpha=ratio)
+            wide = wide + ks[i].float() * ratio
         wide = wide * (h * terms.weight).to(wide.dtype)
         out = wide if y0 is None else y0 + wide
         return out.to(base.dtype)
     scale = (h * terms.weight).to(base.dtype)
     acc = base
     for i, ratio in terms.rest:
-        acc = torch.add(acc, ks[i], alpha=ratio)
+        acc = acc + ks[i] * ratio
     return acc * scale if y0 is None else y0 + acc * scale
 
 
