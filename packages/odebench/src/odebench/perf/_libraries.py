@@ -178,10 +178,16 @@ def _times(t0: float, t1: float, like: Tensor) -> Tensor:
 
 
 def _odecore_solve(
-    field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, *, mode: str = "checkpoint"
+    field: nn.Module,
+    y0: Tensor,
+    t0: float,
+    t1: float,
+    method: Method,
+    *,
+    gradient: odecore.AbstractGradient | None = None,
+    compile: bool = False,
 ) -> odecore.Solution:
-    """odecore's ``solve`` of ``method`` with the gradient of ``mode`` (``checkpoint`` or
-    ``reversible``), or in mode ``compiled`` as one compiled graph."""
+    """odecore's ``solve`` of ``method`` with ``gradient``, or (``compile``) compiled."""
     spec = method.spec
     return odecore.solve(
         field,
@@ -190,15 +196,15 @@ def _odecore_solve(
         t1=t1,
         solver=spec.solver,
         controller=spec.controller,
-        gradient=_SOLVE_GRADIENTS.get(mode),
+        gradient=gradient,
         dt0=spec.step_size(t0, t1),
         max_steps=spec.max_steps,
-        compile=mode == "compiled",
+        compile=compile,
     )
 
 
 _SOLVE_GRADIENTS = {"checkpoint": odecore.Checkpoint(), "reversible": odecore.Reversible()}
-"""The gradient of each mode that runs through odecore's ``solve`` (compiled: none)."""
+"""The gradient of each mode that only odecore's ``solve`` has: the peers lack these."""
 
 
 def _odeint(
@@ -223,8 +229,9 @@ class OdecoreLibrary(Library):
     def _solve(
         self, field: nn.Module, y0: Tensor, t0: float, t1: float, method: Method, mode: str
     ) -> Tensor:
-        if mode in ("checkpoint", "reversible"):
-            return last_state(_odecore_solve(field, y0, t0, t1, method, mode=mode).ys)
+        if mode in _SOLVE_GRADIENTS:
+            gradient = _SOLVE_GRADIENTS[mode]
+            return last_state(_odecore_solve(field, y0, t0, t1, method, gradient=gradient).ys)
         return _odeint(odecore, field, y0, _times(t0, t1, y0), mode, **method.odeint_kwargs)
 
 
@@ -254,7 +261,7 @@ class CompiledOdecoreLibrary(Library):
             # An eager fallback (no C++ compiler, a field that does not trace) would
             # be timed as the compiled solve: it fails the cell instead.
             warnings.simplefilter("error", odecore.CompileFallbackWarning)
-            sol = _odecore_solve(inner, y0, t0, t1, method, mode="compiled")
+            sol = _odecore_solve(inner, y0, t0, t1, method, compile=True)
         if isinstance(field, CountingField):
             field.nfe += sol.stats.nfe
         return last_state(sol.ys)
@@ -276,7 +283,7 @@ class _PeerLibrary(Library):
             return f"{method.name} runs in odecore only"
         if method.max_steps is not None:
             return "a step budget (`max_steps`) is set through odecore only"
-        if mode in ("checkpoint", "reversible"):
+        if mode in _SOLVE_GRADIENTS:
             return f"{self.name} has no {mode} gradient method"
         return super().unsupported(method, mode)
 

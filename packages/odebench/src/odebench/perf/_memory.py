@@ -36,6 +36,13 @@ MEMORY_MODES = ("backprop", "adjoint", "checkpoint", "reversible")
 GROWING = {"backprop": 1000, "checkpoint": 1000}
 """The most steps of the gradient methods whose memory grows with the steps (backprop:
 about 2 MiB a step)."""
+
+
+def _runs(gradient: str, n: int) -> bool:
+    """Whether the sweep runs ``gradient`` with ``n`` steps (see :data:`GROWING`)."""
+    return n <= GROWING.get(gradient, n)
+
+
 _MIB = 1024.0
 
 
@@ -206,7 +213,7 @@ def measure_memory(
         for library in libraries:
             for gradient in MEMORY_MODES:
                 reason = library.unsupported(Method("rk4", n_steps=n), gradient)
-                if n > GROWING.get(gradient, n):
+                if not _runs(gradient, n):
                     reason = (
                         f"not run: its memory grows with the steps (run to {GROWING[gradient]})"
                     )
@@ -241,7 +248,7 @@ def _growth(
     """``mib_per_step`` and ``delta_growth`` of one library and gradient method, from the
     fewest steps to the most it ran."""
     lo = min(steps)
-    hi = max((n for n in steps if n <= GROWING.get(gradient, n)), default=lo)
+    hi = max((n for n in steps if _runs(gradient, n)), default=lo)
     key = _key(library.name, gradient, None)
     reason = library.unsupported(Method("rk4", n_steps=lo), gradient)
     if reason is not None and lo != hi:
