@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import odecore
 import pytest
@@ -193,3 +195,20 @@ def test_backward_holds_one_segment_graph_at_a_time():
     sol.ys[-1].sum().backward()
     assert len(seen) == 80  # four segments of 5 steps of 4 stages, replayed
     assert max(seen) == 19  # at most the other 19 evaluations of the segment replayed
+
+
+def test_an_eager_checkpoint_runs_in_a_process_that_never_compiled():
+    # The replays switch off a compiled step's buffer reuse from torch._functorch's
+    # config, which `import torch` does not load; an eager solve loads neither it up
+    # front nor torch._dynamo. In a fresh process, as a user's first solve.
+    code = (
+        "import math, sys, torch, odecore\n"
+        "w = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)\n"
+        "sol = odecore.solve(lambda t, y: -w * y, torch.ones(2, dtype=torch.float64), t0=0.0,\n"
+        "    t1=1.0, solver=odecore.RK4(), dt0=0.1, gradient=odecore.Checkpoint())\n"
+        "sol.ys[-1].sum().backward()\n"
+        "assert abs(w.grad.item() + 2 * math.exp(-0.5)) < 1e-6, w.grad  # d/dw 2 exp(-w)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -374,8 +374,22 @@ FALLBACKS = {
         r"jump_ts with an adaptive solver",
     ),
     "implicit": ({"solver": odecore.ImplicitEuler()}, r"the solver ImplicitEuler"),
-    "adjoint": ({"gradient": odecore.Adjoint()}, r"the gradient method Adjoint"),
-    "checkpoint": ({"gradient": odecore.Checkpoint()}, r"the gradient method Checkpoint"),
+    "adjoint, interpolated": (
+        {"gradient": odecore.Adjoint(state="interpolated")},
+        r"the gradient method Adjoint",
+    ),
+    "adjoint, implicit backward": (
+        {"gradient": odecore.Adjoint(solver=odecore.ImplicitEuler())},
+        r"the solver ImplicitEuler .* in the adjoint's backward solve",
+    ),
+    "checkpoint, rosenbrock": (
+        {
+            "solver": odecore.Rodas5P(),
+            "controller": odecore.PIDController(),
+            "gradient": odecore.Checkpoint(),
+        },
+        r"the gradient method Checkpoint",
+    ),
     "event": ({"event": odecore.Event(_event)}, r"an event"),
     "dense": ({"saveat": odecore.SaveAt(dense=True)}, r"SaveAt\(dense=True\)"),
 }
@@ -396,12 +410,20 @@ def test_what_does_not_compile_runs_eagerly_with_one_warning(case, counter):
         assert torch.equal(sol.ys, eager.ys)
 
 
-def test_odeint_adjoint_with_compile_warns_once():
-    t = torch.tensor([0.0, 1.0], dtype=F64)
-    with pytest.warns(odecore.CompileFallbackWarning, match=r"Adjoint") as caught:
-        odecore.odeint_adjoint(lambda t, y: -y, torch.ones(2, dtype=F64), t, method="rk4",
-                               options={"compile": True})  # fmt: skip
-    assert len(caught) == 1
+def test_odeint_adjoint_compiles_and_matches_eager(counter):
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    rate = torch.tensor(-0.7, dtype=F64, requires_grad=True)
+    grads = []
+    for compile in (False, True):
+        y0 = torch.ones(2, dtype=F64, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            ys = odecore.odeint_adjoint(lambda t, y: rate * y, y0, t, method="rk4",
+                                        options={"compile": compile, "step_size": 0.1})  # fmt: skip
+        grads.append(torch.autograd.grad(ys.square().sum(), (y0, rate)))
+    assert counter.frame_count > 0
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert torch.allclose(got, want, rtol=1e-12, atol=0)
 
 
 def test_a_field_that_does_not_compile_runs_eagerly_with_a_warning():

@@ -248,3 +248,132 @@ def test_a_compiled_half_precision_rosenbrock_step_factorises_in_float32(indepen
         sol = _solve(decay, y0.bfloat16(), compile=compile, rtol=1e-2, **kwargs)
         assert sol.ys.dtype == torch.bfloat16
         assert (sol.ys.double() - exact).abs().max() < 5e-2  # the tolerance, in bfloat16
+
+
+# --- Checkpoint: the forward solve and its replays over compiled steps -----------------
+
+
+@pytest.mark.parametrize(
+    ("solver", "compile"),
+    [(odecore.Dopri5, True), (odecore.Tsit5, True), (odecore.RK4, True), (odecore.RK4, "stepped")],
+    ids=["dopri5", "tsit5", "rk4", "rk4-stepped"],
+)
+def test_checkpointed_gradients_over_compiled_steps_match_eager(solver, compile):
+    # The module's parameter and a tensor the field closes over are found by the forward
+    # solve's first evaluation; backward time; segments of 3 steps.
+    field = VanDerPol(F64)
+    scale = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    fixed = solver is odecore.RK4
+    results = []
+    for c in (False, compile):
+        x = torch.randn(8, 2, dtype=F64, generator=torch.Generator().manual_seed(1))
+        x.requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sol = odecore.solve(
+                lambda t, y: field(t, y) * scale, x, t0=4.0, t1=0.0, solver=solver(),
+                controller=odecore.ConstantStepSize() if fixed else odecore.PIDController(
+                    rtol=1e-7, atol=1e-9),
+                dt0=0.1 if fixed else None, saveat=odecore.SaveAt(ts=[4.0, 3.0, 1.5], t1=True),
+                gradient=odecore.Checkpoint(every=3), compile=c,
+            )  # fmt: skip
+        loss = (sol.ys * torch.tensor([1.0, -2.0], dtype=F64)).square().sum()
+        results.append((sol, torch.autograd.grad(loss, (x, field.mu, scale))))
+    (eager, want), (compiled, got) = results
+    assert _rel(compiled.ys, eager.ys) <= 1e-12
+    assert compiled.stats.nfe_backward == eager.stats.nfe_backward > 0
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) <= 1e-11
+
+
+def test_the_forward_solve_finds_a_tensor_that_only_compiled_steps_read():
+    # A method that keeps no graph forward finds the tensors to differentiate by
+    # walking the graphs of the field's evaluations; inside a compiled step, by walking
+    # the step's. A field whose compiled evaluations read a tensor its eager ones (the
+    # first, and the first step size's trial) do not: `extra` gets its gradient, that of
+    # backpropagation through the same compiled solve (one segment: the replay retraces
+    # the forward solve's evaluations, eager and compiled, exactly).
+    extra = torch.tensor(0.5, dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        return -y * extra if torch.compiler.is_compiling() else -y
+
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Checkpoint(every=10**6)):
+        y0 = torch.ones(4, 2, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(), gradient=gradient,
+            compile=True,
+        )  # fmt: skip
+        sol.ys[-1].sum().backward()
+        grads.append((y0.grad, extra.grad))
+        extra.grad = None
+    assert grads[1][1] is not None
+    for g, w in zip(grads[1], grads[0], strict=True):
+        assert _rel(g, w) <= 1e-12
+
+
+# --- Adjoint: the forward solve and the backward one over compiled steps ---------------
+
+
+def _adjoint_run(field, scale, x, *, compile, gradient, solver, t0=0.0, t1=4.0):
+    fixed = isinstance(solver, odecore.RK4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)
+        sol = odecore.solve(
+            lambda t, y: field(t, y) * scale, x, t0=t0, t1=t1, solver=solver,
+            controller=odecore.ConstantStepSize() if fixed else odecore.PIDController(
+                rtol=1e-7, atol=1e-9),
+            dt0=0.1 if fixed else None,
+            saveat=odecore.SaveAt(ts=[t0, t0 + 0.25 * (t1 - t0), t0 + 0.6 * (t1 - t0)], t1=True),
+            gradient=gradient, compile=compile,
+        )  # fmt: skip
+        loss = (sol.ys * torch.tensor([1.0, -2.0], dtype=F64)).square().sum()
+        return sol, torch.autograd.grad(loss, (x, field.mu, scale))
+
+
+@pytest.mark.parametrize(
+    ("solver", "gradient"),
+    [
+        (odecore.Dopri5(), odecore.Adjoint()),
+        (odecore.Tsit5(), odecore.Adjoint(seminorm=True)),
+        (odecore.Dopri5(), odecore.Adjoint(solver=odecore.Tsit5())),
+        (odecore.RK4(), odecore.Adjoint()),
+    ],
+    ids=["dopri5", "tsit5-seminorm", "dopri5-tsit5-backward", "rk4"],
+)
+def test_adjoint_gradients_over_compiled_steps_match_eager(solver, gradient):
+    # The module's parameter and a closed-over tensor, found by the forward solve in the
+    # graphs of its compiled steps; the backward solve's augmented field differentiates
+    # the vector field inside each compiled step. Backward in time as well.
+    field = VanDerPol(F64)
+    scale = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    for t0, t1 in ((0.0, 4.0), (1.0, 0.0)):
+        runs = []
+        for compile in (False, True):
+            x = torch.randn(8, 2, dtype=F64, generator=torch.Generator().manual_seed(2))
+            runs.append(_adjoint_run(field, scale, x.requires_grad_(), compile=compile,
+                                     gradient=gradient, solver=solver, t0=t0, t1=t1))  # fmt: skip
+        (eager, want), (compiled, got) = runs
+        assert _rel(compiled.ys, eager.ys) <= 1e-12
+        assert compiled.stats.nfe_backward == eager.stats.nfe_backward > 0
+        for g, w in zip(got, want, strict=True):
+            assert _rel(g, w) <= 1e-11
+
+
+def test_the_compiled_adjoint_compiles_once_for_new_times_and_batch_sizes(monkeypatch):
+    # The backward field is a new object in every backward pass, the seminorm a value:
+    # neither is a new graph. The first call compiles the forward steps (the search for
+    # tensors runs them with a graph) and the backward ones; later calls compile nothing.
+    counter = CompileCounter()
+    monkeypatch.setattr(_compiled, "_BACKEND", counter)
+    field = VanDerPol(F64)
+    scale = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    frames = []
+    for batch, t1 in ((8, 4.0), (8, 3.0), (5, 4.0)):
+        x = torch.randn(batch, 2, dtype=F64, requires_grad=True)
+        _adjoint_run(field, scale, x, compile=True, gradient=odecore.Adjoint(seminorm=True),
+                     solver=odecore.Dopri5(), t1=t1)  # fmt: skip
+        frames.append(counter.frame_count)
+    assert frames[0] > 0
+    assert frames == [frames[0]] * 3

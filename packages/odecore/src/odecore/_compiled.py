@@ -49,7 +49,19 @@ from torch import Tensor
 from ._controllers import SNAP, AbstractController, ConstantStepSize, PIDController
 from ._errors import CompileFallbackWarning, Status
 from ._events import CALLBACKS
-from ._gradients import AbstractGradient, Autograd, FlatField, Loop, LoopResult, Problem, Stats
+from ._gradients import (
+    AbstractGradient,
+    Adjoint,
+    Autograd,
+    Checkpoint,
+    FlatField,
+    Loop,
+    LoopResult,
+    Problem,
+    Stats,
+    _Augmented,
+    _Reads,
+)
 from ._rosenbrock import _AbstractRosenbrock
 from ._solve import _check_derivative, _make_loop, _merge_stops, _tiny
 from ._solvers import (
@@ -105,7 +117,13 @@ def method_reasons(
         reasons.append(f"the controller {type(controller).__name__} of {kind} solver")
     elif not backend and isinstance(controller, PIDController) and controller.norm is not None:
         reasons.append("a PIDController norm of its own (a tuple state brings one)")
-    if not isinstance(gradient, Autograd):
+    explicit = isinstance(solver, AbstractExplicitRK)
+    if isinstance(gradient, Adjoint) and explicit and not gradient.interpolates(solver):
+        backward = method_reasons(
+            gradient.solver or solver, gradient.controller or controller, Autograd(), backend
+        )
+        reasons.extend(f"{reason} in the adjoint's backward solve" for reason in backward)
+    elif not isinstance(gradient, Autograd) and not (isinstance(gradient, Checkpoint) and explicit):
         reasons.append(f"the gradient method {type(gradient).__name__}")
     return reasons
 
@@ -128,7 +146,8 @@ def fallback_reasons(
         reasons.append("an event")
     if dense:
         reasons.append("SaveAt(dense=True)")
-    if any(getattr(f, name, None) is not None for name in CALLBACKS):
+    names = (*CALLBACKS, *(f"{name}_adjoint" for name in CALLBACKS))
+    if any(getattr(f, name, None) is not None for name in names):
         reasons.append("the field's step callbacks")
     if problem.times() is not None:
         reasons.append("output or step times that require grad")
@@ -154,7 +173,7 @@ def not_covered(reasons: Sequence[str]) -> str:
     return (
         f"compiled solves do not cover {'; '.join(reasons)} yet (they cover explicit "
         "Runge-Kutta methods, fixed-step with ConstantStepSize or adaptive with "
-        "PIDController, and Autograd)"
+        "PIDController, and Autograd or, for explicit methods, Checkpoint and Adjoint)"
     )
 
 
@@ -693,19 +712,37 @@ def compiled_loop(
         on_step: Callable[[float, Tensor], None] | None = None,
         times: Any = None,
     ) -> LoopResult:
-        assert on_step is None and times is None
+        assert times is None
 
         def run_eagerly() -> LoopResult:
-            return eager(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
-
-        if solver.adaptive or stepped:
-            return _stepped(
-                lambda: over_steps(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts),
-                run_eagerly,
-                (solver, t1 < t0),
-                _field_key(f),
-                y0.device.type,
+            return eager(
+                f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts, on_step=on_step
             )
+
+        # Over compiled steps too: Checkpoint's forward solve, which records its steps
+        # (on_step), and its replays, which step on the forward's step ends (a
+        # controller of its own); a forward solve that searches its field's graphs for
+        # the tensors to differentiate (_Reads), and the adjoint's backward solve.
+        if (
+            solver.adaptive
+            or stepped
+            or on_step is not None
+            or type(controller) is not ConstantStepSize
+            or isinstance(f, (_Reads, _Augmented))
+        ):
+            taken: list[tuple[float, Tensor]] = []  # handed on once the solve has compiled
+
+            def run() -> LoopResult:
+                result = over_steps(
+                    f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts,
+                    on_step=None if on_step is None else lambda t, y: taken.append((t, y)),
+                )  # fmt: skip
+                if on_step is not None:
+                    for t, y in taken:
+                        on_step(t, y)
+                return result
+
+            return _stepped(run, run_eagerly, (solver, t1 < t0), _field_key(f), y0.device.type)
         direction = 1.0 if t1 >= t0 else -1.0
         s0, s1 = direction * t0, direction * t1
         stops, jump_set = _merge_stops(

@@ -40,10 +40,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_map
 
 from . import _compiled
 from ._compiled import _GraphField, _rk_step, _sum
-from ._controllers import AbstractController, Adaptation, ConstantStepSize, PIDController
+from ._controllers import AbstractController, Adaptation, PIDController
+from ._gradients import _Augmented, _Reads
 from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states
 from ._rosenbrock import _sum as _rosenbrock_sum
 from ._solve import CompiledStep
@@ -321,11 +323,29 @@ class _FixedStepper:
                 torch._dynamo.maybe_mark_dynamic(x, 0)
         return self.zero + s, self.zero + s_next, y
 
+    def call(self, f: Any, y: Tensor, *args: Tensor) -> Any:
+        """The compiled step on ``(f, y, *args)``. For the forward solve of a method
+        that keeps no graph (:class:`Checkpoint`, :class:`Adjoint`) and searches the
+        field's evaluations for the tensors to differentiate, the step runs with a
+        graph: the tensors it reaches are kept, and what it returns is detached. The
+        adjoint's backward field is traced with its ``torch.autograd.grad``."""
+        if isinstance(f, _Augmented):  # the adjoint's backward step differentiates f
+            return _tracing_autograd(self.run, f, y, *args)
+        if not isinstance(f, _Reads) or not f.recording or torch.is_grad_enabled():
+            return self.run(f, y, *args)
+        y = y.detach()  # y0 may require grad: one graph for every step all the same
+        if y.dim() > 0 and self.dynamic:
+            torch._dynamo.maybe_mark_dynamic(y, 0)
+        with torch.enable_grad():
+            out = self.run(f, y, *args)
+        f.walk(out[0], skip=(y, *args))
+        return tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, out)
+
     def __call__(
         self, fe: Any, s: float, s_next: float, y: Tensor, f0: Tensor, cstate: Any, state: Any
     ) -> tuple[StepResult, Adaptation]:
         t0, t1, y = self.inputs(s, s_next, y, f0)
-        y1, ks, f1 = self.run(fe.f, y, f0, t0, t1)
+        y1, ks, f1 = self.call(fe.f, y, f0, t0, t1)
         fe.nfe += self.evaluations
         step = StepResult(y1=y1, y_err=None, ks=tuple(ks), f1=f1)
         return step, self.controller.adapt(s, s_next, y, step, self.solver, cstate)
@@ -357,7 +377,7 @@ class _Stepper(_FixedStepper):
             cstate = (ones[0], ones[1], cstate[4])  # two tensors: dynamo guards on aliases
         prev1, prev2, tols = cstate
         t0, t1, y = self.inputs(s, s_next, y, f0)
-        y1, ks, y_err, f1, verdict, remembered = self.run(fe.f, y, f0, t0, t1, *tols, prev1, prev2)
+        y1, ks, y_err, f1, verdict, remembered = self.call(fe.f, y, f0, t0, t1, *tols, prev1, prev2)
         fe.nfe += self.evaluations
         if self.factorises:
             state.n_jacobians += 1
@@ -375,11 +395,26 @@ class _Stepper(_FixedStepper):
         return step, Adaptation(accept=False, dt=shrunk, state=cstate)
 
 
+def _tracing_autograd(run: Callable[..., Any], *args: Any) -> Any:
+    """``run(*args)`` with dynamo tracing ``torch.autograd.grad`` into the graph (it
+    breaks the graph by default), set for this call only: the adjoint's backward
+    field differentiates the vector field inside each step."""
+    config = torch._dynamo.config
+    before = config.trace_autograd_ops
+    config.trace_autograd_ops = True
+    try:
+        return run(*args)
+    finally:
+        config.trace_autograd_ops = before
+
+
 def stepper(
     solver: AbstractSolver, controller: AbstractController, direction: float
 ) -> CompiledStep:
-    """The compiled step of a solve with this method, controller and direction."""
-    if isinstance(controller, ConstantStepSize):
+    """The compiled step of a solve with this method, controller and direction: a
+    fixed step for any controller but a :class:`PIDController` (:class:`ConstantStepSize`,
+    or a checkpointed replay's, which accepts the forward solve's steps)."""
+    if not isinstance(controller, PIDController):
         assert isinstance(solver, AbstractExplicitRK)
         fixed = _FixedProgram(plan=_plan(solver.tableau), negate=direction < 0)
         return _FixedStepper(_compiled_step(fixed, _compiled._BACKEND), solver, controller)

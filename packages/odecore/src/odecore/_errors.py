@@ -46,8 +46,9 @@ class CompileFallbackWarning(UserWarning):
 
     Raised, once per message, for what compiled solves do not cover yet (implicit
     Runge-Kutta, ``Kvaerno5`` and SciPy solvers, events, ``Adjoint`` and
-    ``Checkpoint``, ``SaveAt(dense=True)``, times that require grad, and adaptive
-    solves with jumps, tuple states or a norm of their own), when inductor cannot run
+    ``Checkpoint`` with a Rosenbrock method, ``SaveAt(dense=True)``, times that require
+    grad, and adaptive solves with jumps, tuple states or a norm of their own), when
+    inductor cannot run
     (no C++ compiler), and when ``torch.compile`` fails on the vector field. The result
     is the eager solve's.
 
@@ -56,8 +57,7 @@ class CompileFallbackWarning(UserWarning):
         >>> with warnings.catch_warnings(record=True) as caught:
         ...     warnings.simplefilter("always")
         ...     sol = odecore.solve(lambda t, y: -y, torch.ones(2), t0=0.0, t1=1.0,
-        ...                         solver=odecore.Dopri5(), gradient=odecore.Adjoint(),
-        ...                         compile=True)
+        ...                         solver=odecore.Kvaerno5(), compile=True)
         >>> [w.category.__name__ for w in caught]
         ['CompileFallbackWarning']
     """

@@ -386,20 +386,24 @@ class _Reads:
         self._found: dict[int, weakref.ref[Tensor]] = {}
 
     def __call__(self, t: Tensor, y: Tensor) -> Tensor:
-        if not self.recording:
-            return self.f(t, y)
+        if not self.recording or torch.compiler.is_compiling():  # a compiled step walks
+            return self.f(t, y)  # the graph of the whole step (``_compiled_step``)
         outer = torch.is_grad_enabled()
         with torch.enable_grad():
             out = self.f(t, y)
         if isinstance(out, Tensor) and out.requires_grad:  # else the solve says what is wrong
-            found = self._found
-            for q in graph_leaves(out, skip=(t, y)):
-                ref = found.get(id(q))
-                if ref is None or ref() is not q:  # an id may outlive its tensor
-                    found[id(q)] = weakref.ref(q)
+            self.walk(out, skip=(t, y))
             if not outer:
                 out = out.detach()
         return out
+
+    def walk(self, out: Tensor, skip: Sequence[object]) -> None:
+        """Keep the tensors requiring grad that the graph of ``out`` reaches."""
+        found = self._found
+        for q in graph_leaves(out, skip=skip):
+            ref = found.get(id(q))
+            if ref is None or ref() is not q:  # an id may outlive its tensor
+                found[id(q)] = weakref.ref(q)
 
     def tensors(self) -> tuple[Tensor, ...]:
         """The tensors found, in the order found, that outlive the forward solve; the
@@ -623,45 +627,13 @@ def _adjoint_backward(
         norm = _backward_norm(controller.norm, n, method.seminorm, m)
         controller = replace(controller, norm=norm)
     elif method.seminorm and isinstance(controller, PIDController):
-        controller = replace(controller, norm=lambda x: rms_norm(x[: m + n]))
+        controller = replace(controller, norm=_SemiNorm(sum(sizes)))
     elif method.seminorm:
         raise ConfigurationError(
             f"`Adjoint(seminorm=True)` needs a PIDController, got {type(controller).__name__}."
         )
-    nfe = 0
-    # Tensors requiring grad that the backward evaluations read and the forward ones
-    # did not (a parameter found forward has its gradient; these cannot get one).
-    known = {id(q) for q in params}
-    unknown: dict[int, tuple[weakref.ref[Tensor], float]] = {}
-
     shape = p.y0.shape
-
-    def augmented(t: Tensor, z: Tensor) -> Tensor:
-        nonlocal nfe
-        nfe += 1
-        y = z[:m].view(shape) if steps is None else steps(float(t)).view(shape)
-        a = z[m : m + n].view(shape)
-        with torch.enable_grad():
-            y = y.detach().requires_grad_(True)
-            fy = p.f(t, y)
-            if spec.watch and fy.requires_grad:
-                for q in graph_leaves(fy, skip=(t, y)):
-                    if id(q) not in known and id(q) not in unknown:
-                        unknown[id(q)] = (weakref.ref(q), float(t))
-            # retain_graph: a parameter may be reached through a graph outside the
-            # field (a closed-over tensor computed from a leaf), shared by every call.
-            vjps: tuple[Tensor | None, ...]
-            if fy.requires_grad:
-                vjps = torch.autograd.grad(
-                    fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
-                )
-            else:  # a field that reads neither y nor a parameter: every vjp is zero
-                vjps = (None,) * (1 + len(params))
-        parts = [fy.detach().reshape(-1)] if steps is None else []
-        parts.append((vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1))
-        for q, g in zip(params, vjps[1:]):
-            parts.append((g if g is not None else torch.zeros_like(q)).reshape(-1).to(z.dtype))
-        return torch.cat(parts)
+    augmented = _Augmented(p.f, params, shape, steps, spec.watch)
 
     # The field's `callback_*_adjoint` (torchdiffeq's) become the backward solve's step
     # callbacks; they see its state as `(y, a, *parameter gradients)`.
@@ -676,6 +648,7 @@ def _adjoint_backward(
 
             setattr(augmented, name, adjoint_callback)
 
+    nfe = 0
     ts = p.ts
     grad_ts = torch.zeros(len(ts), dtype=forward.dtype, device=forward.device)
     a = torch.zeros_like(p.y0)
@@ -708,6 +681,7 @@ def _adjoint_backward(
                     status=res.status,
                     t=res.t_final,
                 )
+            nfe += res.stats.nfe
             z = res.ys[-1]
             a, g = z[m : m + n].view(shape), z[m + n :]
         if need_ts and ts[0] == p.t0:
@@ -715,11 +689,81 @@ def _adjoint_backward(
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
     spec.stats.nfe_backward += nfe
-    _check_unread(unknown)
+    _check_unread(augmented.unknown)
     grad_params = tuple(
         chunk.view_as(q).to(q.dtype) for chunk, q in zip(torch.split(g, sizes), params)
     )
     return a, grad_ts if need_ts else None, grad_params
+
+
+@dataclass(frozen=True)
+class _SemiNorm:
+    """The RMS norm of the backward state ``(y, a, g)`` without its last ``sizes``
+    elements, the parameter gradients ``g``. A value, and sized from ``z``, so that a
+    compiled step of the backward solve is the same graph from one backward pass to
+    the next, whatever the batch size."""
+
+    sizes: int
+
+    def __call__(self, z: Tensor) -> Tensor:
+        return rms_norm(z[: z.shape[0] - self.sizes])
+
+
+class _Augmented:
+    """The adjoint's backward field of ``z = (y, a, g)``: ``(f, -a ∂f/∂y, -a ∂f/∂θ)``
+    for the ``params`` θ, ``y`` and ``a`` of the forward state's ``shape``; ``y`` is
+    read from the forward ``steps`` instead where they are given. With ``watch``, an
+    eager evaluation that reads a tensor requiring grad beyond ``params`` notes it in
+    ``unknown`` (a compiled step does not look: its graph reads what the forward
+    solve's graphs read, which the forward solve walked). It keeps no counter: a
+    compiled step would guard on it."""
+
+    def __init__(
+        self,
+        f: FlatField,
+        params: tuple[Tensor, ...],
+        shape: torch.Size,
+        steps: _Steps | None,
+        watch: bool,
+    ) -> None:
+        self.f, self.params, self.steps = f, params, steps
+        self.__wrapped__ = getattr(f, "__wrapped__", f)  # what compile failures name
+        # Sizes from z's, in the graph: a new batch size is not a new graph.
+        self.shape = (-1, *shape[1:]) if len(shape) else shape
+        self.sizes = sum(q.numel() for q in params)
+        self.known = {id(q) for q in params} if watch else None
+        # Tensors requiring grad that the backward evaluations read and the forward ones
+        # did not (a parameter found forward has its gradient; these cannot get one).
+        self.unknown: dict[int, tuple[weakref.ref[Tensor], float]] = {}
+
+    def __call__(self, t: Tensor, z: Tensor) -> Tensor:
+        shape, params = self.shape, self.params
+        n = z.shape[0] - self.sizes  # the elements of (y, a), or of a alone
+        m = 0 if self.steps is not None else n // 2
+        n -= m
+        y = z[:m].view(shape) if self.steps is None else self.steps(float(t)).view(shape)
+        a = z[m : m + n].view(shape)
+        with torch.enable_grad():
+            y = y.detach().requires_grad_(True)
+            fy = self.f(t, y)
+            if self.known is not None and fy.requires_grad and not torch.compiler.is_compiling():
+                for q in graph_leaves(fy, skip=(t, y)):
+                    if id(q) not in self.known and id(q) not in self.unknown:
+                        self.unknown[id(q)] = (weakref.ref(q), float(t))
+            # retain_graph: a parameter may be reached through a graph outside the
+            # field (a closed-over tensor computed from a leaf), shared by every call.
+            vjps: tuple[Tensor | None, ...]
+            if fy.requires_grad:
+                vjps = torch.autograd.grad(
+                    fy, (y, *params), -a, allow_unused=True, retain_graph=bool(params)
+                )
+            else:  # a field that reads neither y nor a parameter: every vjp is zero
+                vjps = (None,) * (1 + len(params))
+        parts = [fy.detach().reshape(-1)] if self.steps is None else []
+        parts.append((vjps[0] if vjps[0] is not None else torch.zeros_like(a)).reshape(-1))
+        for q, g in zip(params, vjps[1:]):
+            parts.append((g if g is not None else torch.zeros_like(q)).reshape(-1).to(z.dtype))
+        return torch.cat(parts)
 
 
 def _check_unread(unknown: dict[int, tuple[weakref.ref[Tensor], float]]) -> None:
@@ -947,7 +991,12 @@ def _replay_segment(
             )
         grad_outputs = [grad_ys[i] for i in idx]
         grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
-        grads = torch.autograd.grad(
-            outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
-        )
+        # retain_graph, which the backward of a compiled step refuses where AOTAutograd
+        # lets it reuse its saved buffers; each step's graph is walked once all the same.
+        from torch._functorch import config  # not loaded by an eager solve, nor dynamo
+
+        with config.patch(donated_buffer=False):
+            grads = torch.autograd.grad(
+                outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
+            )
     return run.stats.nfe, grads

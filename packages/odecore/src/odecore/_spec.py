@@ -258,17 +258,17 @@ class OdeSpec:
 
         Compiled solves cover explicit Runge-Kutta methods, fixed-step with
         :class:`ConstantStepSize` or adaptive with :class:`PIDController`, the
-        Rosenbrock methods with :class:`PIDController`, and
-        :class:`Autograd` (see :func:`solve`'s ``compile``). A solve of a spec that
-        compiles may still run eagerly for what the spec does not hold: an event,
-        dense output, output times that require grad, jumps of an adaptive solve, or
-        a field that does not trace.
+        Rosenbrock methods with :class:`PIDController`, and :class:`Autograd`, or
+        for the explicit methods :class:`Checkpoint` and :class:`Adjoint` (see
+        :func:`solve`'s ``compile``). A solve of a spec that compiles may still run
+        eagerly for what the spec does not hold: an event, dense output, output times
+        that require grad, jumps of an adaptive solve, or a field that does not trace.
 
         Example:
             >>> import odecore
             >>> odecore.OdeSpec.from_method("rk4", options={"n_steps": 8}).compile_blockers()
             ()
-            >>> odecore.OdeSpec.from_method("dopri5", gradient="adjoint").compile_blockers()
+            >>> odecore.OdeSpec.from_method("rodas5p", gradient="adjoint").compile_blockers()
             ('the gradient method Adjoint',)
         """
         from ._compiled import method_reasons  # here: as in solve, only when asked
