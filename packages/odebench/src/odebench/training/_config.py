@@ -297,7 +297,7 @@ class TrainConfig:
         metavar="E,E,...", type="int_list"))  # fmt: skip
     bf16: bool = field(default=False, metadata=_flag("bfloat16 autocast", action="store_true"))
     compile: bool = field(default=False, metadata=_flag(
-        "torch.compile the ODE layers' fixed-step solves whole, the other layers' vector "
+        "torch.compile the ODE layers' solves where they compile, else their vector "
         "fields (or a model without ODE layers)", action="store_true"))  # fmt: skip
     progress: bool | None = field(default=None, metadata=_SHARED)
 
