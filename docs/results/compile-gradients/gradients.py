@@ -15,6 +15,7 @@ the median of 5 calls. Eager and compiled calls alternate, so both see the same 
 import statistics
 import subprocess
 import time
+import warnings
 
 import odecore
 import torch
@@ -78,6 +79,7 @@ def call(name: str, solver: str, gradient: str, compile: bool) -> tuple[float, t
 
 
 def main() -> None:
+    warnings.simplefilter("error", odecore.CompileFallbackWarning)  # eager is no result
     commit = subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True
     ).stdout.strip()
