@@ -250,7 +250,7 @@ class CompiledOdecoreLibrary(Library):
 
     def unsupported(self, method: Method, mode: str) -> str | None:
         if mode not in ("forward", "backprop"):
-            return f"compile=True covers backprop (mode {mode} runs eagerly)"
+            return f"the benchmark times compile=True with backprop only, not {mode}"
         return super().unsupported(method, mode)
 
     def _solve(
