@@ -390,6 +390,14 @@ FALLBACKS = {
         },
         r"the gradient method Checkpoint",
     ),
+    "checkpoint, jumps": (
+        {"gradient": odecore.Checkpoint(), "jump_ts": [0.5]},
+        r"jump_ts with .*Checkpoint",
+    ),
+    "adjoint, jumps": (
+        {"gradient": odecore.Adjoint(), "jump_ts": [0.5]},
+        r"jump_ts with .*Adjoint",
+    ),
     "event": ({"event": odecore.Event(_event)}, r"an event"),
     "dense": ({"saveat": odecore.SaveAt(dense=True)}, r"SaveAt\(dense=True\)"),
 }

@@ -153,8 +153,12 @@ def fallback_reasons(
         reasons.append("output or step times that require grad")
     if problem.jump_ts and getattr(problem.solver, "adaptive", False):
         reasons.append("jump_ts with an adaptive solver")
-    elif problem.jump_ts and stepped:
-        reasons.append('jump_ts with compile="stepped" (compile=True takes them)')
+    elif problem.jump_ts and (stepped or not isinstance(gradient, Autograd)):
+        # A compiled step takes no one-sided limits at a jump; only the grid does.
+        reasons.append(
+            'jump_ts with compile="stepped", Checkpoint or Adjoint (compile=True with '
+            "Autograd takes them)"
+        )
     return reasons
 
 
