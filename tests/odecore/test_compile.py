@@ -394,6 +394,10 @@ FALLBACKS = {
         {"gradient": odecore.Checkpoint(), "jump_ts": [0.5]},
         r"jump_ts with .*Checkpoint",
     ),
+    "adjoint, rosenbrock backward": (
+        {"gradient": odecore.Adjoint(solver=odecore.Rodas5P())},
+        r"the solver Rodas5P in the adjoint's backward solve",
+    ),
     "adjoint, jumps": (
         {"gradient": odecore.Adjoint(), "jump_ts": [0.5]},
         r"jump_ts with .*Adjoint",

@@ -119,9 +119,10 @@ def method_reasons(
         reasons.append("a PIDController norm of its own (a tuple state brings one)")
     explicit = isinstance(solver, AbstractExplicitRK)
     if isinstance(gradient, Adjoint) and explicit and not gradient.interpolates(solver):
-        backward = method_reasons(
-            gradient.solver or solver, gradient.controller or controller, Autograd(), backend
-        )
+        back = gradient.solver or solver
+        backward = method_reasons(back, gradient.controller or controller, Autograd(), backend)
+        if not isinstance(back, AbstractExplicitRK):  # a Rosenbrock step's Jacobian of it
+            backward.append(f"the solver {type(back).__name__}")
         reasons.extend(f"{reason} in the adjoint's backward solve" for reason in backward)
     elif not isinstance(gradient, Autograd) and not (isinstance(gradient, Checkpoint) and explicit):
         reasons.append(f"the gradient method {type(gradient).__name__}")
