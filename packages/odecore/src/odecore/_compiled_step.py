@@ -309,12 +309,15 @@ class _FixedStepper:
         self.zero: Tensor | None = None
 
     def inputs(
-        self, s: float, s_next: float, y: Tensor, f0: Tensor
+        self, s: float, s_next: float, y: Tensor, f0: Tensor, f: Any
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The step's times as 0-dim float64 tensors, and ``y`` as the graph takes it."""
+        """The step's times as 0-dim float64 tensors, and ``y`` as the graph of field
+        ``f`` takes it."""
         if self.zero is None:
             self.zero = torch.zeros((), dtype=torch.float64, device=y.device)
-        if f0.requires_grad and not y.requires_grad and torch.is_grad_enabled():
+        if _searching(f):  # y0 may require grad: one graph for every step all the same
+            y = y.detach()
+        elif f0.requires_grad and not y.requires_grad and torch.is_grad_enabled():
             # The first step from a y0 without a graph: as a leaf that requires grad
             # (none is lost: y0 has none), it takes the graph of every later step.
             y = y.detach().requires_grad_()
@@ -331,11 +334,8 @@ class _FixedStepper:
         adjoint's backward field is traced with its ``torch.autograd.grad``."""
         if isinstance(f, _Augmented):  # the adjoint's backward step differentiates f
             return _tracing_autograd(self.run, f, y, *args)
-        if not isinstance(f, _Reads) or not f.recording or torch.is_grad_enabled():
+        if not _searching(f):
             return self.run(f, y, *args)
-        y = y.detach()  # y0 may require grad: one graph for every step all the same
-        if y.dim() > 0 and self.dynamic:
-            torch._dynamo.maybe_mark_dynamic(y, 0)
         with torch.enable_grad():
             out = self.run(f, y, *args)
         f.walk(out[0], skip=(y, *args))
@@ -344,7 +344,7 @@ class _FixedStepper:
     def __call__(
         self, fe: Any, s: float, s_next: float, y: Tensor, f0: Tensor, cstate: Any, state: Any
     ) -> tuple[StepResult, Adaptation]:
-        t0, t1, y = self.inputs(s, s_next, y, f0)
+        t0, t1, y = self.inputs(s, s_next, y, f0, fe.f)
         y1, ks, f1 = self.call(fe.f, y, f0, t0, t1)
         fe.nfe += self.evaluations
         step = StepResult(y1=y1, y_err=None, ks=tuple(ks), f1=f1)
@@ -376,7 +376,7 @@ class _Stepper(_FixedStepper):
             ones = torch.ones(2, dtype=torch.float64, device=y.device)
             cstate = (ones[0], ones[1], cstate[4])  # two tensors: dynamo guards on aliases
         prev1, prev2, tols = cstate
-        t0, t1, y = self.inputs(s, s_next, y, f0)
+        t0, t1, y = self.inputs(s, s_next, y, f0, fe.f)
         y1, ks, y_err, f1, verdict, remembered = self.call(fe.f, y, f0, t0, t1, *tols, prev1, prev2)
         fe.nfe += self.evaluations
         if self.factorises:
@@ -393,6 +393,12 @@ class _Stepper(_FixedStepper):
         if ratio <= 1.0 or c._at_dt_min(s, s_next):
             return step, Adaptation(accept=True, dt=grown, state=(remembered, prev1, tols))
         return step, Adaptation(accept=False, dt=shrunk, state=cstate)
+
+
+def _searching(f: Any) -> bool:
+    """Whether ``f`` is the field of a forward solve without a graph that searches its
+    evaluations for the tensors to differentiate (:class:`Checkpoint`, :class:`Adjoint`)."""
+    return isinstance(f, _Reads) and f.recording and not torch.is_grad_enabled()
 
 
 def _tracing_autograd(run: Callable[..., Any], *args: Any) -> Any:

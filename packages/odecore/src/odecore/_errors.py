@@ -46,11 +46,10 @@ class CompileFallbackWarning(UserWarning):
 
     Raised, once per message, for what compiled solves do not cover yet (implicit
     Runge-Kutta, ``Kvaerno5`` and SciPy solvers, events, ``Adjoint`` and
-    ``Checkpoint`` with a Rosenbrock method, ``SaveAt(dense=True)``, times that require
-    grad, and adaptive solves with jumps, tuple states or a norm of their own), when
-    inductor cannot run
-    (no C++ compiler), and when ``torch.compile`` fails on the vector field. The result
-    is the eager solve's.
+    ``Checkpoint`` with a Rosenbrock method or with jumps, ``SaveAt(dense=True)``, times
+    that require grad, and adaptive solves with jumps, tuple states or a norm of their
+    own), when inductor cannot run (no C++ compiler), and when ``torch.compile`` fails
+    on the vector field. The result is the eager solve's.
 
     Example:
         >>> import warnings, torch, odecore

@@ -857,8 +857,8 @@ def solve(
             seconds, for any number of steps). An explicit adaptive solver or a
             Rosenbrock one (:class:`Rodas5P`, :class:`Rodas4`) with
             :class:`PIDController` takes compiled steps with either. All take
-            :class:`Autograd`, and the explicit ones :class:`Checkpoint` (its
-            forward solve and replays over compiled steps, even with ``True``);
+            :class:`Autograd`, and the explicit ones :class:`Checkpoint` and
+            :class:`Adjoint` (their solves over compiled steps, even with ``True``);
             anything else, or a machine where inductor cannot
             run, solves eagerly with one :class:`CompileFallbackWarning` that says
             why. Later calls with other times, tolerances or batch size reuse the
