@@ -377,3 +377,114 @@ def test_the_compiled_adjoint_compiles_once_for_new_times_and_batch_sizes(monkey
         frames.append(counter.frame_count)
     assert frames[0] > 0
     assert frames == [frames[0]] * 3
+
+
+# --- solves without a graph: runs of steps as one compiled loop ---------------------------
+
+
+def _count_runs(monkeypatch) -> list[int]:
+    """Counts the calls of the compiled loop (``_Looper.steps``) in a list of one."""
+    calls = [0]
+    steps = _compiled_step._Looper.steps
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return steps(self, *args, **kwargs)
+
+    monkeypatch.setattr(_compiled_step._Looper, "steps", counted)
+    return calls
+
+
+LOOPS = [*CASES, (odecore.Rodas5P, VanDerPol)]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 10.0), (1.0, 0.0)], ids=["forward", "backward"])
+@pytest.mark.parametrize(("solver", "problem"), LOOPS)
+def test_a_solve_without_a_graph_runs_its_steps_as_one_loop(
+    monkeypatch, solver, problem, dtype, t0, t1
+):
+    field = problem(dtype)
+    y0 = 0.5 * torch.randn(16, 2, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    # Outputs inside steps and on them, a rejected first step (dt0 = 2), and a loose
+    # float32 tolerance, well above rounding, where the verdicts are not its noise.
+    ts = torch.linspace(t0, t1, 41).tolist()
+    kwargs = {"solver": solver(), "t0": t0, "t1": t1, "ts": ts, "dt0": 2.0,
+              "rtol": 1e-6 if dtype == F64 else 1e-4}  # fmt: skip
+    steps = _solve(field, y0, compile=True, **kwargs)  # with a graph: one call a step
+    runs = _count_runs(monkeypatch)
+    with torch.no_grad():
+        eager = _solve(field, y0, compile=False, **kwargs)
+        compiled = _solve(field, y0, compile=True, **kwargs)
+    assert compiled.ys.dtype == dtype
+    assert _rel(compiled.ys, steps.ys) <= TOL[dtype]
+    got, want = compiled.stats, steps.stats
+    assert got.n_rejected > 0
+    assert (got.n_accepted, got.n_rejected, got.nfe, got.n_jacobians) == (
+        want.n_accepted, want.n_rejected, want.nfe, want.n_jacobians,
+    )  # fmt: skip
+    # As the compiled steps: a Rosenbrock step's float32 LU tips a few verdicts near 1.
+    rosenbrock_f32 = solver is odecore.Rodas5P and dtype == F32
+    assert _rel(compiled.ys, eager.ys) <= (10 * kwargs["rtol"] if rosenbrock_f32 else TOL[dtype])
+    assert 0 < runs[0] <= len(ts) + got.n_accepted // _compiled_step.LOOP_ENDS + 1
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        (lambda t, y: -y, {"max_steps": 7}),  # the budget ends inside a run
+        (lambda t, y: y * y, {"t1": 2.0}),  # a blow-up at t = 1: the eager loop judges it
+        (lambda t, y: torch.sin(t) * y, {"dt_min": 0.4, "rtol": 1e-10}),  # dt_min accepts
+    ],
+    ids=["max-steps", "blow-up", "dt-min"],
+)
+def test_a_loop_of_steps_ends_as_the_eager_loop_does(field, kwargs):
+    y0 = torch.tensor([[1.0], [0.5]], dtype=F64)
+    kwargs = {"t0": 0.0, "t1": 10.0, "rtol": 1e-8, **kwargs}
+    controller = odecore.PIDController(rtol=kwargs.pop("rtol"), atol=1e-10,
+                                       dt_min=kwargs.pop("dt_min", 0.0))  # fmt: skip
+    sols = []
+    for compile in (False, True):
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sols.append(odecore.solve(field, y0, solver=odecore.Dopri5(), controller=controller,
+                                      saveat=odecore.SaveAt(t1=True), throw=False,
+                                      compile=compile, **kwargs))  # fmt: skip
+    eager, compiled = sols
+    assert compiled.status == eager.status
+    assert compiled.stats == eager.stats
+    assert float(compiled.ts[-1]) == float(eager.ts[-1])
+    torch.testing.assert_close(compiled.ys, eager.ys, rtol=1e-12, atol=0.0, equal_nan=True)
+
+
+def test_a_loop_of_steps_compiles_once_for_new_times_tolerances_and_batch_sizes(monkeypatch):
+    counter = CompileCounter()
+    monkeypatch.setattr(_compiled, "_BACKEND", counter)
+    field = Linear(F32)
+    calls = [(4, 0.0, 2.0, 1e-6, None), (4, 1.0, 5.0, 1e-6, None), (4, 0.0, 2.0, 1e-4, None),
+             (4, 0.0, 2.0, 1e-6, [0.0, 0.1, 0.2, 1.9]), (9, 0.0, 2.0, 1e-6, None)]  # fmt: skip
+    runs = _count_runs(monkeypatch)
+    with torch.no_grad():
+        for batch, t0, t1, rtol, ts in calls:
+            _solve(field, torch.randn(batch, 2), t0=t0, t1=t1, rtol=rtol, ts=ts, compile=True)
+    assert runs[0] >= len(calls)
+    assert counter.frame_count == 1
+
+
+def test_the_loop_of_steps_is_one_graph_without_breaks():
+    field = VanDerPol(F64)
+    y0 = torch.randn(16, 2, dtype=F64)
+    c = odecore.PIDController(rtol=1e-6, atol=1e-8)
+    looper = _compiled_step.stepper(odecore.Dopri5(), c, 1.0, loops=True)
+    program = looper.loop.__wrapped__.__defaults__[0]  # type: ignore[attr-defined]
+    st = torch.zeros(7 + _compiled_step.LOOP_ENDS, dtype=F64)
+    st[1] = 0.1
+    scalars = [torch.tensor(v, dtype=F64) for v in (1.0, 1.0)]
+    limits = torch.tensor([1.0, 0.5, 1.0, 100.0], dtype=F64)
+    tols = [torch.tensor(v, dtype=F64) for v in (1e-6, 1e-8)]
+    ks = torch.zeros(7, 16, 2, dtype=F64)
+    explanation = torch._dynamo.explain(_compiled_step._steps)(
+        field, y0, field(0.0, y0).detach(), ks, st, *scalars, limits, *tols, program
+    )
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1

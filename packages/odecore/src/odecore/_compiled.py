@@ -702,6 +702,9 @@ def compiled_loop(
 
     eager = _make_loop(jumps, steps, max_steps)
     over_steps = _make_loop(jumps, steps, max_steps, compiled=stepper)
+    # A solve that keeps no graph and records nothing per step runs whole runs of
+    # steps as one graph (_compiled_step._Looper), several times faster on small states.
+    over_runs = _make_loop(jumps, steps, max_steps, compiled=functools.partial(stepper, loops=True))
 
     def loop(
         f: FlatField,
@@ -736,6 +739,13 @@ def compiled_loop(
             or isinstance(f, (_Reads, _Augmented))
         ):
             taken: list[tuple[float, Tensor]] = []  # handed on once the solve has compiled
+            plain = on_step is None and not isinstance(f, (_Reads, _Augmented))
+            looped = (solver, t1 < t0, _field_key(f))
+            if plain and not torch.is_grad_enabled() and looped not in _NO_LOOP:
+                try:
+                    return over_runs(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
+                except _COMPILE_ERRORS:  # the solve's steps compile one by one below
+                    _NO_LOOP.add(looped)
 
             def run() -> LoopResult:
                 result = over_steps(
@@ -818,6 +828,12 @@ def compiled_loop(
 
     return loop
 
+
+_NO_LOOP: set[tuple[object, bool, object]] = set()
+"""Methods, directions and fields whose loop of steps (``_compiled_step._steps``) did
+not compile: their solves take compiled steps one by one, as a solve with a graph does.
+Dynamo cannot put every field inside a ``while_loop`` (torch 2.13: some modules' tensors
+meet as aliases), nor inductor lower every such loop."""
 
 _STEPPED: dict[object, _Fields] = {}
 """Per step graph (method and direction), the fields it compiled for and the limit."""

@@ -44,11 +44,11 @@ from torch.utils._pytree import tree_map
 
 from . import _compiled
 from ._compiled import _GraphField, _rk_step, _sum
-from ._controllers import AbstractController, Adaptation, PIDController
+from ._controllers import _EPS, SNAP, AbstractController, Adaptation, PIDController
 from ._gradients import _Augmented, _Reads
 from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states
 from ._rosenbrock import _sum as _rosenbrock_sum
-from ._solve import CompiledStep
+from ._solve import CompiledStep, Ran
 from ._solvers import AbstractExplicitRK, AbstractSolver, StepResult, _Plan, _plan, _Sum
 
 
@@ -281,9 +281,112 @@ def _lu_solver(lu: Tensor, pivots: Tensor, rows: bool) -> Callable[[Tensor], Ten
     return substitute
 
 
-_Program = _FixedProgram | _StepProgram | _RosenbrockProgram
+LOOP_ENDS = 64
+"""The most accepted steps one call of a loop graph takes (:func:`_steps`): their ends
+come back in a buffer of this size, read with its other numbers in one host read."""
+
+
+@dataclass(frozen=True)
+class _LoopProgram:
+    """What a loop graph is specialised on: the program of its step."""
+
+    step: _StepProgram | _RosenbrockProgram
+
+
+def _steps(
+    f: Any,
+    y: Tensor,
+    f0: Tensor,
+    ks: Tensor,
+    st: Tensor,
+    prev1: Tensor,
+    prev2: Tensor,
+    limits: Tensor,
+    rtol: Tensor,
+    atol: Tensor,
+    program: _LoopProgram,
+) -> tuple[Tensor, ...]:
+    """The eager loop of ``_integrate`` over ordinary steps, as one graph (a
+    ``while_loop``): from ``s`` with step size ``dt``, each attempt lands on the stop
+    ``target`` as the eager loop snaps to it, is judged as :meth:`PIDController.adapt`
+    judges it, and is applied. It ends after an accepted step that lands on ``target``,
+    reaches the next output time or fills the buffer of step ends; after ``budget``
+    attempts; or before an attempt the eager loop must judge itself (a step size lost
+    in rounding, a ratio or state that is not finite, a singular matrix), which it
+    leaves unapplied.
+
+    ``st`` is ``(s, dt, retry, attempts, accepted, code, s_prev, *ends)`` in float64
+    (``code`` 2: stopped before an unusual attempt), ``limits`` is ``(target,
+    next_out, span, budget)``; ``ks`` holds the stages of the last accepted step, from
+    ``s_prev``, whose start state and derivative come back as the third and fourth
+    outputs, for the dense output."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    step, c = _STEPS[type(program.step)], program.step.controller
+    target, next_out, span, budget = (x.clone() for x in limits.unbind())  # no aliases
+    rtol, atol = rtol.clone(), atol.clone()  # views of one tensor, maybe
+    snap = max(SNAP, c.stretch)
+    slots = torch.arange(LOOP_ENDS, dtype=st.dtype, device=st.device)
+
+    def more(*carry: Tensor) -> Tensor:
+        st = carry[5]
+        return (st[5] == 0) & (st[3] < budget)
+
+    def body(*carry: Tensor) -> tuple[Tensor, ...]:
+        y, f0, y_prev, f0_prev, ks, st, prev1, prev2, *values = carry
+        field = f if module is None else _called(module, names, values)
+        s, dt, retry, attempts, accepted = st[0], st[1], st[2] != 0, st[3], st[4]
+        s_next = s + dt
+        snapping = torch.where(retry, torch.full_like(s, SNAP), torch.full_like(s, snap))
+        s_next = torch.where(s_next >= target - snapping * dt, target, s_next)
+        y1, ks1, _, f1, verdict, remembered = step(
+            field, y, f0, s, s_next, rtol, atol, prev1, prev2, program.step
+        )
+        ratio, grown, shrunk = verdict[0], verdict[1], verdict[2]
+        accept = ratio <= 1.0
+        if c.dt_min > 0:  # PIDController._at_dt_min
+            near = c.dt_min + 4 * _EPS * torch.maximum(s.abs(), s_next.abs())
+            accept = accept | (s_next - s <= near)
+        unusual = (dt <= 8 * _EPS * torch.maximum(s.abs(), span)) | ~torch.isfinite(ratio)
+        unusual = unusual | (accept & ~torch.isfinite(y1).all())
+        if verdict.numel() > 3:  # a Rosenbrock step's singular matrix
+            unusual = unusual | (verdict[3] != 0)
+        go, take = ~unusual, ~unusual & accept
+        # A step shortened to land on a stop says little about the step size.
+        landed = (s_next == target) & (grown < dt)
+        dt_next = torch.where(accept, torch.where(landed, dt, grown), shrunk)
+        ended = (s_next == target) | (s_next >= next_out) | (accepted + 1 >= LOOP_ENDS)
+        code = torch.where(unusual, 2.0, torch.where(take & ended, 1.0, 0.0)).to(st.dtype)
+        ends = torch.where(take & (slots == accepted), s_next, st[7:])
+        numbers = torch.stack((
+            torch.where(take, s_next, s), torch.where(go, dt_next, dt),
+            torch.where(go, (~accept).to(st.dtype), st[2]), attempts + go.to(st.dtype),
+            accepted + take.to(st.dtype), code, torch.where(take, s, st[6]),
+        ))  # fmt: skip
+        return (
+            torch.where(take, y1, y), torch.where(take, f1, f0),
+            torch.where(take, y, y_prev), torch.where(take, f0, f0_prev),
+            torch.where(take, torch.stack(ks1), ks), torch.cat((numbers, ends)),
+            torch.where(take, remembered, prev1), torch.where(take, prev1, prev2),
+            *(v.clone() for v in values),
+        )  # fmt: skip
+
+    # A module's tensors are carried, as values: dynamo lifts each view a forward takes
+    # of them (``self.a.T``) as an input of its own, and refuses those aliases.
+    module = f if isinstance(f, torch.nn.Module) else None
+    names, values = [], []
+    if module is not None:
+        for name, x in (*module.named_parameters(), *module.named_buffers()):
+            names.append(name)
+            values.append(x.clone())
+    carry = (y, f0, y.clone(), f0.clone(), ks, st, prev1.clone(), prev2.clone(), *values)
+    return tuple(while_loop(more, body, carry))[:8]  # type: ignore[no-untyped-call]
+
+
+_Program = _FixedProgram | _StepProgram | _RosenbrockProgram | _LoopProgram
 _STEPS: dict[type, Callable[..., Any]] = {
-    _FixedProgram: _fixed_step, _StepProgram: _step, _RosenbrockProgram: _rosenbrock_step
+    _FixedProgram: _fixed_step, _StepProgram: _step, _RosenbrockProgram: _rosenbrock_step,
+    _LoopProgram: _steps,
 }  # fmt: skip
 
 
@@ -294,7 +397,11 @@ def _compiled_step(program: _Program, backend: Any) -> Callable[..., Any]:
     step = _STEPS[type(program)]
     code = step.__code__.replace()
     fn = types.FunctionType(code, step.__globals__, step.__name__, (program,))
-    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=None)
+    # A loop graph's C++ wrapper runs its loop without Python: some 40 us an attempt less.
+    cpp: dict[str, Any] | None = None
+    if backend == "inductor" and type(program) is _LoopProgram:
+        cpp = {"cpp_wrapper": True}
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=None, options=cpp)
 
 
 class _FixedStepper:
@@ -372,10 +479,7 @@ class _Stepper(_FixedStepper):
     def __call__(
         self, fe: Any, s: float, s_next: float, y: Tensor, f0: Tensor, cstate: Any, state: Any
     ) -> tuple[StepResult, Adaptation]:
-        if len(cstate) == 5:  # PIDController.init's state: its tolerances, ratios of 1
-            ones = torch.ones(2, dtype=torch.float64, device=y.device)
-            cstate = (ones[0], ones[1], cstate[4])  # two tensors: dynamo guards on aliases
-        prev1, prev2, tols = cstate
+        prev1, prev2, tols = cstate = _graph_state(cstate, y)
         t0, t1, y = self.inputs(s, s_next, y, f0, fe.f)
         y1, ks, y_err, f1, verdict, remembered = self.call(fe.f, y, f0, t0, t1, *tols, prev1, prev2)
         fe.nfe += self.evaluations
@@ -393,6 +497,69 @@ class _Stepper(_FixedStepper):
         if ratio <= 1.0 or c._at_dt_min(s, s_next):
             return step, Adaptation(accept=True, dt=grown, state=(remembered, prev1, tols))
         return step, Adaptation(accept=False, dt=shrunk, state=cstate)
+
+
+class _Looper(_Stepper):
+    """The loop's step for an adaptive solve that keeps no graph: single steps as
+    :class:`_Stepper` takes them, and runs of ordinary steps as one compiled loop
+    (:func:`_steps`), with one host read a run."""
+
+    def __init__(
+        self, run: Callable[..., Any], loop: Callable[..., Any], solver: AbstractSolver,
+        c: PIDController,
+    ) -> None:  # fmt: skip
+        super().__init__(run, solver, c)
+        self.loop = loop
+        tableau = solver.tableau  # type: ignore[attr-defined]
+        self.stages = tableau.stages if self.factorises else len(_plan(tableau).stages) + 1
+
+    def steps(
+        self, fe: Any, s: float, dt: float, retry: bool, y: Tensor, f0: Tensor, cstate: Any,
+        state: Any, limits: tuple[float, float, float, int],
+    ) -> Ran:  # fmt: skip
+        """Ordinary steps from ``s``, up to ``limits`` = ``(target, next_out, span,
+        budget)`` as :func:`_steps` takes them."""
+        prev1, prev2, tols = _graph_state(cstate, y)
+        numbers = [s, dt, float(retry), 0.0, 0.0, 0.0, s] + [0.0] * LOOP_ENDS
+        st = torch.tensor(numbers, dtype=torch.float64, device=y.device)
+        bounds = torch.tensor(limits, dtype=torch.float64, device=y.device)
+        ks = y.new_zeros((self.stages, *y.shape))
+        for x, dim in ((y, 0), (f0, 0), (ks, 1)):
+            if x.dim() > dim and self.dynamic:
+                torch._dynamo.maybe_mark_dynamic(x, dim)
+        y, f0, y_prev, f0_prev, ks, st, prev1, prev2 = self.loop(
+            fe.f, y, f0, ks, st, prev1, prev2, bounds, *tols
+        )
+        numbers = st.tolist()  # the one host read of the run
+        s, dt, retry_, attempts, accepted, code, s_prev = numbers[:7]
+        n, k = int(attempts), int(accepted)
+        fe.nfe += self.evaluations * n
+        if self.factorises:
+            state.n_jacobians += n
+            state.n_factorisations += n
+        last = None
+        if k:
+            step = StepResult(y1=y, y_err=None, ks=tuple(ks.unbind(0)), f1=f0)
+            last = (s_prev, y_prev, f0_prev, step)
+        return Ran(
+            s, dt, retry_ != 0.0, y, f0, (prev1, prev2, tols), n, k, numbers[7 : 7 + k],
+            code == 2.0, last,
+        )  # fmt: skip
+
+
+def _graph_state(cstate: Any, y: Tensor) -> Any:
+    """The controller's state as the step graph takes it: from :meth:`PIDController.init`'s
+    (its tolerances, ratios of 1), two ratio tensors and the tolerances."""
+    if len(cstate) == 5:
+        ones = torch.ones(2, dtype=torch.float64, device=y.device)
+        return (ones[0], ones[1], cstate[4])  # two tensors: dynamo guards on aliases
+    return cstate
+
+
+def _called(module: torch.nn.Module, names: list[str], values: list[Tensor]) -> Any:
+    """``module`` as a field of ``(t, y)`` with its tensors ``names`` set to ``values``."""
+    tensors = dict(zip(names, values))
+    return lambda t, y: torch.func.functional_call(module, tensors, (t, y))
 
 
 def _searching(f: Any) -> bool:
@@ -415,11 +582,13 @@ def _tracing_autograd(run: Callable[..., Any], *args: Any) -> Any:
 
 
 def stepper(
-    solver: AbstractSolver, controller: AbstractController, direction: float
+    solver: AbstractSolver, controller: AbstractController, direction: float, loops: bool = False
 ) -> CompiledStep:
     """The compiled step of a solve with this method, controller and direction: a
     fixed step for any controller but a :class:`PIDController` (:class:`ConstantStepSize`,
-    or a checkpointed replay's, which accepts the forward solve's steps)."""
+    or a checkpointed replay's, which accepts the forward solve's steps). With
+    ``loops``, an adaptive method whose step returns ``f1`` also runs whole runs of
+    steps as one graph (:class:`_Looper`)."""
     if not isinstance(controller, PIDController):
         assert isinstance(solver, AbstractExplicitRK)
         fixed = _FixedProgram(plan=_plan(solver.tableau), negate=direction < 0)
@@ -438,4 +607,8 @@ def stepper(
             plan=_plan(solver.tableau), order=solver.order, negate=direction < 0,
             controller=unit,
         )  # fmt: skip
-    return _Stepper(_compiled_step(program, _compiled._BACKEND), solver, controller)
+    run = _compiled_step(program, _compiled._BACKEND)
+    if loops and (isinstance(program, _RosenbrockProgram) or program.plan.fsal):
+        loop = _compiled_step(_LoopProgram(step=program), _compiled._BACKEND)
+        return _Looper(run, loop, solver, controller)
+    return _Stepper(run, solver, controller)

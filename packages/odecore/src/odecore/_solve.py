@@ -9,7 +9,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -518,6 +518,26 @@ solver_state)`` to the step and the controller's verdict (``_compiled_step``); i
 its Jacobians and factorisations in the solver's state."""
 
 
+class Ran(NamedTuple):
+    """What a compiled run of ordinary steps did (``steps`` of a compiled step that has
+    it, ``_compiled_step._Looper``): where it left the loop's variables, its attempts
+    and accepted steps, their ends, whether it stopped before an attempt the eager loop
+    must take itself (``unusual``), and its last accepted step as ``(s, y, f0, step)``
+    from its start, for the dense output (``None`` without one)."""
+
+    s: float
+    dt: float
+    retry: bool
+    y: Tensor
+    f0: Tensor
+    cstate: Any
+    attempts: int
+    accepted: int
+    ends: list[float]
+    unusual: bool
+    last: tuple[float, Tensor, Tensor, StepResult] | None
+
+
 @dataclass
 class _Run:
     ys: list[Tensor | None]
@@ -539,7 +559,8 @@ def _integrate(
     jump_set: set[float],
     dt0: float | None,
     max_steps: int,
-    on_step: Callable[[float, Tensor], None],
+    ends: list[float],
+    on_step: Callable[[float, Tensor], None] | None,
     hooks: StepHooks | None = None,
     dense: _Dense | None = None,
     compiled: CompiledStep | None = None,
@@ -550,8 +571,10 @@ def _integrate(
     status and the last time reached. Failures are statuses, never exceptions; a step
     the solver could not take (``step.failure``) ends the loop before it, with its
     status and message, unless the controller retries it smaller.
-    ``on_step(s, y)`` is called after every accepted step; ``hooks`` (the field's step
-    callbacks, an event) around every step, and an event stops the loop.
+    Every accepted step's end is appended to ``ends``, and ``on_step(s, y)`` called
+    after it; ``hooks`` (the field's step callbacks, an event) around every step, and
+    an event stops the loop. A compiled step with ``steps`` (:class:`Ran`) takes runs
+    of ordinary steps in one call where nothing is called per step.
     """
     stats = Stats()
     state = solver.new_state()  # the solver's per-solve state (an implicit one's Jacobian)
@@ -577,7 +600,10 @@ def _integrate(
         span = s1 - s0
         stop_i = 0
         snap = max(SNAP, controller.stretch)  # never after a rejection, so retries shrink
-        retry = False
+        retry = single = False
+        runs = getattr(compiled, "steps", None)
+        if on_step or hooks or dense or jump_set or fe.clock:  # called or read per step
+            runs = None
         while s < s1:
             if stats.n_steps >= max_steps:
                 status = Status.MAX_STEPS_REACHED
@@ -585,6 +611,22 @@ def _integrate(
             while stops[stop_i] <= s:
                 stop_i += 1
             target = stops[stop_i]
+            if runs is not None and not single:
+                next_out = taus[out_i] if out_i < len(taus) else math.inf
+                limits = (target, next_out, span, max_steps - stats.n_steps)
+                ran: Ran = runs(fe, s, dt, retry, y, f0, cstate, state, limits)
+                stats.n_steps += ran.attempts
+                stats.n_accepted += ran.accepted
+                stats.n_rejected += ran.attempts - ran.accepted
+                s, dt, retry, y, f0, cstate = ran[:6]
+                ends.extend(ran.ends)
+                single = ran.unusual  # the eager loop takes that attempt
+                if ran.last is not None:  # the run's states are finite; it ends on outputs
+                    finite.append(s, y)
+                    s_prev, y_prev, f0_prev, step = ran.last
+                    out_i = _save(ys, taus, out_i, fe, solver, s_prev, s, y_prev, f0_prev, step)
+                continue
+            single = False
             s_next = s + dt
             if s_next >= target - (SNAP if retry else snap) * dt:
                 s_next = target
@@ -614,18 +656,11 @@ def _integrate(
                 break
             if verdict.accept:
                 stats.n_accepted += 1
-                out_j = bisect.bisect_right(taus, s_next, lo=out_i)
-                if out_j > out_i:
-                    outs = taus[out_i:out_j]
-                    values = solver.interpolate(fe, s, s_next, y, f0_step, step, outs)
-                    if fe.clock is not None:
-                        values = _moved(
-                            fe, fe.clock, solver, s, s_next, y, f0_step, step, outs, values
-                        )
-                    ys[out_i:out_j] = values
-                    out_i = out_j
+                out_i = _save(ys, taus, out_i, fe, solver, s, s_next, y, f0_step, step)
                 finite.append(s_next, step.y1)  # checked once at the end
-                on_step(s_next, step.y1)
+                ends.append(s_next)
+                if on_step is not None:
+                    on_step(s_next, step.y1)
                 if dense is not None:
                     dense.steps.append((s, s_next, y, f0_step, step))
                 if hooks is not None and hooks.accepted(s, s_next, y, f0_step, step):
@@ -676,6 +711,30 @@ def _integrate(
         stats.n_factorisations = state.n_factorisations
         stats.n_newton_iters = state.n_newton_iters
     return _Run(ys=ys, stats=stats, status=status, s_reached=s, message=message)
+
+
+def _save(
+    ys: list[Tensor | None],
+    taus: list[float],
+    out_i: int,
+    fe: _Field,
+    solver: AbstractSolver,
+    s: float,
+    s_next: float,
+    y: Tensor,
+    f0: Tensor,
+    step: StepResult,
+) -> int:
+    """Saves the outputs ``taus[out_i:]`` that the step from ``s`` to ``s_next`` passes
+    into ``ys`` from its dense output; the index of the next output."""
+    out_j = bisect.bisect_right(taus, s_next, lo=out_i)
+    if out_j > out_i:
+        outs = taus[out_i:out_j]
+        values = solver.interpolate(fe, s, s_next, y, f0, step, outs)
+        if fe.clock is not None:
+            values = _moved(fe, fe.clock, solver, s, s_next, y, f0, step, outs, values)
+        ys[out_i:out_j] = values
+    return out_j
 
 
 def _moved(
@@ -773,18 +832,19 @@ def _make_loop(
             dense.fe, dense.solver, dense.y0, dense.s0 = fe, solver, y0, s0
         if times is not None and times.tensors:
             fe.clock = _clock(times, direction, [*jumps, *steps])
-        step_ends: list[float] = []
+        ends: list[float] = []
 
         def record(s: float, y: Tensor) -> None:
-            step_ends.append(direction * s)
-            if on_step is not None:
-                on_step(direction * s, y)
+            assert on_step is not None
+            on_step(direction * s, y)
 
         run = _integrate(
             fe, solver, controller, y0, s0, s1, [direction * t for t in ts], stops,
-            jump_set, dt0, max_steps, record, step_hooks(f, fe, solver, direction), dense,
-            None if compiled is None else compiled(solver, controller, direction),
+            jump_set, dt0, max_steps, ends, None if on_step is None else record,
+            step_hooks(f, fe, solver, direction),
+            dense, None if compiled is None else compiled(solver, controller, direction),
         )  # fmt: skip
+        step_ends = [direction * s for s in ends]
         return LoopResult(
             run.ys, run.stats, run.status, direction * run.s_reached, step_ends, run.message
         )
