@@ -527,6 +527,38 @@ def test_inductor_compiles_rosenbrock_steps_forward_and_backward(monkeypatch):
         assert _rel(compiled, eager) <= 1e-10
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
+def test_inductor_runs_a_solve_without_a_graph_as_one_loop(monkeypatch):
+    # The loop graph in inductor's C++ wrapper, over a module that reads a view of its
+    # parameter (a.T) at every stage: no fallback to the compiled steps one by one.
+    from odecore import _compiled_step
+
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    monkeypatch.setattr(_compiled, "_NO_LOOP", set())
+    runs = []
+    steps = _compiled_step._Looper.steps
+    monkeypatch.setattr(_compiled_step._Looper, "steps", lambda *a: runs.append(1) or steps(*a))
+
+    class Transposed(Field):
+        def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(y @ self.a.T) + self.b * torch.cos(t)
+
+    y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=F64)
+    sols = []
+    for compile in (True, False):
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sols.append(odecore.solve(Transposed(), y0, t0=0.0, t1=5.0, solver=odecore.Dopri5(),
+                                      controller=odecore.PIDController(rtol=1e-8, atol=1e-10),
+                                      saveat=odecore.SaveAt(ts=[1.0, 2.5, 5.0]),
+                                      compile=compile))  # fmt: skip
+    compiled, eager = sols
+    assert runs and not _compiled._NO_LOOP
+    assert compiled.stats == eager.stats
+    assert _rel(compiled.ys, eager.ys) <= 1e-12
+
+
 SPECS = [
     ("rk4", {"n_steps": 4}, "backprop"),
     ("euler", {"n_steps": 3}, "backprop"),
