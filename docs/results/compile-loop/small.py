@@ -1,34 +1,91 @@
 """Small problems against SciPy: dopri5 at 1e-6, batch 1, float64, one thread, under
-torch.no_grad(), eager and compile=True, beside SciPy solve_ivp RK45 (median of 21).
+``torch.no_grad()``, odecore eager and with ``compile=True``, beside SciPy's
+``solve_ivp`` RK45 at the same tolerances (median of 21 solves after a first one).
 
 Run from the repository root: python docs/results/compile-loop/small.py
 """
-import time, statistics, warnings, sys
-import numpy as np, scipy.integrate as si, torch, odecore
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import odecore
+import scipy.integrate as si
+import torch
+
 torch.set_num_threads(1)
 warnings.simplefilter("error", odecore.CompileFallbackWarning)
-def vdp_np(t, y): return [y[1], (1 - y[0]**2) * y[1] - y[0]]
-def lorenz_np(t, y): return [10*(y[1]-y[0]), y[0]*(28-y[2])-y[1], y[0]*y[1]-8/3*y[2]]
-def vdp(t, y):
+
+
+def vdp_np(t: float, y: np.ndarray) -> list[float]:
+    return [y[1], (1 - y[0] ** 2) * y[1] - y[0]]
+
+
+def lorenz_np(t: float, y: np.ndarray) -> list[float]:
+    return [10 * (y[1] - y[0]), y[0] * (28 - y[2]) - y[1], y[0] * y[1] - 8 / 3 * y[2]]
+
+
+def vdp(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     x, v = y.unbind(-1)
     return torch.stack((v, (1 - x * x) * v - x), -1)
-def lorenz(t, y):
+
+
+def lorenz(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     a, b, c = y.unbind(-1)
     return torch.stack((10 * (b - a), a * (28 - c) - b, a * b - 8 / 3 * c), -1)
-P = {"vdp": (vdp_np, vdp, [2.0, 0.0]), "lorenz": (lorenz_np, lorenz, [1.0, 1.0, 1.0])}
-def med(fn, n=21):
-    t = time.perf_counter(); fn(); first = time.perf_counter() - t; ts = []
-    for _ in range(n):
-        t = time.perf_counter(); out = fn(); ts.append(time.perf_counter() - t)
-    return statistics.median(ts), out, first
-for name, (fnp, ft, y0) in P.items():
-    ref = si.solve_ivp(fnp, (0, 10), y0, method="DOP853", rtol=1e-13, atol=1e-13).y[:, -1]
-    s, sol, _ = med(lambda: si.solve_ivp(fnp, (0, 10), y0, method="RK45", rtol=1e-6, atol=1e-6))
-    print(name, "scipy RK45", f"{s*1e3:.2f} ms", "steps", sol.t.size - 1, "err", np.abs(sol.y[:, -1] - ref).max())
-    y0t = torch.tensor([y0], dtype=torch.float64)
-    for compile in (False, True):
-        def run():
-            with torch.no_grad():
-                return odecore.solve(ft, y0t, t0=0.0, t1=10.0, solver=odecore.Dopri5(), controller=odecore.PIDController(rtol=1e-6, atol=1e-6), compile=compile)
-        t, sol, first = med(run)
-        print(name, "compile" if compile else "eager", f"{t*1e3:.2f} ms first {first:.1f}s", sol.stats, "err", (sol.ys[-1, 0].numpy() - ref).__abs__().max(), f"ratio {t/s:.2f}", flush=True)
+
+
+PROBLEMS = {"vdp": (vdp_np, vdp, [2.0, 0.0]), "lorenz": (lorenz_np, lorenz, [1.0, 1.0, 1.0])}
+
+
+def timed(fn: Callable[..., Any], *args: Any, repeats: int = 21) -> tuple[float, Any, float]:
+    """The median time of ``repeats`` calls ``fn(*args)`` after a first one, the last
+    result, and the first call's time."""
+    start = time.perf_counter()
+    fn(*args)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out, first
+
+
+def odecore_solve(field: Any, y0: torch.Tensor, compile: bool) -> odecore.Solution:
+    with torch.no_grad():
+        return odecore.solve(
+            field, y0, t0=0.0, t1=10.0, solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-6, atol=1e-6), compile=compile,
+        )  # fmt: skip
+
+
+def rk45(field: Callable[..., Any], y0: list[float]) -> Any:
+    return si.solve_ivp(field, (0, 10), y0, method="RK45", rtol=1e-6, atol=1e-6)
+
+
+def main() -> None:
+    for name, (numpy_field, field, y0) in PROBLEMS.items():
+        ref = si.solve_ivp(numpy_field, (0, 10), y0, method="DOP853", rtol=1e-13, atol=1e-13)
+        exact = ref.y[:, -1]
+        scipy_time, sol, _ = timed(rk45, numpy_field, y0)
+        error = np.abs(sol.y[:, -1] - exact).max()
+        print(f"{name} scipy RK45 {scipy_time * 1e3:.2f} ms steps {sol.t.size - 1} err {error}")
+        y0t = torch.tensor([y0], dtype=torch.float64)
+        for compile in (False, True):
+            median, out, first = timed(odecore_solve, field, y0t, compile)
+            error = np.abs(out.ys[-1, 0].numpy() - exact).max()
+            print(
+                f"{name} {'compile' if compile else 'eager'} {median * 1e3:.2f} ms first "
+                f"{first:.1f}s {out.stats} err {error} ratio {median / scipy_time:.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
