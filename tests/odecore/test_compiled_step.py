@@ -488,3 +488,84 @@ def test_the_loop_of_steps_is_one_graph_without_breaks():
     )
     assert explanation.graph_break_count == 0
     assert explanation.graph_count == 1
+
+
+# --- per-sample step sizes: runs of the loop's iterations as one compiled graph -----------
+
+
+def _solve_rows(field, y0, *, compile, solver, t0=0.0, t1=3.0, ts=None, **kwargs):
+    controller = odecore.PIDController(rtol=1e-7, atol=1e-9, per_sample=True)
+    saveat = odecore.SaveAt(ts=ts, t1=True) if ts is not None else odecore.SaveAt(t1=True)
+    return odecore.solve(field, y0, t0=t0, t1=t1, solver=solver, controller=controller,
+                         saveat=saveat, compile=compile, **kwargs)  # fmt: skip
+
+
+def _oscillators(dtype: torch.dtype = F64):
+    """A batch of Van der Pol oscillators, each sample with its own stiffness."""
+    mu = torch.linspace(1.0, 30.0, 8, dtype=dtype)
+
+    def field(t, y):
+        x, v = y.unbind(-1)
+        return torch.stack((v, mu * (1 - x * x) * v - x + 0.1 * torch.cos(t)), -1)
+
+    y0 = torch.tensor([2.0, 0.0], dtype=dtype) * torch.linspace(0.5, 1.0, 8, dtype=dtype)[:, None]
+    return field, y0
+
+
+@pytest.mark.parametrize(
+    "solver", [odecore.Dopri5, lambda: odecore.Rodas5P(independent=True)], ids=["dopri5", "rodas5p"]
+)
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 3.0), (3.0, 0.0)], ids=["forward", "backward"])
+def test_per_sample_steps_compile_as_one_loop(monkeypatch, solver, t0, t1):
+    field, y0 = _oscillators()
+    ts = torch.linspace(t0, t1, 4, dtype=F64)  # outputs inside the samples' steps
+    runs = []
+    call = odecore._per_sample._Runs.__call__
+    monkeypatch.setattr(
+        odecore._per_sample._Runs, "__call__", lambda *a: runs.append(1) or call(*a)
+    )
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)
+        eager, compiled = (
+            _solve_rows(field, y0, compile=c, solver=solver(), t0=t0, t1=t1, ts=ts)
+            for c in (False, True)
+        )
+    # A run ends where a sample's step reaches an output time: at most once for each.
+    assert 0 < len(runs) <= (len(ts) - 1) * y0.shape[0] + 1 < compiled.stats.n_steps / 3
+    assert torch.equal(compiled.n_accepted_per_sample, eager.n_accepted_per_sample)
+    assert torch.equal(compiled.n_rejected_per_sample, eager.n_rejected_per_sample)
+    assert compiled.stats.n_steps == eager.stats.n_steps
+    assert compiled.stats.n_accepted == eager.stats.n_accepted
+    # A Rosenbrock step's Jacobian and LU differ in rounding, amplified by the stiffness.
+    assert _rel(compiled.ys, eager.ys) <= (1e-12 if isinstance(solver(), odecore.Dopri5) else 1e-10)
+
+
+def test_per_sample_runs_leave_an_unusual_iteration_to_the_eager_loop():
+    # Sample 0 blows up at t = 1: its step size underflows, as in the eager loop.
+    y0 = torch.tensor([[1.0], [0.5]], dtype=F64)
+    sols = []
+    for compile in (False, True):
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            sols.append(_solve_rows(lambda t, y: y * y, y0, compile=compile,
+                                    solver=odecore.Dopri5(), t1=1.5, throw=False))  # fmt: skip
+    eager, compiled = sols
+    assert eager.status == odecore.Status.DT_UNDERFLOW
+    assert (compiled.status, compiled.message) == (eager.status, eager.message)
+    assert compiled.stats == eager.stats
+    torch.testing.assert_close(compiled.ys, eager.ys, rtol=1e-12, atol=0.0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("grad", "solver", "why"),
+    [(True, odecore.Dopri5, "without a graph"), (False, odecore.Dopri8, "Dopri8's")],
+    ids=["with-a-graph", "no-f1"],
+)
+def test_per_sample_steps_that_cannot_compile_say_so_and_solve_eagerly(grad, solver, why):
+    field, y0 = _oscillators()
+    with torch.no_grad():
+        eager = _solve_rows(field, y0, compile=False, solver=solver())
+    with torch.set_grad_enabled(grad), pytest.warns(odecore.CompileFallbackWarning, match=why):
+        compiled = _solve_rows(field, y0, compile=True, solver=solver())
+    assert torch.equal(compiled.ys, eager.ys)
+    assert compiled.stats == eager.stats

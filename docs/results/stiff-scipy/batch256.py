@@ -1,5 +1,6 @@
 """The batch of 256 stiff Van der Pol oscillators of docs/odecore/stiff.md: per-sample
-Rodas5P and Rodas4 against SciPy's LSODA and Radau solving the systems one by one.
+Rodas5P and Rodas4, eager and compiled (compile=True: runs of batch steps as one
+graph), against SciPy's LSODA and Radau solving the systems one by one.
 
 mu evenly spaced over [100, 1000], y(0) = (2, 0), t in [0, 300], rtol = atol = 1e-6,
 float64, one thread, no gradient; three timed runs after a warm-up. The error is the
@@ -25,6 +26,7 @@ B = 256
 F64 = torch.float64
 MUS = torch.linspace(100.0, 1000.0, B, dtype=F64).unsqueeze(1)
 CHECKED = (0, 63, 127, 191, 255)
+ODECORE = (odecore.Rodas5P, odecore.Rodas4)
 
 
 def batch(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,7 +50,7 @@ def scipy_solve(i: int, method: str, tol: float) -> np.ndarray:
 
 
 def timed(run: Callable[[], object]) -> tuple[list[float], object]:
-    out = run()
+    out = run()  # the warm-up: with compile=True, the compilation
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -61,9 +63,10 @@ def main() -> None:
     torch.set_num_threads(1)
     refs = {i: scipy_solve(i, "Radau", 1e-12) for i in CHECKED}
     y0 = torch.tensor([[2.0, 0.0]], dtype=F64).repeat(B, 1)
-    for solver in (odecore.Rodas5P, odecore.Rodas4):
+    runs = [(solver, compile) for compile in (False, True) for solver in ODECORE]
+    for solver, compile in runs:
         control = odecore.PIDController(rtol=1e-6, atol=1e-6, per_sample=True)
-        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0,
+        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=compile,
                       solver=solver(independent=True), controller=control)  # fmt: skip
         with torch.no_grad():
             times, sol = timed(run)
@@ -74,7 +77,8 @@ def main() -> None:
         )
         steps = sol.n_accepted_per_sample
         assert steps is not None
-        print(f"{solver.__name__} per sample: median {statistics.median(times):.3f} s "
+        label = f"{solver.__name__}{', compiled' if compile else ''}"
+        print(f"{label} per sample: median {statistics.median(times):.3f} s "
               f"{[round(t, 3) for t in times]}, {sol.stats.n_steps} batch steps (per "
               f"oscillator {int(steps.min())} to {int(steps.max())}, median "
               f"{int(steps.median())}), error {err:.1e}", flush=True)  # fmt: skip

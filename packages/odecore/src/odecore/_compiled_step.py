@@ -383,10 +383,149 @@ def _steps(
     return tuple(while_loop(more, body, carry))[:8]  # type: ignore[no-untyped-call]
 
 
-_Program = _FixedProgram | _StepProgram | _RosenbrockProgram | _LoopProgram
+@dataclass(frozen=True)
+class _RowLoopProgram:
+    """What a per-sample loop graph is specialised on: its step's program (in the
+    steps' own time, from 0 to 1), the solver and controller that judge each sample's
+    step, and the direction of time."""
+
+    step: _StepProgram | _RosenbrockProgram
+    solver: AbstractSolver
+    controller: PIDController
+    direction: float
+
+
+class _RowGraphField:
+    """``g(tau, y) = h f(t + h tau, y)`` per sample, as ``_per_sample._RowField``
+    evaluates it, for the step graph: ``s`` and ``h`` ``(batch,)`` in float64."""
+
+    def __init__(self, f: Any, s: Tensor, h: Tensor, scale: Tensor, direction: float) -> None:
+        self.f, self.s, self.h, self.scale, self.direction = f, s, h, scale, direction
+        self.raw: Tensor | None = None  # the last evaluation, unscaled: a step's f(t1, y1)
+
+    def __call__(self, tau: Tensor, y: Tensor) -> Tensor:
+        t = self.s + self.h * tau.to(torch.float64)
+        out = self.f((t if self.direction > 0 else -t).to(y.dtype), y)
+        self.raw = out if self.direction > 0 else -out
+        return self.raw * self.scale
+
+
+def _row_steps(
+    f: Any,
+    y: Tensor,
+    f0: Tensor,
+    rows: Tensor,
+    flags: Tensor,
+    counts: Tensor,
+    at: Tensor,
+    limits: Tensor,
+    rtol: Tensor,
+    atol: Tensor,
+    program: _RowLoopProgram,
+) -> tuple[Tensor, ...]:
+    """The iterations of ``_per_sample.PerSampleLoop._run``, as one graph (a
+    ``while_loop``): every sample not done steps from its time ``s`` by its own step
+    size, is judged by :func:`row_adapt`, and is kept or retried. It ends after an
+    iteration that finishes every sample or whose accepted steps reach an output time
+    in ``at``; after ``budget`` iterations; or before an iteration the eager loop must
+    take itself (a step size lost in rounding, a sample whose step is not finite and
+    cannot shrink, a singular matrix).
+
+    ``rows`` is ``(s, dt, prev1, prev2)`` per sample ``(4, batch)`` in float64,
+    ``flags`` ``(retry, done)`` ``(2, batch)``, ``counts`` each sample's accepted and
+    rejected steps ``(2, batch)``, ``limits`` ``(s1, span, budget)``. Returned: those
+    updated, ``(iterations, iterations with an acceptance, code)`` (``code`` 2: it
+    stopped before an unusual iteration), and the last iteration's start state,
+    scaled derivative, stages, times, sizes and acceptances, for the dense output."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    from ._controllers import row_adapt
+
+    step, c = _STEPS[type(program.step)], program.controller
+    s1, span, budget = (x.clone() for x in limits.unbind())  # no aliases
+    rtol, atol = rtol.clone(), atol.clone()
+    stretch = max(SNAP, c.stretch)
+    view = (y.shape[0],) + (1,) * (y.dim() - 1)
+    zero, one = y.new_zeros((), dtype=torch.float64), y.new_ones((), dtype=torch.float64)
+
+    def more(*carry: Tensor) -> Tensor:
+        numbers = carry[6]
+        return (numbers[2] == 0) & (numbers[0] < budget)
+
+    def body(*carry: Tensor) -> tuple[Tensor, ...]:
+        y, f0, rows, flags, counts, ks, numbers, y_prev, f0_prev, last, *values = carry
+        field = f if module is None else _called(module, names, values)
+        (s, dt, prev1, prev2), (retry, done) = rows.unbind(), flags.unbind()
+        land = s + dt >= s1 - torch.where(retry, SNAP, stretch) * dt
+        h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
+        small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
+        scale = h.to(y.dtype).view(view)
+        g = _RowGraphField(field, s, h, scale, program.direction)
+        f0_step = f0 * scale
+        y1, ks1, y_err, f1, verdict, _ = step(
+            g, y, f0_step, zero, one, one, one, one, one, program.step
+        )
+        result = StepResult(y1=y1, y_err=y_err, ks=(), f1=f1)
+        adapted = row_adapt(c, h, y, result, program.solver, (prev1, prev2), (rtol, atol))
+        active = ~done
+        accept = adapted.accept & active
+        s_new = torch.where(accept, torch.where(land, s1, s + h), s)
+        done_new = done | (accept & land)
+        tiny = 8 * _EPS * torch.clamp(s_new.abs(), min=span)
+        lost = ~done_new & ~adapted.finite & (adapted.dt <= tiny)
+        unusual = small.any() | lost.any()
+        if verdict.numel() > 3:  # a Rosenbrock step's singular matrix
+            unusual = unusual | (verdict[3] != 0)
+        theta = (at.unsqueeze(0) - s.unsqueeze(1)) / h.unsqueeze(1)
+        reads = (accept.unsqueeze(1) & (theta > 0) & (theta <= 1 + SNAP)).any()
+        go = ~unusual
+        code = torch.where(unusual, 2.0, torch.where(reads | done_new.all(), 1.0, 0.0))
+        assert g.raw is not None  # its last evaluation is at (1, y1), unscaled as eager
+        f1_raw = g.raw
+        keep = accept.view(view) & go
+        rows_new = torch.stack((
+            s_new, torch.where(done_new, dt, adapted.dt), *adapted.state,
+        ))  # fmt: skip
+        flags_new = torch.stack((~accept, done_new))
+        counts_new = counts + torch.stack((accept, active & ~accept)).to(counts.dtype)
+        numbers_new = torch.stack((  # the code whether it goes or not
+            numbers[0] + go.to(numbers.dtype),
+            numbers[1] + (go & accept.any()).to(numbers.dtype), code.to(numbers.dtype),
+        ))  # fmt: skip
+        return (
+            torch.where(keep, y1, y), torch.where(keep, f1_raw, f0),
+            torch.where(go, rows_new, rows), torch.where(go, flags_new, flags),
+            torch.where(go, counts_new, counts), torch.where(go, torch.stack(ks1), ks),
+            numbers_new, torch.where(go, y, y_prev),
+            torch.where(go, f0_step, f0_prev),
+            torch.where(go, torch.stack((s, h, accept.to(s.dtype))), last),
+            *(v.clone() for v in values),
+        )  # fmt: skip
+
+    module = f if isinstance(f, torch.nn.Module) else None  # carried, as in _steps
+    names, values = [], []
+    if module is not None:
+        for name, x in (*module.named_parameters(), *module.named_buffers()):
+            names.append(name)
+            values.append(x.clone())
+    numbers = y.new_zeros(3, dtype=torch.float64)
+    last = y.new_zeros((3, y.shape[0]), dtype=torch.float64)
+    ks = y.new_zeros((_stage_count(program.step), *y.shape))
+    carry = (y, f0, rows, flags, counts, ks, numbers, y.clone(), f0.clone(), last, *values)
+    return tuple(while_loop(more, body, carry))[:10]  # type: ignore[no-untyped-call]
+
+
+def _stage_count(program: _StepProgram | _RosenbrockProgram) -> int:
+    """The number of stages a step of ``program`` returns."""
+    if isinstance(program, _RosenbrockProgram):
+        return program.tableau.stages
+    return len(program.plan.stages) + 1
+
+
+_Program = _FixedProgram | _StepProgram | _RosenbrockProgram | _LoopProgram | _RowLoopProgram
 _STEPS: dict[type, Callable[..., Any]] = {
     _FixedProgram: _fixed_step, _StepProgram: _step, _RosenbrockProgram: _rosenbrock_step,
-    _LoopProgram: _steps,
+    _LoopProgram: _steps, _RowLoopProgram: _row_steps,
 }  # fmt: skip
 
 
@@ -399,7 +538,7 @@ def _compiled_step(program: _Program, backend: Any) -> Callable[..., Any]:
     fn = types.FunctionType(code, step.__globals__, step.__name__, (program,))
     # A loop graph's C++ wrapper runs its loop without Python: some 40 us an attempt less.
     cpp: dict[str, Any] | None = None
-    if backend == "inductor" and type(program) is _LoopProgram:
+    if backend == "inductor" and type(program) in (_LoopProgram, _RowLoopProgram):
         cpp = {"cpp_wrapper": True}
     return torch.compile(fn, backend=backend, fullgraph=True, dynamic=None, options=cpp)
 
@@ -506,12 +645,10 @@ class _Looper(_Stepper):
 
     def __init__(
         self, run: Callable[..., Any], loop: Callable[..., Any], solver: AbstractSolver,
-        c: PIDController,
+        c: PIDController, stages: int,
     ) -> None:  # fmt: skip
         super().__init__(run, solver, c)
-        self.loop = loop
-        tableau = solver.tableau  # type: ignore[attr-defined]
-        self.stages = tableau.stages if self.factorises else len(_plan(tableau).stages) + 1
+        self.loop, self.stages = loop, stages
 
     def steps(
         self, fe: Any, s: float, dt: float, retry: bool, y: Tensor, f0: Tensor, cstate: Any,
@@ -610,5 +747,27 @@ def stepper(
     run = _compiled_step(program, _compiled._BACKEND)
     if loops and (isinstance(program, _RosenbrockProgram) or program.plan.fsal):
         loop = _compiled_step(_LoopProgram(step=program), _compiled._BACKEND)
-        return _Looper(run, loop, solver, controller)
+        return _Looper(run, loop, solver, controller, _stage_count(program))
     return _Stepper(run, solver, controller)
+
+
+def row_loop(
+    solver: AbstractSolver, controller: PIDController, direction: float
+) -> Callable[..., tuple[Tensor, ...]] | None:
+    """The compiled per-sample loop (:func:`_row_steps`) of this method, controller and
+    direction of time; ``None`` for a method whose step does not return ``f1``."""
+    unit = replace(controller, rtol=1.0, atol=1.0)  # the tolerances are inputs
+    step: _StepProgram | _RosenbrockProgram
+    if isinstance(solver, _AbstractRosenbrock):
+        step = _RosenbrockProgram(
+            tableau=solver.tableau, independent=solver.independent, order=solver.order,
+            negate=False, controller=unit,
+        )  # fmt: skip
+    elif isinstance(solver, AbstractExplicitRK) and _plan(solver.tableau).fsal:
+        step = _StepProgram(
+            plan=_plan(solver.tableau), order=solver.order, negate=False, controller=unit
+        )
+    else:
+        return None
+    program = _RowLoopProgram(step=step, solver=solver, controller=unit, direction=direction)
+    return _compiled_step(program, _compiled._BACKEND)

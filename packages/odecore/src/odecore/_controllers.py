@@ -463,12 +463,14 @@ def _row_rms(x: Tensor) -> Tensor:
     return norm / math.sqrt(flat.shape[1])
 
 
-def _row_scale(c: PIDController, y0: Tensor, y1: Tensor | None = None) -> Tensor:
-    """``atol + rtol * max(|y0|, |y1|)`` without a graph."""
+def _row_scale(c: PIDController, y0: Tensor, y1: Tensor | None = None, tols: Any = None) -> Tensor:
+    """``atol + rtol * max(|y0|, |y1|)`` without a graph; ``tols``: ``(rtol, atol)`` in
+    place of the controller's (tensors, in a compiled loop)."""
     big = _no_graph(y0).abs()
     if y1 is not None:
         big = torch.maximum(big, _no_graph(y1).abs())
-    return big * c.rtol + c.atol
+    rtol, atol = (c.rtol, c.atol) if tols is None else tols
+    return big * rtol + atol
 
 
 def row_init(
@@ -515,13 +517,15 @@ def row_adapt(
     step: StepResult,
     solver: AbstractSolver,
     state: tuple[Tensor, Tensor],
+    tols: Any = None,
 ) -> RowAdaptation:
-    """:meth:`PIDController.adapt` per sample, for steps of sizes ``h`` ``(batch,)``."""
+    """:meth:`PIDController.adapt` per sample, for steps of sizes ``h`` ``(batch,)``;
+    ``tols`` as :func:`_row_scale` takes them."""
     if step.y_err is None:
         c.adapt(0.0, 1.0, y0, step, solver, None)  # its error names the fix
     assert step.y_err is not None
     prev1, prev2 = state
-    ratio = _row_rms(step.y_err / _row_scale(c, y0, step.y1))
+    ratio = _row_rms(step.y_err / _row_scale(c, y0, step.y1, tols))
     finite = torch.isfinite(ratio)
     k = solver.order
     r = torch.where(finite, ratio, 1.0).clamp(min=1e-10)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -131,8 +132,9 @@ class PerSampleLoop:
     """The solve loop with per-sample step sizes, as gradient methods call it; after a
     run, ``accepted`` and ``rejected`` hold each sample's counts ``(batch,)``."""
 
-    def __init__(self, max_steps: int) -> None:
+    def __init__(self, max_steps: int, compiled: bool = False) -> None:
         self.max_steps = max_steps
+        self.compiled = compiled  # compile=True: runs of iterations as one graph
         self.accepted: Tensor | None = None
         self.rejected: Tensor | None = None
 
@@ -211,9 +213,23 @@ class PerSampleLoop:
         done = torch.zeros_like(s, dtype=torch.bool)
         retry = torch.zeros_like(done)
         stretch = max(SNAP, controller.stretch)
+        runs = _Runs.make(solver, controller, fe.direction) if self.compiled else None
+        single = False  # the next iteration is the eager loop's own
         while True:
             if stats.n_steps >= self.max_steps:
                 return y, s, Status.MAX_STEPS_REACHED, _which(~done)
+            if runs is not None and not single:
+                budget = self.max_steps - stats.n_steps
+                ran = runs(self, fe, state, stats, outputs, (s1, span, budget),
+                           (y, f0, s, dt, cstate, retry, done))  # fmt: skip
+                if ran is None:  # it did not compile: the eager loop goes on
+                    runs = None
+                    continue
+                single, (y, f0, s, dt, cstate, retry, done) = ran
+                if not single and bool(done.all()):
+                    break
+                continue
+            single = False
             land = s + dt >= s1 - torch.where(retry, SNAP, stretch) * dt
             h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
             small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
@@ -253,6 +269,83 @@ class PerSampleLoop:
         if not bool(torch.isfinite(y).all()):
             return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
         return y, s, Status.SUCCESS, ""
+
+
+class _Runs:
+    """Runs of the loop's iterations as one compiled graph (``_compiled_step._row_steps``),
+    for ``compile=True`` without a graph; one host read a run."""
+
+    def __init__(self, loop: Callable[..., tuple[Tensor, ...]], solver: AbstractSolver,
+                 controller: PIDController) -> None:  # fmt: skip
+        from ._rosenbrock import _AbstractRosenbrock
+        from ._solvers import AbstractExplicitRK, _plan
+
+        self.loop, self.solver, self.tols = loop, solver, (controller.rtol, controller.atol)
+        self.rosenbrock = isinstance(solver, _AbstractRosenbrock)
+        if isinstance(solver, _AbstractRosenbrock):
+            self.evaluations = 3 + solver.tableau.stages  # a Jacobian, df/dt, stages, f1
+        else:
+            assert isinstance(solver, AbstractExplicitRK)
+            self.evaluations = len(_plan(solver.tableau).stages)
+
+    @staticmethod
+    def make(solver: AbstractSolver, controller: PIDController, direction: float) -> _Runs | None:
+        """The runs of this method, or ``None``, with the warning, where they do not
+        apply: a solve with a graph, or a step that does not return ``f1``."""
+        from ._compiled import fall_back
+        from ._compiled_step import row_loop
+
+        if torch.is_grad_enabled():
+            fall_back("per-sample step sizes compile only for a solve without a graph "
+                      "(under torch.no_grad())")  # fmt: skip
+            return None
+        loop = row_loop(solver, controller, direction)
+        if loop is None:
+            fall_back(f"per-sample step sizes compile for steps that return f(t1, y1), "
+                      f"not {type(solver).__name__}'s")  # fmt: skip
+            return None
+        return _Runs(loop, solver, controller)
+
+    def __call__(
+        self, owner: PerSampleLoop, fe: _RowField, state: SolveState | None, stats: Stats,
+        outputs: _Outputs, limits: tuple[float, float, int], loop_state: tuple[Any, ...],
+    ) -> tuple[bool, tuple[Any, ...]] | None:  # fmt: skip
+        """One run from the loop's variables ``(y, f0, s, dt, cstate, retry, done)``:
+        whether it stopped before an iteration the eager loop must take, and the
+        variables after it; ``None``, with the warning, if it did not compile."""
+        from ._compiled import _COMPILE_ERRORS, _first_line, fall_back
+
+        assert owner.accepted is not None and owner.rejected is not None
+        y, f0, s, dt, cstate, retry, done = loop_state
+        like = torch.tensor(0.0, dtype=torch.float64, device=y.device)
+        try:
+            out = self.loop(
+                fe.f, y, f0, torch.stack((s, dt, *cstate)), torch.stack((retry, done)),
+                torch.stack((owner.accepted, owner.rejected)), outputs.at,
+                like.new_tensor(limits), like.new_tensor(self.tols[0]),
+                like.new_tensor(self.tols[1]),
+            )  # fmt: skip
+        except _COMPILE_ERRORS as err:
+            fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
+            return None
+        y, f0, rows, flags, counts, ks, numbers, y_prev, f0_prev, last = out
+        n, taken, code = (int(x) for x in numbers.tolist())  # the one host read of the run
+        stats.n_steps += n
+        stats.n_accepted += taken
+        stats.n_rejected += n - taken
+        fe.nfe += self.evaluations * n
+        if self.rosenbrock and state is not None:
+            state.n_jacobians += n
+            state.n_factorisations += n
+        owner.accepted, owner.rejected = counts.unbind()
+        s, dt, *ratios = rows.unbind()
+        retry, done = flags.unbind()
+        if code == 1 and outputs.taus:  # its last iteration may reach output times
+            s_prev, h_prev, accepted = last.unbind()
+            fe.place(s_prev, h_prev)
+            step = StepResult(y1=y, y_err=None, ks=tuple(ks.unbind(0)), f1=f0 * fe.scale)
+            outputs.read(self.solver, fe, y_prev, f0_prev, step, accepted != 0)
+        return code == 2, (y, f0, s, dt, tuple(ratios), retry, done)
 
 
 class _Outputs:

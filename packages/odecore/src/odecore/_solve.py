@@ -1066,7 +1066,7 @@ def _solve(
             solver, y0, gradient or Autograd(),
             {"`event`": event is not None, "`jump_ts`": jump_ts is not None,
              "`step_ts`": step_ts is not None, "`SaveAt(dense=True)`": saveat.dense,
-             "`compile=True`": compile is not False, "a `saveat.ts` that requires grad": timed},
+             "a `saveat.ts` that requires grad": timed},
         )  # fmt: skip
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
@@ -1156,7 +1156,7 @@ def _solve(
         dense = _Dense(unpack if isinstance(y0, tuple) else None)
         loop = _make_loop(jumps, steps, max_steps, dense)
     elif rows:
-        loop = PerSampleLoop(max_steps)
+        loop = PerSampleLoop(max_steps, compiled=compile is not False)
     else:
         loop = make_loop(jumps, steps, max_steps)
     ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
@@ -1185,7 +1185,9 @@ def _solve(
         step_tensor=step_tensor,
         jump_ts=tuple(jumps),
     )
-    if compile is not False:
+    if compile is not False and rows:
+        check_compile(compile)  # the per-sample loop compiles its own runs
+    elif compile is not False:
         loop = _compiled_or_eager(
             compile, loop, problem, gradient, f, event, saveat, make_loop, jumps, steps, max_steps
         )
