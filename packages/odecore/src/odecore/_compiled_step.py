@@ -32,6 +32,7 @@ a dense Jacobian's size is the state's.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import types
 from collections.abc import Callable
@@ -529,12 +530,18 @@ _STEPS: dict[type, Callable[..., Any]] = {
 }  # fmt: skip
 
 
+_PROGRAMS = itertools.count()
+
+
 @functools.lru_cache(maxsize=32)
 def _compiled_step(program: _Program, backend: Any) -> Callable[..., Any]:
     """The compiled step of one program, with a code object of its own (dynamo keeps
     graphs and counts recompilations per code object, as in ``_compiled``)."""
     step = _STEPS[type(program)]
-    code = step.__code__.replace()
+    # A name of its own too: dynamo's state for automatic dynamic shapes goes by the
+    # code's value, and a second program's graph would take the first's inputs as
+    # changing values (in a loop graph, scalars it then fails to lower).
+    code = step.__code__.replace(co_name=f"{step.__name__}_{next(_PROGRAMS)}")
     fn = types.FunctionType(code, step.__globals__, step.__name__, (program,))
     # A loop graph's C++ wrapper runs its loop without Python: some 40 us an attempt less.
     cpp: dict[str, Any] | None = None

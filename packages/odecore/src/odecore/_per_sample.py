@@ -271,6 +271,10 @@ class PerSampleLoop:
         return y, s, Status.SUCCESS, ""
 
 
+_FAILED: set[object] = set()
+"""Compiled per-sample loops that failed to compile: later solves run eagerly at once."""
+
+
 class _Runs:
     """Runs of the loop's iterations as one compiled graph (``_compiled_step._row_steps``),
     for ``compile=True`` without a graph; one host read a run."""
@@ -300,6 +304,9 @@ class _Runs:
                       "(under torch.no_grad())")  # fmt: skip
             return None
         loop = row_loop(solver, controller, direction)
+        if loop in _FAILED:
+            fall_back("torch.compile failed on this method's per-sample loop before")
+            return None
         if loop is None:
             fall_back(f"per-sample step sizes compile for steps that return f(t1, y1), "
                       f"not {type(solver).__name__}'s")  # fmt: skip
@@ -326,6 +333,7 @@ class _Runs:
                 like.new_tensor(self.tols[1]),
             )  # fmt: skip
         except _COMPILE_ERRORS as err:
+            _FAILED.add(self.loop)
             fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
             return None
         y, f0, rows, flags, counts, ks, numbers, y_prev, f0_prev, last = out
