@@ -372,14 +372,7 @@ def _steps(
             *(v.clone() for v in values),
         )  # fmt: skip
 
-    # A module's tensors are carried, as values: dynamo lifts each view a forward takes
-    # of them (``self.a.T``) as an input of its own, and refuses those aliases.
-    module = f if isinstance(f, torch.nn.Module) else None
-    names, values = [], []
-    if module is not None:
-        for name, x in (*module.named_parameters(), *module.named_buffers()):
-            names.append(name)
-            values.append(x.clone())
+    module, names, values = _carried(f)
     carry = (y, f0, y.clone(), f0.clone(), ks, st, prev1.clone(), prev2.clone(), *values)
     return tuple(while_loop(more, body, carry))[:8]  # type: ignore[no-untyped-call]
 
@@ -503,12 +496,7 @@ def _row_steps(
             *(v.clone() for v in values),
         )  # fmt: skip
 
-    module = f if isinstance(f, torch.nn.Module) else None  # carried, as in _steps
-    names, values = [], []
-    if module is not None:
-        for name, x in (*module.named_parameters(), *module.named_buffers()):
-            names.append(name)
-            values.append(x.clone())
+    module, names, values = _carried(f)
     numbers = y.new_zeros(3, dtype=torch.float64)
     last = y.new_zeros((3, y.shape[0]), dtype=torch.float64)
     ks = y.new_zeros((_stage_count(program.step), *y.shape))
@@ -612,14 +600,11 @@ class _Stepper(_FixedStepper):
 
     def __init__(self, run: Callable[..., Any], solver: AbstractSolver, c: PIDController):
         self.run, self.solver, self.controller = run, solver, c
+        self.evaluations = evaluations(solver)
+        self.factorises = isinstance(solver, _AbstractRosenbrock)
         # The batch dimension is dynamic, except where it sizes a dense Jacobian.
-        if isinstance(solver, _AbstractRosenbrock):  # a Jacobian, df/dt, the stages, f1
-            self.evaluations, self.factorises = 3 + solver.tableau.stages, True
-            self.dynamic = solver.independent
-        else:
-            assert isinstance(solver, AbstractExplicitRK)
-            self.evaluations, self.factorises = len(_plan(solver.tableau).stages), False
-            self.dynamic = True
+        dense = isinstance(solver, _AbstractRosenbrock) and not solver.independent
+        self.dynamic = not dense
         self.zero = None
 
     def __call__(
@@ -700,6 +685,17 @@ def _graph_state(cstate: Any, y: Tensor) -> Any:
     return cstate
 
 
+def _carried(f: Any) -> tuple[torch.nn.Module | None, list[str], list[Tensor]]:
+    """A module field, its tensors' names and copies of them, to carry through a loop
+    graph as values: dynamo lifts each view a forward takes of a module's tensor
+    (``self.a.T``) as an input of its own, and ``while_loop`` refuses those aliases.
+    ``(None, [], [])`` for any other field."""
+    if not isinstance(f, torch.nn.Module):
+        return None, [], []
+    named = (*f.named_parameters(), *f.named_buffers())
+    return f, [name for name, _ in named], [x.clone() for _, x in named]
+
+
 def _called(module: torch.nn.Module, names: list[str], values: list[Tensor]) -> Any:
     """``module`` as a field of ``(t, y)`` with its tensors ``names`` set to ``values``."""
     tensors = dict(zip(names, values))
@@ -738,21 +734,9 @@ def stepper(
         fixed = _FixedProgram(plan=_plan(solver.tableau), negate=direction < 0)
         return _FixedStepper(_compiled_step(fixed, _compiled._BACKEND), solver, controller)
     assert isinstance(controller, PIDController)
-    unit = replace(controller, rtol=1.0, atol=1.0)
-    program: _StepProgram | _RosenbrockProgram
-    if isinstance(solver, _AbstractRosenbrock):
-        program = _RosenbrockProgram(
-            tableau=solver.tableau, independent=solver.independent, order=solver.order,
-            negate=direction < 0, controller=unit,
-        )  # fmt: skip
-    else:
-        assert isinstance(solver, AbstractExplicitRK)
-        program = _StepProgram(
-            plan=_plan(solver.tableau), order=solver.order, negate=direction < 0,
-            controller=unit,
-        )  # fmt: skip
+    program = _adaptive_program(solver, controller, negate=direction < 0)
     run = _compiled_step(program, _compiled._BACKEND)
-    if loops and (isinstance(program, _RosenbrockProgram) or program.plan.fsal):
+    if loops and _loops(program):
         loop = _compiled_step(_LoopProgram(step=program), _compiled._BACKEND)
         return _Looper(run, loop, solver, controller, _stage_count(program))
     return _Stepper(run, solver, controller)
@@ -763,18 +747,44 @@ def row_loop(
 ) -> Callable[..., tuple[Tensor, ...]] | None:
     """The compiled per-sample loop (:func:`_row_steps`) of this method, controller and
     direction of time; ``None`` for a method whose step does not return ``f1``."""
-    unit = replace(controller, rtol=1.0, atol=1.0)  # the tolerances are inputs
-    step: _StepProgram | _RosenbrockProgram
-    if isinstance(solver, _AbstractRosenbrock):
-        step = _RosenbrockProgram(
-            tableau=solver.tableau, independent=solver.independent, order=solver.order,
-            negate=False, controller=unit,
-        )  # fmt: skip
-    elif isinstance(solver, AbstractExplicitRK) and _plan(solver.tableau).fsal:
-        step = _StepProgram(
-            plan=_plan(solver.tableau), order=solver.order, negate=False, controller=unit
-        )
-    else:
+    if not isinstance(solver, (_AbstractRosenbrock, AbstractExplicitRK)):
         return None
-    program = _RowLoopProgram(step=step, solver=solver, controller=unit, direction=direction)
+    step = _adaptive_program(solver, controller, negate=False)  # in the steps' own time
+    if not _loops(step):
+        return None
+    program = _RowLoopProgram(
+        step=step, solver=solver, controller=step.controller, direction=direction
+    )
     return _compiled_step(program, _compiled._BACKEND)
+
+
+def _adaptive_program(
+    solver: AbstractSolver, controller: PIDController, negate: bool
+) -> _StepProgram | _RosenbrockProgram:
+    """The step program of an adaptive explicit or Rosenbrock method, its controller's
+    tolerances set to 1 (they are inputs of the graph)."""
+    unit = replace(controller, rtol=1.0, atol=1.0)
+    if isinstance(solver, _AbstractRosenbrock):
+        return _RosenbrockProgram(
+            tableau=solver.tableau, independent=solver.independent, order=solver.order,
+            negate=negate, controller=unit,
+        )  # fmt: skip
+    assert isinstance(solver, AbstractExplicitRK)
+    return _StepProgram(
+        plan=_plan(solver.tableau), order=solver.order, negate=negate, controller=unit
+    )
+
+
+def _loops(program: _StepProgram | _RosenbrockProgram) -> bool:
+    """Whether a loop graph takes this step: it returns ``f(t1, y1)`` (Rosenbrock, FSAL)."""
+    return isinstance(program, _RosenbrockProgram) or program.plan.fsal
+
+
+def evaluations(solver: AbstractSolver) -> int:
+    """The field's evaluations in one compiled step of an adaptive ``solver``: a
+    Rosenbrock step's Jacobian, its two for df/dt, its stages and f1; an explicit
+    step's stages after the first."""
+    if isinstance(solver, _AbstractRosenbrock):
+        return 3 + solver.tableau.stages
+    assert isinstance(solver, AbstractExplicitRK)
+    return len(_plan(solver.tableau).stages)

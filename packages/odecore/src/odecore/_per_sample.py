@@ -281,16 +281,12 @@ class _Runs:
 
     def __init__(self, loop: Callable[..., tuple[Tensor, ...]], solver: AbstractSolver,
                  controller: PIDController) -> None:  # fmt: skip
+        from ._compiled_step import evaluations
         from ._rosenbrock import _AbstractRosenbrock
-        from ._solvers import AbstractExplicitRK, _plan
 
         self.loop, self.solver, self.tols = loop, solver, (controller.rtol, controller.atol)
         self.rosenbrock = isinstance(solver, _AbstractRosenbrock)
-        if isinstance(solver, _AbstractRosenbrock):
-            self.evaluations = 3 + solver.tableau.stages  # a Jacobian, df/dt, stages, f1
-        else:
-            assert isinstance(solver, AbstractExplicitRK)
-            self.evaluations = len(_plan(solver.tableau).stages)
+        self.evaluations = evaluations(solver)
 
     @staticmethod
     def make(solver: AbstractSolver, controller: PIDController, direction: float) -> _Runs | None:
