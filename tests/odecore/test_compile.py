@@ -559,6 +559,34 @@ def test_inductor_runs_a_solve_without_a_graph_as_one_loop(monkeypatch):
     assert _rel(compiled.ys, eager.ys) <= 1e-12
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_INDUCTOR is not None, reason=f"inductor cannot run here: {_INDUCTOR}")
+def test_inductor_runs_per_sample_rosenbrock_steps_as_one_loop_at_any_batch_size(monkeypatch):
+    # The per-sample loop of a Rosenbrock method in inductor's C++, its LU written out,
+    # at a batch of 1 and then of 16: the second is a graph with a dynamic batch, which
+    # failed to lower (torch 2.13) while the loop closed over the batch size.
+    monkeypatch.setattr(_compiled, "_BACKEND", "inductor")
+    monkeypatch.setattr(odecore._per_sample, "_FAILED", set())
+    control = odecore.PIDController(rtol=1e-7, atol=1e-9, per_sample=True)
+    for batch in (1, 16):
+        mu = torch.linspace(5.0, 50.0, batch, dtype=F64)[:, None]
+
+        def vdp(t, y, mu=mu):
+            x, v = y[..., :1], y[..., 1:]
+            return torch.cat((v, mu * (1 - x * x) * v - x), -1)
+
+        y0 = torch.tensor([[2.0, 0.0]], dtype=F64).repeat(batch, 1)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)
+            compiled, eager = (
+                odecore.solve(vdp, y0, t0=0.0, t1=2.0, solver=odecore.Rodas5P(independent=True),
+                              controller=control, compile=compile)
+                for compile in (True, False)
+            )  # fmt: skip
+        assert torch.equal(compiled.n_accepted_per_sample, eager.n_accepted_per_sample)
+        assert _rel(compiled.ys, eager.ys) <= 1e-10
+
+
 SPECS = [
     ("rk4", {"n_steps": 4}, "backprop"),
     ("euler", {"n_steps": 3}, "backprop"),

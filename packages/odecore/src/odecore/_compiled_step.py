@@ -23,8 +23,8 @@ every grid, where the whole grid unrolled (``compile=True``, ``_compiled``) is a
 graph for each, compiled for minutes, but runs several times faster.
 
 A Rosenbrock step (:func:`_rosenbrock_step`) also holds the Jacobian, by
-``torch.func.jacrev``, and its LU factorisation, whose solves it writes out as
-substitutions for small systems (:func:`_lu_solver`): the eager step's hundreds of
+``torch.func.jacrev``, and its LU factorisation and solves, written out as elimination
+and substitutions for small systems (:func:`_factored`): the eager step's hundreds of
 small operations become one call. Its batch is dynamic only for independent samples;
 a dense Jacobian's size is the state's.
 """
@@ -210,9 +210,7 @@ def _rosenbrock_step(
         jac = torch.func.jacrev(lambda y: field(start, y))(y0).reshape(n, n)
     jac = jac.to(torch.promote_types(jac.dtype, torch.float32))  # half: float32, as eager
     eye = torch.eye(n, dtype=jac.dtype, device=jac.device)
-    lu, pivots, info = torch.linalg.lu_factor_ex(eye / (tab.gamma * h).to(jac.dtype) - jac)
-
-    solve = _lu_solver(lu, pivots, rows)
+    solve, singular = _factored(eye / (tab.gamma * h).to(jac.dtype) - jac, rows)
 
     # df/dt by the eager solver's difference; zero where the field does not read time.
     root = torch.finfo(y0.dtype).eps ** (1.0 / 3.0)
@@ -236,50 +234,71 @@ def _rosenbrock_step(
     y1 = _sum(states[plan.base[-1]], one, plan.sums[-1], us)
     y_err = _sum(None, one, program.err, [u.detach() for u in us])
     verdict, remembered = _verdict(y0, y1, y_err, h, rtol, atol, prev1, prev2, program)
-    singular = (info != 0).any().to(verdict.dtype).reshape(1)
+    singular = singular.to(verdict.dtype).reshape(1)
     return y1, us, y_err, field(at(t1), y1), torch.cat((verdict, singular)), remembered
 
 
 UNROLLED = 8
-"""The largest system (per sample) whose LU solves the step graph writes out as
-substitutions, which inductor fuses into its kernels; a larger one calls LAPACK's, as
-the eager solver does (a call of its own for each stage, some 20 us on a CPU)."""
+"""The largest system (per sample) whose LU factorisation and solves the step graph
+writes out as elimination and substitutions, which inductor fuses into its kernels; a
+larger one calls LAPACK's, as the eager solver does (a call of its own for the
+factorisation and for each stage, some 20 us each on a CPU)."""
 
 
-def _lu_solver(lu: Tensor, pivots: Tensor, rows: bool) -> Callable[[Tensor], Tensor]:
-    """``r -> M^{-1} r`` from ``torch.linalg.lu_factor``'s ``M = P L U`` (per sample
-    when ``rows``), for ``r`` shaped like the state."""
-    n = lu.shape[-1]
+def _factored(m: Tensor, rows: bool) -> tuple[Callable[[Tensor], Tensor], Tensor]:
+    """``r -> m^{-1} r`` for ``r`` shaped like the state, from an LU factorisation of
+    ``m`` with partial pivoting (per sample ``(batch, n, n)`` when ``rows``), and
+    whether any pivot is zero (a singular matrix, as ``lu_factor_ex``'s ``info``)."""
+    n = m.shape[-1]
     if n == 0:  # an empty state
-        return lambda r: r
+        return (lambda r: r), torch.zeros((), dtype=torch.bool, device=m.device)
     if n > UNROLLED:
+        lu, pivots, info = torch.linalg.lu_factor_ex(m)
 
         def lapack(r: Tensor) -> Tensor:
             rhs = r.reshape(r.shape[0], -1, 1) if rows else r.reshape(-1, 1)
             x: Tensor = torch.linalg.lu_solve(lu, pivots, rhs.to(lu.dtype))
             return x.to(r.dtype).view_as(r)
 
-        return lapack
-    perm = torch.lu_unpack(lu, pivots, unpack_data=False)[0].transpose(-1, -2)
+        return lapack, (info != 0).any()
+    # Gaussian elimination on the entries, each a (batch,) or () tensor: P m = L U,
+    # where P is the row swaps in order, each taken where its condition holds.
+    a = [[m[..., i, j] for j in range(n)] for i in range(n)]
+    swaps: list[tuple[int, int, Tensor]] = []
+    for k in range(n):
+        for i in range(k + 1, n):  # the row of largest |a[i][k]| up to row k
+            larger = a[i][k].abs() > a[k][k].abs()
+            swaps.append((k, i, larger))
+            a[k], a[i] = _swapped(larger, a[k], a[i])
+        for i in range(k + 1, n):
+            a[i][k] = a[i][k] / a[k][k]  # L's multiplier, below U's diagonal
+            for j in range(k + 1, n):
+                a[i][j] = a[i][j] - a[i][k] * a[k][j]
+    singular = torch.stack([a[k][k] == 0 for k in range(n)]).any()
 
     def substitute(r: Tensor) -> Tensor:
-        flat = (r.reshape(r.shape[0], n) if rows else r.reshape(n)).to(lu.dtype)
-        x = (perm * flat.unsqueeze(-2)).sum(-1)  # P^T r
-        low: list[Tensor] = []  # L y = P^T r, L unit lower triangular
-        for i in range(n):
-            v = x[..., i]
+        x = (r.reshape(r.shape[0], n) if rows else r.reshape(n)).to(m.dtype).unbind(-1)
+        z = list(x)
+        for k, i, larger in swaps:  # P r
+            (z[k],), (z[i],) = _swapped(larger, [z[k]], [z[i]])
+        for i in range(n):  # L y = P r, L unit lower triangular
             for j in range(i):
-                v = v - lu[..., i, j] * low[j]
-            low.append(v)
-        up = list(low)  # U z = y, from the last row up
-        for i in reversed(range(n)):
-            v = low[i]
+                z[i] = z[i] - a[i][j] * z[j]
+        for i in reversed(range(n)):  # U x = y, from the last row up
             for j in range(i + 1, n):
-                v = v - lu[..., i, j] * up[j]
-            up[i] = v / lu[..., i, i]
-        return torch.stack(up, dim=-1).to(r.dtype).view_as(r)
+                z[i] = z[i] - a[i][j] * z[j]
+            z[i] = z[i] / a[i][i]
+        return torch.stack(z, dim=-1).to(r.dtype).view_as(r)
 
-    return substitute
+    return substitute, singular
+
+
+def _swapped(where: Tensor, a: list[Tensor], b: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """Rows ``a`` and ``b`` exchanged where ``where`` holds."""
+    return (
+        [torch.where(where, y, x) for x, y in zip(a, b, strict=True)],
+        [torch.where(where, x, y) for x, y in zip(a, b, strict=True)],
+    )
 
 
 LOOP_ENDS = 64
@@ -381,12 +400,14 @@ def _steps(
 class _RowLoopProgram:
     """What a per-sample loop graph is specialised on: its step's program (in the
     steps' own time, from 0 to 1), the solver and controller that judge each sample's
-    step, and the direction of time."""
+    step, the direction of time, and whether inductor writes its kernels in vector
+    instructions (:func:`row_loop`)."""
 
     step: _StepProgram | _RosenbrockProgram
     solver: AbstractSolver
     controller: PIDController
     direction: float
+    vectors: bool = True
 
 
 class _RowGraphField:
@@ -439,7 +460,7 @@ def _row_steps(
     s1, span, budget = (x.clone() for x in limits.unbind())  # no aliases
     rtol, atol = rtol.clone(), atol.clone()
     stretch = max(SNAP, c.stretch)
-    view = (y.shape[0],) + (1,) * (y.dim() - 1)
+    rowwise = (slice(None),) + (None,) * (y.dim() - 1)  # (batch,) against the state
     zero, one = y.new_zeros((), dtype=torch.float64), y.new_ones((), dtype=torch.float64)
 
     def more(*carry: Tensor) -> Tensor:
@@ -453,7 +474,7 @@ def _row_steps(
         land = s + dt >= s1 - torch.where(retry, SNAP, stretch) * dt
         h = torch.where(done, 0.0, torch.where(land, s1 - s, dt))
         small = ~done & (dt <= 8 * _EPS * torch.clamp(s.abs(), min=span))
-        scale = h.to(y.dtype).view(view)
+        scale = h.to(y.dtype)[rowwise]
         g = _RowGraphField(field, s, h, scale, program.direction)
         f0_step = f0 * scale
         y1, ks1, y_err, f1, verdict, _ = step(
@@ -476,7 +497,7 @@ def _row_steps(
         code = torch.where(unusual, 2.0, torch.where(reads | done_new.all(), 1.0, 0.0))
         assert g.raw is not None  # its last evaluation is at (1, y1), unscaled as eager
         f1_raw = g.raw
-        keep = accept.view(view) & go
+        keep = accept[rowwise] & go
         rows_new = torch.stack((
             s_new, torch.where(done_new, dt, adapted.dt), *adapted.state,
         ))  # fmt: skip
@@ -535,6 +556,8 @@ def _compiled_step(program: _Program, backend: Any) -> Callable[..., Any]:
     cpp: dict[str, Any] | None = None
     if backend == "inductor" and type(program) in (_LoopProgram, _RowLoopProgram):
         cpp = {"cpp_wrapper": True}
+        if isinstance(program, _RowLoopProgram) and not program.vectors:
+            cpp["cpp.simdlen"] = 1  # no vector instructions (none matches a width of 1)
     return torch.compile(fn, backend=backend, fullgraph=True, dynamic=None, options=cpp)
 
 
@@ -743,18 +766,22 @@ def stepper(
 
 
 def row_loop(
-    solver: AbstractSolver, controller: PIDController, direction: float
+    solver: AbstractSolver, controller: PIDController, direction: float, y: Tensor
 ) -> Callable[..., tuple[Tensor, ...]] | None:
     """The compiled per-sample loop (:func:`_row_steps`) of this method, controller and
-    direction of time; ``None`` for a method whose step does not return ``f1``."""
+    direction of time for states like ``y``; ``None`` for a method whose step does not
+    return ``f1``. Where a sample's state has fewer than 8 numbers, inductor's kernels
+    run without vector instructions: they run along the state, where a vector of 8
+    holds a few numbers under a mask (a batch of 256 two-number states: 20 % faster)."""
     if not isinstance(solver, (_AbstractRosenbrock, AbstractExplicitRK)):
         return None
     step = _adaptive_program(solver, controller, negate=False)  # in the steps' own time
     if not _loops(step):
         return None
     program = _RowLoopProgram(
-        step=step, solver=solver, controller=step.controller, direction=direction
-    )
+        step=step, solver=solver, controller=step.controller, direction=direction,
+        vectors=y[0].numel() >= 8,
+    )  # fmt: skip
     return _compiled_step(program, _compiled._BACKEND)
 
 

@@ -213,7 +213,7 @@ class PerSampleLoop:
         done = torch.zeros_like(s, dtype=torch.bool)
         retry = torch.zeros_like(done)
         stretch = max(SNAP, controller.stretch)
-        runs = _Runs.make(solver, controller, fe.direction) if self.compiled else None
+        runs = _Runs.make(solver, controller, fe.direction, y) if self.compiled else None
         single = False  # the next iteration is the eager loop's own
         while True:
             if stats.n_steps >= self.max_steps:
@@ -289,7 +289,9 @@ class _Runs:
         self.evaluations = evaluations(solver)
 
     @staticmethod
-    def make(solver: AbstractSolver, controller: PIDController, direction: float) -> _Runs | None:
+    def make(
+        solver: AbstractSolver, controller: PIDController, direction: float, y: Tensor
+    ) -> _Runs | None:
         """The runs of this method, or ``None``, with the warning, where they do not
         apply: a solve with a graph, or a step that does not return ``f1``."""
         from ._compiled import fall_back
@@ -299,7 +301,7 @@ class _Runs:
             fall_back("per-sample step sizes compile only for a solve without a graph "
                       "(under torch.no_grad())")  # fmt: skip
             return None
-        loop = row_loop(solver, controller, direction)
+        loop = row_loop(solver, controller, direction, y)
         if loop in _FAILED:
             fall_back("torch.compile failed on this method's per-sample loop before")
             return None
