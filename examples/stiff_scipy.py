@@ -4,8 +4,8 @@ Two problems people cite, in float64 on one thread: Van der Pol's oscillator wit
 mu = 1000 on [0, 3000] (rtol = atol) and Robertson's kinetics on [0, 1e5]
 (atol = 1e-4 rtol). odecore's ``rodas5p``, ``rodas4`` and ``kvaerno5`` solve a torch
 field with ``odecore.solve`` (no gradient; with ``--compile`` also ``rodas5p`` and
-``rodas4`` with ``compile=True``, one compiled graph per step, whose first call, the
-compilation, is the warm-up); SciPy's Radau, BDF and LSODA solve a NumPy
+``rodas4`` with ``compile=True``, runs of steps as one compiled loop, whose first
+call, the compilation, is the warm-up); SciPy's Radau, BDF and LSODA solve a NumPy
 field with its analytic Jacobian through ``scipy.integrate.solve_ivp``. Each row is the
 median wall time of three solves after a warm-up, the steps (accepted and rejected for
 odecore, accepted for SciPy), Jacobians, LU factorisations, evaluations of the field,
