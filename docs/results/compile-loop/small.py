@@ -1,6 +1,7 @@
 """Small problems against SciPy: dopri5 at 1e-6, batch 1, float64, one thread, under
 ``torch.no_grad()``, odecore eager and with ``compile=True``, beside SciPy's
-``solve_ivp`` RK45 at the same tolerances (median of 21 solves after a first one).
+``solve_ivp`` RK45 and torchdiffeq's dopri5 at the same tolerances (median of 21
+solves after a first one).
 
 Run from the repository root: python docs/results/compile-loop/small.py
 """
@@ -17,6 +18,7 @@ import numpy as np
 import odecore
 import scipy.integrate as si
 import torch
+import torchdiffeq
 
 torch.set_num_threads(1)
 warnings.simplefilter("error", odecore.CompileFallbackWarning)
@@ -69,6 +71,13 @@ def rk45(field: Callable[..., Any], y0: list[float]) -> Any:
     return si.solve_ivp(field, (0, 10), y0, method="RK45", rtol=1e-6, atol=1e-6)
 
 
+def torchdiffeq_solve(field: Any, y0: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        t = torch.tensor([0.0, 10.0], dtype=torch.float64)
+        ys: torch.Tensor = torchdiffeq.odeint(field, y0, t, rtol=1e-6, atol=1e-6, method="dopri5")
+        return ys
+
+
 def main() -> None:
     for name, (numpy_field, field, y0) in PROBLEMS.items():
         ref = si.solve_ivp(numpy_field, (0, 10), y0, method="DOP853", rtol=1e-13, atol=1e-13)
@@ -77,6 +86,10 @@ def main() -> None:
         error = np.abs(sol.y[:, -1] - exact).max()
         print(f"{name} scipy RK45 {scipy_time * 1e3:.2f} ms steps {sol.t.size - 1} err {error}")
         y0t = torch.tensor([y0], dtype=torch.float64)
+        median, ys, _ = timed(torchdiffeq_solve, field, y0t)
+        error = np.abs(ys[-1, 0].numpy() - exact).max()
+        print(f"{name} torchdiffeq {median * 1e3:.2f} ms err {error} "
+              f"ratio {median / scipy_time:.2f}", flush=True)  # fmt: skip
         for compile in (False, True):
             median, out, first = timed(odecore_solve, field, y0t, compile)
             error = np.abs(out.ys[-1, 0].numpy() - exact).max()
