@@ -185,6 +185,28 @@ def test_compiled_rosenbrock_steps_match_the_eager_solve(solver, dtype):
     assert got.nfe == 1 + got.n_steps * (solver.tableau.stages + 3)  # and f(t0, y0)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, _compiled_step.UNROLLED, _compiled_step.UNROLLED + 1])
+@pytest.mark.parametrize("rows", [False, True], ids=["one", "per-sample"])
+def test_the_step_graphs_lu_solves_as_lapack_does_with_row_swaps(size, rows):
+    # Matrices that need pivoting: a permutation of a well-conditioned one puts small
+    # or zero entries on the diagonal, which elimination without swaps divides by.
+    gen = torch.Generator().manual_seed(size)
+    batch = (4,) if rows else ()
+    eye = torch.eye(size, dtype=F64)
+    base = torch.randn(*batch, size, size, dtype=F64, generator=gen) + 3 * eye
+    m = base[..., torch.randperm(size, generator=gen).flip(0), :]
+    if size > 1:
+        m[..., 0, 0] = 0.0  # a zero where the first pivot would be without a swap
+    r = torch.randn(*batch, size, dtype=F64, generator=gen)
+    solve, singular = _compiled_step._factored(m, rows)
+    want = torch.linalg.solve(m, r.unsqueeze(-1)).squeeze(-1)
+    assert not singular
+    assert _rel(solve(r), want) <= 1e-12
+    zero = m.clone()
+    zero[..., :, -1] = 0.0  # a zero column: singular, as lu_factor_ex's info says
+    assert _compiled_step._factored(zero, rows)[1]
+
+
 @pytest.mark.parametrize("size", [2, _compiled_step.UNROLLED + 2], ids=["unrolled", "lapack"])
 def test_compiled_independent_batches_match_the_eager_solve(size):
     # A batch of systems with per-sample Jacobians, each an LU written out in the graph
