@@ -277,8 +277,7 @@ def _factored(m: Tensor, rows: bool) -> tuple[Callable[[Tensor], Tensor], Tensor
     singular = torch.stack([a[k][k] == 0 for k in range(n)]).any()
 
     def substitute(r: Tensor) -> Tensor:
-        x = (r.reshape(r.shape[0], n) if rows else r.reshape(n)).to(m.dtype).unbind(-1)
-        z = list(x)
+        z = list((r.reshape(r.shape[0], n) if rows else r.reshape(n)).to(m.dtype).unbind(-1))
         for k, i, larger in swaps:  # P r
             (z[k],), (z[i],) = _swapped(larger, [z[k]], [z[i]])
         for i in range(n):  # L y = P r, L unit lower triangular
