@@ -5,7 +5,9 @@ graph), against SciPy's LSODA and Radau solving the systems one by one.
 mu evenly spaced over [100, 1000], y(0) = (2, 0), t in [0, 300], rtol = atol = 1e-6,
 float64, one thread, no gradient; three timed runs after a warm-up. The error is the
 largest over five oscillators of |y(300) - y_ref| / max(|y_ref|, 1), against SciPy's
-Radau at 1e-12. Run from the repository root (about two minutes):
+Radau at 1e-12. Then, at equal error: compiled Rodas5P and LSODA over a sweep of
+tolerances, and LSODA's time at each Rodas5P error, interpolated in log-log between
+its two nearest runs. Run from the repository root (about four minutes):
 
     python docs/results/stiff-scipy/batch256.py
 """
@@ -49,6 +51,11 @@ def scipy_solve(i: int, method: str, tol: float) -> np.ndarray:
     return r.y[:, -1]
 
 
+def error(ys: Callable[[int], np.ndarray], refs: dict[int, np.ndarray]) -> float:
+    """The largest relative error at t = 300 over the checked oscillators."""
+    return max(np.abs(ys(i) - ref).max() / max(np.abs(ref).max(), 1.0) for i, ref in refs.items())
+
+
 def timed(run: Callable[[], object]) -> tuple[list[float], object]:
     out = run()  # the warm-up: with compile=True, the compilation
     times = []
@@ -71,10 +78,7 @@ def main() -> None:
         with torch.no_grad():
             times, sol = timed(run)
         assert isinstance(sol, odecore.Solution)
-        err = max(
-            np.abs(sol.ys[-1, i].numpy() - ref).max() / max(np.abs(ref).max(), 1.0)
-            for i, ref in refs.items()
-        )
+        err = error(lambda i, sol=sol: sol.ys[-1, i].numpy(), refs)
         steps = sol.n_accepted_per_sample
         assert steps is not None
         label = f"{solver.__name__}{', compiled' if compile else ''}"
@@ -86,6 +90,30 @@ def main() -> None:
         times, _ = timed(lambda method=method: [scipy_solve(i, method, 1e-6) for i in range(B)])
         print(f"SciPy {method}, one after another: median {statistics.median(times):.3f} s "
               f"{[round(t, 3) for t in times]}", flush=True)  # fmt: skip
+    equal_error(y0, refs)
+
+
+def equal_error(y0: torch.Tensor, refs: dict[int, np.ndarray]) -> None:
+    """Compiled Rodas5P against LSODA at equal error, over a sweep of tolerances."""
+    lsoda = []
+    for tol in (1e-6, 1e-7, 1e-8, 1e-9, 1e-10):
+        times, ys = timed(lambda tol=tol: [scipy_solve(i, "LSODA", tol) for i in range(B)])
+        lsoda.append((error(lambda i, ys=ys: ys[i], refs), statistics.median(times)))
+        print(f"LSODA at {tol:g}: median {lsoda[-1][1]:.3f} s, error {lsoda[-1][0]:.1e}")
+    lsoda.sort()
+    for tol in (1e-5, 1e-6, 1e-7, 1e-8):
+        control = odecore.PIDController(rtol=tol, atol=tol, per_sample=True)
+        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=True,
+                      solver=odecore.Rodas5P(independent=True), controller=control)  # fmt: skip
+        with torch.no_grad():
+            times, sol = timed(run)
+        assert isinstance(sol, odecore.Solution)
+        err = error(lambda i, sol=sol: sol.ys[-1, i].numpy(), refs)
+        seconds = statistics.median(times)
+        log_e, log_t = np.log([e for e, _ in lsoda]), np.log([t for _, t in lsoda])
+        at = float(np.exp(np.interp(np.log(err), log_e, log_t, left=np.nan, right=np.nan)))
+        print(f"Rodas5P compiled at {tol:g}: median {seconds:.3f} s, error {err:.1e}; LSODA "
+              f"at that error {at:.3f} s: {at / seconds:.1f} times")  # fmt: skip
 
 
 if __name__ == "__main__":
