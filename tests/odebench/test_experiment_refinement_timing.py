@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 
 import pytest
@@ -23,9 +24,10 @@ KINDS = {
 }
 
 
-@pytest.fixture
-def timing(tmp_path, digits):
-    out = tmp_path / "refinement-timing"
+@pytest.fixture(scope="module")
+def timing(tmp_path_factory, digits):
+    """One quick run (about 50 s) for the module; a test that changes it works on a copy."""
+    out = tmp_path_factory.mktemp("timing") / "refinement-timing"
     options = RunOptions(out=out, quick=True, device="cpu", data_dir=str(digits), progress=False)
     summary = run_experiment("refinement-timing", options, log=lambda line: None)
     return out, summary
@@ -80,11 +82,12 @@ def test_refinement_timing_quick(timing):
 
 
 @pytest.mark.slow
-def test_a_resumed_run_shows_no_wall_time_of_its_runs(timing, digits):
+def test_a_resumed_run_shows_no_wall_time_of_its_runs(timing, digits, tmp_path):
     """Resumed after its last epoch, a run's train() takes only the seconds to load it:
     its wall time would be that of the last stretch (0.55 min against 3.68 min of
     training, a ratio of 794311, was seen). The training time is summed over the epochs."""
-    out, first = timing
+    out = shutil.copytree(timing[0], tmp_path / "refinement-timing")
+    first = timing[1]
     options = RunOptions(
         out=out, quick=True, device="cpu", data_dir=str(digits), progress=False, resume=True
     )

@@ -246,7 +246,11 @@ def one_epoch(tmp_path_factory):
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="torch.compile needs a C++ compiler")
-def test_compile_trains_the_weights_eager_mode_trains(one_epoch):
+def test_compile_trains_the_weights_eager_mode_trains(one_epoch, monkeypatch):
+    from odecore import _compiled
+
+    # The same graphs as inductor's (odecore's inductor tests run its C++), in seconds.
+    monkeypatch.setattr(_compiled, "_BACKEND", "aot_eager")
     eager_weights, eager = one_epoch()
     weights, compiled = one_epoch(compile=True)
     assert weights.keys() == eager_weights.keys()  # checkpoints carry no compile prefix
