@@ -100,7 +100,8 @@ def equal_error(y0: torch.Tensor, refs: dict[int, np.ndarray]) -> None:
         times, ys = timed(lambda tol=tol: [scipy_solve(i, "LSODA", tol) for i in range(B)])
         lsoda.append((error(lambda i, ys=ys: ys[i], refs), statistics.median(times)))
         print(f"LSODA at {tol:g}: median {lsoda[-1][1]:.3f} s, error {lsoda[-1][0]:.1e}")
-    lsoda.sort()
+    lsoda.sort()  # by error, as np.interp needs
+    log_e, log_t = np.log([e for e, _ in lsoda]), np.log([t for _, t in lsoda])
     for tol in (1e-5, 1e-6, 1e-7, 1e-8):
         control = odecore.PIDController(rtol=tol, atol=tol, per_sample=True)
         run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=True,
@@ -110,7 +111,6 @@ def equal_error(y0: torch.Tensor, refs: dict[int, np.ndarray]) -> None:
         assert isinstance(sol, odecore.Solution)
         err = error(lambda i, sol=sol: sol.ys[-1, i].numpy(), refs)
         seconds = statistics.median(times)
-        log_e, log_t = np.log([e for e, _ in lsoda]), np.log([t for _, t in lsoda])
         at = float(np.exp(np.interp(np.log(err), log_e, log_t, left=np.nan, right=np.nan)))
         print(f"Rodas5P compiled at {tol:g}: median {seconds:.3f} s, error {err:.1e}; LSODA "
               f"at that error {at:.3f} s: {at / seconds:.1f} times")  # fmt: skip
