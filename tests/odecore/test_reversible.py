@@ -326,17 +326,6 @@ def test_van_der_pol_gradient_matches_the_continuous_one():
     assert float((got - reference).norm() / reference.norm()) < 1e-5
 
 
-def test_second_derivatives_raise():
-    y0 = torch.ones(2, dtype=F64, requires_grad=True)
-    sol = odecore.solve(
-        lambda t, y: -(y**2), y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
-        gradient=odecore.Reversible(),
-    )  # fmt: skip
-    (grad,) = torch.autograd.grad(sol.ys[-1].pow(2).sum(), y0, create_graph=True)
-    with pytest.raises(RuntimeError, match="differentiate twice"):
-        grad.sum().backward()
-
-
 def test_by_name_and_spec():
     assert odecore.GRADIENTS["reversible"] is odecore.Reversible
     spec = odecore.OdeSpec.from_method("rk4", gradient="reversible", options={"step_size": 0.1})

@@ -40,6 +40,38 @@ class SolverError(OdeCoreError, RuntimeError):
         self.t = t
 
 
+FOR_SECOND_ORDER = (
+    "For higher-order gradients (a Hessian, a gradient penalty), solve with "
+    "gradient=Autograd() and an explicit or Rosenbrock solver (Rodas5P for stiff problems)."
+)
+"""What :func:`first_order` tells a user who needs a second derivative, unless said otherwise."""
+
+
+def first_order(what: str, instead: str = FOR_SECOND_ORDER) -> None:
+    """Refuse, in a backward pass whose gradient is first order only, to record a graph.
+
+    Autograd turns grad mode on in a backward pass exactly when it is asked to record
+    the pass's graph (``create_graph=True``: a Hessian, a gradient penalty). A backward
+    pass that computes its gradient outside that graph would hand back a constant, and
+    every second derivative through it would be silently wrong (zero, or missing the
+    terms it leaves out), so it calls this first and raises instead.
+
+    Args:
+        what: the gradient, in words, as the message's subject.
+        instead: what to do instead.
+
+    Raises:
+        ConfigurationError: when grad mode is on.
+    """
+    import torch
+
+    if torch.is_grad_enabled():
+        raise ConfigurationError(
+            f"{what} is first order: it cannot be differentiated twice (backward or "
+            f"torch.autograd.grad with create_graph=True through it). {instead}"
+        )
+
+
 class CompileFallbackWarning(UserWarning):
     """A solve asked for ``compile=True`` ran eagerly; the message names what did not
     compile and why.

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import _EPS, ConstantStepSize
-from ._errors import ConfigurationError, Status
+from ._errors import ConfigurationError, Status, first_order
 from ._gradients import (
     AbstractGradient,
     Autograd,
@@ -573,6 +573,10 @@ class _EventTimeGradient(torch.autograd.Function):
         params = ctx.params
         if spec.fixed:  # t_e = t0 and y_e = y0 for all inputs: the identity
             return (None, None, grad_y, *(None for _ in params))
+        first_order(
+            "The gradient of a solve that an event ends",
+            "For higher-order gradients, solve to a fixed end time.",
+        )
         with torch.enable_grad():
             t = t_e.detach().to(y_e.dtype).requires_grad_(True)
             y = y_e.detach().requires_grad_(True)

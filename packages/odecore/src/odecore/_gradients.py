@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import AbstractController, Adaptation, PIDController, rms_norm
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
@@ -593,6 +593,7 @@ class _AdjointFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        first_order("The adjoint method's gradient")
         spec: _AdjointSpec = ctx.spec
         (forward,) = ctx.saved_tensors
         params = ctx.params
@@ -913,6 +914,7 @@ class _CheckpointFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        first_order("Checkpoint's gradient")
         spec: _CheckpointSpec = ctx.spec
         saved = tuple(ctx.inputs)
         params = saved[: spec.n_params]

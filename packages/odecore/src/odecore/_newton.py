@@ -86,7 +86,7 @@ from typing import Any, Literal, final
 import torch
 from torch import Tensor
 
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._solvers import SolveState, StepResult
 
 JacobianKind = Literal["auto", "dense", "krylov"]
@@ -893,6 +893,12 @@ class _SolveWith(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
+        # The matrix is a constant here: a second derivative would miss its own.
+        first_order(
+            "The gradient through an implicit solver's stages (the implicit function theorem)",
+            "For higher-order gradients, solve with an explicit or Rosenbrock solver "
+            "(Rodas5P for stiff problems).",
+        )
         return None, ctx.matrix.solve_transpose(grad)
 
 

@@ -27,7 +27,7 @@ from ._backends import (
     torchdiffeq_odeint_adjoint,
 )
 from ._controllers import SNAP, AbstractController, PIDController
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._events import (
     CALLBACKS,
     FIXED_STEPS,
@@ -1134,6 +1134,7 @@ class _AdamsAdjointFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        first_order("odeint_adjoint's gradient", "Use odeint for higher-order gradients.")
         spec: _AdamsAdjoint = ctx.spec
         ys, *params = ctx.saved_tensors
         with torch.no_grad():

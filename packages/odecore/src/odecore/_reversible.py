@@ -10,10 +10,9 @@ from typing import Any, final
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ._controllers import _EPS, AbstractController, PIDController, rms_norm, scaled_error
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._gradients import (
     AbstractGradient,
     FlatField,
@@ -269,8 +268,8 @@ class _ReversibleFunction(torch.autograd.Function):
         return forward.clone()
 
     @staticmethod
-    @once_differentiable  # its steps' graphs are dropped: a second derivative raises
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        first_order("The reversible method's gradient")  # its steps' graphs are dropped
         spec: _Spec = ctx.spec
         p = spec.problem
         back = _Uncoupled(spec, tuple(ctx.params), grad_ys)

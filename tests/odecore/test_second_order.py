@@ -1,0 +1,98 @@
+"""Second derivatives through a solve (a Hessian, a gradient penalty): right, against
+central differences of the gradient, or refused with ``ConfigurationError``; never a
+constant gradient that silently drops the second-order terms."""
+
+import odecore
+import pytest
+import torch
+from odecore import ConfigurationError
+from torch import nn
+
+A0 = torch.tensor([[-1.0, 2.0], [-2.0, -1.0]], dtype=torch.float64)
+V = torch.tensor([[0.3, -0.7], [0.5, 0.2]], dtype=torch.float64)  # the Hessian's direction
+Y0 = torch.tensor([1.0, 0.5], dtype=torch.float64)
+STEP = {"controller": odecore.ConstantStepSize(), "dt0": 0.1}
+
+
+class Field(nn.Module):
+    def __init__(self, a: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a.clone())
+
+    def forward(self, t, y):
+        return torch.tanh(y @ self.a.T)
+
+
+def _solve(gradient=None, solver=None, **kwargs):
+    def run(field):
+        sol = odecore.solve(
+            field, Y0, t0=0.0, t1=1.0, solver=solver or odecore.RK4(),
+            gradient=gradient or odecore.Autograd(), **{**STEP, **kwargs},
+        )  # fmt: skip
+        return sol.ys[-1] if sol.event_t is None else sol.ys[-1] * sol.event_t
+
+    return run
+
+
+def _odeint_adjoint(field):
+    t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    options = {"step_size": 0.01}
+    return odecore.odeint_adjoint(field, Y0, t, method="explicit_adams", options=options)[-1]
+
+
+CASES = {
+    "autograd-rk4": (_solve(), "exact"),
+    "autograd-rodas5p": (_solve(solver=odecore.Rodas5P()), "exact"),
+    "autograd-kvaerno5": (_solve(solver=odecore.Kvaerno5()), "refused"),
+    "autograd-event": (
+        _solve(
+            solver=odecore.Tsit5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+            dt0=None,
+            event=odecore.Event(lambda t, y: y[0] - 0.6),  # near t = 0.79
+        ),
+        "refused",
+    ),
+    "checkpoint": (_solve(odecore.Checkpoint()), "refused"),
+    "adjoint": (_solve(odecore.Adjoint()), "refused"),
+    "adjoint-interpolated": (_solve(odecore.Adjoint(state="interpolated")), "refused"),
+    "reversible": (_solve(odecore.Reversible()), "refused"),
+    "odeint_adjoint-adams": (_odeint_adjoint, "refused"),
+}
+
+
+def _gradient(run, a, create_graph=False):
+    field = Field(a)
+    loss = run(field).pow(2).sum()
+    (g,) = torch.autograd.grad(loss, field.a, create_graph=create_graph)
+    return field, g
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_second_derivative_is_right_or_refused(case):
+    run, outcome = CASES[case]
+    eps = 1e-6
+    plus, minus = (_gradient(run, A0 + s * eps * V)[1] for s in (1.0, -1.0))
+    fd = (plus - minus) / (2 * eps)
+    if outcome == "refused":
+        # The first derivative is there (the refusal is not of every backward pass; the
+        # adjoint's is the continuous problem's, near the discrete one's) ...
+        field, g = _gradient(run, A0)
+        plus, minus = (run(Field(A0 + s * eps * V)).pow(2).sum().item() for s in (1.0, -1.0))
+        assert (g * V).sum().item() == pytest.approx((plus - minus) / (2 * eps), rel=1e-4)
+        # ... the second is refused, in words that say what to do.
+        with pytest.raises(ConfigurationError, match=r"first order.*higher-order gradients"):
+            _gradient(run, A0, create_graph=True)
+        return
+    field, g = _gradient(run, A0, create_graph=True)
+    (hv,) = torch.autograd.grad((g * V).sum(), field.a)
+    assert torch.allclose(hv, fd, rtol=1e-5, atol=1e-7), (hv, fd)
+
+
+def test_a_gradient_penalty_through_the_adjoint_is_refused_not_dropped():
+    # The penalty's own gradient was silently zero: the loss below trained as if it were L.
+    field = Field(A0)
+    y = _solve(odecore.Adjoint())(field)
+    loss = y.pow(2).sum()
+    with pytest.raises(ConfigurationError, match="adjoint"):
+        torch.autograd.grad(loss, field.a, create_graph=True)
