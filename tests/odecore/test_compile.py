@@ -135,23 +135,63 @@ def test_outputs_keep_the_state_dtype(shape, dtype, compile):
         assert _rel(c.double(), e.double()) <= TOL.get(dtype, 1e-2)
 
 
-@COMPILES
-def test_double_backward_says_to_solve_eagerly(compile):
-    """AOTAutograd compiles a first-order backward; through it, ``create_graph=True``
-    raised torch's own error about donated buffers. The message now names the fix, and
-    the eager solve it names gives the second derivative."""
+@pytest.mark.parametrize(
+    ("compile", "solver", "kwargs"),
+    [
+        (True, odecore.Midpoint, {}),
+        ("stepped", odecore.Midpoint, {}),
+        (True, odecore.Dopri5, {"controller": odecore.PIDController(rtol=1e-8, atol=1e-10)}),
+    ],
+    ids=["grid", "stepped", "adaptive"],
+)
+def test_second_derivatives_and_second_backward_passes_solve_again_eagerly(compile, solver, kwargs):
+    """AOTAutograd compiles a first-order backward. The first backward pass goes through
+    the compiled graph, without a word; a second derivative (``create_graph=True``) or a
+    second pass (``retain_graph=True``) differentiates an eager solve again, after the
+    warning, and equals the eager solve's. ``w`` makes ``y0`` and the field's tensor
+    ``scale``, which the loss reads too: each path to it is counted once."""
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    x = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+
+    def loss(compile):
+        scale = 2 * w
+
+        def field(t, y):
+            return torch.cos(t) * y - scale * y**3
+
+        sol = _solve(solver(), w * x, compile=compile, field=field, **kwargs)
+        return sol.ys.pow(2).sum() + scale
+
+    eager = torch.autograd.grad(loss(False), (w, x), create_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", odecore.CompileFallbackWarning)
+        first = torch.autograd.grad(loss(compile), (w, x))
+    for got, want in zip(first, eager):
+        assert _rel(got, want) <= 1e-12
+    with pytest.warns(odecore.CompileFallbackWarning, match="create_graph=True"):
+        twice = torch.autograd.grad(loss(compile), (w, x), create_graph=True)
+    second = torch.autograd.grad(twice[0] + twice[1].sum(), (w, x))
+    for got, want in zip(second, torch.autograd.grad(eager[0] + eager[1].sum(), (w, x))):
+        assert _rel(got, want) <= 1e-10
+    total = loss(compile)
+    total.backward(retain_graph=True)
+    grads = w.grad.clone(), x.grad.clone()
+    w.grad = x.grad = None
+    with pytest.warns(odecore.CompileFallbackWarning, match="retain_graph=True"):
+        total.backward()
+    for got, want in zip((w.grad, x.grad), grads):
+        assert _rel(got, want) <= 1e-12
+
+
+def test_a_parameter_changed_in_place_after_a_compiled_solve_stops_its_second_derivative():
+    """The eager solve again would read the new value: as eager autograd, it raises."""
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
     y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
-    sol = _solve(odecore.Midpoint(), y0, compile=compile, ts=(), field=_reads_time)
-    with pytest.raises(RuntimeError, match=r"cannot be differentiated twice.*compile=False"):
-        torch.autograd.grad(sol.ys.sum(), y0, create_graph=True)
-    (first,) = torch.autograd.grad(sol.ys.sum(), y0)  # the graph is intact: first order works
-    eager = _solve(odecore.Midpoint(), y0, compile=False, ts=(), field=_reads_time)
-    assert _rel(first, torch.autograd.grad(eager.ys.sum(), y0)[0]) <= 1e-12
-
-    def solve(y):
-        return _solve(odecore.Midpoint(), y, compile=False, ts=(), field=_reads_time).ys
-
-    assert torch.autograd.gradgradcheck(solve, (y0,))
+    sol = _solve(odecore.Midpoint(), y0, compile=True, field=lambda t, y: -w * y**3)
+    with torch.no_grad():
+        w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        torch.autograd.grad(sol.ys.sum(), (w, y0), create_graph=True)
 
 
 @pytest.mark.parametrize(("compile", "jumps"), [(True, [0.5]), ("stepped", [])])

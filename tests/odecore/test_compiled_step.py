@@ -140,14 +140,6 @@ def test_new_times_tolerances_outputs_or_batch_sizes_do_not_recompile(monkeypatc
     assert counter.op_count > 0
 
 
-def test_double_backward_says_to_solve_eagerly():
-    field = Linear(F64)
-    y0 = torch.ones(3, 2, dtype=F64, requires_grad=True)
-    sol = _solve(field, y0, t1=1.0, compile=True)
-    with pytest.raises(RuntimeError, match="compile=False"):
-        torch.autograd.grad(sol.ys.square().sum(), y0, create_graph=True)
-
-
 # --- Rosenbrock methods: the Jacobian, the factorisation and the stages in one graph ----
 
 

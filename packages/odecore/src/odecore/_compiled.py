@@ -25,8 +25,9 @@ too; a new number of steps or pattern of outputs is a new graph, compiled once a
 cached (:func:`_compiled`). Dynamo compiles one program for at most
 ``torch._dynamo.config.recompile_limit`` different fields; past it, solves with new
 fields run eagerly, after one warning that says how to raise it. AOTAutograd's
-backward is first order: differentiating it again (``create_graph=True``) raises an
-error that names ``compile=False``. Everything here is imported only when a solve
+backward is first order: a second derivative (``create_graph=True``), or a second
+backward pass through the same solve, differentiates an eager solve again, after
+the one warning (:class:`_Solved`). Everything here is imported only when a solve
 asks for ``compile=True``: the eager path does not load ``torch._dynamo``.
 """
 
@@ -45,6 +46,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 from ._controllers import SNAP, AbstractController, ConstantStepSize, PIDController
 from ._errors import CompileFallbackWarning, Status
@@ -61,6 +63,7 @@ from ._gradients import (
     Stats,
     _Augmented,
     _Reads,
+    graph_leaves,
 )
 from ._rosenbrock import _AbstractRosenbrock
 from ._solve import _check_derivative, _make_loop, _merge_stops, _tiny
@@ -654,29 +657,164 @@ def _at_limit(name: str, value: int) -> str:
     )
 
 
-_TWICE = (
-    "compile=True: a compiled solve cannot be differentiated twice (backward or "
-    "torch.autograd.grad with create_graph=True): torch.compile's AOTAutograd compiles a "
-    "first-order backward only. Solve with compile=False where you need higher-order "
-    "gradients (a Hessian, a penalty on a gradient)."
+_AGAIN = (
+    "its backward pass is asked for a graph of its own (create_graph=True: a second "
+    "derivative) or runs a second time (retain_graph=True), which torch.compile's "
+    "first-order backward cannot: that backward pass solves again eagerly and "
+    "differentiates the eager solve"
 )
 
 
-class _FirstOrder(torch.autograd.Function):
-    """The identity on a compiled solve's outputs, whose backward refuses
-    ``create_graph=True`` with :data:`_TWICE` before the compiled backward fails on it
-    with torch's own words (donated buffers, or "does not currently support double
-    backward")."""
+@dataclass
+class _Solved:
+    """A compiled solve's outputs with their graph until a backward pass walks it;
+    ``edges``: where that graph leaves the solve (:func:`_frontier`), ``y``'s among
+    them as ``y_edge``, where ``y`` is the caller's state detached; ``again(y0)``: the
+    same outputs from an eager solve from ``y0``."""
+
+    outputs: list[Tensor] | None
+    edges: list[GradientEdge]
+    y_edge: GradientEdge | None
+    again: Callable[[Tensor], Sequence[Tensor | None]]
+
+
+class _Differentiable(torch.autograd.Function):
+    """``(solved, y0, *leaves) -> outputs``: a compiled solve's outputs, differentiable
+    in ``y0`` and in the leaf tensors that its graph reaches. The first backward pass
+    goes through the compiled graph; one that needs a graph of its own, or another
+    through the same solve, differentiates an eager solve again (:data:`_AGAIN`)."""
 
     @staticmethod
-    def forward(ctx: Any, *outputs: Tensor) -> tuple[Tensor, ...]:
-        return tuple(y.view_as(y) for y in outputs)
+    def forward(  # type: ignore[override]
+        ctx: Any, solved: _Solved, y0: Tensor, *leaves: Tensor
+    ) -> tuple[Tensor, ...]:
+        assert solved.outputs is not None
+        ctx.solved, ctx.y0, ctx.leaves = solved, y0, leaves  # not saved: a hook
+        ctx.versions = [x._version for x in (y0, *leaves)]  # would return copies
+        return tuple(out.detach() for out in solved.outputs)
 
     @staticmethod
-    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor, ...]:
-        if torch.is_grad_enabled():  # set during a backward exactly by create_graph=True
-            raise RuntimeError(_TWICE)
-        return grads
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        solved: _Solved = ctx.solved
+        y0, leaves, graph = ctx.y0, ctx.leaves, torch.is_grad_enabled()
+        if solved.outputs is not None and not graph:
+            outputs, solved.outputs = solved.outputs, None  # walked once, then freed
+            return (None, *_route(outputs, grads, solved.edges, solved.y_edge, leaves, graph))
+        if [x._version for x in (y0, *leaves)] != ctx.versions:
+            raise RuntimeError(
+                "compile=True: the state or a parameter of a compiled solve was modified in "
+                "place after the solve, so its backward pass cannot solve again."
+            )
+        fall_back(_AGAIN)
+        with torch.enable_grad():
+            start = torch._C._autograd._get_sequence_nr()
+            outputs = [out for out in solved.again(y0) if out is not None]
+            y_edge = get_gradient_edge(y0) if y0.requires_grad else None
+            edges = _frontier(outputs, start)
+            return (None, *_route(outputs, grads, edges, y_edge, leaves, graph))
+
+
+def _frontier(outputs: Sequence[Tensor], start: int) -> list[GradientEdge]:
+    """The edges by which the graph of ``outputs`` leaves a solve's nodes (those made
+    since the autograd sequence number ``start``): into a leaf's accumulator, or into
+    a node made before the solve (a closure's tensor computed from a parameter, a
+    state computed from an encoder)."""
+    edges: dict[tuple[int, int], GradientEdge] = {}
+    stack, seen = [], set()
+
+    def reach(edge: GradientEdge) -> None:
+        node = edge.node
+        if hasattr(node, "variable") or node._sequence_nr() < start:
+            edges.setdefault((id(node), edge.output_nr), edge)
+        elif node not in seen:
+            seen.add(node)
+            stack.append(node)
+
+    for out in outputs:  # one may be the state itself, made before the solve
+        reach(get_gradient_edge(out))
+    while stack:
+        for node, nr in stack.pop().next_functions:
+            if node is not None:
+                reach(GradientEdge(node, nr))
+    return list(edges.values())
+
+
+def _route(
+    outputs: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    edges: Sequence[GradientEdge],
+    y_edge: GradientEdge | None,
+    leaves: Sequence[Tensor],
+    graph: bool,
+) -> list[Tensor | None]:
+    """The gradients of ``y0`` and of ``leaves`` (``None`` where there is none): the
+    vector-Jacobian products of ``outputs`` with ``grads`` at ``edges``, then, from each
+    edge into a node made before the solve, on to the leaves. That node's graph is the
+    caller's: it is kept, and the solve's own graph is freed unless ``graph``."""
+    pairs = [(out, g) for out, g in zip(outputs, grads) if out.requires_grad]
+    at = torch.autograd.grad(
+        [out for out, _ in pairs], list(edges), [g for _, g in pairs],
+        retain_graph=graph, create_graph=graph, allow_unused=True,
+    )  # fmt: skip
+    index = {id(q): i for i, q in enumerate(leaves, start=1)}
+    got: list[Tensor | None] = [None] * (len(leaves) + 1)
+    onward = []
+    for edge, g in zip(edges, at):
+        if g is None:
+            continue
+        if y_edge is not None and edge.node is y_edge.node and edge.output_nr == y_edge.output_nr:
+            got[0] = _add(got[0], g)
+        elif hasattr(edge.node, "variable"):
+            i = index.get(id(edge.node.variable))
+            if i is None:  # the eager solve read a leaf that the compiled one did not
+                raise RuntimeError(
+                    "compile=True: differentiated again, the eager solve reads a tensor that "
+                    "requires grad and that the compiled solve did not read; solve with "
+                    "compile=False for this derivative."
+                )
+            got[i] = _add(got[i], g)
+        else:
+            onward.append((edge, g))
+    if onward:
+        more = torch.autograd.grad(
+            [edge for edge, _ in onward], list(leaves), [g for _, g in onward],
+            retain_graph=True, create_graph=graph, allow_unused=True,
+        )  # fmt: skip
+        got[1:] = [_add(a, b) for a, b in zip(got[1:], more)]
+    return got
+
+
+def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    return b if a is None else a if b is None else a + b
+
+
+def differentiable(
+    outputs: list[Tensor],
+    start: int,
+    y: Tensor,
+    y0: Tensor,
+    again: Callable[[Tensor], Sequence[Tensor | None]],
+) -> list[Tensor]:
+    """``outputs`` of a compiled solve from ``y`` (``y0`` detached) whose nodes are
+    numbered from ``start``, as functions of ``y0`` and of the leaf tensors their graph
+    reaches (:class:`_Differentiable`)."""
+    edges = _frontier(outputs, start)
+    y_edge = get_gradient_edge(y) if y.requires_grad else None
+    nodes = [edge.node for edge in edges if y_edge is None or edge.node is not y_edge.node]
+    leaves = graph_leaves(*nodes)
+    solved = _Solved(outputs, edges, y_edge, again)
+    return list(_Differentiable.apply(solved, y0, *leaves))  # type: ignore[no-untyped-call]
+
+
+def _start(y0: Tensor, plain: bool = True) -> tuple[Tensor, int]:
+    """Where a compiled solve starts: for a ``plain`` solve (one that hands out no
+    tensor but its outputs) with grad mode on, ``y0`` detached (its graph starts here,
+    :func:`differentiable`), else an alias of it; and the autograd sequence number of
+    the solve's first node."""
+    number = torch._C._autograd._get_sequence_nr()
+    if plain and torch.is_grad_enabled():
+        return y0.detach().requires_grad_(y0.requires_grad), number
+    return y0.view_as(y0), number  # marks the alias, not the caller's tensor
 
 
 _FAILED: set[tuple[object, object]] = set()
@@ -722,10 +860,11 @@ def compiled_loop(
     ) -> LoopResult:
         assert times is None
 
-        def run_eagerly() -> LoopResult:
+        def run_eagerly(y: Tensor = y0, record: bool = True) -> LoopResult:
             return eager(
-                f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts, on_step=on_step
-            )
+                f, y, t0, t1, ts, solver, controller, dt0, step_ts=step_ts,
+                on_step=on_step if record else None,
+            )  # fmt: skip
 
         # Over compiled steps too: Checkpoint's forward solve, which records its steps
         # (on_step), and its replays, which step on the forward's step ends (a
@@ -747,9 +886,9 @@ def compiled_loop(
                 except _COMPILE_ERRORS:  # the solve's steps compile one by one below
                     _NO_LOOP.add(looped)
 
-            def run() -> LoopResult:
+            def run(y: Tensor) -> LoopResult:
                 result = over_steps(
-                    f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts,
+                    f, y, t0, t1, ts, solver, controller, dt0, step_ts=step_ts,
                     on_step=None if on_step is None else lambda t, y: taken.append((t, y)),
                 )  # fmt: skip
                 if on_step is not None:
@@ -757,7 +896,7 @@ def compiled_loop(
                         on_step(t, y)
                 return result
 
-            return _stepped(run, run_eagerly, (solver, t1 < t0), _field_key(f), y0.device.type)
+            return _stepped(run, run_eagerly, (solver, t1 < t0), _field_key(f), y0, plain)
         direction = 1.0 if t1 >= t0 else -1.0
         s0, s1 = direction * t0, direction * t1
         stops, jump_set = _merge_stops(
@@ -792,7 +931,7 @@ def compiled_loop(
         if key not in compiled.fields and compiled.at_limit():
             return run_eagerly()  # a new field past the limit: said when it was reached
         tables = schedule.tensors(y0.dtype, y0.device)
-        y = y0.view_as(y0)  # marks the alias, not the caller's tensor
+        y, start = _start(y0)
         if y.dim() > 0:
             torch._dynamo.maybe_mark_dynamic(y, 0)
         try:
@@ -811,9 +950,12 @@ def compiled_loop(
         if not bool(torch.isfinite(marks).all()):  # the one host read of the solve
             # A failed solve: the eager loop finds the step that went wrong, and says so.
             return run_eagerly()
-        if torch.is_grad_enabled() and any(out.requires_grad for out in outputs):
-            outputs = list(_FirstOrder.apply(*outputs))  # type: ignore[no-untyped-call]
         stop = schedule.first_out + schedule.n_outputs
+        if torch.is_grad_enabled() and any(out.requires_grad for out in outputs):
+            outputs = differentiable(
+                outputs, start, y, y0,
+                lambda y: run_eagerly(y, record=False).ys[schedule.first_out : stop],
+            )  # fmt: skip
         ys[schedule.first_out : stop] = outputs
         n = len(program.steps)
         stats.n_steps = stats.n_accepted = n
@@ -840,26 +982,31 @@ _STEPPED: dict[object, _Fields] = {}
 
 
 def _stepped(
-    run: Callable[[], LoopResult],
-    run_eagerly: Callable[[], LoopResult],
+    run: Callable[[Tensor], LoopResult],
+    run_eagerly: Callable[..., LoopResult],
     graph: tuple[object, bool],
     f_key: object,
-    device_type: str,
+    y0: Tensor,
+    plain: bool,
 ) -> LoopResult:
     """A solve over compiled steps (``_compiled_step``) of ``graph`` (the method and the
     direction of time); eager, with the warning, where inductor cannot run or
     torch.compile fails on the step, and without it for a new field past the recompile
-    limit (said when it was reached)."""
+    limit (said when it was reached). A ``plain`` solve's outputs are made
+    differentiable twice (:func:`differentiable`); the other solves (a checkpoint's
+    replays, which take their step ends from ``on_step``; the adjoint's) have first-order
+    gradients of their own."""
     key, seen = (graph[0], f_key), _STEPPED.setdefault(graph, _Fields(set()))
     problem = None
     if _BACKEND == "inductor" and key not in _FAILED:
-        problem = inductor_problem(device_type)
+        problem = inductor_problem(y0.device.type)
     if key in _FAILED or problem is not None or (f_key not in seen.fields and seen.at_limit()):
         if problem is not None:
             fall_back(f"inductor cannot run here: {problem}")
         return run_eagerly()
+    y, start = _start(y0, plain)
     try:
-        result = run()
+        result = run(y)
     except _COMPILE_ERRORS as err:
         result = run_eagerly()  # the field's own error, if it was one, raises here
         limit = _limit_reached(err)
@@ -871,11 +1018,16 @@ def _stepped(
             fall_back(_at_limit(*limit))
         return result
     seen.fields.add(f_key)
-    graphs = [i for i, y in enumerate(result.ys) if y is not None and y.requires_grad]
-    if graphs and torch.is_grad_enabled():
-        firm = _FirstOrder.apply(*(result.ys[i] for i in graphs))  # type: ignore[no-untyped-call]
-        for i, y in zip(graphs, firm):
-            result.ys[i] = y
+    graphs = [i for i, out in enumerate(result.ys) if out is not None and out.requires_grad]
+    if plain and graphs and torch.is_grad_enabled():
+        outputs = [out for out in result.ys if out is not None and out.requires_grad]
+
+        def again(y: Tensor) -> list[Tensor | None]:
+            ys = run_eagerly(y, record=False).ys
+            return [ys[i] for i in graphs]
+
+        for i, out in zip(graphs, differentiable(outputs, start, y, y0, again)):
+            result.ys[i] = out
     return result
 
 

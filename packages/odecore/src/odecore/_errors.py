@@ -81,7 +81,10 @@ class CompileFallbackWarning(UserWarning):
     ``Checkpoint`` with a Rosenbrock method or with jumps, ``SaveAt(dense=True)``, times
     that require grad, and adaptive solves with jumps, tuple states or a norm of their
     own), when inductor cannot run (no C++ compiler), and when ``torch.compile`` fails
-    on the vector field. The result is the eager solve's.
+    on the vector field. The result is the eager solve's. Raised too when a compiled
+    solve is differentiated twice (``create_graph=True``) or backpropagated through a
+    second time (``retain_graph=True``): that backward pass differentiates an eager
+    solve again.
 
     Example:
         >>> import warnings, torch, odecore

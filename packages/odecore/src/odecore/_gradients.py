@@ -416,17 +416,19 @@ class _Reads:
         return getattr(self.f, name)
 
 
-def graph_leaves(out: object, skip: Sequence[object] = ()) -> tuple[Tensor, ...]:
-    """The leaf tensors requiring grad that the graph of ``out`` reaches, in the order
-    reached; not through, nor at, the tensors of ``skip`` (a field's state and time)."""
-    if not isinstance(out, Tensor) or out.grad_fn is None:
-        return ()
+def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ...]:
+    """The leaf tensors requiring grad that the graphs of ``outs`` (tensors, or nodes of
+    a graph) reach, in the order reached; not through, nor at, the tensors of ``skip``
+    (a field's state and time)."""
     found: dict[int, Tensor] = {}
     seen = {x.grad_fn for x in skip if isinstance(x, Tensor) and x.grad_fn is not None}
     skipped = {id(x) for x in skip}
-    if out.grad_fn in seen:
-        return ()
-    stack = [out.grad_fn]
+    stack = []
+    for out in outs:
+        node: Any = out.grad_fn if isinstance(out, Tensor) else out
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.append(node)
     while stack:
         node = stack.pop()
         following = node.next_functions

@@ -925,7 +925,10 @@ def solve(
             why. Later calls with other times, tolerances or batch size reuse the
             graph. Under ``torch.no_grad()``, an adaptive solve with nothing called
             per step runs its steps inside one compiled loop (several times faster
-            on small states).
+            on small states). The backward pass is compiled and first order: a
+            second derivative (``create_graph=True``) or a second backward pass
+            (``retain_graph=True``) differentiates an eager solve again, after the
+            warning.
 
     Returns:
         A :class:`Solution` with ``ys``, ``ts``, ``stats`` and ``status``.
