@@ -213,3 +213,44 @@ def test_gradients_hold_under_a_saved_tensors_hook(gradient, event):
     expected = grads(odecore.Autograd(), contextlib.nullcontext())
     for got, want in zip(grads(gradient, _copies()), expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+
+
+# --- a tensor changed in place between the solve and its backward pass -------------------
+
+
+def _event_solve(w, y0):
+    return odecore.solve(
+        lambda t, y: -y, y0, t0=0.0, t1=5.0, solver=odecore.Tsit5(),
+        event=odecore.Event(lambda t, y: y[0] - w),
+    )  # fmt: skip
+
+
+IN_PLACE = {
+    "checkpoint": odecore.Checkpoint(),
+    "adjoint": odecore.Adjoint(),
+    "adjoint-interpolated": odecore.Adjoint(state="interpolated"),
+    "reversible": odecore.Reversible(),
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "changed"), [*((m, c) for m in IN_PLACE for c in ("w", "y0")), ("event", "w")]
+)
+def test_a_tensor_changed_in_place_before_backward_is_refused(method, changed):
+    # Backprop differentiates the solve that ran (its graph holds what it read); the
+    # methods that evaluate the field again would differentiate another solve (the
+    # adjoint's gradient of w came out at 1e231, the checkpoint's 40 % off).
+    w = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    if method == "event":
+        sol = _event_solve(w, y0)
+    else:
+        sol = odecore.solve(
+            lambda t, y: -w * y**3, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
+            gradient=IN_PLACE[method],
+        )  # fmt: skip
+    loss = sol.ys[-1].sum() if method != "event" else sol.event_t
+    with torch.no_grad():
+        (w if changed == "w" else y0).mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        torch.autograd.grad(loss, (w, y0))

@@ -57,6 +57,7 @@ from ._gradients import (
     Autograd,
     Checkpoint,
     FlatField,
+    Kept,
     Loop,
     LoopResult,
     Problem,
@@ -689,22 +690,17 @@ class _Differentiable(torch.autograd.Function):
         ctx: Any, solved: _Solved, y0: Tensor, *leaves: Tensor
     ) -> tuple[Tensor, ...]:
         assert solved.outputs is not None
-        ctx.solved, ctx.y0, ctx.leaves = solved, y0, leaves  # not saved: a hook
-        ctx.versions = [x._version for x in (y0, *leaves)]  # would return copies
+        ctx.solved, ctx.kept = solved, Kept((y0, *leaves))
         return tuple(out.detach() for out in solved.outputs)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
         solved: _Solved = ctx.solved
-        y0, leaves, graph = ctx.y0, ctx.leaves, torch.is_grad_enabled()
+        (y0, *leaves), graph = ctx.kept.tensors, torch.is_grad_enabled()
         if solved.outputs is not None and not graph:
             outputs, solved.outputs = solved.outputs, None  # walked once, then freed
             return (None, *_route(outputs, grads, solved.edges, solved.y_edge, leaves, graph))
-        if [x._version for x in (y0, *leaves)] != ctx.versions:
-            raise RuntimeError(
-                "compile=True: the state or a parameter of a compiled solve was modified in "
-                "place after the solve, so its backward pass cannot solve again."
-            )
+        ctx.kept.get()  # the eager solve again reads them
         fall_back(_AGAIN)
         with torch.enable_grad():
             start = torch._C._autograd._get_sequence_nr()

@@ -24,6 +24,7 @@ from ._gradients import (
     AbstractGradient,
     Autograd,
     FlatField,
+    Kept,
     Loop,
     LoopResult,
     Problem,
@@ -560,7 +561,7 @@ class _EventTimeGradient(torch.autograd.Function):
         ctx: Any, spec: _EventSpec, t_e: Tensor, y_e: Tensor, *params: Tensor
     ) -> tuple[Tensor, Tensor]:
         ctx.spec = spec
-        ctx.params = params  # not saved: a saved-tensors hook would return copies
+        ctx.kept = Kept(params)
         ctx.save_for_backward(t_e, y_e)
         return t_e.clone(), y_e.clone()
 
@@ -570,7 +571,7 @@ class _EventTimeGradient(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         spec: _EventSpec = ctx.spec
         t_e, y_e = ctx.saved_tensors
-        params = ctx.params
+        params = ctx.kept.get()
         if spec.fixed:  # t_e = t0 and y_e = y0 for all inputs: the identity
             return (None, None, grad_y, *(None for _ in params))
         first_order(

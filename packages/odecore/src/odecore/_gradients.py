@@ -579,6 +579,31 @@ class _Steps:
         return self._read[1](s)
 
 
+class Kept:
+    """Tensors that a backward pass reads again (``y0``, the field's parameters), kept as
+    they are: not through ``save_for_backward``, whose saved-tensors hooks
+    (``torch.autograd.graph.save_on_cpu``, a memory counter) would return copies that
+    the field's graph knows nothing of. Their versions are kept too, and :meth:`get`
+    refuses them once one was modified in place (an optimiser step before
+    ``backward()``), as autograd refuses its saved tensors, rather than differentiate a
+    solve that did not run."""
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        self.tensors = tuple(tensors)
+        self.versions = [x._version for x in self.tensors]
+
+    def get(self) -> tuple[Tensor, ...]:
+        """The tensors, unless one was modified in place since they were kept."""
+        if [x._version for x in self.tensors] != self.versions:
+            raise RuntimeError(
+                "A tensor that this solve's backward pass reads again (y0, or one the "
+                "vector field reads, such as a parameter) was modified in place after "
+                "the solve (an optimizer step before backward()?): the gradient would "
+                "be that of another solve. Call backward() first, or solve again."
+            )
+        return self.tensors
+
+
 class _AdjointFunction(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -586,10 +611,7 @@ class _AdjointFunction(torch.autograd.Function):
     ) -> Tensor:
         ctx.spec = spec
         ctx.ts_dtype = ts.dtype
-        # The parameters are kept as they are, not through save_for_backward: a
-        # saved-tensors hook (torch.autograd.graph.save_on_cpu, a memory counter)
-        # would return copies, of which the field's graph knows nothing.
-        ctx.params = params
+        ctx.kept = Kept((y0, *params))
         ctx.save_for_backward(forward)
         return forward.clone()
 
@@ -598,7 +620,7 @@ class _AdjointFunction(torch.autograd.Function):
         first_order("The adjoint method's gradient")
         spec: _AdjointSpec = ctx.spec
         (forward,) = ctx.saved_tensors
-        params = ctx.params
+        params = ctx.kept.get()[1:]
         need_ts = bool(ctx.needs_input_grad[3])
         grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
@@ -911,14 +933,14 @@ class _CheckpointFunction(torch.autograd.Function):
     ) -> Tensor:
         """``inputs``: the parameters, then the time tensors that need gradients."""
         ctx.spec = spec
-        ctx.inputs = inputs  # not saved: a saved-tensors hook would return copies
+        ctx.kept = Kept((y0, *inputs))
         return forward.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         first_order("Checkpoint's gradient")
         spec: _CheckpointSpec = ctx.spec
-        saved = tuple(ctx.inputs)
+        saved = ctx.kept.get()[1:]
         params = saved[: spec.n_params]
         p = spec.problem
         # The replays step on the same times as tensors: leaves of their own here.

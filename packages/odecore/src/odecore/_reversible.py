@@ -16,6 +16,7 @@ from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._gradients import (
     AbstractGradient,
     FlatField,
+    Kept,
     Loop,
     LoopResult,
     Problem,
@@ -264,7 +265,7 @@ class _ReversibleFunction(torch.autograd.Function):
         ctx: Any, spec: _Spec, forward: Tensor, y0: Tensor, *params: Tensor
     ) -> Tensor:
         ctx.spec = spec
-        ctx.params = params  # not saved: a saved-tensors hook would return copies
+        ctx.kept = Kept((y0, *params))
         return forward.clone()
 
     @staticmethod
@@ -272,7 +273,7 @@ class _ReversibleFunction(torch.autograd.Function):
         first_order("The reversible method's gradient")  # its steps' graphs are dropped
         spec: _Spec = ctx.spec
         p = spec.problem
-        back = _Uncoupled(spec, tuple(ctx.params), grad_ys)
+        back = _Uncoupled(spec, ctx.kept.get()[1:], grad_ys)
         n = len(spec.ends) - 1
         if n:
             run = spec.loop(
