@@ -727,7 +727,8 @@ def _frontier(outputs: Sequence[Tensor], start: int) -> list[GradientEdge]:
             stack.append(node)
 
     for out in outputs:  # one may be the state itself, made before the solve
-        reach(get_gradient_edge(out))
+        if out.requires_grad:
+            reach(get_gradient_edge(out))
     while stack:
         for node, nr in stack.pop().next_functions:
             if node is not None:
