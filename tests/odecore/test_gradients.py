@@ -254,3 +254,73 @@ def test_a_tensor_changed_in_place_before_backward_is_refused(method, changed):
         (w if changed == "w" else y0).mul_(2.0)
     with pytest.raises(RuntimeError, match="modified in place"):
         torch.autograd.grad(loss, (w, y0))
+
+
+# --- a backward pass that evaluates the field again --------------------------------------
+
+
+class _Normalised(torch.nn.Module):
+    """A field with a BatchNorm in training mode (running statistics) or dropout."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.lin = torch.nn.Linear(3, 3)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.randn(3, 3, generator=gen) / 2)
+            self.lin.bias.copy_(torch.randn(3, generator=gen) / 2)
+        self.norm = torch.nn.BatchNorm1d(3)
+        self.drop = torch.nn.Dropout(dropout)
+
+    def forward(self, t, y):
+        return torch.tanh(self.drop(self.norm(self.lin(y))))
+
+
+AGAIN = {
+    "checkpoint": odecore.Checkpoint(every=2),
+    "adjoint": odecore.Adjoint(),
+    "adjoint-interpolated": odecore.Adjoint(state="interpolated"),
+    "reversible": odecore.Reversible(),
+}
+
+
+@pytest.mark.parametrize("method", sorted(AGAIN))
+def test_running_statistics_count_the_forward_solve_only(method):
+    # Backprop's backward pass evaluates nothing: the statistics are the forward solve's.
+    # The other methods' evaluations in the backward pass counted again (16 batches
+    # tracked became 32, and the running mean moved to the backward pass's states).
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
+    stats = {}
+    for name, gradient in (("backprop", odecore.Autograd()), (method, AGAIN[method])):
+        field = _Normalised()
+        sol = odecore.solve(
+            field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25, gradient=gradient
+        )
+        forward = [b.clone() for b in field.norm.buffers()]
+        sol.ys[-1].square().sum().backward()
+        stats[name] = [b.clone() for b in field.norm.buffers()]
+        for got, want in zip(stats[name], forward):
+            assert torch.equal(got, want)
+    if method != "reversible":  # whose forward solve evaluates the field elsewhere
+        for got, want in zip(stats[method], stats["backprop"]):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("every", [2, 100])
+def test_a_checkpoint_replay_that_does_not_retrace_the_forward_solve_raises(every):
+    # Dropout draws other masks in the replay: the gradient was 20 % off without a word.
+    field = _Normalised(dropout=0.5)
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
+    sol = odecore.solve(
+        field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25,
+        gradient=odecore.Checkpoint(every=every),
+    )  # fmt: skip
+    with pytest.raises(odecore.ConfigurationError, match=r"replay.*deterministic"):
+        sol.ys[-1].sum().backward()
+    field.eval()  # no dropout: the replay retraces the solve
+    sol = odecore.solve(
+        field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25,
+        gradient=odecore.Checkpoint(every=every),
+    )  # fmt: skip
+    sol.ys[-1].sum().backward()
+    assert field.lin.weight.grad is not None

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import abc
 import bisect
+import contextlib
 import math
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, final
 
@@ -604,6 +605,22 @@ class Kept:
         return self.tensors
 
 
+@contextlib.contextmanager
+def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
+    """Undo what a backward pass that evaluates the field again writes into the buffers
+    of the field's module (a BatchNorm's running statistics, in training mode): the
+    field's evaluations count once, in the forward solve, as under backprop, whose
+    backward pass evaluates nothing. A plain function's closures are not reached."""
+    kept = [] if module is None else [(b, b.detach().clone()) for b in module.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in kept:  # BatchNorm's kernel writes without a new version
+                if not torch.equal(buffer, value):
+                    buffer.copy_(value)
+
+
 class _AdjointFunction(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -622,7 +639,8 @@ class _AdjointFunction(torch.autograd.Function):
         (forward,) = ctx.saved_tensors
         params = ctx.kept.get()[1:]
         need_ts = bool(ctx.needs_input_grad[3])
-        grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
+        with buffers_kept(spec.problem.module):
+            grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
         if grad_ts is not None:
             grad_ts = grad_ts.to(ctx.ts_dtype)
@@ -881,6 +899,7 @@ class Checkpoint(AbstractGradient):
         # Segment k covers steps [k * every, (k + 1) * every); it starts from the state
         # at the end of the step before it (y0 for the first).
         starts = [p.y0] + [states[k * every - 1] for k in range(1, math.ceil(n / every))]
+        starts.append(states[-1])  # where the last segment ends
         states.clear()  # only the segment starts are kept
         forward = torch.stack([y for y in result.ys if y is not None])
         times = p.times()
@@ -899,7 +918,7 @@ class _CheckpointSpec:
     problem: Problem
     stats: Stats
     step_ends: list[float]
-    starts: list[Tensor]
+    starts: list[Tensor]  # where each segment starts, then where the last one ends
     every: int
     n_params: int
     output: int | None = None  # which time tensor holds the output times
@@ -950,8 +969,9 @@ class _CheckpointFunction(torch.autograd.Function):
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
         grad_params: list[Tensor | None] = [None] * len(params)
         nfe = 0
-        for k in range(len(spec.starts) - 1, -1, -1):
-            n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
+        for k in range(len(spec.starts) - 2, -1, -1):
+            with buffers_kept(p.module):
+                n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
             nfe += n
             carry = grads[0]
             for j, g in enumerate(grads[1:]):
@@ -1015,6 +1035,7 @@ def _replay_segment(
                 status=run.status,
                 t=run.t_final,
             )
+        _check_retraced(spec.starts[k + 1], outputs[-1], t_b)
         grad_outputs = [grad_ys[i] for i in idx]
         grad_outputs.append(carry if carry is not None else torch.zeros_like(y_a))
         # retain_graph, which the backward of a compiled step refuses where AOTAutograd
@@ -1026,3 +1047,21 @@ def _replay_segment(
                 outputs, (y_a, *params), grad_outputs, allow_unused=True, retain_graph=True
             )
     return run.stats.nfe, grads
+
+
+def _check_retraced(want: Tensor, got: Tensor, t: float) -> None:
+    """Raise if a checkpointed replay ended a segment (at ``t``) away from the forward
+    solve's state there by more than the cube root of the dtype's resolution: the field
+    gave other values the second time (dropout, random numbers, a field that changes
+    between calls), and the gradient would be wrong without a word."""
+    error = float((got.detach() - want).abs().amax()) if want.numel() else 0.0
+    tol = torch.finfo(want.dtype).eps ** (1 / 3) * max(1.0, float(want.abs().amax()))
+    if not error <= tol:  # NaN fails too
+        raise ConfigurationError(
+            f"Checkpoint: the backward pass's replay reached t = {t!r} {error:.3g} away from "
+            f"the forward solve's state there (above {tol:.3g}, the cube root of "
+            f"{want.dtype}'s resolution): the vector field gave other values the second time "
+            "(dropout or other random numbers, or a field that changed between the calls), "
+            "so the gradient cannot be trusted. Make the field deterministic (eval mode) "
+            "or use gradient=Autograd()."
+        )

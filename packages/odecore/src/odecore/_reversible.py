@@ -23,6 +23,7 @@ from ._gradients import (
     Stats,
     _parameters,
     _Replay,
+    buffers_kept,
     found_tensors,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
@@ -276,10 +277,11 @@ class _ReversibleFunction(torch.autograd.Function):
         back = _Uncoupled(spec, ctx.kept.get()[1:], grad_ys)
         n = len(spec.ends) - 1
         if n:
-            run = spec.loop(
-                _plain(p.f), spec.y_end, spec.ends[-1], p.t0, [p.t0], back, _Replay(), None,
-                step_ts=spec.ends[1:-1],
-            )  # fmt: skip
+            with buffers_kept(p.module):  # the field's evaluations count once
+                run = spec.loop(
+                    _plain(p.f), spec.y_end, spec.ends[-1], p.t0, [p.t0], back, _Replay(), None,
+                    step_ts=spec.ends[1:-1],
+                )  # fmt: skip
             spec.stats.nfe_backward += run.stats.nfe
             rebuilt = run.ys[-1]
             if run.status != Status.SUCCESS or back.index != 0 or rebuilt is None:
