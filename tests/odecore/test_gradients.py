@@ -306,6 +306,17 @@ def test_running_statistics_count_the_forward_solve_only(method):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_running_statistics_count_the_forward_solve_only_in_odeint_adjoint_adams():
+    field = _Normalised()
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
+    t = torch.tensor([0.0, 1.0])
+    ys = odecore.odeint_adjoint(field, x, t, method="explicit_adams", options={"step_size": 0.25})
+    forward = [b.clone() for b in field.norm.buffers()]
+    ys[-1].square().sum().backward()
+    for got, want in zip(field.norm.buffers(), forward):
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("every", [2, 100])
 def test_a_checkpoint_replay_that_does_not_retrace_the_forward_solve_raises(every):
     # Dropout draws other masks in the replay: the gradient was 20 % off without a word.

@@ -37,7 +37,7 @@ from ._events import (
     reroute,
     warn_unsupported_callbacks,
 )
-from ._gradients import AbstractGradient, Adjoint, _Reads, found_tensors
+from ._gradients import AbstractGradient, Adjoint, _Reads, buffers_kept, found_tensors
 from ._implicit import AbstractImplicitRK
 from ._solve import (
     SaveAt,
@@ -1019,7 +1019,7 @@ def _adams_adjoint(
         field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
         positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),
         positive("adjoint_atol", atol if back_atol is None else back_atol),
-        getattr(func, "callback_step_adjoint", None),
+        getattr(func, "callback_step_adjoint", None), module,
     )  # fmt: skip
     ys_flat = _flat_of(solution, y0)
     ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
@@ -1045,7 +1045,7 @@ def _flat_of(solution: State, y0: State) -> Tensor:
 class _AdamsAdjoint:
     """What the backward pass of an Adams solve needs: the flat field, the output times,
     the forward grid (which the backward solve retraces, or ``step_size``), the backward
-    method and tolerances, and the field's ``callback_step_adjoint``."""
+    method and tolerances, the field's ``callback_step_adjoint`` and its module."""
 
     field: Callable[[Tensor, Tensor], Tensor]
     split: Callable[[Tensor], State]
@@ -1056,6 +1056,7 @@ class _AdamsAdjoint:
     rtol: float
     atol: float
     callback: Callable[..., object] | None
+    module: torch.nn.Module | None = None
 
     def interval(self, i: int) -> Tensor:
         """The backward solve's grid from ``t[i]`` to ``t[i - 1]``."""
@@ -1137,7 +1138,7 @@ class _AdamsAdjointFunction(torch.autograd.Function):
         first_order("odeint_adjoint's gradient", "Use odeint for higher-order gradients.")
         spec: _AdamsAdjoint = ctx.spec
         ys, *params = ctx.saved_tensors
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(spec.module):
             a, t_grads, grads = spec.backward(ys, grad_ys, params, ctx.needs_input_grad[3])
         t_grad = None if t_grads is None else t_grads.to(ctx.t_dtype)
         return (None, None, a, t_grad, *grads)
