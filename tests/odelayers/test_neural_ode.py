@@ -416,3 +416,20 @@ def test_the_graph_before_a_data_control_layer_is_differentiated_once(gradient):
     assert len(calls) == 1
     for g, expected in zip(ours, reference):
         torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()])
+def test_a_bound_field_keeps_its_running_statistics_through_the_backward_pass(gradient):
+    # A data-control field is bound before every evaluation; the solve still sees its
+    # module, so the backward pass's evaluations do not count in the BatchNorm's
+    # statistics again (they had: 2 x the batches tracked).
+    torch.manual_seed(0)
+    field = DepthSequential(DataControl(), nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Tanh(),
+                            nn.Linear(3, 2))  # fmt: skip
+    layer = NeuralODE(field, gradient=gradient)
+    y = layer(torch.randn(8, 2))
+    norm = field[2]
+    forward = [b.clone() for b in norm.buffers()]
+    y.square().sum().backward()
+    for got, want in zip(norm.buffers(), forward):
+        assert torch.equal(got, want)

@@ -24,6 +24,21 @@ from ._integrals import IntegralTerm, JacobianFrobenius, KineticEnergy
 Field = Callable[[Tensor, Tensor], Tensor]
 
 
+class _Bound(nn.Module):
+    """The field with its layers' bindings set before every evaluation (a module, so
+    that the solve knows the field's parameters and buffers)."""
+
+    def __init__(self, field: Field, bindings: Sequence[tuple[nn.Module, str, Tensor]]) -> None:
+        super().__init__()
+        self.field = field
+        self.bindings = tuple(bindings)
+
+    def forward(self, t: Tensor, y: Any) -> Any:
+        for layer, name, value in self.bindings:
+            setattr(layer, name, value)
+        return self.field(t, y)
+
+
 class _WithIntegrals(nn.Module):
     """``(t, (x, q_1, ..., q_k)) -> (f, g_1, ..., g_k)``: the field plus its integrands."""
 
@@ -292,13 +307,7 @@ class NeuralODE(nn.Module):
         bindings = self._bindings()
         gradient = self._gradient(field, bindings)
         if bindings:
-            module = field
-
-            def field(t: Tensor, y: Any) -> Any:
-                for layer, name, value in bindings:
-                    setattr(layer, name, value)
-                return module(t, y)
-
+            field = _Bound(field, bindings)
         sol = odecore.solve(
             field,
             state,
