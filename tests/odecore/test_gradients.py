@@ -319,7 +319,7 @@ def test_running_statistics_count_the_forward_solve_only_in_odeint_adjoint_adams
 
 @pytest.mark.parametrize("every", [2, 100])
 def test_a_checkpoint_replay_that_does_not_retrace_the_forward_solve_raises(every):
-    # Dropout draws other masks in the replay: the gradient was 20 % off without a word.
+    # Dropout draws other masks in the replay: the gradient was 23 % off without a word.
     field = _Normalised(dropout=0.5)
     x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
     sol = odecore.solve(
