@@ -969,15 +969,15 @@ class _CheckpointFunction(torch.autograd.Function):
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
         grad_params: list[Tensor | None] = [None] * len(params)
         nfe = 0
-        for k in range(len(spec.starts) - 2, -1, -1):
-            with buffers_kept(p.module):
+        with buffers_kept(p.module):  # once, after every replay
+            for k in range(len(spec.starts) - 2, -1, -1):
                 n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
-            nfe += n
-            carry = grads[0]
-            for j, g in enumerate(grads[1:]):
-                previous = grad_params[j]
-                if g is not None:
-                    grad_params[j] = g if previous is None else previous + g
+                nfe += n
+                carry = grads[0]
+                for j, g in enumerate(grads[1:]):
+                    previous = grad_params[j]
+                    if g is not None:
+                        grad_params[j] = g if previous is None else previous + g
         spec.stats.nfe_backward += nfe
         return (None, None, carry, *grad_params)
 
