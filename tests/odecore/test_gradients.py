@@ -335,3 +335,16 @@ def test_a_checkpoint_replay_that_does_not_retrace_the_forward_solve_raises(ever
     )  # fmt: skip
     sol.ys[-1].sum().backward()
     assert field.lin.weight.grad is not None
+
+
+def test_a_checkpointed_solve_of_an_empty_batch_replays_without_a_check_to_make():
+    # The replay's check took the largest difference of no numbers, and raised.
+    w = torch.tensor(0.5, requires_grad=True)
+    y0 = torch.ones(0, 2, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: -w * y, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25,
+        gradient=odecore.Checkpoint(every=2),
+    )  # fmt: skip
+    sol.ys[-1].sum().backward()
+    assert y0.grad.shape == (0, 2)
+    assert w.grad == 0.0

@@ -1051,12 +1051,12 @@ def _replay_segment(
 
 def _check_retraced(want: Tensor, got: Tensor, t: float) -> None:
     """Raise if a checkpointed replay ended a segment (at ``t``) away from the forward
-    solve's state there by more than the cube root of the dtype's resolution: the field
-    gave other values the second time (dropout, random numbers, a field that changes
-    between calls), and the gradient would be wrong without a word."""
-    error = float((got.detach() - want).abs().amax()) if want.numel() else 0.0
-    tol = torch.finfo(want.dtype).eps ** (1 / 3) * max(1.0, float(want.abs().amax()))
-    if not error <= tol:  # NaN fails too
+    solve's state there: the field gave other values the second time (dropout, random
+    numbers, a field that changes between calls), and the gradient would be wrong
+    without a word."""
+    off = beyond_rounding(want, got.detach())
+    if off is not None:
+        error, tol = off
         raise ConfigurationError(
             f"Checkpoint: the backward pass's replay reached t = {t!r} {error:.3g} away from "
             f"the forward solve's state there (above {tol:.3g}, the cube root of "
@@ -1065,3 +1065,14 @@ def _check_retraced(want: Tensor, got: Tensor, t: float) -> None:
             "so the gradient cannot be trusted. Make the field deterministic (eval mode) "
             "or use gradient=Autograd()."
         )
+
+
+def beyond_rounding(want: Tensor, *got: Tensor) -> tuple[float, float] | None:
+    """``(error, tolerance)`` where a state recomputed in a backward pass (``got``) is
+    further from ``want`` than the cube root of the dtype's resolution (relative to
+    ``want``'s size, at least 1), NaN included; ``None`` where every one is close."""
+    if not want.numel():
+        return None
+    error = float(torch.stack([(g - want).abs().amax() for g in got]).amax())  # NaN stays
+    tol = torch.finfo(want.dtype).eps ** (1 / 3) * max(1.0, float(want.abs().amax()))
+    return None if error <= tol else (error, tol)

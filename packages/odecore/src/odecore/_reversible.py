@@ -23,6 +23,7 @@ from ._gradients import (
     Stats,
     _parameters,
     _Replay,
+    beyond_rounding,
     buffers_kept,
     found_tensors,
 )
@@ -330,11 +331,9 @@ def _check_drift(coupled: _Coupled, coupling: float) -> None:
 def _check_rebuilt(y0: Tensor, y: Tensor, z: Tensor, n: int) -> None:
     """Raise if the backward pass rebuilt ``(y0, y0)`` no better than the cube root of
     the dtype's resolution: the gradient would be wrong without a word."""
-    if not y0.numel():
-        return
-    error = float(torch.maximum((y - y0).abs().amax(), (z - y0).abs().amax()))
-    tol = torch.finfo(y0.dtype).eps ** (1 / 3) * max(1.0, float(y0.abs().amax()))
-    if not error <= tol:  # NaN fails too
+    off = beyond_rounding(y0, y, z)
+    if off is not None:
+        error, tol = off
         raise ConfigurationError(
             f"`Reversible(coupling=...)`: the backward pass rebuilt y0 after {n} steps with "
             f"an error of {error:.3g}, above {tol:.3g} (the cube root of {y0.dtype}'s "
