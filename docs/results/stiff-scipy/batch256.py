@@ -66,19 +66,26 @@ def timed(run: Callable[[], object]) -> tuple[list[float], object]:
     return times, out
 
 
+def odecore_run(
+    solver: type, compile: bool, tol: float, y0: torch.Tensor, refs: dict[int, np.ndarray]
+) -> tuple[list[float], odecore.Solution, float]:
+    """The times, the last solution and its error of the batch's per-sample solve."""
+    control = odecore.PIDController(rtol=tol, atol=tol, per_sample=True)
+    run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=compile,
+                  solver=solver(independent=True), controller=control)  # fmt: skip
+    with torch.no_grad():
+        times, sol = timed(run)
+    assert isinstance(sol, odecore.Solution)
+    return times, sol, error(lambda i: sol.ys[-1, i].numpy(), refs)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     refs = {i: scipy_solve(i, "Radau", 1e-12) for i in CHECKED}
     y0 = torch.tensor([[2.0, 0.0]], dtype=F64).repeat(B, 1)
     runs = [(solver, compile) for compile in (False, True) for solver in ODECORE]
     for solver, compile in runs:
-        control = odecore.PIDController(rtol=1e-6, atol=1e-6, per_sample=True)
-        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=compile,
-                      solver=solver(independent=True), controller=control)  # fmt: skip
-        with torch.no_grad():
-            times, sol = timed(run)
-        assert isinstance(sol, odecore.Solution)
-        err = error(lambda i, sol=sol: sol.ys[-1, i].numpy(), refs)
+        times, sol, err = odecore_run(solver, compile, 1e-6, y0, refs)
         steps = sol.n_accepted_per_sample
         assert steps is not None
         label = f"{solver.__name__}{', compiled' if compile else ''}"
@@ -103,13 +110,7 @@ def equal_error(y0: torch.Tensor, refs: dict[int, np.ndarray]) -> None:
     lsoda.sort()  # by error, as np.interp needs
     log_e, log_t = np.log([e for e, _ in lsoda]), np.log([t for _, t in lsoda])
     for tol in (1e-5, 1e-6, 1e-7, 1e-8):
-        control = odecore.PIDController(rtol=tol, atol=tol, per_sample=True)
-        run = partial(odecore.solve, batch, y0, t0=0.0, t1=300.0, compile=True,
-                      solver=odecore.Rodas5P(independent=True), controller=control)  # fmt: skip
-        with torch.no_grad():
-            times, sol = timed(run)
-        assert isinstance(sol, odecore.Solution)
-        err = error(lambda i, sol=sol: sol.ys[-1, i].numpy(), refs)
+        times, _, err = odecore_run(odecore.Rodas5P, True, tol, y0, refs)
         seconds = statistics.median(times)
         at = float(np.exp(np.interp(np.log(err), log_e, log_t, left=np.nan, right=np.nan)))
         print(f"Rodas5P compiled at {tol:g}: median {seconds:.3f} s, error {err:.1e}; LSODA "
