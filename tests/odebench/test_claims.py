@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 from odebench.experiments import Claim, Metric, Values
@@ -100,6 +101,25 @@ def test_a_difference_and_a_ratio_exclude_their_bounds() -> None:
     diff = Claim.difference("k", "t", "", ACC.of("a"), ACC.of("b"), above=0.0, kind="paper")
     ratio = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), below=1.0, kind="paper")
     assert diff.check(seeds).status == ratio.check(seeds).status == "not held"
+
+
+@pytest.mark.parametrize("kind", ["difference", "ratio"])
+def test_a_comparison_pairs_the_seeds_when_one_lacks_a_value(kind: str) -> None:
+    """With a seed missing one model's number, the claim is judged on the seeds that
+    have both: the mean of the paired differences, not one model's mean over two seeds
+    minus the other's over three (which flipped the sign here)."""
+    firsts, seconds = [0.95, None, 0.93], [0.90, 0.99, 0.94]
+    seeds = [Values({"a": {"acc": a}, "b": {"acc": b}}) for a, b in zip(firsts, seconds)]
+    if kind == "difference":
+        claim = Claim.difference("k", "t", "", ACC.of("a"), ACC.of("b"), above=0.0, kind="paper")
+        paired = statistics.fmean([0.95 - 0.90, 0.93 - 0.94])
+    else:
+        claim = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), above=1.0, kind="paper")
+        paired = statistics.fmean([0.95, 0.93]) / statistics.fmean([0.90, 0.94])
+    verdict = claim.check(seeds)
+    assert verdict.ours.mean == pytest.approx(paired, rel=1e-12)
+    assert verdict.ours.n == 2
+    assert verdict.holds  # on the paired seeds; unpaired, the difference is -0.0033
 
 
 def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:

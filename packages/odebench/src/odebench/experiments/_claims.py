@@ -323,9 +323,14 @@ class Claim:
             seeds: one set of values per seed.
             contended: the machine was contended: a timing claim is not judged.
         """
-        means = Values.means(seeds)
         try:
-            ours = Stat.of([self.ours(v) for v in seeds])
+            per_seed = [self.ours(v) for v in seeds]
+            # Judged on the means over the seeds where the claim has a number, so that a
+            # difference or ratio pairs seeds (with one missing, means over all seeds
+            # would compare one model's seeds with another's).
+            paired = [v for v, x in zip(seeds, per_seed, strict=True) if math.isfinite(x)]
+            means = Values.means(paired or seeds)
+            ours = Stat.of(per_seed)
             on_means = self.ours(means)  # judged on: not the mean of a ratio over seeds
             if math.isfinite(on_means):
                 ours = dataclasses.replace(ours, mean=float(on_means))
