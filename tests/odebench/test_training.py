@@ -730,3 +730,25 @@ def test_a_resumed_run_records_where_each_of_its_stretches_came_from(tmp_path, m
     environment = json.loads((out / "config.json").read_text())["environment"]
     assert environment["device"] == "cpu" and environment["processes"] == 1
     assert set(environment["versions"]) >= {"torch", "odecore", "odebench"}
+
+
+def test_augmented_batches_are_cropped_as_stored_then_normalised(digits):
+    """``--augment`` crops the uint8 images and normalises them after, as the data page
+    says: a crop's padding is black, not the data set's mean (which 0.0 is once
+    normalised)."""
+    from odebench.data import random_crop
+    from odebench.training import load_splits
+    from odebench.training._loop import _dims, _task
+
+    config = TrainConfig(model="mlp", dataset="mnist", data_dir=str(digits), augment=True,
+                         train_size=16, test_size=8, progress=False)  # fmt: skip
+    train_set, test_set = load_splits(config)
+    task = _task(config, (train_set, test_set), _dims(train_set), torch.device("cpu"),
+                 row=lambda epoch: {}, after_epoch=lambda rows: None)  # fmt: skip
+    images, labels = train_set.inputs[:16], train_set.targets[:16]
+    assert task.augment is not None
+    got, got_labels = task.augment((images, labels), torch.Generator().manual_seed(1))
+    cropped = random_crop(images, padding=4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(got, train_set.normalize(cropped)) and torch.equal(got_labels, labels)
+    black = train_set.normalize(torch.zeros(1, 1, 1, 1, dtype=torch.uint8)).item()
+    assert black < -0.1 and (got == black).sum() > (images == 0).sum()  # padded black

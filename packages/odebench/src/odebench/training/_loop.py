@@ -223,8 +223,9 @@ def _task(
     n, gamma, milestones = len(train_set), config.gamma, config.milestones
 
     def prepare(batch: Batch, generator: torch.Generator) -> Batch:
-        x = train_set.normalize(batch[0])
-        return (x if augment is None else augment(x, generator)), batch[1]
+        # Augmented as stored (uint8), then normalised: a crop's padding is black.
+        x = batch[0] if augment is None else augment(batch[0], generator)
+        return train_set.normalize(x), batch[1]
 
     def refine(
         epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer, log: Log
