@@ -54,7 +54,7 @@ _COMMAND_LINES = [
         "--model odenet --dataset mnist --epochs 3 --batch-size 7 --eval-batch-size 9 "
         "--lr 0.5 --optimizer adam --momentum 0.5 --weight-decay 0.01 --milestones 3,5 "
         "--gamma 0.2 --seed 5 --device cpu --data-dir dd --train-size 100 --test-size 50 "
-        "--augment --activation softplus --method rk4 --rtol 1e-4 --atol 1e-5 "
+        "--augment --activation softplus --method rk4 "
         "--gradient adjoint --n-steps 4 --solver-option max_num_steps=1000 --bf16 "
         "--compile --no-progress --out oo --resume",
         {
@@ -62,8 +62,8 @@ _COMMAND_LINES = [
             "eval_batch_size": 9, "lr": 0.5, "optimizer": "adam", "momentum": 0.5,
             "weight_decay": 0.01, "milestones": (3, 5), "gamma": 0.2, "seed": 5,
             "device": "cpu", "data_dir": "dd", "train_size": 100, "test_size": 50,
-            "augment": True, "activation": "softplus", "method": "rk4", "rtol": 1e-4,
-            "atol": 1e-5, "gradient": "adjoint", "n_steps": 4,
+            "augment": True, "activation": "softplus", "method": "rk4",
+            "gradient": "adjoint", "n_steps": 4,
             "solver_options": {"max_num_steps": 1000}, "refine_epochs": (), "bf16": True,
             "compile": True, "progress": False,
         },
@@ -78,11 +78,19 @@ _COMMAND_LINES = [
         Path("runs/continuousnet-cifar10"),
         {"resume": False, "overwrite": True},
     ),
+    (
+        "--model odenet --dataset mnist --method bosh3 --rtol 1e-4 --atol 1e-5",
+        {"model": "odenet", "dataset": "mnist", "method": "bosh3", "rtol": 1e-4, "atol": 1e-5},
+        Path("runs/odenet-mnist"),
+        {"resume": False, "overwrite": False},
+    ),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("argv", "expected", "out", "how"), _COMMAND_LINES, ids=["odenet", "continuousnet"]
+    ("argv", "expected", "out", "how"),
+    _COMMAND_LINES,
+    ids=["odenet", "continuousnet", "tolerances"],
 )
 def test_a_command_line_reaches_every_field(argv, expected, out, how, monkeypatch):
     calls = []

@@ -78,6 +78,18 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ({"gradient": "adjiont"}, r"Unknown `gradient` 'adjiont'; known: backprop, adjoint"),
         ({"model": "mlp", "method": "rk4"}, r"`method` does not apply to `model` 'mlp'"),
         ({"model": "rknet", "n_steps": 3}, r"`n_steps` does not apply to `model` 'rknet'"),
+        # Settings that would change nothing are refused, not recorded as used.
+        ({"model": "rknet", "gradient": "adjoint"}, r"`gradient` does not apply to `model` 'rkn"),
+        ({"model": "resnet", "rtol": 1e-6}, r"`rtol` does not apply to `model` 'resnet'"),
+        ({"model": "mlp", "atol": 1e-6}, r"`atol` does not apply to `model` 'mlp'"),
+        (
+            {"method": "rk4", "n_steps": 4, "rtol": 1e-6},
+            r"`rtol` applies to adaptive methods, not to the fixed-step 'rk4'",
+        ),
+        (
+            {"model": "continuousnet", "atol": 1e-6},
+            r"`atol` applies to adaptive methods, not to the fixed-step 'euler'",
+        ),
         (
             {"model": "continuousnet", "method": "dopri5"},
             r"`method` 'dopri5' does not apply to `model` 'continuousnet': a ContinuousNet steps",

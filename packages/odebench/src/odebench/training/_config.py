@@ -171,6 +171,12 @@ _CHECKS: tuple[Check, ...] = (
 )
 
 
+def _default(name: str) -> object:
+    """The default of :class:`TrainConfig`'s field ``name``."""
+    f = TrainConfig.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run: model, data, optimiser, schedule, solver and machine settings.
@@ -335,11 +341,11 @@ class TrainConfig:
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
-            for name in ("method", "n_steps", "solver_options"):
-                if getattr(self, name) not in (None, {}):
+            for name in ("method", "n_steps", "solver_options", "rtol", "atol", "gradient"):
+                if getattr(self, name) != _default(name):
                     raise ValueError(
                         f"`{name}` does not apply to `model` {self.model!r}, which solves no "
-                        "ODE (the RK-Net: always 6 RK4 steps); leave it unset."
+                        "ODE (the RK-Net: always 6 RK4 steps, backpropagated); leave it unset."
                     )
             return None
         method = self.method or (CONTNET_METHOD if contnet else TRAIN_METHOD)
@@ -359,7 +365,14 @@ class TrainConfig:
                     f"`method` {method!r} does not apply to `model` {self.model!r}: a "
                     f"ContinuousNet steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
                 ) from None
-        elif not spec.solver.adaptive and self.n_steps is None:
+        if not spec.solver.adaptive:
+            for name in ("rtol", "atol"):
+                if getattr(self, name) != _default(name):
+                    raise ValueError(
+                        f"`{name}` applies to adaptive methods, not to the fixed-step "
+                        f"{method!r}; leave it unset or choose an adaptive `method`."
+                    )
+        if not contnet and not spec.solver.adaptive and self.n_steps is None:
             raise ValueError(
                 f"The fixed-step `method` {method!r} needs `n_steps`, the number of steps "
                 "over the ODE's depth [0, 1]."
