@@ -1050,104 +1050,25 @@ def _solve(
     ``event_time_gradient`` an event's time carries no gradient and the state at it
     only that of a solve to a fixed time (torchdiffeq's ``odeint(event_fn=...)``).
     """
-    # --- validate and normalise ------------------------------------------------------
     if not isinstance(solver, AbstractSolver):
         raise TypeError(f"`solver` must be an odecore solver such as Dopri5(), got {solver!r}.")
-    if controller is None:
-        controller = PIDController() if solver.adaptive else ConstantStepSize()
-    if not isinstance(controller, AbstractController):
-        raise TypeError(
-            "`controller` must be an odecore controller such as PIDController(), "
-            f"got {controller!r}."
-        )
-    if saveat is None:
-        saveat = SaveAt(t1=True)
+    controller = _checked_controller(controller, solver)
+    gradient = _checked_gradient(gradient)
+    saveat = SaveAt(t1=True) if saveat is None else saveat
     rows = per_sample(controller)
     if rows:
         timed = isinstance(saveat.ts, Tensor) and saveat.ts.requires_grad
-        check_per_sample(
-            solver, y0, gradient or Autograd(),
-            {"`event`": event is not None, "`jump_ts`": jump_ts is not None,
-             "`step_ts`": step_ts is not None, "`SaveAt(dense=True)`": saveat.dense,
-             "a `saveat.ts` that requires grad": timed},
-        )  # fmt: skip
-    t0, t1 = float(t0), float(t1)
-    if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
-        raise ConfigurationError(
-            f"`t0` and `t1` must be finite, got {t0} and {t1}"
-            + ("." if event is None else " (`t1` may be ±inf with an `event`).")
-        )
-    if event is not None and not isinstance(event, Event):
-        raise TypeError(f"`event` must be an odecore.Event(fn), got {event!r}.")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigurationError(f"`max_steps` must be a positive integer, got {max_steps!r}.")
-    if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
-        raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
-
-    f_flat: FlatField
-    if isinstance(y0, tuple):
-        if len(y0) == 0:
-            raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
-        for i, y in enumerate(y0):
-            _check_y0(y, f"y0[{i}]")
-        flat0, unpack, pack = _packing(y0)
-
-        def f_flat(t: Tensor, y: Tensor) -> Tensor:
-            return pack(f(t, unpack(y)))
-
-        copy_callbacks(f_flat, f, unpack)  # torchdiffeq's step callbacks, if `f` has any
-
-        sizes = [y.numel() for y in y0]
-        if isinstance(controller, PIDController) and controller.norm is None:
-            controller = replace(controller, norm=_mixed_norm(sizes))
-        elif isinstance(controller, PIDController) and controller.norm is not None:
-            user_norm = controller.norm
-            controller = replace(controller, norm=lambda x: user_norm(unpack(x)))
-    else:
-        _check_y0(y0, "y0")
-        flat0 = y0
-        f_flat = f  # type: ignore[assignment]
-
-    # A half-precision state is rounded by a relative eps / 2 at every step, an error
-    # the embedded estimate never sees: below eps a tolerance cannot be held, and far
-    # below it the steps shrink until they no longer change the state (bfloat16 at
-    # rtol 1e-7 returned y0 unchanged). The adjoint's backward solve has y0's dtype too.
-    if flat0.dtype in (torch.float16, torch.bfloat16):
-        eps = torch.finfo(flat0.dtype).eps
-        back = getattr(gradient, "controller", None)  # Adjoint's backward controller
-        for name, tol in (("rtol", controller), ("adjoint_rtol", back)):
-            if isinstance(tol, PIDController) and tol.rtol < eps:
-                raise ConfigurationError(
-                    f"`{name}` is {tol.rtol!r}, below the resolution of the state's dtype "
-                    f"{flat0.dtype} (eps = {eps!r}): every step rounds the state by up to "
-                    "eps / 2, so the solve cannot hold that tolerance, and the steps shrink "
-                    f"until they no longer move the state. Loosen it to `{name}` >= {eps!r}, "
-                    "or solve in float32 (`y0.float()`)."
-                )
-
-    direction = 1.0 if t1 >= t0 else -1.0
-    out_ts = _as_floats("saveat.ts", saveat.ts)
-    for a, b in itertools.pairwise(out_ts):
-        if (b - a) * direction < 0:
-            raise ConfigurationError(
-                f"`saveat.ts` must be monotone in the direction of integration "
-                f"({'increasing' if direction > 0 else 'decreasing'}), got {out_ts}."
-            )
-    lo, hi = min(t0, t1), max(t0, t1)
-    if out_ts and not (lo <= min(out_ts) and max(out_ts) <= hi):
-        raise ConfigurationError(f"`saveat.ts` must lie within [{lo}, {hi}], got {out_ts}.")
-    if saveat.t1 and (not out_ts or out_ts[-1] != t1):
-        out_ts.append(t1)
-
-    jumps = _as_floats("jump_ts", jump_ts)
-    steps = _as_floats("step_ts", step_ts)
-
-    if gradient is None:
-        gradient = Autograd()
-    if not isinstance(gradient, AbstractGradient):
-        raise TypeError(
-            f"`gradient` must be an odecore gradient method such as Adjoint(), got {gradient!r}."
-        )
+        unsupported = {
+            "`event`": event is not None, "`jump_ts`": jump_ts is not None,
+            "`step_ts`": step_ts is not None, "`SaveAt(dense=True)`": saveat.dense,
+            "a `saveat.ts` that requires grad": timed,
+        }  # fmt: skip
+        check_per_sample(solver, y0, gradient, unsupported)
+    t0, t1 = _checked_span(t0, t1, event, max_steps, dt0)
+    f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
+    _check_resolution(flat0.dtype, controller, gradient)
+    out_ts = _output_times(saveat, t0, t1)
+    jumps, steps = _jump_times(jump_ts), _as_floats("step_ts", step_ts)
     dense = None
     if saveat.dense:
         if not isinstance(gradient, Autograd) or event is not None or make_loop is not _make_loop:
@@ -1156,36 +1077,24 @@ def _solve(
                 "backpropagation: it needs `gradient=Autograd()`, no `event` and an odecore "
                 f"solver, got {gradient!r}, event={event!r}, solver={solver!r}."
             )
-        dense = _Dense(unpack if isinstance(y0, tuple) else None)
-        loop = _make_loop(jumps, steps, max_steps, dense)
-    elif rows:
-        loop = PerSampleLoop(max_steps, compiled=compile is not False)
-    else:
-        loop = make_loop(jumps, steps, max_steps)
-    ts_tensor = saveat.ts if isinstance(saveat.ts, Tensor) else None
-    if ts_tensor is not None and ts_tensor.numel() != len(out_ts):
-        # t1 was appended: it joins the tensor as a constant.
-        end = torch.tensor([t1], dtype=ts_tensor.dtype, device=ts_tensor.device)
-        ts_tensor = torch.cat([ts_tensor.reshape(-1), end])
-    step_tensor = step_ts if isinstance(step_ts, Tensor) else None
-    if isinstance(jump_ts, Tensor) and jump_ts.requires_grad and torch.is_grad_enabled():
-        raise ConfigurationError(
-            "`jump_ts` requires grad, but no gradient method differentiates the times of "
-            "the field's discontinuities (they are where `func` jumps, not where the "
-            "solver steps); pass `jump_ts.detach()`."
-        )
+        dense = _Dense(unpack)
+    loop: Loop = (
+        _make_loop(jumps, steps, max_steps, dense) if dense is not None
+        else PerSampleLoop(max_steps, compiled=compile is not False) if rows
+        else make_loop(jumps, steps, max_steps)
+    )  # fmt: skip
     problem = Problem(
         f=f_flat,
         y0=flat0,
         t0=t0,
         t1=t1,
         ts=out_ts,
-        ts_tensor=ts_tensor,
+        ts_tensor=_times_tensor(saveat.ts, len(out_ts), t1),
         solver=solver,
         controller=controller,
         dt0=dt0,
         module=f if isinstance(f, torch.nn.Module) else None,
-        step_tensor=step_tensor,
+        step_tensor=step_ts if isinstance(step_ts, Tensor) else None,
         jump_ts=tuple(jumps),
     )
     if compile is not False and rows:
@@ -1203,17 +1112,180 @@ def _solve(
             event_time_gradient,
         )  # fmt: skip
         run, out_ts, event_t = done_event.result, done_event.ts, done_event.event_t
-    ys, stats, status, t_reached = run.ys, run.stats, run.status, run.t_final
-    time_dtype = flat0.dtype
-    direction = 1.0 if t1 >= t0 else -1.0
+    message = _failure(run, t1, throw)
+    rows_loop = loop if isinstance(loop, PerSampleLoop) else None
+    return Solution(
+        ts=torch.tensor(out_ts, dtype=flat0.dtype, device=flat0.device),
+        ys=_outputs(run, out_ts, flat0, y0, direction=1.0 if t1 >= t0 else -1.0),
+        stats=run.stats,
+        status=run.status,
+        t_final=run.t_final,
+        event_t=event_t,
+        message=message,
+        dense=dense,
+        n_accepted_per_sample=None if rows_loop is None else rows_loop.accepted,
+        n_rejected_per_sample=None if rows_loop is None else rows_loop.rejected,
+    )
 
-    message = ""
-    if status != Status.SUCCESS:
-        message = f"solve() stopped at t = {t_reached!r} before reaching t1 = {t1!r}: {status}."
-        if run.message:
-            message += f" {run.message}"
-        if throw:
-            raise SolverError(message, status=status, t=t_reached)
+
+def _checked_controller(
+    controller: AbstractController | None, solver: AbstractSolver
+) -> AbstractController:
+    """``controller``, or the default for ``solver``: a PID controller for an adaptive
+    one, constant steps otherwise."""
+    if controller is None:
+        return PIDController() if solver.adaptive else ConstantStepSize()
+    if not isinstance(controller, AbstractController):
+        raise TypeError(
+            "`controller` must be an odecore controller such as PIDController(), "
+            f"got {controller!r}."
+        )
+    return controller
+
+
+def _checked_gradient(gradient: AbstractGradient | None) -> AbstractGradient:
+    """``gradient``, or backpropagation (:class:`Autograd`) by default."""
+    if gradient is None:
+        return Autograd()
+    if not isinstance(gradient, AbstractGradient):
+        raise TypeError(
+            f"`gradient` must be an odecore gradient method such as Adjoint(), got {gradient!r}."
+        )
+    return gradient
+
+
+def _checked_span(
+    t0: float, t1: float, event: Event | None, max_steps: int, dt0: float | None
+) -> tuple[float, float]:
+    """``t0`` and ``t1`` as floats, once they and ``event``, ``max_steps`` and ``dt0``
+    are what :func:`solve` takes."""
+    t0, t1 = float(t0), float(t1)
+    if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
+        raise ConfigurationError(
+            f"`t0` and `t1` must be finite, got {t0} and {t1}"
+            + ("." if event is None else " (`t1` may be ±inf with an `event`).")
+        )
+    if event is not None and not isinstance(event, Event):
+        raise TypeError(f"`event` must be an odecore.Event(fn), got {event!r}.")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigurationError(f"`max_steps` must be a positive integer, got {max_steps!r}.")
+    if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
+        raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
+    return t0, t1
+
+
+def _flattened(
+    f: VectorField, y0: State, controller: AbstractController
+) -> tuple[FlatField, Tensor, Callable[[Tensor], State] | None, AbstractController]:
+    """The field on one flat tensor, the flat ``y0``, how to unpack a flat state into
+    ``y0``'s tuple (``None`` for a tensor ``y0``), and the controller, whose norm takes
+    the flat state: by default each tensor of a tuple weighs by its size."""
+    if not isinstance(y0, tuple):
+        _check_y0(y0, "y0")
+        return f, y0, None, controller  # type: ignore[return-value]
+    if len(y0) == 0:
+        raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
+    for i, y in enumerate(y0):
+        _check_y0(y, f"y0[{i}]")
+    flat0, unpack, pack = _packing(y0)
+
+    def f_flat(t: Tensor, y: Tensor) -> Tensor:
+        return pack(f(t, unpack(y)))
+
+    copy_callbacks(f_flat, f, unpack)  # torchdiffeq's step callbacks, if `f` has any
+    if isinstance(controller, PIDController) and controller.norm is None:
+        controller = replace(controller, norm=_mixed_norm([y.numel() for y in y0]))
+    elif isinstance(controller, PIDController) and controller.norm is not None:
+        user_norm = controller.norm
+        controller = replace(controller, norm=lambda x: user_norm(unpack(x)))
+    return f_flat, flat0, unpack, controller
+
+
+def _check_resolution(
+    dtype: torch.dtype, controller: AbstractController, gradient: AbstractGradient
+) -> None:
+    """Refuse a relative tolerance below a half-precision state's resolution.
+
+    A half-precision state is rounded by a relative eps / 2 at every step, an error
+    the embedded estimate never sees: below eps a tolerance cannot be held, and far
+    below it the steps shrink until they no longer change the state (bfloat16 at
+    rtol 1e-7 returned y0 unchanged). The adjoint's backward solve has y0's dtype too.
+    """
+    if dtype not in (torch.float16, torch.bfloat16):
+        return
+    eps = torch.finfo(dtype).eps
+    back = getattr(gradient, "controller", None)  # Adjoint's backward controller
+    for name, tol in (("rtol", controller), ("adjoint_rtol", back)):
+        if isinstance(tol, PIDController) and tol.rtol < eps:
+            raise ConfigurationError(
+                f"`{name}` is {tol.rtol!r}, below the resolution of the state's dtype "
+                f"{dtype} (eps = {eps!r}): every step rounds the state by up to "
+                "eps / 2, so the solve cannot hold that tolerance, and the steps shrink "
+                f"until they no longer move the state. Loosen it to `{name}` >= {eps!r}, "
+                "or solve in float32 (`y0.float()`)."
+            )
+
+
+def _output_times(saveat: SaveAt, t0: float, t1: float) -> list[float]:
+    """The times of the outputs: ``saveat.ts``, checked to be monotone in the direction
+    of integration and within the span, and ``t1`` after them with ``saveat.t1``."""
+    direction = 1.0 if t1 >= t0 else -1.0
+    out_ts = _as_floats("saveat.ts", saveat.ts)
+    for a, b in itertools.pairwise(out_ts):
+        if (b - a) * direction < 0:
+            raise ConfigurationError(
+                f"`saveat.ts` must be monotone in the direction of integration "
+                f"({'increasing' if direction > 0 else 'decreasing'}), got {out_ts}."
+            )
+    lo, hi = min(t0, t1), max(t0, t1)
+    if out_ts and not (lo <= min(out_ts) and max(out_ts) <= hi):
+        raise ConfigurationError(f"`saveat.ts` must lie within [{lo}, {hi}], got {out_ts}.")
+    if saveat.t1 and (not out_ts or out_ts[-1] != t1):
+        out_ts.append(t1)
+    return out_ts
+
+
+def _jump_times(jump_ts: Times | None) -> list[float]:
+    """``jump_ts`` as floats; refused where it requires grad, as no gradient method
+    differentiates the times of the field's discontinuities."""
+    if isinstance(jump_ts, Tensor) and jump_ts.requires_grad and torch.is_grad_enabled():
+        raise ConfigurationError(
+            "`jump_ts` requires grad, but no gradient method differentiates the times of "
+            "the field's discontinuities (they are where `func` jumps, not where the "
+            "solver steps); pass `jump_ts.detach()`."
+        )
+    return _as_floats("jump_ts", jump_ts)
+
+
+def _times_tensor(ts: Times | None, n: int, t1: float) -> Tensor | None:
+    """``saveat.ts`` as the tensor its gradient flows to, ``t1`` joined as a constant
+    where :func:`_output_times` appended it (``n`` outputs); ``None`` for a list."""
+    if not isinstance(ts, Tensor):
+        return None
+    if ts.numel() == n:
+        return ts
+    end = torch.tensor([t1], dtype=ts.dtype, device=ts.device)
+    return torch.cat([ts.reshape(-1), end])
+
+
+def _failure(run: LoopResult, t1: float, throw: bool) -> str:
+    """What a solve that stopped before ``t1`` says (nothing for one that got there),
+    raised as :class:`SolverError` with ``throw``."""
+    if run.status == Status.SUCCESS:
+        return ""
+    message = f"solve() stopped at t = {run.t_final!r} before reaching t1 = {t1!r}: {run.status}."
+    message += f" {run.message}" if run.message else ""
+    if throw:
+        raise SolverError(message, status=run.status, t=run.t_final)
+    return message
+
+
+def _outputs(
+    run: LoopResult, out_ts: Sequence[float], flat0: Tensor, y0: State, direction: float
+) -> State:
+    """The outputs stacked on a new first dimension, in ``y0``'s form; NaN at the times a
+    failed solve (``throw=False``) did not get to."""
+    ys, status, t_reached = run.ys, run.status, run.t_final
 
     def reached(i: int, v: Tensor | None) -> bool:
         if v is None:
@@ -1225,29 +1297,15 @@ def _solve(
         stacked = flat0.new_empty((0, *flat0.shape))
     elif len(done) == len(ys):
         stacked = torch.stack(done)
-    else:  # a failure with throw=False: NaN where the solve did not get to
+    else:
         nan = torch.full_like(flat0, math.nan)
         stacked = torch.stack(
             [v if v is not None and reached(i, v) else nan for i, v in enumerate(ys)]
         )
-    result: State = stacked
-    if isinstance(y0, tuple):
-        sizes = [y.numel() for y in y0]
-        shapes = [y.shape for y in y0]
-        result = tuple(
-            p.reshape(len(out_ts), *shape)
-            for p, shape in zip(torch.split(stacked, sizes, dim=1), shapes)
-        )
-    ts = torch.tensor(out_ts, dtype=time_dtype, device=flat0.device)
-    return Solution(
-        ts=ts,
-        ys=result,
-        stats=stats,
-        status=status,
-        t_final=t_reached,
-        event_t=event_t,
-        message=message,
-        dense=dense,
-        n_accepted_per_sample=loop.accepted if isinstance(loop, PerSampleLoop) else None,
-        n_rejected_per_sample=loop.rejected if isinstance(loop, PerSampleLoop) else None,
+    if not isinstance(y0, tuple):
+        return stacked
+    sizes = [y.numel() for y in y0]
+    return tuple(
+        p.reshape(len(out_ts), *y.shape)
+        for p, y in zip(torch.split(stacked, sizes, dim=1), y0, strict=True)
     )
