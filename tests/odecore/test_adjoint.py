@@ -497,3 +497,42 @@ def test_adjoint_of_a_field_that_differentiates_inside():
         odecore.solve(field, y0, t0=0.0, t1=1.0, gradient=gradient, **kw).ys[-1][0].backward()
         grads.append((w.grad.clone(), y0.grad.clone()))
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-7, atol=1e-9)
+
+
+def _pendulum(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.stack([y[..., 1], -1.3 * torch.sin(y[..., 0])], dim=-1)
+
+
+@pytest.mark.parametrize("call", ["odeint_adjoint", "adjoint_option"])
+@pytest.mark.parametrize("tuple_state", [False, True])
+def test_a_norm_of_the_users_sees_the_state_as_written_in_the_backward_solve(call, tuple_state):
+    """A norm written for the state's shape (here: the error of its second row only)
+    gets that shape, or the tuple, in the adjoint's backward solve too. Given flat
+    slices, ``x[1]`` read one element, zero, and the steps grew unchecked: the
+    gradient came out near -9.6e3 where it is -16.6."""
+    seen = set()
+
+    def norm(x):
+        seen.add(type(x).__name__ if isinstance(x, tuple) else tuple(x.shape))
+        return x[1].pow(2).mean().sqrt()  # a tuple's second tensor, a tensor's second row
+
+    y0 = torch.tensor([[0.0, 0.0], [2.5, 0.5]], dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 10.0], dtype=F64)
+
+    def field(t, y):
+        return tuple(_pendulum(t, torch.stack(y))) if tuple_state else _pendulum(t, y)
+
+    def grad(fn, **kw):
+        state = tuple(y0.unbind()) if tuple_state else y0
+        ys = fn(field, state, t, **kw)
+        last = torch.stack([y[-1] for y in ys]) if tuple_state else ys[-1]
+        return torch.autograd.grad(last[1, 0] ** 2 + last[1, 1], y0)[0][1]
+
+    reference = grad(odecore.odeint, rtol=1e-12, atol=1e-12)
+    if call == "odeint_adjoint":
+        got = grad(odecore.odeint_adjoint, rtol=1e-6, atol=1e-6, options={"norm": norm})
+    else:
+        options = {"norm": norm, "gradient": "adjoint"}
+        got = grad(odecore.odeint, rtol=1e-6, atol=1e-6, options=options)
+    assert seen == ({"tuple"} if tuple_state else {(2, 2)})
+    torch.testing.assert_close(got, reference, rtol=2e-4, atol=0)

@@ -446,16 +446,21 @@ def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ..
 
 
 def _backward_norm(
-    inner: Callable[[Tensor], Tensor], n: int, seminorm: bool, m: int | None = None
+    inner: Callable[[Tensor], Tensor],
+    shape: torch.Size,
+    seminorm: bool,
+    m: int | None = None,
 ) -> Callable[[Tensor], Tensor]:
-    """The backward solve's norm from a norm of the forward state (``n`` elements),
-    for the backward state ``(y, a, g)`` whose ``y`` has ``m`` elements: ``n``, or 0
-    when the state is read from the forward steps."""
+    """The backward solve's norm from a norm of the forward state (of ``shape``), for
+    the backward state ``(y, a, g)`` whose ``y`` has ``m`` elements: all, or 0 when the
+    state is read from the forward steps. ``inner`` sees ``y`` and ``a`` in the forward
+    state's shape, as it was written for."""
+    n = shape.numel()
     m = n if m is None else m
 
     def norm(z: Tensor) -> Tensor:
-        parts = [inner(z[:m])] if m else []
-        parts.append(inner(z[m : m + n]))
+        parts = [inner(z[:m].reshape(shape))] if m else []
+        parts.append(inner(z[m : m + n].reshape(shape)))
         if not seminorm and z.numel() > m + n:
             parts.append(rms_norm(z[m + n :]))
         return torch.stack(parts).max()
@@ -667,7 +672,7 @@ def _adjoint_backward(
     if isinstance(controller, PIDController) and controller.norm is not None:
         # A norm of the forward state (a tuple state's, or the user's) measures the
         # state and its adjoint separately; the parameter gradients get the RMS norm.
-        norm = _backward_norm(controller.norm, n, method.seminorm, m)
+        norm = _backward_norm(controller.norm, p.y0.shape, method.seminorm, m)
         controller = replace(controller, norm=norm)
     elif method.seminorm and isinstance(controller, PIDController):
         controller = replace(controller, norm=_SemiNorm(sum(sizes)))

@@ -1066,6 +1066,9 @@ def _solve(
         check_per_sample(solver, y0, gradient, unsupported)
     t0, t1 = _checked_span(t0, t1, event, max_steps, dt0)
     f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
+    back = getattr(gradient, "controller", None)  # Adjoint's backward controller
+    if unpack is not None and isinstance(back, PIDController) and back.norm is not None:
+        gradient = replace(gradient, controller=_unpacking(back, unpack))  # type: ignore[type-var]
     _check_resolution(flat0.dtype, controller, gradient)
     out_ts = _output_times(saveat, t0, t1)
     jumps, steps = _jump_times(jump_ts), _as_floats("step_ts", step_ts)
@@ -1195,10 +1198,16 @@ def _flattened(
     copy_callbacks(f_flat, f, unpack)  # torchdiffeq's step callbacks, if `f` has any
     if isinstance(controller, PIDController) and controller.norm is None:
         controller = replace(controller, norm=_mixed_norm([y.numel() for y in y0]))
-    elif isinstance(controller, PIDController) and controller.norm is not None:
-        user_norm = controller.norm
-        controller = replace(controller, norm=lambda x: user_norm(unpack(x)))
+    elif isinstance(controller, PIDController):
+        controller = _unpacking(controller, unpack)
     return f_flat, flat0, unpack, controller
+
+
+def _unpacking(controller: PIDController, unpack: Callable[[Tensor], State]) -> PIDController:
+    """``controller`` with its norm, written for a tuple state, taking the flat one."""
+    user_norm = controller.norm
+    assert user_norm is not None
+    return replace(controller, norm=lambda x: user_norm(unpack(x)))
 
 
 def _check_resolution(
