@@ -652,3 +652,16 @@ def test_odeint_event_mode_time_moves_with_the_start_time(interface):
     assert t_e.item() == 0.25
     (ys[-1] * 3).sum().backward()
     assert y0.grad.item() == 3.0
+
+
+@pytest.mark.parametrize("t0", [0.1, 10000.3])
+def test_odeint_event_takes_a_number_t0_in_the_states_dtype(t0):
+    """A number ``t0`` is a time of the state's dtype: built in float32 (the default
+    dtype), 10000.3 started the solve at 10000.2998 and the event time came back in
+    float32, 6e-4 early."""
+    y0 = torch.zeros(1, dtype=torch.float64)
+    event_t, _ = odecore.odeint_event(
+        lambda t, y: torch.ones_like(y), y0, t0, event_fn=lambda t, y: y[0] - 0.123456789
+    )
+    assert event_t.dtype == torch.float64
+    assert event_t.item() == pytest.approx(t0 + 0.123456789, rel=1e-15, abs=1e-12)

@@ -523,8 +523,10 @@ def odeint_event(
         >>> abs(h.grad.item() - 1 / math.sqrt(2 * 2.0 * 9.81)) < 1e-6
         True
     """
-    if not isinstance(t0, Tensor):
-        t0 = torch.tensor(float(t0), dtype=torch.get_default_dtype())
+    if not isinstance(t0, Tensor):  # in the state's dtype: float32 would round t0
+        like = y0[0] if isinstance(y0, tuple) else y0
+        dtype = like.dtype if like.is_floating_point() else torch.get_default_dtype()
+        t0 = torch.tensor(float(t0), dtype=dtype, device=like.device)
     start = t0.reshape(-1)
     t = torch.cat([start, start.detach() + (-1.0 if reverse_time else 1.0)])
     event_t, solution = odeint_interface(func, y0, t, event_fn=event_fn, **kwargs)
