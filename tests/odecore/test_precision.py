@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import odecore
 import pytest
 import torch
+from scipy.integrate import solve_ivp
 
 HALF = [torch.bfloat16, torch.float16]
 ADAPTIVE = [odecore.Dopri5(), odecore.Bosh3(), odecore.Tsit5()]
@@ -380,3 +382,35 @@ def test_a_zero_dim_float32_state_stays_float32(method):
     assert ys.dtype == torch.float32 and ys.shape == (3,)
     ys.sum().backward()
     assert y0.grad is not None and y0.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("solver", [odecore.RadauIIA5, odecore.Kvaerno5])
+def test_an_implicit_solve_in_float32_does_not_depend_on_the_states_size(solver):
+    """The stages of a float32 state of size 1e-6 are solved as closely, relative to
+    it, as those of a state of size 1: Newton's absolute tolerance was raised to
+    1.2e-5 whatever the state's size, so the first update passed and the solution
+    was 1.3e-2 off (relative), against 1.2e-5 for the same problem at size 1."""
+
+    def errors(size: float) -> float:
+        def f(t, u):
+            v = u / size
+            return size * (-(v**3) - 3 * v + torch.cos(t))
+
+        ts = [0.5, 1.0, 2.0]
+        reference = solve_ivp(
+            lambda t, v: -(v**3) - 3 * v + np.cos(t), (0, 2), [2.0], method="Radau",
+            rtol=1e-12, atol=1e-14, t_eval=ts,
+        ).y[0]  # fmt: skip
+        fixed = solver is odecore.RadauIIA5
+        sol = odecore.solve(
+            f, torch.tensor([2 * size], dtype=torch.float32), t0=0.0, t1=2.0,
+            solver=solver(newton=odecore.Newton(rtol=1e-12, atol=1e-14 * size)),
+            controller=odecore.ConstantStepSize() if fixed
+            else odecore.PIDController(rtol=1e-5, atol=1e-12 * size),
+            dt0=0.05 if fixed else None, saveat=odecore.SaveAt(ts=ts),
+        )  # fmt: skip
+        return float(np.abs(sol.ys[:, 0].double().numpy() / size - reference).max())
+
+    small, unit = errors(1e-6), errors(1.0)
+    assert unit < 1e-4
+    assert small < 2 * unit

@@ -199,7 +199,7 @@ class _AbstractESDIRK(_HermiteDense):
         work = state if isinstance(state, NewtonState) else NewtonState()
         h = t1 - t0
         hg = h * plan.gamma
-        rtol, atol = self.newton.tolerances(y0.dtype)
+        rtol, atol = self.newton.tolerances(y0)
         with torch.no_grad():
             scale = y0.detach().abs().mul_(rtol).add_(atol)
             matrix, _ = work.step_matrix(f, t0, y0.detach(), hg, _ONE, self.newton)

@@ -244,7 +244,7 @@ class AbstractImplicitRK(_HermiteDense):
         work = state if isinstance(state, NewtonState) else NewtonState()
         h = t1 - t0
         times = [t1 if c == 1.0 else t0 if c == 0.0 else t0 + c * h for c in plan.times]
-        rtol, atol = self.newton.tolerances(y0.dtype)
+        rtol, atol = self.newton.tolerances(y0)
         base0, f0_bare = y0.detach(), f0.detach()
         scale = atol + rtol * base0.abs()
 

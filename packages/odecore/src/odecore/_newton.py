@@ -133,7 +133,8 @@ class Newton:
             this many times the one it was made for (RADAU5's ``QUOT2``).
 
     Tolerances below what the state's dtype resolves are raised to ``100 * eps`` of
-    the dtype (:meth:`tolerances`).
+    the dtype, the absolute one times the state's size where it is below 1
+    (:meth:`tolerances`).
 
     Raises:
         ConfigurationError: for a setting out of range.
@@ -185,20 +186,23 @@ class Newton:
                 f"`jacobian` must be 'auto', 'dense' or 'krylov', got {self.jacobian!r}."
             )
 
-    def tolerances(self, dtype: torch.dtype) -> tuple[float, float]:
-        """``(rtol, atol)`` of the iteration for a state of this dtype.
+    def tolerances(self, y0: Tensor) -> tuple[float, float]:
+        """``(rtol, atol)`` of the iteration for a step from ``y0``.
 
         Args:
-            dtype: the state's floating dtype.
+            y0: the step's first state.
 
         Returns:
-            The tolerances, defaults filled in, both raised to ``100 * eps`` of
-            ``dtype`` (an update at the rounding level cannot be measured).
+            The tolerances, defaults filled in, raised to the rounding level, which
+            an update cannot go below: ``rtol`` to ``100 * eps`` of ``y0``'s dtype,
+            ``atol`` to that times the state's largest magnitude when it is below 1
+            (a state of size 1e-6 in float32 is resolved to about 1e-13, not 1e-5).
         """
-        floor = _FLOOR * torch.finfo(dtype).eps
+        floor = _FLOOR * torch.finfo(y0.dtype).eps
+        size = float(y0.detach().abs().max()) if y0.numel() else 0.0
         rtol = _TOL if self.rtol is None else self.rtol
         atol = _TOL if self.atol is None else self.atol
-        return max(rtol, floor), max(atol, floor)
+        return max(rtol, floor), max(atol, floor * (size if 0.0 < size < 1.0 else 1.0))
 
     def dense(self, n: int) -> bool:
         """Whether a state of ``n`` elements is solved with a dense Jacobian."""
