@@ -227,6 +227,75 @@ def test_optimizer_state_is_split_with_the_weights_and_training_continues_exactl
     torch.testing.assert_close(new_p.detach(), before - lr * (mu * buf + grad))
 
 
+def _trained(
+    opt_cls: type[torch.optim.Optimizer], **kwargs
+) -> tuple[ContinuousNet, torch.optim.Optimizer]:
+    net = small(basis="piecewise_linear", n_basis=3, n_steps=2).train()
+    opt = opt_cls(net.parameters(), **kwargs)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    return net, opt
+
+
+@pytest.mark.parametrize(
+    ("opt_cls", "kwargs", "keys"),
+    [
+        (torch.optim.Adam, {"lr": 1e-2, "amsgrad": True}, ["exp_avg_sq", "max_exp_avg_sq"]),
+        (torch.optim.Adagrad, {"lr": 1e-2}, ["sum"]),
+        (torch.optim.RMSprop, {"lr": 1e-2}, ["square_avg"]),
+    ],
+)
+def test_non_negative_optimizer_states_stay_non_negative_across_a_projection(opt_cls, kwargs, keys):
+    net, opt = _trained(opt_cls, **kwargs)
+    finer, maps = refine(net, n_basis=4)  # hat functions, 3 -> 4 nodes: not nested
+    old_params = dict(net.named_parameters())
+    # The L2 projection of these states undershoots below 0 here.
+    assert any(
+        bool((contnet.transfer(opt.state[old_params[n]][k], *maps[n]) < 0).any())
+        for n in maps
+        for k in keys
+    )
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    for state in new_opt.state.values():
+        assert all(bool((state[k] >= 0).all()) for k in keys)
+    before = {n: p.detach().clone() for n, p in finer.named_parameters()}
+    new_opt.zero_grad()
+    loss_of(finer).backward()
+    new_opt.step()
+    steps = [(p.detach() - before[n]).abs().max() for n, p in finer.named_parameters()]
+    assert all(bool(torch.isfinite(s)) for s in steps)
+    if opt_cls is torch.optim.Adam:
+        # Adam moves an entry by at most about lr while its moments are consistent; a
+        # second moment clamped to 0 beside a non-zero first moment moved one by 1033 lr.
+        assert max(steps) <= 2 * kwargs["lr"]
+
+
+def test_a_constant_non_negative_state_is_carried_as_that_constant():
+    net, opt = _trained(torch.optim.Adam, lr=1e-2)
+    for state in opt.state.values():
+        state["exp_avg_sq"].fill_(0.25)
+    finer, maps = refine(net, n_basis=4)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    for name, p in finer.named_parameters():
+        if name in maps:  # a weighted mean of equal values
+            value = new_opt.state[p]["exp_avg_sq"]
+            torch.testing.assert_close(value, torch.full_like(value, 0.25), rtol=1e-14, atol=0)
+
+
+def test_a_signed_optimizer_state_is_projected_like_the_weights():
+    net, opt = _trained(torch.optim.SGD, lr=0.1, momentum=0.9)
+    finer, maps = refine(net, n_basis=4)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    old_params, new_params = dict(net.named_parameters()), dict(finer.named_parameters())
+    for name in maps:
+        old = opt.state[old_params[name]]["momentum_buffer"]
+        assert bool((old < 0).any())
+        expected = contnet.transfer(old, *maps[name])
+        assert torch.equal(new_opt.state[new_params[name]]["momentum_buffer"], expected)
+
+
 def test_refinement_schedule_refines_at_its_epochs():
     net = small(n_steps=1).train()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
