@@ -114,6 +114,42 @@ def test_from_resnet_keeps_the_activation():
         torch.testing.assert_close(back(X), net(X), rtol=1e-12, atol=1e-12)
 
 
+def _biased(conv: nn.Conv2d) -> nn.Conv2d:
+    out = nn.Conv2d(conv.in_channels, conv.out_channels, 3, padding=1).double()
+    with torch.no_grad():
+        out.weight.copy_(conv.weight)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda r: r.__setitem__(5, _biased(r[5])), r"extra \['5.bias'\], missing \[\]"),
+        (lambda r: setattr(r[3], "eps", 0.1), r"module '3' is BatchNorm2d\(3, eps=0.1"),
+        (lambda r: setattr(r[0], "momentum", 0.5), r"module '0' is BatchNorm2d\(.*momentum=0.5"),
+        (lambda r: r.__setitem__(4, nn.LeakyReLU(0.3)), r"module '4' is LeakyReLU\(negative_"),
+        (lambda r: r.append(nn.Dropout()), r"module '6' is Dropout\(p=0.5.* has nothing"),
+    ],
+    ids=["conv-bias", "bn-eps", "bn-momentum", "activation-argument", "extra-module"],
+)
+def test_from_resnet_refuses_a_unit_unlike_the_residual_module(change, match):
+    resnet = small(n_steps=3).to_resnet()
+    change(resnet.resnet_blocks()[1].residual_units()[2].stages[0])
+    with pytest.raises(ValueError, match=r"`from_resnet`: .*block 1, unit 2.*" + match):
+        ContinuousNet.from_resnet(resnet)
+
+
+def test_from_resnet_keeps_the_settings_of_the_stem_stitches_and_head():
+    net = small(n_steps=2)
+    resnet = net.to_resnet().eval()
+    resnet.head[0].eps = 0.5
+    resnet.stitches[0].residual[0].momentum = 0.7
+    back = ContinuousNet.from_resnet(resnet).eval()
+    assert back.stitches[0].residual[0].momentum == 0.7
+    with torch.no_grad():
+        assert torch.equal(back(X), resnet(X))
+
+
 def test_from_resnet_rejects_multi_stage_units():
     with pytest.raises(ValueError, match=r"not an Euler unit"):
         ContinuousNet.from_resnet(small(solver="rk4").to_resnet())

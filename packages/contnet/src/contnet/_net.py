@@ -263,10 +263,17 @@ class ContinuousNet(nn.Module):
 
         Unit ``k`` of a block (``x + scale * R_k(x)``, every unit of a block the same
         scale) becomes piece ``k`` of a piecewise-constant basis with ``M`` = the
-        number of units, and ``epsilon = scale * M``: the same function.
+        number of units, and ``epsilon = scale * M``: the same function. Every ``R_k``
+        must be what :func:`residual_module` builds with the activation type of the
+        first unit (same submodules and tensors, same settings: convolutions without
+        bias, batch norms' ``eps``, ``momentum``, ``affine``, ``track_running_stats``,
+        the activation's arguments). The stem, stitches and head are copied as they
+        are.
 
         Raises:
-            ValueError: if a unit has more than one stage or the scales differ.
+            ValueError: if a unit has more than one stage, the scales differ, or a
+                unit's module differs from the residual module it would become (the
+                message names the block, the unit and what differs).
         """
         rblocks = resnet.resnet_blocks()
         units = [b.residual_units() for b in rblocks]
@@ -287,14 +294,15 @@ class ContinuousNet(nn.Module):
         net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
                   epsilon=scale * n, activation=activation)  # fmt: skip
         net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
+        net.stem = copy.deepcopy(resnet.stem)
+        net.stitches = copy.deepcopy(resnet.stitches)
+        net.head = copy.deepcopy(resnet.head)
         with torch.no_grad():
-            net.stem.load_state_dict(resnet.stem.state_dict())
-            net.stitches.load_state_dict(resnet.stitches.state_dict())
-            net.head.load_state_dict(resnet.head.state_dict())
-            for block, block_units in zip(net.ode_blocks(), units):
+            for b, (block, block_units) in enumerate(zip(net.ode_blocks(), units)):
                 cont = block.continuous
                 statistics = block.statistics()
                 for k, unit in enumerate(block_units):
+                    _check_same(f"block {b}, unit {k}", unit.stages[0], cont.module)
                     state = unit.stages[0].state_dict()
                     for name in cont.names + cont.buffer_names:
                         cont.coefficient(name)[k].copy_(state[name])
@@ -304,6 +312,32 @@ class ContinuousNet(nn.Module):
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
         return net
+
+
+def _check_same(where: str, got: nn.Module, want: nn.Module) -> None:
+    """Refuse ``got`` unless it has ``want``'s tensors, submodules and their settings."""
+    rule = "from_resnet reads units of contnet.residual_module(channels, activation) only"
+    keys, expected = set(got.state_dict()), set(want.state_dict())
+    if keys != expected:
+        extra, missing = sorted(keys - expected), sorted(expected - keys)
+        raise ValueError(
+            f"`from_resnet`: the tensors of {where} are not the residual module's: extra "
+            f"{extra}, missing {missing}; {rule}."
+        )
+    mods, wants = dict(got.named_modules()), dict(want.named_modules())
+    for name in dict.fromkeys([*wants, *mods]):
+        module, other = wants.get(name), mods.get(name)
+        if type(other) is not type(module) or _settings(other) != _settings(module):
+            raise ValueError(
+                f"`from_resnet`: {where}, module {name or '(root)'!r} is {_settings(other)} "
+                f"where the residual module has {_settings(module)}; {rule}, with the "
+                "activation's default arguments."
+            )
+
+
+def _settings(module: nn.Module | None) -> str:
+    """A module's class and own settings, without its submodules."""
+    return "nothing" if module is None else f"{type(module).__name__}({module.extra_repr()})"
 
 
 class ResidualUnit(nn.Module):
