@@ -231,6 +231,24 @@ def test_manifestation_sweep_grid():
                                                        .abs().sum()))  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "study",
+    [
+        lambda net: convergence_study(net, X, n_steps=[2, 4], reference_steps=8),
+        lambda net: manifestation_sweep(net, lambda m: float(m(X).detach().sum()),
+                                        solvers=["euler", "rk4"], n_steps=[1, 2]),
+    ],
+    ids=["convergence_study", "manifestation_sweep"],
+)  # fmt: skip
+def test_the_analysis_tools_leave_a_train_mode_net_unchanged(study):
+    net = small(solver="rk4", n_steps=2).train()  # (rk4, 2) is among the manifestations
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    study(net)
+    assert net.training
+    changed = [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == []
+
+
 def loss_of(net: ContinuousNet) -> torch.Tensor:
     return net(X).pow(2).mean()
 
