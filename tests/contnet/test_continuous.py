@@ -58,6 +58,16 @@ def test_smooth_basis_starts_constant_in_depth():
         torch.testing.assert_close(cont.evaluate(t)["weight"], r.weight.detach())
 
 
+@pytest.mark.parametrize("basis", [PiecewiseConstant(pieces=3), Legendre(degree=2)])
+def test_a_frozen_parameter_has_frozen_coefficients_also_in_another_basis(basis):
+    r = nn.Linear(2, 2)
+    r.weight.requires_grad_(False)
+    cont = ContinuousModule(r, basis)
+    assert not cont.coefficient("weight").requires_grad and cont.coefficient("bias").requires_grad
+    cont.change_basis(PiecewiseLinear(pieces=4))
+    assert not cont.coefficient("weight").requires_grad and cont.coefficient("bias").requires_grad
+
+
 class _Tied(nn.Module):
     def __init__(self) -> None:
         super().__init__()

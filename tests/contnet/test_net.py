@@ -365,6 +365,26 @@ def test_refinement_schedule_refines_at_its_epochs():
     assert all(p in opt.state for p in net.parameters())
 
 
+def test_frozen_coefficients_stay_frozen_through_refinement_training():
+    net = small(n_steps=1).train()
+    for p in net.blocks.parameters():
+        p.requires_grad_(False)  # train the stem, stitches and head only
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    schedule = RefinementSchedule(epochs=[1])
+    for epoch in range(3):
+        net, opt = schedule.step(epoch, net, opt)
+        if epoch == 1:
+            frozen = {n: p.detach().clone() for n, p in net.blocks.named_parameters()}
+            stem = net.stem.weight.detach().clone()
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    assert net.blocks[0].basis.pieces == 2
+    assert not any(p.requires_grad for p in net.blocks.parameters())
+    assert all(torch.equal(p, frozen[n]) for n, p in net.blocks.named_parameters())
+    assert not torch.equal(net.stem.weight, stem)  # the rest did train
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
