@@ -491,7 +491,7 @@ def test_the_carried_flag_is_saved_with_the_model():
     state = fine.state_dict()
     assert state["blocks.0.carried"].all() and not net.state_dict()["blocks.0.carried"].any()
     other = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
-                          n_steps=4, n_basis=2).double()  # fmt: skip
+                          n_steps=4, n_basis=2, epsilon=2.0).double()  # fmt: skip
     other.load_state_dict(state)
     with pytest.warns(contnet.CarriedStatisticsWarning, match="carried over"):
         other.eval()(X)
@@ -569,12 +569,12 @@ def test_a_refused_recalibration_leaves_every_statistic_as_it_was(batches, error
 def _old_format(state: dict[str, torch.Tensor], pieces: int) -> dict[str, torch.Tensor]:
     """``state`` as contnet saved it before per-evaluation statistics: one set per piece
     of the basis in each block's ContinuousModule (``continuous.buffer__<name>``, and one
-    batch count ``continuous.shared__<name>``), no ``carried`` flags."""
+    batch count ``continuous.shared__<name>``), no ``carried`` flags, no epsilon."""
     old = {}
     for key, value in state.items():
         block, _, name = key.partition(".statistics__")
         if not name:
-            if not key.endswith(".carried"):
+            if not key.endswith((".carried", "._extra_state")):
                 old[key] = value
         elif name.endswith("num_batches_tracked"):
             old[f"{block}.continuous.shared__{name}"] = value[0]
@@ -613,6 +613,38 @@ def test_a_state_dict_from_before_per_evaluation_statistics_loads_its_weights_wi
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         net.load_state_dict(source.state_dict())
+
+
+def test_a_state_dict_saved_with_another_epsilon_is_refused_before_anything_loads():
+    net = small(n_steps=2)
+    fine, _ = refine(net)  # N_t = 4, epsilon stays 2
+    state = fine.state_dict()
+    assert state["blocks.0._extra_state"].item() == 2.0
+    fresh = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4).double()
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into blocks.0, whose epsilon is 4.0"):
+        fresh.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into this OdeBlock, whose epsilon"):
+        nn.Sequential(fresh).load_state_dict({f"0.{k}": v for k, v in state.items()})
+    same = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4,
+                         epsilon=2.0).double()  # fmt: skip
+    same.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.equal(same.eval()(X), fine.eval()(X))
+
+
+def test_a_state_dict_saved_before_epsilon_was_loads_with_the_blocks_own():
+    state = small(n_steps=2).state_dict()
+    for key in [k for k in state if k.endswith("._extra_state")]:
+        del state[key]
+    for name in ("blocks.0", "blocks.1", "blocks.2"):
+        state._metadata[name]["version"] = 1
+    net = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=2).double()
+    assert not net.load_state_dict(state).missing_keys
+    assert net.blocks[0].epsilon == 2.0
+    wrapped = {f"0.{k}": v for k, v in state.items()}  # a plain dict: no versions
+    assert not nn.Sequential(net).load_state_dict(wrapped).missing_keys
 
 
 def test_recalibrate_takes_input_target_pairs():

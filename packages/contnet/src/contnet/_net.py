@@ -19,7 +19,14 @@ from odelayers.basis import (
 from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
 
-from ._block import OdeBlock, Solver, check_statistics_format, fixed_solver, take_step
+from ._block import (
+    OdeBlock,
+    Solver,
+    check_epsilons,
+    check_statistics_format,
+    fixed_solver,
+    take_step,
+)
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -197,8 +204,10 @@ class ContinuousNet(nn.Module):
         """:meth:`torch.nn.Module.load_state_dict`; a ``state_dict`` from before the
         per-evaluation batch-norm statistics is refused in one line, or with
         ``strict=False`` loaded without its statistics, with a warning: then
-        :func:`contnet.recalibrate` measures them."""
+        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` other than the
+        one saved is refused, before anything is loaded (see :class:`OdeBlock`)."""
         state = check_statistics_format(self, state_dict, strict=strict)
+        check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
         return keys
 
