@@ -18,6 +18,7 @@ from contnet import (
     manifestation_sweep,
     refine,
 )
+from odelayers.basis import Legendre, PiecewiseConstant
 from torch import nn
 
 F64 = torch.float64
@@ -392,11 +393,23 @@ def test_frozen_coefficients_stay_frozen_through_refinement_training():
         ({"basis": "fourier", "n_basis": 4}, r"odd `n_basis >= 3`"),
         ({"channels": (2, 2)}, r"`channels` must be three positive integers"),
         ({"solver": "bosh3"}, r"Unknown `solver` 'bosh3'"),
+        (
+            {"basis": Legendre(degree=1), "n_basis": 5},
+            r"`n_basis` is 5 but `basis` Legendre\(.*degree=1\) has 2 functions",
+        ),
+        ({"basis": PiecewiseConstant(pieces=2, t1=2.0)}, r"`basis` must live on \[0, 1\]"),
     ],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ContinuousNet(**kwargs)
+
+
+def test_a_basis_object_sets_n_basis():
+    net = ContinuousNet(in_channels=1, channels=(2, 2, 2), n_steps=3, basis=Legendre(degree=1))
+    assert net.blocks[0].basis == Legendre(degree=1) and net.n_steps == 3
+    same = ContinuousNet(in_channels=1, channels=(2, 2, 2), basis=Legendre(degree=1), n_basis=2)
+    assert same.blocks[0].basis.size == 2
 
 
 @pytest.mark.parametrize("name", sorted(set(odecore.FIXED_METHODS) - {"heun2"}))

@@ -147,8 +147,10 @@ class OdeBlock(nn.Module):
     them.
 
     Args:
-        module: the residual module ``R`` (keeps the shape of its input).
-        basis: the depth basis of the weights, on ``[0, 1]``.
+        module: the residual module ``R`` (keeps the shape of its input), or a
+            :class:`ContinuousModule`, which brings its own basis.
+        basis: the depth basis of the weights, on ``[0, 1]``; with a
+            :class:`ContinuousModule`, ``None`` or that module's basis.
         solver: a fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
             ``"rk4"``, ``"rk4_38"``, ``"heun"``, ``"ralston"``, ...: the keys of
             :data:`odecore.FIXED_METHODS`) or as an odecore solver object
@@ -161,8 +163,9 @@ class OdeBlock(nn.Module):
             saved before contnet kept it loads as before, with the block's own.
 
     Raises:
-        ValueError: for an unknown method or an adaptive solver, a missing ``basis``, or a
-            ``n_steps`` or ``epsilon`` that is not positive.
+        ValueError: for an unknown method or an adaptive solver, a missing ``basis``, a
+            ``basis`` other than a ContinuousModule's own, a basis on an interval other
+            than ``[0, 1]``, or a ``n_steps`` or ``epsilon`` that is not positive.
 
     Example:
         >>> import torch
@@ -190,11 +193,22 @@ class OdeBlock(nn.Module):
     ) -> None:
         super().__init__()
         if isinstance(module, ContinuousModule):
+            if basis is not None and basis != module.basis:
+                raise ValueError(
+                    f"`basis` {basis!r} is not the ContinuousModule's own {module.basis!r}; "
+                    "a ContinuousModule brings its basis: leave `basis` out, or change the "
+                    "module's with its change_basis()."
+                )
             self.continuous = module
         else:
             if basis is None:
                 raise ValueError("`basis` is required unless `module` is a ContinuousModule.")
             self.continuous = ContinuousModule(module, basis)
+        if (self.basis.t0, self.basis.t1) != (0.0, 1.0):
+            raise ValueError(
+                f"`basis` must live on [0, 1], the depths at which an OdeBlock evaluates "
+                f"the weights, got {self.basis!r}."
+            )
         self.method, self.solver = fixed_solver(solver)
         self.n_steps = _positive_int("n_steps", n_steps)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):

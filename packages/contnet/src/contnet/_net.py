@@ -42,10 +42,16 @@ def make_basis(name: str | AbstractBasis, n_basis: int) -> AbstractBasis:
     """A basis of ``n_basis`` functions on ``[0, 1]`` by name (or the basis itself).
 
     Raises:
-        ValueError: for an unknown name, or a size the family cannot have (Fourier
-            needs an odd count).
+        ValueError: for an unknown name, a size the family cannot have (Fourier
+            needs an odd count), or a basis given itself with other than ``n_basis``
+            functions.
     """
     if isinstance(name, AbstractBasis):
+        if n_basis != name.size:
+            raise ValueError(
+                f"`n_basis` is {n_basis!r} but `basis` {name!r} has {name.size} functions; "
+                "give the size once: a basis by name with `n_basis`, or the basis alone."
+            )
         return name
     if name not in BASES:
         raise ValueError(f"Unknown `basis` {name!r}; known bases: {', '.join(BASES)}.")
@@ -144,11 +150,13 @@ class ContinuousNet(nn.Module):
         num_classes: outputs of the classifier.
         channels: channels of the three blocks.
         n_steps: ``N_t`` of every block.
-        n_basis: ``M``, functions of every block's basis; default ``n_steps``.
+        n_basis: ``M``, functions of every block's basis; default ``n_steps`` (with a
+            basis object, its size; another ``n_basis`` is refused).
         solver: the fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
             ``"rk4"``, ...) or as an odecore solver object (``odecore.RK4()``).
         basis: ``"piecewise_constant"`` (the paper's), ``"piecewise_linear"``,
-            ``"legendre"``, ``"chebyshev"`` or ``"fourier"``.
+            ``"legendre"``, ``"chebyshev"`` or ``"fourier"``, or a basis object of
+            :mod:`odelayers.basis` on ``[0, 1]``.
         epsilon: the time scale of every block; default ``n_steps`` (with Euler and
             ``n_basis = n_steps`` every step is a ResNet unit ``x + R_k(x)``).
         activation: the activation of the residual modules (``nn.ReLU``, the paper's).
@@ -179,7 +187,8 @@ class ContinuousNet(nn.Module):
         if len(channels) != 3 or not all(isinstance(c, int) and c > 0 for c in channels):
             raise ValueError(f"`channels` must be three positive integers, got {channels!r}.")
         fixed_solver(solver)  # validate early
-        m = n_steps if n_basis is None else n_basis
+        own = basis.size if isinstance(basis, AbstractBasis) else n_steps
+        m = own if n_basis is None else n_basis
         eps = float(n_steps) if epsilon is None else epsilon
         self.channels = channels
         self.stem = nn.Conv2d(in_channels, channels[0], 3, padding=1, bias=False)
