@@ -58,6 +58,16 @@ def test_smooth_basis_starts_constant_in_depth():
         torch.testing.assert_close(cont.evaluate(t)["weight"], r.weight.detach())
 
 
+@pytest.mark.parametrize("basis", [PiecewiseConstant(pieces=3), Legendre(degree=2)])
+def test_a_frozen_parameter_has_frozen_coefficients_also_in_another_basis(basis):
+    r = nn.Linear(2, 2)
+    r.weight.requires_grad_(False)
+    cont = ContinuousModule(r, basis)
+    assert not cont.coefficient("weight").requires_grad and cont.coefficient("bias").requires_grad
+    cont.change_basis(PiecewiseLinear(pieces=4))
+    assert not cont.coefficient("weight").requires_grad and cont.coefficient("bias").requires_grad
+
+
 class _Tied(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -298,11 +308,24 @@ def test_carried_statistics_warn_once_in_eval_until_measured():
         (lambda: OdeBlock(nn.Linear(1, 1), basis=Legendre(), solver=odecore.Dopri5()),
          ValueError, r"`solver` must be the name of a fixed-step method"),
         (lambda: ContinuousModule(nn.Linear(1, 1), "pc"), TypeError, r"`basis` must be"),
+        (lambda: OdeBlock(ContinuousModule(nn.Linear(1, 1), PiecewiseConstant(pieces=2)),
+                          basis=PiecewiseConstant(pieces=4)), ValueError,
+         r"`basis` PiecewiseConstant\(.*pieces=4\) is not the ContinuousModule's own "
+         r"PiecewiseConstant\(.*pieces=2\)"),
+        (lambda: OdeBlock(nn.Linear(1, 1), basis=PiecewiseConstant(pieces=2, t1=2.0)),
+         ValueError, r"`basis` must live on \[0, 1\].*t1=2.0"),
+        (lambda: OdeBlock(ContinuousModule(nn.Linear(1, 1), Legendre(t0=-1.0))), ValueError,
+         r"`basis` must live on \[0, 1\].*t0=-1.0"),
     ],
 )  # fmt: skip
 def test_bad_arguments(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+def test_a_continuous_modules_own_basis_may_be_repeated():
+    cont = ContinuousModule(nn.Linear(1, 1), PiecewiseConstant(pieces=2))
+    assert OdeBlock(cont, basis=PiecewiseConstant(pieces=2)).basis is cont.basis
 
 
 def test_left_limits_at_jumps_only():

@@ -18,6 +18,7 @@ from contnet import (
     manifestation_sweep,
     refine,
 )
+from odelayers.basis import Legendre, PiecewiseConstant
 from torch import nn
 
 F64 = torch.float64
@@ -114,6 +115,42 @@ def test_from_resnet_keeps_the_activation():
         torch.testing.assert_close(back(X), net(X), rtol=1e-12, atol=1e-12)
 
 
+def _biased(conv: nn.Conv2d) -> nn.Conv2d:
+    out = nn.Conv2d(conv.in_channels, conv.out_channels, 3, padding=1).double()
+    with torch.no_grad():
+        out.weight.copy_(conv.weight)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda r: r.__setitem__(5, _biased(r[5])), r"extra \['5.bias'\], missing \[\]"),
+        (lambda r: setattr(r[3], "eps", 0.1), r"module '3' is BatchNorm2d\(3, eps=0.1"),
+        (lambda r: setattr(r[0], "momentum", 0.5), r"module '0' is BatchNorm2d\(.*momentum=0.5"),
+        (lambda r: r.__setitem__(4, nn.LeakyReLU(0.3)), r"module '4' is LeakyReLU\(negative_"),
+        (lambda r: r.append(nn.Dropout()), r"module '6' is Dropout\(p=0.5.* has nothing"),
+    ],
+    ids=["conv-bias", "bn-eps", "bn-momentum", "activation-argument", "extra-module"],
+)
+def test_from_resnet_refuses_a_unit_unlike_the_residual_module(change, match):
+    resnet = small(n_steps=3).to_resnet()
+    change(resnet.resnet_blocks()[1].residual_units()[2].stages[0])
+    with pytest.raises(ValueError, match=r"`from_resnet`: .*block 1, unit 2.*" + match):
+        ContinuousNet.from_resnet(resnet)
+
+
+def test_from_resnet_keeps_the_settings_of_the_stem_stitches_and_head():
+    net = small(n_steps=2)
+    resnet = net.to_resnet().eval()
+    resnet.head[0].eps = 0.5
+    resnet.stitches[0].residual[0].momentum = 0.7
+    back = ContinuousNet.from_resnet(resnet).eval()
+    assert back.stitches[0].residual[0].momentum == 0.7
+    with torch.no_grad():
+        assert torch.equal(back(X), resnet(X))
+
+
 def test_from_resnet_rejects_multi_stage_units():
     with pytest.raises(ValueError, match=r"not an Euler unit"):
         ContinuousNet.from_resnet(small(solver="rk4").to_resnet())
@@ -195,6 +232,24 @@ def test_manifestation_sweep_grid():
                                                        .abs().sum()))  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "study",
+    [
+        lambda net: convergence_study(net, X, n_steps=[2, 4], reference_steps=8),
+        lambda net: manifestation_sweep(net, lambda m: float(m(X).detach().sum()),
+                                        solvers=["euler", "rk4"], n_steps=[1, 2]),
+    ],
+    ids=["convergence_study", "manifestation_sweep"],
+)  # fmt: skip
+def test_the_analysis_tools_leave_a_train_mode_net_unchanged(study):
+    net = small(solver="rk4", n_steps=2).train()  # (rk4, 2) is among the manifestations
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    study(net)
+    assert net.training
+    changed = [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == []
+
+
 def loss_of(net: ContinuousNet) -> torch.Tensor:
     return net(X).pow(2).mean()
 
@@ -227,6 +282,75 @@ def test_optimizer_state_is_split_with_the_weights_and_training_continues_exactl
     torch.testing.assert_close(new_p.detach(), before - lr * (mu * buf + grad))
 
 
+def _trained(
+    opt_cls: type[torch.optim.Optimizer], **kwargs
+) -> tuple[ContinuousNet, torch.optim.Optimizer]:
+    net = small(basis="piecewise_linear", n_basis=3, n_steps=2).train()
+    opt = opt_cls(net.parameters(), **kwargs)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    return net, opt
+
+
+@pytest.mark.parametrize(
+    ("opt_cls", "kwargs", "keys"),
+    [
+        (torch.optim.Adam, {"lr": 1e-2, "amsgrad": True}, ["exp_avg_sq", "max_exp_avg_sq"]),
+        (torch.optim.Adagrad, {"lr": 1e-2}, ["sum"]),
+        (torch.optim.RMSprop, {"lr": 1e-2}, ["square_avg"]),
+    ],
+)
+def test_non_negative_optimizer_states_stay_non_negative_across_a_projection(opt_cls, kwargs, keys):
+    net, opt = _trained(opt_cls, **kwargs)
+    finer, maps = refine(net, n_basis=4)  # hat functions, 3 -> 4 nodes: not nested
+    old_params = dict(net.named_parameters())
+    # The L2 projection of these states undershoots below 0 here.
+    assert any(
+        bool((contnet.transfer(opt.state[old_params[n]][k], *maps[n]) < 0).any())
+        for n in maps
+        for k in keys
+    )
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    for state in new_opt.state.values():
+        assert all(bool((state[k] >= 0).all()) for k in keys)
+    before = {n: p.detach().clone() for n, p in finer.named_parameters()}
+    new_opt.zero_grad()
+    loss_of(finer).backward()
+    new_opt.step()
+    steps = [(p.detach() - before[n]).abs().max() for n, p in finer.named_parameters()]
+    assert all(bool(torch.isfinite(s)) for s in steps)
+    if opt_cls is torch.optim.Adam:
+        # Adam moves an entry by at most about lr while its moments are consistent; a
+        # second moment clamped to 0 beside a non-zero first moment moved one by 1033 lr.
+        assert max(steps) <= 2 * kwargs["lr"]
+
+
+def test_a_constant_non_negative_state_is_carried_as_that_constant():
+    net, opt = _trained(torch.optim.Adam, lr=1e-2)
+    for state in opt.state.values():
+        state["exp_avg_sq"].fill_(0.25)
+    finer, maps = refine(net, n_basis=4)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    for name, p in finer.named_parameters():
+        if name in maps:  # a weighted mean of equal values
+            value = new_opt.state[p]["exp_avg_sq"]
+            torch.testing.assert_close(value, torch.full_like(value, 0.25), rtol=1e-14, atol=0)
+
+
+def test_a_signed_optimizer_state_is_projected_like_the_weights():
+    net, opt = _trained(torch.optim.SGD, lr=0.1, momentum=0.9)
+    finer, maps = refine(net, n_basis=4)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    old_params, new_params = dict(net.named_parameters()), dict(finer.named_parameters())
+    for name in maps:
+        old = opt.state[old_params[name]]["momentum_buffer"]
+        assert bool((old < 0).any())
+        expected = contnet.transfer(old, *maps[name])
+        assert torch.equal(new_opt.state[new_params[name]]["momentum_buffer"], expected)
+
+
 def test_refinement_schedule_refines_at_its_epochs():
     net = small(n_steps=1).train()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
@@ -242,6 +366,26 @@ def test_refinement_schedule_refines_at_its_epochs():
     assert all(p in opt.state for p in net.parameters())
 
 
+def test_frozen_coefficients_stay_frozen_through_refinement_training():
+    net = small(n_steps=1).train()
+    for p in net.blocks.parameters():
+        p.requires_grad_(False)  # train the stem, stitches and head only
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    schedule = RefinementSchedule(epochs=[1])
+    for epoch in range(3):
+        net, opt = schedule.step(epoch, net, opt)
+        if epoch == 1:
+            frozen = {n: p.detach().clone() for n, p in net.blocks.named_parameters()}
+            stem = net.stem.weight.detach().clone()
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    assert net.blocks[0].basis.pieces == 2
+    assert not any(p.requires_grad for p in net.blocks.parameters())
+    assert all(torch.equal(p, frozen[n]) for n, p in net.blocks.named_parameters())
+    assert not torch.equal(net.stem.weight, stem)  # the rest did train
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -249,11 +393,23 @@ def test_refinement_schedule_refines_at_its_epochs():
         ({"basis": "fourier", "n_basis": 4}, r"odd `n_basis >= 3`"),
         ({"channels": (2, 2)}, r"`channels` must be three positive integers"),
         ({"solver": "bosh3"}, r"Unknown `solver` 'bosh3'"),
+        (
+            {"basis": Legendre(degree=1), "n_basis": 5},
+            r"`n_basis` is 5 but `basis` Legendre\(.*degree=1\) has 2 functions",
+        ),
+        ({"basis": PiecewiseConstant(pieces=2, t1=2.0)}, r"`basis` must live on \[0, 1\]"),
     ],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ContinuousNet(**kwargs)
+
+
+def test_a_basis_object_sets_n_basis():
+    net = ContinuousNet(in_channels=1, channels=(2, 2, 2), n_steps=3, basis=Legendre(degree=1))
+    assert net.blocks[0].basis == Legendre(degree=1) and net.n_steps == 3
+    same = ContinuousNet(in_channels=1, channels=(2, 2, 2), basis=Legendre(degree=1), n_basis=2)
+    assert same.blocks[0].basis.size == 2
 
 
 @pytest.mark.parametrize("name", sorted(set(odecore.FIXED_METHODS) - {"heun2"}))
@@ -348,7 +504,7 @@ def test_the_carried_flag_is_saved_with_the_model():
     state = fine.state_dict()
     assert state["blocks.0.carried"].all() and not net.state_dict()["blocks.0.carried"].any()
     other = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), solver="rk4",
-                          n_steps=4, n_basis=2).double()  # fmt: skip
+                          n_steps=4, n_basis=2, epsilon=2.0).double()  # fmt: skip
     other.load_state_dict(state)
     with pytest.warns(contnet.CarriedStatisticsWarning, match="carried over"):
         other.eval()(X)
@@ -426,12 +582,12 @@ def test_a_refused_recalibration_leaves_every_statistic_as_it_was(batches, error
 def _old_format(state: dict[str, torch.Tensor], pieces: int) -> dict[str, torch.Tensor]:
     """``state`` as contnet saved it before per-evaluation statistics: one set per piece
     of the basis in each block's ContinuousModule (``continuous.buffer__<name>``, and one
-    batch count ``continuous.shared__<name>``), no ``carried`` flags."""
+    batch count ``continuous.shared__<name>``), no ``carried`` flags, no epsilon."""
     old = {}
     for key, value in state.items():
         block, _, name = key.partition(".statistics__")
         if not name:
-            if not key.endswith(".carried"):
+            if not key.endswith((".carried", "._extra_state")):
                 old[key] = value
         elif name.endswith("num_batches_tracked"):
             old[f"{block}.continuous.shared__{name}"] = value[0]
@@ -470,6 +626,38 @@ def test_a_state_dict_from_before_per_evaluation_statistics_loads_its_weights_wi
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         net.load_state_dict(source.state_dict())
+
+
+def test_a_state_dict_saved_with_another_epsilon_is_refused_before_anything_loads():
+    net = small(n_steps=2)
+    fine, _ = refine(net)  # N_t = 4, epsilon stays 2
+    state = fine.state_dict()
+    assert state["blocks.0._extra_state"].item() == 2.0
+    fresh = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4).double()
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into blocks.0, whose epsilon is 4.0"):
+        fresh.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into this OdeBlock, whose epsilon"):
+        nn.Sequential(fresh).load_state_dict({f"0.{k}": v for k, v in state.items()})
+    same = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4,
+                         epsilon=2.0).double()  # fmt: skip
+    same.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.equal(same.eval()(X), fine.eval()(X))
+
+
+def test_a_state_dict_saved_before_epsilon_was_loads_with_the_blocks_own():
+    state = small(n_steps=2).state_dict()
+    for key in [k for k in state if k.endswith("._extra_state")]:
+        del state[key]
+    for name in ("blocks.0", "blocks.1", "blocks.2"):
+        state._metadata[name]["version"] = 1
+    net = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=2).double()
+    assert not net.load_state_dict(state).missing_keys
+    assert net.blocks[0].epsilon == 2.0
+    wrapped = {f"0.{k}": v for k, v in state.items()}  # a plain dict: no versions
+    assert not nn.Sequential(net).load_state_dict(wrapped).missing_keys
 
 
 def test_recalibrate_takes_input_target_pairs():

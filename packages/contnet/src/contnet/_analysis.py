@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ._block import CarriedStatisticsWarning, Solver
 from ._net import ContinuousNet
@@ -30,7 +31,12 @@ def manifestation_sweep(
     carried over from it (:func:`carry_statistics`); with ``batches`` each is measured
     on them first (:func:`recalibrate`, on a copy: ``net`` is left unchanged).
     Without ``batches`` the carried statistics are used, without the warning that
-    evaluating them gives elsewhere.
+    evaluating them gives elsewhere. Each manifestation runs in ``net``'s mode; in
+    train mode its batch norms normalise with batch statistics and update running
+    ones, which ``net`` shares (the stem, stitches and head; the blocks at ``net``'s
+    own manifestation). Every buffer of ``net`` is put back as it was after the
+    sweep, so ``net`` leaves it unchanged in either mode (a copy of its buffers is
+    kept meanwhile, not of its weights).
 
     Args:
         net: the network whose manifestations to evaluate.
@@ -54,15 +60,28 @@ def manifestation_sweep(
         [('euler', 1), ('euler', 2), ('rk4', 1), ('rk4', 2)]
     """
     out: dict[tuple[str, int], float] = {}
-    for solver in solvers:
-        for n in n_steps:
-            model = net.manifest(solver=solver, n_steps=n)
-            if batches is not None:
-                model = recalibrate(copy.deepcopy(model), batches)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", CarriedStatisticsWarning)
-                out[(model.method, n)] = float(metric(model))
+    with _buffers_kept(net):
+        for solver in solvers:
+            for n in n_steps:
+                model = net.manifest(solver=solver, n_steps=n)
+                if batches is not None:
+                    model = recalibrate(copy.deepcopy(model), batches)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", CarriedStatisticsWarning)
+                    out[(model.method, n)] = float(metric(model))
     return out
+
+
+@contextlib.contextmanager
+def _buffers_kept(net: nn.Module) -> Iterator[None]:
+    """Every buffer of ``net`` (running statistics, carried flags) back as it was on exit."""
+    saved = [(b, b.detach().clone()) for b in net.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
 
 
 @dataclass(frozen=True)
@@ -95,7 +114,12 @@ def convergence_study(
     The error of each manifestation ``(solver, N_t)`` is the largest absolute
     difference of its output on ``x`` from that of ``(solver, reference_steps)``. In
     eval mode every manifestation normalises with the statistics carried over from
-    ``net``'s (:func:`carry_statistics`), one function of depth for all of them.
+    ``net``'s (:func:`carry_statistics`), one function of depth for all of them; in
+    train mode each normalises with the statistics of ``x``. Either way ``net`` is
+    left unchanged: every buffer of it that a train-mode pass updates (running
+    statistics of the stem, stitches, head and of its own manifestation's blocks) is
+    put back after the study (a copy of the buffers is kept meanwhile, not of the
+    weights).
 
     Args:
         net: the network to study.
@@ -120,7 +144,7 @@ def convergence_study(
     """
     # The carried-over statistics are a function of depth, so every manifestation is
     # the same ODE: what a convergence study needs, and no cause for a warning here.
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), _buffers_kept(net):
         warnings.simplefilter("ignore", CarriedStatisticsWarning)
         reference = net.manifest(solver=solver, n_steps=reference_steps)(x)
         errors = []

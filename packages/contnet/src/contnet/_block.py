@@ -147,19 +147,25 @@ class OdeBlock(nn.Module):
     them.
 
     Args:
-        module: the residual module ``R`` (keeps the shape of its input).
-        basis: the depth basis of the weights, on ``[0, 1]``.
+        module: the residual module ``R`` (keeps the shape of its input), or a
+            :class:`ContinuousModule`, which brings its own basis.
+        basis: the depth basis of the weights, on ``[0, 1]``; with a
+            :class:`ContinuousModule`, ``None`` or that module's basis.
         solver: a fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
             ``"rk4"``, ``"rk4_38"``, ``"heun"``, ``"ralston"``, ...: the keys of
             :data:`odecore.FIXED_METHODS`) or as an odecore solver object
             (``odecore.RK4()``).
         n_steps: the number of steps ``N_t``.
         epsilon: the time scale (the block integrates over ``[0, epsilon]`` in the
-            time of ``R``).
+            time of ``R``). It is saved in the ``state_dict`` (``<block>._extra_state``,
+            a float64 scalar), and loading one saved with another ``epsilon`` is
+            refused: the weights would compute another function. A ``state_dict``
+            saved before contnet kept it loads as before, with the block's own.
 
     Raises:
-        ValueError: for an unknown method or an adaptive solver, a missing ``basis``, or a
-            ``n_steps`` or ``epsilon`` that is not positive.
+        ValueError: for an unknown method or an adaptive solver, a missing ``basis``, a
+            ``basis`` other than a ContinuousModule's own, a basis on an interval other
+            than ``[0, 1]``, or a ``n_steps`` or ``epsilon`` that is not positive.
 
     Example:
         >>> import torch
@@ -174,6 +180,7 @@ class OdeBlock(nn.Module):
 
     continuous: ContinuousModule
     carried: Tensor
+    _version = 2  # 2: epsilon in the state_dict
 
     def __init__(
         self,
@@ -186,11 +193,22 @@ class OdeBlock(nn.Module):
     ) -> None:
         super().__init__()
         if isinstance(module, ContinuousModule):
+            if basis is not None and basis != module.basis:
+                raise ValueError(
+                    f"`basis` {basis!r} is not the ContinuousModule's own {module.basis!r}; "
+                    "a ContinuousModule brings its basis: leave `basis` out, or change the "
+                    "module's with its change_basis()."
+                )
             self.continuous = module
         else:
             if basis is None:
                 raise ValueError("`basis` is required unless `module` is a ContinuousModule.")
             self.continuous = ContinuousModule(module, basis)
+        if (self.basis.t0, self.basis.t1) != (0.0, 1.0):
+            raise ValueError(
+                f"`basis` must live on [0, 1], the depths at which an OdeBlock evaluates "
+                f"the weights, got {self.basis!r}."
+            )
         self.method, self.solver = fixed_solver(solver)
         self.n_steps = _positive_int("n_steps", n_steps)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -369,13 +387,64 @@ class OdeBlock(nn.Module):
     def extra_repr(self) -> str:
         return f"method={self.method!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"
 
+    def get_extra_state(self) -> Tensor:
+        """``epsilon``, for the ``state_dict``: a float64 scalar."""
+        return torch.tensor(self.epsilon, dtype=torch.float64)
+
+    def set_extra_state(self, state: Any) -> None:
+        """Check a saved ``epsilon``: another one than this block's is refused."""
+        check_epsilon(self, state, "this OdeBlock")
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        *args: Any,
+    ) -> None:
+        version = local_metadata.get("version")
+        key = prefix + _EXTRA_STATE
+        if (version is None or version < 2) and key not in state_dict:
+            state_dict[key] = self.get_extra_state()  # saved before epsilon was: as before
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
     ) -> _IncompatibleKeys:
-        """:meth:`torch.nn.Module.load_state_dict`, after :func:`check_statistics_format`."""
+        """:meth:`torch.nn.Module.load_state_dict`, after :func:`check_statistics_format`
+        and :func:`check_epsilon` (nothing is loaded when either refuses)."""
         state = check_statistics_format(self, state_dict, strict=strict)
+        check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
         return keys
+
+
+_EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
+
+
+def check_epsilon(block: OdeBlock, saved: Any, where: str) -> None:
+    """Refuse ``saved``, an ``epsilon`` from a ``state_dict``, unless it is ``block``'s.
+
+    Raises:
+        RuntimeError: naming ``where``, both values and what to build instead.
+    """
+    value = float(saved)
+    if value != block.epsilon:
+        raise RuntimeError(
+            f"Cannot load a state_dict saved with epsilon = {value!r} into {where}, whose "
+            f"epsilon is {block.epsilon!r}: the same weights compute another function. "
+            f"Build the network with epsilon={value!r} (a refined network keeps the "
+            "epsilon of the one it was refined from)."
+        )
+
+
+def check_epsilons(root: nn.Module, state_dict: Mapping[str, Any]) -> None:
+    """:func:`check_epsilon` for every OdeBlock of ``root`` that ``state_dict`` saves,
+    before anything is loaded."""
+    for name, block in root.named_modules():
+        key = f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
+        if isinstance(block, OdeBlock) and key in state_dict:
+            check_epsilon(block, state_dict[key], name or "the OdeBlock")
 
 
 def check_statistics_format(

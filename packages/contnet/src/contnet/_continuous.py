@@ -48,7 +48,8 @@ class ContinuousModule(nn.Module):
 
     Initialisation: with a piecewise basis each coefficient is a fresh initialisation of
     ``R`` (like the independent units of a ResNet); with a smooth basis the constant
-    part is ``R``'s initial value and the rest zero.
+    part is ``R``'s initial value and the rest zero. The coefficients of a frozen
+    parameter of ``R`` (``requires_grad=False``) are frozen too.
 
     Args:
         module: the residual module ``R``; its own tensors are not used afterwards
@@ -91,13 +92,14 @@ class ContinuousModule(nn.Module):
                 fresh = copy.deepcopy(module)
                 _reset(fresh)
                 copies.append(dict(fresh.named_parameters()))
-            for name in self.names:
+            for name, p in module.named_parameters():
                 stacked = torch.stack([c[name].detach() for c in copies])
-                self.coefficients[_attr(name)] = nn.Parameter(stacked)
+                self.coefficients[_attr(name)] = nn.Parameter(stacked, p.requires_grad)
         else:
             for name, p in module.named_parameters():
                 self.coefficients[_attr(name)] = nn.Parameter(
-                    project(p.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis)
+                    project(p.detach()[None], Legendre(degree=0, t0=basis.t0, t1=basis.t1), basis),
+                    p.requires_grad,
                 )
         for name, b in buffers:
             if b.is_floating_point():
@@ -240,14 +242,18 @@ class ContinuousModule(nn.Module):
     def change_basis(self, target: AbstractBasis) -> list[str]:
         """Express every coefficient tensor in ``target`` (see :func:`transfer`), in place.
 
+        The parameters are new tensors; each keeps its ``requires_grad`` (a frozen
+        coefficient tensor stays frozen).
+
         Returns:
             The keys in ``coefficients`` of the parameters that were replaced.
         """
         with torch.no_grad():
             for name in self.names:
                 key = _attr(name)
-                value = transfer(self.coefficients[key].detach(), self.basis, target)
-                self.coefficients[key] = nn.Parameter(value)
+                old = self.coefficients[key]
+                value = transfer(old.detach(), self.basis, target)
+                self.coefficients[key] = nn.Parameter(value, old.requires_grad)
             for name in self.buffer_names:
                 attr = "buffer__" + _attr(name)
                 setattr(self, attr, transfer(getattr(self, attr), self.basis, target))

@@ -19,7 +19,14 @@ from odelayers.basis import (
 from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
 
-from ._block import OdeBlock, Solver, check_statistics_format, fixed_solver, take_step
+from ._block import (
+    OdeBlock,
+    Solver,
+    check_epsilons,
+    check_statistics_format,
+    fixed_solver,
+    take_step,
+)
 
 BASES = {
     "piecewise_constant": PiecewiseConstant,
@@ -35,10 +42,16 @@ def make_basis(name: str | AbstractBasis, n_basis: int) -> AbstractBasis:
     """A basis of ``n_basis`` functions on ``[0, 1]`` by name (or the basis itself).
 
     Raises:
-        ValueError: for an unknown name, or a size the family cannot have (Fourier
-            needs an odd count).
+        ValueError: for an unknown name, a size the family cannot have (Fourier
+            needs an odd count), or a basis given itself with other than ``n_basis``
+            functions.
     """
     if isinstance(name, AbstractBasis):
+        if n_basis != name.size:
+            raise ValueError(
+                f"`n_basis` is {n_basis!r} but `basis` {name!r} has {name.size} functions; "
+                "give the size once: a basis by name with `n_basis`, or the basis alone."
+            )
         return name
     if name not in BASES:
         raise ValueError(f"Unknown `basis` {name!r}; known bases: {', '.join(BASES)}.")
@@ -137,11 +150,13 @@ class ContinuousNet(nn.Module):
         num_classes: outputs of the classifier.
         channels: channels of the three blocks.
         n_steps: ``N_t`` of every block.
-        n_basis: ``M``, functions of every block's basis; default ``n_steps``.
+        n_basis: ``M``, functions of every block's basis; default ``n_steps`` (with a
+            basis object, its size; another ``n_basis`` is refused).
         solver: the fixed-step solver, by method name (``"euler"``, ``"midpoint"``,
             ``"rk4"``, ...) or as an odecore solver object (``odecore.RK4()``).
         basis: ``"piecewise_constant"`` (the paper's), ``"piecewise_linear"``,
-            ``"legendre"``, ``"chebyshev"`` or ``"fourier"``.
+            ``"legendre"``, ``"chebyshev"`` or ``"fourier"``, or a basis object of
+            :mod:`odelayers.basis` on ``[0, 1]``.
         epsilon: the time scale of every block; default ``n_steps`` (with Euler and
             ``n_basis = n_steps`` every step is a ResNet unit ``x + R_k(x)``).
         activation: the activation of the residual modules (``nn.ReLU``, the paper's).
@@ -172,7 +187,8 @@ class ContinuousNet(nn.Module):
         if len(channels) != 3 or not all(isinstance(c, int) and c > 0 for c in channels):
             raise ValueError(f"`channels` must be three positive integers, got {channels!r}.")
         fixed_solver(solver)  # validate early
-        m = n_steps if n_basis is None else n_basis
+        own = basis.size if isinstance(basis, AbstractBasis) else n_steps
+        m = own if n_basis is None else n_basis
         eps = float(n_steps) if epsilon is None else epsilon
         self.channels = channels
         self.stem = nn.Conv2d(in_channels, channels[0], 3, padding=1, bias=False)
@@ -197,8 +213,10 @@ class ContinuousNet(nn.Module):
         """:meth:`torch.nn.Module.load_state_dict`; a ``state_dict`` from before the
         per-evaluation batch-norm statistics is refused in one line, or with
         ``strict=False`` loaded without its statistics, with a warning: then
-        :func:`contnet.recalibrate` measures them."""
+        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` other than the
+        one saved is refused, before anything is loaded (see :class:`OdeBlock`)."""
         state = check_statistics_format(self, state_dict, strict=strict)
+        check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
         return keys
 
@@ -263,10 +281,17 @@ class ContinuousNet(nn.Module):
 
         Unit ``k`` of a block (``x + scale * R_k(x)``, every unit of a block the same
         scale) becomes piece ``k`` of a piecewise-constant basis with ``M`` = the
-        number of units, and ``epsilon = scale * M``: the same function.
+        number of units, and ``epsilon = scale * M``: the same function. Every ``R_k``
+        must be what :func:`residual_module` builds with the activation type of the
+        first unit (same submodules and tensors, same settings: convolutions without
+        bias, batch norms' ``eps``, ``momentum``, ``affine``, ``track_running_stats``,
+        the activation's arguments). The stem, stitches and head are copied as they
+        are.
 
         Raises:
-            ValueError: if a unit has more than one stage or the scales differ.
+            ValueError: if a unit has more than one stage, the scales differ, or a
+                unit's module differs from the residual module it would become (the
+                message names the block, the unit and what differs).
         """
         rblocks = resnet.resnet_blocks()
         units = [b.residual_units() for b in rblocks]
@@ -287,14 +312,15 @@ class ContinuousNet(nn.Module):
         net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
                   epsilon=scale * n, activation=activation)  # fmt: skip
         net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
+        net.stem = copy.deepcopy(resnet.stem)
+        net.stitches = copy.deepcopy(resnet.stitches)
+        net.head = copy.deepcopy(resnet.head)
         with torch.no_grad():
-            net.stem.load_state_dict(resnet.stem.state_dict())
-            net.stitches.load_state_dict(resnet.stitches.state_dict())
-            net.head.load_state_dict(resnet.head.state_dict())
-            for block, block_units in zip(net.ode_blocks(), units):
+            for b, (block, block_units) in enumerate(zip(net.ode_blocks(), units)):
                 cont = block.continuous
                 statistics = block.statistics()
                 for k, unit in enumerate(block_units):
+                    _check_same(f"block {b}, unit {k}", unit.stages[0], cont.module)
                     state = unit.stages[0].state_dict()
                     for name in cont.names + cont.buffer_names:
                         cont.coefficient(name)[k].copy_(state[name])
@@ -304,6 +330,32 @@ class ContinuousNet(nn.Module):
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
         return net
+
+
+def _check_same(where: str, got: nn.Module, want: nn.Module) -> None:
+    """Refuse ``got`` unless it has ``want``'s tensors, submodules and their settings."""
+    rule = "from_resnet reads units of contnet.residual_module(channels, activation) only"
+    keys, expected = set(got.state_dict()), set(want.state_dict())
+    if keys != expected:
+        extra, missing = sorted(keys - expected), sorted(expected - keys)
+        raise ValueError(
+            f"`from_resnet`: the tensors of {where} are not the residual module's: extra "
+            f"{extra}, missing {missing}; {rule}."
+        )
+    mods, wants = dict(got.named_modules()), dict(want.named_modules())
+    for name in dict.fromkeys([*wants, *mods]):
+        module, other = wants.get(name), mods.get(name)
+        if type(other) is not type(module) or _settings(other) != _settings(module):
+            raise ValueError(
+                f"`from_resnet`: {where}, module {name or '(root)'!r} is {_settings(other)} "
+                f"where the residual module has {_settings(module)}; {rule}, with the "
+                "activation's default arguments."
+            )
+
+
+def _settings(module: nn.Module | None) -> str:
+    """A module's class and own settings, without its submodules."""
+    return "nothing" if module is None else f"{type(module).__name__}({module.extra_repr()})"
 
 
 class ResidualUnit(nn.Module):

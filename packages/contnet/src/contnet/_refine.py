@@ -113,7 +113,16 @@ def carry_optimizer(
 
     Hyperparameters and parameter groups stay; every state tensor shaped like a
     refined coefficient tensor (momentum buffers, Adam's moments) is transferred to the
-    new basis the same way as the weights, others are copied.
+    new basis the same way as the weights, others are copied. A state that is ``>= 0``
+    everywhere (Adam's ``exp_avg_sq``, Adagrad's ``sum``, RMSprop's ``square_avg``)
+    goes over as a weighted mean instead: new coefficient ``b`` takes the mean of the
+    old values ``a`` weighted by ``|T_ba|``, where ``T`` is the matrix of
+    :func:`transfer`. An L2 projection onto hat functions or polynomials can
+    undershoot below 0 (a negative second moment makes the next step NaN), and
+    clamping it at 0 leaves a zero second moment beside a non-zero first moment (a
+    step of thousands of learning rates); the mean is ``>= 0``, is 0 only where every
+    old value it draws on was, and equals the transfer where that copies (exactly:
+    pieces split, nested polynomials) or averages (to rounding: pieces merged).
     """
     old_names = {id(p): n for n, p in old.named_parameters()}
     new_params = dict(new.named_parameters())
@@ -132,10 +141,23 @@ def carry_optimizer(
             carried: dict[str, Any] = {}
             for key, value in state.items():
                 if isinstance(value, Tensor) and name in maps and value.shape == p.shape:
-                    carried[key] = transfer(value, *maps[name])
+                    carried[key] = _transfer_state(value, *maps[name])
                 else:
                     carried[key] = copy.deepcopy(value)
             out.state[q] = carried
+    return out
+
+
+def _transfer_state(value: Tensor, old: AbstractBasis, new: AbstractBasis) -> Tensor:
+    """An optimizer state in the new basis: a signed one by :func:`transfer`, one that is
+    ``>= 0`` everywhere as the ``|T|``-weighted mean of its old values (see
+    :func:`carry_optimizer`)."""
+    if not bool((value >= 0).all()):
+        return transfer(value, old, new)
+    eye = torch.eye(old.size, dtype=value.dtype, device=value.device)
+    weights = transfer(eye, old, new).abs()  # |T|, new index first
+    weights = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(value.dtype).tiny)
+    out: Tensor = torch.tensordot(weights, value, dims=1)
     return out
 
 
