@@ -433,3 +433,20 @@ def test_a_bound_field_keeps_its_running_statistics_through_the_backward_pass(gr
     y.square().sum().backward()
     for got, want in zip(norm.buffers(), forward):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("params", ["found", "given"])
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_two_data_control_layers_count_the_inputs_gradient_once(gradient, params):
+    # Both layers read the same input; it was listed twice in the method's `params`,
+    # and odecore returned its whole gradient for each entry: twice the control's share
+    # (0.43 off the finite differences).
+    torch.manual_seed(0)
+    field = DepthSequential(
+        DataControl(), nn.Linear(4, 3), nn.Tanh(), DataControl(), nn.Linear(5, 2)
+    ).double()
+    if params == "given":
+        gradient = replace(gradient, params=tuple(field.parameters()))
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,), atol=1e-6)

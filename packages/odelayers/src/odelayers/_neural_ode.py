@@ -267,14 +267,15 @@ class NeuralODE(nn.Module):
         if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
             return method
         bound = [value for _, _, value in bindings if value.requires_grad]
-        if method.params is None:
-            own = _own_tensors(field, [value for _, _, value in bindings])
-            if own is None:
+        given = method.params
+        if given is None:
+            given = _own_tensors(field, [value for _, _, value in bindings])
+            if given is None:
                 return method
-            return replace(method, params=(*own, *bound))
-        given = {id(q) for q in method.params}
-        extra = [value for value in bound if id(value) not in given]
-        return replace(method, params=(*method.params, *extra)) if extra else method
+        # Once each: odecore returns a tensor's whole gradient for every time it is
+        # listed, and two data-control layers read the same input.
+        params = tuple({id(q): q for q in (*given, *bound)}.values())
+        return replace(method, params=params)
 
     def _set_control(self, x: Tensor) -> None:
         if isinstance(self.vector_field, nn.Module):
