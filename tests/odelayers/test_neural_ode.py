@@ -450,3 +450,40 @@ def test_two_data_control_layers_count_the_inputs_gradient_once(gradient, params
     layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
     x = torch.randn(3, 2, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(layer, (x,), atol=1e-6)
+
+
+@pytest.mark.parametrize("params", ["found", "given"])
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_adaptive_depth_of_a_data_controlled_field_against_finite_differences(gradient, params):
+    # The depths T(x) are computed from the input x, which the data-control layer reads
+    # too: with both as the method's `params`, odecore's gradient of x took the path
+    # through T(x), and autograd added it again from T's (3.0e-2 off in float64).
+    torch.manual_seed(0)
+    field = DepthSequential(DataControl(), nn.Linear(4, 2)).double()
+    horizon = nn.Linear(2, 1, dtype=F64)
+    if params == "given":
+        gradient = replace(gradient, params=tuple(field.parameters()))
+    layer = AdaptiveDepthNODE(field, horizon, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    inputs = (x, horizon.weight, field[1].weight)
+    assert torch.autograd.gradcheck(lambda x, *_: layer(x), inputs, atol=1e-6)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_control_computed_by_the_fields_own_layer_against_finite_differences(gradient):
+    # The control is shared(x), and `shared` is a layer of the field: its weight, a
+    # parameter of the method, is also what the control is computed from.
+    torch.manual_seed(0)
+    shared = nn.Linear(2, 2, dtype=F64)
+    field = DepthSequential(DataControl(), nn.Linear(4, 2), nn.Tanh(), shared).double()
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: layer(shared(x)), (x, shared.weight), atol=1e-6)
+
+
+def test_given_params_computed_from_one_another_are_refused():
+    field = DepthSequential(DataControl(), nn.Linear(4, 2)).double()
+    weight = field[1].weight
+    layer = NeuralODE(field, gradient=odecore.Adjoint(params=(weight, 2 * weight)))
+    with pytest.raises(ValueError, match=r"`params` computed from one another"):
+        layer(torch.randn(3, 2, dtype=F64))

@@ -100,7 +100,11 @@ class NeuralODE(nn.Module):
             other, odecore finds them in the forward solve's evaluations (which then
             run with a graph, walked and dropped). Given ``params`` get the layer's
             input to its data-control layers (and the depths of
-            :class:`AdaptiveDepthNODE`) added: the caller cannot name them.
+            :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
+            these are computed from one another or from ``params`` (the depths from
+            the input), the leaves they are computed from are added instead, so that
+            no gradient is counted twice; given ``params`` computed from one another
+            are refused (``ValueError``).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``.
@@ -261,7 +265,12 @@ class NeuralODE(nn.Module):
         on as it is and odecore finds them in every evaluation of the forward solve (a
         tensor a module holds unregistered, what a plain function closes over). A fixed
         list that missed one would leave its gradient unset. Given ``params`` get the
-        bound inputs, which the caller cannot name, added.
+        bound inputs, which the caller cannot name, added. A list in which one tensor
+        is computed from another takes the leaves of the bound inputs instead
+        (:func:`_independent`).
+
+        Raises:
+            ValueError: if given ``params`` are computed from one another.
         """
         method = self.gradient
         if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
@@ -274,8 +283,28 @@ class NeuralODE(nn.Module):
                 return method
         # Once each: odecore returns a tensor's whole gradient for every time it is
         # listed, and two data-control layers read the same input.
-        params = tuple({id(q): q for q in (*given, *bound)}.values())
-        return replace(method, params=params)
+        params = _distinct((*given, *bound))
+        if not _independent(params):
+            # odecore differentiates each of `params` along every path of the graph,
+            # through the others too, and autograd then carries each one's gradient on
+            # to the tensors it was computed from: a path through two of them (the depths
+            # of AdaptiveDepthNODE, computed from the input that its data-control layer
+            # reads) counts twice. "Computed from" is exact in autograd's terms: the
+            # graph of one reaches the node of another, the only edge along which
+            # autograd carries a gradient on (one walk of the graph that computed the
+            # bound inputs, per forward pass). Leaves are computed from nothing, so the
+            # leaves of the bound inputs, which odecore's own search would find, are
+            # always right; only the backward pass then differentiates that graph too.
+            params = _distinct((*given, *_leaves(bound)))
+        if _independent(params):
+            return replace(method, params=params)
+        if method.params is None:  # an own buffer computed from a parameter
+            return method
+        raise ValueError(
+            f"`gradient` ({type(method).__name__}) has `params` computed from one another; "
+            "the gradient along a path through two of them would be counted twice. "
+            "Pass leaf tensors (parameters), or leave `params` unset."
+        )
 
     def _set_control(self, x: Tensor) -> None:
         if isinstance(self.vector_field, nn.Module):
@@ -374,6 +403,42 @@ def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tens
             if not isinstance(value, dict) and not _plain(value, known):
                 return None
     return tensors
+
+
+def _distinct(tensors: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """``tensors`` without repeats (by identity), in order."""
+    return tuple({id(q): q for q in tensors}.values())
+
+
+def _upstream(tensors: Sequence[Tensor]) -> tuple[set[Any], dict[int, Tensor]]:
+    """The autograd nodes that the graphs of ``tensors`` reach along one edge or more
+    (their own ``grad_fn`` not included, unless reached so), and the leaves requiring
+    grad among them, by id."""
+    reached: set[Any] = set()
+    leaves: dict[int, Tensor] = {}
+    stack = [q.grad_fn for q in tensors if q.grad_fn is not None]
+    while stack:
+        for node, _ in stack.pop().next_functions:
+            if node is not None and node not in reached:
+                reached.add(node)
+                stack.append(node)
+                leaf = getattr(node, "variable", None)  # an AccumulateGrad node
+                if isinstance(leaf, Tensor):
+                    leaves[id(leaf)] = leaf
+    return reached, leaves
+
+
+def _independent(params: Sequence[Tensor]) -> bool:
+    """Whether no tensor of ``params`` is computed from another: no graph of one reaches
+    another's node (its ``grad_fn``, or for a leaf its ``AccumulateGrad``), the edge by
+    which autograd would carry its gradient on. ``params`` are distinct."""
+    reached, leaves = _upstream(params)
+    return not any(id(q) in leaves if q.grad_fn is None else q.grad_fn in reached for q in params)
+
+
+def _leaves(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """The leaves requiring grad that ``tensors`` are, or are computed from."""
+    return [q for q in tensors if q.grad_fn is None] + list(_upstream(tensors)[1].values())
 
 
 def _plain(value: object, known: set[int]) -> bool:
