@@ -25,10 +25,10 @@ Field = Callable[[Tensor, Tensor], Tensor]
 
 
 class _Bound(nn.Module):
-    """The field with its layers' bindings set before every evaluation (a module, so
-    that the solve knows the field's parameters and buffers)."""
+    """The field with its layers' and integrands' bindings set before every evaluation
+    (a module, so that the solve knows the field's parameters and buffers)."""
 
-    def __init__(self, field: Field, bindings: Sequence[tuple[nn.Module, str, Tensor]]) -> None:
+    def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
@@ -236,16 +236,24 @@ class NeuralODE(nn.Module):
                     found.update(layer.jump_ts())
         return sorted(t for t in found if lo < t < hi)
 
-    def _bindings(self) -> list[tuple[DepthLayer, str, Tensor]]:
-        """The inputs the field's layers read besides parameters: ``(layer, attribute, value)``.
+    def _bindings(self, terms: Sequence[IntegralTerm]) -> list[tuple[object, str, Tensor]]:
+        """The inputs the field's layers and the integrands read besides parameters:
+        ``(owner, attribute, value)``.
 
-        The control of data-control layers and the depths of adaptive depth. They are
-        set before every evaluation of the field, backward passes included, so a
-        later forward pass of the same layer cannot change an earlier one's gradient.
+        The control of data-control layers, the depths of adaptive depth and the
+        integrands' :attr:`~IntegralTerm.per_solve` attributes (Hutchinson's noise).
+        They are set before every evaluation of the field, backward passes included,
+        so a later forward pass of the same layer cannot change an earlier one's
+        gradient.
         """
+        out: list[tuple[object, str, Tensor]] = [
+            (term, name, getattr(term, name))
+            for term in terms
+            for name in term.per_solve
+            if isinstance(getattr(term, name, None), Tensor)
+        ]
         if not isinstance(self.vector_field, nn.Module):
-            return []
-        out = []
+            return out
         for layer in depth_layers(self.vector_field):
             name = _BOUND.get(type(layer))
             value = getattr(layer, name) if name is not None else None
@@ -254,7 +262,7 @@ class NeuralODE(nn.Module):
         return out
 
     def _gradient(
-        self, field: nn.Module | Field, bindings: list[tuple[DepthLayer, str, Tensor]]
+        self, field: nn.Module | Field, bindings: list[tuple[object, str, Tensor]]
     ) -> odecore.AbstractGradient:
         """The gradient method of the solve.
 
@@ -334,7 +342,7 @@ class NeuralODE(nn.Module):
             field = _WithIntegrals(self.vector_field, terms)
             state = (x, *(x.new_zeros(x.shape[0]) for _ in terms))
         saveat = odecore.SaveAt(ts=ts) if ts is not None else odecore.SaveAt(t1=True)
-        bindings = self._bindings()
+        bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
         if bindings:
             field = _Bound(field, bindings)
