@@ -109,15 +109,16 @@ class NeuralODE(nn.Module):
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``.
         jump_ts: more depths where the field is discontinuous.
-        integrals: terms integrated along the solve (:class:`KineticEnergy`,
-            :class:`JacobianFrobenius`, :class:`IntegralLoss`).
+        integrals: terms integrated along the solve over ``[t0, t1]``
+            (:class:`KineticEnergy`, :class:`JacobianFrobenius`, :class:`IntegralLoss`).
         max_steps: the solve's step budget.
 
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
             ``gradient``, ``dt0`` and ``max_steps`` read its fields.
         nfe: forward function evaluations of the last ``forward``.
-        integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``.
+        integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``: the
+            integrals over ``[t0, t1]``, whatever the output depths ``ts``.
 
     Example:
         >>> import torch
@@ -341,7 +342,11 @@ class NeuralODE(nn.Module):
                 term.start(x)
             field = _WithIntegrals(self.vector_field, terms)
             state = (x, *(x.new_zeros(x.shape[0]) for _ in terms))
-        saveat = odecore.SaveAt(ts=ts) if ts is not None else odecore.SaveAt(t1=True)
+        # The integrals are over [t0, t1] whatever the output depths: with terms, the
+        # state at t1 is saved after those at `ts` (odecore drops it where `ts` ends there).
+        saveat = (
+            odecore.SaveAt(ts=ts, t1=bool(terms)) if ts is not None else odecore.SaveAt(t1=True)
+        )
         bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
         if bindings:
@@ -367,7 +372,8 @@ class NeuralODE(nn.Module):
             assert isinstance(ys, Tensor)
             return ys, {}
         assert isinstance(ys, tuple)
-        return ys[0], {term.name: q[-1] for term, q in zip(terms, ys[1:])}
+        xs = ys[0] if ts is None else ys[0][: len(ts)]
+        return xs, {term.name: q[-1] for term, q in zip(terms, ys[1:])}
 
     def forward(self, x: Tensor) -> Tensor:
         self._set_control(x)
