@@ -180,6 +180,9 @@ def test_gradcheck_adaptive_depth():
         ({"vector_field": 3}, TypeError, r"`vector_field` must be callable"),
         ({"t1": 0.0}, ValueError, r"`t0` and `t1` must be finite and different"),
         ({"integrals": [object()]}, TypeError, r"`integrals\[0\]` must be an IntegralTerm"),
+        # Depths that require grad were made floats: their gradient was silently None.
+        ({"ts": torch.tensor([0.0, 1.0], requires_grad=True)}, ValueError, r"`ts` requires grad"),
+        ({"t1": torch.tensor(2.0, requires_grad=True)}, ValueError, r"`t1` requires grad"),
     ],
 )
 def test_bad_arguments(kwargs, error, match):

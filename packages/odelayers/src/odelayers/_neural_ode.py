@@ -107,7 +107,8 @@ class NeuralODE(nn.Module):
             are refused (``ValueError``).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
-            ``(len(ts), *x.shape)``, instead of the state at ``t1``.
+            ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
+            numbers: a tensor ``ts``, ``t0`` or ``t1`` that requires grad is refused.
         jump_ts: more depths where the field is discontinuous.
         integrals: terms integrated along the solve over ``[t0, t1]``
             (:class:`KineticEnergy`, :class:`JacobianFrobenius`, :class:`IntegralLoss`).
@@ -154,6 +155,13 @@ class NeuralODE(nn.Module):
         super().__init__()
         if not callable(vector_field):
             raise TypeError(f"`vector_field` must be callable as f(t, x), got {vector_field!r}.")
+        for name, times in (("t0", t0), ("t1", t1), ("ts", ts), ("jump_ts", jump_ts)):
+            if isinstance(times, Tensor) and times.requires_grad:
+                raise ValueError(
+                    f"`{name}` requires grad, but the layer keeps its depths as numbers and "
+                    f"no gradient would reach them; pass `{name}.detach()`, or differentiate "
+                    "output times with odecore.odeint or odecore.SaveAt(ts=tensor)."
+                )
         if not (math.isfinite(t0) and math.isfinite(t1)) or t0 == t1:
             raise ValueError(f"`t0` and `t1` must be finite and different, got {t0!r}, {t1!r}.")
         for i, term in enumerate(integrals):
