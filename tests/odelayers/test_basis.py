@@ -158,10 +158,19 @@ def test_every_basis_is_an_abstract_basis():
         assert b(torch.rand(5)).shape == (5, b.size)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (0.3, 2.1)])
 @pytest.mark.parametrize("n", [3, 7, 10, 100, 129])
-def test_piecewise_constant_grid_times_land_in_their_own_piece(n):
-    # k / n and k * (1 / n) round differently; both must select piece k.
-    b = PiecewiseConstant(pieces=n)
-    k = torch.arange(n, dtype=F64)
-    assert b(k / n).argmax(dim=1).tolist() == list(range(n))
-    assert b(k * (1.0 / n)).argmax(dim=1).tolist() == list(range(n))
+def test_piecewise_constant_pieces_start_exactly_at_their_jump_times(n, t0, t1, dtype):
+    # Piece k starts at its jump time, as odecore makes it a tensor (the float rounded
+    # to t's dtype); the time one ulp below, odecore's left limit where a step ends on
+    # the jump, is piece k - 1. A tolerance of 1e-9 took that left limit for piece k
+    # in float64. (So does it k * (1 / 7) for k = 5, one ulp below 5 / 7.)
+    b = PiecewiseConstant(t0, t1, pieces=n)
+    starts = torch.tensor((t0, *b.jump_ts), dtype=dtype)
+    assert b(starts).argmax(dim=1).tolist() == list(range(n))
+    left = torch.nextafter(starts[1:], torch.full_like(starts[1:], -math.inf))
+    assert b(left).argmax(dim=1).tolist() == list(range(n - 1))
+    assert b(torch.tensor(t1, dtype=dtype)).argmax().item() == n - 1
+    if (t0, t1, dtype) == (0.0, 1.0, F64):  # k / n is then the jump time itself
+        assert b(torch.arange(n, dtype=dtype) / n).argmax(dim=1).tolist() == list(range(n))

@@ -14,6 +14,7 @@ from odelayers import (
     IntegralLoss,
     JacobianFrobenius,
     KineticEnergy,
+    NegativeTrace,
     NeuralODE,
 )
 from torch import nn
@@ -117,3 +118,50 @@ def test_integral_terms_need_distinct_names_and_valid_outputs():
     bad = NeuralODE(lambda t, x: -x, integrals=[IntegralLoss(lambda t, x: x)])
     with pytest.raises(ValueError, match=r"must return shape \(3,\)"):
         bad(torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("term", ["jacobian_frobenius", "hutchinson_trace"])
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_later_forward_pass_leaves_the_noise_of_an_earlier_ones_gradient(gradient, term):
+    # f = A x: |e^T A|^2 and -e^T A e are constant along the solve, so over [0, T]
+    # the gradients in A are 2 T E^T E A and -T E^T E for the noise rows E of *this*
+    # pass. The backward pass used to re-evaluate the integrand with the noise that the
+    # next forward pass (here one without a graph, as a validation pass) drew.
+    a = torch.tensor([[0.2, -1.0], [0.5, 0.1]], dtype=F64)
+    field = Linear(a.clone())
+    generator = torch.Generator().manual_seed(3)
+    integrand = (
+        JacobianFrobenius(generator)
+        if term == "jacobian_frobenius"
+        else NegativeTrace("hutchinson", generator)
+    )
+    layer = NeuralODE(field, controller=TIGHT, t1=1.5, gradient=gradient, integrals=[integrand])
+    layer(torch.randn(6, 2, dtype=F64))
+    integral, e = layer.integrals[integrand.name], integrand.noise.clone()
+    with torch.no_grad():
+        layer(torch.randn(6, 2, dtype=F64))
+    integral.sum().backward()
+    expected = 2 * 1.5 * e.T @ e @ a if term == "jacobian_frobenius" else -1.5 * e.T @ e
+    torch.testing.assert_close(field.a.grad, expected)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Autograd(), odecore.Adjoint()], ids=repr)
+@pytest.mark.parametrize("ts", [[0.0, 0.5], [0.25, 1.0], [0.5, 1.0, 2.0]])
+def test_integrals_are_over_t0_t1_whatever_the_output_depths(ts, gradient):
+    # x = x0 e^-t over [0, 2]: the kinetic energy is |x0|^2 (1 - e^-4) / 2. With `ts`
+    # ending before t1 it used to be the integral up to ts[-1] (over [0, 0.5]), though
+    # the solve ran to t1 and the docs define it over the layer's interval.
+    tol = odecore.PIDController(rtol=1e-8, atol=1e-8)
+    layer = NeuralODE(Linear(-torch.eye(2, dtype=F64)), controller=tol, t1=2.0, ts=ts,
+                      gradient=gradient, integrals=[KineticEnergy()])  # fmt: skip
+    x0 = torch.randn(2, 2, dtype=F64, requires_grad=True)
+    xs = layer(x0)
+    decay = torch.tensor([math.exp(-t) for t in ts], dtype=F64)
+    torch.testing.assert_close(xs, decay[:, None, None] * x0)
+    expected = x0.pow(2).sum(1) * (1 - math.exp(-4.0)) / 2
+    torch.testing.assert_close(layer.integrals["kinetic_energy"], expected)
+
+    def both(x):
+        return layer(x), layer.integrals["kinetic_energy"]
+
+    assert torch.autograd.gradcheck(both, (x0,), atol=1e-6)

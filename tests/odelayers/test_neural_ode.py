@@ -180,6 +180,9 @@ def test_gradcheck_adaptive_depth():
         ({"vector_field": 3}, TypeError, r"`vector_field` must be callable"),
         ({"t1": 0.0}, ValueError, r"`t0` and `t1` must be finite and different"),
         ({"integrals": [object()]}, TypeError, r"`integrals\[0\]` must be an IntegralTerm"),
+        # Depths that require grad were made floats: their gradient was silently None.
+        ({"ts": torch.tensor([0.0, 1.0], requires_grad=True)}, ValueError, r"`ts` requires grad"),
+        ({"t1": torch.tensor(2.0, requires_grad=True)}, ValueError, r"`t1` requires grad"),
     ],
 )
 def test_bad_arguments(kwargs, error, match):
@@ -433,3 +436,57 @@ def test_a_bound_field_keeps_its_running_statistics_through_the_backward_pass(gr
     y.square().sum().backward()
     for got, want in zip(norm.buffers(), forward):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("params", ["found", "given"])
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_two_data_control_layers_count_the_inputs_gradient_once(gradient, params):
+    # Both layers read the same input; it was listed twice in the method's `params`,
+    # and odecore returned its whole gradient for each entry: twice the control's share
+    # (0.43 off the finite differences).
+    torch.manual_seed(0)
+    field = DepthSequential(
+        DataControl(), nn.Linear(4, 3), nn.Tanh(), DataControl(), nn.Linear(5, 2)
+    ).double()
+    if params == "given":
+        gradient = replace(gradient, params=tuple(field.parameters()))
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,), atol=1e-6)
+
+
+@pytest.mark.parametrize("params", ["found", "given"])
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_adaptive_depth_of_a_data_controlled_field_against_finite_differences(gradient, params):
+    # The depths T(x) are computed from the input x, which the data-control layer reads
+    # too: with both as the method's `params`, odecore's gradient of x took the path
+    # through T(x), and autograd added it again from T's (3.0e-2 off in float64).
+    torch.manual_seed(0)
+    field = DepthSequential(DataControl(), nn.Linear(4, 2)).double()
+    horizon = nn.Linear(2, 1, dtype=F64)
+    if params == "given":
+        gradient = replace(gradient, params=tuple(field.parameters()))
+    layer = AdaptiveDepthNODE(field, horizon, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    inputs = (x, horizon.weight, field[1].weight)
+    assert torch.autograd.gradcheck(lambda x, *_: layer(x), inputs, atol=1e-6)
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_control_computed_by_the_fields_own_layer_against_finite_differences(gradient):
+    # The control is shared(x), and `shared` is a layer of the field: its weight, a
+    # parameter of the method, is also what the control is computed from.
+    torch.manual_seed(0)
+    shared = nn.Linear(2, 2, dtype=F64)
+    field = DepthSequential(DataControl(), nn.Linear(4, 2), nn.Tanh(), shared).double()
+    layer = NeuralODE(field, controller=TIGHT, gradient=gradient)
+    x = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: layer(shared(x)), (x, shared.weight), atol=1e-6)
+
+
+def test_given_params_computed_from_one_another_are_refused():
+    field = DepthSequential(DataControl(), nn.Linear(4, 2)).double()
+    weight = field[1].weight
+    layer = NeuralODE(field, gradient=odecore.Adjoint(params=(weight, 2 * weight)))
+    with pytest.raises(ValueError, match=r"`params` computed from one another"):
+        layer(torch.randn(3, 2, dtype=F64))

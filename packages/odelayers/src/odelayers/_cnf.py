@@ -32,6 +32,7 @@ class NegativeTrace(IntegralTerm):
 
     name = "log_density_change"
     needs_jacobian = True
+    per_solve = ("noise",)
 
     def __init__(
         self,

@@ -32,10 +32,15 @@ class IntegralTerm(abc.ABC):
     Attributes:
         name: the key of the integral in ``NeuralODE.integrals``.
         needs_jacobian: whether ``g`` differentiates ``f`` with respect to ``x``.
+        per_solve: the attributes that :meth:`start` sets for one solve and ``g``
+            reads (noise). ``NeuralODE`` sets them again before every evaluation of
+            that solve, those of its backward pass included, so that a later solve
+            (which calls :meth:`start` again) cannot change an earlier one's gradient.
     """
 
     name: str = "integral"
     needs_jacobian: bool = False
+    per_solve: tuple[str, ...] = ()
 
     def start(self, x0: Tensor) -> None:  # noqa: B027 - optional hook
         """Called once before each solve with its initial state (e.g. to draw noise)."""
@@ -74,6 +79,7 @@ class JacobianFrobenius(IntegralTerm):
 
     name = "jacobian_frobenius"
     needs_jacobian = True
+    per_solve = ("noise",)
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self.generator = generator

@@ -25,10 +25,10 @@ Field = Callable[[Tensor, Tensor], Tensor]
 
 
 class _Bound(nn.Module):
-    """The field with its layers' bindings set before every evaluation (a module, so
-    that the solve knows the field's parameters and buffers)."""
+    """The field with its layers' and integrands' bindings set before every evaluation
+    (a module, so that the solve knows the field's parameters and buffers)."""
 
-    def __init__(self, field: Field, bindings: Sequence[tuple[nn.Module, str, Tensor]]) -> None:
+    def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
@@ -100,20 +100,26 @@ class NeuralODE(nn.Module):
             other, odecore finds them in the forward solve's evaluations (which then
             run with a graph, walked and dropped). Given ``params`` get the layer's
             input to its data-control layers (and the depths of
-            :class:`AdaptiveDepthNODE`) added: the caller cannot name them.
+            :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
+            these are computed from one another or from ``params`` (the depths from
+            the input), the leaves they are computed from are added instead, so that
+            no gradient is counted twice; given ``params`` computed from one another
+            are refused (``ValueError``).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
-            ``(len(ts), *x.shape)``, instead of the state at ``t1``.
+            ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
+            numbers: a tensor ``ts``, ``t0`` or ``t1`` that requires grad is refused.
         jump_ts: more depths where the field is discontinuous.
-        integrals: terms integrated along the solve (:class:`KineticEnergy`,
-            :class:`JacobianFrobenius`, :class:`IntegralLoss`).
+        integrals: terms integrated along the solve over ``[t0, t1]``
+            (:class:`KineticEnergy`, :class:`JacobianFrobenius`, :class:`IntegralLoss`).
         max_steps: the solve's step budget.
 
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
             ``gradient``, ``dt0`` and ``max_steps`` read its fields.
         nfe: forward function evaluations of the last ``forward``.
-        integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``.
+        integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``: the
+            integrals over ``[t0, t1]``, whatever the output depths ``ts``.
 
     Example:
         >>> import torch
@@ -149,6 +155,13 @@ class NeuralODE(nn.Module):
         super().__init__()
         if not callable(vector_field):
             raise TypeError(f"`vector_field` must be callable as f(t, x), got {vector_field!r}.")
+        for name, times in (("t0", t0), ("t1", t1), ("ts", ts), ("jump_ts", jump_ts)):
+            if isinstance(times, Tensor) and times.requires_grad:
+                raise ValueError(
+                    f"`{name}` requires grad, but the layer keeps its depths as numbers and "
+                    f"no gradient would reach them; pass `{name}.detach()`, or differentiate "
+                    "output times with odecore.odeint or odecore.SaveAt(ts=tensor)."
+                )
         if not (math.isfinite(t0) and math.isfinite(t1)) or t0 == t1:
             raise ValueError(f"`t0` and `t1` must be finite and different, got {t0!r}, {t1!r}.")
         for i, term in enumerate(integrals):
@@ -232,16 +245,24 @@ class NeuralODE(nn.Module):
                     found.update(layer.jump_ts())
         return sorted(t for t in found if lo < t < hi)
 
-    def _bindings(self) -> list[tuple[DepthLayer, str, Tensor]]:
-        """The inputs the field's layers read besides parameters: ``(layer, attribute, value)``.
+    def _bindings(self, terms: Sequence[IntegralTerm]) -> list[tuple[object, str, Tensor]]:
+        """The inputs the field's layers and the integrands read besides parameters:
+        ``(owner, attribute, value)``.
 
-        The control of data-control layers and the depths of adaptive depth. They are
-        set before every evaluation of the field, backward passes included, so a
-        later forward pass of the same layer cannot change an earlier one's gradient.
+        The control of data-control layers, the depths of adaptive depth and the
+        integrands' :attr:`~IntegralTerm.per_solve` attributes (Hutchinson's noise).
+        They are set before every evaluation of the field, backward passes included,
+        so a later forward pass of the same layer cannot change an earlier one's
+        gradient.
         """
+        out: list[tuple[object, str, Tensor]] = [
+            (term, name, getattr(term, name))
+            for term in terms
+            for name in term.per_solve
+            if isinstance(getattr(term, name, None), Tensor)
+        ]
         if not isinstance(self.vector_field, nn.Module):
-            return []
-        out = []
+            return out
         for layer in depth_layers(self.vector_field):
             name = _BOUND.get(type(layer))
             value = getattr(layer, name) if name is not None else None
@@ -250,7 +271,7 @@ class NeuralODE(nn.Module):
         return out
 
     def _gradient(
-        self, field: nn.Module | Field, bindings: list[tuple[DepthLayer, str, Tensor]]
+        self, field: nn.Module | Field, bindings: list[tuple[object, str, Tensor]]
     ) -> odecore.AbstractGradient:
         """The gradient method of the solve.
 
@@ -261,20 +282,46 @@ class NeuralODE(nn.Module):
         on as it is and odecore finds them in every evaluation of the forward solve (a
         tensor a module holds unregistered, what a plain function closes over). A fixed
         list that missed one would leave its gradient unset. Given ``params`` get the
-        bound inputs, which the caller cannot name, added.
+        bound inputs, which the caller cannot name, added. A list in which one tensor
+        is computed from another takes the leaves of the bound inputs instead
+        (:func:`_independent`).
+
+        Raises:
+            ValueError: if given ``params`` are computed from one another.
         """
         method = self.gradient
         if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
             return method
         bound = [value for _, _, value in bindings if value.requires_grad]
-        if method.params is None:
-            own = _own_tensors(field, [value for _, _, value in bindings])
-            if own is None:
+        given = method.params
+        if given is None:
+            given = _own_tensors(field, [value for _, _, value in bindings])
+            if given is None:
                 return method
-            return replace(method, params=(*own, *bound))
-        given = {id(q) for q in method.params}
-        extra = [value for value in bound if id(value) not in given]
-        return replace(method, params=(*method.params, *extra)) if extra else method
+        # Once each: odecore returns a tensor's whole gradient for every time it is
+        # listed, and two data-control layers read the same input.
+        params = _distinct((*given, *bound))
+        if not _independent(params):
+            # odecore differentiates each of `params` along every path of the graph,
+            # through the others too, and autograd then carries each one's gradient on
+            # to the tensors it was computed from: a path through two of them (the depths
+            # of AdaptiveDepthNODE, computed from the input that its data-control layer
+            # reads) counts twice. "Computed from" is exact in autograd's terms: the
+            # graph of one reaches the node of another, the only edge along which
+            # autograd carries a gradient on (one walk of the graph that computed the
+            # bound inputs, per forward pass). Leaves are computed from nothing, so the
+            # leaves of the bound inputs, which odecore's own search would find, are
+            # always right; only the backward pass then differentiates that graph too.
+            params = _distinct((*given, *_leaves(bound)))
+        if _independent(params):
+            return replace(method, params=params)
+        if method.params is None:  # an own buffer computed from a parameter
+            return method
+        raise ValueError(
+            f"`gradient` ({type(method).__name__}) has `params` computed from one another; "
+            "the gradient along a path through two of them would be counted twice. "
+            "Pass leaf tensors (parameters), or leave `params` unset."
+        )
 
     def _set_control(self, x: Tensor) -> None:
         if isinstance(self.vector_field, nn.Module):
@@ -303,8 +350,12 @@ class NeuralODE(nn.Module):
                 term.start(x)
             field = _WithIntegrals(self.vector_field, terms)
             state = (x, *(x.new_zeros(x.shape[0]) for _ in terms))
-        saveat = odecore.SaveAt(ts=ts) if ts is not None else odecore.SaveAt(t1=True)
-        bindings = self._bindings()
+        # The integrals are over [t0, t1] whatever the output depths: with terms, the
+        # state at t1 is saved after those at `ts` (odecore drops it where `ts` ends there).
+        saveat = (
+            odecore.SaveAt(ts=ts, t1=bool(terms)) if ts is not None else odecore.SaveAt(t1=True)
+        )
+        bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
         if bindings:
             field = _Bound(field, bindings)
@@ -329,7 +380,8 @@ class NeuralODE(nn.Module):
             assert isinstance(ys, Tensor)
             return ys, {}
         assert isinstance(ys, tuple)
-        return ys[0], {term.name: q[-1] for term, q in zip(terms, ys[1:])}
+        xs = ys[0] if ts is None else ys[0][: len(ts)]
+        return xs, {term.name: q[-1] for term, q in zip(terms, ys[1:])}
 
     def forward(self, x: Tensor) -> Tensor:
         self._set_control(x)
@@ -373,6 +425,42 @@ def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tens
             if not isinstance(value, dict) and not _plain(value, known):
                 return None
     return tensors
+
+
+def _distinct(tensors: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """``tensors`` without repeats (by identity), in order."""
+    return tuple({id(q): q for q in tensors}.values())
+
+
+def _upstream(tensors: Sequence[Tensor]) -> tuple[set[Any], dict[int, Tensor]]:
+    """The autograd nodes that the graphs of ``tensors`` reach along one edge or more
+    (their own ``grad_fn`` not included, unless reached so), and the leaves requiring
+    grad among them, by id."""
+    reached: set[Any] = set()
+    leaves: dict[int, Tensor] = {}
+    stack = [q.grad_fn for q in tensors if q.grad_fn is not None]
+    while stack:
+        for node, _ in stack.pop().next_functions:
+            if node is not None and node not in reached:
+                reached.add(node)
+                stack.append(node)
+                leaf = getattr(node, "variable", None)  # an AccumulateGrad node
+                if isinstance(leaf, Tensor):
+                    leaves[id(leaf)] = leaf
+    return reached, leaves
+
+
+def _independent(params: Sequence[Tensor]) -> bool:
+    """Whether no tensor of ``params`` is computed from another: no graph of one reaches
+    another's node (its ``grad_fn``, or for a leaf its ``AccumulateGrad``), the edge by
+    which autograd would carry its gradient on. ``params`` are distinct."""
+    reached, leaves = _upstream(params)
+    return not any(id(q) in leaves if q.grad_fn is None else q.grad_fn in reached for q in params)
+
+
+def _leaves(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """The leaves requiring grad that ``tensors`` are, or are computed from."""
+    return [q for q in tensors if q.grad_fn is None] + list(_upstream(tensors)[1].values())
 
 
 def _plain(value: object, known: set[int]) -> bool:

@@ -222,9 +222,11 @@ class Chebyshev(_Polynomials):
 class PiecewiseConstant(AbstractBasis):
     """Indicators of ``pieces`` equal sub-intervals: a stack of constant-weight layers.
 
-    Piece ``i`` covers ``[t_i, t_{i+1})``, the last one also its right end, so at a
-    boundary the function of the later piece is 1 (also for times up to ``1e-9`` of a
-    piece's width below it, which rounding of ``k / n`` may produce). Solvers must land on
+    Piece ``i`` covers ``[t_i, t_{i+1})``, the last one also its right end: at a
+    boundary of :attr:`jump_ts` (rounded to the dtype of ``t``) the function of the
+    later piece is 1, and at any time below it, the nearest included, that of the
+    earlier one. That is the left limit odecore evaluates where a step ends on a jump
+    (the jump time less one unit in the last place). Solvers must land on
     :attr:`jump_ts` (``NeuralODE`` passes them on), where the weights change.
 
     Args:
@@ -258,10 +260,12 @@ class PiecewiseConstant(AbstractBasis):
         return _interior_nodes(self.t0, self.t1, self.pieces)
 
     def _evaluate(self, t: Tensor) -> Tensor:
-        # Within 1e-9 of a piece below a boundary counts as the later piece, so that a
-        # grid time k / n computed in floating point lands in the piece it starts.
-        position = self.unit(t) * self.pieces + 1e-9
-        index = torch.floor(position).clamp(0, self.pieces - 1).long()
+        # The number of jump times at or below t, compared in t's dtype, in which odecore
+        # also makes a jump time a tensor: exact, where scaling t to the unit interval
+        # rounds (and a tolerance took odecore's left limit, one ulp below a jump in
+        # float64, for the next piece).
+        jumps = torch.tensor(self.jump_ts, dtype=t.dtype, device=t.device)
+        index = torch.bucketize(t, jumps, right=True)
         return torch.nn.functional.one_hot(index, self.pieces).to(t.dtype)
 
 
