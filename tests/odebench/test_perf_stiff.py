@@ -60,6 +60,7 @@ def test_robertson_is_the_kinetics_problem_in_float64_at_atol_1e_4_rtol():
     assert problem.y0.dtype == F64 and problem.y0.tolist() == [[1.0, 0.0, 0.0]]
     assert (problem.t0, problem.t1, problem.atol_ratio) == (0.0, 1e5, 1e-4)
     assert make_problem("vdp_stiff").atol_ratio == 1.0
+    assert problem.field.rates.tolist() == [0.04, 3e7, 1e4]  # exactly, not float32's 0.04
     y = torch.tensor([[0.9, 2e-5, 0.1], [0.3, 1e-6, 0.7]], dtype=F64)
     y1, y2, y3 = y.unbind(-1)
     expected = torch.stack(
