@@ -183,6 +183,43 @@ def test_second_derivatives_and_second_backward_passes_solve_again_eagerly(compi
         assert _rel(got, want) <= 1e-12
 
 
+@pytest.mark.parametrize(
+    ("compile", "solver", "kwargs"),
+    [
+        (True, odecore.RK4, {"dt0": 0.25}),
+        ("stepped", odecore.RK4, {"dt0": 0.25}),
+        (True, odecore.Dopri5, {"controller": odecore.PIDController(rtol=1e-8, atol=1e-10)}),
+    ],
+    ids=["grid", "stepped", "adaptive"],
+)
+def test_a_field_reading_a_parameter_and_a_tensor_made_from_it_counts_each_path_once(
+    compile, solver, kwargs
+):
+    """The field reads ``p`` itself and tensors made from it before the solve: ``c = x + p``
+    (whose node saves nothing) and ``y0 = x * p`` (whose node saves ``x``). The compiled
+    graph's backward pass took ``p``'s gradient at the solve's edges, which already sums
+    the paths through ``c``'s node, then carried ``c``'s on to ``p`` again: 21 % off,
+    without a word; through ``y0``'s node it freed what that node saved and raised. Such
+    a solve runs again eagerly, with the warning, and its gradient is the eager one's.
+    The loss reads ``c`` too, so its node must outlive the solve's backward pass."""
+    p = torch.tensor([0.7, -0.3], dtype=F64, requires_grad=True)
+    x = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=F64)
+
+    def loss(compile):
+        c, y0 = x + p, x * p
+
+        def field(t, y):
+            return -p * y + 0.1 * c + 0.05 * y0
+
+        sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=solver(), compile=compile, **kwargs)
+        return sol.ys.pow(2).sum() + c.sum()
+
+    eager = torch.autograd.grad(loss(False), p)[0]
+    with pytest.warns(odecore.CompileFallbackWarning, match="itself and through a tensor"):
+        got = torch.autograd.grad(loss(compile), p)[0]
+    assert _rel(got, eager) <= 1e-12
+
+
 def test_a_parameter_changed_in_place_after_a_compiled_solve_stops_its_second_derivative():
     """The eager solve again would read the new value: as eager autograd, it raises."""
     w = torch.tensor(0.7, dtype=F64, requires_grad=True)

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.graph import GradientEdge, get_gradient_edge
+from torch.autograd.graph import GradientEdge, Node, get_gradient_edge
 
 from ._controllers import SNAP, AbstractController, ConstantStepSize, PIDController
 from ._errors import CompileFallbackWarning, Status
@@ -664,6 +664,12 @@ _AGAIN = (
     "first-order backward cannot: that backward pass solves again eagerly and "
     "differentiates the eager solve"
 )
+_TANGLED = (
+    "its field reads a tensor that requires grad both itself and through a tensor made "
+    "from it before the solve (or two such tensors, one made from the other): the "
+    "compiled graph's backward pass would count the path through that tensor twice, "
+    "so the solve runs again eagerly and its outputs are the eager solve's"
+)
 
 
 @dataclass
@@ -798,9 +804,31 @@ def differentiable(
     edges = _frontier(outputs, start)
     y_edge = get_gradient_edge(y) if y.requires_grad else None
     nodes = [edge.node for edge in edges if y_edge is None or edge.node is not y_edge.node]
+    if _tangled(nodes):
+        fall_back(_TANGLED)
+        return [o.detach() if e is None else e for o, e in zip(outputs, again(y0), strict=True)]
     leaves = graph_leaves(*nodes)
     solved = _Solved(outputs, edges, y_edge, again)
     return list(_Differentiable.apply(solved, y0, *leaves))  # type: ignore[no-untyped-call]
+
+
+def _tangled(nodes: Sequence[Node]) -> bool:
+    """Whether a node of the frontier lies behind another that was made before the
+    solve: a leaf the field reads itself and through a tensor made from it. The first
+    backward product, taken at the frontier's edges, then walks through the one to
+    reach the other, and :func:`_route` would carry that path on a second time."""
+    frontier = set(nodes)
+    stack = [nxt for node in frontier if not hasattr(node, "variable")
+             for nxt, _ in node.next_functions if nxt is not None]  # fmt: skip
+    seen: set[Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in frontier:
+            return True
+        if node not in seen:
+            seen.add(node)
+            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+    return False
 
 
 def _start(y0: Tensor, plain: bool = True) -> tuple[Tensor, int]:
