@@ -264,7 +264,7 @@ class PiecewiseConstant(AbstractBasis):
         # also makes a jump time a tensor: exact, where scaling t to the unit interval
         # rounds (and a tolerance took odecore's left limit, one ulp below a jump in
         # float64, for the next piece).
-        jumps = torch.tensor(self.jump_ts, dtype=t.dtype, device=t.device)
+        jumps = _times_on(self.jump_ts, t.dtype, t.device)
         index = torch.bucketize(t, jumps, right=True)
         return torch.nn.functional.one_hot(index, self.pieces).to(t.dtype)
 
@@ -310,6 +310,22 @@ class PiecewiseLinear(AbstractBasis):
 
 def _interior_nodes(t0: float, t1: float, pieces: int) -> tuple[float, ...]:
     return tuple(t0 + (t1 - t0) * i / pieces for i in range(1, pieces))
+
+
+def _times_on(times: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``times`` as a tensor of ``dtype`` on ``device``, made once: a field evaluates its
+    basis at every stage, and a tensor made from Python numbers there is a copy from
+    the host each time (on a GPU, one that waits for the queued work). A compiled
+    graph holds it as a constant."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(times, dtype=dtype, device=device)
+    return _cached_times(times, dtype, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_times(times: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    with torch.inference_mode(False):  # usable outside inference mode too
+        return torch.tensor(times, dtype=dtype, device=device)
 
 
 @functools.cache
