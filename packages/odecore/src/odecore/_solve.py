@@ -28,6 +28,7 @@ from ._errors import ConfigurationError, SolverError, Status
 from ._events import Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
+    Adjoint,
     Autograd,
     FlatField,
     Loop,
@@ -1066,9 +1067,10 @@ def _solve(
         check_per_sample(solver, y0, gradient, unsupported)
     t0, t1 = _checked_span(t0, t1, event, max_steps, dt0)
     f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
-    back = getattr(gradient, "controller", None)  # Adjoint's backward controller
-    if unpack is not None and isinstance(back, PIDController) and back.norm is not None:
-        gradient = replace(gradient, controller=_unpacking(back, unpack))  # type: ignore[type-var]
+    if unpack is not None and isinstance(gradient, Adjoint):  # its backward controller too
+        back = gradient.controller
+        if isinstance(back, PIDController) and back.norm is not None:
+            gradient = replace(gradient, controller=_unpacking(back, unpack))
     _check_resolution(flat0.dtype, controller, gradient)
     out_ts = _output_times(saveat, t0, t1)
     jumps, steps = _jump_times(jump_ts), _as_floats("step_ts", step_ts)
