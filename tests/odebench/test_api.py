@@ -52,7 +52,8 @@ def test_subpackage_snapshots():
     assert sorted(odebench.experiments.__all__) == [
         "Claim", "Col", "DEFAULT_MODE", "EXPERIMENTS", "Experiment", "Figure", "MODES",
         "Measurement", "Metric", "Plot", "Provenance", "Ref", "Result", "Row", "Run",
-        "RunOptions", "Settings", "Setup", "Stat", "TEMPLATES", "Table", "Template", "Trained",
+        "RunOptions", "Settings", "Setup", "Source", "Stat", "TEMPLATES", "Table", "Template",
+        "Trained",
         "TrainingSettings", "Values",
         "Verdict", "check_declaration", "combine_reports", "publish", "register",
         "register_template", "reproductions_table", "rerender", "run_experiment",

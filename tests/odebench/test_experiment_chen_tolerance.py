@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from odebench.experiments import TEMPLATES, Setup, _chen, check_declaration
+from odebench.experiments import TEMPLATES, Setup, Values, _chen, check_declaration
 from odebench.experiments._chen_tolerance import ACTIVATIONS, MODES, claims, runs
 from odebench.experiments._chen_tolerance_probe import _probe_metrics, fit_line
 from odebench.experiments._claims import MAX_CLAIM_TEXT
-from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments._report import Prose
 

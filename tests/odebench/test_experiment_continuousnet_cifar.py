@@ -7,11 +7,10 @@ import json
 
 import pytest
 from odebench.cli import main
-from odebench.experiments import TEMPLATES, RunOptions, Setup, run_experiment
+from odebench.experiments import TEMPLATES, RunOptions, Setup, Values, run_experiment
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._continuousnet_cifar import MODES, claims, tables
 from odebench.experiments._images import not_run
-from odebench.experiments._metrics import Values
 from odebench.experiments._report import Prose
 from odebench.experiments._runner import _setup
 

@@ -10,9 +10,17 @@ from typing import Any
 
 import odebench.experiments._dissecting_augmentation as augmentation
 import pytest
-from odebench.experiments import EXPERIMENTS, MODES, Result, RunOptions, Setup, run_template
+from odebench.experiments import (
+    EXPERIMENTS,
+    MODES,
+    Result,
+    RunOptions,
+    Setup,
+    Stat,
+    Values,
+    run_template,
+)
 from odebench.experiments._images import not_run
-from odebench.experiments._metrics import Stat, Values
 from odebench.experiments._report import Prose
 from odebench.models import build_model, count_parameters
 

@@ -10,8 +10,7 @@ from typing import Any
 import odebench.experiments._dissecting_depth as dissecting
 import pytest
 import torch
-from odebench.experiments import EXPERIMENTS, RunOptions, Setup, run_experiment
-from odebench.experiments._metrics import Values
+from odebench.experiments import EXPERIMENTS, RunOptions, Setup, Values, run_experiment
 from odebench.experiments._report import Prose
 
 FIGURES = ("loss.png", "reflection.png", "annuli.png")

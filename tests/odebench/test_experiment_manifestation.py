@@ -11,10 +11,9 @@ from typing import Any
 
 import odebench.experiments._manifestation  # noqa: F401  (registers the experiment)
 import pytest
-from odebench.experiments import Setup
+from odebench.experiments import Setup, Values
 from odebench.experiments import _contnet_common as common
 from odebench.experiments._manifestation import MODES, SCHEMES, TRAINED, claims
-from odebench.experiments._metrics import Values
 from odebench.experiments._registry import EXPERIMENTS, RunOptions, run_experiment
 from odebench.experiments._report import Prose
 

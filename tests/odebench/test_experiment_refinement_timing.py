@@ -9,9 +9,8 @@ import shutil
 import statistics
 
 import pytest
-from odebench.experiments import RunOptions, Setup, run_experiment
+from odebench.experiments import RunOptions, Setup, Values, run_experiment
 from odebench.experiments._contnet_common import Net
-from odebench.experiments._metrics import Values
 from odebench.experiments._refinement_timing import MODES, claims
 from odebench.experiments._report import Prose
 

@@ -130,3 +130,26 @@ def test_benchmark_configs_refuse_counts_that_are_not_positive_integers(config, 
 
     with pytest.raises(ValueError, match=rf"`{field}` must be a positive integer, got {value!r}"):
         getattr(perf, config)(**{field: value})
+
+
+def test_the_reports_speed_line_shows_the_documents_values(published):
+    """The declared speed table reads each figure of its problem, method and library."""
+    key = ("mlp", "dopri5@1e-06", "odecore")
+    values = {
+        r["figure"]: r["value"]
+        for r in published["results"]
+        if (r["problem"], r["method"], r["library"]) == key
+    }
+    lines = format_report(published).splitlines()
+    line = next(x for x in lines if x.split()[:3] == list(key)).split()
+    ms = format(values["forward_time_s"] * 1e3, ".3g")
+    assert line[3:8] == [
+        ms,
+        f"{values['nfe_forward']:.0f}",
+        f"{values['forward_overhead']:.2f}",
+        f"{values['forward_cost_per_eval_us']:.1f}",
+        f"{values['error']:.1e}",
+    ]
+    # a library without a figure shows an en dash in its cell
+    peer = next(x for x in lines if x.split()[:1] == ["torchode"]).split()
+    assert "–" in peer and "-" not in peer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from odebench.experiments import (
     Col,
     Metric,
@@ -98,3 +99,36 @@ def test_a_column_without_spread_shows_the_mean_alone() -> None:
 
     mean = Col.per_seed("NODE / ResNet", ratio, ".3f", unit="×", spread=False)
     assert mean.render(RESULT, row) == "0.750×"  # the mean of the ratios, not 0.615
+
+
+class _Measured:
+    """A source that is no experiment's result: one value per metric key, as perf has."""
+
+    def __init__(self, values: dict[str, float]) -> None:
+        self.values = values
+
+    def stat(self, ref):
+        return Stat.of([self.values.get(ref.key)])
+
+
+def test_a_table_labels_rows_by_several_cells_and_reads_any_source() -> None:
+    time = Metric("time", over=("problem", "method"), spec=".3g", scale=1e3)
+    rows = [Row((p, m), at={"problem": p, "method": m}) for p, m in (("vdp", "rk4"), ("vdp", "x"))]
+    table = Table(("problem", "method"), rows, [Col("ms", time)])
+    source = _Measured({"time@vdp@rk4": 0.01234})
+    assert table.render(source) == [["problem", "method", "ms"], ["vdp", "rk4", "12.3"],
+                                    ["vdp", "x", "–"]]  # fmt: skip
+    assert table.text(source).splitlines()[2:] == ["vdp      rk4     12.3", "vdp      x          –"]
+
+
+def test_a_g_format_writes_whole_numbers_where_it_would_write_an_exponent() -> None:
+    stat = Stat.of([12.3456])
+    assert stat.cell(".3g", 1e3) == "12346"  # not 1.23e+04
+    assert Stat.of([0.0123456]).cell(".3g", 1e3) == "12.3"
+    assert Stat.of([1.5e-7]).cell(".2g") == "1.5e-07"  # small numbers keep theirs
+    assert Stat.of([12345.0]).cell(".1e") == "1.2e+04"  # as "e" asks
+
+
+def test_a_metric_refuses_a_coordinate_called_name() -> None:
+    with pytest.raises(ValueError, match="no coordinate may be called `name`"):
+        Metric("eval_time_s", over=("name",))

@@ -12,10 +12,11 @@ from . import _dissecting_augmentation, _dissecting_depth  # noqa: F401  # isort
 from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
 from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
 from . import _anode_resnet, _chen_cnf, _contnet_adjoint  # noqa: F401  # isort: skip
+from .._metrics import Metric, Ref, Stat, Values
 from .._provenance import Provenance
+from .._tables import Col, Row, Source, Table
 from ._claims import Claim
 from ._index import reproductions_table
-from ._metrics import Metric, Ref, Stat, Values
 from ._registry import (
     DEFAULT_MODE,
     EXPERIMENTS,
@@ -29,7 +30,6 @@ from ._registry import (
 )
 from ._result import Result
 from ._runner import TEMPLATES, check_declaration, register_template, rerender, run_template
-from ._tables import Col, Row, Table
 from ._template import (
     Figure,
     Measurement,
@@ -63,6 +63,7 @@ __all__ = [
     "RunOptions",
     "Settings",
     "Setup",
+    "Source",
     "Stat",
     "Table",
     "Template",

@@ -13,10 +13,10 @@ from torch import Tensor, nn
 
 from .._figures import Lines, Style, seed_lines
 from .._io import JsonObject
+from .._metrics import Metric
 from ..models import ode_layers
 from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
-from ._metrics import Metric
 from ._result import Result
 from ._run_files import states_at
 from ._template import Measurement, Trained, TrainingSettings

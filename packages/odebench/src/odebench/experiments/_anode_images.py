@@ -7,15 +7,15 @@ from __future__ import annotations
 import math
 
 from .._figures import Bars, Lines, Style
+from .._metrics import Metric, Values
+from .._tables import Col, Table, by_run
 from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
 from ._images import data_name, trained_datasets
-from ._metrics import Metric, Values
 from ._report import Prose
 from ._result import Result
 from ._runner import register_template
-from ._tables import Col, Table, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DATASETS = ("mnist", "cifar10", "svhn")  # MNIST always; the others when found

@@ -15,13 +15,13 @@ import torch
 from torch import Tensor, nn
 
 from .._io import JsonObject
+from .._metrics import Metric, Values
+from .._tables import Col, Row, Table
 from ..data import Dataset, annuli
 from ..models import TOY_HIDDEN, build_model, count_parameters
 from . import _anode_common as common
 from ._claims import Claim
-from ._metrics import Metric, Values
 from ._runner import register_template
-from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 TASKS = (("1d", "g(x), d = 1"), ("2d", "g(x), d = 2"), ("separable", "separable function, d = 2"))

@@ -12,17 +12,17 @@ import torch
 from torch import Tensor
 
 from .._figures import Lines, Point, Style
+from .._metrics import Metric, Values
+from .._tables import Col, by_run
 from ..data import Dataset, annuli
 from ..models import build_model
 from ..training import Task, load_splits
 from . import _anode_common as common
 from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
 from ._claims import Claim
-from ._metrics import Metric, Values
 from ._result import Result
 from ._run_files import first_model
 from ._runner import register_template
-from ._tables import Col, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DIMS = (1, 2)

@@ -14,17 +14,17 @@ import odecore
 from torch import Tensor, nn
 
 from .._figures import Lines, Style
+from .._metrics import Metric
+from .._tables import Col, Row, Table, by_run
 from ..models import nfe, ode_layers
 from ..perf import saved_bytes
 from ..training import Optimizer, TrainConfig, load_splits
 from ._claims import Claim
-from ._metrics import Metric
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
 from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
-    from ._metrics import Values
+    from .._metrics import Values
     from ._result import Result
     from ._template import Setup, Trained
 

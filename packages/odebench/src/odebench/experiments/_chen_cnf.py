@@ -16,12 +16,12 @@ import torch
 
 from .._figures import Lines, seed_lines
 from .._io import pyplot, save_png
+from .._metrics import Metric, Values
+from .._tables import Col, Table, by_run
 from . import _chen_cnf_flow as flow
 from ._claims import Claim
-from ._metrics import Metric, Values
 from ._result import Result
 from ._runner import register_template
-from ._tables import Col, Table, by_run
 from ._template import Figure, Plot, Run, Settings, Setup, Template
 
 LABELS = {"moons": "two moons", "circles": "two circles"}

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from .._io import JsonObject
+from .._metrics import Metric
 from ..training import Epoch, Task
-from ._metrics import Metric
 from ._template import Measurement, Setup, Trained
 
 if TYPE_CHECKING:

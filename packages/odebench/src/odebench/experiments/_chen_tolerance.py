@@ -8,13 +8,13 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from .._metrics import Ref, Values
+from .._tables import Col, Row, Table, by_coordinate, by_run
 from . import _chen_tolerance_probe as probe
 from ._chen import MODES as TABLE1_MODES
 from ._chen import TEST_ERROR, MnistTraining, mnist_config
 from ._claims import Claim
-from ._metrics import Ref, Values
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_coordinate, by_run
 from ._template import Plot, Run, Setup, Template
 
 # The two models, by their field's activation: chen-table1's ODE-Net and its smooth twin.

@@ -14,11 +14,11 @@ import torch
 from torch import Tensor, nn
 
 from .._figures import Lines, Mark, Point, Style
+from .._metrics import Metric
 from ..data import Dataset
 from ..models import nfe, ode_layers
 from ..training import load_splits
 from ._chen import TEST_ERROR, ode_specs
-from ._metrics import Metric
 from ._result import Result
 from ._template import Measurement
 

@@ -9,8 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._metrics import Ref, Stat, Values
-from ._registry import fmt
+from .._metrics import Ref, Stat, Values, fmt
 from ._verdicts import CLAIM_KINDS, ClaimKind, Verdict
 
 MAX_CLAIM_TEXT = 90  # the index shows a claim's text in one cell; the rest is its detail

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._tables import Col, Table, by_run
 from . import _contnet_common as common
 from ._claims import Claim
 from ._runner import register_template
-from ._tables import Col, Table, by_run
 from ._template import Plot, Template
 
 if TYPE_CHECKING:

@@ -15,16 +15,16 @@ from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Lines
 from .._io import JsonObject
+from .._metrics import Metric, Ref, Values
+from .._tables import Col, Row, Table, by_run
 from ..data import Dataset
 from ..training import Epoch, Task, TrainConfig, evaluate, load_splits
 from . import _contnet_common as common
 from ._claims import Claim
 from ._contnet_adjoint_net import ALL, BACKPROP, BLOCK, AdjointNet, Method, gradient_errors
 from ._images import data_name
-from ._metrics import Metric, Ref, Values
 from ._result import Result
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
 from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 FACTORS = (1, 2, 3, 4)

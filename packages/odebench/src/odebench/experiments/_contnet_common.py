@@ -14,9 +14,9 @@ import contnet
 import torch
 
 from .._figures import Lines, Mark
+from .._metrics import Metric
 from ..data import Dataset
 from ..training import TrainConfig, evaluate, find_data, load_splits
-from ._metrics import Metric
 from ._result import Result
 from ._template import Measurement, Run, Settings, Setup, Trained
 

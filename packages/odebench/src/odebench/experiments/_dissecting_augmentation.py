@@ -10,17 +10,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._figures import Bars, Lines, mean_band
+from .._metrics import Metric
+from .._tables import Col, Row, Table
 from ..training import TrainConfig
 from ._claims import Claim
 from ._images import data_name, trained_datasets
-from ._metrics import Metric
 from ._report import Prose
 from ._runner import register_template
-from ._tables import Col, Row, Table
 from ._template import Measurement, Plot, Run, Template, TrainingSettings
 
 if TYPE_CHECKING:
-    from ._metrics import Values
+    from .._metrics import Values
     from ._result import Result
     from ._template import Setup, Trained
 

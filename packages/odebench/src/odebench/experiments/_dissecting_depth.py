@@ -28,17 +28,17 @@ from torch import Tensor, nn
 
 from .._figures import Lines, Point, Style, seed_lines
 from .._io import pyplot, save_png
+from .._metrics import Metric
+from .._tables import Col, Row, Table
 from ..data import annuli, reflection
 from ..training import Task
 from ._claims import Claim
-from ._metrics import Metric
 from ._run_files import first_model, seed_rows, states_at
 from ._runner import register_template
-from ._tables import Col, Row, Table
 from ._template import Figure, Measurement, Plot, Run, Settings, Template
 
 if TYPE_CHECKING:
-    from ._metrics import Values
+    from .._metrics import Values
     from ._result import Result
     from ._template import Setup, Trained
 

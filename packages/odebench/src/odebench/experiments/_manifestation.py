@@ -15,11 +15,11 @@ import torch
 
 from .._figures import Lines, Mark
 from .._io import pyplot, save_png
+from .._metrics import Metric, Stat
+from .._tables import Col, Row, Table, by_run
 from . import _contnet_common as common
 from ._claims import Claim
-from ._metrics import Metric, Stat
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
 from ._template import Figure, Measurement, Plot, Template
 
 if TYPE_CHECKING:

@@ -19,14 +19,14 @@ from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from .._figures import Lines, Mark, Point, Style
 from .._io import JsonObject
+from .._metrics import Metric
+from .._tables import Col, Table, by_run
 from ..data import pendulum as pendulum_data
 from ..training import Task
 from ._claims import Claim
-from ._metrics import Metric
 from ._result import Result
 from ._run_files import first_model
 from ._runner import register_template
-from ._tables import Col, Table, by_run
 from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
 LABELS = {"euler": "Euler (ResNet)", "midpoint": "Midpoint", "rk4": "RK4"}

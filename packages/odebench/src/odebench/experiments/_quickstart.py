@@ -12,15 +12,15 @@ import torch
 
 from .._figures import Lines, Point, Style
 from .._io import metric_label
+from .._metrics import Metric
+from .._tables import Col, Row, Table, by_run
 from ..data import DataError, annuli, download
 from ..training import TOY_SIZES, TrainConfig, download_root, find_data, search_paths
 from ._claims import Claim
-from ._metrics import Metric
 from ._report import Prose
 from ._result import Result
 from ._run_files import first_model, seed_rows
 from ._runner import register_template
-from ._tables import Col, Row, Table, by_run
 from ._template import Measurement, Plot, Run, Settings, Setup, Template, Trained
 
 TOY = (("node", "toy-node"), ("anode", "toy-anode"))

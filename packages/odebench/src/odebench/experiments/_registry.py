@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -163,13 +162,6 @@ def command(name: str, options: RunOptions) -> str:
         f"--seed {options.seed}": options.seed != 0,
     }
     return " ".join([f"odebench run {name}", *(flag for flag, given in flags.items() if given)])
-
-
-def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
-    """A table cell: the formatted number, or an en dash for a missing one."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return format(value * scale, spec)
 
 
 def combine_reports(run_dirs: list[Path], out: Path) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Generic
 
 from .._io import Json, JsonObject
+from .._metrics import Ref, Stat, Values
 from .._provenance import Provenance
-from ._metrics import Ref, Stat, Values
 from ._registry import RunOptions
 from ._template import Measurement, S, Setup, Template
 from ._verdicts import Verdict

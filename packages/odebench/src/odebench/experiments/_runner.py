@@ -14,10 +14,10 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .._io import JsonObject, write_json, write_text
+from .._metrics import Stat
 from .._provenance import provenance_started
 from ..training import TrainConfig, find_data, fit, resolve_device, train
 from ._images import not_run
-from ._metrics import Stat
 from ._registry import (
     _REGISTRY,
     MODES,

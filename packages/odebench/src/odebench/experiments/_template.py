@@ -15,10 +15,10 @@ from torch import nn
 
 from .._figures import Bars, Lines, draw
 from .._io import whole
+from .._tables import Table
 from ..training import Task, TrainConfig, load_model, resolve_device
 from ._claims import Claim
 from ._registry import MODES, Log, RunOptions
-from ._tables import Table
 
 if TYPE_CHECKING:
     from ._result import Result

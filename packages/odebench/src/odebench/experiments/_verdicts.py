@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._io import JsonObject
-from ._metrics import Stat
+from .._metrics import Stat
 
 ClaimKind = Literal["paper", "check"]
 CLAIM_KINDS: tuple[ClaimKind, ...] = ("paper", "check")

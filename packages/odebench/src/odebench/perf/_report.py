@@ -1,96 +1,98 @@
-"""The benchmark's document as plain-text tables for the terminal."""
+"""The benchmark's document as plain-text tables for the terminal, declared with the
+tables of the experiments' reports (:mod:`odebench._tables`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
-from operator import attrgetter
 from typing import Any
 
-from .._io import JsonObject, text_parts, text_table
-from ._document import Document, FigureRow, GradientRow, json_object
+from .._io import JsonObject, text_parts
+from .._metrics import Coordinate, Metric, Ref, Stat, fmt
+from .._tables import Col, Row, Table
+from ._document import Document, GradientRow, json_object
 from ._solvers import MODE_FIGURES, RATIO_FIGURES
 from ._stats import ratio
 
-Formatter = Callable[[float | None], str]
+Key = tuple[Coordinate, ...]
+Figures = dict[tuple[str, Key], float | None]
+"""The values of a table: by figure (or a row's field) and the row's key."""
+Column = tuple[str, str, str, float]
+"""A column of a table: its header, its figure, the format spec and scale of its values."""
+_MS, _US = (".3g", 1e3), (".1f", 1e6)  # seconds as milliseconds, as microseconds
+_INT, _F1, _F2, _E = ((spec, 1.0) for spec in (".0f", ".1f", ".2f", ".1e"))
 
 
-def _written(spec: str) -> Formatter:
-    """A value in ``format``'s ``spec``; ``-`` for none."""
-    return lambda v: "-" if v is None else format(v, spec)
+@dataclass(frozen=True)
+class _Measured:
+    """A table's source: one value per figure and key, measured once (no seeds)."""
+
+    values: Mapping[tuple[str, Key], float | None]
+
+    def stat(self, ref: Ref) -> Stat:
+        return Stat.of([self.values.get((ref.metric, tuple(v for _, v in ref.at)))])
 
 
-_g, _int, _f1, _f2, _e = map(_written, (".3g", ".0f", ".1f", ".2f", ".1e"))
+def _key(row: Any, names: Sequence[str]) -> Key:
+    """The values of ``row``'s fields ``names``, ``None`` as an empty coordinate."""
+    return tuple("" if getattr(row, n) is None else getattr(row, n) for n in names)
 
 
-def _ms(v: float | None) -> str:
-    """Seconds in milliseconds: three digits, or whole ones from a second on."""
-    ms = None if v is None else v * 1e3
-    return _int(ms) if ms is not None and ms >= 1000 else _g(ms)
+def _values(rows: Iterable[Any], names: Sequence[str], fields: Sequence[str] = ()) -> Figures:
+    """Each row's ``value`` by its ``figure`` and key; with ``fields``, those fields."""
+    if fields:
+        return {(f, _key(r, names)): getattr(r, f) for r in rows for f in fields}
+    return {(r.figure, _key(r, names)): r.value for r in rows}
 
 
-def _keys(rows: Sequence[FigureRow], *names: str) -> list[tuple[Any, ...]]:
-    """The distinct ``names`` tuples, in order, that have at least one supported row."""
-    get = attrgetter(*names)
-    return list(dict.fromkeys(get(r) for r in rows if getattr(r, "supported", True)))
+def _rows(rows: Iterable[Any], names: Sequence[str]) -> list[Row]:
+    """A row per distinct ``names`` of the supported ``rows``, in order."""
+    keys = dict.fromkeys(_key(r, names) for r in rows if getattr(r, "supported", True))
+    return [Row(tuple(map(str, key)), at=dict(zip(names, key))) for key in keys]
 
 
-def _values(rows: Sequence[FigureRow], *names: str) -> Callable[..., float | None]:
-    """``value(*key)``: the value of the row whose ``names`` are ``key``, or ``None``."""
-    index: dict[Hashable, float | None] = {attrgetter(*names)(r): r.value for r in rows}
-    return lambda *key: index.get(key)
-
-
-Column = tuple[str, str, Formatter]
-"""A column of a table: its header, its figure (or field), how a value is written."""
-
-
-def _grid(
-    rows: Sequence[FigureRow], names: tuple[str, ...], columns: Sequence[Column]
-) -> tuple[list[str], list[list[str]]]:
-    """The header, and a line per distinct ``names`` of the supported ``rows`` with a cell
-    per column."""
-    value = _values(rows, *names, "figure")
-    lines = [
-        [*key, *(fmt(value(*key, figure)) for _, figure, fmt in columns)]
-        for key in _keys(rows, *names)
+def _blank(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with their first two labels left empty where they repeat the row above's."""
+    above = [None, *(row.label[:2] for row in rows)]
+    return [
+        dataclasses.replace(row, label=("", "", *row.label[2:])) if row.label[:2] == a else row
+        for row, a in zip(rows, above)
     ]
-    return [*names, *(c[0] for c in columns)], lines
 
 
-def _range(doc: Document, problem: str, key: str) -> str:
-    """``low-high`` in microseconds of ``key`` over the cells of ``problem``, or ``-``."""
-    values = [getattr(e, key) for e in doc.evaluations if e.problem == problem]
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    return f"{min(values) * 1e6:.1f}-{max(values) * 1e6:.1f}"
-
-
-def _blank_repeats(rows: list[list[str]]) -> list[list[str]]:
-    """Rows with problem and method left blank where they repeat the row above's."""
-    out, previous = [], None
-    for row in rows:
-        out.append(["", "", *row[2:]] if row[:2] == previous else row)
-        previous = row[:2]
-    return out
+def _cols(names: Sequence[str], columns: Iterable[Column]) -> list[Col]:
+    """A column of each figure of ``columns``, of rows keyed by ``names``."""
+    return [Col(h, Metric(f, tuple(names), spec, scale)) for h, f, spec, scale in columns]
 
 
 _TEXT = text_parts((resources.files(__package__) / "text" / "report.md").read_text("utf-8"))[1]
 """The words above each table, by section (``text/report.md``)."""
 
 
-def _table(
-    section: str,
-    header: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    after: Sequence[str] = (),
-) -> list[str]:
+def _section(name: str, table: Table, values: Figures, after: Sequence[str] = ()) -> list[str]:
     """A section of the report: its words, the table, ``after`` and a blank line; nothing
     without rows or ``after``."""
-    if not rows and not after:
+    if not table.rows and not after:
         return []
-    return [*_TEXT[section].splitlines(), text_table(header, rows), *after, ""]
+    return [*_TEXT[name].splitlines(), table.text(_Measured(values)), *after, ""]
+
+
+def _grid(
+    section: str,
+    rows: Sequence[Any],
+    names: tuple[str, ...],
+    columns: Iterable[Column],
+    after: Sequence[str] = (),
+    blank: bool = False,
+) -> list[str]:
+    """A section of a line per distinct ``names`` of ``rows`` and a column per figure
+    (with ``blank``, the first two left blank where they repeat the line above's)."""
+    lines = _blank(_rows(rows, names)) if blank else _rows(rows, names)
+    return _section(
+        section, Table(names, lines, _cols(names, columns)), _values(rows, names), after
+    )
 
 
 def format_report(doc: JsonObject) -> str:
@@ -121,115 +123,129 @@ def _heading(d: Document) -> list[str]:
     ]
 
 
+_EVAL = {"eval": "eval_time_s", "eval+VJP": "eval_vjp_time_s"}
+
+
 def _problems(d: Document) -> list[str]:
-    rows = [
-        [
-            p.name,
-            p.description,
-            _f1(p.eval_time_s * 1e6),
-            _f1(p.eval_vjp_time_s * 1e6),
-            _range(d, p.name, "eval_time_s"),
-            _range(d, p.name, "eval_vjp_time_s"),
+    def cells(problem: str, field: str) -> str:
+        """``low-high`` of ``field`` over the cells of ``problem``, in microseconds."""
+        values = [
+            v
+            for e in d.evaluations
+            if e.problem == problem and (v := getattr(e, field)) is not None
         ]
+        return "-".join(fmt(v, *_US) for v in (min(values), max(values))) if values else "–"
+
+    rows = [
+        Row(
+            p.name,
+            at={"problem": p.name},
+            text={"description": p.description}
+            | {f"{h}, cells": cells(p.name, f) for h, f in _EVAL.items()},
+        )
         for p in d.problems
     ]
-    header = ["problem", "description", "eval us", "eval+VJP us", "eval, cells", "eval+VJP, cells"]
+    columns = [
+        Col("description"),
+        *_cols(("problem",), ((f"{h} us", f, *_US) for h, f in _EVAL.items())),
+        *(Col(f"{h}, cells") for h in _EVAL),
+    ]
     refs: dict[str, list[str]] = {}
     for p in d.problems:
         refs.setdefault(p.reference, []).append(p.name)
     after = [f"error reference of {', '.join(names)}: {ref}" for ref, names in refs.items()]
-    return _table("problems", header, rows, after)
+    values = _values(d.problems, ("name",), tuple(_EVAL.values()))
+    return _section("problems", Table("problem", rows, columns), values, after)
 
 
+_KEY = ("problem", "method", "library")
 _SPEED: tuple[Column, ...] = (
-    ("fwd ms", "forward_time_s", _ms),
-    ("NFE", "nfe_forward", _int),
-    ("ovh", "forward_overhead", _f2),
-    ("us/ev", "forward_cost_per_eval_us", _f1),
-    ("error", "error", _e),
-    ("bp ms", "backprop_time_s", _ms),
-    ("ovh", "backprop_overhead", _f2),
-    ("adj ms", "adjoint_time_s", _ms),
-    ("NFEb", "adjoint_nfe_backward", _int),
-    ("ovh", "adjoint_overhead", _f2),
-    ("gdiff", "adjoint_grad_diff", _e),
-    ("semi ms", "adjoint_seminorm_time_s", _ms),
-    ("NFEb", "adjoint_seminorm_nfe_backward", _int),
-    ("ckpt ms", "checkpoint_time_s", _ms),
-    ("NFEb", "checkpoint_nfe_backward", _int),
-    ("ovh", "checkpoint_overhead", _f2),
-    ("gdiff", "checkpoint_grad_diff", _e),
-    ("rev ms", "reversible_time_s", _ms),
-    ("NFEb", "reversible_nfe_backward", _int),
-    ("ovh", "reversible_overhead", _f2),
-    ("gdiff", "reversible_grad_diff", _e),
+    ("fwd ms", "forward_time_s", *_MS),
+    ("NFE", "nfe_forward", *_INT),
+    ("ovh", "forward_overhead", *_F2),
+    ("us/ev", "forward_cost_per_eval_us", *_F1),
+    ("error", "error", *_E),
+    ("bp ms", "backprop_time_s", *_MS),
+    ("ovh", "backprop_overhead", *_F2),
+    ("adj ms", "adjoint_time_s", *_MS),
+    ("NFEb", "adjoint_nfe_backward", *_INT),
+    ("ovh", "adjoint_overhead", *_F2),
+    ("gdiff", "adjoint_grad_diff", *_E),
+    ("semi ms", "adjoint_seminorm_time_s", *_MS),
+    ("NFEb", "adjoint_seminorm_nfe_backward", *_INT),
+    ("ckpt ms", "checkpoint_time_s", *_MS),
+    ("NFEb", "checkpoint_nfe_backward", *_INT),
+    ("ovh", "checkpoint_overhead", *_F2),
+    ("gdiff", "checkpoint_grad_diff", *_E),
+    ("rev ms", "reversible_time_s", *_MS),
+    ("NFEb", "reversible_nfe_backward", *_INT),
+    ("ovh", "reversible_overhead", *_F2),
+    ("gdiff", "reversible_grad_diff", *_E),
 )
 
 
 def _speed(d: Document) -> list[str]:
     """Every figure of ``results``, one line per problem, method and library."""
-    header, rows = _grid(d.results, ("problem", "method", "library"), _SPEED)
-    return _table("speed", header, _blank_repeats(rows))
+    return _grid("speed", d.results, _KEY, _SPEED, blank=True)
+
+
+_SPLIT: tuple[Column, ...] = (
+    ("ovh", "forward_overhead", *_F2),
+    ("floor", "floor", *_F2),
+    ("solver", "forward_solver_overhead", *_F2),
+    ("rest", "rest", *_F2),
+    ("solver us/ev", "forward_solver_cost_per_eval_us", *_F1),
+)
 
 
 def _forward_split(d: Document) -> list[str]:
     """The table that splits each forward overhead factor into floor, solver and the rest."""
-    chained = {
+    chained: dict[Key, float | None] = {
         (e.problem, e.method): ratio(e.chained_eval_time_s, e.eval_time_s)
         for e in d.evaluations
         if e.mode == "forward"
     }
-    value = _values(d.results, "problem", "method", "library", "figure")
-    rows = []
-    for key in _keys(d.results, "problem", "method", "library"):
-        overhead = value(*key, "forward_overhead")
-        solver = value(*key, "forward_solver_overhead")
+    values, rows = _values(d.results, _KEY), []
+    for row in _rows(d.results, _KEY):
+        key = tuple(row.at.values())
+        overhead, solver = (
+            values.get((f, key)) for f in ("forward_overhead", "forward_solver_overhead")
+        )
         if overhead is None or solver is None:
             continue
-        floor = chained.get(key[:2])
-        rest = None if floor is None else overhead - floor - solver
-        per_eval = value(*key, "forward_solver_cost_per_eval_us")
-        rows.append([*key, *map(_f2, (overhead, floor, solver, rest)), _f1(per_eval)])
-    header = ["problem", "method", "library", "ovh", "floor", "solver", "rest", "solver us/ev"]
-    return _table("forward_split", header, _blank_repeats(rows))
+        floor = values["floor", key] = chained.get(key[:2])
+        values["rest", key] = None if floor is None else overhead - floor - solver
+        rows.append(row)
+    return _section("forward_split", Table(_KEY, _blank(rows), _cols(_KEY, _SPLIT)), values)
 
 
 _RATIO_HEADERS = "fwd, NFE, error, fwd ovh, us/ev, solver us/ev, bp, adj, adj NFEb, semi, semi NFEb"
 """The ratios table's header of each of ``RATIO_FIGURES``, in order."""
-_RATIOS: tuple[Column, ...] = tuple(
-    (header, figure, _f2)
-    for header, figure in zip(_RATIO_HEADERS.split(", "), RATIO_FIGURES, strict=True)
-)
 
 
 def _ratios(d: Document) -> list[str]:
-    return _table("ratios", *_grid(d.ratios, ("problem", "method", "peer"), _RATIOS))
+    headers = _RATIO_HEADERS.split(", ")
+    columns = ((h, f, *_F2) for h, f in zip(headers, RATIO_FIGURES, strict=True))
+    return _grid("ratios", d.ratios, ("problem", "method", "peer"), columns)
 
 
 _COMPILED: tuple[Column, ...] = (
-    ("eager ms", "eager_time_s", _ms),
-    ("compiled ms", "compiled_time_s", _ms),
-    ("ratio", "ratio", _f2),
-    ("first s", "first_call_s", _g),
-    ("y1 diff", "y1_max_abs_diff", _e),
-    ("grad diff", "grad_rel_diff", _e),
+    ("eager ms", "eager_time_s", *_MS),
+    ("compiled ms", "compiled_time_s", *_MS),
+    ("ratio", "ratio", *_F2),
+    ("first s", "first_call_s", ".3g", 1.0),
+    ("y1 diff", "y1_max_abs_diff", *_E),
+    ("grad diff", "grad_rel_diff", *_E),
 )
 
 
 def _compiled(d: Document) -> list[str]:
     """``--compile``: compiled odecore against eager odecore, one line per cell."""
-    rows = [
-        [
-            r.problem,
-            r.method,
-            r.mode,
-            *(fmt(getattr(r, a)) for _, a, fmt in _COMPILED),
-            r.note or "",
-        ]
-        for r in d.compiled
-    ]
-    header = ["problem", "method", "mode", *(c[0] for c in _COMPILED), "note"]
-    return _table("compiled", header, rows)
+    key = ("problem", "method", "mode")
+    notes = {_key(r, key): r.note or "" for r in d.compiled}
+    note = Col("note", cell=lambda _, row: notes[tuple(row.at.values())])
+    table = Table(key, _rows(d.compiled, key), [*_cols(key, _COMPILED), note])
+    return _section("compiled", table, _values(d.compiled, key, [c[1] for c in _COMPILED]))
 
 
 _STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "error"))
@@ -238,47 +254,44 @@ _STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "e
 
 def _stiff(d: Document) -> list[str]:
     """The stiff problems' sweep: one line per problem and configuration."""
-    return _table("stiff", *_grid(d.stiff, ("problem", "method", "library"), _STIFF))
+    return _grid("stiff", d.stiff, _KEY, _STIFF)
 
 
 def _memory(d: Document) -> list[str]:
-    value = _values(d.memory, "library", "gradient", "n_steps", "figure")
-    steps = sorted({r.n_steps for r in d.memory if r.n_steps is not None})
-    pairs = _keys(d.memory, "library", "gradient")
+    key = ("library", "gradient")
     order = d.libraries(d.memory)
-    pairs.sort(key=lambda p: order.index(p[0]))
-    rows = [
-        [
-            *pair,
-            *(_f1(value(*pair, n, "peak_delta_mib")) for n in steps),
-            _g(value(*pair, None, "mib_per_step")),
-            _g(value(*pair, None, "delta_growth")),
-        ]
-        for pair in pairs
+    rows = sorted(_rows(d.memory, key), key=lambda row: order.index(str(row.at["library"])))
+    steps = sorted({r.n_steps for r in d.memory if r.n_steps is not None})
+    at = ("library", "gradient", "n_steps")
+    columns = [
+        *(Col(f"{n} steps", Metric("peak_delta_mib", at, *_F1), at={"n_steps": n}) for n in steps),
+        *(
+            Col(h, Metric(f, at, ".3g"), at={"n_steps": ""})
+            for h, f in (("MiB/step", "mib_per_step"), ("growth", "delta_growth"))
+        ),
     ]
-    header = ["library", "gradient", *(f"{n} steps" for n in steps), "MiB/step", "growth"]
-    return _table("memory", header, rows)
+    return _section("memory", Table(key, rows, columns), _values(d.memory, at))
 
 
 _GRADIENTS: tuple[Column, ...] = (
-    ("abs err", "grad_abs_error", _e),
-    ("rel err", "grad_rel_error", _e),
-    ("NFE", "nfe_forward", _int),
-    ("NFEb", "nfe_backward", _int),
-    ("b/f", "nfe_backward_over_forward", _f2),
-    ("s", "time_s", _g),
+    ("abs err", "grad_abs_error", *_E),
+    ("rel err", "grad_rel_error", *_E),
+    ("NFE", "nfe_forward", *_INT),
+    ("NFEb", "nfe_backward", *_INT),
+    ("b/f", "nfe_backward_over_forward", *_F2),
+    ("s", "time_s", ".3g", 1.0),
 )
 
 
 def _gradients(d: Document) -> list[str]:
+    key = ("problem", "library", "gradient")
     checked = [r for r in d.gradients if r.library != "finite differences"]
-    header, rows = _grid(checked, ("problem", "library", "gradient"), _GRADIENTS)
     after = [_reference(r) for r in d.gradients if r.library == "finite differences"]
-    return _table("gradients", header, rows, after)
+    return _grid("gradients", checked, key, _GRADIENTS, after)
 
 
 def _reference(r: GradientRow) -> str:
-    value = _g(r.value) if r.figure == "time_s" else _e(r.value)
+    value = fmt(r.value, ".3g") if r.figure == "time_s" else fmt(r.value, ".1e")
     return f"  {r.problem} reference {r.figure}: {value} ({r.note})"
 
 

@@ -1,16 +1,24 @@
-"""Declared tables of a report: rows of runs and coordinates, columns of metrics."""
+"""Declared tables: rows of runs and coordinates, columns of metrics, rendered from a
+:class:`Source` of values (an experiment's result, or perf's measured rows) to Markdown
+and to the terminal."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .._io import markdown_table, text_table
+from ._io import markdown_table, text_table
 from ._metrics import Coordinate, Metric, Ref, Stat, Values, _text
 
-if TYPE_CHECKING:
-    from ._result import Result
+
+class Source(Protocol):
+    """What a table reads: the statistics of a metric of a run at given coordinates (an
+    experiment's ``Result``; a one-sample :class:`Stat` per measured value in perf)."""
+
+    def stat(self, ref: Ref) -> Stat:
+        """The :class:`Stat` of ``ref`` (all missing if there is none)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -18,23 +26,28 @@ class Row:
     """One row of a :class:`Table`.
 
     Args:
-        label: the first cell.
+        label: the first cell, or the first cells of a table with several label columns.
         run: the run whose metrics the row shows (a column may name another).
         at: the coordinates of the row's metrics (a column adds its own).
         text: cells by column header, shown instead of what the column would show.
-        label_of: ``label_of(result)``, the first cell instead of ``label``.
+        label_of: ``label_of(source)``, the first cell instead of ``label``.
     """
 
-    label: str
+    label: str | tuple[str, ...]
     run: str = ""
     at: Mapping[str, Coordinate] = field(default_factory=dict)
     text: Mapping[str, str] = field(default_factory=dict)
-    label_of: Callable[[Result[Any]], str] | None = None
+    label_of: Callable[[Any], str] | None = None
+
+    def labels(self, source: Source) -> tuple[str, ...]:
+        """The row's label cells."""
+        label = self.label if self.label_of is None else self.label_of(source)
+        return label if isinstance(label, tuple) else (label,)
 
 
 @dataclass(frozen=True)
 class Col:
-    """One column of a :class:`Table`: a metric, a text, or a cell computed from the result.
+    """One column of a :class:`Table`: a metric, a text, or a cell computed from the source.
 
     Args:
         header: the column's header.
@@ -43,7 +56,7 @@ class Col:
         run: the run it shows, whatever the row's; ``{run}`` in it stands for the
             row's run (``"{run}/resnet"``).
         text: the cell where the row has no text under ``header``.
-        cell: ``cell(result, row) -> str``, for what is neither a metric nor a text.
+        cell: ``cell(source, row) -> str``, for what is neither a metric nor a text.
         parts: columns whose cells this one joins by ``sep`` (see :meth:`joined`).
         sep: what goes between two cells of ``parts``.
         spread: a ``metric`` shows ``mean ± std`` over the seeds; ``False``: the mean alone.
@@ -60,7 +73,7 @@ class Col:
     at: Mapping[str, Coordinate] = field(default_factory=dict)
     run: str = ""
     text: str = "–"
-    cell: Callable[[Result[Any], Row], str] | None = None
+    cell: Callable[[Any, Row], str] | None = None
     parts: Sequence[Col] = ()
     sep: str = " / "
     spread: bool = True
@@ -131,17 +144,17 @@ class Col:
         run = self.run.replace("{run}", row.run) if self.run else row.run
         return [self.metric.of(run, **{**row.at, **self.at})]
 
-    def render(self, result: Result[Any], row: Row) -> str:
+    def render(self, source: Source, row: Row) -> str:
         """The cell of ``row`` in this column."""
         if self.header in row.text:
             return row.text[self.header]
         if self.cell is not None:
-            return self.cell(result, row)
+            return self.cell(source, row)
         if self.parts:
-            return self.sep.join(part.render(result, row) for part in self.parts)
+            return self.sep.join(part.render(source, row) for part in self.parts)
         if self.metric is not None:
             (ref,) = self.refs(row)
-            return result.stat(ref).cell(*ref.format, spread=self.spread)
+            return source.stat(ref).cell(*ref.format, spread=self.spread)
         return self.text
 
 
@@ -150,7 +163,8 @@ class Table:
     """A table of a report.
 
     Args:
-        header: the header of the first column, the rows' labels.
+        header: the header of the first column, the rows' labels (or of the first
+            columns, for rows labelled by several cells).
         rows: the rows, in order.
         columns: the columns after the first, in order.
 
@@ -166,27 +180,27 @@ class Table:
         ['test error', 'paper']
     """
 
-    header: str
+    header: str | tuple[str, ...]
     rows: Sequence[Row]
     columns: Sequence[Col]
 
-    def render(self, result: Result[Any]) -> list[list[str]]:
+    def render(self, source: Source) -> list[list[str]]:
         """The header, then every row, as cells."""
         cells = [
-            [row.label if row.label_of is None else row.label_of(result)]
-            + [col.render(result, row) for col in self.columns]
+            [*row.labels(source), *(col.render(source, row) for col in self.columns)]
             for row in self.rows
         ]
-        return [[self.header, *(col.header for col in self.columns)], *cells]
+        labels = self.header if isinstance(self.header, tuple) else (self.header,)
+        return [[*labels, *(col.header for col in self.columns)], *cells]
 
-    def markdown(self, result: Result[Any]) -> str:
-        """The table in Markdown, for the report."""
-        header, *rows = self.render(result)
+    def markdown(self, source: Source) -> str:
+        """The table in Markdown, for a report."""
+        header, *rows = self.render(source)
         return markdown_table(header, rows)
 
-    def text(self, result: Result[Any]) -> str:
+    def text(self, source: Source) -> str:
         """The table aligned for a terminal."""
-        header, *rows = self.render(result)
+        header, *rows = self.render(source)
         return text_table(header, rows)
 
 

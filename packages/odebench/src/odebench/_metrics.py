@@ -7,10 +7,23 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .._io import JsonObject
-from ._registry import fmt
+from ._io import JsonObject
 
 Coordinate = float | str  # a tolerance, a step count, a name
+
+
+def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
+    """A table cell: the formatted number, or an en dash for a missing one.
+
+    Example:
+        >>> fmt(0.01234, ".3g", 1e3), fmt(12.345, ".3g", 1e3), fmt(None)
+        ('12.3', '12345', '–')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    text = format(value * scale, spec)
+    # "g" writes whole numbers from 10**precision on, without an exponent
+    return format(value * scale, ".0f") if spec.endswith("g") and "e+" in text else text
 
 
 def _text(value: Coordinate) -> str:
@@ -33,7 +46,8 @@ class Metric:
             ``{name}`` and those of ``over``; default ``"{name}@{c1}@{c2}..."``.
 
     Raises:
-        ValueError: a ``key_format`` whose fields are not ``name`` and ``over``.
+        ValueError: a coordinate called ``name``, or a ``key_format`` whose fields are
+            not ``name`` and ``over``.
 
     Example:
         >>> error = Metric("test_error", over=("tol",), spec=".2f", scale=100, unit="%")
@@ -56,6 +70,8 @@ class Metric:
     key_format: str = ""
 
     def __post_init__(self) -> None:
+        if "name" in self.over:
+            raise ValueError(f"metric {self.name!r}: no coordinate may be called `name`.")
         if not self.key_format:
             fields = "".join(f"@{{{c}}}" for c in self.over)
             object.__setattr__(self, "key_format", "{name}" + fields)
