@@ -52,14 +52,14 @@ def _defaults() -> dict[str, object]:
 _COMMAND_LINES = [
     (
         "--model odenet --dataset mnist --epochs 3 --batch-size 7 --eval-batch-size 9 "
-        "--lr 0.5 --optimizer adam --momentum 0.5 --weight-decay 0.01 --milestones 3,5 "
+        "--lr 0.5 --optimizer sgd --momentum 0.5 --weight-decay 0.01 --milestones 3,5 "
         "--gamma 0.2 --seed 5 --device cpu --data-dir dd --train-size 100 --test-size 50 "
         "--augment --activation softplus --method rk4 "
         "--gradient adjoint --n-steps 4 --solver-option max_num_steps=1000 --bf16 "
         "--compile --no-progress --out oo --resume",
         {
             "model": "odenet", "dataset": "mnist", "epochs": 3, "batch_size": 7,
-            "eval_batch_size": 9, "lr": 0.5, "optimizer": "adam", "momentum": 0.5,
+            "eval_batch_size": 9, "lr": 0.5, "optimizer": "sgd", "momentum": 0.5,
             "weight_decay": 0.01, "milestones": (3, 5), "gamma": 0.2, "seed": 5,
             "device": "cpu", "data_dir": "dd", "train_size": 100, "test_size": 50,
             "augment": True, "activation": "softplus", "method": "rk4",
@@ -72,9 +72,9 @@ _COMMAND_LINES = [
     ),
     (
         "--model continuousnet --dataset cifar10 --method rk4 --n-steps 2 "
-        "--refine-epochs 2,4 --progress --overwrite",
+        "--refine-epochs 2,4 --optimizer adam --progress --overwrite",
         {"model": "continuousnet", "dataset": "cifar10", "method": "rk4", "n_steps": 2,
-         "refine_epochs": (2, 4), "progress": True},
+         "refine_epochs": (2, 4), "optimizer": "adam", "progress": True},
         Path("runs/continuousnet-cifar10"),
         {"resume": False, "overwrite": True},
     ),

@@ -105,6 +105,9 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ),
         ({"model": "continuousnet", "n_steps": 0}, r"`n_steps` must be a positive integer"),
         ({"model": "continuousnet", "compile": True}, r"`compile` does not apply to `model`"),
+        # Adam has no momentum, and gamma acts only at a milestone.
+        ({"optimizer": "adam", "momentum": 0.5}, r"`momentum` changes nothing: `optimizer` is 'a"),
+        ({"gamma": 0.5}, r"`gamma` changes nothing: no `milestones`; leave"),
     ],
 )
 def test_bad_configuration(changes, match):

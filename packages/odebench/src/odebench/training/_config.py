@@ -316,6 +316,10 @@ class TrainConfig:
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         check_fields(self, _CHECKS)
+        unused = {"momentum": self.optimizer == "adam", "gamma": not self.milestones}
+        for name, why in (("momentum", "`optimizer` is 'adam'"), ("gamma", "no `milestones`")):
+            if unused[name] and getattr(self, name) != _default(name):
+                raise ValueError(f"`{name}` changes nothing: {why}; leave it unset.")
         if self.refine_epochs and self.model not in CONTINUOUS_NETS:
             raise ValueError(
                 f"`refine_epochs` applies to the ContinuousNet models only "
