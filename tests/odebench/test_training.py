@@ -345,6 +345,30 @@ def test_resuming_a_finished_run_with_more_epochs_continues_it(tmp_path, toy_run
     assert _untimed([continued["final"]]) == _untimed([full["final"]])
 
 
+def test_a_resume_refuses_other_data_files_and_takes_the_same_ones_elsewhere(tmp_path, digits):
+    # --data-dir may change on resume (the files moved), but not what it holds.
+    same, other = tmp_path / "same", tmp_path / "other"
+    shutil.copytree(digits, same)
+    shutil.copytree(digits, other)
+    labels = bytearray((other / "train-labels-idx1-ubyte").read_bytes())
+    labels[8] = (labels[8] + 1) % 10  # one training label of another value
+    (other / "train-labels-idx1-ubyte").write_bytes(labels)
+    config = TrainConfig(
+        model="mlp", dataset="mnist", data_dir=str(digits), train_size=64, test_size=32,
+        batch_size=32, momentum=0.0, device="cpu", progress=False,
+    )  # fmt: skip
+    out = tmp_path / "run"
+    train(config, out, log=lambda line: None)
+    moved = TrainConfig(**{**config.to_dict(), "epochs": 2, "data_dir": str(other)})
+    with pytest.raises(ValueError, match=r"--resume with settings that differ .*data_sha256"):
+        train(moved, out, resume=True, log=lambda line: None)
+    assert len(json.loads((out / "metrics.json").read_text())) == 1  # left as it was
+    moved = TrainConfig(**{**moved.to_dict(), "data_dir": str(same)})
+    results = train(moved, out, resume=True, log=lambda line: None)
+    assert results["epochs"] == 2
+    assert {Path(f["path"]).parent for f in results["data_files"]} == {same.resolve()}
+
+
 def _train_cmd(out: Path, epochs: int) -> list[str]:
     return _cli(
         "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .. import _io, _provenance
 from .._figures import curve_panels, draw
-from .._io import JsonObject
+from .._io import Json, JsonObject
 from ..data import Augment, Dataset
 from ..models import MODELS, build_model, count_parameters, nfe
 from ._config import TrainConfig
@@ -147,12 +147,16 @@ def train(
         OSError: a file of the run cannot be written (a full disk); the file it
             would have replaced is kept, and the message names it.
     """
+    splits = load_splits(config)  # read first: a resume checks the files are the run's
+    files: list[Json] = [s["sha256"] for split in splits for s in split.sources]
+    settings: JsonObject = {**config.to_dict(), "data_sha256": files}
+    defaults = TrainConfig(model=config.model, dataset=config.dataset).to_dict()
     with held(
-        out, device=config.device, batch_size=config.batch_size, settings=config.to_dict(),
+        out, device=config.device, batch_size=config.batch_size, settings=settings,
         epochs=config.epochs, resume=resume, overwrite=overwrite, log=log,
-        defaults=TrainConfig(model=config.model, dataset=config.dataset).to_dict(),
+        defaults={**defaults, "data_sha256": files},  # a run saved before it was recorded
     ) as device:  # fmt: skip
-        train_set, test_set = (split.to(device) for split in load_splits(config))
+        train_set, test_set = (split.to(device) for split in splits)
         dims = _dims(train_set)
 
         def row(epoch: Epoch) -> JsonObject:  # of the model as it stands, refined or not
@@ -167,6 +171,7 @@ def train(
             log(_line(rows[-1], config.epochs))
 
         task = _task(config, (train_set, test_set), dims, device, row=row, after_epoch=after_epoch)
+        task = dataclasses.replace(task, settings=settings)  # saved in its checkpoints
         training = Training(task, out, device=device, log=log, progress=config.progress)
         parameters = count_parameters(training.model)  # of the model as it starts
         published = MODELS[config.model].published_params
