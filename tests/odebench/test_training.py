@@ -509,6 +509,21 @@ def test_two_processes_train_the_same_weights_as_one(tmp_path, digits):
     assert config["environment"]["processes"] == 2
 
 
+@pytest.mark.slow
+def test_two_processes_count_the_test_nfe_per_batch_as_one(tmp_path):
+    # Euler in 4 steps: 4 evaluations per forward pass, whoever runs it. The 501 test
+    # points split into 251 and 250, 2 and 1 batches of at most 250.
+    common = [
+        "train", "--model", "toy-node", "--dataset", "annuli-1d", "--optimizer", "adam",
+        "--method", "euler", "--n-steps", "4", "--batch-size", "100", "--train-size", "200",
+        "--test-size", "501", "--eval-batch-size", "250", "--device", "cpu", "--no-progress",
+    ]  # fmt: skip
+    two = _two_processes("-m", "odebench", *common, "--out", str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    final = json.loads((tmp_path / "two" / "results.json").read_text())["final"]
+    assert (final["nfe_forward"], final["test_nfe"]) == (4, 4)
+
+
 # Refinement: a ContinuousNet whose N_t = M double at the start of given epochs.
 def _refining(digits: Path, epochs: int = 3) -> TrainConfig:
     return TrainConfig(

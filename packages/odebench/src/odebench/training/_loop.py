@@ -109,11 +109,12 @@ def evaluate(
             tally.add(loss, extras, len(y), (nfe(model)[0], 0))
     model.train(was_training)
     summed = tally.close(0, process)
-    batches = max(math.ceil(len(data) / batch_size), 1)
+    shares = (len(range(rank, len(data), process.world)) for rank in range(process.world))
+    batches = sum(math.ceil(share / batch_size) for share in shares)  # of every process
     return {
         "loss": summed.loss,
         "acc": summed.sums.get("correct", 0.0) / max(summed.count, 1) if classify else None,
-        "nfe": summed.nfe_forward / batches / process.world if summed.nfe_forward else None,
+        "nfe": summed.nfe_forward / batches if summed.nfe_forward else None,
     }
 
 
