@@ -78,3 +78,30 @@ def test_a_task_with_refinement_epochs_and_no_refine_is_refused():
             loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
             optimizer=torch.optim.SGD, epochs=2, batch_size=4, refine_epochs=(1,),
         )  # fmt: skip
+
+
+def test_a_resumed_task_must_train_on_the_same_data(tmp_path):
+    """Before, a task resumed on other data (an experiment's data set found elsewhere)
+    went on training on it without a word."""
+    import functools
+
+    import torch
+    from odebench.training import Task, fit
+    from torch import nn
+
+    x = torch.linspace(-1, 1, 64)[:, None]
+
+    def task(y: torch.Tensor, epochs: int) -> Task:
+        return Task(
+            model=lambda: nn.Linear(1, 1), data=(x, y),
+            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+            optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=epochs,
+            batch_size=16, settings={"lr": 0.1},
+        )  # fmt: skip
+
+    quiet = {"log": lambda line: None, "progress": False}
+    fit(task(3 * x, 1), tmp_path, **quiet)
+    with pytest.raises(ValueError, match=r"settings that differ .*data_sha256"):
+        fit(task(2 * x, 2), tmp_path, resume=True, **quiet)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    assert len(fit(task(3 * x, 2), tmp_path, resume=True, **quiet).rows) == 2

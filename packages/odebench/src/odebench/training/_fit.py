@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import hashlib
 import importlib
 import math
 import os
@@ -802,9 +803,15 @@ def fit(
         Interrupted: on SIGINT or SIGTERM, after the checkpoint is saved.
         TrainingFailedError: a non-finite loss or weight, or a solver's failure.
     """
+    digest = hashlib.sha256()
+    for tensor in task.data:  # a resume checks that it trains on the same data
+        digest.update(tensor.detach().cpu().contiguous().numpy().data)
+    data = {"data_sha256": digest.hexdigest()}
+    task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,
         settings=task.settings, epochs=task.epochs, resume=resume, overwrite=overwrite, log=log,
+        defaults=data,  # a run saved before it was recorded
     ) as where:  # fmt: skip
         training = Training(task, out, device=where, log=log, progress=progress)
         if resume:
