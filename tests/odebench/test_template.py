@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from odebench.experiments import (
     Template,
     Trained,
     Values,
+    _runner,
     register_template,
     run_experiment,
 )
@@ -240,6 +242,24 @@ def test_bf16_reaches_every_configured_run(tmp_path: Path, registered: str) -> N
     config = json.loads((tmp_path / "b" / "node" / "seed0" / "config.json").read_text())
     assert config["config"]["bf16"] is True
     assert result["command"] == "odebench run tiny-template --quick --bf16"
+
+
+def test_bf16_autocasts_the_loss_of_a_runs_own_task() -> None:
+    seen = []
+
+    def loss(net: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        out = net(batch[0])
+        seen.append(out.dtype)
+        return out.float().square().mean()
+
+    task = dataclasses.replace(_line(0), loss=loss)
+    net, batch = nn.Linear(1, 1), (torch.ones(4, 1), torch.ones(4, 1))
+    cast = _runner._bf16(task)
+    cast.loss(net, batch)
+    task.loss(net, batch)
+    assert seen == [torch.bfloat16, torch.float32]
+    # its settings say so: a resume with or without the flag compares them
+    assert cast.settings == {**task.settings, "bf16": True}
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ class RunOptions:
         resume: continue the runs from their checkpoints.
         overwrite: move what ``out`` holds aside to ``<out>.old-<time>`` first.
         progress: a progress bar per epoch on stderr: ``None``: only on a terminal.
-        bf16: bfloat16 autocast in every run trained from a configuration.
+        bf16: bfloat16 autocast in every training run (its loss, for a run's own task).
 
     Example:
         >>> RunOptions(out=Path("runs/quickstart")).mode_name

@@ -13,10 +13,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
+import torch
+
 from .._io import JsonObject, write_json, write_text
 from .._metrics import Stat
 from .._provenance import provenance_started
-from ..training import TrainConfig, find_data, fit, resolve_device, train
+from ..training import Task, TrainConfig, find_data, fit, resolve_device, train
 from ._images import not_run
 from ._registry import (
     _REGISTRY,
@@ -244,7 +246,8 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     options = setup.options
     if run.task is not None:
         done = fit(
-            run.task, out, resume=options.resume, log=prefixed(setup.log, tag),
+            _bf16(run.task) if options.bf16 else run.task,
+            out, resume=options.resume, log=prefixed(setup.log, tag),
             device=options.device, progress=options.progress,
         )  # fmt: skip
         return Trained(run, seed, out, None, {}, done.rows, done.model.eval(), done.seconds)
@@ -260,6 +263,17 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     seconds = result["train_seconds"]
     assert isinstance(seconds, (int, float))  # train() sums the epochs' times
     return Trained(run, seed, out, config, result, history, seconds=seconds)
+
+
+def _bf16(task: Task) -> Task:
+    """``task`` with its loss under bfloat16 autocast, on its batch's device, as ``--bf16``
+    trains a configured run; its settings say so, and a resume compares them."""
+
+    def loss(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> Any:
+        with torch.autocast(batch[0].device.type, dtype=torch.bfloat16):
+            return task.loss(model, batch)
+
+    return dataclasses.replace(task, loss=loss, settings={**task.settings, "bf16": True})
 
 
 def check_declaration(template: Template[Any], mode: str) -> None:

@@ -805,7 +805,7 @@ def fit(
     """
     digest = hashlib.sha256()
     for tensor in task.data:  # a resume checks that it trains on the same data
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
     data = {"data_sha256": digest.hexdigest()}
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
