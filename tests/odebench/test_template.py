@@ -440,7 +440,7 @@ def test_a_difference_is_paired_per_seed() -> None:
     verdict = claim.check(seeds)
     assert verdict.ours.values == pytest.approx((0.01, 0.01, 0.01))
     assert verdict.ours.std == pytest.approx(0.0, abs=1e-12)
-    assert verdict.status == "held" and verdict.ours.cell(*claim.format) == "+1.00 ± +0.00"
+    assert verdict.status == "held" and verdict.ours.cell(*claim.format) == "+1.00 ± 0.00"
     below = Claim.difference(
         "d", "a", "", _m("a", "acc"), _m("b", "acc"), below=0.005, kind="paper"
     )

@@ -164,12 +164,18 @@ class Stat:
         self, spec: str = ".4g", scale: float = 1.0, unit: str = "", spread: bool = True
     ) -> str:
         """A table cell: ``mean ± std`` (``mean`` alone for one seed or without ``spread``,
-        ``–`` for none)."""
+        ``–`` for none); a sign that ``spec`` asks for (``+``) is the mean's alone.
+
+        Example:
+            >>> Stat.of([-2.0, -3.0]).cell("+.1f")
+            '-2.5 ± 0.7'
+        """
         if self.mean is None:
             return "–"
         if self.std is None or not spread:
             return f"{fmt(self.mean, spec, scale)}{unit}"
-        return f"{fmt(self.mean, spec, scale)} ± {fmt(self.std, spec, scale)}{unit}"
+        std = fmt(self.std, spec.replace("+", ""), scale)
+        return f"{fmt(self.mean, spec, scale)} ± {std}{unit}"
 
     def to_json(self) -> JsonObject:
         """``{"mean", "std", "n", "seeds"}`` for ``results.json``."""

@@ -118,7 +118,7 @@ class Claim:
             ...          for a in (0.92, 0.93, 0.89)]
             >>> verdict = claim.check(seeds)
             >>> verdict.ours.cell(*claim.format), verdict.words
-            ('+1.33 ± +2.08 points', 'held on 2 of 3 seeds')
+            ('+1.33 ± 2.08 points', 'held on 2 of 3 seeds')
         """
         return cls._between(
             "difference", key, text, published, lambda v: v[first] - v[second], above, below,
