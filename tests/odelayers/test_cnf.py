@@ -147,3 +147,20 @@ def test_sampling_between_log_prob_and_its_backward_leaves_the_gradient(gradient
         return torch.cat([q.grad.flatten() for q in field.parameters()])
 
     torch.testing.assert_close(grad(sample=True), grad(sample=False), rtol=0, atol=0)
+
+
+def test_samples_come_in_the_flows_dtype():
+    # A flow drew its base samples in float32 whatever its own dtype: a float64 flow
+    # raised on the mixed matmul, and a flow without parameters had no way to be asked.
+    flow = CNF(Linear(-torch.eye(2, dtype=torch.float64)))
+    assert flow.sample(3, (2,)).dtype == torch.float64
+    # a condition says it too, where the flow holds no parameter
+    free = CNF(lambda t, z: -z)
+    assert free.sample(3, (2,), condition=torch.zeros(3, 2, dtype=torch.float64)).dtype == (
+        torch.float64
+    )
+    torch.manual_seed(0)
+    z = free.sample(4, (2,))
+    torch.manual_seed(0)
+    assert z.dtype == torch.float32
+    assert torch.allclose(z, torch.randn(4, 2) * math.exp(-1.0), atol=1e-6)  # e^-t contraction

@@ -161,6 +161,10 @@ class CNF(NeuralODE):
         return standard_normal_log_prob(z0) - delta
 
     def sample(self, n: int, shape: Sequence[int], condition: Tensor | None = None) -> Tensor:
-        """``n`` samples of the flow: standard normal draws pushed from ``t0`` to ``t1``."""
-        z0 = torch.randn(n, *shape)
+        """``n`` samples of the flow: standard normal draws pushed from ``t0`` to ``t1``,
+        in the dtype and on the device of ``condition``, or else of the flow's first
+        floating-point parameter or buffer (torch's defaults for a flow without any)."""
+        tensors = (condition,) if condition is not None else (*self.parameters(), *self.buffers())
+        like = next((x for x in tensors if x.is_floating_point()), None)
+        z0 = torch.randn(n, *shape) if like is None else like.new_empty(n, *shape).normal_()
         return self._flow(z0, self.t0, self.t1, condition, None)[0]
