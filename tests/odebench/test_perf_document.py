@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from odebench.perf import format_report
+from odebench.perf import format_contnet_report, format_report
 from odebench.perf._document import (
     CompiledRow,
     Document,
@@ -153,3 +153,19 @@ def test_the_reports_speed_line_shows_the_documents_values(published):
     # a library without a figure shows an en dash in its cell
     peer = next(x for x in lines if x.split()[:1] == ["torchode"]).split()
     assert "–" in peer and "-" not in peer
+
+
+def test_the_contnet_report_tables_each_models_figures():
+    figures = {"train_step_time_s": 0.0185, "forward_time_s": 0.00684,
+               "saved_for_backward_mib": 2.284, "parameters": 7726.0}  # fmt: skip
+    doc = {
+        "environment": {"date": "d", "torch": "t", "threads": 1, "batch": 8,
+                        "channels": [4, 8, 8], "n_steps": 2, "repeats": 2},
+        "results": [{"model": m, "figure": f, "value": v * k, "unit": ""}
+                    for k, m in ((1, "net"), (2, "export")) for f, v in figures.items()],
+        "ratios": [], "checks": {"max_abs_output_difference_eval": 0.0}, "notes": [],
+    }  # fmt: skip
+    lines = format_contnet_report(doc).splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[3:7] if line[:1].isalpha()}
+    assert rows["net"] == ["18.5", "6.8", "2.28", "7726"]
+    assert rows["export"] == ["37.0", "13.7", "4.57", "15452"]

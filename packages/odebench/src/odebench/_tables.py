@@ -4,7 +4,7 @@ and to the terminal."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -222,3 +222,50 @@ def by_coordinate(
     """A table of one row per value of the coordinate ``name`` of ``run``'s metrics, each
     labelled as the metrics' keys show it."""
     return Table(header, [Row(_text(v), run, {name: v}) for v in values], columns)
+
+
+Key = tuple[Coordinate, ...]
+"""The values of a row's coordinates, in order."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A :class:`Source` of values measured once (no seeds), as perf's documents hold
+    them: ``values`` maps a metric's name and the values of its coordinates, in order,
+    to its value."""
+
+    values: Mapping[tuple[str, Key], float | None]
+
+    @classmethod
+    def of(cls, rows: Iterable[Any], over: Sequence[str], fields: Sequence[str] = ()) -> Measured:
+        """The values of ``rows`` by metric and the rows' fields ``over``: each row's
+        ``figure`` and ``value``; with ``fields``, those fields of each row."""
+        if fields:
+            return cls({(f, key_of(r, over)): getattr(r, f) for r in rows for f in fields})
+        return cls({(r.figure, key_of(r, over)): r.value for r in rows})
+
+    def stat(self, ref: Ref) -> Stat:
+        """A one-sample :class:`Stat` of ``ref``'s value."""
+        return Stat.of([self.values.get((ref.metric, tuple(v for _, v in ref.at)))])
+
+
+def key_of(row: Any, over: Sequence[str]) -> Key:
+    """The values of ``row``'s fields ``over``, ``None`` as an empty coordinate."""
+    return tuple("" if getattr(row, n) is None else getattr(row, n) for n in over)
+
+
+def keyed_rows(rows: Iterable[Any], over: Sequence[str]) -> list[Row]:
+    """A :class:`Row` per distinct value of the fields ``over`` of ``rows`` (those not
+    ``supported=False``), in order, labelled by them."""
+    keys = dict.fromkeys(key_of(r, over) for r in rows if getattr(r, "supported", True))
+    return [Row(tuple(map(str, k)), at=dict(zip(over, k))) for k in keys]
+
+
+Column = tuple[str, str, str, float]
+"""A column of figures: its header, its figure, the format spec and scale of its values."""
+
+
+def figure_columns(over: Sequence[str], columns: Iterable[Column]) -> list[Col]:
+    """A :class:`Col` per ``(header, figure, spec, scale)`` of ``columns``: that figure at
+    the row's coordinates ``over``."""
+    return [Col(h, Metric(f, tuple(over), spec, scale)) for h, f, spec, scale in columns]

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .._io import JsonObject, text_table, whole
 from .._provenance import machine, now
+from .._tables import Column, Measured, Table, figure_columns, keyed_rows
 from ._document import Provenance, Row, json_array, json_object
 from ._solvers import command_line
 
@@ -218,22 +219,20 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> Js
     }
 
 
+_MODEL_COLUMNS: tuple[Column, ...] = (
+    ("train step ms", "train_step_time_s", ".1f", 1e3),
+    ("forward ms", "forward_time_s", ".1f", 1e3),
+    ("saved MiB", "saved_for_backward_mib", ".2f", 1.0),
+    ("params", "parameters", ".0f", 1.0),
+)
+
+
 def format_contnet_report(doc: JsonObject) -> str:
     """The document as the tables the command prints."""
     env = json_object(doc["environment"])
     results = [ModelFigure.from_json(r) for r in json_array(doc["results"])]
-    values = {(r.model, r.figure): r.value for r in results}
-    models = list(dict.fromkeys(r.model for r in results))
-    rows = [
-        [
-            m,
-            f"{values[(m, 'train_step_time_s')] * 1e3:.1f}",
-            f"{values[(m, 'forward_time_s')] * 1e3:.1f}",
-            f"{values[(m, 'saved_for_backward_mib')]:.2f}",
-            f"{int(values[(m, 'parameters')]):d}",
-        ]
-        for m in models
-    ]
+    model = ("model",)
+    table = Table(model, keyed_rows(results, model), figure_columns(model, _MODEL_COLUMNS))
     ratios = [
         [r.figure, f"{r.numerator} / {r.denominator}", f"{r.value:.3f}"]
         for r in map(ModelRatio.from_json, json_array(doc["ratios"]))
@@ -245,7 +244,7 @@ def format_contnet_report(doc: JsonObject) -> str:
             f"batch {env['batch']} x 3 x 32 x 32, channels {tuple(json_array(env['channels']))}, "
             f"N_t = M = {env['n_steps']}, {env['repeats']} repetitions",
             "",
-            text_table(["model", "train step ms", "forward ms", "saved MiB", "params"], rows),
+            table.text(Measured.of(results, model)),
             "",
             "Ratios:",
             text_table(["figure", "numerator / denominator", "ratio"], ratios),

@@ -4,53 +4,19 @@ tables of the experiments' reports (:mod:`odebench._tables`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
 from .._io import JsonObject, text_parts
-from .._metrics import Coordinate, Metric, Ref, Stat, fmt
-from .._tables import Col, Row, Table
+from .._metrics import Coordinate, Metric, fmt
+from .._tables import Col, Column, Measured, Row, Table, figure_columns, key_of, keyed_rows
 from ._document import Document, GradientRow, json_object
 from ._solvers import MODE_FIGURES, RATIO_FIGURES
 from ._stats import ratio
 
-Key = tuple[Coordinate, ...]
-Figures = dict[tuple[str, Key], float | None]
-"""The values of a table: by figure (or a row's field) and the row's key."""
-Column = tuple[str, str, str, float]
-"""A column of a table: its header, its figure, the format spec and scale of its values."""
 _MS, _US = (".3g", 1e3), (".1f", 1e6)  # seconds as milliseconds, as microseconds
 _INT, _F1, _F2, _E = ((spec, 1.0) for spec in (".0f", ".1f", ".2f", ".1e"))
-
-
-@dataclass(frozen=True)
-class _Measured:
-    """A table's source: one value per figure and key, measured once (no seeds)."""
-
-    values: Mapping[tuple[str, Key], float | None]
-
-    def stat(self, ref: Ref) -> Stat:
-        return Stat.of([self.values.get((ref.metric, tuple(v for _, v in ref.at)))])
-
-
-def _key(row: Any, names: Sequence[str]) -> Key:
-    """The values of ``row``'s fields ``names``, ``None`` as an empty coordinate."""
-    return tuple("" if getattr(row, n) is None else getattr(row, n) for n in names)
-
-
-def _values(rows: Iterable[Any], names: Sequence[str], fields: Sequence[str] = ()) -> Figures:
-    """Each row's ``value`` by its ``figure`` and key; with ``fields``, those fields."""
-    if fields:
-        return {(f, _key(r, names)): getattr(r, f) for r in rows for f in fields}
-    return {(r.figure, _key(r, names)): r.value for r in rows}
-
-
-def _rows(rows: Iterable[Any], names: Sequence[str]) -> list[Row]:
-    """A row per distinct ``names`` of the supported ``rows``, in order."""
-    keys = dict.fromkeys(_key(r, names) for r in rows if getattr(r, "supported", True))
-    return [Row(tuple(map(str, key)), at=dict(zip(names, key))) for key in keys]
 
 
 def _blank(rows: Sequence[Row]) -> list[Row]:
@@ -62,21 +28,16 @@ def _blank(rows: Sequence[Row]) -> list[Row]:
     ]
 
 
-def _cols(names: Sequence[str], columns: Iterable[Column]) -> list[Col]:
-    """A column of each figure of ``columns``, of rows keyed by ``names``."""
-    return [Col(h, Metric(f, tuple(names), spec, scale)) for h, f, spec, scale in columns]
-
-
 _TEXT = text_parts((resources.files(__package__) / "text" / "report.md").read_text("utf-8"))[1]
 """The words above each table, by section (``text/report.md``)."""
 
 
-def _section(name: str, table: Table, values: Figures, after: Sequence[str] = ()) -> list[str]:
+def _section(name: str, table: Table, source: Measured, after: Sequence[str] = ()) -> list[str]:
     """A section of the report: its words, the table, ``after`` and a blank line; nothing
     without rows or ``after``."""
     if not table.rows and not after:
         return []
-    return [*_TEXT[name].splitlines(), table.text(_Measured(values)), *after, ""]
+    return [*_TEXT[name].splitlines(), table.text(source), *after, ""]
 
 
 def _grid(
@@ -89,9 +50,12 @@ def _grid(
 ) -> list[str]:
     """A section of a line per distinct ``names`` of ``rows`` and a column per figure
     (with ``blank``, the first two left blank where they repeat the line above's)."""
-    lines = _blank(_rows(rows, names)) if blank else _rows(rows, names)
+    lines = _blank(keyed_rows(rows, names)) if blank else keyed_rows(rows, names)
     return _section(
-        section, Table(names, lines, _cols(names, columns)), _values(rows, names), after
+        section,
+        Table(names, lines, figure_columns(names, columns)),
+        Measured.of(rows, names),
+        after,
     )
 
 
@@ -147,14 +111,14 @@ def _problems(d: Document) -> list[str]:
     ]
     columns = [
         Col("description"),
-        *_cols(("problem",), ((f"{h} us", f, *_US) for h, f in _EVAL.items())),
+        *figure_columns(("problem",), ((f"{h} us", f, *_US) for h, f in _EVAL.items())),
         *(Col(f"{h}, cells") for h in _EVAL),
     ]
     refs: dict[str, list[str]] = {}
     for p in d.problems:
         refs.setdefault(p.reference, []).append(p.name)
     after = [f"error reference of {', '.join(names)}: {ref}" for ref, names in refs.items()]
-    values = _values(d.problems, ("name",), tuple(_EVAL.values()))
+    values = Measured.of(d.problems, ("name",), tuple(_EVAL.values()))
     return _section("problems", Table("problem", rows, columns), values, after)
 
 
@@ -200,13 +164,13 @@ _SPLIT: tuple[Column, ...] = (
 
 def _forward_split(d: Document) -> list[str]:
     """The table that splits each forward overhead factor into floor, solver and the rest."""
-    chained: dict[Key, float | None] = {
+    chained: dict[tuple[Coordinate, ...], float | None] = {
         (e.problem, e.method): ratio(e.chained_eval_time_s, e.eval_time_s)
         for e in d.evaluations
         if e.mode == "forward"
     }
-    values, rows = _values(d.results, _KEY), []
-    for row in _rows(d.results, _KEY):
+    values, rows = dict(Measured.of(d.results, _KEY).values), []
+    for row in keyed_rows(d.results, _KEY):
         key = tuple(row.at.values())
         overhead, solver = (
             values.get((f, key)) for f in ("forward_overhead", "forward_solver_overhead")
@@ -216,7 +180,8 @@ def _forward_split(d: Document) -> list[str]:
         floor = values["floor", key] = chained.get(key[:2])
         values["rest", key] = None if floor is None else overhead - floor - solver
         rows.append(row)
-    return _section("forward_split", Table(_KEY, _blank(rows), _cols(_KEY, _SPLIT)), values)
+    table = Table(_KEY, _blank(rows), figure_columns(_KEY, _SPLIT))
+    return _section("forward_split", table, Measured(values))
 
 
 _RATIO_HEADERS = "fwd, NFE, error, fwd ovh, us/ev, solver us/ev, bp, adj, adj NFEb, semi, semi NFEb"
@@ -242,10 +207,10 @@ _COMPILED: tuple[Column, ...] = (
 def _compiled(d: Document) -> list[str]:
     """``--compile``: compiled odecore against eager odecore, one line per cell."""
     key = ("problem", "method", "mode")
-    notes = {_key(r, key): r.note or "" for r in d.compiled}
+    notes = {key_of(r, key): r.note or "" for r in d.compiled}
     note = Col("note", cell=lambda _, row: notes[tuple(row.at.values())])
-    table = Table(key, _rows(d.compiled, key), [*_cols(key, _COMPILED), note])
-    return _section("compiled", table, _values(d.compiled, key, [c[1] for c in _COMPILED]))
+    table = Table(key, keyed_rows(d.compiled, key), [*figure_columns(key, _COMPILED), note])
+    return _section("compiled", table, Measured.of(d.compiled, key, [c[1] for c in _COMPILED]))
 
 
 _STIFF = tuple(c for c in _SPEED if c[1] in ("forward_time_s", "nfe_forward", "error"))
@@ -260,7 +225,7 @@ def _stiff(d: Document) -> list[str]:
 def _memory(d: Document) -> list[str]:
     key = ("library", "gradient")
     order = d.libraries(d.memory)
-    rows = sorted(_rows(d.memory, key), key=lambda row: order.index(str(row.at["library"])))
+    rows = sorted(keyed_rows(d.memory, key), key=lambda row: order.index(str(row.at["library"])))
     steps = sorted({r.n_steps for r in d.memory if r.n_steps is not None})
     at = ("library", "gradient", "n_steps")
     columns = [
@@ -270,7 +235,7 @@ def _memory(d: Document) -> list[str]:
             for h, f in (("MiB/step", "mib_per_step"), ("growth", "delta_growth"))
         ),
     ]
-    return _section("memory", Table(key, rows, columns), _values(d.memory, at))
+    return _section("memory", Table(key, rows, columns), Measured.of(d.memory, at))
 
 
 _GRADIENTS: tuple[Column, ...] = (
