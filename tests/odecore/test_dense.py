@@ -66,6 +66,34 @@ def test_evaluate_differentiates_by_backprop() -> None:
     assert rate.grad.item() == pytest.approx(-1.3 * math.exp(-0.7 * 1.3), rel=1e-7)
 
 
+@pytest.mark.parametrize("solver", SOLVERS, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 2.0), (2.0, 0.0)])
+def test_evaluate_differentiates_the_times(solver, t0: float, t1: float) -> None:
+    # y' = -y + sin t, y(t0) = 1: dy/dt at the times asked for is f(t, y(t)).
+    def field(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -y + torch.sin(t)
+
+    def exact(t: torch.Tensor) -> torch.Tensor:
+        def particular(s: torch.Tensor | float) -> torch.Tensor:
+            s = torch.as_tensor(s, dtype=F64)
+            return (torch.sin(s) - torch.cos(s)) / 2
+
+        return (1.0 - particular(t0)) * torch.exp(-(t - t0)) + particular(t)
+
+    sol = odecore.solve(
+        field, torch.ones(1, dtype=F64, requires_grad=True), t0=t0, t1=t1, solver=solver,
+        controller=odecore.PIDController(rtol=1e-11, atol=1e-12),
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    ts = torch.tensor([t0, 0.4, 1.3, t1], dtype=F64, requires_grad=True)
+    (grad,) = torch.autograd.grad(sol.evaluate(ts).sum(), ts, retain_graph=True)
+    (expected,) = torch.autograd.grad(exact(ts).sum(), ts)
+    torch.testing.assert_close(grad, expected, rtol=1e-8, atol=1e-10)
+    one = torch.tensor(1.1, dtype=F64, requires_grad=True)
+    (grad,) = torch.autograd.grad(sol.evaluate(one).sum(), one)
+    torch.testing.assert_close(grad, torch.autograd.grad(exact(one), one)[0], rtol=1e-8, atol=0)
+
+
 @pytest.mark.parametrize("t", [-0.1, 2.5, math.nan])
 def test_evaluate_outside_the_span_is_an_error(t: float) -> None:
     sol = odecore.solve(

@@ -579,7 +579,8 @@ def odeint_dense(
     The returned function reads the solver's dense output inside the step that holds
     the time asked for, as accurate as the step ends (``SaveAt(dense=True)`` and
     :meth:`Solution.evaluate` in the structured API). Every accepted step is kept, so
-    memory grows with the number of steps. Gradients flow by backpropagation.
+    memory grows with the number of steps. Gradients flow by backpropagation, also to
+    the times asked for.
     torchdiffeq offers it for ``dopri5`` and a tensor state only; here every odecore
     method and tuple states work.
 

@@ -140,7 +140,8 @@ class Solution:
     def evaluate(self, t: float | Tensor) -> State:
         """The solution at ``t`` (a number or a 0-dim or 1-D tensor of times) from the
         solver's dense output, as accurate as at the step ends; ``t`` must lie between
-        the start time and ``t_final``. Needs ``SaveAt(dense=True)``.
+        the start time and ``t_final``. Needs ``SaveAt(dense=True)``. A ``t`` that
+        requires grad gets the exact derivative of the dense output.
 
         Raises:
             ConfigurationError: without ``SaveAt(dense=True)``, or for a time outside
@@ -159,10 +160,9 @@ class Solution:
                 "`Solution.evaluate` needs the steps: solve with `saveat=SaveAt(dense=True)`."
             )
         if isinstance(t, Tensor) and t.dim() == 1:
-            parts = [self.dense(float(x)) for x in t.detach().tolist()]
-            flat = torch.stack(parts)
+            flat = torch.stack([self.dense(x) for x in t.unbind()])
             return flat if self.dense.unpack is None else _split(flat, self.dense.unpack)
-        value = self.dense(float(t.detach()) if isinstance(t, Tensor) else float(t))
+        value = self.dense(t)
         return value if self.dense.unpack is None else self.dense.unpack(value)
 
 
@@ -489,20 +489,31 @@ class _Dense:
         self.y0: Tensor | None = None
         self.s0 = math.nan
 
-    def __call__(self, t: float) -> Tensor:
-        """The flat state at the caller's time ``t``."""
+    def __call__(self, t: float | Tensor) -> Tensor:
+        """The flat state at the caller's time ``t``; a ``t`` that requires grad moves
+        it along the dense output, whose exact derivative is used."""
         assert self.fe is not None and self.solver is not None and self.y0 is not None
-        s = self.fe.direction * t
+        moved = isinstance(t, Tensor) and t.requires_grad and torch.is_grad_enabled()
+        s = self.fe.direction * float(t.detach() if isinstance(t, Tensor) else t)
         end = self.steps[-1][1] if self.steps else self.s0
         if not (math.isfinite(s) and self.s0 <= s <= end):
             lo, hi = sorted((self.s0 * self.fe.direction, end * self.fe.direction))
             raise ConfigurationError(f"`t` = {t!r} is outside the span solved, [{lo}, {hi}].")
-        if s == self.s0:
+        i = bisect.bisect_left([e for _, e, *_ in self.steps], s) if self.steps else 0
+        if s == self.s0 and not (moved and self.steps):
             return self.y0
-        i = bisect.bisect_left([e for _, e, *_ in self.steps], s)
         s0, s1, y, f0, step = self.steps[i]
-        (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
-        return value
+        if s == self.s0:
+            value = self.y0
+        else:
+            (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
+        if not moved:
+            return value
+        assert isinstance(t, Tensor)
+        with torch.no_grad():
+            (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
+        shift = self.fe.direction * (t - t.detach())
+        return value + slope * shift.to(value.dtype)
 
 
 def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
