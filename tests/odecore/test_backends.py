@@ -572,6 +572,15 @@ def test_torchdiffeq_tuple_state_is_bit_identical():
     assert all(torch.equal(a, b) for a, b in zip(ours, direct))
 
 
+@pytest.mark.parametrize("entry", [odecore.odeint, odecore.odeint_adjoint])
+@pytest.mark.parametrize("method", ["torchdiffeq:dopri5", "dopri5"])
+def test_a_tuple_state_of_mixed_dtypes_is_refused(entry, method):
+    # torchdiffeq promotes every member to one dtype: a float32 member came back float64.
+    y0 = (torch.ones(2, dtype=F64), torch.ones(3, dtype=torch.float32))
+    with pytest.raises(TypeError, match=r"`y0\[1\]` has dtype torch\.float32 on cpu, but"):
+        entry(lambda t, y: (-y[0], -y[1]), y0, torch.tensor([0.0, 1.0], dtype=F64), method=method)
+
+
 # At rtol = atol = 1e-8 on Van der Pol, the two differ by 1.8e-8 (dopri5), 2.1e-6
 # (bosh3) and 2.4e-6 (dopri8): torchdiffeq's outputs between steps, read off
 # lower-order interpolants, are the less accurate (odecore's errors: 1.1e-8, 4.2e-8,

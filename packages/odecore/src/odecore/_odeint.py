@@ -47,6 +47,7 @@ from ._solve import (
     _make_loop,
     _packing,
     _solve,
+    check_alike,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver
 from ._spec import (
@@ -81,6 +82,7 @@ def _check_state(y0: State) -> None:
             raise ValueError("`y0` is an empty tuple; the state needs at least one tensor.")
         for i, y in enumerate(y0):
             _check_y0(y, f"y0[{i}]")
+        check_alike(y0)  # torchdiffeq would promote them all to one dtype
     else:
         _check_y0(y0, "y0")
 

@@ -330,11 +330,8 @@ def _minus(x: Tensor | None) -> Tensor | None:
     return None if x is None else -x
 
 
-def _packing(
-    y0: tuple[Tensor, ...],
-) -> tuple[Tensor, Callable[[Tensor], State], Callable[[State], Tensor]]:
-    shapes = [y.shape for y in y0]
-    sizes = [y.numel() for y in y0]
+def check_alike(y0: tuple[Tensor, ...]) -> None:
+    """Every tensor of a tuple state must have ``y0[0]``'s dtype and device."""
     dtype, device = y0[0].dtype, y0[0].device
     for i, y in enumerate(y0):
         if y.dtype != dtype or y.device != device:
@@ -342,6 +339,15 @@ def _packing(
                 f"`y0[{i}]` has dtype {y.dtype} on {y.device}, but `y0[0]` has {dtype} on "
                 f"{device}; every tensor of a tuple state needs the same dtype and device."
             )
+
+
+def _packing(
+    y0: tuple[Tensor, ...],
+) -> tuple[Tensor, Callable[[Tensor], State], Callable[[State], Tensor]]:
+    shapes = [y.shape for y in y0]
+    sizes = [y.numel() for y in y0]
+    check_alike(y0)
+    dtype, device = y0[0].dtype, y0[0].device
 
     def pack(ys: State) -> Tensor:
         if not isinstance(ys, tuple) or len(ys) != len(shapes):
