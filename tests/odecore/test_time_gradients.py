@@ -161,6 +161,24 @@ def test_jump_times_that_require_grad_are_refused() -> None:
         )
 
 
+@pytest.mark.parametrize("name", ["t0", "t1"])
+@pytest.mark.parametrize("event", [None, odecore.Event(lambda t, y: y - 0.5)])
+def test_solve_refuses_span_ends_that_require_grad(name: str, event) -> None:
+    # float(t0) dropped the graph: the outputs, event time included, had no gradient.
+    span = {"t0": 0.0, "t1": 1.0 if event is None else math.inf}
+    span[name] = torch.tensor(span[name], dtype=F64, requires_grad=True)
+    with pytest.raises(ValueError, match=f"`{name}` requires grad, but `solve` takes it"):
+        odecore.solve(
+            lambda t, y: -y, torch.ones(1, dtype=F64), solver=odecore.Dopri5(), event=event,
+            **span,
+        )  # fmt: skip
+    with torch.no_grad():  # no gradient is asked for
+        odecore.solve(
+            lambda t, y: -y, torch.ones(1, dtype=F64), solver=odecore.Dopri5(), event=event,
+            **span,
+        )  # fmt: skip
+
+
 # --- no None anywhere --------------------------------------------------------------------
 
 

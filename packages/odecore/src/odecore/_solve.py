@@ -1181,6 +1181,14 @@ def _checked_span(
 ) -> tuple[float, float]:
     """``t0`` and ``t1`` as floats, once they and ``event``, ``max_steps`` and ``dt0``
     are what :func:`solve` takes."""
+    for name, value in (("t0", t0), ("t1", t1)):
+        if isinstance(value, Tensor) and value.requires_grad and torch.is_grad_enabled():
+            raise ConfigurationError(
+                f"`{name}` requires grad, but `solve` takes it as a number, which has no "
+                f"gradient; pass `{name}.detach()`, and the times to differentiate as a "
+                "tensor `SaveAt(ts=...)`: an output time at `t0` or `t1` moves the start "
+                "or the end of the solve."
+            )
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
         raise ConfigurationError(
