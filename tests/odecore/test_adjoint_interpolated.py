@@ -145,3 +145,30 @@ def test_interpolated_adjoint_agrees_with_backprop():
         grads.append(torch.autograd.grad((ys * weights).sum(), (y0, t1, field.w)))
     for backprop, adjoint in zip(*grads):
         torch.testing.assert_close(adjoint, backprop, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("side", ["<", "<="])
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (1.0, 0.0)])
+def test_interpolated_adjoint_reads_the_steps_next_to_a_jump_from_their_side(side, t0, t1):
+    # y' = p y before t = 0.5 and q y after, whichever side owns 0.5. The dense output of
+    # a step ending on the jump took the field at the jump from the other side (the
+    # last step's limits were still set), and the gradient was off by 1.3e-4.
+    p = torch.tensor(-0.8, dtype=F64, requires_grad=True)
+    q = torch.tensor(0.6, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, 0.3], dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        before = t < 0.5 if side == "<" else t <= 0.5
+        return torch.where(before, p * y, q * y)
+
+    sol = odecore.solve(
+        field, y0, t0=t0, t1=t1, solver=odecore.GaussLegendre4(), dt0=0.05, jump_ts=[0.5],
+        gradient=odecore.Adjoint(state="interpolated"),
+    )  # fmt: skip
+    got = torch.autograd.grad(sol.ys[-1].sum(), (y0, p, q))
+    sign = 1.0 if t1 > t0 else -1.0
+    growth = torch.exp(sign * 0.5 * (p + q)).detach()
+    end = (y0.detach() * growth).sum()
+    expected = (growth.expand(2), sign * 0.5 * end, sign * 0.5 * end)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-8, atol=0)

@@ -94,6 +94,29 @@ def test_evaluate_differentiates_the_times(solver, t0: float, t1: float) -> None
     torch.testing.assert_close(grad, torch.autograd.grad(exact(one), one)[0], rtol=1e-8, atol=0)
 
 
+@pytest.mark.parametrize("solver", [odecore.RK4(), odecore.GaussLegendre4()], ids=type)
+@pytest.mark.parametrize("side", ["<", "<="])
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (1.0, 0.0)])
+def test_evaluate_next_to_a_jump_reads_the_field_from_the_steps_side(solver, side, t0, t1):
+    # y' = -0.8 y before t = 0.5 and 0.6 y after. The interpolant of a step ending on
+    # the jump took the field there from the other side: 4.6e-3 off (RK4).
+    def field(t, y):
+        before = t < 0.5 if side == "<" else t <= 0.5
+        return torch.where(before, -0.8 * y, 0.6 * y)
+
+    def exact(t: torch.Tensor) -> torch.Tensor:
+        log = torch.where(t < 0.5, -0.8 * t, -0.4 + 0.6 * (t - 0.5))
+        start = -0.8 * t0 if t0 < 0.5 else -0.4 + 0.6 * (t0 - 0.5)
+        return torch.exp(log - start)[:, None]
+
+    sol = odecore.solve(
+        field, torch.ones(1, dtype=F64), t0=t0, t1=t1, solver=solver, dt0=0.05,
+        jump_ts=[0.5], saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    ts = torch.tensor([0.41, 0.47, 0.5, 0.53, 0.58], dtype=F64)
+    torch.testing.assert_close(sol.evaluate(ts), exact(ts), rtol=1e-7, atol=0)
+
+
 @pytest.mark.parametrize("t", [-0.1, 2.5, math.nan])
 def test_evaluate_outside_the_span_is_an_error(t: float) -> None:
     sol = odecore.solve(

@@ -580,9 +580,12 @@ class _Steps:
             return step.y1
         if s <= s0:
             return y
-        if self._read is None or self._read[0] != k:  # the backward solve goes step by step
-            self._read = (k, self.solver.reader(fe, s0, s1, y, f0, step))
-        return self._read[1](s)
+        # The field as inside that step, with its one-sided limits at jumps.
+        inside = getattr(fe, "inside", None)
+        with contextlib.nullcontext() if inside is None else inside(s0, s1):
+            if self._read is None or self._read[0] != k:  # the backward solve goes step by step
+                self._read = (k, self.solver.reader(fe, s0, s1, y, f0, step))
+            return self._read[1](s)
 
 
 class Kept:

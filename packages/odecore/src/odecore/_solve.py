@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
@@ -182,9 +183,23 @@ class _Field:
         self.nfe = 0
         self.left_limit_at: float | None = None  # the step ends on a jump here
         self.right_limit_at: float | None = None  # the step starts on a jump here
+        self.jumps: Collection[float] = ()  # the times where the field jumps
         self.checked = False
         self.cast = False  # an autocast field's result is brought to the state's dtype
         self.clock: _Clock | None = None  # differentiable times, when a time needs a gradient
+
+    @contextlib.contextmanager
+    def inside(self, s0: float, s1: float) -> Iterator[None]:
+        """Evaluate as inside the step from ``s0`` to ``s1``, with the one-sided limits
+        at its ends that are jumps: for reading a step's dense output after the solve,
+        whose last step left its own limits set."""
+        kept = self.left_limit_at, self.right_limit_at
+        self.left_limit_at = s1 if s1 in self.jumps else None
+        self.right_limit_at = s0 if s0 in self.jumps else None
+        try:
+            yield
+        finally:
+            self.left_limit_at, self.right_limit_at = kept
 
     def time(self, t: float) -> Tensor:
         tt = torch.scalar_tensor(self.direction * t, dtype=self.time_dtype, device=self.device)
@@ -509,15 +524,16 @@ class _Dense:
         if s == self.s0 and not (moved and self.steps):
             return self.y0
         s0, s1, y, f0, step = self.steps[i]
-        if s == self.s0:
-            value = self.y0
-        else:
-            (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
-        if not moved:
-            return value
-        assert isinstance(t, Tensor)
-        with torch.no_grad():
-            (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
+        with self.fe.inside(s0, s1):
+            if s == self.s0:
+                value = self.y0
+            else:
+                (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
+            if not moved:
+                return value
+            assert isinstance(t, Tensor)
+            with torch.no_grad():
+                (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
         shift = self.fe.direction * (t - t.detach())
         return value + slope * shift.to(value.dtype)
 
@@ -847,6 +863,7 @@ def _make_loop(
             {direction * t for t in (*steps, *step_ts)},
         )
         fe = _Field(f, direction, y0)
+        fe.jumps = jump_set
         if dense is not None:
             dense.fe, dense.solver, dense.y0, dense.s0 = fe, solver, y0, s0
         if times is not None and times.tensors:
