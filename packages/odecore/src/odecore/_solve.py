@@ -515,11 +515,12 @@ class _Dense:
         it along the dense output, whose exact derivative is used."""
         assert self.fe is not None and self.solver is not None and self.y0 is not None
         moved = isinstance(t, Tensor) and t.requires_grad and torch.is_grad_enabled()
-        s = self.fe.direction * float(t.detach() if isinstance(t, Tensor) else t)
+        time = float(t.detach() if isinstance(t, Tensor) else t)
+        s = self.fe.direction * time
         end = self.steps[-1][1] if self.steps else self.s0
         if not (math.isfinite(s) and self.s0 <= s <= end):
             lo, hi = sorted((self.s0 * self.fe.direction, end * self.fe.direction))
-            raise ConfigurationError(f"`t` = {t!r} is outside the span solved, [{lo}, {hi}].")
+            raise ConfigurationError(f"`t` = {time!r} is outside the span solved, [{lo}, {hi}].")
         i = bisect.bisect_left([e for _, e, *_ in self.steps], s) if self.steps else 0
         if s == self.s0 and not (moved and self.steps):
             return self.y0
