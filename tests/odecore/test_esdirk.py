@@ -541,3 +541,20 @@ def test_gradcheck_of_the_discrete_scheme(gradient):
         torch.tensor([0.2, 0.37, 0.5], dtype=F64, requires_grad=True),
     )
     assert torch.autograd.gradcheck(run, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 0.7), (0.7, 0.0)])
+def test_the_stage_past_the_step_sees_the_field_before_a_jump(t0, t1):
+    # y' = -0.8 y before t = 0.5 and 0.6 y after. The third stage, at t + 1.23 h, of the
+    # step that ends on the jump saw the field after it: 5.9e-3 off with steps of 0.1.
+    def field(t, y):
+        return torch.where(t < 0.5, -0.8 * y, 0.6 * y)
+
+    y0 = torch.ones(1, dtype=F64)
+    sol = odecore.solve(
+        field, y0, t0=t0, t1=t1, solver=Kvaerno5(), controller=odecore.ConstantStepSize(),
+        dt0=0.1, jump_ts=[0.5],
+    )  # fmt: skip
+    growth = math.exp(-0.8 * 0.5 + 0.6 * 0.2)
+    expected = growth if t1 > t0 else 1 / growth
+    assert sol.ys[-1, 0].item() == pytest.approx(expected, rel=1e-8)

@@ -302,8 +302,9 @@ class Kvaerno5(_AbstractESDIRK):
     inference under ``torch.no_grad()``.
 
     The third stage is evaluated at ``t0 + 1.23 h``, past the end of the step: a
-    field must accept times slightly beyond the solve's span, and a jump of the
-    field (``jump_t``) is seen one stage early.
+    field must accept times slightly beyond the solve's span. In a step that ends on
+    a time of ``jump_ts``, that stage sees the field's limit before the jump, at the
+    jump.
 
     Args:
         newton: the Newton iteration's settings. Its tolerances should be about a

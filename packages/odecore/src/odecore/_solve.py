@@ -211,6 +211,12 @@ class _Field:
 
     def __call__(self, t: float, y: Tensor) -> Tensor:
         self.nfe += 1
+        # A stage time past a jump that ends the step (Kvaerno5's c = 1.23) sees the
+        # limit before the jump too, not the field after it; likewise before the start.
+        if self.left_limit_at is not None and t > self.left_limit_at:
+            t = self.left_limit_at
+        elif self.right_limit_at is not None and t < self.right_limit_at:
+            t = self.right_limit_at
         tt, scale = self.time(t), None
         if self.clock is not None:  # the time, and inside a step its size, as tensors
             shift, scale = self.clock.at(t)
