@@ -80,28 +80,48 @@ def test_a_task_with_refinement_epochs_and_no_refine_is_refused():
         )  # fmt: skip
 
 
-def test_a_resumed_task_must_train_on_the_same_data(tmp_path):
-    """Before, a task resumed on other data (an experiment's data set found elsewhere)
-    went on training on it without a word."""
+def _line(y, epochs):
+    """A linear map fitted to ``y`` on 64 points of [-1, 1], its settings its rate."""
     import functools
 
     import torch
-    from odebench.training import Task, fit
+    from odebench.training import Task
     from torch import nn
 
+    return Task(
+        model=lambda: nn.Linear(1, 1), data=(torch.linspace(-1, 1, 64)[:, None], y),
+        loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=epochs,
+        batch_size=16, settings={"lr": 0.1},
+    )  # fmt: skip
+
+
+QUIET = {"log": lambda line: None, "progress": False}
+
+
+def test_a_resumed_task_must_train_on_the_same_data(tmp_path):
+    """Before, a task resumed on other data (an experiment's data set found elsewhere)
+    went on training on it without a word."""
+    import torch
+    from odebench.training import fit
+
     x = torch.linspace(-1, 1, 64)[:, None]
-
-    def task(y: torch.Tensor, epochs: int) -> Task:
-        return Task(
-            model=lambda: nn.Linear(1, 1), data=(x, y),
-            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
-            optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=epochs,
-            batch_size=16, settings={"lr": 0.1},
-        )  # fmt: skip
-
-    quiet = {"log": lambda line: None, "progress": False}
-    fit(task(3 * x, 1), tmp_path, **quiet)
+    fit(_line(3 * x, 1), tmp_path, **QUIET)
     with pytest.raises(ValueError, match=r"settings that differ .*data_sha256"):
-        fit(task(2 * x, 2), tmp_path, resume=True, **quiet)
+        fit(_line(2 * x, 2), tmp_path, resume=True, **QUIET)
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["epoch"] == 1
-    assert len(fit(task(3 * x, 2), tmp_path, resume=True, **quiet).rows) == 2
+    assert len(fit(_line(3 * x, 2), tmp_path, resume=True, **QUIET).rows) == 2
+
+
+def test_a_resume_with_nothing_left_to_train_writes_its_rows(tmp_path):
+    """A stop between the last checkpoint and its rows left metrics.json a row short, and
+    a resume with nothing left to train kept it so."""
+    import torch
+    from odebench.training import fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    rows = fit(_line(y, 2), tmp_path, **QUIET).rows
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps(rows[:1]))
+    assert fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows == rows
+    assert json.loads(metrics.read_text()) == rows
