@@ -48,6 +48,7 @@ from ._solve import (
     _packing,
     _solve,
     check_alike,
+    numbers_only,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver
 from ._spec import (
@@ -615,13 +616,7 @@ def odeint_dense(
         >>> y(torch.linspace(0.0, 2.0, 5)).shape
         torch.Size([5, 2])
     """
-    for name, value in (("t0", t0), ("t1", t1)):
-        if isinstance(value, Tensor) and value.requires_grad and torch.is_grad_enabled():
-            raise ConfigurationError(
-                f"`{name}` requires grad, but `odeint_dense` does not differentiate the "
-                f"span's ends; pass `{name}.detach()`, or use `odeint` with the output times "
-                "as a tensor, which does."
-            )
+    numbers_only(t0, t1, "odeint_dense", "or `odeint` with the output times as a tensor.")
     t = torch.tensor([float(t0), float(t1)], dtype=torch.float64)
     ts = _check_t(t)
     if isinstance(method, str) and (method.startswith(SCIPY_PREFIX) or _delegated(method)):

@@ -1200,19 +1200,26 @@ def _checked_gradient(gradient: AbstractGradient | None) -> AbstractGradient:
     return gradient
 
 
+def numbers_only(t0: float | Tensor, t1: float | Tensor, who: str, instead: str) -> None:
+    """Refuse a ``t0`` or ``t1`` that requires grad: ``who`` takes them as numbers, which
+    have no gradient; ``instead`` says what to do."""
+    for name, value in (("t0", t0), ("t1", t1)):
+        if isinstance(value, Tensor) and value.requires_grad and torch.is_grad_enabled():
+            raise ConfigurationError(
+                f"`{name}` requires grad, but `{who}` takes it as a number, which has no "
+                f"gradient; pass `{name}.detach()`, {instead}"
+            )
+
+
 def _checked_span(
     t0: float, t1: float, event: Event | None, max_steps: int, dt0: float | None
 ) -> tuple[float, float]:
     """``t0`` and ``t1`` as floats, once they and ``event``, ``max_steps`` and ``dt0``
     are what :func:`solve` takes."""
-    for name, value in (("t0", t0), ("t1", t1)):
-        if isinstance(value, Tensor) and value.requires_grad and torch.is_grad_enabled():
-            raise ConfigurationError(
-                f"`{name}` requires grad, but `solve` takes it as a number, which has no "
-                f"gradient; pass `{name}.detach()`, and the times to differentiate as a "
-                "tensor `SaveAt(ts=...)`: an output time at `t0` or `t1` moves the start "
-                "or the end of the solve."
-            )
+    numbers_only(
+        t0, t1, "solve", "and the times to differentiate as a tensor `SaveAt(ts=...)`: an "
+        "output time at `t0` or `t1` moves the start or the end of the solve."
+    )  # fmt: skip
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
         raise ConfigurationError(
