@@ -96,3 +96,43 @@ def test_a_gradient_penalty_through_the_adjoint_is_refused_not_dropped():
     loss = y.pow(2).sum()
     with pytest.raises(ConfigurationError, match="adjoint"):
         torch.autograd.grad(loss, field.a, create_graph=True)
+
+
+def _square_at(t: torch.Tensor, inside: bool, dense: bool = False) -> torch.Tensor:
+    """``y(t)^2`` for ``y' = -y^2``, ``y(0) = 1`` (``y = 1 / (1 + t)``), with ``t`` an
+    output time inside the solve (or read from its dense output) or its end."""
+    f64 = torch.float64
+    solver = {
+        "solver": odecore.Dopri5(),
+        "controller": odecore.PIDController(rtol=1e-12, atol=1e-12),
+    }
+    if dense:
+        sol = odecore.solve(lambda s, y: -y * y, torch.ones(1, dtype=f64), t0=0.0, t1=2.0,
+                            saveat=odecore.SaveAt(dense=True), **solver)  # fmt: skip
+        return (sol.evaluate(t) ** 2).sum()
+    end = torch.tensor(2.0, dtype=f64)
+    ts = torch.stack(
+        [torch.zeros((), dtype=f64), t, end] if inside else [torch.zeros((), dtype=f64), t]
+    )
+    ys = odecore.odeint(lambda s, y: -y * y, torch.ones(1, dtype=f64), ts, method="dopri5",
+                        rtol=1e-12, atol=1e-12)  # fmt: skip
+    return (ys[1] ** 2).sum()
+
+
+def test_the_second_derivative_for_the_end_time_is_exact():
+    t = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(_square_at(t, inside=False), t, create_graph=True)
+    (h,) = torch.autograd.grad(g, t)
+    assert g.item() == pytest.approx(-2 / 2**3, rel=1e-9)
+    assert h.item() == pytest.approx(6 / 2**4, rel=1e-9)  # d2/dt2 (1 + t)^-2
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_the_second_derivative_for_a_time_inside_a_step_is_refused(dense):
+    # It came out 0.125 for 0.375: the dense output's slope was a constant of the graph.
+    t = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    loss = _square_at(t, inside=True, dense=dense)
+    (g,) = torch.autograd.grad(loss, t, retain_graph=True)
+    assert g.item() == pytest.approx(-0.25, rel=1e-9)  # the first derivative is right
+    with pytest.raises(ConfigurationError, match="output time inside a step is first order"):
+        torch.autograd.grad(loss, t, create_graph=True)

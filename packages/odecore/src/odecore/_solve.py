@@ -25,7 +25,7 @@ from ._controllers import (
     _no_graph,
     rms_norm,
 )
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._events import Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
@@ -336,8 +336,10 @@ class _Clock:
         the shift of ``T - S - theta (E - S)``, with ``theta`` its place in the step."""
         assert self.step is not None
         s0, h, start, span, _ = self.step
-        moved = None if span is None else span * (-(tau - s0) / h)
         own = self.outputs.get(tau, [])
+        if k < len(own) and self.anchors.get(tau) is own[k]:
+            return None  # the step's end itself (the solve's), which moves with it
+        moved = None if span is None else span * (-(tau - s0) / h)
         return _plus(own[k] if k < len(own) else None, _minus(start), moved)
 
 
@@ -542,7 +544,7 @@ class _Dense:
             with torch.no_grad():
                 (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
         shift = self.fe.direction * (t - t.detach())
-        return value + slope * shift.to(value.dtype)
+        return value + _along(slope, shift.to(value.dtype))
 
 
 def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
@@ -801,9 +803,37 @@ def _moved(
     with torch.no_grad():
         slopes = solver.slopes(fe, s0, s1, y0, f0, step, taus, values)
     return [
-        v if offset is None else v + slope * offset.to(v.dtype)
+        v if offset is None else v + _along(slope, offset.to(v.dtype))
         for v, slope, offset in zip(values, slopes, offsets)
     ]
+
+
+def _along(slope: Tensor, shift: Tensor) -> Tensor:
+    """``slope * shift``, a zero whose derivative for the time is first order."""
+    moved: Tensor = _Along.apply(slope, shift)  # type: ignore[no-untyped-call]
+    return moved
+
+
+class _Along(torch.autograd.Function):
+    """``slope * shift``: the zero-valued move of a dense-output value along the
+    interpolant's slope when its time moves by ``shift``. The slope is a constant of
+    the graph, so the derivative is first order, and a second one refuses."""
+
+    @staticmethod
+    def forward(ctx: Any, slope: Tensor, shift: Tensor) -> Tensor:
+        ctx.save_for_backward(slope)
+        ctx.shape = shift.shape
+        return slope * shift
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:
+        first_order(
+            "The gradient with respect to an output time inside a step",
+            "The end of a solve moves with its last step to every order: for a second "
+            "derivative, make the time the solve's last output time (`t1`).",
+        )
+        (slope,) = ctx.saved_tensors
+        return None, (grad * slope).sum().reshape(ctx.shape)
 
 
 def _clock(times: TimeTensors, direction: float, stops: Sequence[float]) -> _Clock:
