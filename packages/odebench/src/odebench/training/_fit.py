@@ -511,7 +511,7 @@ class Training:
                     self._net = self._wrap(self.model)
                 tally = self._train_epoch(epoch)
                 self._finish_epoch(epoch, tally)
-        if start.epoch >= self.task.epochs and self.process.main:
+        if self.rows and start.epoch >= self.task.epochs and self.process.main:
             # resumed after its last checkpoint, which a stop may have cut off from its rows
             _io.write_json(self.out / "metrics.json", self.rows)
         self._net = self.model  # nothing may hold the DDP wrapper when the group ends
