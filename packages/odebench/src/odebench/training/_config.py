@@ -177,6 +177,14 @@ def _default(name: str) -> object:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def _unset(config: TrainConfig, names: Iterable[str], why: str, fix: str = "") -> None:
+    """Refuse a field of ``names`` set away from its default: ``why`` says why it would
+    change nothing, ``fix`` what to do besides leaving it unset."""
+    for name in names:
+        if getattr(config, name) != _default(name):
+            raise ValueError(f"`{name}` {why}; leave it unset{fix}.")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run: model, data, optimiser, schedule, solver and machine settings.
@@ -316,10 +324,10 @@ class TrainConfig:
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         check_fields(self, _CHECKS)
-        unused = {"momentum": self.optimizer == "adam", "gamma": not self.milestones}
-        for name, why in (("momentum", "`optimizer` is 'adam'"), ("gamma", "no `milestones`")):
-            if unused[name] and getattr(self, name) != _default(name):
-                raise ValueError(f"`{name}` changes nothing: {why}; leave it unset.")
+        if self.optimizer == "adam":
+            _unset(self, ("momentum",), "changes nothing: `optimizer` is 'adam'")
+        if not self.milestones:
+            _unset(self, ("gamma",), "changes nothing: no `milestones`")
         if self.refine_epochs and self.model not in CONTINUOUS_NETS:
             raise ValueError(
                 f"`refine_epochs` applies to the ContinuousNet models only "
@@ -345,12 +353,9 @@ class TrainConfig:
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
-            for name in ("method", "n_steps", "solver_options", "rtol", "atol", "gradient"):
-                if getattr(self, name) != _default(name):
-                    raise ValueError(
-                        f"`{name}` does not apply to `model` {self.model!r}, which solves no "
-                        "ODE (the RK-Net: always 6 RK4 steps, backpropagated); leave it unset."
-                    )
+            names = ("method", "n_steps", "solver_options", "rtol", "atol", "gradient")
+            _unset(self, names, f"does not apply to `model` {self.model!r}, which solves no "
+                   "ODE (the RK-Net: always 6 RK4 steps, backpropagated)")  # fmt: skip
             return None
         method = self.method or (CONTNET_METHOD if contnet else TRAIN_METHOD)
         # The name is parsed once, by odecore; whether a ContinuousNet steps it, by contnet.
@@ -370,12 +375,8 @@ class TrainConfig:
                     f"ContinuousNet steps a fixed-step method ({', '.join(odecore.FIXED_METHODS)})."
                 ) from None
         if not spec.solver.adaptive:
-            for name in ("rtol", "atol"):
-                if getattr(self, name) != _default(name):
-                    raise ValueError(
-                        f"`{name}` applies to adaptive methods, not to the fixed-step "
-                        f"{method!r}; leave it unset or choose an adaptive `method`."
-                    )
+            _unset(self, ("rtol", "atol"), f"applies to adaptive methods, not to the fixed-step "
+                   f"{method!r}", " or choose an adaptive `method`")  # fmt: skip
         if not contnet and not spec.solver.adaptive and self.n_steps is None:
             raise ValueError(
                 f"The fixed-step `method` {method!r} needs `n_steps`, the number of steps "
