@@ -111,7 +111,7 @@ def test_every_claim_of_the_standard_mode_has_its_kind(tmp_path):
     assert all(details[c.key].startswith("ours: ") for c in made)
     # The check says why it cannot fail: the sum of N_t over the epochs, 22 of 32.
     s = MODES["standard"]
-    fixed, refined = (_n_steps_sum(net, s.epochs_of(net)) for net in s.nets)
+    fixed, refined = (_n_steps_sum(net, s.epochs) for net in s.nets)
     assert refined / fixed == pytest.approx(22 / 32)
     assert "sum of N_t over the epochs (in the table) is smaller" in details["refinement_faster"]
 

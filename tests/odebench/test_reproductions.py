@@ -278,12 +278,12 @@ def test_runs_without_their_data_show_as_not_run_here(tmp_path):
     why = "not run here: needs CIFAR-10 (`odebench download cifar10`)"
     details = {"euler": [{"not_run": why}] * 3, "rk4": [{"not_run": why}] * 3}
     doc = {**_new_doc(), "claims": {}, "details": details, "train_seconds": 0.0002}
-    text = _index(tmp_path, {"continuousnet-cifar": doc}, link=lambda name: None)
+    text = _index(tmp_path, {"dissecting-augmentation": doc}, link=lambda name: None)
     tables = _sections(text)
     assert tables["Summary"][0][1:3] == ["2 of 2 runs not run (data absent)", "–"]
     assert tables["Summary"][0][5] == "0 s"
     assert tables["Claims of the paper"] == [
-        ["continuousnet-cifar", f"*{why}*", "–", "–", "not run"]
+        ["dissecting-augmentation", f"*{why}*", "–", "–", "not run"]
     ]
     assert tables["Checks of our code"] == []
     assert "No published run declares a check." in text

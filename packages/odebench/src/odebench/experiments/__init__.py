@@ -10,7 +10,7 @@ from . import _quickstart  # noqa: F401  # isort: skip
 from . import _anode_images, _anode_toy, _chen, _chen_tolerance  # noqa: F401  # isort: skip
 from . import _dissecting_augmentation, _dissecting_depth  # noqa: F401  # isort: skip
 from . import _manifestation, _pendulum  # noqa: F401  # isort: skip
-from . import _continuousnet_cifar, _refinement_timing  # noqa: F401  # isort: skip
+from . import _refinement_timing  # noqa: F401  # isort: skip
 from . import _anode_resnet, _chen_cnf, _contnet_adjoint  # noqa: F401  # isort: skip
 from .._metrics import Metric, Ref, Stat, Values
 from .._provenance import Provenance

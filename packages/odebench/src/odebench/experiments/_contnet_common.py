@@ -86,19 +86,13 @@ FULL_SEEDS = 5
 
 @dataclass(frozen=True, kw_only=True)
 class NetSettings(Settings):
-    """The nets of one mode, their epochs (``epochs_cifar100``: of the CIFAR-100 ones),
-    training, and the training batches the batch-norm statistics are recalibrated on."""
+    """The nets of one mode, their epochs and training, and the training batches the
+    batch-norm statistics are recalibrated on."""
 
     nets: tuple[Net, ...]
     epochs: int
     training: Training
     recal_batches: int
-    epochs_cifar100: int | None = None
-
-    def epochs_of(self, net: Net) -> int:
-        if net.dataset == "cifar100" and self.epochs_cifar100 is not None:
-            return self.epochs_cifar100
-        return self.epochs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,15 +107,14 @@ N = TypeVar("N", bound=NetSettings)
 
 
 def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
-    """The :func:`odebench.training.train` run of ``net`` for ``seed``; where its data
-    set is not found, a run that trains nothing (:attr:`Run.needs`)."""
+    """The :func:`odebench.training.train` run of ``net`` for ``seed``."""
     s = setup.settings
     config = TrainConfig(
         model=net.model, dataset=net.dataset or digits(setup.options.data_dir),
-        epochs=s.epochs_of(net), method=net.method, n_steps=net.n_steps,
+        epochs=s.epochs, method=net.method, n_steps=net.n_steps,
         refine_epochs=net.refine_epochs, seed=seed, **dataclasses.asdict(s.training),
     )  # fmt: skip
-    return Run(net.key, config=config, needs=net.dataset)
+    return Run(net.key, config=config)
 
 
 def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
@@ -129,11 +122,6 @@ def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
     (the loader's ``FileNotFoundError``)."""
     for name in sorted({net.dataset for net in setup.settings.nets if net.dataset}):
         find_data(name, setup.options.data_dir)
-    return runs_where_found(setup, seed)
-
-
-def runs_where_found(setup: Setup[N], seed: int) -> list[Run]:
-    """A :func:`train_run` per net: those whose data set is not found train nothing."""
     return [train_run(setup, net, seed) for net in setup.settings.nets]
 
 
