@@ -41,7 +41,6 @@ class Metric:
         spec: the format of its numbers in tables and claims.
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``).
-        label: its words in a table header (default: ``name``).
         key_format: how :meth:`key` writes the name and coordinates, with fields
             ``{name}`` and those of ``over``; default ``"{name}@{c1}@{c2}..."``.
 
@@ -66,7 +65,6 @@ class Metric:
     spec: str = ".4g"
     scale: float = 1.0
     unit: str = ""
-    label: str = ""
     key_format: str = ""
 
     def __post_init__(self) -> None:
