@@ -140,32 +140,24 @@ def now() -> str:
 
 
 def segment() -> JsonObject:
-    """The segment of a stretch of a run that starts now (``finished``: ``None``).
+    """The segment of a stretch of a run that starts now (``finished``: ``None``): the
+    checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything (``None``
+    outside a checkout), the hash of the sources, the time.
 
     Example:
         >>> sorted(segment())
         ['commit', 'dirty', 'finished', 'source', 'started']
     """
-    commit, dirty = _checkout()
+    top = repository()
+    commit = None if top is None else git(["rev-parse", "HEAD"], top)
+    status = None if top is None else git(["status", "--porcelain"], top)
     return {
-        "commit": commit,
-        "dirty": dirty,
+        "commit": commit if commit and HEX40.fullmatch(commit) else None,
+        "dirty": None if status is None else bool(status),
         "source": source_hash(),
         "started": now(),
         "finished": None,
     }
-
-
-def _checkout() -> tuple[str | None, bool | None]:
-    """The checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything;
-    ``None`` outside a checkout."""
-    top = repository()
-    if top is None:
-        return None, None
-    commit = git(["rev-parse", "HEAD"], top)
-    status = git(["status", "--porcelain"], top)
-    dirty = None if status is None else bool(status)
-    return (commit if commit and HEX40.fullmatch(commit) else None), dirty
 
 
 def _cpu() -> str:
