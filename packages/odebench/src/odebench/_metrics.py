@@ -110,20 +110,18 @@ class Ref:
 
     run: str
     metric: str
-    at: tuple[tuple[str, Coordinate], ...] = ()
-    declared: Metric | None = field(default=None, repr=False, compare=False)
+    at: tuple[tuple[str, Coordinate], ...]
+    declared: Metric = field(repr=False, compare=False)
 
     @property
     def key(self) -> str:
         """The metric's name at its coordinates in ``results.json``."""
-        if self.declared is None:
-            return self.metric
         return self.declared.key(**dict(self.at))
 
     @property
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of the metric."""
-        return self.declared.format if self.declared is not None else (".4g", 1.0, "")
+        return self.declared.format
 
 
 @dataclass(frozen=True)
