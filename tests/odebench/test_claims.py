@@ -124,6 +124,6 @@ def test_a_comparison_pairs_the_seeds_when_one_lacks_a_value(kind: str) -> None:
 
 def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
-    claim.check_runs(["ghost"])
+    claim.check([Values.dry_run(["ghost"])])
     with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
-        claim.check_runs(["r"])
+        claim.check([Values.dry_run(["r"])])

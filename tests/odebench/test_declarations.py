@@ -50,8 +50,8 @@ def test_a_claim_on_an_unknown_run_fails_its_dry_run() -> None:
     claim = Claim("fits", "fits", "1", ours=lambda v: v[acc.of("nod")],
                   holds=lambda v: v[acc.of("nod")] > 0.5, kind="paper")  # fmt: skip
     with pytest.raises(KeyError, match="no run 'nod'"):
-        claim.check_runs(["node", "anode"])
-    claim.check_runs(["nod"])
+        claim.check([Values.dry_run(["node", "anode"])])
+    claim.check([Values.dry_run(["nod"])])
     assert Values.dry_run(["nod"])[acc.of("nod")] != Values.dry_run(["nod"])[acc.of("nod")]
 
 

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from odebench._provenance import repository
 from odebench.cli import main
 from odebench.experiments import EXPERIMENTS, publish
-from odebench.experiments._provenance import repository
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"

@@ -17,7 +17,8 @@ from pathlib import Path
 import odebench
 import pytest
 import torch
-from odebench.experiments import RunOptions, _provenance, publish, register, run_experiment
+from odebench import _provenance
+from odebench.experiments import RunOptions, publish, register, run_experiment
 from odebench.experiments._registry import _REGISTRY
 from odebench.training import RunExistsError, TrainConfig, load_model, train
 from subprocess_env import odebench_env

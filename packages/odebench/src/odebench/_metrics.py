@@ -41,7 +41,6 @@ class Metric:
         spec: the format of its numbers in tables and claims.
         scale: multiplies them before formatting (100 for percent).
         unit: follows them (``"%"``, ``" MiB"``).
-        label: its words in a table header (default: ``name``).
         key_format: how :meth:`key` writes the name and coordinates, with fields
             ``{name}`` and those of ``over``; default ``"{name}@{c1}@{c2}..."``.
 
@@ -66,7 +65,6 @@ class Metric:
     spec: str = ".4g"
     scale: float = 1.0
     unit: str = ""
-    label: str = ""
     key_format: str = ""
 
     def __post_init__(self) -> None:
@@ -112,20 +110,18 @@ class Ref:
 
     run: str
     metric: str
-    at: tuple[tuple[str, Coordinate], ...] = ()
-    declared: Metric | None = field(default=None, repr=False, compare=False)
+    at: tuple[tuple[str, Coordinate], ...]
+    declared: Metric = field(repr=False, compare=False)
 
     @property
     def key(self) -> str:
         """The metric's name at its coordinates in ``results.json``."""
-        if self.declared is None:
-            return self.metric
         return self.declared.key(**dict(self.at))
 
     @property
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of the metric."""
-        return self.declared.format if self.declared is not None else (".4g", 1.0, "")
+        return self.declared.format
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Where a run's code came from and what it ran on: a training's :func:`segment` per
-stretch and :func:`environment`, an experiment's :class:`Provenance`, ``odebench perf``'s
-:func:`machine`."""
+stretch and :func:`environment`, an experiment's :class:`Provenance` and whether it is
+:func:`publishable`, ``odebench perf``'s :func:`machine`."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import platform
 import re
 import subprocess
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
@@ -75,6 +76,52 @@ def repository() -> Path | None:
     return None
 
 
+def publishable(
+    doc: Mapping[str, Any],
+    where: str,
+    trainings: Sequence[tuple[str, Mapping[str, Any]]] = (),
+) -> str | None:
+    """Why a run's ``results.json`` (``doc``, in ``where``) may not be published, in one
+    line, or ``None``; ``trainings`` are ``(folder, results.json)`` of its training runs."""
+    prov = doc.get("provenance")
+    if not isinstance(prov, Mapping) or not prov.get("commit"):
+        return f"{where} records no commit (no provenance): rerun it from a clean checkout"
+    commit = str(prov["commit"])
+    if not HEX40.fullmatch(commit):
+        return f"{where} records the commit {commit!r}, which is not 40 hex digits"
+    if prov.get("dirty") is not False:
+        return f"{where} ran from a dirty tree at {commit[:10]}: commit, then rerun it"
+    for run, result in trainings:
+        segments = result.get("provenance", {}).get("segments")
+        if not segments:
+            if prov.get("resumed"):
+                return (
+                    f"{where} was resumed, but its training {run} records no segments "
+                    "(where each part of it came from): rerun it with --overwrite"
+                )
+            continue
+        for part in segments:
+            same = (
+                part.get("source") == prov.get("source")
+                if part.get("source") and prov.get("source")
+                else part.get("commit") == commit and part.get("dirty") is False
+            )
+            if not same:
+                at = str(part.get("commit") or "no commit")[:10]
+                dirty = "" if part.get("dirty") is False else " from a dirty tree"
+                return (
+                    f"{where}: its training {run} ran a part at {at}{dirty} (started "
+                    f"{part.get('started')}) with code other than {commit[:10]}'s: rerun it "
+                    "with --overwrite"
+                )
+    top = repository()
+    if top is None:
+        return f"{where}: no git checkout here to check its commit {commit[:10]} against"
+    if git(["merge-base", "--is-ancestor", commit, "HEAD"], top) is None:
+        return f"{where} ran at {commit[:10]}, which is not in the current history (HEAD)"
+    return None
+
+
 def source_hash() -> str:
     """A SHA-256 of the installed Python sources of :data:`PACKAGES`, paths included: the
     same hash, the same code of every package, whatever the commit (no git needed)."""
@@ -93,32 +140,24 @@ def now() -> str:
 
 
 def segment() -> JsonObject:
-    """The segment of a stretch of a run that starts now (``finished``: ``None``).
+    """The segment of a stretch of a run that starts now (``finished``: ``None``): the
+    checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything (``None``
+    outside a checkout), the hash of the sources, the time.
 
     Example:
         >>> sorted(segment())
         ['commit', 'dirty', 'finished', 'source', 'started']
     """
-    commit, dirty = _checkout()
+    top = repository()
+    commit = None if top is None else git(["rev-parse", "HEAD"], top)
+    status = None if top is None else git(["status", "--porcelain"], top)
     return {
-        "commit": commit,
-        "dirty": dirty,
+        "commit": commit if commit and HEX40.fullmatch(commit) else None,
+        "dirty": None if status is None else bool(status),
         "source": source_hash(),
         "started": now(),
         "finished": None,
     }
-
-
-def _checkout() -> tuple[str | None, bool | None]:
-    """The checkout's ``HEAD`` and whether ``git status --porcelain`` lists anything;
-    ``None`` outside a checkout."""
-    top = repository()
-    if top is None:
-        return None, None
-    commit = git(["rev-parse", "HEAD"], top)
-    status = git(["status", "--porcelain"], top)
-    dirty = None if status is None else bool(status)
-    return (commit if commit and HEX40.fullmatch(commit) else None), dirty
 
 
 def _cpu() -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._io import markdown_table, text_table
-from ._metrics import Coordinate, Metric, Ref, Stat, Values, _text
+from ._metrics import Coordinate, Metric, Ref, Stat, Values
 
 
 class Source(Protocol):
@@ -214,14 +214,6 @@ def by_run(
     run to its text cells by column header."""
     rows = [Row(label, run, text=(text or {}).get(run, {})) for run, label in runs.items()]
     return Table(header, rows, columns)
-
-
-def by_coordinate(
-    header: str, run: str, name: str, values: Sequence[Coordinate], columns: Sequence[Col]
-) -> Table:
-    """A table of one row per value of the coordinate ``name`` of ``run``'s metrics, each
-    labelled as the metrics' keys show it."""
-    return Table(header, [Row(_text(v), run, {name: v}) for v in values], columns)
 
 
 Key = tuple[Coordinate, ...]

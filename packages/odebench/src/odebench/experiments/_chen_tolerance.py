@@ -9,7 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 from .._metrics import Ref, Values
-from .._tables import Col, Row, Table, by_coordinate, by_run
+from .._tables import Col, Row, Table, by_run
 from . import _chen_tolerance_probe as probe
 from ._chen import MODES as TABLE1_MODES
 from ._chen import TEST_ERROR, MnistTraining, mnist_config
@@ -182,8 +182,9 @@ def tables(setup: Setup[ToleranceSettings]) -> dict[str, Table]:
 
     floors = (Col("", probe.FLOOR, {"way": way}) for way in probe.WAYS[:2])
     probed = [Row(f"{n}, {tol:g}", n, {"tol": tol}) for n in ACTIVATIONS for tol in s.tolerances]
+    swept = [Row(f"{tol:g}", s.sweep, {"tol": tol}) for tol in s.tolerances]
     return {
-        "sweep": by_coordinate("tolerance", s.sweep, "tol", s.tolerances, [
+        "sweep": Table("tolerance", swept, [
             Col("test error", probe.SWEEP_ERROR), Col("forward NFE", probe.SWEEP_NFE),
             Col("off the minimum (share of seeds)", probe.SWEEP_OFF, spread=False),
             Col("forward time per batch, ms", probe.SECONDS),

@@ -349,11 +349,3 @@ class Claim:
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of the claim's numbers."""
         return self.spec, self.scale, self.unit
-
-    def check_runs(self, runs: Sequence[str]) -> None:
-        """Fail unless the claim reads only ``runs``.
-
-        Raises:
-            KeyError: naming the claim and the unknown run.
-        """
-        self.check([Values.dry_run(runs)])

@@ -46,8 +46,8 @@ PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
 }  # fmt: skip
 """The poster's "Ranking Augmentation Strategies" panel: rounded means, no std."""
 
-ACCURACY = Metric("test_acc", spec=".1f", scale=100, unit="%", label="test accuracy")
-NFE = Metric("nfe_forward", spec=".1f", label="NFE at convergence")
+ACCURACY = Metric("test_acc", spec=".1f", scale=100, unit="%")
+NFE = Metric("nfe_forward", spec=".1f")
 """The forward NFE per training batch in the last epoch: the poster's "NFE"."""
 NFE_FIRST = Metric("nfe_first", spec=".1f")
 PARAMETERS = Metric("parameters", spec=",.0f")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .._io import JsonObject
-from ._provenance import publishable
+from .._provenance import publishable
 
 Log = Callable[[str], None]
 
@@ -144,11 +144,6 @@ def one_thread(enabled: bool) -> Iterator[int]:
         yield torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
-
-
-def prefixed(log: Log, prefix: str) -> Log:
-    """``log`` with every line tagged ``[prefix]``."""
-    return lambda line: log(f"[{prefix}] {line}")
 
 
 def command(name: str, options: RunOptions) -> str:

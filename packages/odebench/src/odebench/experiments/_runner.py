@@ -7,7 +7,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -16,8 +15,8 @@ from typing import Any, cast
 import torch
 
 from .._io import JsonObject, write_json, write_text
-from .._metrics import Stat
-from .._provenance import provenance_started
+from .._metrics import Stat, Values
+from .._provenance import now, provenance_started
 from ..training import Task, TrainConfig, find_data, fit, resolve_device, train
 from ._images import not_run
 from ._registry import (
@@ -28,7 +27,6 @@ from ._registry import (
     RunOptions,
     command,
     one_thread,
-    prefixed,
     read_results,
 )
 from ._report import Prose, report, with_details
@@ -103,7 +101,7 @@ def run_template(template: Template[S], options: RunOptions, log: Log = print) -
     result = Result(
         setup=setup,
         command=command(template.name, options),
-        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        date=now(),
         wall_seconds=time.perf_counter() - started,
         metrics=metrics,
         measurements=measured,
@@ -244,10 +242,14 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
     if run.skipped is not None:
         return Trained(run, seed, out, None, {}, [])
     options = setup.options
+
+    def log(line: str) -> None:
+        setup.log(f"[{tag}] {line}")
+
     if run.task is not None:
         done = fit(
             _bf16(run.task) if options.bf16 else run.task,
-            out, resume=options.resume, log=prefixed(setup.log, tag),
+            out, resume=options.resume, log=log,
             device=options.device, progress=options.progress,
         )  # fmt: skip
         return Trained(run, seed, out, None, {}, done.rows, done.model.eval(), done.seconds)
@@ -258,7 +260,7 @@ def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
         progress=options.progress,
         bf16=options.bf16 or cast(TrainConfig, run.config).bf16,
     )
-    result = train(config, out, resume=options.resume, log=prefixed(setup.log, tag))
+    result = train(config, out, resume=options.resume, log=log)
     history = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     seconds = result["train_seconds"]
     assert isinstance(seconds, (int, float))  # train() sums the epochs' times
@@ -288,8 +290,8 @@ def check_declaration(template: Template[Any], mode: str) -> None:
     """
     setup, _ = _setup(template, RunOptions(out=Path("unused"), mode=mode), lambda _: None)
     claims = list(template.claims(setup))
-    for claim in claims:
-        claim.check_runs(setup.trained)
+    for claim in claims:  # a KeyError names the claim and the unknown run
+        claim.check([Values.dry_run(setup.trained)])
     for name, table in template.tables(setup).items():
         refs = (ref for row in table.rows for col in table.columns for ref in col.refs(row))
         for ref in refs:
