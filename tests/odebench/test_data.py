@@ -1170,6 +1170,9 @@ def test_svhn_missing_file_names_it_and_lists_the_directory(tmp_path):
         (np.zeros((28, 28, 3, 2), np.uint8), np.array([[1], [2]]), r"\(32, 32, 3, N\)"),
         (np.zeros((32, 32, 3, 2), np.uint8), np.array([[1]]), "expected 2 labels"),
         (np.zeros((32, 32, 3, 2), np.uint8), np.array([[0], [11]]), r"1\.\.10"),
+        # Neither read as the labels 3 and 2, nor as 10, 1, 5, 3 row by row.
+        (np.zeros((32, 32, 3, 2), np.uint8), np.array([[3.5], [2.0]]), "whole numbers"),
+        (np.zeros((32, 32, 3, 4), np.uint8), np.array([[10, 1], [5, 3]]), "as a vector"),
     ],
 )
 def test_svhn_rejects_malformed_content_naming_the_file(tmp_path, x, y, match):

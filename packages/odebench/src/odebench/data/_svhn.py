@@ -46,7 +46,8 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
         DataError: the file is not a MATLAB file scipy reads, its compressed variables
             declare more than ``SVHN_MAX_BYTES`` (2 GiB) or inflate to more or less than
             they declare, or it does not hold uint8 ``X`` of shape
-            ``(32, 32, 3, N)`` and ``N`` labels in 1..10. The message names the file.
+            ``(32, 32, 3, N)`` and a vector ``y`` of ``N`` whole numbers in 1..10. The
+            message names the file.
         ImportError: scipy is not installed.
 
     Example:
@@ -78,14 +79,14 @@ def load_svhn(root: str | os.PathLike[str], *, train: bool = True) -> Dataset:
     if not images_ok or x.dtype != np.uint8:
         raise DataError(f"{path}: expected `X` as uint8 of shape (32, 32, 3, N), got {describe(x)}")
     n = x.shape[3]
-    if not isinstance(y, np.ndarray) or y.size != n:
-        raise DataError(f"{path}: expected {n} labels in `y`, got {describe(y)}")
-    labels = y.reshape(-1).astype(np.int64)
-    if labels.size and (labels.min() < 1 or labels.max() > 10):
+    if not (isinstance(y, np.ndarray) and y.shape in ((n, 1), (1, n)) and y.dtype.kind in "iuf"):
+        raise DataError(f"{path}: expected {n} labels as a vector `y`, got {describe(y)}")
+    if not np.isin(y, np.arange(1, 11)).all():  # a label 3.5 or NaN is no class
         raise DataError(
-            f"{path}: labels must lie in 1..10 (10 for the digit 0), got "
-            f"{labels.min()}..{labels.max()}"
+            f"{path}: labels must be the whole numbers 1..10 (10 for the digit 0), got "
+            f"{describe(y)} from {y.min()} to {y.max()}"
         )
+    labels = y.reshape(-1).astype(np.int64)
     images = np.ascontiguousarray(x.transpose(3, 2, 0, 1))  # (N, channel, row, column)
     return Dataset(
         inputs=torch.from_numpy(images),
