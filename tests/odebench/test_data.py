@@ -545,10 +545,11 @@ def test_load_cifar_refuses_codecs_other_than_latin1(tmp_path):
         ({b"data": np.zeros((2, 3072), np.int64), b"labels": [0, 1]}, r"a int64 array"),
         ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}, r"holds 2 images but"),
         ({b"data": np.zeros((1, 3072), np.uint8), b"labels": [10]}, r"labels from 10 to 10"),
+        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [3.7, 1.0]}, r"not a list of int"),
         ({b"images": np.zeros((1, 3072), np.uint8)}, r"lacks b'data' or b'labels'"),
         ([1, 2, 3], r"holds a list; expected a dict"),
     ],
-    ids=["truncated", "shape", "dtype", "count", "range", "keys", "not-a-dict"],
+    ids=["truncated", "shape", "dtype", "count", "range", "float", "keys", "not-a-dict"],
 )
 def test_load_cifar_rejects_bad_batch_files(tmp_path, content, message):
     path = tmp_path / "test_batch"

@@ -148,13 +148,15 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"{spec.title} batch file {path}: b'data' is {describe(data)}; expected (N, 3072) "
             "uint8, 3 colour planes of 32 x 32."
         )
-    try:
-        label_array = np.asarray(labels, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError) as err:
+    try:  # the labels as they are: no 3.7 read as 3, nor True as 1
+        label_array = np.asarray(labels)
+    except ValueError:  # a ragged list
+        label_array = np.asarray(None)
+    if label_array.size and label_array.dtype.kind not in "iu":
         raise DataError(
             f"{spec.title} batch file {path}: b'{spec.label_key}' is not a list of "
-            f"integers ({err})."
-        ) from err
+            f"integers; it makes {describe(label_array)}."
+        )
     if label_array.shape != (data.shape[0],):
         raise DataError(
             f"{spec.title} batch file {path} holds {data.shape[0]} images but "
@@ -166,7 +168,7 @@ def _read_batch(path: Path, spec: _Cifar) -> tuple[np.ndarray, np.ndarray]:
             f"{spec.title} batch file {path} holds labels from {label_array.min()} to "
             f"{label_array.max()}; expected 0..{spec.classes - 1}."
         )
-    return data, label_array
+    return data, label_array.astype(np.int64)
 
 
 def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int = 10) -> Dataset:
@@ -188,7 +190,7 @@ def load_cifar(root: str | os.PathLike[str], *, train: bool = True, classes: int
             expected files and what the directories hold).
         DataError: if a file asks for anything but arrays and containers, cannot be
             unpickled, or does not hold uint8 ``data`` of shape ``(N, 3072)`` with
-            ``N`` labels in range. The message names the file.
+            ``N`` integer labels in range. The message names the file.
 
     Example:
         >>> import pickle, tempfile, pathlib, numpy as np
