@@ -783,6 +783,13 @@ def test_toy_sets_are_deterministic_for_a_seed(make):
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
     assert not torch.equal(a.inputs, c.inputs)
     assert a.inputs.dtype == torch.float32
+    torch.set_default_dtype(torch.float64)
+    try:  # the same set, in float32, whatever the default dtype
+        d = make(gen(7))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert (d.inputs.dtype, d.targets.dtype) == (a.inputs.dtype, a.targets.dtype)
+    assert torch.equal(a.inputs, d.inputs) and torch.equal(a.targets, d.targets)
 
 
 @pytest.fixture(scope="module")

@@ -113,7 +113,7 @@ def reflection(n: int, *, dim: int = 1, generator: torch.Generator | None = None
         (True, torch.Size([5, 1]))
     """
     _check(generator, {"n": n, "dim": dim})
-    x = 2.0 * torch.rand(n, dim, generator=generator) - 1.0
+    x = 2.0 * torch.rand(n, dim, generator=generator, dtype=torch.float32) - 1.0
     return Dataset(inputs=x, targets=-x, name=f"reflection-{dim}d", num_classes=None)
 
 
