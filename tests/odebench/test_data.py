@@ -1029,9 +1029,10 @@ def test_subset_is_a_seeded_random_choice_of_aligned_samples():
     assert len(ds.subset(0)) == 0
 
 
-def test_subset_rejects_a_negative_size():
-    with pytest.raises(ValueError, match=r"`n` must be non-negative or None, got -1"):
-        _numbered().subset(-1)
+@pytest.mark.parametrize("n", [-1, True, 2.0, 100.0])
+def test_subset_rejects_a_size_that_is_not_a_count(n):
+    with pytest.raises(ValueError, match=rf"`n` must be a non-negative integer or None, got {n}"):
+        _numbered().subset(n)
 
 
 def test_normalize_scales_centres_and_divides_per_channel():

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._io import whole
+
 CHUNK = 1 << 20
 """Bytes read, inflated or copied at a time."""
 DEFLATE_MAX_RATIO = 1032
@@ -214,7 +216,7 @@ class Dataset:
             A :class:`Dataset` of ``min(n, len(self))`` samples, on the same device.
 
         Raises:
-            ValueError: if ``n`` is negative.
+            ValueError: if ``n`` is not a non-negative integer or ``None``.
 
         Example:
             >>> import torch
@@ -224,10 +226,10 @@ class Dataset:
             >>> len(small), small.num_classes
             (10, 2)
         """
+        if n is not None and not whole(0)(n):  # not True as 1, nor 10.0 as all
+            raise ValueError(f"`n` must be a non-negative integer or None, got {n!r}.")
         if n is None or n >= len(self):
             return self
-        if n < 0:
-            raise ValueError(f"`n` must be non-negative or None, got {n}.")
         device = generator.device if generator is not None else torch.device("cpu")
         perm = torch.randperm(len(self), generator=generator, device=device)[:n]
         perm = perm.to(self.inputs.device)
