@@ -74,7 +74,7 @@ def _train_step(model: nn.Module, x: Tensor, y: Tensor) -> None:
 
 
 @torch.no_grad()
-def _forward(model: nn.Module, x: Tensor) -> None:
+def _forward(model: nn.Module, x: Tensor, y: Tensor) -> None:
     model(x)
 
 
@@ -148,11 +148,8 @@ def _times(
     """Median seconds of each ``(model, figure)``: a training step and a forward pass,
     after one warm-up run each, the models interleaved (A B C A B C ...)."""
     times: dict[tuple[str, str], float] = {}
-    for mode in ("train_step", "forward"):
-        runs = {
-            name: partial(_train_step, m, x, y) if mode == "train_step" else partial(_forward, m, x)
-            for name, m in models.items()
-        }
+    for mode, step in (("train_step", _train_step), ("forward", _forward)):
+        runs = {name: partial(step, m, x, y) for name, m in models.items()}
         for run in runs.values():  # warm-up
             run()
         seconds: dict[str, list[float]] = {name: [] for name in runs}
