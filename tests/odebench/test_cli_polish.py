@@ -185,7 +185,8 @@ def _option_id(option: tuple[argparse.ArgumentParser, argparse.Action]) -> str:
 def test_every_option_states_its_default(option):
     parser, action = option
     text = _help(parser, action)
-    if action.nargs == 0 and action.default in (False, None):  # a flag, off unless given
+    # a flag, off unless given; or a --no-X flag, on unless given
+    if action.nargs == 0 and (action.default in (False, None) or action.const is False):
         assert "(default: False)" not in text
         if isinstance(action, argparse.BooleanOptionalAction):
             assert "(default: " in text

@@ -212,7 +212,7 @@ def _publish_arguments(publish: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-#: The parsers of ``odebench train``'s values, by the names its fields' metadata give.
+#: The parsers of the options' values, by the names their fields' metadata give.
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "positive_int": _positive_int,
     "positive_float": _positive_float,
@@ -220,25 +220,38 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "fraction": _fraction,
     "int_list": _int_list,
     "option": _option,
+    "names": _names,
 }
 
 
-def _train_arguments(train: argparse.ArgumentParser) -> None:
-    """One option per field of ``TrainConfig``, from the field's metadata (``_flag`` in
-    ``training/_config.py``); those of ``run`` too (``"shared"``) from :func:`_add_common`."""
-    from .training import TrainConfig
-
-    for f in dataclasses.fields(TrainConfig):
-        flag = f.metadata["flag"]
-        if flag == "shared":
+def _add_fields(
+    parser: argparse.ArgumentParser, config: type, names: Collection[str] | None = None
+) -> None:
+    """One option per field of the dataclass ``config`` (of ``names``; ``None``: all) from
+    the field's metadata ``flag`` (``_flag`` in ``training/_config.py``, ``flag`` in
+    ``perf/_solvers.py``); none for a field without it, nor for one that ``run`` has too
+    (``"shared"``: :func:`_add_common` adds those)."""
+    for f in dataclasses.fields(config):
+        flag = f.metadata.get("flag")
+        if flag is None or flag == "shared" or (names is not None and f.name not in names):
             continue
         keywords = dict(flag)
         option = keywords.pop("option", "--" + f.name.replace("_", "-"))
         if "type" in keywords:
             keywords["type"] = _PARSERS[keywords["type"]]
+        resolved = keywords.pop("resolved", None)
+        if resolved is not None:
+            full, quick = (getattr(c, resolved) for c in (config(), config(quick=True)))
+            keywords["help"] += f" (default: {full}; with --quick: {quick})"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if f.default is dataclasses.MISSING else f.default
-        train.add_argument(option, required=required, default=default, **keywords)
+        parser.add_argument(option, required=required, default=default, **keywords)
+
+
+def _train_arguments(train: argparse.ArgumentParser) -> None:
+    from .training import TrainConfig
+
+    _add_fields(train, TrainConfig)
     _add_common(train, TrainConfig, out="runs/MODEL-DATASET")
 
 
@@ -284,26 +297,12 @@ def _add_common(
         "terminal)")  # fmt: skip
 
 
-def _count(
-    parser: argparse.ArgumentParser, config: type, name: str, help: str, resolved: str = ""
-) -> None:
-    """Add ``--NAME N``, the positive field ``name`` of ``config``; ``resolved``: the property
-    whose value, without and with ``--quick``, the help gives as the default."""
-    if resolved:
-        full, quick = (getattr(c, resolved) for c in (config(), config(quick=True)))
-        help += f" (default: {full}; with --quick: {quick})"
-    parser.add_argument(
-        "--" + name.replace("_", "-"), type=_positive_int, default=_defaults(config)[name],
-        metavar="N", help=help,
-    )  # fmt: skip
-
-
 def _benchmark_arguments(
-    parser: argparse.ArgumentParser, config: type, *, quick: str, repeats: str, plot: bool = False
+    parser: argparse.ArgumentParser, config: type, *, plot: bool = False
 ) -> None:
-    """Add every benchmark's options: ``--quick``, ``--json``, with ``plot`` ``--plot``, and
-    ``config``'s ``--threads`` and ``--repeats``; ``quick`` and ``repeats`` are their help."""
-    parser.add_argument("--quick", action="store_true", help=quick)
+    """Add a benchmark's options: its ``config``'s, ``--quick`` first, then ``--json``, with
+    ``plot`` ``--plot``, then the others."""
+    _add_fields(parser, config, ["quick"])
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
     )
@@ -312,44 +311,19 @@ def _benchmark_arguments(
             "--plot", metavar="PATH", type=Path,
             help="draw the results here, as a PNG (default: not drawn)",
         )  # fmt: skip
-    _count(parser, config, "threads", "torch threads")
-    _count(parser, config, "repeats", repeats, "n_repeats")
+    _add_fields(parser, config, [f.name for f in dataclasses.fields(config)][1:])
 
 
 def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
-    from .perf import KNOWN_PROBLEMS, LIBRARIES, SolversConfig
+    from .perf import SolversConfig
 
-    _benchmark_arguments(
-        solvers, SolversConfig, plot=True,
-        quick="small problems, fewer methods and steps, one run each (a few minutes)",
-        repeats="timed runs per library and configuration",
-    )  # fmt: skip
-    default = _defaults(SolversConfig)
-    for name, known, unset in (
-        ("problems", KNOWN_PROBLEMS, "all"),
-        ("libraries", LIBRARIES, "all that import"),
-    ):
-        solvers.add_argument(
-            f"--{name}", type=_names, default=default[name], metavar="NAMES",
-            help=f"comma-separated subset of: {', '.join(known)} (default: {unset})",
-        )  # fmt: skip
-    for switch, help in (
-        ("--no-memory", "skip the peak-memory measurements"),
-        ("--no-gradients", "skip the finite-difference gradient check"),
-        ("--compile", "add odecore's compiled solve (compile=True) beside eager odecore where "
-         "it compiles (explicit methods, forward and backprop), its first call timed apart"),
-    ):  # fmt: skip
-        solvers.add_argument(switch, action="store_true", help=help)
+    _benchmark_arguments(solvers, SolversConfig, plot=True)
 
 
 def _contnet_arguments(contnet: argparse.ArgumentParser) -> None:
     from .perf import ContnetConfig
 
-    _benchmark_arguments(
-        contnet, ContnetConfig, quick="a small batch, seconds", repeats="timed runs per model"
-    )
-    _count(contnet, ContnetConfig, "batch", "images per batch", "n_batch")
-    _count(contnet, ContnetConfig, "n_steps", "N_t = M of every block", "steps")
+    _benchmark_arguments(contnet, ContnetConfig)
 
 
 def _plot_arguments(plot: argparse.ArgumentParser) -> None:
@@ -571,9 +545,7 @@ def _solvers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if unknown:
         parser.error(f"--libraries: unknown {unknown}; known: {', '.join(LIBRARIES)}")
     try:
-        config = _from_args(
-            SolversConfig, args, memory=not args.no_memory, gradients=not args.no_gradients
-        )
+        config = _from_args(SolversConfig, args)
     except ValueError as exc:
         parser.error(str(exc))
     return _benchmark(

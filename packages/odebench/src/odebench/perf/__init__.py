@@ -19,7 +19,6 @@ from ._solvers import SolversConfig, run_solvers
 # For the layers above, not for users (not in __all__).
 from ._contnet import saved_bytes as saved_bytes
 from ._libraries import LIBRARIES as LIBRARIES
-from ._problems import KNOWN_PROBLEMS as KNOWN_PROBLEMS
 
 __all__ = [
     "Bars",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -17,7 +17,7 @@ from .._io import JsonObject, text_table, whole
 from .._provenance import machine, now
 from .._tables import Column, Measured, Table, figure_columns, keyed_rows
 from ._document import Provenance, Row, json_array, json_object
-from ._solvers import command_line
+from ._solvers import command_line, count_flag, flag
 
 SCHEMA_VERSION = 1
 GOAL = 1.15
@@ -30,18 +30,22 @@ class ContnetConfig:
 
     Args:
         quick: a small batch, two steps and one repetition (seconds).
-        repeats: timed repetitions per model (default 7; quick: 2).
         threads: torch threads.
+        repeats: timed repetitions per model (default 7; quick: 2).
         batch: images per batch (default 32; quick: 8).
         n_steps: ``N_t = M`` of every block (default 4; quick: 2).
         channels: channels of the three blocks.
     """
 
-    quick: bool = False
-    repeats: int | None = None
-    threads: int = 2
-    batch: int | None = None
-    n_steps: int | None = None
+    quick: bool = field(default=False, metadata=flag("a small batch, seconds", action="store_true"))
+    threads: int = field(default=2, metadata=count_flag("torch threads"))
+    repeats: int | None = field(
+        default=None, metadata=count_flag("timed runs per model", "n_repeats")
+    )
+    batch: int | None = field(default=None, metadata=count_flag("images per batch", "n_batch"))
+    n_steps: int | None = field(
+        default=None, metadata=count_flag("N_t = M of every block", "steps")
+    )
     channels: tuple[int, int, int] = (16, 32, 64)
 
     def __post_init__(self) -> None:
@@ -70,7 +74,7 @@ def _train_step(model: nn.Module, x: Tensor, y: Tensor) -> None:
 
 
 @torch.no_grad()
-def _forward(model: nn.Module, x: Tensor) -> None:
+def _forward(model: nn.Module, x: Tensor, y: Tensor) -> None:
     model(x)
 
 
@@ -144,11 +148,8 @@ def _times(
     """Median seconds of each ``(model, figure)``: a training step and a forward pass,
     after one warm-up run each, the models interleaved (A B C A B C ...)."""
     times: dict[tuple[str, str], float] = {}
-    for mode in ("train_step", "forward"):
-        runs = {
-            name: partial(_train_step, m, x, y) if mode == "train_step" else partial(_forward, m, x)
-            for name, m in models.items()
-        }
+    for mode, step in (("train_step", _train_step), ("forward", _forward)):
+        runs = {name: partial(step, m, x, y) for name, m in models.items()}
         for run in runs.values():  # warm-up
             run()
         seconds: dict[str, list[float]] = {name: [] for name in runs}

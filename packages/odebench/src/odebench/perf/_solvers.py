@@ -31,6 +31,7 @@ from ._gradcheck import GradcheckSizes, gradient_check
 from ._libraries import (
     COMPILED,
     GRADIENT_MODES,
+    LIBRARIES,
     MODES,
     Library,
     Method,
@@ -101,6 +102,19 @@ RATIO_FIGURES = (
 )
 
 
+def flag(help: str, **keywords: object) -> dict[str, object]:
+    """The metadata of a field that is an option of its ``odebench perf`` command:
+    ``add_argument``'s keywords (``type``: a parser's name in ``odebench.cli``), an
+    ``option`` of another name, and the property ``resolved`` whose value, without and
+    with ``--quick``, the help gives as the default."""
+    return {"flag": {"help": help, **keywords}}
+
+
+def count_flag(help: str, resolved: str | None = None) -> dict[str, object]:
+    """The metadata of a field that is an option ``--NAME N``, a positive count."""
+    return flag(help, type="positive_int", metavar="N", resolved=resolved)
+
+
 @dataclass(frozen=True)
 class SolversConfig:
     """What ``odebench perf solvers`` runs.
@@ -108,9 +122,9 @@ class SolversConfig:
     Args:
         quick: smaller problems, fewer methods and step counts, one repetition, no
             warm-up: every code path in a few minutes.
+        threads: ``torch.set_num_threads`` for the run and every child process.
         repeats: timed repetitions per library and configuration (default 5, quick 1).
             A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
-        threads: ``torch.set_num_threads`` for the run and every child process.
         problems: the problems to run (default: all of ``KNOWN_PROBLEMS``, the
             explicit ones and then the stiff ones, ``vdp_stiff`` and ``robertson``;
             quick: the explicit ones only). A stiff problem gets its own sweep (``stiff_methods``).
@@ -126,16 +140,30 @@ class SolversConfig:
             memory measurements and the gradient check run the eager libraries alone.
     """
 
-    quick: bool = False
-    repeats: int | None = None
-    threads: int = 2
-    problems: tuple[str, ...] | None = None
-    libraries: tuple[str, ...] | None = None
-    memory: bool = True
-    gradients: bool = True
+    quick: bool = field(default=False, metadata=flag(
+        "small problems, fewer methods and steps, one run each (a few minutes)",
+        action="store_true"))  # fmt: skip
+    threads: int = field(default=2, metadata=count_flag("torch threads"))
+    repeats: int | None = field(default=None, metadata=count_flag(
+        "timed runs per library and configuration", "n_repeats"))  # fmt: skip
+    problems: tuple[str, ...] | None = field(default=None, metadata=flag(
+        f"comma-separated subset of: {', '.join(KNOWN_PROBLEMS)} (default: all)",
+        type="names", metavar="NAMES"))  # fmt: skip
+    libraries: tuple[str, ...] | None = field(default=None, metadata=flag(
+        f"comma-separated subset of: {', '.join(LIBRARIES)} (default: all that import)",
+        type="names", metavar="NAMES"))  # fmt: skip
+    memory: bool = field(default=True, metadata=flag(
+        "skip the peak-memory measurements", option="--no-memory", dest="memory",
+        action="store_false"))  # fmt: skip
+    gradients: bool = field(default=True, metadata=flag(
+        "skip the finite-difference gradient check", option="--no-gradients",
+        dest="gradients", action="store_false"))  # fmt: skip
     cell_budget_s: float = 20.0
     seed: int = 0
-    compile: bool = False
+    compile: bool = field(default=False, metadata=flag(
+        "add odecore's compiled solve (compile=True) beside eager odecore where it compiles "
+        "(explicit methods, forward and backprop), its first call timed apart",
+        action="store_true"))  # fmt: skip
 
     def __post_init__(self) -> None:
         for name in ("repeats", "threads"):
