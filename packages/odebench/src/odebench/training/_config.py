@@ -343,11 +343,10 @@ class TrainConfig:
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
         contnet = self.model in CONTINUOUS_NETS
-        if contnet and self.gradient != "backprop":
-            raise ValueError(
-                f"`gradient` {self.gradient!r} does not apply to `model` {self.model!r}, a "
-                "discrete network differentiated by backprop through its steps; leave it unset."
-            )
+        if contnet:
+            _unset(self, ("gradient",), f"{self.gradient!r} does not apply to `model` "
+                   f"{self.model!r}, a discrete network differentiated by backprop through "
+                   "its steps")  # fmt: skip
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):

@@ -711,7 +711,7 @@ def held(
     resume: bool,
     overwrite: bool,
     log: Log,
-    defaults: Mapping[str, Json] | None = None,
+    defaults: Mapping[str, Json],
 ) -> Iterator[torch.device]:
     """Hold the run folder ``out`` (the first process locks and checks it, every process
     raises its error) and the process group; yield this process's device."""
@@ -740,7 +740,7 @@ def held(
                 folder.acquire(log)
                 folder.prepare(resume=resume, overwrite=overwrite, log=log)
                 if resume:
-                    folder.check_resume(settings, epochs, defaults or {})
+                    folder.check_resume(settings, epochs, defaults)
             except (ValueError, OSError) as exc:
                 error = exc
         if process.world > 1:  # every process raises the first one's error
