@@ -287,7 +287,12 @@ class RunFolder:
             taken = _flock(fd)
             holder = _Holder.read(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             if taken is False or holder.alive() or (taken is None and holder.pid is None):
-                raise RunExistsError(self._held(holder, lock))
+                local = holder.pid is not None and holder.host == socket.gethostname()
+                hint = "" if local else f" (if no run uses the folder any more, delete {lock})"
+                raise RunExistsError(
+                    f"--out {self.path} is in use by {holder.describe()}; "
+                    f"wait for it to end or choose another --out{hint}"
+                )
             try:
                 same = os.stat(lock).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -301,14 +306,6 @@ class RunFolder:
         self._hold(fd)
         log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
         return fd
-
-    def _held(self, holder: _Holder, lock: Path) -> str:
-        local = holder.pid is not None and holder.host == socket.gethostname()
-        hint = "" if local else f" (if no run uses the folder any more, delete {lock})"
-        return (
-            f"--out {self.path} is in use by {holder.describe()}; "
-            f"wait for it to end or choose another --out{hint}"
-        )
 
     # -- what the folder holds -------------------------------------------------------
 
