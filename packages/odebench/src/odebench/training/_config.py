@@ -328,11 +328,9 @@ class TrainConfig:
             _unset(self, ("momentum",), "changes nothing: `optimizer` is 'adam'")
         if not self.milestones:
             _unset(self, ("gamma",), "changes nothing: no `milestones`")
-        if self.refine_epochs and self.model not in CONTINUOUS_NETS:
-            raise ValueError(
-                f"`refine_epochs` applies to the ContinuousNet models only "
-                f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}; leave it unset."
-            )
+        if self.model not in CONTINUOUS_NETS:
+            _unset(self, ("refine_epochs",), "applies to the ContinuousNet models only "
+                   f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}")  # fmt: skip
         object.__setattr__(self, "_spec", self._resolve())
         if self.compile and self.model in CONTINUOUS_NETS:
             raise ValueError(
@@ -345,11 +343,10 @@ class TrainConfig:
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
         contnet = self.model in CONTINUOUS_NETS
-        if contnet and self.gradient != "backprop":
-            raise ValueError(
-                f"`gradient` {self.gradient!r} does not apply to `model` {self.model!r}, a "
-                "discrete network differentiated by backprop through its steps; leave it unset."
-            )
+        if contnet:
+            _unset(self, ("gradient",), f"{self.gradient!r} does not apply to `model` "
+                   f"{self.model!r}, a discrete network differentiated by backprop through "
+                   "its steps")  # fmt: skip
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
@@ -382,11 +379,9 @@ class TrainConfig:
                 f"The fixed-step `method` {method!r} needs `n_steps`, the number of steps "
                 "over the ODE's depth [0, 1]."
             )
-        if self.n_steps is not None and spec.solver.adaptive:
-            raise ValueError(
-                f"`n_steps` applies to fixed-step methods, not to the adaptive {method!r}; "
-                "leave it unset or choose a fixed-step `method`."
-            )
+        if spec.solver.adaptive:
+            _unset(self, ("n_steps",), "applies to fixed-step methods, not to the adaptive "
+                   f"{method!r}", " or choose a fixed-step `method`")  # fmt: skip
         steps = self.n_steps if self.n_steps is not None else (CONTNET_STEPS if contnet else None)
         return spec if steps is None else dataclasses.replace(spec, n_steps=steps)
 

@@ -572,8 +572,16 @@ class Training:
                 group["lr"] = lr
 
     def _train_epoch(self, epoch: int) -> _Tally:
-        """Train one epoch (its remaining batches, in a run resumed inside it)."""
-        first, tally = self._epoch_start(epoch)
+        """Train one epoch (its remaining batches, in a run resumed inside it), seeding its
+        augmentation; the first process draws its tqdm bar on stderr when ``progress`` asks."""
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+        seed = self.task.seed * 7919 + epoch
+        self._aug_gen = torch.Generator(device=self.device).manual_seed(seed)
+        first, tally, start = 0, _Tally.zeros(self.device), self._start
+        if epoch == start.epoch and start.partial is not None and start.aug_rng is not None:
+            self._aug_gen.set_state(start.aug_rng.cpu())
+            first, tally = start.batch, _Tally.load(start.partial)
         self._nan_batch.fill_(-1)
         self._order_state = self._order_gen.get_state()
         if self.task.order is not None:
@@ -582,7 +590,15 @@ class Training:
             order = torch.randperm(len(self.data[0]), generator=self._order_gen)
         order = order.to(self.data[0].device)
         self._examples = len(order)
-        bar = self._progress_bar(epoch, first)
+        bar = tqdm(
+            total=self.n_batches,
+            initial=first,
+            desc=f"epoch {epoch + 1}/{self.task.epochs}",
+            file=sys.stderr,
+            disable=not (show_progress(self._progress) and self.process.main),
+            dynamic_ncols=True,
+            leave=False,
+        )
         size = self.task.batch_size
         self._net.train()
         tick, done = time.perf_counter(), first
@@ -638,32 +654,6 @@ class Training:
             at, what = f"batch {batches}", f"the weight {name} is not finite"
         raise self._diverged(epoch, at, f"{what}.")
 
-    def _epoch_start(self, epoch: int) -> tuple[int, _Tally]:
-        """The first batch of ``epoch`` and its totals so far; seeds its augmentation."""
-        self._aug_gen = torch.Generator(device=self.device).manual_seed(
-            self.task.seed * 7919 + epoch
-        )
-        start = self._start
-        if epoch != start.epoch or start.partial is None or start.aug_rng is None:
-            return 0, _Tally.zeros(self.device)
-        self._aug_gen.set_state(start.aug_rng.cpu())
-        return start.batch, _Tally.load(start.partial)
-
-    def _progress_bar(self, epoch: int, first: int) -> Any:
-        """The epoch's tqdm bar on stderr, drawn by the first process when ``progress`` asks."""
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
-
-        draw = show_progress(self._progress) and self.process.main
-        return tqdm(
-            total=self.n_batches,
-            initial=first,
-            desc=f"epoch {epoch + 1}/{self.task.epochs}",
-            file=sys.stderr,
-            disable=not draw,
-            dynamic_ncols=True,
-            leave=False,
-        )
-
     def _step(self, epoch: int, i: int, idx: Tensor, tally: _Tally) -> None:
         """Train on batch ``i`` of ``epoch``, the examples ``idx``; add it to ``tally``."""
         batch = tuple(t[idx] for t in self.data)
@@ -684,18 +674,14 @@ class Training:
             self.schedule.step()
         tally.add(loss, extras, len(batch[0]), nfe(self.model))
 
-    def _evaluate(self, epoch: int) -> Mapping[str, float | None]:
-        if self.task.evaluate is None:
-            return {}
-        try:
-            return self.task.evaluate(self.model, epoch)
-        except (odecore.SolverError, FloatingPointError) as exc:  # the latter: a NaN result
-            raise self._diverged(epoch, "evaluation", exc) from exc
-
     def _finish_epoch(self, epoch: int, tally: _Tally) -> None:
         """Evaluate ``epoch``, record and save it; stop after it if a signal asked to."""
-        summed = tally.close(epoch, self.process)
-        summed = dataclasses.replace(summed, evaluation=self._evaluate(epoch))
+        summed, evaluate = tally.close(epoch, self.process), self.task.evaluate
+        try:
+            evaluation = {} if evaluate is None else evaluate(self.model, epoch)
+        except (odecore.SolverError, FloatingPointError) as exc:  # the latter: a NaN result
+            raise self._diverged(epoch, "evaluation", exc) from exc
+        summed = dataclasses.replace(summed, evaluation=evaluation)
         self.rows.append(self.task.row(summed))
         self.save_checkpoint(epoch + 1, 0)
         if self.process.main:
@@ -725,7 +711,7 @@ def held(
     resume: bool,
     overwrite: bool,
     log: Log,
-    defaults: Mapping[str, Json] | None = None,
+    defaults: Mapping[str, Json],
 ) -> Iterator[torch.device]:
     """Hold the run folder ``out`` (the first process locks and checks it, every process
     raises its error) and the process group; yield this process's device."""
@@ -754,7 +740,7 @@ def held(
                 folder.acquire(log)
                 folder.prepare(resume=resume, overwrite=overwrite, log=log)
                 if resume:
-                    folder.check_resume(settings, epochs, defaults or {})
+                    folder.check_resume(settings, epochs, defaults)
             except (ValueError, OSError) as exc:
                 error = exc
         if process.world > 1:  # every process raises the first one's error

@@ -113,15 +113,14 @@ class _Holder:
             return False
         if self.host != socket.gethostname():
             return True
-        if self.pid == os.getpid():
-            return False  # a lock left by this very process (a run it did not end)
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True  # alive, under another user
-        return True
+            pass  # alive, under another user
+        # Or a lock left by this very process (a run it did not end).
+        return self.pid != os.getpid()
 
     def describe(self) -> str:
         what = f"process {self.pid} on host {self.host}" if self.pid else "an unknown process"
@@ -234,49 +233,48 @@ class RunFolder:
                 "choose another --out"
             ) from None
 
-    def _content(self) -> bytes:
+    @staticmethod
+    def _hold(fd: int) -> int:
+        """``fd``, locked and holding who holds it (this process), synced; closed on failure."""
         holder = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
         }
-        return (json.dumps(holder) + "\n").encode("utf-8")
-
-    def _create(self, lock: Path) -> int | None:
-        """A new lock, whole and held from its first moment; ``None`` if one exists."""
-        tmp = lock.with_name(f"{LOCK}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        outcome = "failed"
         try:
             _flock(fd)
-            os.write(fd, self._content())
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
             os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _create(self, lock: Path) -> int | None:
+        """A new lock, whole and held from its first moment (created in place where the file
+        system has no hard links); ``None`` if one exists."""
+        tmp = lock.with_name(f"{LOCK}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        try:
+            fd = self._hold(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
             try:
                 os.link(tmp, lock)
-                outcome = "linked"
+                return fd
             except FileExistsError:
-                outcome = "exists"
+                os.close(fd)
+                return None
             except PermissionError:
+                os.close(fd)
                 raise
-            except OSError:
-                outcome = "no hard links"
+            except OSError:  # no hard links: created in place below
+                os.close(fd)
         finally:
             tmp.unlink(missing_ok=True)
-            if outcome != "linked":
-                os.close(fd)
-        if outcome == "no hard links":
-            return self._create_in_place(lock)
-        return fd if outcome == "linked" else None
-
-    def _create_in_place(self, lock: Path) -> int | None:
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            return self._hold(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
         except FileExistsError:
             return None
-        _flock(fd)
-        os.write(fd, self._content())
-        return fd
 
     def _take_over(self, lock: Path, log: Log) -> int | None:
         """The existing lock, if its holder has ended; ``None`` if it vanished meanwhile
@@ -289,30 +287,25 @@ class RunFolder:
             taken = _flock(fd)
             holder = _Holder.read(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             if taken is False or holder.alive() or (taken is None and holder.pid is None):
-                raise RunExistsError(self._held(holder, lock))
+                local = holder.pid is not None and holder.host == socket.gethostname()
+                hint = "" if local else f" (if no run uses the folder any more, delete {lock})"
+                raise RunExistsError(
+                    f"--out {self.path} is in use by {holder.describe()}; "
+                    f"wait for it to end or choose another --out{hint}"
+                )
             try:
                 same = os.stat(lock).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
-            if not same:  # released and replaced while we looked: look again
-                os.close(fd)
-                return None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, self._content(), 0)
-            log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
-            return fd
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            os.close(fd)
             raise
-
-    def _held(self, holder: _Holder, lock: Path) -> str:
-        local = holder.pid is not None and holder.host == socket.gethostname()
-        hint = "" if local else f" (if no run uses the folder any more, delete {lock})"
-        return (
-            f"--out {self.path} is in use by {holder.describe()}; "
-            f"wait for it to end or choose another --out{hint}"
-        )
+        if not same:  # released and replaced while we looked: look again
+            os.close(fd)
+            return None
+        self._hold(fd)
+        log(f"{self.path}: took over the lock of {holder.describe()}, which has ended")
+        return fd
 
     # -- what the folder holds -------------------------------------------------------
 
