@@ -179,6 +179,30 @@ def test_a_step_budget_that_runs_out_fails_the_unfinished_samples_only():
         odecore.solve(_vdp(mu), y0, controller=_rows(1e-6, 1e-6), **kwargs)
 
 
+@torch.no_grad()
+def test_a_sample_that_turns_nonfinite_fails_only_itself():
+    # Sample 1's field is NaN after t = 0.5; samples 0 and 2 reach t1 before its steps
+    # shrink to nothing, and keep their outputs after the time sample 1 stopped at.
+    rate = torch.tensor([[0.0], [1.0], [1.0]], dtype=F64)
+
+    def f(t, y):
+        bad = (t > 0.5).unsqueeze(-1) & torch.tensor([[False], [True], [False]])
+        return -rate * y + torch.where(bad, math.nan, 0.0)
+
+    ts = [0.25, 0.75, 1.0]
+    sol = odecore.solve(
+        f, torch.ones(3, 1, dtype=F64), t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows(),
+        saveat=odecore.SaveAt(ts=ts), throw=False,
+    )  # fmt: skip
+    assert sol.status == odecore.Status.NONFINITE
+    assert "Samples [1] (1 of 3) did not reach t1" in sol.message
+    exact = torch.exp(-rate.squeeze(-1) * torch.tensor(ts, dtype=F64).unsqueeze(-1))
+    for b in (0, 2):
+        torch.testing.assert_close(sol.ys[:, b, 0], exact[:, b], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(sol.ys[0, 1, 0], exact[0, 1], rtol=1e-6, atol=1e-8)
+    assert torch.isnan(sol.ys[1:, 1]).all()
+
+
 # --- gradients ----------------------------------------------------------------------------
 
 

@@ -1192,7 +1192,7 @@ def _solve(
     rows_loop = loop if isinstance(loop, PerSampleLoop) else None
     return Solution(
         ts=torch.tensor(out_ts, dtype=flat0.dtype, device=flat0.device),
-        ys=_outputs(run, out_ts, flat0, y0, direction=1.0 if t1 >= t0 else -1.0),
+        ys=_outputs(run, out_ts, flat0, y0, 1.0 if t1 >= t0 else -1.0, rows_loop is not None),
         stats=run.stats,
         status=run.status,
         t_final=run.t_final,
@@ -1378,16 +1378,25 @@ def _failure(run: LoopResult, t1: float, throw: bool) -> str:
 
 
 def _outputs(
-    run: LoopResult, out_ts: Sequence[float], flat0: Tensor, y0: State, direction: float
+    run: LoopResult,
+    out_ts: Sequence[float],
+    flat0: Tensor,
+    y0: State,
+    direction: float,
+    per_sample: bool = False,
 ) -> State:
     """The outputs stacked on a new first dimension, in ``y0``'s form; NaN at the times a
-    failed solve (``throw=False``) did not get to."""
+    failed solve (``throw=False``) did not get to. With ``per_sample`` the loop has
+    already put NaN where each sample did not get to: ``t_final`` is the least advanced
+    sample's time, and a sample that went further keeps its outputs."""
     ys, status, t_reached = run.ys, run.status, run.t_final
 
     def reached(i: int, v: Tensor | None) -> bool:
         if v is None:
             return False
-        return status != Status.NONFINITE or direction * out_ts[i] <= direction * t_reached
+        if per_sample or status != Status.NONFINITE:
+            return True
+        return direction * out_ts[i] <= direction * t_reached
 
     done = [v for i, v in enumerate(ys) if reached(i, v) and v is not None]
     if not ys:
