@@ -203,6 +203,17 @@ def test_a_sample_that_turns_nonfinite_fails_only_itself():
     assert torch.isnan(sol.ys[1:, 1]).all()
 
 
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+def test_an_empty_batch_returns_empty_outputs(solver):
+    # As with shared steps: a batch of no samples has nothing to step.
+    sol = odecore.solve(
+        _decay, torch.ones(0, 2, dtype=F64), t0=0.0, t1=-1.0, solver=solver,
+        controller=_rows(), saveat=odecore.SaveAt(ts=[0.0, -0.5, -1.0]),
+    )  # fmt: skip
+    assert sol.ys.shape == (3, 0, 2) and sol.status == odecore.Status.SUCCESS
+    assert sol.n_accepted_per_sample.shape == (0,) and sol.t_final == -1.0
+
+
 # --- gradients ----------------------------------------------------------------------------
 
 

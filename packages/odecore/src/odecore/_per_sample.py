@@ -173,7 +173,7 @@ class PerSampleLoop:
             state.reuse_end = False  # each step rescales the field: no end to reuse
         taus = [direction * t for t in ts]
         inside = _Outputs(sorted({tau for tau in taus if s0 < tau < s1}), y0)
-        if s0 < s1:
+        if s0 < s1 and y0.shape[0] > 0:  # an empty batch has nothing to step
             y, s, status, message = self._run(
                 fe, y0, (s0, s1), solver, state, controller, dt0, stats, inside
             )
@@ -186,7 +186,7 @@ class PerSampleLoop:
         ys: list[Tensor | None] = [
             y0 if tau == s0 else at_end if tau == s1 else inside.stacked(tau) for tau in taus
         ]
-        t_final = direction * float(s.min())
+        t_final = direction * float(s.min()) if s.numel() else t1
         return LoopResult(ys, stats, status, t_final, [], message)
 
     def _run(
@@ -361,7 +361,8 @@ class _Outputs:
     def __init__(self, taus: list[float], y0: Tensor) -> None:
         self.taus = taus
         self.at = torch.tensor(taus, dtype=torch.float64, device=y0.device)
-        nan = torch.full_like(y0[0], math.nan)
+        nan = y0.new_full(y0.shape[1:], math.nan)
+        self.empty = y0.new_empty(y0.shape)  # the outputs of an empty batch
         self.rows: dict[float, list[Tensor]] = {tau: [nan] * y0.shape[0] for tau in taus}
 
     def read(
@@ -388,7 +389,8 @@ class _Outputs:
 
     def stacked(self, tau: float) -> Tensor:
         """The batch's states at ``tau``."""
-        return torch.stack(self.rows[tau])
+        rows = self.rows[tau]
+        return torch.stack(rows) if rows else self.empty
 
 
 def _which(mask: Tensor) -> str:
