@@ -315,10 +315,11 @@ class Kvaerno5(_AbstractESDIRK):
             Tighter costs iterations and gains nothing; looser lets the iteration's
             error, which the error estimate does not see, add up over the steps.
         interpolation: output between step ends. ``"hermite"`` (default): a quintic
-            Hermite interpolant through the ends and a sub-step to the middle, as
-            accurate as the step ends, one extra step's work for each step that holds
-            output times; ``"cubic"``: the cubic Hermite interpolant of the ends, free
-            but of third order.
+            Hermite interpolant through the ends and a sub-step to the middle, of the
+            step's order (on a stiff problem at a loose tolerance less accurate than the
+            step ends: pass the output times as ``step_ts`` too), one extra step's work
+            for each step that holds output times; ``"cubic"``: the cubic Hermite
+            interpolant of the ends, free but of third order.
 
     Raises:
         ConfigurationError: for a ``newton`` that is not a :class:`Newton`, or an
