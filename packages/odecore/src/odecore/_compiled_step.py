@@ -47,6 +47,7 @@ from . import _compiled
 from ._compiled import _GraphField, _rk_step, _sum
 from ._controllers import _EPS, SNAP, AbstractController, Adaptation, PIDController
 from ._gradients import _Augmented, _Reads
+from ._per_sample import tau_step
 from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states
 from ._rosenbrock import _sum as _rosenbrock_sum
 from ._solve import CompiledStep, Ran
@@ -213,8 +214,11 @@ def _rosenbrock_step(
     solve, singular = _factored(eye / (tab.gamma * h).to(jac.dtype) - jac, rows)
 
     # df/dt by the eager solver's difference; zero where the field does not read time.
-    root = torch.finfo(y0.dtype).eps ** (1.0 / 3.0)
-    d = torch.minimum(root * t0.abs().clamp(min=1.0), 0.5 * h)
+    if isinstance(f, _RowGraphField):  # per-sample steps: each sample in its own time
+        d = tau_step(f.s, f.h, y0)
+    else:
+        root = torch.finfo(y0.dtype).eps ** (1.0 / 3.0)
+        d = torch.minimum(root * t0.abs().clamp(min=1.0), 0.5 * h)
     f_d, f_2d = field(at(t0 + d), y0), field(at(t0 + 2.0 * d), y0)
     ft = (4.0 * f_d - 3.0 * f0 - f_2d) / (2.0 * d).to(y0.dtype)
     ft = torch.where((f_d == f0).all(), torch.zeros_like(ft), ft)
@@ -418,7 +422,7 @@ class _RowGraphField:
         self.raw: Tensor | None = None  # the last evaluation, unscaled: a step's f(t1, y1)
 
     def __call__(self, tau: Tensor, y: Tensor) -> Tensor:
-        t = self.s + self.h * tau.to(torch.float64)
+        t = self.s + self.h * tau.to(torch.float64).reshape(-1)  # a tau, or one per sample
         out = self.f((t if self.direction > 0 else -t).to(y.dtype), y)
         self.raw = out if self.direction > 0 else -out
         return self.raw * self.scale

@@ -113,7 +113,13 @@ class _RowField:
             out = out.to(self.dtype)
         return out if self.direction > 0 else -out
 
-    def __call__(self, tau: float, y: Tensor) -> Tensor:
+    def per_sample_time_step(self, y: Tensor) -> Tensor:
+        """A Rosenbrock step's time difference, in each sample's own step: :func:`tau_step`."""
+        return tau_step(self.s, self.h, y)
+
+    def __call__(self, tau: float | Tensor, y: Tensor) -> Tensor:
+        if isinstance(tau, Tensor):  # a time per sample (:meth:`per_sample_time_step`)
+            return self.raw(self.s + self.h * tau.reshape(-1), y) * self.scale
         s = self.s if tau == 0.0 else self.times.get(tau)
         if s is None:  # the stages at one time share it (a step's end, thrice in Rodas4)
             s = self.times[tau] = self.s + self.h * tau
@@ -121,6 +127,18 @@ class _RowField:
         if tau == 1.0:
             self.end = (y, out)
         return out * self.scale
+
+
+def tau_step(s: Tensor, h: Tensor, y: Tensor) -> Tensor:
+    """The step of a Rosenbrock step's time difference for each sample's field
+    ``g(tau, y) = h f(s + h tau, y)``, in ``tau``, shaped to divide ``y``: the shared
+    loop's ``eps^(1/3) max(|s|, 1)``, at most ``h / 2``, in the sample's own time, which
+    a step of ``eps^(1/3)`` in ``tau`` (``h`` times smaller) would lose to rounding far
+    from 0; 0.5 for a sample that does not step."""
+    root = torch.finfo(y.dtype).eps ** (1.0 / 3.0)
+    d = torch.minimum(root * s.abs().clamp(min=1.0), 0.5 * h)
+    tau = torch.where(h > 0, d / torch.where(h > 0, h, 1.0), 0.5)
+    return tau.to(y.dtype).reshape((-1,) + (1,) * (y.dim() - 1))  # y's: no promotion
 
 
 def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:

@@ -336,14 +336,16 @@ def _time_step(t0: float, h: float, dtype: torch.dtype) -> float:
     return min(root * max(abs(t0), 1.0), 0.5 * h)
 
 
-def _time_derivative(f: Field, t0: float, d: float, y0: Tensor, f0: Tensor) -> Tensor | None:
+def _time_derivative(
+    f: Field, t0: float, d: float | Tensor, y0: Tensor, f0: Tensor
+) -> Tensor | None:
     """``∂f/∂t (t0, y0)`` by a one-sided second-order difference of step ``d`` inside
-    the step; ``None`` (zero), after one evaluation, for a field whose value does not
-    change with time."""
-    f1 = f(t0 + d, y0)
+    the step (a tensor: a step per sample, shaped to divide ``y0``); ``None`` (zero),
+    after one evaluation, for a field whose value does not change with time."""
+    f1 = f(t0 + d, y0)  # type: ignore[arg-type]  # a per-sample field takes a tensor
     if torch.equal(f1, f0):
         return None
-    f2 = f(t0 + 2.0 * d, y0)
+    f2 = f(t0 + 2.0 * d, y0)  # type: ignore[arg-type]
     out: Tensor = (4.0 * f1 - 3.0 * f0 - f2) / (2.0 * d)
     return out
 
@@ -424,7 +426,7 @@ class RosenbrockState(SolveState):
 
     start: _Point | None = None
     jac: Tensor | None = None
-    d: float = 0.0
+    d: float | Tensor = 0.0
     ft: Tensor | None = None
     end: _Point | None = None
     end_eval: tuple[Tensor, Tensor] | None = None
@@ -554,10 +556,12 @@ class _AbstractRosenbrock(_HermiteDense):
         """The Jacobian and ``∂f/∂t`` at the step's start, kept from the last attempt if
         it started at the same point; the Jacobian from the evaluation kept at the last
         step's end if that is this step's start."""
-        d, point = _time_step(t0, h, y0.dtype), (f, t0, y0, f0, graph)
+        own = getattr(f, "per_sample_time_step", None)  # each sample in its own time
+        d = _time_step(t0, h, y0.dtype) if own is None else own(y0)
+        point = (f, t0, y0, f0, graph)
         if state is not None and state.jac is not None and _same(state.start, point):
             jac, ft = state.jac, state.ft
-            if d != state.d:
+            if not (isinstance(d, float) and d == state.d):  # a per-sample d: afresh
                 ft = _time_derivative(f, t0, d, y0, f0)
         else:
             at = state.end_eval if state is not None and _same(state.end, point) else None
