@@ -108,12 +108,13 @@ def _number(row: JsonObject, key: str) -> float:
 class Task:
     """What one training run needs; :func:`fit` runs it in a run folder.
 
-    Every random stream of the run is seeded from ``seed`` and saved in the checkpoint,
-    so a run killed at any point and resumed with :func:`fit` ``(resume=True)`` ends
-    with the same weights and rows as an uninterrupted one.
+    Every random stream of the run (torch's global generator too, which dropout draws
+    from) is seeded from ``seed`` and saved in the checkpoint, so a run killed at any
+    point and resumed with :func:`fit` ``(resume=True)`` ends with the same weights and
+    rows as an uninterrupted one.
 
     Args:
-        model: builds the model, inside :func:`torch.random.fork_rng` seeded with ``seed``.
+        model: builds the model, after :func:`torch.manual_seed` ``(seed)``.
         data: the training tensors, indexed together by each batch's examples.
         loss: ``loss(model, batch) -> loss``, the mean loss of a batch (a tuple of
             ``data``'s rows); or ``(loss, {name: tensor})``, whose values are summed
@@ -362,9 +363,8 @@ class Training:
         self._log = log
         self._progress = progress
         self.data = tuple(t.to(device) for t in task.data)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(task.seed)
-            self.model: nn.Module = task.model().to(device)
+        torch.manual_seed(task.seed)  # the initialisation, then the run's draws (dropout)
+        self.model: nn.Module = task.model().to(device)
         self.optimizer = task.optimizer(self.model.parameters())
         self.schedule = task.schedule(self.optimizer) if task.schedule is not None else None
         self.rows: list[JsonObject] = []
