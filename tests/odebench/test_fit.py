@@ -146,3 +146,34 @@ def test_a_model_that_draws_from_torchs_generator_trains_the_same_from_the_same_
     torch.manual_seed(1)  # whatever ran before
     second = fit(task, tmp_path / "second", **QUIET).model.state_dict()
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_resume_refuses_more_epochs_where_the_schedule_depends_on_them(tmp_path):
+    """A cosine schedule over the epochs (the pendulum's, the adjoint ContinuousNet's):
+    resumed with more epochs, the run took its length from the checkpoint and went on
+    past its end, the rate rising back to its start, unlike a run of that length."""
+    import functools
+
+    import torch
+    from odebench.training import Task, fit
+    from torch import nn
+
+    def task(epochs: int, cosine: bool) -> Task:
+        x, schedules = torch.linspace(-1, 1, 64)[:, None], torch.optim.lr_scheduler
+        schedule = functools.partial(schedules.CosineAnnealingLR, T_max=4 * epochs)
+        if not cosine:
+            schedule = functools.partial(schedules.StepLR, step_size=4)
+        return Task(
+            model=lambda: nn.Linear(1, 1), data=(x, 3 * x),
+            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+            optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=epochs, batch_size=16,
+            schedule=schedule, settings={"epochs": epochs},
+        )  # fmt: skip
+
+    fit(task(2, cosine=True), tmp_path / "cosine", **QUIET)
+    with pytest.raises(ValueError, match=r"settings that differ .*schedule .*'T_max': 8"):
+        fit(task(4, cosine=True), tmp_path / "cosine", resume=True, **QUIET)
+    fit(task(2, cosine=False), tmp_path / "step", **QUIET)
+    whole = fit(task(4, cosine=False), tmp_path / "whole", **QUIET).rows
+    resumed = fit(task(4, cosine=False), tmp_path / "step", resume=True, **QUIET).rows
+    assert _stable(resumed) == _stable(whole)

@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import hashlib
 import importlib
+import json
 import math
 import os
 import signal
@@ -149,7 +150,8 @@ class Task:
             model too small for a GPU); ``None``: :func:`fit`'s.
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
-            change on resume.
+            change on resume. :func:`fit` adds the data's SHA-256 and the schedule's
+            settings as it starts: one whose length follows ``epochs`` keeps them.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -809,7 +811,10 @@ def fit(
     digest = hashlib.sha256()
     for tensor in task.data:  # a resume checks that it trains on the same data
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
-    data = {"data_sha256": digest.hexdigest()}
+    data: dict[str, Json] = {"data_sha256": digest.hexdigest()}
+    if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
+        bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
+        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=repr))
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,
