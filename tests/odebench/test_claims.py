@@ -122,6 +122,21 @@ def test_a_comparison_pairs_the_seeds_when_one_lacks_a_value(kind: str) -> None:
     assert verdict.holds  # on the paired seeds; unpaired, the difference is -0.0033
 
 
+@pytest.mark.parametrize("kind", ["difference", "ratio"])
+def test_a_comparison_with_no_seed_that_has_both_numbers_has_no_number(kind: str) -> None:
+    """Each seed lacks one model's number: no seed pairs them. Before, the claim fell back
+    on the means over every seed, one model's seed against the other's, and showed that
+    number (+0.40 or 1.80×, "0 seeds") as ours, held on the means: "mixed"."""
+    seeds = [Values({"a": {"acc": a}, "b": {"acc": b}}) for a, b in ((None, 0.5), (0.9, None))]
+    if kind == "difference":
+        claim = Claim.difference("k", "t", "", ACC.of("a"), ACC.of("b"), above=0.0, kind="paper")
+    else:
+        claim = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), above=1.0, kind="paper")
+    verdict = claim.check(seeds)
+    assert (verdict.ours.mean, verdict.ours.n, verdict.ours.cell()) == (None, 0, "–")
+    assert not verdict.holds and verdict.status == "not held"
+
+
 def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
     claim.check([Values.dry_run(["ghost"])])

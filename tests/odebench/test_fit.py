@@ -125,3 +125,55 @@ def test_a_resume_with_nothing_left_to_train_writes_its_rows(tmp_path):
     metrics.write_text(json.dumps(rows[:1]))
     assert fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows == rows
     assert json.loads(metrics.read_text()) == rows
+
+
+def test_a_model_that_draws_from_torchs_generator_trains_the_same_from_the_same_seed(tmp_path):
+    """Dropout draws from torch's global generator, which the run did not seed: the same
+    task fitted twice in one process trained two sets of weights."""
+    import functools
+
+    import torch
+    from odebench.training import Task, fit
+    from torch import nn
+
+    x = torch.linspace(-1, 1, 64)[:, None]
+    task = Task(
+        model=lambda: nn.Sequential(nn.Linear(1, 16), nn.Dropout(0.5), nn.Linear(16, 1)),
+        data=(x, 3 * x), loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=2, batch_size=16,
+    )  # fmt: skip
+    first = fit(task, tmp_path / "first", **QUIET).model.state_dict()
+    torch.manual_seed(1)  # whatever ran before
+    second = fit(task, tmp_path / "second", **QUIET).model.state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_resume_refuses_more_epochs_where_the_schedule_depends_on_them(tmp_path):
+    """A cosine schedule over the epochs (the pendulum's, the adjoint ContinuousNet's):
+    resumed with more epochs, the run took its length from the checkpoint and went on
+    past its end, the rate rising back to its start, unlike a run of that length."""
+    import functools
+
+    import torch
+    from odebench.training import Task, fit
+    from torch import nn
+
+    def task(epochs: int, cosine: bool) -> Task:
+        x, schedules = torch.linspace(-1, 1, 64)[:, None], torch.optim.lr_scheduler
+        schedule = functools.partial(schedules.CosineAnnealingLR, T_max=4 * epochs)
+        if not cosine:
+            schedule = functools.partial(schedules.StepLR, step_size=4)
+        return Task(
+            model=lambda: nn.Linear(1, 1), data=(x, 3 * x),
+            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+            optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=epochs, batch_size=16,
+            schedule=schedule, settings={"epochs": epochs},
+        )  # fmt: skip
+
+    fit(task(2, cosine=True), tmp_path / "cosine", **QUIET)
+    with pytest.raises(ValueError, match=r"settings that differ .*schedule .*'T_max': 8"):
+        fit(task(4, cosine=True), tmp_path / "cosine", resume=True, **QUIET)
+    fit(task(2, cosine=False), tmp_path / "step", **QUIET)
+    whole = fit(task(4, cosine=False), tmp_path / "whole", **QUIET).rows
+    resumed = fit(task(4, cosine=False), tmp_path / "step", resume=True, **QUIET).rows
+    assert _stable(resumed) == _stable(whole)

@@ -806,3 +806,30 @@ def test_augmented_batches_are_cropped_as_stored_then_normalised(digits):
     assert torch.equal(got, train_set.normalize(cropped)) and torch.equal(got_labels, labels)
     black = train_set.normalize(torch.zeros(1, 1, 1, 1, dtype=torch.uint8)).item()
     assert black < -0.1 and (got == black).sum() > (images == 0).sum()  # padded black
+
+
+@pytest.mark.parametrize(("kind", "classes"), [("cross_entropy", 3), ("mse", None)])
+def test_evaluate_is_the_eval_mode_mean_over_every_example_in_the_models_dtype(kind, classes):
+    """Ten examples in batches of 3 (the last of 1), a float64 model with dropout and
+    batch norm: the loss and accuracy of the whole set in eval mode, to float64. Before,
+    the model's output was cast to float32 before the loss, which then lost 8 digits."""
+    from odebench.data import Dataset
+    from torch import nn
+
+    x = torch.randn(10, 4, dtype=torch.float64)
+    y = torch.randint(0, 3, (10,)) if classes else torch.randn(10, 2, dtype=torch.float64)
+    layers = (nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, classes or 2))
+    model = nn.Sequential(*layers).double()
+    model(3 * torch.randn(16, 4, dtype=torch.float64))  # running statistics of batch norm
+    got = evaluate(
+        model, Dataset(x, y, "toy", classes), kind, batch_size=3, device=torch.device("cpu")
+    )
+    assert model.training
+    with torch.no_grad():
+        out = model.eval()(x)
+    if classes:
+        loss, acc = nn.functional.cross_entropy(out, y), (out.argmax(1) == y).double().mean()
+        assert got["acc"] == float(acc)
+    else:
+        loss = nn.functional.mse_loss(out, y)
+    assert got["loss"] == pytest.approx(float(loss), rel=1e-14)

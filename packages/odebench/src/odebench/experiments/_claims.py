@@ -326,9 +326,11 @@ class Claim:
             per_seed = [self.ours(v) for v in seeds]
             # Judged on the means over the seeds where the claim has a number, so that a
             # difference or ratio pairs seeds (with one missing, means over all seeds
-            # would compare one model's seeds with another's).
+            # would compare one model's seeds with another's); with none, every mean is NaN.
             paired = [v for v, x in zip(seeds, per_seed, strict=True) if math.isfinite(x)]
             means = Values.means(paired or seeds)
+            if not paired:
+                means = dataclasses.replace(means, dry=True)
             ours = Stat.of(per_seed)
             on_means = self.ours(means)  # judged on: not the mean of a ratio over seeds
             if math.isfinite(on_means):

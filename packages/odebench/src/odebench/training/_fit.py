@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import hashlib
 import importlib
+import json
 import math
 import os
 import signal
@@ -108,12 +109,13 @@ def _number(row: JsonObject, key: str) -> float:
 class Task:
     """What one training run needs; :func:`fit` runs it in a run folder.
 
-    Every random stream of the run is seeded from ``seed`` and saved in the checkpoint,
-    so a run killed at any point and resumed with :func:`fit` ``(resume=True)`` ends
-    with the same weights and rows as an uninterrupted one.
+    Every random stream of the run (torch's global generator too, which dropout draws
+    from) is seeded from ``seed`` and saved in the checkpoint, so a run killed at any
+    point and resumed with :func:`fit` ``(resume=True)`` ends with the same weights and
+    rows as an uninterrupted one.
 
     Args:
-        model: builds the model, inside :func:`torch.random.fork_rng` seeded with ``seed``.
+        model: builds the model, after :func:`torch.manual_seed` ``(seed)``.
         data: the training tensors, indexed together by each batch's examples.
         loss: ``loss(model, batch) -> loss``, the mean loss of a batch (a tuple of
             ``data``'s rows); or ``(loss, {name: tensor})``, whose values are summed
@@ -148,7 +150,8 @@ class Task:
             model too small for a GPU); ``None``: :func:`fit`'s.
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
-            change on resume.
+            change on resume. :func:`fit` adds the data's SHA-256 and the schedule's
+            settings as it starts: one whose length follows ``epochs`` keeps them.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -362,9 +365,8 @@ class Training:
         self._log = log
         self._progress = progress
         self.data = tuple(t.to(device) for t in task.data)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(task.seed)
-            self.model: nn.Module = task.model().to(device)
+        torch.manual_seed(task.seed)  # the initialisation, then the run's draws (dropout)
+        self.model: nn.Module = task.model().to(device)
         self.optimizer = task.optimizer(self.model.parameters())
         self.schedule = task.schedule(self.optimizer) if task.schedule is not None else None
         self.rows: list[JsonObject] = []
@@ -795,7 +797,10 @@ def fit(
     digest = hashlib.sha256()
     for tensor in task.data:  # a resume checks that it trains on the same data
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
-    data = {"data_sha256": digest.hexdigest()}
+    data: dict[str, Json] = {"data_sha256": digest.hexdigest()}
+    if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
+        bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
+        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=repr))
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,

@@ -63,10 +63,11 @@ def _loss(
     x, y = batch
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         out = model(x)
+    out = out.to(torch.promote_types(out.dtype, torch.float32))  # bfloat16 up, float64 kept
     if kind == "mse":
-        return nn.functional.mse_loss(out.float(), y), {}
+        return nn.functional.mse_loss(out, y), {}
     correct = (out.detach().argmax(dim=1) == y).sum()
-    return nn.functional.cross_entropy(out.float(), y), {"correct": correct}
+    return nn.functional.cross_entropy(out, y), {"correct": correct}
 
 
 def _dims(data: Dataset) -> dict[str, int]:
