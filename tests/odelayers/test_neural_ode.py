@@ -369,7 +369,9 @@ def test_adaptive_depth_with_a_plain_function_field(gradient):
         torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
 @pytest.mark.parametrize("model", ["data control", "adaptive depth"])
 def test_given_params_keep_the_layers_own_inputs_to_the_field(model, gradient):
     # With `params` given (the field's parameters), the input the layer hands its

@@ -92,15 +92,15 @@ class NeuralODE(nn.Module):
         solver: an odecore solver (the spec's ``solver``).
         controller: an odecore controller (the spec's ``controller``).
         gradient: ``odecore.Autograd()`` (backprop through the steps),
-            ``odecore.Adjoint()`` or ``odecore.Checkpoint()``. Their ``params`` default
-            to every tensor requiring grad that the field reads: its parameters, the
-            control input of data-control layers, and any tensor it closes over or
-            holds unregistered. For a field made of ``torch.nn``'s and odelayers'
-            layers alone, the parameters and the control are known to be all; for any
-            other, odecore finds them in the forward solve's evaluations (which then
-            run with a graph, walked and dropped). Given ``params`` get the layer's
-            input to its data-control layers (and the depths of
-            :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
+            ``odecore.Adjoint()``, ``odecore.Checkpoint()`` or ``odecore.Reversible()``.
+            Their ``params`` default to every tensor requiring grad that the field
+            reads: its parameters, the control input of data-control layers, and any
+            tensor it closes over or holds unregistered. For a field made of
+            ``torch.nn``'s and odelayers' layers alone, the parameters and the control
+            are known to be all; for any other, odecore finds them in the forward
+            solve's evaluations (which then run with a graph, walked and dropped).
+            Given ``params`` get the layer's input to its data-control layers (and the
+            depths of :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
             these are computed from one another or from ``params`` (the depths from
             the input), the leaves they are computed from are added instead, so that
             no gradient is counted twice; given ``params`` computed from one another
@@ -275,9 +275,9 @@ class NeuralODE(nn.Module):
     ) -> odecore.AbstractGradient:
         """The gradient method of the solve.
 
-        Without ``params``, an :class:`odecore.Adjoint` or :class:`odecore.Checkpoint`
-        gets the field's parameters and the inputs the layer hands its layers
-        (:meth:`_bindings`) only where these are provably all the tensors requiring
+        Without ``params``, an :class:`odecore.Adjoint`, :class:`odecore.Checkpoint` or
+        :class:`odecore.Reversible` gets the field's parameters and the inputs the layer
+        hands its layers (:meth:`_bindings`) only where these are provably all the tensors requiring
         grad that the field reads (:func:`_own_tensors`); otherwise the method is passed
         on as it is and odecore finds them in every evaluation of the forward solve (a
         tensor a module holds unregistered, what a plain function closes over). A fixed
@@ -290,7 +290,7 @@ class NeuralODE(nn.Module):
             ValueError: if given ``params`` are computed from one another.
         """
         method = self.gradient
-        if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
+        if not isinstance(method, _WITH_PARAMS):
             return method
         bound = [value for _, _, value in bindings if value.requires_grad]
         given = method.params
@@ -582,6 +582,10 @@ class AdaptiveDepthNODE(nn.Module):
         out: Tensor = self.node(x)
         return out
 
+
+_WITH_PARAMS = (odecore.Adjoint, odecore.Checkpoint, odecore.Reversible)
+"""The gradient methods that differentiate a list of ``params``: the layer adds to a
+given list the inputs it binds (:meth:`NeuralODE._gradient`)."""
 
 _BOUND: dict[type, str] = {DataControl: "control", _Rescaled: "depth"}
 """Depth layers that read an input besides their parameters, and its attribute."""
