@@ -243,7 +243,8 @@ class NeuralODE(nn.Module):
             for layer in depth_layers(self.vector_field):
                 if id(layer) not in rescaled:
                     found.update(layer.jump_ts())
-        return sorted(t for t in found if lo < t < hi)
+        # A jump at an end too: the stage there must read the limit from inside.
+        return sorted(t for t in found if lo <= t <= hi)
 
     def _bindings(self, terms: Sequence[IntegralTerm]) -> list[tuple[object, str, Tensor]]:
         """The inputs the field's layers and the integrands read besides parameters:
