@@ -130,8 +130,8 @@ class CNF(NeuralODE):
     def _flow(
         self, z: Tensor, t0: float, t1: float, condition: Tensor | None, ts: Sequence[float] | None
     ) -> tuple[Tensor, Tensor]:
-        self._set_control(z if condition is None else condition)
-        ys, integrals = self._integrate(z, t0, t1, (self.trace,), ts)
+        with self._control(z if condition is None else condition):
+            ys, integrals = self._integrate(z, t0, t1, (self.trace,), ts)
         return ys[-1], integrals[self.trace.name]
 
     def _controlled(self) -> bool:

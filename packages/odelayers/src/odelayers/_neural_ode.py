@@ -7,8 +7,9 @@ to data-control layers, integrals along the solve, and NFE counters.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,8 +26,9 @@ Field = Callable[[Tensor, Tensor], Tensor]
 
 
 class _Bound(nn.Module):
-    """The field with its layers' and integrands' bindings set before every evaluation
-    (a module, so that the solve knows the field's parameters and buffers)."""
+    """The field with its layers' and integrands' bindings set for every evaluation and
+    put back after it (a module, so that the solve knows the field's parameters and
+    buffers): a backward pass leaves no input of its solve behind in the layers."""
 
     def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
         super().__init__()
@@ -34,9 +36,14 @@ class _Bound(nn.Module):
         self.bindings = tuple(bindings)
 
     def forward(self, t: Tensor, y: Any) -> Any:
+        kept = [getattr(layer, name) for layer, name, _ in self.bindings]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
-        return self.field(t, y)
+        try:
+            return self.field(t, y)
+        finally:
+            for (layer, name, _), value in zip(self.bindings, kept):
+                setattr(layer, name, value)
 
 
 class _WithIntegrals(nn.Module):
@@ -324,11 +331,24 @@ class NeuralODE(nn.Module):
             "Pass leaf tensors (parameters), or leave `params` unset."
         )
 
-    def _set_control(self, x: Tensor) -> None:
-        if isinstance(self.vector_field, nn.Module):
-            for layer in depth_layers(self.vector_field):
-                if isinstance(layer, DataControl):
-                    layer.control = x
+    @contextlib.contextmanager
+    def _control(self, x: Tensor) -> Iterator[None]:
+        """``x`` as the control of the field's data-control layers for one solve, and
+        their own control back after it: a layer that the field reaches otherwise (a
+        closure the layer cannot see into) must not read the input of an earlier solve."""
+        layers = (
+            [layer for layer in depth_layers(self.vector_field) if isinstance(layer, DataControl)]
+            if isinstance(self.vector_field, nn.Module)
+            else []
+        )
+        kept = [layer.control for layer in layers]
+        for layer in layers:
+            layer.control = x
+        try:
+            yield
+        finally:
+            for layer, control in zip(layers, kept):
+                layer.control = control
 
     def _integrate(
         self,
@@ -385,8 +405,8 @@ class NeuralODE(nn.Module):
         return xs, {term.name: q[-1] for term, q in zip(terms, ys[1:])}
 
     def forward(self, x: Tensor) -> Tensor:
-        self._set_control(x)
-        ys, self.integrals = self._integrate(x, self.t0, self.t1, self.integral_terms, self.ts)
+        with self._control(x):
+            ys, self.integrals = self._integrate(x, self.t0, self.t1, self.integral_terms, self.ts)
         return ys if self.ts is not None else ys[-1]
 
     def extra_repr(self) -> str:
