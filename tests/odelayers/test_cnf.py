@@ -127,6 +127,21 @@ def test_data_controlled_log_prob_needs_a_condition():
         CNF(field).log_prob(torch.zeros(3, 2, dtype=F64))
 
 
+def test_a_condition_without_a_data_control_layer_is_refused():
+    # The condition reaches the field through its DataControl layers only; a flow
+    # without one computed the unconditioned flow and log-density without a word.
+    flow = CNF(Linear(-torch.eye(2, dtype=F64)))
+    z, c = torch.randn(3, 2, dtype=F64), torch.randn(3, 2, dtype=F64)
+    with pytest.raises(
+        ValueError, match=r"`condition` was given, but the field has no DataControl"
+    ):
+        flow(z, condition=c)
+    with pytest.raises(
+        ValueError, match=r"`condition` was given, but the field has no DataControl"
+    ):
+        flow.log_prob(z, condition=c)
+
+
 @pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
 def test_sampling_between_log_prob_and_its_backward_leaves_the_gradient(gradient):
     # sample() draws new Hutchinson noise; the backward pass of log_prob re-evaluated

@@ -115,6 +115,27 @@ def test_piecewise_constant_galerkin_node_is_a_stack_of_constant_nodes():
         torch.testing.assert_close(layer(x), end, rtol=1e-8, atol=1e-9)
 
 
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (1.0, 0.0), (1.0, 2.0), (2.0, 1.0)])
+def test_a_jump_at_an_end_of_the_solve_is_passed_on(t0, t1):
+    # A basis on [0, 2] jumps at 1, an end of each solve here: the stage at that end
+    # must read the limit from inside the solve's interval. Passed on only where it
+    # lay strictly inside, the jump was dropped and RK4's stage there read the other
+    # piece's weights (6e-3 off).
+    torch.manual_seed(0)
+    galerkin = GalerkinLinear(2, 2, basis=PiecewiseConstant(0.0, 2.0, pieces=2)).double()
+    layer = NeuralODE(galerkin, t0=t0, t1=t1, solver=odecore.RK4(), dt0=0.1)
+    piece = nn.Linear(2, 2).double()
+    i = 0 if max(t0, t1) <= 1.0 else 1
+    with torch.no_grad():
+        piece.weight.copy_(galerkin.coefficients[i])
+        piece.bias.copy_(galerkin.bias_coefficients[i])
+    x = torch.randn(3, 2, dtype=F64)
+    expected = odecore.solve(lambda t, y: piece(y), x, t0=t0, t1=t1, solver=odecore.RK4(),
+                             dt0=0.1).ys[-1]  # fmt: skip
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_gradcheck_galerkin_layers():
     lin = GalerkinLinear(2, 2, basis=Fourier(modes=1)).double()
     conv = GalerkinConv2d(1, 1, 3, basis=Legendre(degree=1), padding=1).double()

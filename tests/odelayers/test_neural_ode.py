@@ -10,6 +10,7 @@ import pytest
 import torch
 from fields import Linear
 from odelayers import (
+    CNF,
     AdaptiveDepthNODE,
     DataControl,
     DepthConcat,
@@ -132,6 +133,29 @@ def test_data_control_handcrafted_flow_and_input_gradient():
     torch.testing.assert_close(out, x.detach() * factor)
     out.sum().backward()  # the adjoint differentiates through the control as well
     torch.testing.assert_close(x.grad, torch.full_like(x, factor))
+
+
+@pytest.mark.parametrize("gradient", [odecore.Autograd(), odecore.Adjoint()], ids=repr)
+def test_a_solve_leaves_no_control_behind(gradient):
+    # The control stayed set after the solve (and was set again by the adjoint's backward
+    # pass): the same DataControl layer reached through a closure, which a NeuralODE
+    # cannot see into, read the input of that earlier solve without a word.
+    torch.manual_seed(0)
+    field = DepthSequential(DataControl(), nn.Linear(4, 2))
+    NeuralODE(field, gradient=gradient)(torch.randn(3, 2)).sum().backward()
+    assert field[0].control is None
+    hidden = NeuralODE(lambda t, z: field(t, z))
+    with pytest.raises(RuntimeError, match="no control input"):
+        hidden(torch.randn(3, 2))
+    # a control set by hand is the layer's own: it is put back
+    own = torch.zeros(3, 2)
+    field[0].control = own
+    NeuralODE(field, gradient=gradient)(torch.randn(3, 2)).sum().backward()
+    assert field[0].control is own
+    flow = CNF(field, gradient=gradient)
+    flow.log_prob(torch.randn(3, 2), condition=torch.randn(3, 2)).sum().backward()
+    flow.sample(3, (2,))
+    assert field[0].control is own
 
 
 def test_adaptive_depth_integrates_each_sample_to_its_own_depth():
@@ -369,7 +393,9 @@ def test_adaptive_depth_with_a_plain_function_field(gradient):
         torch.testing.assert_close(g, expected, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
 @pytest.mark.parametrize("model", ["data control", "adaptive depth"])
 def test_given_params_keep_the_layers_own_inputs_to_the_field(model, gradient):
     # With `params` given (the field's parameters), the input the layer hands its

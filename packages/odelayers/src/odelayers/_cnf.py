@@ -130,14 +130,35 @@ class CNF(NeuralODE):
     def _flow(
         self, z: Tensor, t0: float, t1: float, condition: Tensor | None, ts: Sequence[float] | None
     ) -> tuple[Tensor, Tensor]:
-        self._set_control(z if condition is None else condition)
-        ys, integrals = self._integrate(z, t0, t1, (self.trace,), ts)
+        with self._control(z if condition is None else condition):
+            ys, integrals = self._integrate(z, t0, t1, (self.trace,), ts)
         return ys[-1], integrals[self.trace.name]
+
+    def _controlled(self) -> bool:
+        """Whether the field has a :class:`~odelayers.DataControl` layer (that reads the
+        ``condition``)."""
+        return any(
+            isinstance(m, DataControl) for m in getattr(self.vector_field, "modules", list)()
+        )
+
+    def _check_condition(self, condition: Tensor | None) -> None:
+        if condition is not None and not self._controlled():
+            raise ValueError(
+                "`condition` was given, but the field has no DataControl layer to read it "
+                "(the flow would ignore it); put odelayers.DataControl() in the field, or "
+                "leave `condition` out."
+            )
 
     def forward(  # type: ignore[override]
         self, z0: Tensor, condition: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """``z(t1)`` and ``delta = log p1(z(t1)) - log p0(z0) = -int tr(df/dz)``, per sample."""
+        """``z(t1)`` and ``delta = log p1(z(t1)) - log p0(z0) = -int tr(df/dz)``, per sample.
+
+        Raises:
+            ValueError: if ``condition`` is given and the field has no
+                :class:`~odelayers.DataControl` layer to read it.
+        """
+        self._check_condition(condition)
         return self._flow(z0, self.t0, self.t1, condition, None)
 
     def log_prob(self, x: Tensor, condition: Tensor | None = None) -> Tensor:
@@ -148,11 +169,11 @@ class CNF(NeuralODE):
         Raises:
             ValueError: if the field has a :class:`~odelayers.DataControl` layer and no
                 ``condition`` is given (the flow's input, its default condition in
-                :meth:`forward`, is not known when only ``x`` is).
+                :meth:`forward`, is not known when only ``x`` is), or if ``condition``
+                is given and the field has no such layer to read it.
         """
-        if condition is None and any(
-            isinstance(m, DataControl) for m in getattr(self.vector_field, "modules", list)()
-        ):
+        self._check_condition(condition)
+        if condition is None and self._controlled():
             raise ValueError(
                 "`log_prob` of a data-controlled CNF needs its `condition`: forward() and "
                 "sample() default to the flow's input, which is not known from `x`."
@@ -163,7 +184,10 @@ class CNF(NeuralODE):
     def sample(self, n: int, shape: Sequence[int], condition: Tensor | None = None) -> Tensor:
         """``n`` samples of the flow: standard normal draws pushed from ``t0`` to ``t1``,
         in the dtype and on the device of ``condition``, or else of the flow's first
-        floating-point parameter or buffer (torch's defaults for a flow without any)."""
+        floating-point parameter or buffer (torch's defaults for a flow without any).
+        The control of a :class:`~odelayers.DataControl` layer is ``condition``, by
+        default the draws; in a flow without one, ``condition`` only sets the dtype and
+        device."""
         tensors = (condition,) if condition is not None else (*self.parameters(), *self.buffers())
         like = next((x for x in tensors if x.is_floating_point()), None)
         z0 = torch.randn(n, *shape) if like is None else like.new_empty(n, *shape).normal_()

@@ -70,7 +70,10 @@ class DataControl(DepthLayer):
     The vector field then sees the input of the Neural ODE at every depth,
     ``dz/dt = f(t, z, x)`` (Massaroli et al. 2020, Sec. 5.1), so one model holds a
     family of flows, one per input; trajectories of different inputs may cross.
-    :class:`~odelayers.NeuralODE` sets :attr:`control` to its input before each solve.
+    :class:`~odelayers.NeuralODE` sets :attr:`control` to its input for each solve (the
+    evaluations of its backward pass included) and puts the layer's own control back
+    after it; it finds the layer among the modules of its field, not inside a function
+    that the field calls.
 
     Example:
         >>> import torch
@@ -89,8 +92,9 @@ class DataControl(DepthLayer):
     def forward(self, t: Tensor, x: Tensor) -> Tensor:
         if self.control is None:
             raise RuntimeError(
-                "`DataControl` has no control input: use it inside a NeuralODE (which sets "
-                "it to the layer's input) or set `.control` first."
+                "`DataControl` has no control input: use it as a module of a NeuralODE's "
+                "field (which sets it to the layer's input for each solve; a closure hides "
+                "it) or set `.control` first."
             )
         if self.control.shape[0] != x.shape[0] or self.control.shape[2:] != x.shape[2:]:
             raise ValueError(

@@ -7,8 +7,9 @@ to data-control layers, integrals along the solve, and NFE counters.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,8 +26,9 @@ Field = Callable[[Tensor, Tensor], Tensor]
 
 
 class _Bound(nn.Module):
-    """The field with its layers' and integrands' bindings set before every evaluation
-    (a module, so that the solve knows the field's parameters and buffers)."""
+    """The field with its layers' and integrands' bindings set for every evaluation and
+    put back after it (a module, so that the solve knows the field's parameters and
+    buffers): a backward pass leaves no input of its solve behind in the layers."""
 
     def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
         super().__init__()
@@ -34,9 +36,14 @@ class _Bound(nn.Module):
         self.bindings = tuple(bindings)
 
     def forward(self, t: Tensor, y: Any) -> Any:
+        kept = [getattr(layer, name) for layer, name, _ in self.bindings]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
-        return self.field(t, y)
+        try:
+            return self.field(t, y)
+        finally:
+            for (layer, name, _), value in zip(self.bindings, kept):
+                setattr(layer, name, value)
 
 
 class _WithIntegrals(nn.Module):
@@ -92,15 +99,15 @@ class NeuralODE(nn.Module):
         solver: an odecore solver (the spec's ``solver``).
         controller: an odecore controller (the spec's ``controller``).
         gradient: ``odecore.Autograd()`` (backprop through the steps),
-            ``odecore.Adjoint()`` or ``odecore.Checkpoint()``. Their ``params`` default
-            to every tensor requiring grad that the field reads: its parameters, the
-            control input of data-control layers, and any tensor it closes over or
-            holds unregistered. For a field made of ``torch.nn``'s and odelayers'
-            layers alone, the parameters and the control are known to be all; for any
-            other, odecore finds them in the forward solve's evaluations (which then
-            run with a graph, walked and dropped). Given ``params`` get the layer's
-            input to its data-control layers (and the depths of
-            :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
+            ``odecore.Adjoint()``, ``odecore.Checkpoint()`` or ``odecore.Reversible()``.
+            Their ``params`` default to every tensor requiring grad that the field
+            reads: its parameters, the control input of data-control layers, and any
+            tensor it closes over or holds unregistered. For a field made of
+            ``torch.nn``'s and odelayers' layers alone, the parameters and the control
+            are known to be all; for any other, odecore finds them in the forward
+            solve's evaluations (which then run with a graph, walked and dropped).
+            Given ``params`` get the layer's input to its data-control layers (and the
+            depths of :class:`AdaptiveDepthNODE`) added: the caller cannot name them. Where
             these are computed from one another or from ``params`` (the depths from
             the input), the leaves they are computed from are added instead, so that
             no gradient is counted twice; given ``params`` computed from one another
@@ -243,7 +250,8 @@ class NeuralODE(nn.Module):
             for layer in depth_layers(self.vector_field):
                 if id(layer) not in rescaled:
                     found.update(layer.jump_ts())
-        return sorted(t for t in found if lo < t < hi)
+        # A jump at an end too: the stage there must read the limit from inside.
+        return sorted(t for t in found if lo <= t <= hi)
 
     def _bindings(self, terms: Sequence[IntegralTerm]) -> list[tuple[object, str, Tensor]]:
         """The inputs the field's layers and the integrands read besides parameters:
@@ -275,9 +283,9 @@ class NeuralODE(nn.Module):
     ) -> odecore.AbstractGradient:
         """The gradient method of the solve.
 
-        Without ``params``, an :class:`odecore.Adjoint` or :class:`odecore.Checkpoint`
-        gets the field's parameters and the inputs the layer hands its layers
-        (:meth:`_bindings`) only where these are provably all the tensors requiring
+        Without ``params``, an :class:`odecore.Adjoint`, :class:`odecore.Checkpoint` or
+        :class:`odecore.Reversible` gets the field's parameters and the inputs the layer
+        hands its layers (:meth:`_bindings`) only where these are provably all the tensors requiring
         grad that the field reads (:func:`_own_tensors`); otherwise the method is passed
         on as it is and odecore finds them in every evaluation of the forward solve (a
         tensor a module holds unregistered, what a plain function closes over). A fixed
@@ -290,7 +298,7 @@ class NeuralODE(nn.Module):
             ValueError: if given ``params`` are computed from one another.
         """
         method = self.gradient
-        if not isinstance(method, (odecore.Adjoint, odecore.Checkpoint)):
+        if not isinstance(method, _WITH_PARAMS):
             return method
         bound = [value for _, _, value in bindings if value.requires_grad]
         given = method.params
@@ -323,11 +331,24 @@ class NeuralODE(nn.Module):
             "Pass leaf tensors (parameters), or leave `params` unset."
         )
 
-    def _set_control(self, x: Tensor) -> None:
-        if isinstance(self.vector_field, nn.Module):
-            for layer in depth_layers(self.vector_field):
-                if isinstance(layer, DataControl):
-                    layer.control = x
+    @contextlib.contextmanager
+    def _control(self, x: Tensor) -> Iterator[None]:
+        """``x`` as the control of the field's data-control layers for one solve, and
+        their own control back after it: a layer that the field reaches otherwise (a
+        closure the layer cannot see into) must not read the input of an earlier solve."""
+        layers = (
+            [layer for layer in depth_layers(self.vector_field) if isinstance(layer, DataControl)]
+            if isinstance(self.vector_field, nn.Module)
+            else []
+        )
+        kept = [layer.control for layer in layers]
+        for layer in layers:
+            layer.control = x
+        try:
+            yield
+        finally:
+            for layer, control in zip(layers, kept):
+                layer.control = control
 
     def _integrate(
         self,
@@ -384,8 +405,8 @@ class NeuralODE(nn.Module):
         return xs, {term.name: q[-1] for term, q in zip(terms, ys[1:])}
 
     def forward(self, x: Tensor) -> Tensor:
-        self._set_control(x)
-        ys, self.integrals = self._integrate(x, self.t0, self.t1, self.integral_terms, self.ts)
+        with self._control(x):
+            ys, self.integrals = self._integrate(x, self.t0, self.t1, self.integral_terms, self.ts)
         return ys if self.ts is not None else ys[-1]
 
     def extra_repr(self) -> str:
@@ -582,6 +603,10 @@ class AdaptiveDepthNODE(nn.Module):
         out: Tensor = self.node(x)
         return out
 
+
+_WITH_PARAMS = (odecore.Adjoint, odecore.Checkpoint, odecore.Reversible)
+"""The gradient methods that differentiate a list of ``params``: the layer adds to a
+given list the inputs it binds (:meth:`NeuralODE._gradient`)."""
 
 _BOUND: dict[type, str] = {DataControl: "control", _Rescaled: "depth"}
 """Depth layers that read an input besides their parameters, and its attribute."""
