@@ -498,6 +498,31 @@ def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
             assert torch.equal(back(X), net(X))
 
 
+@pytest.mark.parametrize("measure", ["recalibrate", "train"])
+def test_measuring_another_manifestation_leaves_the_nets_statistics(measure):
+    # The stitches' and head's batch norms see the outputs of the blocks, which depend
+    # on (solver, N_t) like the blocks' own statistics: measuring them in another
+    # manifestation must not overwrite this one's (its eval() output moved by 0.2).
+    net = small(n_steps=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with torch.no_grad():
+        expected = net(X)
+    other = net.manifest(solver="rk4", n_steps=4)
+    data = [torch.randn(8, 1, 12, 12, dtype=F64) * 3 - 1 for _ in range(2)]
+    with torch.no_grad():
+        if measure == "recalibrate":
+            contnet.recalibrate(other, data)
+        else:
+            other.train()(data[0])
+            other.eval()
+    changed = [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == []
+    assert not torch.equal(other.head[0].running_mean, net.head[0].running_mean)
+    assert other.head[0].weight is net.head[0].weight  # the weights stay shared
+    with torch.no_grad():
+        assert torch.equal(net(X), expected)
+
+
 def test_the_carried_flag_is_saved_with_the_model():
     net = small(solver="rk4", n_steps=2)
     fine = net.manifest(n_steps=4)
