@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -521,6 +522,19 @@ def test_measuring_another_manifestation_leaves_the_nets_statistics(measure):
     assert other.head[0].weight is net.head[0].weight  # the weights stay shared
     with torch.no_grad():
         assert torch.equal(net(X), expected)
+
+
+@pytest.mark.parametrize("other_mode", [True, False])
+def test_a_manifestations_mode_is_not_the_nets(other_mode):
+    # The residual modules are shared with a manifestation (the same weights): its
+    # train() or eval() must not switch how this net's blocks normalise.
+    net = small(solver="rk4", n_steps=2).train(not other_mode)
+    twin = copy.deepcopy(net)
+    net.manifest(n_steps=4).train(other_mode)
+    with torch.no_grad():
+        assert torch.equal(net(X), twin(X))
+    for (k, v), w in zip(net.state_dict().items(), twin.state_dict().values()):
+        assert torch.equal(v, w), k
 
 
 def test_the_carried_flag_is_saved_with_the_model():
