@@ -340,6 +340,33 @@ def test_a_constant_non_negative_state_is_carried_as_that_constant():
             torch.testing.assert_close(value, torch.full_like(value, 0.25), rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("basis", ["legendre", "chebyshev", "fourier"])
+def test_a_non_negative_state_is_copied_where_the_refinement_nests(basis):
+    # Doubling a polynomial or Fourier basis copies every coefficient and adds zeros
+    # (the new functions are orthogonal to the old weight function); rounding noise of
+    # 1e-17 in the transfer matrix made the weighted mean give each new coefficient
+    # an old second moment in full (a copy of degree 0's), beside a first moment of 0.
+    torch.manual_seed(0)
+    net = small(basis=basis, n_basis=3, n_steps=2).train()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    for state in opt.state.values():
+        state["exp_avg_sq"].add_(1.0)  # well away from 0 in every coefficient
+    finer, maps = refine(net)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    old_params, new_params = dict(net.named_parameters()), dict(finer.named_parameters())
+    for name in maps:
+        for key in ["exp_avg", "exp_avg_sq"]:
+            old = opt.state[old_params[name]][key]
+            new = new_opt.state[new_params[name]][key]
+            torch.testing.assert_close(
+                new, contnet.transfer(old, *maps[name]), rtol=1e-12, atol=1e-15
+            )
+
+
 def test_a_signed_optimizer_state_is_projected_like_the_weights():
     net, opt = _trained(torch.optim.SGD, lr=0.1, momentum=0.9)
     finer, maps = refine(net, n_basis=4)

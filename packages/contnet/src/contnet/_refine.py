@@ -156,6 +156,10 @@ def _transfer_state(value: Tensor, old: AbstractBasis, new: AbstractBasis) -> Te
         return transfer(value, old, new)
     eye = torch.eye(old.size, dtype=value.dtype, device=value.device)
     weights = transfer(eye, old, new).abs()  # |T|, new index first
+    # The projection leaves rounding noise (1e-17) where T is 0 (nested polynomials and
+    # Fourier modes): normalised, a row of noise alone would give a new coefficient an
+    # old value in full, where the transfer gives it 0.
+    weights = torch.where(weights > 1e-12 * weights.max(), weights, 0.0)
     weights = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(value.dtype).tiny)
     out: Tensor = torch.tensordot(weights, value, dims=1)
     return out
