@@ -379,6 +379,17 @@ def test_a_signed_optimizer_state_is_projected_like_the_weights():
         assert torch.equal(new_opt.state[new_params[name]]["momentum_buffer"], expected)
 
 
+def test_the_carried_optimizer_keeps_the_defaults_of_a_group_added_later():
+    net = small(n_steps=1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    finer, maps = refine(net)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    assert new_opt.defaults == opt.defaults  # not SGD's own (lr 1e-3, no momentum)
+    new_opt.add_param_group({"params": [nn.Parameter(torch.zeros(2, dtype=F64))]})
+    added = new_opt.param_groups[-1]
+    assert (added["lr"], added["momentum"], added["weight_decay"]) == (0.1, 0.9, 5e-4)
+
+
 def test_refinement_schedule_refines_at_its_epochs():
     net = small(n_steps=1).train()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
