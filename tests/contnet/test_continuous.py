@@ -336,3 +336,32 @@ def test_left_limits_at_jumps_only():
     assert pc.weights(1.0, left=True) == [(3, 1.0)]
     pl = ContinuousModule(nn.Linear(1, 1), PiecewiseLinear(pieces=4))
     assert pl.weights(0.5, left=True) == pl.weights(0.5)  # continuous: no jump to take
+
+
+@pytest.mark.parametrize(
+    ("method", "c", "pieces", "n_steps"),
+    [("midpoint", (0, 1 / 2), 6, 3), ("rk4", (0, 1 / 2, 1 / 2, 1), 6, 3),
+     ("ralston", (0, 2 / 3), 6, 2), ("rk4_38", (0, 1 / 3, 2 / 3, 1), 6, 2)],
+)  # fmt: skip
+def test_a_stage_on_a_jump_reads_the_later_piece_whatever_the_rounding(method, c, pieces, n_steps):
+    # 2/3 + 1/6 is one unit in the last place below 5/6, where piece 5 starts: the
+    # stage must still read piece 5 (as at 1/6 and 1/2), not piece 4.
+    from fractions import Fraction
+
+    block = OdeBlock(nn.Linear(1, 1, bias=False), basis=PiecewiseConstant(pieces=pieces),
+                     solver=method, n_steps=n_steps).to(F64)  # fmt: skip
+    weights = torch.arange(1.0, pieces + 1, dtype=F64)
+    with torch.no_grad():
+        block.continuous.coefficient("weight").copy_(weights.reshape(pieces, 1, 1))
+    tableau = block.tableau
+    x, h = torch.tensor([[0.3]], dtype=F64), 1.0 / n_steps
+    for k in range(n_steps):  # the step by hand, each stage at its piece in exact arithmetic
+        stages = []
+        for i, ci in enumerate(c):
+            depth = (k + Fraction(ci).limit_denominator(10)) * pieces / n_steps
+            piece = math.ceil(depth) - 1 if ci == 1 else math.floor(depth)
+            y = x + h * sum((a * s for a, s in zip(tableau.a[i], stages)), torch.zeros_like(x))
+            stages.append(weights[piece] * y)
+        x = x + h * sum(b * s for b, s in zip(tableau.b, stages))
+    with torch.no_grad():
+        torch.testing.assert_close(block(torch.tensor([[0.3]], dtype=F64)), x, rtol=1e-14, atol=0)

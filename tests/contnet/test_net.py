@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -339,6 +340,33 @@ def test_a_constant_non_negative_state_is_carried_as_that_constant():
             torch.testing.assert_close(value, torch.full_like(value, 0.25), rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("basis", ["legendre", "chebyshev", "fourier"])
+def test_a_non_negative_state_is_copied_where_the_refinement_nests(basis):
+    # Doubling a polynomial or Fourier basis copies every coefficient and adds zeros
+    # (the new functions are orthogonal to the old weight function); rounding noise of
+    # 1e-17 in the transfer matrix made the weighted mean give each new coefficient
+    # an old second moment in full (a copy of degree 0's), beside a first moment of 0.
+    torch.manual_seed(0)
+    net = small(basis=basis, n_basis=3, n_steps=2).train()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    for state in opt.state.values():
+        state["exp_avg_sq"].add_(1.0)  # well away from 0 in every coefficient
+    finer, maps = refine(net)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    old_params, new_params = dict(net.named_parameters()), dict(finer.named_parameters())
+    for name in maps:
+        for key in ["exp_avg", "exp_avg_sq"]:
+            old = opt.state[old_params[name]][key]
+            new = new_opt.state[new_params[name]][key]
+            torch.testing.assert_close(
+                new, contnet.transfer(old, *maps[name]), rtol=1e-12, atol=1e-15
+            )
+
+
 def test_a_signed_optimizer_state_is_projected_like_the_weights():
     net, opt = _trained(torch.optim.SGD, lr=0.1, momentum=0.9)
     finer, maps = refine(net, n_basis=4)
@@ -349,6 +377,17 @@ def test_a_signed_optimizer_state_is_projected_like_the_weights():
         assert bool((old < 0).any())
         expected = contnet.transfer(old, *maps[name])
         assert torch.equal(new_opt.state[new_params[name]]["momentum_buffer"], expected)
+
+
+def test_the_carried_optimizer_keeps_the_defaults_of_a_group_added_later():
+    net = small(n_steps=1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    finer, maps = refine(net)
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    assert new_opt.defaults == opt.defaults  # not SGD's own (lr 1e-3, no momentum)
+    new_opt.add_param_group({"params": [nn.Parameter(torch.zeros(2, dtype=F64))]})
+    added = new_opt.param_groups[-1]
+    assert (added["lr"], added["momentum"], added["weight_decay"]) == (0.1, 0.9, 5e-4)
 
 
 def test_refinement_schedule_refines_at_its_epochs():
@@ -496,6 +535,44 @@ def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
         warnings.simplefilter("error")
         with torch.no_grad():
             assert torch.equal(back(X), net(X))
+
+
+@pytest.mark.parametrize("measure", ["recalibrate", "train"])
+def test_measuring_another_manifestation_leaves_the_nets_statistics(measure):
+    # The stitches' and head's batch norms see the outputs of the blocks, which depend
+    # on (solver, N_t) like the blocks' own statistics: measuring them in another
+    # manifestation must not overwrite this one's (its eval() output moved by 0.2).
+    net = small(n_steps=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with torch.no_grad():
+        expected = net(X)
+    other = net.manifest(solver="rk4", n_steps=4)
+    data = [torch.randn(8, 1, 12, 12, dtype=F64) * 3 - 1 for _ in range(2)]
+    with torch.no_grad():
+        if measure == "recalibrate":
+            contnet.recalibrate(other, data)
+        else:
+            other.train()(data[0])
+            other.eval()
+    changed = [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == []
+    assert not torch.equal(other.head[0].running_mean, net.head[0].running_mean)
+    assert other.head[0].weight is net.head[0].weight  # the weights stay shared
+    with torch.no_grad():
+        assert torch.equal(net(X), expected)
+
+
+@pytest.mark.parametrize("other_mode", [True, False])
+def test_a_manifestations_mode_is_not_the_nets(other_mode):
+    # The residual modules are shared with a manifestation (the same weights): its
+    # train() or eval() must not switch how this net's blocks normalise.
+    net = small(solver="rk4", n_steps=2).train(not other_mode)
+    twin = copy.deepcopy(net)
+    net.manifest(n_steps=4).train(other_mode)
+    with torch.no_grad():
+        assert torch.equal(net(X), twin(X))
+    for (k, v), w in zip(net.state_dict().items(), twin.state_dict().values()):
+        assert torch.equal(v, w), k
 
 
 def test_the_carried_flag_is_saved_with_the_model():

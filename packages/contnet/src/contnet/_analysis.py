@@ -33,10 +33,9 @@ def manifestation_sweep(
     Without ``batches`` the carried statistics are used, without the warning that
     evaluating them gives elsewhere. Each manifestation runs in ``net``'s mode; in
     train mode its batch norms normalise with batch statistics and update running
-    ones, which ``net`` shares (the stem, stitches and head; the blocks at ``net``'s
-    own manifestation). Every buffer of ``net`` is put back as it was after the
-    sweep, so ``net`` leaves it unchanged in either mode (a copy of its buffers is
-    kept meanwhile, not of its weights).
+    ones, which ``net``'s own manifestation shares with ``net``. Every buffer of
+    ``net`` is put back as it was after the sweep, so ``net`` leaves it unchanged in
+    either mode (a copy of its buffers is kept meanwhile, not of its weights).
 
     Args:
         net: the network whose manifestations to evaluate.

@@ -304,7 +304,12 @@ class OdeBlock(nn.Module):
         ``statistics``: the running statistics of the call, as for
         :meth:`contnet.ContinuousModule.forward`. A forward pass gives each evaluation its own;
         without them batch norms in ``R`` normalise with the statistics of ``x``.
+
+        ``R`` runs in this block's mode (train or eval), also where a manifestation
+        that shares it (:meth:`manifest`) was put in the other.
         """
+        if self.continuous.module.training != self.training:
+            self.continuous.train(self.training)
         out: Tensor = self.continuous(t, x, left=left, slices=slices, statistics=statistics)
         return out * self.epsilon
 

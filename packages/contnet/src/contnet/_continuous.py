@@ -317,9 +317,14 @@ def _slots(
 def _weights(basis: AbstractBasis, t: float, left: bool) -> list[tuple[int, float]]:
     # Cached: a block asks for the same stage times at every forward pass.
     jumps = basis.jump_ts
-    if left and any(abs(t - j) <= 1e-9 * (basis.t1 - basis.t0) for j in jumps):
+    near = [j for j in jumps if abs(t - j) <= 1e-9 * (basis.t1 - basis.t0)]
+    if near and left:
         # Constant on each side of a jump: any point just before it gives the limit.
-        t = t - 1e-6 * (basis.t1 - basis.t0) / (len(jumps) + 1)
+        t = near[0] - 1e-6 * (basis.t1 - basis.t0) / (len(jumps) + 1)
+    elif near:
+        # A stage time computed as t_k + c h can land a rounding error below the jump
+        # it means (2/3 + 1/6 < 5/6): the value at a jump is the later piece's.
+        t = near[0]
     phi = basis(torch.tensor(t, dtype=torch.float64)).tolist()
     return [(i, w) for i, w in enumerate(phi) if w != 0.0]
 

@@ -247,6 +247,12 @@ class ContinuousNet(nn.Module):
     ) -> ContinuousNet:
         """The same model with another (solver, N_t): weights shared, not copied.
 
+        Running statistics belong to a manifestation: the same (solver, N_t) shares
+        them all; another one gets its own, the blocks' carried over
+        (:meth:`OdeBlock.manifest`) and those of the stem, stitches and head copied
+        (their inputs come out of the blocks). Training or :func:`contnet.recalibrate`
+        on it then leaves this network's statistics as they are.
+
         Example:
             >>> import torch
             >>> from contnet import ContinuousNet
@@ -260,6 +266,9 @@ class ContinuousNet(nn.Module):
         out.blocks = nn.ModuleList(
             b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
+        if (out.solver, out.n_steps) != (self.solver, self.n_steps):
+            for name in ("stem", "stitches", "head"):
+                out._modules[name] = _own_buffers(cast(nn.Module, self._modules[name]))
         return out
 
     def to_resnet(self) -> ResNet:
@@ -330,6 +339,17 @@ class ContinuousNet(nn.Module):
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
         return net
+
+
+def _own_buffers(module: nn.Module) -> nn.Module:
+    """``module`` with the same parameters (shared) and copies of its buffers, throughout."""
+    out = copy.copy(module)
+    out._parameters = dict(module._parameters)
+    out._buffers = {
+        k: None if b is None else b.detach().clone() for k, b in module._buffers.items()
+    }
+    out._modules = {k: None if m is None else _own_buffers(m) for k, m in module._modules.items()}
+    return out
 
 
 def _check_same(where: str, got: nn.Module, want: nn.Module) -> None:

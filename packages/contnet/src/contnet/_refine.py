@@ -111,7 +111,8 @@ def carry_optimizer(
 ) -> torch.optim.Optimizer:
     """An optimizer of ``optimizer``'s class for ``new``, with its state carried over.
 
-    Hyperparameters and parameter groups stay; every state tensor shaped like a
+    Hyperparameters, the defaults a group added later takes, and parameter groups
+    stay; every state tensor shaped like a
     refined coefficient tensor (momentum buffers, Adam's moments) is transferred to the
     new basis the same way as the weights, others are copied. A state that is ``>= 0``
     everywhere (Adam's ``exp_avg_sq``, Adagrad's ``sum``, RMSprop's ``square_avg``)
@@ -132,6 +133,7 @@ def carry_optimizer(
         groups.append({**{k: v for k, v in group.items() if k != "params"},
                        "params": [new_params[n] for n in names]})  # fmt: skip
     out = type(optimizer)(groups)  # type: ignore[call-arg]
+    out.defaults = copy.deepcopy(optimizer.defaults)  # a group added later takes these
     for group, new_group in zip(optimizer.param_groups, out.param_groups):
         for p, q in zip(group["params"], new_group["params"]):
             state = optimizer.state.get(p)
@@ -156,6 +158,10 @@ def _transfer_state(value: Tensor, old: AbstractBasis, new: AbstractBasis) -> Te
         return transfer(value, old, new)
     eye = torch.eye(old.size, dtype=value.dtype, device=value.device)
     weights = transfer(eye, old, new).abs()  # |T|, new index first
+    # The projection leaves rounding noise (1e-17) where T is 0 (nested polynomials and
+    # Fourier modes): normalised, a row of noise alone would give a new coefficient an
+    # old value in full, where the transfer gives it 0.
+    weights = torch.where(weights > 1e-12 * weights.max(), weights, 0.0)
     weights = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(value.dtype).tiny)
     out: Tensor = torch.tensordot(weights, value, dims=1)
     return out
