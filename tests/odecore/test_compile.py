@@ -96,6 +96,22 @@ def test_compiled_gradients_match_eager(method, dtype):
         assert _rel(grid, eager) <= TOL[dtype] and _rel(stepped, eager) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("method", [odecore.RK4, odecore.RK4ThreeEighths], ids=lambda c: c.__name__)
+@COMPILES
+def test_the_cubic_interpolant_is_the_eager_one(method, compile):
+    """``interpolation="cubic"`` (odeint's ``interp="cubic"``): outputs inside a step come
+    from the cubic through its ends, without the interior node of a fourth-order method's
+    own Hermite interpolant."""
+    y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=F64, requires_grad=True)
+    sols, grads = [], []
+    for c in (compile, False):
+        sol = _solve(method(interpolation="cubic"), y0, compile=c, ts=(0.0, 0.1, 0.6))
+        sols.append(sol)
+        grads.append(torch.autograd.grad((sol.ys**2).sum(), y0)[0])
+    assert _rel(sols[0].ys, sols[1].ys) <= 1e-12 and _rel(grads[0], grads[1]) <= 1e-12
+    assert sols[0].stats == sols[1].stats
+
+
 def _state(shape, dtype):
     """A state of ``shape`` (``"tuple"``: a 0-dim and a 1-dim tensor) in ``dtype``."""
     if shape == "tuple":

@@ -323,7 +323,9 @@ def _schedule(
     evaluation times, the same statuses, in the order the graph takes them."""
     plan = _plan(solver.tableau)
     polynomial = solver.dense_kind == "polynomial"
-    nodes, matrix = _hermite_basis(_interior_nodes(solver.order))
+    # The eager interpolant's nodes: "cubic" takes the step's ends alone.
+    cubic = solver.interpolation == "cubic"
+    nodes, matrix = _hermite_basis(0 if cubic else _interior_nodes(solver.order))
     clock = _Clockwork()
     sizes: list[float] = []
     weights: list[list[float]] = []
