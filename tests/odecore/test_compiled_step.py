@@ -588,3 +588,27 @@ def test_per_sample_steps_that_cannot_compile_say_so_and_solve_eagerly(grad, sol
         compiled = _solve_rows(field, y0, compile=True, solver=solver())
     assert torch.equal(compiled.ys, eager.ys)
     assert compiled.stats == eager.stats
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["one-system", "per-sample"])
+def test_a_rosenbrock_loop_that_dynamo_cannot_trace_solves_all_the_same(per_sample):
+    """A field that takes a view of a tensor it closes over (``w.T``) inside a Rosenbrock
+    loop graph, where torch 2.13's dynamo fails with a bare ``AssertionError``: the solve
+    takes its steps one by one (one system) or eagerly, with the warning (per sample)."""
+    w = torch.tensor([[-50.0, 1.0], [-1.0, -2.0]], dtype=F64)
+
+    def field(t, y):
+        return y @ w.T + torch.cos(3 * t)[..., None]
+
+    y0 = torch.tensor([[1.0, 0.2], [0.3, -0.4]], dtype=F64)
+    controller = odecore.PIDController(rtol=1e-6, atol=1e-8, per_sample=per_sample)
+    solver = odecore.Rodas5P(independent=True)
+    sols = []
+    for compile in (True, False):
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", odecore.CompileFallbackWarning)
+            sols.append(odecore.solve(field, y0, t0=0.0, t1=1.0, solver=solver,
+                                      controller=controller, compile=compile))  # fmt: skip
+        if compile:
+            assert len(caught) == per_sample  # "torch.compile failed on this solve"
+    torch.testing.assert_close(sols[0].ys, sols[1].ys, rtol=1e-10, atol=0.0)

@@ -622,6 +622,13 @@ _COMPILE_ERRORS: tuple[type[Exception], ...] = tuple(
 """What ``torch.compile`` raises when it cannot compile (errors of the field itself
 raise again in the eager solve that follows)."""
 
+_LOOP_ERRORS: tuple[type[Exception], ...] = (*_COMPILE_ERRORS, AssertionError)
+"""What compiling a loop graph (a ``while_loop``) raises when it cannot: dynamo's
+errors, and (torch 2.13) a bare ``AssertionError`` ("Expected FakeTensor") where a
+Rosenbrock step's ``torch.func`` Jacobian meets a view that the field takes of a
+tensor it closes over (``y @ w.T``). An error of the field itself raises again in the
+solve that follows."""
+
 _RECOMPILE_LIMIT: Any = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 """What dynamo raises, with ``fullgraph=True``, for a call that would compile a code
 object once more than its recompile limit allows."""
@@ -910,7 +917,7 @@ def compiled_loop(
             if plain and not torch.is_grad_enabled() and looped not in _NO_LOOP:
                 try:
                     return over_runs(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
-                except _COMPILE_ERRORS:  # the solve's steps compile one by one below
+                except _LOOP_ERRORS:  # the solve's steps compile one by one below
                     _NO_LOOP.add(looped)
 
             def run(y: Tensor) -> LoopResult:
