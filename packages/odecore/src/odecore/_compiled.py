@@ -1052,6 +1052,8 @@ def _stepped(
             fall_back(_at_limit(*limit))
         return result
     seen.fields.add(f_key)
+    if not plain:  # outputs at t0 are the caller's y0, as the eager loop's, not its alias
+        result.ys[:] = [y0 if out is y else out for out in result.ys]
     graphs = [i for i, out in enumerate(result.ys) if out is not None and out.requires_grad]
     if plain and graphs and torch.is_grad_enabled():
         outputs = [out for out in result.ys if out is not None and out.requires_grad]
