@@ -155,6 +155,31 @@ def test_checkpoint_of_a_solve_without_steps(gradient):
     torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
 
 
+@pytest.mark.parametrize("gradient", [odecore.Checkpoint(), odecore.Adjoint()], ids=repr)
+def test_a_failed_solve_refuses_a_gradient_it_does_not_have(gradient):
+    """With ``throw=False`` a failed solve's outputs came back without a graph: their
+    share of the gradients of ``y0`` and of the field's tensors was silently missing
+    (backpropagation has it). A backward pass through them now raises; ``y0`` at ``t0``
+    keeps its gradient, and a solve without a graph returns the same outputs."""
+    w = torch.tensor(-0.7, dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.5, -2.0], dtype=F64, requires_grad=True)
+
+    def failed():
+        return odecore.solve(lambda t, y: w * y, y0, t0=0.0, t1=1.0, solver=odecore.RK4(),
+                             dt0=0.1, saveat=odecore.SaveAt(ts=[0.0, 0.2, 0.5]), max_steps=3,
+                             throw=False, gradient=gradient)  # fmt: skip
+
+    sol = failed()
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    with pytest.raises(odecore.ConfigurationError, match="reaches `t1` only"):
+        torch.autograd.grad(sol.ys[1].sum(), (y0, w))
+    (grad,) = torch.autograd.grad(sol.ys[0].sum(), y0)
+    torch.testing.assert_close(grad, torch.ones_like(y0))
+    with torch.no_grad():
+        plain = failed()
+    torch.testing.assert_close(plain.ys, sol.ys.detach(), equal_nan=True, rtol=0, atol=0)
+
+
 def test_backward_holds_one_segment_graph_at_a_time():
     # The replay of a segment kept its graph (retain_graph) while the next segment was
     # replayed: two segments' activations at once, twice the memory checkpointing promises.

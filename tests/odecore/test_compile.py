@@ -96,6 +96,22 @@ def test_compiled_gradients_match_eager(method, dtype):
         assert _rel(grid, eager) <= TOL[dtype] and _rel(stepped, eager) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("method", [odecore.RK4, odecore.RK4ThreeEighths], ids=lambda c: c.__name__)
+@COMPILES
+def test_the_cubic_interpolant_is_the_eager_one(method, compile):
+    """``interpolation="cubic"`` (odeint's ``interp="cubic"``): outputs inside a step come
+    from the cubic through its ends, without the interior node of a fourth-order method's
+    own Hermite interpolant."""
+    y0 = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=F64, requires_grad=True)
+    sols, grads = [], []
+    for c in (compile, False):
+        sol = _solve(method(interpolation="cubic"), y0, compile=c, ts=(0.0, 0.1, 0.6))
+        sols.append(sol)
+        grads.append(torch.autograd.grad((sol.ys**2).sum(), y0)[0])
+    assert _rel(sols[0].ys, sols[1].ys) <= 1e-12 and _rel(grads[0], grads[1]) <= 1e-12
+    assert sols[0].stats == sols[1].stats
+
+
 def _state(shape, dtype):
     """A state of ``shape`` (``"tuple"``: a 0-dim and a 1-dim tensor) in ``dtype``."""
     if shape == "tuple":
@@ -254,6 +270,35 @@ def test_backward_in_time_tuple_state_and_jumps_match_eager(compile, jumps):
     (cx, cv), (ex, ev) = out[0].ys, out[1].ys
     assert _rel(cx, ex) <= 1e-12 and _rel(cv, ev) <= 1e-12
     assert out[0].stats == out[1].stats
+
+
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (1.0, 0.0)], ids=["forward", "backward"])
+def test_jumps_step_times_and_repeated_outputs_differentiate_as_eager(t0, t1):
+    """The whole grid with a jump and a step time, outputs repeated at both ends and at
+    the jump, and gradients of ``y0``, of the field's parameters and of a tensor made
+    from a leaf before the solve that the field closes over."""
+    field = Field()
+    base = torch.tensor([0.3, -0.1], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[1.0, 0.2], [0.3, -0.4]], dtype=F64, requires_grad=True)
+    ts = [t0, t0, 0.45, 0.45, 0.7 if t0 < t1 else 0.2, t1, t1]
+    sols, grads = [], []
+    for compile in (True, False):
+        made = base.exp()  # a node before the solve, between the field and the leaf
+
+        def kicked(t, y, made=made):
+            return field(t, y) * torch.where(t < 0.45, 1.0, -2.0).to(y) + made * torch.sin(t)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", odecore.CompileFallbackWarning)  # it compiled
+            sol = odecore.solve(
+                kicked, y0, t0=t0, t1=t1, solver=odecore.RK4(), dt0=0.15, jump_ts=[0.45],
+                step_ts=[0.6, 0.3], saveat=odecore.SaveAt(ts=ts, t1=True), compile=compile,
+            )  # fmt: skip
+        sols.append(sol)
+        grads.append(torch.autograd.grad((sol.ys**2).sum(), (y0, field.a, field.b, base)))
+    (compiled, eager), (g_compiled, g_eager) = sols, grads
+    assert _rel(compiled.ys, eager.ys) <= 1e-12 and compiled.stats == eager.stats
+    assert all(_rel(a, b) <= 1e-12 for a, b in zip(g_compiled, g_eager, strict=True))
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (torch.bfloat16, 1e-2)])

@@ -301,6 +301,27 @@ def test_checkpointed_gradients_over_compiled_steps_match_eager(solver, compile)
         assert _rel(g, w) <= 1e-11
 
 
+@pytest.mark.parametrize("gradient", [odecore.Checkpoint(), odecore.Adjoint()], ids=repr)
+@pytest.mark.parametrize("solver", [odecore.Tsit5, odecore.RK4], ids=lambda c: c.__name__)
+def test_a_failed_solve_keeps_y0_at_t0_as_eager(gradient, solver):
+    """A solve that keeps no graph forward and fails (the step budget ends, ``throw=False``)
+    returns the loop's outputs as they are: the one at ``t0`` is ``y0`` itself, with its
+    gradient, as the eager loop's, not the alias the compiled steps start from."""
+    y0 = torch.tensor([[1.0, 0.2], [0.3, -0.4]], dtype=F64, requires_grad=True)
+    fixed = solver is odecore.RK4
+    grads = []
+    for compile in (True, False):
+        sol = odecore.solve(
+            lambda t, y: -y, y0, t0=1.0, t1=0.0, solver=solver(), dt0=0.1 if fixed else None,
+            saveat=odecore.SaveAt(ts=[1.0, 0.9, 0.5]), max_steps=3, throw=False,
+            gradient=gradient, compile=compile,
+        )  # fmt: skip
+        assert sol.status == odecore.Status.MAX_STEPS_REACHED
+        (grad,) = torch.autograd.grad(sol.ys[0].sum(), y0, allow_unused=True)
+        grads.append(grad)
+    assert grads[0] is not None and torch.equal(grads[0], grads[1])
+
+
 def test_the_forward_solve_finds_a_tensor_that_only_compiled_steps_read():
     # A method that keeps no graph forward finds the tensors to differentiate by
     # walking the graphs of the field's evaluations; inside a compiled step, by walking
@@ -588,3 +609,27 @@ def test_per_sample_steps_that_cannot_compile_say_so_and_solve_eagerly(grad, sol
         compiled = _solve_rows(field, y0, compile=True, solver=solver())
     assert torch.equal(compiled.ys, eager.ys)
     assert compiled.stats == eager.stats
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["one-system", "per-sample"])
+def test_a_rosenbrock_loop_that_dynamo_cannot_trace_solves_all_the_same(per_sample):
+    """A field that takes a view of a tensor it closes over (``w.T``) inside a Rosenbrock
+    loop graph, where torch 2.13's dynamo fails with a bare ``AssertionError``: the solve
+    takes its steps one by one (one system) or eagerly, with the warning (per sample)."""
+    w = torch.tensor([[-50.0, 1.0], [-1.0, -2.0]], dtype=F64)
+
+    def field(t, y):
+        return y @ w.T + torch.cos(3 * t)[..., None]
+
+    y0 = torch.tensor([[1.0, 0.2], [0.3, -0.4]], dtype=F64)
+    controller = odecore.PIDController(rtol=1e-6, atol=1e-8, per_sample=per_sample)
+    solver = odecore.Rodas5P(independent=True)
+    sols = []
+    for compile in (True, False):
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", odecore.CompileFallbackWarning)
+            sols.append(odecore.solve(field, y0, t0=0.0, t1=1.0, solver=solver,
+                                      controller=controller, compile=compile))  # fmt: skip
+        if compile:
+            assert len(caught) == per_sample  # "torch.compile failed on this solve"
+    torch.testing.assert_close(sols[0].ys, sols[1].ys, rtol=1e-10, atol=0.0)

@@ -323,7 +323,9 @@ def _schedule(
     evaluation times, the same statuses, in the order the graph takes them."""
     plan = _plan(solver.tableau)
     polynomial = solver.dense_kind == "polynomial"
-    nodes, matrix = _hermite_basis(_interior_nodes(solver.order))
+    # The eager interpolant's nodes: "cubic" takes the step's ends alone.
+    cubic = solver.interpolation == "cubic"
+    nodes, matrix = _hermite_basis(0 if cubic else _interior_nodes(solver.order))
     clock = _Clockwork()
     sizes: list[float] = []
     weights: list[list[float]] = []
@@ -620,6 +622,13 @@ _COMPILE_ERRORS: tuple[type[Exception], ...] = tuple(
 """What ``torch.compile`` raises when it cannot compile (errors of the field itself
 raise again in the eager solve that follows)."""
 
+_LOOP_ERRORS: tuple[type[Exception], ...] = (*_COMPILE_ERRORS, AssertionError)
+"""What compiling a loop graph (a ``while_loop``) raises when it cannot: dynamo's
+errors, and (torch 2.13) a bare ``AssertionError`` ("Expected FakeTensor") where a
+Rosenbrock step's ``torch.func`` Jacobian meets a view that the field takes of a
+tensor it closes over (``y @ w.T``). An error of the field itself raises again in the
+solve that follows."""
+
 _RECOMPILE_LIMIT: Any = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 """What dynamo raises, with ``fullgraph=True``, for a call that would compile a code
 object once more than its recompile limit allows."""
@@ -908,7 +917,7 @@ def compiled_loop(
             if plain and not torch.is_grad_enabled() and looped not in _NO_LOOP:
                 try:
                     return over_runs(f, y0, t0, t1, ts, solver, controller, dt0, step_ts=step_ts)
-                except _COMPILE_ERRORS:  # the solve's steps compile one by one below
+                except _LOOP_ERRORS:  # the solve's steps compile one by one below
                     _NO_LOOP.add(looped)
 
             def run(y: Tensor) -> LoopResult:
@@ -1043,6 +1052,8 @@ def _stepped(
             fall_back(_at_limit(*limit))
         return result
     seen.fields.add(f_key)
+    if not plain:  # outputs at t0 are the caller's y0, as the eager loop's, not its alias
+        result.ys[:] = [y0 if out is y else out for out in result.ys]
     graphs = [i for i, out in enumerate(result.ys) if out is not None and out.requires_grad]
     if plain and graphs and torch.is_grad_enabled():
         outputs = [out for out in result.ys if out is not None and out.requires_grad]

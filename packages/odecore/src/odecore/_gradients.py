@@ -268,7 +268,9 @@ class Adjoint(AbstractGradient):
         ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
             ``"interpolated"``; in ``backward()``, if ``params`` was not given and
             the backward pass's evaluations read a tensor requiring grad that no
-            forward evaluation read.
+            forward evaluation read; in ``backward()`` through an output of a solve
+            that failed (``throw=False``): the backward pass starts at ``t1``, which
+            it did not reach, so only ``y0`` at ``t0`` has a gradient.
 
     Example:
         >>> import torch, odecore
@@ -323,7 +325,7 @@ class Adjoint(AbstractGradient):
                 result = loop(f, p.y0, p.t0, p.t1, p.ts, p.solver, p.controller, p.dt0)
         params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
-            return result
+            return _failed(result, p, params, "Adjoint")
         forward = torch.stack([y for y in result.ys if y is not None])
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
         spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps, reads is not None)
@@ -346,6 +348,48 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | No
         return None, p.f
     reads = _Reads(p.f)
     return reads, reads
+
+
+class _Unreached(torch.autograd.Function):
+    """``(why, out, *inputs) -> out``: an output of a failed solve that a method which
+    keeps no graph forward cannot differentiate; a backward pass that brings it a
+    gradient (not zero: the solution's outputs are stacked, and a loss of one of them
+    brings the others zeros) raises ``why`` instead of leaving the gradients of
+    ``inputs`` without its share."""
+
+    @staticmethod
+    def forward(ctx: Any, why: str, out: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.why, ctx.n = why, len(inputs)
+        ctx.set_materialize_grads(False)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor | None) -> tuple[None, ...]:
+        if grad is not None and bool(grad.any()):  # NaN too
+            raise ConfigurationError(ctx.why)
+        n: int = ctx.n
+        return (None,) * (2 + n)
+
+
+def _failed(result: LoopResult, p: Problem, params: Sequence[Tensor], method: str) -> LoopResult:
+    """The loop's result for :class:`Checkpoint` or :class:`Adjoint` when there is nothing
+    to differentiate (no output time) or the solve failed (``throw=False``). Both
+    differentiate a solve that reached ``t1`` only: a failed solve's outputs (but
+    ``y0`` itself, at ``t0``) refuse a backward pass (:class:`_Unreached`)."""
+    inputs = [q for q in (p.y0, *params) if q.requires_grad]
+    if result.status == Status.SUCCESS or not inputs or not torch.is_grad_enabled():
+        return result
+    why = (
+        f"The solve stopped at t = {result.t_final!r} ({result.status}), and `{method}` "
+        "differentiates a solve that reaches `t1` only: the outputs of this failed solve "
+        "have no gradient. Solve with `throw=True` to raise at the failure, or with "
+        "`gradient=Autograd()` to differentiate the steps it took."
+    )
+    ys: list[Tensor | None] = [
+        y if y is None or y is p.y0 else _Unreached.apply(why, y, *inputs)  # type: ignore[no-untyped-call]
+        for y in result.ys
+    ]
+    return replace(result, ys=ys)
 
 
 def found_tensors(
@@ -859,6 +903,8 @@ class Checkpoint(AbstractGradient):
 
     Raises:
         ValueError: if ``every`` is not a positive integer.
+        ConfigurationError: in ``backward()`` through an output of a solve that failed
+            (``throw=False``), which it does not differentiate (only ``y0`` at ``t0``).
 
     Example:
         >>> import torch, odecore
@@ -899,7 +945,7 @@ class Checkpoint(AbstractGradient):
             )
         params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
-            return result
+            return _failed(result, p, params, "Checkpoint")
         n = len(result.step_ends)
         if n == 0:  # no step to replay (t1 == t0): backpropagation keeps no more
             return Autograd().run(loop, p)

@@ -336,7 +336,7 @@ class _Runs:
         """One run from the loop's variables ``(y, f0, s, dt, cstate, retry, done)``:
         whether it stopped before an iteration the eager loop must take, and the
         variables after it; ``None``, with the warning, if it did not compile."""
-        from ._compiled import _COMPILE_ERRORS, _first_line, fall_back
+        from ._compiled import _LOOP_ERRORS, _first_line, fall_back
 
         assert owner.accepted is not None and owner.rejected is not None
         y, f0, s, dt, cstate, retry, done = loop_state
@@ -348,7 +348,7 @@ class _Runs:
                 like.new_tensor(limits), like.new_tensor(self.tols[0]),
                 like.new_tensor(self.tols[1]),
             )  # fmt: skip
-        except _COMPILE_ERRORS as err:
+        except _LOOP_ERRORS as err:
             _FAILED.add(self.loop)
             fall_back(f"torch.compile failed on this solve ({_first_line(err)})")
             return None
