@@ -124,6 +124,10 @@ def carry_optimizer(
     step of thousands of learning rates); the mean is ``>= 0``, is 0 only where every
     old value it draws on was, and equals the transfer where that copies (exactly:
     pieces split, nested polynomials) or averages (to rounding: pieces merged).
+
+    A learning-rate scheduler keeps driving the optimizer it was built on, and the new
+    one's rate would stay where it is: build the scheduler again on the returned
+    optimizer and load the old one's ``state_dict()`` into it.
     """
     old_names = {id(p): n for n, p in old.named_parameters()}
     new_params = dict(new.named_parameters())
@@ -179,6 +183,10 @@ class RefinementSchedule:
             solver object), or ``None``. With all three ``None`` (the default) every
             refinement doubles ``N_t`` and ``M``; otherwise each one given changes alone
             (see :func:`contnet.refine`).
+
+    A refinement returns a new optimizer (:func:`carry_optimizer`): a learning-rate
+    scheduler built on the old one must be built again on it, with the old one's
+    ``state_dict()`` loaded, or the new optimizer's rate stops changing.
 
     Example:
         >>> import torch
