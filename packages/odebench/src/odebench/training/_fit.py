@@ -800,7 +800,8 @@ def fit(
     data: dict[str, Json] = {"data_sha256": digest.hexdigest()}
     if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
         bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
-        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=repr))
+        # What JSON cannot hold (a function's repr names its address) is not compared.
+        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=lambda _: None))
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,
