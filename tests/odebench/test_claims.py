@@ -137,6 +137,18 @@ def test_a_comparison_with_no_seed_that_has_both_numbers_has_no_number(kind: str
     assert not verdict.holds and verdict.status == "not held"
 
 
+def test_a_ratio_over_zero_on_a_seed_has_no_number_there_and_does_not_hold() -> None:
+    """A denominator of 0 on the second seed: that seed has no number and does not hold;
+    the claim is judged on the seeds that pair (before, ZeroDivisionError while the
+    report was made, after every training)."""
+    seeds = [Values({"a": {"acc": a}, "b": {"acc": b}}) for a, b in ((0.9, 0.5), (0.8, 0.0))]
+    claim = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), above=1.0, kind="paper")
+    verdict = claim.check(seeds)
+    assert verdict.held_on == (True, False)
+    assert verdict.ours.n == 1 and verdict.ours.mean == pytest.approx(1.8)
+    assert verdict.holds and verdict.status == "mixed"
+
+
 def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
     claim.check([Values.dry_run(["ghost"])])

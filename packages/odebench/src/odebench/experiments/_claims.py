@@ -322,8 +322,21 @@ class Claim:
             seeds: one set of values per seed.
             contended: the machine was contended: a timing claim is not judged.
         """
+
+        def number(v: Values) -> float:  # a ratio over 0 has no number (NaN), not a crash
+            try:
+                return self.ours(v)
+            except ZeroDivisionError:
+                return math.nan
+
+        def held(v: Values) -> bool:  # and does not hold
+            try:
+                return bool(self.holds(v))
+            except ZeroDivisionError:
+                return False
+
         try:
-            per_seed = [self.ours(v) for v in seeds]
+            per_seed = [number(v) for v in seeds]
             # Judged on the means over the seeds where the claim has a number, so that a
             # difference or ratio pairs seeds (with one missing, means over all seeds
             # would compare one model's seeds with another's); with none, every mean is NaN.
@@ -332,11 +345,11 @@ class Claim:
             if not paired:
                 means = dataclasses.replace(means, dry=True)
             ours = Stat.of(per_seed)
-            on_means = self.ours(means)  # judged on: not the mean of a ratio over seeds
+            on_means = number(means)  # judged on: not the mean of a ratio over seeds
             if math.isfinite(on_means):
                 ours = dataclasses.replace(ours, mean=float(on_means))
-            held_on = tuple(bool(self.holds(v)) for v in seeds)
-            holds = bool(self.holds(means))
+            held_on = tuple(held(v) for v in seeds)
+            holds = held(means)
         except KeyError as exc:
             raise KeyError(f"claim {self.key!r}: {exc.args[0]}") from None
         published = self.published
