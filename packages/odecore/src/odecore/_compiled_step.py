@@ -48,7 +48,7 @@ from ._compiled import _GraphField, _rk_step, _sum
 from ._controllers import _EPS, SNAP, AbstractController, Adaptation, PIDController
 from ._gradients import _Augmented, _Reads
 from ._per_sample import tau_step
-from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states
+from ._rosenbrock import RosenbrockTableau, _AbstractRosenbrock, _States, _states, time_steps
 from ._rosenbrock import _sum as _rosenbrock_sum
 from ._solve import CompiledStep, Ran
 from ._solvers import AbstractExplicitRK, AbstractSolver, StepResult, _Plan, _plan, _Sum
@@ -214,11 +214,8 @@ def _rosenbrock_step(
     solve, singular = _factored(eye / (tab.gamma * h).to(jac.dtype) - jac, rows)
 
     # df/dt by the eager solver's difference; zero where the field does not read time.
-    if isinstance(f, _RowGraphField):  # per-sample steps: each sample in its own time
-        d = tau_step(f.s, f.h, y0)
-    else:
-        root = torch.finfo(y0.dtype).eps ** (1.0 / 3.0)
-        d = torch.minimum(root * t0.abs().clamp(min=1.0), 0.5 * h)
+    # Per-sample steps take each sample's difference in its own time.
+    d = tau_step(f.s, f.h, y0) if isinstance(f, _RowGraphField) else time_steps(t0, h, y0.dtype)
     f_d, f_2d = field(at(t0 + d), y0), field(at(t0 + 2.0 * d), y0)
     ft = (4.0 * f_d - 3.0 * f0 - f_2d) / (2.0 * d).to(y0.dtype)
     ft = torch.where((f_d == f0).all(), torch.zeros_like(ft), ft)

@@ -26,7 +26,7 @@ from torch import Tensor
 from ._controllers import _EPS, SNAP, AbstractController, PIDController, row_adapt, row_init
 from ._errors import ConfigurationError, Status
 from ._gradients import AbstractGradient, Autograd, FlatField, LoopResult, Stats, TimeTensors
-from ._rosenbrock import RosenbrockState, _coupled
+from ._rosenbrock import RosenbrockState, _coupled, time_steps
 from ._solvers import AbstractSolver, SolveState, StepResult
 
 
@@ -135,8 +135,7 @@ def tau_step(s: Tensor, h: Tensor, y: Tensor) -> Tensor:
     loop's ``eps^(1/3) max(|s|, 1)``, at most ``h / 2``, in the sample's own time, which
     a step of ``eps^(1/3)`` in ``tau`` (``h`` times smaller) would lose to rounding far
     from 0; 0.5 for a sample that does not step."""
-    root = torch.finfo(y.dtype).eps ** (1.0 / 3.0)
-    d = torch.minimum(root * s.abs().clamp(min=1.0), 0.5 * h)
+    d = time_steps(s, h, y.dtype)
     tau = torch.where(h > 0, d / torch.where(h > 0, h, 1.0), 0.5)
     return tau.to(y.dtype).reshape((-1,) + (1,) * (y.dim() - 1))  # y's: no promotion
 
@@ -380,7 +379,7 @@ class _Outputs:
         self.taus = taus
         self.at = torch.tensor(taus, dtype=torch.float64, device=y0.device)
         nan = y0.new_full(y0.shape[1:], math.nan)
-        self.empty = y0.new_empty(y0.shape)  # the outputs of an empty batch
+        self.empty = y0.new_empty((0, *y0.shape[1:]))  # the outputs of an empty batch
         self.rows: dict[float, list[Tensor]] = {tau: [nan] * y0.shape[0] for tau in taus}
 
     def read(
