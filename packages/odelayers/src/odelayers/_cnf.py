@@ -16,7 +16,6 @@ import odecore
 import torch
 from torch import Tensor
 
-from ._fields import DataControl
 from ._integrals import IntegralTerm
 from ._neural_ode import Field, NeuralODE
 
@@ -134,15 +133,8 @@ class CNF(NeuralODE):
             ys, integrals = self._integrate(z, t0, t1, (self.trace,), ts)
         return ys[-1], integrals[self.trace.name]
 
-    def _controlled(self) -> bool:
-        """Whether the field has a :class:`~odelayers.DataControl` layer (that reads the
-        ``condition``)."""
-        return any(
-            isinstance(m, DataControl) for m in getattr(self.vector_field, "modules", list)()
-        )
-
     def _check_condition(self, condition: Tensor | None) -> None:
-        if condition is not None and not self._controlled():
+        if condition is not None and not self._data_controls():
             raise ValueError(
                 "`condition` was given, but the field has no DataControl layer to read it "
                 "(the flow would ignore it); put odelayers.DataControl() in the field, or "
@@ -173,7 +165,7 @@ class CNF(NeuralODE):
                 is given and the field has no such layer to read it.
         """
         self._check_condition(condition)
-        if condition is None and self._controlled():
+        if condition is None and self._data_controls():
             raise ValueError(
                 "`log_prob` of a data-controlled CNF needs its `condition`: forward() and "
                 "sample() default to the flow's input, which is not known from `x`."

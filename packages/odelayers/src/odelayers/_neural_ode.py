@@ -331,16 +331,18 @@ class NeuralODE(nn.Module):
             "Pass leaf tensors (parameters), or leave `params` unset."
         )
 
+    def _data_controls(self) -> list[DataControl]:
+        """The :class:`DataControl` layers among the field's modules."""
+        if not isinstance(self.vector_field, nn.Module):
+            return []
+        return [m for m in depth_layers(self.vector_field) if isinstance(m, DataControl)]
+
     @contextlib.contextmanager
     def _control(self, x: Tensor) -> Iterator[None]:
         """``x`` as the control of the field's data-control layers for one solve, and
         their own control back after it: a layer that the field reaches otherwise (a
         closure the layer cannot see into) must not read the input of an earlier solve."""
-        layers = (
-            [layer for layer in depth_layers(self.vector_field) if isinstance(layer, DataControl)]
-            if isinstance(self.vector_field, nn.Module)
-            else []
-        )
+        layers = self._data_controls()
         kept = [layer.control for layer in layers]
         for layer in layers:
             layer.control = x
