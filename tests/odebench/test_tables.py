@@ -127,6 +127,11 @@ def test_a_g_format_writes_whole_numbers_where_it_would_write_an_exponent() -> N
     assert Stat.of([0.0123456]).cell(".3g", 1e3) == "12.3"
     assert Stat.of([1.5e-7]).cell(".2g") == "1.5e-07"  # small numbers keep theirs
     assert Stat.of([12345.0]).cell(".1e") == "1.2e+04"  # as "e" asks
+    # the sign, fill and width of the spec are kept
+    assert [Stat.of([v]).cell(spec) for v, spec in [(12345.0, "+.3g"), (-12345.0, ">8.2g")]] == [
+        "+12345",
+        "  -12345",
+    ]
 
 
 def test_a_metric_refuses_a_coordinate_called_name() -> None:

@@ -16,14 +16,19 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
     """A table cell: the formatted number, or an en dash for a missing one.
 
     Example:
-        >>> fmt(0.01234, ".3g", 1e3), fmt(12.345, ".3g", 1e3), fmt(None)
-        ('12.3', '12345', '–')
+        >>> fmt(0.01234, ".3g", 1e3), fmt(12.345, "+.3g", 1e3), fmt(None)
+        ('12.3', '+12345', '–')
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     text = format(value * scale, spec)
-    # "g" writes whole numbers from 10**precision on, without an exponent
-    return format(value * scale, ".0f") if spec.endswith("g") and "e+" in text else text
+    if not (spec.endswith("g") and "e+" in text):
+        return text
+    # "g" writes whole numbers from 10**precision on, without an exponent (sign, fill
+    # and width kept)
+    return format(
+        value * scale, spec.rpartition(".")[0] + ".0f" if "." in spec else spec[:-1] + ".0f"
+    )
 
 
 def _text(value: Coordinate) -> str:
