@@ -1103,6 +1103,8 @@ def test_dataset_resident_on_the_gpu():
         ({"num_classes": 0}, r"`num_classes` of Dataset 'd' must be positive or None, got 0"),
         ({"mean": (0.5,), "std": (0.1, 0.2)}, r"one entry per channel each, got 1 and 2"),
         ({"std": (0.0,)}, r"`std` of Dataset 'd' must be positive"),
+        ({"std": (math.inf,)}, r"`std` of Dataset 'd' must be positive and finite"),
+        ({"mean": (math.nan,)}, r"`mean` of Dataset 'd' must be finite, got \(nan,\)"),
     ],
 )
 def test_dataset_validates_its_fields(kwargs, message):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -128,8 +129,8 @@ class Dataset:
     Raises:
         TypeError: if ``inputs`` or ``targets`` is not a tensor.
         ValueError: if ``inputs`` and ``targets`` differ in length, ``num_classes`` is
-            not positive, ``mean`` and ``std`` differ in length, or a ``std`` entry is
-            not positive.
+            not positive, ``mean`` and ``std`` differ in length, a ``std`` entry is
+            not positive and finite, or a ``mean`` entry is not finite.
 
     Example:
         >>> import torch
@@ -175,8 +176,12 @@ class Dataset:
                 f"`mean` and `std` of Dataset {self.name!r} must have one entry per channel "
                 f"each, got {len(self.mean)} and {len(self.std)}."
             )
-        if self.std is not None and not all(s > 0 for s in self.std):
-            raise ValueError(f"`std` of Dataset {self.name!r} must be positive, got {self.std}.")
+        if self.std is not None and not all(0 < s < math.inf for s in self.std):
+            raise ValueError(
+                f"`std` of Dataset {self.name!r} must be positive and finite, got {self.std}."
+            )
+        if self.mean is not None and not all(math.isfinite(m) for m in self.mean):
+            raise ValueError(f"`mean` of Dataset {self.name!r} must be finite, got {self.mean}.")
 
     def __len__(self) -> int:
         """The number of samples."""
