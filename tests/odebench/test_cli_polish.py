@@ -147,7 +147,8 @@ def test_an_unknown_command_is_a_usage_error(argv, unknown, capsys):
 def test_train_options_default_to_the_train_config_defaults():
     args = cli._parser().parse_args(["train", "--model", "odenet", "--dataset", "mnist"])
     fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    shared = sorted(set(fields) & set(vars(args)) - {"model", "dataset"})
+    # solver_options has a default factory: its append option starts from None
+    shared = sorted(set(fields) & set(vars(args)) - {"model", "dataset", "solver_options"})
     assert len(shared) >= 20
     assert {n: getattr(args, n) for n in shared} == {n: fields[n] for n in shared}
     assert TrainConfig(model="odenet", dataset="mnist", epochs=args.epochs) == TrainConfig(
@@ -232,6 +233,21 @@ def test_the_perf_help_gives_the_defaults_of_the_configuration(
     full, quick = getattr(config(), attribute), getattr(config(quick=True), attribute)
     assert f"{option} " in out
     assert f"(default: {full}; with --quick: {quick})" in out.split(f"{option} ", 1)[1]
+
+
+def test_every_perf_option_reaches_its_field():
+    from odebench.perf import ContnetConfig, SolversConfig
+
+    argv = ("perf solvers --quick --threads 1 --repeats 2 --problems vdp,linear "
+            "--libraries odecore --no-memory --no-gradients --compile").split()  # fmt: skip
+    assert cli._from_args(SolversConfig, cli._parser().parse_args(argv)) == SolversConfig(
+        quick=True, threads=1, repeats=2, problems=("vdp", "linear"), libraries=("odecore",),
+        memory=False, gradients=False, compile=True,
+    )  # fmt: skip
+    argv = "perf contnet --quick --threads 1 --repeats 3 --batch 4 --n-steps 2".split()
+    assert cli._from_args(ContnetConfig, cli._parser().parse_args(argv)) == ContnetConfig(
+        quick=True, threads=1, repeats=3, batch=4, n_steps=2
+    )
 
 
 # --- progress bars only on a terminal --------------------------------------------------

@@ -10,7 +10,8 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from types import MappingProxyType
+from typing import Any, Literal, TypeAlias
 
 import torch
 
@@ -18,6 +19,33 @@ import torch
 def whole(least: int) -> Callable[[object], bool]:
     """Whether a value is an integer (not a bool) of at least ``least``."""
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+#: The parsers of the command line's values, by the names :func:`flag` takes
+#: (``odebench.cli`` holds them).
+Parse = Literal[
+    "positive_int", "positive_float", "non_negative_float", "fraction", "int_list", "option",
+    "names",
+]  # fmt: skip
+
+
+def flag(
+    help: str,
+    *,
+    metavar: str | None = None,
+    type: Parse | None = None,
+    choices: tuple[str, ...] | None = None,
+    action: Literal["store_true", "store_false", "append"] | None = None,
+    option: str | None = None,
+    resolved: str | None = None,
+) -> Mapping[str, Any]:
+    """The metadata of a config's field that is an option of an ``odebench`` command:
+    ``add_argument``'s keywords, an ``option`` of another name than ``--FIELD-NAME``, and
+    ``resolved``, the property whose value, without and with ``--quick``, the help gives as
+    the default."""
+    keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
+                "action": action, "option": option, "resolved": resolved}  # fmt: skip
+    return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
 
 
 CHECKPOINT = "checkpoint.pt"

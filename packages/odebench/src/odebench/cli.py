@@ -228,9 +228,8 @@ def _add_fields(
     parser: argparse.ArgumentParser, config: type, names: Collection[str] | None = None
 ) -> None:
     """One option per field of the dataclass ``config`` (of ``names``; ``None``: all) from
-    the field's metadata ``flag`` (``_flag`` in ``training/_config.py``, ``flag`` in
-    ``perf/_solvers.py``); none for a field without it, nor for one that ``run`` has too
-    (``"shared"``: :func:`_add_common` adds those)."""
+    the field's metadata ``flag`` (:func:`odebench._io.flag`); none for a field without
+    it, nor for one that ``run`` has too (``"shared"``: :func:`_add_common` adds those)."""
     for f in dataclasses.fields(config):
         flag = f.metadata.get("flag")
         if flag is None or flag == "shared" or (names is not None and f.name not in names):
@@ -245,7 +244,7 @@ def _add_fields(
             keywords["help"] += f" (default: {full}; with --quick: {quick})"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if f.default is dataclasses.MISSING else f.default
-        parser.add_argument(option, required=required, default=default, **keywords)
+        parser.add_argument(option, dest=f.name, required=required, default=default, **keywords)
 
 
 def _train_arguments(train: argparse.ArgumentParser) -> None:
@@ -515,7 +514,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .training import TrainConfig, default_out, train
 
     def job() -> None:
-        options = dict(args.solver_option or ())  # each --solver-option N=V
+        options = dict(args.solver_options or ())  # each --solver-option N=V
         config = _from_args(TrainConfig, args, solver_options=options)
         out = args.out or default_out(config)
         train(config, out, resume=args.resume, overwrite=args.overwrite, log=_log)

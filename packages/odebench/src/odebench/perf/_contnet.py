@@ -13,11 +13,11 @@ import torch
 from contnet import ContinuousNet
 from torch import Tensor, nn
 
-from .._io import JsonObject, text_table, whole
+from .._io import JsonObject, flag, text_table, whole
 from .._provenance import machine, now
 from .._tables import Column, Measured, Table, figure_columns, keyed_rows
 from ._document import Provenance, Row, json_array, json_object
-from ._solvers import command_line, count_flag, flag
+from ._solvers import command_line, count_flag
 
 SCHEMA_VERSION = 1
 GOAL = 1.15

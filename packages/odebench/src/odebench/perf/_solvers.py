@@ -7,14 +7,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from importlib import resources
+from typing import Any
 
 import torch
 
-from .._io import JsonObject, text_parts, whole
+from .._io import JsonObject, flag, text_parts, whole
 from .._provenance import load_average, machine, now
 from ._document import (
     CompiledRow,
@@ -102,15 +103,7 @@ RATIO_FIGURES = (
 )
 
 
-def flag(help: str, **keywords: object) -> dict[str, object]:
-    """The metadata of a field that is an option of its ``odebench perf`` command:
-    ``add_argument``'s keywords (``type``: a parser's name in ``odebench.cli``), an
-    ``option`` of another name, and the property ``resolved`` whose value, without and
-    with ``--quick``, the help gives as the default."""
-    return {"flag": {"help": help, **keywords}}
-
-
-def count_flag(help: str, resolved: str | None = None) -> dict[str, object]:
+def count_flag(help: str, resolved: str | None = None) -> Mapping[str, Any]:
     """The metadata of a field that is an option ``--NAME N``, a positive count."""
     return flag(help, type="positive_int", metavar="N", resolved=resolved)
 
@@ -153,11 +146,11 @@ class SolversConfig:
         f"comma-separated subset of: {', '.join(LIBRARIES)} (default: all that import)",
         type="names", metavar="NAMES"))  # fmt: skip
     memory: bool = field(default=True, metadata=flag(
-        "skip the peak-memory measurements", option="--no-memory", dest="memory",
+        "skip the peak-memory measurements", option="--no-memory",
         action="store_false"))  # fmt: skip
     gradients: bool = field(default=True, metadata=flag(
         "skip the finite-difference gradient check", option="--no-gradients",
-        dest="gradients", action="store_false"))  # fmt: skip
+        action="store_false"))  # fmt: skip
     cell_budget_s: float = 20.0
     seed: int = 0
     compile: bool = field(default=False, metadata=flag(

@@ -15,7 +15,7 @@ from typing import IO, Any, Literal, get_args
 import odecore
 from contnet import fixed_solver
 
-from .._io import JsonObject, whole
+from .._io import JsonObject, flag, whole
 from ..models import (
     CONTINUOUS_NETS,
     CONTNET_METHOD,
@@ -128,30 +128,9 @@ DATASETS: Mapping[str, DatasetInfo] = MappingProxyType(
 )
 
 
-#: The parsers of the command line's values, by the names :func:`_flag` takes.
-_Parse = Literal[
-    "positive_int", "positive_float", "non_negative_float", "fraction", "int_list", "option"
-]
-
 #: The metadata of a field whose option ``odebench run`` has too (``--epochs``,
 #: ``--seed``, ...): the command line declares those once, for both commands.
 _SHARED: Mapping[str, Any] = MappingProxyType({"flag": "shared"})
-
-
-def _flag(
-    help: str,
-    *,
-    metavar: str | None = None,
-    type: _Parse | None = None,
-    choices: tuple[str, ...] | None = None,
-    action: Literal["store_true", "append"] | None = None,
-    option: str | None = None,
-) -> Mapping[str, Any]:
-    """The metadata of a field that is an option of ``odebench train``: ``add_argument``'s
-    keywords (``type``: a parser's name in ``odebench.cli``) and an ``option`` of another name."""
-    keywords = {"help": help, "metavar": metavar, "type": type, "choices": choices,
-                "action": action, "option": option}  # fmt: skip
-    return MappingProxyType({"flag": {k: v for k, v in keywords.items() if v is not None}})
 
 
 #: The checks of :class:`TrainConfig`'s fields that need no other field, in order.
@@ -251,66 +230,66 @@ class TrainConfig:
         (Dopri5(interpolation='auto'), 0.0001, 0.001, 'Adjoint')
     """
 
-    model: str = field(metadata=_flag(f"one of: {', '.join(MODELS)}", metavar="M"))
-    dataset: str = field(metadata=_flag(f"one of: {', '.join(DATASETS)}", metavar="D"))
+    model: str = field(metadata=flag(f"one of: {', '.join(MODELS)}", metavar="M"))
+    dataset: str = field(metadata=flag(f"one of: {', '.join(DATASETS)}", metavar="D"))
     epochs: int = field(default=1, metadata=_SHARED)
-    batch_size: int = field(default=128, metadata=_flag(
+    batch_size: int = field(default=128, metadata=flag(
         "the global batch, split over the processes", metavar="N",
         type="positive_int"))  # fmt: skip
-    eval_batch_size: int = field(default=1000, metadata=_flag(
+    eval_batch_size: int = field(default=1000, metadata=flag(
         "the batch of the evaluation passes", metavar="N", type="positive_int"))  # fmt: skip
-    lr: float = field(default=0.1, metadata=_flag("learning rate", type="positive_float"))
-    optimizer: Optimizer = field(default="sgd", metadata=_flag(
+    lr: float = field(default=0.1, metadata=flag("learning rate", type="positive_float"))
+    optimizer: Optimizer = field(default="sgd", metadata=flag(
         "sgd (with --momentum) or adam", choices=get_args(Optimizer)))  # fmt: skip
-    momentum: float = field(default=0.9, metadata=_flag("SGD momentum, in [0, 1)", type="fraction"))
-    weight_decay: float = field(default=0.0, metadata=_flag(
+    momentum: float = field(default=0.9, metadata=flag("SGD momentum, in [0, 1)", type="fraction"))
+    weight_decay: float = field(default=0.0, metadata=flag(
         "L2 penalty", type="non_negative_float"))  # fmt: skip
-    milestones: tuple[int, ...] = field(default=(), metadata=_flag(
+    milestones: tuple[int, ...] = field(default=(), metadata=flag(
         "epochs at which the learning rate is multiplied by --gamma (default: none)",
         metavar="E,E,...", type="int_list"))  # fmt: skip
-    gamma: float = field(default=0.1, metadata=_flag(
+    gamma: float = field(default=0.1, metadata=flag(
         "learning-rate factor of a milestone", type="positive_float"))  # fmt: skip
     seed: int = field(default=0, metadata=_SHARED)
     device: str = field(default="auto", metadata=_SHARED)
     data_dir: str | None = field(default=None, metadata=_SHARED)
-    train_size: int | None = field(default=None, metadata=_flag(
+    train_size: int | None = field(default=None, metadata=flag(
         "train on a seeded subset of N examples (default: all)", metavar="N",
         type="positive_int"))  # fmt: skip
-    test_size: int | None = field(default=None, metadata=_flag(
+    test_size: int | None = field(default=None, metadata=flag(
         "evaluate on a seeded subset of N examples (default: all)", metavar="N",
         type="positive_int"))  # fmt: skip
-    augment: bool = field(default=False, metadata=_flag(
+    augment: bool = field(default=False, metadata=flag(
         "random crops (pad 4); flips on CIFAR", action="store_true"))  # fmt: skip
-    activation: str = field(default="relu", metadata=_flag(
+    activation: str = field(default="relu", metadata=flag(
         "of the vector field: relu, softplus, ..."))  # fmt: skip
-    method: str | None = field(default=None, metadata=_flag(
+    method: str | None = field(default=None, metadata=flag(
         "ODE method: an adaptive one (dopri5, tsit5, bosh3, ...) or a fixed-step one with "
         f"--n-steps (euler, rk4, ...) (default: {TRAIN_METHOD} for ODE models, "
         f"{CONTNET_METHOD} for ContinuousNet models)", metavar="NAME"))  # fmt: skip
-    rtol: float = field(default=TRAIN_TOL, metadata=_flag(
+    rtol: float = field(default=TRAIN_TOL, metadata=flag(
         "relative tolerance (default: %(default)g, Chen et al.'s MNIST setting; odecore's own "
         f"default, {odecore.PIDController().rtol:g}, is for reference accuracy and costs "
         "several times more)", type="positive_float"))  # fmt: skip
-    atol: float = field(default=TRAIN_TOL, metadata=_flag(
+    atol: float = field(default=TRAIN_TOL, metadata=flag(
         "absolute tolerance (default: %(default)g; odecore's own default is "
         f"{odecore.PIDController().atol:g})", type="positive_float"))  # fmt: skip
-    gradient: str = field(default="backprop", metadata=_flag(
+    gradient: str = field(default="backprop", metadata=flag(
         "gradient method of ODE models", choices=tuple(odecore.GRADIENTS)))  # fmt: skip
-    n_steps: int | None = field(default=None, metadata=_flag(
+    n_steps: int | None = field(default=None, metadata=flag(
         "steps of a fixed-step --method; ContinuousNet models: N_t = M of every block at "
         "epoch 0 (default: none, required by a fixed-step method; ContinuousNet models: "
         f"{CONTNET_STEPS})", metavar="N", type="positive_int"))  # fmt: skip
     solver_options: dict[str, bool | int | float | str] = field(
-        default_factory=dict, hash=False, metadata=_flag(
+        default_factory=dict, hash=False, metadata=flag(
         "an option of --method by odecore's name, as odecore.odeint takes it (implicit "
         "methods: max_iters, Newton's iterations per step; adaptive: max_num_steps, "
         "first_step, ...); repeat for more (default: odecore's)", option="--solver-option",
         metavar="NAME=VALUE", type="option", action="append"))  # fmt: skip
-    refine_epochs: tuple[int, ...] = field(default=(), metadata=_flag(
+    refine_epochs: tuple[int, ...] = field(default=(), metadata=flag(
         "ContinuousNet models: epochs at whose start N_t and M double (default: none)",
         metavar="E,E,...", type="int_list"))  # fmt: skip
-    bf16: bool = field(default=False, metadata=_flag("bfloat16 autocast", action="store_true"))
-    compile: bool = field(default=False, metadata=_flag(
+    bf16: bool = field(default=False, metadata=flag("bfloat16 autocast", action="store_true"))
+    compile: bool = field(default=False, metadata=flag(
         "torch.compile the ODE layers' solves where they compile, else their vector "
         "fields (or a model without ODE layers)", action="store_true"))  # fmt: skip
     progress: bool | None = field(default=None, metadata=_SHARED)
