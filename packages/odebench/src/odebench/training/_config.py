@@ -227,7 +227,8 @@ class TrainConfig:
         n_steps: steps of a fixed-step method over ``[0, 1]`` (required by one); for the
             ContinuousNet models ``N_t = M`` of every block at epoch 0 (``None``: 8).
         solver_options: further options of ``method`` by odecore's names, as
-            ``odecore.OdeSpec.from_method`` takes its ``options``.
+            ``odecore.OdeSpec.from_method`` takes its ``options``; none for the
+            ContinuousNet models.
         refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
             start ``N_t`` and ``M`` double (see "Refinement of ContinuousNets").
         bf16: autocast to bfloat16 (keep the tolerances at 1e-3 or looser).
@@ -347,6 +348,8 @@ class TrainConfig:
             _unset(self, ("gradient",), f"{self.gradient!r} does not apply to `model` "
                    f"{self.model!r}, a discrete network differentiated by backprop through "
                    "its steps")  # fmt: skip
+            _unset(self, ("solver_options",), f"does not apply to `model` {self.model!r}, "
+                   "which steps its method `n_steps` times per block")  # fmt: skip
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
