@@ -109,6 +109,7 @@ def _untimed(metrics: list[dict]) -> list[dict]:
             {"model": "continuousnet", "solver_options": {"max_num_steps": 2}},
             r"`solver_options` does not apply to `model` 'continuousnet'",
         ),
+        ({"augment": True}, r"`augment` crops images, not the toy set 'annuli-1d'; leave it"),
         # Adam has no momentum, and gamma acts only at a milestone.
         ({"optimizer": "adam", "momentum": 0.5}, r"`momentum` changes nothing: `optimizer` is 'a"),
         ({"gamma": 0.5}, r"`gamma` changes nothing: no `milestones`; leave"),

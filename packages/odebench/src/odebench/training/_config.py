@@ -216,7 +216,8 @@ class TrainConfig:
         data_dir: where the image data sets are (see :func:`find_data`).
         train_size: train on this many examples only (a seeded subset); ``None``: all.
         test_size: evaluate on this many examples only; ``None``: all.
-        augment: random crops (padding 4) and, for CIFAR, horizontal flips.
+        augment: random crops (padding 4) and, for CIFAR, horizontal flips; image
+            sets only.
         activation: the activation of the model's vector field.
         method: the ODE method by name, any that ``odecore.OdeSpec.from_method`` knows;
             ``None``: ``"dopri5"`` for the ODE models, ``"euler"`` for the ContinuousNet
@@ -329,6 +330,8 @@ class TrainConfig:
             _unset(self, ("momentum",), "changes nothing: `optimizer` is 'adam'")
         if not self.milestones:
             _unset(self, ("gamma",), "changes nothing: no `milestones`")
+        if DATASETS[self.dataset].toy:
+            _unset(self, ("augment",), f"crops images, not the toy set {self.dataset!r}")
         if self.model not in CONTINUOUS_NETS:
             _unset(self, ("refine_epochs",), "applies to the ContinuousNet models only "
                    f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}")  # fmt: skip
