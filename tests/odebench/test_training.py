@@ -110,6 +110,9 @@ def _untimed(metrics: list[dict]) -> list[dict]:
             r"`solver_options` does not apply to `model` 'continuousnet'",
         ),
         ({"augment": True}, r"`augment` crops images, not the toy set 'annuli-1d'; leave it"),
+        # A toy model's points are not images, nor the other way round.
+        ({"model": "resnet"}, r"`model` 'resnet' takes images, not those of `dataset` 'annuli-1d'"),
+        ({"dataset": "mnist"}, r"'toy-node' takes points, .*; its data sets: annuli-1d, annuli-2d"),
         # Adam has no momentum, and gamma acts only at a milestone.
         ({"optimizer": "adam", "momentum": 0.5}, r"`momentum` changes nothing: `optimizer` is 'a"),
         ({"gamma": 0.5}, r"`gamma` changes nothing: no `milestones`; leave"),

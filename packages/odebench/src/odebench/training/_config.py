@@ -343,6 +343,13 @@ class TrainConfig:
                 "cannot follow; compile its `to_resnet()` export instead."
             )
         check_device(self.device)
+        toy = MODELS[self.model].kind == "toy"
+        if toy != DATASETS[self.dataset].toy:
+            sets = ", ".join(name for name, info in DATASETS.items() if info.toy == toy)
+            raise ValueError(
+                f"`model` {self.model!r} takes {'points' if toy else 'images'}, "
+                f"not those of `dataset` {self.dataset!r}; its data sets: {sets}."
+            )
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
