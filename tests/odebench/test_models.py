@@ -426,6 +426,20 @@ def test_nfe_sums_over_layers():
             },
             r"differentiated by backprop through its steps",
         ),
+        (
+            {
+                "name": "continuousnet",
+                "spec": odecore.OdeSpec(odecore.RK4(), n_steps=4, max_steps=2),
+            },
+            r"neither capped nor compiled; .* got max_steps=2, compile=False",
+        ),
+        (
+            {
+                "name": "continuousnet",
+                "spec": odecore.OdeSpec(odecore.RK4(), n_steps=4, compile=True),
+            },
+            r"neither capped nor compiled; .* got max_steps=100000, compile=True",
+        ),
         ({"epsilon": 1.0}, r"`epsilon` applies to the ContinuousNet models only"),
         ({"in_channels": 0}, r"`in_channels` must be an integer >= 1, got 0"),
         ({"in_channels": 1.0}, r"`in_channels` must be an integer >= 1, got 1.0"),

@@ -105,6 +105,14 @@ def _untimed(metrics: list[dict]) -> list[dict]:
         ),
         ({"model": "continuousnet", "n_steps": 0}, r"`n_steps` must be a positive integer"),
         ({"model": "continuousnet", "compile": True}, r"`compile` does not apply to `model`"),
+        (  # a ContinuousNet steps n_steps times, however many max_num_steps allows
+            {"model": "continuousnet", "solver_options": {"max_num_steps": 2}},
+            r"`solver_options` does not apply to `model` 'continuousnet'",
+        ),
+        ({"augment": True}, r"`augment` crops images, not the toy set 'annuli-1d'; leave it"),
+        # A toy model's points are not images, nor the other way round.
+        ({"model": "resnet"}, r"`model` 'resnet' takes images, not those of `dataset` 'annuli-1d'"),
+        ({"dataset": "mnist"}, r"'toy-node' takes points, .*; its data sets: annuli-1d, annuli-2d"),
         # Adam has no momentum, and gamma acts only at a milestone.
         ({"optimizer": "adam", "momentum": 0.5}, r"`momentum` changes nothing: `optimizer` is 'a"),
         ({"gamma": 0.5}, r"`gamma` changes nothing: no `milestones`; leave"),

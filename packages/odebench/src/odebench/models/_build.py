@@ -224,8 +224,9 @@ def build_model(
     Raises:
         ValueError: for an unknown ``name`` or ``activation``, ``in_channels``,
             ``num_classes``, (image models) ``image_size`` or ``epsilon`` out of
-            range, a spec for a model that takes none, an adaptive or ``dt0`` spec
-            or a gradient other than backprop for a ContinuousNet, or ``epsilon``
+            range, a spec for a model that takes none, an adaptive or ``dt0`` spec,
+            a gradient other than backprop, a ``max_steps`` or ``compile`` for a
+            ContinuousNet, or ``epsilon``
             for a model that is not a ContinuousNet.
         TypeError: if ``spec`` is not an :class:`odecore.OdeSpec`.
 
@@ -310,6 +311,12 @@ def _contnet_steps(
         raise ValueError(
             f"{name!r} is a discrete network differentiated by backprop through its steps; "
             f"the gradient method {spec.gradient!r} does not apply."
+        )
+    if spec.max_steps != odecore.OdeSpec().max_steps or spec.compile:
+        raise ValueError(
+            f"{name!r} steps its solver `n_steps` times per block, neither capped nor "
+            f"compiled; leave `max_steps` and `compile` of the spec unset, got "
+            f"max_steps={spec.max_steps}, compile={spec.compile}."
         )
     return solver, CONTNET_STEPS if spec.n_steps is None else spec.n_steps
 

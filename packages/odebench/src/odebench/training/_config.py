@@ -195,7 +195,8 @@ class TrainConfig:
         data_dir: where the image data sets are (see :func:`find_data`).
         train_size: train on this many examples only (a seeded subset); ``None``: all.
         test_size: evaluate on this many examples only; ``None``: all.
-        augment: random crops (padding 4) and, for CIFAR, horizontal flips.
+        augment: random crops (padding 4) and, for CIFAR, horizontal flips; image
+            sets only.
         activation: the activation of the model's vector field.
         method: the ODE method by name, any that ``odecore.OdeSpec.from_method`` knows;
             ``None``: ``"dopri5"`` for the ODE models, ``"euler"`` for the ContinuousNet
@@ -206,7 +207,8 @@ class TrainConfig:
         n_steps: steps of a fixed-step method over ``[0, 1]`` (required by one); for the
             ContinuousNet models ``N_t = M`` of every block at epoch 0 (``None``: 8).
         solver_options: further options of ``method`` by odecore's names, as
-            ``odecore.OdeSpec.from_method`` takes its ``options``.
+            ``odecore.OdeSpec.from_method`` takes its ``options``; none for the
+            ContinuousNet models.
         refine_epochs: the ContinuousNet models only: the (0-based) epochs at whose
             start ``N_t`` and ``M`` double (see "Refinement of ContinuousNets").
         bf16: autocast to bfloat16 (keep the tolerances at 1e-3 or looser).
@@ -307,6 +309,8 @@ class TrainConfig:
             _unset(self, ("momentum",), "changes nothing: `optimizer` is 'adam'")
         if not self.milestones:
             _unset(self, ("gamma",), "changes nothing: no `milestones`")
+        if DATASETS[self.dataset].toy:
+            _unset(self, ("augment",), f"crops images, not the toy set {self.dataset!r}")
         if self.model not in CONTINUOUS_NETS:
             _unset(self, ("refine_epochs",), "applies to the ContinuousNet models only "
                    f"({', '.join(CONTINUOUS_NETS)}), not to `model` {self.model!r}")  # fmt: skip
@@ -318,6 +322,13 @@ class TrainConfig:
                 "cannot follow; compile its `to_resnet()` export instead."
             )
         check_device(self.device)
+        toy = MODELS[self.model].kind == "toy"
+        if toy != DATASETS[self.dataset].toy:
+            sets = ", ".join(name for name, info in DATASETS.items() if info.toy == toy)
+            raise ValueError(
+                f"`model` {self.model!r} takes {'points' if toy else 'images'}, "
+                f"not those of `dataset` {self.dataset!r}; its data sets: {sets}."
+            )
 
     def _resolve(self) -> odecore.OdeSpec | None:
         """The spec of the solver fields (``None`` for a model that solves no ODE)."""
@@ -326,6 +337,8 @@ class TrainConfig:
             _unset(self, ("gradient",), f"{self.gradient!r} does not apply to `model` "
                    f"{self.model!r}, a discrete network differentiated by backprop through "
                    "its steps")  # fmt: skip
+            _unset(self, ("solver_options",), f"does not apply to `model` {self.model!r}, "
+                   "which steps its method `n_steps` times per block")  # fmt: skip
         if "n_steps" in self.solver_options:
             raise ValueError("`solver_options` cannot set n_steps; use `n_steps` (--n-steps).")
         if self.model not in (*ODE_MODELS, *CONTINUOUS_NETS):
