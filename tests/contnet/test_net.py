@@ -108,6 +108,28 @@ def test_from_resnet_round_trip():
         torch.testing.assert_close(back.to_resnet().eval()(X), resnet(X), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_the_resnet_round_trip_keeps_the_train_or_eval_mode(training):
+    # Without .train()/.eval() after it: the copied stem, stitches and head kept their
+    # mode while the blocks came out in train mode, computing another function.
+    net = small(n_steps=3).train(training)
+    resnet = net.to_resnet()
+    back = ContinuousNet.from_resnet(resnet)
+    assert resnet.training == back.training == training
+    assert all(m.training == training for m in [*resnet.modules(), *back.modules()])
+    with torch.no_grad():
+        expected = net(X)
+        assert torch.equal(resnet(X), expected)
+        torch.testing.assert_close(back(X), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_from_resnet_refuses_a_block_of_units_in_mixed_modes():
+    resnet = small(n_steps=3).to_resnet().eval()
+    resnet.resnet_blocks()[1].residual_units()[2].stages[0][0].train()
+    with pytest.raises(ValueError, match=r"block 1's units are partly in train"):
+        ContinuousNet.from_resnet(resnet)
+
+
 def test_from_resnet_keeps_the_activation():
     net = small(n_steps=2, activation=nn.Softplus)
     back = ContinuousNet.from_resnet(net.to_resnet()).eval()

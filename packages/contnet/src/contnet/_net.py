@@ -280,9 +280,11 @@ class ContinuousNet(nn.Module):
         gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
         """
         blocks = [ResNetBlock.from_ode_block(b) for b in self.ode_blocks()]
-        return ResNet(
+        out = ResNet(
             copy.deepcopy(self.stem), blocks, copy.deepcopy(self.stitches), copy.deepcopy(self.head)
         )
+        out.training = out.blocks.training = self.training  # the copies keep their own
+        return out
 
     @classmethod
     def from_resnet(cls, resnet: ResNet) -> ContinuousNet:
@@ -295,12 +297,14 @@ class ContinuousNet(nn.Module):
         first unit (same submodules and tensors, same settings: convolutions without
         bias, batch norms' ``eps``, ``momentum``, ``affine``, ``track_running_stats``,
         the activation's arguments). The stem, stitches and head are copied as they
-        are.
+        are, in their train or eval mode; each block takes the mode of its units'
+        modules, and the network that of ``resnet``.
 
         Raises:
-            ValueError: if a unit has more than one stage, the scales differ, or a
-                unit's module differs from the residual module it would become (the
-                message names the block, the unit and what differs).
+            ValueError: if a unit has more than one stage, the scales differ, a unit's
+                module differs from the residual module it would become (the message
+                names the block, the unit and what differs), or the modules of one
+                block's units are not all in the same train or eval mode.
         """
         rblocks = resnet.resnet_blocks()
         units = [b.residual_units() for b in rblocks]
@@ -338,6 +342,19 @@ class ContinuousNet(nn.Module):
                 last = block_units[-1].stages[0].state_dict()
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
+        modes = []
+        for b, block_units in enumerate(units):
+            found = {m.training for u in block_units for m in u.stages[0].modules()}
+            if len(found) != 1:
+                raise ValueError(
+                    f"`from_resnet`: the modules of block {b}'s units are partly in train and "
+                    "partly in eval mode, which one block cannot be; call resnet.train() or "
+                    "resnet.eval() first."
+                )
+            modes.append(found.pop())
+        net.training = net.blocks.training = resnet.training
+        for block, mode in zip(net.ode_blocks(), modes):
+            block.train(mode)  # the stem, stitches and head are copies, in their own modes
         return net
 
 
@@ -455,14 +472,18 @@ class ResNetBlock(nn.Module):
             for t, left in block._stage_points(k):
                 own = next(statistics)
                 tensors = {**cont.evaluate(t, left=left), **(own or {})}
-                module = copy.deepcopy(cont.module)
+                module = copy.deepcopy(cont.module).train(block.training)
                 with torch.no_grad():
                     module.load_state_dict(
                         {k: v.detach().clone() for k, v in tensors.items()}, assign=True
                     )
                 stages.append(module)
-            units.append(ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon))
-        return cls(units)
+            unit = ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon)
+            unit.training = unit.stages.training = block.training
+            units.append(unit)
+        out = cls(units)
+        out.training = out.units.training = block.training
+        return out
 
     def residual_units(self) -> list[ResidualUnit]:
         """The units, in order."""
