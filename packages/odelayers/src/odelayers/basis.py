@@ -96,6 +96,15 @@ class AbstractBasis(abc.ABC):
     ) -> Tensor:
         """The functions at ``t``: shape ``(*t.shape, size)``.
 
+        The functions are those of ``[t0, t1]``. At a ``t`` outside it, which is not
+        checked here (on a GPU a check would wait for the queued work at every
+        evaluation), the formulas give what they give: Fourier repeats, the
+        polynomials grow, the piecewise-constant basis keeps its end pieces and the
+        hat functions fall to 0 within one piece. The layers that evaluate a basis
+        refuse depths outside its interval: :class:`~odelayers.NeuralODE` and
+        :class:`~odelayers.AdaptiveDepthNODE` for their Galerkin layers,
+        :class:`contnet.ContinuousModule` for its weights.
+
         Args:
             t: times, a tensor of any shape or a float.
             dtype: the result's dtype when ``t`` is a float (default torch's default).
