@@ -389,6 +389,53 @@ def test_a_non_negative_state_is_copied_where_the_refinement_nests(basis):
             )
 
 
+def test_a_factored_optimizer_state_goes_along_the_basis_index():
+    # Adafactor keeps row and column means of the squared gradient, shaped like the
+    # coefficient tensor with size 1 in one dimension; they were copied in the old
+    # basis's size and the next step failed on the shapes.
+    net = small(n_steps=2).train()
+    opt = torch.optim.Adafactor(net.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        loss_of(net).backward()
+        opt.step()
+    finer, maps = refine(net)  # 2 -> 4 pieces: every value copied into both halves
+    new_opt = carry_optimizer(opt, net, finer, maps)
+    old_params, new_params = dict(net.named_parameters()), dict(finer.named_parameters())
+    for name in maps:
+        old, new = opt.state[old_params[name]], new_opt.state[new_params[name]]
+        for key in ["row_var", "col_var"]:
+            # Reduced over the basis index itself (a 2-D coefficient's column mean):
+            # its size does not enter, it is copied.
+            expected = old[key] if old[key].shape[0] == 1 else old[key].repeat_interleave(2, 0)
+            assert torch.equal(new[key], expected), (name, key)
+    new_opt.zero_grad()
+    loss_of(finer).backward()
+    new_opt.step()
+    assert all(bool(torch.isfinite(p).all()) for p in finer.parameters())
+
+
+def test_an_optimizer_state_of_all_parameters_at_once_is_refused_across_a_basis_change():
+    net = small(n_steps=2).train()
+    opt = torch.optim.LBFGS(net.parameters(), lr=0.1, max_iter=2)
+
+    def step(model, optimizer):
+        def closure():
+            optimizer.zero_grad()
+            loss = loss_of(model)
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+
+    step(net, opt)
+    with pytest.raises(ValueError, match=r"cannot carry the state of LBFGS"):
+        carry_optimizer(opt, net, *refine(net))
+    same, maps = refine(net, n_steps=4)  # the basis stays: the history fits
+    assert not maps
+    step(same, carry_optimizer(opt, net, same, maps))
+
+
 def test_a_signed_optimizer_state_is_projected_like_the_weights():
     net, opt = _trained(torch.optim.SGD, lr=0.1, momentum=0.9)
     finer, maps = refine(net, n_basis=4)
