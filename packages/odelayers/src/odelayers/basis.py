@@ -378,7 +378,8 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
         target: the basis to express them in; the same interval as ``source``.
 
     Returns:
-        Coefficients of shape ``(target.size, *shape)``, in ``coefficients``' dtype.
+        Coefficients of shape ``(target.size, *shape)``, in ``coefficients``' dtype and
+        on its device (the projection itself is computed on the host, in float64).
 
     Raises:
         ValueError: if the intervals differ or the shapes do not match.
@@ -405,9 +406,10 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
     psi = target(t)  # (q, m)
     gram = psi.T @ (w[:, None] * psi)  # (m, m)
     cross = psi.T @ (w[:, None] * phi)  # (m, n)
-    flat = coefficients.reshape(source.size, -1).to(torch.float64)
+    # On the host, where the quadrature is: the same numbers whatever the device.
+    flat = coefficients.reshape(source.size, -1).to(device="cpu", dtype=torch.float64)
     out: Tensor = torch.linalg.solve(gram, cross @ flat)
     # solve() answers in column-major order; a row-major result keeps every slice
     # contiguous (strided running statistics, for one, send batch norm down a slow path).
-    out = out.reshape(target.size, *coefficients.shape[1:]).to(coefficients.dtype)
-    return out.contiguous()
+    out = out.reshape(target.size, *coefficients.shape[1:])
+    return out.to(device=coefficients.device, dtype=coefficients.dtype).contiguous()
