@@ -245,6 +245,35 @@ def test_piecewise_constant_weights_keep_the_order_when_steps_land_on_the_pieces
     assert study.order == pytest.approx(order, abs=0.3)
 
 
+def test_a_convergence_study_against_a_coarser_reference_is_refused():
+    # Errors against (rk4, 4) of (rk4, 8) fitted an order of 2.0 for a fourth-order method.
+    net = small(solver="rk4", basis="legendre", n_basis=2, activation=nn.Softplus)
+    with pytest.raises(ValueError, match=r"`reference_steps` = 4 is below the step counts \[8\]"):
+        convergence_study(net, X, n_steps=[2, 4, 8], reference_steps=4)
+    assert convergence_study(net, X, n_steps=[2, 4], reference_steps=4).errors[1] == 0.0
+
+
+def test_a_diverged_manifestation_leaves_the_order_unfitted():
+    # A NaN error was left out of the fit, which then reported the order of the others.
+    net = small(solver="rk4", basis="legendre", n_basis=2, activation=nn.Softplus)
+    reference = net.manifest(n_steps=32)
+
+    def manifest(*, solver=None, n_steps=None):
+        out = (
+            reference
+            if n_steps == 32
+            else ContinuousNet.manifest(net, solver=solver, n_steps=n_steps)
+        )
+        if n_steps == 2:
+            return lambda x: out(x) * math.nan
+        return out
+
+    net.manifest = manifest
+    study = convergence_study(net, X, n_steps=[2, 4, 8, 16], reference_steps=32)
+    assert math.isnan(study.errors[0]) and all(e > 0 for e in study.errors[1:])
+    assert math.isnan(study.order)
+
+
 def test_manifestation_sweep_grid():
     net = small()
     grid = manifestation_sweep(net, lambda m: float(m(X).detach().abs().sum()),
