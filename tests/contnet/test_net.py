@@ -130,6 +130,19 @@ def test_from_resnet_refuses_a_block_of_units_in_mixed_modes():
         ContinuousNet.from_resnet(resnet)
 
 
+@pytest.mark.parametrize(("epsilon", "n_steps"), [(1.7, 5), (2.9, 9)])
+def test_the_resnet_round_trip_keeps_epsilon_to_the_bit(epsilon, n_steps):
+    # epsilon came back as the units' scale times their number, 1.7 / 5 * 5 =
+    # 1.7000000000000002: another function by a rounding, and the original network
+    # refused the round trip's state_dict for its epsilon.
+    net = small(n_steps=n_steps, epsilon=epsilon)
+    back = ContinuousNet.from_resnet(net.to_resnet()).eval()
+    assert back.blocks[0].epsilon == epsilon
+    with torch.no_grad():
+        assert torch.equal(back(X), net(X))
+    net.load_state_dict(back.state_dict())
+
+
 def test_from_resnet_keeps_the_activation():
     net = small(n_steps=2, activation=nn.Softplus)
     back = ContinuousNet.from_resnet(net.to_resnet()).eval()

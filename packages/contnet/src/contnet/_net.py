@@ -322,8 +322,14 @@ class ContinuousNet(nn.Module):
         activation = type(first[0][1])
         classifier = cast(nn.Linear, resnet.head[-1])
         n, scale = len(units[0]), scales.pop()
+        epsilon = scale * n
+        steps = {(u.h, u.epsilon, float(u.tableau.b[0])) for bu in units for u in bu}
+        if len(steps) == 1 and next(iter(steps))[::2] == (1.0 / n, 1.0):
+            # What to_resnet writes: the blocks' own step and epsilon, which scale * n
+            # can miss by a rounding (1.7 / 5 * 5), and the function with it.
+            epsilon = next(iter(steps))[1]
         net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
-                  epsilon=scale * n, activation=activation)  # fmt: skip
+                  epsilon=epsilon, activation=activation)  # fmt: skip
         net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
         net.stem = copy.deepcopy(resnet.stem)
         net.stitches = copy.deepcopy(resnet.stitches)
