@@ -292,7 +292,9 @@ class ContinuousNet(nn.Module):
 
         Unit ``k`` of a block (``x + scale * R_k(x)``, every unit of a block the same
         scale) becomes piece ``k`` of a piecewise-constant basis with ``M`` = the
-        number of units, and ``epsilon = scale * M``: the same function. Every ``R_k``
+        number of units, and ``epsilon = scale * M`` (the units' own ``epsilon`` where
+        their step is ``1 / M``, as :meth:`to_resnet` writes them): the same function.
+        Every ``R_k``
         must be what :func:`residual_module` builds with the activation type of the
         first unit (same submodules and tensors, same settings: convolutions without
         bias, batch norms' ``eps``, ``momentum``, ``affine``, ``track_running_stats``,
