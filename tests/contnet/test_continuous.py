@@ -44,6 +44,15 @@ def test_piecewise_constant_evaluation_is_a_view_of_its_piece():
     assert theta["weight"].data_ptr() == cont.coefficient("weight")[2].data_ptr()
 
 
+@pytest.mark.parametrize("t", [1.5, -0.25, math.nan])
+def test_a_depth_outside_the_basis_interval_is_refused(t):
+    # A [0, 1] piecewise-linear basis is 0 at 1.5: R ran with zero weights.
+    layer = ContinuousModule(nn.Linear(2, 2), PiecewiseLinear(pieces=2))
+    with pytest.raises(ValueError, match=r"The depth `t` = .* lies outside \[0.0, 1.0\]"):
+        layer(t, torch.ones(1, 2))
+    layer(1.0, torch.ones(1, 2))
+
+
 def test_piecewise_linear_interpolates_between_nodes():
     cont = ContinuousModule(nn.Linear(2, 2), PiecewiseLinear(pieces=2))
     c = cont.coefficient("weight").detach()

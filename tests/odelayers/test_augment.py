@@ -45,6 +45,15 @@ def test_input_layer_augmentation_is_linear_by_default():
         InputLayerAugmentation(1, 2, image=True, kernel_size=2)
 
 
+def test_input_layer_augmentation_refuses_a_layer_of_another_size():
+    # out_features was not checked against a custom layer: a field that takes any size
+    # (z -> -z) ran on 7 features where 5 were asked for.
+    augment = InputLayerAugmentation(2, 5, layer=nn.Linear(2, 7))
+    with pytest.raises(ValueError, match=r"promises 5 features .*gave shape \(3, 7\)"):
+        augment(torch.randn(3, 2))
+    assert InputLayerAugmentation(2, 7, layer=nn.Linear(2, 7))(torch.randn(3, 2)).shape == (3, 7)
+
+
 def test_readouts():
     x = torch.arange(10.0).reshape(2, 5)
     torch.testing.assert_close(DropAugmented(2)(x), x[:, :2])

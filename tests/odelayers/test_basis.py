@@ -174,3 +174,14 @@ def test_piecewise_constant_pieces_start_exactly_at_their_jump_times(n, t0, t1, 
     assert b(torch.tensor(t1, dtype=dtype)).argmax().item() == n - 1
     if (t0, t1, dtype) == (0.0, 1.0, F64):  # k / n is then the jump time itself
         assert b(torch.arange(n, dtype=dtype) / n).argmax(dim=1).tolist() == list(range(n))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_project_keeps_the_device_of_the_coefficients():
+    # The quadrature is on the host: coefficients on a GPU met it in a matrix product
+    # and the projection (contnet's refinement of a smooth basis) failed on the devices.
+    c = torch.randn(3, 2, dtype=torch.float64)
+    expected = project(c, Legendre(degree=2), Chebyshev(degree=4))
+    out = project(c.cuda(), Legendre(degree=2), Chebyshev(degree=4))
+    assert out.device == c.cuda().device
+    assert torch.equal(out.cpu(), expected)

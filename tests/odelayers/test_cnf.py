@@ -179,3 +179,26 @@ def test_samples_come_in_the_flows_dtype():
     torch.manual_seed(0)
     assert z.dtype == torch.float32
     assert torch.allclose(z, torch.randn(4, 2) * math.exp(-1.0), atol=1e-6)  # e^-t contraction
+
+
+@pytest.mark.parametrize("trace", ["exact", "hutchinson"])
+def test_the_trace_under_inference_mode_is_refused_in_words(trace):
+    # inference_mode records no graph: autograd refused with "element 0 of tensors does
+    # not require grad", which names neither the trace nor what to do.
+    flow = CNF(lambda t, z: torch.tanh(z), trace=trace)
+    refused = pytest.raises(RuntimeError, match=r"torch.inference_mode\(\).*torch.no_grad\(\)")
+    with refused, torch.inference_mode():
+        flow.log_prob(torch.randn(3, 2))
+
+
+@pytest.mark.parametrize(
+    "field",
+    [lambda t, z: torch.ones_like(z), lambda t, z: nn.functional.linear(z.detach(), W)],
+    ids=["ignores-the-state", "detaches-it"],
+)
+def test_a_field_not_computed_from_its_state_is_refused_in_words(field):
+    with pytest.raises(RuntimeError, match=r"not computed from the state in autograd's graph"):
+        CNF(field)(torch.randn(3, 2))
+
+
+W = nn.Parameter(torch.eye(2))

@@ -165,3 +165,10 @@ def test_integrals_are_over_t0_t1_whatever_the_output_depths(ts, gradient):
         return layer(x), layer.integrals["kinetic_energy"]
 
     assert torch.autograd.gradcheck(both, (x0,), atol=1e-6)
+
+
+def test_the_jacobian_norm_under_inference_mode_is_refused_in_words():
+    layer = NeuralODE(lambda t, z: torch.tanh(z), integrals=[JacobianFrobenius()])
+    refused = pytest.raises(RuntimeError, match=r"JacobianFrobenius .*torch.inference_mode\(\)")
+    with refused, torch.inference_mode():
+        layer(torch.randn(3, 2))

@@ -287,6 +287,45 @@ def test_adaptive_depth_passes_no_jumps_of_its_inner_layers():
     assert NeuralODE(field)._depth_jumps(0.0, 1.0) == [0.25, 0.5, 0.75]
 
 
+@pytest.mark.parametrize(
+    ("t0", "t1"), [(0.0, 2.0), (-0.5, 1.0), (2.0, 0.0)], ids=["past-t1", "before-t0", "backwards"]
+)
+def test_a_solve_past_a_galerkin_layers_basis_is_refused(t0, t1):
+    # A [0, 1] basis at depth 1.5: the hat functions are 0 there, the weights vanish.
+    from odelayers import GalerkinLinear
+    from odelayers.basis import PiecewiseLinear
+
+    field = DepthSequential(
+        nn.Tanh(), GalerkinLinear(2, 2, basis=PiecewiseLinear(pieces=2, t0=0.0, t1=1.0))
+    )
+    with pytest.raises(
+        ValueError, match=r"depths \[.*\].*'1' \(GalerkinLinear\) lives on \[0.0, 1.0\]"
+    ):
+        NeuralODE(field, t0=t0, t1=t1)(torch.randn(3, 2))
+    # Inside the interval, forwards and backwards, a flow's log-density too.
+    NeuralODE(field, t0=1.0, t1=0.25)(torch.randn(3, 2))
+    CNF(field).log_prob(torch.randn(3, 2))
+
+
+def test_an_adaptive_depth_past_a_galerkin_layers_basis_is_refused():
+    from odelayers import GalerkinLinear
+    from odelayers.basis import Fourier
+
+    torch.manual_seed(0)
+    field = DepthSequential(GalerkinLinear(2, 2, basis=Fourier(modes=1, t1=2.0)))
+    horizon = nn.Linear(2, 1)
+    layer = AdaptiveDepthNODE(field, horizon)
+    x = torch.randn(4, 2)
+    with torch.no_grad():
+        horizon.bias.fill_(0.5)
+    layer(x)
+    assert float(layer.depth.detach().max()) < 2.0
+    with torch.no_grad():
+        horizon.bias.fill_(3.0)
+    with pytest.raises(ValueError, match=r"T\(x\) span .*lives on \[0.0, 2.0\].*`positive`"):
+        layer(x)
+
+
 def test_under_bf16_autocast_a_half_input_is_solved_in_a_float32_state():
     """A conv stem under autocast hands the block a bfloat16 tensor; the solver keeps a
     float32 state (bfloat16 cannot hold rtol 1e-3, which odecore refuses) while the

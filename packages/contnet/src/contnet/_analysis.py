@@ -128,7 +128,15 @@ def convergence_study(
         reference_steps: ``N_t`` of the reference manifestation.
 
     Returns:
-        The errors, the fitted order and ``(method name, reference_steps)``.
+        The errors, the fitted order and ``(method name, reference_steps)``. The order
+        is fitted to the non-zero errors (a manifestation at ``reference_steps`` has
+        none); it is NaN where fewer than two remain or where an error is not finite
+        (a manifestation that diverged has no place on the line).
+
+    Raises:
+        ValueError: if ``reference_steps`` is below a step count of ``n_steps``: the
+            reference must be the finest manifestation, or the errors measure the
+            reference's own.
 
     Example:
         >>> import torch
@@ -141,6 +149,12 @@ def convergence_study(
         >>> 3.5 < study.order < 4.5
         True
     """
+    if n_steps and reference_steps < max(n_steps):
+        raise ValueError(
+            f"`reference_steps` = {reference_steps!r} is below the step counts "
+            f"{sorted(n for n in n_steps if n > reference_steps)} of `n_steps`; the reference "
+            "must be the finest manifestation."
+        )
     # The carried-over statistics are a function of depth, so every manifestation is
     # the same ODE: what a convergence study needs, and no cause for a warning here.
     with torch.no_grad(), warnings.catch_warnings(), _buffers_kept(net):
@@ -152,7 +166,7 @@ def convergence_study(
             out = net.manifest(solver=solver, n_steps=n)(x)
             errors.append(float((out - reference).abs().max()))
     logs = [(math.log(1.0 / n), math.log(e)) for n, e in zip(n_steps, errors) if e > 0]
-    if len(logs) < 2:
+    if len(logs) < 2 or not all(math.isfinite(e) for e in errors):
         order = math.nan
     else:
         mx = sum(a for a, _ in logs) / len(logs)

@@ -146,8 +146,20 @@ class ContinuousModule(nn.Module):
 
         With ``left``, the limit from the left where the basis jumps at ``t`` (the
         piece that ends there rather than the one that starts there).
+
+        Raises:
+            ValueError: if ``t`` lies outside the basis's interval (beyond rounding),
+                where the weights are not defined.
         """
-        return _weights(self.basis, float(t), left)
+        t = float(t)
+        basis = self.basis
+        slack = 1e-9 * (basis.t1 - basis.t0)  # a stage time t_k + c h may round past an end
+        if not basis.t0 - slack <= t <= basis.t1 + slack:
+            raise ValueError(
+                f"The depth `t` = {t!r} lies outside [{basis.t0!r}, {basis.t1!r}], the "
+                f"interval of the weights' basis {basis!r}; they are not defined there."
+            )
+        return _weights(basis, t, left)
 
     def slices(self) -> dict[str, tuple[Tensor, ...]]:
         """Every coefficient tensor split into its ``basis.size`` slices (views).

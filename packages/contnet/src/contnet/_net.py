@@ -280,9 +280,11 @@ class ContinuousNet(nn.Module):
         gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
         """
         blocks = [ResNetBlock.from_ode_block(b) for b in self.ode_blocks()]
-        return ResNet(
+        out = ResNet(
             copy.deepcopy(self.stem), blocks, copy.deepcopy(self.stitches), copy.deepcopy(self.head)
         )
+        out.training = out.blocks.training = self.training  # the copies keep their own
+        return out
 
     @classmethod
     def from_resnet(cls, resnet: ResNet) -> ContinuousNet:
@@ -290,17 +292,21 @@ class ContinuousNet(nn.Module):
 
         Unit ``k`` of a block (``x + scale * R_k(x)``, every unit of a block the same
         scale) becomes piece ``k`` of a piecewise-constant basis with ``M`` = the
-        number of units, and ``epsilon = scale * M``: the same function. Every ``R_k``
+        number of units, and ``epsilon = scale * M`` (the units' own ``epsilon`` where
+        their step is ``1 / M``, as :meth:`to_resnet` writes them): the same function.
+        Every ``R_k``
         must be what :func:`residual_module` builds with the activation type of the
         first unit (same submodules and tensors, same settings: convolutions without
         bias, batch norms' ``eps``, ``momentum``, ``affine``, ``track_running_stats``,
         the activation's arguments). The stem, stitches and head are copied as they
-        are.
+        are, in their train or eval mode; each block takes the mode of its units'
+        modules, and the network that of ``resnet``.
 
         Raises:
-            ValueError: if a unit has more than one stage, the scales differ, or a
-                unit's module differs from the residual module it would become (the
-                message names the block, the unit and what differs).
+            ValueError: if a unit has more than one stage, the scales differ, a unit's
+                module differs from the residual module it would become (the message
+                names the block, the unit and what differs), or the modules of one
+                block's units are not all in the same train or eval mode.
         """
         rblocks = resnet.resnet_blocks()
         units = [b.residual_units() for b in rblocks]
@@ -318,8 +324,14 @@ class ContinuousNet(nn.Module):
         activation = type(first[0][1])
         classifier = cast(nn.Linear, resnet.head[-1])
         n, scale = len(units[0]), scales.pop()
+        epsilon = scale * n
+        steps = {(u.h, u.epsilon, float(u.tableau.b[0])) for bu in units for u in bu}
+        if len(steps) == 1 and next(iter(steps))[::2] == (1.0 / n, 1.0):
+            # What to_resnet writes: the blocks' own step and epsilon, which scale * n
+            # can miss by a rounding (1.7 / 5 * 5), and the function with it.
+            epsilon = next(iter(steps))[1]
         net = cls(resnet.stem.in_channels, classifier.out_features, channels, n_steps=n,
-                  epsilon=scale * n, activation=activation)  # fmt: skip
+                  epsilon=epsilon, activation=activation)  # fmt: skip
         net = net.to(dtype=resnet.stem.weight.dtype, device=resnet.stem.weight.device)
         net.stem = copy.deepcopy(resnet.stem)
         net.stitches = copy.deepcopy(resnet.stitches)
@@ -338,6 +350,19 @@ class ContinuousNet(nn.Module):
                 last = block_units[-1].stages[0].state_dict()
                 for name in cont.shared_names:
                     cont.shared(name).copy_(last[name])
+        modes = []
+        for b, block_units in enumerate(units):
+            found = {m.training for u in block_units for m in u.stages[0].modules()}
+            if len(found) != 1:
+                raise ValueError(
+                    f"`from_resnet`: the modules of block {b}'s units are partly in train and "
+                    "partly in eval mode, which one block cannot be; call resnet.train() or "
+                    "resnet.eval() first."
+                )
+            modes.append(found.pop())
+        net.training = net.blocks.training = resnet.training
+        for block, mode in zip(net.ode_blocks(), modes):
+            block.train(mode)  # the stem, stitches and head are copies, in their own modes
         return net
 
 
@@ -455,14 +480,18 @@ class ResNetBlock(nn.Module):
             for t, left in block._stage_points(k):
                 own = next(statistics)
                 tensors = {**cont.evaluate(t, left=left), **(own or {})}
-                module = copy.deepcopy(cont.module)
+                module = copy.deepcopy(cont.module).train(block.training)
                 with torch.no_grad():
                     module.load_state_dict(
                         {k: v.detach().clone() for k, v in tensors.items()}, assign=True
                     )
                 stages.append(module)
-            units.append(ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon))
-        return cls(units)
+            unit = ResidualUnit(stages, block.solver, 1.0 / block.n_steps, block.epsilon)
+            unit.training = unit.stages.training = block.training
+            units.append(unit)
+        out = cls(units)
+        out.training = out.units.training = block.training
+        return out
 
     def residual_units(self) -> list[ResidualUnit]:
         """The units, in order."""

@@ -125,10 +125,27 @@ def carry_optimizer(
     old value it draws on was, and equals the transfer where that copies (exactly:
     pieces split, nested polynomials) or averages (to rounding: pieces merged).
 
+    A state reduced over some dimensions of its parameter (Adafactor's ``row_var`` and
+    ``col_var``, of size 1 there) goes over along the basis index in the same way, or
+    is copied where it is reduced over the basis index itself.
+
     A learning-rate scheduler keeps driving the optimizer it was built on, and the new
     one's rate would stay where it is: build the scheduler again on the returned
     optimizer and load the old one's ``state_dict()`` into it.
+
+    Raises:
+        ValueError: where the basis changed and a state cannot be carried: an
+            optimizer whose state spans all its parameters at once (L-BFGS's
+            history), or a state of a coefficient tensor of one basis function whose
+            shape does not say whether it is reduced over the basis index.
     """
+    if maps and any(isinstance(optimizer, kind) for kind in _WHOLE_STATE):
+        raise ValueError(
+            f"carry_optimizer cannot carry the state of {type(optimizer).__name__}, which "
+            "holds its history of all parameters flattened together, across a refinement "
+            "that changes the basis (its coefficient tensors change size); build a new "
+            "optimizer for the refined net."
+        )
     old_names = {id(p): n for n, p in old.named_parameters()}
     new_params = dict(new.named_parameters())
     groups = []
@@ -146,12 +163,42 @@ def carry_optimizer(
             name = old_names[id(p)]
             carried: dict[str, Any] = {}
             for key, value in state.items():
-                if isinstance(value, Tensor) and name in maps and value.shape == p.shape:
-                    carried[key] = _transfer_state(value, *maps[name])
+                if isinstance(value, Tensor) and name in maps and value.dim() > 0:
+                    along = _along_basis(value, p)
+                    if along is None:
+                        raise ValueError(
+                            f"carry_optimizer cannot carry {type(optimizer).__name__}'s state "
+                            f"{key!r} of shape {tuple(value.shape)} for `{name}` of shape "
+                            f"{tuple(p.shape)} into the new basis {maps[name][1]!r}: its shape "
+                            "does not say how it depends on the basis index (dim 0); build a "
+                            "new optimizer for the refined net."
+                        )
+                    carried[key] = _transfer_state(value, *maps[name]) if along else value.clone()
                 else:
                     carried[key] = copy.deepcopy(value)
             out.state[q] = carried
     return out
+
+
+_WHOLE_STATE = (torch.optim.LBFGS,)
+"""Optimizers whose state is one for all their parameters, flattened together."""
+
+
+def _along_basis(value: Tensor, p: Tensor) -> bool | None:
+    """Whether a state tensor of the coefficient tensor ``p`` goes along its basis index
+    (dim 0): ``True`` for ``p``'s shape or that shape reduced to size 1 in later
+    dimensions, ``False`` for a state reduced over the basis index (size 1 there, where
+    ``p`` has more), ``None`` where the shape does not tell (``p`` of one function, a
+    state reduced elsewhere) or is none of these."""
+    if value.shape == p.shape:
+        return True
+    if value.dim() != p.dim() or any(v not in (1, d) for v, d in zip(value.shape[1:], p.shape[1:])):
+        return None
+    if p.shape[0] == 1:
+        return None
+    if value.shape[0] == p.shape[0]:
+        return True
+    return False if value.shape[0] == 1 else None
 
 
 def _transfer_state(value: Tensor, old: AbstractBasis, new: AbstractBasis) -> Tensor:

@@ -70,7 +70,8 @@ class InputLayerAugmentation(nn.Module):
         out_features: features (channels) of the augmented state, ``>= in_features``.
         image: inputs are images ``(batch, c, h, w)``; ``h_x`` is a convolution.
         kernel_size: the convolution's kernel size (odd), for images.
-        layer: a custom ``h_x`` instead of the linear default.
+        layer: a custom ``h_x`` instead of the linear default; its output must have
+            ``out_features`` features (dim 1), or the forward pass refuses it.
 
     Example:
         >>> import torch
@@ -90,7 +91,7 @@ class InputLayerAugmentation(nn.Module):
     ) -> None:
         super().__init__()
         _check_positive("in_features", in_features)
-        _check_positive("out_features", out_features, in_features)
+        self.out_features = _check_positive("out_features", out_features, in_features)
         if layer is not None:
             self.layer = layer
         elif image:
@@ -102,6 +103,12 @@ class InputLayerAugmentation(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         out: Tensor = self.layer(x)
+        if out.dim() < 2 or out.shape[1] != self.out_features:
+            raise ValueError(
+                f"`InputLayerAugmentation` promises {self.out_features} features (dim 1), but "
+                f"its layer gave shape {tuple(out.shape)}; give `out_features` the layer's "
+                "output size."
+            )
         return out
 
 

@@ -16,7 +16,7 @@ import odecore
 import torch
 from torch import Tensor
 
-from ._integrals import IntegralTerm
+from ._integrals import IntegralTerm, vjp
 from ._neural_ode import Field, NeuralODE
 
 
@@ -55,13 +55,16 @@ class NegativeTrace(IntegralTerm):
         if self.estimator == "hutchinson":
             if self.noise is None:  # pragma: no cover - start() draws it
                 raise RuntimeError("`start` must be called before the solve.")
-            (vjp,) = torch.autograd.grad(f, x, self.noise, create_graph=True)
-            return -(vjp * self.noise).reshape(x.shape[0], -1).sum(dim=1)
+            return (
+                -(vjp(f, x, self.noise, "NegativeTrace (the CNF's trace)") * self.noise)
+                .reshape(x.shape[0], -1)
+                .sum(dim=1)
+            )
         flat_f = f.reshape(x.shape[0], -1)
         trace = x.new_zeros(x.shape[0])
         for i in range(flat_f.shape[1]):
             # Samples do not interact, so the gradient of the column sum is per sample.
-            (row,) = torch.autograd.grad(flat_f[:, i].sum(), x, create_graph=True)
+            row = vjp(flat_f[:, i].sum(), x, None, "NegativeTrace (the CNF's trace)")
             trace = trace + row.reshape(x.shape[0], -1)[:, i]
         return -trace
 

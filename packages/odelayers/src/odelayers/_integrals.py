@@ -26,6 +26,34 @@ def _per_sample(x: Tensor) -> Tensor:
     return x.reshape(x.shape[0], -1)
 
 
+def vjp(f: Tensor, x: Tensor, v: Tensor | None, term: str) -> Tensor:
+    """``v^T df/dx`` with a graph (``v = None``: ``f`` a scalar), for the integrand ``term``.
+
+    Raises:
+        RuntimeError: under ``torch.inference_mode()``, which records no graph to
+            differentiate, or where ``f`` is not computed from ``x`` in autograd's graph
+            (autograd's own message does not say why).
+    """
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            f"{term} differentiates the field by the state, which torch.inference_mode() "
+            "does not allow; evaluate the layer under torch.no_grad() instead."
+        )
+    (out,) = (
+        torch.autograd.grad(f, x, v, create_graph=True, allow_unused=True)
+        if f.requires_grad
+        else (None,)
+    )
+    if out is None:
+        raise RuntimeError(
+            f"{term} differentiates the field by the state, but the field's output is not "
+            "computed from the state in autograd's graph: the field ignores its state, "
+            "detaches it or computes outside torch. Where the field does not depend on the "
+            "state its Jacobian is 0: leave the term out."
+        )
+    return out
+
+
 class IntegralTerm(abc.ABC):
     """An integrand ``g(t, x, f)`` of shape ``(batch,)``, integrated over the solve.
 
@@ -93,8 +121,7 @@ class JacobianFrobenius(IntegralTerm):
     def __call__(self, t: Tensor, x: Tensor, f: Tensor) -> Tensor:
         if self.noise is None:
             raise RuntimeError("`JacobianFrobenius.start` must be called before the solve.")
-        (vjp,) = torch.autograd.grad(f, x, self.noise, create_graph=True)
-        return _per_sample(vjp).pow(2).sum(dim=1)
+        return _per_sample(vjp(f, x, self.noise, type(self).__name__)).pow(2).sum(dim=1)
 
 
 class IntegralLoss(IntegralTerm):

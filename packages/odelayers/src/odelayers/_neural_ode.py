@@ -121,6 +121,12 @@ class NeuralODE(nn.Module):
             (:class:`KineticEnergy`, :class:`JacobianFrobenius`, :class:`IntegralLoss`).
         max_steps: the solve's step budget.
 
+    Raises:
+        ValueError: from ``forward``, if the solve's interval (``[t0, t1]``, or
+            ``[t1, t0]`` where it runs backwards) leaves the interval of the basis of a
+            :class:`GalerkinLinear` or :class:`GalerkinConv2d` in the field: the
+            weights are not defined there.
+
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
             ``gradient``, ``dt0`` and ``max_steps`` read its fields.
@@ -236,20 +242,28 @@ class NeuralODE(nn.Module):
         """Backward function evaluations of the last backward pass (0 before one)."""
         return 0 if self._stats is None else self._stats.nfe_backward
 
+    def _shared_depth_layers(self) -> list[tuple[str, DepthLayer]]:
+        """The field's depth layers, by name, that see the depth of the solve itself:
+        not those inside a rescaled field, where every sample has its own depths."""
+        if not isinstance(self.vector_field, nn.Module):
+            return []
+        rescaled = {
+            id(m)
+            for r in self.vector_field.modules()
+            if isinstance(r, _Rescaled)
+            for m in r.modules()
+        }
+        return [
+            (name, m)
+            for name, m in self.vector_field.named_modules()
+            if isinstance(m, DepthLayer) and id(m) not in rescaled
+        ]
+
     def _depth_jumps(self, t0: float, t1: float) -> list[float]:
         lo, hi = min(t0, t1), max(t0, t1)
         found = set(self.jump_ts)
-        if isinstance(self.vector_field, nn.Module):
-            # Inside a rescaled field every sample has its own depths: no common jumps.
-            rescaled = {
-                id(m)
-                for r in self.vector_field.modules()
-                if isinstance(r, _Rescaled)
-                for m in r.modules()
-            }
-            for layer in depth_layers(self.vector_field):
-                if id(layer) not in rescaled:
-                    found.update(layer.jump_ts())
+        for _, layer in self._shared_depth_layers():
+            found.update(layer.jump_ts())
         # A jump at an end too: the stage there must read the limit from inside.
         return sorted(t for t in found if lo <= t <= hi)
 
@@ -366,6 +380,10 @@ class NeuralODE(nn.Module):
             raise ValueError("The input must be batched: shape (batch, ...).")
         if x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(x.device.type):
             x = x.float()  # under autocast the solver keeps a float32 state
+        for name, layer in self._shared_depth_layers():
+            _check_basis_interval(
+                name, layer, min(t0, t1), max(t0, t1), "The layer's solve reaches depths"
+            )
         field: Any = self.vector_field
         state: Tensor | tuple[Tensor, ...] = x
         if terms:
@@ -413,6 +431,33 @@ class NeuralODE(nn.Module):
 
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
+
+
+def _check_basis_interval(
+    name: str, layer: nn.Module, lo: float, hi: float, what: str, hint: str = ""
+) -> None:
+    """Refuse depths ``[lo, hi]`` outside the interval of a Galerkin layer's basis.
+
+    Outside it a basis is not what it is on it (polynomials grow without bound, Fourier
+    repeats, a piecewise-linear weight falls to 0, a piecewise-constant one keeps its
+    end pieces), and the weights there were never meant.
+
+    Raises:
+        ValueError: naming the layer and its basis; ``what`` begins the message.
+    """
+    if not isinstance(layer, _fields._Galerkin):
+        return
+    basis = layer.basis
+    slack = 1e-9 * (basis.t1 - basis.t0)  # an end computed another way may round past it
+    if basis.t0 - slack <= lo and hi <= basis.t1 + slack:
+        return
+    raise ValueError(
+        f"{what} [{lo!r}, {hi!r}], but the basis of the field's layer "
+        f"{name or '(root)'!r} ({type(layer).__name__}) lives on [{basis.t0!r}, {basis.t1!r}]; "
+        "outside its interval a basis is not what it is on it (polynomials grow, Fourier "
+        "repeats, piecewise-linear weights fall to 0). Give the basis an interval holding "
+        f"those depths, e.g. {type(basis).__name__}(..., t0={lo!r}, t1={hi!r}){hint}."
+    )
 
 
 def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tensor] | None:
@@ -540,6 +585,13 @@ class AdaptiveDepthNODE(nn.Module):
             sample stop at depth 0).
         spec, solver, controller, gradient, dt0, max_steps: as for :class:`NeuralODE`.
 
+    Raises:
+        ValueError: from ``forward``, if a sample's depth leaves the interval of the
+            basis of a :class:`GalerkinLinear` in the field (a sample runs over
+            ``[0, T(x)]``): give the basis an interval holding every depth the horizon
+            may give, or bound the depths with ``positive``. Checking takes one look at
+            the depths (a device sync), and only for fields with such layers.
+
     Attributes:
         depth: the depths ``T(x)`` of the last forward pass.
 
@@ -601,6 +653,23 @@ class AdaptiveDepthNODE(nn.Module):
         self.depth = depth.reshape(x.shape[0])
         rescaled = self.node.vector_field
         assert isinstance(rescaled, _Rescaled)
+        galerkin = [
+            (name, m) for name, m in rescaled.named_modules() if isinstance(m, _fields._Galerkin)
+        ]
+        if galerkin and self.depth.numel():
+            # A sample runs over [0, T(x)]; one look at the depths (a sync on a GPU).
+            with torch.no_grad():
+                lo = min(0.0, float(self.depth.min()))
+                hi = max(0.0, float(self.depth.max()))
+            for name, layer in galerkin:
+                _check_basis_interval(
+                    name.removeprefix("field."),
+                    layer,
+                    lo,
+                    hi,
+                    "The samples' depths T(x) span",
+                    ", or bound the depths with `positive` (e.g. lambda z: t1 * torch.sigmoid(z))",
+                )
         rescaled.depth = self.depth
         out: Tensor = self.node(x)
         return out

@@ -96,6 +96,15 @@ class AbstractBasis(abc.ABC):
     ) -> Tensor:
         """The functions at ``t``: shape ``(*t.shape, size)``.
 
+        The functions are those of ``[t0, t1]``. At a ``t`` outside it, which is not
+        checked here (on a GPU a check would wait for the queued work at every
+        evaluation), the formulas give what they give: Fourier repeats, the
+        polynomials grow, the piecewise-constant basis keeps its end pieces and the
+        hat functions fall to 0 within one piece. The layers that evaluate a basis
+        refuse depths outside its interval: :class:`~odelayers.NeuralODE` and
+        :class:`~odelayers.AdaptiveDepthNODE` for their Galerkin layers,
+        :class:`contnet.ContinuousModule` for its weights.
+
         Args:
             t: times, a tensor of any shape or a float.
             dtype: the result's dtype when ``t`` is a float (default torch's default).
@@ -369,7 +378,8 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
         target: the basis to express them in; the same interval as ``source``.
 
     Returns:
-        Coefficients of shape ``(target.size, *shape)``, in ``coefficients``' dtype.
+        Coefficients of shape ``(target.size, *shape)``, in ``coefficients``' dtype and
+        on its device (the projection itself is computed on the host, in float64).
 
     Raises:
         ValueError: if the intervals differ or the shapes do not match.
@@ -396,9 +406,10 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
     psi = target(t)  # (q, m)
     gram = psi.T @ (w[:, None] * psi)  # (m, m)
     cross = psi.T @ (w[:, None] * phi)  # (m, n)
-    flat = coefficients.reshape(source.size, -1).to(torch.float64)
+    # On the host, where the quadrature is: the same numbers whatever the device.
+    flat = coefficients.reshape(source.size, -1).to(device="cpu", dtype=torch.float64)
     out: Tensor = torch.linalg.solve(gram, cross @ flat)
     # solve() answers in column-major order; a row-major result keeps every slice
     # contiguous (strided running statistics, for one, send batch norm down a slow path).
-    out = out.reshape(target.size, *coefficients.shape[1:]).to(coefficients.dtype)
-    return out.contiguous()
+    out = out.reshape(target.size, *coefficients.shape[1:])
+    return out.to(device=coefficients.device, dtype=coefficients.dtype).contiguous()
