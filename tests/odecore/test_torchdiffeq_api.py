@@ -486,6 +486,22 @@ def test_perturb_with_n_steps_matches_step_size():
     torch.testing.assert_close(a, b, rtol=1e-15, atol=1e-15)
 
 
+@pytest.mark.parametrize("t", [T, T.flip(0)], ids=["forward", "backward"])
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4", "implicit_euler"])
+def test_perturb_with_step_size_keeps_the_time_gradients(method, t):
+    # On a smooth field the one-sided limits are f itself: the solve and its
+    # gradients are those without perturb. The steps of size 0.3 from t[0] (the last
+    # one shorter) move with t[0]; with perturb they landed on constant step ends.
+    grads = []
+    for perturb in (False, True):
+        tt = t.clone().requires_grad_(True)
+        ys = odecore.odeint(
+            smooth, Y0, tt, method=method, options={"step_size": 0.3, "perturb": perturb}
+        )
+        grads.append(torch.autograd.grad((ys**2).sum(), tt)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+
+
 def test_perturb_must_be_a_bool():
     with pytest.raises(TypeError, match=r"The option `perturb` must be True or False, got 1"):
         odecore.odeint(smooth, Y0, T, method="euler", options={"perturb": 1})
