@@ -338,6 +338,37 @@ def test_adjoint_argument_errors(kwargs, error, match):
         odecore.odeint_adjoint(lambda t, y: -y, y0, t, **kwargs)
 
 
+class Scaled(torch.nn.Module):
+    """``dy/dt = -rate * scale * y``: a parameter and a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate = torch.nn.Parameter(torch.tensor(0.7, dtype=F64))
+        self.register_buffer("scale", torch.tensor(1.5, dtype=F64))
+
+    def forward(self, t, y):
+        return -self.rate * self.scale * y
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"method": "implicit_adams", "options": {"step_size": 0.01}}, {"method": "scipy:RK45"}],
+)
+def test_adjoint_params_may_hold_a_buffer(kwargs):
+    # torchdiffeq's `adjoint_params=tuple(func.buffers()) + ...` works: a tensor that
+    # does not require grad is left out (backward() raised torch's bare RuntimeError).
+    field = Scaled()
+    y0 = torch.ones(2, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    ys = odecore.odeint_adjoint(
+        field, y0, t, rtol=1e-10, atol=1e-10, adjoint_params=(field.scale, field.rate), **kwargs
+    )
+    ys[-1].sum().backward()
+    expected = -1.5 * math.exp(-1.05) * 2
+    assert field.scale.grad is None
+    assert abs(field.rate.grad.item() - expected) < 1e-6
+
+
 class VanDerPol(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -397,9 +397,14 @@ def found_tensors(
 ) -> tuple[Tensor, ...]:
     """The tensors to differentiate besides ``y0``, once the forward solve has run:
     ``given``, or the field's module's parameters and every other tensor requiring
-    grad that an evaluation of the forward solve read."""
+    grad that an evaluation of the forward solve read. A given tensor that does not
+    require grad (a module's buffer) has no gradient to receive and is left out, as
+    torchdiffeq leaves it out of ``adjoint_params``."""
     if given is not None:
-        return tuple(given)
+        for i, q in enumerate(given):
+            if not isinstance(q, Tensor):
+                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+        return tuple(q for q in given if q.requires_grad)
     if reads is None:
         return ()
     own = [q for q in module.parameters() if q.requires_grad] if module else []

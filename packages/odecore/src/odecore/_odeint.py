@@ -355,7 +355,8 @@ def odeint_adjoint(
             (not with ``scipy:`` methods, whose norm is their own).
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
             every tensor requiring grad that an evaluation of the forward solve
-            reads (see :class:`Adjoint`).
+            reads (see :class:`Adjoint`). Those that do not require grad (a
+            module's buffers) are left out, as in torchdiffeq.
 
     Returns:
         The solution at each time of ``t``, as :func:`odeint`.
