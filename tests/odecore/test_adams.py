@@ -387,6 +387,43 @@ def test_bad_options_are_refused(method, options, error, match):
         )
 
 
+@pytest.mark.parametrize(
+    ("field", "y0", "error", "match"),
+    [
+        (lambda t, y: -y[:1], torch.ones(3, 2, dtype=F64), ValueError, r"returned shape \(1, 2\)"),
+        (
+            lambda t, y: -y.float(),
+            torch.ones(3, dtype=F64),
+            TypeError,
+            r"returned dtype torch.float32",
+        ),
+        (lambda t, y: 1.0, torch.ones(3, dtype=F64), TypeError, r"must return a Tensor, got float"),
+        (
+            lambda t, y: (-y[0][:1], -y[1]),
+            (torch.ones(2, dtype=F64), torch.ones(3, dtype=F64)),
+            ValueError,
+            r"returned shape \(1,\) for `y0\[0\]`",
+        ),
+        (
+            lambda t, y: (-y[0].float(), -y[1]),
+            (torch.ones(2, dtype=F64), torch.ones(3, dtype=F64)),
+            TypeError,
+            r"returned dtype torch.float32 for `y0\[0\]`",
+        ),
+    ],
+)
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+@pytest.mark.parametrize("method", ADAMS)
+def test_a_field_unlike_the_state_is_refused(method, interface, field, y0, error, match):
+    # As by every other method: a result that broadcasts, of another dtype or not a
+    # tensor gave a solution of the state's shape, of a field that is not the one given.
+    with pytest.raises(error, match=match):
+        getattr(odecore, interface)(
+            field, y0, torch.tensor([0.0, 1.0], dtype=F64), method=method,
+            options={"step_size": 0.1},
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize("method", ADAMS)
 def test_solver_objects_are_refused_with_the_way_out(method):
     with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
