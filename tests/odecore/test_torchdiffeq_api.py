@@ -514,6 +514,40 @@ def test_adjoint_perturb_needs_forward_perturb():
         )
 
 
+# --- the adjoint's norm -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("y0", [Y0, (Y0[:1], Y0[1:])], ids=["tensor", "tuple"])
+def test_an_adjoint_norm_takes_the_backward_state_as_torchdiffeq_gives_it(y0):
+    # torchdiffeq calls `adjoint_options["norm"]` with (t, y, a, *parameter grads), y
+    # and a as the tuple's tensors for a tuple state; it was called with a state like
+    # y0, so a norm written for torchdiffeq read other numbers without a word.
+    w = torch.tensor([0.7, 0.3], dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        if isinstance(y, tuple):
+            return (y[1], -w[0] * y[0] + w[1] * torch.sin(t))
+        return torch.stack([y[1], -w[0] * y[0] + w[1] * torch.sin(t)])
+
+    results = []
+    for lib in (odecore, torchdiffeq):
+        shapes = set()
+
+        def norm(parts, shapes=shapes):
+            shapes.add(tuple(tuple(p.shape) for p in parts))
+            return max(p.pow(2).mean().sqrt() for p in parts[1:-1])  # a seminorm
+
+        ys = lib.odeint_adjoint(
+            field, y0, torch.tensor([0.0, 2.0], dtype=F64), rtol=1e-9, atol=1e-9,
+            adjoint_options={"norm": norm}, adjoint_params=(w,),
+        )  # fmt: skip
+        loss = sum(y[-1].sum() for y in ys) if isinstance(ys, tuple) else ys[-1].sum()
+        results.append((shapes, torch.autograd.grad(loss, w)[0]))
+    (ours, grad), (theirs, expected) = results
+    assert ours == theirs
+    torch.testing.assert_close(grad, expected, rtol=1e-7, atol=1e-7)
+
+
 # --- interp and dtype -------------------------------------------------------------------------
 
 

@@ -494,6 +494,42 @@ def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ..
     return tuple(found.values())
 
 
+@dataclass(frozen=True)
+class AugmentedNorm:
+    """torchdiffeq's norm of ``adjoint_options``: a callable on the tuple ``(t, y, a,
+    *parameter gradients)`` of the backward state, each part in its own shape (``y``
+    and ``a`` as the tuple's tensors for a tuple state; ``t``, whose adjoint the
+    backward solve here does not integrate, a 0-dim zero), as torchdiffeq calls it.
+    ``unpack`` splits the flat state of a tuple state. :func:`odeint_adjoint` gives it
+    to the backward controller, whose norm it becomes in the backward pass."""
+
+    norm: Callable[[tuple[Tensor, ...]], Tensor]
+    unpack: Callable[[Tensor], Any] | None = None
+
+    def __call__(self, z: Tensor) -> Tensor:
+        raise ConfigurationError(
+            "torchdiffeq's `adjoint_options={'norm': ...}` measures the adjoint's backward "
+            "state, not a forward one; it is the norm of odeint_adjoint's backward solve only."
+        )
+
+    def bind(
+        self, shape: torch.Size, m: int, params: Sequence[Tensor]
+    ) -> Callable[[Tensor], Tensor]:
+        """The norm of the flat backward state ``(y, a, g)`` whose ``y`` has ``m``
+        elements (all, or 0 when the state is read from the forward steps, where its
+        error is zero)."""
+        n, sizes = shape.numel(), [q.numel() for q in params]
+
+        def norm(z: Tensor) -> Tensor:
+            y = z[:m].view(shape) if m else z.new_zeros(shape)
+            a = z[m : m + n].view(shape)
+            grads = (c.view_as(q) for c, q in zip(torch.split(z[m + n :], sizes), params))
+            ys, adjs = (self.unpack(y), self.unpack(a)) if self.unpack else ((y,), (a,))
+            return self.norm((z.new_zeros(()), *ys, *adjs, *grads))
+
+        return norm
+
+
 def _backward_norm(
     inner: Callable[[Tensor], Tensor],
     shape: torch.Size,
@@ -721,7 +757,9 @@ def _adjoint_backward(
     sizes = [q.numel() for q in params]
     solver = method.solver or p.solver
     controller = method.controller or p.controller
-    if isinstance(controller, PIDController) and controller.norm is not None:
+    if isinstance(controller, PIDController) and isinstance(controller.norm, AugmentedNorm):
+        controller = replace(controller, norm=controller.norm.bind(p.y0.shape, m, params))
+    elif isinstance(controller, PIDController) and controller.norm is not None:
         # A norm of the forward state (a tuple state's, or the user's) measures the
         # state and its adjoint separately; the parameter gradients get the RMS norm.
         norm = _backward_norm(controller.norm, p.y0.shape, method.seminorm, m)

@@ -37,7 +37,14 @@ from ._events import (
     reroute,
     warn_unsupported_callbacks,
 )
-from ._gradients import AbstractGradient, Adjoint, _Reads, buffers_kept, found_tensors
+from ._gradients import (
+    AbstractGradient,
+    Adjoint,
+    AugmentedNorm,
+    _Reads,
+    buffers_kept,
+    found_tensors,
+)
 from ._implicit import AbstractImplicitRK
 from ._solve import (
     SaveAt,
@@ -352,7 +359,12 @@ def odeint_adjoint(
         adjoint_options: the backward options (default: ``options`` when the method
             is the same); ``{"norm": "seminorm"}`` measures the backward error on
             the state and its adjoint only (Kidger et al. 2021), which saves steps
-            (not with ``scipy:`` methods, whose norm is their own).
+            (not with ``scipy:`` methods, whose norm is their own). A callable
+            ``norm`` here is torchdiffeq's: it takes the tuple ``(t, y, a, *parameter
+            gradients)`` of the backward error (``y`` and ``a`` as the tuple's
+            tensors for a tuple state; ``t`` a 0-dim zero), where the forward norm
+            that the backward solve inherits without ``adjoint_options`` measures
+            ``y`` and ``a`` each as a state.
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
             every tensor requiring grad that an evaluation of the forward solve
             reads (see :class:`Adjoint`). Those that do not require grad (a
@@ -438,6 +450,10 @@ def odeint_adjoint(
     seminorm = back_opts.get("norm") == "seminorm"
     if seminorm:
         del back_opts["norm"]
+    elif adjoint_options is not None and callable(back_opts.get("norm")):
+        # torchdiffeq's adjoint norm takes the backward state (t, y, a, *param grads),
+        # not a state like y0 as the forward norm that the backward solve inherits.
+        back_opts["norm"] = AugmentedNorm(back_opts["norm"])
     forward_grid = dict(options or {}).get("grid_constructor")
     if forward_grid is not None and back_opts.get("grid_constructor") is forward_grid:
         # The backward solve's loop steps on the forward solve's step times, so by
