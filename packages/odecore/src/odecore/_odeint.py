@@ -234,7 +234,9 @@ def odeint(
     Raises:
         TypeError: if ``y0`` or ``t`` has the wrong type or dtype.
         ValueError: for an unknown method or option, bad times, tolerances,
-            shapes, or a non-finite ``y0``.
+            shapes, or a non-finite ``y0``; for a tolerance or option given as a
+            tensor that requires grad (it is taken as a number, and no gradient
+            would reach it).
         SolverError: if the solve cannot finish (step size underflow, step budget
             exhausted, non-finite state, an implicit method's Newton iteration or an
             implicit Adams method's corrector that diverges in a step,
