@@ -329,6 +329,15 @@ def test_adjoint_graph_does_not_grow_with_steps(adjoint):
             r"needs an adaptive `adjoint_method`",
         ),
         ({"adjoint_params": [1.0]}, TypeError, r"`params\[0\]` must be a Tensor"),
+        # The backward solve runs in the forward loop: these were ignored.
+        ({"adjoint_options": {"max_num_steps": 2}}, ValueError, r"\['max_num_steps'\] cannot"),
+        ({"adjoint_options": {"jump_t": [0.5]}}, ValueError, r"\['jump_t'\] cannot differ"),
+        ({"adjoint_options": {"step_t": [0.5]}}, ValueError, r"\['step_t'\] cannot differ"),
+        (
+            {"options": {"jump_t": [0.5]}, "adjoint_options": {"jump_t": [0.25]}},
+            ValueError,
+            r"\['jump_t'\] cannot differ",
+        ),
     ],
 )
 def test_adjoint_argument_errors(kwargs, error, match):

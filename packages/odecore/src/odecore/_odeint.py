@@ -75,6 +75,10 @@ from ._spec import (
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
+# Options of odeint_adjoint's backward solve that are the forward solve's: it runs in
+# the forward loop, with its jumps, step times, step budget and compilation.
+_FORWARD_ONLY = ("jump_t", "step_t", "max_num_steps", "compile")
+
 _SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_num_steps",
                          *_CALL_OPTIONS)  # fmt: skip
 
@@ -359,8 +363,11 @@ def odeint_adjoint(
             from torch; odecore's and scipy's methods mix freely, torchdiffeq's go
             only with torchdiffeq's.
         adjoint_options: the backward options (default: ``options`` when the method
-            is the same); ``{"norm": "seminorm"}`` measures the backward error on
-            the state and its adjoint only (Kidger et al. 2021), which saves steps
+            is the same); ``jump_t``, ``step_t``, ``max_num_steps`` and ``compile``
+            are the forward solve's, in whose loop the backward solve runs: given
+            here, they must be those of ``options``. ``{"norm": "seminorm"}``
+            measures the backward error on the state and its adjoint only (Kidger et
+            al. 2021), which saves steps
             (not with ``scipy:`` methods, whose norm is their own). A callable
             ``norm`` here is torchdiffeq's: it takes the tuple ``(t, y, a, *parameter
             gradients)`` of the backward error (``y`` and ``a`` as the tuple's
@@ -448,6 +455,21 @@ def odeint_adjoint(
         raise ConfigurationError(
             "`adjoint_options={'perturb': True}` needs `options={'perturb': True}`: the "
             "backward solve evaluates one-sided limits at the forward solve's step ends."
+        )
+    forward_opts = dict(options or {})
+    own = [
+        key
+        for key in _FORWARD_ONLY
+        if adjoint_options and key in adjoint_options
+        and (key not in forward_opts or forward_opts[key] is not adjoint_options[key])
+    ]  # fmt: skip
+    if own:
+        raise ConfigurationError(
+            f"`adjoint_options` {own} cannot differ from `options`: the backward solve "
+            "restarts at the forward `jump_t`, steps on the forward `step_t` and counts "
+            "its steps against the forward `max_num_steps`, in the forward solve's loop "
+            "(compiled or not as it is). Give them in `options`, or leave them out of "
+            "`adjoint_options`."
         )
     seminorm = back_opts.get("norm") == "seminorm"
     if seminorm:
