@@ -193,9 +193,10 @@ def odeint(
             implicit ones and 5 for ``explicit_adams``, whose stability region
             shrinks with the order: ``max_order=12`` is torchdiffeq's scheme) and,
             implicit, ``max_iters`` (the corrector's, default 4; ``rtol`` and
-            ``atol`` end it early, and a corrector left farther than them from its
-            fixed point raises where torchdiffeq only warns); an ``event_fn`` needs
-            ``step_size``.
+            ``atol`` end it early; a corrector that runs out of iterations while
+            contracting, farther than them from its fixed point, warns once and goes
+            on, and one that diverges raises where torchdiffeq only warns); an
+            ``event_fn`` needs ``step_size``.
             The variable-order ``adams`` is planned: its name raises an error that
             says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
