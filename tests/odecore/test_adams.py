@@ -481,6 +481,31 @@ def test_odeint_adjoint_agrees_with_backprop(method):
     torch.testing.assert_close(adjoint[3], backprop[3], rtol=0, atol=5e-3)
 
 
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_odeint_adjoint_calls_the_grid_constructor_once(method):
+    # torchdiffeq's forward pass calls it once; the backward solve retraces the grid
+    # that the forward one took. A constructor that draws its grid (here the second
+    # call's is coarser) made the backward solve step on another grid.
+    def fine(func, y0, t):
+        return torch.linspace(float(t[0]), float(t[-1]), 101, dtype=F64)
+
+    def drawn():
+        grids = iter([101, 3])
+        return lambda func, y0, t: torch.linspace(float(t[0]), float(t[-1]), next(grids), dtype=F64)
+
+    rate = torch.tensor(0.8, dtype=F64, requires_grad=True)
+    grads = []
+    for constructor in (fine, drawn()):
+        y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+        ys = odecore.odeint_adjoint(
+            lambda t, y: -rate * y + torch.sin(t), y0, torch.tensor([0.0, 1.0], dtype=F64),
+            method=method, options={"grid_constructor": constructor}, adjoint_params=(rate,),
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(ys[-1].pow(2).sum(), (y0, rate)))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)
+
+
 def test_odeint_adjoint_of_a_tuple_state_calls_the_adjoint_callbacks():
     calls = []
 

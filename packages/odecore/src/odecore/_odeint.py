@@ -895,10 +895,12 @@ def _adams(
     options: Mapping[str, Any] | None,
     event_fn: EventFn | None,
     wrap: Callable[[Callable[[Tensor, Tensor], Tensor]], Any] | None = None,
+    grid: Tensor | None = None,
 ) -> State | tuple[Tensor, State]:
-    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods; with
-    ``event_fn``, steps of ``step_size`` until the event (see :func:`_adams_event`).
-    ``wrap`` replaces the flat field the steps call (the adjoint's search for tensors)."""
+    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods (or
+    ``grid``, already built from them); with ``event_fn``, steps of ``step_size`` until
+    the event (see :func:`_adams_event`). ``wrap`` replaces the flat field the steps
+    call (the adjoint's search for tensors)."""
     _check_state(y0)
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
     opts = dict(options or {})
@@ -929,8 +931,8 @@ def _adams(
         return event_t, solution
     if len(ts) == 1:
         return split(flat.unsqueeze(0))
-    grid = _adams_grid(opts, (func, y0, t), ts).to(flat.device)
-    return split(adams.integrate(field, flat, grid, t, rtol, atol, steps))
+    grid = _adams_grid(opts, (func, y0, t), ts) if grid is None else grid
+    return split(adams.integrate(field, flat, grid.to(flat.device), t, rtol, atol, steps))
 
 
 def _adams_grid(opts: Mapping[str, Any], grid: GridArgs, ts: list[float]) -> Tensor:
@@ -1049,10 +1051,16 @@ def _adams_adjoint(
         return found[-1]
 
     search = adjoint_params is None and torch.is_grad_enabled()
+    # One grid for both passes: a `grid_constructor` is called once, as by torchdiffeq's
+    # forward pass, so that the backward solve retraces the grid the forward one took.
+    grid = None
+    if event_fn is None and len(ts) > 1:
+        grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
     with torch.no_grad():
         forward = _adams(
-            func, y0, t, ts, rtol, atol, method, options, event_fn, wrap if search else None
-        )
+            func, y0, t, ts, rtol, atol, method, options, event_fn,
+            wrap if search else None, grid,
+        )  # fmt: skip
     if event_fn is not None:
         event_t, solution = forward
         assert isinstance(event_t, Tensor)
@@ -1062,7 +1070,8 @@ def _adams_adjoint(
         solution = forward
     field, flat, split = flat_field(func, y0)
     params = found_tensors(adjoint_params, module, found[0] if found else None)
-    grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
+    if grid is None:  # an event's steps of `step_size` up to it, or one time
+        grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
     spec = _AdamsAdjoint(
         field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
         positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),
