@@ -146,6 +146,23 @@ def test_tensor_tolerances_accepted():
 
 
 @pytest.mark.parametrize(
+    ("method", "options"),
+    [("dopri5", None), ("rk4", {"step_size": 0.01}), ("implicit_adams", {"step_size": 0.01})],
+)
+def test_integer_times_are_refused(method, options):
+    # The event time comes back in t's dtype: an Adams solve gave event_t = 0 and y0
+    # for a ball that lands at 0.64 (the others raised torch's overflow error).
+    def fall(t, y):
+        return torch.stack([y[1], torch.full_like(y[1], -9.81)])
+
+    with pytest.raises(TypeError, match=r"`t` must be a floating point tensor, got torch.int64"):
+        odecore.odeint(
+            fall, torch.tensor([2.0, 0.0]), torch.tensor([0, 1]), method=method,
+            options=options, event_fn=lambda t, y: y[0],
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
     ("kwargs", "name"),
     [
         ({"rtol": 1e-6}, "rtol"),

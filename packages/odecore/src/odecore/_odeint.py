@@ -104,6 +104,11 @@ def _check_t(t: Tensor) -> list[float]:
         raise TypeError(f"`t` must be a 1-D torch.Tensor of times, got {type(t).__name__}.")
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"`t` must be a non-empty 1-D tensor, got shape {tuple(t.shape)}.")
+    if not t.is_floating_point():
+        raise TypeError(
+            f"`t` must be a floating point tensor, got {t.dtype} (as torchdiffeq asks): the "
+            "event time of `event_fn` comes back in `t`'s dtype. Use e.g. `t.double()`."
+        )
     ts = t.detach().tolist()
     if not all(math.isfinite(x) for x in ts):
         raise ValueError(f"`t` must hold finite times, got {ts}.")
@@ -169,8 +174,8 @@ def odeint(
             dtype, ``y`` has the structure of ``y0``.
         y0: the initial state at ``t[0]``: a floating tensor of any shape, or a tuple
             of tensors.
-        t: 1-D tensor of times, strictly increasing or strictly decreasing; backward
-            solves integrate from ``t[0]`` down to ``t[-1]``.
+        t: 1-D floating tensor of times, strictly increasing or strictly
+            decreasing; backward solves integrate from ``t[0]`` down to ``t[-1]``.
         rtol: relative tolerance of adaptive methods.
         atol: absolute tolerance of adaptive methods.
         method: one of ``euler``, ``midpoint``, ``heun`` (or ``heun2``), ``ralston``,
