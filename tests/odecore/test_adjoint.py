@@ -378,6 +378,34 @@ def test_adjoint_params_may_hold_a_buffer(kwargs):
     assert abs(field.rate.grad.item() - expected) < 1e-6
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"method": "implicit_adams", "options": {"step_size": 0.01}}, {"method": "scipy:RK45"}],
+)
+def test_adjoint_params_listed_twice_get_their_gradient_once(kwargs):
+    # Each listing got the whole gradient, and autograd summed them: twice the gradient.
+    field = Scaled()
+    grads = []
+    for params in ((field.rate,), (field.rate, field.rate)):
+        y0 = torch.ones(2, dtype=F64, requires_grad=True)
+        t = torch.tensor([0.0, 1.0], dtype=F64)
+        ys = odecore.odeint_adjoint(field, y0, t, adjoint_params=params, **kwargs)
+        grads.append(torch.autograd.grad(ys[-1].sum(), field.rate)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-14, atol=0.0)
+
+
+def test_checkpoint_params_listed_twice_get_their_gradient_once():
+    field = Scaled()
+    grads = []
+    for params in ((field.rate,), (field.rate, field.rate)):
+        sol = odecore.solve(
+            field, torch.ones(2, dtype=F64), t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            gradient=odecore.Checkpoint(params=params),
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(sol.ys[-1].sum(), field.rate)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-14, atol=0.0)
+
+
 class VanDerPol(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -399,12 +399,14 @@ def found_tensors(
     ``given``, or the field's module's parameters and every other tensor requiring
     grad that an evaluation of the forward solve read. A given tensor that does not
     require grad (a module's buffer) has no gradient to receive and is left out, as
-    torchdiffeq leaves it out of ``adjoint_params``."""
+    torchdiffeq leaves it out of ``adjoint_params``; one given twice is differentiated
+    once."""
     if given is not None:
         for i, q in enumerate(given):
             if not isinstance(q, Tensor):
                 raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
-        return tuple(q for q in given if q.requires_grad)
+        # Once each: a tensor listed twice would get its whole gradient twice.
+        return tuple({id(q): q for q in given if q.requires_grad}.values())
     if reads is None:
         return ()
     own = [q for q in module.parameters() if q.requires_grad] if module else []

@@ -383,7 +383,8 @@ def odeint_adjoint(
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
             every tensor requiring grad that an evaluation of the forward solve
             reads (see :class:`Adjoint`). Those that do not require grad (a
-            module's buffers) are left out, as in torchdiffeq.
+            module's buffers) are left out, as in torchdiffeq; one listed twice gets
+            its gradient once (torchdiffeq gives it twice).
 
     Returns:
         The solution at each time of ``t``, as :func:`odeint`.
