@@ -424,6 +424,29 @@ def test_a_field_unlike_the_state_is_refused(method, interface, field, y0, error
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_a_tuple_state_with_a_0_dim_tensor_and_an_empty_state(method, interface):
+    # A 0-dim tensor of a tuple state raised reshape()'s TypeError, an empty state
+    # the corrector's max() of nothing; every other method solves both.
+    solve = getattr(odecore, interface)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    options = {"step_size": 0.01}
+    q, p = solve(
+        lambda t, y: (y[1].sum(), -y[0].expand(2)), (torch.tensor(1.0, dtype=F64),
+        torch.zeros(2, dtype=F64)), t, method=method, options=options,
+    )  # fmt: skip
+    rq, rp = odecore.odeint(
+        lambda t, y: (y[1].sum(), -y[0].expand(2)), (torch.tensor(1.0, dtype=F64),
+        torch.zeros(2, dtype=F64)), t, method="rk4", options=options,
+    )  # fmt: skip
+    assert q.shape == (3,) and p.shape == (3, 2)
+    torch.testing.assert_close(q, rq, rtol=0, atol=1e-7)
+    torch.testing.assert_close(p, rp, rtol=0, atol=1e-7)
+    empty = solve(lambda t, y: -y, torch.ones(0, dtype=F64), t, method=method, options=options)
+    assert empty.shape == (3, 0)
+
+
 @pytest.mark.parametrize("method", ADAMS)
 def test_solver_objects_are_refused_with_the_way_out(method):
     with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):

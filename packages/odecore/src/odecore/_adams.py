@@ -338,7 +338,8 @@ class AdamsBashforthMoulton:
             previous, last = dy, update
             dy = weight * f(t1, y + dy) + known
             tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
-            update = float(((dy - previous).abs() / tol).max().detach())  # one host sync
+            scaled = (dy - previous).abs() / tol
+            update = float(scaled.max().detach()) if scaled.numel() else 0.0  # one host sync
             if not math.isfinite(update):
                 return dy, (
                     Status.NONFINITE,
@@ -558,7 +559,7 @@ def flat_field(
     def split(flat: Tensor) -> tuple[Tensor, ...]:
         parts = torch.split(flat, sizes, dim=-1)
         lead = flat.shape[:-1]
-        return tuple(p.reshape(*lead, *s) for p, s in zip(parts, shapes, strict=True))
+        return tuple(p.reshape((*lead, *s)) for p, s in zip(parts, shapes, strict=True))
 
     def field(t: Tensor, y: Tensor) -> Tensor:
         return pack(func(t, split(y)))
