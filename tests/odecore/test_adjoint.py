@@ -394,6 +394,36 @@ def test_adjoint_params_listed_twice_get_their_gradient_once(kwargs):
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-14, atol=0.0)
 
 
+@pytest.mark.parametrize(
+    "gradient",
+    [
+        {},
+        {"method": "implicit_adams", "options": {"step_size": 0.01}},
+        {"method": "scipy:RK45"},
+        odecore.Adjoint,
+        odecore.Checkpoint,
+    ],
+    ids=["odeint_adjoint", "adams", "scipy", "Adjoint", "Checkpoint"],
+)
+def test_params_may_be_a_generator(gradient):
+    # The check of the given tensors spent a generator, and the gradient was None.
+    field = Scaled()
+    y0 = torch.ones(2, dtype=F64)
+    if isinstance(gradient, dict):
+        ys = odecore.odeint_adjoint(
+            field, y0, torch.tensor([0.0, 1.0], dtype=F64),
+            adjoint_params=(p for p in [field.rate]), **gradient,
+        )  # fmt: skip
+    else:
+        ys = odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            gradient=gradient(params=(p for p in [field.rate])),
+        ).ys  # fmt: skip
+    (grad,) = torch.autograd.grad(ys[-1].sum(), field.rate, allow_unused=True)
+    assert grad is not None
+    assert abs(grad.item() - (-1.5 * math.exp(-1.05) * 2)) < 1e-5
+
+
 def test_checkpoint_params_listed_twice_get_their_gradient_once():
     field = Scaled()
     grads = []

@@ -291,6 +291,8 @@ class Adjoint(AbstractGradient):
     state: Literal["auto", "backsolve", "interpolated"] = "auto"
 
     def __post_init__(self) -> None:
+        if self.params is not None:  # a generator would be spent by its first reader
+            object.__setattr__(self, "params", tuple(self.params))
         if self.state not in ("auto", "backsolve", "interpolated"):
             raise ConfigurationError(
                 f"`state` must be 'auto', 'backsolve' or 'interpolated', got {self.state!r}."
@@ -340,6 +342,7 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | No
     recorder, then as the field for the loop).
     """
     if given is not None:
+        given = tuple(given)
         for i, q in enumerate(given):
             if not isinstance(q, Tensor):
                 raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
@@ -402,6 +405,7 @@ def found_tensors(
     torchdiffeq leaves it out of ``adjoint_params``; one given twice is differentiated
     once."""
     if given is not None:
+        given = tuple(given)
         for i, q in enumerate(given):
             if not isinstance(q, Tensor):
                 raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
@@ -967,6 +971,8 @@ class Checkpoint(AbstractGradient):
     params: Sequence[Tensor] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.params is not None:  # a generator would be spent by its first reader
+            object.__setattr__(self, "params", tuple(self.params))
         if self.every is not None and (
             isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1
         ):
