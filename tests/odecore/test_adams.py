@@ -387,6 +387,66 @@ def test_bad_options_are_refused(method, options, error, match):
         )
 
 
+@pytest.mark.parametrize(
+    ("field", "y0", "error", "match"),
+    [
+        (lambda t, y: -y[:1], torch.ones(3, 2, dtype=F64), ValueError, r"returned shape \(1, 2\)"),
+        (
+            lambda t, y: -y.float(),
+            torch.ones(3, dtype=F64),
+            TypeError,
+            r"returned dtype torch.float32",
+        ),
+        (lambda t, y: 1.0, torch.ones(3, dtype=F64), TypeError, r"must return a Tensor, got float"),
+        (
+            lambda t, y: (-y[0][:1], -y[1]),
+            (torch.ones(2, dtype=F64), torch.ones(3, dtype=F64)),
+            ValueError,
+            r"returned shape \(1,\) for `y0\[0\]`",
+        ),
+        (
+            lambda t, y: (-y[0].float(), -y[1]),
+            (torch.ones(2, dtype=F64), torch.ones(3, dtype=F64)),
+            TypeError,
+            r"returned dtype torch.float32 for `y0\[0\]`",
+        ),
+    ],
+)
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+@pytest.mark.parametrize("method", ADAMS)
+def test_a_field_unlike_the_state_is_refused(method, interface, field, y0, error, match):
+    # As by every other method: a result that broadcasts, of another dtype or not a
+    # tensor gave a solution of the state's shape, of a field that is not the one given.
+    with pytest.raises(error, match=match):
+        getattr(odecore, interface)(
+            field, y0, torch.tensor([0.0, 1.0], dtype=F64), method=method,
+            options={"step_size": 0.1},
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("interface", ["odeint", "odeint_adjoint"])
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_a_tuple_state_with_a_0_dim_tensor_and_an_empty_state(method, interface):
+    # A 0-dim tensor of a tuple state raised reshape()'s TypeError, an empty state
+    # the corrector's max() of nothing; every other method solves both.
+    solve = getattr(odecore, interface)
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    options = {"step_size": 0.01}
+    q, p = solve(
+        lambda t, y: (y[1].sum(), -y[0].expand(2)), (torch.tensor(1.0, dtype=F64),
+        torch.zeros(2, dtype=F64)), t, method=method, options=options,
+    )  # fmt: skip
+    rq, rp = odecore.odeint(
+        lambda t, y: (y[1].sum(), -y[0].expand(2)), (torch.tensor(1.0, dtype=F64),
+        torch.zeros(2, dtype=F64)), t, method="rk4", options=options,
+    )  # fmt: skip
+    assert q.shape == (3,) and p.shape == (3, 2)
+    torch.testing.assert_close(q, rq, rtol=0, atol=1e-7)
+    torch.testing.assert_close(p, rp, rtol=0, atol=1e-7)
+    empty = solve(lambda t, y: -y, torch.ones(0, dtype=F64), t, method=method, options=options)
+    assert empty.shape == (3, 0)
+
+
 @pytest.mark.parametrize("method", ADAMS)
 def test_solver_objects_are_refused_with_the_way_out(method):
     with pytest.raises(odecore.ConfigurationError, match=r"multistep method, which only odeint"):
@@ -442,6 +502,31 @@ def test_odeint_adjoint_agrees_with_backprop(method):
     for a, b in zip(adjoint[:3], backprop[:3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
     torch.testing.assert_close(adjoint[3], backprop[3], rtol=0, atol=5e-3)
+
+
+@pytest.mark.parametrize("method", ["explicit_adams", "implicit_adams"])
+def test_odeint_adjoint_calls_the_grid_constructor_once(method):
+    # torchdiffeq's forward pass calls it once; the backward solve retraces the grid
+    # that the forward one took. A constructor that draws its grid (here the second
+    # call's is coarser) made the backward solve step on another grid.
+    def fine(func, y0, t):
+        return torch.linspace(float(t[0]), float(t[-1]), 101, dtype=F64)
+
+    def drawn():
+        grids = iter([101, 3])
+        return lambda func, y0, t: torch.linspace(float(t[0]), float(t[-1]), next(grids), dtype=F64)
+
+    rate = torch.tensor(0.8, dtype=F64, requires_grad=True)
+    grads = []
+    for constructor in (fine, drawn()):
+        y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+        ys = odecore.odeint_adjoint(
+            lambda t, y: -rate * y + torch.sin(t), y0, torch.tensor([0.0, 1.0], dtype=F64),
+            method=method, options={"grid_constructor": constructor}, adjoint_params=(rate,),
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(ys[-1].pow(2).sum(), (y0, rate)))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)
 
 
 def test_odeint_adjoint_of_a_tuple_state_calls_the_adjoint_callbacks():

@@ -329,6 +329,15 @@ def test_adjoint_graph_does_not_grow_with_steps(adjoint):
             r"needs an adaptive `adjoint_method`",
         ),
         ({"adjoint_params": [1.0]}, TypeError, r"`params\[0\]` must be a Tensor"),
+        # The backward solve runs in the forward loop: these were ignored.
+        ({"adjoint_options": {"max_num_steps": 2}}, ValueError, r"\['max_num_steps'\] cannot"),
+        ({"adjoint_options": {"jump_t": [0.5]}}, ValueError, r"\['jump_t'\] cannot differ"),
+        ({"adjoint_options": {"step_t": [0.5]}}, ValueError, r"\['step_t'\] cannot differ"),
+        (
+            {"options": {"jump_t": [0.5]}, "adjoint_options": {"jump_t": [0.25]}},
+            ValueError,
+            r"\['jump_t'\] cannot differ",
+        ),
     ],
 )
 def test_adjoint_argument_errors(kwargs, error, match):
@@ -336,6 +345,95 @@ def test_adjoint_argument_errors(kwargs, error, match):
     t = torch.tensor([0.0, 1.0], dtype=F64)
     with pytest.raises(error, match=match):
         odecore.odeint_adjoint(lambda t, y: -y, y0, t, **kwargs)
+
+
+class Scaled(torch.nn.Module):
+    """``dy/dt = -rate * scale * y``: a parameter and a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate = torch.nn.Parameter(torch.tensor(0.7, dtype=F64))
+        self.register_buffer("scale", torch.tensor(1.5, dtype=F64))
+
+    def forward(self, t, y):
+        return -self.rate * self.scale * y
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"method": "implicit_adams", "options": {"step_size": 0.01}}, {"method": "scipy:RK45"}],
+)
+def test_adjoint_params_may_hold_a_buffer(kwargs):
+    # torchdiffeq's `adjoint_params=tuple(func.buffers()) + ...` works: a tensor that
+    # does not require grad is left out (backward() raised torch's bare RuntimeError).
+    field = Scaled()
+    y0 = torch.ones(2, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    ys = odecore.odeint_adjoint(
+        field, y0, t, rtol=1e-10, atol=1e-10, adjoint_params=(field.scale, field.rate), **kwargs
+    )
+    ys[-1].sum().backward()
+    expected = -1.5 * math.exp(-1.05) * 2
+    assert field.scale.grad is None
+    assert abs(field.rate.grad.item() - expected) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"method": "implicit_adams", "options": {"step_size": 0.01}}, {"method": "scipy:RK45"}],
+)
+def test_adjoint_params_listed_twice_get_their_gradient_once(kwargs):
+    # Each listing got the whole gradient, and autograd summed them: twice the gradient.
+    field = Scaled()
+    grads = []
+    for params in ((field.rate,), (field.rate, field.rate)):
+        y0 = torch.ones(2, dtype=F64, requires_grad=True)
+        t = torch.tensor([0.0, 1.0], dtype=F64)
+        ys = odecore.odeint_adjoint(field, y0, t, adjoint_params=params, **kwargs)
+        grads.append(torch.autograd.grad(ys[-1].sum(), field.rate)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-14, atol=0.0)
+
+
+@pytest.mark.parametrize(
+    "gradient",
+    [
+        {},
+        {"method": "implicit_adams", "options": {"step_size": 0.01}},
+        {"method": "scipy:RK45"},
+        odecore.Adjoint,
+        odecore.Checkpoint,
+    ],
+    ids=["odeint_adjoint", "adams", "scipy", "Adjoint", "Checkpoint"],
+)
+def test_params_may_be_a_generator(gradient):
+    # The check of the given tensors spent a generator, and the gradient was None.
+    field = Scaled()
+    y0 = torch.ones(2, dtype=F64)
+    if isinstance(gradient, dict):
+        ys = odecore.odeint_adjoint(
+            field, y0, torch.tensor([0.0, 1.0], dtype=F64),
+            adjoint_params=(p for p in [field.rate]), **gradient,
+        )  # fmt: skip
+    else:
+        ys = odecore.solve(
+            field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            gradient=gradient(params=(p for p in [field.rate])),
+        ).ys  # fmt: skip
+    (grad,) = torch.autograd.grad(ys[-1].sum(), field.rate, allow_unused=True)
+    assert grad is not None
+    assert abs(grad.item() - (-1.5 * math.exp(-1.05) * 2)) < 1e-5
+
+
+def test_checkpoint_params_listed_twice_get_their_gradient_once():
+    field = Scaled()
+    grads = []
+    for params in ((field.rate,), (field.rate, field.rate)):
+        sol = odecore.solve(
+            field, torch.ones(2, dtype=F64), t0=0.0, t1=1.0, solver=odecore.Dopri5(),
+            gradient=odecore.Checkpoint(params=params),
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(sol.ys[-1].sum(), field.rate)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-14, atol=0.0)
 
 
 class VanDerPol(torch.nn.Module):

@@ -145,6 +145,53 @@ def test_tensor_tolerances_accepted():
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("dopri5", None), ("rk4", {"step_size": 0.01}), ("implicit_adams", {"step_size": 0.01})],
+)
+def test_integer_times_are_refused(method, options):
+    # The event time comes back in t's dtype: an Adams solve gave event_t = 0 and y0
+    # for a ball that lands at 0.64 (the others raised torch's overflow error).
+    def fall(t, y):
+        return torch.stack([y[1], torch.full_like(y[1], -9.81)])
+
+    with pytest.raises(TypeError, match=r"`t` must be a floating point tensor, got torch.int64"):
+        odecore.odeint(
+            fall, torch.tensor([2.0, 0.0]), torch.tensor([0, 1]), method=method,
+            options=options, event_fn=lambda t, y: y[0],
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"rtol": 1e-6}, "rtol"),
+        ({"options": {"first_step": 0.1}}, r"options\['first_step'\]"),
+        ({"options": {"ifactor": 5.0}}, r"options\['ifactor'\]"),
+        ({"options": {"max_step": 0.1}}, r"options\['max_step'\]"),
+        ({"method": "rk4", "options": {"step_size": 0.1}}, r"options\['step_size'\]"),
+        ({"method": "implicit_adams", "options": {"step_size": 0.1}}, "step_size"),
+        ({"adjoint_options": {"first_step": 0.1}}, r"adjoint_options\['first_step'\]"),
+    ],
+)
+def test_a_number_given_as_a_tensor_that_requires_grad_is_refused(kwargs, name):
+    # torchdiffeq differentiates step_size, first_step and max_step; here they become
+    # numbers, and their gradient was None without a word.
+    def requiring(value):
+        return torch.tensor(value, dtype=torch.float64, requires_grad=True)
+
+    for key in ("options", "adjoint_options"):
+        if key in kwargs:
+            kwargs = {**kwargs, key: {k: requiring(v) for k, v in kwargs[key].items()}}
+    if "rtol" in kwargs:
+        kwargs = {**kwargs, "rtol": requiring(kwargs["rtol"])}
+    y0 = torch.ones(1, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    odeint = odecore.odeint_adjoint if "adjoint_options" in kwargs else odecore.odeint
+    with pytest.raises(ValueError, match=rf"`{name}` is a tensor that requires grad"):
+        odeint(lambda t, y: -y, y0, t, **kwargs)
+
+
 # --- backward in time ------------------------------------------------------------------------
 
 

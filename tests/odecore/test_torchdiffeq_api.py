@@ -486,6 +486,22 @@ def test_perturb_with_n_steps_matches_step_size():
     torch.testing.assert_close(a, b, rtol=1e-15, atol=1e-15)
 
 
+@pytest.mark.parametrize("t", [T, T.flip(0)], ids=["forward", "backward"])
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4", "implicit_euler"])
+def test_perturb_with_step_size_keeps_the_time_gradients(method, t):
+    # On a smooth field the one-sided limits are f itself: the solve and its
+    # gradients are those without perturb. The steps of size 0.3 from t[0] (the last
+    # one shorter) move with t[0]; with perturb they landed on constant step ends.
+    grads = []
+    for perturb in (False, True):
+        tt = t.clone().requires_grad_(True)
+        ys = odecore.odeint(
+            smooth, Y0, tt, method=method, options={"step_size": 0.3, "perturb": perturb}
+        )
+        grads.append(torch.autograd.grad((ys**2).sum(), tt)[0])
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+
+
 def test_perturb_must_be_a_bool():
     with pytest.raises(TypeError, match=r"The option `perturb` must be True or False, got 1"):
         odecore.odeint(smooth, Y0, T, method="euler", options={"perturb": 1})
@@ -496,6 +512,40 @@ def test_adjoint_perturb_needs_forward_perturb():
         odecore.odeint_adjoint(
             smooth, Y0, T, method="euler", adjoint_options={"perturb": True}, adjoint_params=()
         )
+
+
+# --- the adjoint's norm -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("y0", [Y0, (Y0[:1], Y0[1:])], ids=["tensor", "tuple"])
+def test_an_adjoint_norm_takes_the_backward_state_as_torchdiffeq_gives_it(y0):
+    # torchdiffeq calls `adjoint_options["norm"]` with (t, y, a, *parameter grads), y
+    # and a as the tuple's tensors for a tuple state; it was called with a state like
+    # y0, so a norm written for torchdiffeq read other numbers without a word.
+    w = torch.tensor([0.7, 0.3], dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        if isinstance(y, tuple):
+            return (y[1], -w[0] * y[0] + w[1] * torch.sin(t))
+        return torch.stack([y[1], -w[0] * y[0] + w[1] * torch.sin(t)])
+
+    results = []
+    for lib in (odecore, torchdiffeq):
+        shapes = set()
+
+        def norm(parts, shapes=shapes):
+            shapes.add(tuple(tuple(p.shape) for p in parts))
+            return max(p.pow(2).mean().sqrt() for p in parts[1:-1])  # a seminorm
+
+        ys = lib.odeint_adjoint(
+            field, y0, torch.tensor([0.0, 2.0], dtype=F64), rtol=1e-9, atol=1e-9,
+            adjoint_options={"norm": norm}, adjoint_params=(w,),
+        )  # fmt: skip
+        loss = sum(y[-1].sum() for y in ys) if isinstance(ys, tuple) else ys[-1].sum()
+        results.append((shapes, torch.autograd.grad(loss, w)[0]))
+    (ours, grad), (theirs, expected) = results
+    assert ours == theirs
+    torch.testing.assert_close(grad, expected, rtol=1e-7, atol=1e-7)
 
 
 # --- interp and dtype -------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status
-from ._solve import _FiniteRecord
+from ._solve import _check_derivative, _FiniteRecord, _packing
 
 MAX_ORDER = 12
 """The highest ``max_order`` (torchdiffeq's bound, and its default)."""
@@ -338,7 +338,8 @@ class AdamsBashforthMoulton:
             previous, last = dy, update
             dy = weight * f(t1, y + dy) + known
             tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
-            update = float(((dy - previous).abs() / tol).max().detach())  # one host sync
+            scaled = (dy - previous).abs() / tol
+            update = float(scaled.max().detach()) if scaled.numel() else 0.0  # one host sync
             if not math.isfinite(update):
                 return dy, (
                     Status.NONFINITE,
@@ -525,14 +526,26 @@ def flat_field(
 ) -> tuple[Field, Tensor, Callable[[Tensor], FlatState]]:
     """``func`` on one flat tensor, the flat ``y0``, and the map from flat outputs back.
 
-    A tensor state passes through unchanged; a tuple of tensors is concatenated.
+    A tensor state passes through unchanged; a tuple of tensors is concatenated. What
+    ``func`` returns is checked against the state as by the other methods: a tensor
+    (a tuple of them) of the state's shape, dtype and device, or an error that says so.
     """
     if not isinstance(y0, tuple):
+        shape, dtype, device = y0.shape, y0.dtype, y0.device
 
         def same(ys: Tensor) -> FlatState:
             return ys
 
-        return func, y0, same
+        def checked(t: Tensor, y: Tensor) -> Tensor:
+            out = func(t, y)
+            alike = isinstance(out, Tensor) and (out.shape, out.dtype) == (shape, dtype)
+            if not (alike and out.device == device) and _check_derivative(
+                out, shape, dtype, device
+            ):
+                out = out.to(dtype)  # autocast
+            return out  # type: ignore[no-any-return]
+
+        return checked, y0, same
     shapes = [y.shape for y in y0]
     sizes = [math.prod(s) for s in shapes]
     dtype = y0[0].dtype
@@ -541,15 +554,14 @@ def flat_field(
             "The Adams methods need the tensors of a tuple state in one dtype, got "
             f"{[y.dtype for y in y0]}."
         )
+    flat, _, pack = _packing(y0)
 
     def split(flat: Tensor) -> tuple[Tensor, ...]:
         parts = torch.split(flat, sizes, dim=-1)
         lead = flat.shape[:-1]
-        return tuple(p.reshape(*lead, *s) for p, s in zip(parts, shapes, strict=True))
+        return tuple(p.reshape((*lead, *s)) for p, s in zip(parts, shapes, strict=True))
 
     def field(t: Tensor, y: Tensor) -> Tensor:
-        out = func(t, split(y))
-        return torch.cat([o.reshape(-1).to(dtype) for o in out])
+        return pack(func(t, split(y)))
 
-    flat = torch.cat([y.reshape(-1).to(dtype) for y in y0])
     return field, flat, split

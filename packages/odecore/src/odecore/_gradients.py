@@ -291,6 +291,8 @@ class Adjoint(AbstractGradient):
     state: Literal["auto", "backsolve", "interpolated"] = "auto"
 
     def __post_init__(self) -> None:
+        if self.params is not None:  # a generator would be spent by its first reader
+            object.__setattr__(self, "params", tuple(self.params))
         if self.state not in ("auto", "backsolve", "interpolated"):
             raise ConfigurationError(
                 f"`state` must be 'auto', 'backsolve' or 'interpolated', got {self.state!r}."
@@ -340,6 +342,7 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | No
     recorder, then as the field for the loop).
     """
     if given is not None:
+        given = tuple(given)
         for i, q in enumerate(given):
             if not isinstance(q, Tensor):
                 raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
@@ -397,9 +400,17 @@ def found_tensors(
 ) -> tuple[Tensor, ...]:
     """The tensors to differentiate besides ``y0``, once the forward solve has run:
     ``given``, or the field's module's parameters and every other tensor requiring
-    grad that an evaluation of the forward solve read."""
+    grad that an evaluation of the forward solve read. A given tensor that does not
+    require grad (a module's buffer) has no gradient to receive and is left out, as
+    torchdiffeq leaves it out of ``adjoint_params``; one given twice is differentiated
+    once."""
     if given is not None:
-        return tuple(given)
+        given = tuple(given)
+        for i, q in enumerate(given):
+            if not isinstance(q, Tensor):
+                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+        # Once each: a tensor listed twice would get its whole gradient twice.
+        return tuple({id(q): q for q in given if q.requires_grad}.values())
     if reads is None:
         return ()
     own = [q for q in module.parameters() if q.requires_grad] if module else []
@@ -487,6 +498,42 @@ def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ..
         if isinstance(leaf, Tensor) and id(leaf) not in skipped:
             found.setdefault(id(leaf), leaf)
     return tuple(found.values())
+
+
+@dataclass(frozen=True)
+class AugmentedNorm:
+    """torchdiffeq's norm of ``adjoint_options``: a callable on the tuple ``(t, y, a,
+    *parameter gradients)`` of the backward state, each part in its own shape (``y``
+    and ``a`` as the tuple's tensors for a tuple state; ``t``, whose adjoint the
+    backward solve here does not integrate, a 0-dim zero), as torchdiffeq calls it.
+    ``unpack`` splits the flat state of a tuple state. :func:`odeint_adjoint` gives it
+    to the backward controller, whose norm it becomes in the backward pass."""
+
+    norm: Callable[[tuple[Tensor, ...]], Tensor]
+    unpack: Callable[[Tensor], Any] | None = None
+
+    def __call__(self, z: Tensor) -> Tensor:
+        raise ConfigurationError(
+            "torchdiffeq's `adjoint_options={'norm': ...}` measures the adjoint's backward "
+            "state, not a forward one; it is the norm of odeint_adjoint's backward solve only."
+        )
+
+    def bind(
+        self, shape: torch.Size, m: int, params: Sequence[Tensor]
+    ) -> Callable[[Tensor], Tensor]:
+        """The norm of the flat backward state ``(y, a, g)`` whose ``y`` has ``m``
+        elements (all, or 0 when the state is read from the forward steps, where its
+        error is zero)."""
+        n, sizes = shape.numel(), [q.numel() for q in params]
+
+        def norm(z: Tensor) -> Tensor:
+            y = z[:m].view(shape) if m else z.new_zeros(shape)
+            a = z[m : m + n].view(shape)
+            grads = (c.view_as(q) for c, q in zip(torch.split(z[m + n :], sizes), params))
+            ys, adjs = (self.unpack(y), self.unpack(a)) if self.unpack else ((y,), (a,))
+            return self.norm((z.new_zeros(()), *ys, *adjs, *grads))
+
+        return norm
 
 
 def _backward_norm(
@@ -716,7 +763,9 @@ def _adjoint_backward(
     sizes = [q.numel() for q in params]
     solver = method.solver or p.solver
     controller = method.controller or p.controller
-    if isinstance(controller, PIDController) and controller.norm is not None:
+    if isinstance(controller, PIDController) and isinstance(controller.norm, AugmentedNorm):
+        controller = replace(controller, norm=controller.norm.bind(p.y0.shape, m, params))
+    elif isinstance(controller, PIDController) and controller.norm is not None:
         # A norm of the forward state (a tuple state's, or the user's) measures the
         # state and its adjoint separately; the parameter gradients get the RMS norm.
         norm = _backward_norm(controller.norm, p.y0.shape, method.seminorm, m)
@@ -922,6 +971,8 @@ class Checkpoint(AbstractGradient):
     params: Sequence[Tensor] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.params is not None:  # a generator would be spent by its first reader
+            object.__setattr__(self, "params", tuple(self.params))
         if self.every is not None and (
             isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1
         ):

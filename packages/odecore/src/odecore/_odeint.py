@@ -37,7 +37,14 @@ from ._events import (
     reroute,
     warn_unsupported_callbacks,
 )
-from ._gradients import AbstractGradient, Adjoint, _Reads, buffers_kept, found_tensors
+from ._gradients import (
+    AbstractGradient,
+    Adjoint,
+    AugmentedNorm,
+    _Reads,
+    buffers_kept,
+    found_tensors,
+)
 from ._implicit import AbstractImplicitRK
 from ._solve import (
     SaveAt,
@@ -68,6 +75,10 @@ from ._spec import (
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
+# Options of odeint_adjoint's backward solve that are the forward solve's: it runs in
+# the forward loop, with its jumps, step times, step budget and compilation.
+_FORWARD_ONLY = ("jump_t", "step_t", "max_num_steps", "compile")
+
 _SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_num_steps",
                          *_CALL_OPTIONS)  # fmt: skip
 
@@ -93,6 +104,11 @@ def _check_t(t: Tensor) -> list[float]:
         raise TypeError(f"`t` must be a 1-D torch.Tensor of times, got {type(t).__name__}.")
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"`t` must be a non-empty 1-D tensor, got shape {tuple(t.shape)}.")
+    if not t.is_floating_point():
+        raise TypeError(
+            f"`t` must be a floating point tensor, got {t.dtype} (as torchdiffeq asks): the "
+            "event time of `event_fn` comes back in `t`'s dtype. Use e.g. `t.double()`."
+        )
     ts = t.detach().tolist()
     if not all(math.isfinite(x) for x in ts):
         raise ValueError(f"`t` must hold finite times, got {ts}.")
@@ -158,8 +174,8 @@ def odeint(
             dtype, ``y`` has the structure of ``y0``.
         y0: the initial state at ``t[0]``: a floating tensor of any shape, or a tuple
             of tensors.
-        t: 1-D tensor of times, strictly increasing or strictly decreasing; backward
-            solves integrate from ``t[0]`` down to ``t[-1]``.
+        t: 1-D floating tensor of times, strictly increasing or strictly
+            decreasing; backward solves integrate from ``t[0]`` down to ``t[-1]``.
         rtol: relative tolerance of adaptive methods.
         atol: absolute tolerance of adaptive methods.
         method: one of ``euler``, ``midpoint``, ``heun`` (or ``heun2``), ``ralston``,
@@ -182,9 +198,10 @@ def odeint(
             implicit ones and 5 for ``explicit_adams``, whose stability region
             shrinks with the order: ``max_order=12`` is torchdiffeq's scheme) and,
             implicit, ``max_iters`` (the corrector's, default 4; ``rtol`` and
-            ``atol`` end it early, and a corrector left farther than them from its
-            fixed point raises where torchdiffeq only warns); an ``event_fn`` needs
-            ``step_size``.
+            ``atol`` end it early; a corrector that runs out of iterations while
+            contracting, farther than them from its fixed point, warns once and goes
+            on, and one that diverges raises where torchdiffeq only warns); an
+            ``event_fn`` needs ``step_size``.
             The variable-order ``adams`` is planned: its name raises an error that
             says so.
         options: for fixed-step methods one of ``step_size``, ``n_steps`` (uniform
@@ -227,7 +244,9 @@ def odeint(
     Raises:
         TypeError: if ``y0`` or ``t`` has the wrong type or dtype.
         ValueError: for an unknown method or option, bad times, tolerances,
-            shapes, or a non-finite ``y0``.
+            shapes, or a non-finite ``y0``; for a tolerance or option given as a
+            tensor that requires grad (it is taken as a number, and no gradient
+            would reach it).
         SolverError: if the solve cannot finish (step size underflow, step budget
             exhausted, non-finite state, an implicit method's Newton iteration or an
             implicit Adams method's corrector that diverges in a step,
@@ -350,12 +369,22 @@ def odeint_adjoint(
             from torch; odecore's and scipy's methods mix freely, torchdiffeq's go
             only with torchdiffeq's.
         adjoint_options: the backward options (default: ``options`` when the method
-            is the same); ``{"norm": "seminorm"}`` measures the backward error on
-            the state and its adjoint only (Kidger et al. 2021), which saves steps
-            (not with ``scipy:`` methods, whose norm is their own).
+            is the same); ``jump_t``, ``step_t``, ``max_num_steps`` and ``compile``
+            are the forward solve's, in whose loop the backward solve runs: given
+            here, they must be those of ``options``. ``{"norm": "seminorm"}``
+            measures the backward error on the state and its adjoint only (Kidger et
+            al. 2021), which saves steps
+            (not with ``scipy:`` methods, whose norm is their own). A callable
+            ``norm`` here is torchdiffeq's: it takes the tuple ``(t, y, a, *parameter
+            gradients)`` of the backward error (``y`` and ``a`` as the tuple's
+            tensors for a tuple state; ``t`` a 0-dim zero), where the forward norm
+            that the backward solve inherits without ``adjoint_options`` measures
+            ``y`` and ``a`` each as a state.
         adjoint_params: the tensors to differentiate besides ``y0`` and ``t``; default
             every tensor requiring grad that an evaluation of the forward solve
-            reads (see :class:`Adjoint`).
+            reads (see :class:`Adjoint`). Those that do not require grad (a
+            module's buffers) are left out, as in torchdiffeq; one listed twice gets
+            its gradient once (torchdiffeq gives it twice).
 
     Returns:
         The solution at each time of ``t``, as :func:`odeint`.
@@ -434,9 +463,28 @@ def odeint_adjoint(
             "`adjoint_options={'perturb': True}` needs `options={'perturb': True}`: the "
             "backward solve evaluates one-sided limits at the forward solve's step ends."
         )
+    forward_opts = dict(options or {})
+    own = [
+        key
+        for key in _FORWARD_ONLY
+        if adjoint_options and key in adjoint_options
+        and (key not in forward_opts or forward_opts[key] is not adjoint_options[key])
+    ]  # fmt: skip
+    if own:
+        raise ConfigurationError(
+            f"`adjoint_options` {own} cannot differ from `options`: the backward solve "
+            "restarts at the forward `jump_t`, steps on the forward `step_t` and counts "
+            "its steps against the forward `max_num_steps`, in the forward solve's loop "
+            "(compiled or not as it is). Give them in `options`, or leave them out of "
+            "`adjoint_options`."
+        )
     seminorm = back_opts.get("norm") == "seminorm"
     if seminorm:
         del back_opts["norm"]
+    elif adjoint_options is not None and callable(back_opts.get("norm")):
+        # torchdiffeq's adjoint norm takes the backward state (t, y, a, *param grads),
+        # not a state like y0 as the forward norm that the backward solve inherits.
+        back_opts["norm"] = AugmentedNorm(back_opts["norm"])
     forward_grid = dict(options or {}).get("grid_constructor")
     if forward_grid is not None and back_opts.get("grid_constructor") is forward_grid:
         # The backward solve's loop steps on the forward solve's step times, so by
@@ -799,7 +847,13 @@ def _configure(
     dt0: float
     if spec.dt0 is not None:
         dt0 = spec.dt0
-        ends = [*_step_size_grid(ts[0], ts[-1], dt0), *extra]
+        sized = _step_size_grid(ts[0], ts[-1], dt0)
+        ends = [*sized, *extra]
+        if perturb and grid is not None:
+            # `perturb` makes every step end a jump, given as a number: the steps
+            # would land on constants and stop moving with t[0]. As tensors from
+            # `t`, they keep its gradient, as without `perturb`.
+            step_ts = _with_step_t(_step_size_tensor(grid[2], sized, dt0), step_t)
     elif spec.n_steps is not None:
         n = spec.n_steps
         if span == 0:
@@ -847,10 +901,12 @@ def _adams(
     options: Mapping[str, Any] | None,
     event_fn: EventFn | None,
     wrap: Callable[[Callable[[Tensor, Tensor], Tensor]], Any] | None = None,
+    grid: Tensor | None = None,
 ) -> State | tuple[Tensor, State]:
-    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods; with
-    ``event_fn``, steps of ``step_size`` until the event (see :func:`_adams_event`).
-    ``wrap`` replaces the flat field the steps call (the adjoint's search for tensors)."""
+    """:func:`odeint` with an Adams method: the grid as for the fixed-step methods (or
+    ``grid``, already built from them); with ``event_fn``, steps of ``step_size`` until
+    the event (see :func:`_adams_event`). ``wrap`` replaces the flat field the steps
+    call (the adjoint's search for tensors)."""
     _check_state(y0)
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
     opts = dict(options or {})
@@ -881,8 +937,8 @@ def _adams(
         return event_t, solution
     if len(ts) == 1:
         return split(flat.unsqueeze(0))
-    grid = _adams_grid(opts, (func, y0, t), ts).to(flat.device)
-    return split(adams.integrate(field, flat, grid, t, rtol, atol, steps))
+    grid = _adams_grid(opts, (func, y0, t), ts) if grid is None else grid
+    return split(adams.integrate(field, flat, grid.to(flat.device), t, rtol, atol, steps))
 
 
 def _adams_grid(opts: Mapping[str, Any], grid: GridArgs, ts: list[float]) -> Tensor:
@@ -1001,10 +1057,16 @@ def _adams_adjoint(
         return found[-1]
 
     search = adjoint_params is None and torch.is_grad_enabled()
+    # One grid for both passes: a `grid_constructor` is called once, as by torchdiffeq's
+    # forward pass, so that the backward solve retraces the grid the forward one took.
+    grid = None
+    if event_fn is None and len(ts) > 1:
+        grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
     with torch.no_grad():
         forward = _adams(
-            func, y0, t, ts, rtol, atol, method, options, event_fn, wrap if search else None
-        )
+            func, y0, t, ts, rtol, atol, method, options, event_fn,
+            wrap if search else None, grid,
+        )  # fmt: skip
     if event_fn is not None:
         event_t, solution = forward
         assert isinstance(event_t, Tensor)
@@ -1014,7 +1076,8 @@ def _adams_adjoint(
         solution = forward
     field, flat, split = flat_field(func, y0)
     params = found_tensors(adjoint_params, module, found[0] if found else None)
-    grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
+    if grid is None:  # an event's steps of `step_size` up to it, or one time
+        grid = _adams_grid(dict(options or {}), (func, y0, t), ts)
     spec = _AdamsAdjoint(
         field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
         positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),

@@ -30,6 +30,7 @@ from ._events import Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
     Adjoint,
+    AugmentedNorm,
     Autograd,
     FlatField,
     Loop,
@@ -1140,7 +1141,10 @@ def _solve(
     f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
     if unpack is not None and isinstance(gradient, Adjoint):  # its backward controller too
         back = gradient.controller
-        if isinstance(back, PIDController) and back.norm is not None:
+        if isinstance(back, PIDController) and isinstance(back.norm, AugmentedNorm):
+            back = replace(back, norm=replace(back.norm, unpack=unpack))
+            gradient = replace(gradient, controller=back)
+        elif isinstance(back, PIDController) and back.norm is not None:
             gradient = replace(gradient, controller=_unpacking(back, unpack))
     _check_resolution(flat0.dtype, controller, gradient)
     out_ts = _output_times(saveat, t0, t1)

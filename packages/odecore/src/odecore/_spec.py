@@ -367,6 +367,8 @@ def resolve(
             f"Unknown {name}option(s) {unknown} for method {method!r}; known options: "
             f"{', '.join(known)}."
         )
+    for key, value in opts.items():
+        _without_grad(f"{name}options['{key}']", value)
     rtol = positive(f"{name}rtol", rtol)
     atol = positive(f"{name}atol", atol)
     max_steps = opts.get("max_num_steps", 100_000)
@@ -475,8 +477,20 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
     return cls()
 
 
+def _without_grad(name: str, value: Any) -> None:
+    """Refuse a tensor that requires grad where a number is taken: it would become a
+    float, and its gradient ``None``, without a word (torchdiffeq differentiates some
+    of its options, such as ``step_size`` and ``first_step``)."""
+    if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"`{name}` is a tensor that requires grad, but it is taken as a number: no "
+            f"gradient would reach it. Pass a number or a detached tensor."
+        )
+
+
 def positive(name: str, value: Any) -> float:
     """``value`` as a float if it is a positive finite number."""
+    _without_grad(name, value)
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -488,6 +502,7 @@ def positive(name: str, value: Any) -> float:
 
 def nonnegative(name: str, value: Any) -> float:
     """``value`` as a float if it is a finite number ``>= 0``."""
+    _without_grad(name, value)
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
