@@ -347,6 +347,19 @@ def test_adjoint_argument_errors(kwargs, error, match):
         odecore.odeint_adjoint(lambda t, y: -y, y0, t, **kwargs)
 
 
+def test_adjoint_options_may_repeat_the_forward_ones_as_equal_values():
+    # The same step budget and jumps written twice (distinct objects) are not "another".
+    y0 = torch.ones(2, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    big = int("100000")  # not the object the literal below makes
+    out = odecore.odeint_adjoint(
+        lambda t, y: -y, y0, t, options={"max_num_steps": 100000, "jump_t": [0.5]},
+        adjoint_options={"max_num_steps": big, "jump_t": [0.5]},
+    )  # fmt: skip
+    out[-1].sum().backward()
+    torch.testing.assert_close(y0.grad, torch.full((2,), math.exp(-1.0), dtype=F64))
+
+
 class Scaled(torch.nn.Module):
     """``dy/dt = -rate * scale * y``: a parameter and a buffer."""
 

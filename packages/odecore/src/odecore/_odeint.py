@@ -79,6 +79,16 @@ _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 # the forward loop, with its jumps, step times, step budget and compilation.
 _FORWARD_ONLY = ("jump_t", "step_t", "max_num_steps", "compile")
 
+
+def _same(a: object, b: object) -> bool:
+    """Whether two option values are the same: one object, or equal numbers or lists."""
+    if a is b:
+        return True
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return False
+    return type(a) is type(b) and a == b
+
+
 _SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_num_steps",
                          *_CALL_OPTIONS)  # fmt: skip
 
@@ -468,7 +478,7 @@ def odeint_adjoint(
         key
         for key in _FORWARD_ONLY
         if adjoint_options and key in adjoint_options
-        and (key not in forward_opts or forward_opts[key] is not adjoint_options[key])
+        and (key not in forward_opts or not _same(forward_opts[key], adjoint_options[key]))
     ]  # fmt: skip
     if own:
         raise ConfigurationError(
