@@ -226,6 +226,21 @@ def test_no_gradient_method_leaves_an_input_without_its_gradient(gradient: str, 
         torch.testing.assert_close(v.grad, oracle[name].grad, rtol=2e-6, atol=2e-8)
 
 
+@pytest.mark.parametrize("gradient", [*GRADIENTS.values(), odecore.Reversible()], ids=repr)
+def test_a_field_that_returns_the_tensor_it_closes_over_gives_it_its_gradient(gradient):
+    """``y' = c``: the field's result is ``c`` itself, a leaf with no graph to walk."""
+    c = torch.tensor([1.0, -2.0], dtype=F64, requires_grad=True)
+    y0 = torch.zeros(2, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: c, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
+        saveat=odecore.SaveAt(ts=[0.5, 1.0]), gradient=gradient,
+    )  # fmt: skip
+    sol.ys.sum().backward()
+    assert c.grad is not None, f"{gradient!r} left `c` without a gradient"
+    torch.testing.assert_close(c.grad, torch.full_like(c, 1.5))
+    torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
+
+
 @pytest.mark.parametrize("method", ["dopri5", "scipy:LSODA"])
 def test_odeint_adjoint_differentiates_what_a_plain_function_closes_over(method: str) -> None:
     pytest.importorskip("scipy")

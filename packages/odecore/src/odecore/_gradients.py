@@ -464,12 +464,17 @@ class _Reads:
 def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ...]:
     """The leaf tensors requiring grad that the graphs of ``outs`` (tensors, or nodes of
     a graph) reach, in the order reached; not through, nor at, the tensors of ``skip``
-    (a field's state and time)."""
+    (a field's state and time). An out that is such a leaf itself (a field that returns
+    a tensor it closes over, ``lambda t, y: c``) is one of them."""
     found: dict[int, Tensor] = {}
     seen = {x.grad_fn for x in skip if isinstance(x, Tensor) and x.grad_fn is not None}
     skipped = {id(x) for x in skip}
     stack = []
     for out in outs:
+        if isinstance(out, Tensor) and out.grad_fn is None:
+            if out.requires_grad and id(out) not in skipped:
+                found.setdefault(id(out), out)
+            continue
         node: Any = out.grad_fn if isinstance(out, Tensor) else out
         if node is not None and node not in seen:
             seen.add(node)
