@@ -241,6 +241,23 @@ def test_a_field_that_returns_the_tensor_it_closes_over_gives_it_its_gradient(gr
     torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
 
 
+@pytest.mark.parametrize("method", [odecore.Adjoint, odecore.Checkpoint, odecore.Reversible])
+def test_params_named_twice_or_without_grad_give_each_gradient_once(method):
+    def gradient(how):
+        w = torch.tensor([0.7, -0.3], dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            lambda t, y: -w * y, torch.ones(2, dtype=F64), t0=0.0, t1=1.0,
+            solver=odecore.RK4(), dt0=0.1, gradient=how(w),
+        )  # fmt: skip
+        sol.ys[-1].sum().backward()
+        return w.grad
+
+    constant = torch.tensor(1.0, dtype=F64)
+    twice = gradient(lambda w: method(params=(w, w, constant)))
+    torch.testing.assert_close(twice, gradient(lambda w: method(params=(w,))))
+    torch.testing.assert_close(twice, gradient(lambda w: odecore.Autograd()), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("method", ["dopri5", "scipy:LSODA"])
 def test_odeint_adjoint_differentiates_what_a_plain_function_closes_over(method: str) -> None:
     pytest.importorskip("scipy")

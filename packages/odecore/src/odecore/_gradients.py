@@ -246,8 +246,9 @@ class Adjoint(AbstractGradient):
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
         params: the tensors to differentiate besides ``y0`` and the times; default
             every tensor requiring grad that an evaluation of the forward solve
-            reads. Given, exactly these get gradients (and no tensor is searched
-            for: the forward solve costs no more than without a gradient).
+            reads. Given, exactly these get gradients (each once, however often it
+            is named; those that do not require grad are left out), and no tensor is
+            searched for: the forward solve costs no more than without a gradient.
         state: where the backward pass takes the state ``y(t)`` from.
             ``"backsolve"`` integrates it backward in time with the adjoint: memory
             constant in the steps, but a stiff problem's damped modes grow backward
@@ -397,9 +398,12 @@ def found_tensors(
 ) -> tuple[Tensor, ...]:
     """The tensors to differentiate besides ``y0``, once the forward solve has run:
     ``given``, or the field's module's parameters and every other tensor requiring
-    grad that an evaluation of the forward solve read."""
+    grad that an evaluation of the forward solve read. Of ``given``, each tensor once
+    (one named twice would get its gradient twice), and only those requiring grad (the
+    others have no gradient to get)."""
     if given is not None:
-        return tuple(given)
+        unique = {id(q): q for q in given if q.requires_grad}
+        return tuple(unique.values())
     if reads is None:
         return ()
     own = [q for q in module.parameters() if q.requires_grad] if module else []
