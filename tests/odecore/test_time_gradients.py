@@ -613,3 +613,29 @@ def test_repeated_output_times_each_keep_their_gradient(
     slope = single[1]
     expected = torch.stack([single[0], 2 * slope, 3 * slope, 4 * single[2]])
     torch.testing.assert_close(repeated, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+@pytest.mark.parametrize("start", [0.2, 0.8], ids=["forward", "backward"])
+def test_an_output_time_repeated_at_the_start_moves_from_it(gradient: str, start: float):
+    """``SaveAt(ts=[0.2, 0.2, 0.5, 0.8])`` from ``t0 = 0.2`` (and its mirror from 0.8):
+    the first output time is the start; the second moves from it along the field,
+    slope ``f(t0, y0)``, and moving the start moves that output the other way
+    (one-sided differences agree)."""
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=F64)
+    end = 1.0 - start
+    grads = []
+    for times in ([start, start, 0.5, end], [start, 0.5, end]):
+        ts = torch.tensor(times, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            _forced, torch.ones(1, dtype=F64), t0=start, t1=end, solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+            saveat=odecore.SaveAt(ts=ts), gradient=GRADIENTS[gradient],
+        )  # fmt: skip
+        w = weights if len(times) == 4 else weights[[0, 2, 3]]
+        (grad,) = torch.autograd.grad(w @ sol.ys[:, 0], ts)
+        grads.append(grad)
+    repeated, single = grads
+    slope = _forced(torch.tensor(start, dtype=F64), torch.ones(1, dtype=F64))[0]
+    expected = torch.stack([single[0] - 2 * slope, 2 * slope, single[1], single[2]])
+    torch.testing.assert_close(repeated, expected, rtol=1e-6, atol=1e-8)

@@ -343,6 +343,14 @@ class _Clock:
         return _plus(own[k] if k < len(own) else None, _minus(start), moved)
 
 
+    def offset_at_start(self, s0: float, k: int) -> Tensor | None:
+        """How the ``k``-th output at the start ``s0`` moves from it: the start is the
+        first output there (:func:`_clock`), and a later one moves from the start
+        along the field, as an output inside the first step does."""
+        own = self.outputs.get(s0, [])
+        return _plus(own[k], _minus(self.shift(s0))) if k < len(own) else None
+
+
 def _plus(*terms: Tensor | None) -> Tensor | None:
     """The sum of the terms that are not ``None``; ``None`` when none is."""
     present = [x for x in terms if x is not None]
@@ -638,6 +646,11 @@ def _integrate(
         f0 = solver.init(fe, s, y)
         if not _all_finite(f0):
             status = Status.NONFINITE
+        elif fe.clock is not None and out_i > 1:  # outputs at t0 after the start's own
+            for k in range(1, out_i):
+                offset = fe.clock.offset_at_start(s0, k)
+                if offset is not None:  # moves along the field from the start
+                    ys[k] = flat0 + _along(f0, offset.to(flat0.dtype))
     if s0 < s1 and status == Status.SUCCESS:
         dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
         span = s1 - s0
