@@ -639,3 +639,18 @@ def test_an_output_time_repeated_at_the_start_moves_from_it(gradient: str, start
     slope = _forced(torch.tensor(start, dtype=F64), torch.ones(1, dtype=F64))[0]
     expected = torch.stack([single[0] - 2 * slope, 2 * slope, single[1], single[2]])
     torch.testing.assert_close(repeated, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+def test_an_output_time_repeated_in_a_solve_of_no_length_moves_from_the_start(gradient: str):
+    """``t0 = t1 = 0.2``, ``SaveAt(ts=[0.2, 0.2])``: the first time is the start, the
+    second moves from it along ``f(t0, y0)`` (one-sided differences agree)."""
+    ts = torch.tensor([0.2, 0.2], dtype=F64, requires_grad=True)
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        _forced, y0, t0=0.2, t1=0.2, solver=odecore.Dopri5(), saveat=odecore.SaveAt(ts=ts),
+        gradient=GRADIENTS[gradient],
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(torch.tensor([1.0, 2.0], dtype=F64) @ sol.ys[:, 0], ts)
+    slope = _forced(torch.tensor(0.2, dtype=F64), y0.detach())[0]
+    torch.testing.assert_close(grad, torch.stack([-2 * slope, 2 * slope]))

@@ -641,12 +641,15 @@ def _integrate(
     s = s0
     y = flat0
     finite = _FiniteRecord(flat0)  # finiteness of every accepted step, read at the end
-    if s0 < s1:
+    # Outputs at t0 after the start's own move from it along f(t0, y0), in a solve of
+    # no length too.
+    moving = fe.clock is not None and out_i > 1
+    if s0 < s1 or moving:
         fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
         if not _all_finite(f0):
             status = Status.NONFINITE
-        elif fe.clock is not None and out_i > 1:  # outputs at t0 after the start's own
+        elif fe.clock is not None and moving:
             for k in range(1, out_i):
                 offset = fe.clock.offset_at_start(s0, k)
                 if offset is not None:  # moves along the field from the start
