@@ -417,6 +417,31 @@ def test_a_jump_at_t0_starts_from_the_limit_after_it(gradient: str) -> None:
     assert w.grad is not None and w.grad.item() == pytest.approx(1.0, rel=1e-9)
 
 
+@pytest.mark.parametrize("at_jump", ["t > 0.5", "t >= 0.5"])
+@pytest.mark.parametrize(
+    "times", [[0.5, 1.0], [0.0, 0.5], [0.0, 0.5, 1.0], [0.5, 0.5, 1.0], [1.0, 0.5, 0.0]], ids=str
+)
+def test_the_adjoint_reads_an_output_time_at_a_jump_from_inside_the_span(times, at_jump):
+    """``y' = -1`` before 0.5 and ``2`` after, a jump of ``jump_ts``: the slope of an
+    output at the jump is the field's limit from inside the span, after the start and
+    before any other output, whatever the field's value at 0.5 itself; as for
+    backpropagation (exact here: the solution is piecewise linear)."""
+
+    def field(t, y):
+        after = t > 0.5 if at_jump == "t > 0.5" else t >= 0.5
+        return torch.where(after, 2.0, -1.0) * torch.ones_like(y)
+
+    grads = []
+    for gradient in ("autograd", "adjoint"):
+        ts = torch.tensor(times, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            field, torch.zeros(1, dtype=F64), t0=times[0], t1=times[-1], solver=odecore.Dopri5(),
+            saveat=odecore.SaveAt(ts=ts), jump_ts=[0.5], gradient=GRADIENTS[gradient],
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(sol.ys.sum(), ts)[0])
+    torch.testing.assert_close(grads[1], grads[0])
+
+
 # --- fixed grids: every step end and every output time keeps its time gradient ----------
 #
 # y' = -0.7 y + sin(3 t), y(t[0]) = 1; the outputs are y at t[1] and t[2]. An output time

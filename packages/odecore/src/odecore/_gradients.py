@@ -762,7 +762,7 @@ def _adjoint_backward(
             y_i = forward[i]
             gy = grad_ys[i]
             if need_ts and (i > 0 or ts[0] != p.t0):
-                grad_ts[i] = (gy * p.f(_time(ts[i], y_i), y_i)).sum()
+                grad_ts[i] = (gy * p.f(_inside(p, ts[i], y_i), y_i)).sum()
                 nfe += 1
             a = a + gy
             t_from = ts[i]
@@ -789,7 +789,7 @@ def _adjoint_backward(
             z = res.ys[-1]
             a, g = z[m : m + n].view(shape), z[m + n :]
         if need_ts and ts[0] == p.t0:
-            f0 = p.f(_time(p.t0, p.y0), p.y0)
+            f0 = p.f(_inside(p, p.t0, p.y0), p.y0)
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
     spec.stats.nfe_backward += nfe
@@ -887,6 +887,18 @@ def _check_unread(unknown: dict[int, tuple[weakref.ref[Tensor], float]]) -> None
 
 def _time(t: float, like: Tensor) -> Tensor:
     return torch.tensor(t, dtype=like.dtype, device=like.device)
+
+
+def _inside(p: Problem, t: float, like: Tensor) -> Tensor:
+    """The time ``t`` of an output, where the field's slope there is read as the solve
+    reads it: at a jump, its limit from inside the span, after ``t0`` at ``t0`` and
+    before ``t`` elsewhere (the one-sided limits of the forward steps)."""
+    tt = _time(t, like)
+    if t not in p.jump_ts:
+        return tt
+    direction = 1.0 if p.t1 >= p.t0 else -1.0
+    side = direction if t == p.t0 else -direction
+    return torch.nextafter(tt, torch.full_like(tt, side * math.inf))
 
 
 @final
