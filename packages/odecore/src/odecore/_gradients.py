@@ -652,11 +652,11 @@ class Kept:
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
         self.tensors = tuple(tensors)
-        self.versions = [x._version for x in self.tensors]
+        self.versions = _versions(self.tensors)
 
     def get(self) -> tuple[Tensor, ...]:
         """The tensors, unless one was modified in place since they were kept."""
-        if [x._version for x in self.tensors] != self.versions:
+        if _versions(self.tensors) != self.versions:
             raise RuntimeError(
                 "A tensor that this solve's backward pass reads again (y0, or one the "
                 "vector field reads, such as a parameter) was modified in place after "
@@ -664,6 +664,12 @@ class Kept:
                 "be that of another solve. Call backward() first, or solve again."
             )
         return self.tensors
+
+
+def _versions(tensors: Sequence[Tensor]) -> list[int | None]:
+    """The version counters of ``tensors``; ``None`` for an inference tensor
+    (``torch.inference_mode``), which has none and no backward pass to read it."""
+    return [None if x.is_inference() else x._version for x in tensors]
 
 
 @contextlib.contextmanager
