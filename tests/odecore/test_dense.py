@@ -94,6 +94,35 @@ def test_evaluate_differentiates_the_times(solver, t0: float, t1: float) -> None
     torch.testing.assert_close(grad, torch.autograd.grad(exact(one), one)[0], rtol=1e-8, atol=0)
 
 
+@pytest.mark.parametrize("solver", [*SOLVERS, odecore.RK4()], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize(("t0", "t1"), [(0.0, 2.0), (2.0, 0.0)])
+def test_evaluate_moves_with_the_start_and_end_of_the_solve(solver, t0: float, t1: float):
+    # y' = -y + sin t, y(t0) = 1, with the start and end as output times that require
+    # grad: a value between them at a fixed time moves with the start.
+    def field(t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -y + torch.sin(t)
+
+    def exact(start: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        def particular(s: torch.Tensor) -> torch.Tensor:
+            return (torch.sin(s) - torch.cos(s)) / 2
+
+        return (1.0 - particular(start)) * torch.exp(-(t - start)) + particular(t)
+
+    ends = torch.tensor([t0, t1], dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        field, torch.ones(1, dtype=F64), t0=t0, t1=t1, solver=solver,
+        dt0=None if solver.adaptive else 0.01,
+        controller=odecore.PIDController(rtol=1e-11, atol=1e-12) if solver.adaptive else None,
+        saveat=odecore.SaveAt(ts=ends, dense=True),
+    )  # fmt: skip
+    at = torch.tensor([0.4, 1.3], dtype=F64)
+    (grad,) = torch.autograd.grad(sol.evaluate(at).sum(), ends)
+    start = torch.tensor(t0, dtype=F64, requires_grad=True)
+    (expected,) = torch.autograd.grad(exact(start, at).sum(), start)
+    torch.testing.assert_close(grad, torch.stack([expected, torch.zeros_like(expected)]),
+                               rtol=1e-7, atol=1e-9)  # fmt: skip
+
+
 @pytest.mark.parametrize("solver", [odecore.RK4(), odecore.GaussLegendre4()], ids=type)
 @pytest.mark.parametrize("side", ["<", "<="])
 @pytest.mark.parametrize(("t0", "t1"), [(0.0, 1.0), (1.0, 0.0)])

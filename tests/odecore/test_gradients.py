@@ -170,6 +170,21 @@ def test_no_graph_without_requires_grad(field):
     assert ys.requires_grad  # through the module's parameters
 
 
+@pytest.mark.parametrize(
+    "gradient", [odecore.Checkpoint(), odecore.Adjoint(), odecore.Reversible()], ids=repr
+)
+def test_inference_mode_solves_as_no_grad_does(field, gradient):
+    # The state is made under inference mode, as a model's input is: an inference
+    # tensor, which has no version counter.
+    with torch.no_grad():
+        expected = odecore.solve(field, torch.ones(3, dtype=F64), t0=0.0, t1=1.0,
+                                 solver=odecore.Dopri5()).ys  # fmt: skip
+    with torch.inference_mode():
+        y0 = torch.ones(3, dtype=F64)
+        sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(), gradient=gradient)
+    torch.testing.assert_close(sol.ys, expected, rtol=1e-8, atol=1e-9)
+
+
 def _copies():
     """A saved-tensors hook that keeps a detached copy of each saved tensor, as
     ``torch.autograd.graph.save_on_cpu`` (from a GPU) or a memory counter does."""

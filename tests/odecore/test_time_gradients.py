@@ -226,6 +226,38 @@ def test_no_gradient_method_leaves_an_input_without_its_gradient(gradient: str, 
         torch.testing.assert_close(v.grad, oracle[name].grad, rtol=2e-6, atol=2e-8)
 
 
+@pytest.mark.parametrize("gradient", [*GRADIENTS.values(), odecore.Reversible()], ids=repr)
+def test_a_field_that_returns_the_tensor_it_closes_over_gives_it_its_gradient(gradient):
+    """``y' = c``: the field's result is ``c`` itself, a leaf with no graph to walk."""
+    c = torch.tensor([1.0, -2.0], dtype=F64, requires_grad=True)
+    y0 = torch.zeros(2, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: c, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.1,
+        saveat=odecore.SaveAt(ts=[0.5, 1.0]), gradient=gradient,
+    )  # fmt: skip
+    sol.ys.sum().backward()
+    assert c.grad is not None, f"{gradient!r} left `c` without a gradient"
+    torch.testing.assert_close(c.grad, torch.full_like(c, 1.5))
+    torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
+
+
+@pytest.mark.parametrize("method", [odecore.Adjoint, odecore.Checkpoint, odecore.Reversible])
+def test_params_named_twice_or_without_grad_give_each_gradient_once(method):
+    def gradient(how):
+        w = torch.tensor([0.7, -0.3], dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            lambda t, y: -w * y, torch.ones(2, dtype=F64), t0=0.0, t1=1.0,
+            solver=odecore.RK4(), dt0=0.1, gradient=how(w),
+        )  # fmt: skip
+        sol.ys[-1].sum().backward()
+        return w.grad
+
+    constant = torch.tensor(1.0, dtype=F64)
+    twice = gradient(lambda w: method(params=(w, w, constant)))
+    torch.testing.assert_close(twice, gradient(lambda w: method(params=(w,))))
+    torch.testing.assert_close(twice, gradient(lambda w: odecore.Autograd()), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("method", ["dopri5", "scipy:LSODA"])
 def test_odeint_adjoint_differentiates_what_a_plain_function_closes_over(method: str) -> None:
     pytest.importorskip("scipy")
@@ -383,6 +415,31 @@ def test_a_jump_at_t0_starts_from_the_limit_after_it(gradient: str) -> None:
     assert sol.ys[-1].item() == pytest.approx(1.0, rel=1e-12)
     sol.ys[-1].sum().backward()
     assert w.grad is not None and w.grad.item() == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("at_jump", ["t > 0.5", "t >= 0.5"])
+@pytest.mark.parametrize(
+    "times", [[0.5, 1.0], [0.0, 0.5], [0.0, 0.5, 1.0], [0.5, 0.5, 1.0], [1.0, 0.5, 0.0]], ids=str
+)
+def test_the_adjoint_reads_an_output_time_at_a_jump_from_inside_the_span(times, at_jump):
+    """``y' = -1`` before 0.5 and ``2`` after, a jump of ``jump_ts``: the slope of an
+    output at the jump is the field's limit from inside the span, after the start and
+    before any other output, whatever the field's value at 0.5 itself; as for
+    backpropagation (exact here: the solution is piecewise linear)."""
+
+    def field(t, y):
+        after = t > 0.5 if at_jump == "t > 0.5" else t >= 0.5
+        return torch.where(after, 2.0, -1.0) * torch.ones_like(y)
+
+    grads = []
+    for gradient in ("autograd", "adjoint"):
+        ts = torch.tensor(times, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            field, torch.zeros(1, dtype=F64), t0=times[0], t1=times[-1], solver=odecore.Dopri5(),
+            saveat=odecore.SaveAt(ts=ts), jump_ts=[0.5], gradient=GRADIENTS[gradient],
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(sol.ys.sum(), ts)[0])
+    torch.testing.assert_close(grads[1], grads[0])
 
 
 # --- fixed grids: every step end and every output time keeps its time gradient ----------
@@ -581,3 +638,44 @@ def test_repeated_output_times_each_keep_their_gradient(
     slope = single[1]
     expected = torch.stack([single[0], 2 * slope, 3 * slope, 4 * single[2]])
     torch.testing.assert_close(repeated, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+@pytest.mark.parametrize("start", [0.2, 0.8], ids=["forward", "backward"])
+def test_an_output_time_repeated_at_the_start_moves_from_it(gradient: str, start: float):
+    """``SaveAt(ts=[0.2, 0.2, 0.5, 0.8])`` from ``t0 = 0.2`` (and its mirror from 0.8):
+    the first output time is the start; the second moves from it along the field,
+    slope ``f(t0, y0)``, and moving the start moves that output the other way
+    (one-sided differences agree)."""
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=F64)
+    end = 1.0 - start
+    grads = []
+    for times in ([start, start, 0.5, end], [start, 0.5, end]):
+        ts = torch.tensor(times, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            _forced, torch.ones(1, dtype=F64), t0=start, t1=end, solver=odecore.Dopri5(),
+            controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+            saveat=odecore.SaveAt(ts=ts), gradient=GRADIENTS[gradient],
+        )  # fmt: skip
+        w = weights if len(times) == 4 else weights[[0, 2, 3]]
+        (grad,) = torch.autograd.grad(w @ sol.ys[:, 0], ts)
+        grads.append(grad)
+    repeated, single = grads
+    slope = _forced(torch.tensor(start, dtype=F64), torch.ones(1, dtype=F64))[0]
+    expected = torch.stack([single[0] - 2 * slope, 2 * slope, single[1], single[2]])
+    torch.testing.assert_close(repeated, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", list(GRADIENTS))
+def test_an_output_time_repeated_in_a_solve_of_no_length_moves_from_the_start(gradient: str):
+    """``t0 = t1 = 0.2``, ``SaveAt(ts=[0.2, 0.2])``: the first time is the start, the
+    second moves from it along ``f(t0, y0)`` (one-sided differences agree)."""
+    ts = torch.tensor([0.2, 0.2], dtype=F64, requires_grad=True)
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        _forced, y0, t0=0.2, t1=0.2, solver=odecore.Dopri5(), saveat=odecore.SaveAt(ts=ts),
+        gradient=GRADIENTS[gradient],
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(torch.tensor([1.0, 2.0], dtype=F64) @ sol.ys[:, 0], ts)
+    slope = _forced(torch.tensor(0.2, dtype=F64), y0.detach())[0]
+    torch.testing.assert_close(grad, torch.stack([-2 * slope, 2 * slope]))

@@ -246,8 +246,9 @@ class Adjoint(AbstractGradient):
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
         params: the tensors to differentiate besides ``y0`` and the times; default
             every tensor requiring grad that an evaluation of the forward solve
-            reads. Given, exactly these get gradients (and no tensor is searched
-            for: the forward solve costs no more than without a gradient).
+            reads. Given, exactly these get gradients (each once, however often it
+            is named; those that do not require grad are left out), and no tensor is
+            searched for: the forward solve costs no more than without a gradient.
         state: where the backward pass takes the state ``y(t)`` from.
             ``"backsolve"`` integrates it backward in time with the adjoint: memory
             constant in the steps, but a stiff problem's damped modes grow backward
@@ -475,12 +476,17 @@ class _Reads:
 def graph_leaves(*outs: object, skip: Sequence[object] = ()) -> tuple[Tensor, ...]:
     """The leaf tensors requiring grad that the graphs of ``outs`` (tensors, or nodes of
     a graph) reach, in the order reached; not through, nor at, the tensors of ``skip``
-    (a field's state and time)."""
+    (a field's state and time). An out that is such a leaf itself (a field that returns
+    a tensor it closes over, ``lambda t, y: c``) is one of them."""
     found: dict[int, Tensor] = {}
     seen = {x.grad_fn for x in skip if isinstance(x, Tensor) and x.grad_fn is not None}
     skipped = {id(x) for x in skip}
     stack = []
     for out in outs:
+        if isinstance(out, Tensor) and out.grad_fn is None:
+            if out.requires_grad and id(out) not in skipped:
+                found.setdefault(id(out), out)
+            continue
         node: Any = out.grad_fn if isinstance(out, Tensor) else out
         if node is not None and node not in seen:
             seen.add(node)
@@ -690,11 +696,11 @@ class Kept:
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
         self.tensors = tuple(tensors)
-        self.versions = [x._version for x in self.tensors]
+        self.versions = _versions(self.tensors)
 
     def get(self) -> tuple[Tensor, ...]:
         """The tensors, unless one was modified in place since they were kept."""
-        if [x._version for x in self.tensors] != self.versions:
+        if _versions(self.tensors) != self.versions:
             raise RuntimeError(
                 "A tensor that this solve's backward pass reads again (y0, or one the "
                 "vector field reads, such as a parameter) was modified in place after "
@@ -702,6 +708,12 @@ class Kept:
                 "be that of another solve. Call backward() first, or solve again."
             )
         return self.tensors
+
+
+def _versions(tensors: Sequence[Tensor]) -> list[int | None]:
+    """The version counters of ``tensors``; ``None`` for an inference tensor
+    (``torch.inference_mode``), which has none and no backward pass to read it."""
+    return [None if x.is_inference() else x._version for x in tensors]
 
 
 @contextlib.contextmanager
@@ -802,7 +814,7 @@ def _adjoint_backward(
             y_i = forward[i]
             gy = grad_ys[i]
             if need_ts and (i > 0 or ts[0] != p.t0):
-                grad_ts[i] = (gy * p.f(_time(ts[i], y_i), y_i)).sum()
+                grad_ts[i] = (gy * p.f(_inside(p, ts[i], y_i), y_i)).sum()
                 nfe += 1
             a = a + gy
             t_from = ts[i]
@@ -829,7 +841,7 @@ def _adjoint_backward(
             z = res.ys[-1]
             a, g = z[m : m + n].view(shape), z[m + n :]
         if need_ts and ts[0] == p.t0:
-            f0 = p.f(_time(p.t0, p.y0), p.y0)
+            f0 = p.f(_inside(p, p.t0, p.y0), p.y0)
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
     spec.stats.nfe_backward += nfe
@@ -927,6 +939,18 @@ def _check_unread(unknown: dict[int, tuple[weakref.ref[Tensor], float]]) -> None
 
 def _time(t: float, like: Tensor) -> Tensor:
     return torch.tensor(t, dtype=like.dtype, device=like.device)
+
+
+def _inside(p: Problem, t: float, like: Tensor) -> Tensor:
+    """The time ``t`` of an output, where the field's slope there is read as the solve
+    reads it: at a jump, its limit from inside the span, after ``t0`` at ``t0`` and
+    before ``t`` elsewhere (the one-sided limits of the forward steps)."""
+    tt = _time(t, like)
+    if t not in p.jump_ts:
+        return tt
+    direction = 1.0 if p.t1 >= p.t0 else -1.0
+    side = direction if t == p.t0 else -direction
+    return torch.nextafter(tt, torch.full_like(tt, side * math.inf))
 
 
 @final

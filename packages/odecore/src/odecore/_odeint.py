@@ -1160,7 +1160,15 @@ class _AdamsAdjoint:
                 tt = tt.detach().requires_grad_(times)
                 fy = self.field(tt, y)
                 inputs = (y, *params, *((tt,) if times else ()))
-                vjps = torch.autograd.grad(fy, inputs, -z[n : 2 * n].view(shape), allow_unused=True)
+                # retain_graph: a parameter may be reached through a graph outside the
+                # field (a closed-over tensor computed from a leaf), shared by every call.
+                vjps = torch.autograd.grad(
+                    fy,
+                    inputs,
+                    -z[n : 2 * n].view(shape),
+                    allow_unused=True,
+                    retain_graph=bool(params),
+                )
             parts = [
                 fy,
                 *(v if v is not None else torch.zeros_like(q) for v, q in zip(vjps, inputs)),

@@ -143,7 +143,9 @@ class Solution:
         """The solution at ``t`` (a number or a 0-dim or 1-D tensor of times) from the
         solver's dense output, as accurate as at the step ends; ``t`` must lie between
         the start time and ``t_final``. Needs ``SaveAt(dense=True)``. A ``t`` that
-        requires grad gets the exact derivative of the dense output.
+        requires grad gets the exact derivative of the dense output; where output
+        times that require grad move the steps (the start, the end), the value at a
+        fixed ``t`` moves with them.
 
         Raises:
             ConfigurationError: without ``SaveAt(dense=True)``, or for a time outside
@@ -336,12 +338,25 @@ class _Clock:
         """How the ``k``-th output at the time ``tau`` moves within the current step:
         the shift of ``T - S - theta (E - S)``, with ``theta`` its place in the step."""
         assert self.step is not None
-        s0, h, start, span, _ = self.step
         own = self.outputs.get(tau, [])
         if k < len(own) and self.anchors.get(tau) is own[k]:
             return None  # the step's end itself (the solve's), which moves with it
+        return self.within(tau, own[k] if k < len(own) else None)
+
+    def within(self, tau: float, own: Tensor | None) -> Tensor | None:
+        """How a time ``tau`` of the current step, moved by ``own`` (``None``: a fixed
+        time), moves relative to the step: the shift of ``T - S - theta (E - S)``."""
+        assert self.step is not None
+        s0, h, start, span, _ = self.step
         moved = None if span is None else span * (-(tau - s0) / h)
-        return _plus(own[k] if k < len(own) else None, _minus(start), moved)
+        return _plus(own, _minus(start), moved)
+
+    def offset_at_start(self, s0: float, k: int) -> Tensor | None:
+        """How the ``k``-th output at the start ``s0`` moves from it: the start is the
+        first output there (:func:`_clock`), and a later one moves from the start
+        along the field, as an output inside the first step does."""
+        own = self.outputs.get(s0, [])
+        return _plus(own[k], _minus(self.shift(s0))) if k < len(own) else None
 
 
 def _plus(*terms: Tensor | None) -> Tensor | None:
@@ -534,17 +549,28 @@ class _Dense:
         if s == self.s0 and not (moved and self.steps):
             return self.y0
         s0, s1, y, f0, step = self.steps[i]
-        with self.fe.inside(s0, s1):
-            if s == self.s0:
-                value = self.y0
-            else:
-                (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
-            if not moved:
-                return value
+        clock = self.fe.clock  # the solve's times need gradients: its steps move
+        shift = None
+        if moved:
             assert isinstance(t, Tensor)
-            with torch.no_grad():
-                (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
-        shift = self.fe.direction * (t - t.detach())
+            shift = self.fe.direction * (t - t.detach())
+        with self.fe.inside(s0, s1):
+            if clock is not None:
+                clock.begin(s0, s1)
+            try:
+                if s == self.s0:
+                    value = self.y0
+                else:
+                    (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
+                if clock is not None and s != self.s0:  # a fixed time in a moving step
+                    shift = clock.within(s, shift)
+                if shift is None:
+                    return value
+                with torch.no_grad():
+                    (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
+            finally:
+                if clock is not None:
+                    clock.end()
         return value + _along(slope, shift.to(value.dtype))
 
 
@@ -634,11 +660,19 @@ def _integrate(
     s = s0
     y = flat0
     finite = _FiniteRecord(flat0)  # finiteness of every accepted step, read at the end
-    if s0 < s1:
+    # Outputs at t0 after the start's own move from it along f(t0, y0), in a solve of
+    # no length too.
+    moving = fe.clock is not None and out_i > 1
+    if s0 < s1 or moving:
         fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
         if not _all_finite(f0):
             status = Status.NONFINITE
+        elif fe.clock is not None and moving:
+            for k in range(1, out_i):
+                offset = fe.clock.offset_at_start(s0, k)
+                if offset is not None:  # moves along the field from the start
+                    ys[k] = flat0 + _along(f0, offset.to(flat0.dtype))
     if s0 < s1 and status == Status.SUCCESS:
         dt, cstate = controller.init(fe, s0, s1, y, f0, solver, None if dt0 is None else abs(dt0))
         span = s1 - s0
