@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import io
 import math
+import shlex
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -238,13 +239,15 @@ def test_the_perf_help_gives_the_defaults_of_the_configuration(
 def test_every_perf_option_reaches_its_field():
     from odebench.perf import ContnetConfig, SolversConfig
 
-    argv = ("perf solvers --quick --threads 1 --repeats 2 --problems vdp,linear "
-            "--libraries odecore --no-memory --no-gradients --compile").split()  # fmt: skip
+    argv = shlex.split(
+        "perf solvers --quick --threads 1 --repeats 2 --problems vdp,linear "
+        "--libraries odecore --no-memory --no-gradients --compile"
+    )
     assert cli._from_args(SolversConfig, cli._parser().parse_args(argv)) == SolversConfig(
         quick=True, threads=1, repeats=2, problems=("vdp", "linear"), libraries=("odecore",),
         memory=False, gradients=False, compile=True,
     )  # fmt: skip
-    argv = "perf contnet --quick --threads 1 --repeats 3 --batch 4 --n-steps 2".split()
+    argv = shlex.split("perf contnet --quick --threads 1 --repeats 3 --batch 4 --n-steps 2")
     assert cli._from_args(ContnetConfig, cli._parser().parse_args(argv)) == ContnetConfig(
         quick=True, threads=1, repeats=3, batch=4, n_steps=2
     )
