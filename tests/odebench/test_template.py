@@ -326,6 +326,21 @@ def test_declaration_errors_are_clear() -> None:
         Tiny(epochs=1, train_size=1, seeds=0)
 
 
+def test_settings_check_fields_annotated_by_the_types_themselves() -> None:
+    """A subclass in a module without postponed annotations has ``int`` itself, not the
+    text ``"int"``, as its fields' types: their checks were skipped, and ``epochs=0``
+    or ``2.5`` accepted."""
+    fields = [("epochs", int), ("size", int | None, dataclasses.field(default=None))]
+    plain = dataclasses.make_dataclass(
+        "Plain", fields, bases=(Settings,), frozen=True, kw_only=True
+    )
+    for kwargs, name in (({"epochs": 0}, "epochs"), ({"epochs": 2.5}, "epochs"),
+                         ({"epochs": 1, "size": 0}, "size")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}` must be a positive integer"):
+            plain(**kwargs)
+    assert plain(epochs=2).size is None
+
+
 def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
     claim = Claim(key="k", text="", published="", ours=lambda v: v[_m("a", "nope")],
                   holds=lambda v: True, kind="paper")  # fmt: skip
