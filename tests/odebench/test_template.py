@@ -424,6 +424,15 @@ def test_a_check_passes_only_on_every_seed(oks: tuple[float, ...], status: str, 
     assert (verdict.status, verdict.words) == (status, words)
 
 
+def test_a_check_that_fails_on_the_mean_alone_says_so() -> None:
+    """Ratios 1 and -1.1 below 2 on the seeds, 20 on the means (1 over 0.05): before, the
+    check "failed on 0 of 2 seeds"."""
+    claim = Claim.ratio("k", "t", "", _m("a", "x"), _m("b", "x"), below=2.0, kind="check")
+    verdict = claim.check([Values({"a": {"x": 1.0}, "b": {"x": b}}) for b in (1.0, -0.9)])
+    assert verdict.held_on == (True, True) and not verdict.holds
+    assert (verdict.status, verdict.words) == ("failed", "failed on the mean")
+
+
 def test_a_timing_claim_on_a_contended_machine_is_not_judged() -> None:
     held = _flag(timing=True).check(_seeds(1, 1, 1), contended=True)
     assert held.status == "contended" and held.words == "contended: not judged"
