@@ -149,6 +149,17 @@ def test_a_ratio_over_zero_on_a_seed_has_no_number_there_and_does_not_hold() -> 
     assert verdict.holds and verdict.status == "mixed"
 
 
+def test_a_ratio_whose_means_divide_by_zero_shows_no_mean() -> None:
+    """Ratios 1 and -1 on the seeds, means 1 over 0: the claim is judged on no number, and
+    shows none (before, the mean of the seeds' ratios, 0.00 ± 1.41×, below the bound of
+    a claim that did not hold on the mean)."""
+    seeds = [Values({"a": {"acc": 1.0}, "b": {"acc": b}}) for b in (1.0, -1.0)]
+    claim = Claim.ratio("k", "t", "", ACC.of("a"), ACC.of("b"), below=0.5, kind="paper")
+    verdict = claim.check(seeds)
+    assert (verdict.ours.mean, verdict.ours.n, verdict.ours.cell()) == (None, 2, "–")
+    assert not verdict.holds and verdict.status == "mixed"
+
+
 def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim = Claim.at_least("k", "t", "", ACC.of("ghost"), 0.5, kind="paper")
     claim.check([Values.dry_run(["ghost"])])

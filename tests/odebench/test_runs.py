@@ -691,6 +691,26 @@ def test_publish_refuses_a_resumed_run_whose_trainings_record_no_segments(
     assert f"{run} was resumed, but its training {run / 'a'} records no segments" in line
 
 
+def test_publish_reads_the_segments_of_a_tasks_training_from_its_checkpoint(
+    tmp_path, checkout, capsys
+):
+    """A task's training (``fit``) writes no results.json, its segments are in its
+    checkpoint alone: publish took a resumed run part of which ran from a dirty tree."""
+    head = _git(checkout, "rev-parse", "HEAD")
+    doc = {"mode": "standard", "provenance": {"commit": head, "dirty": False, "resumed": True}}
+    run = _published_run(tmp_path, json.dumps(doc))
+    (run / "a").mkdir()
+    (run / "a" / "metrics.json").write_text("[]")
+    parts = [_part(head, True, "then"), _part(head, False, None)]
+    state = {"epoch": 2, "batch": 0, "model": {}, "optimizer": {}, "rng": torch.zeros(1),
+             "metrics": [], "segments": parts}  # fmt: skip
+    torch.save(state, run / "a" / "checkpoint.pt")
+    assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"its training {run / 'a'} ran a part at {head[:10]} from a dirty tree" in line
+    assert not (tmp_path / "pub").exists()
+
+
 def test_publish_checks_commits_against_this_checkout(tmp_path):
     top = _provenance.repository()
     if top is None:

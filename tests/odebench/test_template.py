@@ -326,6 +326,21 @@ def test_declaration_errors_are_clear() -> None:
         Tiny(epochs=1, train_size=1, seeds=0)
 
 
+def test_settings_check_fields_annotated_by_the_types_themselves() -> None:
+    """A subclass in a module without postponed annotations has ``int`` itself, not the
+    text ``"int"``, as its fields' types: their checks were skipped, and ``epochs=0``
+    or ``2.5`` accepted."""
+    fields = [("epochs", int), ("size", int | None, dataclasses.field(default=None))]
+    plain = dataclasses.make_dataclass(
+        "Plain", fields, bases=(Settings,), frozen=True, kw_only=True
+    )
+    for kwargs, name in (({"epochs": 0}, "epochs"), ({"epochs": 2.5}, "epochs"),
+                         ({"epochs": 1, "size": 0}, "size")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}` must be a positive integer"):
+            plain(**kwargs)
+    assert plain(epochs=2).size is None
+
+
 def test_a_claim_that_names_an_unknown_metric_says_which() -> None:
     claim = Claim(key="k", text="", published="", ours=lambda v: v[_m("a", "nope")],
                   holds=lambda v: True, kind="paper")  # fmt: skip
@@ -407,6 +422,15 @@ def test_a_claim_on_the_mean_alone_is_mixed_not_held() -> None:
 def test_a_check_passes_only_on_every_seed(oks: tuple[float, ...], status: str, words: str) -> None:
     verdict = _flag(kind="check").check(_seeds(*oks))
     assert (verdict.status, verdict.words) == (status, words)
+
+
+def test_a_check_that_fails_on_the_mean_alone_says_so() -> None:
+    """Ratios 1 and -1.1 below 2 on the seeds, 20 on the means (1 over 0.05): before, the
+    check "failed on 0 of 2 seeds"."""
+    claim = Claim.ratio("k", "t", "", _m("a", "x"), _m("b", "x"), below=2.0, kind="check")
+    verdict = claim.check([Values({"a": {"x": 1.0}, "b": {"x": b}}) for b in (1.0, -0.9)])
+    assert verdict.held_on == (True, True) and not verdict.holds
+    assert (verdict.status, verdict.words) == ("failed", "failed on the mean")
 
 
 def test_a_timing_claim_on_a_contended_machine_is_not_judged() -> None:

@@ -346,8 +346,8 @@ class Claim:
                 means = dataclasses.replace(means, dry=True)
             ours = Stat.of(per_seed)
             on_means = number(means)  # judged on: not the mean of a ratio over seeds
-            if math.isfinite(on_means):
-                ours = dataclasses.replace(ours, mean=float(on_means))
+            finite = math.isfinite(on_means)  # (none where the means divide by 0)
+            ours = dataclasses.replace(ours, mean=float(on_means) if finite else None)
             held_on = tuple(held(v) for v in seeds)
             holds = held(means)
         except KeyError as exc:

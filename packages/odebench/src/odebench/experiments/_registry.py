@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .._io import JsonObject
+from .._io import CHECKPOINT, JsonObject
 from .._provenance import publishable
 
 Log = Callable[[str], None]
@@ -237,11 +237,17 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
             "or full run (`odebench run NAME`)"
         )
+    from ..training._run_dir import load_checkpoint
+
     trainings = [
         (str(path.parent), read_results(path))
         for path in sorted(run_dir.rglob("results.json"))
         if path.parent != run_dir and (path.parent / "config.json").is_file()
     ]
+    for path in sorted(run_dir.rglob(CHECKPOINT)):  # a task's training: in its checkpoint
+        if path.parent != run_dir and not (path.parent / "config.json").is_file():
+            segments = load_checkpoint(path, torch.device("cpu")).get("segments")
+            trainings.append((str(path.parent), {"provenance": {"segments": segments}}))
     why = publishable(doc, str(run_dir), trainings)
     if why is not None:
         raise ValueError(why)

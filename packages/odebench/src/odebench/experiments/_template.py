@@ -51,7 +51,9 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            integer = f.type == "int" or (f.type == "int | None" and value is not None)
+            # the annotation as text (postponed annotations) or as the type itself
+            optional = f.type in ("int | None", int | None) and value is not None
+            integer = f.type in ("int", int) or optional
             if integer and not whole(1)(value):
                 raise ValueError(f"`{f.name}` must be a positive integer, got {value!r}.")
             number = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -85,7 +85,9 @@ class Verdict:
             "held": f"held on {seeds}" if n > 1 else "held",
             "mixed": f"mixed: held on {seeds}{'' if self.holds else ', not on the mean'}",
             "contended": "contended: not judged",
-            "failed": f"failed on {n - count} of {n} seeds" if n > 1 else "failed",
+            "failed": "failed on the mean"  # on no seed
+            if count == n
+            else (f"failed on {n - count} of {n} seeds" if n > 1 else "failed"),
         }
         return words.get(status, status)
 
