@@ -237,7 +237,7 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
             "or full run (`odebench run NAME`)"
         )
-    from ..training._run_dir import load_checkpoint
+    from ..training import load_checkpoint
 
     trainings = [
         (str(path.parent), read_results(path))

@@ -29,6 +29,7 @@ from ._data import TOY_SIZES as TOY_SIZES
 from ._data import download_root as download_root
 from ._data import load_splits as load_splits
 from ._run_dir import RunFolder as RunFolder
+from ._run_dir import load_checkpoint as load_checkpoint
 
 __all__ = [
     "DATASETS",
