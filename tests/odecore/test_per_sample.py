@@ -326,6 +326,16 @@ def test_a_coupled_batch_is_refused():
         odecore.solve(coupled, _Y0, t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows())
 
 
+def test_a_batch_coupled_past_its_first_sample_is_refused():
+    # The first sample is a system of its own; the third reads the second.
+    def coupled(t, y):
+        return torch.stack([-y[0], -y[1], -1000.0 * (y[2] - y[1])])
+
+    y0 = torch.tensor([[1.0], [2.0], [0.0]], dtype=torch.float64)
+    with pytest.raises(odecore.ConfigurationError, match=r"depends on the state of other samples"):
+        odecore.solve(coupled, y0, t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -448,6 +448,21 @@ def test_a_coupled_batch_is_refused():
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("batch", [3, 5, 8])
+def test_a_batch_coupled_past_its_first_sample_is_refused(batch):
+    # The first sample is a system of its own; the last reads the one before it.
+    def coupled(t, y):
+        out = -y.clone()
+        out[-1] = -1000.0 * (y[-1] - y[-2])
+        return out
+
+    with pytest.raises(odecore.ConfigurationError, match=r"`independent=True`: the derivative"):
+        odecore.solve(
+            coupled, torch.ones(batch, 2, dtype=F64), t0=0.0, t1=1.0,
+            solver=Rodas4(independent=True),
+        )  # fmt: skip
+
+
 def test_batched_gradcheck_of_the_discrete_scheme():
     def run(y0, k):
         def field(t, y):

@@ -177,7 +177,7 @@ class PerSampleLoop:
         fe.s.fill_(s0)
         if s0 < s1 and _coupled(lambda t, y: fe(t, y), 0.0, y0):
             raise ConfigurationError(
-                "`PIDController(per_sample=True)`: the derivative of the first sample of "
+                "`PIDController(per_sample=True)`: the derivative of a sample of "
                 f"`y0` (shape {tuple(y0.shape)}) depends on the state of other samples, so "
                 "the samples are not independent systems; drop `per_sample=True`."
             )

@@ -293,19 +293,33 @@ def _jacobian(
 
 
 def _coupled(f: Field, t: float, y: Tensor) -> bool:
-    """Whether the first sample's derivative reads another sample's state (one
-    vector-Jacobian product); ``False`` when it cannot be told (no graph)."""
-    if y.dim() < 2 or y.shape[0] < 2:
+    """Whether some sample's derivative reads another sample's state; ``False`` when
+    it cannot be told (no graph).
+
+    ``2 ceil(log2 batch)`` vector-Jacobian products: for each bit of the sample
+    index, one product weighted on the samples with that bit set and one on those
+    without it. Samples ``a != b`` differ in some bit, so a derivative of ``b`` that
+    reads ``a`` shows up in one of the products on ``a``'s row, which that product
+    does not weight. The weights differ from sample to sample, so that derivatives of
+    several samples do not cancel on a row."""
+    batch = y.shape[0] if y.dim() >= 2 else 0
+    if batch < 2:
         return False
     with torch.enable_grad():
         x = y.detach().requires_grad_(True)
         out = f(t, x)
-        if not out.requires_grad:
+        if not out.requires_grad or out.shape[:1] != x.shape[:1]:
             return False
-        w = torch.zeros_like(out)
-        w[0] = 1.0
-        (g,) = torch.autograd.grad(out, x, w, allow_unused=True)
-    return g is not None and bool((g[1:] != 0).any())
+        index = torch.arange(batch, device=y.device)
+        weight = (1.0 + index / batch).to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
+        for bit in range((batch - 1).bit_length()):
+            on = (index >> bit) & 1 == 1
+            for rows in (on, ~on):
+                w = torch.where(rows.view_as(weight), weight, 0.0).expand_as(out)
+                (g,) = torch.autograd.grad(out, x, w, retain_graph=True, allow_unused=True)
+                if g is not None and bool((g[~rows] != 0).any()):
+                    return True
+    return False
 
 
 # --- the matrix -----------------------------------------------------------------------
@@ -505,7 +519,7 @@ class _AbstractRosenbrock(_HermiteDense):
             )
         if rows and _coupled(f, t0, y0):
             raise ConfigurationError(
-                f"`independent=True`: the derivative of the first sample of `y0` (shape "
+                f"`independent=True`: the derivative of a sample of `y0` (shape "
                 f"{tuple(y0.shape)}) depends on the state of other samples, so the "
                 "Jacobian is not block diagonal and the per-sample solve would be wrong. "
                 f"Use {type(self).__name__}() (one dense Jacobian for the whole batch)."
@@ -683,8 +697,8 @@ class Rodas4(_AbstractRosenbrock):
         independent: the rows of a state ``(batch, *state)`` are independent
             systems: the Jacobian is taken and factorised per sample, ``(batch, n,
             n)`` with one batched backward pass and a batched LU, never the dense
-            ``(batch n)²`` matrix. The solve checks once, at its start, that the
-            first sample's derivative reads no other sample's state, and refuses a
+            ``(batch n)²`` matrix. The solve checks once, at its start, that no
+            sample's derivative reads another sample's state, and refuses a
             coupled batch. A one-dimensional state (the adjoint's backward system)
             is solved densely.
         dense_limit: the most state elements (per sample with ``independent``) for
