@@ -153,8 +153,7 @@ class ContinuousModule(nn.Module):
         """
         t = float(t)
         basis = self.basis
-        slack = 1e-9 * (basis.t1 - basis.t0)  # a stage time t_k + c h may round past an end
-        if not basis.t0 - slack <= t <= basis.t1 + slack:
+        if not basis.covers(t, t):  # NaN included
             raise ValueError(
                 f"The depth `t` = {t!r} lies outside [{basis.t0!r}, {basis.t1!r}], the "
                 f"interval of the weights' basis {basis!r}; they are not defined there."

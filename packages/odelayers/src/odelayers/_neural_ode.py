@@ -448,8 +448,7 @@ def _check_basis_interval(
     if not isinstance(layer, _fields._Galerkin):
         return
     basis = layer.basis
-    slack = 1e-9 * (basis.t1 - basis.t0)  # an end computed another way may round past it
-    if basis.t0 - slack <= lo and hi <= basis.t1 + slack:
+    if basis.covers(lo, hi):
         return
     raise ValueError(
         f"{what} [{lo!r}, {hi!r}], but the basis of the field's layer "

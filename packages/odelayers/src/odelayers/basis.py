@@ -83,6 +83,19 @@ class AbstractBasis(abc.ABC):
         """Interior times where the functions are continuous but not smooth."""
         return ()
 
+    def covers(self, lo: float, hi: float) -> bool:
+        """Whether the depths ``[lo, hi]`` lie in the interval, to a rounding's slack (1e-9
+        of its length: a stage time ``t_k + c h``, or an end computed another way, may
+        round past an end).
+
+        Example:
+            >>> b = PiecewiseConstant(pieces=3, t0=0.0, t1=0.3)
+            >>> b.covers(0.0, 0.1 + 0.2), b.covers(0.0, 0.31)
+            (True, False)
+        """
+        slack = 1e-9 * (self.t1 - self.t0)
+        return self.t0 - slack <= lo and hi <= self.t1 + slack
+
     def unit(self, t: Tensor) -> Tensor:
         """``t`` mapped to ``s = (t - t0) / (t1 - t0)``, in ``[0, 1]`` on the interval."""
         return (t - self.t0) / (self.t1 - self.t0)
