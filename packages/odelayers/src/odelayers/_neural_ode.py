@@ -242,28 +242,24 @@ class NeuralODE(nn.Module):
         """Backward function evaluations of the last backward pass (0 before one)."""
         return 0 if self._stats is None else self._stats.nfe_backward
 
-    def _shared_depth_layers(self) -> list[tuple[str, DepthLayer]]:
-        """The field's depth layers, by name, that see the depth of the solve itself:
-        not those inside a rescaled field, where every sample has its own depths."""
-        if not isinstance(self.vector_field, nn.Module):
-            return []
-        rescaled = {
-            id(m)
-            for r in self.vector_field.modules()
-            if isinstance(r, _Rescaled)
-            for m in r.modules()
-        }
-        return [
-            (name, m)
-            for name, m in self.vector_field.named_modules()
-            if isinstance(m, DepthLayer) and id(m) not in rescaled
-        ]
-
     def _depth_jumps(self, t0: float, t1: float) -> list[float]:
+        """The jumps in ``[t0, t1]``: the layer's own and those of the field's depth
+        layers that see the depth of the solve itself (not those inside a rescaled
+        field, where every sample has its own depths), each of which is checked to
+        hold the solve's depths (:func:`_check_basis_interval`)."""
         lo, hi = min(t0, t1), max(t0, t1)
         found = set(self.jump_ts)
-        for _, layer in self._shared_depth_layers():
-            found.update(layer.jump_ts())
+        if isinstance(self.vector_field, nn.Module):
+            rescaled = {
+                id(m)
+                for r in self.vector_field.modules()
+                if isinstance(r, _Rescaled)
+                for m in r.modules()
+            }
+            for name, layer in self.vector_field.named_modules():
+                if isinstance(layer, DepthLayer) and id(layer) not in rescaled:
+                    _check_basis_interval(name, layer, lo, hi, "The layer's solve reaches depths")
+                    found.update(layer.jump_ts())
         # A jump at an end too: the stage there must read the limit from inside.
         return sorted(t for t in found if lo <= t <= hi)
 
@@ -380,10 +376,7 @@ class NeuralODE(nn.Module):
             raise ValueError("The input must be batched: shape (batch, ...).")
         if x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(x.device.type):
             x = x.float()  # under autocast the solver keeps a float32 state
-        for name, layer in self._shared_depth_layers():
-            _check_basis_interval(
-                name, layer, min(t0, t1), max(t0, t1), "The layer's solve reaches depths"
-            )
+        jumps = self._depth_jumps(t0, t1)  # checks the Galerkin layers' intervals first
         field: Any = self.vector_field
         state: Tensor | tuple[Tensor, ...] = x
         if terms:
@@ -409,7 +402,7 @@ class NeuralODE(nn.Module):
             controller=self.controller,
             saveat=saveat,
             dt0=self.spec.step_size(t0, t1),
-            jump_ts=self._depth_jumps(t0, t1) or None,
+            jump_ts=jumps or None,
             max_steps=self.max_steps,
             gradient=gradient,
             compile=self.spec.compile,
