@@ -343,15 +343,21 @@ def _parameters(given: Sequence[Tensor] | None, p: Problem) -> tuple[_Reads | No
     recorder, then as the field for the loop).
     """
     if given is not None:
-        given = tuple(given)
-        for i, q in enumerate(given):
-            if not isinstance(q, Tensor):
-                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+        _checked(given)
         return None, p.f
     if not torch.is_grad_enabled():
         return None, p.f
     reads = _Reads(p.f)
     return reads, reads
+
+
+def _checked(given: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """The ``params`` a user gave, as a tuple (a generator is read once), each a tensor."""
+    given = tuple(given)
+    for i, q in enumerate(given):
+        if not isinstance(q, Tensor):
+            raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
+    return given
 
 
 class _Unreached(torch.autograd.Function):
@@ -406,12 +412,8 @@ def found_tensors(
     torchdiffeq leaves it out of ``adjoint_params``; one given twice is differentiated
     once."""
     if given is not None:
-        given = tuple(given)
-        for i, q in enumerate(given):
-            if not isinstance(q, Tensor):
-                raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
         # Once each: a tensor listed twice would get its whole gradient twice.
-        return tuple({id(q): q for q in given if q.requires_grad}.values())
+        return tuple({id(q): q for q in _checked(given) if q.requires_grad}.values())
     if reads is None:
         return ()
     own = [q for q in module.parameters() if q.requires_grad] if module else []
