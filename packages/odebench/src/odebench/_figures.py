@@ -197,15 +197,14 @@ def seed_lines(
     all_styles = dict(styles or {})
     for name, seeds in runs.items():
         xs = [_float(row[x]) for row in seeds[0]] if x else None
-        series[name], bands[name] = mean_band([_column(rows, key) for rows in seeds], xs)
+        series[name], bands[name] = mean_band(
+            [[_scaled(r[key]) for r in rows] for rows in seeds], xs
+        )
         if test is not None:
-            series[f"{name} test"] = mean_band([_column(rows, test) for rows in seeds], xs)[0]
+            tests = [[_scaled(r[test]) for r in rows] for rows in seeds]
+            series[f"{name} test"] = mean_band(tests, xs)[0]
             all_styles[f"{name} test"] = Style("--", all_styles.get(name, Style()).color)
     return Lines(title, xlabel, ylabel, series, all_styles, bands, yscale=yscale)
-
-
-def _column(rows: Sequence[Mapping[str, Json]], key: str) -> list[float | None]:
-    return [None if row[key] is None else _float(row[key]) for row in rows]
 
 
 def curve_panels(rows: Sequence[Mapping[str, Json]], *, loss: str | None = None) -> list[Lines]:
@@ -250,7 +249,7 @@ def _float(value: Json) -> float:
     return float(value)
 
 
-def _scaled(value: Json, scale: float) -> float | None:
+def _scaled(value: Json, scale: float = 1.0) -> float | None:
     return None if value is None else scale * _float(value)
 
 

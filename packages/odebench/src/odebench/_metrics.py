@@ -31,11 +31,6 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
     )
 
 
-def _text(value: Coordinate) -> str:
-    """A coordinate as a key shows it: numbers by ``:g``."""
-    return value if isinstance(value, str) else format(value, "g")
-
-
 @dataclass(frozen=True)
 class Metric:
     """A number an experiment measures of each trained run, declared once.
@@ -87,13 +82,14 @@ class Metric:
             ) from None
 
     def key(self, **at: Coordinate) -> str:
-        """The name of the metric at coordinates ``at`` in ``results.json``."""
+        """The name of the metric at coordinates ``at`` in ``results.json`` (numbers by ``:g``)."""
         if set(at) != set(self.over):
             raise ValueError(
                 f"metric {self.name!r} is measured over ({', '.join(self.over)}), "
                 f"got ({', '.join(at)})."
             )
-        return self.key_format.format(name=self.name, **{c: _text(v) for c, v in at.items()})
+        texts = {c: v if isinstance(v, str) else format(v, "g") for c, v in at.items()}
+        return self.key_format.format(name=self.name, **texts)
 
     def of(self, run: str, **at: Coordinate) -> Ref:
         """The metric of ``run`` at coordinates ``at``."""

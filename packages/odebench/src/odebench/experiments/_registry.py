@@ -303,8 +303,9 @@ def read_results(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
-        kind = "list" if isinstance(doc, list) else type(doc).__name__
-        raise ValueError(f"{path} holds a JSON {kind}, not the object of an experiment's results")
+        raise ValueError(
+            f"{path} holds a JSON {type(doc).__name__}, not the object of an experiment's results"
+        )
     return doc
 
 

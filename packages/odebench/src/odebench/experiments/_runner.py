@@ -199,40 +199,37 @@ def _setup(
     settings = template.settings_for(options.mode_name, options.epochs)
     seeds = tuple(options.seed + k for k in range(settings.seeds))
     setup = Setup(template.name, options.mode_name, settings, options, seeds, log)
-    looked: dict[str, str | None] = {}
-    plans = {
-        seed: [_found(run, options.data_dir, looked) for run in template.runs(setup, seed)]
-        for seed in seeds
-    }
-    for dataset, why in looked.items():
+    runs = {seed: template.runs(setup, seed) for seed in seeds}
+    skipped: dict[str | None, str] = {}  # each data set a run needs, looked for once
+    for dataset in dict.fromkeys(
+        run.needs for rs in runs.values() for run in rs if run.needs is not None
+    ):
+        why = _missing(dataset, options.data_dir)
         if why is not None:
             log(f"{dataset} skipped: {why}")
+            skipped[dataset] = not_run(dataset)
+    plans = {
+        seed: [Run(r.name, skipped=skipped[r.needs]) if r.needs in skipped else r for r in rs]
+        for seed, rs in runs.items()
+    }
     names = [run.name for run in plans[seeds[0]]]
-    for seed, runs in plans.items():
-        if [run.name for run in runs] != names or len(set(names)) < len(names):
+    for seed, plan in plans.items():
+        if [run.name for run in plan] != names or len(set(names)) < len(names):
             raise ValueError(
-                f"{template.name}: the runs of seed {seed} are {[r.name for r in runs]}, "
+                f"{template.name}: the runs of seed {seed} are {[r.name for r in plan]}, "
                 f"those of seed {seeds[0]} {names}; each seed needs the same distinct names."
             )
     trained = tuple(run.name for run in plans[seeds[0]] if run.skipped is None)
     return dataclasses.replace(setup, trained=trained), plans
 
 
-def _found(run: Run, data_dir: str | None, looked: dict[str, str | None]) -> Run:
-    """``run``, or one that trains nothing where the data set it needs is not found;
-    ``looked`` keeps each data set looked for, with why it is not found (``None``: found),
-    so that each is looked for once."""
-    if run.needs is None:
-        return run
-    if run.needs not in looked:
-        try:
-            find_data(run.needs, data_dir)
-            looked[run.needs] = None
-        except FileNotFoundError as exc:
-            looked[run.needs] = str(exc)
-    if looked[run.needs] is None:
-        return run
-    return Run(run.name, skipped=not_run(run.needs))
+def _missing(dataset: str, data_dir: str | None) -> str | None:
+    """Why the data set ``dataset`` is not found; ``None``: it is."""
+    try:
+        find_data(dataset, data_dir)
+    except FileNotFoundError as exc:
+        return str(exc)
+    return None
 
 
 def _train(setup: Setup[Any], run: Run, seed: int) -> Trained:
