@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
+import timeit
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -147,12 +147,10 @@ def measure(setup: Setup[ChenSettings], trained: Trained) -> Measurement:
     x = test.normalize(test.inputs[:batch].to(setup.device))
     y = test.targets[:batch].to(setup.device)
     saved = saved_bytes(model, x, y) / 2**20
-    times = []
-    for _ in range(4):
-        model.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
-        times.append(time.perf_counter() - start)
+    times = timeit.repeat(
+        lambda: nn.functional.cross_entropy(model(x), y).backward(),  # type: ignore[no-untyped-call]
+        setup=lambda: model.zero_grad(set_to_none=True), repeat=4, number=1,
+    )  # fmt: skip
     forward, backward = nfe(model)
     result = trained.result
     metrics: dict[str, float | None] = {
@@ -278,10 +276,7 @@ def tables(setup: Setup[ChenSettings]) -> dict[str, Table]:
 
 def words(result: Result[ChenSettings]) -> dict[str, object]:
     """The images the runs trained and were tested on, for the text."""
-    return {
-        "train_images": result.cell(TRAIN_IMAGES.of("resnet")),
-        "test_images": result.cell(TEST_IMAGES.of("resnet")),
-    }
+    return {m.name: result.cell(m.of("resnet")) for m in (TRAIN_IMAGES, TEST_IMAGES)}
 
 
 def _memory_panels(result: Result[ChenSettings]) -> list[Lines]:

@@ -256,7 +256,7 @@ def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     name = trained.run.name
     model = trained.load(setup.device)
     _, test = load_splits(trained.config)
-    history = [dict(row) for row in trained.history]
+    history = trained.history
     acc = trained.final_metrics()["test_acc"]
     metrics: dict[str, float | None] = {
         TEST_ERROR.key(): None if acc is None else 1.0 - acc,
