@@ -153,14 +153,11 @@ def _pass(
         for layer in ode_layers(model)
     ]
     try:
-        with _solving(model, tol, seminorm):
+        with _solving(model, tol, seminorm), torch.set_grad_enabled(grad):
+            model.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(x), y)
             if grad:
-                model.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(model(x), y)
                 loss.backward()  # type: ignore[no-untyped-call]
-            else:
-                with torch.no_grad():
-                    model(x)
     finally:
         for hook in hooks:
             hook.remove()
