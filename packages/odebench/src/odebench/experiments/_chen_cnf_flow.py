@@ -74,15 +74,15 @@ def sample_density(density: str, n: int, noise: float, generator: torch.Generato
     return _centres(density, u) + noise * torch.randn(n, 2, generator=generator)
 
 
-def true_log_prob(density: str, x: Tensor, noise: float, nodes: int = TRUTH_NODES) -> Tensor:
+def true_log_prob(density: str, x: Tensor, noise: float) -> Tensor:
     """The exact log-density of :func:`sample_density` at ``x``, in float64: the mean over
-    the curve of ``N(x; centre(u), noise^2 I)``, by the midpoint rule in ``u``."""
-    centres = _centres(density, (torch.arange(nodes, dtype=_F64) + 0.5) / nodes)
+    the curve of ``N(x; centre(u), noise^2 I)``, by the midpoint rule on TRUTH_NODES ``u``."""
+    centres = _centres(density, (torch.arange(TRUTH_NODES, dtype=_F64) + 0.5) / TRUTH_NODES)
     out = []
     for chunk in torch.split(x.to(_F64), 1024):
         sq = (chunk[:, None, :] - centres[None]).pow(2).sum(-1)
         out.append(torch.logsumexp(-sq / (2 * noise**2), dim=1))
-    return torch.cat(out) - math.log(nodes) - math.log(2 * math.pi * noise**2)
+    return torch.cat(out) - math.log(TRUTH_NODES) - math.log(2 * math.pi * noise**2)
 
 
 def gaussian(points: Tensor) -> Callable[[Tensor], Tensor]:

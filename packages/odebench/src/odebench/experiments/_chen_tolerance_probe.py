@@ -153,14 +153,11 @@ def _pass(
         for layer in ode_layers(model)
     ]
     try:
-        with _solving(model, tol, seminorm):
+        with _solving(model, tol, seminorm), torch.set_grad_enabled(grad):
+            model.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(x), y)
             if grad:
-                model.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(model(x), y)
                 loss.backward()  # type: ignore[no-untyped-call]
-            else:
-                with torch.no_grad():
-                    model(x)
     finally:
         for hook in hooks:
             hook.remove()
@@ -256,7 +253,7 @@ def measure(setup: Setup[ToleranceSettings], trained: Trained) -> Measurement:
     name = trained.run.name
     model = trained.load(setup.device)
     _, test = load_splits(trained.config)
-    history = [dict(row) for row in trained.history]
+    history = trained.history
     acc = trained.final_metrics()["test_acc"]
     metrics: dict[str, float | None] = {
         TEST_ERROR.key(): None if acc is None else 1.0 - acc,
