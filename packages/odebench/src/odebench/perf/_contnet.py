@@ -14,9 +14,9 @@ from contnet import ContinuousNet
 from torch import Tensor, nn
 
 from .._io import JsonObject, flag, text_table, whole
-from .._provenance import machine, now
+from .._provenance import now
 from .._tables import Column, Measured, Table, figure_columns, keyed_rows
-from ._document import Provenance, Row, json_array, json_object
+from ._document import Row, environment, json_array, json_object
 from ._solvers import command_line, count_flag
 
 SCHEMA_VERSION = 1
@@ -92,19 +92,6 @@ def saved_bytes(model: nn.Module, x: Tensor, y: Tensor) -> int:
     loss.backward()  # type: ignore[no-untyped-call]
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     return sum(n for ptr, n in seen.items() if ptr not in params)
-
-
-@dataclass(frozen=True)
-class ContnetEnvironment(Provenance):
-    """The ``environment`` of the document: what ran, where, and for how long."""
-
-    quick: bool
-    repeats: int
-    batch: int
-    n_steps: int
-    channels: list[int]
-    command: str | None
-    wall_time_s: float
 
 
 @dataclass(frozen=True)
@@ -196,10 +183,9 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> Js
     ratios = [ratio(cont, res, f) for f in (*timed, "saved_for_backward_mib")]
     ratios += [ratio(rk, cont, f) for f in timed]
     return {
-        "environment": ContnetEnvironment(
+        "environment": environment(
             SCHEMA_VERSION,
             date,
-            machine(),
             quick=config.quick,
             repeats=config.n_repeats,
             batch=config.n_batch,
@@ -207,7 +193,7 @@ def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> Js
             channels=list(config.channels),
             command=command_line(),
             wall_time_s=time.perf_counter() - started,
-        ).to_json(),
+        ),
         "results": [r.to_json() for r in results],
         "ratios": [r.to_json() for r in ratios],
         "checks": {"max_abs_output_difference_eval": agreement},

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast, get_args, get_type_hints
 
 from .._io import Json, JsonObject
-from .._provenance import Machine
+from .._provenance import machine
 from ._stats import finite
 
 
@@ -65,37 +65,10 @@ def figure_rows(
     return [kind(*key, f, value, units[f], note) for f, (value, note) in figures.items()]
 
 
-@dataclass(frozen=True)
-class Provenance(Row):
-    """How a benchmark's ``environment`` starts: its schema, its date, and the machine
-    (``machine()`` of ``odebench._provenance``), whose fields the JSON object lists
-    after the date."""
-
-    schema_version: int
-    date: str
-    host: Machine
-
-    def to_json(self) -> JsonObject:
-        doc = super().to_json()
-        host = json_object(doc.pop("host"))
-        head = {key: doc.pop(key) for key in ("schema_version", "date")}
-        return {**head, **host, **doc}
-
-
-@dataclass(frozen=True)
-class Environment(Provenance):
-    """The ``environment`` of the document: what ran, where, and for how long."""
-
-    libraries: dict[str, str]
-    unavailable: dict[str, str]
-    quick: bool
-    repeats: int
-    cell_budget_s: float | None
-    dtype: str
-    command: str | None
-    load_average_start: float | None
-    load_average_end: float | None
-    wall_time_s: float
+def environment(schema_version: int, date: str, **fields: Json) -> JsonObject:
+    """How a benchmark's ``environment`` starts: its schema, its date and the machine
+    (``machine()`` of ``odebench._provenance``); then ``fields``, in order."""
+    return {"schema_version": schema_version, "date": date, **cast(JsonObject, machine()), **fields}
 
 
 @dataclass(frozen=True)

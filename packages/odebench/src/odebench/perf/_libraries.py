@@ -15,6 +15,7 @@ import odecore
 import torch
 from torch import Tensor, nn
 
+from .._io import whole
 from ._problems import CountingField, last_state
 
 MODES = ("forward", "backprop", "adjoint", "adjoint_seminorm", "checkpoint", "reversible")
@@ -76,7 +77,7 @@ class Method:
                 f"Unknown method {self.name!r}; the benchmark knows {', '.join(METHOD_NAMES)}."
             )
         if not self.adaptive:
-            if self.n_steps is None or self.n_steps < 1:
+            if not whole(1)(self.n_steps):
                 raise ValueError(f"`{self.name}` needs a positive `n_steps`, got {self.n_steps!r}.")
             if self.max_steps is not None:
                 raise ValueError(
@@ -84,9 +85,7 @@ class Method:
                 )
         elif self.rtol is None or self.atol is None:
             raise ValueError(f"`{self.name}` needs `rtol` and `atol`.")
-        elif self.max_steps is not None and (
-            isinstance(self.max_steps, bool) or self.max_steps < 1
-        ):
+        elif self.max_steps is not None and not whole(1)(self.max_steps):
             raise ValueError(
                 f"`max_steps` must be a positive number of steps, got {self.max_steps!r}."
             )

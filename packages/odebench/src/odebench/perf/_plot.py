@@ -109,17 +109,16 @@ def _memory(d: Document) -> Lines:
         return Lines(title, "steps", "MiB", empty="memory not measured in this run")
     problem = rows[0].problem  # the benchmark measures memory on one problem
     method = rows[0].method.partition("x")[0]
-    points: dict[str, list[tuple[float, float | None]]] = {}
+    styles = {
+        f"{lib}, {grad}": Style("o" + line, _LIBRARY_COLORS.get(lib))
+        for lib in d.libraries(rows)
+        for grad, line in _GRADIENT_STYLES.items()
+    }
+    points: dict[str, list[tuple[float, float | None]]] = {name: [] for name in styles}
     for r in rows:
         if r.problem == problem and r.n_steps and r.value and r.value > 0:
-            points.setdefault(f"{r.library}, {r.gradient}", []).append((float(r.n_steps), r.value))
-    series: dict[str, list[tuple[float, float | None]]] = {}
-    styles: dict[str, Style] = {}
-    for lib in d.libraries(rows):
-        for grad, line in _GRADIENT_STYLES.items():
-            if f"{lib}, {grad}" in points:
-                series[f"{lib}, {grad}"] = sorted(points[f"{lib}, {grad}"])
-                styles[f"{lib}, {grad}"] = Style("o" + line, _LIBRARY_COLORS.get(lib))
+            points.get(f"{r.library}, {r.gradient}", []).append((float(r.n_steps), r.value))
+    series = {name: sorted(line) for name, line in points.items() if line}
     return Lines(f"{title}, {problem}, {method}", "steps", "peak above baseline, MiB", series,
                  styles, xscale="log", yscale="log")  # fmt: skip
 
@@ -190,17 +189,14 @@ def stiff_panels(doc: Mapping[str, Any]) -> list[Lines]:
         series: dict[str, list[tuple[float, float, float]]] = {}
         notes: list[str] = []
         for method, figures in methods.items():
-            time_row, error_row = figures.get("forward_time_s"), figures.get("error")
-            first = time_row or error_row
-            t = time_row.value if time_row else None
-            e = error_row.value if error_row else None
-            solver = first.solver if first else method
-            if t is None or e is None or e <= 0 or solver not in _STIFF_SOLVERS:
-                note = (first.note if first else None) or "no error measured"
+            first = next(iter(figures.values()))  # the configuration's first figure, its time
+            t, e = (figures[f].value if f in figures else None for f in ("forward_time_s", "error"))
+            if t is None or e is None or e <= 0 or first.solver not in _STIFF_SOLVERS:
+                note = first.note or "no error measured"
                 notes.append(f"{method}: {note.replace('failed: SolverError: ', 'failed: ')}")
                 continue
-            tol = (time_row.rtol if time_row else None) or 0.0
-            series.setdefault(_STIFF_SOLVERS[solver][0], []).append((tol, e, t))
+            tol = first.rtol or 0.0
+            series.setdefault(_STIFF_SOLVERS[first.solver][0], []).append((tol, e, t))
         for points in series.values():
             points.sort(key=lambda p: -p[0])
         panels.append(

@@ -16,15 +16,15 @@ from typing import Any
 import torch
 
 from .._io import JsonObject, flag, text_parts, whole
-from .._provenance import load_average, machine, now
+from .._provenance import load_average, now
 from ._document import (
     CompiledRow,
     Document,
-    Environment,
     EvaluationRow,
     ProblemRow,
     RatioRow,
     ResultRow,
+    environment,
     figure_rows,
     unmeasured,
 )
@@ -382,10 +382,9 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
         if pname in STIFF_PROBLEMS:
             _stiff_problem(run, pname)
     _memory_and_gradients(run, eager)
-    run.doc.environment = Environment(
+    run.doc.environment = environment(
         SCHEMA_VERSION,
         date,
-        machine(),
         libraries={lib.name: lib.version for lib in libraries},
         unavailable=dict(missing),
         quick=config.quick,
@@ -396,7 +395,7 @@ def _run(config: SolversConfig, say: Callable[[str], None]) -> JsonObject:
         load_average_start=load_start,
         load_average_end=load_average(),
         wall_time_s=time.perf_counter() - started,
-    ).to_json()
+    )
     if load_start is not None and load_start >= 1.0:
         notes += _text_notes(["load"], load=f"{load_start:.2f}")
     return run.doc.to_json()
