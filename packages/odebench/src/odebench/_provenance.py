@@ -29,16 +29,6 @@ PACKAGES = ("odecore", "odelayers", "contnet", "odebench")
 HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
-class Environment(TypedDict):
-    """What a run runs on, as :func:`environment` records it."""
-
-    versions: dict[str, str | None]
-    threads: int
-    cpu: str
-    cores: int
-    device: str
-
-
 class Machine(TypedDict):
     """The machine and torch, as :func:`machine` records them for ``odebench perf``."""
 
@@ -171,13 +161,14 @@ def _cpu() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def environment(device: torch.device | str) -> Environment:
-    """What a run runs on: versions, torch's threads, the CPU, its cores, the device.
+def environment(device: torch.device | str) -> JsonObject:
+    """What a run runs on: :class:`Provenance`'s ``versions``, ``threads``, ``cpu``, ``cores``
+    and ``device``.
 
     Args:
         device: the device it trains on; a GPU is named with its model.
     """
-    versions: dict[str, str | None] = {
+    versions: JsonObject = {
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
@@ -276,7 +267,10 @@ class Provenance:
     started: str
     load: dict[str, float | None] = field(default_factory=dict)
     finished: str | None = None
-    _sampler: _LoadSampler | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Not a field, so not in the JSON: provenance_started() sets it.
+        self._sampler: _LoadSampler | None = None
 
     def finish(self, threads: int | None = None) -> Provenance:
         """Record the end: the load after the run, the samples, the time.
@@ -309,13 +303,7 @@ class Provenance:
 
     def to_json(self) -> JsonObject:
         """The JSON object (``contended`` included)."""
-        doc: JsonObject = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if not f.name.startswith("_")
-        }
-        doc["contended"] = self.contended
-        return doc
+        return {**dataclasses.asdict(self), "contended": self.contended}
 
 
 def provenance_started(
@@ -332,9 +320,7 @@ def provenance_started(
         >>> sorted(p.to_json()["versions"])[:3], p.finished is not None
         (['contnet', 'numpy', 'odebench'], True)
     """
-    return Provenance(
-        **segment(),  # type: ignore[arg-type]
-        **environment(device),
-        load={"before": load_average()},
-        _sampler=_LoadSampler(sample_every),
-    )
+    started = {**segment(), **environment(device)}
+    provenance = Provenance(**started, load={"before": load_average()})  # type: ignore[arg-type]
+    provenance._sampler = _LoadSampler(sample_every)
+    return provenance

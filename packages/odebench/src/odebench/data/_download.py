@@ -231,16 +231,13 @@ def download(name: str, root: str | os.PathLike[str], *, force: bool = False) ->
         raise ValueError(f"`name` must be one of {', '.join(sorted(_RESOURCES))}, got {name!r}.")
     resource = _RESOURCES[name]
     root = Path(root)
-    if resource.extract_to is None:
-        directory = root / name
-        directory.mkdir(parents=True, exist_ok=True)
-        for file, md5 in resource.files:
-            _download_file(resource, file, md5, directory, force=force)
+    folder = resource.extract_to
+    if folder is not None and (root / folder).is_dir() and not force:
+        return root / folder
+    directory = root / name if folder is None else root  # a tarball sits beside its folder
+    directory.mkdir(parents=True, exist_ok=True)
+    for file, md5 in resource.files:
+        _download_file(resource, file, md5, directory, force=force)
+    if folder is None:
         return directory
-    root.mkdir(parents=True, exist_ok=True)
-    extracted = root / resource.extract_to
-    if extracted.is_dir() and not force:
-        return extracted
-    (file, md5), *_ = resource.files
-    _download_file(resource, file, md5, root, force=force)
-    return _safe_extract(root / file, root, resource.extract_to, resource.max_unpacked)
+    return _safe_extract(root / resource.files[0][0], root, folder, resource.max_unpacked)
