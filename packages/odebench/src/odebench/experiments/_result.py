@@ -82,7 +82,7 @@ class Result(Generic[S]):
         """The result ``results.json`` (``doc``, in ``out``) holds, without its verdicts."""
         mode, seeds = doc["mode"], tuple(doc["seeds"])
         settings = _like(template.modes[mode], doc["settings"])
-        known = {f.name for f in dataclasses.fields(Provenance) if not f.name.startswith("_")}
+        known = {f.name for f in dataclasses.fields(Provenance)}
         prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
         options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
         metrics = {
