@@ -231,8 +231,10 @@ def test_gradients_through_compiled_rosenbrock_steps_match_eager(solver, t0, t1)
         sol = _solve(field, x, solver=solver(), t0=t0, t1=t1, rtol=1e-7, compile=compile)
         loss = (sol.ys * torch.tensor([1.0, -0.5], dtype=F64)).square().sum()
         grads.append(torch.autograd.grad(loss, (x, field.mu)))
+    # To rounding: on a long stiff solve the gradient amplifies an ulp far more, as
+    # much in eager with the state reordered (docs/results/compile-gradients/rounding.py).
     for got, want in zip(grads[1], grads[0]):
-        assert _rel(got, want) <= 1e-10
+        assert _rel(got, want) <= 1e-12
 
 
 def test_a_singular_rosenbrock_matrix_is_retried_as_the_eager_solve_retries_it():
