@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import contnet
-import torch
 
 from .._figures import Lines, Mark
 from .._io import pyplot, save_png
@@ -113,20 +112,12 @@ def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
 
 
 def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list[float]]:
-    """Test accuracy of every manifestation: rows ``SCHEMES``, columns ``grid_steps``."""
-    net = restored.net
-    trained = {name: b.detach().clone() for name, b in net.named_buffers()}
-
-    def metric(model: contnet.ContinuousNet) -> float:
-        if recal:
-            restored.recalibrate(model, s.recal_batches)
-        acc = restored.accuracy(model)
-        with torch.no_grad():
-            for name, b in net.named_buffers():
-                b.copy_(trained[name])
-        return acc
-
-    sweep = contnet.manifestation_sweep(net, metric, solvers=SCHEMES, n_steps=s.grid_steps)
+    """Test accuracy of every manifestation: rows ``SCHEMES``, columns ``grid_steps``;
+    ``recal``: each recalibrated first (on a copy: the trained statistics are kept)."""
+    batches = restored.batches(s.recal_batches) if recal else None
+    sweep = contnet.manifestation_sweep(
+        restored.net, restored.accuracy, solvers=SCHEMES, n_steps=s.grid_steps, batches=batches
+    )
     return [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
 
 
@@ -189,15 +180,14 @@ def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
 
 
 def _grid_table(run: str, key: str, steps: tuple[int, ...]) -> Table:
-    """One grid of ``run``: schemes by ``N_t``, each cell's mean ± std over the seeds."""
-    cols = [Col(f"N_t={n}", cell=partial(_grid_cell, key=key, column=j))
-            for j, n in enumerate(steps)]  # fmt: skip
+    """One grid of ``run``: schemes by ``N_t``, each cell the accuracy (%), mean ± std
+    over the seeds."""
+
+    def cell(result: Result[SweepSettings], row: Row, column: int) -> str:
+        return _mean_grid(result, run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
+
+    cols = [Col(f"N_t={n}", cell=partial(cell, column=j)) for j, n in enumerate(steps)]
     return Table("scheme", [Row(scheme, run) for scheme in SCHEMES], cols)
-
-
-def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -> str:
-    """One cell of a grid: the accuracy (%) of a scheme (the row) at one ``N_t``."""
-    return _mean_grid(result, row.run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
 
 
 def _grids(result: Result[SweepSettings]) -> dict[str, list[list[float]]]:
