@@ -124,12 +124,13 @@ def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
 
 @dataclass(frozen=True)
 class Restored:
-    """A trained net (eval mode, recalibrated) with its configuration and data."""
+    """A trained net (eval mode) with its configuration, its test set and the training
+    batches (normalised, on its device) its batch-norm statistics were recalibrated on."""
 
     net: contnet.ContinuousNet
     config: TrainConfig
-    train: Dataset
     test: Dataset
+    batches: list[torch.Tensor]
 
     def accuracy(self, net: contnet.ContinuousNet) -> float:
         """The test accuracy of ``net`` (:attr:`net` or a manifestation of it)."""
@@ -138,22 +139,18 @@ class Restored:
                           device=device)  # fmt: skip
         return cast(float, result["acc"])
 
-    def batches(self, n: int) -> list[torch.Tensor]:
-        """The first ``n`` training batches of its seed, normalised, on :attr:`net`'s
-        device: what the batch-norm statistics are recalibrated on."""
-        device, data, config = next(self.net.parameters()).device, self.train, self.config
-        chosen = batches(data, config.batch_size, config.seed, n)
-        return [data.normalize(images.to(device)) for images, _ in chosen]
-
 
 def restore(setup: Setup[N], trained: Trained) -> Restored:
-    """The trained net of a :func:`refine_runs` run, :func:`contnet.recalibrate`-d on
-    ``recal_batches`` batches, in eval mode."""
+    """The trained net of a :func:`refine_runs` run, :func:`contnet.recalibrate`-d on the
+    first ``recal_batches`` training batches of its seed."""
     config = cast(TrainConfig, trained.config)
     net = cast(contnet.ContinuousNet, trained.load(setup.device))
-    restored = Restored(net, config, *load_splits(config))
-    contnet.recalibrate(net, restored.batches(setup.settings.recal_batches)).eval()
-    return restored
+    train, test = load_splits(config)
+    device = next(net.parameters()).device
+    chosen = batches(train, config.batch_size, config.seed, setup.settings.recal_batches)
+    recal = [train.normalize(images.to(device)) for images, _ in chosen]
+    contnet.recalibrate(net, recal).eval()
+    return Restored(net, config, test, recal)
 
 
 #: The numbers of each epoch a run keeps in its details.

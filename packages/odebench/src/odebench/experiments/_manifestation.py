@@ -99,32 +99,20 @@ MODES = {
 
 
 def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
-    """The shared numbers of a net, both grids and their ranges."""
+    """The shared numbers of a net, both grids (rows ``SCHEMES``, columns ``grid_steps``;
+    in ``"grid"`` each manifestation recalibrated first, on a copy) and their ranges."""
     s, restored = setup.settings, common.restore(setup, trained)
     base = common.measure_refined(setup, trained, restored)
-    grids = {key: _grid(restored, s, recal=key == "grid") for key in GRIDS}
-    ranges = {
-        RANGE.key(columns=columns, stats=GRIDS[key]): _range(grid, s, least)
-        for key, grid in grids.items()
-        for columns, least in ((WHOLE, 0), (REFINED, s.n_steps))
-    }
-    return Measurement({**base.metrics, **ranges}, {**base.details, **grids})
-
-
-def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list[float]]:
-    """Test accuracy of every manifestation: rows ``SCHEMES``, columns ``grid_steps``;
-    ``recal``: each recalibrated first (on a copy: the trained statistics are kept)."""
-    batches = restored.batches(s.recal_batches) if recal else None
-    sweep = contnet.manifestation_sweep(
-        restored.net, restored.accuracy, solvers=SCHEMES, n_steps=s.grid_steps, batches=batches
-    )
-    return [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
-
-
-def _range(grid: list[list[float]], s: SweepSettings, least: int) -> float:
-    """Largest minus smallest accuracy over the columns with ``N_t >= least``."""
-    values = [v for row in grid for v, n in zip(row, s.grid_steps) if n >= least]
-    return max(values) - min(values)
+    metrics, grids = dict(base.metrics), {}
+    for key, stats in GRIDS.items():
+        batches = restored.batches if stats == RECAL else None
+        sweep = contnet.manifestation_sweep(restored.net, restored.accuracy, solvers=SCHEMES,
+                                            n_steps=s.grid_steps, batches=batches)  # fmt: skip
+        grids[key] = [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
+        for columns, least in ((WHOLE, 0), (REFINED, s.n_steps)):
+            values = [v for (_, n), v in sweep.items() if n >= least]
+            metrics[RANGE.key(columns=columns, stats=stats)] = max(values) - min(values)
+    return Measurement(metrics, {**base.details, **grids})
 
 
 def claims(setup: Setup[SweepSettings]) -> list[Claim]:
