@@ -95,7 +95,7 @@ def data_of(s: AdjointSettings, seed: int, data_dir: str | None) -> tuple[Datase
     """The seed's training and test subsets, read once for the six runs of a seed (the
     loader's ``FileNotFoundError`` when absent)."""
     return load_splits(TrainConfig(
-        model="continuousnet", dataset=s.dataset or common.digits(data_dir),
+        model="continuousnet", dataset=common.found(s.dataset, data_dir),
         train_size=s.train_size, test_size=s.test_size, seed=seed, data_dir=data_dir,
     ))  # fmt: skip
 
@@ -159,11 +159,11 @@ def measure(setup: Setup[AdjointSettings], trained: Trained) -> Measurement:
         SECONDS.key(): trained.seconds,
     }
     if method == BACKPROP:
-        images, labels = next(common.batches(train, min(s.grad_batch, len(train)), trained.seed))
+        ((images, labels),) = common.batches(train, min(s.grad_batch, len(train)), trained.seed, 1)
         images, labels = train.normalize(images.to(device)), labels.to(device)
-        before = gradient_errors(build(s, train, trained.seed).to(device), images, labels, COMPARED)
-        after = gradient_errors(net, images, labels, COMPARED)
-        for metric, errors in ((GRAD_ERROR, before), (GRAD_ERROR_TRAINED, after)):
+        initial = build(s, train, trained.seed).to(device)
+        for metric, model in ((GRAD_ERROR, initial), (GRAD_ERROR_TRAINED, net)):
+            errors = gradient_errors(model, images, labels, COMPARED)
             metrics.update({metric.key(method=k, part=p): v for (k, p), v in errors.items()})
     per_epoch = [{k: row[k] for k in ("epoch", "train_loss", "epoch_seconds")} for row in rows]
     return Measurement(metrics, {"per_epoch": per_epoch})
@@ -257,7 +257,7 @@ def _panels(result: Result[AdjointSettings]) -> list[Lines]:
 def _data(setup: Setup[AdjointSettings]) -> str:
     """The data set and its sizes, for ``results.json``."""
     s = setup.settings
-    name = data_name(s.dataset or common.digits(setup.options.data_dir))
+    name = data_name(common.found(s.dataset, setup.options.data_dir))
     train, test = ("all" if n is None else n for n in (s.train_size, s.test_size))
     return f"{name} ({train} train / {test} test)"
 

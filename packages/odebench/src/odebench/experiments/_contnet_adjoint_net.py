@@ -104,12 +104,9 @@ def integrate(block: contnet.OdeBlock, x: Tensor, method: Method) -> Tensor:
 
 def full_gradient(net: AdjointNet, images: Tensor, labels: Tensor, method: Method) -> Tensor:
     """The gradient of the mean cross-entropy, flattened in the order of the parameters."""
-    params = list(net.parameters())
     loss = nn.functional.cross_entropy(net(images, method), labels)
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return torch.cat(
-        [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
-    )
+    grads = torch.autograd.grad(loss, list(net.parameters()), materialize_grads=True)
+    return torch.cat([g.reshape(-1) for g in grads])
 
 
 def gradient_errors(
@@ -119,15 +116,14 @@ def gradient_errors(
     over every parameter (part :data:`ALL`) and the block's alone (:data:`BLOCK`)."""
     start = sum(p.numel() for p in net.stem.parameters())  # the block's coefficients
     block = slice(start, start + sum(p.numel() for p in net.block.parameters()))
-    references: dict[int, Tensor] = {}
+    references = {
+        k: full_gradient(net, images, labels, Method("backprop", k))
+        for k in dict.fromkeys(m.factor for m in methods)
+    }
     out: dict[tuple[str, str], float] = {}
     for method in methods:
-        if method.factor not in references:
-            backprop = Method("backprop", method.factor)
-            references[method.factor] = full_gradient(net, images, labels, backprop)
-        reference = references[method.factor]
-        gradient = full_gradient(net, images, labels, method)
-        out[method.key, ALL] = float((gradient - reference).norm() / reference.norm())
-        ref = reference[block]
-        out[method.key, BLOCK] = float((gradient[block] - ref).norm() / ref.norm())
+        gradient, reference = full_gradient(net, images, labels, method), references[method.factor]
+        for part, where in ((ALL, slice(None)), (BLOCK, block)):
+            error = (gradient[where] - reference[where]).norm() / reference[where].norm()
+            out[method.key, part] = float(error)
     return out

@@ -5,8 +5,6 @@ recalibrated, and the per-epoch figure."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -21,9 +19,13 @@ from ._result import Result
 from ._template import Measurement, Run, Settings, Setup, Trained
 
 
-def digits(data_dir: str | None) -> str:
-    """``"mnist"`` where ``data_dir`` (or, without one, a default place) holds MNIST,
-    else ``"fashion-mnist"``; the loader's ``FileNotFoundError`` where neither is."""
+def found(dataset: str | None, data_dir: str | None) -> str:
+    """``dataset`` where ``data_dir`` (or, without one, a default place) holds it; for
+    ``None``, ``"mnist"`` where MNIST is found, else ``"fashion-mnist"``. The loader's
+    ``FileNotFoundError`` where it (or neither digit set) is not found."""
+    if dataset is not None:
+        find_data(dataset, data_dir)
+        return dataset
     try:
         find_data("mnist", data_dir)
     except FileNotFoundError:
@@ -32,19 +34,19 @@ def digits(data_dir: str | None) -> str:
     return "mnist"
 
 
-def batches(data: Dataset, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The full batches of ``data`` (images, labels) in the order ``seed`` draws."""
+def batches(data: Dataset, size: int, seed: int, n: int) -> list[tuple[torch.Tensor, ...]]:
+    """The first ``n`` full batches of ``data`` (images, labels) in the order ``seed``
+    draws."""
     order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
-    for i in range(len(order) // batch):
-        idx = order[i * batch : (i + 1) * batch]
-        yield data.inputs[idx], data.targets[idx]
+    chosen = order[: min(n, len(order) // size) * size].view(-1, size)
+    return [(data.inputs[idx], data.targets[idx]) for idx in chosen]
 
 
 @dataclass(frozen=True)
 class Net:
     """One ContinuousNet run (``key`` its folder and metrics, ``label`` the report's
     name): ``N_t = M = n_steps``, doubled at the start of each of ``refine_epochs``
-    (0-based), on ``dataset`` (``None``: the :func:`digits` found)."""
+    (0-based), on ``dataset`` (``None``: the digits :func:`found`)."""
 
     key: str
     label: str
@@ -106,38 +108,29 @@ class RefineSettings(NetSettings):
 N = TypeVar("N", bound=NetSettings)
 
 
-def train_run(setup: Setup[N], net: Net, seed: int) -> Run:
-    """The :func:`odebench.training.train` run of ``net`` for ``seed``."""
-    s = setup.settings
-    config = TrainConfig(
-        model=net.model, dataset=net.dataset or digits(setup.options.data_dir),
-        epochs=s.epochs, method=net.method, n_steps=net.n_steps,
-        refine_epochs=net.refine_epochs, seed=seed, **dataclasses.asdict(s.training),
-    )  # fmt: skip
-    return Run(net.key, config=config)
-
-
 def refine_runs(setup: Setup[N], seed: int) -> list[Run]:
-    """A :func:`train_run` per net; a data set not found fails now, not hours later
-    (the loader's ``FileNotFoundError``)."""
-    for name in sorted({net.dataset for net in setup.settings.nets if net.dataset}):
-        find_data(name, setup.options.data_dir)
-    return [train_run(setup, net, seed) for net in setup.settings.nets]
-
-
-def ran(setup: Setup[N]) -> list[Net]:
-    """The nets of :attr:`Setup.trained`."""
-    return [net for net in setup.settings.nets if net.key in setup.trained]
+    """The :func:`odebench.training.train` run of each net for ``seed``; a data set not
+    found fails now, not hours later (the loader's ``FileNotFoundError``)."""
+    s, data_dir = setup.settings, setup.options.data_dir
+    return [
+        Run(net.key, config=TrainConfig(
+            model=net.model, dataset=found(net.dataset, data_dir), epochs=s.epochs,
+            method=net.method, n_steps=net.n_steps, refine_epochs=net.refine_epochs,
+            seed=seed, **dataclasses.asdict(s.training),
+        ))
+        for net in s.nets
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Restored:
-    """A trained net (eval mode, recalibrated) with its configuration and data."""
+    """A trained net (eval mode) with its configuration, its test set and the training
+    batches (normalised, on its device) its batch-norm statistics were recalibrated on."""
 
     net: contnet.ContinuousNet
     config: TrainConfig
-    train: Dataset
     test: Dataset
+    batches: list[torch.Tensor]
 
     def accuracy(self, net: contnet.ContinuousNet) -> float:
         """The test accuracy of ``net`` (:attr:`net` or a manifestation of it)."""
@@ -146,22 +139,18 @@ class Restored:
                           device=device)  # fmt: skip
         return cast(float, result["acc"])
 
-    def recalibrate(self, net: contnet.ContinuousNet, n_batches: int) -> None:
-        """:func:`contnet.recalibrate` ``net`` (:attr:`net` or a manifestation of it) on
-        the first ``n_batches`` training batches of its seed; ``net`` is left in eval mode."""
-        device, data, config = next(net.parameters()).device, self.train, self.config
-        chosen = itertools.islice(batches(data, config.batch_size, config.seed), n_batches)
-        contnet.recalibrate(net, (data.normalize(images.to(device)) for images, _ in chosen))
-        net.eval()
-
 
 def restore(setup: Setup[N], trained: Trained) -> Restored:
-    """The trained net of a :func:`train_run`, recalibrated on ``recal_batches`` batches."""
+    """The trained net of a :func:`refine_runs` run, :func:`contnet.recalibrate`-d on the
+    first ``recal_batches`` training batches of its seed."""
     config = cast(TrainConfig, trained.config)
     net = cast(contnet.ContinuousNet, trained.load(setup.device))
-    restored = Restored(net, config, *load_splits(config))
-    restored.recalibrate(net, setup.settings.recal_batches)
-    return restored
+    train, test = load_splits(config)
+    device = next(net.parameters()).device
+    chosen = batches(train, config.batch_size, config.seed, setup.settings.recal_batches)
+    recal = [train.normalize(images.to(device)) for images, _ in chosen]
+    contnet.recalibrate(net, recal).eval()
+    return Restored(net, config, test, recal)
 
 
 #: The numbers of each epoch a run keeps in its details.
@@ -214,8 +203,8 @@ def measure_refined(
 
 def epoch_panels(result: Result[N]) -> list[Lines]:
     """Training seconds per epoch (log scale, dotted lines at the refinements) and test
-    accuracy per epoch, a line per net trained (first seed)."""
-    nets = ran(result.setup)
+    accuracy per epoch, a line per net (first seed)."""
+    nets = result.settings.nets
     rows = {net.label: result.details(net.key)["per_epoch"] for net in nets}
     times = {k: [(r["epoch"], r["epoch_seconds"]) for r in v] for k, v in rows.items()}
     accs = {k: [(r["epoch"], r["test_acc"] and 100 * r["test_acc"]) for r in v]
@@ -224,6 +213,5 @@ def epoch_panels(result: Result[N]) -> list[Lines]:
     return [
         Lines("dotted: refinements (N_t and M double)", "epoch", "training seconds per epoch",
               times, yscale="log", marks=refinements),
-        Lines("", "epoch", "test accuracy (%)", accs,
-              empty=None if nets else "no net trained: no data set found"),
+        Lines("", "epoch", "test accuracy (%)", accs),
     ]  # fmt: skip

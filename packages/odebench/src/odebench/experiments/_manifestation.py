@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import contnet
-import torch
 
 from .._figures import Lines, Mark
 from .._io import pyplot, save_png
@@ -100,40 +99,20 @@ MODES = {
 
 
 def measure(setup: Setup[SweepSettings], trained: Trained) -> Measurement:
-    """The shared numbers of a net, both grids and their ranges."""
+    """The shared numbers of a net, both grids (rows ``SCHEMES``, columns ``grid_steps``;
+    in ``"grid"`` each manifestation recalibrated first, on a copy) and their ranges."""
     s, restored = setup.settings, common.restore(setup, trained)
     base = common.measure_refined(setup, trained, restored)
-    grids = {key: _grid(restored, s, recal=key == "grid") for key in GRIDS}
-    ranges = {
-        RANGE.key(columns=columns, stats=GRIDS[key]): _range(grid, s, least)
-        for key, grid in grids.items()
-        for columns, least in ((WHOLE, 0), (REFINED, s.n_steps))
-    }
-    return Measurement({**base.metrics, **ranges}, {**base.details, **grids})
-
-
-def _grid(restored: common.Restored, s: SweepSettings, recal: bool) -> list[list[float]]:
-    """Test accuracy of every manifestation: rows ``SCHEMES``, columns ``grid_steps``."""
-    net = restored.net
-    trained = {name: b.detach().clone() for name, b in net.named_buffers()}
-
-    def metric(model: contnet.ContinuousNet) -> float:
-        if recal:
-            restored.recalibrate(model, s.recal_batches)
-        acc = restored.accuracy(model)
-        with torch.no_grad():
-            for name, b in net.named_buffers():
-                b.copy_(trained[name])
-        return acc
-
-    sweep = contnet.manifestation_sweep(net, metric, solvers=SCHEMES, n_steps=s.grid_steps)
-    return [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
-
-
-def _range(grid: list[list[float]], s: SweepSettings, least: int) -> float:
-    """Largest minus smallest accuracy over the columns with ``N_t >= least``."""
-    values = [v for row in grid for v, n in zip(row, s.grid_steps) if n >= least]
-    return max(values) - min(values)
+    metrics, grids = dict(base.metrics), {}
+    for key, stats in GRIDS.items():
+        batches = restored.batches if stats == RECAL else None
+        sweep = contnet.manifestation_sweep(restored.net, restored.accuracy, solvers=SCHEMES,
+                                            n_steps=s.grid_steps, batches=batches)  # fmt: skip
+        grids[key] = [[sweep[(method, n)] for n in s.grid_steps] for method in SCHEMES]
+        for columns, least in ((WHOLE, 0), (REFINED, s.n_steps)):
+            values = [v for (_, n), v in sweep.items() if n >= least]
+            metrics[RANGE.key(columns=columns, stats=stats)] = max(values) - min(values)
+    return Measurement(metrics, {**base.details, **grids})
 
 
 def claims(setup: Setup[SweepSettings]) -> list[Claim]:
@@ -189,15 +168,14 @@ def tables(setup: Setup[SweepSettings]) -> dict[str, Table]:
 
 
 def _grid_table(run: str, key: str, steps: tuple[int, ...]) -> Table:
-    """One grid of ``run``: schemes by ``N_t``, each cell's mean ± std over the seeds."""
-    cols = [Col(f"N_t={n}", cell=partial(_grid_cell, key=key, column=j))
-            for j, n in enumerate(steps)]  # fmt: skip
+    """One grid of ``run``: schemes by ``N_t``, each cell the accuracy (%), mean ± std
+    over the seeds."""
+
+    def cell(result: Result[SweepSettings], row: Row, column: int) -> str:
+        return _mean_grid(result, run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
+
+    cols = [Col(f"N_t={n}", cell=partial(cell, column=j)) for j, n in enumerate(steps)]
     return Table("scheme", [Row(scheme, run) for scheme in SCHEMES], cols)
-
-
-def _grid_cell(result: Result[SweepSettings], row: Row, key: str, column: int) -> str:
-    """One cell of a grid: the accuracy (%) of a scheme (the row) at one ``N_t``."""
-    return _mean_grid(result, row.run, key)[SCHEMES.index(row.label)][column].cell(".1f", 100)
 
 
 def _grids(result: Result[SweepSettings]) -> dict[str, list[list[float]]]:
