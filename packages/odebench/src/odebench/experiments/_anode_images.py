@@ -50,17 +50,9 @@ MODES = {
 
 
 def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
-    """Both models on every data set; those of a data set not found train nothing
-    (:attr:`Run.needs`), but MNIST's, whose absence training reports."""
-    return [
-        Run(
-            f"{dataset}/{model}",
-            config=common.train_config(setup.settings, model, dataset, seed),
-            needs=None if dataset == "mnist" else dataset,
-        )
-        for dataset in DATASETS
-        for model in MODELS
-    ]
+    """Both models on every data set (:func:`common.image_runs`)."""
+    return common.image_runs(DATASETS, {m: m for m in MODELS}, lambda model, dataset: (
+        common.train_config(setup.settings, model, dataset, seed)))  # fmt: skip
 
 
 def measure(setup: Setup[TrainingSettings], trained: Trained) -> Measurement:

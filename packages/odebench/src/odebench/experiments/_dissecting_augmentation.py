@@ -7,22 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .._figures import Bars, Lines, mean_band
-from .._metrics import Metric
+from .._metrics import Metric, Values
 from .._tables import Col, Row, Table
-from ..training import TrainConfig
+from . import _anode_common as common
 from ._claims import Claim
 from ._images import data_name, trained_datasets
 from ._report import Prose
+from ._result import Result
 from ._runner import register_template
-from ._template import Measurement, Plot, Run, Template, TrainingSettings
-
-if TYPE_CHECKING:
-    from .._metrics import Values
-    from ._result import Result
-    from ._template import Setup, Trained
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DATASETS = ("mnist", "cifar10")
 """MNIST always; CIFAR-10 when :func:`odebench.training.find_data` finds it."""
@@ -87,24 +82,14 @@ MODES = {
 }  # fmt: skip
 
 
-def _config(model: str, dataset: str, seed: int, s: AugmentationSettings) -> TrainConfig:
-    """The notebooks' settings as far as :class:`~odebench.training.TrainConfig` has them
-    (Adam for AdamW, StepLR as milestones), with the mode's rate, schedule, tol, gradient."""
-    return TrainConfig(
-        model=model, dataset=dataset, epochs=s.epochs, batch_size=s.batch_size,
-        optimizer="adam", lr=s.lr, weight_decay=0.0, milestones=s.milestones, gamma=s.gamma,
-        train_size=s.train_size, test_size=s.test_size, rtol=s.tol, atol=s.tol,
-        method="dopri5", gradient=s.gradient, activation="softplus", seed=seed,
-    )  # fmt: skip
-
-
 def runs(setup: Setup[AugmentationSettings], seed: int) -> list[Run]:
-    """The four variants (``"<dataset>/<name>"``) on every data set; CIFAR-10's train nothing
-    where it is not found (:attr:`Run.needs`)."""
-    return [Run(f"{dataset}/{name}", config=_config(model, dataset, seed, setup.settings),
-                needs=None if dataset == "mnist" else dataset)
-            for dataset in DATASETS
-            for name, model in MODELS.items()]  # fmt: skip
+    """The four variants on every data set (:func:`common.image_runs`), with the notebooks'
+    settings as far as :class:`~odebench.training.TrainConfig` has them (Adam for AdamW,
+    StepLR as milestones), and the mode's rate, schedule, tol and gradient."""
+    s = setup.settings
+    return common.image_runs(DATASETS, MODELS, lambda model, dataset: common.train_config(
+        s, model, dataset, seed, milestones=s.milestones, gamma=s.gamma, rtol=s.tol, atol=s.tol,
+        gradient=s.gradient, activation="softplus"))  # fmt: skip
 
 
 def measure(setup: Setup[AugmentationSettings], trained: Trained) -> Measurement:
