@@ -118,11 +118,6 @@ def dataset_claims(dataset: str) -> list[Claim]:
     ]  # fmt: skip
 
 
-def claims(setup: Setup[TrainingSettings]) -> list[Claim]:
-    """The claims of every data set trained on."""
-    return [c for d in trained_datasets(setup) for c in dataset_claims(d)]
-
-
 def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
     """Table 1 on the data sets trained on, ours beside the paper's."""
     trained = trained_datasets(setup)
@@ -177,7 +172,8 @@ TEMPLATE = register_template(Template(
     "against NFE",
     title="NODE against ANODE on images (Dupont et al. 2019, Table 1 and Fig. 10)",
     modes=MODES, one_thread_modes=("quick", "standard"), published=PUBLISHED,
-    runs=runs, measure=measure, claims=claims, tables=tables,
+    runs=runs, measure=measure, tables=tables,
+    claims=lambda setup: [c for d in trained_datasets(setup) for c in dataset_claims(d)],
     figures=[
         Plot("accuracy_params.png", _accuracy),
         Plot("nfe.png", lambda result: common.curve_panels(
