@@ -24,6 +24,8 @@ from ._template import Measurement, Run, Trained, TrainingSettings
 MODELS = ("node", "anode")
 LABELS = {"node": "NODE", "anode": "ANODE", "resnet": "ResNet"}
 COLORS = {"node": "tab:blue", "anode": "tab:orange", "resnet": "tab:green"}
+TEST_ACC = Metric("test_acc", spec=".1f", scale=100, unit="%")
+PARAMETERS = Metric("parameters", spec=",.0f")
 NFE_FIRST = Metric("nfe_first", spec=".1f")  # forward NFE per batch, first epoch
 NFE_LAST = Metric("nfe_last", spec=".1f")  # and last epoch
 FLOOR = Metric("monotone_floor", spec=".3f")  # see monotone_floor

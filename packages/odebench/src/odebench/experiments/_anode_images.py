@@ -10,7 +10,7 @@ from .._figures import Bars, Lines, Style
 from .._metrics import Metric, Values
 from .._tables import Col, Table, by_run
 from . import _anode_common as common
-from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
+from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST, PARAMETERS, TEST_ACC
 from ._claims import Claim
 from ._images import data_name, trained_datasets
 from ._report import Prose
@@ -36,8 +36,6 @@ BUDGET = 0.05  # each count within this fraction of the paper's budget
 TRAINED = {"mnist": 0.95, "cifar10": 0.50, "svhn": 0.78}  # both models reach this: trained
 TEXT = "anode-images.md"
 
-TEST_ACC = Metric("test_acc", spec=".1f", scale=100, unit="%")
-PARAMETERS = Metric("parameters", spec=",.0f")
 TEST_IMAGES = Metric("test_images")
 
 MODES = {

@@ -12,6 +12,7 @@ from .._figures import Bars, Lines, mean_band
 from .._metrics import Metric, Values
 from .._tables import Col, Row, Table
 from . import _anode_common as common
+from ._anode_common import NFE_FIRST, PARAMETERS, TEST_ACC
 from ._claims import Claim
 from ._images import data_name, trained_datasets
 from ._report import Prose
@@ -41,12 +42,9 @@ PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
 }  # fmt: skip
 """The poster's "Ranking Augmentation Strategies" panel: rounded means, no std."""
 
-ACCURACY = Metric("test_acc", spec=".1f", scale=100, unit="%")
 NFE = Metric("nfe_forward", spec=".1f")
 """The forward NFE per training batch in the last epoch: the poster's "NFE"."""
-NFE_FIRST = Metric("nfe_first", spec=".1f")
-PARAMETERS = Metric("parameters", spec=",.0f")
-OURS = {"acc": ACCURACY, "nfe": NFE, "params": PARAMETERS}  # by the poster's keys
+OURS = {"acc": TEST_ACC, "nfe": NFE, "params": PARAMETERS}  # by the poster's keys
 
 NEAR_BEST = 0.01  # IL-NODE "performs best" within this of the best model's accuracy
 POSTER_PARAMS = 0.05  # our parameter counts "match" the poster's within this fraction
@@ -163,7 +161,7 @@ def dataset_claims(dataset: str) -> list[Claim]:
             return _test(key, lambda model, k: v[OURS[k].of(f"{dataset}/{model}")], on_poster)
 
         def holds(v: Values) -> bool:
-            reached = bar is None or all(v[ACCURACY.of(f"{dataset}/{n}")] >= bar for n in reach)
+            reached = bar is None or all(v[TEST_ACC.of(f"{dataset}/{n}")] >= bar for n in reach)
             return reached and test(v)[1]
 
         detail = Prose.of(TEXT).details[f"mnist_{key}"].partition(", and where")[0]
@@ -181,7 +179,7 @@ def dataset_claims(dataset: str) -> list[Claim]:
 def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
     """Per data set, the four models beside the poster; ours "not run" where not trained."""
     trained = trained_datasets(setup)
-    ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
+    ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", TEST_ACC),
             Col("NFE in the first epoch (ours)", NFE_FIRST), Col("NFE at convergence (ours)", NFE),
             Col("parameters (ours)", PARAMETERS, spread=False)]  # fmt: skip
     poster = [Col(f"{what} (poster)") for what in ("test accuracy", "NFE", "parameters")]
