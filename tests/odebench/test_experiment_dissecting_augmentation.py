@@ -55,14 +55,21 @@ def test_settings_follow_the_notebooks_where_the_trainer_can() -> None:
     assert quick.seeds == 1 and quick.epochs == 1 and quick.train_size is not None
     assert full.epochs == 20 and full.batch_size == 64 and full.train_size is None
     assert full.seeds == 10  # the paper's table: the mean of 10 runs
-    config = augmentation._config("ilnode", "mnist", 0, full)
+    config = _config("ilnode", full)
     assert (config.optimizer, config.gradient) == ("adam", "adjoint")
     assert (config.lr, config.rtol, config.atol) == (1e-3, 1e-4, 1e-4)
     # StepLR(5, gamma=0.9) per epoch, as milestones.
     assert [config.lr_at(e) for e in (0, 4, 5, 10, 19)] == pytest.approx(
         [1e-3, 1e-3, 9e-4, 8.1e-4, 7.29e-4]
     )
-    assert augmentation._config("ilnode", "mnist", 0, quick).gradient == "adjoint"
+    assert _config("ilnode", quick).gradient == "adjoint"
+
+
+def _config(name: str, settings: augmentation.AugmentationSettings) -> Any:
+    """The configuration of ``mnist/<name>``, seed 0, with ``settings``."""
+    setup = Setup("dissecting-augmentation", "full", settings, RunOptions(out=Path("unused")),
+                  (0,), print)  # fmt: skip
+    return {run.name: run.config for run in augmentation.runs(setup, 0)}[f"mnist/{name}"]
 
 
 CHECKS = {"second_order_fewest_parameters", "parameters_match_poster"}
@@ -221,7 +228,7 @@ def test_standard_settings_are_those_the_nodes_learn_with() -> None:
     assert standard.test_size <= 1996  # the test images of MNIST-10k
     assert standard.train_size % standard.batch_size == 0  # no image dropped
     assert standard.epochs * (standard.train_size // standard.batch_size) >= 200  # steps
-    config = augmentation._config("dissecting-node", "mnist", 0, standard)
+    config = _config("node", standard)
     assert (config.lr, config.rtol, config.atol, config.gradient) == (1e-2, 1e-3, 1e-3, "backprop")
     assert [config.lr_at(e) for e in range(standard.epochs)] == pytest.approx([1e-2, 1e-3])
     assert "standard" in augmentation.TEMPLATE.one_thread_modes

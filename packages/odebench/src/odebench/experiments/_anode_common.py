@@ -19,11 +19,13 @@ from ..training import Epoch, Task, TrainConfig, default_row
 from ._claims import Claim
 from ._result import Result
 from ._run_files import states_at
-from ._template import Measurement, Trained, TrainingSettings
+from ._template import Measurement, Run, Trained, TrainingSettings
 
 MODELS = ("node", "anode")
 LABELS = {"node": "NODE", "anode": "ANODE", "resnet": "ResNet"}
 COLORS = {"node": "tab:blue", "anode": "tab:orange", "resnet": "tab:green"}
+TEST_ACC = Metric("test_acc", spec=".1f", scale=100, unit="%")
+PARAMETERS = Metric("parameters", spec=",.0f")
 NFE_FIRST = Metric("nfe_first", spec=".1f")  # forward NFE per batch, first epoch
 NFE_LAST = Metric("nfe_last", spec=".1f")  # and last epoch
 FLOOR = Metric("monotone_floor", spec=".3f")  # see monotone_floor
@@ -32,9 +34,11 @@ MAP_POINTS = 121  # points of a learned 1-D map on [-1.5, 1.5]
 NODE_DEPTHS = 21  # depths in [0, 1] of a NODE's 1-D trajectories
 
 
-def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> TrainConfig:
+def train_config(
+    s: TrainingSettings, model: str, dataset: str, seed: int, **changes: Any
+) -> TrainConfig:
     """The authors' configuration: Adam without weight decay, dopri5 at ``rtol = atol =
-    1e-3``, ReLU, backpropagation through the solver steps.
+    1e-3``, ReLU, backpropagation through the solver steps; ``changes``: fields set otherwise.
 
     Example:
         >>> s = TrainingSettings(epochs=2, lr=1e-3, batch_size=64)
@@ -42,11 +46,21 @@ def train_config(s: TrainingSettings, model: str, dataset: str, seed: int) -> Tr
         >>> c.optimizer, c.method, c.rtol, c.atol, c.gradient, c.seed
         ('adam', 'dopri5', 0.001, 0.001, 'backprop', 3)
     """
-    return TrainConfig(
+    return dataclasses.replace(TrainConfig(
         model=model, dataset=dataset, epochs=s.epochs, batch_size=s.batch_size, optimizer="adam",
         lr=s.lr, train_size=s.train_size, test_size=s.test_size, rtol=1e-3, atol=1e-3,
         method="dopri5", gradient="backprop", activation="relu", seed=seed,
-    )  # fmt: skip
+    ), **changes)  # fmt: skip
+
+
+def image_runs(
+    datasets: Sequence[str], models: Mapping[str, str], config: Callable[[str, str], TrainConfig]
+) -> list[Run]:
+    """A run ``<dataset>/<name>`` of ``config(model, dataset)`` per data set and ``{name:
+    model}``; one on a data set other than MNIST needs it (:attr:`Run.needs`): where it is
+    not found, it trains nothing (MNIST's absence, training reports)."""
+    return [Run(f"{d}/{name}", config=config(model, d), needs=None if d == "mnist" else d)
+            for d in datasets for name, model in models.items()]  # fmt: skip
 
 
 def epoch_numbers(

@@ -10,7 +10,7 @@ from .._figures import Bars, Lines, Style
 from .._metrics import Metric, Values
 from .._tables import Col, Table, by_run
 from . import _anode_common as common
-from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST
+from ._anode_common import LABELS, MODELS, NFE_FIRST, NFE_LAST, PARAMETERS, TEST_ACC
 from ._claims import Claim
 from ._images import data_name, trained_datasets
 from ._report import Prose
@@ -36,8 +36,6 @@ BUDGET = 0.05  # each count within this fraction of the paper's budget
 TRAINED = {"mnist": 0.95, "cifar10": 0.50, "svhn": 0.78}  # both models reach this: trained
 TEXT = "anode-images.md"
 
-TEST_ACC = Metric("test_acc", spec=".1f", scale=100, unit="%")
-PARAMETERS = Metric("parameters", spec=",.0f")
 TEST_IMAGES = Metric("test_images")
 
 MODES = {
@@ -50,17 +48,9 @@ MODES = {
 
 
 def runs(setup: Setup[TrainingSettings], seed: int) -> list[Run]:
-    """Both models on every data set; those of a data set not found train nothing
-    (:attr:`Run.needs`), but MNIST's, whose absence training reports."""
-    return [
-        Run(
-            f"{dataset}/{model}",
-            config=common.train_config(setup.settings, model, dataset, seed),
-            needs=None if dataset == "mnist" else dataset,
-        )
-        for dataset in DATASETS
-        for model in MODELS
-    ]
+    """Both models on every data set (:func:`common.image_runs`)."""
+    return common.image_runs(DATASETS, {m: m for m in MODELS}, lambda model, dataset: (
+        common.train_config(setup.settings, model, dataset, seed)))  # fmt: skip
 
 
 def measure(setup: Setup[TrainingSettings], trained: Trained) -> Measurement:
@@ -126,11 +116,6 @@ def dataset_claims(dataset: str) -> list[Claim]:
     ]  # fmt: skip
 
 
-def claims(setup: Setup[TrainingSettings]) -> list[Claim]:
-    """The claims of every data set trained on."""
-    return [c for d in trained_datasets(setup) for c in dataset_claims(d)]
-
-
 def tables(setup: Setup[TrainingSettings]) -> dict[str, Table]:
     """Table 1 on the data sets trained on, ours beside the paper's."""
     trained = trained_datasets(setup)
@@ -185,7 +170,8 @@ TEMPLATE = register_template(Template(
     "against NFE",
     title="NODE against ANODE on images (Dupont et al. 2019, Table 1 and Fig. 10)",
     modes=MODES, one_thread_modes=("quick", "standard"), published=PUBLISHED,
-    runs=runs, measure=measure, claims=claims, tables=tables,
+    runs=runs, measure=measure, tables=tables,
+    claims=lambda setup: [c for d in trained_datasets(setup) for c in dataset_claims(d)],
     figures=[
         Plot("accuracy_params.png", _accuracy),
         Plot("nfe.png", lambda result: common.curve_panels(

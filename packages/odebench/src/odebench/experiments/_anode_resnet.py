@@ -262,11 +262,6 @@ LOSSES = Table("task", [Row(title, task) for task, title in TASKS], [
 ])  # fmt: skip
 
 
-def _data(setup: Setup[ResnetSettings]) -> str:
-    s = setup.settings
-    return f"annuli-1d, annuli-2d, shifted sines ({s.train_size} train / {s.test_size} test each)"
-
-
 TEMPLATE = register_template(Template(
     name="anode-resnet",
     description="Dupont et al.'s Fig. 5: a ResNet against a NODE of the same size on "
@@ -283,5 +278,6 @@ TEMPLATE = register_template(Template(
         Plot("crossing_1d.png", lambda result: common.flow_panels(
             {m: result.details(f"1d/{m}") for m in MODELS})),
     ],
-    data=_data,
+    data=lambda setup: f"annuli-1d, annuli-2d, shifted sines ({setup.settings.train_size} "
+    f"train / {setup.settings.test_size} test each)",
 ))  # fmt: skip

@@ -7,22 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .._figures import Bars, Lines, mean_band
-from .._metrics import Metric
+from .._metrics import Metric, Values
 from .._tables import Col, Row, Table
-from ..training import TrainConfig
+from . import _anode_common as common
+from ._anode_common import NFE_FIRST, PARAMETERS, TEST_ACC
 from ._claims import Claim
 from ._images import data_name, trained_datasets
 from ._report import Prose
+from ._result import Result
 from ._runner import register_template
-from ._template import Measurement, Plot, Run, Template, TrainingSettings
-
-if TYPE_CHECKING:
-    from .._metrics import Values
-    from ._result import Result
-    from ._template import Setup, Trained
+from ._template import Measurement, Plot, Run, Setup, Template, Trained, TrainingSettings
 
 DATASETS = ("mnist", "cifar10")
 """MNIST always; CIFAR-10 when :func:`odebench.training.find_data` finds it."""
@@ -46,12 +42,9 @@ PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
 }  # fmt: skip
 """The poster's "Ranking Augmentation Strategies" panel: rounded means, no std."""
 
-ACCURACY = Metric("test_acc", spec=".1f", scale=100, unit="%")
 NFE = Metric("nfe_forward", spec=".1f")
 """The forward NFE per training batch in the last epoch: the poster's "NFE"."""
-NFE_FIRST = Metric("nfe_first", spec=".1f")
-PARAMETERS = Metric("parameters", spec=",.0f")
-OURS = {"acc": ACCURACY, "nfe": NFE, "params": PARAMETERS}  # by the poster's keys
+OURS = {"acc": TEST_ACC, "nfe": NFE, "params": PARAMETERS}  # by the poster's keys
 
 NEAR_BEST = 0.01  # IL-NODE "performs best" within this of the best model's accuracy
 POSTER_PARAMS = 0.05  # our parameter counts "match" the poster's within this fraction
@@ -87,24 +80,14 @@ MODES = {
 }  # fmt: skip
 
 
-def _config(model: str, dataset: str, seed: int, s: AugmentationSettings) -> TrainConfig:
-    """The notebooks' settings as far as :class:`~odebench.training.TrainConfig` has them
-    (Adam for AdamW, StepLR as milestones), with the mode's rate, schedule, tol, gradient."""
-    return TrainConfig(
-        model=model, dataset=dataset, epochs=s.epochs, batch_size=s.batch_size,
-        optimizer="adam", lr=s.lr, weight_decay=0.0, milestones=s.milestones, gamma=s.gamma,
-        train_size=s.train_size, test_size=s.test_size, rtol=s.tol, atol=s.tol,
-        method="dopri5", gradient=s.gradient, activation="softplus", seed=seed,
-    )  # fmt: skip
-
-
 def runs(setup: Setup[AugmentationSettings], seed: int) -> list[Run]:
-    """The four variants (``"<dataset>/<name>"``) on every data set; CIFAR-10's train nothing
-    where it is not found (:attr:`Run.needs`)."""
-    return [Run(f"{dataset}/{name}", config=_config(model, dataset, seed, setup.settings),
-                needs=None if dataset == "mnist" else dataset)
-            for dataset in DATASETS
-            for name, model in MODELS.items()]  # fmt: skip
+    """The four variants on every data set (:func:`common.image_runs`), with the notebooks'
+    settings as far as :class:`~odebench.training.TrainConfig` has them (Adam for AdamW,
+    StepLR as milestones), and the mode's rate, schedule, tol and gradient."""
+    s = setup.settings
+    return common.image_runs(DATASETS, MODELS, lambda model, dataset: common.train_config(
+        s, model, dataset, seed, milestones=s.milestones, gamma=s.gamma, rtol=s.tol, atol=s.tol,
+        gradient=s.gradient, activation="softplus"))  # fmt: skip
 
 
 def measure(setup: Setup[AugmentationSettings], trained: Trained) -> Measurement:
@@ -178,7 +161,7 @@ def dataset_claims(dataset: str) -> list[Claim]:
             return _test(key, lambda model, k: v[OURS[k].of(f"{dataset}/{model}")], on_poster)
 
         def holds(v: Values) -> bool:
-            reached = bar is None or all(v[ACCURACY.of(f"{dataset}/{n}")] >= bar for n in reach)
+            reached = bar is None or all(v[TEST_ACC.of(f"{dataset}/{n}")] >= bar for n in reach)
             return reached and test(v)[1]
 
         detail = Prose.of(TEXT).details[f"mnist_{key}"].partition(", and where")[0]
@@ -196,7 +179,7 @@ def dataset_claims(dataset: str) -> list[Claim]:
 def tables(setup: Setup[AugmentationSettings]) -> dict[str, Table]:
     """Per data set, the four models beside the poster; ours "not run" where not trained."""
     trained = trained_datasets(setup)
-    ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", ACCURACY),
+    ours = [Col(f"test accuracy (ours, {len(setup.seeds)} seed(s))", TEST_ACC),
             Col("NFE in the first epoch (ours)", NFE_FIRST), Col("NFE at convergence (ours)", NFE),
             Col("parameters (ours)", PARAMETERS, spread=False)]  # fmt: skip
     poster = [Col(f"{what} (poster)") for what in ("test accuracy", "NFE", "parameters")]

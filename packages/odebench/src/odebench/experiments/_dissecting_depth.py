@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import odecore
 import torch
@@ -28,19 +27,16 @@ from torch import Tensor, nn
 
 from .._figures import Lines, Point, Style, seed_lines
 from .._io import pyplot, save_png
-from .._metrics import Metric
+from .._metrics import Metric, Values
 from .._tables import Col, Row, Table
 from ..data import annuli, reflection
+from ..models import ode_layers
 from ..training import Task
 from ._claims import Claim
+from ._result import Result
 from ._run_files import first_model, seed_rows, states_at
 from ._runner import register_template
-from ._template import Figure, Measurement, Plot, Run, Settings, Template
-
-if TYPE_CHECKING:
-    from .._metrics import Values
-    from ._result import Result
-    from ._template import Setup, Trained
+from ._template import Figure, Measurement, Plot, Run, Settings, Setup, Template, Trained
 
 LABELS = {"vanilla": "vanilla NODE", "galerkin": "Galerkin (Fourier)",
           "stacked": "stacked (piecewise const.)", "data_control": "data-controlled",
@@ -142,10 +138,8 @@ TEST_SEED = 1_000_003  # offset of the held-out points' seed: a fresh draw as la
 def _data(task: str, s: DepthSettings, seed: int, test: bool = False) -> tuple[Tensor, Tensor]:
     """The training points of ``task`` for ``seed``, or with ``test`` a held-out draw."""
     gen = torch.Generator().manual_seed(20_011 + seed + (TEST_SEED if test else 0))
-    if task == "reflection":
-        ds = reflection(s.reflection_points, dim=1, generator=gen)
-    else:
-        ds = annuli(s.annuli_points, dim=2, generator=gen)
+    draw = reflection if task == "reflection" else functools.partial(annuli, dim=2)
+    ds = draw(getattr(s, f"{task}_points"), generator=gen)
     return ds.inputs, ds.targets
 
 
@@ -156,10 +150,7 @@ def _model(task: str, kind: str, tol: float) -> nn.Module:
     return nn.Sequential(build(kind, 2, tol), nn.Linear(2, 1))
 
 
-def _loss(task: str, prediction: Tensor, targets: Tensor) -> Tensor:
-    if task == "reflection":
-        return (prediction - targets).abs().mean()
-    return nn.functional.mse_loss(prediction, targets)
+LOSSES = {"reflection": nn.functional.l1_loss, "annuli": nn.functional.mse_loss}
 
 
 def runs(setup: Setup[DepthSettings], seed: int) -> list[Run]:
@@ -172,12 +163,11 @@ def _task(s: DepthSettings, name: str, kind: str, seed: int) -> Task:
     """Full-batch Adam on the task ``name``, one step an epoch; ``seed`` seeds the data
     and the initialisation. One row per step: ``step``, ``loss``, ``epoch_seconds``."""
     x, y = _data(name, s, seed)
-    lr = s.reflection_lr if name == "reflection" else s.annuli_lr
     return Task(
         model=functools.partial(_model, name, kind, s.tol), data=(x, y),
-        loss=lambda model, batch: _loss(name, model(batch[0]), batch[1]),
-        optimizer=functools.partial(torch.optim.Adam, lr=lr),
-        epochs=s.reflection_iterations if name == "reflection" else s.annuli_iterations,
+        loss=lambda model, batch: LOSSES[name](model(batch[0]), batch[1]),
+        optimizer=functools.partial(torch.optim.Adam, lr=getattr(s, f"{name}_lr")),
+        epochs=getattr(s, f"{name}_iterations"),
         batch_size=len(x), seed=seed, order=lambda epoch, generator: torch.arange(len(x)),
         row=lambda e: {"step": e.index + 1.0, "loss": e.losses[0], "epoch_seconds": e.seconds},
         after_epoch=lambda rows: None,  # a line per step would drown the log
@@ -195,14 +185,12 @@ def measure(setup: Setup[DepthSettings], trained: Trained) -> Measurement:
         x, y = (v.to(device) for v in _data(task, s, trained.seed, test))
         with torch.no_grad():
             prediction = model(x)
-        metrics[on["loss"].key()] = float(_loss(task, prediction, y))
+        metrics[on["loss"].key()] = float(LOSSES[task](prediction, y))
         if task == "reflection":
             metrics[on["l1_bound"].key()] = l1_median_bound(y)
         else:
             metrics[on["accuracy"].key()] = float((prediction.sign() == y).float().mean())
-    layer = model[0] if isinstance(model, nn.Sequential) else model  # the ODE layer
-    assert isinstance(layer, (NeuralODE, AdaptiveDepthNODE))  # as _model builds it
-    metrics[NFE.key()] = float(layer.nfe)
+    metrics[NFE.key()] = float(ode_layers(model)[0].nfe)  # an adaptive depth's: its NODE's
     numbers = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
     setup.log(f"[{trained.run.name} seed {trained.seed}] {numbers}")
     return Measurement(metrics)
@@ -277,10 +265,8 @@ def _loss_panel(result: Result[DepthSettings], task: str) -> Lines:
 
 def _paths(layer: nn.Module, x: Tensor) -> dict[str, list[Point]]:
     """The state of a 1-D ODE layer over depth from each input, as ``_<i>``: ``(t, z(t))``."""
-    node = layer.node if isinstance(layer, AdaptiveDepthNODE) else layer
-    assert isinstance(node, NeuralODE)
     s = torch.linspace(0.0, 1.0, 41)
-    z = states_at(node, s.tolist(), lambda: layer(x))[..., 0]
+    z = states_at(ode_layers(layer)[0], s.tolist(), lambda: layer(x))[..., 0]
     depths = s[:, None].expand_as(z)
     if isinstance(layer, AdaptiveDepthNODE):  # each sample's curve ends at its own depth
         assert layer.depth is not None
