@@ -43,19 +43,6 @@ _CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "me
 BAD_CHECKPOINT_FIX = "Delete it, or pass --overwrite to move the run aside and start afresh"
 
 
-class TallyState(TypedDict):
-    """The running totals of the epoch that a mid-epoch checkpoint stopped inside."""
-
-    loss: Tensor
-    sums: dict[str, Tensor]
-    losses: Tensor
-    count: int
-    batches: int
-    nfe_forward: int
-    nfe_backward: int
-    seconds: float
-
-
 class Checkpoint(TypedDict):
     """What ``checkpoint.pt`` holds: where the run stands (``batch`` batches into
     ``epoch``), its state, its rows (``metrics``) and settings (``config``)."""
@@ -69,7 +56,7 @@ class Checkpoint(TypedDict):
     cuda_rng: NotRequired[Tensor | None]
     aug_rng: NotRequired[Tensor]
     order_rng: Tensor
-    partial: NotRequired[TallyState | None]
+    partial: NotRequired[dict[str, object] | None]  # the totals of the epoch it stopped in
     metrics: list[JsonObject]
     config: NotRequired[JsonObject]
     segments: NotRequired[list[JsonObject]]
