@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
@@ -21,11 +22,6 @@ import torch
 from torch import Tensor
 
 from .._io import CHECKPOINT, Json, JsonObject, whole
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on POSIX: the pid alone tells
-    fcntl = None  # type: ignore[assignment]
 
 Log = Callable[[str], None]
 
@@ -120,8 +116,6 @@ class _Holder:
 def _flock(fd: int) -> bool | None:
     """Take an exclusive ``flock`` on ``fd`` without waiting: ``True`` when taken, ``False``
     when held elsewhere, ``None`` without such locks (the lock file's pid then decides)."""
-    if fcntl is None:
-        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
