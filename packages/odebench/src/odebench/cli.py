@@ -52,11 +52,7 @@ def _number(
     return parse
 
 
-_positive_int = _number(int, "a positive integer", lambda value: value >= 1, _MAX_INT)
 _non_negative_int = _number(int, "a non-negative integer", lambda value: value >= 0, _MAX_INT)
-_positive_float = _number(float, "a positive number", lambda value: 0 < value < math.inf)
-_non_negative_float = _number(float, "a finite number >= 0", lambda value: 0 <= value < math.inf)
-_fraction = _number(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -101,6 +97,20 @@ def _names(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("expected a comma-separated list of names")
     return names
+
+
+#: The parsers of the options' values, by the names their fields' metadata give.
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "positive_int": _number(int, "a positive integer", lambda value: value >= 1, _MAX_INT),
+    "positive_float": _number(float, "a positive number", lambda value: 0 < value < math.inf),
+    "non_negative_float": _number(
+        float, "a finite number >= 0", lambda value: 0 <= value < math.inf
+    ),
+    "fraction": _number(float, "a number in [0, 1)", lambda value: 0 <= value < 1),
+    "int_list": _int_list,
+    "option": _option,
+    "names": _names,
+}
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -210,18 +220,6 @@ def _publish_arguments(publish: argparse.ArgumentParser) -> None:
         "--to", type=Path, required=True, metavar="DEST",
         help="the directory that receives one sub-directory per run",
     )  # fmt: skip
-
-
-#: The parsers of the options' values, by the names their fields' metadata give.
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "positive_int": _positive_int,
-    "positive_float": _positive_float,
-    "non_negative_float": _non_negative_float,
-    "fraction": _fraction,
-    "int_list": _int_list,
-    "option": _option,
-    "names": _names,
-}
 
 
 def _add_fields(
