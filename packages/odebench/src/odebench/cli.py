@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -295,11 +296,15 @@ def _add_common(
 
 
 def _benchmark_arguments(
-    parser: argparse.ArgumentParser, config: type, *, plot: bool = False
+    parser: argparse.ArgumentParser, config: str, *, plot: bool = False
 ) -> None:
-    """Add a benchmark's options: its ``config``'s, ``--quick`` first, then ``--json``, with
-    ``plot`` ``--plot``, then the others."""
-    _add_fields(parser, config, ["quick"])
+    """Add a benchmark's options, those of its config, the class ``config`` of
+    :mod:`odebench.perf`: ``--quick`` first, then ``--json``, with ``plot`` ``--plot``, then
+    the others."""
+    from . import perf
+
+    config_class = getattr(perf, config)
+    _add_fields(parser, config_class, ["quick"])
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
     )
@@ -308,19 +313,7 @@ def _benchmark_arguments(
             "--plot", metavar="PATH", type=Path,
             help="draw the results here, as a PNG (default: not drawn)",
         )  # fmt: skip
-    _add_fields(parser, config, [f.name for f in dataclasses.fields(config)][1:])
-
-
-def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
-    from .perf import SolversConfig
-
-    _benchmark_arguments(solvers, SolversConfig, plot=True)
-
-
-def _contnet_arguments(contnet: argparse.ArgumentParser) -> None:
-    from .perf import ContnetConfig
-
-    _benchmark_arguments(contnet, ContnetConfig)
+    _add_fields(parser, config_class, [f.name for f in dataclasses.fields(config_class)][1:])
 
 
 def _plot_arguments(plot: argparse.ArgumentParser) -> None:
@@ -675,7 +668,7 @@ _BENCHMARKS = {
         "overhead factors and ratios; peak memory in fresh processes; gradient error "
         "against finite differences. "
         "Prints tables; --json writes every figure.",
-        _solvers_arguments,
+        functools.partial(_benchmark_arguments, config="SolversConfig", plot=True),
         _solvers,
     ),
     "contnet": _Command(
@@ -683,7 +676,7 @@ _BENCHMARKS = {
         "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
         "against its to_resnet() export on the same batch, and of the RK4 manifestation; "
         "memory saved for the backward pass. Prints a table; --json writes every figure.",
-        _contnet_arguments,
+        functools.partial(_benchmark_arguments, config="ContnetConfig"),
         _contnet,
     ),
     "plot": _Command(
