@@ -139,15 +139,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _defaults(config: type) -> dict[str, object]:
-    """The defaults of the fields of the dataclass ``config`` (those that have one)."""
-    return {
-        f.name: f.default
-        for f in dataclasses.fields(config)
-        if f.default is not dataclasses.MISSING
-    }
-
-
 def _from_args(config: type[_Config], args: argparse.Namespace, **given: Any) -> _Config:
     """The dataclass ``config`` made of ``given`` and, for each other field, the value of
     the option of its name in ``args`` (a field without an option keeps its default)."""
@@ -254,10 +245,11 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
 
 
 def _add_common(
-    parser: argparse.ArgumentParser, config: type, *, epochs: str = "", out: str
+    parser: argparse.ArgumentParser, config: Any, *, epochs: str = "", out: str
 ) -> None:
-    """Add the options of ``run`` and ``train`` with ``config``'s defaults; ``epochs`` and
-    ``out`` name, in the help, what sets the epochs and the folder when not given."""
+    """Add the options of ``run`` and ``train`` with the defaults of the dataclass ``config``
+    (its class attributes); ``epochs`` and ``out`` name, in the help, what sets the epochs
+    and the folder when not given."""
     from .training import MAX_SEED, check_device
 
     def device(text: str) -> str:
@@ -267,19 +259,18 @@ def _add_common(
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
 
-    default = _defaults(config)
     add = parser.add_argument
-    add("--device", type=device, default=default["device"],
+    add("--device", type=device, default=config.device,
         help="auto (cuda when available), cpu, cuda or cuda:N")  # fmt: skip
-    add("--epochs", type=_non_negative_int, default=default["epochs"], metavar="N",
+    add("--epochs", type=_non_negative_int, default=config.epochs, metavar="N",
         help="number of epochs" + (f" (default: {epochs})" if epochs else ""))  # fmt: skip
-    add("--data-dir", default=default["data_dir"], metavar="DIR",
+    add("--data-dir", default=config.data_dir, metavar="DIR",
         help="where the data sets are (default: search $ODEBENCH_DATA_DIR, "
         "~/.cache/odebench, ./data and a few more places; an error names them all)")  # fmt: skip
     add("--out", type=_out_dir, default=None, metavar="DIR",
         help=f"output directory (default: {out})")  # fmt: skip
     seed = _number(int, "a non-negative integer", lambda value: value >= 0, MAX_SEED)
-    add("--seed", type=seed, default=default["seed"], metavar="S", help="random seed")
+    add("--seed", type=seed, default=config.seed, metavar="S", help="random seed")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
         "--resume", action="store_true",
@@ -290,7 +281,7 @@ def _add_common(
         "--overwrite", action="store_true",
         help="move the run in --out aside to DIR.old-TIME, then start afresh",
     )  # fmt: skip
-    add("--progress", action=argparse.BooleanOptionalAction, default=default["progress"],
+    add("--progress", action=argparse.BooleanOptionalAction, default=config.progress,
         help="progress bars per epoch on stderr (default: only when stderr is a "
         "terminal)")  # fmt: skip
 
