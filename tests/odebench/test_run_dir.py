@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
 
 import pytest
 from odebench.training import RunExistsError
-from odebench.training import _run_dir as run_dir
 from odebench.training._run_dir import RunFolder
 
 
 def _no_links(*args: object, **kwargs: object) -> None:
     raise OSError(errno.ENOTSUP, os.strerror(errno.ENOTSUP))
+
+
+def _no_locks(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
 
 def test_without_hard_links_the_lock_is_created_in_place_and_held(tmp_path, monkeypatch):
@@ -34,7 +38,7 @@ def test_without_hard_links_the_lock_is_created_in_place_and_held(tmp_path, monk
 def test_without_flock_the_pid_of_an_ended_holder_lets_the_lock_be_taken_over(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(run_dir, "fcntl", None)
+    monkeypatch.setattr(fcntl, "flock", _no_locks)
     out = tmp_path / "run"
     out.mkdir()
     ended = {"pid": 2**22 + 1, "host": socket.gethostname(), "started": "now", "command": "x"}

@@ -806,7 +806,7 @@ def test_augmented_batches_are_cropped_as_stored_then_normalised(digits):
                          train_size=16, test_size=8, progress=False)  # fmt: skip
     train_set, test_set = load_splits(config)
     task = _task(config, (train_set, test_set), _dims(train_set), torch.device("cpu"),
-                 row=lambda epoch: {}, after_epoch=lambda rows: None)  # fmt: skip
+                 settings={}, row=lambda epoch: {}, after_epoch=lambda rows: None)  # fmt: skip
     images, labels = train_set.inputs[:16], train_set.targets[:16]
     assert task.augment is not None
     got, got_labels = task.augment((images, labels), torch.Generator().manual_seed(1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -52,11 +53,7 @@ def _number(
     return parse
 
 
-_positive_int = _number(int, "a positive integer", lambda value: value >= 1, _MAX_INT)
 _non_negative_int = _number(int, "a non-negative integer", lambda value: value >= 0, _MAX_INT)
-_positive_float = _number(float, "a positive number", lambda value: 0 < value < math.inf)
-_non_negative_float = _number(float, "a finite number >= 0", lambda value: 0 <= value < math.inf)
-_fraction = _number(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -103,6 +100,20 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
+#: The parsers of the options' values, by the names their fields' metadata give.
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "positive_int": _number(int, "a positive integer", lambda value: value >= 1, _MAX_INT),
+    "positive_float": _number(float, "a positive number", lambda value: 0 < value < math.inf),
+    "non_negative_float": _number(
+        float, "a finite number >= 0", lambda value: 0 <= value < math.inf
+    ),
+    "fraction": _number(float, "a number in [0, 1)", lambda value: 0 <= value < 1),
+    "int_list": _int_list,
+    "option": _option,
+    "names": _names,
+}
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """``(default: ...)`` after each option's help, but for flags, ``None`` defaults and a
     help that states its default itself."""
@@ -126,15 +137,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _defaults(config: type) -> dict[str, object]:
-    """The defaults of the fields of the dataclass ``config`` (those that have one)."""
-    return {
-        f.name: f.default
-        for f in dataclasses.fields(config)
-        if f.default is not dataclasses.MISSING
-    }
 
 
 def _from_args(config: type[_Config], args: argparse.Namespace, **given: Any) -> _Config:
@@ -212,18 +214,6 @@ def _publish_arguments(publish: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-#: The parsers of the options' values, by the names their fields' metadata give.
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "positive_int": _positive_int,
-    "positive_float": _positive_float,
-    "non_negative_float": _non_negative_float,
-    "fraction": _fraction,
-    "int_list": _int_list,
-    "option": _option,
-    "names": _names,
-}
-
-
 def _add_fields(
     parser: argparse.ArgumentParser, config: type, names: Collection[str] | None = None
 ) -> None:
@@ -255,10 +245,11 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
 
 
 def _add_common(
-    parser: argparse.ArgumentParser, config: type, *, epochs: str = "", out: str
+    parser: argparse.ArgumentParser, config: Any, *, epochs: str = "", out: str
 ) -> None:
-    """Add the options of ``run`` and ``train`` with ``config``'s defaults; ``epochs`` and
-    ``out`` name, in the help, what sets the epochs and the folder when not given."""
+    """Add the options of ``run`` and ``train`` with the defaults of the dataclass ``config``
+    (its class attributes); ``epochs`` and ``out`` name, in the help, what sets the epochs
+    and the folder when not given."""
     from .training import MAX_SEED, check_device
 
     def device(text: str) -> str:
@@ -268,19 +259,18 @@ def _add_common(
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
 
-    default = _defaults(config)
     add = parser.add_argument
-    add("--device", type=device, default=default["device"],
+    add("--device", type=device, default=config.device,
         help="auto (cuda when available), cpu, cuda or cuda:N")  # fmt: skip
-    add("--epochs", type=_non_negative_int, default=default["epochs"], metavar="N",
+    add("--epochs", type=_non_negative_int, default=config.epochs, metavar="N",
         help="number of epochs" + (f" (default: {epochs})" if epochs else ""))  # fmt: skip
-    add("--data-dir", default=default["data_dir"], metavar="DIR",
+    add("--data-dir", default=config.data_dir, metavar="DIR",
         help="where the data sets are (default: search $ODEBENCH_DATA_DIR, "
         "~/.cache/odebench, ./data and a few more places; an error names them all)")  # fmt: skip
     add("--out", type=_out_dir, default=None, metavar="DIR",
         help=f"output directory (default: {out})")  # fmt: skip
     seed = _number(int, "a non-negative integer", lambda value: value >= 0, MAX_SEED)
-    add("--seed", type=seed, default=default["seed"], metavar="S", help="random seed")
+    add("--seed", type=seed, default=config.seed, metavar="S", help="random seed")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
         "--resume", action="store_true",
@@ -291,17 +281,21 @@ def _add_common(
         "--overwrite", action="store_true",
         help="move the run in --out aside to DIR.old-TIME, then start afresh",
     )  # fmt: skip
-    add("--progress", action=argparse.BooleanOptionalAction, default=default["progress"],
+    add("--progress", action=argparse.BooleanOptionalAction, default=config.progress,
         help="progress bars per epoch on stderr (default: only when stderr is a "
         "terminal)")  # fmt: skip
 
 
 def _benchmark_arguments(
-    parser: argparse.ArgumentParser, config: type, *, plot: bool = False
+    parser: argparse.ArgumentParser, config: str, *, plot: bool = False
 ) -> None:
-    """Add a benchmark's options: its ``config``'s, ``--quick`` first, then ``--json``, with
-    ``plot`` ``--plot``, then the others."""
-    _add_fields(parser, config, ["quick"])
+    """Add a benchmark's options, those of its config, the class ``config`` of
+    :mod:`odebench.perf`: ``--quick`` first, then ``--json``, with ``plot`` ``--plot``, then
+    the others."""
+    from . import perf
+
+    config_class = getattr(perf, config)
+    _add_fields(parser, config_class, ["quick"])
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="write the results here (default: not written)"
     )
@@ -310,19 +304,7 @@ def _benchmark_arguments(
             "--plot", metavar="PATH", type=Path,
             help="draw the results here, as a PNG (default: not drawn)",
         )  # fmt: skip
-    _add_fields(parser, config, [f.name for f in dataclasses.fields(config)][1:])
-
-
-def _solvers_arguments(solvers: argparse.ArgumentParser) -> None:
-    from .perf import SolversConfig
-
-    _benchmark_arguments(solvers, SolversConfig, plot=True)
-
-
-def _contnet_arguments(contnet: argparse.ArgumentParser) -> None:
-    from .perf import ContnetConfig
-
-    _benchmark_arguments(contnet, ContnetConfig)
+    _add_fields(parser, config_class, [f.name for f in dataclasses.fields(config_class)][1:])
 
 
 def _plot_arguments(plot: argparse.ArgumentParser) -> None:
@@ -677,7 +659,7 @@ _BENCHMARKS = {
         "overhead factors and ratios; peak memory in fresh processes; gradient error "
         "against finite differences. "
         "Prints tables; --json writes every figure.",
-        _solvers_arguments,
+        functools.partial(_benchmark_arguments, config="SolversConfig", plot=True),
         _solvers,
     ),
     "contnet": _Command(
@@ -685,7 +667,7 @@ _BENCHMARKS = {
         "Time forward + backward and the forward pass of ContinuousNet[Euler, N_t = M] "
         "against its to_resnet() export on the same batch, and of the RK4 manifestation; "
         "memory saved for the backward pass. Prints a table; --json writes every figure.",
-        _contnet_arguments,
+        functools.partial(_benchmark_arguments, config="ContnetConfig"),
         _contnet,
     ),
     "plot": _Command(

@@ -409,11 +409,10 @@ class TrainConfig:
         return self.lr * self.gamma ** sum(1 for m in self.milestones if m <= epoch)
 
     def to_dict(self) -> JsonObject:
-        """A JSON-ready dictionary of the fields."""
-        out = dataclasses.asdict(self)
-        out["milestones"] = list(self.milestones)
-        out["refine_epochs"] = list(self.refine_epochs)
-        return out
+        """A JSON-ready dictionary of the fields (a tuple as a list)."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

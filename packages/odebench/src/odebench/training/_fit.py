@@ -37,7 +37,6 @@ from ._run_dir import (
     Checkpoint,
     Log,
     RunFolder,
-    TallyState,
     load_checkpoint,
 )
 
@@ -252,12 +251,10 @@ class _Tally:
         return cls(torch.zeros((), dtype=torch.float64, device=device))
 
     @classmethod
-    def load(cls, state: TallyState) -> _Tally:
+    def load(cls, state: Mapping[str, Any]) -> _Tally:
         """The tally of a mid-epoch checkpoint (what :meth:`state` saved)."""
-        return cls(
-            state["loss"], dict(state["sums"]), list(state["losses"]), state["count"],
-            state["nfe_forward"], state["nfe_backward"], state["seconds"],
-        )  # fmt: skip
+        fields = {f.name: state[f.name] for f in dataclasses.fields(cls)}
+        return cls(**{**fields, "losses": list(state["losses"])})
 
     def add(
         self, loss: Tensor, extras: Mapping[str, Tensor], n: int, counts: tuple[int, int]
@@ -272,13 +269,9 @@ class _Tally:
         self.nfe_forward += counts[0]
         self.nfe_backward += counts[1]
 
-    def state(self) -> TallyState:
+    def state(self) -> dict[str, Any]:
         losses = torch.stack(self.losses) if self.losses else torch.zeros(0)
-        return TallyState(
-            loss=self.loss, sums=dict(self.sums), losses=losses, count=self.count,
-            batches=len(self.losses), nfe_forward=self.nfe_forward,
-            nfe_backward=self.nfe_backward, seconds=self.seconds,
-        )  # fmt: skip
+        return {**vars(self), "losses": losses}
 
     def close(self, index: int, process: _Process) -> Epoch:
         """The epoch, summed over every process (of a pass whose shards they each took)."""
@@ -305,7 +298,7 @@ class _Start:
 
     epoch: int = 0
     batch: int = 0
-    partial: TallyState | None = None  # the epoch's running totals so far
+    partial: Mapping[str, Any] | None = None  # the epoch's running totals so far
     aug_rng: Tensor | None = None  # the state of the epoch's augmentation generator
 
 

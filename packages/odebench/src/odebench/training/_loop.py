@@ -172,8 +172,8 @@ def train(
                 draw(training.out / "curves.png", panels, size=(4.2, 3.4), dpi=110, title=title)
             log(_line(rows[-1], config.epochs))
 
-        task = _task(config, (train_set, test_set), dims, device, row=row, after_epoch=after_epoch)
-        task = dataclasses.replace(task, settings=settings)  # saved in its checkpoints
+        task = _task(config, (train_set, test_set), dims, device, settings=settings, row=row,
+                     after_epoch=after_epoch)  # fmt: skip
         training = Training(task, out, device=device, log=log, progress=config.progress)
         parameters = count_parameters(training.model)  # of the model as it starts
         published = MODELS[config.model].published_params
@@ -219,10 +219,12 @@ def _task(
     dims: dict[str, int],
     device: torch.device,
     *,
+    settings: JsonObject,
     row: Callable[[Epoch], JsonObject],
     after_epoch: Callable[[list[JsonObject]], None],
 ) -> Task:
-    """``config`` as a :class:`Task` on its training and test sets (on ``device``)."""
+    """``config`` as a :class:`Task` on its training and test sets (on ``device``), with the
+    ``settings`` its checkpoints save."""
     train_set, test_set = splits
     flip = config.dataset.startswith("cifar")  # random crops, and flips on CIFAR
     augment = Augment(crop_padding=4, flip=flip) if config.augment else None
@@ -279,7 +281,7 @@ def _task(
         refine_epochs=config.refine_epochs,
         augment=prepare,
         compile=_compile_in_place if config.compile else None,
-        settings=config.to_dict(),
+        settings=settings,
     )
 
 

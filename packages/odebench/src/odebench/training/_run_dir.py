@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
@@ -22,11 +23,6 @@ from torch import Tensor
 
 from .._io import CHECKPOINT, Json, JsonObject, whole
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on POSIX: the pid alone tells
-    fcntl = None  # type: ignore[assignment]
-
 Log = Callable[[str], None]
 
 LOCK = ".lock"
@@ -43,19 +39,6 @@ _CHECKPOINT_KEYS = frozenset({"epoch", "batch", "model", "optimizer", "rng", "me
 BAD_CHECKPOINT_FIX = "Delete it, or pass --overwrite to move the run aside and start afresh"
 
 
-class TallyState(TypedDict):
-    """The running totals of the epoch that a mid-epoch checkpoint stopped inside."""
-
-    loss: Tensor
-    sums: dict[str, Tensor]
-    losses: Tensor
-    count: int
-    batches: int
-    nfe_forward: int
-    nfe_backward: int
-    seconds: float
-
-
 class Checkpoint(TypedDict):
     """What ``checkpoint.pt`` holds: where the run stands (``batch`` batches into
     ``epoch``), its state, its rows (``metrics``) and settings (``config``)."""
@@ -69,7 +52,7 @@ class Checkpoint(TypedDict):
     cuda_rng: NotRequired[Tensor | None]
     aug_rng: NotRequired[Tensor]
     order_rng: Tensor
-    partial: NotRequired[TallyState | None]
+    partial: NotRequired[dict[str, object] | None]  # the totals of the epoch it stopped in
     metrics: list[JsonObject]
     config: NotRequired[JsonObject]
     segments: NotRequired[list[JsonObject]]
@@ -133,8 +116,6 @@ class _Holder:
 def _flock(fd: int) -> bool | None:
     """Take an exclusive ``flock`` on ``fd`` without waiting: ``True`` when taken, ``False``
     when held elsewhere, ``None`` without such locks (the lock file's pid then decides)."""
-    if fcntl is None:
-        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
