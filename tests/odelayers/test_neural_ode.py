@@ -93,6 +93,19 @@ def test_nfe_counters_forward_and_backward():
     assert backprop.nfe_backward == 0  # autograd's backward pass calls no field
 
 
+def test_a_forward_that_raises_leaves_no_counts_or_integrals_of_the_one_before():
+    """A caught solver error must not leave the previous batch's NFE and integrals to read."""
+    layer = NeuralODE(
+        Linear(-torch.eye(2)), gradient=odecore.Adjoint(), integrals=[KineticEnergy()]
+    )
+    layer(torch.randn(4, 2)).sum().backward()
+    assert layer.nfe > 0 and layer.nfe_backward > 0 and layer.integrals
+    layer.spec = replace(layer.spec, max_steps=1)
+    with pytest.raises(odecore.SolverError):
+        layer(torch.randn(4, 2))
+    assert (layer.nfe, layer.nfe_backward, layer.integrals) == (0, 0, {})
+
+
 @pytest.mark.parametrize(
     "gradient",
     [odecore.Adjoint(), odecore.Autograd(), odecore.Checkpoint(), odecore.Reversible()],

@@ -130,9 +130,10 @@ class NeuralODE(nn.Module):
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
             ``gradient``, ``dt0`` and ``max_steps`` read its fields.
-        nfe: forward function evaluations of the last ``forward``.
+        nfe: forward function evaluations of the last ``forward`` (0 where it raised).
         integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``: the
-            integrals over ``[t0, t1]``, whatever the output depths ``ts``.
+            integrals over ``[t0, t1]``, whatever the output depths ``ts`` (empty where
+            it raised).
 
     Example:
         >>> import torch
@@ -370,6 +371,8 @@ class NeuralODE(nn.Module):
         terms: Sequence[IntegralTerm],
         ts: Sequence[float] | None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
+        # Those of an earlier solve are not this one's, whether or not it gets through.
+        self.nfe, self._stats, self.integrals = 0, None, {}
         if not isinstance(x, Tensor):
             raise TypeError(f"The input must be a tensor, got {type(x).__name__}.")
         if x.dim() < 1:
