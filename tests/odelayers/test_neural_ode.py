@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -188,6 +189,26 @@ def test_adaptive_depth_integrates_each_sample_to_its_own_depth():
     expected = -(x.squeeze(1) * torch.exp(-depth) * dT_dw).sum()
     torch.testing.assert_close(horizon.weight.grad.squeeze(), expected.detach())
     assert layer.nfe > 0 and layer.nfe_backward > 0
+
+
+def test_a_layer_is_copied_after_a_forward_pass_with_a_graph():
+    """copy.deepcopy (keeping the best model, an EMA) after a training step: the
+    integrals and depths of the forward pass hold its graph, which deepcopy refuses."""
+    x = torch.randn(4, 2)
+    field = DepthSequential(DepthConcat(), nn.Linear(3, 2))
+    for layer in (
+        NeuralODE(field, integrals=[KineticEnergy()]),
+        AdaptiveDepthNODE(field, nn.Linear(2, 1)),
+    ):
+        y = layer(x)
+        twin = copy.deepcopy(layer)
+        kept = twin.integrals if isinstance(twin, NeuralODE) else {"depth": twin.depth}
+        ours = layer.integrals if isinstance(layer, NeuralODE) else {"depth": layer.depth}
+        assert kept.keys() == ours.keys()
+        for key, value in kept.items():
+            assert value is not None and not value.requires_grad
+            torch.testing.assert_close(value, ours[key], rtol=0, atol=0)
+        torch.testing.assert_close(twin(x), y, rtol=0, atol=0)
 
 
 def test_adaptive_depth_field_sees_per_sample_depth():

@@ -133,7 +133,8 @@ class NeuralODE(nn.Module):
         nfe: forward function evaluations of the last ``forward`` (0 where it raised).
         integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``: the
             integrals over ``[t0, t1]``, whatever the output depths ``ts`` (empty where
-            it raised).
+            it raised). A copy of the layer (``copy.deepcopy``, pickling) holds them
+            without the forward pass's graph.
 
     Example:
         >>> import torch
@@ -428,6 +429,23 @@ class NeuralODE(nn.Module):
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (copy.deepcopy, pickle) takes the last integrals' values without the graph
+        # of the forward pass, which belongs to this layer (deepcopy refuses such tensors).
+        return _detached(self, "integrals")
+
+
+def _detached(module: nn.Module, name: str) -> dict[str, Any]:
+    """``module``'s state for pickling with the tensor, or the dict of tensors, ``name``
+    (a result of the last forward pass) detached from its graph."""
+    state: dict[str, Any] = nn.Module.__getstate__(module)  # type: ignore[no-untyped-call]
+    value = state.get(name)
+    if isinstance(value, Tensor):
+        value = value.detach()
+    elif isinstance(value, dict):
+        value = {k: v.detach() if isinstance(v, Tensor) else v for k, v in value.items()}
+    return {**state, name: value}
+
 
 def _check_basis_interval(
     name: str, layer: nn.Module, lo: float, hi: float, what: str, hint: str = ""
@@ -562,6 +580,9 @@ class _Rescaled(DepthLayer):
         out = self.field(depth * s, z)
         return out * depth.reshape(-1, *([1] * (z.dim() - 1)))
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _detached(self, "depth")
+
 
 class AdaptiveDepthNODE(nn.Module):
     """A Neural ODE whose every sample has its own depth ``T(x) >= 0``.
@@ -588,7 +609,8 @@ class AdaptiveDepthNODE(nn.Module):
             the depths (a device sync), and only for fields with such layers.
 
     Attributes:
-        depth: the depths ``T(x)`` of the last forward pass.
+        depth: the depths ``T(x)`` of the last forward pass (in a copy of the layer,
+            without that pass's graph).
 
     Example:
         >>> import torch
@@ -668,6 +690,11 @@ class AdaptiveDepthNODE(nn.Module):
         rescaled.depth = self.depth
         out: Tensor = self.node(x)
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The depths of the last forward pass, copied without its graph (as NeuralODE's
+        # integrals): deepcopy refuses a tensor computed by a graph.
+        return _detached(self, "depth")
 
 
 _WITH_PARAMS = (odecore.Adjoint, odecore.Checkpoint, odecore.Reversible)
