@@ -241,7 +241,12 @@ class NeuralODE(nn.Module):
 
     @property
     def nfe_backward(self) -> int:
-        """Backward function evaluations of the last backward pass (0 before one)."""
+        """Backward function evaluations through the solve of the last forward pass,
+        summed over the backward passes through it (0 before one, or where it raised).
+
+        A backward pass through the output of an earlier forward pass (a layer called
+        twice before one ``backward``) is not counted here.
+        """
         return 0 if self._stats is None else self._stats.nfe_backward
 
     def _depth_jumps(self, t0: float, t1: float) -> list[float]:
@@ -657,7 +662,8 @@ class AdaptiveDepthNODE(nn.Module):
 
     @property
     def nfe_backward(self) -> int:
-        """Backward function evaluations of the last backward pass."""
+        """Backward function evaluations through the solve of the last forward pass
+        (see :attr:`NeuralODE.nfe_backward`)."""
         return self.node.nfe_backward
 
     def forward(self, x: Tensor) -> Tensor:
