@@ -211,6 +211,33 @@ def test_a_layer_is_copied_after_a_forward_pass_with_a_graph():
         torch.testing.assert_close(twin(x), y, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
+def test_functional_call_weights_reach_the_backward_pass(gradient):
+    """torch.func.functional_call swaps a weight in for the forward pass alone: a
+    backward pass that evaluates the field again ran with the module's own weight,
+    and the adjoint's gradient of the swapped one was 0 (checkpointing failed)."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, dtype=F64)
+
+    def layer():
+        torch.manual_seed(1)
+        field = DepthSequential(DepthConcat(), nn.Linear(3, 2), nn.Tanh()).to(F64)
+        return NeuralODE(field, gradient=gradient, solver=odecore.RK4(), dt0=0.1)
+
+    swapped = layer()
+    weight = (swapped.vector_field[1].weight.detach() * 1.5).requires_grad_()
+    y = torch.func.functional_call(swapped, {"vector_field.1.weight": weight}, (x,))
+    (got,) = torch.autograd.grad(y.square().sum(), weight)
+    own = layer()
+    with torch.no_grad():
+        own.vector_field[1].weight.mul_(1.5)
+    own(x).square().sum().backward()
+    torch.testing.assert_close(got, own.vector_field[1].weight.grad, rtol=1e-9, atol=1e-12)
+    assert swapped.vector_field[1].weight.grad is None
+
+
 def test_adaptive_depth_field_sees_per_sample_depth():
     seen = []
 

@@ -28,22 +28,41 @@ Field = Callable[[Tensor, Tensor], Tensor]
 class _Bound(nn.Module):
     """The field with its layers' and integrands' bindings set for every evaluation and
     put back after it (a module, so that the solve knows the field's parameters and
-    buffers): a backward pass leaves no input of its solve behind in the layers."""
+    buffers): a backward pass leaves no input of its solve behind in the layers.
 
-    def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
+    ``slots``: ``(table, key, tensor)``, entries of the field's modules' ``_parameters``
+    and ``_buffers`` as the forward solve found them, set the same way once it is over
+    (:attr:`pinned`): a backward pass that evaluates the field again (the adjoint,
+    checkpointing) computes with the tensors of the forward pass, also where those were
+    swapped in for it alone (``torch.func.functional_call``) and are back out by then."""
+
+    def __init__(
+        self,
+        field: Field,
+        bindings: Sequence[tuple[object, str, Tensor]],
+        slots: Sequence[tuple[dict[str, Any], str, Tensor]] = (),
+    ) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
+        self.slots = tuple(slots)
+        self.pinned = False  # set once the forward solve is over
 
     def forward(self, t: Tensor, y: Any) -> Any:
         kept = [getattr(layer, name) for layer, name, _ in self.bindings]
+        slots = self.slots if self.pinned else ()
+        held = [table[key] for table, key, _ in slots]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
+        for table, key, value in slots:
+            table[key] = value
         try:
             return self.field(t, y)
         finally:
             for (layer, name, _), value in zip(self.bindings, kept):
                 setattr(layer, name, value)
+            for (table, key, _), value in zip(slots, held):
+                table[key] = value
 
 
 class _WithIntegrals(nn.Module):
@@ -111,7 +130,9 @@ class NeuralODE(nn.Module):
             these are computed from one another or from ``params`` (the depths from
             the input), the leaves they are computed from are added instead, so that
             no gradient is counted twice; given ``params`` computed from one another
-            are refused (``ValueError``).
+            are refused (``ValueError``). Their backward pass evaluates the field with
+            the parameters and buffers its forward pass had, also those that
+            ``torch.func.functional_call`` swapped in for the forward pass alone.
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
@@ -400,8 +421,9 @@ class NeuralODE(nn.Module):
         )
         bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
-        if bindings:
-            field = _Bound(field, bindings)
+        slots = _slots(self.vector_field) if isinstance(gradient, _WITH_PARAMS) else []
+        if bindings or slots:
+            field = _Bound(field, bindings, slots)
         sol = odecore.solve(
             field,
             state,
@@ -416,6 +438,8 @@ class NeuralODE(nn.Module):
             gradient=gradient,
             compile=self.spec.compile,
         )
+        if isinstance(field, _Bound):
+            field.pinned = True  # the backward pass's evaluations
         self.nfe = sol.stats.nfe
         self._stats = sol.stats
         ys = sol.ys
@@ -438,6 +462,20 @@ class NeuralODE(nn.Module):
         # A copy (copy.deepcopy, pickle) takes the last integrals' values without the graph
         # of the forward pass, which belongs to this layer (deepcopy refuses such tensors).
         return _detached(self, "integrals")
+
+
+def _slots(field: Field) -> list[tuple[dict[str, Any], str, Tensor]]:
+    """The field's parameter and buffer entries, ``(table, key, tensor)``, that a solve
+    pins for its backward pass (see :class:`_Bound`); none for a plain function."""
+    if not isinstance(field, nn.Module):
+        return []
+    return [
+        (table, key, value)
+        for m in field.modules()
+        for table in (m._parameters, m._buffers)
+        for key, value in table.items()
+        if value is not None
+    ]
 
 
 def _detached(module: nn.Module, name: str) -> dict[str, Any]:
