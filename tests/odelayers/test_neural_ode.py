@@ -385,6 +385,8 @@ def test_an_adaptive_depth_past_a_galerkin_layers_basis_is_refused():
         horizon.bias.fill_(3.0)
     with pytest.raises(ValueError, match=r"T\(x\) span .*lives on \[0.0, 2.0\].*`positive`"):
         layer(x)
+    # The refused pass leaves no depths or NFE of the one before to read as its own.
+    assert layer.depth is None and layer.nfe == 0
 
 
 def test_under_bf16_autocast_a_half_input_is_solved_in_a_float32_state():

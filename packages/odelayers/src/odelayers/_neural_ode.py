@@ -653,7 +653,7 @@ class AdaptiveDepthNODE(nn.Module):
 
     Attributes:
         depth: the depths ``T(x)`` of the last forward pass (in a copy of the layer,
-            without that pass's graph).
+            without that pass's graph; ``None`` where it raised before the solve).
 
     Example:
         >>> import torch
@@ -705,23 +705,26 @@ class AdaptiveDepthNODE(nn.Module):
         return self.node.nfe_backward
 
     def forward(self, x: Tensor) -> Tensor:
+        # Those of an earlier forward pass are not this one's, whether or not it gets through.
+        self.depth = None
+        self.node.nfe, self.node._stats = 0, None
         depth = self.positive(self.horizon(x))
         if depth.numel() != x.shape[0]:
             raise ValueError(
                 f"`horizon` must give one depth per sample, shape ({x.shape[0]},) or "
                 f"({x.shape[0]}, 1); got {tuple(depth.shape)}."
             )
-        self.depth = depth.reshape(x.shape[0])
+        depth = depth.reshape(x.shape[0])
         rescaled = self.node.vector_field
         assert isinstance(rescaled, _Rescaled)
         galerkin = [
             (name, m) for name, m in rescaled.named_modules() if isinstance(m, _fields._Galerkin)
         ]
-        if galerkin and self.depth.numel():
+        if galerkin and depth.numel():
             # A sample runs over [0, T(x)]; one look at the depths (a sync on a GPU).
             with torch.no_grad():
-                lo = min(0.0, float(self.depth.min()))
-                hi = max(0.0, float(self.depth.max()))
+                lo = min(0.0, float(depth.min()))
+                hi = max(0.0, float(depth.max()))
             for name, layer in galerkin:
                 _check_basis_interval(
                     name.removeprefix("field."),
@@ -731,7 +734,7 @@ class AdaptiveDepthNODE(nn.Module):
                     "The samples' depths T(x) span",
                     ", or bound the depths with `positive` (e.g. lambda z: t1 * torch.sigmoid(z))",
                 )
-        rescaled.depth = self.depth
+        self.depth = rescaled.depth = depth
         out: Tensor = self.node(x)
         return out
 
