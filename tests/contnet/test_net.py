@@ -835,12 +835,35 @@ def test_a_state_dict_saved_with_another_epsilon_is_refused_before_anything_load
         assert torch.equal(same.eval()(X), fine.eval()(X))
 
 
+def test_a_state_dict_saved_with_another_basis_of_its_size_is_refused_before_anything_loads():
+    # Legendre and Fourier of 3 functions have coefficient tensors of one shape: the
+    # Legendre coefficients loaded into the Fourier net silently, another function.
+    def net(basis):
+        return ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=3,
+                             basis=basis).double()  # fmt: skip
+
+    state = net("legendre").state_dict()
+    fourier = net("fourier")
+    before = {k: v.clone() for k, v in fourier.state_dict().items()}
+    with pytest.raises(
+        RuntimeError, match=r"basis Legendre\(.*degree=2\) into blocks.0.continuous"
+    ):
+        fourier.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in fourier.state_dict().items())
+    with pytest.raises(RuntimeError, match=r"into continuous, whose basis is Fourier"):
+        fourier.blocks[0].load_state_dict(
+            {k.removeprefix("blocks.0."): v for k, v in state.items() if k.startswith("blocks.0.")}
+        )
+    assert all(torch.equal(v, before[k]) for k, v in fourier.state_dict().items())
+    net("legendre").load_state_dict(state)
+
+
 def test_a_state_dict_saved_before_epsilon_was_loads_with_the_blocks_own():
     state = small(n_steps=2).state_dict()
     for key in [k for k in state if k.endswith("._extra_state")]:
         del state[key]
-    for name in ("blocks.0", "blocks.1", "blocks.2"):
-        state._metadata[name]["version"] = 1
+    for name in ("blocks.0", "blocks.1", "blocks.2"):  # nor the basis (ContinuousModule)
+        state._metadata[name]["version"] = state._metadata[f"{name}.continuous"]["version"] = 1
     net = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=2).double()
     assert not net.load_state_dict(state).missing_keys
     assert net.blocks[0].epsilon == 2.0

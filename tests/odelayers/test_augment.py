@@ -54,6 +54,21 @@ def test_input_layer_augmentation_refuses_a_layer_of_another_size():
     assert InputLayerAugmentation(2, 7, layer=nn.Linear(2, 7))(torch.randn(3, 2)).shape == (3, 7)
 
 
+def test_input_layer_augmentation_refuses_the_options_it_would_ignore():
+    # kernel_size without image=True, and image or kernel_size beside a custom layer,
+    # were dropped without a word; in_features went unchecked against a custom layer.
+    with pytest.raises(ValueError, match=r"`kernel_size` 5 is the kernel .* `image=True`"):
+        InputLayerAugmentation(1, 4, kernel_size=5)
+    for options in ({"image": True}, {"kernel_size": 3}):
+        with pytest.raises(ValueError, match=r"a given `layer` is used as it is"):
+            InputLayerAugmentation(1, 4, layer=nn.Conv2d(1, 4, 3, padding=1), **options)
+    augment = InputLayerAugmentation(2, 4, layer=nn.LazyLinear(4))
+    with pytest.raises(ValueError, match=r"takes 2 features \(dim 1\), got shape \(3, 3\)"):
+        augment(torch.randn(3, 3))
+    img = InputLayerAugmentation(1, 4, image=True, kernel_size=5)
+    assert img.layer.kernel_size == (5, 5) and img(torch.randn(2, 1, 6, 6)).shape == (2, 4, 6, 6)
+
+
 def test_readouts():
     x = torch.arange(10.0).reshape(2, 5)
     torch.testing.assert_close(DropAugmented(2)(x), x[:, :2])

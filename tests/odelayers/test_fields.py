@@ -77,6 +77,29 @@ def test_galerkin_conv_against_conv2d_with_the_expanded_kernel():
         conv(torch.zeros(2, dtype=F64), x)
 
 
+def test_a_galerkin_state_dict_of_another_basis_of_its_size_is_refused():
+    # Fourier(modes=1) and Legendre(degree=2) both have 3 functions: the coefficients
+    # loaded silently, another weight function.
+    fourier = NeuralODE(DepthSequential(GalerkinLinear(2, 2, basis=Fourier(modes=1))))
+    state = fourier.state_dict()
+    legendre = NeuralODE(DepthSequential(GalerkinLinear(2, 2, basis=Legendre(degree=2))))
+    before = {k: v.clone() for k, v in legendre.state_dict().items()}
+    with pytest.raises(
+        RuntimeError, match=r"basis Fourier\(.*modes=1\) into vector_field.0, whose"
+    ):
+        legendre.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in legendre.state_dict().items())
+    twin = NeuralODE(DepthSequential(GalerkinLinear(2, 2, basis=Fourier(modes=1))))
+    twin.load_state_dict(state)
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(twin(x), fourier(x), rtol=0, atol=0)
+    # Saved before the basis was (no extra state, version 1): loads as it did.
+    old = legendre.state_dict()
+    del old["vector_field.0._extra_state"]
+    old._metadata["vector_field.0"]["version"] = 1
+    assert not legendre.load_state_dict(old).missing_keys
+
+
 def test_galerkin_init_scale_is_that_of_a_default_layer():
     torch.manual_seed(0)
     layer = GalerkinLinear(64, 64, basis=Fourier(modes=4))

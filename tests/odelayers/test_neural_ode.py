@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -93,6 +94,19 @@ def test_nfe_counters_forward_and_backward():
     assert backprop.nfe_backward == 0  # autograd's backward pass calls no field
 
 
+def test_a_forward_that_raises_leaves_no_counts_or_integrals_of_the_one_before():
+    """A caught solver error must not leave the previous batch's NFE and integrals to read."""
+    layer = NeuralODE(
+        Linear(-torch.eye(2)), gradient=odecore.Adjoint(), integrals=[KineticEnergy()]
+    )
+    layer(torch.randn(4, 2)).sum().backward()
+    assert layer.nfe > 0 and layer.nfe_backward > 0 and layer.integrals
+    layer.spec = replace(layer.spec, max_steps=1)
+    with pytest.raises(odecore.SolverError):
+        layer(torch.randn(4, 2))
+    assert (layer.nfe, layer.nfe_backward, layer.integrals) == (0, 0, {})
+
+
 @pytest.mark.parametrize(
     "gradient",
     [odecore.Adjoint(), odecore.Autograd(), odecore.Checkpoint(), odecore.Reversible()],
@@ -175,6 +189,53 @@ def test_adaptive_depth_integrates_each_sample_to_its_own_depth():
     expected = -(x.squeeze(1) * torch.exp(-depth) * dT_dw).sum()
     torch.testing.assert_close(horizon.weight.grad.squeeze(), expected.detach())
     assert layer.nfe > 0 and layer.nfe_backward > 0
+
+
+def test_a_layer_is_copied_after_a_forward_pass_with_a_graph():
+    """copy.deepcopy (keeping the best model, an EMA) after a training step: the
+    integrals and depths of the forward pass hold its graph, which deepcopy refuses."""
+    x = torch.randn(4, 2)
+    field = DepthSequential(DepthConcat(), nn.Linear(3, 2))
+    for layer in (
+        NeuralODE(field, integrals=[KineticEnergy()]),
+        AdaptiveDepthNODE(field, nn.Linear(2, 1)),
+    ):
+        y = layer(x)
+        twin = copy.deepcopy(layer)
+        kept = twin.integrals if isinstance(twin, NeuralODE) else {"depth": twin.depth}
+        ours = layer.integrals if isinstance(layer, NeuralODE) else {"depth": layer.depth}
+        assert kept.keys() == ours.keys()
+        for key, value in kept.items():
+            assert value is not None and not value.requires_grad
+            torch.testing.assert_close(value, ours[key], rtol=0, atol=0)
+        torch.testing.assert_close(twin(x), y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
+def test_functional_call_weights_reach_the_backward_pass(gradient):
+    """torch.func.functional_call swaps a weight in for the forward pass alone: a
+    backward pass that evaluates the field again ran with the module's own weight,
+    and the adjoint's gradient of the swapped one was 0 (checkpointing failed)."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, dtype=F64)
+
+    def layer():
+        torch.manual_seed(1)
+        field = DepthSequential(DepthConcat(), nn.Linear(3, 2), nn.Tanh()).to(F64)
+        return NeuralODE(field, gradient=gradient, solver=odecore.RK4(), dt0=0.1)
+
+    swapped = layer()
+    weight = (swapped.vector_field[1].weight.detach() * 1.5).requires_grad_()
+    y = torch.func.functional_call(swapped, {"vector_field.1.weight": weight}, (x,))
+    (got,) = torch.autograd.grad(y.square().sum(), weight)
+    own = layer()
+    with torch.no_grad():
+        own.vector_field[1].weight.mul_(1.5)
+    own(x).square().sum().backward()
+    torch.testing.assert_close(got, own.vector_field[1].weight.grad, rtol=1e-9, atol=1e-12)
+    assert swapped.vector_field[1].weight.grad is None
 
 
 def test_adaptive_depth_field_sees_per_sample_depth():
@@ -324,6 +385,8 @@ def test_an_adaptive_depth_past_a_galerkin_layers_basis_is_refused():
         horizon.bias.fill_(3.0)
     with pytest.raises(ValueError, match=r"T\(x\) span .*lives on \[0.0, 2.0\].*`positive`"):
         layer(x)
+    # The refused pass leaves no depths or NFE of the one before to read as its own.
+    assert layer.depth is None and layer.nfe == 0
 
 
 def test_under_bf16_autocast_a_half_input_is_solved_in_a_float32_state():

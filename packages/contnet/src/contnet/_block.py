@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.module import _IncompatibleKeys
 
-from ._continuous import ContinuousModule, _attr
+from ._continuous import ContinuousModule, _attr, check_basis
 
 Solver = str | AbstractExplicitRK
 """A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
@@ -445,11 +445,14 @@ def check_epsilon(block: OdeBlock, saved: Any, where: str) -> None:
 
 def check_epsilons(root: nn.Module, state_dict: Mapping[str, Any]) -> None:
     """:func:`check_epsilon` for every OdeBlock of ``root`` that ``state_dict`` saves,
-    before anything is loaded."""
+    and :func:`~contnet._continuous.check_basis` for every ContinuousModule, before
+    anything is loaded."""
     for name, block in root.named_modules():
         key = f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
         if isinstance(block, OdeBlock) and key in state_dict:
             check_epsilon(block, state_dict[key], name or "the OdeBlock")
+        if isinstance(block, ContinuousModule) and key in state_dict:
+            check_basis(block, state_dict[key], name or "the ContinuousModule")
 
 
 def check_statistics_format(

@@ -69,9 +69,15 @@ class InputLayerAugmentation(nn.Module):
         in_features: features (channels) of the input.
         out_features: features (channels) of the augmented state, ``>= in_features``.
         image: inputs are images ``(batch, c, h, w)``; ``h_x`` is a convolution.
-        kernel_size: the convolution's kernel size (odd), for images.
+        kernel_size: the convolution's kernel size (odd, default 3), for images.
         layer: a custom ``h_x`` instead of the linear default; its output must have
             ``out_features`` features (dim 1), or the forward pass refuses it.
+
+    Raises:
+        ValueError: for ``kernel_size`` without ``image=True``, or ``image`` or
+            ``kernel_size`` beside a ``layer`` (they choose the default layer, which a
+            given one replaces); from ``forward``, for an input without
+            ``in_features`` features (dim 1).
 
     Example:
         >>> import torch
@@ -86,15 +92,26 @@ class InputLayerAugmentation(nn.Module):
         out_features: int,
         *,
         image: bool = False,
-        kernel_size: int = 3,
+        kernel_size: int | None = None,
         layer: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        _check_positive("in_features", in_features)
+        self.in_features = _check_positive("in_features", in_features)
         self.out_features = _check_positive("out_features", out_features, in_features)
+        if layer is not None and (image or kernel_size is not None):
+            raise ValueError(
+                "`image` and `kernel_size` choose the default layer, and a given `layer` "
+                "is used as it is: leave them out."
+            )
+        if not image and kernel_size is not None:
+            raise ValueError(
+                f"`kernel_size` {kernel_size!r} is the kernel of the convolution for images; "
+                "pass `image=True` too, or leave it out for the linear layer of vectors."
+            )
         if layer is not None:
             self.layer = layer
         elif image:
+            kernel_size = 3 if kernel_size is None else kernel_size
             if kernel_size % 2 != 1:
                 raise ValueError(f"`kernel_size` must be odd, got {kernel_size!r}.")
             self.layer = nn.Conv2d(in_features, out_features, kernel_size, padding=kernel_size // 2)
@@ -102,6 +119,11 @@ class InputLayerAugmentation(nn.Module):
             self.layer = nn.Linear(in_features, out_features)
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dim() < 2 or x.shape[1] != self.in_features:
+            raise ValueError(
+                f"`InputLayerAugmentation` takes {self.in_features} features (dim 1), got "
+                f"shape {tuple(x.shape)}."
+            )
         out: Tensor = self.layer(x)
         if out.dim() < 2 or out.shape[1] != self.out_features:
             raise ValueError(

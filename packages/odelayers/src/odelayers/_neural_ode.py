@@ -28,22 +28,41 @@ Field = Callable[[Tensor, Tensor], Tensor]
 class _Bound(nn.Module):
     """The field with its layers' and integrands' bindings set for every evaluation and
     put back after it (a module, so that the solve knows the field's parameters and
-    buffers): a backward pass leaves no input of its solve behind in the layers."""
+    buffers): a backward pass leaves no input of its solve behind in the layers.
 
-    def __init__(self, field: Field, bindings: Sequence[tuple[object, str, Tensor]]) -> None:
+    ``slots``: ``(table, key, tensor)``, entries of the field's modules' ``_parameters``
+    and ``_buffers`` as the forward solve found them, set the same way once it is over
+    (:attr:`pinned`): a backward pass that evaluates the field again (the adjoint,
+    checkpointing) computes with the tensors of the forward pass, also where those were
+    swapped in for it alone (``torch.func.functional_call``) and are back out by then."""
+
+    def __init__(
+        self,
+        field: Field,
+        bindings: Sequence[tuple[object, str, Tensor]],
+        slots: Sequence[tuple[dict[str, Any], str, Tensor]] = (),
+    ) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
+        self.slots = tuple(slots)
+        self.pinned = False  # set once the forward solve is over
 
     def forward(self, t: Tensor, y: Any) -> Any:
         kept = [getattr(layer, name) for layer, name, _ in self.bindings]
+        slots = self.slots if self.pinned else ()
+        held = [table[key] for table, key, _ in slots]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
+        for table, key, value in slots:
+            table[key] = value
         try:
             return self.field(t, y)
         finally:
             for (layer, name, _), value in zip(self.bindings, kept):
                 setattr(layer, name, value)
+            for (table, key, _), value in zip(slots, held):
+                table[key] = value
 
 
 class _WithIntegrals(nn.Module):
@@ -111,7 +130,9 @@ class NeuralODE(nn.Module):
             these are computed from one another or from ``params`` (the depths from
             the input), the leaves they are computed from are added instead, so that
             no gradient is counted twice; given ``params`` computed from one another
-            are refused (``ValueError``).
+            are refused (``ValueError``). Their backward pass evaluates the field with
+            the parameters and buffers its forward pass had, also those that
+            ``torch.func.functional_call`` swapped in for the forward pass alone.
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
@@ -130,9 +151,11 @@ class NeuralODE(nn.Module):
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
             ``gradient``, ``dt0`` and ``max_steps`` read its fields.
-        nfe: forward function evaluations of the last ``forward``.
+        nfe: forward function evaluations of the last ``forward`` (0 where it raised).
         integrals: ``{term.name: (batch,) tensor}`` of the last ``forward``: the
-            integrals over ``[t0, t1]``, whatever the output depths ``ts``.
+            integrals over ``[t0, t1]``, whatever the output depths ``ts`` (empty where
+            it raised). A copy of the layer (``copy.deepcopy``, pickling) holds them
+            without the forward pass's graph.
 
     Example:
         >>> import torch
@@ -239,7 +262,12 @@ class NeuralODE(nn.Module):
 
     @property
     def nfe_backward(self) -> int:
-        """Backward function evaluations of the last backward pass (0 before one)."""
+        """Backward function evaluations through the solve of the last forward pass,
+        summed over the backward passes through it (0 before one, or where it raised).
+
+        A backward pass through the output of an earlier forward pass (a layer called
+        twice before one ``backward``) is not counted here.
+        """
         return 0 if self._stats is None else self._stats.nfe_backward
 
     def _depth_jumps(self, t0: float, t1: float) -> list[float]:
@@ -370,6 +398,8 @@ class NeuralODE(nn.Module):
         terms: Sequence[IntegralTerm],
         ts: Sequence[float] | None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
+        # Those of an earlier solve are not this one's, whether or not it gets through.
+        self.nfe, self._stats, self.integrals = 0, None, {}
         if not isinstance(x, Tensor):
             raise TypeError(f"The input must be a tensor, got {type(x).__name__}.")
         if x.dim() < 1:
@@ -391,8 +421,9 @@ class NeuralODE(nn.Module):
         )
         bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
-        if bindings:
-            field = _Bound(field, bindings)
+        slots = _slots(self.vector_field) if isinstance(gradient, _WITH_PARAMS) else []
+        if bindings or slots:
+            field = _Bound(field, bindings, slots)
         sol = odecore.solve(
             field,
             state,
@@ -407,6 +438,8 @@ class NeuralODE(nn.Module):
             gradient=gradient,
             compile=self.spec.compile,
         )
+        if isinstance(field, _Bound):
+            field.pinned = True  # the backward pass's evaluations
         self.nfe = sol.stats.nfe
         self._stats = sol.stats
         ys = sol.ys
@@ -424,6 +457,37 @@ class NeuralODE(nn.Module):
 
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (copy.deepcopy, pickle) takes the last integrals' values without the graph
+        # of the forward pass, which belongs to this layer (deepcopy refuses such tensors).
+        return _detached(self, "integrals")
+
+
+def _slots(field: Field) -> list[tuple[dict[str, Any], str, Tensor]]:
+    """The field's parameter and buffer entries, ``(table, key, tensor)``, that a solve
+    pins for its backward pass (see :class:`_Bound`); none for a plain function."""
+    if not isinstance(field, nn.Module):
+        return []
+    return [
+        (table, key, value)
+        for m in field.modules()
+        for table in (m._parameters, m._buffers)
+        for key, value in table.items()
+        if value is not None
+    ]
+
+
+def _detached(module: nn.Module, name: str) -> dict[str, Any]:
+    """``module``'s state for pickling with the tensor, or the dict of tensors, ``name``
+    (a result of the last forward pass) detached from its graph."""
+    state: dict[str, Any] = nn.Module.__getstate__(module)  # type: ignore[no-untyped-call]
+    value = state.get(name)
+    if isinstance(value, Tensor):
+        value = value.detach()
+    elif isinstance(value, dict):
+        value = {k: v.detach() if isinstance(v, Tensor) else v for k, v in value.items()}
+    return {**state, name: value}
 
 
 def _check_basis_interval(
@@ -559,6 +623,9 @@ class _Rescaled(DepthLayer):
         out = self.field(depth * s, z)
         return out * depth.reshape(-1, *([1] * (z.dim() - 1)))
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _detached(self, "depth")
+
 
 class AdaptiveDepthNODE(nn.Module):
     """A Neural ODE whose every sample has its own depth ``T(x) >= 0``.
@@ -585,7 +652,8 @@ class AdaptiveDepthNODE(nn.Module):
             the depths (a device sync), and only for fields with such layers.
 
     Attributes:
-        depth: the depths ``T(x)`` of the last forward pass.
+        depth: the depths ``T(x)`` of the last forward pass (in a copy of the layer,
+            without that pass's graph; ``None`` where it raised before the solve).
 
     Example:
         >>> import torch
@@ -632,27 +700,31 @@ class AdaptiveDepthNODE(nn.Module):
 
     @property
     def nfe_backward(self) -> int:
-        """Backward function evaluations of the last backward pass."""
+        """Backward function evaluations through the solve of the last forward pass
+        (see :attr:`NeuralODE.nfe_backward`)."""
         return self.node.nfe_backward
 
     def forward(self, x: Tensor) -> Tensor:
+        # Those of an earlier forward pass are not this one's, whether or not it gets through.
+        self.depth = None
+        self.node.nfe, self.node._stats = 0, None
         depth = self.positive(self.horizon(x))
         if depth.numel() != x.shape[0]:
             raise ValueError(
                 f"`horizon` must give one depth per sample, shape ({x.shape[0]},) or "
                 f"({x.shape[0]}, 1); got {tuple(depth.shape)}."
             )
-        self.depth = depth.reshape(x.shape[0])
+        depth = depth.reshape(x.shape[0])
         rescaled = self.node.vector_field
         assert isinstance(rescaled, _Rescaled)
         galerkin = [
             (name, m) for name, m in rescaled.named_modules() if isinstance(m, _fields._Galerkin)
         ]
-        if galerkin and self.depth.numel():
+        if galerkin and depth.numel():
             # A sample runs over [0, T(x)]; one look at the depths (a sync on a GPU).
             with torch.no_grad():
-                lo = min(0.0, float(self.depth.min()))
-                hi = max(0.0, float(self.depth.max()))
+                lo = min(0.0, float(depth.min()))
+                hi = max(0.0, float(depth.max()))
             for name, layer in galerkin:
                 _check_basis_interval(
                     name.removeprefix("field."),
@@ -662,9 +734,14 @@ class AdaptiveDepthNODE(nn.Module):
                     "The samples' depths T(x) span",
                     ", or bound the depths with `positive` (e.g. lambda z: t1 * torch.sigmoid(z))",
                 )
-        rescaled.depth = self.depth
+        self.depth = rescaled.depth = depth
         out: Tensor = self.node(x)
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The depths of the last forward pass, copied without its graph (as NeuralODE's
+        # integrals): deepcopy refuses a tensor computed by a graph.
+        return _detached(self, "depth")
 
 
 _WITH_PARAMS = (odecore.Adjoint, odecore.Checkpoint, odecore.Reversible)
