@@ -153,7 +153,9 @@ class Stat:
         """The statistics of one value per seed."""
         kept = tuple(float(v) if v is not None and math.isfinite(v) else None for v in values)
         finite = [v for v in kept if v is not None]
-        mean = statistics.fmean(finite) if finite else None
+        # fmean rounds twice (its sum, then the division): kept between the least and
+        # the largest value, so that the mean of equal values is that value
+        mean = min(max(statistics.fmean(finite), min(finite)), max(finite)) if finite else None
         std = statistics.stdev(finite) if len(finite) > 1 else None
         return cls(mean, std, len(finite), kept)
 
