@@ -179,3 +179,13 @@ def test_seeds_equal_to_the_bound_hold_on_their_mean_too(bound, value, kind, sta
     verdict = bound("k", "t", "", ACC.of("r"), value, kind=kind).check(seeds)
     assert verdict.ours.mean == value and verdict.ours.std == 0.0
     assert verdict.status == status
+
+
+def test_ours_never_reads_as_a_bound_it_is_not() -> None:
+    """40 errors in 1996 test images, 2.004%, showed as "2.00%" beside "not held" at most
+    2%; now with the digit that tells them apart, and as before away from the bound."""
+    error = Metric("error", spec=".2f", scale=100, unit="%")
+    claim = Claim.at_most("k", "t", "", error.of("r"), 0.02, kind="paper")
+    for errors, cell, words in ((40, "2.004%", "not held"), (39, "1.95%", "held")):
+        verdict = claim.check([Values({"r": {"error": errors / 1996}})])
+        assert (verdict.ours.cell(*verdict.format), verdict.words) == (cell, words)
