@@ -174,12 +174,12 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     parts = ["# Reproductions", ""]
     parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
     for d in run_dirs:
-        rel = os.path.relpath(d, out.parent)
+        rel = Path(os.path.relpath(d, out.parent)).as_posix()
         parts += ["", f'<a id="{d.name}"></a>', ""]
         for line in read_text(d / "report.md").splitlines():
             if line.startswith("#"):
                 line = "#" + line
-            line = line.replace("](", f"]({rel}/") if "![" in line else line
+            line = re.sub(r"(!\[[^\]]*\]\()", rf"\g<1>{rel}/", line)  # a figure's path only
             parts.append(line)
     return "\n".join(parts) + "\n"
 
