@@ -22,10 +22,10 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     text = format(value * scale, spec)
-    if not (spec.endswith("g") and "e+" in text):
+    if not (spec.endswith("g") and "e+" in text) or abs(value * scale) >= 2**53:
         return text
     # "g" writes whole numbers from 10**precision on, without an exponent (sign, fill
-    # and width kept)
+    # and width kept), below 2**53: digits past it are the double's, not the number's
     return format(
         value * scale, spec.rpartition(".")[0] + ".0f" if "." in spec else spec[:-1] + ".0f"
     )
