@@ -165,3 +165,27 @@ def test_a_bound_that_names_an_unknown_run_fails_before_training() -> None:
     claim.check([Values.dry_run(["ghost"])])
     with pytest.raises(KeyError, match="claim 'k': no run 'ghost'"):
         claim.check([Values.dry_run(["r"])])
+
+
+@pytest.mark.parametrize(
+    ("bound", "value", "kind", "status"),
+    [(Claim.at_least, 0.95, "paper", "held"), (Claim.at_most, 0.901, "check", "passed")],
+)
+def test_seeds_equal_to_the_bound_hold_on_their_mean_too(bound, value, kind, status) -> None:
+    """Three seeds at exactly the bound: their mean is that value. Before, fmean gave
+    0.9499999999999998 and 0.9010000000000001, just past the bound, so the claim held "on
+    3 of 3 seeds, not on the mean" (mixed) and the check "failed on the mean"."""
+    seeds = [Values({"r": {"acc": value}}) for _ in range(3)]
+    verdict = bound("k", "t", "", ACC.of("r"), value, kind=kind).check(seeds)
+    assert verdict.ours.mean == value and verdict.ours.std == 0.0
+    assert verdict.status == status
+
+
+def test_ours_never_reads_as_a_bound_it_is_not() -> None:
+    """40 errors in 1996 test images, 2.004%, showed as "2.00%" beside "not held" at most
+    2%; now with the digit that tells them apart, and as before away from the bound."""
+    error = Metric("error", spec=".2f", scale=100, unit="%")
+    claim = Claim.at_most("k", "t", "", error.of("r"), 0.02, kind="paper")
+    for errors, cell, words in ((40, "2.004%", "not held"), (39, "1.95%", "held")):
+        verdict = claim.check([Values({"r": {"error": errors / 1996}})])
+        assert (verdict.ours.cell(*verdict.format), verdict.words) == (cell, words)

@@ -202,6 +202,12 @@ def test_report_combines_run_directories(tmp_path, capsys):
     assert text.startswith("# Reproductions\n")
     assert "## alpha title" in text and "## beta title" in text
     assert "](../runs/alpha/fig.png)" in text and "](../runs/beta/fig.png)" in text
+    # Only a figure's path moves: a link beside it kept its target only by chance before.
+    (tmp_path / "runs" / "alpha" / "report.md").write_text(
+        "![a](a.png) as in [Chen](https://x.org)\n"
+    )
+    assert main(["report", dirs[0], "--out", str(page)]) == 0
+    assert "![a](../runs/alpha/a.png) as in [Chen](https://x.org)" in page.read_text()
     assert main(["report", str(tmp_path / "runs"), "--out", str(page)]) == 2
     assert "no report.md in" in capsys.readouterr().err
 

@@ -334,3 +334,15 @@ def test_a_quick_run_is_never_published(tmp_path):
     with pytest.raises(ValueError, match="holds a quick run, a smoke test and not a result"):
         publish(run, tmp_path / "pub")
     assert not (tmp_path / "pub").exists()
+
+
+def test_a_run_is_never_published_as_another_experiment(tmp_path):
+    """The docs show docs/results/NAME as the experiment NAME: a chen-table1 run published
+    into a folder named pendulum showed as pendulum's results in its page and the index."""
+    run = _run_dir(tmp_path / "pendulum")
+    (run / "results.json").write_text(
+        json.dumps({"experiment": "chen-table1", "provenance": _clean_provenance()})
+    )
+    with pytest.raises(ValueError, match="holds a run of 'chen-table1', not of 'pendulum'"):
+        publish(run, tmp_path / "docs" / "pendulum")
+    assert not (tmp_path / "docs").exists()

@@ -132,6 +132,9 @@ def test_a_g_format_writes_whole_numbers_where_it_would_write_an_exponent() -> N
         "+12345",
         "  -12345",
     ]
+    # a diverged loss kept its exponent, not the 31 digits of a double
+    # ("1000000000000000019884624838656")
+    assert Stat.of([1e30]).cell(".3g") == "1e+30"
 
 
 def test_a_metric_refuses_a_coordinate_called_name() -> None:

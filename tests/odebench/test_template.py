@@ -511,3 +511,19 @@ def test_the_load_is_sampled_while_the_run_trains(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(_provenance, "load_average", lambda: 2.4)  # two threads, busy alone
     quiet = _provenance.provenance_started(sample_every=3600).finish(threads=2)
     assert quiet.cores < 2 or not quiet.contended
+
+
+def test_the_report_names_the_device_the_runs_trained_on() -> None:
+    """A run on a GPU said only "1 thread on 16 × <its CPU>", as if its times were the CPU's."""
+    from odebench._provenance import Provenance
+    from odebench.experiments._report import _provenance_lines
+
+    def line(device: str) -> str:
+        return _provenance_lines(Provenance("0" * 40, False, None, {}, 1, "Xeon", 16, device, ""))[
+            0
+        ]
+
+    assert "1 thread on 16 × Xeon, trained on cuda:0 (NVIDIA H100); load" in line(
+        "cuda:0 (NVIDIA H100)"
+    )
+    assert "1 thread on 16 × Xeon; load" in line("cpu")

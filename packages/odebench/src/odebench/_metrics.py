@@ -22,10 +22,10 @@ def fmt(value: float | None, spec: str = ".4g", scale: float = 1.0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     text = format(value * scale, spec)
-    if not (spec.endswith("g") and "e+" in text):
+    if not (spec.endswith("g") and "e+" in text) or abs(value * scale) >= 2**53:
         return text
     # "g" writes whole numbers from 10**precision on, without an exponent (sign, fill
-    # and width kept)
+    # and width kept), below 2**53: digits past it are the double's, not the number's
     return format(
         value * scale, spec.rpartition(".")[0] + ".0f" if "." in spec else spec[:-1] + ".0f"
     )
@@ -153,7 +153,9 @@ class Stat:
         """The statistics of one value per seed."""
         kept = tuple(float(v) if v is not None and math.isfinite(v) else None for v in values)
         finite = [v for v in kept if v is not None]
-        mean = statistics.fmean(finite) if finite else None
+        # fmean rounds twice (its sum, then the division): kept between the least and
+        # the largest value, so that the mean of equal values is that value
+        mean = min(max(statistics.fmean(finite), min(finite)), max(finite)) if finite else None
         std = statistics.stdev(finite) if len(finite) > 1 else None
         return cls(mean, std, len(finite), kept)
 

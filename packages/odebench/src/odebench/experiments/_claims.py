@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,8 +356,9 @@ class Claim:
         published = self.published
         if not isinstance(published, str):
             published = f"{fmt(published, self.spec, self.scale)}{self.unit}"
+        spec = _resolving(self.spec, self.scale, ours.mean, (self.low, self.high))
         return Verdict(
-            self.key, self.text, published, ours, holds, held_on, self.format,
+            self.key, self.text, published, ours, holds, held_on, (spec, self.scale, self.unit),
             kind=self.kind, detail=self.detail, contended=self.timing and contended,
         )  # fmt: skip
 
@@ -364,3 +366,14 @@ class Claim:
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of the claim's numbers."""
         return self.spec, self.scale, self.unit
+
+
+def _resolving(spec: str, scale: float, value: float | None, bounds: Sequence[float | None]) -> str:
+    """``spec`` with a digit more, up to 17, while ``value`` reads as one of ``bounds`` that
+    it is not (2.004% as "2.00%", and not held at most 2%)."""
+    for _ in range(17):
+        shown = None if value is None else fmt(value, spec, scale)
+        if all(b in (None, value) or fmt(b, spec, scale) != shown for b in bounds):
+            break
+        spec = re.sub(r"\.(\d+)", lambda m: f".{int(m[1]) + 1}", spec, count=1)
+    return spec

@@ -174,12 +174,12 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     parts = ["# Reproductions", ""]
     parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
     for d in run_dirs:
-        rel = os.path.relpath(d, out.parent)
+        rel = Path(os.path.relpath(d, out.parent)).as_posix()
         parts += ["", f'<a id="{d.name}"></a>', ""]
         for line in read_text(d / "report.md").splitlines():
             if line.startswith("#"):
                 line = "#" + line
-            line = line.replace("](", f"]({rel}/") if "![" in line else line
+            line = re.sub(r"(!\[[^\]]*\]\()", rf"\g<1>{rel}/", line)  # a figure's path only
             parts.append(line)
     return "\n".join(parts) + "\n"
 
@@ -203,8 +203,8 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
             report links to a figure that is not there.
         ValueError: ``dest`` or a folder above it is a file, a file to copy is a
             symbolic link or outside ``run_dir``, ``results.json`` is not a JSON object,
-            the run is quick or not publishable, or ``dest`` is a non-empty directory
-            without a published report.
+            the run is quick or not publishable, ``dest`` is named for another
+            experiment, or ``dest`` is a non-empty directory without a published report.
 
     Example:
         A run made at the checkout's ``HEAD`` from a clean tree:
@@ -236,6 +236,11 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         raise ValueError(
             f"{run_dir} holds a quick run, a smoke test and not a result; publish a standard "
             "or full run (`odebench run NAME`)"
+        )
+    if dest.name in EXPERIMENTS and doc.get("experiment") != dest.name:
+        raise ValueError(
+            f"{run_dir} holds a run of {doc.get('experiment')!r}, not of {dest.name!r}, "
+            f"which the docs would show {dest} as; publish it to a folder of its own name"
         )
     from ..training import load_checkpoint
 

@@ -165,9 +165,11 @@ def _provenance_lines(provenance: Provenance | None) -> list[str]:
     load = provenance.load
     busy = " (contended: timings not judged)" if provenance.contended else ""
     versions = ", ".join(f"{k} {v}" for k, v in provenance.versions.items() if v)
+    device = "" if provenance.device == "cpu" else f", trained on {provenance.device}"
     return [
         f"Commit {commit}; {versions}; {provenance.threads} thread"
-        f"{'' if provenance.threads == 1 else 's'} on {provenance.cores} × {provenance.cpu}; "
+        f"{'' if provenance.threads == 1 else 's'} on {provenance.cores} × {provenance.cpu}"
+        f"{device}; "
         f"load {load.get('before')} before, {load.get('max')} at most, {load.get('after')} "
         f"after{busy}.",
         "",
