@@ -177,3 +177,22 @@ def test_a_resume_refuses_more_epochs_where_the_schedule_depends_on_them(tmp_pat
     whole = fit(task(4, cosine=False), tmp_path / "whole", **QUIET).rows
     resumed = fit(task(4, cosine=False), tmp_path / "step", resume=True, **QUIET).rows
     assert _stable(resumed) == _stable(whole)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [({"batch_size": 8}, "batch_size"), ({"seed": 3}, "seed"), ({"drop_last": False}, "drop_last")],
+)
+def test_a_resumed_task_must_cut_and_seed_its_batches_as_the_run_did(tmp_path, change, key):
+    """A task resumed with another batch size, seed or last batch went on training
+    without a word, unless its own settings happened to name them."""
+    import dataclasses
+
+    import torch
+    from odebench.training import fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    fit(_line(y, 1), tmp_path, **QUIET)
+    with pytest.raises(ValueError, match=rf"settings that differ .*task .*'{key}'"):
+        fit(dataclasses.replace(_line(y, 2), **change), tmp_path, resume=True, **QUIET)
+    assert len(fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows) == 2

@@ -149,8 +149,9 @@ class Task:
             model too small for a GPU); ``None``: :func:`fit`'s.
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
-            change on resume. :func:`fit` adds the data's SHA-256 and the schedule's
-            settings as it starts: one whose length follows ``epochs`` keeps them.
+            change on resume. :func:`fit` adds the data's SHA-256, ``batch_size``,
+            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs`` and the
+            schedule's settings as it starts: one whose length follows ``epochs`` keeps them.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -791,6 +792,9 @@ def fit(
     for tensor in task.data:  # a resume checks that it trains on the same data
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
     data: dict[str, Json] = {"data_sha256": digest.hexdigest()}
+    # and how it cuts, orders and schedules it, whatever its own settings name
+    names = ("batch_size", "seed", "drop_last", "schedule_every", "refine_epochs")
+    data["task"] = json.loads(json.dumps({k: getattr(task, k) for k in names}))
     if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
         bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
         # What JSON cannot hold (a function's repr names its address) is not compared.
