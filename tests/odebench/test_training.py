@@ -353,6 +353,19 @@ def test_resuming_a_finished_run_with_more_epochs_continues_it(tmp_path, toy_run
     assert _untimed([continued["final"]]) == _untimed([full["final"]])
 
 
+def test_a_resume_with_nothing_left_to_train_writes_every_file_of_the_rows(tmp_path, toy_run):
+    """Stopped between the last checkpoint and its rows, a run resumed wrote metrics.json
+    whole, but left metrics.csv and curves.png an epoch short."""
+    config, out, _, _ = toy_run
+    copy = tmp_path / "stopped"
+    copy.mkdir()
+    for name in ("checkpoint.pt", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    train(config, copy, resume=True, log=lambda line: None)
+    assert (copy / "metrics.csv").read_text().count("\n") == 1 + config.epochs
+    assert (copy / "curves.png").exists()
+
+
 def test_a_resume_refuses_other_data_files_and_takes_the_same_ones_elsewhere(tmp_path, digits):
     # --data-dir may change on resume (the files moved), but not what it holds.
     same, other = tmp_path / "same", tmp_path / "other"

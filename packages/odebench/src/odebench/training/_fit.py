@@ -507,9 +507,12 @@ class Training:
                     self._net = self._wrap(self.model)
                 tally = self._train_epoch(epoch)
                 self._finish_epoch(epoch, tally)
-        if self.rows and start.epoch >= self.task.epochs and self.process.main:
+        if self.rows and start.epoch >= self.task.epochs:
             # resumed after its last checkpoint, which a stop may have cut off from its rows
-            _io.write_json(self.out / "metrics.json", self.rows)
+            if self.process.main:
+                _io.write_json(self.out / "metrics.json", self.rows)
+            if self.task.after_epoch is not None:  # and from what the task writes of them
+                self.task.after_epoch(self.rows)
         self._net = self.model  # nothing may hold the DDP wrapper when the group ends
 
     def raise_if_stopped(self) -> None:
