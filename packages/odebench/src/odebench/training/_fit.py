@@ -37,6 +37,7 @@ from ._run_dir import (
     Checkpoint,
     Log,
     RunFolder,
+    RunFolderError,
     load_checkpoint,
 )
 
@@ -400,12 +401,20 @@ class Training:
         Raises:
             ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
                 a training run, asks for code to run (refused unrun), or holds tensors
-                that do not fit the model or optimiser (missing keys, other shapes).
+                that do not fit the model or optimiser (missing keys, other shapes); or
+                was saved inside an epoch on another kind of device (CPU, CUDA).
         """
         if not self.checkpoint_path.exists():
             self._log(f"no checkpoint in {self.out}: starting afresh")
             return False
         state = load_checkpoint(self.checkpoint_path, self.device)
+        aug_rng, size = state.get("aug_rng"), self._aug_gen.get_state().numel()
+        if state["batch"] and aug_rng is not None and aug_rng.numel() != size:
+            raise RunFolderError(
+                f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1} on another kind "
+                f"of device than {self.device.type}, whose random draws it cannot go on with; "
+                "resume it on the kind of device it ran on"
+            )
         try:
             self.restore(state)
         except (RuntimeError, KeyError, ValueError) as exc:  # tensors that do not fit
