@@ -128,7 +128,8 @@ class Task:
         order: ``order(epoch, generator) -> indices`` of the epoch's examples (their number
             sets the epoch's batches), from ``fit``'s generator, seeded once with ``seed``
             and checkpointed. ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
-        drop_last: drop the epoch's last incomplete batch.
+        drop_last: drop the epoch's last incomplete batch (under ``torchrun``, a last
+            batch kept must split evenly over the processes).
         schedule: ``schedule(optimizer)``, a learning-rate scheduler, stepped after
             every batch or at the end of every epoch (``schedule_every``).
         schedule_every: ``"batch"`` or ``"epoch"``.
@@ -495,7 +496,8 @@ class Training:
         then tells the caller, after it has written what it writes at the end.
 
         Raises:
-            ValueError: ``batch_size`` exceeds the training examples.
+            ValueError: ``batch_size`` exceeds the training examples; a last batch kept
+                does not split evenly over the processes.
             Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
                 is saved.
             TrainingFailedError: a non-finite loss or weight, or a solver's failure.
@@ -598,6 +600,12 @@ class Training:
             order = torch.randperm(len(self.data[0]), generator=self._order_gen)
         order = order.to(self.data[0].device)
         self._examples = len(order)
+        last, world = self._examples % self.task.batch_size, self.process.world
+        if not self.task.drop_last and last % world:  # each process would take last // world
+            raise ValueError(
+                f"The last batch of epoch {epoch + 1}, {last} examples, does not split evenly "
+                f"over {world} processes; set `drop_last`, or another `batch_size`."
+            )
         bar = tqdm(
             total=self.n_batches,
             initial=first,
