@@ -177,3 +177,56 @@ def test_a_resume_refuses_more_epochs_where_the_schedule_depends_on_them(tmp_pat
     whole = fit(task(4, cosine=False), tmp_path / "whole", **QUIET).rows
     resumed = fit(task(4, cosine=False), tmp_path / "step", resume=True, **QUIET).rows
     assert _stable(resumed) == _stable(whole)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [({"batch_size": 8}, "batch_size"), ({"seed": 3}, "seed"), ({"drop_last": False}, "drop_last")],
+)
+def test_a_resumed_task_must_cut_and_seed_its_batches_as_the_run_did(tmp_path, change, key):
+    """A task resumed with another batch size, seed or last batch went on training
+    without a word, unless its own settings happened to name them."""
+    import dataclasses
+
+    import torch
+    from odebench.training import fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    fit(_line(y, 1), tmp_path, **QUIET)
+    with pytest.raises(ValueError, match=rf"settings that differ .*task .*'{key}'"):
+        fit(dataclasses.replace(_line(y, 2), **change), tmp_path, resume=True, **QUIET)
+    assert len(fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows) == 2
+
+
+LAST_BATCH = """
+import functools, sys, torch
+from torch import nn
+from odebench.training import Task, fit
+
+x = torch.linspace(-1, 1, 37)[:, None]  # batches of 16, 16 and 5
+task = Task(model=lambda: nn.Linear(1, 1), data=(x, 3 * x),
+            loss=lambda net, batch: nn.functional.mse_loss(net(batch[0]), batch[1]),
+            optimizer=functools.partial(torch.optim.SGD, lr=0.1), epochs=1, batch_size=16,
+            drop_last=False)
+fit(task, sys.argv[1], log=lambda line: None, progress=False, device="cpu")
+"""
+
+
+@pytest.mark.slow
+def test_a_last_batch_that_does_not_split_over_the_processes_is_refused(tmp_path):
+    """Kept (drop_last=False), a last batch of 5 examples over 2 processes trained 2 and 2:
+    the fifth was left out of every epoch without a word."""
+    import subprocess
+    import sys
+
+    from subprocess_env import odebench_env
+
+    script = tmp_path / "last_batch.py"
+    script.write_text(LAST_BATCH)
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+         str(script), str(tmp_path / "run")],
+        capture_output=True, text=True, env=odebench_env(), timeout=180,
+    )  # fmt: skip
+    assert two.returncode != 0
+    assert "The last batch of epoch 1, 5 examples, does not split evenly over 2" in two.stderr

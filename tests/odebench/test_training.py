@@ -353,6 +353,35 @@ def test_resuming_a_finished_run_with_more_epochs_continues_it(tmp_path, toy_run
     assert _untimed([continued["final"]]) == _untimed([full["final"]])
 
 
+def test_a_resume_with_nothing_left_to_train_writes_every_file_of_the_rows(tmp_path, toy_run):
+    """Stopped between the last checkpoint and its rows, a run resumed wrote metrics.json
+    whole, but left metrics.csv and curves.png an epoch short."""
+    config, out, _, _ = toy_run
+    copy = tmp_path / "stopped"
+    copy.mkdir()
+    for name in ("checkpoint.pt", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    train(config, copy, resume=True, log=lambda line: None)
+    assert (copy / "metrics.csv").read_text().count("\n") == 1 + config.epochs
+    assert (copy / "curves.png").exists()
+
+
+def test_a_run_stopped_inside_an_epoch_on_a_gpu_is_not_resumed_on_the_cpu(tmp_path, toy_run):
+    """The augmentation generator's state of a CUDA device went into the CPU's, failing
+    with a traceback after the run folder was taken."""
+    config, out, _, _ = toy_run
+    copy = tmp_path / "stopped"
+    copy.mkdir()
+    (copy / "config.json").write_bytes((out / "config.json").read_bytes())
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    partial = {"loss": torch.zeros((), dtype=torch.float64), "sums": {}, "losses": torch.zeros(1),
+               "count": 100, "nfe_forward": 0, "nfe_backward": 0, "seconds": 0.0}  # fmt: skip
+    state |= {"epoch": 1, "batch": 1, "partial": partial, "aug_rng": torch.zeros(16).byte()}
+    torch.save(state, copy / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"inside epoch 2 on another kind of device than cpu"):
+        train(config, copy, resume=True, log=lambda line: None)
+
+
 def test_a_resume_refuses_other_data_files_and_takes_the_same_ones_elsewhere(tmp_path, digits):
     # --data-dir may change on resume (the files moved), but not what it holds.
     same, other = tmp_path / "same", tmp_path / "other"

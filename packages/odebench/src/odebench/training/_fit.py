@@ -37,6 +37,7 @@ from ._run_dir import (
     Checkpoint,
     Log,
     RunFolder,
+    RunFolderError,
     load_checkpoint,
 )
 
@@ -127,7 +128,8 @@ class Task:
         order: ``order(epoch, generator) -> indices`` of the epoch's examples (their number
             sets the epoch's batches), from ``fit``'s generator, seeded once with ``seed``
             and checkpointed. ``None``: ``torch.randperm(len(data[0]), generator=generator)``.
-        drop_last: drop the epoch's last incomplete batch.
+        drop_last: drop the epoch's last incomplete batch (under ``torchrun``, a last
+            batch kept must split evenly over the processes).
         schedule: ``schedule(optimizer)``, a learning-rate scheduler, stepped after
             every batch or at the end of every epoch (``schedule_every``).
         schedule_every: ``"batch"`` or ``"epoch"``.
@@ -149,8 +151,9 @@ class Task:
             model too small for a GPU); ``None``: :func:`fit`'s.
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
-            change on resume. :func:`fit` adds the data's SHA-256 and the schedule's
-            settings as it starts: one whose length follows ``epochs`` keeps them.
+            change on resume. :func:`fit` adds the data's SHA-256, ``batch_size``,
+            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs`` and the
+            schedule's settings as it starts: one whose length follows ``epochs`` keeps them.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -399,12 +402,20 @@ class Training:
         Raises:
             ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
                 a training run, asks for code to run (refused unrun), or holds tensors
-                that do not fit the model or optimiser (missing keys, other shapes).
+                that do not fit the model or optimiser (missing keys, other shapes); or
+                was saved inside an epoch on another kind of device (CPU, CUDA).
         """
         if not self.checkpoint_path.exists():
             self._log(f"no checkpoint in {self.out}: starting afresh")
             return False
         state = load_checkpoint(self.checkpoint_path, self.device)
+        aug_rng, size = state.get("aug_rng"), self._aug_gen.get_state().numel()
+        if state["batch"] and aug_rng is not None and aug_rng.numel() != size:
+            raise RunFolderError(
+                f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1} on another kind "
+                f"of device than {self.device.type}, whose random draws it cannot go on with; "
+                "resume it on the kind of device it ran on"
+            )
         try:
             self.restore(state)
         except (RuntimeError, KeyError, ValueError) as exc:  # tensors that do not fit
@@ -485,7 +496,8 @@ class Training:
         then tells the caller, after it has written what it writes at the end.
 
         Raises:
-            ValueError: ``batch_size`` exceeds the training examples.
+            ValueError: ``batch_size`` exceeds the training examples; a last batch kept
+                does not split evenly over the processes.
             Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
                 is saved.
             TrainingFailedError: a non-finite loss or weight, or a solver's failure.
@@ -506,9 +518,12 @@ class Training:
                     self._net = self._wrap(self.model)
                 tally = self._train_epoch(epoch)
                 self._finish_epoch(epoch, tally)
-        if self.rows and start.epoch >= self.task.epochs and self.process.main:
+        if self.rows and start.epoch >= self.task.epochs:
             # resumed after its last checkpoint, which a stop may have cut off from its rows
-            _io.write_json(self.out / "metrics.json", self.rows)
+            if self.process.main:
+                _io.write_json(self.out / "metrics.json", self.rows)
+            if self.task.after_epoch is not None:  # and from what the task writes of them
+                self.task.after_epoch(self.rows)
         self._net = self.model  # nothing may hold the DDP wrapper when the group ends
 
     def raise_if_stopped(self) -> None:
@@ -585,6 +600,12 @@ class Training:
             order = torch.randperm(len(self.data[0]), generator=self._order_gen)
         order = order.to(self.data[0].device)
         self._examples = len(order)
+        last, world = self._examples % self.task.batch_size, self.process.world
+        if not self.task.drop_last and last % world:  # each process would take last // world
+            raise ValueError(
+                f"The last batch of epoch {epoch + 1}, {last} examples, does not split evenly "
+                f"over {world} processes; set `drop_last`, or another `batch_size`."
+            )
         bar = tqdm(
             total=self.n_batches,
             initial=first,
@@ -791,6 +812,9 @@ def fit(
     for tensor in task.data:  # a resume checks that it trains on the same data
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
     data: dict[str, Json] = {"data_sha256": digest.hexdigest()}
+    # and how it cuts, orders and schedules it, whatever its own settings name
+    names = ("batch_size", "seed", "drop_last", "schedule_every", "refine_epochs")
+    data["task"] = json.loads(json.dumps({k: getattr(task, k) for k in names}))
     if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
         bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
         # What JSON cannot hold (a function's repr names its address) is not compared.
