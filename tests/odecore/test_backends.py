@@ -223,9 +223,37 @@ def test_scipy_step_t(name):
 
 
 def test_scipy_lsoda_min_step():
+    from odecore._backends import lsoda_ignores_min_step
+
+    if lsoda_ignores_min_step():
+        pytest.skip("this SciPy's LSODA ignores min_step: odecore refuses it")
     t = torch.tensor([0.0, 1.0], dtype=F64)
     ys = scipy_odeint("LSODA", oracles.decay.f, oracles.decay.y0, t, options={"min_step": 1e-6})
     torch.testing.assert_close(ys, oracles.decay.exact(t, oracles.decay.y0), rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("method", ["scipy:LSODA", "scipy_solver"])
+def test_scipy_lsoda_min_step_bounds_the_steps_or_is_refused(method):
+    # SciPy 1.17's LSODA ignores min_step (scipy/scipy#25827): passed on, it would leave
+    # the steps as they are without it. A lower bound of a quarter of the span at a
+    # tight tolerance either changes the steps (or fails the solve) or is refused.
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    options = (
+        {"min_step": 0.25} if method == "scipy:LSODA" else {"min_step": 0.25, "solver": "LSODA"}
+    )
+    bounded = Counting(oracles.decay.f)
+    try:
+        odecore.odeint(
+            bounded, oracles.decay.y0, t, rtol=TIGHT, atol=TIGHT, method=method, options=options
+        )
+    except odecore.ConfigurationError as error:
+        assert "ignores it (scipy/scipy#25827)" in str(error)
+        return
+    except odecore.SolverError:
+        return  # the bound holds, and no step that long meets the tolerance
+    free = Counting(oracles.decay.f)
+    scipy_odeint("LSODA", free, oracles.decay.y0, t)
+    assert bounded.calls != free.calls
 
 
 # --- scipy: failures ------------------------------------------------------------------------

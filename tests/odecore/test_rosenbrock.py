@@ -437,6 +437,19 @@ def test_the_batched_jacobian_is_block_diagonal_and_never_dense(monkeypatch):
     assert set(shapes) == {(8, 2, 2)}
 
 
+@METHODS
+def test_an_empty_batch_of_independent_systems_is_solved(method):
+    # No sample: the per-sample Jacobian blocks and their solves have no rows.
+    y0 = torch.zeros(0, 2, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        _batch_vdp(5.0), y0, t0=0.0, t1=1.0, solver=method(independent=True),
+        saveat=odecore.SaveAt(ts=[0.0, 0.5, 1.0]),
+    )  # fmt: skip
+    assert sol.ys.shape == (3, 0, 2)
+    sol.ys.sum().backward()
+    assert y0.grad is not None and y0.grad.shape == (0, 2)
+
+
 def test_a_coupled_batch_is_refused():
     def coupled(t, y):
         return -(y - y.mean(0))

@@ -13,6 +13,7 @@ used, never when odecore is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -102,7 +103,9 @@ class ScipySolver(AbstractSolver):
 
     Args:
         method: the name of the ``scipy.integrate`` solver, one of ``SCIPY_METHODS``.
-        min_step: LSODA's smallest step size (0: none).
+        min_step: LSODA's smallest step size (0: none). A SciPy whose LSODA ignores
+            it (1.17, scipy/scipy#25827) makes the solve refuse it
+            (:func:`lsoda_ignores_min_step`).
     """
 
     method: str
@@ -252,6 +255,31 @@ class _Failure:
     message: str = ""
 
 
+@functools.cache
+def lsoda_ignores_min_step() -> bool:
+    """Whether the installed SciPy's LSODA ignores its ``min_step``, as SciPy 1.17 does
+    (scipy/scipy#25827): a solve of ``y' = -y`` at a tight tolerance takes the same
+    steps with ``min_step`` a quarter of the span as without it (an LSODA that honours
+    it takes no step below that, or fails)."""
+    lsoda = scipy_integrate(f"{SCIPY_PREFIX}LSODA").LSODA
+
+    def steps(**options: float) -> list[float]:
+        solver = lsoda(lambda t, y: -y, 0.0, [1.0], 1.0, rtol=1e-10, atol=1e-12, **options)
+        ends: list[float] = []
+        while solver.status == "running" and len(ends) < 1000:
+            solver.step()
+            ends.append(float(solver.t))
+        return ends
+
+    return steps() == steps(min_step=0.25)
+
+
+def _scipy_version() -> str:
+    import scipy  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    return str(scipy.__version__)
+
+
 class _NonFiniteTimeError(Exception):
     """scipy asked for the derivative at a NaN time: its step size is NaN."""
 
@@ -279,6 +307,14 @@ class _ScipyRun:
         if math.isfinite(controller.dt_max):
             self.options["max_step"] = controller.dt_max
         if solver.min_step > 0:
+            if lsoda_ignores_min_step():
+                raise ConfigurationError(
+                    f"`min_step` ({solver.min_step!r}) for SciPy's LSODA: the installed SciPy "
+                    f"{_scipy_version()} ignores it (scipy/scipy#25827), so its steps would "
+                    "not be bounded. Remove `min_step`, or use one of odecore's adaptive "
+                    "methods, whose `min_step` bounds the steps (e.g. method='dopri5' or "
+                    "'rodas5p')."
+                )
             self.options["min_step"] = solver.min_step
         self.first_step = None if dt0 is None else abs(dt0)
         self.max_steps = max_steps

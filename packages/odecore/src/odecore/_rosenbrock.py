@@ -263,9 +263,9 @@ def _evaluated(f: Field, t: float, y: Tensor, graph: bool) -> tuple[Tensor, Tens
 def _blocks(x: Tensor, out: Tensor, graph: bool) -> Tensor:
     """The diagonal blocks ``∂out[b]/∂x[b]``, ``(batch, n, n)``, from one batched
     backward pass of ``n`` products on the batch's sum (``out`` has a graph from ``x``)."""
-    batch, n = x.shape[0], x[0].numel()
-    if n == 0:  # empty samples: no product to batch
-        return x.new_zeros(batch, 0, 0)
+    batch, n = x.shape[0], x.shape[1:].numel()
+    if n == 0 or batch == 0:  # empty samples or no sample: no product to batch
+        return x.new_zeros(batch, n, n)
     eye = torch.eye(n, dtype=out.dtype, device=out.device)
     v = eye.unsqueeze(1).expand(n, batch, n).reshape(n, *out.shape)
     with torch.enable_grad():
@@ -339,7 +339,8 @@ class _Matrix:
 
     def solve(self, r: Tensor) -> Tensor:
         """``M^{-1} r`` for ``r`` shaped like the state, in its dtype."""
-        rhs = r.reshape(r.shape[0], -1, 1) if self.batched else r.reshape(-1, 1)
+        rows = r.shape[0]
+        rhs = r.reshape(rows, r.shape[1:].numel(), 1) if self.batched else r.reshape(-1, 1)
         x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs.to(self.lu.dtype))
         return x.to(r.dtype).view_as(r)
 
@@ -506,7 +507,7 @@ class _AbstractRosenbrock(_HermiteDense):
         """``f(t0, y0)``, after checking the state's size against ``dense_limit`` and,
         with ``independent``, that the samples do not interact."""
         rows = self._rows(y0)
-        n = y0[0].numel() if rows else y0.numel()
+        n = y0.shape[1:].numel() if rows else y0.numel()
         if n > self.dense_limit:
             what = "elements per sample" if rows else "elements"
             raise ConfigurationError(
