@@ -598,6 +598,8 @@ def _cell_figures(
         failed = f"failed: {cell.failures[name]}" if name in cell.failures else "no run"
         return unmeasured(MODE_FIGURES[mode], failed)
     note = cell.notes.get(name)
+    if name in cell.failures:  # the runs before it stand, as the stiff sweep's do
+        note = f"a later run failed: {cell.failures[name]}"
     t = median(o.time_s for o in obs)
     nfe_f = median(o.nfe_forward for o in obs)
     nfe_b = median(o.nfe_backward for o in obs)
