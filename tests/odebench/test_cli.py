@@ -224,6 +224,7 @@ def test_missing_command_prints_help(argv, capsys):
         (["perf", "solvers", "--threads", "0"], "expected a positive integer, got 0"),
         (["perf", "solvers", "--repeats", "two"], "expected a positive integer, got 'two'"),
         (["perf", "solvers", "--problems", "mlp,spiral"], "Unknown problems ['spiral']"),
+        (["perf", "solvers", "--problems", "vdp,mlp,vdp"], "names ['vdp'] more than once"),
         (["perf", "solvers", "--libraries", "jax"], "--libraries: unknown ['jax']"),
         (["perf", "gpus"], "invalid choice: 'gpus'"),
     ],

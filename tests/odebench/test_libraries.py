@@ -11,10 +11,17 @@ from odebench.perf._libraries import (
     GRADIENT_MODES,
     Method,
     OdecoreLibrary,
+    _FlatField,
     describe_error,
     discover,
 )
-from odebench.perf._problems import CountingField, Sizes, make_problem, max_abs_error
+from odebench.perf._problems import (
+    ConvField,
+    CountingField,
+    Sizes,
+    make_problem,
+    max_abs_error,
+)
 
 SMALL = Sizes.quick()
 
@@ -116,6 +123,13 @@ def test_gradient_modes_give_the_exact_gradient(library, mode):
     (w * y1).sum().backward()
     expm = torch.linalg.matrix_exp(problem.field.a.detach())
     torch.testing.assert_close(y0.grad, w @ expm, rtol=1e-6, atol=1e-7)
+
+
+def test_torchodes_view_keeps_each_samples_time():
+    # torchode steps each sample on its own: at t = (0, 0.5), the second sample is at 0.5.
+    field, y = ConvField(4, "softplus"), torch.randn(2, 4, 3, 3)
+    out = _FlatField(field, y.shape)(torch.tensor([0.0, 0.5]), y.reshape(2, -1))
+    torch.testing.assert_close(out[1].reshape(4, 3, 3), field(torch.tensor(0.5), y[1:])[0])
 
 
 def test_describe_error_keeps_the_first_line():

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
-from odebench.perf import format_contnet_report, format_report
+import torch
+from odebench.perf import ContnetConfig, format_contnet_report, format_report, run_contnet
 from odebench.perf._document import (
     CompiledRow,
     Document,
@@ -169,3 +170,13 @@ def test_the_contnet_report_tables_each_models_figures():
     rows = {line.split()[0]: line.split()[1:] for line in lines[3:7] if line[:1].isalpha()}
     assert rows["net"] == ["18.5", "6.8", "2.28", "7726"]
     assert rows["export"] == ["37.0", "13.7", "4.57", "15452"]
+
+
+def test_the_contnet_benchmark_leaves_the_callers_threads_and_random_state():
+    threads = torch.get_num_threads()
+    state = torch.random.get_rng_state()
+    config = ContnetConfig(quick=True, threads=threads + 1, repeats=1, channels=(2, 2, 2))
+    doc = run_contnet(config, log=lambda _: None)
+    assert doc["environment"]["threads"] == threads + 1  # it ran with its own
+    assert torch.get_num_threads() == threads
+    assert torch.equal(torch.random.get_rng_state(), state)

@@ -267,6 +267,12 @@ def test_failed_and_non_finite_runs_become_notes():
     assert figures["adjoint_time_s"][1] == "the gradient holds NaN or inf"
 
 
+def test_a_run_that_fails_after_others_is_noted():
+    cell = _cell(Observation(0.1, 4, 8, Y1, torch.ones(2)), failures={"odecore": "SolverError: x"})
+    figures = _cell_figures("odecore", cell, "adjoint", 0.01, 0.04, torch.zeros(2), {})
+    assert figures["adjoint_time_s"] == (0.1, "a later run failed: SolverError: x")
+
+
 def test_varying_counts_are_noted():
     cell = _cell(Observation(0.1, 10, 0, Y1), Observation(0.1, 12, 0, Y1))
     figures = _cell_figures("odecore", cell, "forward", 0.01, 0.04, torch.zeros(2), {})

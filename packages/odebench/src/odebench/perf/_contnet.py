@@ -152,8 +152,18 @@ def _times(
 
 
 def run_contnet(config: ContnetConfig, log: Callable[[str], None] = print) -> JsonObject:
-    """Run the benchmark and return its JSON document (see :doc:`/odebench/index`)."""
+    """Run the benchmark and return its JSON document (see :doc:`/odebench/index`); the
+    caller's torch threads and global random state are as they were."""
+    threads_before = torch.get_num_threads()
     torch.set_num_threads(config.threads)
+    try:
+        with torch.random.fork_rng():
+            return _run(config, log)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run(config: ContnetConfig, log: Callable[[str], None]) -> JsonObject:
     started = time.perf_counter()
     date = now()
     gen = torch.Generator().manual_seed(0)

@@ -312,7 +312,8 @@ class TorchdiffeqLibrary(_PeerLibrary):
 
 
 class _FlatField(nn.Module):
-    """torchode's view of a field: time of shape ``(batch,)``, state ``(batch, features)``."""
+    """torchode's view of a field: state ``(batch, features)`` and time ``(batch,)``, each
+    sample at its own time (its own steps), handed to the field as it is."""
 
     def __init__(self, field: nn.Module, shape: torch.Size) -> None:
         super().__init__()
@@ -320,8 +321,7 @@ class _FlatField(nn.Module):
         self.shape = shape
 
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
-        tt = t.reshape(-1)[0] if isinstance(t, Tensor) and t.dim() > 0 else t
-        out: Tensor = self.field(tt, y.reshape(self.shape))
+        out: Tensor = self.field(t, y.reshape(self.shape))
         return out.reshape(y.shape)
 
 

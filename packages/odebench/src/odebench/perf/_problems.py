@@ -80,7 +80,8 @@ def _group_norm(channels: int) -> nn.GroupNorm:
 
 class ConvField(nn.Module):
     """Chen et al.'s ODE-Net block: (GroupNorm, activation, 3x3 conv with time as a channel)
-    x 2, with ``"relu"`` or ``"softplus"``, on states ``(batch, channels, height, width)``."""
+    x 2, with ``"relu"`` or ``"softplus"``, on states ``(batch, channels, height, width)``
+    at a time ``t`` of shape ``()`` or one per sample, ``(batch,)`` (torchode's)."""
 
     def __init__(self, channels: int = 16, activation: str = "relu") -> None:
         super().__init__()
@@ -93,7 +94,7 @@ class ConvField(nn.Module):
         self.conv2 = nn.Conv2d(channels + 1, channels, 3, padding=1)
 
     def forward(self, t: Tensor, y: Tensor) -> Tensor:
-        tt = torch.as_tensor(t, dtype=y.dtype, device=y.device).reshape(())
+        tt = torch.as_tensor(t, dtype=y.dtype, device=y.device).reshape(-1, 1, 1, 1)
         tt = tt.expand(y.shape[0], 1, *y.shape[2:])
         h = self.conv1(torch.cat([tt, self.act(self.norm1(y))], 1))
         out: Tensor = self.conv2(torch.cat([tt, self.act(self.norm2(h))], 1))

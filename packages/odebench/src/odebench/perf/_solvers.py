@@ -118,7 +118,7 @@ class SolversConfig:
         threads: ``torch.set_num_threads`` for the run and every child process.
         repeats: timed repetitions per library and configuration (default 5, quick 1).
             A configuration whose one run is slow gets fewer (see ``cell_budget_s``).
-        problems: the problems to run (default: all of ``KNOWN_PROBLEMS``, the
+        problems: the problems to run, each named once (default: all of ``KNOWN_PROBLEMS``, the
             explicit ones and then the stiff ones, ``vdp_stiff`` and ``robertson``;
             quick: the explicit ones only). A stiff problem gets its own sweep (``stiff_methods``).
         libraries: the libraries to try (default odecore and every peer that imports).
@@ -169,6 +169,9 @@ class SolversConfig:
                 raise ValueError(
                     f"Unknown problems {unknown}; known problems: {', '.join(KNOWN_PROBLEMS)}."
                 )
+            twice = sorted({p for p in self.problems if self.problems.count(p) > 1})
+            if twice:  # a second run would double its rows, the report showing one
+                raise ValueError(f"`problems` names {twice} more than once.")
 
     @property
     def n_repeats(self) -> int:
@@ -598,6 +601,8 @@ def _cell_figures(
         failed = f"failed: {cell.failures[name]}" if name in cell.failures else "no run"
         return unmeasured(MODE_FIGURES[mode], failed)
     note = cell.notes.get(name)
+    if name in cell.failures:  # the runs before it stand, as the stiff sweep's do
+        note = f"a later run failed: {cell.failures[name]}"
     t = median(o.time_s for o in obs)
     nfe_f = median(o.nfe_forward for o in obs)
     nfe_b = median(o.nfe_backward for o in obs)
