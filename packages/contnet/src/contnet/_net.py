@@ -213,8 +213,9 @@ class ContinuousNet(nn.Module):
         """:meth:`torch.nn.Module.load_state_dict`; a ``state_dict`` from before the
         per-evaluation batch-norm statistics is refused in one line, or with
         ``strict=False`` loaded without its statistics, with a warning: then
-        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` other than the
-        one saved is refused, before anything is loaded (see :class:`OdeBlock`)."""
+        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` or
+        manifestation (solver, ``N_t``) other than the one saved is refused, before
+        anything is loaded (see :class:`OdeBlock`)."""
         state = check_statistics_format(self, state_dict, strict=strict)
         check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
