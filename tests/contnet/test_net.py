@@ -912,6 +912,22 @@ def test_one_method_under_another_name_is_the_same_manifestation():
     small(solver=odecore.Heun(), n_steps=2).load_state_dict(state)
 
 
+def test_the_same_tableau_in_another_solver_object_is_the_same_manifestation():
+    # RK4(interpolation="hermite") steps as RK4() does (a fixed step does not
+    # interpolate), but manifest compared the solver objects: it replaced every
+    # evaluation's measured statistics by their mean over its step and warned of
+    # statistics carried over from another manifestation.
+    net = small(solver="rk4", n_steps=2).eval()
+    same = net.manifest(solver=odecore.RK4(interpolation="hermite"))
+    assert (
+        same.blocks[0].statistics()["0.running_mean"]
+        is net.blocks[0].statistics()["0.running_mean"]
+    )
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")
+        assert torch.equal(same(X), net(X))
+
+
 def test_a_state_dict_saved_before_the_manifestation_was_loads_as_it_did():
     state = small(solver="rk4_38", n_steps=2).state_dict()
     for name in ("blocks.0", "blocks.1", "blocks.2"):  # epsilon alone, a float64 scalar

@@ -365,8 +365,10 @@ class OdeBlock(nn.Module):
     def manifest(self, *, solver: Solver | None = None, n_steps: int | None = None) -> OdeBlock:
         """The same weights evaluated with another solver or step count (shared, not copied).
 
-        The same (solver, ``N_t``) shares the running statistics too; another one gets
-        its own, carried over by :func:`carry_statistics`.
+        The same (solver, ``N_t``) shares the running statistics too (the same solver:
+        the same Butcher tableau, whatever the name or the solver object's other
+        settings, which a fixed step does not use); another one gets its own, carried
+        over by :func:`carry_statistics`.
         """
         out = copy.copy(self)
         out._modules = dict(self._modules)
@@ -374,7 +376,7 @@ class OdeBlock(nn.Module):
             out.method, out.solver = fixed_solver(solver)
         if n_steps is not None:
             out.n_steps = _positive_int("n_steps", n_steps)
-        if (out.solver, out.n_steps) == (self.solver, self.n_steps):
+        if same_manifestation(out, self):
             return out
         out._buffers = dict(self._buffers)
         source, target = self.evaluation_points(), out.evaluation_points()
@@ -511,6 +513,12 @@ def check_manifestation(block: OdeBlock, saved: Mapping[str, Any], where: str) -
         "a copy), which carries the statistics over as a function of depth, and measure "
         "them with contnet.recalibrate(net, training_batches)."
     )
+
+
+def same_manifestation(a: OdeBlock, b: OdeBlock) -> bool:
+    """Whether two blocks evaluate ``R`` at the same stages and depths, in the same way:
+    the same ``N_t`` and Butcher tableau (their running statistics are each other's)."""
+    return a.n_steps == b.n_steps and _tableau(a) == _tableau(b)
 
 
 def _tableau(block: OdeBlock) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ._block import (
     check_epsilons,
     check_statistics_format,
     fixed_solver,
+    same_manifestation,
     take_step,
 )
 
@@ -267,7 +268,7 @@ class ContinuousNet(nn.Module):
         out.blocks = nn.ModuleList(
             b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
-        if (out.solver, out.n_steps) != (self.solver, self.n_steps):
+        if not same_manifestation(out.ode_blocks()[0], self.ode_blocks()[0]):
             for name in ("stem", "stitches", "head"):
                 out._modules[name] = _own_buffers(cast(nn.Module, self._modules[name]))
         return out
