@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import warnings
 
@@ -820,13 +821,14 @@ def test_a_state_dict_saved_with_another_epsilon_is_refused_before_anything_load
     net = small(n_steps=2)
     fine, _ = refine(net)  # N_t = 4, epsilon stays 2
     state = fine.state_dict()
-    assert state["blocks.0._extra_state"].item() == 2.0
+    saved = json.loads(bytes(state["blocks.0._extra_state"].tolist()).decode())
+    assert saved["epsilon"] == 2.0 and (saved["method"], saved["n_steps"]) == ("euler", 4)
     fresh = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4).double()
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into blocks.0, whose epsilon is 4.0"):
         fresh.load_state_dict(state)
     assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
-    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into this OdeBlock, whose epsilon"):
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into 0.blocks.0, whose epsilon"):
         nn.Sequential(fresh).load_state_dict({f"0.{k}": v for k, v in state.items()})
     same = ContinuousNet(in_channels=1, num_classes=3, channels=(2, 3, 4), n_steps=4,
                          epsilon=2.0).double()  # fmt: skip
@@ -869,6 +871,74 @@ def test_a_state_dict_saved_before_epsilon_was_loads_with_the_blocks_own():
     assert net.blocks[0].epsilon == 2.0
     wrapped = {f"0.{k}": v for k, v in state.items()}  # a plain dict: no versions
     assert not nn.Sequential(net).load_state_dict(wrapped).missing_keys
+
+
+@pytest.mark.parametrize(
+    ("saved", "target"),
+    [(("euler", 4), ("midpoint", 2)), (("rk4_38", 2), ("rk4", 2))],
+)
+def test_a_state_dict_of_another_manifestation_is_refused_before_anything_loads(saved, target):
+    # As many evaluations, so the statistics had the same shapes: they loaded without a
+    # word, each evaluation normalised with those of another stage and depth, and the
+    # block did not even flag them as carried over.
+    def net(solver, n_steps):
+        return small(solver=solver, n_steps=n_steps, n_basis=2, epsilon=2.0)
+
+    state = net(*saved).state_dict()
+    other = net(*target)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    where = r"\({}, N_t = {}\) into {}, manifested as \({}, N_t = {}\)"
+    with pytest.raises(RuntimeError, match=where.format(*saved, "blocks.0", *target)) as info:
+        other.load_state_dict(state)
+    assert f"solver={saved[0]!r}, n_steps={saved[1]}" in str(info.value)
+    assert "manifest(" in str(info.value) and "contnet.recalibrate(" in str(info.value)
+    assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())
+    with pytest.raises(RuntimeError, match=where.format(*saved, "the OdeBlock", *target)):
+        other.blocks[0].load_state_dict(
+            {k.removeprefix("blocks.0."): v for k, v in state.items() if k.startswith("blocks.0.")}
+        )
+    with pytest.raises(RuntimeError, match=where.format(*saved, "0.blocks.0", *target)):
+        nn.Sequential(other).load_state_dict({f"0.{k}": v for k, v in state.items()})
+    assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())
+    # The way there: the manifestation saved, then contnet's own carrying over.
+    source = net(*saved)
+    source.load_state_dict(state)
+    net(*target).load_state_dict(source.manifest(solver=target[0], n_steps=target[1]).state_dict())
+
+
+def test_one_method_under_another_name_is_the_same_manifestation():
+    state = small(solver="heun2", n_steps=2).state_dict()
+    small(solver="heun", n_steps=2).load_state_dict(state)
+    small(solver=odecore.Heun(), n_steps=2).load_state_dict(state)
+
+
+def test_the_same_tableau_in_another_solver_object_is_the_same_manifestation():
+    # RK4(interpolation="hermite") steps as RK4() does (a fixed step does not
+    # interpolate), but manifest compared the solver objects: it replaced every
+    # evaluation's measured statistics by their mean over its step and warned of
+    # statistics carried over from another manifestation.
+    net = small(solver="rk4", n_steps=2).eval()
+    same = net.manifest(solver=odecore.RK4(interpolation="hermite"))
+    assert (
+        same.blocks[0].statistics()["0.running_mean"]
+        is net.blocks[0].statistics()["0.running_mean"]
+    )
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")
+        assert torch.equal(same(X), net(X))
+
+
+def test_a_state_dict_saved_before_the_manifestation_was_loads_as_it_did():
+    state = small(solver="rk4_38", n_steps=2).state_dict()
+    for name in ("blocks.0", "blocks.1", "blocks.2"):  # epsilon alone, a float64 scalar
+        state[f"{name}._extra_state"] = torch.tensor(2.0, dtype=F64)
+        state._metadata[name]["version"] = 2
+    net = small(solver="rk4", n_steps=2)
+    assert not net.load_state_dict(state).missing_keys
+    assert torch.equal(net.blocks[0].statistics()["0.running_mean"],
+                       state["blocks.0.statistics__0__running_mean"])  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"epsilon = 2.0 into blocks.0, whose epsilon is 4.0"):
+        small(solver="rk4", n_steps=2, epsilon=4.0).load_state_dict(state)
 
 
 def test_recalibrate_takes_input_target_pairs():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 import warnings
 from collections import OrderedDict
@@ -157,10 +158,17 @@ class OdeBlock(nn.Module):
             (``odecore.RK4()``).
         n_steps: the number of steps ``N_t``.
         epsilon: the time scale (the block integrates over ``[0, epsilon]`` in the
-            time of ``R``). It is saved in the ``state_dict`` (``<block>._extra_state``,
-            a float64 scalar), and loading one saved with another ``epsilon`` is
-            refused: the weights would compute another function. A ``state_dict``
-            saved before contnet kept it loads as before, with the block's own.
+            time of ``R``).
+
+    The ``state_dict`` saves ``epsilon`` and the manifestation (the solver's method
+    name and tableau, ``N_t``) in ``<block>._extra_state`` (see
+    :meth:`get_extra_state`). Loading one saved with another ``epsilon`` is refused
+    (the weights would compute another function), and so is one saved with another
+    manifestation, whatever the number of evaluations (its running statistics were
+    measured at other stages and depths): both before anything loads. The same
+    tableau under another name (``heun`` and ``heun2``) is the same manifestation. A
+    ``state_dict`` saved before contnet kept the manifestation loads as before, and
+    one saved before it kept ``epsilon``, with the block's own.
 
     Raises:
         ValueError: for an unknown method or an adaptive solver, a missing ``basis``, a
@@ -180,7 +188,7 @@ class OdeBlock(nn.Module):
 
     continuous: ContinuousModule
     carried: Tensor
-    _version = 2  # 2: epsilon in the state_dict
+    _version = 3  # 2: epsilon in the state_dict; 3: and the manifestation
 
     def __init__(
         self,
@@ -357,8 +365,10 @@ class OdeBlock(nn.Module):
     def manifest(self, *, solver: Solver | None = None, n_steps: int | None = None) -> OdeBlock:
         """The same weights evaluated with another solver or step count (shared, not copied).
 
-        The same (solver, ``N_t``) shares the running statistics too; another one gets
-        its own, carried over by :func:`carry_statistics`.
+        The same (solver, ``N_t``) shares the running statistics too (the same solver:
+        the same Butcher tableau, whatever the name or the solver object's other
+        settings, which a fixed step does not use); another one gets its own, carried
+        over by :func:`carry_statistics`.
         """
         out = copy.copy(self)
         out._modules = dict(self._modules)
@@ -366,7 +376,7 @@ class OdeBlock(nn.Module):
             out.method, out.solver = fixed_solver(solver)
         if n_steps is not None:
             out.n_steps = _positive_int("n_steps", n_steps)
-        if (out.solver, out.n_steps) == (self.solver, self.n_steps):
+        if same_manifestation(out, self):
             return out
         out._buffers = dict(self._buffers)
         source, target = self.evaluation_points(), out.evaluation_points()
@@ -393,12 +403,17 @@ class OdeBlock(nn.Module):
         return f"method={self.method!r}, n_steps={self.n_steps}, epsilon={self.epsilon}"
 
     def get_extra_state(self) -> Tensor:
-        """``epsilon``, for the ``state_dict``: a float64 scalar."""
-        return torch.tensor(self.epsilon, dtype=torch.float64)
+        """``epsilon`` and the manifestation, for the ``state_dict``: a ``uint8`` tensor
+        of the UTF-8 JSON ``{"epsilon", "method", "n_steps", "c", "a", "b"}`` (the
+        solver's method name and Butcher tableau), a tensor as every other entry, for
+        code that maps over them."""
+        state = {"epsilon": self.epsilon, "method": self.method, "n_steps": self.n_steps}
+        state.update(_tableau(self))
+        return torch.tensor(list(json.dumps(state).encode()), dtype=torch.uint8)
 
     def set_extra_state(self, state: Any) -> None:
-        """Check a saved ``epsilon``: another one than this block's is refused."""
-        check_epsilon(self, state, "this OdeBlock")
+        """Check a saved ``epsilon`` and manifestation: others than this block's are refused."""
+        check_block_state(self, state, "this OdeBlock")
 
     def _load_from_state_dict(
         self,
@@ -407,17 +422,20 @@ class OdeBlock(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        version = local_metadata.get("version")
         key = prefix + _EXTRA_STATE
-        if (version is None or version < 2) and key not in state_dict:
-            state_dict[key] = self.get_extra_state()  # saved before epsilon was: as before
+        if key in state_dict:  # before anything of this block is loaded
+            check_block_state(self, state_dict[key], prefix.rstrip(".") or "this OdeBlock")
+        else:
+            version = local_metadata.get("version")
+            if version is None or version < 2:  # saved before epsilon was: as before
+                state_dict[key] = self.get_extra_state()
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
     ) -> _IncompatibleKeys:
         """:meth:`torch.nn.Module.load_state_dict`, after :func:`check_statistics_format`
-        and :func:`check_epsilon` (nothing is loaded when either refuses)."""
+        and :func:`check_block_state` (nothing is loaded when either refuses)."""
         state = check_statistics_format(self, state_dict, strict=strict)
         check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
@@ -425,6 +443,29 @@ class OdeBlock(nn.Module):
 
 
 _EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
+
+
+def saved_block_state(saved: Any) -> dict[str, Any]:
+    """What an OdeBlock's ``_extra_state`` in a ``state_dict`` holds, decoded.
+
+    ``{"epsilon": float}``, with ``"method"``, ``"n_steps"`` and the tableau's ``"c"``,
+    ``"a"``, ``"b"`` where it was saved with the manifestation (a ``uint8`` tensor of
+    JSON, see :meth:`OdeBlock.get_extra_state`); a float64 scalar, what contnet saved
+    before it kept the manifestation, is ``epsilon`` alone.
+    """
+    if isinstance(saved, Tensor) and saved.dtype == torch.uint8 and saved.dim() == 1:
+        state: dict[str, Any] = json.loads(bytes(saved.tolist()).decode())
+        return state
+    return {"epsilon": float(saved)}
+
+
+def check_block_state(block: OdeBlock, saved: Any, where: str) -> None:
+    """Refuse ``saved``, an OdeBlock's ``_extra_state`` from a ``state_dict``, unless its
+    ``epsilon`` is ``block``'s (:func:`check_epsilon`) and so is its manifestation
+    (:func:`check_manifestation`)."""
+    state = saved_block_state(saved)
+    check_epsilon(block, state["epsilon"], where)
+    check_manifestation(block, state, where)
 
 
 def check_epsilon(block: OdeBlock, saved: Any, where: str) -> None:
@@ -443,14 +484,62 @@ def check_epsilon(block: OdeBlock, saved: Any, where: str) -> None:
         )
 
 
+def check_manifestation(block: OdeBlock, saved: Mapping[str, Any], where: str) -> None:
+    """Refuse ``saved``, a decoded ``_extra_state`` (:func:`saved_block_state`), unless it
+    was saved with ``block``'s manifestation: the same tableau and ``N_t``.
+
+    The running statistics of a block belong to its manifestation, one set per
+    evaluation of ``R``: those of another one (Euler with ``N_t = 4`` and midpoint with
+    2, RK4 and RK4-3/8) can have as many evaluations and were measured at other
+    stages and depths. A ``state_dict`` saved before contnet kept the manifestation
+    (``epsilon`` alone) is not checked.
+
+    Raises:
+        RuntimeError: naming ``where``, both manifestations and what to do instead.
+    """
+    if "n_steps" not in saved:
+        return
+    own = _tableau(block)
+    if all(saved.get(k) == v for k, v in own.items()) and saved["n_steps"] == block.n_steps:
+        return
+    method, n_steps = saved["method"], saved["n_steps"]
+    raise RuntimeError(
+        f"Cannot load a state_dict saved with the manifestation ({method}, N_t = {n_steps}) "
+        f"into {where}, manifested as ({block.method}, N_t = {block.n_steps}): its batch-norm "
+        "running statistics were measured at the stages and depths of the other one. "
+        f"Build the network with solver={method!r}, n_steps={n_steps} and load it there; "
+        f"then, for ({block.method}, N_t = {block.n_steps}), take its "
+        f"manifest(solver={block.method!r}, n_steps={block.n_steps}) (or contnet.refine, "
+        "a copy), which carries the statistics over as a function of depth, and measure "
+        "them with contnet.recalibrate(net, training_batches)."
+    )
+
+
+def same_manifestation(a: OdeBlock, b: OdeBlock) -> bool:
+    """Whether two blocks evaluate ``R`` at the same stages and depths, in the same way:
+    the same ``N_t`` and Butcher tableau (their running statistics are each other's)."""
+    return a.n_steps == b.n_steps and _tableau(a) == _tableau(b)
+
+
+def _tableau(block: OdeBlock) -> dict[str, Any]:
+    """The solver's Butcher tableau as lists of floats: the identity of the solver in a
+    ``state_dict`` (one for every name of one method)."""
+    t = block.tableau
+    return {
+        "c": [float(v) for v in t.c],
+        "a": [[float(v) for v in row] for row in t.a],
+        "b": [float(v) for v in t.b],
+    }
+
+
 def check_epsilons(root: nn.Module, state_dict: Mapping[str, Any]) -> None:
-    """:func:`check_epsilon` for every OdeBlock of ``root`` that ``state_dict`` saves,
-    and :func:`~contnet._continuous.check_basis` for every ContinuousModule, before
-    anything is loaded."""
+    """:func:`check_block_state` for every OdeBlock of ``root`` that ``state_dict``
+    saves, and :func:`~contnet._continuous.check_basis` for every ContinuousModule,
+    before anything is loaded."""
     for name, block in root.named_modules():
         key = f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
         if isinstance(block, OdeBlock) and key in state_dict:
-            check_epsilon(block, state_dict[key], name or "the OdeBlock")
+            check_block_state(block, state_dict[key], name or "the OdeBlock")
         if isinstance(block, ContinuousModule) and key in state_dict:
             check_basis(block, state_dict[key], name or "the ContinuousModule")
 

@@ -25,6 +25,7 @@ from ._block import (
     check_epsilons,
     check_statistics_format,
     fixed_solver,
+    same_manifestation,
     take_step,
 )
 
@@ -213,8 +214,9 @@ class ContinuousNet(nn.Module):
         """:meth:`torch.nn.Module.load_state_dict`; a ``state_dict`` from before the
         per-evaluation batch-norm statistics is refused in one line, or with
         ``strict=False`` loaded without its statistics, with a warning: then
-        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` other than the
-        one saved is refused, before anything is loaded (see :class:`OdeBlock`)."""
+        :func:`contnet.recalibrate` measures them. A block's ``epsilon`` or
+        manifestation (solver, ``N_t``) other than the one saved is refused, before
+        anything is loaded (see :class:`OdeBlock`)."""
         state = check_statistics_format(self, state_dict, strict=strict)
         check_epsilons(self, state)
         keys: _IncompatibleKeys = super().load_state_dict(state, strict, assign)
@@ -266,7 +268,7 @@ class ContinuousNet(nn.Module):
         out.blocks = nn.ModuleList(
             b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
-        if (out.solver, out.n_steps) != (self.solver, self.n_steps):
+        if not same_manifestation(out.ode_blocks()[0], self.ode_blocks()[0]):
             for name in ("stem", "stitches", "head"):
                 out._modules[name] = _own_buffers(cast(nn.Module, self._modules[name]))
         return out
