@@ -41,6 +41,7 @@ EXPECTED_BASIS = [
     "Legendre",
     "PiecewiseConstant",
     "PiecewiseLinear",
+    "SavesBasis",
     "project",
 ]
 

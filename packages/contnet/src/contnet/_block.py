@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.module import _IncompatibleKeys
 
-from ._continuous import ContinuousModule, _attr, check_basis
+from ._continuous import ContinuousModule, _attr
 
 Solver = str | AbstractExplicitRK
 """A fixed-step solver: a method name of :data:`odecore.FIXED_METHODS` or such a solver object."""
@@ -162,7 +162,7 @@ class OdeBlock(nn.Module):
 
     The ``state_dict`` saves ``epsilon`` and the manifestation (the solver's method
     name and tableau, ``N_t``) in ``<block>._extra_state`` (see
-    :meth:`get_extra_state`). Loading one saved with another ``epsilon`` is refused
+    ``get_extra_state``). Loading one saved with another ``epsilon`` is refused
     (the weights would compute another function), and so is one saved with another
     manifestation, whatever the number of evaluations (its running statistics were
     measured at other stages and depths): both before anything loads. The same
@@ -534,14 +534,14 @@ def _tableau(block: OdeBlock) -> dict[str, Any]:
 
 def check_epsilons(root: nn.Module, state_dict: Mapping[str, Any]) -> None:
     """:func:`check_block_state` for every OdeBlock of ``root`` that ``state_dict``
-    saves, and :func:`~contnet._continuous.check_basis` for every ContinuousModule,
-    before anything is loaded."""
+    saves, and the basis of every ContinuousModule
+    (:meth:`~odelayers.basis.SavesBasis.check_saved_basis`), before anything is loaded."""
     for name, block in root.named_modules():
         key = f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
         if isinstance(block, OdeBlock) and key in state_dict:
             check_block_state(block, state_dict[key], name or "the OdeBlock")
         if isinstance(block, ContinuousModule) and key in state_dict:
-            check_basis(block, state_dict[key], name or "the ContinuousModule")
+            block.check_saved_basis(state_dict[key], name or "the ContinuousModule")
 
 
 def check_statistics_format(

@@ -5,10 +5,17 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import cast
 
 import torch
-from odelayers.basis import AbstractBasis, Legendre, PiecewiseConstant, PiecewiseLinear, project
+from odelayers.basis import (
+    AbstractBasis,
+    Legendre,
+    PiecewiseConstant,
+    PiecewiseLinear,
+    SavesBasis,
+    project,
+)
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _NormBase
@@ -30,7 +37,7 @@ def _reset(module: nn.Module) -> None:
             reset()
 
 
-class ContinuousModule(nn.Module):
+class ContinuousModule(SavesBasis):
     """A module ``R`` whose parameters and floating buffers are expansions over depth.
 
     Every entry ``w`` of ``R`` becomes ``w(t) = sum_b phi_b(t) w_b`` with ``basis.size``
@@ -273,54 +280,6 @@ class ContinuousModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"basis={self.basis!r}"
-
-    _version = 2  # 2: the basis in the state_dict
-
-    def get_extra_state(self) -> Tensor:
-        """The basis, for the ``state_dict``: its ``repr`` in UTF-8, a ``uint8`` tensor
-        (a tensor as every other entry, for code that maps over them)."""
-        return torch.tensor(list(repr(self.basis).encode()), dtype=torch.uint8)
-
-    def set_extra_state(self, state: Any) -> None:
-        """Check a saved basis: another one than this module's is refused."""
-        check_basis(self, state, "this ContinuousModule")
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        *args: Any,
-    ) -> None:
-        key = prefix + "_extra_state"
-        if key in state_dict:  # before anything of this module is loaded
-            check_basis(self, state_dict[key], prefix.rstrip(".") or "this ContinuousModule")
-        else:
-            version = local_metadata.get("version")
-            if version is None or version < 2:  # saved before the basis was: as before
-                state_dict[key] = self.get_extra_state()
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
-
-
-def check_basis(module: ContinuousModule, saved: Any, where: str) -> None:
-    """Refuse ``saved``, a basis from a ``state_dict``, unless it is ``module``'s.
-
-    The coefficients mean nothing without their basis: those of one basis read in
-    another of the same size (Legendre and Fourier of 3 functions, 4 constant pieces
-    and 3 linear ones) are another weight function.
-
-    Raises:
-        RuntimeError: naming ``where``, both bases and what to build instead.
-    """
-    if isinstance(saved, Tensor):
-        saved = bytes(saved.tolist()).decode(errors="replace")
-    if saved != repr(module.basis):
-        raise RuntimeError(
-            f"Cannot load a state_dict saved with the basis {saved} into {where}, whose "
-            f"basis is {module.basis!r}: the same coefficients are another weight "
-            "function. Build the network with the saved basis (a refined network has the "
-            "basis its refinement gave it)."
-        )
 
 
 def transfer(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) -> Tensor:

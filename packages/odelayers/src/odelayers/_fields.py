@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .basis import AbstractBasis
+from .basis import AbstractBasis, SavesBasis
 
 
 class DepthLayer(nn.Module):
@@ -133,7 +132,7 @@ def _coefficients(basis: AbstractBasis, shape: tuple[int, ...], fan_in: int) -> 
     return nn.Parameter(torch.empty(basis.size, *shape).uniform_(-bound, bound))
 
 
-class _Galerkin(DepthLayer):
+class _Galerkin(DepthLayer, SavesBasis):
     basis: AbstractBasis
     coefficients: nn.Parameter
     bias_coefficients: nn.Parameter | None
@@ -152,43 +151,6 @@ class _Galerkin(DepthLayer):
 
     def extra_repr(self) -> str:
         return f"basis={self.basis!r}"
-
-    _version = 2  # 2: the basis in the state_dict
-
-    def get_extra_state(self) -> Tensor:
-        """The basis, for the ``state_dict``: its ``repr`` in UTF-8, a ``uint8`` tensor."""
-        return torch.tensor(list(repr(self.basis).encode()), dtype=torch.uint8)
-
-    def set_extra_state(self, state: Any) -> None:
-        self._check_basis(state, type(self).__name__)
-
-    def _check_basis(self, saved: Any, where: str) -> None:
-        """Refuse a saved basis other than this layer's: the coefficients of one basis
-        are another weight function in another of the same size."""
-        if isinstance(saved, Tensor):
-            saved = bytes(saved.tolist()).decode(errors="replace")
-        if saved != repr(self.basis):
-            raise RuntimeError(
-                f"Cannot load a state_dict saved with the basis {saved} into {where}, whose "
-                f"basis is {self.basis!r}: the same coefficients are another weight "
-                "function. Build the layer with the saved basis."
-            )
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        *args: Any,
-    ) -> None:
-        key = prefix + "_extra_state"
-        if key in state_dict:  # before anything of this layer is loaded
-            self._check_basis(state_dict[key], prefix.rstrip(".") or type(self).__name__)
-        else:
-            version = local_metadata.get("version")
-            if version is None or version < 2:  # saved before the basis was: as before
-                state_dict[key] = self.get_extra_state()
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 
 class GalerkinLinear(_Galerkin):

@@ -26,9 +26,10 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 __all__ = [
     "AbstractBasis",
@@ -37,6 +38,7 @@ __all__ = [
     "Legendre",
     "PiecewiseConstant",
     "PiecewiseLinear",
+    "SavesBasis",
     "project",
 ]
 
@@ -426,3 +428,60 @@ def project(coefficients: Tensor, source: AbstractBasis, target: AbstractBasis) 
     # contiguous (strided running statistics, for one, send batch norm down a slow path).
     out = out.reshape(target.size, *coefficients.shape[1:])
     return out.to(device=coefficients.device, dtype=coefficients.dtype).contiguous()
+
+
+class SavesBasis(nn.Module):
+    """A module whose ``state_dict`` saves its ``basis`` and refuses another one.
+
+    Coefficients mean nothing without their basis: those of one basis loaded into
+    another of the same size (Legendre and Fourier of 3 functions, 4 constant pieces
+    and 3 linear ones) are another weight function. The basis is saved as the module's
+    extra state (``<module>._extra_state``, its ``repr`` in UTF-8 as a ``uint8``
+    tensor, a tensor as every other entry for code that maps over them) and checked
+    before anything of the module loads. A ``state_dict`` saved before the basis was
+    loads as it did. The Galerkin layers and contnet's ``ContinuousModule`` are such
+    modules.
+    """
+
+    basis: AbstractBasis
+    _version = 2  # 2: the basis in the state_dict
+
+    def get_extra_state(self) -> Tensor:
+        """The basis, for the ``state_dict``."""
+        return torch.tensor(list(repr(self.basis).encode()), dtype=torch.uint8)
+
+    def set_extra_state(self, state: Any) -> None:
+        """Check a saved basis: another one than this module's is refused."""
+        self.check_saved_basis(state, type(self).__name__)
+
+    def check_saved_basis(self, saved: Any, where: str) -> None:
+        """Refuse ``saved``, a basis from a ``state_dict``, unless it is this module's.
+
+        Raises:
+            RuntimeError: naming ``where``, both bases and what to build instead.
+        """
+        if isinstance(saved, Tensor):
+            saved = bytes(saved.tolist()).decode(errors="replace")
+        if saved != repr(self.basis):
+            raise RuntimeError(
+                f"Cannot load a state_dict saved with the basis {saved} into {where}, whose "
+                f"basis is {self.basis!r}: the same coefficients are another weight "
+                "function. Build it with the saved basis (a refined network has the basis "
+                "its refinement gave it)."
+            )
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        *args: Any,
+    ) -> None:
+        key = prefix + "_extra_state"
+        if key in state_dict:  # before anything of this module is loaded
+            self.check_saved_basis(state_dict[key], prefix.rstrip(".") or type(self).__name__)
+        else:
+            version = local_metadata.get("version")
+            if version is None or version < 2:  # saved before the basis was: as before
+                state_dict[key] = self.get_extra_state()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
