@@ -398,8 +398,7 @@ class NeuralODE(nn.Module):
         terms: Sequence[IntegralTerm],
         ts: Sequence[float] | None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        # Those of an earlier solve are not this one's, whether or not it gets through.
-        self.nfe, self._stats, self.integrals = 0, None, {}
+        self._forget()
         if not isinstance(x, Tensor):
             raise TypeError(f"The input must be a tensor, got {type(x).__name__}.")
         if x.dim() < 1:
@@ -457,6 +456,11 @@ class NeuralODE(nn.Module):
 
     def extra_repr(self) -> str:
         return f"t0={self.t0}, t1={self.t1}, solver={self.solver!r}, gradient={self.gradient!r}"
+
+    def _forget(self) -> None:
+        """Drop what the last solve left (its NFE, statistics and integrals): they are not
+        the next solve's, whether or not that one gets through."""
+        self.nfe, self._stats, self.integrals = 0, None, {}
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy (copy.deepcopy, pickle) takes the last integrals' values without the graph
@@ -707,7 +711,7 @@ class AdaptiveDepthNODE(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         # Those of an earlier forward pass are not this one's, whether or not it gets through.
         self.depth = None
-        self.node.nfe, self.node._stats = 0, None
+        self.node._forget()
         depth = self.positive(self.horizon(x))
         if depth.numel() != x.shape[0]:
             raise ValueError(
