@@ -407,8 +407,7 @@ class OdeBlock(nn.Module):
         of the UTF-8 JSON ``{"epsilon", "method", "n_steps", "c", "a", "b"}`` (the
         solver's method name and Butcher tableau), a tensor as every other entry, for
         code that maps over them."""
-        state = {"epsilon": self.epsilon, "method": self.method, "n_steps": self.n_steps}
-        state.update(_tableau(self))
+        state = {"epsilon": self.epsilon, "method": self.method, **_manifestation(self)}
         return torch.tensor(list(json.dumps(state).encode()), dtype=torch.uint8)
 
     def set_extra_state(self, state: Any) -> None:
@@ -499,8 +498,8 @@ def check_manifestation(block: OdeBlock, saved: Mapping[str, Any], where: str) -
     """
     if "n_steps" not in saved:
         return
-    own = _tableau(block)
-    if all(saved.get(k) == v for k, v in own.items()) and saved["n_steps"] == block.n_steps:
+    own = _manifestation(block)
+    if {k: saved.get(k) for k in own} == own:
         return
     method, n_steps = saved["method"], saved["n_steps"]
     raise RuntimeError(
@@ -518,14 +517,15 @@ def check_manifestation(block: OdeBlock, saved: Mapping[str, Any], where: str) -
 def same_manifestation(a: OdeBlock, b: OdeBlock) -> bool:
     """Whether two blocks evaluate ``R`` at the same stages and depths, in the same way:
     the same ``N_t`` and Butcher tableau (their running statistics are each other's)."""
-    return a.n_steps == b.n_steps and _tableau(a) == _tableau(b)
+    return _manifestation(a) == _manifestation(b)
 
 
-def _tableau(block: OdeBlock) -> dict[str, Any]:
-    """The solver's Butcher tableau as lists of floats: the identity of the solver in a
-    ``state_dict`` (one for every name of one method)."""
+def _manifestation(block: OdeBlock) -> dict[str, Any]:
+    """``N_t`` and the solver's Butcher tableau as lists of floats: the identity of the
+    manifestation in a ``state_dict`` (one for every name of one method)."""
     t = block.tableau
     return {
+        "n_steps": block.n_steps,
         "c": [float(v) for v in t.c],
         "a": [[float(v) for v in row] for row in t.a],
         "b": [float(v) for v in t.b],
