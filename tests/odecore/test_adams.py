@@ -264,6 +264,20 @@ def test_corrector_that_runs_out_of_iterations_warns_and_goes_on():
     assert float(ours[-1]) == pytest.approx(math.exp(-1.0), abs=1e-4)
 
 
+def test_a_corrector_whose_update_grows_once_at_its_last_iteration_runs_out():
+    # A step of 0.9 after one of 0.001 on a rotating linear field: the corrector
+    # contracts (its scaled update falls 14-fold), but a component of the increment
+    # nears zero and the last scaled update is 1 % larger than the one before. That
+    # read as divergence and raised where torchdiffeq (and 8 iterations) converge.
+    a = torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64)
+    f = lambda t, y: y @ a.T  # noqa: E731
+    y0, t = torch.tensor([1.0, 0.5], dtype=F64), torch.tensor([0.0, 0.1, 0.101, 1.0], dtype=F64)
+    with pytest.warns(RuntimeWarning, match=r"the iterations ran out \(`max_iters` = 4\)"):
+        ours = odecore.odeint(f, y0, t, method="implicit_adams")
+    theirs = torchdiffeq.odeint(f, y0, t, method="implicit_adams")
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
 def test_a_contracting_corrector_within_the_tolerance_of_its_fixed_point_passes():
     # Steps of 0.25 on y' = -0.7 y + sin(3 t): after 4 iterations successive increments
     # still differ by more than rtol, but the contraction rate (about 0.07) puts the

@@ -522,6 +522,26 @@ def test_adjoint_perturb_needs_forward_perturb():
         )
 
 
+@pytest.mark.parametrize("method", ["euler", "midpoint", "heun3", "rk4_38"])
+def test_empty_adjoint_options_are_given_not_the_forward_ones(method):
+    # `adjoint_options={}` is torchdiffeq's "no options" for the backward solve: one
+    # step per interval of `t`. It read as "not given" and took the forward step_size.
+    w = torch.tensor([0.7, 0.3], dtype=F64, requires_grad=True)
+
+    def field(t, y):
+        return torch.stack([y[1], -w[0] * torch.sin(y[0]) + w[1] * torch.cos(2.0 * t)])
+
+    grads = []
+    for lib, name in ((odecore, method), (torchdiffeq, FIXED_TWINS[method])):
+        y0 = Y0.clone().requires_grad_(True)
+        ys = lib.odeint_adjoint(
+            field, y0, T, method=name, options={"step_size": 0.05}, adjoint_options={},
+            adjoint_params=(w,),
+        )  # fmt: skip
+        grads.append(torch.autograd.grad(ys[1:].sum(), (y0, w)))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
+
+
 # --- the adjoint's norm -------------------------------------------------------------------------
 
 

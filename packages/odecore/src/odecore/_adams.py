@@ -24,8 +24,9 @@ A corrector that is not within the tolerance of its fixed point after ``max_iter
 iterations (judged, as :class:`~odecore.Newton` judges its iteration, by the last
 update and the contraction rate ``theta``: ``theta / (1 - theta)`` times the update
 within the tolerance) warns once, naming the step, and goes on, as torchdiffeq does.
-One whose update stops shrinking has diverged, where torchdiffeq warns and goes on
-with a meaningless value: it ends the solve at the step's start with
+One whose update stops shrinking (grows twice in a row, or ends no smaller than it
+began) has diverged, where torchdiffeq warns and goes on with a meaningless value: it
+ends the solve at the step's start with
 ``Status.NEWTON_FAILED``; a non-finite state (or a non-finite value in the corrector)
 ends it at the last finite grid point with ``Status.NONFINITE``. :meth:`run` returns
 the outputs up to there and NaN after; :meth:`integrate` (``odeint``) raises
@@ -329,10 +330,11 @@ class AdamsBashforthMoulton:
         short of that, the increment is still taken as converged when the contraction
         rate ``theta`` says it is within the tolerance of the fixed point (``theta /
         (1 - theta)`` times the update at most 1, :class:`~odecore.Newton`'s test).
-        An iteration whose update stops shrinking diverges: its value is no
-        approximation of the step, and the step fails.
+        An iteration whose update stops shrinking (grows twice in a row, or ends no
+        smaller than it began) diverges: its value is no approximation of the step, and
+        the step fails.
         """
-        update, rate, growing = math.inf, math.nan, 0
+        update, rate, growing, first = math.inf, math.nan, 0, math.inf
         iters = 0
         for iters in range(1, self.max_iters + 1):
             previous, last = dy, update
@@ -340,6 +342,7 @@ class AdamsBashforthMoulton:
             tol = atol + rtol * torch.maximum(previous.abs(), dy.abs())
             scaled = (dy - previous).abs() / tol
             update = float(scaled.max().detach()) if scaled.numel() else 0.0  # one host sync
+            first = update if iters == 1 else first
             if not math.isfinite(update):
                 return dy, (
                     Status.NONFINITE,
@@ -355,7 +358,10 @@ class AdamsBashforthMoulton:
                     break
         if rate < 1 and rate / (1 - rate) * update <= 1:
             return dy, None
-        diverged = rate >= 1
+        # Diverged: the update grew twice in a row, or is no smaller than the first. One
+        # that grew once at the end, after shrinking, ran out: the scaled update of a
+        # state that turns (a component through zero) need not shrink every iteration.
+        diverged = growing >= 2 or (rate >= 1 and update >= first)
         rate_said = "" if math.isnan(rate) else f", contraction rate {rate:.3g}"
         said = (
             "the Adams-Moulton corrector (a fixed-point iteration, not Newton's) did not "

@@ -379,9 +379,10 @@ def odeint_adjoint(
             from torch; odecore's and scipy's methods mix freely, torchdiffeq's go
             only with torchdiffeq's.
         adjoint_options: the backward options (default: ``options`` when the method
-            is the same); ``jump_t``, ``step_t``, ``max_num_steps`` and ``compile``
-            are the forward solve's, in whose loop the backward solve runs: given
-            here, they must be those of ``options``. ``{"norm": "seminorm"}``
+            is the same; ``{}`` is given, no options, as in torchdiffeq); ``jump_t``,
+            ``step_t``, ``max_num_steps`` and ``compile`` are the forward solve's, in
+            whose loop the backward solve runs: given here, they must be those of
+            ``options``. ``{"norm": "seminorm"}``
             measures the backward error on the state and its adjoint only (Kidger et
             al. 2021), which saves steps
             (not with ``scipy:`` methods, whose norm is their own). A callable
@@ -467,7 +468,8 @@ def odeint_adjoint(
         )  # fmt: skip
     config = _configure(method, options, rtol, atol, ts, grid=(func, y0, t))
     back_method = method if adjoint_method is None else adjoint_method
-    back_opts = dict(adjoint_options or (options if back_method == method else None) or {})
+    inherited = options if back_method == method else None  # torchdiffeq's: `{}` is given
+    back_opts = dict((adjoint_options if adjoint_options is not None else inherited) or {})
     if back_opts.get("perturb", False) and not dict(options or {}).get("perturb", False):
         raise ConfigurationError(
             "`adjoint_options={'perturb': True}` needs `options={'perturb': True}`: the "
@@ -1056,7 +1058,8 @@ def _adams_adjoint(
             f"({', '.join(ADAMS_METHODS)}), got {back_method!r}."
         )
     back_method = back_method or method
-    back_opts = dict(back_options or (options if back_method == method else None) or {})
+    inherited = options if back_method == method else None  # torchdiffeq's: `{}` is given
+    back_opts = dict((back_options if back_options is not None else inherited) or {})
     back = adams_for(back_method, back_opts)
     back_h = positive("step_size", back_opts["step_size"]) if "step_size" in back_opts else None
     module = func if isinstance(func, torch.nn.Module) else None
