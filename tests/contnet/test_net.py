@@ -198,6 +198,36 @@ def test_residual_unit_needs_a_module_per_stage():
         ResidualUnit([nn.Identity(), nn.Identity()], "rk4", 0.5, 1.0)
 
 
+@pytest.mark.parametrize(
+    ("saved", "target"),
+    [
+        ({"solver": "rk4", "n_steps": 2}, {"solver": "rk4_38", "n_steps": 2}),
+        ({"solver": "midpoint", "n_steps": 2}, {"solver": "heun", "n_steps": 2}),
+        ({"n_steps": 2}, {"n_steps": 2, "epsilon": 1.0}),
+    ],
+    ids=["rk4-into-rk4_38", "midpoint-into-heun", "epsilon"],
+)
+def test_a_resnet_state_dict_of_another_step_is_refused_before_anything_loads(saved, target):
+    # The units saved no solver, step or epsilon: another manifestation's export has
+    # the same keys and shapes and loaded without a word, computing another function.
+    source, resnet = small(**saved).to_resnet(), small(**target).to_resnet()
+    before = copy.deepcopy(resnet.state_dict())
+    with pytest.raises(RuntimeError, match=r"blocks\.0\.units\.0, a unit of .*another step"):
+        resnet.load_state_dict(source.state_dict())
+    with pytest.raises(RuntimeError, match=r"units\.0, a unit of"):
+        resnet.resnet_blocks()[0].load_state_dict(source.resnet_blocks()[0].state_dict())
+    assert all(torch.equal(v, before[k]) for k, v in resnet.state_dict().items())
+    resnet.load_state_dict(small(**target).to_resnet().state_dict())  # its own loads
+
+
+def test_a_resnet_state_dict_saved_before_the_units_kept_their_step_loads():
+    resnet = small(solver="rk4", n_steps=2).to_resnet()
+    state = resnet.state_dict()
+    old = type(state)((k, v) for k, v in state.items() if not k.endswith("_extra_state"))
+    old._metadata = {k: {**v, "version": 1} for k, v in state._metadata.items()}
+    small(solver="rk4", n_steps=2).to_resnet().load_state_dict(old)
+
+
 def test_manifest_shares_the_weights():
     net = small(n_steps=2)
     other = net.manifest(solver="rk4_38", n_steps=5)

@@ -523,9 +523,13 @@ def same_manifestation(a: OdeBlock, b: OdeBlock) -> bool:
 def _manifestation(block: OdeBlock) -> dict[str, Any]:
     """``N_t`` and the solver's Butcher tableau as lists of floats: the identity of the
     manifestation in a ``state_dict`` (one for every name of one method)."""
-    t = block.tableau
+    return {"n_steps": block.n_steps, **tableau_state(block.tableau)}
+
+
+def tableau_state(t: ButcherTableau) -> dict[str, Any]:
+    """A Butcher tableau as lists of floats, ``{"c", "a", "b"}``: what a ``state_dict``
+    saves of a solver (one for every name of one method)."""
     return {
-        "n_steps": block.n_steps,
         "c": [float(v) for v in t.c],
         "a": [[float(v) for v in row] for row in t.a],
         "b": [float(v) for v in t.b],
