@@ -667,6 +667,18 @@ def test_to_resnet_carries_every_evaluations_statistics():
     assert torch.equal(exported, stats)
 
 
+def test_exporting_carried_statistics_warns_until_they_are_measured():
+    # The units keep no carried flag: the export of a manifestation that warns in
+    # eval() computed with the carried statistics without a word.
+    deep = small(solver="rk4", n_steps=2).manifest(n_steps=4)
+    with pytest.warns(contnet.CarriedStatisticsWarning, match=r"Exporting .*\(rk4, N_t = 4\)"):
+        deep.to_resnet()
+    contnet.recalibrate(deep, [torch.randn(8, 1, 12, 12, dtype=F64)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", contnet.CarriedStatisticsWarning)
+        deep.to_resnet()
+
+
 def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
     net = small(n_steps=2)
     finer, _ = refine(net)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
 
 from ._block import (
+    CarriedStatisticsWarning,
     OdeBlock,
     Solver,
     check_epsilons,
@@ -282,7 +284,23 @@ class ContinuousNet(nn.Module):
         statistics) evaluated at that stage's depth, and applies the solver's
         coefficients; with Euler a unit is ``x + h * epsilon * R_k(x)``. The result
         gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
+
+        The units keep no mark of batch-norm statistics carried over from another
+        manifestation (:meth:`manifest`): exporting such a manifestation warns with
+        :class:`~contnet.CarriedStatisticsWarning`, as its blocks do in ``eval()``;
+        :func:`contnet.recalibrate` the network first.
         """
+        carried = [b for b in self.ode_blocks() if b.continuous.statistic_names and b.carried.any()]
+        if carried:
+            warnings.warn(
+                f"Exporting a ContinuousNet ({self.method}, N_t = {self.n_steps}) whose "
+                "batch-norm statistics were carried over from another manifestation, not "
+                "measured in this one: the ResNet's units keep them without a mark, and its "
+                "outputs in eval() can be far from what the trained network computes. Call "
+                "contnet.recalibrate(net, batches) on a few training batches first.",
+                CarriedStatisticsWarning,
+                stacklevel=2,
+            )
         blocks = [ResNetBlock.from_ode_block(b) for b in self.ode_blocks()]
         out = ResNet(
             copy.deepcopy(self.stem), blocks, copy.deepcopy(self.stitches), copy.deepcopy(self.head)
