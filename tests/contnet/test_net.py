@@ -716,6 +716,12 @@ def test_measuring_another_manifestation_leaves_the_nets_statistics(measure):
         assert torch.equal(net(X), expected)
 
 
+@pytest.mark.parametrize("n_steps", [2, 4])
+def test_a_manifestation_is_in_the_nets_mode_throughout(n_steps):
+    net = small(n_steps=2).eval()
+    assert not any(m.training for m in net.manifest(n_steps=n_steps).modules())
+
+
 @pytest.mark.parametrize("other_mode", [True, False])
 def test_a_manifestations_mode_is_not_the_nets(other_mode):
     # The residual modules are shared with a manifestation (the same weights): its

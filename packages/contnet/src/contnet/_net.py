@@ -272,6 +272,7 @@ class ContinuousNet(nn.Module):
         out.blocks = nn.ModuleList(
             b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
+        out.blocks.training = self.blocks.training  # a new list starts in train mode
         if not same_manifestation(out.ode_blocks()[0], self.ode_blocks()[0]):
             for name in ("stem", "stitches", "head"):
                 out._modules[name] = _own_buffers(cast(nn.Module, self._modules[name]))
