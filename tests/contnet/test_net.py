@@ -218,6 +218,9 @@ def test_a_resnet_state_dict_of_another_step_is_refused_before_anything_loads(sa
         resnet.resnet_blocks()[0].load_state_dict(source.resnet_blocks()[0].state_dict())
     assert all(torch.equal(v, before[k]) for k, v in resnet.state_dict().items())
     resnet.load_state_dict(small(**target).to_resnet().state_dict())  # its own loads
+    unit = resnet.resnet_blocks()[0].residual_units()[0]
+    same = ResidualUnit(copy.deepcopy(list(unit.stages)), unit.solver, unit.h * 2, unit.epsilon / 2)
+    unit.load_state_dict(same.state_dict())  # the same step: h * epsilon is its scale
 
 
 def test_a_resnet_state_dict_saved_before_the_units_kept_their_step_loads():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -442,7 +443,7 @@ class ResidualUnit(nn.Module):
 
     The ``state_dict`` saves the step: the solver's method name and Butcher tableau,
     ``h`` and ``epsilon`` in ``<unit>._extra_state``. Loading one saved with another
-    tableau, ``h`` or ``epsilon`` is refused (the same weights would take another
+    tableau or scale ``h * epsilon`` is refused (the same weights would take another
     step), before anything loads where a :class:`ResNet` or :class:`ResNetBlock` loads
     it; a ``state_dict`` saved before the unit kept its step loads as before.
 
@@ -527,14 +528,18 @@ _EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
 
 def check_unit_state(unit: ResidualUnit, saved: Any, where: str) -> None:
     """Refuse ``saved``, a ResidualUnit's ``_extra_state`` from a ``state_dict``, unless it
-    was saved with ``unit``'s step: the same Butcher tableau, ``h`` and ``epsilon``.
+    was saved with ``unit``'s step: the same Butcher tableau and scale ``h * epsilon``
+    (to rounding; the step depends on ``h`` and ``epsilon`` through their product).
 
     Raises:
         RuntimeError: naming ``where``, both steps and what to build instead.
     """
     state = json.loads(bytes(saved.tolist()).decode())
     own = unit.step_state()
-    if all(state.get(k) == v for k, v in own.items() if k != "method"):
+    scales = state["h"] * state["epsilon"], own["h"] * own["epsilon"]
+    if all(state.get(k) == own[k] for k in ("c", "a", "b")) and math.isclose(
+        *scales, rel_tol=1e-12
+    ):
         return
     raise RuntimeError(
         f"Cannot load a state_dict saved with a unit of ({state['method']}, h = {state['h']!r}, "
