@@ -198,6 +198,39 @@ def test_residual_unit_needs_a_module_per_stage():
         ResidualUnit([nn.Identity(), nn.Identity()], "rk4", 0.5, 1.0)
 
 
+@pytest.mark.parametrize(
+    ("saved", "target"),
+    [
+        ({"solver": "rk4", "n_steps": 2}, {"solver": "rk4_38", "n_steps": 2}),
+        ({"solver": "midpoint", "n_steps": 2}, {"solver": "heun", "n_steps": 2}),
+        ({"n_steps": 2}, {"n_steps": 2, "epsilon": 1.0}),
+    ],
+    ids=["rk4-into-rk4_38", "midpoint-into-heun", "epsilon"],
+)
+def test_a_resnet_state_dict_of_another_step_is_refused_before_anything_loads(saved, target):
+    # The units saved no solver, step or epsilon: another manifestation's export has
+    # the same keys and shapes and loaded without a word, computing another function.
+    source, resnet = small(**saved).to_resnet(), small(**target).to_resnet()
+    before = copy.deepcopy(resnet.state_dict())
+    with pytest.raises(RuntimeError, match=r"blocks\.0\.units\.0, a unit of .*another step"):
+        resnet.load_state_dict(source.state_dict())
+    with pytest.raises(RuntimeError, match=r"units\.0, a unit of"):
+        resnet.resnet_blocks()[0].load_state_dict(source.resnet_blocks()[0].state_dict())
+    assert all(torch.equal(v, before[k]) for k, v in resnet.state_dict().items())
+    resnet.load_state_dict(small(**target).to_resnet().state_dict())  # its own loads
+    unit = resnet.resnet_blocks()[0].residual_units()[0]
+    same = ResidualUnit(copy.deepcopy(list(unit.stages)), unit.solver, unit.h * 2, unit.epsilon / 2)
+    unit.load_state_dict(same.state_dict())  # the same step: h * epsilon is its scale
+
+
+def test_a_resnet_state_dict_saved_before_the_units_kept_their_step_loads():
+    resnet = small(solver="rk4", n_steps=2).to_resnet()
+    state = resnet.state_dict()
+    old = type(state)((k, v) for k, v in state.items() if not k.endswith("_extra_state"))
+    old._metadata = {k: {**v, "version": 1} for k, v in state._metadata.items()}
+    small(solver="rk4", n_steps=2).to_resnet().load_state_dict(old)
+
+
 def test_manifest_shares_the_weights():
     net = small(n_steps=2)
     other = net.manifest(solver="rk4_38", n_steps=5)
@@ -637,6 +670,18 @@ def test_to_resnet_carries_every_evaluations_statistics():
     assert torch.equal(exported, stats)
 
 
+def test_exporting_carried_statistics_warns_until_they_are_measured():
+    # The units keep no carried flag: the export of a manifestation that warns in
+    # eval() computed with the carried statistics without a word.
+    deep = small(solver="rk4", n_steps=2).manifest(n_steps=4)
+    with pytest.warns(contnet.CarriedStatisticsWarning, match=r"Exporting .*\(rk4, N_t = 4\)"):
+        deep.to_resnet()
+    contnet.recalibrate(deep, [torch.randn(8, 1, 12, 12, dtype=F64)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", contnet.CarriedStatisticsWarning)
+        deep.to_resnet()
+
+
 def test_euler_refinement_keeps_the_outputs_at_the_old_n_steps_exactly():
     net = small(n_steps=2)
     finer, _ = refine(net)
@@ -672,6 +717,12 @@ def test_measuring_another_manifestation_leaves_the_nets_statistics(measure):
     assert other.head[0].weight is net.head[0].weight  # the weights stay shared
     with torch.no_grad():
         assert torch.equal(net(X), expected)
+
+
+@pytest.mark.parametrize("n_steps", [2, 4])
+def test_a_manifestation_is_in_the_nets_mode_throughout(n_steps):
+    net = small(n_steps=2).eval()
+    assert not any(m.training for m in net.manifest(n_steps=n_steps).modules())
 
 
 @pytest.mark.parametrize("other_mode", [True, False])

@@ -117,6 +117,22 @@ def stage_offsets(solver: AbstractExplicitRK, h: float) -> tuple[float, ...]:
     return tuple(asked)
 
 
+@functools.lru_cache(maxsize=4096)
+def _on_jump(basis: AbstractBasis, depth: float) -> float:
+    """``depth``, or the jump of ``basis`` it lies on to rounding.
+
+    A stage time computed as ``t_k + c h`` can land a rounding error below the jump it
+    means (2/3 + 1/6 < 5/6): a stage on a jump reads the later piece. The block's own
+    stage times are snapped here, where they are known to mean the jump; a depth
+    given to :meth:`OdeBlock.field` is taken as it is (odecore's one-sided limit at
+    a time of ``jump_ts`` is a floating-point number below the jump).
+    """
+    for jump in basis.jump_ts:
+        if abs(depth - jump) <= 1e-9 * (basis.t1 - basis.t0):
+            return float(jump)
+    return depth
+
+
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -296,7 +312,7 @@ class OdeBlock(nn.Module):
         """The depth of local time ``s`` of step ``k``, and whether to read the left limit."""
         if s == h:
             return (k + 1) / self.n_steps, True
-        return k / self.n_steps + s, False
+        return _on_jump(self.basis, k / self.n_steps + s), False
 
     def field(
         self,
@@ -523,9 +539,13 @@ def same_manifestation(a: OdeBlock, b: OdeBlock) -> bool:
 def _manifestation(block: OdeBlock) -> dict[str, Any]:
     """``N_t`` and the solver's Butcher tableau as lists of floats: the identity of the
     manifestation in a ``state_dict`` (one for every name of one method)."""
-    t = block.tableau
+    return {"n_steps": block.n_steps, **tableau_state(block.tableau)}
+
+
+def tableau_state(t: ButcherTableau) -> dict[str, Any]:
+    """A Butcher tableau as lists of floats, ``{"c", "a", "b"}``: what a ``state_dict``
+    saves of a solver (one for every name of one method)."""
     return {
-        "n_steps": block.n_steps,
         "c": [float(v) for v in t.c],
         "a": [[float(v) for v in row] for row in t.a],
         "b": [float(v) for v in t.b],

@@ -152,7 +152,9 @@ class ContinuousModule(SavesBasis):
         """The non-zero basis values at ``t``: ``[(index, phi_index(t)), ...]``.
 
         With ``left``, the limit from the left where the basis jumps at ``t`` (the
-        piece that ends there rather than the one that starts there).
+        piece that ends there rather than the one that starts there). ``t`` is taken
+        as it is: one a floating-point number below a jump reads the piece that ends
+        there (an OdeBlock's own stage times are put on the jumps they mean).
 
         Raises:
             ValueError: if ``t`` lies outside the basis's interval (beyond rounding),
@@ -339,10 +341,8 @@ def _weights(basis: AbstractBasis, t: float, left: bool) -> list[tuple[int, floa
     if near and left:
         # Constant on each side of a jump: any point just before it gives the limit.
         t = near[0] - 1e-6 * (basis.t1 - basis.t0) / (len(jumps) + 1)
-    elif near:
-        # A stage time computed as t_k + c h can land a rounding error below the jump
-        # it means (2/3 + 1/6 < 5/6): the value at a jump is the later piece's.
-        t = near[0]
+    # Otherwise ``t`` as it is: a time a floating-point number below a jump (odecore's
+    # one-sided limit at a time of ``jump_ts``) reads the piece that ends there.
     phi = basis(torch.tensor(t, dtype=torch.float64)).tolist()
     return [(i, w) for i, w in enumerate(phi) if w != 0.0]
 

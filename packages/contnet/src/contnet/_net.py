@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -20,12 +23,14 @@ from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
 
 from ._block import (
+    CarriedStatisticsWarning,
     OdeBlock,
     Solver,
     check_epsilons,
     check_statistics_format,
     fixed_solver,
     same_manifestation,
+    tableau_state,
     take_step,
 )
 
@@ -268,6 +273,7 @@ class ContinuousNet(nn.Module):
         out.blocks = nn.ModuleList(
             b.manifest(solver=solver, n_steps=n_steps) for b in self.ode_blocks()
         )
+        out.blocks.training = self.blocks.training  # a new list starts in train mode
         if not same_manifestation(out.ode_blocks()[0], self.ode_blocks()[0]):
             for name in ("stem", "stitches", "head"):
                 out._modules[name] = _own_buffers(cast(nn.Module, self._modules[name]))
@@ -280,7 +286,23 @@ class ContinuousNet(nn.Module):
         statistics) evaluated at that stage's depth, and applies the solver's
         coefficients; with Euler a unit is ``x + h * epsilon * R_k(x)``. The result
         gives the same outputs and traces with ``torch.jit.trace`` and ``torch.export``.
+
+        The units keep no mark of batch-norm statistics carried over from another
+        manifestation (:meth:`manifest`): exporting such a manifestation warns with
+        :class:`~contnet.CarriedStatisticsWarning`, as its blocks do in ``eval()``;
+        :func:`contnet.recalibrate` the network first.
         """
+        carried = [b for b in self.ode_blocks() if b.continuous.statistic_names and b.carried.any()]
+        if carried:
+            warnings.warn(
+                f"Exporting a ContinuousNet ({self.method}, N_t = {self.n_steps}) whose "
+                "batch-norm statistics were carried over from another manifestation, not "
+                "measured in this one: the ResNet's units keep them without a mark, and its "
+                "outputs in eval() can be far from what the trained network computes. Call "
+                "contnet.recalibrate(net, batches) on a few training batches first.",
+                CarriedStatisticsWarning,
+                stacklevel=2,
+            )
         blocks = [ResNetBlock.from_ode_block(b) for b in self.ode_blocks()]
         out = ResNet(
             copy.deepcopy(self.stem), blocks, copy.deepcopy(self.stitches), copy.deepcopy(self.head)
@@ -419,10 +441,18 @@ class ResidualUnit(nn.Module):
         h: the step.
         epsilon: the factor of every ``R_i``.
 
+    The ``state_dict`` saves the step: the solver's method name and Butcher tableau,
+    ``h`` and ``epsilon`` in ``<unit>._extra_state``. Loading one saved with another
+    tableau or scale ``h * epsilon`` is refused (the same weights would take another
+    step), before anything loads where a :class:`ResNet` or :class:`ResNetBlock` loads
+    it; a ``state_dict`` saved before the unit kept its step loads as before.
+
     Raises:
         ValueError: for an unknown method or an adaptive solver, or a number of modules
             other than its stages.
     """
+
+    _version = 2  # 2: the step (tableau, h, epsilon) in the state_dict
 
     def __init__(
         self,
@@ -462,6 +492,72 @@ class ResidualUnit(nn.Module):
 
         return take_step(self.solver, f, self.h, x)
 
+    def step_state(self) -> dict[str, Any]:
+        """The step this unit takes, as its ``state_dict`` saves it:
+        ``{"method", "h", "epsilon", "c", "a", "b"}``."""
+        own = {"h": float(self.h), "epsilon": float(self.epsilon)}
+        return {"method": self.method, **own, **tableau_state(self.tableau)}
+
+    def get_extra_state(self) -> Tensor:
+        """:meth:`step_state` for the ``state_dict``: a ``uint8`` tensor of its UTF-8 JSON."""
+        return torch.tensor(list(json.dumps(self.step_state()).encode()), dtype=torch.uint8)
+
+    def set_extra_state(self, state: Any) -> None:
+        """Check a saved step: another one than this unit's is refused."""
+        check_unit_state(self, state, "this ResidualUnit")
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        *args: Any,
+    ) -> None:
+        key = prefix + _EXTRA_STATE
+        if key in state_dict:  # before the stages load
+            check_unit_state(self, state_dict[key], prefix.rstrip(".") or "this ResidualUnit")
+        else:
+            version = local_metadata.get("version")
+            if version is None or version < 2:  # saved before the step was: as before
+                state_dict[key] = self.get_extra_state()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+_EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
+
+
+def check_unit_state(unit: ResidualUnit, saved: Any, where: str) -> None:
+    """Refuse ``saved``, a ResidualUnit's ``_extra_state`` from a ``state_dict``, unless it
+    was saved with ``unit``'s step: the same Butcher tableau and scale ``h * epsilon``
+    (to rounding; the step depends on ``h`` and ``epsilon`` through their product).
+
+    Raises:
+        RuntimeError: naming ``where``, both steps and what to build instead.
+    """
+    state = json.loads(bytes(saved.tolist()).decode())
+    own = unit.step_state()
+    scales = state["h"] * state["epsilon"], own["h"] * own["epsilon"]
+    if all(state.get(k) == own[k] for k in ("c", "a", "b")) and math.isclose(
+        *scales, rel_tol=1e-12
+    ):
+        return
+    raise RuntimeError(
+        f"Cannot load a state_dict saved with a unit of ({state['method']}, h = {state['h']!r}, "
+        f"epsilon = {state['epsilon']!r}) into {where}, a unit of ({unit.method}, "
+        f"h = {unit.h!r}, epsilon = {unit.epsilon!r}): the same weights take another step. "
+        "Export the ContinuousNet of the saved manifestation and epsilon "
+        "(to_resnet) and load it there."
+    )
+
+
+def check_units(root: nn.Module, state_dict: Mapping[str, Any]) -> None:
+    """:func:`check_unit_state` for every ResidualUnit of ``root`` that ``state_dict``
+    saves, before anything is loaded."""
+    for name, unit in root.named_modules():
+        key = f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
+        if isinstance(unit, ResidualUnit) and key in state_dict:
+            check_unit_state(unit, state_dict[key], name or "the ResidualUnit")
+
 
 class ResNetBlock(nn.Module):
     """A sequence of :class:`ResidualUnit`."""
@@ -499,6 +595,15 @@ class ResNetBlock(nn.Module):
         """The units, in order."""
         return [cast(ResidualUnit, u) for u in self.units]
 
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
+        """:meth:`torch.nn.Module.load_state_dict`; a unit's step other than the one saved
+        is refused before anything is loaded (see :class:`ResidualUnit`)."""
+        check_units(self, state_dict)
+        keys: _IncompatibleKeys = super().load_state_dict(state_dict, strict, assign)
+        return keys
+
     def forward(self, x: Tensor) -> Tensor:
         for unit in self.units:
             x = unit(x)
@@ -531,6 +636,16 @@ class ResNet(nn.Module):
     def resnet_blocks(self) -> list[ResNetBlock]:
         """The three blocks."""
         return [cast(ResNetBlock, b) for b in self.blocks]
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
+        """:meth:`torch.nn.Module.load_state_dict`; a unit's step other than the one saved
+        (another solver, ``N_t`` or ``epsilon`` of the ContinuousNet exported) is refused
+        before anything is loaded (see :class:`ResidualUnit`)."""
+        check_units(self, state_dict)
+        keys: _IncompatibleKeys = super().load_state_dict(state_dict, strict, assign)
+        return keys
 
     def forward(self, x: Tensor) -> Tensor:
         return _classify(self.stem, self.blocks, self.stitches, self.head, x)
