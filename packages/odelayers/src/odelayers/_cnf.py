@@ -153,6 +153,7 @@ class CNF(NeuralODE):
             ValueError: if ``condition`` is given and the field has no
                 :class:`~odelayers.DataControl` layer to read it.
         """
+        self._forget()  # a refused call leaves no NFE of the one before either
         self._check_condition(condition)
         return self._flow(z0, self.t0, self.t1, condition, None)
 
@@ -167,6 +168,7 @@ class CNF(NeuralODE):
                 :meth:`forward`, is not known when only ``x`` is), or if ``condition``
                 is given and the field has no such layer to read it.
         """
+        self._forget()
         self._check_condition(condition)
         if condition is None and self._data_controls():
             raise ValueError(
@@ -183,6 +185,7 @@ class CNF(NeuralODE):
         The control of a :class:`~odelayers.DataControl` layer is ``condition``, by
         default the draws; in a flow without one, ``condition`` only sets the dtype and
         device."""
+        self._forget()
         tensors = (condition,) if condition is not None else (*self.parameters(), *self.buffers())
         like = next((x for x in tensors if x.is_floating_point()), None)
         z0 = torch.randn(n, *shape) if like is None else like.new_empty(n, *shape).normal_()
