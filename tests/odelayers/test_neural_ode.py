@@ -238,6 +238,31 @@ def test_functional_call_weights_reach_the_backward_pass(gradient):
     assert swapped.vector_field[1].weight.grad is None
 
 
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
+def test_eval_before_backward_leaves_the_forward_passs_function(gradient):
+    """A layer switched to eval() between its forward and backward pass: the adjoint
+    evaluated the batch norm of the field with its running statistics in the backward
+    pass, a gradient 9.5 off that of the forward pass's function (checkpointing and
+    the reversible solve refused it)."""
+    x = torch.randn(5, 2, dtype=F64)
+
+    def grads(method, switch):
+        torch.manual_seed(1)
+        field = DepthSequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2))
+        layer = NeuralODE(field.to(F64), gradient=method, solver=odecore.RK4(), dt0=0.1)
+        y = layer(x)
+        if switch:
+            layer.eval()
+        y.square().sum().backward()
+        assert field[1].training is not switch
+        return [p.grad for p in field.parameters()]
+
+    for got, want in zip(grads(gradient, True), grads(gradient, False)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_adaptive_depth_field_sees_per_sample_depth():
     seen = []
 

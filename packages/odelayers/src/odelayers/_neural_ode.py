@@ -34,28 +34,39 @@ class _Bound(nn.Module):
     and ``_buffers`` as the forward solve found them, set the same way once it is over
     (:attr:`pinned`): a backward pass that evaluates the field again (the adjoint,
     checkpointing) computes with the tensors of the forward pass, also where those were
-    swapped in for it alone (``torch.func.functional_call``) and are back out by then."""
+    swapped in for it alone (``torch.func.functional_call``) and are back out by then.
+
+    ``modes``: ``(module, training)`` of the field's modules as the forward solve found
+    them, set the same way once it is over: a backward pass after ``eval()`` (or
+    ``train()``) evaluates the same function as its forward pass (batch norm with the
+    batch's statistics, not the running ones)."""
 
     def __init__(
         self,
         field: Field,
         bindings: Sequence[tuple[object, str, Tensor]],
         slots: Sequence[tuple[dict[str, Any], str, Tensor]] = (),
+        modes: Sequence[tuple[nn.Module, bool]] = (),
     ) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
         self.slots = tuple(slots)
+        self.modes = tuple(modes)
         self.pinned = False  # set once the forward solve is over
 
     def forward(self, t: Tensor, y: Any) -> Any:
         kept = [getattr(layer, name) for layer, name, _ in self.bindings]
         slots = self.slots if self.pinned else ()
+        modes = self.modes if self.pinned else ()
         held = [table[key] for table, key, _ in slots]
+        trained = [module.training for module, _ in modes]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
         for table, key, value in slots:
             table[key] = value
+        for module, training in modes:
+            module.training = training
         try:
             return self.field(t, y)
         finally:
@@ -63,6 +74,8 @@ class _Bound(nn.Module):
                 setattr(layer, name, value)
             for (table, key, _), value in zip(slots, held):
                 table[key] = value
+            for (module, _), training in zip(modes, trained):
+                module.training = training
 
 
 class _WithIntegrals(nn.Module):
@@ -132,7 +145,9 @@ class NeuralODE(nn.Module):
             no gradient is counted twice; given ``params`` computed from one another
             are refused (``ValueError``). Their backward pass evaluates the field with
             the parameters and buffers its forward pass had, also those that
-            ``torch.func.functional_call`` swapped in for the forward pass alone.
+            ``torch.func.functional_call`` swapped in for the forward pass alone, and
+            in the training mode it had (``eval()`` before ``backward()`` leaves the
+            gradient that of the forward pass's function).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
@@ -420,9 +435,11 @@ class NeuralODE(nn.Module):
         )
         bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
-        slots = _slots(self.vector_field) if isinstance(gradient, _WITH_PARAMS) else []
-        if bindings or slots:
-            field = _Bound(field, bindings, slots)
+        pin = isinstance(gradient, _WITH_PARAMS)
+        slots = _slots(self.vector_field) if pin else []
+        modes = _modes(self.vector_field) if pin else []
+        if bindings or slots or modes:
+            field = _Bound(field, bindings, slots, modes)
         sol = odecore.solve(
             field,
             state,
@@ -480,6 +497,14 @@ def _slots(field: Field) -> list[tuple[dict[str, Any], str, Tensor]]:
         for key, value in table.items()
         if value is not None
     ]
+
+
+def _modes(field: Field) -> list[tuple[nn.Module, bool]]:
+    """The training mode of each of the field's modules, ``(module, training)``, that a
+    solve pins for its backward pass (see :class:`_Bound`); none for a plain function."""
+    if not isinstance(field, nn.Module):
+        return []
+    return [(m, m.training) for m in field.modules()]
 
 
 def _detached(module: nn.Module, name: str) -> dict[str, Any]:
