@@ -545,6 +545,33 @@ def _check_basis_interval(
     )
 
 
+def _check_no_jump_crossed(layers: Sequence[tuple[str, nn.Module]], lo: float, hi: float) -> None:
+    """Refuse depths ``T(x)`` that require grad and pass a jump of a layer's weights.
+
+    The solve runs every sample on ``s`` in ``[0, 1]`` at the depth ``t = T(x) s``, so a
+    depth that moves moves the jump in ``s``; the gradient of the rescaled solve sees
+    the weights' derivative in ``t``, which misses the jump's (a Dirac), and so the
+    weights' change there (``0.48`` for ``0.26`` on a two-piece layer).
+
+    Raises:
+        ValueError: naming the layer and the jump.
+    """
+    for name, layer in layers:
+        assert isinstance(layer, DepthLayer)
+        crossed = [t for t in layer.jump_ts() if lo < t < hi and t != 0.0]
+        if crossed:
+            raise ValueError(
+                f"The samples' depths T(x) span [{lo!r}, {hi!r}] and require grad, but the "
+                f"weights of the field's layer {name.removeprefix('field.')!r} "
+                f"({type(layer).__name__}) jump at {crossed[0]!r} inside it: the gradient of "
+                "the depths would miss the jump (the rescaled solve differentiates the "
+                "weights in depth, where a jump has no derivative), and be wrong. Use weights "
+                "continuous in depth (e.g. the basis PiecewiseLinear for PiecewiseConstant), "
+                "or depths without a gradient, e.g. "
+                "positive=lambda z: torch.nn.functional.softplus(z).detach()."
+            )
+
+
 def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tensor] | None:
     """The field's parameters and buffers that require grad, when these and the
     ``bound`` inputs are provably every tensor requiring grad that it reads; else
@@ -677,8 +704,11 @@ class AdaptiveDepthNODE(nn.Module):
         ValueError: from ``forward``, if a sample's depth leaves the interval of the
             basis of a :class:`GalerkinLinear` in the field (a sample runs over
             ``[0, T(x)]``): give the basis an interval holding every depth the horizon
-            may give, or bound the depths with ``positive``. Checking takes one look at
-            the depths (a device sync), and only for fields with such layers.
+            may give, or bound the depths with ``positive``. Also if depths that
+            require grad pass a depth where the weights of a layer of the field jump
+            (:meth:`DepthLayer.jump_ts`, a :class:`~odelayers.basis.PiecewiseConstant`
+            basis): their gradient would miss the jump. Checking takes one look at the
+            depths (a device sync), and only for fields with such layers.
 
     Attributes:
         depth: the depths ``T(x)`` of the last forward pass (in a copy of the layer,
@@ -749,7 +779,12 @@ class AdaptiveDepthNODE(nn.Module):
         galerkin = [
             (name, m) for name, m in rescaled.named_modules() if isinstance(m, _fields._Galerkin)
         ]
-        if galerkin and depth.numel():
+        jumping = [
+            (name, m)
+            for name, m in rescaled.named_modules()
+            if isinstance(m, DepthLayer) and m is not rescaled and m.jump_ts()
+        ]
+        if (galerkin or (jumping and depth.requires_grad)) and depth.numel():
             # A sample runs over [0, T(x)]; one look at the depths (a sync on a GPU).
             with torch.no_grad():
                 lo = min(0.0, float(depth.min()))
@@ -763,6 +798,8 @@ class AdaptiveDepthNODE(nn.Module):
                     "The samples' depths T(x) span",
                     ", or bound the depths with `positive` (e.g. lambda z: t1 * torch.sigmoid(z))",
                 )
+            if depth.requires_grad:
+                _check_no_jump_crossed(jumping, lo, hi)
         self.depth = rescaled.depth = depth
         out: Tensor = self.node(x)
         return out
