@@ -64,6 +64,20 @@ def test_galerkin_linear_with_one_depth_per_sample():
         torch.testing.assert_close(batched[i], layer(ts[i], x[i : i + 1])[0])
 
 
+def test_galerkin_linear_with_one_depth_per_sample_of_sequences():
+    # With one depth it maps the last dim as nn.Linear does; with one depth per sample
+    # (AdaptiveDepthNODE) a sample of vectors was an einsum error, and a depth per
+    # sample of another batch too.
+    layer = GalerkinLinear(2, 3, basis=Legendre(degree=2)).double()
+    x = torch.randn(4, 5, 2, dtype=F64)
+    ts = torch.tensor([0.0, 0.3, 0.7, 1.0], dtype=F64)
+    batched = layer(ts, x)
+    for i in range(4):
+        torch.testing.assert_close(batched[i], layer(ts[i], x[i : i + 1])[0])
+    with pytest.raises(ValueError, match=r"shape \(batch,\) = \(4,\), got \(3,\)"):
+        layer(ts[:3], x)
+
+
 def test_galerkin_conv_against_conv2d_with_the_expanded_kernel():
     conv = GalerkinConv2d(2, 3, 3, basis=Legendre(degree=2), padding=1).double()
     x = torch.randn(2, 2, 5, 5, dtype=F64)
