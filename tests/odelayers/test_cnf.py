@@ -142,6 +142,20 @@ def test_a_condition_without_a_data_control_layer_is_refused():
         flow.log_prob(z, condition=c)
 
 
+def test_a_refused_call_leaves_no_nfe_of_the_one_before():
+    # NeuralODE's nfe is 0 where a forward pass raised; a CNF refused a condition before
+    # its solve and still showed the evaluations of the flow's previous call (62).
+    flow = CNF(Linear(-torch.eye(2, dtype=F64)), gradient=odecore.Adjoint())
+    z, c = torch.randn(3, 2, dtype=F64, requires_grad=True), torch.randn(3, 2, dtype=F64)
+    for refused in (lambda: flow(z, condition=c), lambda: flow.log_prob(z, condition=c),
+                    lambda: flow.sample(-1, (2,))):  # fmt: skip
+        flow(z)[1].sum().backward()
+        assert flow.nfe > 0 and flow.nfe_backward > 0
+        with pytest.raises((ValueError, RuntimeError)):
+            refused()
+        assert (flow.nfe, flow.nfe_backward) == (0, 0)
+
+
 @pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
 def test_sampling_between_log_prob_and_its_backward_leaves_the_gradient(gradient):
     # sample() draws new Hutchinson noise; the backward pass of log_prob re-evaluated

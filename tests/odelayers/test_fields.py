@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import odecore
 import pytest
 import torch
@@ -63,6 +64,20 @@ def test_galerkin_linear_with_one_depth_per_sample():
         torch.testing.assert_close(batched[i], layer(ts[i], x[i : i + 1])[0])
 
 
+def test_galerkin_linear_with_one_depth_per_sample_of_sequences():
+    # With one depth it maps the last dim as nn.Linear does; with one depth per sample
+    # (AdaptiveDepthNODE) a sample of vectors was an einsum error, and a depth per
+    # sample of another batch too.
+    layer = GalerkinLinear(2, 3, basis=Legendre(degree=2)).double()
+    x = torch.randn(4, 5, 2, dtype=F64)
+    ts = torch.tensor([0.0, 0.3, 0.7, 1.0], dtype=F64)
+    batched = layer(ts, x)
+    for i in range(4):
+        torch.testing.assert_close(batched[i], layer(ts[i], x[i : i + 1])[0])
+    with pytest.raises(ValueError, match=r"shape \(batch,\) = \(4,\), got \(3,\)"):
+        layer(ts[:3], x)
+
+
 def test_galerkin_conv_against_conv2d_with_the_expanded_kernel():
     conv = GalerkinConv2d(2, 3, 3, basis=Legendre(degree=2), padding=1).double()
     x = torch.randn(2, 2, 5, 5, dtype=F64)
@@ -98,6 +113,19 @@ def test_a_galerkin_state_dict_of_another_basis_of_its_size_is_refused():
     del old["vector_field.0._extra_state"]
     old._metadata["vector_field.0"]["version"] = 1
     assert not legendre.load_state_dict(old).missing_keys
+
+
+def test_a_galerkin_state_dict_of_the_same_basis_given_by_an_int_interval_loads():
+    # The saved basis is compared by its repr: PiecewiseConstant(t0=0, t1=2) refused a
+    # state_dict of PiecewiseConstant(t0=0.0, t1=2.0), an equal basis, as "another
+    # weight function" (and a NumPy number's repr is another again).
+    saved = GalerkinLinear(2, 2, basis=PiecewiseConstant(pieces=2, t0=0.0, t1=2.0))
+    for t1 in (2, np.float64(2.0)):
+        layer = GalerkinLinear(2, 2, basis=PiecewiseConstant(pieces=2, t0=0, t1=t1))
+        assert layer.basis == saved.basis
+        layer.load_state_dict(saved.state_dict())
+        torch.testing.assert_close(layer.coefficients, saved.coefficients, rtol=0, atol=0)
+        saved.load_state_dict(layer.state_dict())
 
 
 def test_galerkin_init_scale_is_that_of_a_default_layer():

@@ -172,3 +172,18 @@ def test_the_jacobian_norm_under_inference_mode_is_refused_in_words():
     refused = pytest.raises(RuntimeError, match=r"JacobianFrobenius .*torch.inference_mode\(\)")
     with refused, torch.inference_mode():
         layer(torch.randn(3, 2))
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (0, 1, 3, 3)])
+def test_integrals_of_an_empty_batch(shape):
+    # A layer without integrals solves an empty batch; with them (and a CNF's trace)
+    # it was a reshape error ("cannot reshape tensor of 0 elements into shape [0, -1]").
+    terms = [KineticEnergy(), JacobianFrobenius(), NegativeTrace("exact"),
+             NegativeTrace("hutchinson")]  # fmt: skip
+    for term in terms:
+        x = torch.zeros(shape, dtype=F64, requires_grad=True)
+        layer = NeuralODE(lambda t, z: torch.tanh(z), gradient=odecore.Adjoint(), integrals=[term])
+        y = layer(x)
+        assert y.shape == shape and layer.integrals[term.name].shape == (0,)
+        (y.sum() + layer.integrals[term.name].sum()).backward()
+        assert x.grad.shape == shape

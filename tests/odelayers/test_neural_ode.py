@@ -238,6 +238,31 @@ def test_functional_call_weights_reach_the_backward_pass(gradient):
     assert swapped.vector_field[1].weight.grad is None
 
 
+@pytest.mark.parametrize(
+    "gradient", [odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()], ids=repr
+)
+def test_eval_before_backward_leaves_the_forward_passs_function(gradient):
+    """A layer switched to eval() between its forward and backward pass: the adjoint
+    evaluated the batch norm of the field with its running statistics in the backward
+    pass, a gradient 9.5 off that of the forward pass's function (checkpointing and
+    the reversible solve refused it)."""
+    x = torch.randn(5, 2, dtype=F64)
+
+    def grads(method, switch):
+        torch.manual_seed(1)
+        field = DepthSequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2))
+        layer = NeuralODE(field.to(F64), gradient=method, solver=odecore.RK4(), dt0=0.1)
+        y = layer(x)
+        if switch:
+            layer.eval()
+        y.square().sum().backward()
+        assert field[1].training is not switch
+        return [p.grad for p in field.parameters()]
+
+    for got, want in zip(grads(gradient, True), grads(gradient, False)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_adaptive_depth_field_sees_per_sample_depth():
     seen = []
 
@@ -387,6 +412,40 @@ def test_an_adaptive_depth_past_a_galerkin_layers_basis_is_refused():
         layer(x)
     # The refused pass leaves no depths or NFE of the one before to read as its own.
     assert layer.depth is None and layer.nfe == 0
+
+
+def test_adaptive_depths_that_require_grad_across_a_jump_of_the_weights_are_refused():
+    # The rescaled solve differentiates the weights in depth, where the jump of a
+    # piecewise-constant weight has no derivative: the gradient of the horizon's bias
+    # was -0.48, the finite difference of the (accurate) forward pass -0.26, which is
+    # dz(T)/dT = f(T, z(T)) times dT/db. Depths below the jump, or without a gradient,
+    # are solved as before.
+    from odelayers import GalerkinLinear
+    from odelayers.basis import PiecewiseConstant
+
+    torch.manual_seed(0)
+    field = GalerkinLinear(2, 2, basis=PiecewiseConstant(pieces=2, t1=3.0)).to(F64)
+    horizon = nn.Linear(2, 1).to(F64)
+    layer = AdaptiveDepthNODE(field, horizon, controller=TIGHT)
+    x = torch.randn(3, 2, dtype=F64)
+    with torch.no_grad():
+        horizon.weight.zero_()
+        horizon.bias.fill_(2.0)  # T = softplus(2) = 2.13, past the jump at 1.5
+    with pytest.raises(ValueError, match=r"'field' \(GalerkinLinear\) jump at 1.5 .*detach"):
+        layer(x)
+    assert layer.nfe == 0
+    with torch.no_grad():
+        y = layer(x)
+    t = layer.depth
+    torch.testing.assert_close(y, NeuralODE(field, t1=float(t[0]), controller=TIGHT)(x))
+    with torch.no_grad():
+        horizon.bias.fill_(1.0)  # T = 1.31, before it: the gradient is that of f(T, z(T))
+    y = layer(x)
+    (got,) = torch.autograd.grad(y.sum(), horizon.bias)
+    with torch.no_grad():
+        t = layer.depth[0]
+        expected = field(t, y).sum() * torch.sigmoid(torch.tensor(1.0, dtype=F64))
+    torch.testing.assert_close(got[0], expected, rtol=1e-6, atol=1e-9)
 
 
 def test_under_bf16_autocast_a_half_input_is_solved_in_a_float32_state():

@@ -16,7 +16,7 @@ import odecore
 import torch
 from torch import Tensor
 
-from ._integrals import IntegralTerm, vjp
+from ._integrals import IntegralTerm, _per_sample, vjp
 from ._neural_ode import Field, NeuralODE
 
 
@@ -55,23 +55,20 @@ class NegativeTrace(IntegralTerm):
         if self.estimator == "hutchinson":
             if self.noise is None:  # pragma: no cover - start() draws it
                 raise RuntimeError("`start` must be called before the solve.")
-            return (
-                -(vjp(f, x, self.noise, "NegativeTrace (the CNF's trace)") * self.noise)
-                .reshape(x.shape[0], -1)
-                .sum(dim=1)
-            )
-        flat_f = f.reshape(x.shape[0], -1)
+            product = vjp(f, x, self.noise, "NegativeTrace (the CNF's trace)") * self.noise
+            return -_per_sample(product).sum(dim=1)
+        flat_f = _per_sample(f)
         trace = x.new_zeros(x.shape[0])
         for i in range(flat_f.shape[1]):
             # Samples do not interact, so the gradient of the column sum is per sample.
             row = vjp(flat_f[:, i].sum(), x, None, "NegativeTrace (the CNF's trace)")
-            trace = trace + row.reshape(x.shape[0], -1)[:, i]
+            trace = trace + _per_sample(row)[:, i]
         return -trace
 
 
 def standard_normal_log_prob(z: Tensor) -> Tensor:
     """``log N(z; 0, I)`` per sample (all dimensions but the first are the event)."""
-    flat = z.reshape(z.shape[0], -1)
+    flat = _per_sample(z)
     return -0.5 * flat.pow(2).sum(dim=1) - 0.5 * flat.shape[1] * math.log(2 * math.pi)
 
 
@@ -153,6 +150,7 @@ class CNF(NeuralODE):
             ValueError: if ``condition`` is given and the field has no
                 :class:`~odelayers.DataControl` layer to read it.
         """
+        self._forget()  # a refused call leaves no NFE of the one before either
         self._check_condition(condition)
         return self._flow(z0, self.t0, self.t1, condition, None)
 
@@ -167,6 +165,7 @@ class CNF(NeuralODE):
                 :meth:`forward`, is not known when only ``x`` is), or if ``condition``
                 is given and the field has no such layer to read it.
         """
+        self._forget()
         self._check_condition(condition)
         if condition is None and self._data_controls():
             raise ValueError(
@@ -183,6 +182,7 @@ class CNF(NeuralODE):
         The control of a :class:`~odelayers.DataControl` layer is ``condition``, by
         default the draws; in a flow without one, ``condition`` only sets the dtype and
         device."""
+        self._forget()
         tensors = (condition,) if condition is not None else (*self.parameters(), *self.buffers())
         like = next((x for x in tensors if x.is_floating_point()), None)
         z0 = torch.randn(n, *shape) if like is None else like.new_empty(n, *shape).normal_()

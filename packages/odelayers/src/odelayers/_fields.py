@@ -193,10 +193,18 @@ class GalerkinLinear(_Galerkin):
         if t.dim() == 0:
             weight, bias = self.weights(t)
             return torch.nn.functional.linear(x, weight, bias)
-        # One depth per sample: a batch of weight matrices.
+        if t.shape != (x.shape[0],):
+            raise ValueError(
+                f"The depth `t` must be 0-dim or of shape (batch,) = ({x.shape[0]},), got "
+                f"{tuple(t.shape)}."
+            )
+        # One depth per sample: a batch of weight matrices, applied to the last dim as
+        # nn.Linear does (a sample may be a sequence of vectors).
         weight, bias = self.weights(t)  # (batch, out, in), (batch, out)
-        out = torch.einsum("boi,bi->bo", weight, x)
-        return out if bias is None else out + bias
+        out = torch.einsum("boi,b...i->b...o", weight, x)
+        if bias is None:
+            return out
+        return out + bias.reshape(bias.shape[0], *([1] * (x.dim() - 2)), bias.shape[1])
 
 
 class GalerkinConv2d(_Galerkin):

@@ -16,6 +16,7 @@ flow simple and the solver's step count low:
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable
 
 import torch
@@ -23,7 +24,8 @@ from torch import Tensor
 
 
 def _per_sample(x: Tensor) -> Tensor:
-    return x.reshape(x.shape[0], -1)
+    """``x`` as ``(batch, features)``; an empty batch too (``-1`` cannot size it)."""
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
 
 def vjp(f: Tensor, x: Tensor, v: Tensor | None, term: str) -> Tensor:

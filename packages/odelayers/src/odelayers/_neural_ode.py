@@ -34,28 +34,39 @@ class _Bound(nn.Module):
     and ``_buffers`` as the forward solve found them, set the same way once it is over
     (:attr:`pinned`): a backward pass that evaluates the field again (the adjoint,
     checkpointing) computes with the tensors of the forward pass, also where those were
-    swapped in for it alone (``torch.func.functional_call``) and are back out by then."""
+    swapped in for it alone (``torch.func.functional_call``) and are back out by then.
+
+    ``modes``: ``(module, training)`` of the field's modules as the forward solve found
+    them, set the same way once it is over: a backward pass after ``eval()`` (or
+    ``train()``) evaluates the same function as its forward pass (batch norm with the
+    batch's statistics, not the running ones)."""
 
     def __init__(
         self,
         field: Field,
         bindings: Sequence[tuple[object, str, Tensor]],
         slots: Sequence[tuple[dict[str, Any], str, Tensor]] = (),
+        modes: Sequence[tuple[nn.Module, bool]] = (),
     ) -> None:
         super().__init__()
         self.field = field
         self.bindings = tuple(bindings)
         self.slots = tuple(slots)
+        self.modes = tuple(modes)
         self.pinned = False  # set once the forward solve is over
 
     def forward(self, t: Tensor, y: Any) -> Any:
         kept = [getattr(layer, name) for layer, name, _ in self.bindings]
         slots = self.slots if self.pinned else ()
+        modes = self.modes if self.pinned else ()
         held = [table[key] for table, key, _ in slots]
+        trained = [module.training for module, _ in modes]
         for layer, name, value in self.bindings:
             setattr(layer, name, value)
         for table, key, value in slots:
             table[key] = value
+        for module, training in modes:
+            module.training = training
         try:
             return self.field(t, y)
         finally:
@@ -63,6 +74,8 @@ class _Bound(nn.Module):
                 setattr(layer, name, value)
             for (table, key, _), value in zip(slots, held):
                 table[key] = value
+            for (module, _), training in zip(modes, trained):
+                module.training = training
 
 
 class _WithIntegrals(nn.Module):
@@ -132,7 +145,9 @@ class NeuralODE(nn.Module):
             no gradient is counted twice; given ``params`` computed from one another
             are refused (``ValueError``). Their backward pass evaluates the field with
             the parameters and buffers its forward pass had, also those that
-            ``torch.func.functional_call`` swapped in for the forward pass alone.
+            ``torch.func.functional_call`` swapped in for the forward pass alone, and
+            in the training mode it had (``eval()`` before ``backward()`` leaves the
+            gradient that of the forward pass's function).
         dt0: the first (adaptive) or every (fixed) step size.
         ts: output depths; ``forward`` then returns the trajectory at them, shape
             ``(len(ts), *x.shape)``, instead of the state at ``t1``. The depths are
@@ -420,9 +435,11 @@ class NeuralODE(nn.Module):
         )
         bindings = self._bindings(terms)
         gradient = self._gradient(field, bindings)
-        slots = _slots(self.vector_field) if isinstance(gradient, _WITH_PARAMS) else []
-        if bindings or slots:
-            field = _Bound(field, bindings, slots)
+        pin = isinstance(gradient, _WITH_PARAMS)
+        slots = _slots(self.vector_field) if pin else []
+        modes = _modes(self.vector_field) if pin else []
+        if bindings or slots or modes:
+            field = _Bound(field, bindings, slots, modes)
         sol = odecore.solve(
             field,
             state,
@@ -482,6 +499,14 @@ def _slots(field: Field) -> list[tuple[dict[str, Any], str, Tensor]]:
     ]
 
 
+def _modes(field: Field) -> list[tuple[nn.Module, bool]]:
+    """The training mode of each of the field's modules, ``(module, training)``, that a
+    solve pins for its backward pass (see :class:`_Bound`); none for a plain function."""
+    if not isinstance(field, nn.Module):
+        return []
+    return [(m, m.training) for m in field.modules()]
+
+
 def _detached(module: nn.Module, name: str) -> dict[str, Any]:
     """``module``'s state for pickling with the tensor, or the dict of tensors, ``name``
     (a result of the last forward pass) detached from its graph."""
@@ -518,6 +543,33 @@ def _check_basis_interval(
         "repeats, piecewise-linear weights fall to 0). Give the basis an interval holding "
         f"those depths, e.g. {type(basis).__name__}(..., t0={lo!r}, t1={hi!r}){hint}."
     )
+
+
+def _check_no_jump_crossed(layers: Sequence[tuple[str, nn.Module]], lo: float, hi: float) -> None:
+    """Refuse depths ``T(x)`` that require grad and pass a jump of a layer's weights.
+
+    The solve runs every sample on ``s`` in ``[0, 1]`` at the depth ``t = T(x) s``, so a
+    depth that moves moves the jump in ``s``; the gradient of the rescaled solve sees
+    the weights' derivative in ``t``, which misses the jump's (a Dirac), and so the
+    weights' change there (``0.48`` for ``0.26`` on a two-piece layer).
+
+    Raises:
+        ValueError: naming the layer and the jump.
+    """
+    for name, layer in layers:
+        assert isinstance(layer, DepthLayer)
+        crossed = [t for t in layer.jump_ts() if lo < t < hi and t != 0.0]
+        if crossed:
+            raise ValueError(
+                f"The samples' depths T(x) span [{lo!r}, {hi!r}] and require grad, but the "
+                f"weights of the field's layer {name.removeprefix('field.')!r} "
+                f"({type(layer).__name__}) jump at {crossed[0]!r} inside it: the gradient of "
+                "the depths would miss the jump (the rescaled solve differentiates the "
+                "weights in depth, where a jump has no derivative), and be wrong. Use weights "
+                "continuous in depth (e.g. the basis PiecewiseLinear for PiecewiseConstant), "
+                "or depths without a gradient, e.g. "
+                "positive=lambda z: torch.nn.functional.softplus(z).detach()."
+            )
 
 
 def _own_tensors(field: nn.Module | Field, bound: Sequence[Tensor]) -> list[Tensor] | None:
@@ -652,8 +704,11 @@ class AdaptiveDepthNODE(nn.Module):
         ValueError: from ``forward``, if a sample's depth leaves the interval of the
             basis of a :class:`GalerkinLinear` in the field (a sample runs over
             ``[0, T(x)]``): give the basis an interval holding every depth the horizon
-            may give, or bound the depths with ``positive``. Checking takes one look at
-            the depths (a device sync), and only for fields with such layers.
+            may give, or bound the depths with ``positive``. Also if depths that
+            require grad pass a depth where the weights of a layer of the field jump
+            (:meth:`DepthLayer.jump_ts`, a :class:`~odelayers.basis.PiecewiseConstant`
+            basis): their gradient would miss the jump. Checking takes one look at the
+            depths (a device sync), and only for fields with such layers.
 
     Attributes:
         depth: the depths ``T(x)`` of the last forward pass (in a copy of the layer,
@@ -724,7 +779,12 @@ class AdaptiveDepthNODE(nn.Module):
         galerkin = [
             (name, m) for name, m in rescaled.named_modules() if isinstance(m, _fields._Galerkin)
         ]
-        if galerkin and depth.numel():
+        jumping = [
+            (name, m)
+            for name, m in rescaled.named_modules()
+            if isinstance(m, DepthLayer) and m is not rescaled and m.jump_ts()
+        ]
+        if (galerkin or (jumping and depth.requires_grad)) and depth.numel():
             # A sample runs over [0, T(x)]; one look at the depths (a sync on a GPU).
             with torch.no_grad():
                 lo = min(0.0, float(depth.min()))
@@ -738,6 +798,8 @@ class AdaptiveDepthNODE(nn.Module):
                     "The samples' depths T(x) span",
                     ", or bound the depths with `positive` (e.g. lambda z: t1 * torch.sigmoid(z))",
                 )
+            if depth.requires_grad:
+                _check_no_jump_crossed(jumping, lo, hi)
         self.depth = rescaled.depth = depth
         out: Tensor = self.node(x)
         return out

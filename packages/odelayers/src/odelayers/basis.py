@@ -25,6 +25,7 @@ import abc
 import functools
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,10 @@ class AbstractBasis(abc.ABC):
 
     Args:
         t0: start of the depth interval.
-        t1: end of the depth interval, greater than ``t0``.
+        t1: end of the depth interval, greater than ``t0``. Both are kept as Python
+            floats (an ``int`` or a NumPy number is converted), so that equal bases
+            have the same ``repr``, which a saved ``state_dict`` compares
+            (:class:`SavesBasis`).
 
     Raises:
         ValueError: if ``t1 <= t0``.
@@ -65,6 +69,10 @@ class AbstractBasis(abc.ABC):
     t1: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("t0", "t1"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not isinstance(value, Tensor):
+                object.__setattr__(self, name, float(value))
         if not (math.isfinite(self.t0) and math.isfinite(self.t1) and self.t1 > self.t0):
             raise ValueError(
                 f"The basis interval needs finite `t0 < t1`, got t0={self.t0!r}, t1={self.t1!r}."
