@@ -206,6 +206,24 @@ def test_an_experiment_folder_is_locked_and_never_overwritten(tmp_path, tiny_exp
         sleeper.wait()
 
 
+def test_an_experiment_is_not_resumed_in_the_folder_of_another_run(tmp_path, tiny_experiment):
+    # Was: the folder's results.json and report.md replaced by the other experiment's.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps({"experiment": "quickstart"}))
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "config.json").write_text("{}")
+    (trained / "results.json").write_text(json.dumps({"model": "mlp"}))
+    for out, what in ((other, "a run of 'quickstart'"), (trained, "a run of `odebench train`")):
+        before = _files(out)
+        with pytest.raises(RunExistsError, match=f"holds {re.escape(what)}, not of 'tiny-test'"):
+            run_experiment(tiny_experiment, RunOptions(out=out, resume=True), log=print)
+        assert _files(out) == before
+    (other / "results.json").write_text(json.dumps({"experiment": "tiny-test"}))
+    run_experiment(tiny_experiment, RunOptions(out=other, resume=True), log=print)
+
+
 # -- resume checks the settings ----------------------------------------------------------
 
 

@@ -108,12 +108,14 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
     """Run the experiment ``name`` with ``options``, holding the lock of ``options.out``.
 
     A folder that holds anything is refused unless ``options.resume`` or
-    ``options.overwrite``.
+    ``options.overwrite``; ``options.resume`` refuses a folder that holds another
+    experiment or a run of ``odebench train``, whose files the run would replace.
 
     Raises:
         ValueError: an unknown name or mode (the message lists the known ones).
         odebench.training.RunExistsError: ``options.out`` holds a run and neither flag
-            is set, or another process holds its lock (a ``FileExistsError``).
+            is set, or another process holds its lock (a ``FileExistsError``); or,
+            with ``options.resume``, holds a run of something else.
     """
     from ..training import RunFolder
 
@@ -129,9 +131,28 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
         if os.environ.get("RANK", "0") == "0":
             folder.acquire(log)
             folder.prepare(resume=options.resume, overwrite=options.overwrite, log=log)
+            if options.resume:
+                _check_same_experiment(name, options.out)
         return EXPERIMENTS[name].run(options, log)
     finally:
         folder.release()
+
+
+def _check_same_experiment(name: str, out: Path) -> None:
+    """Refuse to resume ``name`` in ``out`` when ``out`` holds a run of something else."""
+    from ..training import RunExistsError
+
+    results = out / "results.json"
+    if (out / "config.json").is_file():
+        what = "a run of `odebench train`"
+    elif results.is_file() and read_results(results).get("experiment", name) != name:
+        what = f"a run of {read_results(results)['experiment']!r}"
+    else:
+        return
+    raise RunExistsError(
+        f"{out} holds {what}, not of {name!r}, whose files resuming {name} there would "
+        "replace; resume it in its own folder, or pass --overwrite to move it aside"
+    )
 
 
 @contextlib.contextmanager
