@@ -159,6 +159,17 @@ def test_a_finished_run_is_never_overwritten_without_overwrite(run_copy, capsys)
     assert _files(run_copy) == before
 
 
+def test_a_batch_larger_than_the_training_set_leaves_no_run_behind(tmp_path, capsys):
+    # Was: refused after config.json was written, so the corrected command was refused
+    # in turn as "holds a run already".
+    out = tmp_path / "run"
+    args = [*TOY_ARGS, "--out", str(out)]
+    assert _main(*args[: args.index("32")], "65", *args[args.index("32") + 1 :]) == 2
+    assert "`batch_size` 65 exceeds the 64 training examples" in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+    assert _main(*args) == 0
+
+
 def test_overwrite_moves_the_old_run_aside(run_copy, capsys):
     before = _files(run_copy)
     assert _main(*TOY_ARGS, "--seed", "1", "--out", str(run_copy), "--overwrite") == 0
