@@ -210,6 +210,12 @@ def test_report_combines_run_directories(tmp_path, capsys):
     assert "![a](../runs/alpha/a.png) as in [Chen](https://x.org)" in page.read_text()
     assert main(["report", str(tmp_path / "runs"), "--out", str(page)]) == 2
     assert "no report.md in" in capsys.readouterr().err
+    # Was: a run's own report.md (or any file) replaced by the page without a word.
+    own = tmp_path / "runs" / "beta" / "report.md"
+    before = own.read_text()
+    assert main(["report", *dirs, "--out", str(own)]) == 2
+    assert "holds something other than a page of `odebench report`" in capsys.readouterr().err
+    assert own.read_text() == before
 
 
 def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):

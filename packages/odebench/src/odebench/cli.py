@@ -186,7 +186,7 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
     _run_dirs(report)
     report.add_argument(
         "--out", type=Path, default=Path("reproductions.md"), metavar="PATH",
-        help="the page to write",
+        help="the page to write; a file there must be such a page, which it replaces",
     )  # fmt: skip
 
 

@@ -186,13 +186,21 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
 
     Raises:
         FileNotFoundError: a directory without ``report.md``.
+        ValueError: ``out`` is a file other than such a page (a run's ``report.md``,
+            say), which writing the page would replace.
     """
     missing = [str(d) for d in run_dirs if not (d / "report.md").exists()]
     if missing:
         raise FileNotFoundError(
             f"no report.md in {', '.join(missing)}; run the experiment there first"
         )
-    parts = ["# Reproductions", ""]
+    title = "# Reproductions"
+    if out.is_file() and read_text(out).split("\n", 1)[0] != title:
+        raise ValueError(
+            f"--out {out} holds something other than a page of `odebench report`, which "
+            "writing the page would replace; choose another --out"
+        )
+    parts = [title, ""]
     parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
     for d in run_dirs:
         rel = Path(os.path.relpath(d, out.parent)).as_posix()
