@@ -631,6 +631,18 @@ def test_publish_takes_a_clean_run_of_the_current_history(tmp_path, checkout, ca
     assert json.loads((tmp_path / "pub" / "run" / "results.json").read_text())["provenance"]
 
 
+def test_publish_into_the_runs_own_folder_is_refused(tmp_path, checkout, capsys):
+    # Was: `publish runs/x --to runs` removed runs/x's report.md, results.json and figures
+    # as an earlier publish's, then failed to copy them.
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    (run / "report.md").write_text("# Run\n\n![loss](loss.png)\n")
+    (run / "loss.png").write_bytes(b"png")
+    before = _files(run)
+    assert _main("publish", str(run), "--to", str(tmp_path)) == 2  # to tmp_path/run
+    assert "is the run's own folder" in _one_line(capsys.readouterr().err)
+    assert _files(run) == before
+
+
 @pytest.mark.parametrize("commit", ["side", "0123456789abcdef0123456789abcdef01234567"])
 def test_publish_refuses_a_commit_not_in_the_current_history(tmp_path, checkout, capsys, commit):
     if commit == "side":  # a commit the repository holds, on another branch

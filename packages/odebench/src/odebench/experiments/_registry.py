@@ -231,7 +231,8 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
         ValueError: ``dest`` or a folder above it is a file, a file to copy is a
-            symbolic link or outside ``run_dir``, ``results.json`` is not a JSON object,
+            symbolic link or outside ``run_dir``, ``dest`` is ``run_dir`` or holds it,
+            ``results.json`` is not a JSON object,
             the run is quick or not publishable, ``dest`` is named for another
             experiment, or ``dest`` is a non-empty directory without a published report.
 
@@ -256,6 +257,11 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     for folder in (dest, *dest.parents):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file; --to needs a folder")
+    if run_dir.resolve().is_relative_to(dest.resolve()):
+        raise ValueError(
+            f"{dest} is the run's own folder {run_dir} or holds it, whose report, results "
+            "and figures publishing there would delete; publish it to another folder"
+        )
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
