@@ -631,7 +631,7 @@ def test_publish_takes_a_clean_run_of_the_current_history(tmp_path, checkout, ca
     assert json.loads((tmp_path / "pub" / "run" / "results.json").read_text())["provenance"]
 
 
-def test_publish_into_the_runs_own_folder_is_refused(tmp_path, checkout, capsys):
+def test_publish_into_a_runs_folder_is_refused(tmp_path, checkout, capsys):
     # Was: `publish runs/x --to runs` removed runs/x's report.md, results.json and figures
     # as an earlier publish's, then failed to copy them.
     run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
@@ -641,6 +641,14 @@ def test_publish_into_the_runs_own_folder_is_refused(tmp_path, checkout, capsys)
     assert _main("publish", str(run), "--to", str(tmp_path)) == 2  # to tmp_path/run
     assert "is the run's own folder" in _one_line(capsys.readouterr().err)
     assert _files(run) == before
+    # Was: another run's folder of that name lost its report.md and results.json as well.
+    other = tmp_path / "other" / "run"
+    (other / "node").mkdir(parents=True)
+    (other / "node" / "checkpoint.pt").write_bytes(b"weights")
+    (other / "report.md").write_text("# Other run\n")
+    assert _main("publish", str(run), "--to", str(other.parent)) == 2
+    assert "holds a run, not a published report" in _one_line(capsys.readouterr().err)
+    assert (other / "report.md").read_text() == "# Other run\n"
 
 
 @pytest.mark.parametrize("commit", ["side", "0123456789abcdef0123456789abcdef01234567"])

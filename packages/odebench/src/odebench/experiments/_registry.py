@@ -234,7 +234,8 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
             symbolic link or outside ``run_dir``, ``dest`` is ``run_dir`` or holds it,
             ``results.json`` is not a JSON object,
             the run is quick or not publishable, ``dest`` is named for another
-            experiment, or ``dest`` is a non-empty directory without a published report.
+            experiment, or ``dest`` is a non-empty directory without a published report
+            (a run's folder, say).
 
     Example:
         A run made at the checkout's ``HEAD`` from a clean tree:
@@ -356,6 +357,8 @@ def _unpublish(dest: Path) -> None:
     report = dest / "report.md"
     if not report.is_file():
         raise ValueError(f"{dest} is not empty and holds no published report.md; choose another")
+    if next(dest.rglob(CHECKPOINT), None) is not None:  # publish copies none
+        raise ValueError(f"{dest} holds a run, not a published report; choose another")
     root = dest.resolve()
     old = [(dest / link).resolve() for link in _IMAGE.findall(read_text(report))]
     for path in [*old, report.resolve(), root / "results.json"]:
