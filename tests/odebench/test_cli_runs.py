@@ -216,6 +216,12 @@ def test_report_combines_run_directories(tmp_path, capsys):
     assert main(["report", *dirs, "--out", str(own)]) == 2
     assert "holds something other than a page of `odebench report`" in capsys.readouterr().err
     assert own.read_text() == before
+    # Was: two sections under one anchor, the contents' second link leading to the first.
+    twin = tmp_path / "more" / "alpha"
+    twin.mkdir(parents=True)
+    (twin / "report.md").write_text("# alpha again\n")
+    assert main(["report", dirs[0], str(twin), "--out", str(page)]) == 2
+    assert "two RUN_DIRs share a name" in capsys.readouterr().err
 
 
 def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):
