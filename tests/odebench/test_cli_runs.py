@@ -222,6 +222,9 @@ def test_report_combines_run_directories(tmp_path, capsys):
     (twin / "report.md").write_text("# alpha again\n")
     assert main(["report", dirs[0], str(twin), "--out", str(page)]) == 2
     assert "two RUN_DIRs share a name" in capsys.readouterr().err
+    # Was: a traceback ("Is a directory") after the page was made.
+    assert main(["report", dirs[0], "--out", str(tmp_path / "site")]) == 2
+    assert "is a folder; give the page's file" in capsys.readouterr().err
 
 
 def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):

@@ -187,8 +187,8 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     Raises:
         FileNotFoundError: a directory without ``report.md``.
         ValueError: two directories share a name (the anchor of their sections), or
-            ``out`` is a file other than such a page (a run's ``report.md``, say), which
-            writing the page would replace.
+            ``out`` is a folder, or a file other than such a page (a run's ``report.md``,
+            say), which writing the page would replace.
     """
     missing = [str(d) for d in run_dirs if not (d / "report.md").exists()]
     if missing:
@@ -199,6 +199,8 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
     if len(set(names)) < len(names):  # each section's anchor is its folder's name
         raise ValueError(f"two RUN_DIRs share a name ({', '.join(names)}); each needs its own")
     title = "# Reproductions"
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the page's file, such as {out}/page.md")
     if out.is_file() and read_text(out).split("\n", 1)[0] != title:
         raise ValueError(
             f"--out {out} holds something other than a page of `odebench report`, which "
