@@ -225,6 +225,9 @@ def test_report_combines_run_directories(tmp_path, capsys):
     # Was: a traceback ("Is a directory") after the page was made.
     assert main(["report", dirs[0], "--out", str(tmp_path / "site")]) == 2
     assert "is a folder; give the page's file" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["report", dirs[0], "--out", str(tmp_path / "file" / "page.md")]) == 2
+    assert f"cannot write --out {tmp_path / 'file' / 'page.md'}: " in capsys.readouterr().err
 
 
 def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):
