@@ -210,6 +210,24 @@ def test_report_combines_run_directories(tmp_path, capsys):
     assert "![a](../runs/alpha/a.png) as in [Chen](https://x.org)" in page.read_text()
     assert main(["report", str(tmp_path / "runs"), "--out", str(page)]) == 2
     assert "no report.md in" in capsys.readouterr().err
+    # Was: a run's own report.md (or any file) replaced by the page without a word.
+    own = tmp_path / "runs" / "beta" / "report.md"
+    before = own.read_text()
+    assert main(["report", *dirs, "--out", str(own)]) == 2
+    assert "holds something other than a page of `odebench report`" in capsys.readouterr().err
+    assert own.read_text() == before
+    # Was: two sections under one anchor, the contents' second link leading to the first.
+    twin = tmp_path / "more" / "alpha"
+    twin.mkdir(parents=True)
+    (twin / "report.md").write_text("# alpha again\n")
+    assert main(["report", dirs[0], str(twin), "--out", str(page)]) == 2
+    assert "two RUN_DIRs share a name" in capsys.readouterr().err
+    # Was: a traceback ("Is a directory") after the page was made.
+    assert main(["report", dirs[0], "--out", str(tmp_path / "site")]) == 2
+    assert "is a folder; give the page's file" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["report", dirs[0], "--out", str(tmp_path / "file" / "page.md")]) == 2
+    assert f"cannot write --out {tmp_path / 'file' / 'page.md'}: " in capsys.readouterr().err
 
 
 def test_run_all_runs_every_experiment_into_its_own_folder(monkeypatch, tmp_path, capsys):

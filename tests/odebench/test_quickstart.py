@@ -125,3 +125,23 @@ def test_the_report_counts_the_images_and_says_when_they_are_a_subset(train, tes
     assert text.startswith(f"Trained on {train} images, evaluated on {test}")
     assert ("a subset: MNIST has 60,000 and 10,000" in text) is subset
     assert "all" not in text.split(";")[0]
+
+
+@pytest.mark.parametrize(
+    ("epochs", "words"), [(None, "0.01 (0.001 from epoch 3)"), (1, "0.01, batch")]
+)
+def test_the_spirals_report_says_the_epoch_whose_row_has_the_lower_rate(
+    epochs, words, tmp_path, monkeypatch
+):
+    # Was: "from epoch 2", the 0-based milestone, where the rows count from 1; and
+    # --epochs 1 stopped on the milestone 0.
+    monkeypatch.setattr(quickstart, "download", _failing_download)
+    options = RunOptions(out=tmp_path / "out", mode="quick", epochs=epochs, data_dir=str(tmp_path))
+    settings = quickstart.TEMPLATE.settings_for("quick", epochs)
+    setup = quickstart.Setup("quickstart", "quick", settings, options, (0,), lambda line: None)
+    config = _image(setup)
+    rates = [config.lr_at(e) for e in range(config.epochs)]  # of the rows 1, 2, ...
+    first = next((e + 1 for e, lr in enumerate(rates) if lr < 1e-2), None)
+    text = quickstart._training(settings, {"dataset": "spirals"})
+    assert f"learning rate {words}" in text
+    assert (f"from epoch {first}" in text) if first else "from epoch" not in text

@@ -159,6 +159,17 @@ def test_a_finished_run_is_never_overwritten_without_overwrite(run_copy, capsys)
     assert _files(run_copy) == before
 
 
+def test_a_batch_larger_than_the_training_set_leaves_no_run_behind(tmp_path, capsys):
+    # Was: refused after config.json was written, so the corrected command was refused
+    # in turn as "holds a run already".
+    out = tmp_path / "run"
+    args = [*TOY_ARGS, "--out", str(out)]
+    assert _main(*args[: args.index("32")], "65", *args[args.index("32") + 1 :]) == 2
+    assert "`batch_size` 65 exceeds the 64 training examples" in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+    assert _main(*args) == 0
+
+
 def test_overwrite_moves_the_old_run_aside(run_copy, capsys):
     before = _files(run_copy)
     assert _main(*TOY_ARGS, "--seed", "1", "--out", str(run_copy), "--overwrite") == 0
@@ -204,6 +215,24 @@ def test_an_experiment_folder_is_locked_and_never_overwritten(tmp_path, tiny_exp
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_an_experiment_is_not_resumed_in_the_folder_of_another_run(tmp_path, tiny_experiment):
+    # Was: the folder's results.json and report.md replaced by the other experiment's.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps({"experiment": "quickstart"}))
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "config.json").write_text("{}")
+    (trained / "results.json").write_text(json.dumps({"model": "mlp"}))
+    for out, what in ((other, "a run of 'quickstart'"), (trained, "a run of `odebench train`")):
+        before = _files(out)
+        with pytest.raises(RunExistsError, match=f"holds {re.escape(what)}, not of 'tiny-test'"):
+            run_experiment(tiny_experiment, RunOptions(out=out, resume=True), log=print)
+        assert _files(out) == before
+    (other / "results.json").write_text(json.dumps({"experiment": "tiny-test"}))
+    run_experiment(tiny_experiment, RunOptions(out=other, resume=True), log=print)
 
 
 # -- resume checks the settings ----------------------------------------------------------
@@ -600,6 +629,26 @@ def test_publish_takes_a_clean_run_of_the_current_history(tmp_path, checkout, ca
     assert _main("publish", str(run), "--to", str(tmp_path / "pub")) == 0
     assert "published" in capsys.readouterr().err
     assert json.loads((tmp_path / "pub" / "run" / "results.json").read_text())["provenance"]
+
+
+def test_publish_into_a_runs_folder_is_refused(tmp_path, checkout, capsys):
+    # Was: `publish runs/x --to runs` removed runs/x's report.md, results.json and figures
+    # as an earlier publish's, then failed to copy them.
+    run = _published_run(tmp_path, _clean(_git(checkout, "rev-parse", "HEAD")))
+    (run / "report.md").write_text("# Run\n\n![loss](loss.png)\n")
+    (run / "loss.png").write_bytes(b"png")
+    before = _files(run)
+    assert _main("publish", str(run), "--to", str(tmp_path)) == 2  # to tmp_path/run
+    assert "is the run's own folder" in _one_line(capsys.readouterr().err)
+    assert _files(run) == before
+    # Was: another run's folder of that name lost its report.md and results.json as well.
+    other = tmp_path / "other" / "run"
+    (other / "node").mkdir(parents=True)
+    (other / "node" / "checkpoint.pt").write_bytes(b"weights")
+    (other / "report.md").write_text("# Other run\n")
+    assert _main("publish", str(run), "--to", str(other.parent)) == 2
+    assert "holds a run, not a published report" in _one_line(capsys.readouterr().err)
+    assert (other / "report.md").read_text() == "# Other run\n"
 
 
 @pytest.mark.parametrize("commit", ["side", "0123456789abcdef0123456789abcdef01234567"])

@@ -782,6 +782,8 @@ def test_odecore_options_pass_through_by_odecore_names(tmp_path, capsys):
         ("max_iters=0", "`max_iters` must be a positive integer, got 0."),
         ("max_iters", "argument --solver-option: expected NAME=VALUE, got 'max_iters'"),
         ("n_steps=3", "`solver_options` cannot set n_steps; use `n_steps` (--n-steps)"),
+        # Was: training failed at batch 1, blaming the learning rate.
+        ("max_num_steps=3", "`solver_options` max_num_steps=3 is below `n_steps` 4"),
     ],
 )
 def test_a_bad_odecore_option_is_one_line(option, message, tmp_path, capsys):

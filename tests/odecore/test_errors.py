@@ -184,6 +184,8 @@ def test_max_num_steps_must_be_a_positive_integer(value):
         ("ifactor", 0.5, r"`factor_max` must be > 1"),
         ("dfactor", 1.5, r"`factor_min` must be in \(0, 1\)"),
         ("max_step", -1.0, r"`dt_max` must be positive"),
+        # Was: taken, then a TypeError at the first step ('str' object is not callable).
+        ("norm", "rms", r"`norm` must be a function of the scaled error"),
     ],
 )
 def test_controller_options_validated(option, value, match):

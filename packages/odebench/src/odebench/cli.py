@@ -186,7 +186,7 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
     _run_dirs(report)
     report.add_argument(
         "--out", type=Path, default=Path("reproductions.md"), metavar="PATH",
-        help="the page to write",
+        help="the page to write; a file there must be such a page, which it replaces",
     )  # fmt: skip
 
 
@@ -456,7 +456,10 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         text = combine_reports(args.run_dirs, args.out)
     except (FileNotFoundError, ValueError) as exc:
         return _fail(parser, str(exc))
-    write_text(args.out, text)
+    try:
+        write_text(args.out, text)
+    except OSError as exc:  # a part of the path that is a file, a full disk
+        return _fail(parser, f"cannot write --out {args.out}: {exc.strerror or exc}")
     _log(f"wrote {args.out}")
     return 0
 

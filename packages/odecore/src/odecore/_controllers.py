@@ -224,8 +224,9 @@ class PIDController(AbstractController):
             (``Status.NONFINITE``). 0 (the default): no bound.
         stretch: how far a step may be stretched to end on a stop, as a fraction of
             its size, in ``[0, 1)``; 0 never stretches.
-        norm: the error norm; default :func:`odecore.rms_norm` over the whole state
-            (the batch is one system with one step size).
+        norm: the error norm, a function of the scaled error tensor to a scalar;
+            default :func:`odecore.rms_norm` over the whole state (the batch is one
+            system with one step size).
         per_sample: give each sample of a batch ``(batch, *state)`` its own time,
             step size, acceptance and controller state (the error norm is the RMS
             over each sample's elements), for a batch of independent systems: a
@@ -246,7 +247,8 @@ class PIDController(AbstractController):
             each sample's steps.
 
     Raises:
-        ValueError: if a tolerance, factor or step bound is out of range.
+        ValueError: if a tolerance, factor or step bound is out of range, or ``norm``
+            is not a function.
 
     Example:
         >>> import torch, odecore
@@ -275,6 +277,11 @@ class PIDController(AbstractController):
         if not isinstance(self.per_sample, bool):
             raise ConfigurationError(
                 f"`per_sample` must be True or False, got {self.per_sample!r}."
+            )
+        if self.norm is not None and not callable(self.norm):
+            raise ConfigurationError(
+                f"`norm` must be a function of the scaled error, such as odecore.rms_norm, "
+                f"or None, got {self.norm!r}."
             )
         if self.per_sample and self.norm is not None:
             raise ConfigurationError(

@@ -106,10 +106,16 @@ def runs(setup: Setup[QuickstartSettings], seed: int) -> list[Run]:
                             batch_size=s.image_batch_size, optimizer="sgd", lr=0.1, seed=seed,
                             train_size=s.image_train_size, test_size=s.image_test_size)  # fmt: skip
     else:
+        drop = _drop(s)
         image = toy(model="toy-anode", dataset="spirals", lr=1e-2, train_size=None,
-                    test_size=None, milestones=(2 * s.toy_epochs // 3,))  # fmt: skip
+                    test_size=None, milestones=(drop,) if drop else ())  # fmt: skip
     toys = [Run(name, config=toy(model=model, dataset="annuli-1d", lr=3e-3)) for name, model in TOY]
     return [*toys, Run("image", config=image)]
+
+
+def _drop(s: QuickstartSettings) -> int:
+    """The (0-based) epoch from which the spirals run's learning rate is a tenth; 0: none."""
+    return 2 * s.toy_epochs // 3
 
 
 def measure(setup: Setup[QuickstartSettings], trained: Trained) -> Measurement:
@@ -165,7 +171,9 @@ MNIST_SPLIT = (60_000, 10_000)
 def _training(s: QuickstartSettings, image: Mapping[str, Any]) -> str:
     """How the image run trained, with the number of images it read (not "all")."""
     if image["dataset"] != "mnist":
-        return Prose.of("quickstart.md").part("spirals", **TOY_SIZES, epoch=2 * s.toy_epochs // 3)
+        drop = _drop(s)  # the rows count the epochs from 1
+        after = f" (0.001 from epoch {drop + 1})" if drop else ""
+        return Prose.of("quickstart.md").part("spirals", **TOY_SIZES, drop=after)
     train, test = image.get("train_images"), image.get("test_images")
     full = train is None or test is None or (train >= MNIST_SPLIT[0] and test >= MNIST_SPLIT[1])
     subset = "" if full else f" (a subset: MNIST has {MNIST_SPLIT[0]:,} and {MNIST_SPLIT[1]:,})"

@@ -108,12 +108,14 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
     """Run the experiment ``name`` with ``options``, holding the lock of ``options.out``.
 
     A folder that holds anything is refused unless ``options.resume`` or
-    ``options.overwrite``.
+    ``options.overwrite``; ``options.resume`` refuses a folder that holds another
+    experiment or a run of ``odebench train``, whose files the run would replace.
 
     Raises:
         ValueError: an unknown name or mode (the message lists the known ones).
         odebench.training.RunExistsError: ``options.out`` holds a run and neither flag
-            is set, or another process holds its lock (a ``FileExistsError``).
+            is set, or another process holds its lock (a ``FileExistsError``); or,
+            with ``options.resume``, holds a run of something else.
     """
     from ..training import RunFolder
 
@@ -129,9 +131,28 @@ def run_experiment(name: str, options: RunOptions, log: Log = print) -> JsonObje
         if os.environ.get("RANK", "0") == "0":
             folder.acquire(log)
             folder.prepare(resume=options.resume, overwrite=options.overwrite, log=log)
+            if options.resume:
+                _check_same_experiment(name, options.out)
         return EXPERIMENTS[name].run(options, log)
     finally:
         folder.release()
+
+
+def _check_same_experiment(name: str, out: Path) -> None:
+    """Refuse to resume ``name`` in ``out`` when ``out`` holds a run of something else."""
+    from ..training import RunExistsError
+
+    results = out / "results.json"
+    if (out / "config.json").is_file():
+        what = "a run of `odebench train`"
+    elif results.is_file() and read_results(results).get("experiment", name) != name:
+        what = f"a run of {read_results(results)['experiment']!r}"
+    else:
+        return
+    raise RunExistsError(
+        f"{out} holds {what}, not of {name!r}, whose files resuming {name} there would "
+        "replace; resume it in its own folder, or pass --overwrite to move it aside"
+    )
 
 
 @contextlib.contextmanager
@@ -165,13 +186,27 @@ def combine_reports(run_dirs: list[Path], out: Path) -> str:
 
     Raises:
         FileNotFoundError: a directory without ``report.md``.
+        ValueError: two directories share a name (the anchor of their sections), or
+            ``out`` is a folder, or a file other than such a page (a run's ``report.md``,
+            say), which writing the page would replace.
     """
     missing = [str(d) for d in run_dirs if not (d / "report.md").exists()]
     if missing:
         raise FileNotFoundError(
             f"no report.md in {', '.join(missing)}; run the experiment there first"
         )
-    parts = ["# Reproductions", ""]
+    names = [d.resolve().name for d in run_dirs]
+    if len(set(names)) < len(names):  # each section's anchor is its folder's name
+        raise ValueError(f"two RUN_DIRs share a name ({', '.join(names)}); each needs its own")
+    title = "# Reproductions"
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the page's file, such as {out}/page.md")
+    if out.is_file() and read_text(out).split("\n", 1)[0] != title:
+        raise ValueError(
+            f"--out {out} holds something other than a page of `odebench report`, which "
+            "writing the page would replace; choose another --out"
+        )
+    parts = [title, ""]
     parts += [f"- [{d.name}](#{d.name})" for d in run_dirs]
     for d in run_dirs:
         rel = Path(os.path.relpath(d, out.parent)).as_posix()
@@ -202,9 +237,11 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
         FileNotFoundError: ``run_dir`` has no ``report.md`` or ``results.json``, or the
             report links to a figure that is not there.
         ValueError: ``dest`` or a folder above it is a file, a file to copy is a
-            symbolic link or outside ``run_dir``, ``results.json`` is not a JSON object,
+            symbolic link or outside ``run_dir``, ``dest`` is ``run_dir`` or holds it,
+            ``results.json`` is not a JSON object,
             the run is quick or not publishable, ``dest`` is named for another
-            experiment, or ``dest`` is a non-empty directory without a published report.
+            experiment, or ``dest`` is a non-empty directory without a published report
+            (a run's folder, say).
 
     Example:
         A run made at the checkout's ``HEAD`` from a clean tree:
@@ -227,6 +264,11 @@ def publish(run_dir: Path, dest: Path) -> list[Path]:
     for folder in (dest, *dest.parents):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file; --to needs a folder")
+    if run_dir.resolve().is_relative_to(dest.resolve()):
+        raise ValueError(
+            f"{dest} is the run's own folder {run_dir} or holds it, whose report, results "
+            "and figures publishing there would delete; publish it to another folder"
+        )
     for name in ("report.md", "results.json"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {run_dir}; run the experiment there first")
@@ -321,6 +363,8 @@ def _unpublish(dest: Path) -> None:
     report = dest / "report.md"
     if not report.is_file():
         raise ValueError(f"{dest} is not empty and holds no published report.md; choose another")
+    if next(dest.rglob(CHECKPOINT), None) is not None:  # publish copies none
+        raise ValueError(f"{dest} holds a run, not a published report; choose another")
     root = dest.resolve()
     old = [(dest / link).resolve() for link in _IMAGE.findall(read_text(report))]
     for path in [*old, report.resolve(), root / "results.json"]:

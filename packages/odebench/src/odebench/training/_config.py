@@ -375,6 +375,11 @@ class TrainConfig:
             _unset(self, ("n_steps",), "applies to fixed-step methods, not to the adaptive "
                    f"{method!r}", " or choose a fixed-step `method`")  # fmt: skip
         steps = self.n_steps if self.n_steps is not None else (CONTNET_STEPS if contnet else None)
+        if steps is not None and steps > spec.max_steps:
+            raise ValueError(
+                f"`solver_options` max_num_steps={spec.max_steps} is below `n_steps` {steps}: "
+                f"every solve of the fixed-step {method!r} would stop short; leave it unset."
+            )
         return spec if steps is None else dataclasses.replace(spec, n_steps=steps)
 
     @property

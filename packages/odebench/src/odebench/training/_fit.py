@@ -339,6 +339,9 @@ class Training:
         log: where the one-line summaries go.
         progress: draw a progress bar per epoch on stderr (``None``: when it is a terminal).
 
+    Raises:
+        ValueError: ``batch_size`` exceeds the training examples.
+
     Attributes:
         model: the model as it trains, unwrapped (a refinement replaces it).
         optimizer: its optimiser (a refinement replaces it).
@@ -376,6 +379,10 @@ class Training:
         self._nan_batch = torch.full((), -1, device=device)  # the epoch's first, on the device
         self._segments: list[JsonObject] = []  # of the stretches before this one
         self._segment = dict(_provenance.UNKNOWN_SEGMENT)  # this one's, set by `run`
+        if self.n_batches == 0:  # before anything is written into the folder
+            raise ValueError(
+                f"`batch_size` {task.batch_size} exceeds the {len(self.data[0])} training examples."
+            )
 
     @property
     def checkpoint_path(self) -> Path:
@@ -496,19 +503,13 @@ class Training:
         then tells the caller, after it has written what it writes at the end.
 
         Raises:
-            ValueError: ``batch_size`` exceeds the training examples; a last batch kept
-                does not split evenly over the processes.
+            ValueError: a last batch kept does not split evenly over the processes.
             Interrupted: on SIGINT or SIGTERM (a single process), after the checkpoint
                 is saved.
             TrainingFailedError: a non-finite loss or weight, or a solver's failure.
         """
         self._segment = _provenance.segment()
         self._net = self._wrap(self.model)
-        if self.n_batches == 0:
-            raise ValueError(
-                f"`batch_size` {self.task.batch_size} exceeds the "
-                f"{len(self.data[0])} training examples."
-            )
         start = self._start
         with self._stop_on_signals():
             for epoch in range(start.epoch, self.task.epochs):
