@@ -74,6 +74,28 @@ def test_interpolated_adjoint_on_stiff_van_der_pol_matches_finite_differences(st
     assert sol.stats.nfe_backward > 0
 
 
+@pytest.mark.parametrize("interpolation", ["hermite", "cubic"])
+def test_nfe_backward_counts_the_dense_outputs_sub_steps(interpolation):
+    # Kvaerno5's quintic dense output takes a sub-step of the method (Newton
+    # iterations, a Jacobian) at each forward step the backward field reads: those
+    # evaluations of the field are the backward pass's too.
+    calls = [0]
+    field = VanDerPol(100.0)
+
+    def f(t, y):
+        calls[0] += 1
+        return field(t, y)
+
+    y0 = torch.tensor([2.0, 0.0], dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        f, y0, t0=0.0, t1=3.0, solver=Kvaerno5(interpolation=interpolation),
+        controller=odecore.PIDController(rtol=1e-6, atol=1e-6), gradient=odecore.Adjoint(),
+    )  # fmt: skip
+    calls[0] = 0
+    sol.ys[-1].sum().backward()
+    assert sol.stats.nfe_backward == calls[0] > 0
+
+
 def test_backsolve_fails_on_stiff_van_der_pol(stiff_fd):
     # The state integrated backward in time: its damped mode grows like exp(3000 t).
     with pytest.raises((AssertionError, odecore.SolverError)):

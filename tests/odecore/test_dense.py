@@ -156,6 +156,44 @@ def test_evaluate_outside_the_span_is_an_error(t: float) -> None:
         sol.evaluate(t)
 
 
+class _Relaxation(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = torch.nn.Parameter(torch.tensor(50.0, dtype=F64))
+
+    def forward(self, t, y):
+        return -self.k * (y - torch.cos(t))
+
+
+@pytest.mark.parametrize("solver", [odecore.Kvaerno5(), odecore.Tsit5()], ids=type)
+def test_evaluate_refuses_a_dense_output_that_evaluates_a_changed_field(solver) -> None:
+    # Kvaerno5's interpolant takes a sub-step of the field, Tsit5's a Hermite one reads
+    # its slopes: after an optimiser step they would mix the new field into the old
+    # solution (0.9195 for 0.9169 at t = 0.43 with k moved from 50 to 5).
+    field = _Relaxation()
+    y0 = torch.tensor([2.0], dtype=F64)
+    sol = odecore.solve(field, y0, t0=0.0, t1=1.0, solver=solver, saveat=odecore.SaveAt(dense=True))
+    before = sol.evaluate(0.43)
+    assert torch.equal(sol.evaluate(0.43), before)  # its own evaluations change nothing
+    with torch.no_grad():
+        field.k.fill_(5.0)
+    with pytest.raises(odecore.ConfigurationError, match="changed after the solve"):
+        sol.evaluate(0.43)
+
+
+def test_evaluate_of_a_stored_dense_output_ignores_a_changed_field() -> None:
+    # Rodas5P's continuous extension is made of the step's own stages: nothing to refuse.
+    field = _Relaxation()
+    y0 = torch.tensor([2.0], dtype=F64)
+    sol = odecore.solve(
+        field, y0, t0=0.0, t1=1.0, solver=odecore.Rodas5P(), saveat=odecore.SaveAt(dense=True)
+    )
+    before = sol.evaluate(0.43)
+    with torch.no_grad():
+        field.k.fill_(5.0)
+    assert torch.equal(sol.evaluate(0.43), before)
+
+
 def test_evaluate_without_dense_is_an_error() -> None:
     sol = odecore.solve(_decay, torch.ones(1), t0=0.0, t1=1.0, solver=odecore.Dopri5())
     with pytest.raises(ValueError, match=r"solve with `saveat=SaveAt\(dense=True\)`"):

@@ -40,7 +40,8 @@ class Stats:
         n_rejected: rejected steps, forward.
         nfe_backward: evaluations of the vector field and its vector-Jacobian product
             in the backward pass of :class:`Adjoint` (filled in when ``backward``
-            runs; 0 for backpropagation, whose backward pass autograd does).
+            runs; 0 for backpropagation, whose backward pass autograd does), those of
+            the forward steps' dense output that it reads included.
         n_jacobians: Jacobians of the field evaluated by an implicit solver's steps,
             forward (those for the gradient's exact iteration matrices included; the
             sub-steps of dense output not).
@@ -667,6 +668,7 @@ class _Steps:
         self.ends = [self.direction * step[2] for step in steps]  # the caller's times
         self._s1 = [step[2] for step in steps]
         self._read: tuple[int, Callable[[float], Tensor]] | None = None
+        self.nfe = 0  # the field's evaluations in reading the dense output (sub-steps)
 
     def __call__(self, t: float) -> Tensor:
         """The forward state at the caller's time ``t``."""
@@ -681,10 +683,14 @@ class _Steps:
             return y
         # The field as inside that step, with its one-sided limits at jumps.
         inside = getattr(fe, "inside", None)
-        with contextlib.nullcontext() if inside is None else inside(s0, s1):
-            if self._read is None or self._read[0] != k:  # the backward solve goes step by step
-                self._read = (k, self.solver.reader(fe, s0, s1, y, f0, step))
-            return self._read[1](s)
+        before = getattr(fe, "nfe", 0)
+        try:
+            with contextlib.nullcontext() if inside is None else inside(s0, s1):
+                if self._read is None or self._read[0] != k:  # step by step, backward
+                    self._read = (k, self.solver.reader(fe, s0, s1, y, f0, step))
+                return self._read[1](s)
+        finally:
+            self.nfe += getattr(fe, "nfe", 0) - before
 
 
 class Kept:
@@ -846,6 +852,9 @@ def _adjoint_backward(
             f0 = p.f(_inside(p, p.t0, p.y0), p.y0)
             nfe += 1
             grad_ts[0] = grad_ts[0] - (a * f0).sum() + (grad_ys[0] * f0).sum()
+    if steps is not None:  # the forward's dense output read by the backward field
+        nfe += steps.nfe
+        steps.nfe = 0
     spec.stats.nfe_backward += nfe
     _check_unread(augmented.unknown)
     grad_params = tuple(

@@ -148,8 +148,12 @@ class Solution:
         fixed ``t`` moves with them.
 
         Raises:
-            ConfigurationError: without ``SaveAt(dense=True)``, or for a time outside
-                the span solved.
+            ConfigurationError: without ``SaveAt(dense=True)``, for a time outside
+                the span solved, or where the solver's dense output evaluates the
+                field (a sub-step, slopes) and the field, an ``nn.Module``, holds
+                other parameters or buffers than after the solve, or ones changed in
+                place (an optimiser step). A field that is not a module is evaluated
+                as it is at the call.
 
         Example:
             >>> import math, torch, odecore
@@ -533,6 +537,33 @@ class _Dense:
         self.solver: AbstractSolver | None = None
         self.y0: Tensor | None = None
         self.s0 = math.nan
+        self.module: torch.nn.Module | None = None
+        self.tensors: list[tuple[int, int | None]] = []
+
+    def keep(self, module: torch.nn.Module | None) -> None:
+        """Note the field's module's parameters and buffers as the solve left them: a
+        dense output that evaluates the field (a sub-step, a Hermite interpolant's
+        slopes) is that of this solve only while they are unchanged."""
+        self.module = module
+        self.tensors = _held(module)
+
+    def _read(self, read: Callable[[], list[Tensor]]) -> list[Tensor]:
+        """``read()``, refused where it evaluated the field after the field's module
+        changed since the solve (an optimiser step, a new parameter)."""
+        assert self.fe is not None
+        changed = self.module is not None and _held(self.module) != self.tensors
+        before = self.fe.nfe
+        value = read()
+        if self.fe.nfe != before and self.module is not None:
+            if changed:
+                raise ConfigurationError(
+                    "`Solution.evaluate`: this solver's dense output evaluates the vector "
+                    "field, whose parameters or buffers changed after the solve (an "
+                    "optimizer step?), so the value would mix two fields; evaluate before "
+                    "changing them, or solve again."
+                )
+            self.tensors = _held(self.module)  # the field's own evaluations (running stats)
+        return value
 
     def __call__(self, t: float | Tensor) -> Tensor:
         """The flat state at the caller's time ``t``; a ``t`` that requires grad moves
@@ -558,20 +589,32 @@ class _Dense:
             if clock is not None:
                 clock.begin(s0, s1)
             try:
+                solver, fe = self.solver, self.fe
                 if s == self.s0:
                     value = self.y0
                 else:
-                    (value,) = self.solver.interpolate(self.fe, s0, s1, y, f0, step, [s])
+                    (value,) = self._read(lambda: solver.interpolate(fe, s0, s1, y, f0, step, [s]))
                 if clock is not None and s != self.s0:  # a fixed time in a moving step
                     shift = clock.within(s, shift)
                 if shift is None:
                     return value
                 with torch.no_grad():
-                    (slope,) = self.solver.slopes(self.fe, s0, s1, y, f0, step, [s], [value])
+                    (slope,) = self._read(
+                        lambda: solver.slopes(fe, s0, s1, y, f0, step, [s], [value])
+                    )
             finally:
                 if clock is not None:
                     clock.end()
         return value + _along(slope, shift.to(value.dtype))
+
+
+def _held(module: torch.nn.Module | None) -> list[tuple[int, int | None]]:
+    """Which tensors ``module`` holds (parameters, buffers) and their versions (``None``
+    for an inference tensor, which has none)."""
+    if module is None:
+        return []
+    held = itertools.chain(module.parameters(), module.buffers())
+    return [(id(q), None if q.is_inference() else q._version) for q in held]
 
 
 def _split(flat: Tensor, unpack: Callable[[Tensor], State]) -> State:
@@ -1227,6 +1270,8 @@ def _solve(
         )  # fmt: skip
         run, out_ts, event_t = done_event.result, done_event.ts, done_event.event_t
     message = _failure(run, t1, throw)
+    if dense is not None:
+        dense.keep(problem.module)
     rows_loop = loop if isinstance(loop, PerSampleLoop) else None
     return Solution(
         ts=torch.tensor(out_ts, dtype=flat0.dtype, device=flat0.device),
