@@ -533,3 +533,14 @@ def test_a_singular_matrix_is_a_clear_failure():
             lambda t, y: 8.0 * y, torch.ones(1, dtype=F64), t0=0.0, t1=1.0, solver=Rodas4(),
             controller=odecore.ConstantStepSize(), dt0=0.5,
         )  # fmt: skip
+
+
+@METHODS
+def test_a_scalar_state(method) -> None:
+    # A 0-dim state failed in the stage solve with a bare IndexError (its shape[0]).
+    sol = odecore.solve(
+        lambda t, y: -y, torch.tensor(0.7, dtype=F64), t0=0.0, t1=1.0,
+        solver=method(), controller=odecore.PIDController(rtol=1e-10, atol=1e-12),
+    )  # fmt: skip
+    assert sol.ys.shape == (1,)
+    assert sol.ys.item() == pytest.approx(0.7 * math.exp(-1.0), rel=1e-10)

@@ -339,8 +339,8 @@ class _Matrix:
 
     def solve(self, r: Tensor) -> Tensor:
         """``M^{-1} r`` for ``r`` shaped like the state, in its dtype."""
-        rows = r.shape[0]
-        rhs = r.reshape(rows, r.shape[1:].numel(), 1) if self.batched else r.reshape(-1, 1)
+        # Per sample, or the whole state as one column (a 0-dim state has no rows).
+        rhs = r.reshape(r.shape[0], r.shape[1:].numel(), 1) if self.batched else r.reshape(-1, 1)
         x: Tensor = torch.linalg.lu_solve(self.lu, self.pivots, rhs.to(self.lu.dtype))
         return x.to(r.dtype).view_as(r)
 
