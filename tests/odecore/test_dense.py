@@ -252,3 +252,18 @@ def test_odeint_dense_refuses_span_ends_that_require_grad() -> None:
 def test_odeint_dense_needs_an_odecore_method(method: str) -> None:
     with pytest.raises(ValueError, match="`odeint_dense` needs one of odecore's methods"):
         odecore.odeint_dense(_decay, torch.ones(1), 0.0, 1.0, method=method)
+
+
+def test_evaluate_hands_out_tensors_of_its_own() -> None:
+    # At t0 and at a step's end evaluate returned y0 itself and the step's own state:
+    # changed in place by the caller, they changed y0 and every later read of the steps.
+    y0 = torch.tensor([1.0, 0.5], dtype=F64)
+    sol = odecore.solve(
+        _decay, y0, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.25,
+        saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    before = sol.evaluate(torch.tensor([0.1, 0.3], dtype=F64))
+    sol.evaluate(0.0).mul_(10.0)
+    sol.evaluate(0.25).mul_(10.0)
+    assert torch.equal(y0, torch.tensor([1.0, 0.5], dtype=F64))
+    assert torch.equal(sol.evaluate(torch.tensor([0.1, 0.3], dtype=F64)), before)

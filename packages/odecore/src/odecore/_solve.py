@@ -578,7 +578,7 @@ class _Dense:
             raise ConfigurationError(f"`t` = {time!r} is outside the span solved, [{lo}, {hi}].")
         i = bisect.bisect_left([e for _, e, *_ in self.steps], s) if self.steps else 0
         if s == self.s0 and not (moved and self.steps):
-            return self.y0
+            return self.y0.clone()  # the caller's to change, not the steps' own tensor
         s0, s1, y, f0, step = self.steps[i]
         clock = self.fe.clock  # the solve's times need gradients: its steps move
         shift = None
@@ -596,8 +596,9 @@ class _Dense:
                     (value,) = self._read(lambda: solver.interpolate(fe, s0, s1, y, f0, step, [s]))
                 if clock is not None and s != self.s0:  # a fixed time in a moving step
                     shift = clock.within(s, shift)
-                if shift is None:
-                    return value
+                if shift is None:  # a copy where it is a tensor the steps hold
+                    own = (step.y1, y, self.y0)
+                    return value.clone() if any(value is x for x in own) else value
                 with torch.no_grad():
                     (slope,) = self._read(
                         lambda: solver.slopes(fe, s0, s1, y, f0, step, [s], [value])
