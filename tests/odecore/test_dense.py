@@ -267,3 +267,15 @@ def test_evaluate_hands_out_tensors_of_its_own() -> None:
     sol.evaluate(0.25).mul_(10.0)
     assert torch.equal(y0, torch.tensor([1.0, 0.5], dtype=F64))
     assert torch.equal(sol.evaluate(torch.tensor([0.1, 0.3], dtype=F64)), before)
+
+
+def test_evaluate_takes_no_times_and_refuses_a_grid_of_them() -> None:
+    sol = odecore.solve(
+        lambda t, y: (-y[0], -y[1]), (torch.ones(2, dtype=F64), torch.ones(3, 1, dtype=F64)),
+        t0=0.0, t1=1.0,
+        solver=odecore.RK4(), dt0=0.25, saveat=odecore.SaveAt(dense=True),
+    )  # fmt: skip
+    none = sol.evaluate(torch.zeros(0, dtype=F64))  # was a bare error from torch.stack
+    assert [x.shape for x in none] == [(0, 2), (0, 3, 1)]
+    with pytest.raises(ValueError, match=r"0-dim or 1-D tensor of times, got a tensor of shape"):
+        sol.evaluate(torch.full((2, 2), 0.5, dtype=F64))

@@ -149,7 +149,8 @@ class Solution:
 
         Raises:
             ConfigurationError: without ``SaveAt(dense=True)``, for a time outside
-                the span solved, or where the solver's dense output evaluates the
+                the span solved or a tensor of times of more than one dimension,
+                or where the solver's dense output evaluates the
                 field (a sub-step, slopes) and the field, an ``nn.Module``, holds
                 other parameters or buffers than after the solve, or ones changed in
                 place (an optimiser step). A field that is not a module is evaluated
@@ -167,6 +168,17 @@ class Solution:
             raise ConfigurationError(
                 "`Solution.evaluate` needs the steps: solve with `saveat=SaveAt(dense=True)`."
             )
+        if isinstance(t, Tensor) and t.dim() > 1:
+            raise ConfigurationError(
+                "`Solution.evaluate` takes a number or a 0-dim or 1-D tensor of times, got "
+                f"a tensor of shape {tuple(t.shape)}."
+            )
+        if isinstance(t, Tensor) and t.dim() == 1 and t.numel() == 0:  # no time: no row
+            assert self.dense.y0 is not None
+            like = self.dense.y0 if self.dense.unpack is None else self.dense.unpack(self.dense.y0)
+            if isinstance(like, Tensor):
+                return like.new_empty((0, *like.shape))
+            return tuple(x.new_empty((0, *x.shape)) for x in like)
         if isinstance(t, Tensor) and t.dim() == 1:
             flat = torch.stack([self.dense(x) for x in t.unbind()])
             return flat if self.dense.unpack is None else _split(flat, self.dense.unpack)
