@@ -190,6 +190,18 @@ def test_a_model_below_95_percent_is_not_a_comparison() -> None:
     assert fine.held_on == (True, True) and fine.status == "held"
 
 
+def test_a_missing_accuracy_or_count_is_missing_from_the_lower_and_the_larger() -> None:
+    """min(0.97, nan) is 0.97: the bar held on the NODE's accuracy, the ANODE's missing."""
+    claims = {c.key: c for c in anode_images.dataset_claims("mnist")}
+    (seed,) = _seeds((math.nan, 0.97))
+    trained = claims["mnist_both_trained"].check([seed])
+    assert trained.status == "not held" and trained.ours.values == (None,)
+    table = {run: {**m, "parameters": 84_000.0} for run, m in seed.table.items()}
+    table["mnist/anode"]["parameters"] = None
+    budget = claims["mnist_parameters_on_budget"].check([Values(table)])
+    assert budget.ours.values == (None,) and budget.status == "failed"
+
+
 @pytest.mark.slow
 def test_files_exist_and_results_equal_the_summary(
     run: tuple[Path, dict[str, Any], list[str]],

@@ -83,6 +83,18 @@ def test_anode_below_node_is_the_paired_difference() -> None:
     assert verdict.status == "mixed" and verdict.words == "mixed: held on 1 of 2 seeds"
 
 
+@pytest.mark.parametrize("key", ["node_nfe_nearly_doubles", "anode_nfe_hardly_increases"])
+def test_nfe_growth_is_missing_where_one_dimension_misses_it(key: str) -> None:
+    """The smaller (larger) of the 1-D and 2-D growth has no number without the 2-D one."""
+    claim = next(c for c in anode_toy.CLAIMS if c.key == key)
+    model = key.split("_")[0]
+    table = {
+        f"{d}d/{model}": {"nfe_first": 10.0, "nfe_last": 11.0 if d == 1 else None} for d in (1, 2)
+    }
+    verdict = claim.check([Values(table)])
+    assert verdict.ours.values == (None,) and verdict.status == "not held"
+
+
 @pytest.mark.parametrize(
     ("key", "table", "words"),
     [

@@ -145,6 +145,21 @@ def test_a_comparison_holds_only_where_both_models_pass_90_percent() -> None:
     assert cifar["cifar10_input_layer_near_best"].detail.endswith("holds at -1 point or more")
 
 
+def test_a_missing_number_is_missing_from_the_least_and_the_largest() -> None:
+    """min and max drop a NaN after the first: the 2nd-order model passed as the smallest
+    with a count missing, and the least accuracy was another model's."""
+    claims = {c.key: c for c in augmentation.dataset_claims("mnist")}
+    counts = dict(zip(augmentation.MODELS, (21_535.0, 20_816.0, None, 20_336.0), strict=True))
+    accuracies = dict(zip(augmentation.MODELS, (0.95, 0.95, 0.95, None), strict=True))
+    seed = Values({f"mnist/{n}": {"test_acc": accuracies[n], "parameters": counts[n]}
+                   for n in augmentation.MODELS})  # fmt: skip
+    for key in ("second_order_fewest_parameters", "parameters_match_poster",
+                "every_model_trained", "input_layer_near_best"):  # fmt: skip
+        verdict = claims[f"mnist_{key}"].check([seed])
+        assert verdict.ours.values == (None,), key
+    assert claims["mnist_second_order_fewest_parameters"].check([seed]).status == "failed"
+
+
 @pytest.mark.slow
 def test_files_exist_and_results_equal_the_summary(
     run: tuple[Path, dict[str, Any], list[str]],

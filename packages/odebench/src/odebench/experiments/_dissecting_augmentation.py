@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .._figures import Bars, Lines, mean_band
 from .._metrics import Metric, Values
 from .._tables import Col, Row, Table
@@ -125,15 +127,16 @@ def _test(key: str, g: Get, p: Get) -> tuple[float, bool]:
         first, second, k = PAIRS[key]
         return g(first, k) - g(second, k), g(first, k) - g(second, k) > 0.0
     if key == "every_model_trained":
-        return min(g(n, "acc") for n in MODELS), True
+        return float(np.min([g(n, "acc") for n in MODELS])), True
     if key == "input_layer_near_best":
-        il, best = g("ilnode", "acc"), max(g(n, "acc") for n in MODELS)
+        il, best = g("ilnode", "acc"), float(np.max([g(n, "acc") for n in MODELS]))
         return il - best, il >= best - NEAR_BEST
     if key == "second_order_fewest_parameters":
-        so, others = g("sonode", "params"), min(g(n, "params") for n in MODELS if n != "sonode")
+        others = float(np.min([g(n, "params") for n in MODELS if n != "sonode"]))
+        so = g("sonode", "params")
         return so / others, so <= others
     counts = [(g(n, "params"), p(n, "params")) for n in MODELS]  # parameters_match_poster
-    return max(abs(a / b - 1) for a, b in counts), all(
+    return float(np.max([abs(a / b - 1) for a, b in counts])), all(
         abs(a - b) <= POSTER_PARAMS * b for a, b in counts
     )
 
