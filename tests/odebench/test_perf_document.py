@@ -156,6 +156,15 @@ def test_the_reports_speed_line_shows_the_documents_values(published):
     assert "–" in peer and "-" not in peer
 
 
+def test_a_ratio_far_below_one_is_not_shown_as_zero(published):
+    # torchdyn's rk4 is first order on the conv fields: odecore's error there is 0.0022
+    # times its, which two decimals wrote as 0.00, an error of zero.
+    lines = format_report(published).splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("Ratios odecore / peer"))
+    line = next(x for x in lines[start:] if x.split()[:3] == ["conv_relu", "rk4x100", "torchdyn"])
+    assert line.split()[5] == "0.00224"  # fwd, NFE, error
+
+
 def test_the_contnet_report_tables_each_models_figures():
     figures = {"train_step_time_s": 0.0185, "forward_time_s": 0.00684,
                "saved_for_backward_mib": 2.284, "parameters": 7726.0}  # fmt: skip

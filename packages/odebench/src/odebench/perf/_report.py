@@ -190,7 +190,9 @@ _RATIO_HEADERS = "fwd, NFE, error, fwd ovh, us/ev, solver us/ev, bp, adj, adj NF
 
 def _ratios(d: Document) -> list[str]:
     headers = _RATIO_HEADERS.split(", ")
-    columns = ((h, f, *_F2) for h, f in zip(headers, RATIO_FIGURES, strict=True))
+    # three digits, not two decimals: a ratio far below 1 (an error 400 times smaller) is
+    # no 0.00
+    columns = ((h, f, ".3g", 1.0) for h, f in zip(headers, RATIO_FIGURES, strict=True))
     return _grid("ratios", d.ratios, ("problem", "method", "peer"), columns)
 
 
