@@ -133,6 +133,13 @@ def test_benchmark_configs_refuse_counts_that_are_not_positive_integers(config, 
         getattr(perf, config)(**{field: value})
 
 
+def test_a_quick_run_with_repeats_is_not_said_to_be_one_run():
+    from odebench.perf._solvers import SolversConfig, _general_notes
+
+    first = _general_notes(SolversConfig(quick=True, repeats=3))[0]
+    assert "one run" not in first and first.endswith("(quick mode: no warm-up).")
+
+
 def test_the_reports_speed_line_shows_the_documents_values(published):
     """The declared speed table reads each figure of its problem, method and library."""
     key = ("mlp", "dopri5@1e-06", "odecore")

@@ -649,7 +649,7 @@ def _general_notes(config: SolversConfig) -> list[str]:
     stiff = any(p in STIFF_PROBLEMS for p in config.problem_names)
     wanted = {"compile": config.compile, "stiff": stiff}
     names = [name for name in ("first", "compile", "costs", "stiff") if wanted.get(name, True)]
-    return _text_notes(names, warmup=" (quick mode: one run, no warm-up)." if config.quick else ".")
+    return _text_notes(names, warmup=" (quick mode: no warm-up)." if config.quick else ".")
 
 
 def _text_notes(names: list[str], **fields: str) -> list[str]:
