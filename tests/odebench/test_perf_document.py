@@ -172,6 +172,20 @@ def test_a_ratio_far_below_one_is_not_shown_as_zero(published):
     assert line.split()[5] == "0.00224"  # fwd, NFE, error
 
 
+def test_no_ratio_of_times_against_a_run_whose_gradient_is_not_finite():
+    # The run's time stands in results beside its note, and the failure is listed; a
+    # ratio of it said odecore was faster than a run that gave no gradient.
+    from odebench.perf._solvers import _ratio_rows
+
+    results = [
+        ResultRow("vdp", "rk4x100", "odecore", "adjoint_time_s", 0.2, "s"),
+        ResultRow("vdp", "rk4x100", "torchdiffeq", "adjoint_time_s", 0.1, "s",
+                  "the gradient holds NaN or inf"),
+    ]  # fmt: skip
+    (row,) = [r for r in _ratio_rows(results, ["torchdiffeq"]) if r.figure == "adjoint_time_s"]
+    assert row.value is None and "NaN" in (row.note or "")
+
+
 def test_the_contnet_report_tables_each_models_figures():
     figures = {"train_step_time_s": 0.0185, "forward_time_s": 0.00684,
                "saved_for_backward_mib": 2.284, "parameters": 7726.0}  # fmt: skip

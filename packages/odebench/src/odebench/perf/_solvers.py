@@ -526,13 +526,21 @@ def _ratio_rows(results: list[ResultRow], peers: list[str]) -> list[RatioRow]:
     """odecore's figure over each peer's, for each problem, method and figure of
     ``RATIO_FIGURES``."""
     values = {(r.problem, r.method, r.library, r.figure): r.value for r in results}
+    # a run whose gradient is not finite keeps its time in results, its note says so
+    nan = {
+        (r.problem, r.method, r.library, r.figure)
+        for r in results
+        if (r.note or "").startswith("the gradient holds NaN")
+    }
     rows = []
     for problem, method in dict.fromkeys((r.problem, r.method) for r in results):
         for peer, figure in itertools.product(peers, RATIO_FIGURES):
             ours = values.get((problem, method, "odecore", figure))
             theirs = values.get((problem, method, peer, figure))
             value, note = ratio(ours, theirs), None
-            if ours is None:
+            if nan & {(problem, method, name, figure) for name in ("odecore", peer)}:
+                value, note = None, "a gradient of the two holds NaN or inf"
+            elif ours is None:
                 note = "odecore's figure is missing"
             elif theirs is None:
                 note = f"{peer}'s figure is missing"
