@@ -186,6 +186,20 @@ def test_no_ratio_of_times_against_a_run_whose_gradient_is_not_finite():
     assert row.value is None and "NaN" in (row.note or "")
 
 
+def test_no_ratio_of_a_cost_per_evaluation_below_zero():
+    # forward_cost_per_eval_us subtracts NFE x one evaluation from the time: below the
+    # noise it comes out negative, and -5 / -10 read 0.5, odecore the cheaper.
+    from odebench.perf._solvers import _ratio_rows
+
+    figure = "forward_cost_per_eval_us"
+    results = [
+        ResultRow("linear", "rk4x100", "odecore", figure, -5.0, "us"),
+        ResultRow("linear", "rk4x100", "torchdiffeq", figure, -10.0, "us"),
+    ]
+    (row,) = [r for r in _ratio_rows(results, ["torchdiffeq"]) if r.figure == figure]
+    assert row.value is None and "negative" in (row.note or "")
+
+
 def test_the_contnet_report_tables_each_models_figures():
     figures = {"train_step_time_s": 0.0185, "forward_time_s": 0.00684,
                "saved_for_backward_mib": 2.284, "parameters": 7726.0}  # fmt: skip

@@ -544,6 +544,8 @@ def _ratio_rows(results: list[ResultRow], peers: list[str]) -> list[RatioRow]:
                 note = "odecore's figure is missing"
             elif theirs is None:
                 note = f"{peer}'s figure is missing"
+            elif min(ours, theirs) < 0:  # a cost by subtraction below the noise: no ratio
+                value, note = None, "a figure of the two is negative"
             elif value is None:
                 note = f"{peer}'s figure is zero"
             rows.append(RatioRow(problem, method, figure, "odecore", peer, value, note))
