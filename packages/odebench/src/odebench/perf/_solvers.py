@@ -172,6 +172,8 @@ class SolversConfig:
             twice = sorted({p for p in self.problems if self.problems.count(p) > 1})
             if twice:  # a second run would double its rows, the report showing one
                 raise ValueError(f"`problems` names {twice} more than once.")
+        if self.compile and self.libraries is not None and "odecore" not in self.libraries:
+            raise ValueError("`compile` compares with eager odecore: keep odecore in `libraries`.")
 
     @property
     def n_repeats(self) -> int:
