@@ -200,6 +200,18 @@ def test_no_ratio_of_a_cost_per_evaluation_below_zero():
     assert row.value is None and "negative" in (row.note or "")
 
 
+def test_a_run_that_failed_after_others_stood_is_listed_under_failed_runs():
+    # Its figures are the medians of the runs before it, its note says that a later
+    # one failed; the report showed the numbers and no failure.
+    rows = [
+        ResultRow("vdp", "dopri5@1e-06", "torchdyn", "adjoint_time_s", 0.5, "s",
+                  "a later run failed: EvaluationLimitError: stopped after 20,000"),
+    ]  # fmt: skip
+    env = {"date": "", "torch": "", "threads": 1, "cpu_count": 1, "machine": "", "python": ""}
+    doc = Document({**env, "libraries": {"torchdyn": ""}}, results=rows).to_json()
+    assert "results: vdp dopri5@1e-06 torchdyn adjoint: a later run failed" in format_report(doc)
+
+
 def test_the_contnet_report_tables_each_models_figures():
     figures = {"train_step_time_s": 0.0185, "forward_time_s": 0.00684,
                "saved_for_backward_mib": 2.284, "parameters": 7726.0}  # fmt: skip

@@ -271,9 +271,10 @@ def _failures(d: Document) -> list[str]:
     for section in ("results", "stiff", "memory", "gradients"):
         for r in getattr(d, section):
             note = r.note or ""
-            if r.value is not None or not getattr(r, "supported", True):
+            later = note.startswith("a later run failed")  # the runs before it stand
+            if (r.value is not None and not later) or not getattr(r, "supported", True):
                 continue
-            if not (note.startswith("failed") or "Error" in note or "NaN" in note):
+            if not (later or note.startswith("failed") or "Error" in note or "NaN" in note):
                 continue
             what = getattr(r, "gradient", None) or _MODE_OF.get(r.figure, "forward")
             failures.setdefault(f"  {section}: {r.problem} {r.method} {r.library} {what}", note)
