@@ -121,3 +121,13 @@ def test_an_eager_fallback_fails_the_compiled_cell_instead_of_being_timed(monkey
         CompiledOdecoreLibrary().solve(
             problem.field, problem.y0, problem.t0, problem.t1, Method("rk4", n_steps=4), "forward"
         )
+
+
+def test_the_command_refuses_compile_without_odecore_before_running(capsys):
+    # The run raised from discover(), a traceback, after its first lines of progress.
+    from odebench import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["perf", "solvers", "--quick", "--compile", "--libraries", "torchdiffeq"])
+    assert exc.value.code == 2
+    assert "keep odecore in `libraries`" in capsys.readouterr().err

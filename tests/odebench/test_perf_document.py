@@ -133,6 +133,13 @@ def test_benchmark_configs_refuse_counts_that_are_not_positive_integers(config, 
         getattr(perf, config)(**{field: value})
 
 
+def test_a_quick_run_with_repeats_is_not_said_to_be_one_run():
+    from odebench.perf._solvers import SolversConfig, _general_notes
+
+    first = _general_notes(SolversConfig(quick=True, repeats=3))[0]
+    assert "one run" not in first and first.endswith("(quick mode: no warm-up).")
+
+
 def test_the_reports_speed_line_shows_the_documents_values(published):
     """The declared speed table reads each figure of its problem, method and library."""
     key = ("mlp", "dopri5@1e-06", "odecore")
@@ -154,6 +161,59 @@ def test_the_reports_speed_line_shows_the_documents_values(published):
     # a library without a figure shows an en dash in its cell
     peer = next(x for x in lines if x.split()[:1] == ["torchode"]).split()
     assert "–" in peer and "-" not in peer
+
+
+def test_a_ratio_far_below_one_is_not_shown_as_zero(published):
+    # torchdyn's rk4 is first order on the conv fields: odecore's error there is 0.0022
+    # times its, which two decimals wrote as 0.00, an error of zero.
+    key = ["conv_relu", "rk4x100", "torchdyn"]
+    (value,) = [r["value"] for r in published["ratios"] if [r["problem"], r["method"],
+                r["peer"]] == key and r["figure"] == "error"]  # fmt: skip
+    assert 0 < value < 0.005
+    lines = format_report(published).splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("Ratios odecore / peer"))
+    line = next(x for x in lines[start:] if x.split()[:3] == key)
+    assert line.split()[5] == format(value, ".3g")  # fwd, NFE, error
+
+
+def test_no_ratio_of_times_against_a_run_whose_gradient_is_not_finite():
+    # The run's time stands in results beside its note, and the failure is listed; a
+    # ratio of it said odecore was faster than a run that gave no gradient.
+    from odebench.perf._solvers import _ratio_rows
+
+    results = [
+        ResultRow("vdp", "rk4x100", "odecore", "adjoint_time_s", 0.2, "s"),
+        ResultRow("vdp", "rk4x100", "torchdiffeq", "adjoint_time_s", 0.1, "s",
+                  "the gradient holds NaN or inf"),
+    ]  # fmt: skip
+    (row,) = [r for r in _ratio_rows(results, ["torchdiffeq"]) if r.figure == "adjoint_time_s"]
+    assert row.value is None and "NaN" in (row.note or "")
+
+
+def test_no_ratio_of_a_cost_per_evaluation_below_zero():
+    # forward_cost_per_eval_us subtracts NFE x one evaluation from the time: below the
+    # noise it comes out negative, and -5 / -10 read 0.5, odecore the cheaper.
+    from odebench.perf._solvers import _ratio_rows
+
+    figure = "forward_cost_per_eval_us"
+    results = [
+        ResultRow("linear", "rk4x100", "odecore", figure, -5.0, "us"),
+        ResultRow("linear", "rk4x100", "torchdiffeq", figure, -10.0, "us"),
+    ]
+    (row,) = [r for r in _ratio_rows(results, ["torchdiffeq"]) if r.figure == figure]
+    assert row.value is None and "negative" in (row.note or "")
+
+
+def test_a_run_that_failed_after_others_stood_is_listed_under_failed_runs():
+    # Its figures are the medians of the runs before it, its note says that a later
+    # one failed; the report showed the numbers and no failure.
+    rows = [
+        ResultRow("vdp", "dopri5@1e-06", "torchdyn", "adjoint_time_s", 0.5, "s",
+                  "a later run failed: EvaluationLimitError: stopped after 20,000"),
+    ]  # fmt: skip
+    env = {"date": "", "torch": "", "threads": 1, "cpu_count": 1, "machine": "", "python": ""}
+    doc = Document({**env, "libraries": {"torchdyn": ""}}, results=rows).to_json()
+    assert "results: vdp dopri5@1e-06 torchdyn adjoint: a later run failed" in format_report(doc)
 
 
 def test_the_contnet_report_tables_each_models_figures():

@@ -55,3 +55,23 @@ def test_a_gradient_whose_memory_grows_is_not_run_past_its_limit(monkeypatch):
     assert got["backprop", None, "mib_per_step"].value == pytest.approx(0.01)  # 10 to 1000
     assert got["backprop", None, "delta_growth"].value == pytest.approx(11.0 / 1.1)
     assert got["reversible", None, "delta_growth"].value == 1.0
+
+
+def test_a_child_that_dies_or_runs_out_of_time_is_a_failed_run_of_the_report(monkeypatch):
+    # A timeout or a crash has no exception name in its message: its rows said why
+    # without "failed", and the report showed a dash, as for a gradient the library
+    # lacks, without listing it under Failed runs.
+    import odebench.perf._memory as memory
+    from odebench.perf import _libraries, format_report
+    from odebench.perf._document import Document
+
+    def child(job, threads, batch, timeout_s):
+        if job[1] == "adjoint":
+            return memory.Peak(error="the child process ran past 600 s")
+        return memory.Peak(peak_delta_mib=1.0)
+
+    monkeypatch.setattr(memory, "_run_child", child)
+    rows = memory.measure_memory([_libraries.OdecoreLibrary()], (10, 100), threads=1, batch=1)
+    env = {"date": "", "torch": "", "threads": 1, "cpu_count": 1, "machine": "", "python": ""}
+    report = format_report(Document({**env, "libraries": {"odecore": ""}}, memory=rows).to_json())
+    assert "memory: mlp rk4x10 odecore adjoint: failed: the child process ran past 600 s" in report

@@ -227,9 +227,9 @@ def measure_memory(
         done = pool.map(lambda job: _run_child(job, threads, batch, timeout_s), jobs)
         for (lib, grad, n), peak in zip(jobs, done):  # in the order of jobs
             peaks[(lib, grad, n)] = peak
-            shown = f"failed: {peak.error}" if peak.error else f"{peak.peak_delta_mib:.1f} MiB"
-            log(f"  memory {lib} {grad} rk4x{n}: {shown}")
-            figures = {f: (None if peak.error else getattr(peak, f), peak.error) for f in _FIGURES}
+            failed = f"failed: {peak.error}" if peak.error else None  # under Failed runs
+            log(f"  memory {lib} {grad} rk4x{n}: {failed or f'{peak.peak_delta_mib:.1f} MiB'}")
+            figures = {f: (None if failed else getattr(peak, f), failed) for f in _FIGURES}
             rows += figure_rows(MemoryRow, _key(lib, grad, n), figures, _FIGURES)
     for library in libraries:
         for gradient in MEMORY_MODES:

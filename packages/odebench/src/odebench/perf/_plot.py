@@ -145,9 +145,9 @@ def _gradient_error(d: Document) -> Bars:
 
 def solver_panels(doc: Mapping[str, Any]) -> list[Bars | Lines]:
     """What :func:`plot_solvers` draws, as data: the four panels that :doc:`/odebench/index`
-    describes ("The figure"), in order. A ``None`` value (a library without that method) is
-    kept as ``None`` and drawn as "n/a"; peaks not above the baseline are left out of the
-    memory panel's log axis.
+    describes ("The figure"), in order. A ``None`` value (a library without that method, or a
+    run that failed) is kept as ``None`` and drawn as "n/a"; peaks not above the baseline
+    are left out of the memory panel's log axis.
 
     Raises:
         ValueError: when ``doc`` is not the document of ``odebench perf solvers``.

@@ -190,7 +190,9 @@ _RATIO_HEADERS = "fwd, NFE, error, fwd ovh, us/ev, solver us/ev, bp, adj, adj NF
 
 def _ratios(d: Document) -> list[str]:
     headers = _RATIO_HEADERS.split(", ")
-    columns = ((h, f, *_F2) for h, f in zip(headers, RATIO_FIGURES, strict=True))
+    # three digits, not two decimals: a ratio far below 1 (an error 400 times smaller) is
+    # no 0.00
+    columns = ((h, f, ".3g", 1.0) for h, f in zip(headers, RATIO_FIGURES, strict=True))
     return _grid("ratios", d.ratios, ("problem", "method", "peer"), columns)
 
 
@@ -269,9 +271,10 @@ def _failures(d: Document) -> list[str]:
     for section in ("results", "stiff", "memory", "gradients"):
         for r in getattr(d, section):
             note = r.note or ""
-            if r.value is not None or not getattr(r, "supported", True):
+            later = note.startswith("a later run failed")  # the runs before it stand
+            if (r.value is not None and not later) or not getattr(r, "supported", True):
                 continue
-            if not (note.startswith("failed") or "Error" in note or "NaN" in note):
+            if not (later or note.startswith("failed") or "Error" in note or "NaN" in note):
                 continue
             what = getattr(r, "gradient", None) or _MODE_OF.get(r.figure, "forward")
             failures.setdefault(f"  {section}: {r.problem} {r.method} {r.library} {what}", note)

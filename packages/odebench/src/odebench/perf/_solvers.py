@@ -172,6 +172,8 @@ class SolversConfig:
             twice = sorted({p for p in self.problems if self.problems.count(p) > 1})
             if twice:  # a second run would double its rows, the report showing one
                 raise ValueError(f"`problems` names {twice} more than once.")
+        if self.compile and self.libraries is not None and "odecore" not in self.libraries:
+            raise ValueError("`compile` compares with eager odecore: keep odecore in `libraries`.")
 
     @property
     def n_repeats(self) -> int:
@@ -526,16 +528,26 @@ def _ratio_rows(results: list[ResultRow], peers: list[str]) -> list[RatioRow]:
     """odecore's figure over each peer's, for each problem, method and figure of
     ``RATIO_FIGURES``."""
     values = {(r.problem, r.method, r.library, r.figure): r.value for r in results}
+    # a run whose gradient is not finite keeps its time in results, its note says so
+    nan = {
+        (r.problem, r.method, r.library, r.figure)
+        for r in results
+        if (r.note or "").startswith("the gradient holds NaN")
+    }
     rows = []
     for problem, method in dict.fromkeys((r.problem, r.method) for r in results):
         for peer, figure in itertools.product(peers, RATIO_FIGURES):
             ours = values.get((problem, method, "odecore", figure))
             theirs = values.get((problem, method, peer, figure))
             value, note = ratio(ours, theirs), None
-            if ours is None:
+            if nan & {(problem, method, name, figure) for name in ("odecore", peer)}:
+                value, note = None, "a gradient of the two holds NaN or inf"
+            elif ours is None:
                 note = "odecore's figure is missing"
             elif theirs is None:
                 note = f"{peer}'s figure is missing"
+            elif min(ours, theirs) < 0:  # a cost by subtraction below the noise: no ratio
+                value, note = None, "a figure of the two is negative"
             elif value is None:
                 note = f"{peer}'s figure is zero"
             rows.append(RatioRow(problem, method, figure, "odecore", peer, value, note))
@@ -649,7 +661,7 @@ def _general_notes(config: SolversConfig) -> list[str]:
     stiff = any(p in STIFF_PROBLEMS for p in config.problem_names)
     wanted = {"compile": config.compile, "stiff": stiff}
     names = [name for name in ("first", "compile", "costs", "stiff") if wanted.get(name, True)]
-    return _text_notes(names, warmup=" (quick mode: one run, no warm-up)." if config.quick else ".")
+    return _text_notes(names, warmup=" (quick mode: no warm-up)." if config.quick else ".")
 
 
 def _text_notes(names: list[str], **fields: str) -> list[str]:
