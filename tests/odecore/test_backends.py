@@ -310,6 +310,18 @@ def test_scipy_nonfinite_field(name):
     assert info.value.t <= 0.5
 
 
+def test_scipy_refuses_a_later_result_of_another_dtype():
+    """Only the field's first result was checked: a float32 one after t = 0.5 lost its
+    precision in a float64 solve, silently."""
+    with pytest.raises(TypeError, match=r"`func` returned dtype torch.float32, but the state"):
+        scipy_odeint(
+            "RK45",
+            lambda t, y: (-y).float() if t > 0.5 else -y,
+            torch.ones(1, dtype=F64),
+            torch.tensor([0.0, 1.0], dtype=F64),
+        )
+
+
 def test_scipy_errors_in_the_field_propagate():
     with pytest.raises(ValueError, match=r"`func` returned shape \(2,\), but the state"):
         scipy_odeint(

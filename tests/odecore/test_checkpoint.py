@@ -155,11 +155,14 @@ def test_checkpoint_of_a_solve_without_steps(gradient):
     torch.testing.assert_close(y0.grad, torch.full_like(y0, 2.0))
 
 
-@pytest.mark.parametrize("gradient", [odecore.Checkpoint(), odecore.Adjoint()], ids=repr)
+@pytest.mark.parametrize(
+    "gradient", [odecore.Checkpoint(), odecore.Adjoint(), odecore.Reversible()], ids=repr
+)
 def test_a_failed_solve_refuses_a_gradient_it_does_not_have(gradient):
     """With ``throw=False`` a failed solve's outputs came back without a graph: their
     share of the gradients of ``y0`` and of the field's tensors was silently missing
-    (backpropagation has it). A backward pass through them now raises; ``y0`` at ``t0``
+    (backpropagation has it; the reversible method gave ``y0`` a zero gradient and the
+    field's tensors none). A backward pass through them now raises; ``y0`` at ``t0``
     keeps its gradient, and a solve without a graph returns the same outputs."""
     w = torch.tensor(-0.7, dtype=F64, requires_grad=True)
     y0 = torch.tensor([1.5, -2.0], dtype=F64, requires_grad=True)

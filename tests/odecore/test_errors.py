@@ -293,6 +293,39 @@ def test_func_returning_broadcastable_shape_is_still_wrong():
         odeint(func=lambda t, y: -y[None])
 
 
+@pytest.mark.parametrize(
+    ("later", "error", "match"),
+    [
+        (lambda y: (-y).float(), TypeError, r"`func` returned dtype torch.float32, but"),
+        (lambda y: -y[..., :1], ValueError, r"`func` returned shape \(1, 1\), but"),
+    ],
+    ids=["dtype", "shape"],
+)
+@pytest.mark.parametrize(
+    ("gradient", "per_sample"),
+    [
+        (odecore.Autograd(), False),
+        (odecore.Adjoint(), False),
+        (odecore.Checkpoint(), False),
+        (odecore.Autograd(), True),
+    ],
+    ids=["autograd", "adjoint", "checkpoint", "per_sample"],
+)
+def test_func_returning_another_dtype_or_shape_later_is_refused(
+    later, error, match, gradient, per_sample
+):
+    """Only the field's first result was checked: one that branches on ``t`` and returns
+    float32 later was promoted to float64 silently, and one of shape (1, 1) broadcast
+    over the state (both solves returned plausible numbers)."""
+    y0 = torch.ones(1, 3, dtype=F64, requires_grad=True)
+    with pytest.raises(error, match=match):
+        odecore.solve(
+            lambda t, y: later(y) if bool((t > 0.5).all()) else -y, y0, t0=0.0, t1=1.0,
+            solver=odecore.Dopri5(), controller=odecore.PIDController(per_sample=per_sample),
+            gradient=gradient,
+        )  # fmt: skip
+
+
 def test_func_returning_non_tensor():
     with pytest.raises(TypeError, match=r"`func` must return a Tensor, got list"):
         odeint(func=lambda t, y: [0.0, 0.0, 0.0])

@@ -189,7 +189,7 @@ class _NumpyField:
     """The vector field as scipy calls it: float time, float64 vector in and out.
 
     ``f`` sees tensors in ``y0``'s shape, dtype and device, and a 0-dim time tensor
-    in the same dtype. Counts evaluations, checks the shape of the first result,
+    in the same dtype. Counts evaluations, checks the shape of every result,
     notes non-finite results, and evaluates one-sided limits at jumps: on a piece
     that starts (ends) on a jump, times at or before (after) it are moved to the
     neighbouring floating-point number inside the piece.
@@ -202,7 +202,6 @@ class _NumpyField:
         self.device = y0.device
         self.nfe = 0
         self.nonfinite = False
-        self.checked = False
         self.direction = 1.0
         self.lo: float | None = None  # the earliest time f may see on this piece
         self.hi: float | None = None  # the latest
@@ -237,16 +236,17 @@ class _NumpyField:
             self.nonfinite = True
             raise _NonFiniteTimeError
         out = self.f(self.time(t), self.tensor(y))
-        if not self.checked:
-            self._check(out)
+        if not (
+            isinstance(out, Tensor)
+            and out.shape == self.shape
+            and out.dtype == self.dtype
+            and out.device == self.device
+        ):  # every result: a later one in float32 would lose its precision silently
+            _check_derivative(out, self.shape, self.dtype, self.device)
         values = out.detach().reshape(-1).to("cpu", torch.float64).numpy().copy()
         if not np.isfinite(values).all():
             self.nonfinite = True
         return values
-
-    def _check(self, out: object) -> None:
-        _check_derivative(out, self.shape, self.dtype, self.device)
-        self.checked = True
 
 
 @dataclass

@@ -21,6 +21,7 @@ from ._gradients import (
     LoopResult,
     Problem,
     Stats,
+    _failed,
     _parameters,
     _Replay,
     beyond_rounding,
@@ -79,7 +80,9 @@ class Reversible(AbstractGradient):
             step's end (in the controller's norm of the error ratio: ``y`` would
             miss the tolerance); in ``backward()``, if the ``y0`` it rebuilt differs
             from ``y0`` by more than the cube root of the dtype's resolution (the
-            coupled solve is unstable there, and its gradient would be wrong).
+            coupled solve is unstable there, and its gradient would be wrong); in
+            ``backward()`` through an output of a solve that failed (``throw=False``),
+            which it does not differentiate (only ``y0`` at ``t0``).
         SolverError: in ``backward()``, if the backward pass could not retrace the
             forward steps (a non-finite state).
 
@@ -122,7 +125,7 @@ class Reversible(AbstractGradient):
             )  # fmt: skip
         params = found_tensors(self.params, p.module, reads)
         if result.status != Status.SUCCESS or not p.ts:
-            return result
+            return _failed(result, p, params, "Reversible")
         _check_drift(coupled, self.coupling)
         ends = [p.t0, *result.step_ends]
         # The state index of each output: the step end nearest to its time.

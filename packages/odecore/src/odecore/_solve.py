@@ -203,8 +203,6 @@ class _Field:
         self.left_limit_at: float | None = None  # the step ends on a jump here
         self.right_limit_at: float | None = None  # the step starts on a jump here
         self.jumps: Collection[float] = ()  # the times where the field jumps
-        self.checked = False
-        self.cast = False  # an autocast field's result is brought to the state's dtype
         self.clock: _Clock | None = None  # differentiable times, when a time needs a gradient
 
     @contextlib.contextmanager
@@ -242,18 +240,17 @@ class _Field:
             if shift is not None:
                 tt = tt + (self.direction * shift).to(tt.dtype)
         out = self.f(tt, y)
-        if not self.checked:
-            self._check(out)
-        if self.cast:
-            out = out.to(self.time_dtype)
+        # Every result, not the first only: a field may branch on ``t`` (or ``y``), and a
+        # later result in float32 would be promoted silently, one of shape (1,) broadcast.
+        if not (
+            isinstance(out, Tensor)
+            and out.shape == self.shape
+            and out.dtype == self.time_dtype
+            and out.device == self.device
+        ) and _check_derivative(out, self.shape, self.time_dtype, self.device):
+            out = out.to(self.time_dtype)  # autocast
         out = out if self.direction > 0 else -out
         return out if scale is None else out * scale.to(out.dtype)
-
-    def _check(self, out: object) -> None:
-        """The first result of ``f`` against the state (once: a field that returns the
-        state's dtype and shape at one time does at every other)."""
-        self.cast = _check_derivative(out, self.shape, self.time_dtype, self.device)
-        self.checked = True
 
 
 def _check_derivative(
