@@ -665,3 +665,21 @@ def test_odeint_event_takes_a_number_t0_in_the_states_dtype(t0):
     )
     assert event_t.dtype == torch.float64
     assert event_t.item() == pytest.approx(t0 + 0.123456789, rel=1e-15, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda t, y: y[0] * math.nan, lambda t, y: (y[0] - 1.0) / (y[0] - 1.0)],
+    ids=["nan", "zero-over-zero"],
+)
+def test_an_event_function_that_is_nan_at_t0_is_refused(fn):
+    # NaN has no sign: the event never happened, or (sign 0) at the first step end.
+    with pytest.raises(ValueError, match=r"the event function is NaN at t0 = 0.0"):
+        odecore.solve(
+            lambda t, y: -y,
+            torch.ones(1, dtype=F64),
+            t0=0.0,
+            t1=2.0,
+            solver=odecore.Tsit5(),
+            event=odecore.Event(fn),
+        )
