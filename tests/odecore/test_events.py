@@ -683,3 +683,29 @@ def test_an_event_function_that_is_nan_at_t0_is_refused(fn):
             solver=odecore.Tsit5(),
             event=odecore.Event(fn),
         )
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_failed_event_solve_keeps_the_outputs_it_reached(gradient):
+    # Only the times not reached hold NaN, as without an event; the reached ones were
+    # NaN too, with no graph, under a gradient method that locates the event first.
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: -y,
+        y0,
+        t0=0.0,
+        t1=100.0,
+        solver=odecore.Tsit5(),
+        max_steps=20,
+        throw=False,
+        saveat=odecore.SaveAt(ts=[0.5, 1.0, 99.0]),
+        gradient=gradient,
+        event=odecore.Event(lambda t, y: y + 1.0),
+    )
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    expected = torch.exp(-torch.tensor([0.5, 1.0], dtype=F64))
+    torch.testing.assert_close(sol.ys[:2, 0], expected, rtol=1e-5, atol=0)
+    assert torch.isnan(sol.ys[2]).all()
+    # Their gradient is refused, as without an event (it was silently missing).
+    with pytest.raises(odecore.ConfigurationError, match=r"have no gradient"):
+        torch.autograd.grad(sol.ys[:2].sum(), y0)

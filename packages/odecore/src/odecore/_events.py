@@ -409,7 +409,9 @@ def run_event(
                 search, make_loop, jumps, steps, max_steps, p, user_ts if single else []
             )
     if search.found is None:
-        if run.status == Status.SUCCESS and not single:
+        # Without the event the solve is an ordinary one; a failed one to a finite t1
+        # fails again at the same step, with the outputs it reached and their graph.
+        if not single and (run.status == Status.SUCCESS or math.isfinite(p.t1)):
             run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), p), run.stats)
         else:
             ends = [y_end] if save_end and run.status == Status.SUCCESS else []
