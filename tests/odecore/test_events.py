@@ -665,3 +665,47 @@ def test_odeint_event_takes_a_number_t0_in_the_states_dtype(t0):
     )
     assert event_t.dtype == torch.float64
     assert event_t.item() == pytest.approx(t0 + 0.123456789, rel=1e-15, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda t, y: y[0] * math.nan, lambda t, y: (y[0] - 1.0) / (y[0] - 1.0)],
+    ids=["nan", "zero-over-zero"],
+)
+def test_an_event_function_that_is_nan_at_t0_is_refused(fn):
+    # NaN has no sign: the event never happened, or (sign 0) at the first step end.
+    with pytest.raises(ValueError, match=r"the event function is NaN at t0 = 0.0"):
+        odecore.solve(
+            lambda t, y: -y,
+            torch.ones(1, dtype=F64),
+            t0=0.0,
+            t1=2.0,
+            solver=odecore.Tsit5(),
+            event=odecore.Event(fn),
+        )
+
+
+@pytest.mark.parametrize("gradient", [odecore.Adjoint(), odecore.Checkpoint()], ids=repr)
+def test_a_failed_event_solve_keeps_the_outputs_it_reached(gradient):
+    # Only the times not reached hold NaN, as without an event; the reached ones were
+    # NaN too, with no graph, under a gradient method that locates the event first.
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    sol = odecore.solve(
+        lambda t, y: -y,
+        y0,
+        t0=0.0,
+        t1=100.0,
+        solver=odecore.Tsit5(),
+        max_steps=20,
+        throw=False,
+        saveat=odecore.SaveAt(ts=[0.5, 1.0, 99.0]),
+        gradient=gradient,
+        event=odecore.Event(lambda t, y: y + 1.0),
+    )
+    assert sol.status == odecore.Status.MAX_STEPS_REACHED
+    expected = torch.exp(-torch.tensor([0.5, 1.0], dtype=F64))
+    torch.testing.assert_close(sol.ys[:2, 0], expected, rtol=1e-5, atol=0)
+    assert torch.isnan(sol.ys[2]).all()
+    # Their gradient is refused, as without an event (it was silently missing).
+    with pytest.raises(odecore.ConfigurationError, match=r"have no gradient"):
+        torch.autograd.grad(sol.ys[:2].sum(), y0)

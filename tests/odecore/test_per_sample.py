@@ -291,6 +291,16 @@ def _decay(t, y):
     return -y
 
 
+class _WithCallback(torch.nn.Module):
+    """A field with a step callback, which the per-sample loop would not call."""
+
+    def forward(self, t, y):
+        return -y
+
+    def callback_step(self, t0, y0, dt):
+        raise AssertionError("not called")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -308,14 +318,15 @@ def _decay(t, y):
             dict(saveat=odecore.SaveAt(ts=torch.tensor([0.5, 1.0], requires_grad=True))),
             r"cannot be used with a `saveat.ts` that requires grad",
         ),
+        (dict(f=_WithCallback()), r"cannot be used with step callbacks"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_what_per_sample_steps_cannot_do_is_refused(kwargs, match):
     call = dict(y0=_Y0, t0=0.0, t1=1.0, solver=Dopri5(), controller=_rows()) | kwargs
-    y0 = call.pop("y0")
+    y0, f = call.pop("y0"), call.pop("f", _decay)
     with pytest.raises(odecore.ConfigurationError, match=match):
-        odecore.solve(_decay, y0, **call)
+        odecore.solve(f, y0, **call)
 
 
 def test_a_coupled_batch_is_refused():

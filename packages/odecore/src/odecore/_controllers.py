@@ -239,7 +239,8 @@ class PIDController(AbstractController):
             embedded pair), backpropagation
             (:class:`~odecore.Autograd`), a tensor state of at least two dimensions,
             and no ``norm``, ``event``, ``jump_ts``, ``step_ts``,
-            ``SaveAt(dense=True)`` or output times that require grad;
+            ``SaveAt(dense=True)``, output times that require grad or step
+            callbacks on the field (``callback_step``, ...);
             :func:`~odecore.solve` refuses the rest at its start. Output times
             (``SaveAt(ts=...)``) are read per sample off the dense output of the
             sample's own step that holds them.

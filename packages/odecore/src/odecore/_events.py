@@ -48,7 +48,8 @@ class Event:
     ``fn(t, y)`` reaches zero or takes the opposite sign to the one it had at
     ``t0`` (an element that is zero at ``t0`` makes the event happen at ``t0``, as
     in torchdiffeq, whatever the inputs: its time has a zero gradient and the
-    state there, ``y0``, the identity). The solve checks ``fn`` at the end of every
+    state there, ``y0``, the identity; one that is NaN at ``t0`` is refused with a
+    ``ValueError``). The solve checks ``fn`` at the end of every
     accepted step and, once the sign has changed, finds the crossing on the
     solver's dense output by the Illinois method (regula falsi that halves a stale
     end's value, with a bisection step whenever the bracket shrinks slowly) down to
@@ -323,6 +324,11 @@ def combined_event(
             f"the event function must return a non-empty floating tensor, got {got}; "
             "return e.g. `y[..., 0]` (an element crossing zero is the event)."
         )
+    if bool(g0.isnan().any()):  # no sign to cross from: the event would never or always be
+        raise ValueError(
+            f"the event function is NaN at t0 = {t0!r} (got {g0.tolist()}); it needs a "
+            "value at the start whose sign can change."
+        )
     at_start = bool((g0 == 0).any())
     return CombinedEvent(fn, unpack, torch.sign(g0), at_start), at_start
 
@@ -403,7 +409,9 @@ def run_event(
                 search, make_loop, jumps, steps, max_steps, p, user_ts if single else []
             )
     if search.found is None:
-        if run.status == Status.SUCCESS and not single:
+        # Without the event the solve is an ordinary one; a failed one to a finite t1
+        # fails again at the same step, with the outputs it reached and their graph.
+        if not single and (run.status == Status.SUCCESS or math.isfinite(p.t1)):
             run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), p), run.stats)
         else:
             ends = [y_end] if save_end and run.status == Status.SUCCESS else []

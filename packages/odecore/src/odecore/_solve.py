@@ -26,7 +26,7 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, SolverError, Status, first_order
-from ._events import Event, StepHooks, copy_callbacks, run_event, step_hooks
+from ._events import CALLBACKS, Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
     Adjoint,
@@ -1222,6 +1222,9 @@ def _solve(
             "`event`": event is not None, "`jump_ts`": jump_ts is not None,
             "`step_ts`": step_ts is not None, "`SaveAt(dense=True)`": saveat.dense,
             "a `saveat.ts` that requires grad": timed,
+            "step callbacks (`f.callback_step`, ...)": any(
+                getattr(f, name, None) is not None for name in CALLBACKS
+            ),
         }  # fmt: skip
         check_per_sample(solver, y0, gradient, unsupported)
     t0, t1 = _checked_span(t0, t1, event, max_steps, dt0)
