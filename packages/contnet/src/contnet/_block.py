@@ -437,13 +437,7 @@ class OdeBlock(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        key = prefix + _EXTRA_STATE
-        if key in state_dict:  # before anything of this block is loaded
-            check_block_state(self, state_dict[key], prefix.rstrip(".") or "this OdeBlock")
-        else:
-            version = local_metadata.get("version")
-            if version is None or version < 2:  # saved before epsilon was: as before
-                state_dict[key] = self.get_extra_state()
+        check_saved_step(self, check_block_state, state_dict, prefix, local_metadata)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
     def load_state_dict(
@@ -458,6 +452,23 @@ class OdeBlock(nn.Module):
 
 
 _EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
+
+
+def check_saved_step(
+    module: nn.Module,
+    check: Callable[[Any, Any, str], None],
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: dict[str, Any],
+) -> None:
+    """``check(module, saved, where)`` of the step ``module`` (an OdeBlock, a
+    ResidualUnit) saved in ``state_dict``, before anything of it loads; a state saved
+    before its ``_version`` 2, which holds none, takes ``module``'s own, as it loaded then."""
+    key = prefix + _EXTRA_STATE
+    if key in state_dict:
+        check(module, state_dict[key], prefix.rstrip(".") or f"this {type(module).__name__}")
+    elif (local_metadata.get("version") or 0) < 2:
+        state_dict[key] = module.get_extra_state()
 
 
 def saved_block_state(saved: Any) -> dict[str, Any]:

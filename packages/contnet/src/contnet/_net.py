@@ -23,10 +23,12 @@ from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
 
 from ._block import (
+    _EXTRA_STATE,
     CarriedStatisticsWarning,
     OdeBlock,
     Solver,
     check_epsilons,
+    check_saved_step,
     check_statistics_format,
     fixed_solver,
     same_manifestation,
@@ -513,17 +515,8 @@ class ResidualUnit(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        key = prefix + _EXTRA_STATE
-        if key in state_dict:  # before the stages load
-            check_unit_state(self, state_dict[key], prefix.rstrip(".") or "this ResidualUnit")
-        else:
-            version = local_metadata.get("version")
-            if version is None or version < 2:  # saved before the step was: as before
-                state_dict[key] = self.get_extra_state()
+        check_saved_step(self, check_unit_state, state_dict, prefix, local_metadata)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
-
-
-_EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
 
 
 def check_unit_state(unit: ResidualUnit, saved: Any, where: str) -> None:
