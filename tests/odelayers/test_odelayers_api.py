@@ -42,6 +42,7 @@ EXPECTED_BASIS = [
     "PiecewiseConstant",
     "PiecewiseLinear",
     "SavesBasis",
+    "check_saved_state",
     "project",
 ]
 

@@ -14,7 +14,7 @@ from typing import Any
 import odecore
 import torch
 from odecore import AbstractExplicitRK, ButcherTableau
-from odelayers.basis import AbstractBasis
+from odelayers.basis import AbstractBasis, check_saved_state
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.module import _IncompatibleKeys
@@ -437,7 +437,8 @@ class OdeBlock(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        check_saved_step(self, check_block_state, state_dict, prefix, local_metadata)
+        check = functools.partial(check_block_state, self)
+        check_saved_state(self, check, state_dict, prefix, local_metadata, "this OdeBlock")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
     def load_state_dict(
@@ -452,23 +453,6 @@ class OdeBlock(nn.Module):
 
 
 _EXTRA_STATE = "_extra_state"  # torch's key of get_extra_state()
-
-
-def check_saved_step(
-    module: nn.Module,
-    check: Callable[[Any, Any, str], None],
-    state_dict: dict[str, Any],
-    prefix: str,
-    local_metadata: dict[str, Any],
-) -> None:
-    """``check(module, saved, where)`` of the step ``module`` (an OdeBlock, a
-    ResidualUnit) saved in ``state_dict``, before anything of it loads; a state saved
-    before its ``_version`` 2, which holds none, takes ``module``'s own, as it loaded then."""
-    key = prefix + _EXTRA_STATE
-    if key in state_dict:
-        check(module, state_dict[key], prefix.rstrip(".") or f"this {type(module).__name__}")
-    elif (local_metadata.get("version") or 0) < 2:
-        state_dict[key] = module.get_extra_state()
 
 
 def saved_block_state(saved: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import warnings
@@ -18,6 +19,7 @@ from odelayers.basis import (
     Legendre,
     PiecewiseConstant,
     PiecewiseLinear,
+    check_saved_state,
 )
 from torch import Tensor, nn
 from torch.nn.modules.module import _IncompatibleKeys
@@ -28,7 +30,6 @@ from ._block import (
     OdeBlock,
     Solver,
     check_epsilons,
-    check_saved_step,
     check_statistics_format,
     fixed_solver,
     same_manifestation,
@@ -515,7 +516,8 @@ class ResidualUnit(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        check_saved_step(self, check_unit_state, state_dict, prefix, local_metadata)
+        check = functools.partial(check_unit_state, self)
+        check_saved_state(self, check, state_dict, prefix, local_metadata, "this ResidualUnit")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
 
 

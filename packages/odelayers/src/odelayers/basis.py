@@ -26,6 +26,7 @@ import functools
 import itertools
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "PiecewiseConstant",
     "PiecewiseLinear",
     "SavesBasis",
+    "check_saved_state",
     "project",
 ]
 
@@ -485,11 +487,28 @@ class SavesBasis(nn.Module):
         local_metadata: dict[str, Any],
         *args: Any,
     ) -> None:
-        key = prefix + "_extra_state"
-        if key in state_dict:  # before anything of this module is loaded
-            self.check_saved_basis(state_dict[key], prefix.rstrip(".") or type(self).__name__)
-        else:
-            version = local_metadata.get("version")
-            if version is None or version < 2:  # saved before the basis was: as before
-                state_dict[key] = self.get_extra_state()
+        check_saved_state(
+            self, self.check_saved_basis, state_dict, prefix, local_metadata, type(self).__name__
+        )
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
+def check_saved_state(
+    module: nn.Module,
+    check: Callable[[Any, str], None],
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: dict[str, Any],
+    name: str,
+) -> None:
+    """For a module that saves what its weights mean as its extra state and refuses
+    another (:class:`SavesBasis`, contnet's ``OdeBlock`` and ``ResidualUnit``): from its
+    ``_load_from_state_dict``, before anything of it loads, ``check(saved, where)`` of the
+    extra state ``state_dict`` holds under ``prefix`` (``where``: the prefix, or ``name``
+    at the root); a ``state_dict`` saved before the module's ``_version`` 2, which holds
+    none, takes the module's own, so that it loads as it did."""
+    key = prefix + "_extra_state"
+    if key in state_dict:
+        check(state_dict[key], prefix.rstrip(".") or name)
+    elif (local_metadata.get("version") or 0) < 2:
+        state_dict[key] = module.get_extra_state()
