@@ -145,10 +145,11 @@ def _check_same_experiment(name: str, out: Path) -> None:
     results = out / "results.json"
     if (out / "config.json").is_file():
         what = "a run of `odebench train`"
-    elif results.is_file() and read_results(results).get("experiment", name) != name:
-        what = f"a run of {read_results(results)['experiment']!r}"
     else:
-        return
+        other = read_results(results).get("experiment", name) if results.is_file() else name
+        if other == name:
+            return
+        what = f"a run of {other!r}"
     raise RunExistsError(
         f"{out} holds {what}, not of {name!r}, whose files resuming {name} there would "
         "replace; resume it in its own folder, or pass --overwrite to move it aside"
