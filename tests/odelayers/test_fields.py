@@ -216,6 +216,21 @@ def test_an_adaptive_solve_lands_on_the_kinks_of_a_piecewise_linear_galerkin_lay
     assert rk4.nfe == 4 * 4
 
 
+@pytest.mark.parametrize(
+    "basis", [PiecewiseLinear(pieces=2), PiecewiseConstant(pieces=2)], ids=["kink", "jump"]
+)
+def test_per_sample_steps_with_a_kink_or_jump_of_a_galerkin_layer_are_refused_in_words(basis):
+    # Steps of every sample's own cannot end on the kink: they ran across it, 100 times
+    # less accurate than the tolerance (and odecore refused the jump naming `jump_ts`).
+    per_sample = odecore.PIDController(rtol=1e-6, atol=1e-6, per_sample=True)
+    layer = NeuralODE(GalerkinLinear(2, 2, basis=basis), controller=per_sample)
+    with pytest.raises(
+        odecore.ConfigurationError, match=r"must end at the depths \[0.5\].*per_sample=True"
+    ):
+        layer(torch.randn(3, 2))
+    NeuralODE(GalerkinLinear(2, 2, basis=Fourier()), controller=per_sample)(torch.randn(3, 2))
+
+
 def test_gradcheck_galerkin_layers():
     lin = GalerkinLinear(2, 2, basis=Fourier(modes=1)).double()
     conv = GalerkinConv2d(1, 1, 3, basis=Legendre(degree=1), padding=1).double()

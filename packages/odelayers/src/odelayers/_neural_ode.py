@@ -164,6 +164,10 @@ class NeuralODE(nn.Module):
             ``[t1, t0]`` where it runs backwards) leaves the interval of the basis of a
             :class:`GalerkinLinear` or :class:`GalerkinConv2d` in the field: the
             weights are not defined there.
+        odecore.ConfigurationError: from ``forward``, for a
+            ``PIDController(per_sample=True)`` where the solve's steps must end at
+            given depths (jumps and kinks of the field's layers' weights, ``jump_ts``),
+            which steps of every sample's own cannot.
 
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
@@ -445,6 +449,20 @@ class NeuralODE(nn.Module):
             if isinstance(self.controller, odecore.ConstantStepSize)
             else self._depth_kinks(t0, t1)
         )
+        controller = self.controller
+        if (
+            (jumps or kinks)
+            and isinstance(controller, odecore.PIDController)
+            and controller.per_sample
+        ):
+            raise odecore.ConfigurationError(
+                f"The solve's steps must end at the depths {sorted({*jumps, *kinks})}, "
+                "where the weights of the field's depth layers jump or have a kink (or "
+                "the layer's `jump_ts`), but `PIDController(per_sample=True)` gives "
+                "every sample its own steps, which cannot: a step across them would "
+                "be far less accurate than the tolerance. Drop `per_sample=True`, or "
+                "use a smooth basis (Fourier, Legendre, Chebyshev)."
+            )
         field: Any = self.vector_field
         state: Tensor | tuple[Tensor, ...] = x
         if terms:
