@@ -32,6 +32,11 @@ class DepthLayer(nn.Module):
         """Depths where this layer's weights jump (the solver must land there)."""
         return ()
 
+    def kink_ts(self) -> tuple[float, ...]:
+        """Depths where this layer's weights are continuous but not smooth (an adaptive
+        solver must land there: a step across a kink fools its error estimate)."""
+        return ()
+
 
 def _depth_like(t: Tensor, x: Tensor) -> Tensor:
     """``t`` as one feature (or channel) per sample: shape ``(batch, 1, *x.shape[2:])``."""
@@ -148,6 +153,9 @@ class _Galerkin(DepthLayer, SavesBasis):
 
     def jump_ts(self) -> tuple[float, ...]:
         return self.basis.jump_ts
+
+    def kink_ts(self) -> tuple[float, ...]:
+        return self.basis.kink_ts
 
     def extra_repr(self) -> str:
         return f"basis={self.basis!r}"

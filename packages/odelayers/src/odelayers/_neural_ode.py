@@ -116,9 +116,11 @@ class NeuralODE(nn.Module):
 
     The layer passes on to the solve the depths where weights jump
     (piecewise-constant Galerkin layers, :meth:`DepthLayer.jump_ts`), so steps land on
-    them; it hands its input to every :class:`DataControl` layer of the field; and it
-    integrates the ``integrals`` terms (regularisers, depth-distributed losses) as
-    extra state, readable in :attr:`integrals` after the forward pass.
+    them, and, for an adaptive solve, those where they have a kink (piecewise-linear
+    ones, :meth:`DepthLayer.kink_ts`), whose steps end there too; it hands its input
+    to every :class:`DataControl` layer of the field; and it integrates the
+    ``integrals`` terms (regularisers, depth-distributed losses) as extra state,
+    readable in :attr:`integrals` after the forward pass.
 
     Args:
         vector_field: ``f(t, x)``, usually an ``nn.Module``; ``t`` is a 0-dim tensor.
@@ -162,6 +164,10 @@ class NeuralODE(nn.Module):
             ``[t1, t0]`` where it runs backwards) leaves the interval of the basis of a
             :class:`GalerkinLinear` or :class:`GalerkinConv2d` in the field: the
             weights are not defined there.
+        odecore.ConfigurationError: from ``forward``, for a
+            ``PIDController(per_sample=True)`` where the solve's steps must end at
+            given depths (jumps and kinks of the field's layers' weights, ``jump_ts``),
+            which steps of every sample's own cannot.
 
     Attributes:
         spec: the resolved :class:`odecore.OdeSpec`; ``solver``, ``controller``,
@@ -285,26 +291,42 @@ class NeuralODE(nn.Module):
         """
         return 0 if self._stats is None else self._stats.nfe_backward
 
+    def _solve_layers(self) -> Iterator[tuple[str, DepthLayer]]:
+        """The field's depth layers that see the depth of the solve itself (not those
+        inside a rescaled field, where every sample has its own depths)."""
+        if not isinstance(self.vector_field, nn.Module):
+            return
+        rescaled = {
+            id(m)
+            for r in self.vector_field.modules()
+            if isinstance(r, _Rescaled)
+            for m in r.modules()
+        }
+        for name, layer in self.vector_field.named_modules():
+            if isinstance(layer, DepthLayer) and id(layer) not in rescaled:
+                yield name, layer
+
     def _depth_jumps(self, t0: float, t1: float) -> list[float]:
         """The jumps in ``[t0, t1]``: the layer's own and those of the field's depth
-        layers that see the depth of the solve itself (not those inside a rescaled
-        field, where every sample has its own depths), each of which is checked to
-        hold the solve's depths (:func:`_check_basis_interval`)."""
+        layers of :meth:`_solve_layers`, each of which is checked to hold the solve's
+        depths (:func:`_check_basis_interval`)."""
         lo, hi = min(t0, t1), max(t0, t1)
         found = set(self.jump_ts)
-        if isinstance(self.vector_field, nn.Module):
-            rescaled = {
-                id(m)
-                for r in self.vector_field.modules()
-                if isinstance(r, _Rescaled)
-                for m in r.modules()
-            }
-            for name, layer in self.vector_field.named_modules():
-                if isinstance(layer, DepthLayer) and id(layer) not in rescaled:
-                    _check_basis_interval(name, layer, lo, hi, "The layer's solve reaches depths")
-                    found.update(layer.jump_ts())
+        for name, layer in self._solve_layers():
+            _check_basis_interval(name, layer, lo, hi, "The layer's solve reaches depths")
+            found.update(layer.jump_ts())
         # A jump at an end too: the stage there must read the limit from inside.
         return sorted(t for t in found if lo <= t <= hi)
+
+    def _depth_kinks(self, t0: float, t1: float) -> list[float]:
+        """The kinks strictly inside ``(t0, t1)`` of the field's depth layers of
+        :meth:`_solve_layers` (:meth:`DepthLayer.kink_ts`, a
+        :class:`~odelayers.basis.PiecewiseLinear` basis), where an adaptive solve's
+        steps must end: a step across a kink loses its order, and its embedded error
+        estimate with it, so the controller accepts errors far above its tolerance."""
+        lo, hi = min(t0, t1), max(t0, t1)
+        found = {t for _, layer in self._solve_layers() for t in layer.kink_ts()}
+        return sorted(t for t in found if lo < t < hi)
 
     def _bindings(self, terms: Sequence[IntegralTerm]) -> list[tuple[object, str, Tensor]]:
         """The inputs the field's layers and the integrands read besides parameters:
@@ -421,6 +443,26 @@ class NeuralODE(nn.Module):
         if x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(x.device.type):
             x = x.float()  # under autocast the solver keeps a float32 state
         jumps = self._depth_jumps(t0, t1)  # checks the Galerkin layers' intervals first
+        # A fixed step is the caller's grid; an adaptive one must not step across a kink.
+        kinks = (
+            []
+            if isinstance(self.controller, odecore.ConstantStepSize)
+            else self._depth_kinks(t0, t1)
+        )
+        controller = self.controller
+        if (
+            (jumps or kinks)
+            and isinstance(controller, odecore.PIDController)
+            and controller.per_sample
+        ):
+            raise odecore.ConfigurationError(
+                f"The solve's steps must end at the depths {sorted({*jumps, *kinks})}, "
+                "where the weights of the field's depth layers jump or have a kink (or "
+                "the layer's `jump_ts`), but `PIDController(per_sample=True)` gives "
+                "every sample its own steps, which cannot: a step across them would "
+                "be far less accurate than the tolerance. Drop `per_sample=True`, or "
+                "use a smooth basis (Fourier, Legendre, Chebyshev)."
+            )
         field: Any = self.vector_field
         state: Tensor | tuple[Tensor, ...] = x
         if terms:
@@ -450,6 +492,7 @@ class NeuralODE(nn.Module):
             saveat=saveat,
             dt0=self.spec.step_size(t0, t1),
             jump_ts=jumps or None,
+            step_ts=kinks or None,
             max_steps=self.max_steps,
             gradient=gradient,
             compile=self.spec.compile,
