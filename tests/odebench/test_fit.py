@@ -198,6 +198,32 @@ def test_a_resumed_task_must_cut_and_seed_its_batches_as_the_run_did(tmp_path, c
     assert len(fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows) == 2
 
 
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("SGD", {"lr": 0.5}),  # the checkpoint's rate, 0.1, went on without a word
+        ("SGD", {"lr": 0.1, "momentum": 0.9}),
+        ("Adam", {"lr": 0.1}),  # loaded SGD's options, then failed in its first step
+    ],
+)
+def test_a_resumed_task_must_keep_its_optimiser(tmp_path, kind, options):
+    """Loading the optimiser's state puts back its saved rate and options: a task resumed
+    with another optimiser, its settings unchanged, trained with the old one's."""
+    import dataclasses
+    import functools
+
+    import torch
+    from odebench.training import fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    fit(_line(y, 1), tmp_path, **QUIET)
+    changed = functools.partial(getattr(torch.optim, kind), **options)
+    with pytest.raises(ValueError, match=r"settings that differ .*optimizer \['SGD'"):
+        fit(dataclasses.replace(_line(y, 2), optimizer=changed), tmp_path, resume=True, **QUIET)
+    resumed = fit(_line(y, 2), tmp_path, resume=True, **QUIET)
+    assert resumed.optimizer.param_groups[0]["lr"] == 0.1 and len(resumed.rows) == 2
+
+
 LAST_BATCH = """
 import functools, sys, torch
 from torch import nn

@@ -152,8 +152,11 @@ class Task:
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
             change on resume. :func:`fit` adds the data's SHA-256, ``batch_size``,
-            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs`` and the
-            schedule's settings as it starts: one whose length follows ``epochs`` keeps them.
+            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs``, the
+            optimiser's kind and options, and the schedule's settings as it starts: one whose
+            length follows ``epochs`` keeps them. A model of other shapes does not load the
+            checkpoint, but one of the same shapes (another activation) does: name what
+            builds the model in ``settings``.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -816,10 +819,16 @@ def fit(
     # and how it cuts, orders and schedules it, whatever its own settings name
     names = ("batch_size", "seed", "drop_last", "schedule_every", "refine_epochs")
     data["task"] = json.loads(json.dumps({k: getattr(task, k) for k in names}))
+    # and its optimiser, whose saved rate and options loading its state would put back
+    bare = task.optimizer(iter([nn.Parameter(torch.zeros(1))]))
+    groups = [{k: v for k, v in group.items() if k != "params"} for group in bare.param_groups]
+    # What JSON cannot hold (a function's repr names its address) is not compared.
+    data["optimizer"] = json.loads(
+        json.dumps([type(bare).__name__, groups], default=lambda _: None)
+    )
     if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
-        bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
-        # What JSON cannot hold (a function's repr names its address) is not compared.
-        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=lambda _: None))
+        schedule = task.schedule(bare).state_dict()
+        data["schedule"] = json.loads(json.dumps(schedule, default=lambda _: None))
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,
