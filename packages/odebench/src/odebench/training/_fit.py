@@ -110,9 +110,9 @@ class Task:
     """What one training run needs; :func:`fit` runs it in a run folder.
 
     Every random stream of the run (torch's global generator too, which dropout draws
-    from) is seeded from ``seed`` and saved in the checkpoint, so a run killed at any
-    point and resumed with :func:`fit` ``(resume=True)`` ends with the same weights and
-    rows as an uninterrupted one.
+    from, alike on every process under ``torchrun``) is seeded from ``seed`` and saved in
+    the checkpoint, so a run killed at any point and resumed with :func:`fit`
+    ``(resume=True)`` ends with the same weights and rows as an uninterrupted one.
 
     Args:
         model: builds the model, after :func:`torch.manual_seed` ``(seed)``.
