@@ -224,6 +224,33 @@ def test_a_resumed_task_must_keep_its_optimiser(tmp_path, kind, options):
     assert resumed.optimizer.param_groups[0]["lr"] == 0.1 and len(resumed.rows) == 2
 
 
+def test_a_checkpoint_inside_an_epoch_is_not_resumed_on_several_processes(tmp_path, monkeypatch):
+    """Only a single process saves inside an epoch (on a signal), with its totals of the
+    epoch so far; resumed under torchrun, every process added them to its own, and the
+    epoch's train loss counted its first batches twice (0.2115 for 0.2209 on two)."""
+    import dataclasses
+
+    import torch
+    from odebench.training import Interrupted, Training, _fit, fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    task, batches = _line(y, 2), iter(range(1, 100))
+
+    def loss(net, batch):
+        if next(batches) == 6:  # epoch 2, batch 2 (of 4 per epoch)
+            signal.raise_signal(signal.SIGTERM)
+        return task.loss(net, batch)
+
+    with pytest.raises(Interrupted, match="stopped at epoch 2, batch 2"):
+        fit(dataclasses.replace(task, loss=loss), tmp_path, **QUIET)
+    monkeypatch.setattr(_fit, "_process", lambda: _fit._Process(0, 2, 0))
+    two = Training(task, tmp_path, device=torch.device("cpu"), log=lambda line: None)
+    with pytest.raises(ValueError, match="stopped inside epoch 2, on one process"):
+        two.resume()
+    monkeypatch.undo()
+    assert len(fit(task, tmp_path, resume=True, **QUIET).rows) == 2
+
+
 LAST_BATCH = """
 import functools, sys, torch
 from torch import nn

@@ -413,7 +413,8 @@ class Training:
             ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
                 a training run, asks for code to run (refused unrun), or holds tensors
                 that do not fit the model or optimiser (missing keys, other shapes); or
-                was saved inside an epoch on another kind of device (CPU, CUDA).
+                was saved inside an epoch on another kind of device (CPU, CUDA), or is
+                resumed inside its epoch on several processes.
         """
         if not self.checkpoint_path.exists():
             self._log(f"no checkpoint in {self.out}: starting afresh")
@@ -425,6 +426,12 @@ class Training:
                 f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1} on another kind "
                 f"of device than {self.device.type}, whose random draws it cannot go on with; "
                 "resume it on the kind of device it ran on"
+            )
+        if state["batch"] and self.process.world > 1:  # each process would add its totals
+            raise RunFolderError(
+                f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1}, on one "
+                f"process, whose totals of the epoch so far {self.process.world} processes "
+                "would each count; resume it on one process, and on more after that epoch"
             )
         try:
             self.restore(state)
