@@ -198,6 +198,59 @@ def test_a_resumed_task_must_cut_and_seed_its_batches_as_the_run_did(tmp_path, c
     assert len(fit(_line(y, 2), tmp_path, resume=True, **QUIET).rows) == 2
 
 
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("SGD", {"lr": 0.5}),  # the checkpoint's rate, 0.1, went on without a word
+        ("SGD", {"lr": 0.1, "momentum": 0.9}),
+        ("Adam", {"lr": 0.1}),  # loaded SGD's options, then failed in its first step
+    ],
+)
+def test_a_resumed_task_must_keep_its_optimiser(tmp_path, kind, options):
+    """Loading the optimiser's state puts back its saved rate and options: a task resumed
+    with another optimiser, its settings unchanged, trained with the old one's."""
+    import dataclasses
+    import functools
+
+    import torch
+    from odebench.training import fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    fit(_line(y, 1), tmp_path, **QUIET)
+    changed = functools.partial(getattr(torch.optim, kind), **options)
+    with pytest.raises(ValueError, match=r"settings that differ .*optimizer \['SGD'"):
+        fit(dataclasses.replace(_line(y, 2), optimizer=changed), tmp_path, resume=True, **QUIET)
+    resumed = fit(_line(y, 2), tmp_path, resume=True, **QUIET)
+    assert resumed.optimizer.param_groups[0]["lr"] == 0.1 and len(resumed.rows) == 2
+
+
+def test_a_checkpoint_inside_an_epoch_is_not_resumed_on_several_processes(tmp_path, monkeypatch):
+    """Only a single process saves inside an epoch (on a signal), with its totals of the
+    epoch so far; resumed under torchrun, every process added them to its own, and the
+    epoch's train loss counted its first batches twice (0.2115 for 0.2209 on two)."""
+    import dataclasses
+
+    import torch
+    from odebench.training import Interrupted, Training, _fit, fit
+
+    y = 3 * torch.linspace(-1, 1, 64)[:, None]
+    task, batches = _line(y, 2), iter(range(1, 100))
+
+    def loss(net, batch):
+        if next(batches) == 6:  # epoch 2, batch 2 (of 4 per epoch)
+            signal.raise_signal(signal.SIGTERM)
+        return task.loss(net, batch)
+
+    with pytest.raises(Interrupted, match="stopped at epoch 2, batch 2"):
+        fit(dataclasses.replace(task, loss=loss), tmp_path, **QUIET)
+    monkeypatch.setattr(_fit, "_process", lambda: _fit._Process(0, 2, 0))
+    two = Training(task, tmp_path, device=torch.device("cpu"), log=lambda line: None)
+    with pytest.raises(ValueError, match="stopped inside epoch 2, on one process"):
+        two.resume()
+    monkeypatch.undo()
+    assert len(fit(task, tmp_path, resume=True, **QUIET).rows) == 2
+
+
 LAST_BATCH = """
 import functools, sys, torch
 from torch import nn

@@ -110,9 +110,9 @@ class Task:
     """What one training run needs; :func:`fit` runs it in a run folder.
 
     Every random stream of the run (torch's global generator too, which dropout draws
-    from) is seeded from ``seed`` and saved in the checkpoint, so a run killed at any
-    point and resumed with :func:`fit` ``(resume=True)`` ends with the same weights and
-    rows as an uninterrupted one.
+    from, alike on every process under ``torchrun``) is seeded from ``seed`` and saved in
+    the checkpoint, so a run killed at any point and resumed with :func:`fit`
+    ``(resume=True)`` ends with the same weights and rows as an uninterrupted one.
 
     Args:
         model: builds the model, after :func:`torch.manual_seed` ``(seed)``.
@@ -152,8 +152,11 @@ class Task:
         settings: what ``resume`` compares with the checkpoint's (JSON-ready); only
             ``epochs``, ``device``, ``data_dir``, ``progress`` and ``compile`` may
             change on resume. :func:`fit` adds the data's SHA-256, ``batch_size``,
-            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs`` and the
-            schedule's settings as it starts: one whose length follows ``epochs`` keeps them.
+            ``seed``, ``drop_last``, ``schedule_every``, ``refine_epochs``, the
+            optimiser's kind and options, and the schedule's settings as it starts: one whose
+            length follows ``epochs`` keeps them. A model of other shapes does not load the
+            checkpoint, but one of the same shapes (another activation) does: name what
+            builds the model in ``settings``.
 
     Raises:
         ValueError: a bad number, no tensor in ``data``, ``refine_epochs`` without ``refine``.
@@ -410,7 +413,8 @@ class Training:
             ValueError: the checkpoint is empty, truncated, corrupt, not a checkpoint of
                 a training run, asks for code to run (refused unrun), or holds tensors
                 that do not fit the model or optimiser (missing keys, other shapes); or
-                was saved inside an epoch on another kind of device (CPU, CUDA).
+                was saved inside an epoch on another kind of device (CPU, CUDA), or is
+                resumed inside its epoch on several processes.
         """
         if not self.checkpoint_path.exists():
             self._log(f"no checkpoint in {self.out}: starting afresh")
@@ -422,6 +426,12 @@ class Training:
                 f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1} on another kind "
                 f"of device than {self.device.type}, whose random draws it cannot go on with; "
                 "resume it on the kind of device it ran on"
+            )
+        if state["batch"] and self.process.world > 1:  # each process would add its totals
+            raise RunFolderError(
+                f"{self.checkpoint_path} stopped inside epoch {state['epoch'] + 1}, on one "
+                f"process, whose totals of the epoch so far {self.process.world} processes "
+                "would each count; resume it on one process, and on more after that epoch"
             )
         try:
             self.restore(state)
@@ -816,10 +826,16 @@ def fit(
     # and how it cuts, orders and schedules it, whatever its own settings name
     names = ("batch_size", "seed", "drop_last", "schedule_every", "refine_epochs")
     data["task"] = json.loads(json.dumps({k: getattr(task, k) for k in names}))
+    # and its optimiser, whose saved rate and options loading its state would put back
+    bare = task.optimizer(iter([nn.Parameter(torch.zeros(1))]))
+    groups = [{k: v for k, v in group.items() if k != "params"} for group in bare.param_groups]
+    # What JSON cannot hold (a function's repr names its address) is not compared.
+    data["optimizer"] = json.loads(
+        json.dumps([type(bare).__name__, groups], default=lambda _: None)
+    )
     if task.schedule is not None:  # and that its schedule is the same (a length of epochs)
-        bare = task.schedule(task.optimizer(iter([nn.Parameter(torch.zeros(1))])))
-        # What JSON cannot hold (a function's repr names its address) is not compared.
-        data["schedule"] = json.loads(json.dumps(bare.state_dict(), default=lambda _: None))
+        schedule = task.schedule(bare).state_dict()
+        data["schedule"] = json.loads(json.dumps(schedule, default=lambda _: None))
     task = dataclasses.replace(task, settings={**task.settings, **data})
     with held(
         out, device=task.device or str(device), batch_size=task.batch_size,
