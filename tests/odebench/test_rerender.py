@@ -63,3 +63,23 @@ def test_the_corrected_and_the_unrecorded_runs_are_found() -> None:
         if "correction" in json.loads((RESULTS / n / "results.json").read_text())
     }
     assert kept == {"contnet-adjoint", "manifestation-sweep", "refinement-timing"}
+
+
+@pytest.mark.parametrize(
+    ("seeds", "match"),
+    [
+        (
+            [],
+            r"results.json: `seeds` must list the run's seeds \(integers, at least one\), got \[\]",
+        ),
+        ("012", r"`seeds` must list the run's seeds .* got '012'"),
+        ([0, 1], r"metric 'parameters' of run 'node' has 3 values, not one for each of its 2"),
+        ([0, 1, 2, 3], r"has 3 values, not one for each of its 4 `seeds` \[0, 1, 2, 3\]"),
+    ],
+)
+def test_seeds_that_are_not_one_for_each_value_are_refused(seeds, match, tmp_path: Path) -> None:
+    run, doc = _copy("quickstart", tmp_path)
+    (run / "results.json").write_text(json.dumps({**doc, "seeds": seeds}), encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        rerender(run, log=lambda _: None)
+    assert (run / "report.md").read_bytes() == (RESULTS / "quickstart" / "report.md").read_bytes()

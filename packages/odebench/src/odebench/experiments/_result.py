@@ -80,7 +80,12 @@ class Result(Generic[S]):
     @classmethod
     def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
         """The result ``results.json`` (``doc``, in ``out``) holds, without its verdicts."""
-        mode, seeds = doc["mode"], tuple(doc["seeds"])
+        mode, seeds, path = doc["mode"], doc["seeds"], out / "results.json"
+        if not isinstance(seeds, list) or not seeds or any(type(s) is not int for s in seeds):
+            raise ValueError(
+                f"{path}: `seeds` must list the run's seeds (integers, at least one), got {seeds!r}"
+            )
+        seeds = tuple(seeds)
         settings = _like(template.modes[mode], doc["settings"])
         known = {f.name for f in dataclasses.fields(Provenance)}
         prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
@@ -89,6 +94,13 @@ class Result(Generic[S]):
             run: {m: Stat(s["mean"], s["std"], s["n"], tuple(s["seeds"])) for m, s in stats.items()}
             for run, stats in doc["metrics"].items()
         }
+        for run, stats in metrics.items():
+            for m, stat in stats.items():
+                if len(stat.values) != len(seeds):
+                    raise ValueError(
+                        f"{path}: metric {m!r} of run {run!r} has {len(stat.values)} values, "
+                        f"not one for each of its {len(seeds)} `seeds` {list(seeds)}"
+                    )
         details = doc.get("details", {})
         measurements = {
             run: tuple(
