@@ -47,7 +47,7 @@ def test_a_changed_value_changes_the_verdict_written_back(tmp_path: Path) -> Non
     for stats in doc["metrics"].values():
         for stat in stats.values():
             stat["seeds"] = [None] * len(stat["seeds"])
-            stat["mean"] = stat["std"] = None
+            stat["mean"], stat["std"], stat["n"] = None, None, 0
     (run / "results.json").write_text(json.dumps(doc), encoding="utf-8")
     new = rerender(run, log=lambda _: None)
     assert new["claims"][held]["status"] != "held"
@@ -83,3 +83,15 @@ def test_seeds_that_are_not_one_for_each_value_are_refused(seeds, match, tmp_pat
     with pytest.raises(ValueError, match=match):
         rerender(run, log=lambda _: None)
     assert (run / "report.md").read_bytes() == (RESULTS / "quickstart" / "report.md").read_bytes()
+
+
+def test_statistics_that_are_not_those_of_the_values_are_refused(tmp_path: Path) -> None:
+    # The tables show the mean and std, the claims read the values: edited values with
+    # the old statistics would give a report that disagrees with itself.
+    run, doc = _copy("pendulum", tmp_path)
+    stat = next(iter(next(iter(doc["metrics"].values())).values()))
+    stat["seeds"] = [None if v is None else 100 * v for v in stat["seeds"]]
+    (run / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"whose mean, std and n are not those of its values"):
+        rerender(run, log=lambda _: None)
+    assert (run / "report.md").read_bytes() == (RESULTS / "pendulum" / "report.md").read_bytes()

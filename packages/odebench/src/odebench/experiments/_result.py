@@ -91,7 +91,7 @@ class Result(Generic[S]):
         prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
         options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
         metrics = {
-            run: {m: Stat(s["mean"], s["std"], s["n"], tuple(s["seeds"])) for m, s in stats.items()}
+            run: {m: Stat.of(s["seeds"]) for m, s in stats.items()}
             for run, stats in doc["metrics"].items()
         }
         for run, stats in metrics.items():
@@ -100,6 +100,12 @@ class Result(Generic[S]):
                     raise ValueError(
                         f"{path}: metric {m!r} of run {run!r} has {len(stat.values)} values, "
                         f"not one for each of its {len(seeds)} `seeds` {list(seeds)}"
+                    )
+                if stat.to_json() != (stored := doc["metrics"][run][m]):
+                    raise ValueError(
+                        f"{path}: metric {m!r} of run {run!r} holds {stored}, whose mean, std "
+                        f"and n are not those of its values ({stat.to_json()}); give it the "
+                        "statistics of its values, or rerun the experiment"
                     )
         details = doc.get("details", {})
         measurements = {
