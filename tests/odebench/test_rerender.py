@@ -95,3 +95,22 @@ def test_statistics_that_are_not_those_of_the_values_are_refused(tmp_path: Path)
     with pytest.raises(ValueError, match=r"whose mean, std and n are not those of its values"):
         rerender(run, log=lambda _: None)
     assert (run / "report.md").read_bytes() == (RESULTS / "pendulum" / "report.md").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"mode": "fast"}, r"results.json: `mode` 'fast' is none of quickstart's: quick, standard"),
+        (
+            {"details": {"node": [{}]}},
+            r"`details` must hold one entry per seed of `seeds` \(0, 1, 2\)",
+        ),
+    ],
+)
+def test_a_mode_or_details_the_experiment_cannot_have_are_refused(
+    edit: dict, match: str, tmp_path: Path
+) -> None:
+    run, doc = _copy("quickstart", tmp_path)
+    (run / "results.json").write_text(json.dumps({**doc, **edit}), encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        rerender(run, log=lambda _: None)

@@ -85,6 +85,9 @@ class Result(Generic[S]):
             raise ValueError(
                 f"{path}: `seeds` must list the run's seeds (integers, at least one), got {seeds!r}"
             )
+        if mode not in template.modes:
+            modes = ", ".join(template.modes)
+            raise ValueError(f"{path}: `mode` {mode!r} is none of {template.name}'s: {modes}")
         seeds = tuple(seeds)
         settings = _like(template.modes[mode], doc["settings"])
         known = {f.name for f in dataclasses.fields(Provenance)}
@@ -108,6 +111,8 @@ class Result(Generic[S]):
                         "statistics of its values, or rerun the experiment"
                     )
         details = doc.get("details", {})
+        if any(len(d) != len(seeds) for d in details.values() if d):
+            raise ValueError(f"{path}: `details` must hold one entry per seed of `seeds` {seeds}")
         measurements = {
             run: tuple(
                 Measurement(_seed(stats, k), (details.get(run) or [{}] * len(seeds))[k])
