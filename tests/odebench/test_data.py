@@ -268,6 +268,14 @@ def test_load_mnist_rejects_bad_labels(tmp_path, n, labels, message):
         load_mnist(tmp_path)
 
 
+@pytest.mark.parametrize("shape", [(32, 32), (20, 20), (28, 32)])
+def test_load_mnist_refuses_images_of_another_size(tmp_path, shape):
+    write_mnist(tmp_path, random_images(2, shape=shape), np.zeros(2, np.uint8))
+    expected = rf"image file .*train-images-idx3-ubyte.gz .* shape \(2, {shape[0]}, {shape[1]}\)"
+    with pytest.raises(DataError, match=expected + r"; expected uint8 images \(N, 28, 28\)"):
+        load_mnist(tmp_path)
+
+
 def test_load_mnist_rejects_swapped_files(tmp_path):
     write_mnist(tmp_path, random_images(2), np.zeros(2, np.uint8))
     images, labels = (

@@ -45,6 +45,20 @@ def test_a_metric_read_at_the_wrong_coordinates_fails_where_it_is_written() -> N
         Metric("x", over=("tol",), key_format="{name}@{rtol}")
 
 
+@pytest.mark.parametrize(
+    ("a", "b"), [(1e-6, 1.0000001e-6), (0.1, 0.10000001), (1234567, 1234568), (2**60, 2**60 + 1)]
+)
+def test_two_numbers_that_g_writes_alike_get_two_keys(a: float, b: float) -> None:
+    error = Metric("test_error", over=("tol",))
+    assert error.key(tol=a) != error.key(tol=b)
+    assert float(error.key(tol=a).partition("@")[2]) == a  # and each reads back as itself
+
+
+@pytest.mark.parametrize(("tol", "key"), [(1e-5, "1e-05"), (0.125, "0.125"), (1.0, "1"), (8, "8")])
+def test_the_keys_of_published_results_are_unchanged(tol: float, key: str) -> None:
+    assert Metric("e", over=("tol",)).key(tol=tol) == f"e@{key}"
+
+
 def test_a_claim_on_an_unknown_run_fails_its_dry_run() -> None:
     acc = Metric("test_acc")
     claim = Claim("fits", "fits", "1", ours=lambda v: v[acc.of("nod")],

@@ -445,6 +445,9 @@ def test_nfe_sums_over_layers():
         ({"in_channels": 1.0}, r"`in_channels` must be an integer >= 1, got 1.0"),
         ({"num_classes": 0}, r"`num_classes` must be an integer >= 1, got 0"),
         ({"image_size": 4}, r"`image_size` must be an integer >= 8, got 4"),
+        ({"name": "dissecting-anode", "in_channels": 42}, r"`in_channels` must be at most 41"),
+        ({"name": "ilnode", "in_channels": 43}, r"`in_channels` must be at most 42 .* got 43"),
+        ({"name": "sonode", "in_channels": 22}, r"`in_channels` must be at most 21 for"),
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(options, match):
@@ -459,6 +462,14 @@ def test_bad_arguments_raise_errors_naming_them(options, match):
     name = kwargs.pop("name")
     with pytest.raises(ValueError, match=match):
         build_model(name, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "most"), [("dissecting-anode", 41), ("ilnode", 42), ("sonode", 21)]
+)
+def test_massaroli_models_take_as_many_image_channels_as_their_state_can(name, most):
+    model = build_model(name, in_channels=most, num_classes=3, image_size=8)
+    assert model(torch.randn(2, most, 8, 8)).shape == (2, 3)
 
 
 def test_toy_models_ignore_image_size():

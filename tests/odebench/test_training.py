@@ -825,6 +825,22 @@ def test_a_resumed_run_records_where_each_of_its_stretches_came_from(tmp_path, m
     assert set(environment["versions"]) >= {"torch", "odecore", "odebench"}
 
 
+@pytest.mark.parametrize(("model", "dataset"), [("mlp", "mnist"), ("toy-node", "spirals")])
+def test_the_test_subset_depends_on_the_test_size_and_seed_not_the_train_size(
+    model, dataset, digits
+):
+    from odebench.training import load_splits
+
+    def test_set(train_size: int | None, seed: int = 0) -> torch.Tensor:
+        config = TrainConfig(model=model, dataset=dataset, data_dir=str(digits), seed=seed,
+                             train_size=train_size, test_size=32)  # fmt: skip
+        return load_splits(config)[1].inputs
+
+    alone = test_set(None)
+    assert torch.equal(test_set(16), alone) and torch.equal(test_set(64), alone)
+    assert not torch.equal(test_set(None, seed=1), alone)  # the seed draws it
+
+
 def test_augmented_batches_are_cropped_as_stored_then_normalised(digits):
     """``--augment`` crops the uint8 images and normalises them after, as the data page
     says: a crop's padding is black, not the data set's mean (which 0.0 is once

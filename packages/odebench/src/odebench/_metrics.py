@@ -82,13 +82,14 @@ class Metric:
             ) from None
 
     def key(self, **at: Coordinate) -> str:
-        """The name of the metric at coordinates ``at`` in ``results.json`` (numbers by ``:g``)."""
+        """The name of the metric at coordinates ``at`` in ``results.json`` (numbers by
+        ``:g``, or in full where ``:g``'s six digits would give another number's key)."""
         if set(at) != set(self.over):
             raise ValueError(
                 f"metric {self.name!r} is measured over ({', '.join(self.over)}), "
                 f"got ({', '.join(at)})."
             )
-        texts = {c: v if isinstance(v, str) else format(v, "g") for c, v in at.items()}
+        texts = {c: v if isinstance(v, str) else _number(v) for c, v in at.items()}
         return self.key_format.format(name=self.name, **texts)
 
     def of(self, run: str, **at: Coordinate) -> Ref:
@@ -100,6 +101,18 @@ class Metric:
     def format(self) -> tuple[str, float, str]:
         """``(spec, scale, unit)`` of its numbers."""
         return self.spec, self.scale, self.unit
+
+
+def _number(value: float) -> str:
+    """``value`` by ``:g`` where that reads back as ``value`` (every published key),
+    else in full, so that no two numbers share a key.
+
+    Example:
+        >>> _number(1e-6), _number(1.0000001e-6), _number(1234567), _number(2.0)
+        ('1e-06', '1.0000001e-06', '1234567', '2')
+    """
+    text = format(value, "g")
+    return text if float(text) == value else repr(value if isinstance(value, int) else float(value))
 
 
 @dataclass(frozen=True)

@@ -279,7 +279,7 @@ def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = 
         ValueError: for an unknown ``kind``.
         DataNotFoundError: if ``root`` or one of the two files is missing (the
             message lists the expected file names and what the directory holds).
-        DataError: if a file is corrupt, the images are not a uint8 ``(N, H, W)``
+        DataError: if a file is corrupt, the images are not a uint8 ``(N, 28, 28)``
             array, the labels not uint8 ``(N,)`` in 0..9, their counts differ, or the
             images look like the other data set (MNIST digits asked for as
             Fashion-MNIST, or the reverse).
@@ -305,10 +305,10 @@ def load_mnist(root: str | os.PathLike[str], *, train: bool = True, kind: str = 
     image_path, label_path = find_files(root, (), names, f"{title} files are", hint)
     images = read_idx(image_path)
     labels = read_idx(label_path)
-    if images.dtype != torch.uint8 or images.dim() != 3:
+    if images.dtype != torch.uint8 or images.dim() != 3 or images.shape[1:] != (28, 28):
         raise DataError(
             f"{title} image file {image_path} holds a {images.dtype} array of shape "
-            f"{tuple(images.shape)}; expected uint8 images (N, height, width)."
+            f"{tuple(images.shape)}; expected uint8 images (N, 28, 28)."
         )
     if labels.dtype != torch.uint8 or labels.dim() != 1:
         raise DataError(

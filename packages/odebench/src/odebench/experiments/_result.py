@@ -80,16 +80,39 @@ class Result(Generic[S]):
     @classmethod
     def from_json(cls, template: Template[S], doc: Mapping[str, Any], out: Path) -> Result[S]:
         """The result ``results.json`` (``doc``, in ``out``) holds, without its verdicts."""
-        mode, seeds = doc["mode"], tuple(doc["seeds"])
+        mode, seeds, path = doc["mode"], doc["seeds"], out / "results.json"
+        if not isinstance(seeds, list) or not seeds or any(type(s) is not int for s in seeds):
+            raise ValueError(
+                f"{path}: `seeds` must list the run's seeds (integers, at least one), got {seeds!r}"
+            )
+        if mode not in template.modes:
+            modes = ", ".join(template.modes)
+            raise ValueError(f"{path}: `mode` {mode!r} is none of {template.name}'s: {modes}")
+        seeds = tuple(seeds)
         settings = _like(template.modes[mode], doc["settings"])
         known = {f.name for f in dataclasses.fields(Provenance)}
         prov = {"source": None, **{k: v for k, v in doc["provenance"].items() if k in known}}
         options = RunOptions(out=out, mode=mode, seed=seeds[0], resume=doc["provenance"]["resumed"])
         metrics = {
-            run: {m: Stat(s["mean"], s["std"], s["n"], tuple(s["seeds"])) for m, s in stats.items()}
+            run: {m: Stat.of(s["seeds"]) for m, s in stats.items()}
             for run, stats in doc["metrics"].items()
         }
+        for run, stats in metrics.items():
+            for m, stat in stats.items():
+                if len(stat.values) != len(seeds):
+                    raise ValueError(
+                        f"{path}: metric {m!r} of run {run!r} has {len(stat.values)} values, "
+                        f"not one for each of its {len(seeds)} `seeds` {list(seeds)}"
+                    )
+                if stat.to_json() != (stored := doc["metrics"][run][m]):
+                    raise ValueError(
+                        f"{path}: metric {m!r} of run {run!r} holds {stored}, whose mean, std "
+                        f"and n are not those of its values ({stat.to_json()}); give it the "
+                        "statistics of its values, or rerun the experiment"
+                    )
         details = doc.get("details", {})
+        if any(len(d) != len(seeds) for d in details.values() if d):
+            raise ValueError(f"{path}: `details` must hold one entry per seed of `seeds` {seeds}")
         measurements = {
             run: tuple(
                 Measurement(_seed(stats, k), (details.get(run) or [{}] * len(seeds))[k])

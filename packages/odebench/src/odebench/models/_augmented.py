@@ -141,6 +141,7 @@ def massaroli_augmented(
     """The image augmented to ``W`` channels (IL-NODE with ``lift``: ``z(0) = conv3x3(x)``;
     else zero channels), a NODE of the field on ``W``, the head."""
     width = massaroli_width(in_channels)
+    _check_fits(in_channels, width if lift else width - 1, f"a state of {width} channels")
     if lift:
         layer = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
         augment: nn.Module = InputLayerAugmentation(in_channels, width, layer=layer)
@@ -150,12 +151,22 @@ def massaroli_augmented(
     return augmented_node(augment, field, spec, _massaroli_head(width, num_classes))
 
 
+def _check_fits(in_channels: int, most: int, into: str) -> None:
+    """Refuse more image channels than the model's state can take in."""
+    if in_channels > most:
+        raise ValueError(
+            f"`in_channels` must be at most {most} for this model, which lifts or augments "
+            f"the image to {into}; got {in_channels}."
+        )
+
+
 def sonode(
     in_channels: int, num_classes: int, activation: type[nn.Module], spec: odecore.OdeSpec
 ) -> nn.Sequential:
     """Second order: ``W / 2`` positions ``conv3x3(x)``, as many zero velocities,
     ``q'' = f(q, q')``, the head on the positions."""
     positions = massaroli_width(in_channels) // 2
+    _check_fits(in_channels, positions, f"{positions} position channels")
     lift = nn.Conv2d(in_channels, positions, 3, padding=1, bias=False)
     field = massaroli_field(2 * positions, positions, activation)
     return nn.Sequential(

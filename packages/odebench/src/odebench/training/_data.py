@@ -125,9 +125,11 @@ def load_splits(config: TrainConfig) -> tuple[Dataset, Dataset]:
         read = _IMAGE_SETS[name][0]
         root = find_data(name, config.data_dir)
         train, test = read(root, train=True), read(root, train=False)
-    gen = torch.Generator().manual_seed(config.seed)
-    return train.subset(config.train_size, generator=gen), test.subset(
-        config.test_size, generator=gen
+    # a generator each: the test examples depend on the test set, its size and the seed
+    # only, not on whether (and from how many) training examples were drawn first
+    return (
+        train.subset(config.train_size, generator=torch.Generator().manual_seed(config.seed)),
+        test.subset(config.test_size, generator=torch.Generator().manual_seed(config.seed)),
     )
 
 
