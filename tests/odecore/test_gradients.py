@@ -321,6 +321,27 @@ def test_running_statistics_count_the_forward_solve_only(method):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("method", sorted(AGAIN))
+def test_a_field_also_differentiated_by_backprop_keeps_its_saved_statistics(method):
+    # The same BatchNorm field in two solves of one loss, one by backprop (whose graph
+    # saves the running statistics): putting them back after the other method's
+    # backward pass gave them a new version, and backward() refused them as
+    # modified in place.
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    grads = []
+    for gradient in (odecore.Autograd(), AGAIN[method]):
+        field = _Normalised().double()
+        ys = [
+            odecore.solve(field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.125,
+                          gradient=g).ys[-1]
+            for g in (odecore.Autograd(), gradient)
+        ]  # fmt: skip
+        (ys[0].sum() + ys[1].square().sum()).backward()
+        grads.append([q.grad for q in field.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_running_statistics_count_the_forward_solve_only_in_odeint_adjoint_adams():
     field = _Normalised()
     x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))

@@ -729,15 +729,20 @@ def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
     """Undo what a backward pass that evaluates the field again writes into the buffers
     of the field's module (a BatchNorm's running statistics, in training mode): the
     field's evaluations count once, in the forward solve, as under backprop, whose
-    backward pass evaluates nothing. A plain function's closures are not reached."""
+    backward pass evaluates nothing. A plain function's closures are not reached.
+
+    BatchNorm's kernel writes without a new version, and the values are put back
+    the same way (through ``.data``): a graph that saved a buffer (the same module
+    evaluated by backprop elsewhere in the loss) sees the values it saved, and a new
+    version would make its backward pass refuse them as modified in place."""
     kept = [] if module is None else [(b, b.detach().clone()) for b in module.buffers()]
     try:
         yield
     finally:
         with torch.no_grad():
-            for buffer, value in kept:  # BatchNorm's kernel writes without a new version
+            for buffer, value in kept:
                 if not torch.equal(buffer, value):
-                    buffer.copy_(value)
+                    buffer.data.copy_(value)
 
 
 class _AdjointFunction(torch.autograd.Function):
