@@ -29,7 +29,9 @@ from ._gradients import (
     LoopResult,
     Problem,
     Stats,
+    as_solved,
     graph_leaves,
+    training_modes,
 )
 from ._solvers import AbstractSolver, StepResult
 
@@ -437,7 +439,7 @@ def run_event(
     t_tensor = torch.tensor(t_e, dtype=dtype, device=device)
     end_state = ys[-1]
     if time_gradient and end_state is not None:
-        t_tensor, end_state = reroute(p.f, value, t_tensor, end_state)
+        t_tensor, end_state = reroute(p.f, value, t_tensor, end_state, p.module)
         ys[-1] = end_state
     if not save_end:
         ts, ys = kept, ys[:-1]
@@ -551,6 +553,8 @@ class _EventSpec:
     f: FlatField
     value: Callable[[Tensor, Tensor], Tensor]
     fixed: bool = False  # the event is at t0 whatever the inputs: no time gradient
+    module: torch.nn.Module | None = None  # the field's, evaluated as the solve found it
+    modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
 
 class _EventTimeGradient(torch.autograd.Function):
@@ -586,13 +590,14 @@ class _EventTimeGradient(torch.autograd.Function):
             "The gradient of a solve that an event ends",
             "For higher-order gradients, solve to a fixed end time.",
         )
-        with torch.enable_grad():
+        with as_solved(spec.module, spec.modes), torch.enable_grad():
             t = t_e.detach().to(y_e.dtype).requires_grad_(True)
             y = y_e.detach().requires_grad_(True)
             c = spec.value(t, y)
             dc_t, dc_y, *dc_params = torch.autograd.grad(c, (t, y, *params), allow_unused=True)
+            with torch.no_grad():
+                f = spec.f(t.detach(), y_e.detach())
         with torch.no_grad():
-            f = spec.f(t.detach(), y_e.detach())
             dc_t = torch.zeros_like(t) if dc_t is None else dc_t
             dc_y = torch.zeros_like(y) if dc_y is None else dc_y
             dcdt = dc_t + (dc_y * f).sum()
@@ -608,11 +613,14 @@ def reroute(
     value: Callable[[Tensor, Tensor], Tensor],
     event_t: Tensor,
     state: Tensor,
+    module: torch.nn.Module | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(event_t, state)`` with the event time's gradient added by the implicit
     function theorem (flat state, caller's time). The event function's own tensors
     (a module's parameters, what a plain function closes over) get their share: they
-    are found by one evaluation at the event whose graph is walked.
+    are found by one evaluation at the event whose graph is walked. The backward pass
+    evaluates ``f`` (whose module is ``module``) and the event function in the
+    training modes they have now, at the solve (:func:`as_solved`).
 
     An event at ``t0`` because an element of the event function is zero there
     (``value.at_start``) is at ``t0`` for all inputs: its time has a zero gradient and
@@ -624,6 +632,9 @@ def reroute(
         with torch.enable_grad():
             params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
     out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
-        _EventSpec(f, value, fixed), event_t, state, *params
+        _EventSpec(f, value, fixed, module, training_modes(module, getattr(value, "fn", None))),
+        event_t,
+        state,
+        *params,
     )
     return out

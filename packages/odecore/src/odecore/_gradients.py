@@ -164,6 +164,11 @@ class Problem:
     module: torch.nn.Module | None = None
     step_tensor: Tensor | None = None
     jump_ts: tuple[float, ...] = ()
+    modes: tuple[tuple[torch.nn.Module, bool], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # As the forward solve finds them: a backward pass evaluates the field so.
+        self.modes = training_modes(self.module)
 
     def times(self) -> TimeTensors | None:
         """The time tensors that need gradients now, or ``None``."""
@@ -232,7 +237,10 @@ class Adjoint(AbstractGradient):
     a tensor read only at later times (``if t > 0.5``) is found too. A tensor that
     only the backward pass's evaluations read (where no forward evaluation went) has
     no gradient to receive: ``backward()`` raises :class:`ConfigurationError` for it
-    rather than leave its ``.grad`` unset; pass ``params`` for such a field.
+    rather than leave its ``.grad`` unset; pass ``params`` for such a field. An
+    ``nn.Module`` field is evaluated in the backward pass in the training mode each
+    of its submodules had in the forward solve (``eval()`` before ``backward()``
+    changes nothing), and its buffers are left as the forward solve left them.
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
@@ -724,6 +732,41 @@ def _versions(tensors: Sequence[Tensor]) -> list[int | None]:
     return [None if x.is_inference() else x._version for x in tensors]
 
 
+def training_modes(*modules: object) -> tuple[tuple[torch.nn.Module, bool], ...]:
+    """``(submodule, training)`` for every submodule of those of ``modules`` that are
+    ``nn.Module`` s (a plain function has none), as they are now: the modes a solve
+    evaluates its field in, which its backward pass evaluates it in again
+    (:func:`as_solved`)."""
+    return tuple(
+        (m, m.training)
+        for module in modules
+        if isinstance(module, torch.nn.Module)
+        for m in module.modules()
+    )
+
+
+@contextlib.contextmanager
+def as_solved(
+    module: torch.nn.Module | None, modes: Sequence[tuple[torch.nn.Module, bool]]
+) -> Iterator[None]:
+    """Evaluate the field in a backward pass as its forward solve did: every submodule
+    in the training mode it had then (``modes``, of :func:`training_modes`), put back
+    afterwards, and the buffers of ``module`` as :func:`buffers_kept` leaves them. A
+    ``field.eval()`` (or ``train()``) between the solve and ``backward()`` would
+    otherwise make the backward pass differentiate another function (batch norm with
+    the running statistics where the forward pass used the batch's, dropout off), and
+    the gradient would be wrong without a word."""
+    now = [m.training for m, _ in modes]
+    for m, training in modes:
+        m.training = training
+    try:
+        with buffers_kept(module):
+            yield
+    finally:
+        for (m, _), training in zip(modes, now):
+            m.training = training
+
+
 @contextlib.contextmanager
 def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
     """Undo what a backward pass that evaluates the field again writes into the buffers
@@ -763,7 +806,7 @@ class _AdjointFunction(torch.autograd.Function):
         (forward,) = ctx.saved_tensors
         params = ctx.kept.get()[1:]
         need_ts = bool(ctx.needs_input_grad[3])
-        with buffers_kept(spec.problem.module):
+        with as_solved(spec.problem.module, spec.problem.modes):
             grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
         if grad_ts is not None:
@@ -981,7 +1024,9 @@ class Checkpoint(AbstractGradient):
     discrete scheme, however rough the vector field — while the graph of only one
     segment is alive at a time: memory grows like ``every`` plus the number of
     segments, ``O(sqrt(steps))`` with the default. The price is one more forward
-    solve, counted in ``Stats.nfe_backward``.
+    solve, counted in ``Stats.nfe_backward``. An ``nn.Module`` field is replayed in
+    the training mode each of its submodules had in the forward solve, with its
+    buffers left as the forward solve left them.
 
     Args:
         every: steps per segment; default ``ceil(sqrt(accepted steps))``.
@@ -1114,7 +1159,7 @@ class _CheckpointFunction(torch.autograd.Function):
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
         grad_params: list[Tensor | None] = [None] * len(params)
         nfe = 0
-        with buffers_kept(p.module):  # once, after every replay
+        with as_solved(p.module, p.modes):  # once, after every replay
             for k in range(len(spec.starts) - 2, -1, -1):
                 n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
                 nfe += n
