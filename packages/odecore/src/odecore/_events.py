@@ -29,7 +29,10 @@ from ._gradients import (
     LoopResult,
     Problem,
     Stats,
+    _failed,
+    _parameters,
     as_solved,
+    found_tensors,
     graph_leaves,
     training_modes,
 )
@@ -415,6 +418,9 @@ def run_event(
         # fails again at the same step, with the outputs it reached and their graph.
         if not single and (run.status == Status.SUCCESS or math.isfinite(p.t1)):
             run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), p), run.stats)
+        elif not single:  # failed on the way to an infinite t1, outputs not kept
+            reached = _reached(gradient, search, make_loop, jumps, steps, max_steps, p, user_ts)
+            run = _add_stats(reached, run.stats)
         else:
             ends = [y_end] if save_end and run.status == Status.SUCCESS else []
             ys = [*run.ys, *ends]
@@ -444,6 +450,33 @@ def run_event(
     if not save_end:
         ts, ys = kept, ys[:-1]
     return EventRun(replace(run, ys=ys, status=Status.SUCCESS, t_final=t_e), ts, t_tensor)
+
+
+def _reached(
+    gradient: AbstractGradient,
+    search: _EventSearch,
+    make_loop: Callable[[list[float], list[float], int], Loop],
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+    p: Problem,
+    ts: list[float],
+) -> LoopResult:
+    """The outputs at ``ts`` of an event search to an infinite ``t1`` that failed
+    (``max_steps``, a non-finite state) before the event, for a gradient method that
+    located it without outputs: the same search again, which fails at the same step,
+    with the outputs it reaches, as backprop's search keeps them. The method cannot
+    differentiate a solve that failed, so their backward pass raises
+    (:func:`_failed`), as after a failed solve to a finite ``t1``; the tensors they
+    depend on are found as the method finds them."""
+    given = getattr(gradient, "params", None)
+    reads, f = _parameters(given, p)
+    again = _EventSearch(f, search.value, callbacks=False)
+    with torch.no_grad():
+        run, _ = _locate(again, make_loop, jumps, steps, max_steps, p, ts)
+    params = found_tensors(given, p.module, reads)
+    run = replace(run, ys=run.ys + [None] * (len(p.ts) - len(run.ys)))
+    return _failed(run, p, params, type(gradient).__name__)
 
 
 def _windows(t0: float, t1: float, dt0: float | None) -> Iterator[float]:
