@@ -18,7 +18,13 @@ from typing import Any, Literal, Protocol, final
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, Adaptation, PIDController, rms_norm
+from ._controllers import (
+    AbstractController,
+    Adaptation,
+    ConstantStepSize,
+    PIDController,
+    rms_norm,
+)
 from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
@@ -249,7 +255,9 @@ class Adjoint(AbstractGradient):
 
     Args:
         solver: the backward solver; default the forward one.
-        controller: the backward controller; default the forward one.
+        controller: the backward controller; default the forward one, but
+            :class:`ConstantStepSize` for a backward ``solver`` with no error
+            estimate (``RK4()``) after an adaptive forward solve.
         dt0: the backward solve's first (or fixed) step size; default the forward one.
         seminorm: measure the backward error on the state and its adjoint only, not
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
@@ -276,7 +284,10 @@ class Adjoint(AbstractGradient):
 
     Raises:
         ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
-            ``"interpolated"``; in ``backward()``, if ``params`` was not given and
+            ``"interpolated"``; when the solve starts, if the backward solve cannot
+            run (a ``PIDController`` for a backward ``solver`` with no error
+            estimate, constant backward steps with no ``dt0``, ``seminorm`` without
+            a ``PIDController``); in ``backward()``, if ``params`` was not given and
             the backward pass's evaluations read a tensor requiring grad that no
             forward evaluation read; in ``backward()`` through an output of a solve
             that failed (``throw=False``): the backward pass starts at ``t1``, which
@@ -308,6 +319,46 @@ class Adjoint(AbstractGradient):
                 f"`state` must be 'auto', 'backsolve' or 'interpolated', got {self.state!r}."
             )
 
+    def backward_solve(
+        self, solver: AbstractSolver, controller: AbstractController, dt0: float | None
+    ) -> tuple[AbstractSolver, AbstractController, float | None]:
+        """The backward solve's solver, controller and ``dt0`` for a forward solve with
+        these: each as given, else the forward one's, but that a backward solver with
+        no error estimate (``RK4()``) takes constant steps where the forward controller
+        adapts them."""
+        back = self.solver or solver
+        if self.controller is not None:
+            back_controller = self.controller
+        elif isinstance(controller, PIDController) and not back.adaptive:
+            back_controller = ConstantStepSize()
+        else:
+            back_controller = controller
+        return back, back_controller, dt0 if self.dt0 is None else self.dt0
+
+    def _check_backward(self, p: Problem) -> None:
+        """Refuse, before the forward solve, a backward solve that cannot run."""
+        back, controller, dt0 = self.backward_solve(p.solver, p.controller, p.dt0)
+        name = type(back).__name__
+        if isinstance(controller, PIDController) and not back.adaptive:
+            raise ConfigurationError(
+                f"`Adjoint(solver={name}(), controller=PIDController(...))`: `{name}()` "
+                "has no error estimate, so the backward solve cannot adapt its steps; "
+                "leave out `controller` (constant steps of `Adjoint(dt0=...)`), or give "
+                "an embedded pair such as `Adjoint(solver=Dopri5())`."
+            )
+        if self.seminorm and not isinstance(controller, PIDController):
+            raise ConfigurationError(
+                "`Adjoint(seminorm=True)` needs a PIDController in the backward solve, "
+                f"got {type(controller).__name__}."
+            )
+        if isinstance(controller, ConstantStepSize) and dt0 is None:
+            raise ConfigurationError(
+                f"`Adjoint(solver={name}())` takes constant steps in the backward solve, "
+                "and neither `Adjoint(dt0=...)` nor the solve's `dt0` gives their size; "
+                "pass `Adjoint(dt0=...)`, or give an embedded pair such as "
+                "`Adjoint(solver=Dopri5())`."
+            )
+
     def interpolates(self, solver: AbstractSolver) -> bool:
         """Whether the backward pass reads the state from the forward steps of a solve
         with this forward ``solver`` (see ``state``)."""
@@ -317,6 +368,7 @@ class Adjoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
+        self._check_backward(p)
         reads, f = _parameters(self.params, p)
         steps: _Steps | None = None
         with torch.no_grad():
@@ -829,8 +881,7 @@ def _adjoint_backward(
     # the forward steps.
     m = 0 if steps is not None else n
     sizes = [q.numel() for q in params]
-    solver = method.solver or p.solver
-    controller = method.controller or p.controller
+    solver, controller, dt0 = method.backward_solve(p.solver, p.controller, p.dt0)
     if isinstance(controller, PIDController) and isinstance(controller.norm, AugmentedNorm):
         controller = replace(controller, norm=controller.norm.bind(p.y0.shape, m, params))
     elif isinstance(controller, PIDController) and controller.norm is not None:
@@ -878,7 +929,6 @@ def _adjoint_backward(
             if t_from == t_to:
                 continue
             z0 = torch.cat([y_i.reshape(-1)[:m], a.reshape(-1), g])
-            dt0 = p.dt0 if method.dt0 is None else method.dt0
             # Reading the dense output, the backward steps stop at the forward step ends.
             lo, hi = sorted((t_to, t_from))
             ends = () if steps is None else [e for e in steps.ends if lo < e < hi]
