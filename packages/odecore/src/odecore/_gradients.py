@@ -798,6 +798,20 @@ def training_modes(*modules: object) -> tuple[tuple[torch.nn.Module, bool], ...]
 
 
 @contextlib.contextmanager
+def modes_pinned(modes: Sequence[tuple[torch.nn.Module, bool]]) -> Iterator[None]:
+    """Every module of ``modes`` (of :func:`training_modes`) in the training mode noted
+    there, and back in the caller's afterwards."""
+    now = [m.training for m, _ in modes]
+    for m, training in modes:
+        m.training = training
+    try:
+        yield
+    finally:
+        for (m, _), training in zip(modes, now):
+            m.training = training
+
+
+@contextlib.contextmanager
 def as_solved(
     module: torch.nn.Module | None, modes: Sequence[tuple[torch.nn.Module, bool]]
 ) -> Iterator[None]:
@@ -808,15 +822,8 @@ def as_solved(
     otherwise make the backward pass differentiate another function (batch norm with
     the running statistics where the forward pass used the batch's, dropout off), and
     the gradient would be wrong without a word."""
-    now = [m.training for m, _ in modes]
-    for m, training in modes:
-        m.training = training
-    try:
-        with buffers_kept(module):
-            yield
-    finally:
-        for (m, _), training in zip(modes, now):
-            m.training = training
+    with modes_pinned(modes), buffers_kept(module):
+        yield
 
 
 @contextlib.contextmanager
