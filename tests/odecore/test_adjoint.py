@@ -647,3 +647,44 @@ def test_a_norm_of_the_users_sees_the_state_as_written_in_the_backward_solve(cal
         got = grad(odecore.odeint, rtol=1e-6, atol=1e-6, options=options)
     assert seen == ({"tuple"} if tuple_state else {(2, 2)})
     torch.testing.assert_close(got, reference, rtol=2e-4, atol=0)
+
+
+def _linear_solve(gradient, w, y0):
+    return odecore.solve(
+        lambda t, y: w @ y, y0, t0=0.0, t1=1.0, solver=odecore.Dopri5(), gradient=gradient,
+        controller=odecore.PIDController(rtol=1e-10, atol=1e-10),
+        saveat=odecore.SaveAt(ts=[0.5, 1.0]),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gradient", "match"),
+    [
+        (odecore.Adjoint(solver=odecore.RK4()), r"constant steps.*Adjoint\(dt0=\.\.\.\)"),
+        (
+            odecore.Adjoint(solver=odecore.RK4(), controller=odecore.PIDController(), dt0=0.1),
+            r"RK4\(\)` has no error estimate",
+        ),
+        (odecore.Adjoint(solver=odecore.RK4(), dt0=0.1, seminorm=True), r"needs a PIDController"),
+    ],
+)
+def test_a_backward_solve_that_cannot_run_is_refused_at_the_solve(gradient, match):
+    # A fixed-step backward solver after an adaptive forward solve failed in
+    # backward(), once the whole forward solve had run.
+    w = torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    with pytest.raises(odecore.ConfigurationError, match=match):
+        _linear_solve(gradient, w, y0)
+
+
+def test_a_fixed_step_backward_solver_after_an_adaptive_forward_solve_takes_constant_steps():
+    # It inherited the forward PIDController, which cannot adapt RK4's steps.
+    w = torch.tensor([[-0.5, 1.0], [-1.0, -0.3]], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([1.0, 0.5], dtype=F64, requires_grad=True)
+    grads = []
+    for gradient in (odecore.Autograd(), odecore.Adjoint(solver=odecore.RK4(), dt0=0.01)):
+        sol = _linear_solve(gradient, w, y0)
+        grads.append(torch.autograd.grad(sol.ys.square().sum(), (w, y0)))
+    assert sol.stats.nfe_backward == 2 * 50 * 4  # 50 RK4 steps per output interval
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)

@@ -709,3 +709,43 @@ def test_a_failed_event_solve_keeps_the_outputs_it_reached(gradient):
     # Their gradient is refused, as without an event (it was silently missing).
     with pytest.raises(odecore.ConfigurationError, match=r"have no gradient"):
         torch.autograd.grad(sol.ys[:2].sum(), y0)
+
+
+FAILURES = {
+    # (field, y0, output times, solve options): y' = -y runs out of steps before the
+    # event; y' = y^2 from 1 blows up at t = 1, a non-finite state.
+    "max_steps": (lambda t, y: -y, 1.0, [0.5, 1.0, 99.0], {"max_steps": 20}),
+    "nonfinite": (lambda t, y: y * y, 1.0, [0.25, 0.5, 2.0], {}),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+@pytest.mark.parametrize(
+    "gradient",
+    [odecore.Autograd(), odecore.Adjoint(), odecore.Checkpoint(), odecore.Reversible()],
+    ids=lambda g: type(g).__name__,
+)
+@pytest.mark.parametrize("t1", [math.inf, 100.0])
+def test_a_failed_event_solve_returns_what_backprop_returns(failure, gradient, t1):
+    # To an infinite t1, the methods that locate the event first returned NaN for
+    # the outputs reached (0.61 and 0.37 at t = 0.5 and 1), with no graph.
+    field, start, ts, options = FAILURES[failure]
+    outputs = {}
+    for method in (odecore.Autograd(), gradient):
+        y0 = torch.full((1,), start, dtype=F64, requires_grad=True)
+        sol = odecore.solve(
+            field, y0, t0=0.0, t1=t1, solver=odecore.Tsit5(), throw=False,
+            saveat=odecore.SaveAt(ts=ts), gradient=method,
+            event=odecore.Event(lambda t, y: y + 1.0), **options,
+        )  # fmt: skip
+        assert sol.status != odecore.Status.SUCCESS
+        outputs[type(method).__name__] = sol.ys, y0
+    (want, _), (got, y0) = outputs["Autograd"], outputs[type(gradient).__name__]
+    assert torch.isfinite(want[:2]).all() and torch.isnan(want[2]).all()
+    # Reversible's solve to a finite t1 is its own scheme's: rounding apart, the same.
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)
+    if isinstance(gradient, odecore.Autograd):
+        assert torch.autograd.grad(got[:2].sum(), y0)[0].isfinite().all()
+    else:  # the method's own refusal of a failed solve's gradient
+        with pytest.raises(odecore.ConfigurationError, match=r"have no gradient"):
+            torch.autograd.grad(got[:2].sum(), y0)

@@ -321,6 +321,42 @@ def test_running_statistics_count_the_forward_solve_only(method):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_running_statistics_count_the_forward_solve_only_in_an_event_gradient():
+    # The event time's backward pass evaluates the field at the event: 78 batches
+    # tracked became 79.
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    field = _Normalised().double()
+    sol = odecore.solve(
+        field, x, t0=0.0, t1=5.0, solver=odecore.RK4(), dt0=0.125,
+        event=odecore.Event(lambda t, y: y.square().sum() - 1.5 * x.square().sum()),
+    )  # fmt: skip
+    forward = [b.clone() for b in field.norm.buffers()]
+    sol.event_t.backward()
+    for got, want in zip(field.norm.buffers(), forward):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("method", sorted(AGAIN))
+def test_a_field_also_differentiated_by_backprop_keeps_its_saved_statistics(method):
+    # The same BatchNorm field in two solves of one loss, one by backprop (whose graph
+    # saves the running statistics): putting them back after the other method's
+    # backward pass gave them a new version, and backward() refused them as
+    # modified in place.
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    grads = []
+    for gradient in (odecore.Autograd(), AGAIN[method]):
+        field = _Normalised().double()
+        ys = [
+            odecore.solve(field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.125,
+                          gradient=g).ys[-1]
+            for g in (odecore.Autograd(), gradient)
+        ]  # fmt: skip
+        (ys[0].sum() + ys[1].square().sum()).backward()
+        grads.append([q.grad for q in field.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_running_statistics_count_the_forward_solve_only_in_odeint_adjoint_adams():
     field = _Normalised()
     x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
@@ -330,6 +366,49 @@ def test_running_statistics_count_the_forward_solve_only_in_odeint_adjoint_adams
     ys[-1].square().sum().backward()
     for got, want in zip(field.norm.buffers(), forward):
         assert torch.equal(got, want)
+
+
+def _mode_solve(field, x, method):
+    """The solve of ``method`` (a gradient method of AGAIN, backprop, an Adams
+    ``odeint_adjoint`` or an event solve by the adjoint) and the loss to differentiate."""
+    if method in ("adams", "adams-backprop"):
+        run = odecore.odeint_adjoint if method == "adams" else odecore.odeint
+        t = torch.tensor([0.0, 1.0], dtype=F64)
+        ys = run(field, x, t, method="explicit_adams", options={"step_size": 1 / 32})
+        return ys[-1].square().sum()
+    if method in ("event", "event-backprop"):
+        sol = odecore.solve(
+            field, x, t0=0.0, t1=5.0, solver=odecore.RK4(), dt0=0.125,
+            gradient=odecore.Adjoint() if method == "event" else odecore.Autograd(),
+            event=odecore.Event(lambda t, y: y.square().sum() - 1.5 * x.square().sum()),
+        )  # fmt: skip
+        return sol.event_t
+    gradient = AGAIN[method] if method in AGAIN else odecore.Autograd()
+    sol = odecore.solve(
+        field, x, t0=0.0, t1=1.0, solver=odecore.RK4(), dt0=0.125, gradient=gradient
+    )
+    return sol.ys[-1].square().sum()
+
+
+@pytest.mark.parametrize("first", ["eval", "train"])
+@pytest.mark.parametrize("method", [*sorted(AGAIN), "adams", "event"])
+def test_a_mode_changed_before_backward_leaves_the_gradient_of_the_forward_solve(method, first):
+    # Backprop's graph holds the forward solve's function; a backward pass that
+    # evaluates the field again did so in the mode it found there: after eval() the
+    # adjoint's gradient used the running statistics where the forward solve used the
+    # batch's (14.3 for 23.9, without a word), Checkpoint and Reversible raised.
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    grads = {}
+    for name in (method, "adams-backprop" if method == "adams" else f"{method}-backprop"):
+        field = _Normalised().double()
+        field.train(first == "train")
+        loss = _mode_solve(field, x, name)
+        field.train(first != "train")  # the other mode, between the solve and backward()
+        loss.backward()
+        grads[name] = [q.grad for q in field.parameters()]
+        assert all(m.training == (first != "train") for m in field.modules())  # put back
+    for got, want in zip(*grads.values()):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.parametrize("every", [2, 100])

@@ -123,8 +123,8 @@ def method_reasons(
         reasons.append("a PIDController norm of its own (a tuple state brings one)")
     explicit = isinstance(solver, AbstractExplicitRK)
     if isinstance(gradient, Adjoint) and explicit and not gradient.interpolates(solver):
-        back = gradient.solver or solver
-        backward = method_reasons(back, gradient.controller or controller, Autograd(), backend)
+        back, back_controller, _ = gradient.backward_solve(solver, controller, None)
+        backward = method_reasons(back, back_controller, Autograd(), backend)
         if not isinstance(back, AbstractExplicitRK):  # a Rosenbrock step's Jacobian of it
             backward.append(f"the solver {type(back).__name__}")
         reasons.extend(f"{reason} in the adjoint's backward solve" for reason in backward)

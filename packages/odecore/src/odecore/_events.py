@@ -29,7 +29,12 @@ from ._gradients import (
     LoopResult,
     Problem,
     Stats,
+    _failed,
+    _parameters,
+    as_solved,
+    found_tensors,
     graph_leaves,
+    training_modes,
 )
 from ._solvers import AbstractSolver, StepResult
 
@@ -413,6 +418,9 @@ def run_event(
         # fails again at the same step, with the outputs it reached and their graph.
         if not single and (run.status == Status.SUCCESS or math.isfinite(p.t1)):
             run = _add_stats(gradient.run(make_loop(jumps, steps, max_steps), p), run.stats)
+        elif not single:  # failed on the way to an infinite t1, outputs not kept
+            reached = _reached(gradient, search, make_loop, jumps, steps, max_steps, p, user_ts)
+            run = _add_stats(reached, run.stats)
         else:
             ends = [y_end] if save_end and run.status == Status.SUCCESS else []
             ys = [*run.ys, *ends]
@@ -437,11 +445,38 @@ def run_event(
     t_tensor = torch.tensor(t_e, dtype=dtype, device=device)
     end_state = ys[-1]
     if time_gradient and end_state is not None:
-        t_tensor, end_state = reroute(p.f, value, t_tensor, end_state)
+        t_tensor, end_state = reroute(p.f, value, t_tensor, end_state, p.module)
         ys[-1] = end_state
     if not save_end:
         ts, ys = kept, ys[:-1]
     return EventRun(replace(run, ys=ys, status=Status.SUCCESS, t_final=t_e), ts, t_tensor)
+
+
+def _reached(
+    gradient: AbstractGradient,
+    search: _EventSearch,
+    make_loop: Callable[[list[float], list[float], int], Loop],
+    jumps: list[float],
+    steps: list[float],
+    max_steps: int,
+    p: Problem,
+    ts: list[float],
+) -> LoopResult:
+    """The outputs at ``ts`` of an event search to an infinite ``t1`` that failed
+    (``max_steps``, a non-finite state) before the event, for a gradient method that
+    located it without outputs: the same search again, which fails at the same step,
+    with the outputs it reaches, as backprop's search keeps them. The method cannot
+    differentiate a solve that failed, so their backward pass raises
+    (:func:`_failed`), as after a failed solve to a finite ``t1``; the tensors they
+    depend on are found as the method finds them."""
+    given = getattr(gradient, "params", None)
+    reads, f = _parameters(given, p)
+    again = _EventSearch(f, search.value, callbacks=False)
+    with torch.no_grad():
+        run, _ = _locate(again, make_loop, jumps, steps, max_steps, p, ts)
+    params = found_tensors(given, p.module, reads)
+    run = replace(run, ys=run.ys + [None] * (len(p.ts) - len(run.ys)))
+    return _failed(run, p, params, type(gradient).__name__)
 
 
 def _windows(t0: float, t1: float, dt0: float | None) -> Iterator[float]:
@@ -551,6 +586,8 @@ class _EventSpec:
     f: FlatField
     value: Callable[[Tensor, Tensor], Tensor]
     fixed: bool = False  # the event is at t0 whatever the inputs: no time gradient
+    module: torch.nn.Module | None = None  # the field's, evaluated as the solve found it
+    modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
 
 class _EventTimeGradient(torch.autograd.Function):
@@ -586,13 +623,14 @@ class _EventTimeGradient(torch.autograd.Function):
             "The gradient of a solve that an event ends",
             "For higher-order gradients, solve to a fixed end time.",
         )
-        with torch.enable_grad():
+        with as_solved(spec.module, spec.modes), torch.enable_grad():
             t = t_e.detach().to(y_e.dtype).requires_grad_(True)
             y = y_e.detach().requires_grad_(True)
             c = spec.value(t, y)
             dc_t, dc_y, *dc_params = torch.autograd.grad(c, (t, y, *params), allow_unused=True)
+            with torch.no_grad():
+                f = spec.f(t.detach(), y_e.detach())
         with torch.no_grad():
-            f = spec.f(t.detach(), y_e.detach())
             dc_t = torch.zeros_like(t) if dc_t is None else dc_t
             dc_y = torch.zeros_like(y) if dc_y is None else dc_y
             dcdt = dc_t + (dc_y * f).sum()
@@ -608,11 +646,14 @@ def reroute(
     value: Callable[[Tensor, Tensor], Tensor],
     event_t: Tensor,
     state: Tensor,
+    module: torch.nn.Module | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(event_t, state)`` with the event time's gradient added by the implicit
     function theorem (flat state, caller's time). The event function's own tensors
     (a module's parameters, what a plain function closes over) get their share: they
-    are found by one evaluation at the event whose graph is walked.
+    are found by one evaluation at the event whose graph is walked. The backward pass
+    evaluates ``f`` (whose module is ``module``) and the event function in the
+    training modes they have now, at the solve (:func:`as_solved`).
 
     An event at ``t0`` because an element of the event function is zero there
     (``value.at_start``) is at ``t0`` for all inputs: its time has a zero gradient and
@@ -624,6 +665,9 @@ def reroute(
         with torch.enable_grad():
             params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
     out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
-        _EventSpec(f, value, fixed), event_t, state, *params
+        _EventSpec(f, value, fixed, module, training_modes(module, getattr(value, "fn", None))),
+        event_t,
+        state,
+        *params,
     )
     return out

@@ -18,7 +18,13 @@ from typing import Any, Literal, Protocol, final
 import torch
 from torch import Tensor
 
-from ._controllers import AbstractController, Adaptation, PIDController, rms_norm
+from ._controllers import (
+    AbstractController,
+    Adaptation,
+    ConstantStepSize,
+    PIDController,
+    rms_norm,
+)
 from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
@@ -164,6 +170,11 @@ class Problem:
     module: torch.nn.Module | None = None
     step_tensor: Tensor | None = None
     jump_ts: tuple[float, ...] = ()
+    modes: tuple[tuple[torch.nn.Module, bool], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # As the forward solve finds them: a backward pass evaluates the field so.
+        self.modes = training_modes(self.module)
 
     def times(self) -> TimeTensors | None:
         """The time tensors that need gradients now, or ``None``."""
@@ -232,7 +243,10 @@ class Adjoint(AbstractGradient):
     a tensor read only at later times (``if t > 0.5``) is found too. A tensor that
     only the backward pass's evaluations read (where no forward evaluation went) has
     no gradient to receive: ``backward()`` raises :class:`ConfigurationError` for it
-    rather than leave its ``.grad`` unset; pass ``params`` for such a field.
+    rather than leave its ``.grad`` unset; pass ``params`` for such a field. An
+    ``nn.Module`` field is evaluated in the backward pass in the training mode each
+    of its submodules had in the forward solve (``eval()`` before ``backward()``
+    changes nothing), and its buffers are left as the forward solve left them.
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
@@ -241,7 +255,9 @@ class Adjoint(AbstractGradient):
 
     Args:
         solver: the backward solver; default the forward one.
-        controller: the backward controller; default the forward one.
+        controller: the backward controller; default the forward one, but
+            :class:`ConstantStepSize` for a backward ``solver`` with no error
+            estimate (``RK4()``) after an adaptive forward solve.
         dt0: the backward solve's first (or fixed) step size; default the forward one.
         seminorm: measure the backward error on the state and its adjoint only, not
             on the parameter gradients (Kidger et al. 2021): fewer backward steps.
@@ -268,7 +284,10 @@ class Adjoint(AbstractGradient):
 
     Raises:
         ConfigurationError: if ``state`` is not ``"auto"``, ``"backsolve"`` or
-            ``"interpolated"``; in ``backward()``, if ``params`` was not given and
+            ``"interpolated"``; when the solve starts, if the backward solve cannot
+            run (a ``PIDController`` for a backward ``solver`` with no error
+            estimate, constant backward steps with no ``dt0``, ``seminorm`` without
+            a ``PIDController``); in ``backward()``, if ``params`` was not given and
             the backward pass's evaluations read a tensor requiring grad that no
             forward evaluation read; in ``backward()`` through an output of a solve
             that failed (``throw=False``): the backward pass starts at ``t1``, which
@@ -300,6 +319,46 @@ class Adjoint(AbstractGradient):
                 f"`state` must be 'auto', 'backsolve' or 'interpolated', got {self.state!r}."
             )
 
+    def backward_solve(
+        self, solver: AbstractSolver, controller: AbstractController, dt0: float | None
+    ) -> tuple[AbstractSolver, AbstractController, float | None]:
+        """The backward solve's solver, controller and ``dt0`` for a forward solve with
+        these: each as given, else the forward one's, but that a backward solver with
+        no error estimate (``RK4()``) takes constant steps where the forward controller
+        adapts them."""
+        back = self.solver or solver
+        if self.controller is not None:
+            back_controller = self.controller
+        elif isinstance(controller, PIDController) and not back.adaptive:
+            back_controller = ConstantStepSize()
+        else:
+            back_controller = controller
+        return back, back_controller, dt0 if self.dt0 is None else self.dt0
+
+    def _check_backward(self, p: Problem) -> None:
+        """Refuse, before the forward solve, a backward solve that cannot run."""
+        back, controller, dt0 = self.backward_solve(p.solver, p.controller, p.dt0)
+        name = type(back).__name__
+        if isinstance(controller, PIDController) and not back.adaptive:
+            raise ConfigurationError(
+                f"`Adjoint(solver={name}(), controller=PIDController(...))`: `{name}()` "
+                "has no error estimate, so the backward solve cannot adapt its steps; "
+                "leave out `controller` (constant steps of `Adjoint(dt0=...)`), or give "
+                "an embedded pair such as `Adjoint(solver=Dopri5())`."
+            )
+        if self.seminorm and not isinstance(controller, PIDController):
+            raise ConfigurationError(
+                "`Adjoint(seminorm=True)` needs a PIDController in the backward solve, "
+                f"got {type(controller).__name__}."
+            )
+        if isinstance(controller, ConstantStepSize) and dt0 is None:
+            raise ConfigurationError(
+                f"`Adjoint(solver={name}())` takes constant steps in the backward solve, "
+                "and neither `Adjoint(dt0=...)` nor the solve's `dt0` gives their size; "
+                "pass `Adjoint(dt0=...)`, or give an embedded pair such as "
+                "`Adjoint(solver=Dopri5())`."
+            )
+
     def interpolates(self, solver: AbstractSolver) -> bool:
         """Whether the backward pass reads the state from the forward steps of a solve
         with this forward ``solver`` (see ``state``)."""
@@ -309,6 +368,7 @@ class Adjoint(AbstractGradient):
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
         p = problem
+        self._check_backward(p)
         reads, f = _parameters(self.params, p)
         steps: _Steps | None = None
         with torch.no_grad():
@@ -724,20 +784,67 @@ def _versions(tensors: Sequence[Tensor]) -> list[int | None]:
     return [None if x.is_inference() else x._version for x in tensors]
 
 
+def training_modes(*modules: object) -> tuple[tuple[torch.nn.Module, bool], ...]:
+    """``(submodule, training)`` for every submodule of those of ``modules`` that are
+    ``nn.Module`` s (a plain function has none), as they are now: the modes a solve
+    evaluates its field in, which its backward pass evaluates it in again
+    (:func:`as_solved`)."""
+    return tuple(
+        (m, m.training)
+        for module in modules
+        if isinstance(module, torch.nn.Module)
+        for m in module.modules()
+    )
+
+
+@contextlib.contextmanager
+def modes_pinned(modes: Sequence[tuple[torch.nn.Module, bool]]) -> Iterator[None]:
+    """Every module of ``modes`` (of :func:`training_modes`) in the training mode noted
+    there, and back in the caller's afterwards."""
+    now = [m.training for m, _ in modes]
+    for m, training in modes:
+        m.training = training
+    try:
+        yield
+    finally:
+        for (m, _), training in zip(modes, now):
+            m.training = training
+
+
+@contextlib.contextmanager
+def as_solved(
+    module: torch.nn.Module | None, modes: Sequence[tuple[torch.nn.Module, bool]]
+) -> Iterator[None]:
+    """Evaluate the field in a backward pass as its forward solve did: every submodule
+    in the training mode it had then (``modes``, of :func:`training_modes`), put back
+    afterwards, and the buffers of ``module`` as :func:`buffers_kept` leaves them. A
+    ``field.eval()`` (or ``train()``) between the solve and ``backward()`` would
+    otherwise make the backward pass differentiate another function (batch norm with
+    the running statistics where the forward pass used the batch's, dropout off), and
+    the gradient would be wrong without a word."""
+    with modes_pinned(modes), buffers_kept(module):
+        yield
+
+
 @contextlib.contextmanager
 def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
     """Undo what a backward pass that evaluates the field again writes into the buffers
     of the field's module (a BatchNorm's running statistics, in training mode): the
     field's evaluations count once, in the forward solve, as under backprop, whose
-    backward pass evaluates nothing. A plain function's closures are not reached."""
+    backward pass evaluates nothing. A plain function's closures are not reached.
+
+    BatchNorm's kernel writes without a new version, and the values are put back
+    the same way (through ``.data``): a graph that saved a buffer (the same module
+    evaluated by backprop elsewhere in the loss) sees the values it saved, and a new
+    version would make its backward pass refuse them as modified in place."""
     kept = [] if module is None else [(b, b.detach().clone()) for b in module.buffers()]
     try:
         yield
     finally:
         with torch.no_grad():
-            for buffer, value in kept:  # BatchNorm's kernel writes without a new version
+            for buffer, value in kept:
                 if not torch.equal(buffer, value):
-                    buffer.copy_(value)
+                    buffer.data.copy_(value)
 
 
 class _AdjointFunction(torch.autograd.Function):
@@ -758,7 +865,7 @@ class _AdjointFunction(torch.autograd.Function):
         (forward,) = ctx.saved_tensors
         params = ctx.kept.get()[1:]
         need_ts = bool(ctx.needs_input_grad[3])
-        with buffers_kept(spec.problem.module):
+        with as_solved(spec.problem.module, spec.problem.modes):
             grads = _adjoint_backward(spec, forward, tuple(params), grad_ys, need_ts)
         grad_y0, grad_ts, grad_params = grads
         if grad_ts is not None:
@@ -781,8 +888,7 @@ def _adjoint_backward(
     # the forward steps.
     m = 0 if steps is not None else n
     sizes = [q.numel() for q in params]
-    solver = method.solver or p.solver
-    controller = method.controller or p.controller
+    solver, controller, dt0 = method.backward_solve(p.solver, p.controller, p.dt0)
     if isinstance(controller, PIDController) and isinstance(controller.norm, AugmentedNorm):
         controller = replace(controller, norm=controller.norm.bind(p.y0.shape, m, params))
     elif isinstance(controller, PIDController) and controller.norm is not None:
@@ -830,7 +936,6 @@ def _adjoint_backward(
             if t_from == t_to:
                 continue
             z0 = torch.cat([y_i.reshape(-1)[:m], a.reshape(-1), g])
-            dt0 = p.dt0 if method.dt0 is None else method.dt0
             # Reading the dense output, the backward steps stop at the forward step ends.
             lo, hi = sorted((t_to, t_from))
             ends = () if steps is None else [e for e in steps.ends if lo < e < hi]
@@ -976,7 +1081,9 @@ class Checkpoint(AbstractGradient):
     discrete scheme, however rough the vector field — while the graph of only one
     segment is alive at a time: memory grows like ``every`` plus the number of
     segments, ``O(sqrt(steps))`` with the default. The price is one more forward
-    solve, counted in ``Stats.nfe_backward``.
+    solve, counted in ``Stats.nfe_backward``. An ``nn.Module`` field is replayed in
+    the training mode each of its submodules had in the forward solve, with its
+    buffers left as the forward solve left them.
 
     Args:
         every: steps per segment; default ``ceil(sqrt(accepted steps))``.
@@ -1109,7 +1216,7 @@ class _CheckpointFunction(torch.autograd.Function):
         carry: Tensor | None = None  # dL/dy at the end of the segment being replayed
         grad_params: list[Tensor | None] = [None] * len(params)
         nfe = 0
-        with buffers_kept(p.module):  # once, after every replay
+        with as_solved(p.module, p.modes):  # once, after every replay
             for k in range(len(spec.starts) - 2, -1, -1):
                 n, grads = _replay_segment(spec, k, params, times, grad_ys, carry)
                 nfe += n

@@ -42,8 +42,9 @@ from ._gradients import (
     Adjoint,
     AugmentedNorm,
     _Reads,
-    buffers_kept,
+    as_solved,
     found_tensors,
+    training_modes,
 )
 from ._implicit import AbstractImplicitRK
 from ._solve import (
@@ -612,7 +613,8 @@ def _with_event_gradient(
         unpack, f_flat = (lambda flat: flat), func  # type: ignore[assignment]
         flat0, state = y0, solution[-1]
     value, at_start = combined_event(event_fn, float(t0.detach()), flat0.detach(), unpack)
-    event_t, state = reroute(f_flat, value, event_t, state)
+    module = func if isinstance(func, torch.nn.Module) else None
+    event_t, state = reroute(f_flat, value, event_t, state, module)
     if at_start:
         # An element is zero at t0, the event is there whatever the state: it moves
         # with t0 (the solve returned the time as a number, connected to nothing).
@@ -1095,7 +1097,7 @@ def _adams_adjoint(
         field, split, t.detach().to(torch.float64), grid.detach(), back, back_h,
         positive("adjoint_rtol", rtol if back_rtol is None else back_rtol),
         positive("adjoint_atol", atol if back_atol is None else back_atol),
-        getattr(func, "callback_step_adjoint", None), module,
+        getattr(func, "callback_step_adjoint", None), module, training_modes(module),
     )  # fmt: skip
     ys_flat = _flat_of(solution, y0)
     ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
@@ -1133,6 +1135,8 @@ class _AdamsAdjoint:
     atol: float
     callback: Callable[..., object] | None
     module: torch.nn.Module | None = None
+    # The module's training modes at the forward solve, the backward pass's too.
+    modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
     def interval(self, i: int) -> Tensor:
         """The backward solve's grid from ``t[i]`` to ``t[i - 1]``."""
@@ -1222,7 +1226,7 @@ class _AdamsAdjointFunction(torch.autograd.Function):
         first_order("odeint_adjoint's gradient", "Use odeint for higher-order gradients.")
         spec: _AdamsAdjoint = ctx.spec
         ys, *params = ctx.saved_tensors
-        with torch.no_grad(), buffers_kept(spec.module):
+        with torch.no_grad(), as_solved(spec.module, spec.modes):
             a, t_grads, grads = spec.backward(ys, grad_ys, params, ctx.needs_input_grad[3])
         t_grad = None if t_grads is None else t_grads.to(ctx.t_dtype)
         return (None, None, a, t_grad, *grads)

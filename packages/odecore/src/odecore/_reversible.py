@@ -24,8 +24,8 @@ from ._gradients import (
     _failed,
     _parameters,
     _Replay,
+    as_solved,
     beyond_rounding,
-    buffers_kept,
     found_tensors,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
@@ -53,7 +53,9 @@ class Reversible(AbstractGradient):
     first, and backpropagates through that step alone. The gradient is that of the
     reversible solve (to rounding), for ``y0`` and every tensor the field reads; a
     forward step costs two steps of the solver, a backward one two more with their
-    vector-Jacobian products (counted in ``Stats.nfe_backward``).
+    vector-Jacobian products (counted in ``Stats.nfe_backward``). An ``nn.Module``
+    field is evaluated there in the training mode each of its submodules had in the
+    forward solve.
 
     Rebuilding ``y_n`` divides by ``λ``: over ``N`` steps a rounding error may grow
     by up to ``λ**-N`` (about 2e4 for the default at 10,000 steps), small in float64,
@@ -281,7 +283,7 @@ class _ReversibleFunction(torch.autograd.Function):
         back = _Uncoupled(spec, ctx.kept.get()[1:], grad_ys)
         n = len(spec.ends) - 1
         if n:
-            with buffers_kept(p.module):  # the field's evaluations count once
+            with as_solved(p.module, p.modes):  # the field's evaluations count once
                 run = spec.loop(
                     _plain(p.f), spec.y_end, spec.ends[-1], p.t0, [p.t0], back, _Replay(), None,
                     step_ts=spec.ends[1:-1],

@@ -38,6 +38,7 @@ from ._gradients import (
     Problem,
     Stats,
     TimeTensors,
+    modes_pinned,
 )
 from ._per_sample import PerSampleLoop, check_per_sample, per_sample
 from ._solvers import AbstractSolver, SolveState, StepResult
@@ -145,7 +146,9 @@ class Solution:
         the start time and ``t_final``. Needs ``SaveAt(dense=True)``. A ``t`` that
         requires grad gets the exact derivative of the dense output; where output
         times that require grad move the steps (the start, the end), the value at a
-        fixed ``t`` moves with them.
+        fixed ``t`` moves with them. A dense output that evaluates the field (an
+        ``nn.Module``) does so in the training mode each of its submodules had in
+        the solve, whatever it is now.
 
         Raises:
             ConfigurationError: without ``SaveAt(dense=True)``, for a time outside
@@ -548,13 +551,18 @@ class _Dense:
         self.s0 = math.nan
         self.module: torch.nn.Module | None = None
         self.tensors: list[tuple[int, int | None]] = []
+        self.modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
-    def keep(self, module: torch.nn.Module | None) -> None:
+    def keep(
+        self, module: torch.nn.Module | None, modes: tuple[tuple[torch.nn.Module, bool], ...]
+    ) -> None:
         """Note the field's module's parameters and buffers as the solve left them: a
         dense output that evaluates the field (a sub-step, a Hermite interpolant's
-        slopes) is that of this solve only while they are unchanged."""
+        slopes) is that of this solve only while they are unchanged. It evaluates the
+        field in the training modes of the solve (``modes``), whatever they are now."""
         self.module = module
         self.tensors = _held(module)
+        self.modes = modes
 
     def _read(self, read: Callable[[], list[Tensor]]) -> list[Tensor]:
         """``read()``, refused where it evaluated the field after the field's module
@@ -562,7 +570,8 @@ class _Dense:
         assert self.fe is not None
         changed = self.module is not None and _held(self.module) != self.tensors
         before = self.fe.nfe
-        value = read()
+        with modes_pinned(self.modes):
+            value = read()
         if self.fe.nfe != before and self.module is not None:
             if changed:
                 raise ConfigurationError(
@@ -1284,7 +1293,7 @@ def _solve(
         run, out_ts, event_t = done_event.result, done_event.ts, done_event.event_t
     message = _failure(run, t1, throw)
     if dense is not None:
-        dense.keep(problem.module)
+        dense.keep(problem.module, problem.modes)
     rows_loop = loop if isinstance(loop, PerSampleLoop) else None
     return Solution(
         ts=torch.tensor(out_ts, dtype=flat0.dtype, device=flat0.device),
