@@ -473,10 +473,15 @@ def _row_rms(x: Tensor) -> Tensor:
 
 def _row_scale(c: PIDController, y0: Tensor, y1: Tensor | None = None, tols: Any = None) -> Tensor:
     """``atol + rtol * max(|y0|, |y1|)`` without a graph; ``tols``: ``(rtol, atol)`` in
-    place of the controller's (tensors, in a compiled loop)."""
+    place of the controller's (tensors, in a compiled loop). A half-precision state's
+    scale is float32, as :func:`scaled_error`'s: in float16 ``atol`` can round to a
+    subnormal and the quotients by the scale overflow (65504), which reads as a
+    non-finite step; dividing by it promotes the quotient to float32."""
     big = _no_graph(y0).abs()
     if y1 is not None:
         big = torch.maximum(big, _no_graph(y1).abs())
+    if big.dtype in (torch.float16, torch.bfloat16):
+        big = big.float()
     rtol, atol = (c.rtol, c.atol) if tols is None else tols
     return big * rtol + atol
 
