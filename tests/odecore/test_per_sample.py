@@ -224,6 +224,59 @@ def test_a_sample_that_turns_nonfinite_fails_only_itself():
     assert torch.isnan(sol.ys[1:, 1]).all()
 
 
+def _rotation_and_failure(t, y):
+    """Sample 0 rotates fast (many steps to t = 2); sample 1's field is NaN after
+    t = 0.2; sample 2 decays slowly."""
+    rot = torch.stack([10 * y[:, 1], -10 * y[:, 0]], -1)
+    bad = (t > 0.2).unsqueeze(-1) & torch.tensor([[False], [True], [False]])
+    out = torch.cat([rot[:2], -0.1 * y[2:]])
+    return out + torch.where(bad, math.nan, 0.0)
+
+
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+@torch.no_grad()
+def test_a_failed_sample_stops_alone_and_the_others_reach_t1(solver):
+    # Sample 1 fails at t = 0.2 while sample 0 is still far from t1: sample 0 goes on
+    # and ends as it does alone (it was NaN after t = 0.2, the solve stopped with it).
+    y0 = torch.tensor([[1.0, 0.0], [1.0, 1.0], [2.0, -1.0]], dtype=F64)
+    ts = odecore.SaveAt(ts=[0.1, 1.5, 2.0])
+    kwargs = dict(
+        t0=0.0, t1=2.0, solver=solver, controller=_rows(1e-6, 1e-8), saveat=ts, throw=False
+    )
+    sol = odecore.solve(_rotation_and_failure, y0, **kwargs)
+    assert sol.status == odecore.Status.NONFINITE
+    assert "Samples [1] (1 of 3) did not reach t1." in sol.message
+    assert torch.isnan(sol.ys[1:, 1]).all() and sol.t_final < 0.21
+    for b in (0, 2):
+
+        def one(t, y, b=b):  # sample b alone, in its place in the batch's field
+            return _rotation_and_failure(t, y0.index_copy(0, torch.tensor([b]), y))[b : b + 1]
+
+        alone = odecore.solve(one, y0[b : b + 1], **kwargs)
+        assert alone.status == odecore.Status.SUCCESS
+        torch.testing.assert_close(sol.ys[:, b], alone.ys[:, 0], rtol=1e-12, atol=1e-14)
+        assert sol.n_accepted_per_sample[b] == alone.n_accepted_per_sample[0]
+    with pytest.raises(odecore.SolverError, match=r"Samples \[1\] \(1 of 3\)"):
+        odecore.solve(_rotation_and_failure, y0, **(kwargs | dict(throw=True)))
+
+
+@torch.no_grad()
+def test_samples_that_fail_differently_are_each_named():
+    # Sample 1 turns non-finite; sample 0 then runs out of steps; sample 2 is done.
+    y0 = torch.tensor([[1.0, 0.0], [1.0, 1.0], [2.0, -1.0]], dtype=F64)
+    sol = odecore.solve(
+        _rotation_and_failure, y0, t0=0.0, t1=2.0, solver=Dopri5(), controller=_rows(),
+        max_steps=120, throw=False,
+    )  # fmt: skip
+    assert sol.status == odecore.Status.NONFINITE
+    assert sol.message.endswith(
+        "Samples [1] (1 of 3) did not reach t1. Samples [0] (1 of 3) did not reach t1: "
+        f"{odecore.Status.MAX_STEPS_REACHED}."
+    )
+    assert torch.isnan(sol.ys[-1, :2]).all()
+    torch.testing.assert_close(sol.ys[-1, 2], y0[2] * math.exp(-0.2), rtol=1e-7, atol=0)
+
+
 @pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
 def test_an_empty_batch_returns_empty_outputs(solver):
     # As with shared steps: a batch of no samples has nothing to step.

@@ -231,7 +231,10 @@ class PIDController(AbstractController):
             step size, acceptance and controller state (the error norm is the RMS
             over each sample's elements), for a batch of independent systems: a
             sample's steps are then those it would take alone. Finished samples are
-            frozen at ``t1`` and the solve ends when every sample is done. The
+            frozen at ``t1`` and the solve ends when every sample is done; a
+            sample that fails (a step size underflow, a non-finite step) is frozen
+            where it stopped, its outputs after it NaN, while the others go on
+            (``Solution.message`` names the failed samples of each status). The
             field then receives ``t`` as a ``(batch,)`` tensor, each sample's own
             time (an autonomous field need not care). Off by default: the batch is
             one system. Needs a solver that keeps samples apart

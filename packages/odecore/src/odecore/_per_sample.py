@@ -221,10 +221,14 @@ class PerSampleLoop:
         stats: Stats,
         outputs: _Outputs,
     ) -> tuple[Tensor, Tensor, Status, str]:
-        """The steps: step every sample, judge each, keep the accepted, repeat."""
+        """The steps: step every sample, judge each, keep the accepted, repeat. A sample
+        that fails (its step size lost in rounding, a step that is not finite and cannot
+        shrink) is frozen where it stopped, as it would stop alone, and the others go
+        on; the status is the first failure's, the message names every failed sample."""
         assert self.accepted is not None and self.rejected is not None
         s0, s1 = span_ends
         y, s, span = y0, fe.s.clone(), s1 - s0
+        failures: list[tuple[Status, Tensor, str]] = []  # status, samples, solver's account
         f0 = solver.init(fe, 0.0, y)  # with h = 1: the derivative itself
         dt, cstate = row_init(
             controller, lambda d, x: fe.raw(s + d, x), span, y, f0, solver,
@@ -237,7 +241,8 @@ class PerSampleLoop:
         single = False  # the next iteration is the eager loop's own
         while True:
             if stats.n_steps >= self.max_steps:
-                return y, s, Status.MAX_STEPS_REACHED, _which(~done)
+                failures.append((Status.MAX_STEPS_REACHED, ~done, ""))
+                return (y, s, *_failed(failures))
             if runs is not None and not single:
                 budget = self.max_steps - stats.n_steps
                 ran = runs(self, fe, state, stats, outputs, (s1, span, budget),
@@ -274,11 +279,16 @@ class PerSampleLoop:
             stats.n_accepted += int(flags[0])
             stats.n_rejected += 1 - int(flags[0])
             if flags[2]:
-                return y, s, Status.DT_UNDERFLOW, _which(small)
-            if flags[3]:
+                failures.append((Status.DT_UNDERFLOW, small, ""))
+            lost = lost & ~small
+            if flags[3] and bool(lost.any()):
                 if step.failure is not None:  # the solver's own account (a singular matrix)
-                    return y, s, step.failure.status, f"{_which(lost)} {step.failure}"
-                return y, s, Status.NONFINITE, _which(lost)
+                    failures.append((step.failure.status, lost, f" {step.failure}"))
+                else:
+                    failures.append((Status.NONFINITE, lost, ""))
+            if flags[2] or flags[3]:  # the failed samples stop; the others go on
+                done = done | small | lost
+                flags[1] = bool(done.all())
             if flags[1]:
                 break
             f1 = fe.at_end(step.y1)
@@ -287,8 +297,8 @@ class PerSampleLoop:
             f0 = _where(accept, fe.raw(s, y) if f1 is None else f1, f0)
             dt, retry = torch.where(done, dt, verdict.dt), ~accept
         if not bool(torch.isfinite(y).all()):
-            return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
-        return y, s, Status.SUCCESS, ""
+            failures.append((Status.NONFINITE, ~torch.isfinite(y).flatten(1).all(1), ""))
+        return (y, s, *_failed(failures))
 
 
 _FAILED: set[object] = set()
@@ -411,6 +421,23 @@ class _Outputs:
         """The batch's states at ``tau``."""
         rows = self.rows[tau]
         return torch.stack(rows) if rows else self.empty
+
+
+def _failed(failures: list[tuple[Status, Tensor, str]]) -> tuple[Status, str]:
+    """The status of a solve whose samples failed as ``failures`` say (the first
+    failure's; success for none), and the message that names the samples of each
+    status (the first's status is said before it)."""
+    if not failures:
+        return Status.SUCCESS, ""
+    groups: dict[Status, tuple[Tensor, str]] = {}
+    for status, mask, note in failures:
+        seen, notes = groups.get(status, (torch.zeros_like(mask), ""))
+        groups[status] = (seen | mask, notes + note)
+    (first, (mask, note)), *others = groups.items()
+    message = _which(mask) + note
+    for status, (mask, note) in others:
+        message += f" {_which(mask)[:-1]}: {status}.{note}"
+    return first, message
 
 
 def _which(mask: Tensor) -> str:
