@@ -7,6 +7,8 @@ import math
 import odecore
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from odecore import Dopri5, PIDController, Rodas4, Rodas5P, Tsit5
 
 F64 = torch.float64
@@ -140,6 +142,70 @@ def test_a_rosenbrock_step_far_from_time_zero_takes_the_shared_steps(solver):
     assert rows.status == odecore.Status.SUCCESS
     assert rows.stats.n_steps <= 1.05 * shared.stats.n_steps
     torch.testing.assert_close(rows.ys[-1], shared.ys[-1], rtol=0.0, atol=1e-7)
+
+
+def _random_system(seed, batch, n, nonlinear):
+    """``y' = k_b A_b y (+ w_b sin(y) cos(t) - tanh(y)^3)`` per sample: ``A``, ``w`` and the
+    closed-over ``k`` (one per sample) require grad."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, n, n, generator=g, dtype=F64) - 2 * torch.eye(n, dtype=F64)
+    w = torch.randn(batch, n, generator=g, dtype=F64)
+    k = torch.rand(batch, 1, generator=g, dtype=F64) + 0.5
+    y0 = torch.randn(batch, n, generator=g, dtype=F64)
+    return a, w, k, y0
+
+
+def _random_field(a, w, k, nonlinear):
+    def f(t, y):
+        out = k * torch.einsum("bij,bj->bi", a, y)
+        if nonlinear:
+            out = out + w * torch.sin(y) * torch.cos(t).unsqueeze(-1) - torch.tanh(y) ** 3
+        return out
+
+    return f
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    batch=st.integers(1, 5),
+    n=st.integers(1, 3),
+    nonlinear=st.booleans(),
+    solver=st.sampled_from(
+        [Dopri5(), Tsit5(), odecore.Bosh3(), Rodas4(independent=True), Rodas5P(independent=True)]
+    ),
+    rtol=st.floats(1e-8, 1e-4),
+    atol=st.floats(1e-9, 1e-5),
+    t1=st.sampled_from([0.7, -0.7]),
+    ts=st.lists(st.floats(0.05, 0.65), max_size=2),
+)
+def test_a_batch_is_each_sample_solved_alone(seed, batch, n, nonlinear, solver, rtol, atol,
+                                             t1, ts):  # fmt: skip
+    # States, output times, each sample's step counts, the status and the gradients
+    # by y0, the field's tensors and a closed-over one: each sample's are those of
+    # its own solve (a batch of one), to rounding.
+    a, w, k, y0 = _random_system(seed, batch, n, nonlinear)
+    leaves = [x.requires_grad_() for x in (y0, a, w, k)]
+    kwargs = dict(
+        t0=0.0, t1=t1, solver=solver, controller=_rows(rtol, atol),
+        saveat=odecore.SaveAt(ts=sorted({math.copysign(t, t1) for t in ts}, key=abs), t1=True),
+    )  # fmt: skip
+    sol = odecore.solve(_random_field(a, w, k, nonlinear), y0, **kwargs)
+    weights = torch.linspace(1.0, 2.0, sol.ys.numel(), dtype=F64).reshape(sol.ys.shape)
+    grads = torch.autograd.grad((sol.ys * weights).sum(), leaves, materialize_grads=True)
+    assert sol.status == odecore.Status.SUCCESS
+    for b in range(batch):
+        mine = [x[b : b + 1].detach().requires_grad_() for x in leaves]
+        one = odecore.solve(_random_field(*mine[1:], nonlinear), mine[0], **kwargs)
+        assert one.status == sol.status and torch.equal(one.ts, sol.ts)
+        assert int(one.n_accepted_per_sample[0]) == int(sol.n_accepted_per_sample[b])
+        assert int(one.n_rejected_per_sample[0]) == int(sol.n_rejected_per_sample[b])
+        torch.testing.assert_close(one.ys[:, 0], sol.ys[:, b], rtol=1e-12, atol=1e-14)
+        alone = torch.autograd.grad(
+            (one.ys * weights[:, b : b + 1]).sum(), mine, materialize_grads=True
+        )
+        for batched, single in zip(grads, alone, strict=True):
+            torch.testing.assert_close(batched[b : b + 1], single, rtol=1e-9, atol=1e-12)
 
 
 # --- masking ------------------------------------------------------------------------------
