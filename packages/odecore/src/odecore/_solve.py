@@ -1346,6 +1346,14 @@ def _checked_span(
         t0, t1, "solve", "and the times to differentiate as a tensor `SaveAt(ts=...)`: an "
         "output time at `t0` or `t1` moves the start or the end of the solve."
     )  # fmt: skip
+    for name, value in (("t0", t0), ("t1", t1)):
+        if isinstance(value, Tensor) and value.numel() != 1:
+            raise ConfigurationError(
+                f"`{name}` must be a number or a one-element tensor, got a tensor of shape "
+                f"{tuple(value.shape)}: every sample of a batch is solved over the same "
+                "span, with per-sample steps too. Solve spans of their own in separate "
+                "calls, or map each sample's span onto one in the field."
+            )
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
         raise ConfigurationError(
