@@ -401,6 +401,29 @@ def test_backprop_through_the_masks_is_each_sample_alone(solver):
         torch.testing.assert_close(g_k[b : b + 1], a_k, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+def test_a_rejected_non_finite_step_leaves_the_gradient_finite(solver):
+    # y' = -k y^3 from y0 = 10 with a first step of 10: the stages overflow, the step
+    # is rejected and retried smaller. Its rows stayed in the graph behind the mask, and
+    # backpropagation gave 0 * inf = NaN for dy/dk and dy/dy0 (dopri5) of a solve that
+    # succeeded. Closed form: y = y0 (1 + a)^(-1/2), a = 2 k y0^2 t.
+    k = torch.tensor([[1.0], [0.5]], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[10.0], [1.0]], dtype=F64, requires_grad=True)
+    t1 = 10.0
+    sol = odecore.solve(
+        lambda t, y: -k * y**3, y0, t0=0.0, t1=t1, solver=solver, dt0=t1,
+        controller=_rows(1e-9, 1e-11),
+    )  # fmt: skip
+    assert int(sol.n_rejected_per_sample[0]) > 0
+    g_k, g_y0 = torch.autograd.grad(sol.ys[-1].sum(), (k, y0))
+    a = 2 * k.detach() * y0.detach() ** 2 * t1
+    exact_k = -(y0.detach() ** 3) * t1 * (1 + a) ** -1.5
+    exact_y0 = (1 + a) ** -1.5
+    torch.testing.assert_close(sol.ys[-1], y0.detach() * (1 + a) ** -0.5, rtol=1e-7, atol=0)
+    torch.testing.assert_close(g_k, exact_k, rtol=1e-5, atol=0)
+    torch.testing.assert_close(g_y0, exact_y0, rtol=1e-5, atol=0)
+
+
 # --- errors -------------------------------------------------------------------------------
 
 _Y0 = torch.ones(3, 2, dtype=F64)

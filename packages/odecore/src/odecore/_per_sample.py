@@ -11,7 +11,10 @@ is the step of size ``h`` of each sample on ``f``: the stages are ``h`` times th
 stages on ``f`` (a Rosenbrock stage equation is multiplied through by ``h``), and the
 step's error estimate, solution and dense output are those of the step on ``f``.
 A finished sample takes steps of size 0, which leave it where it is, and its state
-is kept by a mask, so that backpropagation through the loop is exact.
+is kept by a mask, so that backpropagation through the loop is exact. A step that is
+not finite for some samples is taken again, under a graph, with them standing still:
+behind the mask, its infinite partial derivatives would turn the zero gradient of the
+rejected rows into NaN (its evaluations count in ``nfe``).
 """
 
 from __future__ import annotations
@@ -265,6 +268,16 @@ class PerSampleLoop:
             verdict = row_adapt(controller, h, y, step, solver, cstate)
             active = ~done
             accept = verdict.accept & active
+            failure = step.failure  # the solver's own account of a failed step
+            if step.y1.requires_grad and bool((active & ~verdict.finite).any()):
+                # The rows of a non-finite step are rejected, but stay in the graph behind
+                # the mask, where backpropagation multiplies their zero gradient by
+                # infinite partials: NaN in the gradient of every tensor they read. The
+                # step is taken again with those rows standing still; the others' values
+                # are the same.
+                fe.place(s, torch.where(active & ~verdict.finite, 0.0, h))
+                f0_step = f0 * fe.scale
+                step = solver.step_with(state, fe, 0.0, 1.0, y, f0_step)
             cstate = verdict.state
             outputs.read(solver, fe, y, f0_step, step, accept)
             y = _where(accept, step.y1, y)
@@ -282,8 +295,8 @@ class PerSampleLoop:
                 failures.append((Status.DT_UNDERFLOW, small, ""))
             lost = lost & ~small
             if flags[3] and bool(lost.any()):
-                if step.failure is not None:  # the solver's own account (a singular matrix)
-                    failures.append((step.failure.status, lost, f" {step.failure}"))
+                if failure is not None:  # the solver's own account (a singular matrix)
+                    failures.append((failure.status, lost, f" {failure}"))
                 else:
                     failures.append((Status.NONFINITE, lost, ""))
             if flags[2] or flags[3]:  # the failed samples stop; the others go on
