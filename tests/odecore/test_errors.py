@@ -28,12 +28,28 @@ def odeint(y0=None, t=None, **kwargs):
 # --- y0 -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
 def test_y0_must_be_floating(dtype):
     y0 = torch.ones(3, dtype=dtype)
     match = rf"`y0` has dtype {re.escape(str(dtype))}; the solver needs a floating dtype"
     with pytest.raises(TypeError, match=match):
         odeint(y0)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_a_complex_y0_is_refused_without_advice_to_drop_its_imaginary_part(dtype):
+    # The advice was `y0.float()`, which discards the imaginary part (y' = i y then
+    # solves y' = 0 for real y0 = 1: a constant instead of a rotation).
+    match = (
+        rf"`y0` has dtype {re.escape(str(dtype))}; the solver needs a real floating dtype "
+        r"and does not take complex states.*`torch\.view_as_real\(y0\)`"
+    )
+    with pytest.raises(TypeError, match=match) as raised:
+        odeint(torch.ones(3, dtype=dtype), func=lambda t, y: 1j * y)
+    assert ".float()" not in str(raised.value)
+    with pytest.raises(TypeError, match=r"`y0\[1\]` has dtype .*`torch\.view_as_real\(y0\[1\]\)`"):
+        odecore.solve(lambda t, s: s, (torch.ones(2), torch.ones(2, dtype=dtype)), t0=0.0,
+                      t1=1.0, solver=odecore.Dopri5())  # fmt: skip
 
 
 def test_y0_must_be_a_tensor():

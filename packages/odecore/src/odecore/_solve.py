@@ -469,6 +469,13 @@ def _merge_stops(
 def _check_y0(y0: Tensor, name: str) -> None:
     if not isinstance(y0, Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(y0).__name__}.")
+    if y0.is_complex():  # a cast to a real dtype would drop the imaginary part
+        raise TypeError(
+            f"`{name}` has dtype {y0.dtype}; the solver needs a real floating dtype and "
+            "does not take complex states. Solve for the real and imaginary parts as a "
+            f"real state: `torch.view_as_real({name})`, with a field that takes and "
+            "returns that layout (`torch.view_as_complex` inside it)."
+        )
     if not y0.is_floating_point():
         raise TypeError(
             f"`{name}` has dtype {y0.dtype}; the solver needs a floating dtype. Cast with "
