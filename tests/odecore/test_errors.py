@@ -28,12 +28,28 @@ def odeint(y0=None, t=None, **kwargs):
 # --- y0 -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
 def test_y0_must_be_floating(dtype):
     y0 = torch.ones(3, dtype=dtype)
     match = rf"`y0` has dtype {re.escape(str(dtype))}; the solver needs a floating dtype"
     with pytest.raises(TypeError, match=match):
         odeint(y0)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_a_complex_y0_is_refused_without_advice_to_drop_its_imaginary_part(dtype):
+    # The advice was `y0.float()`, which discards the imaginary part (y' = i y then
+    # solves y' = 0 for real y0 = 1: a constant instead of a rotation).
+    match = (
+        rf"`y0` has dtype {re.escape(str(dtype))}; the solver needs a real floating dtype "
+        r"and does not take complex states.*`torch\.view_as_real\(y0\)`"
+    )
+    with pytest.raises(TypeError, match=match) as raised:
+        odeint(torch.ones(3, dtype=dtype), func=lambda t, y: 1j * y)
+    assert ".float()" not in str(raised.value)
+    with pytest.raises(TypeError, match=r"`y0\[1\]` has dtype .*`torch\.view_as_real\(y0\[1\]\)`"):
+        odecore.solve(lambda t, s: s, (torch.ones(2), torch.ones(2, dtype=dtype)), t0=0.0,
+                      t1=1.0, solver=odecore.Dopri5())  # fmt: skip
 
 
 def test_y0_must_be_a_tensor():
@@ -221,6 +237,20 @@ def solve(**kwargs):
         ({"controller": "pid"}, TypeError, r"`controller` must be an odecore controller"),
         ({"t1": math.inf}, ValueError, r"`t0` and `t1` must be finite"),
         ({"t0": math.nan}, ValueError, r"`t0` and `t1` must be finite"),
+        (
+            {"t1": torch.tensor([1.0, 2.0])},
+            ValueError,
+            r"`t1` must be a number or a one-element tensor, got a tensor of shape \(2,\)",
+        ),
+        (
+            {
+                "t0": torch.zeros(2, 1),
+                "y0": torch.ones(2, 1, dtype=F64),
+                "controller": odecore.PIDController(per_sample=True),
+            },
+            ValueError,
+            r"`t0` must be a number or a one-element tensor, got .* shape \(2, 1\)",
+        ),
         ({"max_steps": 0}, ValueError, r"`max_steps` must be a positive integer, got 0"),
         ({"dt0": 0.0}, ValueError, r"`dt0` must be a non-zero finite number, got 0\.0"),
         ({"dt0": math.inf}, ValueError, r"`dt0` must be a non-zero finite number"),
@@ -250,6 +280,8 @@ def solve(**kwargs):
         "controller",
         "t1-inf",
         "t0-nan",
+        "t1-tensor",
+        "t0-tensor-per-sample",
         "max_steps",
         "dt0-zero",
         "dt0-inf",

@@ -7,6 +7,8 @@ import math
 import odecore
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from odecore import Dopri5, PIDController, Rodas4, Rodas5P, Tsit5
 
 F64 = torch.float64
@@ -142,6 +144,70 @@ def test_a_rosenbrock_step_far_from_time_zero_takes_the_shared_steps(solver):
     torch.testing.assert_close(rows.ys[-1], shared.ys[-1], rtol=0.0, atol=1e-7)
 
 
+def _random_system(seed, batch, n, nonlinear):
+    """``y' = k_b A_b y (+ w_b sin(y) cos(t) - tanh(y)^3)`` per sample: ``A``, ``w`` and the
+    closed-over ``k`` (one per sample) require grad."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, n, n, generator=g, dtype=F64) - 2 * torch.eye(n, dtype=F64)
+    w = torch.randn(batch, n, generator=g, dtype=F64)
+    k = torch.rand(batch, 1, generator=g, dtype=F64) + 0.5
+    y0 = torch.randn(batch, n, generator=g, dtype=F64)
+    return a, w, k, y0
+
+
+def _random_field(a, w, k, nonlinear):
+    def f(t, y):
+        out = k * torch.einsum("bij,bj->bi", a, y)
+        if nonlinear:
+            out = out + w * torch.sin(y) * torch.cos(t).unsqueeze(-1) - torch.tanh(y) ** 3
+        return out
+
+    return f
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    batch=st.integers(1, 5),
+    n=st.integers(1, 3),
+    nonlinear=st.booleans(),
+    solver=st.sampled_from(
+        [Dopri5(), Tsit5(), odecore.Bosh3(), Rodas4(independent=True), Rodas5P(independent=True)]
+    ),
+    rtol=st.floats(1e-8, 1e-4),
+    atol=st.floats(1e-9, 1e-5),
+    t1=st.sampled_from([0.7, -0.7]),
+    ts=st.lists(st.floats(0.05, 0.65), max_size=2),
+)
+def test_a_batch_is_each_sample_solved_alone(seed, batch, n, nonlinear, solver, rtol, atol,
+                                             t1, ts):  # fmt: skip
+    # States, output times, each sample's step counts, the status and the gradients
+    # by y0, the field's tensors and a closed-over one: each sample's are those of
+    # its own solve (a batch of one), to rounding.
+    a, w, k, y0 = _random_system(seed, batch, n, nonlinear)
+    leaves = [x.requires_grad_() for x in (y0, a, w, k)]
+    kwargs = dict(
+        t0=0.0, t1=t1, solver=solver, controller=_rows(rtol, atol),
+        saveat=odecore.SaveAt(ts=sorted({math.copysign(t, t1) for t in ts}, key=abs), t1=True),
+    )  # fmt: skip
+    sol = odecore.solve(_random_field(a, w, k, nonlinear), y0, **kwargs)
+    weights = torch.linspace(1.0, 2.0, sol.ys.numel(), dtype=F64).reshape(sol.ys.shape)
+    grads = torch.autograd.grad((sol.ys * weights).sum(), leaves, materialize_grads=True)
+    assert sol.status == odecore.Status.SUCCESS
+    for b in range(batch):
+        mine = [x[b : b + 1].detach().requires_grad_() for x in leaves]
+        one = odecore.solve(_random_field(*mine[1:], nonlinear), mine[0], **kwargs)
+        assert one.status == sol.status and torch.equal(one.ts, sol.ts)
+        assert int(one.n_accepted_per_sample[0]) == int(sol.n_accepted_per_sample[b])
+        assert int(one.n_rejected_per_sample[0]) == int(sol.n_rejected_per_sample[b])
+        torch.testing.assert_close(one.ys[:, 0], sol.ys[:, b], rtol=1e-12, atol=1e-14)
+        alone = torch.autograd.grad(
+            (one.ys * weights[:, b : b + 1]).sum(), mine, materialize_grads=True
+        )
+        for batched, single in zip(grads, alone, strict=True):
+            torch.testing.assert_close(batched[b : b + 1], single, rtol=1e-9, atol=1e-12)
+
+
 # --- masking ------------------------------------------------------------------------------
 
 
@@ -224,6 +290,59 @@ def test_a_sample_that_turns_nonfinite_fails_only_itself():
     assert torch.isnan(sol.ys[1:, 1]).all()
 
 
+def _rotation_and_failure(t, y):
+    """Sample 0 rotates fast (many steps to t = 2); sample 1's field is NaN after
+    t = 0.2; sample 2 decays slowly."""
+    rot = torch.stack([10 * y[:, 1], -10 * y[:, 0]], -1)
+    bad = (t > 0.2).unsqueeze(-1) & torch.tensor([[False], [True], [False]])
+    out = torch.cat([rot[:2], -0.1 * y[2:]])
+    return out + torch.where(bad, math.nan, 0.0)
+
+
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+@torch.no_grad()
+def test_a_failed_sample_stops_alone_and_the_others_reach_t1(solver):
+    # Sample 1 fails at t = 0.2 while sample 0 is still far from t1: sample 0 goes on
+    # and ends as it does alone (it was NaN after t = 0.2, the solve stopped with it).
+    y0 = torch.tensor([[1.0, 0.0], [1.0, 1.0], [2.0, -1.0]], dtype=F64)
+    ts = odecore.SaveAt(ts=[0.1, 1.5, 2.0])
+    kwargs = dict(
+        t0=0.0, t1=2.0, solver=solver, controller=_rows(1e-6, 1e-8), saveat=ts, throw=False
+    )
+    sol = odecore.solve(_rotation_and_failure, y0, **kwargs)
+    assert sol.status == odecore.Status.NONFINITE
+    assert "Samples [1] (1 of 3) did not reach t1." in sol.message
+    assert torch.isnan(sol.ys[1:, 1]).all() and sol.t_final < 0.21
+    for b in (0, 2):
+
+        def one(t, y, b=b):  # sample b alone, in its place in the batch's field
+            return _rotation_and_failure(t, y0.index_copy(0, torch.tensor([b]), y))[b : b + 1]
+
+        alone = odecore.solve(one, y0[b : b + 1], **kwargs)
+        assert alone.status == odecore.Status.SUCCESS
+        torch.testing.assert_close(sol.ys[:, b], alone.ys[:, 0], rtol=1e-12, atol=1e-14)
+        assert sol.n_accepted_per_sample[b] == alone.n_accepted_per_sample[0]
+    with pytest.raises(odecore.SolverError, match=r"Samples \[1\] \(1 of 3\)"):
+        odecore.solve(_rotation_and_failure, y0, **(kwargs | dict(throw=True)))
+
+
+@torch.no_grad()
+def test_samples_that_fail_differently_are_each_named():
+    # Sample 1 turns non-finite; sample 0 then runs out of steps; sample 2 is done.
+    y0 = torch.tensor([[1.0, 0.0], [1.0, 1.0], [2.0, -1.0]], dtype=F64)
+    sol = odecore.solve(
+        _rotation_and_failure, y0, t0=0.0, t1=2.0, solver=Dopri5(), controller=_rows(),
+        max_steps=120, throw=False,
+    )  # fmt: skip
+    assert sol.status == odecore.Status.NONFINITE
+    assert sol.message.endswith(
+        "Samples [1] (1 of 3) did not reach t1. Samples [0] (1 of 3) did not reach t1: "
+        f"{odecore.Status.MAX_STEPS_REACHED}."
+    )
+    assert torch.isnan(sol.ys[-1, :2]).all()
+    torch.testing.assert_close(sol.ys[-1, 2], y0[2] * math.exp(-0.2), rtol=1e-7, atol=0)
+
+
 @pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
 def test_an_empty_batch_returns_empty_outputs(solver):
     # As with shared steps: a batch of no samples has nothing to step.
@@ -280,6 +399,29 @@ def test_backprop_through_the_masks_is_each_sample_alone(solver):
         torch.testing.assert_close(run(yb, kb)[:, 0], run(y0, k)[:, b], rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(g_y0[b : b + 1], a_y0, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(g_k[b : b + 1], a_k, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("solver", [Dopri5(), Rodas4(independent=True)], ids=["dopri5", "rodas4"])
+def test_a_rejected_non_finite_step_leaves_the_gradient_finite(solver):
+    # y' = -k y^3 from y0 = 10 with a first step of 10: the stages overflow, the step
+    # is rejected and retried smaller. Its rows stayed in the graph behind the mask, and
+    # backpropagation gave 0 * inf = NaN for dy/dk and dy/dy0 (dopri5) of a solve that
+    # succeeded. Closed form: y = y0 (1 + a)^(-1/2), a = 2 k y0^2 t.
+    k = torch.tensor([[1.0], [0.5]], dtype=F64, requires_grad=True)
+    y0 = torch.tensor([[10.0], [1.0]], dtype=F64, requires_grad=True)
+    t1 = 10.0
+    sol = odecore.solve(
+        lambda t, y: -k * y**3, y0, t0=0.0, t1=t1, solver=solver, dt0=t1,
+        controller=_rows(1e-9, 1e-11),
+    )  # fmt: skip
+    assert int(sol.n_rejected_per_sample[0]) > 0
+    g_k, g_y0 = torch.autograd.grad(sol.ys[-1].sum(), (k, y0))
+    a = 2 * k.detach() * y0.detach() ** 2 * t1
+    exact_k = -(y0.detach() ** 3) * t1 * (1 + a) ** -1.5
+    exact_y0 = (1 + a) ** -1.5
+    torch.testing.assert_close(sol.ys[-1], y0.detach() * (1 + a) ** -0.5, rtol=1e-7, atol=0)
+    torch.testing.assert_close(g_k, exact_k, rtol=1e-5, atol=0)
+    torch.testing.assert_close(g_y0, exact_y0, rtol=1e-5, atol=0)
 
 
 # --- errors -------------------------------------------------------------------------------

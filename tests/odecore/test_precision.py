@@ -414,3 +414,26 @@ def test_an_implicit_solve_in_float32_does_not_depend_on_the_states_size(solver)
     small, unit = errors(1e-6), errors(1.0)
     assert unit < 1e-4
     assert small < 2 * unit
+
+
+# --- per-sample steps in half precision ----------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("solver", [odecore.Dopri5(), odecore.Rodas4(independent=True)], ids=_name)
+def test_half_precision_per_sample_steps_with_a_small_atol(dtype, solver):
+    """Each sample's error ratio is measured in float32, as the shared controller's: in
+    float16 ``y_err / (atol + rtol |y|)`` overflowed 65504 at atol = 1e-5, every step
+    read as non-finite and the solve failed with a step size underflow."""
+    y0 = torch.tensor([[1.0, 0.0], [2.0, 0.5]], dtype=dtype)
+    push = torch.tensor([0.0, 5.0], dtype=dtype)
+    rtol, atol = 1e-2, 1e-5
+    sol = odecore.solve(
+        lambda t, y: -y + push, y0, t0=0.0, t1=1.0, solver=solver,
+        controller=odecore.PIDController(rtol=rtol, atol=atol, per_sample=True),
+    )  # fmt: skip
+    assert sol.ys.dtype == dtype
+    e = math.exp(-1.0)
+    exact = y0.double() * e + push.double() * (1 - e)
+    error = (sol.ys[-1].double() - exact).abs() / (atol + rtol * exact.abs())
+    assert error.max() <= 3.0

@@ -231,7 +231,10 @@ class PIDController(AbstractController):
             step size, acceptance and controller state (the error norm is the RMS
             over each sample's elements), for a batch of independent systems: a
             sample's steps are then those it would take alone. Finished samples are
-            frozen at ``t1`` and the solve ends when every sample is done. The
+            frozen at ``t1`` and the solve ends when every sample is done; a
+            sample that fails (a step size underflow, a non-finite step) is frozen
+            where it stopped, its outputs after it NaN, while the others go on
+            (``Solution.message`` names the failed samples of each status). The
             field then receives ``t`` as a ``(batch,)`` tensor, each sample's own
             time (an autonomous field need not care). Off by default: the batch is
             one system. Needs a solver that keeps samples apart
@@ -473,10 +476,15 @@ def _row_rms(x: Tensor) -> Tensor:
 
 def _row_scale(c: PIDController, y0: Tensor, y1: Tensor | None = None, tols: Any = None) -> Tensor:
     """``atol + rtol * max(|y0|, |y1|)`` without a graph; ``tols``: ``(rtol, atol)`` in
-    place of the controller's (tensors, in a compiled loop)."""
+    place of the controller's (tensors, in a compiled loop). A half-precision state's
+    scale is float32, as :func:`scaled_error`'s: in float16 ``atol`` can round to a
+    subnormal and the quotients by the scale overflow (65504), which reads as a
+    non-finite step; dividing by it promotes the quotient to float32."""
     big = _no_graph(y0).abs()
     if y1 is not None:
         big = torch.maximum(big, _no_graph(y1).abs())
+    if big.dtype in (torch.float16, torch.bfloat16):
+        big = big.float()
     rtol, atol = (c.rtol, c.atol) if tols is None else tols
     return big * rtol + atol
 

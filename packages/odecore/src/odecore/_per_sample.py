@@ -11,7 +11,10 @@ is the step of size ``h`` of each sample on ``f``: the stages are ``h`` times th
 stages on ``f`` (a Rosenbrock stage equation is multiplied through by ``h``), and the
 step's error estimate, solution and dense output are those of the step on ``f``.
 A finished sample takes steps of size 0, which leave it where it is, and its state
-is kept by a mask, so that backpropagation through the loop is exact.
+is kept by a mask, so that backpropagation through the loop is exact. A step that is
+not finite for some samples is taken again, under a graph, with them standing still:
+behind the mask, its infinite partial derivatives would turn the zero gradient of the
+rejected rows into NaN (its evaluations count in ``nfe``).
 """
 
 from __future__ import annotations
@@ -221,10 +224,14 @@ class PerSampleLoop:
         stats: Stats,
         outputs: _Outputs,
     ) -> tuple[Tensor, Tensor, Status, str]:
-        """The steps: step every sample, judge each, keep the accepted, repeat."""
+        """The steps: step every sample, judge each, keep the accepted, repeat. A sample
+        that fails (its step size lost in rounding, a step that is not finite and cannot
+        shrink) is frozen where it stopped, as it would stop alone, and the others go
+        on; the status is the first failure's, the message names every failed sample."""
         assert self.accepted is not None and self.rejected is not None
         s0, s1 = span_ends
         y, s, span = y0, fe.s.clone(), s1 - s0
+        failures: list[tuple[Status, Tensor, str]] = []  # status, samples, solver's account
         f0 = solver.init(fe, 0.0, y)  # with h = 1: the derivative itself
         dt, cstate = row_init(
             controller, lambda d, x: fe.raw(s + d, x), span, y, f0, solver,
@@ -237,7 +244,8 @@ class PerSampleLoop:
         single = False  # the next iteration is the eager loop's own
         while True:
             if stats.n_steps >= self.max_steps:
-                return y, s, Status.MAX_STEPS_REACHED, _which(~done)
+                failures.append((Status.MAX_STEPS_REACHED, ~done, ""))
+                return (y, s, *_failed(failures))
             if runs is not None and not single:
                 budget = self.max_steps - stats.n_steps
                 ran = runs(self, fe, state, stats, outputs, (s1, span, budget),
@@ -260,6 +268,16 @@ class PerSampleLoop:
             verdict = row_adapt(controller, h, y, step, solver, cstate)
             active = ~done
             accept = verdict.accept & active
+            failure = step.failure  # the solver's own account of a failed step
+            if step.y1.requires_grad and bool((active & ~verdict.finite).any()):
+                # The rows of a non-finite step are rejected, but stay in the graph behind
+                # the mask, where backpropagation multiplies their zero gradient by
+                # infinite partials: NaN in the gradient of every tensor they read. The
+                # step is taken again with those rows standing still; the others' values
+                # are the same.
+                fe.place(s, torch.where(active & ~verdict.finite, 0.0, h))
+                f0_step = f0 * fe.scale
+                step = solver.step_with(state, fe, 0.0, 1.0, y, f0_step)
             cstate = verdict.state
             outputs.read(solver, fe, y, f0_step, step, accept)
             y = _where(accept, step.y1, y)
@@ -274,11 +292,16 @@ class PerSampleLoop:
             stats.n_accepted += int(flags[0])
             stats.n_rejected += 1 - int(flags[0])
             if flags[2]:
-                return y, s, Status.DT_UNDERFLOW, _which(small)
-            if flags[3]:
-                if step.failure is not None:  # the solver's own account (a singular matrix)
-                    return y, s, step.failure.status, f"{_which(lost)} {step.failure}"
-                return y, s, Status.NONFINITE, _which(lost)
+                failures.append((Status.DT_UNDERFLOW, small, ""))
+            lost = lost & ~small
+            if flags[3] and bool(lost.any()):
+                if failure is not None:  # the solver's own account (a singular matrix)
+                    failures.append((failure.status, lost, f" {failure}"))
+                else:
+                    failures.append((Status.NONFINITE, lost, ""))
+            if flags[2] or flags[3]:  # the failed samples stop; the others go on
+                done = done | small | lost
+                flags[1] = bool(done.all())
             if flags[1]:
                 break
             f1 = fe.at_end(step.y1)
@@ -287,8 +310,8 @@ class PerSampleLoop:
             f0 = _where(accept, fe.raw(s, y) if f1 is None else f1, f0)
             dt, retry = torch.where(done, dt, verdict.dt), ~accept
         if not bool(torch.isfinite(y).all()):
-            return y, s, Status.NONFINITE, _which(~torch.isfinite(y).flatten(1).all(1))
-        return y, s, Status.SUCCESS, ""
+            failures.append((Status.NONFINITE, ~torch.isfinite(y).flatten(1).all(1), ""))
+        return (y, s, *_failed(failures))
 
 
 _FAILED: set[object] = set()
@@ -411,6 +434,23 @@ class _Outputs:
         """The batch's states at ``tau``."""
         rows = self.rows[tau]
         return torch.stack(rows) if rows else self.empty
+
+
+def _failed(failures: list[tuple[Status, Tensor, str]]) -> tuple[Status, str]:
+    """The status of a solve whose samples failed as ``failures`` say (the first
+    failure's; success for none), and the message that names the samples of each
+    status (the first's status is said before it)."""
+    if not failures:
+        return Status.SUCCESS, ""
+    groups: dict[Status, tuple[Tensor, str]] = {}
+    for status, mask, note in failures:
+        seen, notes = groups.get(status, (torch.zeros_like(mask), ""))
+        groups[status] = (seen | mask, notes + note)
+    (first, (mask, note)), *others = groups.items()
+    message = _which(mask) + note
+    for status, (mask, note) in others:
+        message += f" {_which(mask)[:-1]}: {status}.{note}"
+    return first, message
 
 
 def _which(mask: Tensor) -> str:

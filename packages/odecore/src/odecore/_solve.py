@@ -472,6 +472,13 @@ def _merge_stops(
 def _check_y0(y0: Tensor, name: str) -> None:
     if not isinstance(y0, Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(y0).__name__}.")
+    if y0.is_complex():  # a cast to a real dtype would drop the imaginary part
+        raise TypeError(
+            f"`{name}` has dtype {y0.dtype}; the solver needs a real floating dtype and "
+            "does not take complex states. Solve for the real and imaginary parts as a "
+            f"real state: `torch.view_as_real({name})`, with a field that takes and "
+            "returns that layout (`torch.view_as_complex` inside it)."
+        )
     if not y0.is_floating_point():
         raise TypeError(
             f"`{name}` has dtype {y0.dtype}; the solver needs a floating dtype. Cast with "
@@ -1355,6 +1362,14 @@ def _checked_span(
         t0, t1, "solve", "and the times to differentiate as a tensor `SaveAt(ts=...)`: an "
         "output time at `t0` or `t1` moves the start or the end of the solve."
     )  # fmt: skip
+    for name, value in (("t0", t0), ("t1", t1)):
+        if isinstance(value, Tensor) and value.numel() != 1:
+            raise ConfigurationError(
+                f"`{name}` must be a number or a one-element tensor, got a tensor of shape "
+                f"{tuple(value.shape)}: every sample of a batch is solved over the same "
+                "span, with per-sample steps too. Solve spans of their own in separate "
+                "calls, or map each sample's span onto one in the field."
+            )
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and (math.isfinite(t1) or (event is not None and t1 == t1))):
         raise ConfigurationError(
