@@ -733,3 +733,40 @@ def test_an_assertion_in_the_field_is_not_torchdiffeqs():
     with pytest.raises(AssertionError, match="the field's own check"):
         odecore.odeint(field, torch.ones(1, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64),
                        method="torchdiffeq:dopri5")  # fmt: skip
+
+
+CLOSED_OVER = torch.tensor(0.5, dtype=F64, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("y0", "t", "func", "wanted"),
+    [
+        (torch.ones(2, dtype=F64, requires_grad=True), None, None, r"`y0`"),
+        ((torch.ones(2, dtype=F64), torch.ones(1, dtype=F64, requires_grad=True)), None,
+         lambda t, y: (-y[0], -y[1]), r"`y0\[1\]`"),
+        (torch.ones(2, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64, requires_grad=True),
+         None, r"`t`"),
+        (torch.ones(2, dtype=F64), None, lambda t, y: -CLOSED_OVER * y,
+         r"a tensor that `func` reads"),
+        (torch.ones(2, dtype=F64), None, MLPField().double(), r"a tensor that `func` reads"),
+    ],
+    ids=["y0", "tuple-y0", "t", "closure", "module"],
+)  # fmt: skip
+def test_torchdiffeq_scipy_solver_refuses_a_gradient_it_would_drop(y0, t, func, wanted):
+    # torchdiffeq's scipy_solver builds its solution from NumPy arrays: it has no graph,
+    # so y0's, t's and the field's gradients through it were None without a word.
+    t = torch.tensor([0.0, 1.0], dtype=F64) if t is None else t
+    func = (lambda t, y: -y) if func is None else func
+    direct = torchdiffeq.odeint(func, y0, t, method="scipy_solver")
+    assert not any(ys.requires_grad for ys in (direct if isinstance(direct, tuple) else [direct]))
+    with pytest.raises(ValueError, match=rf"returns a solution without a gradient .*{wanted} "):
+        odecore.odeint(func, y0, t, method="torchdiffeq:scipy_solver")
+    with torch.no_grad():  # without a gradient to lose, it runs
+        odecore.odeint(func, y0, t, method="torchdiffeq:scipy_solver")
+
+
+def test_torchdiffeq_scipy_solver_without_a_gradient_is_torchdiffeqs():
+    y0, t = torch.ones(2, dtype=F64), torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    ours = odecore.odeint(lambda t, y: -y, y0, t, method="torchdiffeq:scipy_solver")
+    direct = torchdiffeq.odeint(lambda t, y: -y, y0, t, method="scipy_solver")
+    assert torch.equal(ours, direct)

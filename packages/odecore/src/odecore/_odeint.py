@@ -20,6 +20,7 @@ from ._adams import ADAMS_METHODS, AdamsBashforthMoulton, adams_for, cubic_hermi
 from ._backends import (
     SCIPY_METHODS,
     SCIPY_PREFIX,
+    SCIPY_SOLVER,
     TORCHDIFFEQ_PREFIX,
     ScipySolver,
     make_loop,
@@ -65,7 +66,6 @@ from ._spec import (
     FIXED_OPTIONS,
     IMPLICIT_METHODS,
     IMPLICIT_OPTIONS,
-    SCIPY_SOLVER,
     OdeSpec,
     nonnegative,
     positive,
@@ -237,7 +237,9 @@ def odeint(
             :data:`GRADIENTS` such as ``"reversible"``, or a gradient object; default
             ``"backprop"``);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
-            ``options`` to torchdiffeq unchanged.
+            ``options`` to torchdiffeq unchanged. ``torchdiffeq:scipy_solver``, whose
+            solution has no graph, is refused where ``y0``, ``t`` or a tensor ``func``
+            reads requires grad (odecore's ``scipy_solver`` differentiates).
         event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
             ``event_fn(t, y)`` changes sign (see :class:`Event`), however long that
             takes; ``t`` then holds two times, the start and any other that gives
@@ -256,7 +258,8 @@ def odeint(
         ValueError: for an unknown method or option, bad times, tolerances,
             shapes, or a non-finite ``y0``; for a tolerance or option given as a
             tensor that requires grad (it is taken as a number, and no gradient
-            would reach it).
+            would reach it); for ``torchdiffeq:scipy_solver`` where a gradient is
+            wanted.
         SolverError: if the solve cannot finish (step size underflow, step budget
             exhausted, non-finite state, an implicit method's Newton iteration or an
             implicit Adams method's corrector that diverges in a step,

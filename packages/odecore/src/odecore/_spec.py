@@ -16,7 +16,14 @@ from typing import Any, final
 import torch
 
 from ._adams import ADAMS_METHODS
-from ._backends import SCIPY_METHODS, SCIPY_PREFIX, TORCHDIFFEQ_PREFIX, ScipySolver, scipy_integrate
+from ._backends import (
+    SCIPY_METHODS,
+    SCIPY_PREFIX,
+    SCIPY_SOLVER,
+    TORCHDIFFEQ_PREFIX,
+    ScipySolver,
+    scipy_integrate,
+)
 from ._controllers import ATOL, RTOL, AbstractController, ConstantStepSize, PIDController
 from ._errors import ConfigurationError
 from ._esdirk import Kvaerno5, with_solve_tolerances
@@ -442,9 +449,6 @@ def _planned(method: str, name: str) -> ConfigurationError:
         f"problem, odecore's implicit methods run here ({', '.join(IMPLICIT_METHODS)}), and "
         f"SciPy's: `{name}method='scipy:BDF'`, 'scipy:Radau' or 'scipy:LSODA'."
     )
-
-
-SCIPY_SOLVER = "scipy_solver"
 
 
 def solver_for(method: str, name: str = "") -> AbstractSolver:
