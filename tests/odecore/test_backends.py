@@ -426,6 +426,17 @@ def test_scipy_gradients_closed_form_with_time():
     assert t.grad[1].item() == pytest.approx(-0.7 * 1.5 * e, rel=1e-9)
 
 
+@pytest.mark.parametrize("entry", [odecore.odeint, odecore.odeint_adjoint])
+def test_scipy_gradients_reach_a_tensor_a_plain_function_closes_over(entry):
+    # y' = a y: dy(T)/da = T y0 exp(aT), found in the forward evaluations' graphs.
+    a = torch.tensor(-0.7, dtype=F64, requires_grad=True)
+    ys = entry(lambda t, y: a * y, torch.tensor([1.5], dtype=F64),
+               torch.tensor([0.0, 2.0], dtype=F64), rtol=1e-12, atol=1e-12,
+               method="scipy:Radau")  # fmt: skip
+    ys[-1].sum().backward()
+    assert a.grad.item() == pytest.approx(2.0 * 1.5 * math.exp(-1.4), rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("method", "adjoint_method"), [("scipy:RK45", "dopri5"), ("dopri5", "scipy:LSODA")]
 )
