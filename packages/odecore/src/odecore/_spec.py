@@ -460,6 +460,15 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
         return ScipySolver(method.removeprefix(SCIPY_PREFIX))
     if method in PLANNED_METHODS:
         raise _planned(method, name)
+    if method.startswith(TORCHDIFFEQ_PREFIX) or method == SCIPY_SOLVER:
+        instead = "odeint or odeint_adjoint, which hand the whole call to torchdiffeq"
+        if method == SCIPY_SOLVER:
+            instead = "odeint (with options={'solver': <name>}) or as 'scipy:<name>' here"
+        raise ConfigurationError(
+            f"`{name}method` {method!r} has no solver object for OdeSpec or solve: it runs "
+            f"only in {instead}. Here: one of odecore's methods, or "
+            f"{', '.join(SCIPY_PREFIX + m for m in SCIPY_METHODS)}."
+        )
     if method in MULTISTEP_METHODS:
         raise ConfigurationError(
             f"`{name}method` {method!r} is a multistep method, which only odeint runs "
