@@ -670,6 +670,26 @@ def test_torchdiffeq_arguments_are_validated(kwargs, error, match):
 
 
 @pytest.mark.parametrize(
+    ("entry", "where", "options"),
+    [
+        ("odeint", "options", {"gradient": "adjoint"}),
+        ("odeint", "options", {"compile": True}),
+        ("odeint_adjoint", "options", {"compile": True}),
+        ("odeint_adjoint", "adjoint_options", {"compile": "stepped"}),
+    ],
+)
+def test_torchdiffeq_refuses_odecores_own_options(entry, where, options):
+    # torchdiffeq warned of an unexpected argument and solved by backpropagation,
+    # uncompiled: the gradient method or compilation asked for was not the one run.
+    args = (MLPField(), torch.ones(3, 2, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64))
+    with pytest.warns(UserWarning, match="Unexpected arguments"):
+        torchdiffeq.odeint(*args, method="dopri5", options=options)
+    key = next(iter(options))
+    with pytest.raises(ValueError, match=rf"`{where}` \['{key}'\] are odecore's, for its own"):
+        getattr(odecore, entry)(*args, method="torchdiffeq:dopri5", **{where: options})
+
+
+@pytest.mark.parametrize(
     ("method", "adjoint_method", "match"),
     [
         ("torchdiffeq:dopri5", "dopri5", r"`adjoint_method` must be a torchdiffeq method too"),

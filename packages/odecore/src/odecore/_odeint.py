@@ -98,6 +98,22 @@ def _delegated(method: object) -> bool:
     return isinstance(method, str) and method.startswith(TORCHDIFFEQ_PREFIX)
 
 
+_ODECORE_OPTIONS = ("compile", "gradient")
+"""Options of odecore's own methods that no torchdiffeq method has."""
+
+
+def _not_for_torchdiffeq(method: str, options: Mapping[str, Any] | None, name: str = "") -> None:
+    """Refuse odecore's own options for a torchdiffeq method: torchdiffeq would warn
+    of an unexpected argument and solve without it (backpropagation, not compiled)."""
+    given = [key for key in _ODECORE_OPTIONS if key in (options or {})]
+    if given:
+        raise ConfigurationError(
+            f"`{name}options` {given} are odecore's, for its own methods: torchdiffeq would "
+            f"warn of an unexpected argument and run {method!r} without them. Remove them, "
+            f"or use odecore's method {method.removeprefix(TORCHDIFFEQ_PREFIX)!r}."
+        )
+
+
 def _check_state(y0: State) -> None:
     if isinstance(y0, tuple):
         if len(y0) == 0:
@@ -237,7 +253,8 @@ def odeint(
             :data:`GRADIENTS` such as ``"reversible"``, or a gradient object; default
             ``"backprop"``);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
-            ``options`` to torchdiffeq unchanged. ``torchdiffeq:scipy_solver``, whose
+            ``options`` to torchdiffeq unchanged (``compile`` and ``gradient``,
+            odecore's, are an error there). ``torchdiffeq:scipy_solver``, whose
             solution has no graph, is refused where ``y0``, ``t`` or a tensor ``func``
             reads requires grad (odecore's ``scipy_solver`` differentiates).
         event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
@@ -287,6 +304,7 @@ def odeint(
         _check_event(event_fn, ts, method, options)
     if _delegated(method):
         _check_state(y0)
+        _not_for_torchdiffeq(method, options)
         rtol, atol = positive("rtol", rtol), positive("atol", atol)
         return torchdiffeq_odeint(  # type: ignore[no-any-return]
             func, y0, t, rtol=rtol, atol=atol, method=method, options=options
@@ -439,6 +457,8 @@ def odeint_adjoint(
                 f"'{TORCHDIFFEQ_PREFIX}<name>' or leave it out."
             )
         _check_state(y0)
+        _not_for_torchdiffeq(method, options)
+        _not_for_torchdiffeq(adjoint_method or method, adjoint_options, "adjoint_")
         rtol, atol = positive("rtol", rtol), positive("atol", atol)
         if adjoint_rtol is not None:
             adjoint_rtol = positive("adjoint_rtol", adjoint_rtol)
