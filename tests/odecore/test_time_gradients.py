@@ -511,6 +511,32 @@ def test_every_fixed_grid_gives_each_time_its_gradient(method: str, grid: str) -
     assert torch.autograd.gradcheck(_outputs(method, options), (t,), eps=1e-7, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "grid", ["n_steps=4", "step_size=0.3 (off the grid)", "grid_constructor", "default grid"]
+)
+@pytest.mark.parametrize("perturb", [False, True], ids=["", "perturb"])
+@pytest.mark.parametrize("method", ["rk4", "midpoint"])
+def test_a_step_t_tensor_gets_its_gradient_on_every_fixed_grid(
+    method: str, grid: str, perturb: bool
+) -> None:
+    """The option ``step_t`` as a tensor that requires grad: the steps that end on it
+    move with it, on every grid (beside the default grid, ``n_steps`` and
+    ``grid_constructor`` its gradient was None: the times were copied into a new
+    tensor; with ``step_size`` they were not, but with ``perturb`` too)."""
+    times, options = GRIDS[grid]
+    options = {**options, "perturb": True} if perturb else options
+
+    def run(steps: torch.Tensor) -> torch.Tensor:
+        t = torch.tensor(times, dtype=F64)
+        y0 = torch.ones(1, dtype=F64)
+        opts = {**options, "step_t": steps}
+        return odecore.odeint(_forced, y0, t, method=method, options=opts)[1:, 0]
+
+    steps = torch.tensor([0.2, 0.7], dtype=F64, requires_grad=True)
+    assert torch.autograd.grad(run(steps).sum(), steps)[0].abs().min() > 1e-7
+    assert torch.autograd.gradcheck(run, (steps,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("grid", ["n_steps=4", "step_size=0.25", "default grid"])
 @pytest.mark.parametrize("method", IMPLICIT)
 def test_implicit_fixed_grids_give_each_time_its_gradient(method: str, grid: str) -> None:

@@ -1340,9 +1340,12 @@ def _uniform_grid(t: Tensor, n: int) -> Tensor:
 
 
 def _with_step_t(grid: Tensor, step_t: Any) -> Tensor:
-    """``grid`` followed by the times of the ``step_t`` option, if any."""
+    """``grid`` followed by the times of the ``step_t`` option, if any: a tensor with
+    its graph, as ``step_t`` alone (with ``step_size``) is passed on."""
     if step_t is None:
         return grid
+    if isinstance(step_t, Tensor):
+        return torch.cat([grid, step_t.reshape(-1).to(grid.dtype)])
     extra = torch.tensor(_times(step_t), dtype=grid.dtype, device=grid.device)
     return torch.cat([grid, extra])
 
