@@ -537,6 +537,24 @@ def test_a_step_t_tensor_gets_its_gradient_on_every_fixed_grid(
     assert torch.autograd.gradcheck(run, (steps,), eps=1e-7, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["dopri5", "rodas5p", "scipy:RK45"])
+def test_the_adjoint_gives_step_times_that_require_grad_zero(method: str) -> None:
+    """Where the solver steps does not change the ODE's solution, whose gradient the
+    adjoint gives: step times that require grad get zero (they got None), and
+    backpropagation through the steps at a tight tolerance gets about as much."""
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    grads = {}
+    for entry in (odecore.odeint_adjoint, odecore.odeint):
+        steps = torch.tensor([0.2, 0.7], dtype=F64, requires_grad=True)
+        ys = entry(_forced, torch.ones(1, dtype=F64), t, method=method, rtol=1e-10,
+                   atol=1e-12, options={"step_t": steps})  # fmt: skip
+        (grads[entry],) = torch.autograd.grad(ys.sum(), steps, allow_unused=True)
+    assert grads[odecore.odeint_adjoint] is not None
+    assert torch.equal(grads[odecore.odeint_adjoint], torch.zeros(2, dtype=F64))
+    assert grads[odecore.odeint] is not None  # scipy's odeint is the adjoint too
+    torch.testing.assert_close(grads[odecore.odeint], torch.zeros(2, dtype=F64), rtol=0, atol=1e-8)
+
+
 @pytest.mark.parametrize("grid", ["n_steps=4", "step_size=0.25", "default grid"])
 @pytest.mark.parametrize("method", IMPLICIT)
 def test_implicit_fixed_grids_give_each_time_its_gradient(method: str, grid: str) -> None:
