@@ -161,6 +161,19 @@ def test_jump_times_that_require_grad_are_refused() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    "options", [{}, {"perturb": True}, {"perturb": True, "step_size": 0.1}, {"n_steps": 4}], ids=str
+)
+def test_odeint_refuses_jump_t_that_requires_grad(options: dict) -> None:
+    # With `perturb` the jump times were read as numbers beside the step ends, past the
+    # refusal: their gradient was None.
+    jumps = torch.tensor([0.5], dtype=F64, requires_grad=True)
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    with pytest.raises(ValueError, match="`jump_ts` requires grad"):
+        odecore.odeint(_forced, y0, torch.tensor([0.0, 1.0], dtype=F64), method="rk4",
+                       options={**options, "jump_t": jumps})  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["t0", "t1"])
 @pytest.mark.parametrize("event", [None, odecore.Event(lambda t, y: y - 0.5)])
 def test_solve_refuses_span_ends_that_require_grad(name: str, event) -> None:

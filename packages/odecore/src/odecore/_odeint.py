@@ -52,6 +52,7 @@ from ._solve import (
     State,
     VectorField,
     _check_y0,
+    _jump_times,
     _make_loop,
     _packing,
     _solve,
@@ -921,7 +922,7 @@ def _configure(
     if perturb:
         # Every step end is a jump: the first stage of a step sees f's limit from
         # after its start, the last from before its end, torchdiffeq's perturbation.
-        jump_ts = [*(_times(jump_ts) if jump_ts is not None else []), *ends]
+        jump_ts = [*_jump_times(jump_ts), *ends]  # refused where it requires grad
     return _Config(spec, dt0, jump_ts, step_ts)
 
 
