@@ -233,6 +233,19 @@ def test_scipy_lsoda_min_step():
 
 
 @pytest.mark.parametrize("method", ["scipy:LSODA", "scipy_solver"])
+def test_scipy_lsoda_min_step_zero_is_no_bound(method):
+    # torchdiffeq's default, and odecore's adaptive methods' and `scipy_solver`'s "none";
+    # `scipy:LSODA` refused it ("must be a positive number").
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    extra = {"solver": "LSODA"} if method == "scipy_solver" else {}
+    ys = odecore.odeint(oracles.decay.f, oracles.decay.y0, t, method=method,
+                        options={"min_step": 0, **extra})  # fmt: skip
+    assert torch.equal(
+        ys, odecore.odeint(oracles.decay.f, oracles.decay.y0, t, method="scipy:LSODA")
+    )
+
+
+@pytest.mark.parametrize("method", ["scipy:LSODA", "scipy_solver"])
 def test_scipy_lsoda_min_step_bounds_the_steps_or_is_refused(method):
     # SciPy 1.17's LSODA ignores min_step (scipy/scipy#25827): passed on, it would leave
     # the steps as they are without it. A lower bound of a quarter of the span at a
@@ -511,7 +524,7 @@ def test_scipy_backward_failure_raises_in_backward():
         ("scipy:BDF", {"min_step": 1e-3}, r"Unknown option\(s\) \['min_step'\]"),
         ("scipy:LSODA", {"norm": None}, r"known options: first_step, max_step, min_step, "),
         ("scipy:RK45", {"max_step": -1.0}, r"`max_step` must be a positive number, got -1\.0"),
-        ("scipy:LSODA", {"min_step": 0.0}, r"`min_step` must be a positive number"),
+        ("scipy:LSODA", {"min_step": -1.0}, r"`min_step` must be a finite number >= 0, got -1\.0"),
         ("scipy:rk45", {}, r"Unknown `method` 'scipy:rk45'; known methods: .* scipy:RK45"),
         ("scipy:", {}, r"Unknown `method` 'scipy:'"),
     ],

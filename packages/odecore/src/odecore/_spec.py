@@ -387,8 +387,8 @@ def resolve(
     first = positive("first_step", opts["first_step"]) if "first_step" in opts else None
     if isinstance(solver, ScipySolver):
         max_step = positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
-        if "min_step" in opts:
-            solver = ScipySolver(solver.method, min_step=positive("min_step", opts["min_step"]))
+        if "min_step" in opts:  # 0: none, as for odecore's methods and `scipy_solver`
+            solver = ScipySolver(solver.method, min_step=nonnegative("min_step", opts["min_step"]))
         controller = PIDController(rtol=rtol, atol=atol, dt_max=max_step)
         return OdeSpec(solver, controller, grad, dt0=first, max_steps=max_steps)
     if solver.adaptive:
