@@ -161,6 +161,41 @@ def test_jump_times_that_require_grad_are_refused() -> None:
         )
 
 
+_LISTED = torch.tensor(0.5, dtype=F64, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"saveat": odecore.SaveAt(ts=[_LISTED, 1.0])}, r"`saveat\.ts\[0\]` is a tensor that"),
+        ({"step_ts": [0.2, _LISTED]}, r"`step_ts\[1\]` is a tensor that requires grad"),
+        ({"jump_ts": [_LISTED]}, r"`jump_ts` requires grad"),
+    ],
+    ids=["saveat", "step_ts", "jump_ts"],
+)
+@pytest.mark.parametrize("solver", [odecore.Dopri5(), odecore.RK4()], ids=repr)
+def test_solve_refuses_listed_times_that_require_grad(kwargs: dict, match: str, solver) -> None:
+    # A list of 0-dim tensors was read as numbers: their gradients were None, silently.
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    dt0 = None if solver.adaptive else 0.1
+    with pytest.raises(ValueError, match=match):
+        odecore.solve(_forced, y0, t0=0.0, t1=1.0, solver=solver, dt0=dt0, **kwargs)
+    with torch.no_grad():  # nothing to differentiate: read as numbers
+        odecore.solve(_forced, y0, t0=0.0, t1=1.0, solver=solver, dt0=dt0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("dopri5", {}), ("rk4", {}), ("rk4", {"n_steps": 4}), ("rk4", {"perturb": True})],
+    ids=str,
+)
+def test_odeint_refuses_a_step_t_list_of_tensors_that_require_grad(method: str, options: dict):
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    with pytest.raises(ValueError, match=r"`step_ts?\[0\]` is a tensor that requires grad"):
+        odecore.odeint(_forced, y0, t, method=method, options={**options, "step_t": [_LISTED]})
+
+
 @pytest.mark.parametrize(
     "options", [{}, {"perturb": True}, {"perturb": True, "step_size": 0.1}, {"n_steps": 4}], ids=str
 )

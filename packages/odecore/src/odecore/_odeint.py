@@ -51,6 +51,7 @@ from ._solve import (
     SaveAt,
     State,
     VectorField,
+    _as_floats,
     _check_y0,
     _jump_times,
     _make_loop,
@@ -877,7 +878,7 @@ def _configure(
             f"grid of a fixed-step method; give one of them, got {given}, grid_constructor."
         )
     step_t = call.get("step_t")
-    extra = _times(step_t) if step_t is not None else []
+    extra = _as_floats("step_t", step_t)  # refuses listed tensors that require grad
     step_ts: Any = step_t
     ends: list[float]  # every step end, for `perturb`
     dt0: float
@@ -1347,7 +1348,7 @@ def _with_step_t(grid: Tensor, step_t: Any) -> Tensor:
         return grid
     if isinstance(step_t, Tensor):
         return torch.cat([grid, step_t.reshape(-1).to(grid.dtype)])
-    extra = torch.tensor(_times(step_t), dtype=grid.dtype, device=grid.device)
+    extra = torch.tensor(_as_floats("step_t", step_t), dtype=grid.dtype, device=grid.device)
     return torch.cat([grid, extra])
 
 

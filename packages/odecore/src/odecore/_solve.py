@@ -58,6 +58,14 @@ def _as_floats(name: str, value: Times | None) -> list[float]:
             raise ConfigurationError(f"`{name}` must be 1-D, got shape {tuple(value.shape)}.")
         values = value.detach().reshape(-1).tolist()
     else:
+        value = list(value)
+        for i, v in enumerate(value):
+            if isinstance(v, Tensor) and v.requires_grad and torch.is_grad_enabled():
+                raise ConfigurationError(
+                    f"`{name}[{i}]` is a tensor that requires grad, but a sequence of times "
+                    "is read as numbers: no gradient would reach it. Pass the times as one "
+                    f"tensor (`torch.stack`) to differentiate them, or detach them."
+                )
         values = [float(v) for v in value]
     if not all(math.isfinite(v) for v in values):
         raise ConfigurationError(f"`{name}` must hold finite times, got {values}.")
@@ -1456,7 +1464,10 @@ def _output_times(saveat: SaveAt, t0: float, t1: float) -> list[float]:
 def _jump_times(jump_ts: Times | None) -> list[float]:
     """``jump_ts`` as floats; refused where it requires grad, as no gradient method
     differentiates the times of the field's discontinuities."""
-    if isinstance(jump_ts, Tensor) and jump_ts.requires_grad and torch.is_grad_enabled():
+    if jump_ts is not None and not isinstance(jump_ts, Tensor):
+        jump_ts = list(jump_ts)  # read once; an element may be a tensor too
+    parts = [jump_ts] if isinstance(jump_ts, Tensor) else (jump_ts or [])
+    if torch.is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in parts):
         raise ConfigurationError(
             "`jump_ts` requires grad, but no gradient method differentiates the times of "
             "the field's discontinuities (they are where `func` jumps, not where the "
