@@ -233,6 +233,19 @@ def test_scipy_lsoda_min_step():
 
 
 @pytest.mark.parametrize("method", ["scipy:LSODA", "scipy_solver"])
+def test_scipy_lsoda_min_step_zero_is_no_bound(method):
+    # torchdiffeq's default, and odecore's adaptive methods' and `scipy_solver`'s "none";
+    # `scipy:LSODA` refused it ("must be a positive number").
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    extra = {"solver": "LSODA"} if method == "scipy_solver" else {}
+    ys = odecore.odeint(oracles.decay.f, oracles.decay.y0, t, method=method,
+                        options={"min_step": 0, **extra})  # fmt: skip
+    assert torch.equal(
+        ys, odecore.odeint(oracles.decay.f, oracles.decay.y0, t, method="scipy:LSODA")
+    )
+
+
+@pytest.mark.parametrize("method", ["scipy:LSODA", "scipy_solver"])
 def test_scipy_lsoda_min_step_bounds_the_steps_or_is_refused(method):
     # SciPy 1.17's LSODA ignores min_step (scipy/scipy#25827): passed on, it would leave
     # the steps as they are without it. A lower bound of a quarter of the span at a
@@ -426,6 +439,17 @@ def test_scipy_gradients_closed_form_with_time():
     assert t.grad[1].item() == pytest.approx(-0.7 * 1.5 * e, rel=1e-9)
 
 
+@pytest.mark.parametrize("entry", [odecore.odeint, odecore.odeint_adjoint])
+def test_scipy_gradients_reach_a_tensor_a_plain_function_closes_over(entry):
+    # y' = a y: dy(T)/da = T y0 exp(aT), found in the forward evaluations' graphs.
+    a = torch.tensor(-0.7, dtype=F64, requires_grad=True)
+    ys = entry(lambda t, y: a * y, torch.tensor([1.5], dtype=F64),
+               torch.tensor([0.0, 2.0], dtype=F64), rtol=1e-12, atol=1e-12,
+               method="scipy:Radau")  # fmt: skip
+    ys[-1].sum().backward()
+    assert a.grad.item() == pytest.approx(2.0 * 1.5 * math.exp(-1.4), rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("method", "adjoint_method"), [("scipy:RK45", "dopri5"), ("dopri5", "scipy:LSODA")]
 )
@@ -500,7 +524,7 @@ def test_scipy_backward_failure_raises_in_backward():
         ("scipy:BDF", {"min_step": 1e-3}, r"Unknown option\(s\) \['min_step'\]"),
         ("scipy:LSODA", {"norm": None}, r"known options: first_step, max_step, min_step, "),
         ("scipy:RK45", {"max_step": -1.0}, r"`max_step` must be a positive number, got -1\.0"),
-        ("scipy:LSODA", {"min_step": 0.0}, r"`min_step` must be a positive number"),
+        ("scipy:LSODA", {"min_step": -1.0}, r"`min_step` must be a finite number >= 0, got -1\.0"),
         ("scipy:rk45", {}, r"Unknown `method` 'scipy:rk45'; known methods: .* scipy:RK45"),
         ("scipy:", {}, r"Unknown `method` 'scipy:'"),
     ],
@@ -659,6 +683,26 @@ def test_torchdiffeq_arguments_are_validated(kwargs, error, match):
 
 
 @pytest.mark.parametrize(
+    ("entry", "where", "options"),
+    [
+        ("odeint", "options", {"gradient": "adjoint"}),
+        ("odeint", "options", {"compile": True}),
+        ("odeint_adjoint", "options", {"compile": True}),
+        ("odeint_adjoint", "adjoint_options", {"compile": "stepped"}),
+    ],
+)
+def test_torchdiffeq_refuses_odecores_own_options(entry, where, options):
+    # torchdiffeq warned of an unexpected argument and solved by backpropagation,
+    # uncompiled: the gradient method or compilation asked for was not the one run.
+    args = (MLPField(), torch.ones(3, 2, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64))
+    with pytest.warns(UserWarning, match="Unexpected arguments"):
+        torchdiffeq.odeint(*args, method="dopri5", options=options)
+    key = next(iter(options))
+    with pytest.raises(ValueError, match=rf"`{where}` \['{key}'\] are odecore's, for its own"):
+        getattr(odecore, entry)(*args, method="torchdiffeq:dopri5", **{where: options})
+
+
+@pytest.mark.parametrize(
     ("method", "adjoint_method", "match"),
     [
         ("torchdiffeq:dopri5", "dopri5", r"`adjoint_method` must be a torchdiffeq method too"),
@@ -733,3 +777,40 @@ def test_an_assertion_in_the_field_is_not_torchdiffeqs():
     with pytest.raises(AssertionError, match="the field's own check"):
         odecore.odeint(field, torch.ones(1, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64),
                        method="torchdiffeq:dopri5")  # fmt: skip
+
+
+CLOSED_OVER = torch.tensor(0.5, dtype=F64, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("y0", "t", "func", "wanted"),
+    [
+        (torch.ones(2, dtype=F64, requires_grad=True), None, None, r"`y0`"),
+        ((torch.ones(2, dtype=F64), torch.ones(1, dtype=F64, requires_grad=True)), None,
+         lambda t, y: (-y[0], -y[1]), r"`y0\[1\]`"),
+        (torch.ones(2, dtype=F64), torch.tensor([0.0, 1.0], dtype=F64, requires_grad=True),
+         None, r"`t`"),
+        (torch.ones(2, dtype=F64), None, lambda t, y: -CLOSED_OVER * y,
+         r"a tensor that `func` reads"),
+        (torch.ones(2, dtype=F64), None, MLPField().double(), r"a tensor that `func` reads"),
+    ],
+    ids=["y0", "tuple-y0", "t", "closure", "module"],
+)  # fmt: skip
+def test_torchdiffeq_scipy_solver_refuses_a_gradient_it_would_drop(y0, t, func, wanted):
+    # torchdiffeq's scipy_solver builds its solution from NumPy arrays: it has no graph,
+    # so y0's, t's and the field's gradients through it were None without a word.
+    t = torch.tensor([0.0, 1.0], dtype=F64) if t is None else t
+    func = (lambda t, y: -y) if func is None else func
+    direct = torchdiffeq.odeint(func, y0, t, method="scipy_solver")
+    assert not any(ys.requires_grad for ys in (direct if isinstance(direct, tuple) else [direct]))
+    with pytest.raises(ValueError, match=rf"returns a solution without a gradient .*{wanted} "):
+        odecore.odeint(func, y0, t, method="torchdiffeq:scipy_solver")
+    with torch.no_grad():  # without a gradient to lose, it runs
+        odecore.odeint(func, y0, t, method="torchdiffeq:scipy_solver")
+
+
+def test_torchdiffeq_scipy_solver_without_a_gradient_is_torchdiffeqs():
+    y0, t = torch.ones(2, dtype=F64), torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    ours = odecore.odeint(lambda t, y: -y, y0, t, method="torchdiffeq:scipy_solver")
+    direct = torchdiffeq.odeint(lambda t, y: -y, y0, t, method="scipy_solver")
+    assert torch.equal(ours, direct)

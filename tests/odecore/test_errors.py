@@ -254,6 +254,14 @@ def solve(**kwargs):
         ({"max_steps": 0}, ValueError, r"`max_steps` must be a positive integer, got 0"),
         ({"dt0": 0.0}, ValueError, r"`dt0` must be a non-zero finite number, got 0\.0"),
         ({"dt0": math.inf}, ValueError, r"`dt0` must be a non-zero finite number"),
+        # A dt0 that requires grad raised "add(): argument 'alpha' must be Number".
+        (
+            {"dt0": torch.tensor(0.1, dtype=F64, requires_grad=True)},
+            ValueError,
+            r"`dt0` requires grad, but `solve` takes it as a number, which has no gradient",
+        ),
+        ({"dt0": True}, ValueError, r"`dt0` must be a number, got True"),
+        ({"dt0": torch.ones(2)}, ValueError, r"`dt0` must be a number, got tensor"),
         (
             {"saveat": odecore.SaveAt(ts=[0.0, 2.0])},
             ValueError,
@@ -285,6 +293,9 @@ def solve(**kwargs):
         "max_steps",
         "dt0-zero",
         "dt0-inf",
+        "dt0-requires-grad",
+        "dt0-bool",
+        "dt0-tensor",
         "saveat-outside",
         "saveat-order",
         "saveat-order-backward",

@@ -108,6 +108,19 @@ def test_adaptive_options_reach_the_controller():
         ({"method": "rk4", "options": {"n_steps": 0}}, ValueError, r"`n_steps` must be a pos"),
         ({"method": "adams"}, ValueError, r"planned for odecore but not built yet"),
         ({"method": 5}, TypeError, r"`method` must be a string, got int"),
+        # Both were "Unknown `method`", with a list of known methods that named them.
+        (
+            {"method": "torchdiffeq:dopri5"},
+            ValueError,
+            r"`method` 'torchdiffeq:dopri5' has no solver object for OdeSpec or solve: it "
+            r"runs only in odeint or odeint_adjoint, .*scipy:BDF",
+        ),
+        (
+            {"method": "scipy_solver"},
+            ValueError,
+            r"`method` 'scipy_solver' has no solver object .* it runs only in odeint \(with "
+            r"options=\{'solver': <name>\}\) or as 'scipy:<name>' here",
+        ),
     ],
 )
 def test_from_method_errors(kwargs, error, match):

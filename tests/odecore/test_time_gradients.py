@@ -161,6 +161,54 @@ def test_jump_times_that_require_grad_are_refused() -> None:
         )
 
 
+_LISTED = torch.tensor(0.5, dtype=F64, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"saveat": odecore.SaveAt(ts=[_LISTED, 1.0])}, r"`saveat\.ts\[0\]` is a tensor that"),
+        ({"step_ts": [0.2, _LISTED]}, r"`step_ts\[1\]` is a tensor that requires grad"),
+        ({"jump_ts": [_LISTED]}, r"`jump_ts` requires grad"),
+    ],
+    ids=["saveat", "step_ts", "jump_ts"],
+)
+@pytest.mark.parametrize("solver", [odecore.Dopri5(), odecore.RK4()], ids=repr)
+def test_solve_refuses_listed_times_that_require_grad(kwargs: dict, match: str, solver) -> None:
+    # A list of 0-dim tensors was read as numbers: their gradients were None, silently.
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    dt0 = None if solver.adaptive else 0.1
+    with pytest.raises(ValueError, match=match):
+        odecore.solve(_forced, y0, t0=0.0, t1=1.0, solver=solver, dt0=dt0, **kwargs)
+    with torch.no_grad():  # nothing to differentiate: read as numbers
+        odecore.solve(_forced, y0, t0=0.0, t1=1.0, solver=solver, dt0=dt0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("dopri5", {}), ("rk4", {}), ("rk4", {"n_steps": 4}), ("rk4", {"perturb": True})],
+    ids=str,
+)
+def test_odeint_refuses_a_step_t_list_of_tensors_that_require_grad(method: str, options: dict):
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    with pytest.raises(ValueError, match=r"`step_ts?\[0\]` is a tensor that requires grad"):
+        odecore.odeint(_forced, y0, t, method=method, options={**options, "step_t": [_LISTED]})
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"perturb": True}, {"perturb": True, "step_size": 0.1}, {"n_steps": 4}], ids=str
+)
+def test_odeint_refuses_jump_t_that_requires_grad(options: dict) -> None:
+    # With `perturb` the jump times were read as numbers beside the step ends, past the
+    # refusal: their gradient was None.
+    jumps = torch.tensor([0.5], dtype=F64, requires_grad=True)
+    y0 = torch.ones(1, dtype=F64, requires_grad=True)
+    with pytest.raises(ValueError, match="`jump_ts` requires grad"):
+        odecore.odeint(_forced, y0, torch.tensor([0.0, 1.0], dtype=F64), method="rk4",
+                       options={**options, "jump_t": jumps})  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["t0", "t1"])
 @pytest.mark.parametrize("event", [None, odecore.Event(lambda t, y: y - 0.5)])
 def test_solve_refuses_span_ends_that_require_grad(name: str, event) -> None:
@@ -509,6 +557,50 @@ def test_every_fixed_grid_gives_each_time_its_gradient(method: str, grid: str) -
     times, options = GRIDS[grid]
     t = torch.tensor(times, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(_outputs(method, options), (t,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "grid", ["n_steps=4", "step_size=0.3 (off the grid)", "grid_constructor", "default grid"]
+)
+@pytest.mark.parametrize("perturb", [False, True], ids=["", "perturb"])
+@pytest.mark.parametrize("method", ["rk4", "midpoint"])
+def test_a_step_t_tensor_gets_its_gradient_on_every_fixed_grid(
+    method: str, grid: str, perturb: bool
+) -> None:
+    """The option ``step_t`` as a tensor that requires grad: the steps that end on it
+    move with it, on every grid (beside the default grid, ``n_steps`` and
+    ``grid_constructor`` its gradient was None: the times were copied into a new
+    tensor; with ``step_size`` they were not, but with ``perturb`` too)."""
+    times, options = GRIDS[grid]
+    options = {**options, "perturb": True} if perturb else options
+
+    def run(steps: torch.Tensor) -> torch.Tensor:
+        t = torch.tensor(times, dtype=F64)
+        y0 = torch.ones(1, dtype=F64)
+        opts = {**options, "step_t": steps}
+        return odecore.odeint(_forced, y0, t, method=method, options=opts)[1:, 0]
+
+    steps = torch.tensor([0.2, 0.7], dtype=F64, requires_grad=True)
+    assert torch.autograd.grad(run(steps).sum(), steps)[0].abs().min() > 1e-7
+    assert torch.autograd.gradcheck(run, (steps,), eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["dopri5", "rodas5p", "scipy:RK45"])
+def test_the_adjoint_gives_step_times_that_require_grad_zero(method: str) -> None:
+    """Where the solver steps does not change the ODE's solution, whose gradient the
+    adjoint gives: step times that require grad get zero (they got None), and
+    backpropagation through the steps at a tight tolerance gets about as much."""
+    t = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
+    grads = {}
+    for entry in (odecore.odeint_adjoint, odecore.odeint):
+        steps = torch.tensor([0.2, 0.7], dtype=F64, requires_grad=True)
+        ys = entry(_forced, torch.ones(1, dtype=F64), t, method=method, rtol=1e-10,
+                   atol=1e-12, options={"step_t": steps})  # fmt: skip
+        (grads[entry],) = torch.autograd.grad(ys.sum(), steps, allow_unused=True)
+    assert grads[odecore.odeint_adjoint] is not None
+    assert torch.equal(grads[odecore.odeint_adjoint], torch.zeros(2, dtype=F64))
+    assert grads[odecore.odeint] is not None  # scipy's odeint is the adjoint too
+    torch.testing.assert_close(grads[odecore.odeint], torch.zeros(2, dtype=F64), rtol=0, atol=1e-8)
 
 
 @pytest.mark.parametrize("grid", ["n_steps=4", "step_size=0.25", "default grid"])

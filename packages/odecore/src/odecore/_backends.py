@@ -46,6 +46,9 @@ _T = TypeVar("_T")
 SCIPY_PREFIX = "scipy:"
 TORCHDIFFEQ_PREFIX = "torchdiffeq:"
 
+SCIPY_SOLVER = "scipy_solver"
+"""torchdiffeq's name of SciPy's solvers (``options={"solver": <name>}``)."""
+
 SCIPY_METHODS = ("BDF", "DOP853", "LSODA", "RK23", "RK45", "Radau")
 """The ``scipy.integrate`` solvers that ``method="scipy:<name>"`` can name."""
 
@@ -567,8 +570,43 @@ def torchdiffeq_odeint(
     """
     tdq = torchdiffeq_module(method)
     name = method.removeprefix(TORCHDIFFEQ_PREFIX)
+    if name == SCIPY_SOLVER and torch.is_grad_enabled():
+        _refuse_lost_gradient(func, y0, t)
     with _torchdiffeq_failures(name, t):
         return tdq.odeint(func, y0, t, rtol=rtol, atol=atol, method=name, options=options)
+
+
+def _refuse_lost_gradient(func: Any, y0: Any, t: Tensor) -> None:
+    """Refuse ``torchdiffeq.odeint`` with ``scipy_solver`` where a gradient is wanted.
+
+    torchdiffeq's ``scipy_solver`` returns a new tensor built from SciPy's NumPy
+    arrays, cut from ``y0``, ``t`` and every tensor the field reads: their gradients
+    through it would be ``None`` (or missing from a sum) without a word. One is
+    wanted if ``y0`` or ``t`` requires grad, or the field's result at ``t[0]`` does
+    (its parameters, or what it closes over): that costs one evaluation, and only
+    here.
+    """
+    states = y0 if isinstance(y0, tuple) else (y0,)
+    wanted = [
+        f"`y0[{i}]`" if isinstance(y0, tuple) else "`y0`"
+        for i, y in enumerate(states)
+        if y.requires_grad
+    ]
+    if t.requires_grad:
+        wanted.append("`t`")
+    if not wanted:
+        out = func(t[0].detach().to(states[0].dtype), y0)
+        if any(o.requires_grad for o in (out if isinstance(out, tuple) else (out,))):
+            wanted.append("a tensor that `func` reads")
+    if wanted:
+        verb = "require" if len(wanted) > 1 else "requires"
+        raise ConfigurationError(
+            f"`method='{TORCHDIFFEQ_PREFIX}{SCIPY_SOLVER}'` returns a solution without a "
+            f"gradient (torchdiffeq's scipy_solver solves in NumPy), but {' and '.join(wanted)} "
+            f"{verb} grad: no gradient would reach it. Use odecore's `method='{SCIPY_SOLVER}'` "
+            "or 'scipy:<name>' (differentiated by the adjoint), `odeint_adjoint`, or call "
+            "under `torch.no_grad()`."
+        )
 
 
 def torchdiffeq_odeint_adjoint(

@@ -250,8 +250,10 @@ class Adjoint(AbstractGradient):
 
     The gradient is that of the continuous problem, accurate to the backward
     solve's tolerance; it differs from the discrete scheme's (:class:`Autograd`) by
-    the forward error. A vector field that is not smooth (ReLU) makes the adjoint
-    system discontinuous in time and the backward solve expensive.
+    the forward error. Step times (``step_ts``) that require grad get zero: where the
+    solver steps does not change the solution. A vector field that is not smooth
+    (ReLU) makes the adjoint system discontinuous in time and the backward solve
+    expensive.
 
     Args:
         solver: the backward solver; default the forward one.
@@ -394,6 +396,11 @@ class Adjoint(AbstractGradient):
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
         spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps, reads is not None)
         ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
+        step = p.step_tensor
+        if step is not None and step.requires_grad and torch.is_grad_enabled():
+            # Where the solver steps does not change the ODE's solution, whose gradient
+            # this is: the step times' is zero, not None.
+            ys = ys + (step.sum() * 0).to(ys.dtype)
         return replace(result, ys=list(ys.unbind(0)))
 
 

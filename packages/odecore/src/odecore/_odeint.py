@@ -20,6 +20,7 @@ from ._adams import ADAMS_METHODS, AdamsBashforthMoulton, adams_for, cubic_hermi
 from ._backends import (
     SCIPY_METHODS,
     SCIPY_PREFIX,
+    SCIPY_SOLVER,
     TORCHDIFFEQ_PREFIX,
     ScipySolver,
     make_loop,
@@ -51,7 +52,9 @@ from ._solve import (
     SaveAt,
     State,
     VectorField,
+    _as_floats,
     _check_y0,
+    _jump_times,
     _make_loop,
     _packing,
     _solve,
@@ -66,7 +69,6 @@ from ._spec import (
     FIXED_OPTIONS,
     IMPLICIT_METHODS,
     IMPLICIT_OPTIONS,
-    SCIPY_SOLVER,
     OdeSpec,
     nonnegative,
     positive,
@@ -97,6 +99,22 @@ _SCIPY_SOLVER_OPTIONS = ("solver", "min_step", "max_step", "first_step", "max_nu
 def _delegated(method: object) -> bool:
     """Whether ``method`` names a torchdiffeq method, which torchdiffeq runs whole."""
     return isinstance(method, str) and method.startswith(TORCHDIFFEQ_PREFIX)
+
+
+_ODECORE_OPTIONS = ("compile", "gradient")
+"""Options of odecore's own methods that no torchdiffeq method has."""
+
+
+def _not_for_torchdiffeq(method: str, options: Mapping[str, Any] | None, name: str = "") -> None:
+    """Refuse odecore's own options for a torchdiffeq method: torchdiffeq would warn
+    of an unexpected argument and solve without it (backpropagation, not compiled)."""
+    given = [key for key in _ODECORE_OPTIONS if key in (options or {})]
+    if given:
+        raise ConfigurationError(
+            f"`{name}options` {given} are odecore's, for its own methods: torchdiffeq would "
+            f"warn of an unexpected argument and run {method!r} without them. Remove them, "
+            f"or use odecore's method {method.removeprefix(TORCHDIFFEQ_PREFIX)!r}."
+        )
 
 
 def _check_state(y0: State) -> None:
@@ -238,7 +256,10 @@ def odeint(
             :data:`GRADIENTS` such as ``"reversible"``, or a gradient object; default
             ``"backprop"``);
             ``scipy_solver`` takes ``solver`` and these; ``torchdiffeq:`` methods pass
-            ``options`` to torchdiffeq unchanged.
+            ``options`` to torchdiffeq unchanged (``compile`` and ``gradient``,
+            odecore's, are an error there). ``torchdiffeq:scipy_solver``, whose
+            solution has no graph, is refused where ``y0``, ``t`` or a tensor ``func``
+            reads requires grad (odecore's ``scipy_solver`` differentiates).
         event_fn: torchdiffeq's event mode: integrate from ``t[0]`` until
             ``event_fn(t, y)`` changes sign (see :class:`Event`), however long that
             takes; ``t`` then holds two times, the start and any other that gives
@@ -257,7 +278,8 @@ def odeint(
         ValueError: for an unknown method or option, bad times, tolerances,
             shapes, or a non-finite ``y0``; for a tolerance or option given as a
             tensor that requires grad (it is taken as a number, and no gradient
-            would reach it).
+            would reach it); for ``torchdiffeq:scipy_solver`` where a gradient is
+            wanted.
         SolverError: if the solve cannot finish (step size underflow, step budget
             exhausted, non-finite state, an implicit method's Newton iteration or an
             implicit Adams method's corrector that diverges in a step,
@@ -285,6 +307,7 @@ def odeint(
         _check_event(event_fn, ts, method, options)
     if _delegated(method):
         _check_state(y0)
+        _not_for_torchdiffeq(method, options)
         rtol, atol = positive("rtol", rtol), positive("atol", atol)
         return torchdiffeq_odeint(  # type: ignore[no-any-return]
             func, y0, t, rtol=rtol, atol=atol, method=method, options=options
@@ -437,6 +460,8 @@ def odeint_adjoint(
                 f"'{TORCHDIFFEQ_PREFIX}<name>' or leave it out."
             )
         _check_state(y0)
+        _not_for_torchdiffeq(method, options)
+        _not_for_torchdiffeq(adjoint_method or method, adjoint_options, "adjoint_")
         rtol, atol = positive("rtol", rtol), positive("atol", atol)
         if adjoint_rtol is not None:
             adjoint_rtol = positive("adjoint_rtol", adjoint_rtol)
@@ -855,7 +880,7 @@ def _configure(
             f"grid of a fixed-step method; give one of them, got {given}, grid_constructor."
         )
     step_t = call.get("step_t")
-    extra = _times(step_t) if step_t is not None else []
+    extra = _as_floats("step_t", step_t)  # refuses listed tensors that require grad
     step_ts: Any = step_t
     ends: list[float]  # every step end, for `perturb`
     dt0: float
@@ -900,7 +925,7 @@ def _configure(
     if perturb:
         # Every step end is a jump: the first stage of a step sees f's limit from
         # after its start, the last from before its end, torchdiffeq's perturbation.
-        jump_ts = [*(_times(jump_ts) if jump_ts is not None else []), *ends]
+        jump_ts = [*_jump_times(jump_ts), *ends]  # refused where it requires grad
     return _Config(spec, dt0, jump_ts, step_ts)
 
 
@@ -1321,10 +1346,13 @@ def _uniform_grid(t: Tensor, n: int) -> Tensor:
 
 
 def _with_step_t(grid: Tensor, step_t: Any) -> Tensor:
-    """``grid`` followed by the times of the ``step_t`` option, if any."""
+    """``grid`` followed by the times of the ``step_t`` option, if any: a tensor with
+    its graph, as ``step_t`` alone (with ``step_size``) is passed on."""
     if step_t is None:
         return grid
-    extra = torch.tensor(_times(step_t), dtype=grid.dtype, device=grid.device)
+    if isinstance(step_t, Tensor):
+        return torch.cat([grid, step_t.reshape(-1).to(grid.dtype)])
+    extra = torch.tensor(_as_floats("step_t", step_t), dtype=grid.dtype, device=grid.device)
     return torch.cat([grid, extra])
 
 

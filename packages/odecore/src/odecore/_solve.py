@@ -7,6 +7,7 @@ import contextlib
 import functools
 import itertools
 import math
+import numbers
 import operator
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,14 @@ def _as_floats(name: str, value: Times | None) -> list[float]:
             raise ConfigurationError(f"`{name}` must be 1-D, got shape {tuple(value.shape)}.")
         values = value.detach().reshape(-1).tolist()
     else:
+        value = list(value)
+        for i, v in enumerate(value):
+            if isinstance(v, Tensor) and v.requires_grad and torch.is_grad_enabled():
+                raise ConfigurationError(
+                    f"`{name}[{i}]` is a tensor that requires grad, but a sequence of times "
+                    "is read as numbers: no gradient would reach it. Pass the times as one "
+                    f"tensor (`torch.stack`) to differentiate them, or detach them."
+                )
         values = [float(v) for v in value]
     if not all(math.isfinite(v) for v in values):
         raise ConfigurationError(f"`{name}` must hold finite times, got {values}.")
@@ -1243,7 +1252,7 @@ def _solve(
             ),
         }  # fmt: skip
         check_per_sample(solver, y0, gradient, unsupported)
-    t0, t1 = _checked_span(t0, t1, event, max_steps, dt0)
+    t0, t1, dt0 = _checked_span(t0, t1, event, max_steps, dt0)
     f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
     if unpack is not None and isinstance(gradient, Adjoint):  # its backward controller too
         back = gradient.controller
@@ -1355,8 +1364,8 @@ def numbers_only(t0: float | Tensor, t1: float | Tensor, who: str, instead: str)
 
 def _checked_span(
     t0: float, t1: float, event: Event | None, max_steps: int, dt0: float | None
-) -> tuple[float, float]:
-    """``t0`` and ``t1`` as floats, once they and ``event``, ``max_steps`` and ``dt0``
+) -> tuple[float, float, float | None]:
+    """``t0``, ``t1`` and ``dt0`` as floats, once they and ``event`` and ``max_steps``
     are what :func:`solve` takes."""
     numbers_only(
         t0, t1, "solve", "and the times to differentiate as a tensor `SaveAt(ts=...)`: an "
@@ -1380,9 +1389,23 @@ def _checked_span(
         raise TypeError(f"`event` must be an odecore.Event(fn), got {event!r}.")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigurationError(f"`max_steps` must be a positive integer, got {max_steps!r}.")
-    if dt0 is not None and not (math.isfinite(dt0) and dt0 != 0):
+    if dt0 is None:
+        return t0, t1, None
+    if isinstance(dt0, Tensor) and dt0.requires_grad and torch.is_grad_enabled():
+        raise ConfigurationError(
+            "`dt0` requires grad, but `solve` takes it as a number, which has no gradient; "
+            "pass `dt0.detach()`, and the step times to differentiate as a tensor `step_ts`."
+        )
+    if (
+        isinstance(dt0, bool)
+        or not isinstance(dt0, (numbers.Real, Tensor))
+        or (isinstance(dt0, Tensor) and dt0.numel() != 1)
+    ):
+        raise ConfigurationError(f"`dt0` must be a number, got {dt0!r}.")
+    dt0 = float(dt0)
+    if not (math.isfinite(dt0) and dt0 != 0):
         raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
-    return t0, t1
+    return t0, t1, dt0
 
 
 def _flattened(
@@ -1465,7 +1488,10 @@ def _output_times(saveat: SaveAt, t0: float, t1: float) -> list[float]:
 def _jump_times(jump_ts: Times | None) -> list[float]:
     """``jump_ts`` as floats; refused where it requires grad, as no gradient method
     differentiates the times of the field's discontinuities."""
-    if isinstance(jump_ts, Tensor) and jump_ts.requires_grad and torch.is_grad_enabled():
+    if jump_ts is not None and not isinstance(jump_ts, Tensor):
+        jump_ts = list(jump_ts)  # read once; an element may be a tensor too
+    parts = [jump_ts] if isinstance(jump_ts, Tensor) else (jump_ts or [])
+    if torch.is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in parts):
         raise ConfigurationError(
             "`jump_ts` requires grad, but no gradient method differentiates the times of "
             "the field's discontinuities (they are where `func` jumps, not where the "

@@ -16,7 +16,14 @@ from typing import Any, final
 import torch
 
 from ._adams import ADAMS_METHODS
-from ._backends import SCIPY_METHODS, SCIPY_PREFIX, TORCHDIFFEQ_PREFIX, ScipySolver, scipy_integrate
+from ._backends import (
+    SCIPY_METHODS,
+    SCIPY_PREFIX,
+    SCIPY_SOLVER,
+    TORCHDIFFEQ_PREFIX,
+    ScipySolver,
+    scipy_integrate,
+)
 from ._controllers import ATOL, RTOL, AbstractController, ConstantStepSize, PIDController
 from ._errors import ConfigurationError
 from ._esdirk import Kvaerno5, with_solve_tolerances
@@ -380,8 +387,8 @@ def resolve(
     first = positive("first_step", opts["first_step"]) if "first_step" in opts else None
     if isinstance(solver, ScipySolver):
         max_step = positive("max_step", opts["max_step"]) if "max_step" in opts else math.inf
-        if "min_step" in opts:
-            solver = ScipySolver(solver.method, min_step=positive("min_step", opts["min_step"]))
+        if "min_step" in opts:  # 0: none, as for odecore's methods and `scipy_solver`
+            solver = ScipySolver(solver.method, min_step=nonnegative("min_step", opts["min_step"]))
         controller = PIDController(rtol=rtol, atol=atol, dt_max=max_step)
         return OdeSpec(solver, controller, grad, dt0=first, max_steps=max_steps)
     if solver.adaptive:
@@ -444,9 +451,6 @@ def _planned(method: str, name: str) -> ConfigurationError:
     )
 
 
-SCIPY_SOLVER = "scipy_solver"
-
-
 def solver_for(method: str, name: str = "") -> AbstractSolver:
     """The solver object of a method name (``scipy:<name>`` included)."""
     if not isinstance(method, str):
@@ -456,6 +460,15 @@ def solver_for(method: str, name: str = "") -> AbstractSolver:
         return ScipySolver(method.removeprefix(SCIPY_PREFIX))
     if method in PLANNED_METHODS:
         raise _planned(method, name)
+    if method.startswith(TORCHDIFFEQ_PREFIX) or method == SCIPY_SOLVER:
+        instead = "odeint or odeint_adjoint, which hand the whole call to torchdiffeq"
+        if method == SCIPY_SOLVER:
+            instead = "odeint (with options={'solver': <name>}) or as 'scipy:<name>' here"
+        raise ConfigurationError(
+            f"`{name}method` {method!r} has no solver object for OdeSpec or solve: it runs "
+            f"only in {instead}. Here: one of odecore's methods, or "
+            f"{', '.join(SCIPY_PREFIX + m for m in SCIPY_METHODS)}."
+        )
     if method in MULTISTEP_METHODS:
         raise ConfigurationError(
             f"`{name}method` {method!r} is a multistep method, which only odeint runs "
