@@ -76,6 +76,8 @@ def test_readouts():
     assert ProjectAugmented(4, 2, image=True)(torch.randn(1, 4, 3, 3)).shape == (1, 2, 3, 3)
     with pytest.raises(ValueError, match=r"Cannot keep 6 features"):
         DropAugmented(6)(x)
+    with pytest.raises(ValueError, match=r"`x` must be batched, .*got \(5,\)"):
+        DropAugmented(2)(torch.arange(5.0))  # was an IndexError from x.shape[1]
 
 
 def test_second_order_harmonic_oscillator_against_closed_form():

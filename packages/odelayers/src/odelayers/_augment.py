@@ -172,6 +172,8 @@ class DropAugmented(nn.Module):
         self.keep = _check_positive("keep", keep)
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dim() < 2:
+            raise ValueError(f"`x` must be batched, (batch, features, ...), got {tuple(x.shape)}.")
         if x.shape[1] < self.keep:
             raise ValueError(f"Cannot keep {self.keep} features of a state with {x.shape[1]}.")
         return x[:, : self.keep]
