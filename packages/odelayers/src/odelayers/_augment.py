@@ -160,6 +160,13 @@ class InputLayerAugmentation(nn.Module):
 class DropAugmented(nn.Module):
     """Keeps the first ``keep`` features (dim 1): the readout that drops augmentation.
 
+    Args:
+        keep: the number of leading features (channels) to keep, positive.
+
+    Raises:
+        ValueError: from ``forward``, for an unbatched state or one with fewer than
+            ``keep`` features.
+
     Example:
         >>> import torch
         >>> from odelayers import DropAugmented
