@@ -7,8 +7,8 @@ nonlinear pendulum
     theta'' = -sin(theta),    theta(0) = 1.0 rad,  omega(0) = theta'(0) = 0,
 
 as the first-order system y = (theta, omega) up to T = 5 in float64, with every
-fixed-step scheme of ``odecore.FIXED_METHODS`` (euler, midpoint, heun, ralston, rk4,
-rk4_38) and n = 20, 40, ..., 10240 uniform steps. The error of each run is the largest
+fixed-step scheme of ``odecore.FIXED_METHODS`` (euler, midpoint, heun, heun2, heun3,
+ralston, rk4, rk4_38) and n = 20, 40, ..., 10240 uniform steps. The error of each run is the largest
 component of |y_n - y(T)|, where y(T) comes from odecore's own eighth-order adaptive
 pair (dopri8) at rtol = atol = 1e-13.
 

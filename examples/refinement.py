@@ -28,8 +28,10 @@ R = BN-ReLU-conv-BN-ReLU-conv at 28x28, 14x14 and 7x7 joined by down-sampling
 units, pooling and a linear classifier. It is trained with SGD (momentum 0.9, weight
 decay 5e-4, learning rate 0.05 on a cosine schedule over all iterations), batch 64,
 on digits shifted at random by up to 2 pixels. Full run: 3,000 training digits (a
-seeded random subset of the training file), 6 epochs, refinement at the start of
-epochs 2, 3 and 4, test accuracy on 1,000 digits of the test file. At the end the
+seeded random subset of the training file), 6 epochs, refinement after epochs 2, 3
+and 4 (``--refine-at 2 3 4``: the epochs counted from 0 at whose start
+``contnet.RefinementSchedule`` refines, so that the printed epochs 3, 4 and 5 run at
+N_t = 2, 4 and 8), test accuracy on 1,000 digits of the test file. At the end the
 trained weights are evaluated in other manifestations, ``net.manifest(solver=s,
 n_steps=n)`` for euler, midpoint and rk4 at N_t = 4, 8, 16 (Sec. 5.3, Fig. 9), each
 with its batch-norm statistics recalibrated on 20 training batches.
@@ -378,7 +380,7 @@ def train(args: argparse.Namespace, data: tuple[Tensor, Tensor, Tensor, Tensor])
                 "n_tensors": len(list(net.parameters())),
             }
             history["refinements"].append(record)
-            label = f"at epoch {epoch} (M = {record['from'][1]})"
+            label = f"after epoch {epoch} (M = {record['from'][1]})"
             history["theta"].append((label, entries(before_net, plot_ts)))
             exact = record["theta_diff"] == 0.0 and record["logit_diff_old_nt"] == 0.0
             (n0, m0), (n1, m1), (p0, p1) = record["from"], record["to"], record["params"]
@@ -553,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="*",
         default=None,
-        help="epochs at whose start N_t and M double (default 2 3 4)",
+        help="epochs after which N_t and M double (default 2 3 4)",
     )
     parser.add_argument("--solver", default="midpoint", help="fixed-step method (default midpoint)")
     parser.add_argument("--channels", type=int, nargs=3, default=[8, 16, 16])
@@ -607,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"  SGD momentum 0.9, lr {args.lr:g} cosine, weight decay {args.weight_decay:g}, batch "
-        f"{args.batch}, {args.epochs} epochs; N_t and M double at epochs "
+        f"{args.batch}, {args.epochs} epochs; N_t and M double after epochs "
         f"{', '.join(map(str, args.refine_at))}; seed {args.seed}, {args.threads} thread(s)\n"
     )
     result = train(args, data)
@@ -683,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_plot:
         title = (
             f"ContinuousNet[{net.method}] on {source}: refinement N_t = M = 1 -> "
-            f"{net.n_steps} at epochs {', '.join(map(str, args.refine_at))}; seed {args.seed}"
+            f"{net.n_steps} after epochs {', '.join(map(str, args.refine_at))}; seed {args.seed}"
         )
         path = plot(result, args, title)
         print(f"wrote {path}")

@@ -76,6 +76,8 @@ def test_readouts():
     assert ProjectAugmented(4, 2, image=True)(torch.randn(1, 4, 3, 3)).shape == (1, 2, 3, 3)
     with pytest.raises(ValueError, match=r"Cannot keep 6 features"):
         DropAugmented(6)(x)
+    with pytest.raises(ValueError, match=r"`x` must be batched, .*got \(5,\)"):
+        DropAugmented(2)(torch.arange(5.0))  # was an IndexError from x.shape[1]
 
 
 def test_second_order_harmonic_oscillator_against_closed_form():
@@ -183,3 +185,29 @@ def test_gradcheck_augmentation_layers(name, make, shape):
     x = torch.randn(*shape, dtype=F64, requires_grad=True)
     params = [p for p in layer.parameters()]
     assert torch.autograd.gradcheck(lambda x, *ps: layer(x), (x, *params))
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [
+        # nn.Linear would map the width (8) of these images, not their 8 channels.
+        (lambda: ProjectAugmented(8, 4), (2, 8, 8, 8)),
+        (lambda: ProjectAugmented(5, 2), (2, 5, 5)),
+        (lambda: InputLayerAugmentation(5, 5), (2, 5, 5)),
+        (lambda: InputLayerAugmentation(5, 6), (2, 5, 4, 6)),
+        # nn.Conv2d would read an unbatched image: the batch of 3 as 3 channels.
+        (lambda: ProjectAugmented(3, 2, image=True), (3, 4, 4)),
+        (lambda: InputLayerAugmentation(3, 4, image=True), (3, 3, 4)),
+    ],
+)
+def test_default_layers_refuse_states_they_would_map_along_another_dim(make, shape):
+    with pytest.raises(ValueError, match=r"maps dim 1 of a state \(batch, .*got shape"):
+        make()(torch.randn(*shape))
+
+
+def test_readout_maps_dim_1():
+    # The oracle: nn.Linear applied to the features of dim 1, one sample at a time.
+    x = torch.randn(3, 5)
+    readout = ProjectAugmented(5, 2)
+    expected = torch.stack([readout.layer.weight @ row + readout.layer.bias for row in x])
+    torch.testing.assert_close(readout(x), expected)

@@ -19,6 +19,23 @@ import torch
 from torch import Tensor, nn
 
 
+def _check_rank(layer: str, x: Tensor, image: bool) -> None:
+    """Refuse a state that the default layer would map along another dimension than 1.
+
+    ``nn.Linear`` maps the last dimension, and ``nn.Conv2d`` takes an unbatched
+    ``(c, h, w)`` too: a state of another rank would come out mapped along its last
+    dimension (an image's width) or with its batch read as channels, without an error.
+    """
+    if x.dim() == (4 if image else 2):
+        return
+    expected = "(batch, channels, height, width)" if image else "(batch, features)"
+    fix = "pass a batch of images" if image else "for images pass `image=True`"
+    raise ValueError(
+        f"`{layer}` with image={image} maps dim 1 of a state {expected}, got shape "
+        f"{tuple(x.shape)}; {fix}."
+    )
+
+
 def _check_positive(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
@@ -77,7 +94,9 @@ class InputLayerAugmentation(nn.Module):
         ValueError: for ``kernel_size`` without ``image=True``, or ``image`` or
             ``kernel_size`` beside a ``layer`` (they choose the default layer, which a
             given one replaces); from ``forward``, for an input without
-            ``in_features`` features (dim 1).
+            ``in_features`` features (dim 1) or, with the default layer, of another
+            shape than ``(batch, features)`` (``(batch, c, h, w)`` with ``image=True``),
+            which that layer would map along another dimension.
 
     Example:
         >>> import torch
@@ -108,6 +127,8 @@ class InputLayerAugmentation(nn.Module):
                 f"`kernel_size` {kernel_size!r} is the kernel of the convolution for images; "
                 "pass `image=True` too, or leave it out for the linear layer of vectors."
             )
+        self.image = image
+        self.default_layer = layer is None
         if layer is not None:
             self.layer = layer
         elif image:
@@ -124,6 +145,8 @@ class InputLayerAugmentation(nn.Module):
                 f"`InputLayerAugmentation` takes {self.in_features} features (dim 1), got "
                 f"shape {tuple(x.shape)}."
             )
+        if self.default_layer:
+            _check_rank("InputLayerAugmentation", x, self.image)
         out: Tensor = self.layer(x)
         if out.dim() < 2 or out.shape[1] != self.out_features:
             raise ValueError(
@@ -137,6 +160,13 @@ class InputLayerAugmentation(nn.Module):
 class DropAugmented(nn.Module):
     """Keeps the first ``keep`` features (dim 1): the readout that drops augmentation.
 
+    Args:
+        keep: the number of leading features (channels) to keep, positive.
+
+    Raises:
+        ValueError: from ``forward``, for an unbatched state or one with fewer than
+            ``keep`` features.
+
     Example:
         >>> import torch
         >>> from odelayers import DropAugmented
@@ -149,6 +179,8 @@ class DropAugmented(nn.Module):
         self.keep = _check_positive("keep", keep)
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dim() < 2:
+            raise ValueError(f"`x` must be batched, (batch, features, ...), got {tuple(x.shape)}.")
         if x.shape[1] < self.keep:
             raise ValueError(f"Cannot keep {self.keep} features of a state with {x.shape[1]}.")
         return x[:, : self.keep]
@@ -165,6 +197,11 @@ class ProjectAugmented(nn.Module):
         out_features: features (channels) of the output.
         image: states are images; the projection is a 1x1 convolution.
 
+    Raises:
+        ValueError: from ``forward``, for a state of another shape than
+            ``(batch, features)`` (``(batch, c, h, w)`` with ``image=True``): ``nn.Linear``
+            would map its last dimension (an image's width) instead of dim 1.
+
     Example:
         >>> import torch
         >>> from odelayers import ProjectAugmented
@@ -176,6 +213,7 @@ class ProjectAugmented(nn.Module):
         super().__init__()
         _check_positive("in_features", in_features)
         _check_positive("out_features", out_features)
+        self.image = image
         self.layer: nn.Module = (
             nn.Conv2d(in_features, out_features, 1)
             if image
@@ -183,6 +221,7 @@ class ProjectAugmented(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_rank("ProjectAugmented", x, self.image)
         out: Tensor = self.layer(x)
         return out
 

@@ -146,6 +146,14 @@ class CNF(NeuralODE):
     ) -> tuple[Tensor, Tensor]:
         """``z(t1)`` and ``delta = log p1(z(t1)) - log p0(z0) = -int tr(df/dz)``, per sample.
 
+        Args:
+            z0: the samples at ``t0``, ``(batch, *state)``.
+            condition: the control of the field's :class:`~odelayers.DataControl`
+                layers, ``(batch, features, ...)``; default ``z0``.
+
+        Returns:
+            ``(z1, delta)``: ``z1`` of the shape of ``z0``, ``delta`` of shape ``(batch,)``.
+
         Raises:
             ValueError: if ``condition`` is given and the field has no
                 :class:`~odelayers.DataControl` layer to read it.
@@ -158,6 +166,14 @@ class CNF(NeuralODE):
         """``log p1(x)`` per sample, for a standard normal base at ``t0``.
 
         Integrates ``x`` back from ``t1`` to ``t0`` and adds the change of log-density.
+
+        Args:
+            x: the samples at ``t1``, ``(batch, *state)``.
+            condition: the control of the field's :class:`~odelayers.DataControl`
+                layers; required where the field has one.
+
+        Returns:
+            The log-densities, shape ``(batch,)``.
 
         Raises:
             ValueError: if the field has a :class:`~odelayers.DataControl` layer and no
@@ -181,7 +197,16 @@ class CNF(NeuralODE):
         floating-point parameter or buffer (torch's defaults for a flow without any).
         The control of a :class:`~odelayers.DataControl` layer is ``condition``, by
         default the draws; in a flow without one, ``condition`` only sets the dtype and
-        device."""
+        device.
+
+        Args:
+            n: the number of samples.
+            shape: the shape of one sample (the state without its batch dimension).
+            condition: the control, of batch size ``n``; default the draws.
+
+        Returns:
+            The samples at ``t1``, shape ``(n, *shape)``.
+        """
         self._forget()
         tensors = (condition,) if condition is not None else (*self.parameters(), *self.buffers())
         like = next((x for x in tensors if x.is_floating_point()), None)

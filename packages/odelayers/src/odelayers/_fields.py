@@ -128,10 +128,12 @@ class DepthSequential(nn.Sequential):
 
 
 def _coefficients(basis: AbstractBasis, shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
-    """Coefficients ``(basis.size, *shape)`` so that ``theta(t)`` starts like a default layer.
+    """Coefficients ``(basis.size, *shape)``, each drawn like a default layer's weights.
 
     Each coefficient is drawn like PyTorch's default uniform init and divided by
-    ``sqrt(basis.size)``, so the weight at any depth has about the usual scale.
+    ``sqrt(basis.size)``: the weight at depth ``t`` has the usual scale times
+    ``sqrt(sum_i phi_i(t)^2 / basis.size)``, 0.55 to 1 for the smooth bases but
+    ``1 / sqrt(basis.size)`` for a piecewise-constant one (one function at a time).
     """
     bound = 1.0 / math.sqrt(max(fan_in, 1)) / math.sqrt(basis.size)
     return nn.Parameter(torch.empty(basis.size, *shape).uniform_(-bound, bound))
