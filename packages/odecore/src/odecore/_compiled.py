@@ -79,6 +79,7 @@ from ._solvers import (
     _poly_weights,
     _Sum,
 )
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
 
 _BACKEND: Any = "inductor"
 """The ``torch.compile`` backend of compiled solves. Tests swap in ``"aot_eager"`` or
@@ -694,11 +695,14 @@ class _Solved:
     again: Callable[[Tensor], Sequence[Tensor | None]]
 
 
-class _Differentiable(torch.autograd.Function):
+class _Differentiable(ReverseOnly):
     """``(solved, y0, *leaves) -> outputs``: a compiled solve's outputs, differentiable
     in ``y0`` and in the leaf tensors that its graph reaches. The first backward pass
     goes through the compiled graph; one that needs a graph of its own, or another
     through the same solve, differentiates an eager solve again (:data:`_AGAIN`)."""
+
+    what = "A compiled solve's gradient"
+    instead = f"{AUTOGRAD_ONLY}, or solve with compile=False."
 
     @staticmethod
     def forward(  # type: ignore[override]

@@ -37,6 +37,7 @@ from ._gradients import (
     training_modes,
 )
 from ._solvers import AbstractSolver, StepResult
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
 
 _MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
 _MAX_EXPONENT = 1024  # 2.0**1024 overflows a double
@@ -590,7 +591,7 @@ class _EventSpec:
     modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
 
-class _EventTimeGradient(torch.autograd.Function):
+class _EventTimeGradient(ReverseOnly):
     """``(t_e, y_e) -> (t_e, y_e)``, whose backward adds the event time's gradient.
 
     With ``c(t, y)`` the event function (zero at the event) and ``f`` the field,
@@ -600,6 +601,9 @@ class _EventTimeGradient(torch.autograd.Function):
     gradient of the state becomes ``∂L/∂y - ∂c/∂y dL/dt_e / (dc/dt)``, and the
     event function's parameters get ``-∂c/∂θ dL/dt_e / (dc/dt)``.
     """
+
+    what = "The gradient of a solve that an event ends"
+    instead = f"{AUTOGRAD_ONLY}, or solve to a fixed end time."
 
     @staticmethod
     def forward(  # type: ignore[override]

@@ -30,6 +30,7 @@ from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
+from ._transforms import ReverseOnly
 
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
@@ -428,12 +429,14 @@ def _checked(given: Sequence[Tensor]) -> tuple[Tensor, ...]:
     return given
 
 
-class _Unreached(torch.autograd.Function):
+class _Unreached(ReverseOnly):
     """``(why, out, *inputs) -> out``: an output of a failed solve that a method which
     keeps no graph forward cannot differentiate; a backward pass that brings it a
     gradient (not zero: the solution's outputs are stacked, and a loss of one of them
     brings the others zeros) raises ``why`` instead of leaving the gradients of
     ``inputs`` without its share."""
+
+    what = "The gradient of a failed solve's output"
 
     @staticmethod
     def forward(ctx: Any, why: str, out: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
@@ -854,7 +857,9 @@ def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
                     buffer.data.copy_(value)
 
 
-class _AdjointFunction(torch.autograd.Function):
+class _AdjointFunction(ReverseOnly):
+    what = "The adjoint method's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _AdjointSpec, forward: Tensor, y0: Tensor, ts: Tensor, *params: Tensor
@@ -1199,7 +1204,9 @@ class _Replay(AbstractController):
         return Adaptation(accept=True, dt=math.inf, state=None)
 
 
-class _CheckpointFunction(torch.autograd.Function):
+class _CheckpointFunction(ReverseOnly):
+    what = "Checkpoint's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _CheckpointSpec, forward: Tensor, y0: Tensor, *inputs: Tensor

@@ -88,6 +88,7 @@ from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._solvers import SolveState, StepResult
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
 
 JacobianKind = Literal["auto", "dense", "krylov"]
 
@@ -887,8 +888,11 @@ def failed_step(y0: Tensor, why: SolverError, n_ks: int, adaptive: bool) -> Step
     )
 
 
-class _SolveWith(torch.autograd.Function):
+class _SolveWith(ReverseOnly):
     """``M^{-1} r`` with ``M`` a constant: the backward pass solves with ``M^T``."""
+
+    what = "The gradient through an implicit solver's stages"
+    instead = f"{AUTOGRAD_ONLY}, or with an explicit or Rosenbrock solver."
 
     @staticmethod
     def forward(ctx: Any, matrix: StageMatrix, r: Tensor) -> Tensor:  # type: ignore[override]

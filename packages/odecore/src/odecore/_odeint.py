@@ -75,6 +75,7 @@ from ._spec import (
     resolve,
     solver_for,
 )
+from ._transforms import ReverseOnly
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
@@ -1234,9 +1235,11 @@ class _AdamsAdjoint:
         return a, t_grads if times else None, grads
 
 
-class _AdamsAdjointFunction(torch.autograd.Function):
+class _AdamsAdjointFunction(ReverseOnly):
     """``(ys, y0, t, *params) -> ys``: the forward solve's states, whose backward
     integrates the adjoint equations (:class:`_AdamsAdjoint`)."""
+
+    what = "odeint_adjoint's gradient"
 
     @staticmethod
     def forward(  # type: ignore[override]

@@ -29,6 +29,7 @@ from ._gradients import (
     found_tensors,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
+from ._transforms import ReverseOnly
 
 
 @final
@@ -266,7 +267,9 @@ class _Spec:
     z_end: Tensor
 
 
-class _ReversibleFunction(torch.autograd.Function):
+class _ReversibleFunction(ReverseOnly):
+    what = "The reversible method's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _Spec, forward: Tensor, y0: Tensor, *params: Tensor
