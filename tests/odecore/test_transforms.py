@@ -140,6 +140,34 @@ def test_forward_ad_dual_tensors_are_refused_by_name(dual):
         assert torch.allclose(_end(Y0, solver="rk4"), E @ Y0, atol=1e-8)
 
 
+@pytest.mark.parametrize("method", ["adjoint", "adjoint-interpolated", "odeint_adjoint-adams"])
+def test_a_batched_backward_through_the_adjoint_is_refused_by_name(method):
+    # It raised "Batching rule not implemented for aten::detach".
+    t = torch.tensor([0.0, 1.0], dtype=F64)
+    runs = {
+        "adjoint": lambda y: _end(y, odecore.Adjoint()),
+        "adjoint-interpolated": lambda y: _end(y, odecore.Adjoint(state="interpolated")),
+        "odeint_adjoint-adams": lambda y: odecore.odeint_adjoint(
+            lambda s, y: y @ A.T, y, t, method="explicit_adams", options={"step_size": 0.1}
+        )[-1],
+    }
+    with pytest.raises(ConfigurationError, match=r"vectorize=True.*leave out"):
+        torch.autograd.functional.jacobian(runs[method], Y0, vectorize=True)
+
+
+@pytest.mark.parametrize("method", ["autograd", *sorted(OWN_BACKWARD)])
+@pytest.mark.parametrize("solver", sorted(SOLVERS))
+def test_a_batched_backward_is_the_jacobian_or_refused(method, solver):
+    gradient = OWN_BACKWARD.get(method, odecore.Autograd())
+    run = lambda y: _end(y, gradient, solver)  # noqa: E731
+    if method == "adjoint":
+        with pytest.raises(ConfigurationError, match="vectorize=True"):
+            torch.autograd.functional.jacobian(run, Y0, vectorize=True)
+        return
+    jac = torch.autograd.functional.jacobian(run, Y0, vectorize=True)
+    assert torch.allclose(jac, E, atol=1e-6)
+
+
 @pytest.mark.compile
 @pytest.mark.slow
 def test_a_solve_inside_torch_compile_still_runs_its_functions():

@@ -30,7 +30,7 @@ from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
-from ._transforms import ReverseOnly
+from ._transforms import ReverseOnly, check_unbatched
 
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
@@ -873,6 +873,7 @@ class _AdjointFunction(ReverseOnly):
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         first_order("The adjoint method's gradient")
+        check_unbatched(grad_ys, "The adjoint method's gradient")
         spec: _AdjointSpec = ctx.spec
         (forward,) = ctx.saved_tensors
         params = ctx.kept.get()[1:]

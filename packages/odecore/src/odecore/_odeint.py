@@ -75,7 +75,7 @@ from ._spec import (
     resolve,
     solver_for,
 )
-from ._transforms import ReverseOnly
+from ._transforms import ReverseOnly, check_unbatched
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
@@ -1252,6 +1252,7 @@ class _AdamsAdjointFunction(ReverseOnly):
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         first_order("odeint_adjoint's gradient", "Use odeint for higher-order gradients.")
+        check_unbatched(grad_ys, "odeint_adjoint's gradient")
         spec: _AdamsAdjoint = ctx.spec
         ys, *params = ctx.saved_tensors
         with torch.no_grad(), as_solved(spec.module, spec.modes):

@@ -135,3 +135,23 @@ class ReverseOnly(torch.autograd.Function):
                 f"cannot differentiate it. {cls.instead}"
             )
         return super().apply(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+def check_unbatched(grad: Tensor, what: str) -> None:
+    """Refuse, in the backward pass of a gradient method that runs a solve of its own
+    (``what``), a batch of cotangents (``torch.autograd.grad(is_grads_batched=True)``,
+    ``torch.autograd.functional.jacobian(vectorize=True)``): vmap cannot batch that
+    solve either.
+
+    Raises:
+        ConfigurationError: when ``grad`` is batched.
+    """
+    functorch = torch._C._functorch
+    if functorch.is_legacy_batchedtensor(grad) or functorch.is_batchedtensor(grad):
+        raise ConfigurationError(
+            f"{what} solves the adjoint equations backward in time, which a batch of "
+            "cotangents cannot run through (torch.autograd.functional.jacobian("
+            "vectorize=True), torch.autograd.grad(is_grads_batched=True)): leave out "
+            "`vectorize=True` (or `is_grads_batched`), or differentiate with "
+            "gradient=Autograd(), Checkpoint() or Reversible() (odeint for odeint_adjoint)."
+        )
