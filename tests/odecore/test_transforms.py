@@ -171,7 +171,7 @@ def test_a_batched_backward_is_the_jacobian_or_refused(method, solver):
 @pytest.mark.compile
 @pytest.mark.slow
 def test_a_solve_inside_torch_compile_still_runs_its_functions():
-    # Dynamo cannot trace the refusing apply of odecore's Functions; it runs eagerly.
+    # Dynamo traces the refusal before odecore's Functions, and the Functions themselves.
     w = torch.tensor(0.5, dtype=F64, requires_grad=True)
 
     def run(y):

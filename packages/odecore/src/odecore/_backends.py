@@ -38,6 +38,7 @@ from ._solvers import (
     _interior_nodes,
 )
 from ._transforms import ReverseOnly
+from ._transforms import apply as reverse_only
 
 Array = Any
 """A 1-D float64 ``numpy.ndarray``, as scipy passes states; numpy stays optional."""
@@ -642,7 +643,7 @@ def torchdiffeq_odeint_adjoint(
     outs = ys if isinstance(ys, tuple) else (ys,)
     if not (torch.is_grad_enabled() and any(y.requires_grad for y in outs)):
         return ys
-    gated = _FirstOrderOutputs.apply(*outs)
+    gated = reverse_only(_FirstOrderOutputs, *outs)
     return gated if isinstance(ys, tuple) else gated[0]
 
 

@@ -80,6 +80,7 @@ from ._solvers import (
     _Sum,
 )
 from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 _BACKEND: Any = "inductor"
 """The ``torch.compile`` backend of compiled solves. Tests swap in ``"aot_eager"`` or
@@ -822,7 +823,7 @@ def differentiable(
         return [o.detach() if e is None else e for o, e in zip(outputs, again(y0), strict=True)]
     leaves = graph_leaves(*nodes)
     solved = _Solved(outputs, edges, y_edge, again)
-    return list(_Differentiable.apply(solved, y0, *leaves))  # type: ignore[no-untyped-call]
+    return list(reverse_only(_Differentiable, solved, y0, *leaves))
 
 
 def _tangled(nodes: Sequence[Node]) -> bool:

@@ -38,6 +38,7 @@ from ._gradients import (
 )
 from ._solvers import AbstractSolver, StepResult
 from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 _MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
 _MAX_EXPONENT = 1024  # 2.0**1024 overflows a double
@@ -668,7 +669,8 @@ def reroute(
     if torch.is_grad_enabled() and not fixed:
         with torch.enable_grad():
             params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
-    out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
+    out: tuple[Tensor, Tensor] = reverse_only(
+        _EventTimeGradient,
         _EventSpec(f, value, fixed, module, training_modes(module, getattr(value, "fn", None))),
         event_t,
         state,

@@ -31,6 +31,7 @@ from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
 from ._transforms import ReverseOnly, check_unbatched
+from ._transforms import apply as reverse_only
 
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
@@ -396,7 +397,7 @@ class Adjoint(AbstractGradient):
         forward = torch.stack([y for y in result.ys if y is not None])
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
         spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps, reads is not None)
-        ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_AdjointFunction, spec, forward, p.y0, ts, *params)
         step = p.step_tensor
         if step is not None and step.requires_grad and torch.is_grad_enabled():
             # Where the solver steps does not change the ODE's solution, whose gradient
@@ -467,7 +468,7 @@ def _failed(result: LoopResult, p: Problem, params: Sequence[Tensor], method: st
         "`gradient=Autograd()` to differentiate the steps it took."
     )
     ys: list[Tensor | None] = [
-        y if y is None or y is p.y0 else _Unreached.apply(why, y, *inputs)  # type: ignore[no-untyped-call]
+        y if y is None or y is p.y0 else reverse_only(_Unreached, why, y, *inputs)
         for y in result.ys
     ]
     return replace(result, ys=ys)
@@ -1168,7 +1169,7 @@ class Checkpoint(AbstractGradient):
         spec = _CheckpointSpec(
             loop, p, result.stats, result.step_ends, starts, every, len(params), output
         )
-        ys = _CheckpointFunction.apply(spec, forward, p.y0, *params, *tensors)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_CheckpointFunction, spec, forward, p.y0, *params, *tensors)
         return replace(result, ys=list(ys.unbind(0)))
 
 

@@ -89,6 +89,7 @@ from torch import Tensor
 from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._solvers import SolveState, StepResult
 from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 JacobianKind = Literal["auto", "dense", "krylov"]
 
@@ -930,5 +931,5 @@ def attach_gradient(z: Tensor, residual: Tensor, matrix: StageMatrix) -> Tensor:
     """
     if not residual.requires_grad:
         return z
-    d: Tensor = _SolveWith.apply(matrix, residual)  # type: ignore[no-untyped-call]
+    d: Tensor = reverse_only(_SolveWith, matrix, residual)
     return z - (d - d.detach())

@@ -76,6 +76,7 @@ from ._spec import (
     solver_for,
 )
 from ._transforms import ReverseOnly, check_unbatched
+from ._transforms import apply as reverse_only
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
@@ -1126,7 +1127,7 @@ def _adams_adjoint(
         getattr(func, "callback_step_adjoint", None), module, training_modes(module),
     )  # fmt: skip
     ys_flat = _flat_of(solution, y0)
-    ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
+    ys = reverse_only(_AdamsAdjointFunction, spec, ys_flat, flat, t, *params)
     out = split(ys)
     if event_fn is None:
         return out

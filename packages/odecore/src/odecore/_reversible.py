@@ -30,6 +30,7 @@ from ._gradients import (
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
 from ._transforms import ReverseOnly
+from ._transforms import apply as reverse_only
 
 
 @final
@@ -141,7 +142,7 @@ class Reversible(AbstractGradient):
             p.y0 if coupled.z is None else coupled.z,
         )  # fmt: skip
         forward = torch.stack([y for y in result.ys if y is not None])
-        ys = _ReversibleFunction.apply(spec, forward, p.y0, *params)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_ReversibleFunction, spec, forward, p.y0, *params)
         return replace(result, ys=list(ys.unbind(0)))
 
 

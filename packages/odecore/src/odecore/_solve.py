@@ -46,7 +46,15 @@ from ._implicit import AbstractImplicitRK
 from ._per_sample import PerSampleLoop, check_per_sample, per_sample
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, SolveState, StepResult
-from ._transforms import AUTOGRAD_ONLY, ReverseOnly, check_no_tangent, check_transforms
+from ._transforms import (
+    AUTOGRAD_ONLY,
+    ReverseOnly,
+    check_no_tangent,
+    check_transforms,
+)
+from ._transforms import (
+    apply as reverse_only,
+)
 
 State = Tensor | tuple[Tensor, ...]
 VectorField = Callable[[Tensor, State], State]
@@ -928,7 +936,7 @@ def _moved(
 
 def _along(slope: Tensor, shift: Tensor) -> Tensor:
     """``slope * shift``, a zero whose derivative for the time is first order."""
-    moved: Tensor = _Along.apply(slope, shift)  # type: ignore[no-untyped-call]
+    moved: Tensor = reverse_only(_Along, slope, shift)
     return moved
 
 

@@ -113,8 +113,8 @@ class ReverseOnly(torch.autograd.Function):
     """A ``torch.autograd.Function`` of odecore whose backward pass odecore computes
     itself: ``torch.autograd`` differentiates it in reverse mode; under a
     ``torch.func`` transform, or with a dual tensor of ``torch.autograd.forward_ad``
-    among its inputs, ``apply`` refuses, naming :attr:`what` (PyTorch's own refusal
-    would ask the caller to rewrite the Function).
+    among its inputs, :func:`apply` refuses it, naming :attr:`what` (PyTorch's own
+    refusal would ask the caller to rewrite the Function).
 
     Attributes:
         what: the gradient it computes, in words, as the message's subject.
@@ -123,18 +123,6 @@ class ReverseOnly(torch.autograd.Function):
 
     what: ClassVar[str] = "This gradient"
     instead: ClassVar[str] = REVERSE_MODE
-
-    @classmethod
-    @torch.compiler.disable  # type: ignore[untyped-decorator]  # dynamo cannot trace it
-    def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        tangents = any(isinstance(a, Tensor) and has_tangent(a) for a in args)
-        if tangents or torch._C._are_functorch_transforms_active():
-            raise ConfigurationError(
-                f"{cls.what} is computed by odecore outside autograd's graph: torch.func's "
-                "transforms (grad, vjp, jacrev, jacfwd, jvp, vmap) and forward-mode AD "
-                f"cannot differentiate it. {cls.instead}"
-            )
-        return super().apply(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 def check_unbatched(grad: Tensor, what: str) -> None:
@@ -155,3 +143,21 @@ def check_unbatched(grad: Tensor, what: str) -> None:
             "`vectorize=True` (or `is_grads_batched`), or differentiate with "
             "gradient=Autograd(), Checkpoint() or Reversible() (odeint for odeint_adjoint)."
         )
+
+
+def apply(function: type[ReverseOnly], *args: Any) -> Any:
+    """``function.apply(*args)``, refused under a ``torch.func`` transform or with a
+    dual tensor among ``args`` (a function, not an override of ``apply``, which
+    dynamo could not trace in a solve inside ``torch.compile``).
+
+    Raises:
+        ConfigurationError: under a transform, or with a dual tensor.
+    """
+    tangents = any(isinstance(a, Tensor) and has_tangent(a) for a in args)
+    if tangents or torch._C._are_functorch_transforms_active():
+        raise ConfigurationError(
+            f"{function.what} is computed by odecore outside autograd's graph: torch.func's "
+            "transforms (grad, vjp, jacrev, jacfwd, jvp, vmap) and forward-mode AD "
+            f"cannot differentiate it. {function.instead}"
+        )
+    return function.apply(*args)  # type: ignore[no-untyped-call]
