@@ -2,6 +2,8 @@
 central differences of the gradient, or refused with ``ConfigurationError``; never a
 constant gradient that silently drops the second-order terms."""
 
+import math
+
 import odecore
 import pytest
 import torch
@@ -40,6 +42,14 @@ def _odeint_adjoint(field):
     return odecore.odeint_adjoint(field, Y0, t, method="explicit_adams", options=options)[-1]
 
 
+def _odeint_adjoint_torchdiffeq(field):
+    # torchdiffeq's adjoint hands back gradients without a graph under create_graph=True.
+    pytest.importorskip("torchdiffeq")
+    t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    return odecore.odeint_adjoint(field, Y0, t, method="torchdiffeq:dopri5", rtol=1e-10,
+                                  atol=1e-12)[-1]  # fmt: skip
+
+
 CASES = {
     "autograd-rk4": (_solve(), "exact"),
     "autograd-rodas5p": (_solve(solver=odecore.Rodas5P()), "exact"),
@@ -58,6 +68,7 @@ CASES = {
     "adjoint-interpolated": (_solve(odecore.Adjoint(state="interpolated")), "refused"),
     "reversible": (_solve(odecore.Reversible()), "refused"),
     "odeint_adjoint-adams": (_odeint_adjoint, "refused"),
+    "odeint_adjoint-torchdiffeq": (_odeint_adjoint_torchdiffeq, "refused"),
 }
 
 
@@ -136,3 +147,24 @@ def test_the_second_derivative_for_a_time_inside_a_step_is_refused(dense):
     assert g.item() == pytest.approx(-0.25, rel=1e-9)  # the first derivative is right
     with pytest.raises(ConfigurationError, match="output time inside a step is first order"):
         torch.autograd.grad(loss, t, create_graph=True)
+
+
+def test_a_gradient_penalty_through_torchdiffeqs_adjoint_is_refused_not_dropped():
+    # The penalty's gradient was silently missing: w.grad came out -0.607 for -1.342,
+    # the gradient of y alone.
+    pytest.importorskip("torchdiffeq")
+    w = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    y0 = torch.ones(1, dtype=torch.float64)
+    y = odecore.odeint_adjoint(
+        lambda s, y: -w * y, y0, t, method="torchdiffeq:dopri5", adjoint_params=(w,)
+    )[-1].sum()
+    with pytest.raises(ConfigurationError, match=r"torchdiffeq's adjoint.*first order"):
+        torch.autograd.grad(y, w, create_graph=True)
+    # A tuple state's parts are passed on alike; its first derivative is there.
+    ys = odecore.odeint_adjoint(
+        lambda s, y: (-w * y[0], -w * y[1]), (torch.ones(1, dtype=torch.float64),) * 2, t,
+        method="torchdiffeq:dopri5", rtol=1e-10, atol=1e-12, adjoint_params=(w,),
+    )  # fmt: skip
+    (g,) = torch.autograd.grad((ys[0][-1] + ys[1][-1]).sum(), w)
+    assert g.item() == pytest.approx(-2 * math.exp(-0.5), rel=1e-7)

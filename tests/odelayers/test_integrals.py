@@ -187,3 +187,28 @@ def test_integrals_of_an_empty_batch(shape):
         assert y.shape == shape and layer.integrals[term.name].shape == (0,)
         (y.sum() + layer.integrals[term.name].sum()).backward()
         assert x.grad.shape == shape
+
+
+def _frobenius_loss(layer, generator, x, params):
+    generator.manual_seed(5)  # the same noise in every solve
+    out = torch.func.functional_call(layer, params, (x,))
+    return out.pow(2).sum() + layer.integrals["jacobian_frobenius"].sum()
+
+
+def test_torch_func_grad_through_jacobian_frobenius_is_right_or_refused_by_name():
+    # Of the parameters it raised PyTorch's "requires_grad_() ... inside of a function
+    # being transformed", which names neither the term nor what to do.
+    generator = torch.Generator()
+    torch.manual_seed(1)
+    field = DepthSequential(nn.Linear(2, 6), nn.Tanh(), nn.Linear(6, 2)).double()
+    layer = NeuralODE(field, solver=odecore.RK4(), dt0=0.1,
+                      integrals=[JacobianFrobenius(generator=generator)])  # fmt: skip
+    x = torch.randn(3, 2, dtype=torch.float64)
+    params = {k: v.detach() for k, v in layer.named_parameters()}
+    with pytest.raises(odecore.ConfigurationError, match=r"JacobianFrobenius.*torch\.func"):
+        torch.func.grad(lambda p: _frobenius_loss(layer, generator, x, p))(params)
+    # Of the input, whose state carries the transform's graph, it is autograd's gradient.
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(_frobenius_loss(layer, generator, leaf, params), leaf)
+    got = torch.func.grad(lambda x: _frobenius_loss(layer, generator, x, params))(x)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ._controllers import AbstractController, PIDController
-from ._errors import ConfigurationError, SolverError, Status
+from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._events import CALLBACKS, warn_unsupported_callbacks
 from ._gradients import FlatField, Loop, LoopResult, Stats, TimeTensors
 from ._solve import _check_derivative, _make_loop, _merge_stops
@@ -37,6 +37,8 @@ from ._solvers import (
     _hermite_weights,
     _interior_nodes,
 )
+from ._transforms import ReverseOnly
+from ._transforms import apply as reverse_only
 
 Array = Any
 """A 1-D float64 ``numpy.ndarray``, as scipy passes states; numpy stays optional."""
@@ -634,10 +636,37 @@ def torchdiffeq_odeint_adjoint(
     tdq = torchdiffeq_module(method)
     name = method.removeprefix(TORCHDIFFEQ_PREFIX)
     with _torchdiffeq_failures(name, t):
-        return _torchdiffeq_adjoint(
+        ys = _torchdiffeq_adjoint(
             tdq, func, y0, t, rtol, atol, name, options, adjoint_rtol, adjoint_atol,
             adjoint_method, adjoint_options, adjoint_params,
         )  # fmt: skip
+    outs = ys if isinstance(ys, tuple) else (ys,)
+    if not (torch.is_grad_enabled() and any(y.requires_grad for y in outs)):
+        return ys
+    gated = reverse_only(_FirstOrderOutputs, *outs)
+    return gated if isinstance(ys, tuple) else gated[0]
+
+
+class _FirstOrderOutputs(ReverseOnly):
+    """``(*ys) -> ys``: the outputs of torchdiffeq's adjoint, whose backward pass runs
+    under ``torch.no_grad()`` and so hands back gradients without a graph even where
+    one is asked for (``create_graph=True``): a second derivative through them would
+    be silently zero or lack their terms (a gradient penalty would train as if it were
+    not there). Its backward pass refuses that, and passes the gradients on otherwise."""
+
+    what = "odeint_adjoint's gradient with a torchdiffeq method"
+
+    @staticmethod
+    def forward(ctx: Any, *ys: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+        return tuple(y.view_as(y) for y in ys)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+        first_order(
+            "odeint_adjoint's gradient with a torchdiffeq method (torchdiffeq's adjoint)",
+            "Use odeint for higher-order gradients.",
+        )
+        return grads
 
 
 def _torchdiffeq_adjoint(

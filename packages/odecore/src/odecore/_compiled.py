@@ -79,6 +79,8 @@ from ._solvers import (
     _poly_weights,
     _Sum,
 )
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 _BACKEND: Any = "inductor"
 """The ``torch.compile`` backend of compiled solves. Tests swap in ``"aot_eager"`` or
@@ -694,11 +696,14 @@ class _Solved:
     again: Callable[[Tensor], Sequence[Tensor | None]]
 
 
-class _Differentiable(torch.autograd.Function):
+class _Differentiable(ReverseOnly):
     """``(solved, y0, *leaves) -> outputs``: a compiled solve's outputs, differentiable
     in ``y0`` and in the leaf tensors that its graph reaches. The first backward pass
     goes through the compiled graph; one that needs a graph of its own, or another
     through the same solve, differentiates an eager solve again (:data:`_AGAIN`)."""
+
+    what = "A compiled solve's gradient"
+    instead = f"{AUTOGRAD_ONLY}, or solve with compile=False."
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -818,7 +823,7 @@ def differentiable(
         return [o.detach() if e is None else e for o, e in zip(outputs, again(y0), strict=True)]
     leaves = graph_leaves(*nodes)
     solved = _Solved(outputs, edges, y_edge, again)
-    return list(_Differentiable.apply(solved, y0, *leaves))  # type: ignore[no-untyped-call]
+    return list(reverse_only(_Differentiable, solved, y0, *leaves))
 
 
 def _tangled(nodes: Sequence[Node]) -> bool:

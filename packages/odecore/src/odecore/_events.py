@@ -37,6 +37,8 @@ from ._gradients import (
     training_modes,
 )
 from ._solvers import AbstractSolver, StepResult
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 _MAX_ROOT_ITERATIONS = 200  # Illinois with bisection: ~10 typical, ~3 per bit at worst
 _MAX_EXPONENT = 1024  # 2.0**1024 overflows a double
@@ -590,7 +592,7 @@ class _EventSpec:
     modes: tuple[tuple[torch.nn.Module, bool], ...] = ()
 
 
-class _EventTimeGradient(torch.autograd.Function):
+class _EventTimeGradient(ReverseOnly):
     """``(t_e, y_e) -> (t_e, y_e)``, whose backward adds the event time's gradient.
 
     With ``c(t, y)`` the event function (zero at the event) and ``f`` the field,
@@ -600,6 +602,9 @@ class _EventTimeGradient(torch.autograd.Function):
     gradient of the state becomes ``∂L/∂y - ∂c/∂y dL/dt_e / (dc/dt)``, and the
     event function's parameters get ``-∂c/∂θ dL/dt_e / (dc/dt)``.
     """
+
+    what = "The gradient of a solve that an event ends"
+    instead = f"{AUTOGRAD_ONLY}, or solve to a fixed end time."
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -664,7 +669,8 @@ def reroute(
     if torch.is_grad_enabled() and not fixed:
         with torch.enable_grad():
             params = graph_leaves(value(event_t.detach().to(state.dtype), state.detach()))
-    out: tuple[Tensor, Tensor] = _EventTimeGradient.apply(  # type: ignore[no-untyped-call]
+    out: tuple[Tensor, Tensor] = reverse_only(
+        _EventTimeGradient,
         _EventSpec(f, value, fixed, module, training_modes(module, getattr(value, "fn", None))),
         event_t,
         state,

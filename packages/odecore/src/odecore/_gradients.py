@@ -30,6 +30,8 @@ from ._esdirk import _AbstractESDIRK
 from ._implicit import AbstractImplicitRK
 from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, Field, SolveState, StepResult
+from ._transforms import ReverseOnly, check_unbatched
+from ._transforms import apply as reverse_only
 
 FlatField = Callable[[Tensor, Tensor], Tensor]
 """A vector field on the flat state, in the caller's time: ``f(t, y) -> dy/dt``."""
@@ -395,7 +397,7 @@ class Adjoint(AbstractGradient):
         forward = torch.stack([y for y in result.ys if y is not None])
         ts = p.ts_tensor if p.ts_tensor is not None else torch.tensor(p.ts, dtype=torch.float64)
         spec = _AdjointSpec(self, loop, p, result.stats, len(params), steps, reads is not None)
-        ys = _AdjointFunction.apply(spec, forward, p.y0, ts, *params)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_AdjointFunction, spec, forward, p.y0, ts, *params)
         step = p.step_tensor
         if step is not None and step.requires_grad and torch.is_grad_enabled():
             # Where the solver steps does not change the ODE's solution, whose gradient
@@ -428,12 +430,14 @@ def _checked(given: Sequence[Tensor]) -> tuple[Tensor, ...]:
     return given
 
 
-class _Unreached(torch.autograd.Function):
+class _Unreached(ReverseOnly):
     """``(why, out, *inputs) -> out``: an output of a failed solve that a method which
     keeps no graph forward cannot differentiate; a backward pass that brings it a
     gradient (not zero: the solution's outputs are stacked, and a loss of one of them
     brings the others zeros) raises ``why`` instead of leaving the gradients of
     ``inputs`` without its share."""
+
+    what = "The gradient of a failed solve's output"
 
     @staticmethod
     def forward(ctx: Any, why: str, out: Tensor, *inputs: Tensor) -> Tensor:  # type: ignore[override]
@@ -464,7 +468,7 @@ def _failed(result: LoopResult, p: Problem, params: Sequence[Tensor], method: st
         "`gradient=Autograd()` to differentiate the steps it took."
     )
     ys: list[Tensor | None] = [
-        y if y is None or y is p.y0 else _Unreached.apply(why, y, *inputs)  # type: ignore[no-untyped-call]
+        y if y is None or y is p.y0 else reverse_only(_Unreached, why, y, *inputs)
         for y in result.ys
     ]
     return replace(result, ys=ys)
@@ -854,7 +858,9 @@ def buffers_kept(module: torch.nn.Module | None) -> Iterator[None]:
                     buffer.data.copy_(value)
 
 
-class _AdjointFunction(torch.autograd.Function):
+class _AdjointFunction(ReverseOnly):
+    what = "The adjoint method's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _AdjointSpec, forward: Tensor, y0: Tensor, ts: Tensor, *params: Tensor
@@ -868,6 +874,7 @@ class _AdjointFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         first_order("The adjoint method's gradient")
+        check_unbatched(grad_ys, "The adjoint method's gradient")
         spec: _AdjointSpec = ctx.spec
         (forward,) = ctx.saved_tensors
         params = ctx.kept.get()[1:]
@@ -1162,7 +1169,7 @@ class Checkpoint(AbstractGradient):
         spec = _CheckpointSpec(
             loop, p, result.stats, result.step_ends, starts, every, len(params), output
         )
-        ys = _CheckpointFunction.apply(spec, forward, p.y0, *params, *tensors)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_CheckpointFunction, spec, forward, p.y0, *params, *tensors)
         return replace(result, ys=list(ys.unbind(0)))
 
 
@@ -1199,7 +1206,9 @@ class _Replay(AbstractController):
         return Adaptation(accept=True, dt=math.inf, state=None)
 
 
-class _CheckpointFunction(torch.autograd.Function):
+class _CheckpointFunction(ReverseOnly):
+    what = "Checkpoint's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _CheckpointSpec, forward: Tensor, y0: Tensor, *inputs: Tensor

@@ -88,6 +88,8 @@ from torch import Tensor
 
 from ._errors import ConfigurationError, SolverError, Status, first_order
 from ._solvers import SolveState, StepResult
+from ._transforms import AUTOGRAD_ONLY, ReverseOnly
+from ._transforms import apply as reverse_only
 
 JacobianKind = Literal["auto", "dense", "krylov"]
 
@@ -887,8 +889,11 @@ def failed_step(y0: Tensor, why: SolverError, n_ks: int, adaptive: bool) -> Step
     )
 
 
-class _SolveWith(torch.autograd.Function):
+class _SolveWith(ReverseOnly):
     """``M^{-1} r`` with ``M`` a constant: the backward pass solves with ``M^T``."""
+
+    what = "The gradient through an implicit solver's stages"
+    instead = f"{AUTOGRAD_ONLY}, or with an explicit or Rosenbrock solver."
 
     @staticmethod
     def forward(ctx: Any, matrix: StageMatrix, r: Tensor) -> Tensor:  # type: ignore[override]
@@ -926,5 +931,5 @@ def attach_gradient(z: Tensor, residual: Tensor, matrix: StageMatrix) -> Tensor:
     """
     if not residual.requires_grad:
         return z
-    d: Tensor = _SolveWith.apply(matrix, residual)  # type: ignore[no-untyped-call]
+    d: Tensor = reverse_only(_SolveWith, matrix, residual)
     return z - (d - d.detach())

@@ -75,6 +75,8 @@ from ._spec import (
     resolve,
     solver_for,
 )
+from ._transforms import ReverseOnly, check_unbatched
+from ._transforms import apply as reverse_only
 
 _GRID_OPTIONS = ("grid_constructor", "perturb", "interp")
 
@@ -1125,7 +1127,7 @@ def _adams_adjoint(
         getattr(func, "callback_step_adjoint", None), module, training_modes(module),
     )  # fmt: skip
     ys_flat = _flat_of(solution, y0)
-    ys = _AdamsAdjointFunction.apply(spec, ys_flat, flat, t, *params)  # type: ignore[no-untyped-call]
+    ys = reverse_only(_AdamsAdjointFunction, spec, ys_flat, flat, t, *params)
     out = split(ys)
     if event_fn is None:
         return out
@@ -1234,9 +1236,11 @@ class _AdamsAdjoint:
         return a, t_grads if times else None, grads
 
 
-class _AdamsAdjointFunction(torch.autograd.Function):
+class _AdamsAdjointFunction(ReverseOnly):
     """``(ys, y0, t, *params) -> ys``: the forward solve's states, whose backward
     integrates the adjoint equations (:class:`_AdamsAdjoint`)."""
+
+    what = "odeint_adjoint's gradient"
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -1249,6 +1253,7 @@ class _AdamsAdjointFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_ys: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         first_order("odeint_adjoint's gradient", "Use odeint for higher-order gradients.")
+        check_unbatched(grad_ys, "odeint_adjoint's gradient")
         spec: _AdamsAdjoint = ctx.spec
         ys, *params = ctx.saved_tensors
         with torch.no_grad(), as_solved(spec.module, spec.modes):

@@ -29,6 +29,8 @@ from ._gradients import (
     found_tensors,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver, Field, SolveState, StepResult
+from ._transforms import ReverseOnly
+from ._transforms import apply as reverse_only
 
 
 @final
@@ -140,7 +142,7 @@ class Reversible(AbstractGradient):
             p.y0 if coupled.z is None else coupled.z,
         )  # fmt: skip
         forward = torch.stack([y for y in result.ys if y is not None])
-        ys = _ReversibleFunction.apply(spec, forward, p.y0, *params)  # type: ignore[no-untyped-call]
+        ys = reverse_only(_ReversibleFunction, spec, forward, p.y0, *params)
         return replace(result, ys=list(ys.unbind(0)))
 
 
@@ -266,7 +268,9 @@ class _Spec:
     z_end: Tensor
 
 
-class _ReversibleFunction(torch.autograd.Function):
+class _ReversibleFunction(ReverseOnly):
+    what = "The reversible method's gradient"
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, spec: _Spec, forward: Tensor, y0: Tensor, *params: Tensor

@@ -27,6 +27,7 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, SolverError, Status, first_order
+from ._esdirk import _AbstractESDIRK
 from ._events import CALLBACKS, Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
@@ -41,8 +42,19 @@ from ._gradients import (
     TimeTensors,
     modes_pinned,
 )
+from ._implicit import AbstractImplicitRK
 from ._per_sample import PerSampleLoop, check_per_sample, per_sample
+from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, SolveState, StepResult
+from ._transforms import (
+    AUTOGRAD_ONLY,
+    ReverseOnly,
+    check_no_tangent,
+    check_transforms,
+)
+from ._transforms import (
+    apply as reverse_only,
+)
 
 State = Tensor | tuple[Tensor, ...]
 VectorField = Callable[[Tensor, State], State]
@@ -744,6 +756,7 @@ def _integrate(
     if s0 < s1 or moving:
         fe.right_limit_at = s0 if s0 in jump_set else None
         f0 = solver.init(fe, s, y)
+        check_no_tangent(f0)
         if not _all_finite(f0):
             status = Status.NONFINITE
         elif fe.clock is not None and moving:
@@ -923,14 +936,17 @@ def _moved(
 
 def _along(slope: Tensor, shift: Tensor) -> Tensor:
     """``slope * shift``, a zero whose derivative for the time is first order."""
-    moved: Tensor = _Along.apply(slope, shift)  # type: ignore[no-untyped-call]
+    moved: Tensor = reverse_only(_Along, slope, shift)
     return moved
 
 
-class _Along(torch.autograd.Function):
+class _Along(ReverseOnly):
     """``slope * shift``: the zero-valued move of a dense-output value along the
     interpolant's slope when its time moves by ``shift``. The slope is a constant of
     the graph, so the derivative is first order, and a second one refuses."""
+
+    what = "The gradient with respect to an output time inside a step"
+    instead = f"{AUTOGRAD_ONLY}."
 
     @staticmethod
     def forward(ctx: Any, slope: Tensor, shift: Tensor) -> Tensor:
@@ -1239,6 +1255,8 @@ def _solve(
         raise TypeError(f"`solver` must be an odecore solver such as Dopri5(), got {solver!r}.")
     controller = _checked_controller(controller, solver)
     gradient = _checked_gradient(gradient)
+    stiff = isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK, _AbstractRosenbrock))
+    check_transforms(y0, gradient, isinstance(gradient, Autograd), solver, stiff)
     saveat = SaveAt(t1=True) if saveat is None else saveat
     rows = per_sample(controller)
     if rows:

@@ -93,6 +93,14 @@ class _WithIntegrals(nn.Module):
             f = self.field(t, x)
             return (f, *(term(t, x, f) for term in self.terms))
         outer = torch.is_grad_enabled()
+        if not (outer and x.requires_grad) and torch._C._are_functorch_transforms_active():
+            names = ", ".join(type(term).__name__ for term in self.terms if term.needs_jacobian)
+            raise odecore.ConfigurationError(
+                f"{names} differentiates the field by the state with torch.autograd inside "
+                "the solve, from a leaf made of the state, which torch.func's transforms "
+                "(grad, vjp, jacrev of the layer's parameters through functional_call) "
+                "cannot run. Differentiate the layer with torch.autograd.grad or backward()."
+            )
         with torch.enable_grad():
             # A leaf to differentiate by, unless x already carries the graph we need.
             xg = x if outer and x.requires_grad else x.detach().requires_grad_()
