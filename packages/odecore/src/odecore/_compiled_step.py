@@ -600,8 +600,12 @@ class _FixedStepper:
             return _tracing_autograd(self.run, f, y, *args)
         if not _searching(f):
             return self.run(f, y, *args)
-        with torch.enable_grad():
-            out = self.run(f, y, *args)
+        f.traced = True
+        try:
+            with torch.enable_grad():
+                out = self.run(f, y, *args)
+        finally:
+            f.traced = False
         f.walk(out[0], skip=(y, *args))
         return tree_map(lambda x: x.detach() if isinstance(x, Tensor) else x, out)
 

@@ -514,11 +514,21 @@ class _Reads:
     def __init__(self, f: FlatField) -> None:
         self.f = f
         self.recording = True
+        self.traced = False  # by a compiled step of odecore's, which walks its graph
         self._found: dict[int, weakref.ref[Tensor]] = {}
 
     def __call__(self, t: Tensor, y: Tensor) -> Tensor:
-        if not self.recording or torch.compiler.is_compiling():  # a compiled step walks
-            return self.f(t, y)  # the graph of the whole step (``_compiled_step``)
+        if not self.recording or self.traced:  # a compiled step walks the graph of
+            return self.f(t, y)  # the whole step (``_compiled_step``)
+        if torch.compiler.is_compiling():  # a solve traced by the caller's torch.compile
+            # The evaluation's graph is traced, not built: there is nothing to walk, and
+            # the tensors the field closes over would get no gradient without a word.
+            raise ConfigurationError(
+                "A solve whose gradient method finds the tensors the field reads "
+                "(Adjoint, Checkpoint or Reversible without `params`) cannot find them "
+                "inside torch.compile: pass them as `params=`, solve with "
+                "`compile=True` instead of compiling the caller, or use `Autograd()`."
+            )
         outer = torch.is_grad_enabled()
         with torch.enable_grad():
             out = self.f(t, y)
