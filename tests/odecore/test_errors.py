@@ -455,6 +455,32 @@ def test_blow_up_with_fixed_steps_is_nonfinite(method):
     assert 1.0 <= info.value.t < 2.0
 
 
+@pytest.mark.parametrize(
+    ("t0", "t1", "dt0"),
+    [(1e7, 1e7 + 1e-7, 1e-10), (0.0, 1.0, 1e-300), (1.0, 0.0, -1e-300)],
+    ids=["far-from-zero", "subnormal", "backward"],
+)
+def test_a_constant_step_lost_to_the_rounding_of_t_is_refused_by_name(t0, t1, dt0):
+    # Such a step does not move t: the loop stopped on it with DT_UNDERFLOW and the
+    # advice to check for stiffness or loosen tolerances, which a constant step has not.
+    with pytest.raises(odecore.ConfigurationError, match=r"`dt0` is .*too small for the times"):
+        odecore.solve(decay, torch.ones(3, dtype=F64), t0=t0, t1=t1, solver=odecore.RK4(),
+                      controller=odecore.ConstantStepSize(), dt0=dt0)  # fmt: skip
+    # A step that moves t is taken: here one RK4 step over the span.
+    sol = odecore.solve(decay, torch.ones(3, dtype=F64), t0=t0, t1=t1, solver=odecore.RK4(),
+                        dt0=t1 - t0)  # fmt: skip
+    h = -(t1 - t0)
+    assert sol.ys[-1].tolist() == pytest.approx(
+        [sum(h**k / math.factorial(k) for k in range(5))] * 3
+    )
+
+
+def test_a_step_size_option_lost_to_the_rounding_of_t_is_refused_by_name():
+    with pytest.raises(odecore.ConfigurationError, match=r"`step_size` or `n_steps`"):
+        odeint(t=torch.tensor([1e7, 1e7 + 1e-7], dtype=F64), method="rk4",
+               options={"step_size": 1e-10})  # fmt: skip
+
+
 def nan_after(t_bad: float, direction: float = 1.0):
     def field(t, y):
         past = (t - t_bad) * direction > 0
