@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 
 import odecore
 import pytest
@@ -479,6 +480,29 @@ def test_a_step_size_option_lost_to_the_rounding_of_t_is_refused_by_name():
     with pytest.raises(odecore.ConfigurationError, match=r"`step_size` or `n_steps`"):
         odeint(t=torch.tensor([1e7, 1e7 + 1e-7], dtype=F64), method="rk4",
                options={"step_size": 1e-10})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("step_size", "error", "match"),
+    [
+        (1e-300, odecore.ConfigurationError, r"`dt0` is 1e-300, too small"),
+        (1e-9, SolverError, r"maximum number of steps reached"),
+    ],
+    ids=["lost-to-rounding", "past-the-budget"],
+)
+def test_a_tiny_step_size_option_fails_at_once(step_size, error, match):
+    # odeint built the list of every step end first (1e300 of them): it hung.
+    def hung(signum, frame):
+        raise TimeoutError("odeint hung on a tiny `step_size`")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(error, match=match):
+            odeint(method="rk4", options={"step_size": step_size, "max_num_steps": 10})
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def nan_after(t_bad: float, direction: float = 1.0):

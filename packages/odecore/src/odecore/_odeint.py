@@ -861,13 +861,15 @@ def _configure(
     dt0: float
     if spec.dt0 is not None:
         dt0 = spec.dt0
-        sized = _step_size_grid(ts[0], ts[-1], dt0)
-        ends = [*sized, *extra]
-        if perturb and grid is not None:
-            # `perturb` makes every step end a jump, given as a number: the steps
-            # would land on constants and stop moving with t[0]. As tensors from
-            # `t`, they keep its gradient, as without `perturb`.
-            step_ts = _with_step_t(_step_size_tensor(grid[2], sized, dt0), step_t)
+        ends = []
+        if perturb:  # the grid only for `perturb`: the solve checks and counts the steps
+            sized = _step_size_grid(ts[0], ts[-1], dt0)
+            ends = [*sized, *extra]
+            if grid is not None:
+                # `perturb` makes every step end a jump, given as a number: the steps
+                # would land on constants and stop moving with t[0]. As tensors from
+                # `t`, they keep its gradient, as without `perturb`.
+                step_ts = _with_step_t(_step_size_tensor(grid[2], sized, dt0), step_t)
     elif spec.n_steps is not None:
         n = spec.n_steps
         if span == 0:
