@@ -482,27 +482,42 @@ def test_a_step_size_option_lost_to_the_rounding_of_t_is_refused_by_name():
                options={"step_size": 1e-10})  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("step_size", "error", "match"),
-    [
-        (1e-300, odecore.ConfigurationError, r"`dt0` is 1e-300, too small"),
-        (1e-9, SolverError, r"maximum number of steps reached"),
-    ],
-    ids=["lost-to-rounding", "past-the-budget"],
-)
-def test_a_tiny_step_size_option_fails_at_once(step_size, error, match):
-    # odeint built the list of every step end first (1e300 of them): it hung.
+def _within_seconds(seconds, call):
+    """``call()``, or ``TimeoutError`` after ``seconds`` (what a hang becomes)."""
+
     def hung(signum, frame):
         raise TimeoutError("odeint hung on a tiny `step_size`")
 
     previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
+    signal.alarm(seconds)
     try:
-        with pytest.raises(error, match=match):
-            odeint(method="rk4", options={"step_size": step_size, "max_num_steps": 10})
+        call()
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("rk4", {}), ("rk4", {"perturb": True}), ("implicit_adams", {})],
+    ids=["rk4", "perturb", "adams"],
+)
+def test_a_step_size_option_lost_to_rounding_is_refused_at_once(method, options):
+    # odeint listed every step end first (1e300 of them here): it hung.
+    def call():
+        with pytest.raises(odecore.ConfigurationError, match=r"too small for the times"):
+            odeint(method=method, options={"step_size": 1e-300, **options})
+
+    _within_seconds(20, call)
+
+
+def test_a_step_size_option_past_the_budget_fails_at_once():
+    # A billion step ends were listed before `max_num_steps` could stop the solve.
+    def call():
+        with pytest.raises(SolverError, match=r"maximum number of steps reached"):
+            odeint(method="rk4", options={"step_size": 1e-9, "max_num_steps": 10})
+
+    _within_seconds(20, call)
 
 
 def nan_after(t_bad: float, direction: float = 1.0):

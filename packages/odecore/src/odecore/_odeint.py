@@ -55,6 +55,7 @@ from ._solve import (
     _make_loop,
     _packing,
     _solve,
+    _tiny,
     check_alike,
     numbers_only,
 )
@@ -1292,6 +1293,12 @@ def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
     A step that would end within rounding of ``t1`` ends on it, as in the solve loop.
     """
     span = abs(t1 - t0)
+    if span > 0 and h <= _tiny(max(abs(t0), abs(t1)), span):  # k * h would not get there
+        raise ConfigurationError(
+            f"The option `step_size` is {h!r}, too small for the times from {t0!r} to "
+            f"{t1!r}: steps of at most {_tiny(max(abs(t0), abs(t1)), span):.3g} are lost "
+            "to the rounding of t there. Pass a larger `step_size`."
+        )
     direction = 1.0 if t1 >= t0 else -1.0
     ends = [t0]
     k = 1
