@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 
 import odecore
 import pytest
@@ -464,6 +465,70 @@ def test_blow_up_with_fixed_steps_is_nonfinite(method):
         )
     assert_says_where(info.value, Status.NONFINITE, 2.0)
     assert 1.0 <= info.value.t < 2.0
+
+
+@pytest.mark.parametrize(
+    ("t0", "t1", "dt0"),
+    [(1e7, 1e7 + 1e-7, 1e-10), (0.0, 1.0, 1e-300), (1.0, 0.0, -1e-300)],
+    ids=["far-from-zero", "subnormal", "backward"],
+)
+def test_a_constant_step_lost_to_the_rounding_of_t_is_refused_by_name(t0, t1, dt0):
+    # Such a step does not move t: the loop stopped on it with DT_UNDERFLOW and the
+    # advice to check for stiffness or loosen tolerances, which a constant step has not.
+    with pytest.raises(odecore.ConfigurationError, match=r"`dt0` is .*too small for the times"):
+        odecore.solve(decay, torch.ones(3, dtype=F64), t0=t0, t1=t1, solver=odecore.RK4(),
+                      controller=odecore.ConstantStepSize(), dt0=dt0)  # fmt: skip
+    # A step that moves t is taken: here one RK4 step over the span.
+    sol = odecore.solve(decay, torch.ones(3, dtype=F64), t0=t0, t1=t1, solver=odecore.RK4(),
+                        dt0=t1 - t0)  # fmt: skip
+    h = -(t1 - t0)
+    assert sol.ys[-1].tolist() == pytest.approx(
+        [sum(h**k / math.factorial(k) for k in range(5))] * 3
+    )
+
+
+def test_a_step_size_option_lost_to_the_rounding_of_t_is_refused_by_name():
+    with pytest.raises(odecore.ConfigurationError, match=r"`step_size` or `n_steps`"):
+        odeint(t=torch.tensor([1e7, 1e7 + 1e-7], dtype=F64), method="rk4",
+               options={"step_size": 1e-10})  # fmt: skip
+
+
+def _within_seconds(seconds, call):
+    """``call()``, or ``TimeoutError`` after ``seconds`` (what a hang becomes)."""
+
+    def hung(signum, frame):
+        raise TimeoutError("odeint hung on a tiny `step_size`")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        call()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("rk4", {}), ("rk4", {"perturb": True}), ("implicit_adams", {})],
+    ids=["rk4", "perturb", "adams"],
+)
+def test_a_step_size_option_lost_to_rounding_is_refused_at_once(method, options):
+    # odeint listed every step end first (1e300 of them here): it hung.
+    def call():
+        with pytest.raises(odecore.ConfigurationError, match=r"too small for the times"):
+            odeint(method=method, options={"step_size": 1e-300, **options})
+
+    _within_seconds(20, call)
+
+
+def test_a_step_size_option_past_the_budget_fails_at_once():
+    # A billion step ends were listed before `max_num_steps` could stop the solve.
+    def call():
+        with pytest.raises(SolverError, match=r"maximum number of steps reached"):
+            odeint(method="rk4", options={"step_size": 1e-9, "max_num_steps": 10})
+
+    _within_seconds(20, call)
 
 
 def nan_after(t_bad: float, direction: float = 1.0):

@@ -58,6 +58,7 @@ from ._solve import (
     _make_loop,
     _packing,
     _solve,
+    _tiny,
     check_alike,
     numbers_only,
 )
@@ -888,13 +889,15 @@ def _configure(
     dt0: float
     if spec.dt0 is not None:
         dt0 = spec.dt0
-        sized = _step_size_grid(ts[0], ts[-1], dt0)
-        ends = [*sized, *extra]
-        if perturb and grid is not None:
-            # `perturb` makes every step end a jump, given as a number: the steps
-            # would land on constants and stop moving with t[0]. As tensors from
-            # `t`, they keep its gradient, as without `perturb`.
-            step_ts = _with_step_t(_step_size_tensor(grid[2], sized, dt0), step_t)
+        ends = []
+        if perturb:  # the grid only for `perturb`: the solve checks and counts the steps
+            sized = _step_size_grid(ts[0], ts[-1], dt0)
+            ends = [*sized, *extra]
+            if grid is not None:
+                # `perturb` makes every step end a jump, given as a number: the steps
+                # would land on constants and stop moving with t[0]. As tensors from
+                # `t`, they keep its gradient, as without `perturb`.
+                step_ts = _with_step_t(_step_size_tensor(grid[2], sized, dt0), step_t)
     elif spec.n_steps is not None:
         n = spec.n_steps
         if span == 0:
@@ -1320,6 +1323,12 @@ def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
     A step that would end within rounding of ``t1`` ends on it, as in the solve loop.
     """
     span = abs(t1 - t0)
+    if span > 0 and h <= _tiny(max(abs(t0), abs(t1)), span):  # k * h would not get there
+        raise ConfigurationError(
+            f"The option `step_size` is {h!r}, too small for the times from {t0!r} to "
+            f"{t1!r}: steps of at most {_tiny(max(abs(t0), abs(t1)), span):.3g} are lost "
+            "to the rounding of t there. Pass a larger `step_size`."
+        )
     direction = 1.0 if t1 >= t0 else -1.0
     ends = [t0]
     k = 1

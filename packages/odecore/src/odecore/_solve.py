@@ -1271,6 +1271,7 @@ def _solve(
         }  # fmt: skip
         check_per_sample(solver, y0, gradient, unsupported)
     t0, t1, dt0 = _checked_span(t0, t1, event, max_steps, dt0)
+    _check_constant_step(controller, dt0, t0, t1)
     f_flat, flat0, unpack, controller = _flattened(f, y0, controller)
     if unpack is not None and isinstance(gradient, Adjoint):  # its backward controller too
         back = gradient.controller
@@ -1424,6 +1425,28 @@ def _checked_span(
     if not (math.isfinite(dt0) and dt0 != 0):
         raise ConfigurationError(f"`dt0` must be a non-zero finite number, got {dt0!r}.")
     return t0, t1, dt0
+
+
+def _check_constant_step(
+    controller: AbstractController, dt0: float | None, t0: float, t1: float
+) -> None:
+    """Refuse a constant ``dt0`` that the times of the span cannot resolve: a step of
+    at most :func:`_tiny` does not move ``t`` there, and the loop would stop on it with
+    ``Status.DT_UNDERFLOW``, whose advice (stiffness, tolerances) is not this fault."""
+    if not isinstance(controller, ConstantStepSize) or dt0 is None or t0 == t1:
+        return
+    if not math.isfinite(t1):  # an event solve's open end: its steps are where it stops
+        return
+    far = max(abs(t0), abs(t1))
+    smallest = _tiny(far, abs(t1 - t0))
+    if abs(dt0) <= smallest:
+        raise ConfigurationError(
+            f"`dt0` is {dt0!r}, too small for the times of the span from {t0!r} to {t1!r}: "
+            f"the solve takes no step of at most {smallest:.3g} there (a few rounding "
+            f"units of t = {far!r} or of the span), where t + dt loses the step to "
+            "rounding. Pass a larger `dt0` (`step_size` or `n_steps` in odeint's "
+            "options), or measure time from a start nearer 0."
+        )
 
 
 def _flattened(
