@@ -544,10 +544,7 @@ def flat_field(
 
         def checked(t: Tensor, y: Tensor) -> Tensor:
             out = func(t, y)
-            alike = isinstance(out, Tensor) and (out.shape, out.dtype) == (shape, dtype)
-            if not (alike and out.device == device) and _check_derivative(
-                out, shape, dtype, device
-            ):
+            if _check_derivative(out, shape, dtype, device):
                 out = out.to(dtype)  # autocast
             return out  # type: ignore[no-any-return]
 
