@@ -367,7 +367,7 @@ class Adjoint(AbstractGradient):
         """Whether the backward pass reads the state from the forward steps of a solve
         with this forward ``solver`` (see ``state``)."""
         if self.state == "auto":
-            return isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK, _AbstractRosenbrock))
+            return takes_jacobian(solver)
         return self.state == "interpolated"
 
     def run(self, loop: Loop, problem: Problem) -> LoopResult:
@@ -428,6 +428,12 @@ def _checked(given: Sequence[Tensor]) -> tuple[Tensor, ...]:
         if not isinstance(q, Tensor):
             raise TypeError(f"`params[{i}]` must be a Tensor, got {type(q).__name__}.")
     return given
+
+
+def takes_jacobian(solver: AbstractSolver) -> bool:
+    """Whether the steps of ``solver`` differentiate the field (its Jacobian): the
+    implicit Runge-Kutta, ESDIRK and Rosenbrock methods."""
+    return isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK, _AbstractRosenbrock))
 
 
 class _Unreached(ReverseOnly):

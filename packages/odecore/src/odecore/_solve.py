@@ -27,7 +27,6 @@ from ._controllers import (
     rms_norm,
 )
 from ._errors import ConfigurationError, SolverError, Status, first_order
-from ._esdirk import _AbstractESDIRK
 from ._events import CALLBACKS, Event, StepHooks, copy_callbacks, run_event, step_hooks
 from ._gradients import (
     AbstractGradient,
@@ -41,10 +40,9 @@ from ._gradients import (
     Stats,
     TimeTensors,
     modes_pinned,
+    takes_jacobian,
 )
-from ._implicit import AbstractImplicitRK
 from ._per_sample import PerSampleLoop, check_per_sample, per_sample
-from ._rosenbrock import _AbstractRosenbrock
 from ._solvers import AbstractSolver, SolveState, StepResult
 from ._transforms import (
     AUTOGRAD_ONLY,
@@ -1253,8 +1251,7 @@ def _solve(
         raise TypeError(f"`solver` must be an odecore solver such as Dopri5(), got {solver!r}.")
     controller = _checked_controller(controller, solver)
     gradient = _checked_gradient(gradient)
-    stiff = isinstance(solver, (AbstractImplicitRK, _AbstractESDIRK, _AbstractRosenbrock))
-    check_transforms(y0, gradient, isinstance(gradient, Autograd), solver, stiff)
+    check_transforms(y0, gradient, isinstance(gradient, Autograd), solver, takes_jacobian(solver))
     saveat = SaveAt(t1=True) if saveat is None else saveat
     rows = per_sample(controller)
     if rows:
