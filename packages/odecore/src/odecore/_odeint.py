@@ -58,8 +58,8 @@ from ._solve import (
     _make_loop,
     _packing,
     _solve,
-    _tiny,
     check_alike,
+    check_step_resolves,
     numbers_only,
 )
 from ._solvers import AbstractExplicitRK, AbstractSolver
@@ -1322,13 +1322,8 @@ def _step_size_grid(t0: float, t1: float, h: float) -> list[float]:
 
     A step that would end within rounding of ``t1`` ends on it, as in the solve loop.
     """
+    check_step_resolves("step_size", h, t0, t1, "Pass a larger `step_size`.")  # k h gets there
     span = abs(t1 - t0)
-    if span > 0 and h <= _tiny(max(abs(t0), abs(t1)), span):  # k * h would not get there
-        raise ConfigurationError(
-            f"The option `step_size` is {h!r}, too small for the times from {t0!r} to "
-            f"{t1!r}: steps of at most {_tiny(max(abs(t0), abs(t1)), span):.3g} are lost "
-            "to the rounding of t there. Pass a larger `step_size`."
-        )
     direction = 1.0 if t1 >= t0 else -1.0
     ends = [t0]
     k = 1

@@ -1425,22 +1425,31 @@ def _checked_span(
 def _check_constant_step(
     controller: AbstractController, dt0: float | None, t0: float, t1: float
 ) -> None:
-    """Refuse a constant ``dt0`` that the times of the span cannot resolve: a step of
-    at most :func:`_tiny` does not move ``t`` there, and the loop would stop on it with
-    ``Status.DT_UNDERFLOW``, whose advice (stiffness, tolerances) is not this fault."""
-    if not isinstance(controller, ConstantStepSize) or dt0 is None or t0 == t1:
+    """Refuse a constant ``dt0`` that the times of the span cannot resolve
+    (:func:`check_step_resolves`)."""
+    if not isinstance(controller, ConstantStepSize) or dt0 is None:
         return
     if not math.isfinite(t1):  # an event solve's open end: its steps are where it stops
         return
-    far = max(abs(t0), abs(t1))
-    smallest = _tiny(far, abs(t1 - t0))
-    if abs(dt0) <= smallest:
+    check_step_resolves(
+        "dt0", dt0, t0, t1, "Pass a larger `dt0` (`step_size` or `n_steps` in odeint's "
+        "options), or measure time from a start nearer 0."
+    )  # fmt: skip
+
+
+def check_step_resolves(name: str, dt: float, t0: float, t1: float, advice: str) -> None:
+    """Refuse a constant step ``dt`` (the argument ``name``) that the times from ``t0``
+    to ``t1`` cannot resolve: a step of at most :func:`_tiny` does not move ``t``
+    there, and a loop would stop on it with ``Status.DT_UNDERFLOW``, whose advice
+    (stiffness, tolerances) is not this fault, or never reach ``t1``."""
+    far, span = max(abs(t0), abs(t1)), abs(t1 - t0)
+    smallest = _tiny(far, span)
+    if span > 0 and abs(dt) <= smallest:
         raise ConfigurationError(
-            f"`dt0` is {dt0!r}, too small for the times of the span from {t0!r} to {t1!r}: "
+            f"`{name}` is {dt!r}, too small for the times of the span from {t0!r} to {t1!r}: "
             f"the solve takes no step of at most {smallest:.3g} there (a few rounding "
             f"units of t = {far!r} or of the span), where t + dt loses the step to "
-            "rounding. Pass a larger `dt0` (`step_size` or `n_steps` in odeint's "
-            "options), or measure time from a start nearer 0."
+            f"rounding. {advice}"
         )
 
 
